@@ -1,0 +1,27 @@
+"""Shared fixtures: rank pools per world size; CPU (interpreter) or GPU chosen by TILEFUSE_TEST_DEVICE."""
+
+import os
+
+from harness import TEST_DEVICE, Pools
+
+if TEST_DEVICE == "cpu":
+    os.environ.setdefault("TILEFUSE_BACKEND", "cpu")
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+
+
+def pytest_report_header(config):
+    return f"tilefuse test device: {TEST_DEVICE} (set TILEFUSE_TEST_DEVICE=cuda for GPUs)"
+
+
+@pytest.fixture(scope="session")
+def pools():
+    p = Pools()
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="session")
+def on_gpu():
+    return TEST_DEVICE == "cuda"

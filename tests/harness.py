@@ -1,0 +1,218 @@
+"""Multi-rank test harness: a pool of rank processes per world size, started once per session.
+
+A job is a module-level function ``fn(ctx, *args)`` run on every rank; ``ctx`` is a
+:class:`RankContext`. ``RankPool.run`` returns the per-rank return values, or raises
+:class:`RankFailure` with every failing rank's traceback. A job that does not finish within its
+timeout kills the pool (it is restarted on the next job) and raises ``TimeoutError`` naming the
+ranks that did not answer.
+
+Device: ``TILEFUSE_TEST_DEVICE=cuda`` runs the ranks on GPUs (rank r on GPU r % n, so ranks share
+GPU 0 when there is one), bootstrapped with gloo (NCCL refuses two ranks on one GPU); the default
+``cpu`` runs them in Triton's interpreter on a shared-memory heap.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import queue
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch.multiprocessing as mp
+
+TEST_DEVICE = os.environ.get("TILEFUSE_TEST_DEVICE", "cpu").strip().lower()
+HEAP_BYTES = int(os.environ.get("TILEFUSE_TEST_HEAP", str(64 << 20)))
+DEFAULT_TIMEOUT = float(os.environ.get("TILEFUSE_TEST_TIMEOUT", "240"))
+ERROR_GRACE = 40.0
+
+
+class RankFailure(AssertionError):
+    """One or more ranks raised; the message holds each failing rank's traceback."""
+
+
+@dataclass
+class RankContext:
+    rank: int
+    world: int
+    device: object  # torch.device
+    heap: object  # tilefuse SymmetricHeap
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, device_kind: str, jobs, results) -> None:
+    if device_kind == "cpu":
+        os.environ["TILEFUSE_BACKEND"] = "cpu"
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ["TILEFUSE_BACKEND"] = "cuda"
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    if device_kind == "cuda":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    import tilefuse
+
+    try:
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+            timeout=datetime.timedelta(seconds=120),
+        )
+        heap = tilefuse.init(heap_size=HEAP_BYTES)
+        device = heap.device
+        results.put((rank, "ready", None))
+    except BaseException:
+        results.put((rank, "error", traceback.format_exc()))
+        return
+    ctx = RankContext(rank=rank, world=world, device=device, heap=heap)
+    while True:
+        job = jobs.get()
+        if job is None:
+            break
+        job_id, fn, args, kwargs = job
+        try:
+            value = fn(ctx, *args, **kwargs)
+            results.put((rank, "ok", (job_id, value)))
+        except BaseException:
+            results.put((rank, "error", (job_id, traceback.format_exc())))
+        # Heap blocks held by reference cycles (a traceback, say) must come back on every rank
+        # before the next job, or the ranks' allocations diverge.
+        value = None
+        gc.collect()
+    tilefuse.shutdown()
+    dist.destroy_process_group()
+
+
+class RankPool:
+    """``world`` rank processes sharing a symmetric heap, reused across jobs."""
+
+    def __init__(self, world: int, device_kind: str = TEST_DEVICE):
+        self.world = world
+        self.device_kind = device_kind
+        self._procs: list = []
+        self._job_id = 0
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")
+        port = _free_port()
+        self._jobs = [ctx.Queue() for _ in range(self.world)]
+        self._results = ctx.Queue()
+        self._procs = [
+            ctx.Process(target=_worker, args=(r, self.world, port, self.device_kind, self._jobs[r],
+                                               self._results), daemon=True)
+            for r in range(self.world)
+        ]
+        for p in self._procs:
+            p.start()
+        ready = self._collect(lambda msg: msg[1] in ("ready", "error"), timeout=180, what="start-up")
+        errors = {r: m[2] for r, m in ready.items() if m[1] == "error"}
+        if errors:
+            self.close()
+            raise RankFailure(self._format("pool start-up failed", errors))
+
+    def _collect(self, accept, timeout: float, what: str) -> dict:
+        got: dict = {}
+        deadline = time.monotonic() + timeout
+        while len(got) < self.world:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(set(range(self.world)) - set(got))
+                self.close()
+                errors = {r: m[2][1] if isinstance(m[2], tuple) else m[2]
+                          for r, m in got.items() if m[1] == "error"}
+                if errors:
+                    raise RankFailure(self._format(
+                        f"{what} failed on world={self.world} (ranks {missing} then stuck; pool killed)",
+                        errors))
+                raise TimeoutError(
+                    f"world={self.world}: ranks {missing} did not finish {what} within {timeout:.0f} s "
+                    "(pool killed; it restarts on the next job)"
+                )
+            try:
+                msg = self._results.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                dead = [r for r, p in enumerate(self._procs) if not p.is_alive() and r not in got]
+                if dead:
+                    codes = {r: self._procs[r].exitcode for r in dead}
+                    self.close()
+                    raise RankFailure(f"world={self.world}: rank process(es) died during {what}: {codes}")
+                continue
+            if accept(msg):
+                got[msg[0]] = msg
+                if msg[1] == "error":
+                    # The others may be stuck waiting for the failed rank: give them a grace period.
+                    deadline = min(deadline, time.monotonic() + ERROR_GRACE)
+        return got
+
+    @staticmethod
+    def _format(title: str, errors: dict) -> str:
+        parts = [title]
+        for r in sorted(errors):
+            parts.append(f"--- rank {r} ---\n{errors[r]}")
+        return "\n".join(parts)
+
+    def run(self, fn, *args, timeout: float = DEFAULT_TIMEOUT, **kwargs) -> list:
+        """Run ``fn(ctx, *args, **kwargs)`` on every rank; return the per-rank results."""
+        if not self._procs or any(not p.is_alive() for p in self._procs):
+            self.close()
+            self._start()
+        self._job_id += 1
+        job_id = self._job_id
+        for q in self._jobs:
+            q.put((job_id, fn, args, kwargs))
+        got = self._collect(lambda msg: msg[1] in ("ok", "error") and msg[2][0] == job_id, timeout,
+                            f"{fn.__name__}")
+        errors = {r: m[2][1] for r, m in got.items() if m[1] == "error"}
+        if errors:
+            raise RankFailure(self._format(f"{fn.__name__} failed on world={self.world}", errors))
+        return [got[r][2][1] for r in range(self.world)]
+
+    def close(self) -> None:
+        for q in getattr(self, "_jobs", []):
+            try:
+                q.put(None)
+            except Exception:
+                pass
+        deadline = time.monotonic() + 5
+        for p in self._procs:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+        for p in self._procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+        self._procs = []
+
+
+class Pools:
+    """Session-wide pools, one per world size, started on first use."""
+
+    def __init__(self, device_kind: str = TEST_DEVICE):
+        self.device_kind = device_kind
+        self._pools: dict[int, RankPool] = {}
+
+    def __call__(self, world: int) -> RankPool:
+        if world not in self._pools:
+            self._pools[world] = RankPool(world, self.device_kind)
+        return self._pools[world]
+
+    def run(self, world: int, fn, *args, **kwargs) -> list:
+        return self(world).run(fn, *args, **kwargs)
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()

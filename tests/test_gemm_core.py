@@ -1,0 +1,326 @@
+"""The shared GEMM core (tilefuse.ops.common): matmul on both operand paths, tile helpers, config, checks.
+
+Runs on a GPU when one is available, otherwise in Triton's interpreter (single process, small shapes).
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    # Must happen before any module defining @triton.jit kernels is imported.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import dataclasses  # noqa: E402
+
+import pytest  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from tilefuse.ops.common import (  # noqa: E402
+    Config,
+    check_config_fits,
+    check_divisible,
+    check_dtypes,
+    check_inner_dim,
+    check_matrix,
+    check_same_device,
+    default_config,
+    gemm_layout,
+    matmul,
+)
+from tilefuse.ops.common.gemm import load_tile, store_tile, tile_coords, tile_offsets  # noqa: E402
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+DEVICE = "cpu" if INTERPRET else "cuda"
+
+# Relative Frobenius-norm error bounds. fp32 inputs go through tf32 tensor cores on NVIDIA GPUs and
+# are exact fp32 products in the interpreter.
+TOL = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5 if INTERPRET else 5e-3}
+
+DTYPES = [
+    torch.float16,
+    torch.float32,
+    pytest.param(
+        torch.bfloat16,
+        marks=pytest.mark.skipif(INTERPRET, reason="bf16 arithmetic is wrong in Triton's interpreter"),
+    ),
+]
+SHAPES = [(100, 72, 56), (10, 200, 40), (64, 64, 64)]  # (M, N, K): ragged, tall-thin, aligned
+
+# 64-wide blocks and fewer programs than tiles, so the persistent loop runs several tiles per program.
+CFG = Config(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=2, num_warps=4, num_stages=1 if INTERPRET else 3,
+             GEMM_SMS=3, COMM_SMS=0)
+
+NAN = float("nan")
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator(device=DEVICE).manual_seed(seed)
+
+
+def _randn(shape, dtype, gen):
+    return torch.randn(shape, dtype=torch.float32, device=DEVICE, generator=gen).to(dtype)
+
+
+def _padded_view(rows, cols, dtype, gen):
+    """A [rows, cols] view at the top-left of a NaN buffer with extra rows and columns.
+
+    The row stride stays a multiple of 16 bytes, so the view still qualifies for tensor
+    descriptors; any read outside the view turns the result into NaN.
+    """
+    width = triton.cdiv(cols + 1, 8) * 8
+    full = torch.full((rows + 3, width), NAN, dtype=dtype, device=DEVICE)
+    full[:rows, :cols] = _randn((rows, cols), dtype, gen)
+    return full[:rows, :cols]
+
+
+def _assert_matches(out, a, b, dtype):
+    assert not torch.isnan(out).any(), "output has unwritten (NaN) elements"
+    ref = a.double() @ b.double()
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err <= TOL[dtype], f"relative error {err:.2e} > {TOL[dtype]:.0e}"
+
+
+@pytest.fixture(params=["tma", "pointer"])
+def path(request, monkeypatch):
+    if request.param == "pointer":
+        monkeypatch.setenv("TILEFUSE_NO_TMA", "1")
+    else:
+        monkeypatch.delenv("TILEFUSE_NO_TMA", raising=False)
+    return request.param
+
+
+@pytest.mark.parametrize("storage", ["contiguous", "views"])
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+def test_matmul(dtype, shape, b_layout, storage, path):
+    """C = A @ B for row-/column-major B; "views": A, B inside NaN-padded buffers, C a column block."""
+    M, N, K = shape
+    gen = _gen(hash((M, N, K)) % 2**31)
+    if storage == "contiguous":
+        a = _randn((M, K), dtype, gen)
+        b = _randn((K, N), dtype, gen) if b_layout == "row" else _randn((N, K), dtype, gen).t()
+        c_full = torch.full((M, N), NAN, dtype=dtype, device=DEVICE)
+        c = c_full
+    else:
+        a = _padded_view(M, K, dtype, gen)
+        b = _padded_view(K, N, dtype, gen) if b_layout == "row" else _padded_view(N, K, dtype, gen).t()
+        c_full = torch.full((M, 3 * N), NAN, dtype=dtype, device=DEVICE)
+        c = c_full[:, N:2 * N]
+
+    use_tma, b_kmajor = gemm_layout(a, b)
+    assert use_tma == (path == "tma")
+    assert b_kmajor == (use_tma and b_layout == "col")
+
+    assert matmul(a, b, c, CFG) is c
+    _assert_matches(c, a, b, dtype)
+    if storage == "views":
+        assert torch.isnan(c_full[:, :N]).all() and torch.isnan(c_full[:, 2 * N:]).all(), \
+            "matmul wrote outside its column block of C"
+
+
+def test_matmul_column_major_a_and_misaligned_views(path):
+    """Layouts that tensor descriptors cannot take fall back to the pointer path and stay correct."""
+    M, N, K = 72, 40, 48
+    gen = _gen(1)
+    a_col = _randn((K, M), torch.float16, gen).t()  # column-major A
+    b = _randn((K, N), torch.float16, gen)
+    assert gemm_layout(a_col, b) == (False, False)
+    c = torch.full((M, N), NAN, dtype=torch.float16, device=DEVICE)
+    _assert_matches(matmul(a_col, b, c, CFG), a_col, b, torch.float16)
+
+    a_off = _randn((M, K + 1), torch.float16, gen)[:, 1:]  # base 2 bytes past a 16-byte boundary
+    assert gemm_layout(a_off, b) == (False, False)
+    b_odd = _randn((K, N + 1), torch.float16, gen)[:, :N]  # row stride 82 bytes
+    assert gemm_layout(a_col.contiguous(), b_odd) == (False, False)
+    c.fill_(NAN)
+    _assert_matches(matmul(a_off, b_odd, c, CFG), a_off, b_odd, torch.float16)
+
+
+def test_matmul_default_config():
+    M, N, K = 96, 80, 72
+    gen = _gen(2)
+    a, b = _randn((M, K), torch.float16, gen), _randn((K, N), torch.float16, gen)
+    num_sms = 8 if INTERPRET else torch.cuda.get_device_properties(DEVICE).multi_processor_count
+    cfg = default_config(M, N, K, torch.float16, num_sms=num_sms, interpreter=INTERPRET, comm=False)
+    c = torch.full((M, N), NAN, dtype=torch.float16, device=DEVICE)
+    _assert_matches(matmul(a, b, c, cfg), a, b, torch.float16)
+
+
+def test_matmul_degenerate_and_mismatched_shapes():
+    a = torch.randn(8, 0, device=DEVICE)
+    c = torch.full((8, 4), NAN, device=DEVICE)
+    assert torch.equal(matmul(a, torch.randn(0, 4, device=DEVICE), c, CFG), torch.zeros(8, 4, device=DEVICE))
+    empty = torch.empty(0, 4, device=DEVICE)
+    assert matmul(torch.randn(0, 3, device=DEVICE), torch.randn(3, 4, device=DEVICE), empty, CFG) is empty
+    with pytest.raises(ValueError, match=r"a \(8, 3\) @ b \(3, 4\) -> c \(8, 5\)"):
+        matmul(torch.randn(8, 3, device=DEVICE), torch.randn(3, 4, device=DEVICE),
+               torch.empty(8, 5, device=DEVICE), CFG)
+
+
+def test_gemm_layout_env_override(monkeypatch):
+    a = torch.randn(32, 32, device=DEVICE)
+    monkeypatch.delenv("TILEFUSE_NO_TMA", raising=False)
+    assert gemm_layout(a, a) == (True, False)
+    assert gemm_layout(a, a.t()) == (True, True)
+    monkeypatch.setenv("TILEFUSE_NO_TMA", "1")
+    assert gemm_layout(a, a) == (False, False)
+
+
+# ------------------------------------------------------------------------------------------------
+# Tile helpers, through small kernels
+# ------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _coords_kernel(out_ptr, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    tile_id = tl.program_id(0)
+    pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+    tl.store(out_ptr + 2 * tile_id, pid_m)
+    tl.store(out_ptr + 2 * tile_id + 1, pid_n)
+
+
+@pytest.mark.parametrize("num_pid_m, num_pid_n, group_m", [(5, 3, 2), (3, 4, 8), (4, 2, 1)])
+def test_tile_coords_is_a_grouped_permutation(num_pid_m, num_pid_n, group_m):
+    num_tiles = num_pid_m * num_pid_n
+    out = torch.full((num_tiles, 2), -1, dtype=torch.int32, device=DEVICE)
+    _coords_kernel[(num_tiles,)](out, num_pid_m, num_pid_n, GROUP_M=group_m)
+    coords = [tuple(x) for x in out.tolist()]
+    assert sorted(coords) == [(m, n) for m in range(num_pid_m) for n in range(num_pid_n)]
+    # Tile ids walk down a band of group_m row blocks before moving to the next column block.
+    band = min(group_m, num_pid_m)
+    assert coords[:band] == [(m, 0) for m in range(band)]
+    assert all(m < band for m, _ in coords[: band * num_pid_n])
+
+
+@triton.jit
+def _copy_kernel(
+    src_ptr, dst_ptr,
+    LOAD_M, LOAD_N, STORE_M, STORE_N,
+    stride_sm, stride_sn, stride_dm, stride_dn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    offs_m, offs_n = tile_offsets(tl.program_id(0), tl.program_id(1), BLOCK_M, BLOCK_N)
+    tile = load_tile(src_ptr, offs_m, offs_n, LOAD_M, LOAD_N, stride_sm, stride_sn)  # [BM, BN]
+    store_tile(dst_ptr, tile, offs_m, offs_n, STORE_M, STORE_N, stride_dm, stride_dn)
+
+
+def test_load_store_tile_strides_masks_and_cast():
+    """Copy a transposed fp16 view into a column block of a wider fp32 matrix; loads past the edge are 0."""
+    load_m, load_n, store_m, store_n = 40, 30, 45, 34
+    src = torch.randn(load_n, load_m, dtype=torch.float16, device=DEVICE).t()  # [40, 30], strides (1, 40)
+    dst_full = torch.full((store_m, store_n + 10), NAN, dtype=torch.float32, device=DEVICE)
+    dst = dst_full[:, 5:5 + store_n]
+    grid = (triton.cdiv(store_m, 32), triton.cdiv(store_n, 16))
+    _copy_kernel[grid](src, dst, load_m, load_n, store_m, store_n, *src.stride(), *dst.stride(),
+                       BLOCK_M=32, BLOCK_N=16)
+    expected = torch.zeros(store_m, store_n, device=DEVICE)
+    expected[:load_m, :load_n] = src.float()
+    assert torch.equal(dst, expected)
+    assert torch.isnan(dst_full[:, :5]).all() and torch.isnan(dst_full[:, 5 + store_n:]).all()
+
+
+# ------------------------------------------------------------------------------------------------
+# Config
+# ------------------------------------------------------------------------------------------------
+
+
+def test_config_round_trip_and_replace():
+    d = CFG.to_dict()
+    assert list(d) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages",
+                       "GEMM_SMS", "COMM_SMS"]
+    assert Config.from_dict(d) == CFG
+    assert CFG.replace(COMM_SMS=2).COMM_SMS == 2 and CFG.COMM_SMS == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        CFG.BLOCK_M = 128
+    with pytest.raises(ValueError, match="unknown field"):
+        CFG.replace(BLOCK=32)
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['block_m'\]"):
+        Config.from_dict({**d, "block_m": 64})
+    d.pop("GEMM_SMS")
+    with pytest.raises(ValueError, match=r"missing key\(s\) \['GEMM_SMS'\]"):
+        Config.from_dict(d)
+
+
+@pytest.mark.parametrize("field, value, error", [
+    ("BLOCK_M", 48, ValueError),
+    ("BLOCK_N", 8, ValueError),
+    ("BLOCK_K", 512, ValueError),
+    ("GROUP_M", 0, ValueError),
+    ("num_warps", 3, ValueError),
+    ("num_stages", 0, ValueError),
+    ("GEMM_SMS", 0, ValueError),
+    ("COMM_SMS", -1, ValueError),
+    ("BLOCK_M", 64.0, TypeError),
+    ("num_warps", True, TypeError),
+])
+def test_config_validation_names_the_field(field, value, error):
+    with pytest.raises(error, match=f"Config.{field}"):
+        CFG.replace(**{field: value})
+
+
+def test_default_config_heuristic():
+    big = default_config(8192, 8192, 8192, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
+    assert (big.BLOCK_M, big.BLOCK_N, big.BLOCK_K, big.GROUP_M) == (128, 256, 64, 8)
+    assert (big.num_warps, big.num_stages, big.GEMM_SMS, big.COMM_SMS) == (8, 3, 132, 0)
+
+    comm = default_config(8192, 8192, 8192, torch.bfloat16, num_sms=132, interpreter=False, comm=True)
+    assert comm.COMM_SMS == 16 and comm.GEMM_SMS == 116
+    assert default_config(8192, 8192, 8192, torch.float32, num_sms=132, interpreter=False,
+                          comm=False).BLOCK_K == 32
+    small = default_config(1024, 1024, 1024, torch.float16, num_sms=132, interpreter=False, comm=False)
+    assert (small.BLOCK_M, small.BLOCK_N, small.num_warps) == (128, 128, 4)
+    skinny = default_config(16, 4096, 4096, torch.float16, num_sms=132, interpreter=False, comm=False)
+    assert skinny.BLOCK_M == 16
+
+    cpu = default_config(100, 72, 20, torch.float16, num_sms=8, interpreter=True, comm=True)
+    assert (cpu.BLOCK_M, cpu.BLOCK_N, cpu.BLOCK_K) == (64, 64, 32)
+    assert (cpu.num_stages, cpu.GEMM_SMS, cpu.COMM_SMS) == (1, 4, 2)
+    for cfg in (big, comm, small, skinny):
+        check_config_fits(cfg, 132)
+    check_config_fits(cpu, 8)
+
+
+def test_check_config_fits():
+    cfg = CFG.replace(GEMM_SMS=128, COMM_SMS=8)
+    check_config_fits(cfg, 136)
+    msg = r"GEMM_SMS \+ COMM_SMS = 136 exceeds the 132 multiprocessors of cuda:0"
+    with pytest.raises(ValueError, match=msg):
+        check_config_fits(cfg, 132, "cuda:0")
+
+
+# ------------------------------------------------------------------------------------------------
+# Argument checks
+# ------------------------------------------------------------------------------------------------
+
+
+def test_checks_pass_on_good_inputs():
+    a, b = torch.randn(64, 56), torch.randn(56, 8)
+    check_matrix("op", "a", a)
+    check_same_device("op", a=a, b=b)
+    check_dtypes("op", a=a, b=b)
+    check_inner_dim("op", a, b)
+    check_divisible("op", "M", 64, 4, "the world size")
+
+
+def test_check_errors_name_the_argument():
+    a, b = torch.randn(64, 64), torch.randn(56, 8)
+    msg = r"^gemm_all_scatter: b has 56 rows but a has 64 columns \(K must match\)$"
+    with pytest.raises(ValueError, match=msg):
+        check_inner_dim("gemm_all_scatter", a, b)
+    with pytest.raises(ValueError, match="^op: w has 56 rows but x has 64 columns"):
+        check_inner_dim("op", a, b, a_name="x", b_name="w")
+    with pytest.raises(TypeError, match="^op: a must be a torch.Tensor, got list$"):
+        check_matrix("op", "a", [[1.0]])
+    with pytest.raises(ValueError, match=r"^op: b must be a 2-D matrix, got shape \(2, 3, 4\)$"):
+        check_matrix("op", "b", torch.randn(2, 3, 4))
+    with pytest.raises(TypeError, match="^op: b has dtype torch.float16 but a has dtype torch.float32$"):
+        check_dtypes("op", a=a, b=b.half())
+    with pytest.raises(TypeError, match="^op: a has dtype torch.float64; supported dtypes are float16, bf"):
+        check_dtypes("op", a=a.double(), b=b.double())
+    with pytest.raises(ValueError, match=r"^op: M = 100 must be divisible by the world size \(3\)$"):
+        check_divisible("op", "M", 100, 3, "the world size")
+    with pytest.raises(ValueError, match="^op: b is on meta but a is on cpu$"):
+        check_same_device("op", a=a, b=torch.empty(1, device="meta"))

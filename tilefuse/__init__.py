@@ -1,0 +1,56 @@
+"""tilefuse: fused GEMM + multi-GPU communication operators in Python and Triton.
+
+Public API: the ops (``gemm_all_scatter``, ``all_gather_gemm``, ``gemm_reduce_scatter``), ``init``
+and the heap helpers, ``VARIANTS``. Importing tilefuse turns on Triton's interpreter when no GPU is
+usable (see :mod:`tilefuse.runtime._env`).
+"""
+
+from .runtime import _env
+
+_env.configure()
+
+from .runtime import (  # noqa: E402
+    HeapFullError,
+    WaitTimeoutError,
+    barrier,
+    device_barrier,
+    get_heap,
+    init,
+    is_initialized,
+    shutdown,
+    synchronize,
+)
+
+VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
+
+
+def empty(*shape, dtype=None):
+    """Uninitialised tensor on this rank's symmetric heap (collective by convention: see init)."""
+    return get_heap().empty(*shape, **({} if dtype is None else {"dtype": dtype}))
+
+
+def zeros(*shape, dtype=None):
+    return get_heap().zeros(*shape, **({} if dtype is None else {"dtype": dtype}))
+
+
+def full(shape, fill_value, dtype=None):
+    return get_heap().full(shape, fill_value, **({} if dtype is None else {"dtype": dtype}))
+
+
+def arange(n, dtype=None):
+    return get_heap().arange(n, **({} if dtype is None else {"dtype": dtype}))
+
+
+def randn(*shape, dtype=None, generator=None):
+    return get_heap().randn(*shape, generator=generator, **({} if dtype is None else {"dtype": dtype}))
+
+
+def is_on_heap(t):
+    return get_heap().is_on_heap(t)
+
+
+__all__ = [
+    "HeapFullError", "VARIANTS", "WaitTimeoutError", "arange", "barrier", "device_barrier", "empty",
+    "full", "get_heap", "init", "is_initialized", "is_on_heap", "randn", "shutdown", "synchronize",
+    "zeros",
+]

@@ -1,0 +1,56 @@
+"""Host-side argument checks with errors that name the op and the argument.
+
+Every check takes the op name first, as the message prefix, e.g.
+``check_inner_dim("gemm_all_scatter", a, b)`` raises
+``ValueError("gemm_all_scatter: b has 56 rows but a has 64 columns (K must match)")``.
+Type problems raise TypeError, shape and placement problems ValueError.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def check_matrix(op: str, name: str, t) -> None:
+    """`t` is a 2-D torch.Tensor."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{op}: {name} must be a 2-D matrix, got shape {tuple(t.shape)}")
+
+
+def check_same_device(op: str, **tensors: torch.Tensor) -> None:
+    """All tensors live on one device."""
+    items = list(tensors.items())
+    first_name, first = items[0]
+    for name, t in items[1:]:
+        if t.device != first.device:
+            raise ValueError(f"{op}: {name} is on {t.device} but {first_name} is on {first.device}")
+
+
+def check_dtypes(op: str, **tensors: torch.Tensor) -> None:
+    """All tensors share one dtype, and it is one of SUPPORTED_DTYPES."""
+    items = list(tensors.items())
+    first_name, first = items[0]
+    if first.dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+        raise TypeError(f"{op}: {first_name} has dtype {first.dtype}; supported dtypes are {names}")
+    for name, t in items[1:]:
+        if t.dtype != first.dtype:
+            raise TypeError(f"{op}: {name} has dtype {t.dtype} but {first_name} has dtype {first.dtype}")
+
+
+def check_inner_dim(op: str, a: torch.Tensor, b: torch.Tensor, a_name: str = "a", b_name: str = "b") -> None:
+    """a [M, K] and b [K, N] agree on K."""
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(
+            f"{op}: {b_name} has {b.shape[0]} rows but {a_name} has {a.shape[1]} columns (K must match)"
+        )
+
+
+def check_divisible(op: str, name: str, value: int, by: int, what: str) -> None:
+    """`value` (called `name`) is a multiple of `by` (described as `what`, e.g. "the world size")."""
+    if value % by != 0:
+        raise ValueError(f"{op}: {name} = {value} must be divisible by {what} ({by})")

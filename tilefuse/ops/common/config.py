@@ -1,0 +1,144 @@
+"""Launch configuration shared by every op variant, and the heuristic used for untuned shapes."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+import triton
+
+_NUM_WARPS = (1, 2, 4, 8, 16)
+# Tensor-descriptor (TMA) boxes hold at most 256 elements per dimension.
+_MAX_BLOCK = 256
+
+
+@dataclass(frozen=True)
+class Config:
+    """Tile shape, launch parameters and the split of the multiprocessors between GEMM and communication.
+
+    ``GEMM_SMS`` programs compute tiles; ``COMM_SMS`` programs move data (0 for variants without
+    communication programs). Blocks are powers of two in [16, 256].
+    """
+
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    GROUP_M: int
+    num_warps: int
+    num_stages: int
+    GEMM_SMS: int
+    COMM_SMS: int
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"Config.{f.name} must be an int, got {value!r} ({type(value).__name__})")
+        for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+            value = getattr(self, name)
+            if value < 16 or value > _MAX_BLOCK or value & (value - 1):
+                raise ValueError(f"Config.{name} must be a power of two in [16, {_MAX_BLOCK}], got {value}")
+        if self.GROUP_M < 1:
+            raise ValueError(f"Config.GROUP_M must be >= 1, got {self.GROUP_M}")
+        if self.num_warps not in _NUM_WARPS:
+            raise ValueError(f"Config.num_warps must be one of {_NUM_WARPS}, got {self.num_warps}")
+        if self.num_stages < 1:
+            raise ValueError(f"Config.num_stages must be >= 1, got {self.num_stages}")
+        if self.GEMM_SMS < 1:
+            raise ValueError(f"Config.GEMM_SMS must be >= 1, got {self.GEMM_SMS}")
+        if self.COMM_SMS < 0:
+            raise ValueError(f"Config.COMM_SMS must be >= 0, got {self.COMM_SMS}")
+
+    def replace(self, **changes) -> Config:
+        """A copy with some fields changed (validated again)."""
+        unknown = sorted(set(changes) - _FIELD_NAMES)
+        if unknown:
+            raise ValueError(f"Config.replace: unknown field(s) {unknown}; fields are {sorted(_FIELD_NAMES)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Config:
+        """Inverse of :meth:`to_dict`; every field is required and unknown keys are an error."""
+        unknown = sorted(set(d) - _FIELD_NAMES)
+        missing = sorted(_FIELD_NAMES - set(d))
+        if unknown:
+            raise ValueError(f"Config.from_dict: unknown key(s) {unknown}; fields are {sorted(_FIELD_NAMES)}")
+        if missing:
+            raise ValueError(f"Config.from_dict: missing key(s) {missing}")
+        return cls(**d)
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Config))
+
+
+def _pow2_between(x: int, lo: int, hi: int) -> int:
+    """The smallest power of two >= x, clamped to [lo, hi]."""
+    return max(lo, min(hi, triton.next_power_of_2(max(1, x))))
+
+
+def default_config(
+    M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int, interpreter: bool, comm: bool
+) -> Config:
+    """Heuristic config for a shape that no table covers.
+
+    ``num_sms``: multiprocessors of the device (from the runtime). ``comm``: whether the variant
+    runs communication programs next to the GEMM programs (they get ``COMM_SMS`` of them).
+
+    GPU: 128x256x64 tiles (the measured cuBLAS-speed tile on H200), 8 warps, 3 stages; smaller
+    tiles when M or N is small or when 128x256 tiles would leave GEMM programs idle; BLOCK_K 32
+    for fp32 (shared memory). Interpreter: at most 64-wide blocks (the cost grows with the number of
+    interpreted operations) and a handful of programs.
+    """
+    if num_sms < 1:
+        raise ValueError(f"default_config: num_sms must be >= 1, got {num_sms}")
+    if interpreter:
+        comm_sms = 2 if comm else 0
+        return Config(
+            BLOCK_M=_pow2_between(M, 16, 64),
+            BLOCK_N=_pow2_between(N, 16, 64),
+            BLOCK_K=_pow2_between(K, 16, 64),
+            GROUP_M=8,
+            num_warps=4,
+            num_stages=1,
+            GEMM_SMS=max(1, min(4, num_sms - comm_sms)),
+            COMM_SMS=comm_sms,
+        )
+    comm_sms = max(1, num_sms // 8) if comm else 0
+    gemm_sms = num_sms - comm_sms
+    if gemm_sms < 1:
+        raise ValueError(f"default_config: {num_sms} multiprocessors leave none for the GEMM next to "
+                         f"{comm_sms} communication programs")
+    block_m = _pow2_between(M, 16, 128)
+    block_n = _pow2_between(N, 16, 256)
+    # Fewer tiles than GEMM programs: halve the wide tile so more programs get work.
+    if block_n == 256 and triton.cdiv(M, block_m) * triton.cdiv(N, block_n) < gemm_sms:
+        block_n = 128
+    max_k = 32 if dtype.itemsize >= 4 else 64
+    return Config(
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=_pow2_between(K, 16, max_k),
+        GROUP_M=8,
+        num_warps=8 if block_m * block_n >= 128 * 256 else 4,
+        num_stages=3,
+        GEMM_SMS=gemm_sms,
+        COMM_SMS=comm_sms,
+    )
+
+
+def check_config_fits(config: Config, num_sms: int, where: str = "this device") -> None:
+    """Raise ValueError unless GEMM_SMS + COMM_SMS programs can all be resident at once.
+
+    Programs that spin-wait on each other (flags) deadlock when some of them wait for a slot.
+    """
+    total = config.GEMM_SMS + config.COMM_SMS
+    if total > num_sms:
+        raise ValueError(
+            f"GEMM_SMS + COMM_SMS = {total} exceeds the {num_sms} multiprocessors of {where} "
+            f"(GEMM_SMS={config.GEMM_SMS}, COMM_SMS={config.COMM_SMS}): programs that wait on each "
+            "other must all be resident at once, or they deadlock"
+        )

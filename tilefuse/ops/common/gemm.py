@@ -1,0 +1,301 @@
+"""Shared GEMM building blocks: tile swizzle, operand setup, K loop, tile load/store, a plain GEMM.
+
+Every op variant computes its tiles with these helpers, so a variant differs from its siblings only
+in schedule and communication. A kernel that computes ``C = A @ B`` tile by tile reads::
+
+    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, ...)        # once, at kernel start
+    for tile_id in range(pid, num_tiles, NUM_PROGRAMS):
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, ...)   # [BM, BN] fp32
+        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+
+Operand layouts (decided on the host by :func:`gemm_layout`):
+
+- ``USE_TMA=False``: raw pointers, masked loads at any strides (the portable path).
+- ``USE_TMA=True``: device-side tensor descriptors (TMA on Hopper). A is row-major ``[M, K]``;
+  B is row-major ``[K, N]``, or, with ``B_KMAJOR=True``, column-major ``[K, N]`` (a row-major
+  ``[N, K]`` buffer, e.g. ``w.t()`` of a torch ``Linear`` weight), whose ``[BN, BK]`` tiles are
+  transposed in registers before ``tl.dot``. Out-of-bounds elements read as zero, so ragged M, N
+  and K need no masks, and nothing outside the ``[M, K]``/``[K, N]`` window is ever read.
+
+Precision: accumulation is fp32. Inputs may be fp16, bf16 or fp32; fp32 inputs use ``tl.dot``'s
+default input precision, which is tf32 on NVIDIA GPUs (about 1e-3 relative error) and exact fp32 in
+the interpreter.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# ---------------------------------------------------------------------------------------------
+# Device-side helpers
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """Grouped swizzle: linear tile_id -> (pid_m, pid_n) tile coordinates of a [num_pid_m, num_pid_n] grid."""
+    # Consecutive tile ids walk down a band of GROUP_M row blocks before moving one column block
+    # right, so programs running at the same time share A rows and B columns in L2.
+    tiles_per_band = GROUP_M * num_pid_n
+    band = tile_id // tiles_per_band
+    first_pid_m = band * GROUP_M
+    band_rows = tl.minimum(num_pid_m - first_pid_m, GROUP_M)  # the last band may be shorter
+    index_in_band = tile_id % tiles_per_band
+    pid_m = first_pid_m + index_in_band % band_rows
+    pid_n = index_in_band // band_rows
+    return pid_m, pid_n
+
+
+@triton.jit
+def gemm_operands(
+    a_ptr, b_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+):
+    """Operands for gemm_tile: TMA descriptors of A [M, K] and B [K, N] if USE_TMA, else the raw pointers."""
+    # The pointers may point anywhere in global memory, including a peer's heap (translated
+    # pointer). With USE_TMA the unit strides (stride_ak, and stride_bn or stride_bk) are 1 by
+    # construction (checked on the host), so only the leading strides enter the descriptors.
+    a_op = a_ptr
+    b_op = b_ptr
+    if USE_TMA:
+        a_op = tl.make_tensor_descriptor(
+            a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K]
+        )
+        if B_KMAJOR:
+            # Column-major B [K, N] is a row-major [N, K] buffer: tiles come out as [BN, BK].
+            b_op = tl.make_tensor_descriptor(
+                b_ptr, shape=[N, K], strides=[stride_bn, 1], block_shape=[BLOCK_N, BLOCK_K]
+            )
+        else:
+            b_op = tl.make_tensor_descriptor(
+                b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N]
+            )
+    return a_op, b_op
+
+
+@triton.jit
+def gemm_tile(
+    a_op, b_op,
+    pid_m, pid_n,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+):
+    """K loop of output tile (pid_m, pid_n): the fp32 accumulator [BM, BN] of A[rows, :] @ B[:, cols]."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # [BM, BN]
+    if USE_TMA:
+        # Descriptor coordinates are element indices (int32); out-of-bounds reads return zeros.
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            off_k = k * BLOCK_K
+            a = a_op.load([off_m, off_k])  # [BM, BK]
+            if B_KMAJOR:
+                b = tl.trans(b_op.load([off_n, off_k]))  # [BN, BK] -> [BK, BN]
+            else:
+                b = b_op.load([off_k, off_n])  # [BK, BN]
+            acc = tl.dot(a, b, acc)
+    else:
+        # Rows/cols past M/N are clamped to index 0 instead of masked: they load valid memory and
+        # their results are dropped by store_tile's mask, so only the K edge needs a load mask.
+        offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+        offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        offs_m = tl.where(offs_m < M, offs_m, 0)
+        offs_n = offs_n
+        offs_k = tl.arange(0, BLOCK_K)  # [BK]
+        a_ptrs = a_op + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak  # [BM, BK]
+        b_ptrs = b_op + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn  # [BK, BN]
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)  # [BM, BK]
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)  # [BK, BN]
+            acc = tl.dot(a, b, acc)
+            # Advancing the pointers (64-bit) avoids k * BLOCK_K * stride overflowing int32.
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
+def tile_offsets(pid_m, pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Row indices [BM] and column indices [BN] (int64) of output tile (pid_m, pid_n)."""
+    offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+    offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    return offs_m, offs_n
+
+
+@triton.jit
+def store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn):
+    """Masked store of acc [BM, BN] at rows offs_m [BM] / cols offs_n [BN] of C [M, N], cast to C's dtype."""
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [BM, BN]
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def load_tile(ptr, offs_m, offs_n, M, N, stride_m, stride_n):
+    """Load the [BM, BN] tile at rows offs_m [BM] / cols offs_n [BN] of an [M, N] matrix; zeros outside."""
+    ptrs = ptr + offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [BM, BN]
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plain persistent GEMM
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def matmul_kernel(
+    # pointers
+    a_ptr, b_ptr, c_ptr,
+    # sizes
+    M, N, K,
+    # strides
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    # meta-parameters
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+):
+    """Persistent C [M, N] = A [M, K] @ B [K, N]; program pid computes tiles pid, pid + NUM_PROGRAMS, ..."""
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    a_op, b_op = gemm_operands(
+        a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
+    )
+    for tile_id in range(pid, num_tiles, NUM_PROGRAMS):
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        acc = gemm_tile(
+            a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+            BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
+        )  # [BM, BN] fp32
+        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------------------------
+
+
+def _interpreting() -> bool:
+    """True when this module's kernels run in Triton's interpreter (decided when it was imported)."""
+    return type(matmul_kernel).__name__ == "InterpretedFunction"
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _tma_device(device: torch.device) -> bool:
+    """Whether kernels on `device` can use tensor descriptors: the interpreter, or NVIDIA sm_90+."""
+    if _interpreting():
+        return True
+    if device.type != "cuda" or torch.version.hip is not None:
+        # ROCm reports MI300 as capability 9.4; descriptors there are not the fast path we tuned.
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _tma_compatible(t: torch.Tensor, unit_dim: int) -> bool:
+    """`t` has stride 1 along `unit_dim`, a 16-byte aligned base and a leading stride of 16-byte multiples."""
+    lead = t.stride(1 - unit_dim)
+    return (
+        t.stride(unit_dim) == 1
+        and lead > 0
+        and (lead * t.element_size()) % 16 == 0
+        and t.data_ptr() % 16 == 0
+    )
+
+
+def gemm_layout(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
+    """Return ``(use_tma, b_kmajor)`` for ``a [M, K] @ b [K, N]``.
+
+    Tensor descriptors are used when the device supports them (NVIDIA compute capability >= 9, or
+    the interpreter), ``TILEFUSE_NO_TMA`` is not set, A is row-major and B is row-major
+    (``b_kmajor=False``) or column-major (``b_kmajor=True``), both base pointers are 16-byte
+    aligned and both leading strides are positive multiples of 16 bytes. Otherwise the pointer
+    path (``(False, False)``) runs, which accepts any strides.
+    """
+    if _env_flag("TILEFUSE_NO_TMA") or not _tma_device(a.device):
+        return False, False
+    if not _tma_compatible(a, unit_dim=1):
+        return False, False
+    if _tma_compatible(b, unit_dim=1):
+        return True, False
+    if _tma_compatible(b, unit_dim=0):
+        return True, True
+    return False, False
+
+
+def _cuda_scratch(size: int, alignment: int, stream):
+    """Global scratch that device-side tensor descriptors are written into (128 bytes each)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+# triton.set_allocator stores the allocator in a ContextVar, so it is per thread/context: track
+# "installed" the same way, so that a launch from a fresh thread installs it again.
+_allocator_installed: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tilefuse_allocator_installed", default=False
+)
+
+
+def ensure_triton_allocator() -> None:
+    """Install the scratch allocator that kernels creating tensor descriptors need on a GPU.
+
+    Call before launching a kernel with ``USE_TMA=True``. The interpreter needs none (measured
+    with triton 3.7.1), so this is a no-op there. The scratch is allocated on the current CUDA
+    device and stream, i.e. where Triton launches the kernel.
+    """
+    if _interpreting() or _allocator_installed.get():
+        return
+    triton.set_allocator(_cuda_scratch)
+    _allocator_installed.set(True)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config) -> torch.Tensor:
+    """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``.
+
+    ``a [M, K]``, ``b [K, N]`` and ``c [M, N]`` on one device, at any strides (``c`` may be a
+    column block of a wider matrix). fp32 accumulation, output cast to ``c.dtype``. Uses
+    ``config``'s ``BLOCK_*``, ``GROUP_M``, ``num_warps``, ``num_stages`` and ``GEMM_SMS`` programs
+    (fewer when there are fewer tiles).
+    """
+    M, K = a.shape
+    N = b.shape[1]
+    if b.shape[0] != K or tuple(c.shape) != (M, N):
+        raise ValueError(
+            f"matmul: shapes do not chain: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c {tuple(c.shape)}"
+        )
+    if M == 0 or N == 0:
+        return c
+    if K == 0:
+        return c.zero_()
+    use_tma, b_kmajor = gemm_layout(a, b)
+    if use_tma:
+        ensure_triton_allocator()
+    num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
+    num_programs = min(config.GEMM_SMS, num_tiles)
+    matmul_kernel[(num_programs,)](
+        a, b, c,
+        M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
+        NUM_PROGRAMS=num_programs, USE_TMA=use_tma, B_KMAJOR=b_kmajor,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return c

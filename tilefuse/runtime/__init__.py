@@ -1,0 +1,27 @@
+"""tilefuse's runtime ("iris-core"): the symmetric heap, device facts and device-side primitives.
+
+``runtime`` never imports ``ops``. The device API lives in :mod:`tilefuse.runtime.primitives`
+(its docstring states the rank convention and the flag/epoch protocol).
+"""
+
+from . import hw, primitives
+from .heap import HeapFullError, SymmetricHeap
+from .world import (
+    WaitTimeoutError,
+    barrier,
+    check_waits,
+    control_block,
+    device_barrier,
+    get_heap,
+    init,
+    is_initialized,
+    set_wait_bound,
+    shutdown,
+    synchronize,
+)
+
+__all__ = [
+    "HeapFullError", "SymmetricHeap", "WaitTimeoutError", "barrier", "check_waits", "control_block",
+    "device_barrier", "get_heap", "hw", "init", "is_initialized", "primitives", "set_wait_bound",
+    "shutdown", "synchronize",
+]

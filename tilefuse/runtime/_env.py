@@ -1,0 +1,37 @@
+"""Process-wide facts decided before any kernel module is imported.
+
+Triton decides at decoration time whether a ``@triton.jit`` function runs compiled or in its
+interpreter, so ``TRITON_INTERPRET=1`` must be in ``os.environ`` before the first module that
+defines a kernel is imported. ``import tilefuse`` calls :func:`configure` first: when no GPU is
+usable (or ``TILEFUSE_BACKEND=cpu``) and the variable is unset, it sets it. A program that imports
+its own kernel modules before ``tilefuse`` must set the variable itself.
+"""
+
+from __future__ import annotations
+
+import os
+
+_BACKENDS = ("cuda", "cpu")
+
+
+def requested_backend() -> str:
+    """``cuda`` when a GPU is usable, ``cpu`` otherwise; ``TILEFUSE_BACKEND`` overrides."""
+    forced = os.environ.get("TILEFUSE_BACKEND", "").strip().lower()
+    if forced:
+        if forced not in _BACKENDS:
+            raise ValueError(f"TILEFUSE_BACKEND={forced!r}: expected one of {_BACKENDS}")
+        return forced
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run in the interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def configure() -> None:
+    """Turn the interpreter on for the cpu backend, before kernel modules are imported."""
+    if requested_backend() == "cpu" and not interpreting():
+        os.environ["TRITON_INTERPRET"] = "1"

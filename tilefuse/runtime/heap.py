@@ -1,0 +1,289 @@
+"""The symmetric heap: one buffer per rank, mapped by every rank, with a freeing sub-allocator.
+
+Each rank allocates one heap at start-up and maps every peer's heap once (one rendezvous).
+``heap_bases[r]`` is the address at which rank r's heap is mapped *in this process*; device code
+moves a pointer to rank r by ``heap_bases[r] + (ptr - heap_bases[rank])`` (see ``primitives``).
+
+Allocation is symmetric by construction: the sub-allocator is deterministic, so ranks that make the
+same allocations in the same order get the same offsets. Ops allocate their workspaces once per
+shape, collectively, and check that the offsets agree (:meth:`SymmetricHeap.check_symmetric`).
+
+A tensor's block returns to the pool when the tensor and every view of it are gone: each block is
+handed to torch through an object that owns it (``__array_interface__`` on the CPU,
+``__cuda_array_interface__`` on the GPU), and torch keeps that object alive as long as any view of
+the storage lives.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+ALIGNMENT = 256
+DEFAULT_HEAP_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}
+
+
+class HeapFullError(MemoryError):
+    """The symmetric heap has no free block large enough."""
+
+
+def _parse_size(text: str) -> int:
+    text = text.strip().lower()
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    mult = 1
+    if text and text[-1] in "kmgt":
+        mult = units[text[-1]]
+        text = text[:-1]
+    elif text.endswith(("kb", "mb", "gb", "tb", "ib")):
+        raise ValueError("TILEFUSE_HEAP_SIZE takes a byte count or a number with K/M/G/T")
+    try:
+        return int(float(text) * mult)
+    except ValueError as err:
+        raise ValueError(f"TILEFUSE_HEAP_SIZE={text!r} is not a size (e.g. 512M, 4G)") from err
+
+
+def resolve_heap_size(heap_size: int | None, backend: str) -> int:
+    """Heap size from the argument, else ``TILEFUSE_HEAP_SIZE``, else the backend's default."""
+    if heap_size is None:
+        env = os.environ.get("TILEFUSE_HEAP_SIZE")
+        heap_size = _parse_size(env) if env else DEFAULT_HEAP_BYTES[backend]
+    heap_size = int(heap_size)
+    if heap_size < ALIGNMENT:
+        raise ValueError(f"heap_size must be at least {ALIGNMENT} bytes, got {heap_size}")
+    return heap_size - heap_size % ALIGNMENT
+
+
+class _Allocator:
+    """First-fit allocator over [0, size) with coalescing frees; offsets aligned to ALIGNMENT."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._free: list[tuple[int, int]] = [(0, size)]  # sorted (offset, length)
+        self._used: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def alloc(self, nbytes: int) -> int:
+        need = max(ALIGNMENT, -(-nbytes // ALIGNMENT) * ALIGNMENT)
+        with self._lock:
+            for i, (off, length) in enumerate(self._free):
+                if length >= need:
+                    if length == need:
+                        del self._free[i]
+                    else:
+                        self._free[i] = (off + need, length - need)
+                    self._used[off] = need
+                    return off
+            free = sum(length for _, length in self._free)
+            largest = max((length for _, length in self._free), default=0)
+        raise HeapFullError(
+            f"symmetric heap full: requested {nbytes} bytes ({need} aligned), {free} bytes free "
+            f"of {self.size} (largest free block {largest} bytes); raise tilefuse.init(heap_size=...) "
+            "or TILEFUSE_HEAP_SIZE, or drop references to heap tensors you no longer need"
+        )
+
+    def free(self, off: int) -> None:
+        with self._lock:
+            length = self._used.pop(off)
+            i = bisect.bisect_left(self._free, (off, 0))
+            self._free.insert(i, (off, length))
+            # Coalesce with the right neighbour, then the left one.
+            if i + 1 < len(self._free) and off + length == self._free[i + 1][0]:
+                self._free[i] = (off, length + self._free[i + 1][1])
+                del self._free[i + 1]
+            if i > 0 and self._free[i - 1][0] + self._free[i - 1][1] == off:
+                prev_off, prev_len = self._free[i - 1]
+                self._free[i - 1] = (prev_off, prev_len + self._free[i][1])
+                del self._free[i]
+
+    @property
+    def bytes_used(self) -> int:
+        with self._lock:
+            return sum(self._used.values())
+
+    @property
+    def bytes_free(self) -> int:
+        return self.size - self.bytes_used
+
+
+class _Block:
+    """Owns one allocation; torch keeps it alive through the array interface of its storage."""
+
+    def __init__(self, allocator: _Allocator, offset: int, addr: int, nbytes: int, device: torch.device):
+        self._allocator = allocator
+        self.offset = offset
+        iface = {"shape": (nbytes,), "typestr": "|u1", "data": (addr, False), "version": 3}
+        if device.type == "cuda":
+            iface["strides"] = None
+            iface["stream"] = None  # no implicit synchronisation: heap work is stream-ordered
+            self.__cuda_array_interface__ = iface
+        else:
+            self.__array_interface__ = iface
+
+    def __del__(self):
+        allocator, self._allocator = self._allocator, None
+        if allocator is not None:
+            allocator.free(self.offset)
+
+
+@dataclass
+class _PeerMaps:
+    tensors: list  # the byte tensor of every rank's heap as mapped here (own one included)
+    paths: list | None = None
+
+
+class SymmetricHeap:
+    """One rank's view of the symmetric heap; made by :func:`tilefuse.init`."""
+
+    def __init__(self, size: int, group, backend: str, device: torch.device):
+        self.size = size
+        self.group = group
+        self.backend = backend
+        self.device = device
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self._allocator = _Allocator(size)
+        self._maps = self._map_cpu() if backend == "cpu" else self._map_cuda()
+        bases = [t.data_ptr() for t in self._maps.tensors]
+        self.base = bases[self.rank]
+        self.heap_bases = torch.tensor(bases, dtype=torch.int64, device=device)
+        self._closed = False
+
+    # ---------------------------------------------------------------- rendezvous
+    def _map_cpu(self) -> _PeerMaps:
+        path = f"/dev/shm/tilefuse-{uuid.uuid4().hex[:12]}-r{self.rank}"
+        with open(path, "wb") as f:
+            f.truncate(self.size)
+        paths: list = [None] * self.world_size
+        dist.all_gather_object(paths, path, group=self.group)
+        tensors = [torch.from_file(p, shared=True, size=self.size, dtype=torch.uint8) for p in paths]
+        dist.barrier(group=self.group)
+        os.unlink(path)  # every rank has mapped it: the mappings outlive the name
+        return _PeerMaps(tensors, paths)
+
+    def _map_cuda(self) -> _PeerMaps:
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        own = torch.empty(self.size, dtype=torch.uint8, device=self.device)
+        handles: list = [None] * self.world_size
+        dist.all_gather_object(handles, reduce_tensor(own), group=self.group)
+        tensors = []
+        for r, (rebuild, args) in enumerate(handles):
+            if r == self.rank:
+                tensors.append(own)
+            else:
+                tensors.append(rebuild(*args))
+        torch.cuda.synchronize(self.device)
+        dist.barrier(group=self.group)
+        return _PeerMaps(tensors)
+
+    def close(self) -> None:
+        """Drop the peer mappings (after a barrier, so no peer is still using ours)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        try:
+            dist.barrier(group=self.group)
+        except Exception:  # the group may already be gone at interpreter exit
+            pass
+        self._maps.tensors = [t if r == self.rank else None for r, t in enumerate(self._maps.tensors)]
+
+    # ---------------------------------------------------------------- allocation
+    def _alloc_bytes(self, nbytes: int) -> torch.Tensor:
+        off = self._allocator.alloc(nbytes)
+        block = _Block(self._allocator, off, self.base + off, max(nbytes, 1), self.device)
+        if self.device.type == "cuda":
+            raw = torch.as_tensor(block, device=self.device)
+        else:
+            raw = torch.from_numpy(np.asarray(block))
+        return raw[:nbytes]
+
+    def empty(self, *shape, dtype=torch.float32) -> torch.Tensor:
+        """An uninitialised heap tensor (contiguous, 256-byte aligned)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+            shape = tuple(shape[0])
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise ValueError(f"negative dimension in shape {shape}")
+        numel = 1
+        for s in shape:
+            numel *= s
+        elem = torch.empty((), dtype=dtype).element_size()
+        return self._alloc_bytes(numel * elem).view(dtype).view(shape)
+
+    def zeros(self, *shape, dtype=torch.float32) -> torch.Tensor:
+        return self.empty(*shape, dtype=dtype).zero_()
+
+    def full(self, shape, fill_value, dtype=torch.float32) -> torch.Tensor:
+        return self.empty(shape, dtype=dtype).fill_(fill_value)
+
+    def arange(self, n: int, dtype=torch.int64) -> torch.Tensor:
+        out = self.empty(n, dtype=dtype)
+        out.copy_(torch.arange(n, dtype=dtype, device=self.device))
+        return out
+
+    def randn(self, *shape, dtype=torch.float32, generator=None) -> torch.Tensor:
+        out = self.empty(*shape, dtype=dtype)
+        return out.normal_(generator=generator)
+
+    def like(self, t: torch.Tensor) -> torch.Tensor:
+        """A heap copy of an ordinary tensor."""
+        return self.empty(t.shape, dtype=t.dtype).copy_(t)
+
+    # ---------------------------------------------------------------- queries
+    def is_on_heap(self, t: torch.Tensor) -> bool:
+        """True when every byte ``t`` can address lies in this rank's heap."""
+        if not isinstance(t, torch.Tensor) or t.device != self.device:
+            return False
+        if t.numel() == 0:
+            return self.base <= t.data_ptr() < self.base + self.size
+        lo = t.data_ptr()
+        span = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 1
+        hi = lo + span * t.element_size()
+        return self.base <= lo and hi <= self.base + self.size
+
+    def offset_of(self, t: torch.Tensor) -> int:
+        return t.data_ptr() - self.base
+
+    def check_on_heap(self, name: str, t: torch.Tensor) -> None:
+        if not self.is_on_heap(t):
+            where = f"on {t.device}" if isinstance(t, torch.Tensor) else f"a {type(t).__name__}"
+            raise ValueError(
+                f"{name} must be a tensor on the symmetric heap of rank {self.rank} "
+                f"(allocate it with tilefuse.empty/zeros/...), but it is {where} outside the heap"
+            )
+
+    def check_symmetric(self, name: str, *tensors: torch.Tensor) -> None:
+        """Collective: every rank's ``tensors`` must sit at the same heap offsets."""
+        mine = [self.offset_of(t) for t in tensors]
+        everyone: list = [None] * self.world_size
+        dist.all_gather_object(everyone, mine, group=self.group)
+        for r, offs in enumerate(everyone):
+            if offs != mine:
+                raise RuntimeError(
+                    f"{name}: heap allocations diverged between ranks: rank {self.rank} has offsets "
+                    f"{mine}, rank {r} has {offs}. Every rank must allocate heap tensors in the same "
+                    "order and free them alike."
+                )
+
+    @property
+    def bytes_free(self) -> int:
+        return self._allocator.bytes_free
+
+    @property
+    def bytes_used(self) -> int:
+        return self._allocator.bytes_used
+
+    def __repr__(self) -> str:
+        return (
+            f"SymmetricHeap(rank={self.rank}/{self.world_size}, backend={self.backend}, "
+            f"size={self.size}, used={self.bytes_used})"
+        )

@@ -1,0 +1,179 @@
+"""Process-wide runtime state: ``init``, the heap, barriers and wait-timeout reporting."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from . import _env
+from .heap import SymmetricHeap, resolve_heap_size
+from .primitives import (
+    CTL_ADDR,
+    CTL_BOUND,
+    CTL_POLLS,
+    CTL_RANK,
+    CTL_SEEN,
+    CTL_SRC,
+    CTL_STATUS,
+    CTL_TARGET,
+    CTL_WORDS,
+    barrier_kernel,
+)
+
+# Polls before a wait gives up: about 15-30 s on either backend (an interpreted poll costs ~150 us).
+DEFAULT_WAIT_POLLS = {"cuda": 1 << 25, "cpu": 100_000}
+
+
+class WaitTimeoutError(RuntimeError):
+    """A device-side wait ran out of its bound: a peer never released the flag it waited for."""
+
+
+@dataclass
+class _State:
+    heap: SymmetricHeap
+    ctl: torch.Tensor  # int64[CTL_WORDS] control block for bounded waits
+    barrier_flags: torch.Tensor  # int32[world] on the heap
+    barrier_epoch: int = 0
+
+
+_STATE: _State | None = None
+
+
+def _device_for(backend: str) -> torch.device:
+    if backend == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("TILEFUSE_BACKEND=cuda but torch sees no CUDA device")
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
+    """Create this rank's symmetric heap and map every peer's (collective; idempotent).
+
+    Needs an initialised ``torch.distributed`` process group (``group``, default the world). The
+    heap size is ``heap_size`` bytes, else ``TILEFUSE_HEAP_SIZE`` (e.g. ``2G``), else 4 GiB on a
+    GPU and 256 MiB on the CPU. Backend ``cuda`` when a GPU is usable (the current device; several
+    processes may share one GPU), else ``cpu``: kernels then run in Triton's interpreter, which
+    needs ``TRITON_INTERPRET=1`` before kernel modules are imported; ``import tilefuse`` sets it
+    when no GPU is present, so import tilefuse before your own Triton kernels (or set it yourself).
+    A second call returns the same heap (and rejects a different group or size).
+    """
+    global _STATE
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(
+            "tilefuse.init needs an initialised torch.distributed process group: call "
+            "torch.distributed.init_process_group(...) first (gloo works for the cpu backend and for "
+            "several processes sharing one GPU; nccl for one process per GPU)"
+        )
+    group = group if group is not None else dist.group.WORLD
+    backend = _env.requested_backend()
+    size = resolve_heap_size(heap_size, backend)
+    if _STATE is not None:
+        heap = _STATE.heap
+        if group is not heap.group:
+            raise RuntimeError("tilefuse.init was already called with another process group")
+        if heap_size is not None and size != heap.size:
+            raise RuntimeError(f"tilefuse.init: heap already exists with {heap.size} bytes, asked {size}")
+        return heap
+    if backend == "cpu" and not _env.interpreting():
+        raise RuntimeError(
+            "the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 before "
+            "importing tilefuse or any Triton kernel"
+        )
+    heap = SymmetricHeap(size, group, backend, _device_for(backend))
+    polls = int(os.environ.get("TILEFUSE_WAIT_POLLS", DEFAULT_WAIT_POLLS[backend]))
+    ctl = torch.zeros(CTL_WORDS, dtype=torch.int64, device=heap.device)
+    ctl[CTL_BOUND] = polls
+    flags = heap.zeros(heap.world_size, dtype=torch.int32)
+    _STATE = _State(heap=heap, ctl=ctl, barrier_flags=flags)
+    heap.check_symmetric("tilefuse.init", flags)
+    return heap
+
+
+def is_initialized() -> bool:
+    return _STATE is not None
+
+
+def _state() -> _State:
+    if _STATE is None:
+        raise RuntimeError("tilefuse is not initialised on this rank: call tilefuse.init() first")
+    return _STATE
+
+
+def get_heap() -> SymmetricHeap:
+    return _state().heap
+
+
+def control_block() -> torch.Tensor:
+    """The int64 control block that bounded waits report into (pass it to kernels as ``ctl_ptr``)."""
+    return _state().ctl
+
+
+def set_wait_bound(polls: int) -> int:
+    """Set the number of polls after which device waits give up; returns the previous bound."""
+    st = _state()
+    old = int(st.ctl[CTL_BOUND].item())
+    st.ctl[CTL_BOUND] = int(polls)
+    return old
+
+
+def check_waits() -> None:
+    """Raise :class:`WaitTimeoutError` if a device wait gave up since the last check (syncs)."""
+    st = _state()
+    rec = st.ctl.tolist()
+    if rec[CTL_STATUS] == 0:
+        return
+    st.ctl[:CTL_BOUND] = 0
+    heap = st.heap
+    offset = rec[CTL_ADDR] - heap.base
+    where = f"heap offset {offset}" if 0 <= offset < heap.size else f"address {rec[CTL_ADDR]:#x}"
+    src = f"rank {rec[CTL_SRC]}" if rec[CTL_SRC] >= 0 else "a peer"
+    raise WaitTimeoutError(
+        f"rank {rec[CTL_RANK]} gave up after {rec[CTL_POLLS]} polls waiting for the flag at {where} "
+        f"to reach {rec[CTL_TARGET]} (written by {src}); it still read {rec[CTL_SEEN]}. The writer "
+        "never released it: a rank that did not make the same call, crashed, or ran a different "
+        "shape/epoch. Raise the bound with TILEFUSE_WAIT_POLLS if a rank is just slow."
+    )
+
+
+def synchronize() -> None:
+    """Wait for this rank's device work, then report any wait that gave up."""
+    st = _state()
+    if st.heap.device.type == "cuda":
+        torch.cuda.synchronize(st.heap.device)
+    check_waits()
+
+
+def barrier() -> None:
+    """Host barrier: this rank's device work is finished and every rank got here."""
+    st = _state()
+    synchronize()
+    dist.barrier(group=st.heap.group)
+
+
+def device_barrier() -> None:
+    """Stream-ordered barrier: a one-program kernel that returns once every rank launched one.
+
+    Work queued before it on any rank is complete and visible to work queued after it on all ranks.
+    """
+    st = _state()
+    heap = st.heap
+    if heap.world_size == 1:
+        return
+    st.barrier_epoch += 1
+    barrier_kernel[(1,)](st.barrier_flags, heap.heap_bases, st.ctl, heap.rank, heap.world_size,
+                         st.barrier_epoch)
+    if heap.device.type == "cpu":
+        check_waits()
+
+
+def shutdown() -> None:
+    """Drop peer mappings after a barrier (call before the process group is destroyed)."""
+    global _STATE
+    if _STATE is None:
+        return
+    _STATE.heap.close()
+    _STATE = None
