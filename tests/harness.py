@@ -57,6 +57,7 @@ def _worker(rank: int, world: int, port: int, device_kind: str, jobs, results) -
         os.environ["TRITON_INTERPRET"] = "1"
     else:
         os.environ["TILEFUSE_BACKEND"] = "cuda"
+    os.environ.setdefault("TILEFUSE_DEBUG_POISON", "1")  # new workspaces start as NaN
     import datetime
 
     import torch
@@ -149,7 +150,8 @@ class RankPool:
                 if dead:
                     codes = {r: self._procs[r].exitcode for r in dead}
                     self.close()
-                    raise RankFailure(f"world={self.world}: rank process(es) died during {what}: {codes}")
+                    raise RankFailure(
+                        f"world={self.world}: rank process(es) died during {what}: {codes}") from None
                 continue
             if accept(msg):
                 got[msg[0]] = msg

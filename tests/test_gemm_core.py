@@ -54,6 +54,10 @@ CFG = Config(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=2, num_warps=4, num_sta
 
 NAN = float("nan")
 
+# In the interpreter an out-of-bounds load reads whatever memory lies there; numpy then often warns
+# (overflow, invalid value). Make that a failure, so a kernel that reads past its operands shows.
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator(device=DEVICE).manual_seed(seed)

@@ -9,6 +9,9 @@ from .runtime import _env
 
 _env.configure()
 
+from .ops.common.config import Config, default_config  # noqa: E402
+from .ops.gemm_all_scatter import gemm_all_scatter  # noqa: E402
+from .ops.registry import VARIANTS  # noqa: E402
 from .runtime import (  # noqa: E402
     HeapFullError,
     WaitTimeoutError,
@@ -20,8 +23,6 @@ from .runtime import (  # noqa: E402
     shutdown,
     synchronize,
 )
-
-VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
 
 
 def empty(*shape, dtype=None):
@@ -50,6 +51,7 @@ def is_on_heap(t):
 
 
 __all__ = [
+    "Config", "default_config", "gemm_all_scatter",
     "HeapFullError", "VARIANTS", "WaitTimeoutError", "arange", "barrier", "device_barrier", "empty",
     "full", "get_heap", "init", "is_initialized", "is_on_heap", "randn", "shutdown", "synchronize",
     "zeros",

@@ -17,7 +17,7 @@ from . import _env
 INTERPRETER_SMS = 8
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda_props(index: int):
     return torch.cuda.get_device_properties(index)
 

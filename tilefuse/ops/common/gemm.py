@@ -107,19 +107,18 @@ def gemm_tile(
                 b = b_op.load([off_k, off_n])  # [BK, BN]
             acc = tl.dot(a, b, acc)
     else:
-        # Rows/cols past M/N are clamped to index 0 instead of masked: they load valid memory and
-        # their results are dropped by store_tile's mask, so only the K edge needs a load mask.
+        # Masked loads: rows past M, columns past N and the K tail read as zero.
         offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
         offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-        offs_m = tl.where(offs_m < M, offs_m, 0)
-        offs_n = offs_n
         offs_k = tl.arange(0, BLOCK_K)  # [BK]
+        mask_m = offs_m < M  # [BM]
+        mask_n = offs_n < N  # [BN]
         a_ptrs = a_op + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak  # [BM, BK]
         b_ptrs = b_op + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn  # [BK, BN]
         for k in range(0, tl.cdiv(K, BLOCK_K)):
             k_left = K - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)  # [BM, BK]
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)  # [BK, BN]
+            a = tl.load(a_ptrs, mask=mask_m[:, None] & (offs_k[None, :] < k_left), other=0.0)  # [BM, BK]
+            b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & mask_n[None, :], other=0.0)  # [BK, BN]
             acc = tl.dot(a, b, acc)
             # Advancing the pointers (64-bit) avoids k * BLOCK_K * stride overflowing int32.
             a_ptrs += BLOCK_K * stride_ak

@@ -1,0 +1,59 @@
+"""Helpers shared by the op test files: inputs, poisoning, tolerances, comparison."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import tilefuse
+from tilefuse.ops.common import launch
+
+
+def dtypes(on_gpu: bool) -> list:
+    """fp16 and fp32 everywhere; bf16 only on GPUs (the interpreter's bf16 arithmetic is wrong)."""
+    return [torch.float16, torch.float32] + ([torch.bfloat16] if on_gpu else [])
+
+
+def randn(shape, dtype, device, seed: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * scale).to(dtype=dtype, device=device)
+
+
+def poison_workspaces(epoch_floor: bool = True) -> None:
+    """Fill every op workspace with garbage before a call (collective: barrier around it).
+
+    Floating-point buffers get NaN (an unwritten tile then fails the comparison). ``flags*``
+    buffers get stale values below the next epoch (a consumer that does not wait then reads
+    garbage). Counters (``done``, ``count*``) must be exact and are left alone.
+    """
+    tilefuse.barrier()
+    for ws in launch._WORKSPACES.values():
+        for name, buf in ws.buffers.items():
+            if buf.dtype.is_floating_point:
+                buf.fill_(float("nan"))
+            elif name.startswith("flags") and epoch_floor:
+                g = torch.Generator().manual_seed(ws.epoch)
+                stale = torch.randint(-(2**31), ws.epoch + 1, buf.shape, generator=g, dtype=torch.int64)
+                buf.copy_(stale.to(buf.dtype))
+    tilefuse.barrier()
+
+
+def tolerance(dtype: torch.dtype, K: int, on_gpu: bool) -> tuple[float, float]:
+    """(rtol, atol per unit of output magnitude) for an fp32-accumulated GEMM with inner size K."""
+    if dtype == torch.float16:
+        return 1e-2, 2e-3 * math.sqrt(K)
+    if dtype == torch.bfloat16:
+        return 2e-2, 1.6e-2 * math.sqrt(K)
+    # fp32: tf32 tensor cores on a GPU, true fp32 in the interpreter.
+    return (1e-2, 2e-3 * math.sqrt(K)) if on_gpu else (1e-4, 1e-5 * math.sqrt(K))
+
+
+def assert_matches(got: torch.Tensor, ref: torch.Tensor, dtype, K: int, on_gpu: bool, what: str,
+                   scale: float = 1.0) -> None:
+    assert got.shape == ref.shape, f"{what}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
+    assert got.dtype == ref.dtype, f"{what}: dtype {got.dtype} != {ref.dtype}"
+    assert not torch.isnan(got).any(), f"{what}: NaN in the result (unwritten tile?)"
+    rtol, atol = tolerance(dtype, K, on_gpu)
+    torch.testing.assert_close(got.float(), ref.float(), rtol=rtol, atol=atol * scale,
+                               msg=lambda m: f"{what}: {m}")

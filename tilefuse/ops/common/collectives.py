@@ -1,0 +1,38 @@
+"""torch.distributed collectives for the reference implementations, on any backend.
+
+gloo has no CUDA all-gather/reduce-scatter, and several ranks sharing one GPU must use gloo: in
+that case the tensors go through the CPU. Correctness only: these are not the fast path.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def _needs_host(t: torch.Tensor, group) -> bool:
+    return t.device.type == "cuda" and dist.get_backend(group) == "gloo"
+
+
+def all_gather_cat(t: torch.Tensor, dim: int, group=None) -> torch.Tensor:
+    """Concatenate every rank's ``t`` along ``dim`` in group-rank order."""
+    world = dist.get_world_size(group)
+    host = _needs_host(t, group)
+    src = t.cpu() if host else t
+    parts = [torch.empty_like(src) for _ in range(world)]
+    dist.all_gather(parts, src.contiguous(), group=group)
+    out = torch.cat(parts, dim=dim)
+    return out.to(t.device) if host else out
+
+
+def reduce_scatter_rows(t: torch.Tensor, group=None) -> torch.Tensor:
+    """Sum ``t`` [M, N] over ranks and return this rank's row block [M/W, N] (fp32 sum)."""
+    world = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    host = _needs_host(t, group) or dist.get_backend(group) == "gloo"
+    src = t.float()
+    src = src.cpu() if host else src
+    dist.all_reduce(src, group=group)
+    rows = t.shape[0] // world
+    out = src[rank * rows:(rank + 1) * rows].clone()
+    return out.to(t.device) if host else out

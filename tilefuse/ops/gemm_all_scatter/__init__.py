@@ -1,0 +1,42 @@
+"""gemm_all_scatter: ``c = all_gather(a @ b, dim=1)``, each rank's tiles pushed as they are made."""
+
+from __future__ import annotations
+
+from .. import registry
+from .bulk_sync import bulk_sync
+from .fused_sequential import fused_sequential
+from .producer_consumer import producer_consumer
+from .reference import reference
+from .wg_specialized import wg_specialized
+
+OP = "gemm_all_scatter"
+for _name, _fn in (("reference", reference), ("bulk_sync", bulk_sync),
+                   ("producer_consumer", producer_consumer), ("fused_sequential", fused_sequential),
+                   ("wg_specialized", wg_specialized)):
+    registry.register(OP, _name, _fn)
+
+
+def gemm_all_scatter(a, b, *, variant: str = "auto", config=None, group=None, out=None):
+    """GEMM with the result gathered along N: ``all_gather(a @ b, dim=1)``.
+
+    Every rank of ``group`` (default: the group of :func:`tilefuse.init`) calls it with
+    ``a [M, K]``, the same on all ranks, and ``b [K, N_loc]``, its column shard; all get
+    ``c [M, W*N_loc]`` whose column block r is rank r's ``a @ b``. fp16, bf16 or fp32 (fp32 runs
+    the tensor cores in tf32 on GPUs); fp32 accumulation, result in the input dtype. Any M, N_loc
+    and K (ragged edges are masked).
+
+    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (torch.matmul + all_gather) or
+    ``"auto"`` (the tuned table, else the heuristic). ``config``: a :class:`tilefuse.Config`
+    overriding tile sizes and the GEMM_SMS/COMM_SMS split. ``out``: optional heap tensor
+    ``[M, W*N_loc]`` (same offset on every rank) written in place; without it the result is copied
+    out of the op's heap buffer into a fresh tensor (one extra read and write of c).
+
+    Returns once every rank's tiles have landed in this rank's result (stream-ordered on a GPU:
+    the data is complete for any later work on the current stream). Collective: every rank must
+    make the same calls in the same order.
+    """
+    from ..dispatch import choose_variant
+
+    if variant == "auto":
+        variant = choose_variant(OP, a, b, group)
+    return registry.get(OP, variant)(a, b, config=config, group=group, out=out)

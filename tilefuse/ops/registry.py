@@ -1,0 +1,35 @@
+"""One table from (op, variant) to the entry point; tests, benchmarks and the README read it.
+
+Every entry point of an op has the same signature as the op's public function (minus ``variant``).
+"""
+
+from __future__ import annotations
+
+OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter")
+VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
+_TABLE: dict[str, dict[str, object]] = {}
+
+
+def register(op: str, variant: str, fn) -> None:
+    if op not in OPS or variant not in VARIANTS + ("reference",):
+        raise ValueError(f"unknown op/variant {op}/{variant}")
+    _TABLE.setdefault(op, {})[variant] = fn
+
+
+def get(op: str, variant: str):
+    """The entry point of ``variant`` of ``op`` (``reference`` included)."""
+    if op not in _TABLE:
+        raise ValueError(f"unknown op {op!r}; ops are {sorted(_TABLE)}")
+    variants = _TABLE[op]
+    if variant not in variants:
+        raise ValueError(f"{op}: unknown variant {variant!r}; choose one of {sorted(variants)} or 'auto'")
+    return variants[variant]
+
+
+def variants(op: str) -> dict:
+    """Every registered variant of ``op``, reference first."""
+    return dict(_TABLE.get(op, {}))
+
+
+def table() -> dict:
+    return {op: dict(v) for op, v in _TABLE.items()}
