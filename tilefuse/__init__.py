@@ -9,8 +9,10 @@ from .runtime import _env
 
 _env.configure()
 
+from .ops.all_gather_gemm import all_gather_gemm  # noqa: E402
 from .ops.common.config import Config, default_config  # noqa: E402
 from .ops.gemm_all_scatter import gemm_all_scatter  # noqa: E402
+from .ops.gemm_reduce_scatter import gemm_reduce_scatter  # noqa: E402
 from .ops.registry import VARIANTS  # noqa: E402
 from .runtime import (  # noqa: E402
     HeapFullError,
@@ -51,7 +53,7 @@ def is_on_heap(t):
 
 
 __all__ = [
-    "Config", "default_config", "gemm_all_scatter",
+    "Config", "all_gather_gemm", "default_config", "gemm_all_scatter", "gemm_reduce_scatter",
     "HeapFullError", "VARIANTS", "WaitTimeoutError", "arange", "barrier", "device_barrier", "empty",
     "full", "get_heap", "init", "is_initialized", "is_on_heap", "randn", "shutdown", "synchronize",
     "zeros",

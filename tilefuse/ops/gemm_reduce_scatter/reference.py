@@ -1,0 +1,13 @@
+"""gemm_reduce_scatter reference: fp32 torch.matmul, then a torch.distributed reduce-scatter over rows."""
+
+from __future__ import annotations
+
+import torch
+
+from ..common.collectives import reduce_scatter_rows
+
+
+def reference(a: torch.Tensor, b: torch.Tensor, *, config=None, group=None) -> torch.Tensor:
+    """``reduce_scatter(a @ b, dim=0)``: ``a [M, K_loc]``, ``b [K_loc, N]`` -> ``[M/W, N]`` (fp32 sum)."""
+    partial = a.float() @ b.float()
+    return reduce_scatter_rows(partial, group=group).to(a.dtype)
