@@ -9,6 +9,7 @@ from .runtime import _env
 
 _env.configure()
 
+from .ops import plain as _plain  # noqa: E402,F401  (registers the plain path)
 from .ops.all_gather_gemm import all_gather_gemm  # noqa: E402
 from .ops.common.config import Config, default_config  # noqa: E402
 from .ops.gemm_all_scatter import gemm_all_scatter  # noqa: E402

@@ -1,14 +1,51 @@
-"""``variant="auto"``: pick the variant for a call (per-shape tables come later; heuristic now)."""
+"""``variant="auto"``: the tuned table's choice for the call's shape, else a heuristic.
+
+Tables (``tilefuse.tuning.tables``) are keyed by the op, the device's arch name and the world size,
+and by the call's operand shapes ``a [M, K] @ b [K, N]`` and dtype. Where the tuner found that no
+fused variant beat the plain path (torch.matmul + torch.distributed), the table says ``plain`` and
+auto runs it.
+"""
 
 from __future__ import annotations
 
+from ..runtime import get_heap, hw, is_initialized
+from ..tuning import tables
 from . import registry
 
+_DTYPE_NAMES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
 
-def choose_variant(op: str, a, b, group) -> str:
-    """The heuristic until tuned tables exist: fused sequential where the op has it."""
+
+def heuristic(op: str, M: int, N: int, K: int, world: int) -> str:
+    """Untuned shapes: the fused sequential kernel where the op has it, else bulk_sync."""
     available = registry.variants(op)
-    for name in ("fused_sequential", "bulk_sync", "reference"):
+    for name in ("fused_sequential", "bulk_sync", "plain"):
         if name in available:
             return name
     raise ValueError(f"{op}: no variant registered")
+
+
+def choose(op: str, a, b, group=None) -> tables.Choice:
+    """What ``variant="auto"`` runs for ``op(a, b)`` on this rank's heap (device, world size)."""
+    if not is_initialized():
+        raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
+    heap = get_heap()
+    M, K = a.shape
+    N = b.shape[1]
+    dtype = _DTYPE_NAMES.get(str(a.dtype), str(a.dtype))
+    choice = tables.lookup(op, hw.arch_name(heap.device), heap.world_size, M, N, K, dtype)
+    if choice is not None and choice.variant in registry.variants(op):
+        return choice
+    return tables.Choice(heuristic(op, M, N, K, heap.world_size), None, "heuristic")
+
+
+def choose_variant(op: str, a, b, group=None) -> str:
+    return choose(op, a, b, group).variant
+
+
+def run_auto(op: str, a, b, config, group, **kwargs):
+    """Run ``op`` with the chosen variant; a caller's ``config`` overrides the table's."""
+    choice = choose(op, a, b, group)
+    if choice.variant == tables.PLAIN:
+        return registry.get(op, tables.PLAIN)(a, b, group=group, **kwargs)
+    cfg = config if config is not None else choice.config
+    return registry.get(op, choice.variant)(a, b, config=cfg, group=group, **kwargs)

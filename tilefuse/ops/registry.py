@@ -11,13 +11,13 @@ _TABLE: dict[str, dict[str, object]] = {}
 
 
 def register(op: str, variant: str, fn) -> None:
-    if op not in OPS or variant not in VARIANTS + ("reference",):
+    if op not in OPS or variant not in VARIANTS + ("reference", "plain"):
         raise ValueError(f"unknown op/variant {op}/{variant}")
     _TABLE.setdefault(op, {})[variant] = fn
 
 
 def get(op: str, variant: str):
-    """The entry point of ``variant`` of ``op`` (``reference`` included)."""
+    """The entry point of ``variant`` of ``op`` (``reference`` and ``plain`` included)."""
     if op not in _TABLE:
         raise ValueError(f"unknown op {op!r}; ops are {sorted(_TABLE)}")
     variants = _TABLE[op]

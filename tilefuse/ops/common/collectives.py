@@ -18,9 +18,13 @@ def all_gather_cat(t: torch.Tensor, dim: int, group=None) -> torch.Tensor:
     """Concatenate every rank's ``t`` along ``dim`` in group-rank order."""
     world = dist.get_world_size(group)
     host = _needs_host(t, group)
-    src = t.cpu() if host else t
+    src = (t.cpu() if host else t).contiguous()
+    if dim == 0 and not host and dist.get_backend(group) == "nccl":
+        out = torch.empty((world * src.shape[0],) + tuple(src.shape[1:]), dtype=src.dtype, device=src.device)
+        dist.all_gather_into_tensor(out, src, group=group)
+        return out
     parts = [torch.empty_like(src) for _ in range(world)]
-    dist.all_gather(parts, src.contiguous(), group=group)
+    dist.all_gather(parts, src, group=group)
     out = torch.cat(parts, dim=dim)
     return out.to(t.device) if host else out
 

@@ -27,6 +27,7 @@ the interpreter.
 from __future__ import annotations
 
 import contextvars
+import functools
 import os
 
 import torch
@@ -207,7 +208,14 @@ def _tma_device(device: torch.device) -> bool:
     if device.type != "cuda" or torch.version.hip is not None:
         # ROCm reports MI300 as capability 9.4; descriptors there are not the fast path we tuned.
         return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _cuda_major(index) >= 9
+
+
+@functools.cache
+def _cuda_major(index: int) -> int:
+    # Cached: get_device_capability costs microseconds, and gemm_layout runs on every call.
+    return torch.cuda.get_device_capability(index)[0]
 
 
 def _tma_compatible(t: torch.Tensor, unit_dim: int) -> bool:

@@ -35,8 +35,8 @@ def gemm_all_scatter(a, b, *, variant: str = "auto", config=None, group=None, ou
     the data is complete for any later work on the current stream). Collective: every rank must
     make the same calls in the same order.
     """
-    from ..dispatch import choose_variant
-
     if variant == "auto":
-        variant = choose_variant(OP, a, b, group)
+        from ..dispatch import run_auto
+
+        return run_auto(OP, a, b, config, group, out=out)
     return registry.get(OP, variant)(a, b, config=config, group=group, out=out)

@@ -1,0 +1,58 @@
+"""The plain path of each op: torch.matmul in the input dtype + a torch.distributed collective.
+
+This is what tilefuse competes with (cuBLAS + NCCL). ``variant="auto"`` runs it where a tuned table
+says no fused variant beat it. With gloo (CPU ranks, or several ranks sharing one GPU) the
+collective goes through host memory: correct, not fast.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from . import registry
+from .common.checks import check_divisible, check_dtypes, check_inner_dim, check_matrix, check_same_device
+from .common.collectives import all_gather_cat
+
+
+def _checks(op, a, b):
+    check_matrix(op, "a", a)
+    check_matrix(op, "b", b)
+    check_same_device(op, a=a, b=b)
+    check_dtypes(op, a=a, b=b)
+    check_inner_dim(op, a, b)
+
+
+def gemm_all_scatter(a, b, *, config=None, group=None, out=None):
+    _checks("gemm_all_scatter", a, b)
+    c = all_gather_cat(a @ b, dim=1, group=group)
+    if out is not None:
+        return out.copy_(c)
+    return c
+
+
+def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False):
+    _checks("all_gather_gemm", a, b)
+    gathered = all_gather_cat(a, dim=0, group=group)
+    c = gathered @ b
+    return (c, gathered) if return_gathered else c
+
+
+def gemm_reduce_scatter(a, b, *, config=None, group=None):
+    op = "gemm_reduce_scatter"
+    _checks(op, a, b)
+    world = dist.get_world_size(group)
+    check_divisible(op, "M (rows of a)", a.shape[0], world, "the world size")
+    partial = a @ b
+    if partial.device.type == "cuda" and dist.get_backend(group) == "nccl":
+        out = torch.empty((a.shape[0] // world, b.shape[1]), dtype=a.dtype, device=a.device)
+        dist.reduce_scatter_tensor(out, partial.contiguous(), group=group)
+        return out
+    from .common.collectives import reduce_scatter_rows
+
+    return reduce_scatter_rows(partial, group=group).to(a.dtype)
+
+
+for _op, _fn in (("gemm_all_scatter", gemm_all_scatter), ("all_gather_gemm", all_gather_gemm),
+                 ("gemm_reduce_scatter", gemm_reduce_scatter)):
+    registry.register(_op, "plain", _fn)

@@ -1,0 +1,144 @@
+"""Per-shape config tables: schema, validation and lookup (``tilefuse/configs/README.md``).
+
+A table is ``<dir>/<op>/<arch>_ws<W>.json``. Directories searched, first hit wins per shape:
+``TILEFUSE_CONFIG_DIR`` (a user's own tables, ``os.pathsep``-separated), then the shipped
+``tilefuse/configs``. Lookup for a call: the exact (M, N, K, dtype), else the nearest tuned shape of
+the same dtype within ``MAX_LOG2_DISTANCE`` (Euclidean distance of log2 M, N, K), else nothing (the
+caller falls back to the heuristic). A malformed table raises :class:`TableError` naming the file
+and the entry; it is never skipped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..ops.common.config import Config
+
+SCHEMA_VERSION = 1
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "configs"
+MAX_LOG2_DISTANCE = 2.0
+PLAIN = "plain"  # torch.matmul + torch.distributed collective
+_DTYPES = ("float16", "bfloat16", "float32")
+_VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", PLAIN)
+
+
+class TableError(ValueError):
+    """A config table that does not follow the schema."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a table says to run for a shape."""
+
+    variant: str
+    config: Config | None
+    source: str  # "exact <file>", "nearest <file> (M, N, K)" or "heuristic"
+
+
+def table_path(directory: Path, op: str, arch: str, world: int) -> Path:
+    return Path(directory) / op / f"{arch}_ws{world}.json"
+
+
+def search_dirs() -> list[Path]:
+    user = os.environ.get("TILEFUSE_CONFIG_DIR", "")
+    return [Path(p) for p in user.split(os.pathsep) if p] + [SHIPPED_DIR]
+
+
+def _fail(path, where: str, msg: str):
+    raise TableError(f"config table {path}: {where}: {msg}")
+
+
+def validate_table(data, path="<table>") -> list[dict]:
+    """Check ``data`` against the schema; return its entries (raises TableError)."""
+    if not isinstance(data, dict):
+        _fail(path, "top level", "must be a JSON object")
+    for key in ("schema", "op", "arch", "world_size", "provenance", "entries"):
+        if key not in data:
+            _fail(path, "top level", f"missing key {key!r}")
+    if data["schema"] != SCHEMA_VERSION:
+        _fail(path, "schema", f"version {data['schema']!r} is not {SCHEMA_VERSION}")
+    if not isinstance(data["entries"], list):
+        _fail(path, "entries", "must be a list")
+    seen = set()
+    for i, e in enumerate(data["entries"]):
+        where = f"entry {i}"
+        if not isinstance(e, dict):
+            _fail(path, where, "must be an object")
+        for key in ("M", "N", "K", "dtype", "variant", "config", "time_ms", "plain_ms"):
+            if key not in e:
+                _fail(path, where, f"missing key {key!r}")
+        for key in ("M", "N", "K"):
+            if not isinstance(e[key], int) or e[key] < 1:
+                _fail(path, where, f"{key} must be a positive int, got {e[key]!r}")
+        where = f"entry {i} ({e['M']}x{e['N']}x{e['K']} {e['dtype']})"
+        if e["dtype"] not in _DTYPES:
+            _fail(path, where, f"dtype {e['dtype']!r} is not one of {_DTYPES}")
+        if e["variant"] not in _VARIANTS:
+            _fail(path, where, f"variant {e['variant']!r} is not one of {_VARIANTS}")
+        if e["variant"] != PLAIN:
+            if not isinstance(e["config"], dict):
+                _fail(path, where, "config must be an object for a tilefuse variant")
+            try:
+                Config.from_dict(e["config"])
+            except (TypeError, ValueError) as err:
+                _fail(path, where, f"bad config: {err}")
+        key = (e["M"], e["N"], e["K"], e["dtype"])
+        if key in seen:
+            _fail(path, where, "duplicate shape")
+        seen.add(key)
+    return data["entries"]
+
+
+_CACHE: dict = {}
+
+
+def load_table(path: Path) -> list[dict] | None:
+    """Entries of the table at ``path`` (None if there is none); cached by modification time."""
+    path = Path(path)
+    try:
+        mtime = path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+    hit = _CACHE.get(path)
+    if hit is not None and hit[0] == mtime:
+        return hit[1]
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise TableError(f"config table {path}: not valid JSON: {err}") from None
+    entries = validate_table(data, path)
+    _CACHE[path] = (mtime, entries)
+    return entries
+
+
+def _distance(e: dict, M: int, N: int, K: int) -> float:
+    return math.sqrt(sum((math.log2(e[k]) - math.log2(v)) ** 2 for k, v in (("M", M), ("N", N), ("K", K))))
+
+
+def _choice(e: dict, source: str) -> Choice:
+    cfg = None if e["variant"] == PLAIN else Config.from_dict(e["config"])
+    return Choice(e["variant"], cfg, source)
+
+
+def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Choice | None:
+    """The table's choice for this call, or None when no table covers it."""
+    nearest = None
+    for directory in search_dirs():
+        path = table_path(directory, op, arch, world)
+        entries = load_table(path)
+        if not entries:
+            continue
+        for e in entries:
+            if (e["M"], e["N"], e["K"], e["dtype"]) == (M, N, K, dtype):
+                return _choice(e, f"exact {path}")
+        if nearest is None:
+            same = [e for e in entries if e["dtype"] == dtype]
+            if same:
+                best = min(same, key=lambda e: _distance(e, M, N, K))
+                if _distance(best, M, N, K) <= MAX_LOG2_DISTANCE:
+                    nearest = _choice(best, f"nearest {path} ({best['M']}, {best['N']}, {best['K']})")
+    return nearest
