@@ -1,0 +1,126 @@
+"""Config tables: schema, lookup (exact, nearest, heuristic), plain fallback, user override, tuner."""
+
+import json
+
+import pytest
+import torch
+
+import tilefuse
+from tilefuse.ops import dispatch
+from tilefuse.tuning import tables
+
+CFG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4, "num_stages": 1,
+       "GEMM_SMS": 2, "COMM_SMS": 2}
+
+
+def _table(entries, op="gemm_all_scatter", arch="cpu", world=1):
+    return {"schema": 1, "op": op, "arch": arch, "world_size": world,
+            "provenance": {"device": "test"}, "entries": entries}
+
+
+def _entry(M, N, K, variant="wg_specialized", dtype="float16", config=CFG):
+    return {"M": M, "N": N, "K": K, "dtype": dtype, "variant": variant,
+            "config": None if variant == "plain" else config, "time_ms": 1.0, "plain_ms": 2.0}
+
+
+def _write(directory, data, op="gemm_all_scatter", arch="cpu", world=1):
+    path = tables.table_path(directory, op, arch, world)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+@pytest.fixture
+def user_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEFUSE_CONFIG_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_exact_nearest_and_none(user_dir):
+    _write(user_dir, _table([_entry(64, 64, 64), _entry(1024, 1024, 1024, variant="bulk_sync")]))
+    exact = tables.lookup("gemm_all_scatter", "cpu", 1, 64, 64, 64, "float16")
+    assert exact.variant == "wg_specialized" and exact.config.BLOCK_M == 32 and exact.source.startswith("exact")
+    near = tables.lookup("gemm_all_scatter", "cpu", 1, 900, 1100, 1024, "float16")
+    assert near.variant == "bulk_sync" and near.source.startswith("nearest")
+    assert tables.lookup("gemm_all_scatter", "cpu", 1, 8, 8192, 64, "float16") is None, "too far"
+    assert tables.lookup("gemm_all_scatter", "cpu", 1, 64, 64, 64, "float32") is None, "other dtype"
+    assert tables.lookup("gemm_all_scatter", "cpu", 2, 64, 64, 64, "float16") is None, "other world"
+
+
+def test_user_table_overrides_shipped(user_dir, tmp_path_factory, monkeypatch):
+    shipped = tmp_path_factory.mktemp("shipped")
+    monkeypatch.setattr(tables, "SHIPPED_DIR", shipped)
+    _write(shipped, _table([_entry(64, 64, 64, variant="bulk_sync"), _entry(256, 256, 256)]))
+    _write(user_dir, _table([_entry(64, 64, 64, variant="fused_sequential")]))
+    assert tables.lookup("gemm_all_scatter", "cpu", 1, 64, 64, 64, "float16").variant == "fused_sequential"
+    # A shape only the shipped table has exactly still comes from it (exact beats nearest).
+    got = tables.lookup("gemm_all_scatter", "cpu", 1, 256, 256, 256, "float16")
+    assert got.variant == "wg_specialized" and str(shipped) in got.source
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda t: t.pop("entries"), "missing key 'entries'"),
+    (lambda t: t["entries"][0].update(variant="turbo"), r"entry 0 \(64x64x64 float16\).*variant 'turbo'"),
+    (lambda t: t["entries"][0]["config"].update(BLOCK_M=48), r"entry 0 .*bad config.*BLOCK_M"),
+    (lambda t: t["entries"][0].pop("plain_ms"), "entry 0: missing key 'plain_ms'"),
+    (lambda t: t["entries"].append(dict(t["entries"][0])), "entry 1 .*duplicate shape"),
+    (lambda t: t.update(schema=7), "schema: version 7"),
+])
+def test_malformed_tables_name_file_and_entry(user_dir, mutate, match):
+    data = _table([_entry(64, 64, 64, config=dict(CFG))])
+    mutate(data)
+    path = _write(user_dir, data)
+    with pytest.raises(tables.TableError, match=match) as info:
+        tables.lookup("gemm_all_scatter", "cpu", 1, 64, 64, 64, "float16")
+    assert str(path) in str(info.value)
+
+
+def test_bad_json_is_an_error(user_dir):
+    path = _write(user_dir, "{not json")
+    with pytest.raises(tables.TableError, match="not valid JSON"):
+        tables.lookup("gemm_all_scatter", "cpu", 1, 64, 64, 64, "float16")
+    assert path.exists()
+
+
+def job_auto_uses_table(ctx, table_dir, M, N, K):
+    import os
+
+    os.environ["TILEFUSE_CONFIG_DIR"] = table_dir
+    try:
+        a = torch.randn(M, K).to(torch.float16)
+        b = torch.randn(K, N).to(torch.float16)
+        choice = dispatch.choose("gemm_all_scatter", a, b)
+        got = tilefuse.gemm_all_scatter(a, b)
+        ref = tilefuse.gemm_all_scatter(a, b, variant="reference")
+        torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=5e-2)
+        return choice.variant, choice.source, choice.config.to_dict() if choice.config else None
+    finally:
+        del os.environ["TILEFUSE_CONFIG_DIR"]
+
+
+def test_auto_runs_plain_where_the_table_says_so(pools, tmp_path):
+    _write(tmp_path, _table([_entry(48, 40, 32, variant="plain"), _entry(64, 64, 64)]))
+    [(variant, source, _)] = pools.run(1, job_auto_uses_table, str(tmp_path), 48, 40, 32)
+    assert variant == "plain" and source.startswith("exact")
+    [(variant, _, cfg)] = pools.run(1, job_auto_uses_table, str(tmp_path), 64, 64, 64)
+    assert variant == "wg_specialized" and cfg == CFG
+    [(variant, source, _)] = pools.run(1, job_auto_uses_table, str(tmp_path), 8, 512, 16)
+    assert source == "heuristic" and variant == dispatch.heuristic("gemm_all_scatter", 8, 512, 16, 1)
+
+
+def job_tune_then_auto(ctx, out_dir):
+    from pathlib import Path
+
+    from tilefuse import tune
+
+    entry = tune.tune_shape("gemm_all_scatter", 48, 40, 32, torch.float16, quick=True, reps=2, keep=2)
+    path = tune.write_table(Path(out_dir), "gemm_all_scatter", [entry], reps=2)
+    tables.validate_table(json.loads(path.read_text()), path)
+    variant, source, cfg = job_auto_uses_table(ctx, out_dir, 48, 40, 32)
+    return entry["variant"], entry.get("config"), variant, source, cfg, len(entry["candidates"])
+
+
+def test_tiny_tune_end_to_end(pools, tmp_path):
+    [(tuned, tuned_cfg, auto, source, cfg, n)] = pools.run(1, job_tune_then_auto, str(tmp_path))
+    assert n >= 4, "every variant was tried"
+    assert source.startswith("exact") and auto == tuned and cfg == tuned_cfg
