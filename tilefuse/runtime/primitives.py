@@ -59,10 +59,13 @@ CTL_WORDS = 8
 @triton.jit
 def translate(ptr, cur_rank, peer, heap_bases):
     """Address of ``ptr`` (a symmetric address of ``cur_rank``) in ``peer``'s heap."""
-    my_base = tl.load(heap_bases + cur_rank)
-    peer_base = tl.load(heap_bases + peer)
-    offset = tl.cast(ptr, tl.uint64) - my_base.to(tl.uint64)
-    return tl.cast(peer_base.to(tl.uint64) + offset, ptr.dtype)
+    # Plain pointer arithmetic by a scalar keeps the compiler's contiguity facts about ``ptr`` (so
+    # remote accesses stay vectorised); heap bases are 256-byte aligned, so the element delta is a
+    # multiple of 16 elements for every dtype up to 16 bytes.
+    ELEM_BYTES: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
+    delta = tl.load(heap_bases + peer) - tl.load(heap_bases + cur_rank)  # bytes
+    delta = tl.multiple_of(delta // ELEM_BYTES, 16)
+    return ptr + delta
 
 
 @triton.jit
