@@ -4,9 +4,13 @@
 (its docstring states the rank convention and the flag/epoch protocol).
 """
 
-from . import hw, primitives
-from .heap import HeapFullError, SymmetricHeap
-from .world import (
+from . import _env
+
+_env.configure()  # TRITON_INTERPRET must be set before the first @triton.jit module is imported
+
+from . import hw, primitives  # noqa: E402
+from .heap import HeapFullError, SymmetricHeap  # noqa: E402
+from .world import (  # noqa: E402
     WaitTimeoutError,
     barrier,
     check_waits,

@@ -44,16 +44,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Control block (int64[CTL_WORDS], one per process, not on the heap) layout.
-CTL_STATUS = 0  # 0: fine; 1: a wait gave up
-CTL_RANK = 1  # rank that gave up
-CTL_SRC = 2  # rank expected to write the flag (-1 unknown)
-CTL_ADDR = 3  # address of the flag in the waiting rank's heap
-CTL_TARGET = 4
-CTL_SEEN = 5
-CTL_POLLS = 6
-CTL_BOUND = 7  # poll bound, written by the host
-CTL_WORDS = 8
+# Control block (int64[CTL_WORDS], one per process, not on the heap) layout. tl.constexpr globals,
+# so compiled kernels may read them.
+CTL_STATUS = tl.constexpr(0)  # 0: fine; 1: a wait gave up
+CTL_RANK = tl.constexpr(1)  # rank that gave up
+CTL_SRC = tl.constexpr(2)  # rank expected to write the flag (-1 unknown)
+CTL_ADDR = tl.constexpr(3)  # address of the flag in the waiting rank's heap
+CTL_TARGET = tl.constexpr(4)
+CTL_SEEN = tl.constexpr(5)
+CTL_POLLS = tl.constexpr(6)
+CTL_BOUND = tl.constexpr(7)  # poll bound, written by the host
+CTL_WORDS = tl.constexpr(8)
 
 
 @triton.jit

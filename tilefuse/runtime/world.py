@@ -10,18 +10,7 @@ import torch.distributed as dist
 
 from . import _env
 from .heap import SymmetricHeap, resolve_heap_size
-from .primitives import (
-    CTL_ADDR,
-    CTL_BOUND,
-    CTL_POLLS,
-    CTL_RANK,
-    CTL_SEEN,
-    CTL_SRC,
-    CTL_STATUS,
-    CTL_TARGET,
-    CTL_WORDS,
-    barrier_kernel,
-)
+from .primitives import CTL_BOUND, CTL_WORDS, barrier_kernel
 
 # Polls before a wait gives up: about 15-30 s on either backend (an interpreted poll costs ~150 us).
 DEFAULT_WAIT_POLLS = {"cuda": 1 << 25, "cpu": 100_000}
@@ -85,8 +74,8 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
         )
     heap = SymmetricHeap(size, group, backend, _device_for(backend))
     polls = int(os.environ.get("TILEFUSE_WAIT_POLLS", DEFAULT_WAIT_POLLS[backend]))
-    ctl = torch.zeros(CTL_WORDS, dtype=torch.int64, device=heap.device)
-    ctl[CTL_BOUND] = polls
+    ctl = torch.zeros(int(CTL_WORDS), dtype=torch.int64, device=heap.device)
+    ctl[int(CTL_BOUND)] = polls
     flags = heap.zeros(heap.world_size, dtype=torch.int32)
     _STATE = _State(heap=heap, ctl=ctl, barrier_flags=flags)
     heap.check_symmetric("tilefuse.init", flags)
@@ -115,25 +104,25 @@ def control_block() -> torch.Tensor:
 def set_wait_bound(polls: int) -> int:
     """Set the number of polls after which device waits give up; returns the previous bound."""
     st = _state()
-    old = int(st.ctl[CTL_BOUND].item())
-    st.ctl[CTL_BOUND] = int(polls)
+    old = int(st.ctl[int(CTL_BOUND)].item())
+    st.ctl[int(CTL_BOUND)] = int(polls)
     return old
 
 
 def check_waits() -> None:
     """Raise :class:`WaitTimeoutError` if a device wait gave up since the last check (syncs)."""
     st = _state()
-    rec = st.ctl.tolist()
-    if rec[CTL_STATUS] == 0:
+    rec = dict(zip(("status", "rank", "src", "addr", "target", "seen", "polls"), st.ctl.tolist()))
+    if rec["status"] == 0:
         return
-    st.ctl[:CTL_BOUND] = 0
+    st.ctl[:int(CTL_BOUND)] = 0
     heap = st.heap
-    offset = rec[CTL_ADDR] - heap.base
-    where = f"heap offset {offset}" if 0 <= offset < heap.size else f"address {rec[CTL_ADDR]:#x}"
-    src = f"rank {rec[CTL_SRC]}" if rec[CTL_SRC] >= 0 else "a peer"
+    offset = rec["addr"] - heap.base
+    where = f"heap offset {offset}" if 0 <= offset < heap.size else f"address {rec['addr']:#x}"
+    src = f"rank {rec['src']}" if rec["src"] >= 0 else "a peer"
     raise WaitTimeoutError(
-        f"rank {rec[CTL_RANK]} gave up after {rec[CTL_POLLS]} polls waiting for the flag at {where} "
-        f"to reach {rec[CTL_TARGET]} (written by {src}); it still read {rec[CTL_SEEN]}. The writer "
+        f"rank {rec['rank']} gave up after {rec['polls']} polls waiting for the flag at {where} "
+        f"to reach {rec['target']} (written by {src}); it still read {rec['seen']}. The writer "
         "never released it: a rank that did not make the same call, crashed, or ran a different "
         "shape/epoch. Raise the bound with TILEFUSE_WAIT_POLLS if a rank is just slow."
     )

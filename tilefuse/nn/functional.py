@@ -1,0 +1,166 @@
+"""Autograd-aware tensor-parallel linears on the fused ops (the functional layer under the modules).
+
+Token layout. Every leading dimension of the input is flattened, row-major, into one token
+dimension ``T``; **dim 0 is the dimension that is sharded across ranks**. Rank r's tokens are
+block r of dim 0, so a sequence-first activation ``[S, B, H]`` is split along S. A gathered output
+has ``W * d0`` rows in dim 0 and the remaining leading dims unchanged; a scattered one has ``d0 / W``.
+(Batch-first ``[B, S, H]`` activations sharded along S do not fit this layout: transpose to
+sequence-first, or shard the batch dimension instead.)
+
+==============================  ========================  ========================  ==============
+function                        input on rank r           output on rank r          weight on rank r
+==============================  ========================  ========================  ==============
+column_parallel_linear          ``[d0, ..., in]``          ``[W*d0, ..., out/W]``     ``[out/W, in]``
+row_parallel_linear             ``[d0, ..., in/W]``        ``[d0/W, ..., out]``       ``[out, in/W]``
+==============================  ========================  ========================  ==============
+
+Forward and backward, per rank (``W`` ranks, ``x_full`` = all ranks' tokens):
+
+* column: ``y = all_gather_gemm(x, w.t())`` (keeps ``x_full``); ``dx = gemm_reduce_scatter(dy, w)``,
+  ``dw = dy.t() @ x_full``, ``db = dy.sum(0)``.
+* row: ``y = gemm_reduce_scatter(x, w.t()) + b``; ``dx, dy_full = all_gather_gemm(dy, w,
+  return_gathered=True)``, ``dw = dy_full.t() @ x``, ``db = dy_full.sum(0)``.
+
+Every weight and bias gradient is computed over all ``T`` tokens, so it equals the matching slice of
+the unsharded layer's gradient; the row layer's replicated bias gets the full gradient on every rank
+with no extra all-reduce. Every call is collective over ``group``: all ranks must make the same
+calls, in the same order, with the same shapes (in particular the same ``d0``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.autograd.function import once_differentiable
+
+from ..ops.all_gather_gemm import all_gather_gemm
+from ..ops.gemm_reduce_scatter import gemm_reduce_scatter
+
+
+def world_of(group, who: str) -> tuple[int, int]:
+    """``(world_size, rank)`` of ``group`` (default: the world), with a clear error before init."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(f"{who}: torch.distributed is not initialised; call "
+                           "torch.distributed.init_process_group(...) (and tilefuse.init()) first")
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+def _owned(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a copy of it when it lives in a tilefuse heap workspace (reused by the next call)."""
+    from ..runtime import get_heap, is_initialized
+
+    if is_initialized() and get_heap().is_on_heap(t):
+        return t.clone()
+    return t
+
+
+def _check_input(who: str, x, weight: torch.Tensor, bias, features: int, what: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{who}: input must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() < 2:
+        raise ValueError(f"{who}: input must have a token dimension and a feature dimension "
+                         f"([tokens, ..., features]), got shape {tuple(x.shape)}")
+    if x.shape[-1] != features:
+        raise ValueError(f"{who}: input has {x.shape[-1]} features in its last dimension, "
+                         f"expected {features} ({what})")
+    if x.dtype != weight.dtype:
+        raise TypeError(f"{who}: input has dtype {x.dtype} but the weight has dtype {weight.dtype}")
+    if x.device != weight.device:
+        raise ValueError(f"{who}: input is on {x.device} but the weight is on {weight.device}")
+    if bias is not None and bias.dtype != weight.dtype:
+        raise TypeError(f"{who}: bias has dtype {bias.dtype} but the weight has dtype {weight.dtype}")
+
+
+class _ColumnParallel(torch.autograd.Function):
+    """2-D core of :func:`column_parallel_linear`: ``x [T_loc, in]`` -> ``[W*T_loc, out/W]``."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, group, variant):
+        y, x_full = all_gather_gemm(x, weight.t(), variant=variant, group=group, return_gathered=True)
+        if bias is not None:
+            y = y + bias
+        ctx.save_for_backward(_owned(x_full), weight)
+        ctx.has_bias = bias is not None
+        ctx.group, ctx.variant = group, variant
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x_full, weight = ctx.saved_tensors
+        dy = dy.contiguous()  # [T, out/W]; T = W*T_loc, so the reduce-scatter always divides it
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = gemm_reduce_scatter(dy, weight, variant=ctx.variant, group=ctx.group)  # [T_loc, in]
+        if ctx.needs_input_grad[1]:
+            dw = dy.t() @ x_full  # [out/W, in]
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy.sum(0)  # [out/W]
+        return dx, dw, db, None, None
+
+
+class _RowParallel(torch.autograd.Function):
+    """2-D core of :func:`row_parallel_linear`: ``x [T, in/W]`` -> ``[T/W, out]``."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, group, variant):
+        y = gemm_reduce_scatter(x, weight.t(), variant=variant, group=group)
+        if bias is not None:
+            y = y + bias  # once, after the reduction: each rank adds it to its own rows
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        ctx.group, ctx.variant = group, variant
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        dy = dy.contiguous()  # [T/W, out]
+        dx, dy_full = all_gather_gemm(dy, weight, variant=ctx.variant, group=ctx.group,
+                                      return_gathered=True)  # [T, in/W], [T, out]
+        dw = db = None
+        if ctx.needs_input_grad[1]:
+            dw = dy_full.t() @ x  # [out, in/W]
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy_full.sum(0)  # [out]: every rank's tokens, so the replicated bias needs no all-reduce
+        return (dx if ctx.needs_input_grad[0] else None), dw, db, None, None
+
+
+def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                           group=None, variant: str = "auto") -> torch.Tensor:
+    """Column-parallel linear with sequence-parallel input: ``all_gather(x, dim=0) @ weight.t() + bias``.
+
+    ``x [d0, ..., in]``: this rank's tokens (block r of dim 0); ``weight [out/W, in]``: rows
+    ``r*out/W ... (r+1)*out/W`` of the full ``[out, in]`` weight; ``bias [out/W]`` its shard or None.
+    Returns ``[W*d0, ..., out/W]``: every rank's tokens, this rank's output features. Every rank
+    must pass the same ``d0`` (and other leading dims). Autograd-aware (see the module docstring).
+    """
+    who = "ColumnParallelLinear"
+    world, _ = world_of(group, who)
+    _check_input(who, x, weight, bias, weight.shape[1], "in_features")
+    lead = x.shape[:-1]
+    y = _ColumnParallel.apply(x.reshape(-1, x.shape[-1]).contiguous(), weight, bias, group, variant)
+    return y.reshape(world * lead[0], *lead[1:], y.shape[-1])
+
+
+def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                        group=None, variant: str = "auto") -> torch.Tensor:
+    """Row-parallel linear with sequence-parallel output: ``reduce_scatter(x @ weight.t(), dim=0) + bias``.
+
+    ``x [d0, ..., in/W]``: every rank's tokens, this rank's input features (columns
+    ``r*in/W ... (r+1)*in/W``); ``weight [out, in/W]``: the matching columns of the full weight;
+    ``bias [out]``: the full bias (the same on every rank) or None, added once after the reduction.
+    Returns ``[d0/W, ..., out]``: rows (block r of dim 0) of the sum over ranks. The forward
+    reduce-scatters over dim 0, so ``d0`` must be divisible by the world size. Autograd-aware.
+    """
+    who = "RowParallelLinear"
+    world, _ = world_of(group, who)
+    _check_input(who, x, weight, bias, weight.shape[1], "in_features / world size")
+    if x.shape[0] % world != 0:
+        raise ValueError(f"{who}: the token dimension (dim 0 of the input, size {x.shape[0]}) must be "
+                         f"divisible by the world size ({world}): the forward reduce-scatters the "
+                         "tokens across ranks")
+    lead = x.shape[:-1]
+    y = _RowParallel.apply(x.reshape(-1, x.shape[-1]).contiguous(), weight, bias, group, variant)
+    return y.reshape(lead[0] // world, *lead[1:], y.shape[-1])

@@ -1,0 +1,179 @@
+"""Tensor-parallel linear modules (sequence-parallel activations) on the fused ops.
+
+Weights follow ``nn.Linear``'s ``[out, in]`` layout and are created already sharded:
+
+* :class:`ColumnParallelLinear` holds rows ``r*out/W ... (r+1)*out/W`` of the full weight (and that
+  slice of the bias); forward is an ``all_gather_gemm``, its input gradient a ``gemm_reduce_scatter``.
+* :class:`RowParallelLinear` holds columns ``r*in/W ... (r+1)*in/W`` of the full weight and the full
+  bias; forward is a ``gemm_reduce_scatter``, its input gradient an ``all_gather_gemm``.
+
+Dim 0 of the activations is the sharded token dimension; see :mod:`tilefuse.nn.functional` for the
+layout of leading dimensions and the backward formulas.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .functional import column_parallel_linear, row_parallel_linear, world_of
+
+
+def _full_linear_init(out_features: int, in_features: int, bias: bool, seed: int):
+    """The weight and bias ``nn.Linear(in, out)`` gets on the CPU in fp32 after ``torch.manual_seed(seed)``."""
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.empty(out_features, in_features)
+    nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=g)
+    b = None
+    if bias:
+        bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
+        b = torch.empty(out_features)
+        nn.init.uniform_(b, -bound, bound, generator=g)
+    return weight, b
+
+
+def _shared_seed(group) -> int:
+    """A seed drawn from group rank 0's default generator and broadcast (collective)."""
+    box = [int(torch.randint(0, 2**62, (1,)).item())]  # every rank draws: RNG streams stay in step
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    dist.broadcast_object_list(box, src=src, group=group)
+    return box[0]
+
+
+class _ParallelLinear(nn.Module):
+    """Shared set-up of the two layers; ``SHARD_DIM`` is the weight dimension split across ranks."""
+
+    SHARD_DIM = 0
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, group=None,
+                 variant: str = "auto", device=None, dtype=None, *, seed: int | None = None):
+        super().__init__()
+        self._setup(in_features, out_features, bias, group, variant, device, dtype)
+        self.reset_parameters(seed)
+
+    def _setup(self, in_features, out_features, bias, group, variant, device, dtype) -> None:
+        who = type(self).__name__
+        world, rank = world_of(group, who)
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{who}: {name} must be a positive int, got {value!r}")
+        if not isinstance(variant, str):
+            raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
+        sharded = (out_features, "out_features") if self.SHARD_DIM == 0 else (in_features, "in_features")
+        if sharded[0] % world != 0:
+            raise ValueError(f"{who}: {sharded[1]} = {sharded[0]} must be divisible by the world size "
+                             f"({world}): the weight is split along it")
+        self.in_features, self.out_features = in_features, out_features
+        self.group, self.variant = group, variant
+        self.world_size, self.rank = world, rank
+        if self.SHARD_DIM == 0:
+            shape, bias_len = (out_features // world, in_features), out_features // world
+        else:
+            shape, bias_len = (out_features, in_features // world), out_features
+        kw = dict(device=device, dtype=dtype)
+        self.weight = nn.Parameter(torch.empty(shape, **kw))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(bias_len, **kw))
+        else:
+            self.register_parameter("bias", None)
+
+    def _shard(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        """This rank's slices of a full ``[out, in]`` weight and ``[out]`` bias."""
+        r, W = self.rank, self.world_size
+        if self.SHARD_DIM == 0:
+            n = self.out_features // W
+            return weight[r * n:(r + 1) * n], (None if bias is None else bias[r * n:(r + 1) * n])
+        n = self.in_features // W
+        return weight[:, r * n:(r + 1) * n], bias
+
+    @torch.no_grad()
+    def reset_parameters(self, seed: int | None = None) -> None:
+        """Initialise like ``nn.Linear`` from a seed shared across ranks, then keep this rank's shard.
+
+        The full weight is the one ``torch.manual_seed(seed); nn.Linear(in, out, bias)`` gets on the
+        CPU in fp32; it is built on every rank (the full size, on the CPU) and sliced. Without
+        ``seed`` a seed is drawn on group rank 0 and broadcast: a collective call.
+        """
+        if seed is None:
+            seed = _shared_seed(self.group)
+        weight, bias = _full_linear_init(self.out_features, self.in_features, self.bias is not None, seed)
+        weight, bias = self._shard(weight, bias)
+        self.weight.copy_(weight)
+        if self.bias is not None:
+            self.bias.copy_(bias)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, group=None, variant: str = "auto"):
+        """This rank's shard of the full ``nn.Linear`` ``linear`` (same device, dtype, requires_grad).
+
+        Every rank must pass the same full layer. The shard is a copy: ``linear`` is left as it was.
+        """
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"{cls.__name__}.from_linear: expected an nn.Linear, got {type(linear).__name__}")
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        w = linear.weight
+        layer._setup(linear.in_features, linear.out_features, linear.bias is not None, group, variant,
+                     w.device, w.dtype)
+        weight, bias = layer._shard(w.detach(), None if linear.bias is None else linear.bias.detach())
+        with torch.no_grad():
+            layer.weight.copy_(weight)
+            if bias is not None:
+                layer.bias.copy_(bias)
+        layer.weight.requires_grad_(w.requires_grad)
+        if linear.bias is not None:
+            layer.bias.requires_grad_(linear.bias.requires_grad)
+        return layer
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, local_weight={tuple(self.weight.shape)}, "
+                f"rank={self.rank}/{self.world_size}, variant={self.variant!r}")
+
+
+class ColumnParallelLinear(_ParallelLinear):
+    """``nn.Linear`` split by output features, fed this rank's tokens: ``[d0, ..., in] -> [W*d0, ..., out/W]``.
+
+    Rank r holds rows ``r*out/W ... (r+1)*out/W`` of the ``[out, in]`` weight (``weight [out/W, in]``)
+    and, with ``bias=True``, that slice of the bias. Its input is this rank's sequence-parallel
+    tokens (block r of dim 0; all leading dims are tokens, dim 0 is the one split across ranks) and
+    its output every rank's tokens for this rank's output features: ``all_gather(x) @ weight.t()``,
+    one ``tilefuse.all_gather_gemm`` that also returns the gathered input for the weight gradient.
+    Backward: input gradient ``gemm_reduce_scatter(dy, weight)`` (over ``W*d0`` tokens, always
+    divisible by W), weight gradient ``dy.t() @ x_gathered``.
+
+    ``out_features`` must be divisible by the world size; every rank must feed the same number of
+    tokens. Construction is collective when ``seed`` is None (see :meth:`reset_parameters`), and so
+    is every forward and backward. ``variant`` picks the op variant (``"auto"``, ``"reference"`` or
+    one of ``tilefuse.VARIANTS``); ``group`` is the process group tilefuse was initialised on.
+    """
+
+    SHARD_DIM = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return column_parallel_linear(x, self.weight, self.bias, group=self.group, variant=self.variant)
+
+
+class RowParallelLinear(_ParallelLinear):
+    """``nn.Linear`` split by input features, returning this rank's tokens: ``[d0, ..., in/W] -> [d0/W, ..., out]``.
+
+    Rank r holds columns ``r*in/W ... (r+1)*in/W`` of the ``[out, in]`` weight
+    (``weight [out, in/W]``) and, with ``bias=True``, the full bias ``[out]`` (the same on every
+    rank). Its input is every rank's tokens for this rank's slice of the input features (what a
+    :class:`ColumnParallelLinear` returns); its output is this rank's tokens (block r of dim 0) of
+    the full product, summed over ranks: one ``tilefuse.gemm_reduce_scatter``; the bias is added
+    once, after the reduction, to this rank's rows. Backward: ``all_gather_gemm(dy, weight,
+    return_gathered=True)`` gives the input gradient and the gathered ``dy`` for the weight and bias
+    gradients (the bias gradient covers every rank's tokens: it is the same on all ranks).
+
+    ``in_features`` must be divisible by the world size, and so must dim 0 of the input (the
+    forward reduce-scatters over it). Collective like :class:`ColumnParallelLinear`.
+    """
+
+    SHARD_DIM = 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return row_parallel_linear(x, self.weight, self.bias, group=self.group, variant=self.variant)
