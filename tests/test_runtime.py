@@ -107,6 +107,11 @@ def job_p2p(ctx, L, n, masked):
     _p2p_kernel[(W,)](src, inbox_store, inbox_put, got_load, got_get, copy_dst, heap.heap_bases, r, W, n,
                       L=L, MASKED=masked)
     tilefuse.barrier()
+    # Host-side view of the next rank's copy agrees with what that rank wrote.
+    nxt = (r + 1) % W
+    expect_src = torch.arange(L, dtype=torch.float32, device=ctx.device) + 1000 * nxt
+    assert torch.equal(heap.peer_view(src, nxt), expect_src)
+    assert torch.equal(heap.peer_view(inbox_store, nxt)[r, :n], src[:n])
     k = n if masked else L
     idx = torch.arange(L, dtype=torch.float32, device=ctx.device)
 

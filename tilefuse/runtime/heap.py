@@ -250,6 +250,20 @@ class SymmetricHeap:
         hi = lo + span * t.element_size()
         return self.base <= lo and hi <= self.base + self.size
 
+    def peer_view(self, t: torch.Tensor, rank: int) -> torch.Tensor:
+        """``rank``'s copy of the heap tensor ``t``, as mapped in this process (host-side access,
+        e.g. ``torch`` copies between heaps; order it against kernels with barriers)."""
+        self.check_on_heap("peer_view: t", t)
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"peer_view: rank {rank} is not in [0, {self.world_size})")
+        peer = self._maps.tensors[rank]
+        if peer is None:
+            raise RuntimeError("peer_view: the heap was closed")
+        off = self.offset_of(t)
+        span = sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1 if t.numel() else 0
+        raw = peer[off:off + span * t.element_size()]
+        return raw.view(t.dtype).as_strided(t.shape, t.stride())
+
     def offset_of(self, t: torch.Tensor) -> int:
         return t.data_ptr() - self.base
 

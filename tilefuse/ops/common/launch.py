@@ -8,6 +8,7 @@ A launcher does: ``heap = op_heap(op, group)`` -> checks -> ``cfg = resolve_conf
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from dataclasses import dataclass, field
 
@@ -84,6 +85,10 @@ def workspace(heap, key: tuple, make) -> Workspace:
     full_key = (id(heap),) + key
     ws = _WORKSPACES.get(full_key)
     if ws is None:
+        # Blocks held only by reference cycles come back now, on every rank alike, so that the
+        # ranks' allocators stay in step (frees left to the cyclic collector happen at
+        # different moments on different ranks).
+        gc.collect()
         buffers = make(heap)
         if os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0"):
             # Debug aid: a tile that a variant forgets to write shows as NaN, not as zero.
