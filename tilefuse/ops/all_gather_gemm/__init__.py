@@ -3,25 +3,47 @@
 from __future__ import annotations
 
 from .. import registry
+from .bulk_sync import bulk_sync
+from .fused_sequential import fused_sequential
+from .producer_consumer import producer_consumer
 from .reference import reference
+from .wg_specialized import wg_specialized
 
 OP = "all_gather_gemm"
-for _name, _fn in (("reference", reference),):
+for _name, _fn in (("reference", reference), ("bulk_sync", bulk_sync),
+                   ("producer_consumer", producer_consumer), ("fused_sequential", fused_sequential),
+                   ("wg_specialized", wg_specialized)):
     registry.register(OP, _name, _fn)
 
 
 def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, return_gathered=False):
     """GEMM of the row-gathered A: ``all_gather(a, dim=0) @ b``.
 
-    Every rank of ``group`` calls it with ``a [M_loc, K]``, its row shard (e.g. its
-    sequence-parallel tokens; the same M_loc on every rank), and ``b [K, N]``; all get
-    ``c [W*M_loc, N]`` whose row block r is rank r's shard times ``b``. With
-    ``return_gathered=True`` it returns ``(c, a_gathered)``, ``a_gathered [W*M_loc, K]`` bit-identical
-    to the all-gather (the backward pass needs it). fp16, bf16 or fp32; fp32 accumulation.
-    Collective: every rank must make the same calls in the same order.
-    """
-    from ..dispatch import choose_variant
+    Every rank of ``group`` (default: the group of :func:`tilefuse.init`) calls it with
+    ``a [M_loc, K]``, its row shard (e.g. its sequence-parallel tokens; an ordinary tensor, any
+    strides), and ``b [K, N]`` (row- or column-major, e.g. ``w.t()`` of a Linear weight); all get
+    ``c [W*M_loc, N]`` whose row block r is rank r's shard times ``b``. M_loc must be the same on
+    every rank (pad the shards otherwise); any M_loc, N and K (ragged edges are masked). fp16, bf16
+    or fp32 (fp32 runs the tensor cores in tf32 on GPUs); fp32 accumulation, result in the input
+    dtype.
 
+    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (all_gather + torch.matmul) or
+    ``"auto"``. ``config``: a :class:`tilefuse.Config` overriding tile sizes and the
+    GEMM_SMS/COMM_SMS split. With ``return_gathered=True`` it returns ``(c, a_gathered)``,
+    ``a_gathered [W*M_loc, K]`` bit-identical to the all-gather (the backward pass needs it).
+
+    ``c`` and ``a_gathered`` are fresh ordinary tensors that the caller owns (not heap buffers; the
+    variants that gather into a heap buffer copy it out, one extra read and write of the gathered A).
+    Both are complete when the call returns (stream-ordered on a GPU: complete for any later work
+    on the current stream). Collective: every rank must make the same calls in the same order.
+
+    Shape check: the first call per (variant, shape, dtype) on a rank exchanges M_loc, K, N and the
+    dtype with every rank (one ``all_gather_object``, a host round trip of about a millisecond) and
+    raises ``ValueError`` on every rank, naming each rank's M_loc, when they differ; later calls
+    with a verified shape cost nothing.
+    """
     if variant == "auto":
-        variant = choose_variant(OP, a, b, group)
+        from ..dispatch import run_auto
+
+        return run_auto(OP, a, b, config, group, return_gathered=return_gathered)
     return registry.get(OP, variant)(a, b, config=config, group=group, return_gathered=return_gathered)

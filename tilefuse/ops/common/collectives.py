@@ -17,6 +17,8 @@ def _needs_host(t: torch.Tensor, group) -> bool:
 def all_gather_cat(t: torch.Tensor, dim: int, group=None) -> torch.Tensor:
     """Concatenate every rank's ``t`` along ``dim`` in group-rank order."""
     world = dist.get_world_size(group)
+    if world == 1:
+        return t
     host = _needs_host(t, group)
     src = (t.cpu() if host else t).contiguous()
     if dim == 0 and not host and dist.get_backend(group) == "nccl":

@@ -1,0 +1,206 @@
+"""all_gather_gemm: every variant against the reference, W = 1..4, ragged shapes, epochs, bad input."""
+
+import contextlib
+import importlib
+import time
+
+import pytest
+import torch
+from ophelpers import assert_matches, dtypes, poison_workspaces, randn
+
+import tilefuse
+from tilefuse.ops import registry
+
+OP = "all_gather_gemm"
+WORLDS = [1, 2, 3, 4]
+# (M_loc, N, K): ragged everywhere (K = 52 in fp16 takes the pointer path: its rows are not
+# 16-byte multiples), a shard smaller than one block, block-aligned.
+SHAPES = [(50, 72, 52), (7, 40, 32), (64, 64, 64)]
+
+
+def _inputs(ctx, M_loc, N, K, dtype, seed):
+    # Each rank's shard scaled by (rank + 1): a misrouted row block shows.
+    a = randn((M_loc, K), dtype, ctx.device, seed=seed * 100 + ctx.rank + 1, scale=ctx.rank + 1)
+    b = randn((K, N), dtype, ctx.device, seed=seed)  # the same on every rank
+    return a, b
+
+
+@contextlib.contextmanager
+def straggling(variant, late: bool, delay: float = 0.2):
+    """On a late rank: sleep before the call, and again after each device barrier inside it.
+
+    The entry barrier would otherwise line the ranks up again; a rank that is also late after it
+    makes the peers' consumers wait for its pushes.
+    """
+    if not late:
+        yield
+        return
+    module = importlib.import_module(f"tilefuse.ops.all_gather_gemm.{variant}")
+    real = module.device_barrier
+
+    def slow_barrier():
+        real()
+        time.sleep(delay)
+
+    module.device_barrier = slow_barrier
+    try:
+        time.sleep(delay)
+        yield
+    finally:
+        module.device_barrier = real
+
+
+def job_against_reference(ctx, variant, shapes, calls, config=None, late_rank=None, b_transposed=False,
+                          a_column_major=False, only_dtype=None):
+    fn = registry.get(OP, variant)
+    cfg = tilefuse.Config(**config) if config else None
+    seed = 0
+    for M_loc, N, K in shapes:
+        for dtype in [only_dtype] if only_dtype else dtypes(ctx.on_gpu):
+            for call in range(calls):
+                seed += 1
+                a, b = _inputs(ctx, M_loc, N, K, dtype, seed)
+                if b_transposed:
+                    b = b.t().contiguous().t()
+                if a_column_major:
+                    a = a.t().contiguous().t()
+                ref_c, ref_ag = registry.get(OP, "reference")(a, b, return_gathered=True)
+                poison_workspaces()
+                gathered = seed % 2 == 0  # alternate: the variants skip work when nobody wants a_gathered
+                with straggling(variant, ctx.rank == late_rank):
+                    got = fn(a, b, config=cfg, return_gathered=gathered)
+                tilefuse.synchronize()
+                what = f"{variant} {M_loc}x{N}x{K} {dtype} call {call}"
+                if gathered:
+                    got, got_ag = got
+                    assert not tilefuse.is_on_heap(got_ag), f"{what}: a_gathered is a heap buffer"
+                    assert torch.equal(got_ag, ref_ag), f"{what}: a_gathered differs from the all-gather"
+                assert isinstance(got, torch.Tensor) and not tilefuse.is_on_heap(got), what
+                assert_matches(got, ref_c, dtype, K, ctx.on_gpu, what, scale=ctx.world)
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+def test_variant_matches_reference(pools, variant, world):
+    assert all(pools.run(world, job_against_reference, variant, SHAPES, calls=1))
+
+
+@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+def test_epochs_and_late_rank(pools, variant):
+    """Five calls in a row on poisoned workspaces, one rank starting late each time."""
+    assert all(pools.run(3, job_against_reference, variant, [(50, 72, 52)], calls=5, late_rank=2,
+                         only_dtype=torch.float16))
+
+
+def job_back_to_back(ctx, variant, M_loc, N, K, calls):
+    """``calls`` calls with no host synchronisation between them, a different rank held back before
+    each: a rank may start call e+1 while a peer still works on call e."""
+    fn = registry.get(OP, variant)
+    dtype = torch.float16
+    inputs = [_inputs(ctx, M_loc, N, K, dtype, seed=50 + e) for e in range(calls)]
+    refs = [registry.get(OP, "reference")(a, b, return_gathered=True) for a, b in inputs]
+    poison_workspaces()
+    got = []
+    for e, (a, b) in enumerate(inputs):
+        if ctx.rank == e % ctx.world:
+            time.sleep(0.15)
+        got.append(fn(a, b, return_gathered=True))
+    tilefuse.synchronize()
+    for e, ((c, ag), (ref_c, ref_ag)) in enumerate(zip(got, refs)):
+        assert torch.equal(ag, ref_ag), f"{variant} call {e}: a_gathered differs from the all-gather"
+        assert_matches(c, ref_c, dtype, K, ctx.on_gpu, f"{variant} call {e}", scale=ctx.world)
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+def test_back_to_back_calls(pools, variant):
+    assert all(pools.run(3, job_back_to_back, variant, 50, 72, 52, calls=4))
+
+
+@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+def test_non_default_config(pools, variant):
+    """Small blocks (several chunks per shard), several communication programs, a column-major b and
+    a column-major a (the local shard then cannot be read in place on the descriptor path)."""
+    cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=1,
+               GEMM_SMS=3, COMM_SMS=3)
+    assert all(pools.run(2, job_against_reference, variant, [(40, 24, 24)], calls=2, config=cfg,
+                         b_transposed=True, a_column_major=True))
+
+
+def job_mismatched_m_loc(ctx, variant):
+    M_loc = 20 + ctx.rank  # a shape no rank has verified before
+    a, b = _inputs(ctx, M_loc, 16, 16, torch.float32, seed=7)
+    with pytest.raises(ValueError) as err:
+        registry.get(OP, variant)(a, b)
+    msg = str(err.value)
+    for q in range(ctx.world):
+        assert f"rank {q} has M_loc = {20 + q}" in msg, msg
+    # The op still works afterwards (no rank is left inside a collective).
+    a, b = _inputs(ctx, 9, 16, 16, torch.float32, seed=8)
+    ref = registry.get(OP, "reference")(a, b)
+    assert_matches(registry.get(OP, variant)(a, b), ref, torch.float32, 16, ctx.on_gpu, variant,
+                   scale=ctx.world)
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+def test_mismatched_m_loc_raises_everywhere(pools, variant):
+    assert all(pools.run(3, job_mismatched_m_loc, variant))
+
+
+def job_bad_input(ctx):
+    fn = tilefuse.all_gather_gemm
+    a, b = _inputs(ctx, 8, 16, 16, torch.float32, seed=3)
+    with pytest.raises(ValueError, match="K must match"):
+        fn(a, b[:8], variant="fused_sequential")
+    with pytest.raises(TypeError, match="dtype"):
+        fn(a, b.half(), variant="producer_consumer")
+    with pytest.raises(TypeError, match="supported dtypes"):
+        fn(a.double(), b.double(), variant="bulk_sync")
+    with pytest.raises(ValueError, match="2-D"):
+        fn(a[0], b, variant="wg_specialized")
+    cfg = tilefuse.Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=4, num_stages=1,
+                          GEMM_SMS=4, COMM_SMS=0)
+    with pytest.raises(ValueError, match="COMM_SMS"):
+        fn(a, b, variant="wg_specialized", config=cfg)
+    with pytest.raises(ValueError, match="exceeds"):
+        fn(a, b, variant="producer_consumer", config=cfg.replace(GEMM_SMS=10_000, COMM_SMS=1))
+    with pytest.raises(TypeError, match="Config"):
+        fn(a, b, variant="bulk_sync", config={"BLOCK_M": 16})
+    with pytest.raises(ValueError, match="unknown variant"):
+        fn(a, b, variant="nope")
+    if ctx.on_gpu:
+        with pytest.raises(ValueError, match=" is on "):
+            fn(a.cpu(), b, variant="bulk_sync")
+    tilefuse.barrier()
+    return True
+
+
+def test_bad_input(pools):
+    assert all(pools.run(2, job_bad_input))
+
+
+def job_degenerate_and_auto(ctx):
+    fn = tilefuse.all_gather_gemm
+    for variant in tilefuse.VARIANTS:
+        for M_loc, N, K in ((0, 8, 16), (5, 0, 16), (5, 8, 0)):
+            a, b = _inputs(ctx, M_loc, N, K, torch.float16, seed=5)
+            ref_c, ref_ag = registry.get(OP, "reference")(a, b, return_gathered=True)
+            c, ag = fn(a, b, variant=variant, return_gathered=True)
+            assert torch.equal(ag, ref_ag), (variant, M_loc, N, K)
+            assert torch.equal(c, ref_c), (variant, M_loc, N, K)
+    a, b = _inputs(ctx, 12, 24, 16, torch.float16, seed=6)
+    c, ag = fn(a, b, return_gathered=True)  # variant="auto"
+    ref_c, ref_ag = registry.get(OP, "reference")(a, b, return_gathered=True)
+    assert torch.equal(ag, ref_ag)
+    assert_matches(c, ref_c, torch.float16, 16, ctx.on_gpu, "auto", scale=ctx.world)
+    tilefuse.barrier()
+    return True
+
+
+def test_degenerate_shapes_and_auto(pools):
+    assert all(pools.run(2, job_degenerate_and_auto))

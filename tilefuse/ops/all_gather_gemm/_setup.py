@@ -1,0 +1,114 @@
+"""Host set-up shared by the all_gather_gemm variants: checks, the cross-rank shape check, workspaces,
+operand layout and outputs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ..common.gemm import ensure_triton_allocator, gemm_layout
+from ..common.launch import GemmCall, after_launch, prepare_gemm, workspace
+
+OP = "all_gather_gemm"
+
+# (heap, variant, M_loc, N, K, dtype) whose shapes every rank has confirmed.
+_VERIFIED: set = set()
+
+
+def check_same_shards(variant: str, call: GemmCall) -> None:
+    """Collective on the first call per (variant, M_loc, N, K, dtype): every rank must agree.
+
+    Costs one ``all_gather_object`` of a few integers over the group (a host round trip, about a
+    millisecond) the first time a rank sees a shape; later calls with a verified shape are free. All
+    ranks see the same gathered list, so a mismatch raises on every rank. A rank that passes an
+    already verified shape skips the exchange, so a mismatch in which one rank repeats a verified
+    shape is not caught here (it then fails as a wait timeout or a heap-offset mismatch).
+    """
+    heap = call.heap
+    key = (id(heap), variant, call.M, call.N, call.K, call.a.dtype)
+    if heap.world_size == 1 or key in _VERIFIED:
+        return
+    mine = {"M_loc": call.M, "K": call.K, "N": call.N, "dtype": str(call.a.dtype).removeprefix("torch."),
+            "variant": variant}
+    everyone: list = [None] * heap.world_size
+    dist.all_gather_object(everyone, mine, group=heap.group)
+    for field, what in (("M_loc", "a.shape[0] (M_loc, the rows of each rank's shard)"),
+                        ("K", "a.shape[1] (K)"), ("N", "b.shape[1] (N)"), ("dtype", "the dtype"),
+                        ("variant", "the variant")):
+        values = [e[field] for e in everyone]
+        if len(set(values)) > 1:
+            listing = ", ".join(f"rank {q} has {field} = {v}" for q, v in enumerate(values))
+            raise ValueError(f"{OP}: {what} must be the same on every rank, but {listing}"
+                             + (" (pad the shards to one size)" if field == "M_loc" else ""))
+    _VERIFIED.add(key)
+
+
+def setup(variant: str, a, b, config, group, *, comm: bool) -> GemmCall:
+    """Local checks and config (per-shard M for the heuristic), then the cross-rank shape check."""
+    call = prepare_gemm(OP, a, b, group, config, comm=comm)
+    check_same_shards(variant, call)
+    return call
+
+
+def is_degenerate(call: GemmCall) -> bool:
+    """Empty shards or an empty product: the fused variants hand these to bulk_sync."""
+    return call.M == 0 or call.N == 0 or call.K == 0
+
+
+def new_output(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A fresh ordinary tensor; NaN under ``TILEFUSE_DEBUG_POISON=1`` so an unwritten row shows."""
+    out = torch.empty(shape, dtype=dtype, device=device)
+    if os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0"):
+        out.fill_(float("nan"))
+    return out
+
+
+def gathered_workspace(call: GemmCall, variant: str, *, flags: bool):
+    """Heap buffers of a push variant: ``a_gathered [W*M_loc, K]`` and, with ``flags``, the int32
+    per-(source, chunk) arrival flags ``flags [W * cdiv(M_loc, BLOCK_M)]`` (never reset: epochs)."""
+    heap, cfg = call.heap, call.config
+    W = heap.world_size
+    num_chunks = -(-call.M // cfg.BLOCK_M)
+    dtype = call.a.dtype
+    key = (OP, variant, call.M, call.K, dtype, cfg.BLOCK_M if flags else 0)
+
+    def make(h):
+        buffers = {"a_gathered": h.empty((W * call.M, call.K), dtype=dtype)}
+        if flags:
+            buffers["flags"] = h.zeros(W * num_chunks, dtype=torch.int32)
+        return buffers
+
+    return workspace(heap, key, make)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the GEMM reads A: ``use_tma``/``b_kmajor`` for the heap copy of A (and b), and whether the
+    local shard's tiles may read ``a`` itself on the same path (``local_direct``)."""
+
+    use_tma: bool
+    b_kmajor: bool
+    local_direct: bool
+
+
+def layout(call: GemmCall, heap_a: torch.Tensor) -> Layout:
+    """The operand path for A rows read from ``heap_a`` (a contiguous heap buffer) and for ``b``."""
+    use_tma, b_kmajor = gemm_layout(heap_a, call.b)
+    if use_tma:
+        ensure_triton_allocator()
+    local_direct = (not use_tma) or gemm_layout(call.a, call.b)[0]
+    return Layout(use_tma, b_kmajor, local_direct)
+
+
+def gemm_meta(call: GemmCall, lay: Layout) -> dict:
+    """Constexprs and launch options of the GEMM part, on the layout decided by :func:`layout`."""
+    return dict(call.gemm_meta, USE_TMA=lay.use_tma, B_KMAJOR=lay.b_kmajor)
+
+
+def finish(call: GemmCall, c: torch.Tensor, gathered, return_gathered: bool):
+    """Report failed waits (cpu backend); return ``c`` or ``(c, gathered)``."""
+    after_launch(call.heap)
+    return (c, gathered) if return_gathered else c

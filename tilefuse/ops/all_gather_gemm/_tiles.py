@@ -1,0 +1,123 @@
+"""Device-side tile schedule shared by the all_gather_gemm variants.
+
+The output ``c [W*M_loc, N]`` is cut into per-source row blocks: source rank s owns rows
+``s*M_loc ... (s+1)*M_loc``. Tiles are numbered over (i, m-block, n-block) where i walks the sources
+in ring order from this rank (source ``(r + i) % W``), so a tile's rows never straddle two ranks and
+every program starts on the local shard. Within a source the usual grouped swizzle applies. Program
+``pid`` of ``P`` takes global tiles ``pid, pid + P, ...``, the same persistent round-robin as the
+plain GEMM, continued across sources.
+"""
+
+import triton
+import triton.language as tl
+
+from ..common.flags import tile_acquire
+from ..common.gather import copy_rows
+from ..common.gemm import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets
+
+
+@triton.jit
+def first_tile(pid, i, tiles_per_source, NUM_PROGRAMS):
+    """The first tile of source step i that program pid computes (continues the round-robin)."""
+    skipped = (i * tiles_per_source) % NUM_PROGRAMS
+    return (pid + NUM_PROGRAMS - skipped) % NUM_PROGRAMS
+
+
+@triton.jit
+def gemm_shard(
+    # A rows of this source [M_loc, K]: a local tensor, the gathered buffer, or a peer's heap
+    a_ptr, stride_am, stride_ak,
+    b_ptr, stride_bk, stride_bn,
+    # C rows of this source [M_loc, N]
+    c_ptr, stride_cm, stride_cn,
+    # GATHER: the A rows are also copied here (the row block with n-block 0 does it)
+    g_ptr, stride_gm, stride_gk,
+    # WAIT: acquire flags_ptr[m-block] >= epoch (released by rank src_rank) before a tile's K loop
+    flags_ptr, epoch, src_rank, cur_rank, ctl_ptr,
+    M_loc, N, K,
+    first, NUM_PROGRAMS,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WAIT: tl.constexpr, GATHER: tl.constexpr,
+):
+    """Tiles first, first + NUM_PROGRAMS, ... of one source's [M_loc, N] block of C."""
+    num_pid_m = tl.cdiv(M_loc, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    a_op, b_op = gemm_operands(a_ptr, b_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                               BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
+    for t in range(first, num_pid_m * num_pid_n, NUM_PROGRAMS):
+        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+        ok = True
+        if WAIT:
+            # Acquire: pairs with the release after chunk pid_m in push_shard (common.gather) on
+            # rank src_rank.
+            ok = tile_acquire(flags_ptr + pid_m, epoch, cur_rank, src_rank, ctl_ptr)
+        if ok:
+            acc = gemm_tile(a_op, b_op, pid_m, pid_n, M_loc, N, K, stride_am, stride_ak, stride_bk,
+                            stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
+            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+            store_tile(c_ptr, acc, offs_m, offs_n, M_loc, N, stride_cm, stride_cn)
+            if GATHER:
+                if pid_n == 0:
+                    copy_rows(g_ptr, stride_gm, stride_gk, a_ptr, stride_am, stride_ak, pid_m, M_loc, K,
+                              BLOCK_M, BLOCK_K)
+
+
+@triton.jit
+def _gemm_source(
+    i,
+    a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
+    c_ptr, stride_cm, stride_cn, flags_ptr,
+    M_loc, N, K, ctl_ptr, cur_rank, world, epoch, pid, NUM_PROGRAMS,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, DIRECT: tl.constexpr,
+):
+    """Source step i of gemm_gathered: from ``a`` without waiting (DIRECT), else from the gathered
+    buffer after each chunk's flag."""
+    num_chunks = tl.cdiv(M_loc, BLOCK_M)
+    src = (cur_rank + i) % world
+    rows = tl.cast(src, tl.int64) * M_loc
+    first = first_tile(pid, i, num_chunks * tl.cdiv(N, BLOCK_N), NUM_PROGRAMS)
+    c_src = c_ptr + rows * stride_cm
+    flags_src = flags_ptr + src * num_chunks
+    if DIRECT:
+        gemm_shard(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_src, stride_cm, stride_cn,
+                   a_ptr, stride_am, stride_ak, flags_src, epoch, src, cur_rank, ctl_ptr,
+                   M_loc, N, K, first, NUM_PROGRAMS,
+                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=False)
+    else:
+        gemm_shard(ag_ptr + rows * stride_gm, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
+                   c_src, stride_cm, stride_cn, ag_ptr, stride_gm, stride_gk,
+                   flags_src, epoch, src, cur_rank, ctl_ptr,
+                   M_loc, N, K, first, NUM_PROGRAMS,
+                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=True, GATHER=False)
+
+
+@triton.jit
+def gemm_gathered(
+    # this rank's shard [M_loc, K] (read directly when LOCAL_DIRECT)
+    a_ptr, stride_am, stride_ak,
+    # the gathered buffer [W*M_loc, K] on this rank's heap, filled by the peers' pushes
+    ag_ptr, stride_gm, stride_gk,
+    b_ptr, stride_bk, stride_bn,
+    c_ptr, stride_cm, stride_cn,
+    # int32 flags [W, cdiv(M_loc, BLOCK_M)]: (source, chunk) -> epoch of its last arrival
+    flags_ptr,
+    M_loc, N, K,
+    ctl_ptr, cur_rank, world, epoch,
+    pid, NUM_PROGRAMS,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, LOCAL_DIRECT: tl.constexpr,
+):
+    """Program pid's share of C = gathered A @ B, each tile after its A chunk's flag (consumer side).
+
+    Sources in ring order r, r+1, ...; with LOCAL_DIRECT the local shard's tiles read ``a`` itself
+    and wait for nothing.
+    """
+    _gemm_source(0, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
+                 c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, ctl_ptr, cur_rank, world, epoch,
+                 pid, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT)
+    for i in range(1, world):
+        _gemm_source(i, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
+                     stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, ctl_ptr, cur_rank,
+                     world, epoch, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
+                     B_KMAJOR, False)

@@ -1,0 +1,100 @@
+"""all_gather_gemm, producer-consumer: a push kernel and a GEMM kernel on two streams at once.
+
+    stream 1: | barrier | push (COMM_SMS programs): chunk -> rank r-1, release its flag there, ...  |
+    stream 2:           | GEMM (GEMM_SMS programs): local shard from a | source r+1: acquire chunk
+                        | flag, K loop | source r+2 ... |
+    stream 1:                                                                   | join |
+
+The push kernel writes this rank's shard, BLOCK_M rows at a time, into row block r of every rank's
+``a_gathered`` and releases the per-(source, chunk) flag on the receiving rank (epoch-valued). The
+GEMM walks its sources in ring order r, r+1, ... and acquires a chunk's flag before the K loop of a
+tile that reads it; the local shard is read from ``a`` itself and waits for nothing (when ``a``
+fits the same operand path as the heap buffer; otherwise it is pushed to this rank too and waited
+for like a peer's). GEMM_SMS + COMM_SMS must fit on the device at once: the GEMM spins on flags.
+In the interpreter the push kernel is launched first: it waits on nothing.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ...runtime import device_barrier
+from ..common.gather import push_shard
+from ..common.launch import ForkedStreams, ctl
+from ._setup import finish, gathered_workspace, gemm_meta, is_degenerate, layout, new_output, setup
+from ._tiles import gemm_gathered
+from .bulk_sync import bulk_sync
+
+
+@triton.jit
+def _push_kernel(
+    # this rank's shard [M_loc, K] (any local tensor)
+    a_ptr, stride_am, stride_ak,
+    # this rank's row block of a_gathered and its row of flags (symmetric addresses)
+    ag_ptr, stride_gm, stride_gk, flags_ptr,
+    M_loc, K,
+    heap_bases, cur_rank, world, epoch,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FIRST: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    push_shard(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, flags_ptr, epoch, M_loc, K,
+               cur_rank, world, heap_bases, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
+
+
+@triton.jit
+def _gemm_kernel(
+    a_ptr, stride_am, stride_ak,
+    ag_ptr, stride_gm, stride_gk,
+    b_ptr, stride_bk, stride_bn,
+    c_ptr, stride_cm, stride_cn,
+    flags_ptr,
+    M_loc, N, K,
+    ctl_ptr, cur_rank, world, epoch,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    LOCAL_DIRECT: tl.constexpr,
+):
+    gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
+                  c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, ctl_ptr, cur_rank, world, epoch,
+                  tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
+                  LOCAL_DIRECT)
+
+
+def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
+    """all_gather_gemm with push and GEMM kernels on two streams; same contract as
+    :func:`tilefuse.all_gather_gemm`."""
+    call = setup("producer_consumer", a, b, config, group, comm=True)
+    if is_degenerate(call):
+        return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
+    heap, cfg = call.heap, call.config
+    W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
+    ws = gathered_workspace(call, "producer_consumer", flags=True)
+    ag, flags = ws.a_gathered, ws.flags
+    lay = layout(call, ag)
+    num_chunks = triton.cdiv(M_loc, cfg.BLOCK_M)
+    # The local rows go to this rank's own a_gathered only when something reads them there.
+    first = 1 if lay.local_direct and not return_gathered else 0
+    c = new_output((W * M_loc, N), a.dtype, a.device)
+    own = ag[r * M_loc:(r + 1) * M_loc]
+    epoch = ws.next_epoch()
+    device_barrier()  # every peer's GEMM of the previous call is done reading its a_gathered
+    streams = ForkedStreams(heap.device)  # the GEMM's stream starts after the barrier
+    push_programs = min(cfg.COMM_SMS, (W - first) * num_chunks)
+    if push_programs > 0:
+        _push_kernel[(push_programs,)](
+            a, a.stride(0), a.stride(1), own, own.stride(0), own.stride(1), flags[r * num_chunks:],
+            M_loc, K, heap.heap_bases, r, W, epoch,
+            BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=push_programs, FIRST=first,
+            num_warps=4,
+        )
+    gemm_programs = min(cfg.GEMM_SMS, W * num_chunks * triton.cdiv(N, cfg.BLOCK_N))
+    with streams.side():
+        _gemm_kernel[(gemm_programs,)](
+            a, a.stride(0), a.stride(1), ag, ag.stride(0), ag.stride(1), b, b.stride(0), b.stride(1),
+            c, c.stride(0), c.stride(1), flags, M_loc, N, K,
+            ctl(heap), r, W, epoch,
+            NUM_PROGRAMS=gemm_programs, LOCAL_DIRECT=lay.local_direct, **gemm_meta(call, lay),
+        )
+    streams.join()
+    return finish(call, c, ag.clone() if return_gathered else None, return_gathered)

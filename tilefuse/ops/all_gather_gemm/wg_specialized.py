@@ -1,0 +1,89 @@
+"""all_gather_gemm, workgroup-specialized: one kernel whose programs split into pushers and GEMM programs.
+
+    programs 0 .. C-1     : | push chunk -> rank r-1, release its flag there | chunk -> r-2 | ... |
+    programs C .. C+G-1   : | local shard tiles (from a) | source r+1: acquire chunk flag, K loop | ...
+    stream: | barrier | one kernel |
+
+C = COMM_SMS, G = GEMM_SMS. The pushers copy this rank's shard, BLOCK_M rows at a time, into row
+block r of every rank's ``a_gathered`` and release the per-(source, chunk) flag on the receiver
+(epoch-valued); the GEMM programs walk the sources in ring order r, r+1, ... and acquire a chunk's
+flag before a tile's K loop. No completion handshake is needed: a rank's kernel ends only after its
+GEMM programs acquired every chunk of every source, and its own pushes are done when it ends.
+
+Why the pushers have the LOWER program ids: Triton's interpreter runs the programs of a launch one
+after another in pid order, and a GEMM program waits on flags released by *other ranks'* pushers.
+With GEMM programs first, every rank would sit in its first GEMM program waiting for a peer whose
+pushers only run after that peer's own GEMM programs: all ranks deadlock. With pushers first, each
+rank finishes all its pushes before any of its GEMM programs waits. On a GPU the order does not
+matter, since all C + G programs are resident at once (checked against the device).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ...runtime import device_barrier
+from ..common.gather import push_shard
+from ..common.launch import ctl
+from ._setup import finish, gathered_workspace, gemm_meta, is_degenerate, layout, new_output, setup
+from ._tiles import gemm_gathered
+from .bulk_sync import bulk_sync
+
+
+@triton.jit
+def _wg_kernel(
+    # this rank's shard [M_loc, K] (any local tensor)
+    a_ptr, stride_am, stride_ak,
+    # a_gathered [W*M_loc, K] and this rank's row block of it (symmetric addresses)
+    ag_ptr, stride_gm, stride_gk, own_ptr,
+    b_ptr, stride_bk, stride_bn,
+    c_ptr, stride_cm, stride_cn,
+    # int32 flags [W, num_chunks] and this rank's row of them (symmetric addresses)
+    flags_ptr, own_flags_ptr,
+    M_loc, N, K,
+    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    COMM_PROGRAMS: tl.constexpr, GEMM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr,
+    B_KMAJOR: tl.constexpr, LOCAL_DIRECT: tl.constexpr, FIRST: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    if pid < COMM_PROGRAMS:
+        push_shard(a_ptr, stride_am, stride_ak, own_ptr, stride_gm, stride_gk, own_flags_ptr, epoch,
+                   M_loc, K, cur_rank, world, heap_bases, pid, COMM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST,
+                   SIGNAL=True)
+    else:
+        gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
+                      stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, ctl_ptr, cur_rank,
+                      world, epoch, pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K,
+                      GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT)
+
+
+def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
+    """all_gather_gemm as one workgroup-specialized kernel; same contract as
+    :func:`tilefuse.all_gather_gemm`."""
+    call = setup("wg_specialized", a, b, config, group, comm=True)
+    if is_degenerate(call):
+        return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
+    heap, cfg = call.heap, call.config
+    W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
+    ws = gathered_workspace(call, "wg_specialized", flags=True)
+    ag, flags = ws.a_gathered, ws.flags
+    lay = layout(call, ag)
+    num_chunks = triton.cdiv(M_loc, cfg.BLOCK_M)
+    # The local rows go to this rank's own a_gathered only when something reads them there.
+    first = 1 if lay.local_direct and not return_gathered else 0
+    c = new_output((W * M_loc, N), a.dtype, a.device)
+    own = ag[r * M_loc:(r + 1) * M_loc]
+    epoch = ws.next_epoch()
+    device_barrier()  # every peer's GEMM of the previous call is done reading its a_gathered
+    comm_programs = max(1, min(cfg.COMM_SMS, (W - first) * num_chunks))
+    gemm_programs = min(cfg.GEMM_SMS, W * num_chunks * triton.cdiv(N, cfg.BLOCK_N))
+    _wg_kernel[(comm_programs + gemm_programs,)](
+        a, a.stride(0), a.stride(1), ag, ag.stride(0), ag.stride(1), own,
+        b, b.stride(0), b.stride(1), c, c.stride(0), c.stride(1), flags, flags[r * num_chunks:],
+        M_loc, N, K, heap.heap_bases, ctl(heap), r, W, epoch,
+        COMM_PROGRAMS=comm_programs, GEMM_PROGRAMS=gemm_programs, LOCAL_DIRECT=lay.local_direct,
+        FIRST=first, **gemm_meta(call, lay),
+    )
+    return finish(call, c, ag.clone() if return_gathered else None, return_gathered)
