@@ -124,3 +124,24 @@ def test_tiny_tune_end_to_end(pools, tmp_path):
     [(tuned, tuned_cfg, auto, source, cfg, n)] = pools.run(1, job_tune_then_auto, str(tmp_path))
     assert n >= 4, "every variant was tried"
     assert source.startswith("exact") and auto == tuned and cfg == tuned_cfg
+
+
+def test_shipped_tables_follow_the_schema():
+    paths = sorted(tables.SHIPPED_DIR.glob("*/*.json"))
+    assert paths, "the package ships tables"
+    for path in paths:
+        data = json.loads(path.read_text())
+        tables.validate_table(data, path)
+        assert path.parent.name == data["op"] and path.name == f"{data['arch']}_ws{data['world_size']}.json"
+
+
+def test_arch_name_of_known_devices(monkeypatch):
+    from tilefuse.runtime import hw
+
+    class Props:
+        name = "NVIDIA H200"
+
+    monkeypatch.setattr(hw, "_cuda_props", lambda index: Props())
+    assert hw.arch_name(torch.device("cuda", 0)) == "nvidia-h200"
+    Props.name = "NVIDIA H100 80GB HBM3"
+    assert hw.arch_name(torch.device("cuda", 0)) == "nvidia-h100"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -143,30 +142,15 @@ def _commit() -> str:
 
 def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int) -> Path:
     heap = tilefuse.get_heap()
-    arch = hw.arch_name(heap.device)
-    path = tables.table_path(out_dir, op, arch, heap.world_size)
-    old = []
-    if path.exists():
-        old = json.loads(path.read_text()).get("entries", [])
-    keys = {(e["M"], e["N"], e["K"], e["dtype"]) for e in entries}
-    merged = [e for e in old if (e["M"], e["N"], e["K"], e["dtype"]) not in keys] + entries
-    merged.sort(key=lambda e: (e["dtype"], e["M"], e["N"], e["K"]))
-    device_name = torch.cuda.get_device_name(heap.device) if heap.device.type == "cuda" else "cpu (interpreter)"
-    data = {
-        "schema": tables.SCHEMA_VERSION, "op": op, "arch": arch, "world_size": heap.world_size,
-        "provenance": {
-            "device": device_name, "world_size": heap.world_size, "torch": torch.__version__,
-            "triton": __import__("triton").__version__, "commit": _commit(),
-            "date": datetime.date.today().isoformat(),
-            "timing": f"median of {reps} calls after 3 warm-up calls, barrier before each, CUDA events, "
-                      "max over ranks; inputs rotated over sets larger than twice the L2",
-        },
-        "entries": merged,
+    on_gpu = heap.device.type == "cuda"
+    provenance = {
+        "device": torch.cuda.get_device_name(heap.device) if on_gpu else "cpu (interpreter)",
+        "world_size": heap.world_size, "torch": torch.__version__, "triton": __import__("triton").__version__,
+        "commit": _commit(), "date": datetime.date.today().isoformat(),
+        "timing": f"tilefuse.tune: median of {reps} calls after 3 warm-up calls, barrier before each, "
+                  "CUDA events, max over ranks; inputs rotated over sets larger than twice the L2",
     }
-    tables.validate_table(data, path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    return path
+    return tables.write_table(out_dir, op, hw.arch_name(heap.device), heap.world_size, entries, provenance)
 
 
 def main(argv=None) -> int:

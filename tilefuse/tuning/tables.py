@@ -142,3 +142,19 @@ def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -
                 if _distance(best, M, N, K) <= MAX_LOG2_DISTANCE:
                     nearest = _choice(best, f"nearest {path} ({best['M']}, {best['N']}, {best['K']})")
     return nearest
+
+
+def write_table(directory, op: str, arch: str, world: int, entries: list[dict], provenance: dict) -> Path:
+    """Merge ``entries`` into ``<directory>/<op>/<arch>_ws<world>.json`` (same shape: replaced), check
+    the result against the schema, write it and return its path."""
+    path = table_path(directory, op, arch, world)
+    old = json.loads(path.read_text()).get("entries", []) if path.exists() else []
+    keys = {(e["M"], e["N"], e["K"], e["dtype"]) for e in entries}
+    merged = [e for e in old if (e["M"], e["N"], e["K"], e["dtype"]) not in keys] + list(entries)
+    merged.sort(key=lambda e: (e["dtype"], e["M"], e["N"], e["K"]))
+    data = {"schema": SCHEMA_VERSION, "op": op, "arch": arch, "world_size": world,
+            "provenance": provenance, "entries": merged}
+    validate_table(data, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
