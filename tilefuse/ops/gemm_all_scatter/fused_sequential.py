@@ -13,9 +13,8 @@ import triton
 import triton.language as tl
 
 from ...runtime import device_barrier
-from ..common.comm import push_tile
-from ..common.gemm import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets
 from ._setup import finish, setup
+from ._tiles import compute_tiles
 
 
 @triton.jit
@@ -30,19 +29,10 @@ def _fused_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                               BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-    for tile_id in range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS):
-        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
-        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
-        push_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
-                  FIRST=1)
+    compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                  c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
+                  heap_bases, cur_rank, world, 0, tl.program_id(0),
+                  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True, RELEASE=False)
 
 
 def fused_sequential(a, b, *, config=None, group=None, out=None):

@@ -14,11 +14,9 @@ import triton
 import triton.language as tl
 
 from ...runtime import device_barrier
-from ..common.comm import push_tile
-from ..common.flags import tile_acquire, tile_release
-from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
 from ..common.launch import ForkedStreams, ctl
 from ._setup import finish, setup
+from ._tiles import compute_tiles, push_ready_tiles
 
 
 @triton.jit
@@ -28,24 +26,14 @@ def _gemm_producer_kernel(
     # output: this rank's column block of c; one int32 flag per tile
     c_ptr, stride_cm, stride_cn, flags_ptr,
     # distributed
-    heap_bases, cur_rank, epoch,
+    heap_bases, cur_rank, world, epoch,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                               BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-    for tile_id in range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS):
-        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
-        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
-        # Release: pairs with the acquire in _scatter_consumer_kernel on this rank.
-        tile_release(flags_ptr + tile_id, epoch, cur_rank, cur_rank, heap_bases)
+    compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                  c_ptr, stride_cm, stride_cn, flags_ptr, heap_bases, cur_rank, world, epoch, tl.program_id(0),
+                  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=False, RELEASE=True)
 
 
 @triton.jit
@@ -56,18 +44,8 @@ def _scatter_consumer_kernel(
     heap_bases, ctl_ptr, cur_rank, world, epoch,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):
-    """Tiles in the producer's order (same swizzle), so the first tiles made are the first moved."""
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    for tile_id in range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS):
-        # Acquire: pairs with the release in _gemm_producer_kernel on this rank.
-        if tile_acquire(flags_ptr + tile_id, epoch, cur_rank, cur_rank, ctl_ptr):
-            pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-            tile = load_tile(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]
-            push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world,
-                      heap_bases, FIRST=1)
+    push_ready_tiles(c_ptr, flags_ptr, M, N, stride_cm, stride_cn, heap_bases, ctl_ptr, cur_rank, world, epoch,
+                     tl.program_id(0), BLOCK_M, BLOCK_N, GROUP_M, NUM_PROGRAMS)
 
 
 def producer_consumer(a, b, *, config=None, group=None, out=None):
@@ -83,7 +61,7 @@ def producer_consumer(a, b, *, config=None, group=None, out=None):
         streams = ForkedStreams(heap.device)  # the consumer's stream starts after the barrier
         _gemm_producer_kernel[(gemm_programs,)](
             *call.gemm_args, c_block, c_block.stride(0), c_block.stride(1), ws.flags,
-            heap.heap_bases, heap.rank, epoch,
+            heap.heap_bases, heap.rank, heap.world_size, epoch,
             NUM_PROGRAMS=gemm_programs, **call.gemm_meta,
         )
         with streams.side():

@@ -17,11 +17,10 @@ import triton
 import triton.language as tl
 
 from ...runtime import device_barrier
-from ..common.comm import push_tile
-from ..common.flags import tile_acquire, tile_release, tile_release_add
-from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
+from ..common.flags import tile_acquire, tile_release_add
 from ..common.launch import ctl
 from ._setup import finish, setup
+from ._tiles import compute_tiles, push_ready_tiles
 
 
 @triton.jit
@@ -38,30 +37,14 @@ def _wg_kernel(
     B_KMAJOR: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
     if pid < GEMM_PROGRAMS:
-        a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                   BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-        for tile_id in range(pid, num_tiles, GEMM_PROGRAMS):
-            pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-            acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk,
-                            stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
-            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-            store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
-            # Release: pairs with the acquire by the movement programs below, on this rank.
-            tile_release(flags_ptr + tile_id, epoch, cur_rank, cur_rank, heap_bases)
+        compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                      c_ptr, stride_cm, stride_cn, flags_ptr, heap_bases, cur_rank, world, epoch, pid,
+                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=False, RELEASE=True)
     else:
         cid = pid - GEMM_PROGRAMS
-        for tile_id in range(cid, num_tiles, COMM_PROGRAMS):
-            # Acquire: pairs with the release by the GEMM programs above, on this rank.
-            if tile_acquire(flags_ptr + tile_id, epoch, cur_rank, cur_rank, ctl_ptr):
-                pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-                offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-                tile = load_tile(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]
-                push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world,
-                          heap_bases, FIRST=1)
+        push_ready_tiles(c_ptr, flags_ptr, M, N, stride_cm, stride_cn, heap_bases, ctl_ptr, cur_rank, world,
+                         epoch, cid, BLOCK_M, BLOCK_N, GROUP_M, COMM_PROGRAMS)
         for i in range(0, world):
             # Release: pairs with the acquire of the done counter below, on rank `peer`.
             tile_release_add(done_ptr, 1, cur_rank, (cur_rank + i) % world, heap_bases)

@@ -1,0 +1,74 @@
+"""Device loops shared by the gemm_all_scatter variants.
+
+``compute_tiles`` is the GEMM side (a program's share of the tiles of this rank's [M, N_loc] block,
+each stored into the rank's own column block of c, then optionally pushed to the peers or
+announced by a local flag); ``push_ready_tiles`` is the communication side (acquire a tile's flag,
+push the tile to every peer). Tile ids use the GEMM core's grouped swizzle on both sides, so the
+first tiles made are the first moved.
+"""
+
+import triton
+import triton.language as tl
+
+from ..common.comm import push_tile
+from ..common.flags import tile_acquire, tile_release
+from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
+
+
+@triton.jit
+def compute_tiles(
+    # GEMM operands (the order of GemmCall.gemm_args)
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    # output: this rank's column block of c (a symmetric address); int32 flag per tile
+    c_ptr, stride_cm, stride_cn, flags_ptr,
+    # distributed
+    heap_bases, cur_rank, world, epoch,
+    # this program among NUM_PROGRAMS GEMM programs
+    pid,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    PUSH: tl.constexpr, RELEASE: tl.constexpr,
+):
+    """Tiles pid, pid + NUM_PROGRAMS, ...: K loop, store into the own block; with PUSH also store
+    into every peer's c from registers; with RELEASE set the tile's local flag to ``epoch``."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                               BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
+    for tile_id in range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS):
+        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
+        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+        if PUSH:
+            push_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
+                      FIRST=1)
+        if RELEASE:
+            # Release: pairs with the acquire in push_ready_tiles on this rank.
+            tile_release(flags_ptr + tile_id, epoch, cur_rank, cur_rank, heap_bases)
+
+
+@triton.jit
+def push_ready_tiles(
+    # this rank's column block of c (a symmetric address); int32 flag per tile
+    c_ptr, flags_ptr,
+    M, N,
+    stride_cm, stride_cn,
+    # distributed
+    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    # this program among NUM_PROGRAMS communication programs
+    cid,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+):
+    """Tiles cid, cid + NUM_PROGRAMS, ...: wait for the tile's flag, then push it to every peer."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    for tile_id in range(cid, num_pid_m * num_pid_n, NUM_PROGRAMS):
+        # Acquire: pairs with the release in compute_tiles (RELEASE) on this rank.
+        if tile_acquire(flags_ptr + tile_id, epoch, cur_rank, cur_rank, ctl_ptr):
+            pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+            tile = load_tile(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]
+            push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
+                      FIRST=1)
