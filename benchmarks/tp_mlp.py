@@ -1,0 +1,93 @@
+"""Forward + backward of a Llama-style SwiGLU MLP: plain torch module vs the same module parallelized
+with tilefuse's TP layers (``tilefuse.nn.parallelize`` + ``LLAMA_MLP_PLAN``), in the same run.
+
+    python -m benchmarks.tp_mlp [--world 1] [--size 8b|tiny] [--variant auto] [--csv PATH]
+
+``8b``: hidden 4096, intermediate 14336, T = 8192 tokens, bf16 (Llama-3-8B). At world 1 the
+parallel module computes exactly what the plain one does (all_gather_gemm and gemm_reduce_scatter
+over one rank), so the ratio is the TP layers' overhead; with W ranks each rank holds T/W tokens
+and a 1/W shard of the weights. The result is checked against the plain module before timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+import torch
+from torch import nn
+
+from benchmarks.common import bench_max, launch, print_table, rel_error, row, run_info, write_csv
+
+SIZES = {"8b": (4096, 14336, 8192), "tiny": (64, 96, 64)}
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden: int, inter: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def _rank_job(ctx, size: str, variant: str):
+    import tilefuse.nn as tnn
+
+    hidden, inter, tokens = SIZES[size]
+    dtype = torch.bfloat16 if ctx.on_gpu else torch.float32
+    torch.manual_seed(0)
+    plain = SwiGLU(hidden, inter).to(device=ctx.device, dtype=dtype)
+    for p in plain.parameters():
+        p.data.mul_(0.5)
+    par = tnn.parallelize(copy.deepcopy(plain), tnn.LLAMA_MLP_PLAN, variant=variant)
+    x_full = torch.randn(tokens, hidden, device=ctx.device, dtype=dtype)
+    rows = tokens // ctx.world
+    x_loc = x_full[ctx.rank * rows:(ctx.rank + 1) * rows].clone()
+    dy_full = torch.randn(tokens, hidden, device=ctx.device, dtype=dtype)
+    dy_loc = dy_full[ctx.rank * rows:(ctx.rank + 1) * rows].clone()
+
+    def step(module, x, dy):
+        def run():
+            module.zero_grad(set_to_none=True)
+            xi = x.detach().requires_grad_(True)
+            module(xi).backward(dy)
+            return xi.grad
+        return run
+
+    ref_y = plain(x_full)[ctx.rank * rows:(ctx.rank + 1) * rows]
+    err = rel_error(par(x_loc), ref_y)
+    t_plain = bench_max(ctx, step(plain, x_full, dy_full))
+    t_par = bench_max(ctx, step(par, x_loc, dy_loc))
+    flops = 3 * 2 * tokens * hidden * inter * 3  # three GEMMs, forward + two backward GEMMs each
+    return {"plain_ms": t_plain, "tilefuse_ms": t_par, "rel_err": err, "tflops_plain": flops / t_plain / 1e9,
+            "tflops_tilefuse": flops / ctx.world / t_par / 1e9}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--world", type=int, default=1)
+    p.add_argument("--size", default="8b", choices=sorted(SIZES))
+    p.add_argument("--variant", default="auto")
+    p.add_argument("--csv", default=None)
+    args = p.parse_args(argv)
+    res = launch(_rank_job, args.world, args.size, args.variant)[0]
+    hidden, inter, tokens = SIZES[args.size]
+    record = {"size": args.size, "world": args.world, "variant": args.variant,
+              "plain ms (all tokens)": f"{res['plain_ms']:.3f}",
+              "tilefuse ms (T/W tokens)": f"{res['tilefuse_ms']:.3f}",
+              "plain/tilefuse": f"{res['plain_ms'] / res['tilefuse_ms']:.3f}", "rel_err": f"{res['rel_err']:.2e}"}
+    print_table([record], list(record), title="SwiGLU MLP forward + backward")
+    if args.csv:
+        rows_ = [row("tp_mlp", m, tokens, inter, hidden, "bfloat16", args.world, "ms", v)
+                 for m, v in (("plain", res["plain_ms"]), (f"tilefuse[{args.variant}]", res["tilefuse_ms"]))]
+        rows_.append(row("tp_mlp", f"tilefuse[{args.variant}]", tokens, inter, hidden, "bfloat16", args.world,
+                         "rel_err", res["rel_err"]))
+        write_csv(rows_, args.csv, run_info(), append=True)
+    return 0 if res["rel_err"] < 2e-2 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
