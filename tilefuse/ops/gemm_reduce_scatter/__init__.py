@@ -3,23 +3,41 @@
 from __future__ import annotations
 
 from .. import registry
+from .bulk_sync import bulk_sync
+from .fused_sequential import fused_sequential
+from .producer_consumer import producer_consumer
 from .reference import reference
+from .wg_specialized import wg_specialized
 
 OP = "gemm_reduce_scatter"
-for _name, _fn in (("reference", reference),):
+for _name, _fn in (("reference", reference), ("bulk_sync", bulk_sync),
+                   ("producer_consumer", producer_consumer), ("fused_sequential", fused_sequential),
+                   ("wg_specialized", wg_specialized)):
     registry.register(OP, _name, _fn)
 
 
 def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None):
     """GEMM over a K shard, summed over ranks and scattered by rows: ``reduce_scatter(a @ b, dim=0)``.
 
-    Every rank of ``group`` calls it with ``a [M, K_loc]`` and ``b [K_loc, N]``, its K shard; rank r
-    gets rows ``r*M/W ... (r+1)*M/W`` of the sum over ranks, ``c [M/W, N]``. M must be divisible by
-    the world size. fp16, bf16 or fp32; accumulation and reduction in fp32, result in the input
-    dtype. Collective: every rank must make the same calls in the same order.
-    """
-    from ..dispatch import choose_variant
+    Every rank of ``group`` (default: the group of :func:`tilefuse.init`) calls it with
+    ``a [M, K_loc]`` and ``b [K_loc, N]``, its K shard (ordinary tensors; K_loc may differ between
+    ranks); rank r gets ``c [M/W, N]``, rows ``r*M/W ... (r+1)*M/W`` of the sum over ranks of
+    ``a @ b``, as an ordinary tensor. M must be divisible by the world size (ValueError otherwise,
+    on every rank). fp16, bf16 or fp32 (fp32 runs the tensor cores in tf32 on GPUs); accumulation
+    and reduction in fp32, in a fixed order (the same bits on every run), result in the input dtype.
 
+    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (torch.matmul + reduce-scatter),
+    ``"plain"`` or ``"auto"`` (the tuned table, else the heuristic). ``config``: a
+    :class:`tilefuse.Config` overriding tile sizes and the GEMM_SMS/COMM_SMS split (the same on
+    every rank). Heap workspace: ``M*N*4`` bytes per rank for the fp32 staging buffer, allocated on
+    the first call of a shape.
+
+    Returns once every rank's partial of this rank's rows has been summed into ``c`` (stream-ordered
+    on a GPU: complete for any later work on the current stream). Collective: every rank must make
+    the same calls in the same order.
+    """
     if variant == "auto":
-        variant = choose_variant(OP, a, b, group)
+        from ..dispatch import run_auto
+
+        return run_auto(OP, a, b, config, group)
     return registry.get(OP, variant)(a, b, config=config, group=group)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
+from ..common.checks import check_divisible, check_matrix
 from ..common.collectives import reduce_scatter_rows
 
 
 def reference(a: torch.Tensor, b: torch.Tensor, *, config=None, group=None) -> torch.Tensor:
     """``reduce_scatter(a @ b, dim=0)``: ``a [M, K_loc]``, ``b [K_loc, N]`` -> ``[M/W, N]`` (fp32 sum)."""
+    check_matrix("gemm_reduce_scatter", "a", a)
+    check_divisible("gemm_reduce_scatter", "M (rows of a)", a.shape[0], dist.get_world_size(group),
+                    "the world size")
     partial = a.float() @ b.float()
     return reduce_scatter_rows(partial, group=group).to(a.dtype)

@@ -1,0 +1,109 @@
+"""Host set-up shared by the gemm_reduce_scatter variants: checks, output, workspaces, launch arguments."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..common.checks import check_divisible, check_matrix
+from ..common.launch import GemmCall, after_launch, ctl, op_heap, prepare_gemm, workspace
+
+OP = "gemm_reduce_scatter"
+
+
+@dataclass
+class Call:
+    """One checked call: the GEMM operands, this rank's output and the heap buffers."""
+
+    gemm: GemmCall
+    rows: int  # M / W: the rows every rank owns
+    c: torch.Tensor  # [rows, N], an ordinary tensor
+    stage: torch.Tensor  # [W, rows, N] fp32 on the heap
+    flags: torch.Tensor | None  # [W, tiles_per_owner] int32 on the heap (flagged variants)
+    epoch: int  # this call's epoch of `flags` (0 without flags)
+
+    @property
+    def heap(self):
+        return self.gemm.heap
+
+    @property
+    def config(self):
+        return self.gemm.config
+
+    @property
+    def tiles_per_owner(self) -> int:
+        cfg = self.gemm.config
+        return -(-self.rows // cfg.BLOCK_M) * -(-self.gemm.N // cfg.BLOCK_N)
+
+    @property
+    def sub_m(self) -> int:
+        """Rows per reduction block: about 32 fp32 elements per thread, a power of two <= BLOCK_M."""
+        cfg = self.gemm.config
+        return max(1, min(cfg.BLOCK_M, 1024 * cfg.num_warps // cfg.BLOCK_N))
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to compute or move (M or N is 0 on every rank)."""
+        return self.rows == 0 or self.gemm.N == 0
+
+    @property
+    def stage_args(self) -> tuple:
+        s = self.stage
+        return (s.stride(0), s.stride(1), s.stride(2))
+
+    @property
+    def dist_args(self) -> tuple:
+        """heap_bases, ctl, rank, world, epoch: the distributed arguments of the reduction."""
+        heap = self.heap
+        return (heap.heap_bases, ctl(heap), heap.rank, heap.world_size, self.epoch)
+
+
+def _poison_outputs() -> bool:
+    # Debug aid (the test harness sets it): a tile that a variant forgets to write shows as NaN.
+    return os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0")
+
+
+def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool) -> Call:
+    """Check ``a [M, K_loc]``, ``b [K_loc, N]``; allocate c; get the stage (and flags) workspace.
+
+    The stage is shared by every variant of one (rows, N) (the entry barrier of each call makes
+    that safe); the flags and their epoch belong to one variant and tile shape.
+    """
+    heap = op_heap(OP, group)
+    check_matrix(OP, "a", a)
+    W = heap.world_size
+    check_divisible(OP, "M (rows of a)", a.shape[0], W, "the world size")
+    rows = a.shape[0] // W
+    call = prepare_gemm(OP, a, b, group, config, comm=comm, tile_m=max(rows, 1))
+    if call.K == 0 and call.use_tma:
+        # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
+        call = dataclasses.replace(call, use_tma=False, b_kmajor=False)
+    N = call.N
+    if _poison_outputs():
+        c = torch.full((rows, N), float("nan"), dtype=a.dtype, device=a.device)
+    else:
+        c = torch.empty((rows, N), dtype=a.dtype, device=a.device)
+    if rows == 0 or N == 0:
+        return Call(call, rows, c, None, None, 0)
+    if rows * N >= 2**31:
+        raise ValueError(f"{OP}: an owner's block of M/W x N = {rows} x {N} elements must stay below 2**31 "
+                         "(the reduction indexes a block with 32-bit offsets); split the call")
+    stage = workspace(heap, (OP, "stage", W, rows, N),
+                      lambda h: {"stage": h.empty((W, rows, N), dtype=torch.float32)}).stage
+    flag_buf, epoch = None, 0
+    if flags:
+        cfg = call.config
+        tiles = -(-rows // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N)
+        ws = workspace(heap, (OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N),
+                       lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int32)})
+        flag_buf, epoch = ws.flags, ws.next_epoch()
+    return Call(call, rows, c, stage, flag_buf, epoch)
+
+
+def finish(call: Call) -> torch.Tensor:
+    """Report failed waits (cpu backend); return c."""
+    after_launch(call.heap)
+    return call.c

@@ -1,0 +1,126 @@
+"""Device loops shared by the gemm_reduce_scatter variants: produce partial tiles, reduce owned tiles.
+
+Tiles are decomposed by owner, so that no tile straddles two owners' rows: with ``rows = M / W``,
+owner o's tiles are the ``tiles_per_owner = cdiv(rows, BM) * cdiv(N, BN)`` tiles of the row block
+``A[o*rows : (o+1)*rows]`` (grouped swizzle inside the block). Rank r walks the owners in the
+order r+1, r+2, ..., r (its own last), so at any moment the ranks push to different owners.
+
+``stage [W, rows, N]`` fp32 sits on every rank's heap; in the push layout slot s of owner o holds
+source s's partial of o's rows. Flags ``flags [W, tiles_per_owner]`` int32 on the owner: entry
+``(s, j)`` is set to the call's epoch by source s once its partial of tile j is in the slot.
+"""
+
+import triton
+import triton.language as tl
+
+from ...runtime import primitives as P
+from ..common.flags import tile_acquire, tile_release
+from ..common.gemm import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets
+from ..common.reduce import accumulate_slot, block_offsets, owner_at, source_at, sum_slots
+
+
+@triton.jit
+def produce_partials(
+    # GEMM operands (the order of GemmCall.gemm_args)
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    # stage [W, rows, N] fp32 and the owner-side flags (symmetric addresses)
+    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+    # distributed
+    heap_bases, cur_rank, world, epoch,
+    # this program among NUM_PROGRAMS GEMM programs
+    pid,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
+):
+    """Compute this rank's partial of every tile and store it into the owner's slot ``cur_rank``.
+
+    Tile t = step * tiles_per_owner + j (owner ``owner_at(step)``, tile j of its block) goes to
+    program t % NUM_PROGRAMS. With ``RELEASE`` the owner's flag (cur_rank, j) is set to ``epoch``
+    after the store.
+    """
+    rows = M // world
+    num_pid_m = tl.cdiv(rows, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    tiles_per_owner = num_pid_m * num_pid_n
+    my_slot = stage_ptr + tl.cast(cur_rank, tl.int64) * stride_slot
+    for step in range(0, world):
+        owner = owner_at(cur_rank, step, world)
+        # The owner's row block of A, as an [rows, K] matrix of its own (16-byte aligned for TMA:
+        # the host checked that a row of A is a multiple of 16 bytes).
+        a_owner = a_ptr + tl.cast(owner, tl.int64) * rows * stride_am
+        a_op, b_op = gemm_operands(a_owner, b_ptr, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                   BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
+        first = (pid + NUM_PROGRAMS - (step * tiles_per_owner) % NUM_PROGRAMS) % NUM_PROGRAMS
+        for j in range(first, tiles_per_owner, NUM_PROGRAMS):
+            pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
+            acc = gemm_tile(a_op, b_op, pid_m, pid_n, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                            BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
+            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+            ptrs = my_slot + offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN]
+            mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [BM, BN]
+            P.store(ptrs, acc, cur_rank, owner, heap_bases, mask=mask)
+            if RELEASE:
+                # Release: pairs with the acquire in reduce_owned (WAIT) on rank `owner`.
+                tile_release(flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases)
+
+
+@triton.jit
+def reduce_owned(
+    # stage [W, rows, N] fp32, the flags (push layout) and this rank's output c [rows, N]
+    stage_ptr, flags_ptr, c_ptr,
+    rows, N,
+    stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+    # distributed
+    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    # this program among NUM_PROGRAMS reduction programs
+    cid,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr,
+):
+    """Sum the W contributions to tiles cid, cid + NUM_PROGRAMS, ... of this rank's rows into c.
+
+    Without ``WAIT`` every contribution is already in place: one pass per tile sums the W slots in
+    registers. With ``WAIT`` (push layout, partials still arriving) the program follows the
+    arrival order: for each source in turn it acquires that source's flag of each of its tiles and
+    adds the slot to a running sum kept in the first source's slot, so that by the time the last
+    source's partial arrives only one addition per tile is left. Both give the same bits. A tile
+    is processed in [SUB_M, BN] blocks.
+    """
+    num_pid_m = tl.cdiv(rows, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    tiles_per_owner = num_pid_m * num_pid_n
+    if WAIT:
+        for i in range(0, world):
+            src = source_at(cur_rank, i, world)
+            for j in range(cid, tiles_per_owner, NUM_PROGRAMS):
+                # Acquire: pairs with the release in produce_partials on rank `src`.
+                tile_acquire(flags_ptr + src * tiles_per_owner + j, epoch, cur_rank, src, ctl_ptr)
+                pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
+                for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, rows - pid_m * BLOCK_M), SUB_M)):
+                    offs_m, offs_n = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)
+                    accumulate_slot(stage_ptr, c_ptr, offs_m, offs_n, rows, N,
+                                    stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                                    cur_rank, world, i)
+    else:
+        for j in range(cid, tiles_per_owner, NUM_PROGRAMS):
+            pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
+            for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, rows - pid_m * BLOCK_M), SUB_M)):
+                offs_m, offs_n = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)
+                acc = sum_slots(stage_ptr, offs_m, offs_n, rows, N, stride_slot, stride_sm, stride_sn,
+                                heap_bases, cur_rank, world, SUB_M, BLOCK_N, PULL)  # [SUB_M, BN] fp32
+                store_tile(c_ptr, acc, offs_m, offs_n, rows, N, stride_cm, stride_cn)
+
+
+@triton.jit
+def reduce_kernel(
+    stage_ptr, flags_ptr, c_ptr,
+    rows, N,
+    stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr,
+):
+    """Standalone reduction: one persistent launch of :func:`reduce_owned`."""
+    reduce_owned(stage_ptr, flags_ptr, c_ptr, rows, N, stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                 heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
+                 BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT)

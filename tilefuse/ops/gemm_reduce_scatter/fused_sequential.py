@@ -1,0 +1,62 @@
+"""gemm_reduce_scatter, fused sequential: each partial tile goes from registers to its owner's slot.
+
+    program p:  | tile (owner r+1): K loop | store to owner's slot r | tile: K loop | store | ...
+    rank r:     | barrier | fused kernel | barrier | reduce: sum the W slots of r's tiles -> c |
+
+Pushing a tile overlaps the K loops of the tiles other programs are computing. The partials need no
+flags: the barrier after the kernel orders every rank's stores before the owner's local reduction,
+which sums slots r-1, r-2, ..., r in fp32 (the same bits on every run).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ...runtime import device_barrier
+from ._setup import finish, setup
+from ._tiles import produce_partials, reduce_kernel
+
+
+@triton.jit
+def _fused_kernel(
+    # GEMM operands (the order of GemmCall.gemm_args)
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    # stage [W, rows, N] fp32 (a symmetric address)
+    stage_ptr, stride_slot, stride_sm, stride_sn,
+    # distributed
+    heap_bases, cur_rank, world,
+    # meta-parameters
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+):
+    produce_partials(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                     stage_ptr, stage_ptr, stride_slot, stride_sm, stride_sn,
+                     heap_bases, cur_rank, world, 0, tl.program_id(0),
+                     BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False)
+
+
+def fused_sequential(a, b, *, config=None, group=None):
+    """gemm_reduce_scatter as one fused persistent kernel and a local reduction; same contract as
+    :func:`tilefuse.gemm_reduce_scatter`."""
+    call = setup("fused_sequential", a, b, config, group, comm=False, flags=False)
+    if call.empty:
+        return call.c
+    cfg, heap = call.config, call.heap
+    device_barrier()  # every owner is done reading the previous call's slots
+    programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, heap.world_size * call.tiles_per_owner)
+    _fused_kernel[(programs,)](
+        *call.gemm.gemm_args, call.stage, *call.stage_args,
+        heap.heap_bases, heap.rank, heap.world_size,
+        NUM_PROGRAMS=programs, **call.gemm.gemm_meta,
+    )
+    device_barrier()  # every rank's partials have landed in our slots
+    programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, call.tiles_per_owner)
+    reduce_kernel[(programs,)](
+        call.stage, call.stage, call.c,  # no flags: the barrier ordered the partials
+        call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
+        *call.dist_args,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
+        PULL=False, WAIT=False, num_warps=cfg.num_warps,
+    )
+    return finish(call)

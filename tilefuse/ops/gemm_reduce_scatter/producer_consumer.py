@@ -1,0 +1,68 @@
+"""gemm_reduce_scatter, producer-consumer: a GEMM kernel and a reduction kernel on two streams at once.
+
+    stream 1: | barrier | GEMM (GEMM_SMS programs): tiles of owner r+1 -> its slot r, release | r+2 | ... |
+    stream 2:           | reduce (COMM_SMS programs): from r-1: acquire | from r-2: acquire, add | ... -> c |
+    stream 1:                                                                                   | join |
+
+Rank r's reduction follows the arrivals: source by source (r-1, r-2, ..., r) it acquires the
+source's flag of each of its tiles and adds the slot to a running sum, while the GEMM keeps
+producing other owners' tiles. Flags are per (source, tile) on the owner and carry the call's
+epoch. GEMM_SMS + COMM_SMS must fit on the device at once: the reduction spins.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ...runtime import device_barrier
+from ..common.launch import ForkedStreams
+from ._setup import finish, setup
+from ._tiles import produce_partials, reduce_kernel
+
+
+@triton.jit
+def _gemm_producer_kernel(
+    # GEMM operands (the order of GemmCall.gemm_args)
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    # stage [W, rows, N] fp32 and flags [W, tiles_per_owner] int32 (symmetric addresses)
+    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+    # distributed
+    heap_bases, cur_rank, world, epoch,
+    # meta-parameters
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+):
+    produce_partials(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                     heap_bases, cur_rank, world, epoch, tl.program_id(0),
+                     BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
+
+
+def producer_consumer(a, b, *, config=None, group=None):
+    """gemm_reduce_scatter with GEMM and reduction kernels on two streams; same contract as
+    :func:`tilefuse.gemm_reduce_scatter`."""
+    call = setup("producer_consumer", a, b, config, group, comm=True, flags=True)
+    if call.empty:
+        return call.c
+    cfg, heap = call.config, call.heap
+    device_barrier()  # every owner is done reading the previous call's slots
+    gemm_programs = min(cfg.GEMM_SMS, heap.world_size * call.tiles_per_owner)
+    comm_programs = min(cfg.COMM_SMS, call.tiles_per_owner)
+    streams = ForkedStreams(heap.device)  # the reduction's stream starts after the barrier
+    # The GEMM waits on nothing: launched first, it cannot be blocked behind the spinning reduction.
+    _gemm_producer_kernel[(gemm_programs,)](
+        *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args,
+        heap.heap_bases, heap.rank, heap.world_size, call.epoch,
+        NUM_PROGRAMS=gemm_programs, **call.gemm.gemm_meta,
+    )
+    with streams.side():
+        reduce_kernel[(comm_programs,)](
+            call.stage, call.flags, call.c,
+            call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
+            *call.dist_args,
+            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=comm_programs,
+            PULL=False, WAIT=True, num_warps=cfg.num_warps,
+        )
+    streams.join()
+    return finish(call)
