@@ -108,6 +108,34 @@ def gemm_meta(call: GemmCall, lay: Layout) -> dict:
     return dict(call.gemm_meta, USE_TMA=lay.use_tma, B_KMAJOR=lay.b_kmajor)
 
 
+@dataclass(frozen=True)
+class PushPlan:
+    """Everything a flagged push variant (producer_consumer, wg_specialized) launches with."""
+
+    ag: torch.Tensor  # a_gathered [W*M_loc, K] on the heap
+    flags: torch.Tensor  # int32 [W * num_chunks], entry (source, chunk)
+    own: torch.Tensor  # this rank's row block of ag
+    c: torch.Tensor  # the output [W*M_loc, N]
+    lay: Layout
+    num_chunks: int
+    first: int  # 1: the local rows are not pushed to this rank itself (read from `a` directly)
+    epoch: int
+
+
+def plan_push(call: GemmCall, variant: str, return_gathered: bool) -> PushPlan:
+    """Workspace, layout, output and epoch of one call of a flagged push variant."""
+    heap, cfg = call.heap, call.config
+    r, M_loc = heap.rank, call.M
+    ws = gathered_workspace(call, variant, flags=True)
+    ag = ws.a_gathered
+    lay = layout(call, ag)
+    # The local rows go to this rank's own a_gathered only when something reads them there.
+    first = 1 if lay.local_direct and not return_gathered else 0
+    c = new_output((heap.world_size * M_loc, call.N), call.a.dtype, call.a.device)
+    return PushPlan(ag=ag, flags=ws.flags, own=ag[r * M_loc:(r + 1) * M_loc], c=c, lay=lay,
+                    num_chunks=-(-M_loc // cfg.BLOCK_M), first=first, epoch=ws.next_epoch())
+
+
 def finish(call: GemmCall, c: torch.Tensor, gathered, return_gathered: bool):
     """Report failed waits (cpu backend); return ``c`` or ``(c, gathered)``."""
     after_launch(call.heap)

@@ -22,7 +22,7 @@ import triton.language as tl
 from ...runtime import device_barrier
 from ..common.gather import push_shard
 from ..common.launch import ForkedStreams, ctl
-from ._setup import finish, gathered_workspace, gemm_meta, is_degenerate, layout, new_output, setup
+from ._setup import finish, gemm_meta, is_degenerate, plan_push, setup
 from ._tiles import gemm_gathered
 from .bulk_sync import bulk_sync
 
@@ -69,32 +69,24 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     heap, cfg = call.heap, call.config
     W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
-    ws = gathered_workspace(call, "producer_consumer", flags=True)
-    ag, flags = ws.a_gathered, ws.flags
-    lay = layout(call, ag)
-    num_chunks = triton.cdiv(M_loc, cfg.BLOCK_M)
-    # The local rows go to this rank's own a_gathered only when something reads them there.
-    first = 1 if lay.local_direct and not return_gathered else 0
-    c = new_output((W * M_loc, N), a.dtype, a.device)
-    own = ag[r * M_loc:(r + 1) * M_loc]
-    epoch = ws.next_epoch()
+    p = plan_push(call, "producer_consumer", return_gathered)
     device_barrier()  # every peer's GEMM of the previous call is done reading its a_gathered
     streams = ForkedStreams(heap.device)  # the GEMM's stream starts after the barrier
-    push_programs = min(cfg.COMM_SMS, (W - first) * num_chunks)
+    push_programs = min(cfg.COMM_SMS, (W - p.first) * p.num_chunks)
     if push_programs > 0:
         _push_kernel[(push_programs,)](
-            a, a.stride(0), a.stride(1), own, own.stride(0), own.stride(1), flags[r * num_chunks:],
-            M_loc, K, heap.heap_bases, r, W, epoch,
-            BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=push_programs, FIRST=first,
+            a, a.stride(0), a.stride(1), p.own, p.own.stride(0), p.own.stride(1), p.flags[r * p.num_chunks:],
+            M_loc, K, heap.heap_bases, r, W, p.epoch,
+            BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=push_programs, FIRST=p.first,
             num_warps=4,
         )
-    gemm_programs = min(cfg.GEMM_SMS, W * num_chunks * triton.cdiv(N, cfg.BLOCK_N))
+    gemm_programs = min(cfg.GEMM_SMS, W * p.num_chunks * triton.cdiv(N, cfg.BLOCK_N))
     with streams.side():
         _gemm_kernel[(gemm_programs,)](
-            a, a.stride(0), a.stride(1), ag, ag.stride(0), ag.stride(1), b, b.stride(0), b.stride(1),
-            c, c.stride(0), c.stride(1), flags, M_loc, N, K,
-            ctl(heap), r, W, epoch,
-            NUM_PROGRAMS=gemm_programs, LOCAL_DIRECT=lay.local_direct, **gemm_meta(call, lay),
+            a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),
+            p.c, p.c.stride(0), p.c.stride(1), p.flags, M_loc, N, K,
+            ctl(heap), r, W, p.epoch,
+            NUM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct, **gemm_meta(call, p.lay),
         )
     streams.join()
-    return finish(call, c, ag.clone() if return_gathered else None, return_gathered)
+    return finish(call, p.c, p.ag.clone() if return_gathered else None, return_gathered)

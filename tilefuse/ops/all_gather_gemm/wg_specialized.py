@@ -26,7 +26,7 @@ import triton.language as tl
 from ...runtime import device_barrier
 from ..common.gather import push_shard
 from ..common.launch import ctl
-from ._setup import finish, gathered_workspace, gemm_meta, is_degenerate, layout, new_output, setup
+from ._setup import finish, gemm_meta, is_degenerate, plan_push, setup
 from ._tiles import gemm_gathered
 from .bulk_sync import bulk_sync
 
@@ -67,23 +67,15 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     heap, cfg = call.heap, call.config
     W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
-    ws = gathered_workspace(call, "wg_specialized", flags=True)
-    ag, flags = ws.a_gathered, ws.flags
-    lay = layout(call, ag)
-    num_chunks = triton.cdiv(M_loc, cfg.BLOCK_M)
-    # The local rows go to this rank's own a_gathered only when something reads them there.
-    first = 1 if lay.local_direct and not return_gathered else 0
-    c = new_output((W * M_loc, N), a.dtype, a.device)
-    own = ag[r * M_loc:(r + 1) * M_loc]
-    epoch = ws.next_epoch()
+    p = plan_push(call, "wg_specialized", return_gathered)
     device_barrier()  # every peer's GEMM of the previous call is done reading its a_gathered
-    comm_programs = max(1, min(cfg.COMM_SMS, (W - first) * num_chunks))
-    gemm_programs = min(cfg.GEMM_SMS, W * num_chunks * triton.cdiv(N, cfg.BLOCK_N))
+    comm_programs = max(1, min(cfg.COMM_SMS, (W - p.first) * p.num_chunks))
+    gemm_programs = min(cfg.GEMM_SMS, W * p.num_chunks * triton.cdiv(N, cfg.BLOCK_N))
     _wg_kernel[(comm_programs + gemm_programs,)](
-        a, a.stride(0), a.stride(1), ag, ag.stride(0), ag.stride(1), own,
-        b, b.stride(0), b.stride(1), c, c.stride(0), c.stride(1), flags, flags[r * num_chunks:],
-        M_loc, N, K, heap.heap_bases, ctl(heap), r, W, epoch,
-        COMM_PROGRAMS=comm_programs, GEMM_PROGRAMS=gemm_programs, LOCAL_DIRECT=lay.local_direct,
-        FIRST=first, **gemm_meta(call, lay),
+        a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.own,
+        b, b.stride(0), b.stride(1), p.c, p.c.stride(0), p.c.stride(1), p.flags, p.flags[r * p.num_chunks:],
+        M_loc, N, K, heap.heap_bases, ctl(heap), r, W, p.epoch,
+        COMM_PROGRAMS=comm_programs, GEMM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct,
+        FIRST=p.first, **gemm_meta(call, p.lay),
     )
-    return finish(call, c, ag.clone() if return_gathered else None, return_gathered)
+    return finish(call, p.c, p.ag.clone() if return_gathered else None, return_gathered)
