@@ -6,12 +6,12 @@
 #
 # Everything goes under $OUT (default ./bench_out), at most 8 files:
 #   env.txt  tests.log  bandwidth.csv  bandwidth.log  ops_world1.csv  ops_world1.log  summary.txt
-#   (+ demo.log when STAGES names "demo")
+#   (+ tp_mlp.csv when STAGES names "mlp", whose log goes to ops_world1.log; + demo.log for "demo")
 # Every stage runs under `timeout`, against one deadline (BUDGET_S seconds from the start, default
 # 560: the device tool's limit is 600); a stage that fails or times out does not stop the next.
 # Knobs (environment):
 #   OUT, BUDGET_S, PYTHON (default python3);
-#   STAGES       default "env tests bandwidth ops"; add "demo" to run examples/demo.py last;
+#   STAGES       default "env tests bandwidth ops mlp"; add "demo" to run examples/demo.py last;
 #   TESTS_ARGS   extra pytest arguments, e.g. "tests/test_runtime.py" or "-k world";
 #   TESTS_MAX_S  cap of the test stage (default 240 full / 180 quick; the whole budget when it is the
 #                only stage left to run);
@@ -26,11 +26,11 @@ case "$MODE" in quick|full) ;; *) echo "usage: bash benchmarks/gpu_session.sh [q
 OUT=${OUT:-./bench_out}
 mkdir -p "$OUT"
 rm -f "$OUT"/env.txt "$OUT"/tests.log "$OUT"/bandwidth.csv "$OUT"/bandwidth.log \
-      "$OUT"/ops_world1.csv "$OUT"/ops_world1.log "$OUT"/summary.txt "$OUT"/demo.log
+      "$OUT"/ops_world1.csv "$OUT"/ops_world1.log "$OUT"/summary.txt "$OUT"/demo.log "$OUT"/tp_mlp.csv
 export PYTHONUNBUFFERED=1
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-$(command -v python3 || command -v python)}
-STAGES=${STAGES:-"env tests bandwidth ops"}
+STAGES=${STAGES:-"env tests bandwidth ops mlp"}
 BUDGET_S=${BUDGET_S:-560}
 START=$(date +%s)
 STATUS=()
@@ -81,6 +81,7 @@ else
     OPS_SHAPES=first; OPS_REPS=1; OPS_MAX=(90 60 60)
 fi
 DEMO_MAX=120
+MLP_MAX=60
 if (( GPU == 0 )); then
     BW_SIZES=small; OPS_SHAPES=small; OPS_REPS=1
 fi
@@ -90,6 +91,7 @@ stage_max() {
         tests) echo "$TESTS_MAX" ;;
         bandwidth) echo "$BW_MAX" ;;
         ops) echo $(( OPS_MAX[0] + OPS_MAX[1] + OPS_MAX[2] )) ;;
+        mlp) echo "$MLP_MAX" ;;
         demo) echo "$DEMO_MAX" ;;
     esac
 }
@@ -97,7 +99,7 @@ stage_max() {
 # reserve_after NAME: the caps of the enabled stages that run after NAME.
 reserve_after() {
     local total=0 seen=0 s
-    for s in tests bandwidth ops demo; do
+    for s in tests bandwidth ops mlp demo; do
         if (( seen )) && has_stage "$s"; then total=$(( total + $(stage_max "$s") )); fi
         [[ $s == "$1" ]] && seen=1
     done
@@ -183,6 +185,14 @@ if has_stage ops; then
             "$PY" -m benchmarks.ops_world1 --ops "${ops[i]}" --shapes "$OPS_SHAPES" --reps "$OPS_REPS" \
             --csv "$OUT/ops_world1.csv" --append ${variants[@]+"${variants[@]}"}
     done
+fi
+
+# ---------------------------------------------------------------- TP MLP forward+backward (issue 7)
+if has_stage mlp; then
+    size=8b
+    (( GPU == 0 )) && size=tiny
+    run_stage "tp_mlp ($size, world 1)" "$(stage_limit "$MLP_MAX" "$(reserve_after mlp)")" "$OUT/ops_world1.log" \
+        "$PY" -m benchmarks.tp_mlp --size "$size" --world 1 --csv "$OUT/tp_mlp.csv"
 fi
 
 # ---------------------------------------------------------------- demo (only when STAGES names it)
