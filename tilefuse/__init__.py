@@ -53,9 +53,11 @@ def is_on_heap(t):
     return get_heap().is_on_heap(t)
 
 
+from . import nn  # noqa: E402  (tensor-parallel layers on the ops; ops never import nn)
+
 __all__ = [
     "Config", "all_gather_gemm", "default_config", "gemm_all_scatter", "gemm_reduce_scatter",
     "HeapFullError", "VARIANTS", "WaitTimeoutError", "arange", "barrier", "device_barrier", "empty",
-    "full", "get_heap", "init", "is_initialized", "is_on_heap", "randn", "shutdown", "synchronize",
+    "full", "get_heap", "init", "is_initialized", "is_on_heap", "nn", "randn", "shutdown", "synchronize",
     "zeros",
 ]
