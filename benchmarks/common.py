@@ -22,6 +22,15 @@ Timing
 CSV
     One row per measurement (long format): ``op, variant, M, N, K, dtype, world, metric, value,
     device, torch, triton, commit, date`` and a free-text ``note`` (the error of a failed run).
+    A benchmark may append columns of its own (``write_csv(..., columns=COLUMNS + [...])``).
+
+Checks
+    :func:`rel_error` and :func:`tolerance` (relative Frobenius error against an fp32 product),
+    :func:`poison_workspaces` (NaN into the ops' heap workspaces before a checked call),
+    :func:`error_text` and :func:`cuda_alive` for recording a failure and going on.
+
+Progress
+    :class:`Progress`: a tqdm bar on a terminal where tqdm is importable, else a line now and then.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import queue
 import socket
 import statistics
 import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -45,6 +55,9 @@ import torch.distributed as dist
 REPO = Path(__file__).resolve().parents[1]
 COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "metric", "value",
            "device", "torch", "triton", "commit", "date", "note"]
+DTYPE_NAMES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
+               "float16": torch.float16, "half": torch.float16, "fp32": torch.float32,
+               "float32": torch.float32, "float": torch.float32}
 DEFAULT_L2_BYTES = 64 << 20  # when the device does not report its L2 size
 FLUSH_BYTES = 256 << 20  # what do_bench writes to clear L2
 
@@ -147,6 +160,14 @@ class RankCtx:
         t = torch.tensor([0 if flag else 1], dtype=torch.int64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.host_group)
         return int(t[0]) == 0
+
+    def all_gather_object(self, obj) -> list:
+        """Every rank's ``obj`` (picklable), in rank order (a host round trip on the gloo group)."""
+        if self.world == 1:
+            return [obj]
+        out: list = [None] * self.world
+        dist.all_gather_object(out, obj, group=self.host_group)
+        return out
 
 
 class LaunchError(RuntimeError):
@@ -368,6 +389,53 @@ def rel_error(got: torch.Tensor, ref: torch.Tensor) -> float:
     return torch.linalg.vector_norm(g - r).item() / (denom if denom > 0 else 1.0)
 
 
+def tolerance(dtype: torch.dtype, on_gpu: bool) -> float:
+    """Largest accepted :func:`rel_error` against the fp32 product, per dtype."""
+    if dtype == torch.float32:
+        return 5e-3 if on_gpu else 1e-5  # tf32 tensor cores on a GPU
+    return 1e-2
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """``bf16``/``bfloat16``, ``fp16``/``float16``, ``fp32``/``float32``."""
+    try:
+        return DTYPE_NAMES[name.strip().lower().removeprefix("torch.")]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; use one of {sorted(DTYPE_NAMES)}") from None
+
+
+def error_text(err: BaseException) -> str:
+    """One line for the CSV ``note``: the exception's type and the first line of its message."""
+    return f"{type(err).__name__}: {err}".splitlines()[0][:300]
+
+
+def cuda_alive(ctx: RankCtx) -> bool:
+    """False when this rank's GPU context is broken (e.g. after an illegal memory access)."""
+    try:
+        ctx.sync()
+        return True
+    except Exception:
+        return False
+
+
+def poison_workspaces(*extra: torch.Tensor) -> None:
+    """NaN into every floating-point heap workspace of the ops and into the tensors ``extra``
+    (e.g. an ``out=`` heap buffer peers write into), between two barriers (collective).
+
+    A checked call after this fails its check if it reads a workspace element that it did not
+    write in this call. Flags and counters are left alone (their protocol is the tests' business).
+    """
+    import tilefuse
+    from tilefuse.ops.common import launch as oplaunch
+
+    tilefuse.barrier()
+    buffers = [b for ws in oplaunch._WORKSPACES.values() for b in ws.buffers.values()] + list(extra)
+    for buf in buffers:
+        if buf.dtype.is_floating_point:
+            buf.fill_(float("nan"))
+    tilefuse.barrier()
+
+
 # ---------------------------------------------------------------------------------------------
 # Output
 # ---------------------------------------------------------------------------------------------
@@ -380,11 +448,16 @@ def row(op: str, variant: str, M, N, K, dtype, world: int, metric: str, value, n
             "value": value, "note": note}
 
 
-def write_csv(rows: list, path: str | os.PathLike, info: dict, append: bool = False) -> None:
-    """Write ``rows`` (dicts from :func:`row`) with the run facts ``info`` to ``path``."""
+def write_csv(rows: list, path: str | os.PathLike, info: dict, append: bool = False,
+              columns: list | None = None) -> None:
+    """Write ``rows`` (dicts from :func:`row`) with the run facts ``info`` to ``path``.
+
+    ``columns`` (default :data:`COLUMNS`) names the CSV columns in order; keys of a row that are
+    not among them are dropped, missing ones are left empty.
+    """
     import pandas as pd
 
-    frame = pd.DataFrame([{**info, **r} for r in rows], columns=COLUMNS)
+    frame = pd.DataFrame([{**info, **r} for r in rows], columns=columns or COLUMNS)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     exists = append and path.exists() and path.stat().st_size > 0
@@ -443,3 +516,52 @@ def human_bytes(n: int) -> str:
         if n >= size and n % size == 0:
             return f"{n // size}{unit}"
     return str(n)
+
+
+class Progress:
+    """Progress of a long run on stderr: a tqdm bar where tqdm is importable and stderr is a
+    terminal, else a plain ``[done/total]`` line at most every ``every_s`` seconds (a log file
+    then gets a few readable lines instead of a stream of carriage returns). ``enabled=False``
+    prints nothing (pass it on every rank but the one that reports)."""
+
+    def __init__(self, total: int, desc: str = "", enabled: bool = True, every_s: float = 30.0):
+        self.total, self.desc, self.enabled, self.every_s = total, desc, enabled, every_s
+        self.done = 0
+        self._last = time.monotonic()
+        self._file = sys.stderr
+        self._bar = None
+        if enabled and self._file.isatty():
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                tqdm = None
+            if tqdm is not None:
+                self._bar = tqdm(total=total, desc=desc, file=self._file, dynamic_ncols=True, leave=True)
+
+    def update(self, n: int = 1, what: str = "") -> None:
+        self.done += n
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.update(n)
+            if what:
+                self._bar.set_postfix_str(what, refresh=False)
+            return
+        now = time.monotonic()
+        if now - self._last >= self.every_s or self.done >= self.total:
+            self._last = now
+            print(f"{self.desc} [{self.done}/{self.total}] {what}".strip(), file=self._file, flush=True)
+
+    def write(self, text: str) -> None:
+        """Print a line without breaking the bar (nothing when disabled)."""
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.write(text, file=sys.stdout)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

@@ -45,6 +45,8 @@ from tilefuse.runtime import hw
 from .common import (
     Cycle,
     bench,
+    cuda_alive,
+    error_text,
     is_main_process,
     launch,
     parse_bytes,
@@ -53,6 +55,7 @@ from .common import (
     rotating,
     row,
     run_info,
+    tolerance,
     write_csv,
 )
 
@@ -69,13 +72,6 @@ SHAPES = {
 SHAPES["first"] = {op: shapes[:1] for op, shapes in SHAPES["full"].items()}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 BASELINES = ("torch.matmul", "tilefuse.matmul")
-
-
-def tolerance(dtype: torch.dtype, on_gpu: bool) -> float:
-    """Largest accepted relative Frobenius error against the fp32 product."""
-    if dtype == torch.float32:
-        return 5e-3 if on_gpu else 1e-5  # tf32 tensor cores on a GPU
-    return 1e-2
 
 
 def _methods(op: str, variants: list | None) -> list:
@@ -113,14 +109,6 @@ def _call(op: str, label: str, variant: str | None, a, b, c_plain, out, cfg):
     return fn(a, b)
 
 
-def _cuda_alive(ctx) -> bool:
-    try:
-        ctx.sync()
-        return True
-    except Exception:
-        return False
-
-
 def run_shape(ctx, op, M, N, K, dtype, methods, args) -> list:
     """Check and time every method on one shape; returns CSV rows."""
     rows = []
@@ -142,7 +130,7 @@ def run_shape(ctx, op, M, N, K, dtype, methods, args) -> list:
     times: dict = {label: [] for label, _, _ in methods}
 
     def note(label, err):
-        text = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+        text = error_text(err)
         status[label] = "ERROR " + text
         rows.append(row(op, label, M, N, K, dtype, 1, "error", float("nan"), text))
         print(f"[{op} {M}x{N}x{K} {label}] {traceback.format_exc()}", file=sys.stderr, flush=True)
@@ -165,7 +153,7 @@ def run_shape(ctx, op, M, N, K, dtype, methods, args) -> list:
             rows.append(row(op, label, M, N, K, dtype, 1, "ok", float(ok)))
         except Exception as err:
             note(label, err)
-            if ctx.on_gpu and not _cuda_alive(ctx):
+            if ctx.on_gpu and not cuda_alive(ctx):
                 raise
     del a, b, ref, got
 
@@ -184,7 +172,7 @@ def run_shape(ctx, op, M, N, K, dtype, methods, args) -> list:
                 times[label].append(bench(ctx, fn, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, cpu_reps=1))
             except Exception as err:
                 note(label, err)
-                if ctx.on_gpu and not _cuda_alive(ctx):
+                if ctx.on_gpu and not cuda_alive(ctx):
                     raise
     flops = 2.0 * M * N * K
     t_torch = statistics.median(times["torch.matmul"]) if times["torch.matmul"] else float("nan")
@@ -212,10 +200,9 @@ def run_rank(ctx, ops: list, shapes: dict, variants: list | None, dtype: torch.d
             try:
                 shape_rows = run_shape(ctx, op, M, N, K, dtype, methods, args)
             except Exception as err:  # the device is unusable (or a set-up step failed)
-                shape_rows = [row(op, "*", M, N, K, dtype, 1, "error", float("nan"),
-                                  f"{type(err).__name__}: {err}".splitlines()[0][:300])]
+                shape_rows = [row(op, "*", M, N, K, dtype, 1, "error", float("nan"), error_text(err))]
                 print(traceback.format_exc(), file=sys.stderr, flush=True)
-                aborted = ctx.on_gpu and not _cuda_alive(ctx)
+                aborted = ctx.on_gpu and not cuda_alive(ctx)
             rows += shape_rows
             if is_main_process():
                 write_csv(shape_rows, args.csv, info, append=append)

@@ -1,0 +1,579 @@
+"""Every op and variant at world W against its baselines, on named shape sets, in the same run.
+
+    python -m benchmarks.suite --ops all --sets iris,llama3-8b,llama3-70b,decode --world W
+                               [--variants ...] [--dtype bfloat16] [--csv PATH] [--plots DIR]
+    torchrun --nproc-per-node W -m benchmarks.suite ...        (then --world is ignored)
+
+Shapes come from ``tilefuse/tuning/shapes.json`` (``local_shapes(op, sets, W)``): M, N, K in the CSV
+are the per-rank operands ``a [M, K] @ b [K, N]`` each rank passes to the op. Methods timed per
+op and shape, interleaved in every round:
+
+========== ================================================================================
+gemm       torch.matmul of this rank's GEMM alone: gemm_all_scatter ``[M, K] @ [K, N]``;
+           all_gather_gemm over the gathered rows ``[W*M, K] @ [K, N]``;
+           gemm_reduce_scatter the full partial ``[M, K] @ [K, N]``
+comm       the communication alone with torch.distributed (NCCL when each rank has its own GPU):
+           all-gather of the ``[M, N]`` product (gemm_all_scatter) or of ``a`` (all_gather_gemm),
+           reduce-scatter of the ``[M, N]`` partial (gemm_reduce_scatter)
+plain      the registry's plain path: torch.matmul + the torch.distributed collective
+torch_fused torch's async-TP op where one exists (``torch.ops.symm_mem.fused_all_gather_matmul``,
+           ``fused_matmul_reduce_scatter``); skipped, with the reason in ``note``, at world 1,
+           without NCCL, without the op, and for gemm_all_scatter (torch has no such op)
+<variant>  every registered tilefuse variant but ``reference`` and ``plain`` (or ``--variants``)
+auto       the public op with ``variant="auto"``; its rows' ``note`` says what it ran
+ideal      derived: ``max(t_gemm, t_comm)``, perfect overlap of the two
+========== ================================================================================
+
+gemm_all_scatter variants (and auto) write into a heap ``out=`` buffer, the op's intended fast use;
+``--no-heap-out`` times the default path, which copies the result out of the heap.
+
+Every method is checked once, on inputs of its own, against the op's ``reference`` (fp32 matmul +
+torch.distributed collective; the GEMM alone against an fp32 product), with outputs and the ops'
+heap workspaces poisoned with NaN first: metric ``rel_err`` (cross-rank maximum of
+``|out - ref| / |ref|``) and ``ok`` (1 when within the dtype's tolerance). A method that raises is
+recorded (metric ``error``, message in ``note``) and the run goes on. Timing:
+:func:`benchmarks.common.bench_max` (cross-rank maximum of per-rank medians, inputs rotated past
+L2) in ``--reps`` rounds; ``ms`` is the median over rounds, ``spread_pct`` the range of the rounds
+over that median. Derived metrics: ``speedup_vs_plain = t_plain / t``;
+``frac_of_ideal = speedup_vs_plain / ideal_speedup`` with
+``ideal_speedup = (t_gemm + t_comm) / max(t_gemm, t_comm)`` (1.0: the overlap reached the ceiling);
+``TFLOP/s`` per rank; ``busbw_GB/s`` for ``comm``. CSV columns: those of
+:data:`benchmarks.common.COLUMNS` plus ``set`` and ``shape`` (the shape-set entry). See
+docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import os
+import statistics
+import sys
+import traceback
+import warnings
+import zlib
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+import tilefuse
+from tilefuse.ops import dispatch, registry
+from tilefuse.ops.common import launch as oplaunch
+from tilefuse.ops.common.collectives import all_gather_cat, reduce_scatter_rows
+from tilefuse.runtime import hw
+from tilefuse.tuning.shapes import local_shapes, shape_sets
+
+from .common import (
+    COLUMNS,
+    Cycle,
+    Progress,
+    bench_max,
+    cuda_alive,
+    error_text,
+    is_main_process,
+    launch,
+    parse_bytes,
+    parse_dtype,
+    poison_workspaces,
+    print_table,
+    rel_error,
+    rotating,
+    row,
+    run_info,
+    tolerance,
+    under_torchrun,
+    write_csv,
+)
+
+OPS = registry.OPS
+BASELINES = ("gemm", "comm", "plain", "torch_fused")
+CSV_COLUMNS = COLUMNS + ["set", "shape"]
+GPU_SETS = "iris,llama3-8b,llama3-70b,decode"
+CPU_SETS = "tiny"
+TORCH_FUSED = {"all_gather_gemm": "fused_all_gather_matmul",
+               "gemm_reduce_scatter": "fused_matmul_reduce_scatter"}
+
+
+# ---------------------------------------------------------------------------------------------
+# What each op computes and moves
+# ---------------------------------------------------------------------------------------------
+
+
+def gemm_rows(op: str, M: int, world: int) -> int:
+    """Rows of the op's local GEMM: all_gather_gemm multiplies the gathered ``W*M`` rows."""
+    return world * M if op == "all_gather_gemm" else M
+
+
+def op_flops(op: str, M: int, N: int, K: int, world: int) -> float:
+    """Floating-point operations of one rank's GEMM."""
+    return 2.0 * gemm_rows(op, M, world) * N * K
+
+
+def comm_bytes(op: str, M: int, N: int, K: int, world: int, itemsize: int) -> float:
+    """Bus bytes per rank of the collective (NCCL's busbw convention: ``(W-1)/W`` of the large side)."""
+    if op == "gemm_all_scatter":
+        full = world * M * N  # all-gather of the [M, N] products
+    elif op == "all_gather_gemm":
+        full = world * M * K  # all-gather of a
+    else:
+        full = M * N  # reduce-scatter of the [M, N] partial
+    return full * itemsize * (world - 1) / world
+
+
+@dataclass
+class Operands:
+    """One input set on this rank."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    gemm_a: torch.Tensor  # the A of the local GEMM (the gathered rows for all_gather_gemm)
+    comm_in: torch.Tensor  # what the collective moves (the local product, or a)
+
+
+@dataclass
+class Method:
+    label: str
+    call: object  # fn(Operands) -> tensor
+    expect: str  # which reference the result is checked against: "op", "gemm", "gathered"
+    skip: str = ""  # why it is not run ("" = run it)
+    note: str = ""  # added to every row of the method (e.g. what auto runs)
+    status: str = "ok"
+    times: list = field(default_factory=list)
+
+
+class Case:
+    """One op on one per-rank shape on this rank: inputs, buffers, references and the methods."""
+
+    def __init__(self, ctx, op: str, M: int, N: int, K: int, dtype: torch.dtype, heap_out: bool):
+        self.ctx, self.op, self.M, self.N, self.K, self.dtype = ctx, op, M, N, K, dtype
+        self.world = W = ctx.world
+        dev = ctx.device
+        self.nccl = ctx.pg_backend == "nccl" and ctx.on_gpu
+        self.gen = torch.Generator(device=dev).manual_seed(zlib.crc32(f"{op} {M} {N} {K} {ctx.rank}".encode()))
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        rows = gemm_rows(op, M, W)
+        gathered = rows * K if op == "all_gather_gemm" else 0
+        per_set = (M * K + K * N + gathered + (0 if op == "all_gather_gemm" else M * N)) * itemsize
+        self.sets = rotating(self._make, per_set, dev)
+        self.c_gemm = torch.empty(rows, N, dtype=dtype, device=dev)
+        self.comm_out = None
+        if self.nccl:
+            shape = (M // W, N) if op == "gemm_reduce_scatter" else (W * M, self.sets[0].comm_in.shape[1])
+            self.comm_out = torch.empty(shape, dtype=dtype, device=dev)
+        self.heap_out = None
+        if op == "gemm_all_scatter" and heap_out:
+            self.heap_out = tilefuse.empty(M, W * N, dtype=dtype)  # same heap offset on every rank
+
+    def _make(self, _) -> Operands:
+        M, N, K, dev, dt = self.M, self.N, self.K, self.ctx.device, self.dtype
+        a = torch.randn(M, K, generator=self.gen, device=dev, dtype=torch.float32).to(dt)
+        b = torch.randn(K, N, generator=self.gen, device=dev, dtype=torch.float32).to(dt)
+        if self.op == "all_gather_gemm":
+            return Operands(a, b, all_gather_cat(a, dim=0), a)
+        return Operands(a, b, a, torch.matmul(a, b))
+
+    # -- the methods -------------------------------------------------------------------------
+
+    def gemm(self, s: Operands) -> torch.Tensor:
+        return torch.matmul(s.gemm_a, s.b, out=self.c_gemm)
+
+    def comm(self, s: Operands) -> torch.Tensor:
+        """The collective alone, gathered along rows (gemm_all_scatter's column order is restored
+        only for the check: the reshuffle is not communication)."""
+        x = s.comm_in
+        if self.op == "gemm_reduce_scatter":
+            if self.nccl:
+                dist.reduce_scatter_tensor(self.comm_out, x)
+                return self.comm_out
+            return reduce_scatter_rows(x).to(x.dtype)
+        if self.nccl:
+            dist.all_gather_into_tensor(self.comm_out, x)
+            return self.comm_out
+        return all_gather_cat(x, dim=0)
+
+    def _as_result(self, label: str, got: torch.Tensor) -> torch.Tensor:
+        if label == "comm" and self.op == "gemm_all_scatter":  # [W*M, N] row blocks -> [M, W*N]
+            return got.view(self.world, self.M, self.N).permute(1, 0, 2).reshape(self.M, self.world * self.N)
+        return got
+
+    def methods(self, variants: list) -> list:
+        op = self.op
+        out_kw = {"out": self.heap_out} if self.heap_out is not None else {}
+        plain = registry.get(op, "plain")
+        fused, why = torch_fused(self.ctx, op)
+        methods = [
+            Method("gemm", self.gemm, "gemm"),
+            Method("comm", self.comm, "gathered" if op == "all_gather_gemm" else "op"),
+            Method("plain", lambda s: plain(s.a, s.b), "op"),
+            Method("torch_fused", (lambda s: fused(s.a, s.b)) if fused else None, "op", skip=why),
+        ]
+        for v in variants:
+            if v == "auto":
+                fn = functools.partial(getattr(tilefuse, op), variant="auto", **out_kw)
+                choice = dispatch.choose(op, self.sets[0].a, self.sets[0].b)
+                note = f"auto -> {choice.variant} ({choice.source})"
+                methods.append(Method("auto", lambda s, fn=fn: fn(s.a, s.b), "op", note=note))
+            else:
+                fn = functools.partial(registry.get(op, v), **({} if v == "reference" else out_kw))
+                methods.append(Method(v, lambda s, fn=fn: fn(s.a, s.b), "op"))
+        return methods
+
+    def references(self, s: Operands) -> dict:
+        """fp32 results of the check inputs ``s`` (collective: every rank calls it)."""
+        ref = registry.get(self.op, "reference")
+        out = {"gemm": (s.gemm_a.float() @ s.b.float())}
+        if self.op == "all_gather_gemm":
+            out["op"], out["gathered"] = ref(s.a, s.b, return_gathered=True)
+        else:
+            out["op"] = ref(s.a, s.b)
+        return out
+
+    def poison(self) -> None:
+        """NaN into every buffer a method writes in place, and into the ops' heap workspaces."""
+        poison_workspaces(*(buf for buf in (self.c_gemm, self.comm_out, self.heap_out) if buf is not None))
+
+
+def torch_fused(ctx, op: str):
+    """(fn(a, b) -> result, "") for torch's async-TP op of ``op``, or (None, why not)."""
+    name = TORCH_FUSED.get(op)
+    if name is None:
+        return None, "torch has no fused op for it"
+    if ctx.world == 1:
+        return None, "world 1: nothing to overlap"
+    if not (ctx.on_gpu and ctx.pg_backend == "nccl"):
+        return None, f"needs NCCL and a GPU per rank (have {ctx.pg_backend} on {ctx.device.type})"
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+    except ImportError as err:
+        return None, f"torch {torch.__version__} lacks symmetric memory ({error_text(err)})"
+    if not hasattr(torch.ops.symm_mem, name):
+        return None, f"torch {torch.__version__} lacks torch.ops.symm_mem.{name}"
+    group_name = dist.group.WORLD.group_name
+    enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
+    if enable is not None:  # needed before torch 2.11, deprecated (a no-op need) since, gone later
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            enable(group_name)
+    if op == "all_gather_gemm":
+        def fn(a, b):
+            return torch.ops.symm_mem.fused_all_gather_matmul(a, [b], 0, group_name, return_A=False)[1][0]
+    else:
+        def fn(a, b):
+            return torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, "sum", 0, group_name)
+    return fn, ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Check, time, derive
+# ---------------------------------------------------------------------------------------------
+
+
+def _agree(ctx, local_error: str | None) -> str | None:
+    """The first rank's error text (prefixed with its rank when W > 1), or None when no rank failed."""
+    errors = ctx.all_gather_object(local_error)
+    for r, text in enumerate(errors):
+        if text:
+            return text if ctx.world == 1 else f"rank {r}: {text}"
+    return None
+
+
+def derive(op: str, M: int, N: int, K: int, world: int, itemsize: int, times: dict) -> dict:
+    """Per-method metrics from the median times ``times[label]`` (ms); label ``ideal`` is added.
+
+    Returns ``{label: {metric: value}}``.
+    """
+    out: dict = {}
+    t_gemm, t_comm, t_plain = times.get("gemm"), times.get("comm"), times.get("plain")
+    flops = op_flops(op, M, N, K, world)
+    ideal = ideal_speedup = None
+    if t_gemm is not None and t_comm is not None:
+        ideal = max(t_gemm, t_comm)
+        ideal_speedup = (t_gemm + t_comm) / ideal if ideal > 0 else float("nan")
+    for label, ms in times.items():
+        m = out[label] = {"ms": ms}
+        if label == "comm":
+            m["busbw_GB/s"] = comm_bytes(op, M, N, K, world, itemsize) / (ms * 1e-3) / 1e9 if ms > 0 else float("nan")
+            continue
+        m["TFLOP/s"] = flops / (ms * 1e-3) / 1e12 if ms > 0 else float("nan")
+        if label == "gemm" or t_plain is None:
+            continue
+        m["speedup_vs_plain"] = t_plain / ms if ms > 0 else float("nan")
+        if ideal_speedup is not None:
+            m["frac_of_ideal"] = m["speedup_vs_plain"] / ideal_speedup
+    if ideal is not None:
+        m = out["ideal"] = {"ms": ideal, "ideal_speedup": ideal_speedup}
+        if t_plain is not None and ideal > 0:
+            m["speedup_vs_plain"] = t_plain / ideal
+    return out
+
+
+def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: Progress) -> list:
+    """Check and time every method on one shape; returns CSV rows (the same on every rank)."""
+    M, N, K, W = entry["M"], entry["N"], entry["K"], ctx.world
+    extra = {"set": entry["set"], "shape": entry["name"]}
+    rows: list = []
+
+    def add(label, metric, value, note=""):
+        rows.append({**row(op, label, M, N, K, dtype, W, metric, value, note), **extra})
+
+    case = Case(ctx, op, M, N, K, dtype, heap_out=not args.no_heap_out)
+    methods = case.methods(variants)
+    tol = tolerance(dtype, ctx.on_gpu)
+    where = f"{op} {entry['name']} {M}x{N}x{K}"
+
+    def fail(m, text):
+        m.status = "ERROR " + text
+        add(m.label, "error", float("nan"), text)
+
+    # Check: inputs of their own, poisoned outputs, the op's reference.
+    chk = case._make(None)
+    refs = case.references(chk)
+    for m in methods:
+        if m.skip:
+            m.status = "skipped: " + m.skip
+            add(m.label, "skipped", float("nan"), m.skip)
+            progress.update(1 + args.reps, f"{where} {m.label}")
+            continue
+        local = None
+        err = float("nan")
+        try:
+            case.poison()
+            got = case._as_result(m.label, m.call(chk))
+            tilefuse.synchronize()
+            err = rel_error(got, refs[m.expect])
+        except Exception as exc:
+            local = error_text(exc)
+            print(f"[rank {ctx.rank} {where} {m.label}] {traceback.format_exc()}", file=sys.stderr, flush=True)
+        text = _agree(ctx, local)
+        if text:
+            fail(m, text)
+        else:
+            err = ctx.max(err)
+            ok = err <= tol  # NaN fails
+            m.status = "ok" if ok else f"FAIL rel_err {err:.3g} > {tol:g}"
+            add(m.label, "rel_err", err, m.note)
+            add(m.label, "ok", float(ok), m.note)
+        progress.update(1, f"{where} {m.label} check")
+        if text and ctx.on_gpu and not cuda_alive(ctx):
+            raise RuntimeError(f"{where} {m.label}: the GPU context is broken: {text}")
+    del chk, refs
+
+    # Time: the methods interleaved within each round.
+    cycle = Cycle(case.sets)
+    for _ in range(args.reps):
+        for m in methods:
+            if m.skip or m.status.startswith("ERROR"):
+                if not m.skip:
+                    progress.update(1)
+                continue
+            local = None
+            t = float("nan")
+            try:
+                t = bench_max(ctx, lambda m=m: m.call(cycle()), warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
+                              cpu_reps=1)
+            except Exception as exc:
+                local = error_text(exc)
+                print(f"[rank {ctx.rank} {where} {m.label}] {traceback.format_exc()}", file=sys.stderr, flush=True)
+            text = _agree(ctx, local)
+            if text:
+                fail(m, text)
+                if ctx.on_gpu and not cuda_alive(ctx):
+                    raise RuntimeError(f"{where} {m.label}: the GPU context is broken: {text}")
+            else:
+                m.times.append(t)
+            progress.update(1, f"{where} {m.label}")
+
+    # Derive.
+    medians = {m.label: statistics.median(m.times) for m in methods if m.times and not m.status.startswith("ERROR")}
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    by_label = {m.label: m for m in methods}
+    for label, metrics in derive(op, M, N, K, W, itemsize, medians).items():
+        m = by_label.get(label)
+        note = "" if m is None else "; ".join(x for x in (m.status if m.status != "ok" else "", m.note) if x)
+        if m is not None:
+            metrics = dict(metrics, spread_pct=100.0 * (max(m.times) - min(m.times)) / metrics["ms"]
+                           if metrics["ms"] > 0 else float("nan"))
+        for metric, value in metrics.items():
+            add(label, metric, value, note)
+    return rows
+
+
+def shape_entries(ops: list, sets: list, world: int, names: list | None) -> dict:
+    """``{op: [{set, name, M, N, K}, ...]}``: per-rank shapes of the named sets (``names`` filters)."""
+    out = {}
+    for op in ops:
+        entries = []
+        for set_name in sets:
+            for e in local_shapes(op, [set_name], world):
+                if names is None or e["name"] in names:
+                    entries.append({"set": set_name, **e})
+        out[op] = entries
+    return out
+
+
+def tilefuse_variants(op: str, wanted: list | None) -> list:
+    """The variants timed besides the baselines: every registered one but reference and plain, and auto."""
+    registered = registry.variants(op)
+    if wanted is None:
+        return [v for v in registered if v not in ("reference", "plain")] + ["auto"]
+    missing = [v for v in wanted if v not in registered and v != "auto"]
+    if missing:
+        print(f"{op}: not registered, skipped: {missing}", flush=True)
+    return [v for v in wanted if (v in registered or v == "auto") and v not in BASELINES]
+
+
+def run_rank(ctx, ops: list, shapes: dict, variants: list | None, dtype, args) -> dict:
+    """Every op and shape on this rank; rank 0 appends each shape's rows to the CSV as it goes."""
+    info = run_info(ctx.device)
+    rows: list = []
+    append = args.append
+    plan = {op: tilefuse_variants(op, variants) for op in ops}
+    total = sum(len(shapes[op]) * (len(BASELINES) + len(plan[op])) * (1 + args.reps) for op in ops)
+    progress = Progress(total, desc=f"suite W={ctx.world}", enabled=ctx.rank == 0 and not args.no_progress)
+    aborted = False
+    try:
+        for op in ops:
+            if not shapes[op]:
+                continue
+            progress.write(f"{op}: {len(shapes[op])} shape(s), methods {list(BASELINES) + plan[op]}")
+            for entry in shapes[op]:
+                try:
+                    shape_rows = run_shape(ctx, op, entry, dtype, plan[op], args, progress)
+                except Exception as err:  # a set-up step failed, or the device is unusable
+                    shape_rows = [{**row(op, "*", entry["M"], entry["N"], entry["K"], dtype, ctx.world, "error",
+                                         float("nan"), error_text(err)), "set": entry["set"],
+                                   "shape": entry["name"]}]
+                    print(traceback.format_exc(), file=sys.stderr, flush=True)
+                    aborted = ctx.on_gpu and not cuda_alive(ctx)
+                rows += shape_rows
+                if ctx.rank == 0:
+                    write_csv(shape_rows, args.csv, info, append=append, columns=CSV_COLUMNS)
+                append = True
+                if aborted:
+                    return {"rows": rows, "info": info, "aborted": True}
+                oplaunch.clear_workspaces()  # collective: every shape's heap buffers go back
+                gc.collect()
+    finally:
+        progress.close()
+    return {"rows": rows, "info": info, "aborted": False}
+
+
+# ---------------------------------------------------------------------------------------------
+# Terminal
+# ---------------------------------------------------------------------------------------------
+
+TABLE_COLUMNS = ["op", "shape", "MxNxK", "method", "ms", "TFLOP/s", "busbw_GB/s", "vs_plain", "frac_ideal",
+                 "rel_err", "status"]
+
+
+def summarize(rows: list) -> list:
+    """One record per (op, shape, method) for the terminal table."""
+    recs: dict = {}
+    rename = {"speedup_vs_plain": "vs_plain", "frac_of_ideal": "frac_ideal"}
+    for r in rows:
+        key = (r["op"], r.get("set"), r.get("shape"), r["M"], r["N"], r["K"], r["variant"])
+        rec = recs.setdefault(key, {"op": r["op"], "shape": r.get("shape", ""),
+                                    "MxNxK": f"{r['M']}x{r['N']}x{r['K']}", "method": r["variant"],
+                                    "status": ""})
+        metric = r["metric"]
+        if metric in ("ms", "TFLOP/s", "busbw_GB/s", "speedup_vs_plain", "frac_of_ideal", "rel_err"):
+            rec[rename.get(metric, metric)] = r["value"]
+        elif metric == "ok":
+            rec["status"] = "ok" if r["value"] == 1.0 else "FAIL"
+        elif metric == "error":
+            rec["status"] = ("ERROR " + r["note"])[:60]
+        elif metric == "skipped":
+            rec["status"] = ("skipped: " + r["note"])[:60]
+        if r["variant"] == "auto" and r["note"].startswith("auto ->") and rec["status"] == "ok":
+            rec["status"] = "ok, ran " + r["note"].split(" (")[0].removeprefix("auto -> ")
+    return list(recs.values())
+
+
+def failures(rows: list) -> list:
+    return [r for r in rows if (r["metric"] == "ok" and r["value"] != 1.0) or r["metric"] == "error"]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", default="all", help=f"'all' or comma-separated ops of {list(OPS)}")
+    parser.add_argument("--sets", default=None,
+                        help=f"comma-separated shape sets (default {GPU_SETS} on a GPU, {CPU_SETS} on the CPU)")
+    parser.add_argument("--shapes", default=None, help="only these entries of the sets (comma-separated names)")
+    parser.add_argument("--world", type=int, default=1, help="ranks to spawn (ignored under torchrun)")
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated tilefuse variants and/or auto (default: every registered one "
+                             "but reference and plain, and auto); gemm, comm, plain, torch_fused always run")
+    parser.add_argument("--dtype", default=None,
+                        help="bfloat16 (default on a GPU), float16 (default on the CPU: the interpreter's "
+                             "bf16 is wrong) or float32")
+    parser.add_argument("--reps", type=int, default=None, help="timing rounds (default 2 on a GPU, 1 on the CPU)")
+    parser.add_argument("--warmup-ms", type=float, default=25.0)
+    parser.add_argument("--rep-ms", type=float, default=100.0)
+    parser.add_argument("--heap", default=None, help="symmetric heap per rank (default 8G on a GPU, 256M on CPU)")
+    parser.add_argument("--no-heap-out", action="store_true",
+                        help="gemm_all_scatter variants return a copy instead of writing a heap out= buffer")
+    parser.add_argument("--csv", default="bench_out/suite.csv")
+    parser.add_argument("--append", action="store_true", help="append to the CSV instead of replacing it")
+    parser.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots of the CSV to DIR")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+
+    ops = list(OPS) if args.ops.strip() == "all" else [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = sorted(set(ops) - set(OPS))
+    if unknown:
+        parser.error(f"unknown op(s) {unknown}; ops are {list(OPS)}")
+    on_gpu = torch.cuda.is_available() and not hw.interpreting()
+    sets = [s.strip() for s in (args.sets or (GPU_SETS if on_gpu else CPU_SETS)).split(",") if s.strip()]
+    missing_sets = sorted(set(sets) - set(shape_sets()))
+    if missing_sets:
+        parser.error(f"unknown shape set(s) {missing_sets}; sets are {sorted(shape_sets())}")
+    try:
+        dtype = parse_dtype(args.dtype or ("bfloat16" if on_gpu else "float16"))
+    except ValueError as err:
+        parser.error(str(err))
+    if dtype == torch.bfloat16 and not on_gpu:
+        print("warning: bf16 arithmetic is wrong in Triton's interpreter: expect failed checks", flush=True)
+    args.reps = args.reps or (2 if on_gpu else 1)
+    world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else args.world
+    names = [s.strip() for s in args.shapes.split(",") if s.strip()] if args.shapes else None
+    if names is not None:
+        known = {e["name"] for set_name in sets for e in shape_sets()[set_name]}
+        if set(names) - known:
+            parser.error(f"--shapes: {sorted(set(names) - known)} not in the sets {sets}; "
+                         f"their entries are {sorted(known)}")
+    shapes = shape_entries(ops, sets, world, names)
+    for op in ops:
+        if not shapes[op]:
+            print(f"{op}: no shape of {sets} applies at world {world} (sharded dimension not divisible?)",
+                  flush=True)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()] if args.variants else None
+    heap = parse_bytes(args.heap) if args.heap else ((8 << 30) if on_gpu else (256 << 20))
+
+    results = launch(run_rank, world, ops, shapes, variants, dtype, args, heap_size=heap)
+    if not is_main_process():
+        return 0
+    result = results[0]
+    rows, info = result["rows"], result["info"]
+    print_table(summarize(rows), TABLE_COLUMNS,
+                title=f"suite: world {world}, {str(dtype).replace('torch.', '')}, {info['device']}, "
+                      f"torch {info['torch']}, triton {info['triton']}, commit {info['commit']}")
+    print("vs_plain = t_plain / t; frac_ideal = vs_plain / ((t_gemm + t_comm) / max(t_gemm, t_comm))")
+    print(f"csv: {args.csv}")
+    if args.plots:
+        from .plots import make_plots
+
+        for path in make_plots(args.csv, args.plots):
+            print(f"plot: {path}")
+    bad = failures(rows)
+    if result["aborted"]:
+        print("ABORTED: the device became unusable; later shapes were skipped")
+    if bad:
+        print(f"{len(bad)} failed check(s) or error(s): see status above and the CSV's note column")
+    return 1 if bad or result["aborted"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

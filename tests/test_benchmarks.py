@@ -1,0 +1,165 @@
+"""Smoke test of the benchmark suite's plumbing on the CPU: launch, checks, CSV, table, plots.
+
+Timings in Triton's interpreter mean nothing; what is tested is that every method runs and is
+checked, that a wrong or raising method is recorded without stopping the run, that the derived
+metrics follow their definitions, and that the CSV and the plots come out.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from benchmarks import common, plots, suite
+from tilefuse.ops import registry
+from tilefuse.tuning.shapes import local_shapes
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _value(df, op, shape, variant, metric):
+    hit = df[(df["op"] == op) & (df["shape"] == shape) & (df["variant"] == variant) & (df["metric"] == metric)]
+    assert len(hit) == 1, f"{op} {shape} {variant} {metric}: {len(hit)} rows"
+    return float(hit["value"].iloc[0])
+
+
+def test_derived_metrics_follow_their_definitions():
+    times = {"gemm": 3.0, "comm": 1.0, "plain": 4.2, "bulk_sync": 4.0, "fused_sequential": 3.5}
+    out = suite.derive("gemm_reduce_scatter", 64, 32, 16, 2, 2, times)
+    ideal_speedup = (3.0 + 1.0) / 3.0
+    assert out["ideal"]["ms"] == 3.0
+    assert out["ideal"]["ideal_speedup"] == pytest.approx(ideal_speedup)
+    assert out["ideal"]["speedup_vs_plain"] == pytest.approx(4.2 / 3.0)
+    assert out["fused_sequential"]["speedup_vs_plain"] == pytest.approx(4.2 / 3.5)
+    assert out["fused_sequential"]["frac_of_ideal"] == pytest.approx((4.2 / 3.5) / ideal_speedup)
+    assert out["plain"]["speedup_vs_plain"] == 1.0
+    assert "speedup_vs_plain" not in out["gemm"] and "speedup_vs_plain" not in out["comm"]
+    assert out["gemm"]["TFLOP/s"] == pytest.approx(2 * 64 * 32 * 16 / 3e-3 / 1e12)
+    assert out["comm"]["busbw_GB/s"] == pytest.approx(64 * 32 * 2 * 0.5 / 1e-3 / 1e9)  # RS of [M, N] fp16
+    # all_gather_gemm's GEMM runs over the gathered W*M rows.
+    agg = suite.derive("all_gather_gemm", 64, 32, 16, 4, 2, {"gemm": 1.0})
+    assert agg["gemm"]["TFLOP/s"] == pytest.approx(2 * 4 * 64 * 32 * 16 / 1e-3 / 1e12)
+
+
+def test_world2_cli_writes_checked_rows_table_and_plots(tmp_path):
+    """The CLI at world 2 on the tiny set: every method ok, torch_fused skipped with its reason."""
+    csv, plot_dir = tmp_path / "suite.csv", tmp_path / "plots"
+    env = dict(os.environ, TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.suite", "--ops", "all", "--sets", "tiny",
+                           "--world", "2", "--variants", "bulk_sync", "--csv", str(csv), "--plots", str(plot_dir),
+                           "--no-progress"], cwd=REPO, env=env, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "suite: world 2" in proc.stdout and "frac_ideal" in proc.stdout
+    df = pd.read_csv(csv)
+    assert list(df.columns) == suite.CSV_COLUMNS
+    assert (df["world"] == 2).all() and (df["dtype"] == "float16").all()
+    assert df[["device", "torch", "triton", "commit", "date"]].notna().all().all()
+    for op in registry.OPS:
+        expected = local_shapes(op, "tiny", 2)
+        got = df[df["op"] == op].drop_duplicates("shape")
+        assert sorted(got["shape"]) == sorted(e["name"] for e in expected)
+        for e in expected:
+            name = e["name"]
+            sub = df[(df["op"] == op) & (df["shape"] == name)]
+            assert (sub[["M", "N", "K"]].values == [e["M"], e["N"], e["K"]]).all()
+            for method in ("gemm", "comm", "plain", "bulk_sync"):
+                assert _value(df, op, name, method, "ok") == 1.0, (op, name, method)
+                assert _value(df, op, name, method, "ms") > 0
+            skip = sub[(sub["variant"] == "torch_fused") & (sub["metric"] == "skipped")]
+            assert len(skip) == 1 and skip["note"].iloc[0], (op, name)
+            assert "auto" not in set(sub["variant"])  # --variants names what runs
+            t_gemm, t_comm = (_value(df, op, name, m, "ms") for m in ("gemm", "comm"))
+            t_plain, t_bulk = (_value(df, op, name, m, "ms") for m in ("plain", "bulk_sync"))
+            assert _value(df, op, name, "ideal", "ms") == pytest.approx(max(t_gemm, t_comm))
+            frac = (t_plain / t_bulk) / ((t_gemm + t_comm) / max(t_gemm, t_comm))
+            assert _value(df, op, name, "bulk_sync", "frac_of_ideal") == pytest.approx(frac)
+    pngs = sorted(p.name for p in plot_dir.glob("*.png"))
+    assert pngs == sorted(f"{kind}_{op}_w2_float16.png" for op in registry.OPS for kind in ("speedup", "vs_ideal"))
+
+
+def _untouched_out(a, b, *, config=None, group=None, out=None):
+    """A gemm_all_scatter 'variant' that writes nothing: returns the (poisoned) out buffer."""
+    return out
+
+
+def _raises(a, b, *, config=None, group=None):
+    raise ValueError("boom from a broken variant")
+
+
+def test_world1_records_wrong_and_raising_methods_and_goes_on(tmp_path, monkeypatch):
+    """In-process world 1. fused_sequential first leaves a correct result in the heap out= buffer:
+    only the poisoning makes the do-nothing bulk_sync fail its check."""
+    monkeypatch.setitem(registry._TABLE["gemm_all_scatter"], "bulk_sync", _untouched_out)
+    monkeypatch.setitem(registry._TABLE["gemm_reduce_scatter"], "bulk_sync", _raises)
+    csv = tmp_path / "w1.csv"
+    rc = suite.main(["--ops", "gemm_all_scatter,gemm_reduce_scatter", "--sets", "tiny", "--shapes", "tiny-b",
+                     "--world", "1", "--variants", "fused_sequential,bulk_sync", "--csv", str(csv),
+                     "--no-progress"])
+    assert rc == 1
+    df = pd.read_csv(csv).fillna({"note": ""})
+    gas, grs = "gemm_all_scatter", "gemm_reduce_scatter"
+    assert _value(df, gas, "tiny-b", "fused_sequential", "ok") == 1.0
+    assert _value(df, gas, "tiny-b", "bulk_sync", "ok") == 0.0
+    assert math.isnan(_value(df, gas, "tiny-b", "bulk_sync", "rel_err"))
+    err = df[(df["op"] == grs) & (df["variant"] == "bulk_sync") & (df["metric"] == "error")]
+    assert len(err) == 1 and "boom from a broken variant" in err["note"].iloc[0]
+    raised = df[(df["op"] == grs) & (df["variant"] == "bulk_sync")]
+    assert set(raised["metric"]) == {"error"}  # caught at the check: no rel_err/ok, not timed
+    # The run went on: the methods after the broken one were checked and timed.
+    for op in (gas, grs):
+        for method in ("gemm", "comm", "plain", "fused_sequential"):
+            assert _value(df, op, "tiny-b", method, "ok") == 1.0
+            assert _value(df, op, "tiny-b", method, "ms") > 0
+        skip = df[(df["op"] == op) & (df["variant"] == "torch_fused") & (df["metric"] == "skipped")]
+        assert len(skip) == 1
+    assert "world 1" in skip["note"].iloc[0]
+    bad_note = df[(df["op"] == gas) & (df["variant"] == "bulk_sync") & (df["metric"] == "ms")]["note"].iloc[0]
+    assert bad_note.startswith("FAIL")
+    records = suite.summarize(df.to_dict("records"))
+    status = {(r["op"], r["method"]): r["status"] for r in records}
+    assert status[(gas, "bulk_sync")] == "FAIL" and status[(grs, "bulk_sync")].startswith("ERROR")
+
+
+def test_plots_skip_without_matplotlib_and_progress_without_tqdm(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(plots, "_pyplot", lambda: None)
+    assert plots.make_plots(pd.DataFrame(columns=suite.CSV_COLUMNS), tmp_path) == []
+    assert "matplotlib is not installed" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm now raises ImportError
+    bar = common.Progress(3, desc="x", every_s=0.0)
+    bar.update(2, "step")
+    bar.close()
+    assert "x [2/3] step" in capsys.readouterr().err
+    silent = common.Progress(3, desc="y", enabled=False)
+    silent.update(3)
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_bar_on_a_terminal(monkeypatch):
+    pytest.importorskip("tqdm")
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    bar = common.Progress(4, desc="suite")
+    bar.update(4, "last step")
+    bar.close()
+    assert "suite" in tty.getvalue() and "4/4" in tty.getvalue()
+
+
+def test_tolerance_and_rel_error_reject_nan():
+    assert common.tolerance(torch.float16, on_gpu=True) == 1e-2
+    a = torch.ones(4, 4)
+    assert common.rel_error(a, a) == 0.0
+    assert math.isnan(common.rel_error(torch.full((4, 4), float("nan")), a))
+    assert math.isnan(common.rel_error(a[:2], a))
