@@ -105,7 +105,8 @@ def test_auto_runs_plain_where_the_table_says_so(pools, tmp_path):
     [(variant, _, cfg)] = pools.run(1, job_auto_uses_table, str(tmp_path), 64, 64, 64)
     assert variant == "wg_specialized" and cfg == CFG
     [(variant, source, _)] = pools.run(1, job_auto_uses_table, str(tmp_path), 8, 512, 16)
-    assert source == "heuristic" and variant == dispatch.heuristic("gemm_all_scatter", 8, 512, 16, 1)
+    assert source == "heuristic" and variant == "plain", "untuned at world 1: nothing to overlap"
+    assert dispatch.heuristic("gemm_all_scatter", 8, 512, 16, 2) == "fused_sequential"
 
 
 def job_tune_then_auto(ctx, out_dir):
