@@ -3,6 +3,7 @@
 import time
 
 import pytest
+import torch
 from ophelpers import assert_matches, dtypes, poison_workspaces, randn
 
 import tilefuse
@@ -71,3 +72,76 @@ def test_non_default_config(pools, variant, on_gpu):
                GEMM_SMS=3, COMM_SMS=3)
     assert all(pools.run(2, job_against_reference, variant, [(70, 40, 24)], calls=2, config=cfg,
                          b_transposed=True))
+
+
+def job_changing_split(ctx, splits):
+    """One shape, calls with different COMM_SMS in turn: every call must wait for exactly its own
+    communication programs (the completion counter must not mix splits)."""
+    M, N, K = 40, 24, 16
+    for call, comm_sms in enumerate(splits):
+        a, b = _inputs(ctx, M, N, K, torch.float16, seed=50 + call)
+        ref = registry.get(OP, "reference")(a, b)
+        poison_workspaces()
+        cfg = tilefuse.Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=1,
+                              GEMM_SMS=2, COMM_SMS=comm_sms)
+        got = registry.get(OP, "wg_specialized")(a, b, config=cfg)
+        tilefuse.synchronize()
+        assert_matches(got, ref, torch.float16, K, ctx.on_gpu, f"call {call} COMM_SMS={comm_sms}", scale=ctx.world)
+    tilefuse.barrier()
+    return True
+
+
+def test_wg_split_changes_between_calls(pools):
+    assert all(pools.run(2, job_changing_split, [2, 3, 1, 3]))
+
+
+def job_mismatched_shards(ctx):
+    """Rank 1 passes a wider shard: every rank must raise (no hang, no write past a buffer)."""
+    N = 16 if ctx.rank == 1 else 8
+    a, b = _inputs(ctx, 24, N, 16, torch.float16, seed=7)
+    with pytest.raises(ValueError, match="ranks disagree"):
+        registry.get(OP, "fused_sequential")(a, b)
+    # The op still works afterwards with agreeing shapes.
+    a, b = _inputs(ctx, 24, 8, 16, torch.float16, seed=8)
+    got = registry.get(OP, "fused_sequential")(a, b)
+    assert_matches(got, registry.get(OP, "reference")(a, b), torch.float16, 16, ctx.on_gpu, "after", scale=2)
+    tilefuse.barrier()
+    return True
+
+
+def test_mismatched_shards_raise_on_every_rank(pools):
+    assert all(pools.run(2, job_mismatched_shards))
+
+
+def job_empty_k(ctx, variant):
+    a = torch.zeros(12, 0, dtype=torch.float16, device=ctx.device)
+    b = torch.zeros(0, 8, dtype=torch.float16, device=ctx.device)
+    got = registry.get(OP, variant)(a, b)
+    assert got.shape == (12, 8 * ctx.world) and torch.count_nonzero(got) == 0
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+def test_empty_k_gives_zeros(pools, variant):
+    assert all(pools.run(2, job_empty_k, variant))
+
+
+def job_clear_workspaces(ctx):
+    import gc
+
+    tilefuse.clear_workspaces()
+    gc.collect()
+    before = ctx.heap.bytes_used
+    a, b = _inputs(ctx, 64, 32, 16, torch.float16, seed=3)
+    registry.get(OP, "wg_specialized")(a, b)
+    tilefuse.barrier()
+    grown = ctx.heap.bytes_used
+    tilefuse.clear_workspaces()
+    gc.collect()
+    assert grown > before and ctx.heap.bytes_used == before, (before, grown, ctx.heap.bytes_used)
+    return True
+
+
+def test_clear_workspaces_gives_heap_back(pools):
+    assert all(pools.run(2, job_clear_workspaces))

@@ -12,6 +12,7 @@ _env.configure()
 from .ops import plain as _plain  # noqa: E402,F401  (registers the plain path)
 from .ops.all_gather_gemm import all_gather_gemm  # noqa: E402
 from .ops.common.config import Config, default_config  # noqa: E402
+from .ops.common.launch import clear_workspaces  # noqa: E402
 from .ops.gemm_all_scatter import gemm_all_scatter  # noqa: E402
 from .ops.gemm_reduce_scatter import gemm_reduce_scatter  # noqa: E402
 from .ops.registry import VARIANTS  # noqa: E402
@@ -56,7 +57,7 @@ def is_on_heap(t):
 from . import nn  # noqa: E402  (tensor-parallel layers on the ops; ops never import nn)
 
 __all__ = [
-    "Config", "all_gather_gemm", "default_config", "gemm_all_scatter", "gemm_reduce_scatter",
+    "Config", "all_gather_gemm", "clear_workspaces", "default_config", "gemm_all_scatter", "gemm_reduce_scatter",
     "HeapFullError", "VARIANTS", "WaitTimeoutError", "arange", "barrier", "device_barrier", "empty",
     "full", "get_heap", "init", "is_initialized", "is_on_heap", "nn", "randn", "shutdown", "synchronize",
     "zeros",

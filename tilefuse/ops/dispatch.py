@@ -4,6 +4,9 @@ Tables (``tilefuse.tuning.tables``) are keyed by the op, the device's arch name 
 and by the call's operand shapes ``a [M, K] @ b [K, N]`` and dtype. Where the tuner found that no
 fused variant beat the plain path (torch.matmul + torch.distributed), the table says ``plain`` and
 auto runs it.
+
+Every rank must reach the same choice, so auto assumes all ranks pass the same shapes (the usual
+even sharding). A gemm_reduce_scatter whose K shards differ between ranks should name its variant.
 """
 
 from __future__ import annotations

@@ -275,17 +275,26 @@ class SymmetricHeap:
                 f"(allocate it with tilefuse.empty/zeros/...), but it is {where} outside the heap"
             )
 
-    def check_symmetric(self, name: str, *tensors: torch.Tensor) -> None:
-        """Collective: every rank's ``tensors`` must sit at the same heap offsets."""
-        mine = [self.offset_of(t) for t in tensors]
+    def check_symmetric(self, name: str, *tensors: torch.Tensor, signature=None) -> None:
+        """Collective: every rank's ``tensors`` must sit at the same heap offsets with the same shapes
+        and strides, and every rank must pass an equal ``signature`` (e.g. the call's shapes)."""
+        mine = {"offsets": [self.offset_of(t) for t in tensors],
+                "layout": [(tuple(t.shape), tuple(t.stride()), str(t.dtype)) for t in tensors],
+                "signature": signature}
         everyone: list = [None] * self.world_size
         dist.all_gather_object(everyone, mine, group=self.group)
-        for r, offs in enumerate(everyone):
-            if offs != mine:
+        for r, theirs in enumerate(everyone):
+            if theirs["signature"] != mine["signature"] or theirs["layout"] != mine["layout"]:
+                raise ValueError(
+                    f"{name}: ranks disagree on the call: rank {self.rank} has {mine['signature']} with "
+                    f"buffers {mine['layout']}, rank {r} has {theirs['signature']} with {theirs['layout']}. "
+                    "Every rank must make the same call with the same shapes."
+                )
+            if theirs["offsets"] != mine["offsets"]:
                 raise RuntimeError(
                     f"{name}: heap allocations diverged between ranks: rank {self.rank} has offsets "
-                    f"{mine}, rank {r} has {offs}. Every rank must allocate heap tensors in the same "
-                    "order and free them alike."
+                    f"{mine['offsets']}, rank {r} has {theirs['offsets']}. Every rank must allocate heap "
+                    "tensors in the same order and free them alike."
                 )
 
     @property

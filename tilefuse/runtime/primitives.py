@@ -31,15 +31,19 @@ Bounded waits
 -------------
 Every wait gives up after ``ctl[CTL_BOUND]`` polls. A wait that gives up records, once per control
 block, which rank waited, for which flag address, the target and the value seen, and the rank
-expected to write it; later waits in the same kernel see the record and give up at once, so a
-missing producer costs one bound, not one per tile. The host turns the record into
-:class:`tilefuse.WaitTimeoutError` (``tilefuse.runtime.world.check_waits``).
+expected to write it; later waits see the record and give up at once, so a missing producer costs
+one bound, not one per tile. The host turns the record into :class:`tilefuse.WaitTimeoutError` and
+clears it (``tilefuse.runtime.world.check_waits``): right after each launch on the CPU; on a GPU
+without a sync, at the next op call (a pinned copy of the status word is read), or at
+``tilefuse.synchronize()``/``barrier()``. Results of a call whose wait gave up are garbage.
 
 Memory model notes: ``scope`` is ignored by the interpreter and x86 orders everything, so ordering
 bugs only show on a GPU: keep data-then-release and acquire-then-data strictly.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import triton
 import triton.language as tl
@@ -55,6 +59,18 @@ CTL_SEEN = tl.constexpr(5)
 CTL_POLLS = tl.constexpr(6)
 CTL_BOUND = tl.constexpr(7)  # poll bound, written by the host
 CTL_WORDS = tl.constexpr(8)
+
+
+# Arguments that change from call to call (or rank to rank) and must not make Triton compile a new
+# binary: by default it specialises ints equal to 1 or divisible by 16, so an epoch would recompile
+# the kernel at epochs 1, 16, ... and rank 1 would run a different binary from its peers.
+_RUNTIME_INTS = ("epoch", "cur_rank", "done_target")
+
+
+def kernel(fn):
+    """``triton.jit`` for a kernel launched by tilefuse: epochs and ranks are not specialised on."""
+    names = [n for n in inspect.signature(fn).parameters if n in _RUNTIME_INTS]
+    return triton.jit(do_not_specialize=names)(fn)
 
 
 @triton.jit
@@ -180,11 +196,12 @@ def wait(flag_ptr, target, cur_rank, src_rank, ctl_ptr):
     while (seen < target) & (polls < bound) & (failed == 0):
         seen = tl.load(flag_ptr, volatile=True)
         polls += 1
+    # One acquire after the cheap polls: later reads see the data written before the release. A
+    # scalar atomic's result is the same for every thread of the program, so all threads take the
+    # same branch below even if their polls ended differently.
+    seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
     ok = seen >= target
-    if ok:
-        # One acquire after the cheap polls: later reads see the data written before the release.
-        tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
-    else:
+    if not ok:
         zero = tl.zeros([], dtype=tl.int64)
         first = tl.atomic_cas(ctl_ptr + CTL_STATUS, zero, zero + 1)
         if first == 0:
@@ -197,7 +214,7 @@ def wait(flag_ptr, target, cur_rank, src_rank, ctl_ptr):
     return ok
 
 
-@triton.jit
+@kernel
 def barrier_kernel(flags_ptr, heap_bases, ctl_ptr, cur_rank, world, epoch):
     """Device-side barrier over all ranks (one program); ``flags_ptr`` is an int32[world] on the heap.
 

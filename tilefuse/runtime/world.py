@@ -26,6 +26,7 @@ class _State:
     ctl: torch.Tensor  # int64[CTL_WORDS] control block for bounded waits
     barrier_flags: torch.Tensor  # int32[world] on the heap
     barrier_epoch: int = 0
+    status_host: torch.Tensor | None = None  # pinned copy of ctl[CTL_STATUS] (GPU), read without a sync
 
 
 _STATE: _State | None = None
@@ -77,7 +78,8 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
     ctl = torch.zeros(int(CTL_WORDS), dtype=torch.int64, device=heap.device)
     ctl[int(CTL_BOUND)] = polls
     flags = heap.zeros(heap.world_size, dtype=torch.int32)
-    _STATE = _State(heap=heap, ctl=ctl, barrier_flags=flags)
+    status_host = torch.zeros(1, dtype=torch.int64, pin_memory=True) if heap.device.type == "cuda" else None
+    _STATE = _State(heap=heap, ctl=ctl, barrier_flags=flags, status_host=status_host)
     heap.check_symmetric("tilefuse.init", flags)
     return heap
 
@@ -116,6 +118,8 @@ def check_waits() -> None:
     if rec["status"] == 0:
         return
     st.ctl[:int(CTL_BOUND)] = 0
+    if st.status_host is not None:
+        st.status_host.zero_()
     heap = st.heap
     offset = rec["addr"] - heap.base
     where = f"heap offset {offset}" if 0 <= offset < heap.size else f"address {rec['addr']:#x}"
@@ -126,6 +130,33 @@ def check_waits() -> None:
         "never released it: a rank that did not make the same call, crashed, or ran a different "
         "shape/epoch. Raise the bound with TILEFUSE_WAIT_POLLS if a rank is just slow."
     )
+
+
+def note_launch() -> None:
+    """After an op's launches: on the CPU report a failed wait now; on a GPU queue a copy of the status
+    word into pinned memory, read by :func:`poll_waits` at the next call (no sync)."""
+    st = _state()
+    if st.heap.device.type == "cpu":
+        check_waits()
+    else:
+        st.status_host.copy_(st.ctl[:1], non_blocking=True)
+
+
+def poll_waits() -> None:
+    """Raise :class:`WaitTimeoutError` if an earlier call's wait gave up (cheap; no sync unless so)."""
+    st = _state()
+    if st.status_host is not None and int(st.status_host[0]) != 0:
+        check_waits()
+
+
+def check_not_capturing(op: str) -> None:
+    """Epochs are host counters baked into each launch: a captured CUDA graph would replay stale ones."""
+    st = _state()
+    if st.heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"{op}: tilefuse ops cannot be captured in a CUDA graph (their flag epochs are host-side "
+            "counters that a replay would repeat, so waits would pass on stale flags)"
+        )
 
 
 def synchronize() -> None:
@@ -155,8 +186,7 @@ def device_barrier() -> None:
     st.barrier_epoch += 1
     barrier_kernel[(1,)](st.barrier_flags, heap.heap_bases, st.ctl, heap.rank, heap.world_size,
                          st.barrier_epoch)
-    if heap.device.type == "cpu":
-        check_waits()
+    note_launch()
 
 
 def shutdown() -> None:

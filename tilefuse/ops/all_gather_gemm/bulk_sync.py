@@ -15,12 +15,13 @@ import triton
 import triton.language as tl
 
 from ...runtime import device_barrier
+from ...runtime.primitives import kernel
 from ..common.gather import push_shard
 from ..common.gemm import matmul
 from ._setup import finish, gathered_workspace, new_output, setup
 
 
-@triton.jit
+@kernel
 def _all_gather_kernel(
     # this rank's shard [M_loc, K] (any local tensor)
     a_ptr, stride_am, stride_ak,

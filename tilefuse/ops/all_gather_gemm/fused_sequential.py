@@ -21,13 +21,14 @@ import triton.language as tl
 
 from ...runtime import device_barrier
 from ...runtime import primitives as P
+from ...runtime.primitives import kernel
 from ..common.launch import workspace
 from ._setup import OP, finish, gemm_meta, is_degenerate, layout, new_output, setup
 from ._tiles import first_tile, gemm_shard
 from .bulk_sync import bulk_sync
 
 
-@triton.jit
+@kernel
 def _fused_kernel(
     # this call's slot of a_shard [M_loc, K] (a symmetric address)
     s_ptr, stride_sm, stride_sk,

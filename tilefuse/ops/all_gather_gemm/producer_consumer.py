@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import device_barrier
+from ...runtime.primitives import kernel
 from ..common.gather import push_shard
 from ..common.launch import ForkedStreams, ctl
 from ._setup import finish, gemm_meta, is_degenerate, plan_push, setup
@@ -27,7 +28,7 @@ from ._tiles import gemm_gathered
 from .bulk_sync import bulk_sync
 
 
-@triton.jit
+@kernel
 def _push_kernel(
     # this rank's shard [M_loc, K] (any local tensor)
     a_ptr, stride_am, stride_ak,
@@ -42,7 +43,7 @@ def _push_kernel(
                cur_rank, world, heap_bases, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
 
 
-@triton.jit
+@kernel
 def _gemm_kernel(
     a_ptr, stride_am, stride_ak,
     ag_ptr, stride_gm, stride_gk,

@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import device_barrier
+from ...runtime.primitives import kernel
 from ..common.gather import push_shard
 from ..common.launch import ctl
 from ._setup import finish, gemm_meta, is_degenerate, plan_push, setup
@@ -31,7 +32,7 @@ from ._tiles import gemm_gathered
 from .bulk_sync import bulk_sync
 
 
-@triton.jit
+@kernel
 def _wg_kernel(
     # this rank's shard [M_loc, K] (any local tensor)
     a_ptr, stride_am, stride_ak,

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ...runtime import control_block, get_heap, hw, is_initialized
-from ...runtime.world import check_waits
+from ...runtime.world import check_not_capturing, note_launch, poll_waits
 from .config import Config, check_config_fits, default_config
 
 
@@ -25,6 +25,8 @@ def op_heap(op: str, group):
     if not is_initialized():
         raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
     heap = get_heap()
+    poll_waits()  # an earlier call's wait that gave up is reported here, before more work is queued
+    check_not_capturing(op)
     if group is not None and group is not heap.group and group is not dist.group.WORLD:
         raise ValueError(f"{op}: group must be the process group passed to tilefuse.init (or None)")
     if group is dist.group.WORLD and heap.group is not dist.group.WORLD:
@@ -78,8 +80,9 @@ _WORKSPACES: dict = {}
 def workspace(heap, key: tuple, make) -> Workspace:
     """The cached workspace for ``key``; ``make(heap) -> dict`` allocates it on first use.
 
-    Collective on first use: every rank must reach it with the same key, and the buffers' heap
-    offsets are checked to agree across ranks. Flags start at zero; epochs start at 1. With
+    Collective on first use: every rank must reach it with the same key (checked: a rank passing
+    other shapes raises ValueError on every rank), and the buffers' heap offsets are checked to
+    agree across ranks. Flags start at zero; epochs start at 1. With
     ``TILEFUSE_DEBUG_POISON=1`` new floating-point buffers start as NaN.
     """
     full_key = (id(heap),) + key
@@ -95,14 +98,16 @@ def workspace(heap, key: tuple, make) -> Workspace:
             for buf in buffers.values():
                 if buf.dtype.is_floating_point:
                     buf.fill_(float("nan"))
-        heap.check_symmetric(f"workspace {key[0]}", *buffers.values())
+        heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
         ws = Workspace(buffers)
         _WORKSPACES[full_key] = ws
     return ws
 
 
 def clear_workspaces() -> None:
-    """Drop every cached workspace (collective: all ranks must call it together)."""
+    """Drop every cached workspace, giving their heap blocks back (collective: all ranks call it
+    together, after a barrier, once no queued kernel still uses them). Workspaces are kept per shape
+    and never evicted otherwise: a workload with many distinct shapes should call this now and then."""
     _WORKSPACES.clear()
 
 
@@ -111,9 +116,8 @@ def ctl(heap) -> torch.Tensor:
 
 
 def after_launch(heap) -> None:
-    """On the cpu backend kernels are synchronous: report a wait that gave up right away."""
-    if heap.device.type == "cpu":
-        check_waits()
+    """Report a wait that gave up: at once on the CPU, at the next call on a GPU (no sync)."""
+    note_launch()
 
 
 _SIDE_STREAMS: dict = {}

@@ -26,10 +26,12 @@ def setup(variant: str, a, b, config, group, out, *, comm: bool):
         c = workspace(heap, (OP, "c", shape, a.dtype),
                       lambda h: {"c": h.empty(shape, dtype=a.dtype)}).c
     cfg = call.config
-    key = (OP, variant, call.M, call.N, cfg.BLOCK_M, cfg.BLOCK_N)
+    # Everything the flag protocol depends on is in the key: tile counts and the number of
+    # communication programs that report to the "done" counter.
+    key = (OP, variant, call.M, call.N, cfg.BLOCK_M, cfg.BLOCK_N, cfg.GEMM_SMS, cfg.COMM_SMS)
     ws = workspace(heap, key, lambda h: {
         "flags": h.zeros(max(call.num_tiles, 1), dtype=torch.int32),  # per-tile "ready" epochs
-        "done": h.zeros(1, dtype=torch.int32),  # per-rank count of finished communication programs
+        "done": h.zeros(1, dtype=torch.int64),  # finished communication programs, summed over calls
     })
     c_block = c[:, r * call.N:(r + 1) * call.N]
     return call, c, c_block, ws

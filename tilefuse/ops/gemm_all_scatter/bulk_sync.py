@@ -7,16 +7,16 @@ No overlap: the baseline shape of the algorithm in the same runtime.
 
 from __future__ import annotations
 
-import triton
 import triton.language as tl
 
 from ...runtime import device_barrier
+from ...runtime.primitives import kernel
 from ..common.comm import push_tile, row_major_tile
 from ..common.gemm import load_tile, matmul, tile_offsets
 from ._setup import finish, setup
 
 
-@triton.jit
+@kernel
 def _scatter_kernel(
     c_ptr,  # this rank's column block of c (a symmetric address)
     M, N,

@@ -10,16 +10,18 @@ the call's epoch. GEMM_SMS + COMM_SMS must fit on the device at once: the consum
 
 from __future__ import annotations
 
-import triton
+import torch
 import triton.language as tl
 
 from ...runtime import device_barrier
+from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, ctl
 from ._setup import finish, setup
 from ._tiles import compute_tiles, push_ready_tiles
+from .bulk_sync import bulk_sync
 
 
-@triton.jit
+@kernel
 def _gemm_producer_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
@@ -36,7 +38,7 @@ def _gemm_producer_kernel(
                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=False, RELEASE=True)
 
 
-@triton.jit
+@kernel
 def _scatter_consumer_kernel(
     c_ptr, flags_ptr,
     M, N,
@@ -51,6 +53,8 @@ def _scatter_consumer_kernel(
 def producer_consumer(a, b, *, config=None, group=None, out=None):
     """gemm_all_scatter with GEMM and scatter kernels on two streams; same contract as
     :func:`tilefuse.gemm_all_scatter`."""
+    if isinstance(a, torch.Tensor) and a.dim() == 2 and a.shape[1] == 0:
+        return bulk_sync(a, b, config=config, group=group, out=out)  # K = 0: nothing to multiply
     call, c, c_block, ws = setup("producer_consumer", a, b, config, group, out, comm=True)
     heap, cfg = call.heap, call.config
     epoch = ws.next_epoch()

@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import primitives as P
+from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire, tile_release
 from ..common.gemm import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets
 from ..common.reduce import accumulate_slot, block_offsets, owner_at, source_at, sum_slots
@@ -111,7 +112,7 @@ def reduce_owned(
                 store_tile(c_ptr, acc, offs_m, offs_n, rows, N, stride_cm, stride_cn)
 
 
-@triton.jit
+@kernel
 def reduce_kernel(
     stage_ptr, flags_ptr, c_ptr,
     rows, N,

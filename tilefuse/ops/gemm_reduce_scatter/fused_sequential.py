@@ -10,15 +10,15 @@ which sums slots r-1, r-2, ..., r in fp32 (the same bits on every run).
 
 from __future__ import annotations
 
-import triton
 import triton.language as tl
 
 from ...runtime import device_barrier
+from ...runtime.primitives import kernel
 from ._setup import finish, setup
 from ._tiles import produce_partials, reduce_kernel
 
 
-@triton.jit
+@kernel
 def _fused_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,

@@ -12,16 +12,16 @@ epoch. GEMM_SMS + COMM_SMS must fit on the device at once: the reduction spins.
 
 from __future__ import annotations
 
-import triton
 import triton.language as tl
 
 from ...runtime import device_barrier
+from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams
 from ._setup import finish, setup
 from ._tiles import produce_partials, reduce_kernel
 
 
-@triton.jit
+@kernel
 def _gemm_producer_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,

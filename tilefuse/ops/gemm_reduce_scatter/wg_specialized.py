@@ -11,15 +11,15 @@ G+C programs must be resident at once (checked against the device): the reducers
 
 from __future__ import annotations
 
-import triton
 import triton.language as tl
 
 from ...runtime import device_barrier
+from ...runtime.primitives import kernel
 from ._setup import finish, setup
 from ._tiles import produce_partials, reduce_owned
 
 
-@triton.jit
+@kernel
 def _wg_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
