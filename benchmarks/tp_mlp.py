@@ -15,22 +15,11 @@ import argparse
 import copy
 
 import torch
-from torch import nn
 
 from benchmarks.common import bench_max, launch, print_table, rel_error, row, run_info, write_csv
+from tilefuse.nn.reference import GatedMLP
 
 SIZES = {"8b": (4096, 14336, 8192), "tiny": (64, 96, 64)}
-
-
-class SwiGLU(nn.Module):
-    def __init__(self, hidden: int, inter: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, inter, bias=False)
-        self.up_proj = nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 def _rank_job(ctx, size: str, variant: str):
@@ -39,7 +28,7 @@ def _rank_job(ctx, size: str, variant: str):
     hidden, inter, tokens = SIZES[size]
     dtype = torch.bfloat16 if ctx.on_gpu else torch.float32
     torch.manual_seed(0)
-    plain = SwiGLU(hidden, inter).to(device=ctx.device, dtype=dtype)
+    plain = GatedMLP(hidden, inter).to(device=ctx.device, dtype=dtype)
     for p in plain.parameters():
         p.data.mul_(0.5)
     par = tnn.parallelize(copy.deepcopy(plain), tnn.LLAMA_MLP_PLAN, variant=variant)

@@ -31,18 +31,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch import nn  # noqa: E402
 
-
-class GatedMLP(nn.Module):
-    """Llama's MLP in plain torch: ``down(silu(gate(x)) * up(x))``."""
-
-    def __init__(self, hidden: int, inter: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, inter, bias=False)
-        self.up_proj = nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+from tilefuse.nn.reference import GatedMLP  # noqa: E402
 
 
 class MLPBlock(nn.Module):
