@@ -50,6 +50,13 @@ class Call:
         return self.rows == 0 or self.gemm.N == 0
 
     @property
+    def program_counts(self) -> tuple[int, int]:
+        """(GEMM programs, reduction programs): the config's split, capped by the work there is."""
+        cfg = self.config
+        return (min(cfg.GEMM_SMS, self.heap.world_size * self.tiles_per_owner),
+                min(cfg.COMM_SMS, self.tiles_per_owner))
+
+    @property
     def stage_args(self) -> tuple:
         s = self.stage
         return (s.stride(0), s.stride(1), s.stride(2))

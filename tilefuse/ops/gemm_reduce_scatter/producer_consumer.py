@@ -47,8 +47,7 @@ def producer_consumer(a, b, *, config=None, group=None):
         return call.c
     cfg, heap = call.config, call.heap
     device_barrier()  # every owner is done reading the previous call's slots
-    gemm_programs = min(cfg.GEMM_SMS, heap.world_size * call.tiles_per_owner)
-    comm_programs = min(cfg.COMM_SMS, call.tiles_per_owner)
+    gemm_programs, comm_programs = call.program_counts
     streams = ForkedStreams(heap.device)  # the reduction's stream starts after the barrier
     # The GEMM waits on nothing: launched first, it cannot be blocked behind the spinning reduction.
     _gemm_producer_kernel[(gemm_programs,)](

@@ -53,10 +53,8 @@ def wg_specialized(a, b, *, config=None, group=None):
     call = setup("wg_specialized", a, b, config, group, comm=True, flags=True)
     if call.empty:
         return call.c
-    cfg, heap = call.config, call.heap
     device_barrier()  # every owner is done reading the previous call's slots
-    gemm_programs = min(cfg.GEMM_SMS, heap.world_size * call.tiles_per_owner)
-    comm_programs = min(cfg.COMM_SMS, call.tiles_per_owner)
+    gemm_programs, comm_programs = call.program_counts
     _wg_kernel[(gemm_programs + comm_programs,)](
         *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args,
         call.c, call.c.stride(0), call.c.stride(1),
