@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The whole multi-rank test suite on the GPU(s) of one machine, its files split over parallel pytest
+# processes (Triton compiles on the CPU, so one serial pytest spends most of a device call compiling).
+#
+#   bash benchmarks/gpu_tests.sh            (run from the repository root; TILEFUSE_TEST_DEVICE=cuda)
+#
+# Rank r of every test world runs on GPU r % device_count (tests/harness.py): on a machine with two
+# GPUs the W = 2 tests put one rank on each GPU and read and write each other's memory over the
+# GPUs' link, W = 3 and 4 mix that with ranks sharing a GPU.
+# Knobs: OUT (default ./bench_out), LIMIT_S (per group, default 480), PER_TEST (default 240 s),
+# GROUPS_SPEC (';'-separated groups of test paths), PYTEST_ARGS (extra arguments, e.g. "-k world").
+# Logs: $OUT/tests_<n>.log, one per group; the summary, printed last, is also $OUT/tests_summary.txt.
+# Exit status 1 when any group failed or timed out.
+set -u -o pipefail
+OUT=${OUT:-./bench_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 TILEFUSE_TEST_DEVICE=${TILEFUSE_TEST_DEVICE:-cuda}
+export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
+PY=${PYTHON:-$(command -v python3 || command -v python)}
+LIMIT_S=${LIMIT_S:-480}
+PER_TEST=${PER_TEST:-240}
+SPEC=${GROUPS_SPEC:-"tests/test_gemm_core.py;tests/test_runtime.py tests/test_gemm_all_scatter.py;\
+tests/test_all_gather_gemm.py;tests/test_gemm_reduce_scatter.py;tests/test_nn.py tests/test_tuning.py \
+tests/test_benchmarks.py"}
+IFS=';' read -r -a GROUPS_LIST <<< "$SPEC"
+
+timeout_args=()
+"$PY" -c "import pytest_timeout" 2>/dev/null && timeout_args=(--timeout "$PER_TEST")
+
+START=$(date +%s)
+pids=()
+for i in "${!GROUPS_LIST[@]}"; do
+    # shellcheck disable=SC2086
+    timeout -k 10 "$LIMIT_S" "$PY" -m pytest ${GROUPS_LIST[i]} -q -rfE -p no:cacheprovider --durations=8 \
+        ${timeout_args[@]+"${timeout_args[@]}"} ${PYTEST_ARGS:-} > "$OUT/tests_$i.log" 2>&1 &
+    pids+=($!)
+done
+rc_all=0
+codes=()
+for i in "${!pids[@]}"; do
+    wait "${pids[i]}"
+    rc=$?
+    codes+=("$rc")
+    (( rc != 0 )) && rc_all=1
+done
+{
+    echo "################ gpu_tests.sh: $(( $(date +%s) - START ))s, device=$TILEFUSE_TEST_DEVICE, gpus=$(
+        "$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null)"
+    for i in "${!GROUPS_LIST[@]}"; do
+        what=ok
+        (( codes[i] == 124 || codes[i] == 137 )) && what="TIMED OUT"
+        (( codes[i] != 0 && codes[i] != 124 && codes[i] != 137 )) && what="FAILED rc=${codes[i]}"
+        echo "--- group $i [${GROUPS_LIST[i]}]: $what"
+        grep -E '^(FAILED|ERROR) |[0-9]+ (passed|failed|error)' "$OUT/tests_$i.log" | tail -n 25
+    done
+} > "$OUT/tests_summary.txt"
+cat "$OUT/tests_summary.txt"
+exit "$rc_all"
