@@ -7,6 +7,7 @@ import torch
 
 import tilefuse
 from tilefuse.ops import dispatch
+from tilefuse.runtime import hw
 from tilefuse.tuning import tables
 
 CFG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4, "num_stages": 1,
@@ -87,8 +88,8 @@ def job_auto_uses_table(ctx, table_dir, M, N, K):
 
     os.environ["TILEFUSE_CONFIG_DIR"] = table_dir
     try:
-        a = torch.randn(M, K).to(torch.float16)
-        b = torch.randn(K, N).to(torch.float16)
+        a = torch.randn(M, K).to(torch.float16).to(ctx.device)
+        b = torch.randn(K, N).to(torch.float16).to(ctx.device)
         choice = dispatch.choose("gemm_all_scatter", a, b)
         got = tilefuse.gemm_all_scatter(a, b)
         ref = tilefuse.gemm_all_scatter(a, b, variant="reference")
@@ -98,8 +99,9 @@ def job_auto_uses_table(ctx, table_dir, M, N, K):
         del os.environ["TILEFUSE_CONFIG_DIR"]
 
 
-def test_auto_runs_plain_where_the_table_says_so(pools, tmp_path):
-    _write(tmp_path, _table([_entry(48, 40, 32, variant="plain"), _entry(64, 64, 64)]))
+def test_auto_runs_plain_where_the_table_says_so(pools, tmp_path, on_gpu):
+    arch = hw.arch_name(torch.device("cuda", 0)) if on_gpu else "cpu"  # the ranks' arch names the table
+    _write(tmp_path, _table([_entry(48, 40, 32, variant="plain"), _entry(64, 64, 64)], arch=arch), arch=arch)
     [(variant, source, _)] = pools.run(1, job_auto_uses_table, str(tmp_path), 48, 40, 32)
     assert variant == "plain" and source.startswith("exact")
     [(variant, _, cfg)] = pools.run(1, job_auto_uses_table, str(tmp_path), 64, 64, 64)

@@ -133,6 +133,8 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
 
 
 def _commit() -> str:
+    if os.environ.get("TILEFUSE_COMMIT"):  # a copy of the checkout without .git (a device machine)
+        return os.environ["TILEFUSE_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or "unknown"
@@ -153,6 +155,14 @@ def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int) -> Pa
     return tables.write_table(out_dir, op, hw.arch_name(heap.device), heap.world_size, entries, provenance)
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tilefuse.tune", description=__doc__.split("\n\n")[0])
     p.add_argument("--op", required=True, choices=registry.OPS)
@@ -170,7 +180,7 @@ def main(argv=None) -> int:
             if torch.cuda.is_available():
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         else:
-            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29531", rank=0, world_size=1)
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     tilefuse.init()
     W = dist.get_world_size()
     dtype = getattr(torch, args.dtype)
@@ -185,8 +195,9 @@ def main(argv=None) -> int:
         if dist.get_rank() == 0:
             print(f"{args.op} {s['name']} ({s['M']}x{s['N']}x{s['K']}): {e['variant']} {e['time_ms']:.3f} ms "
                   f"(plain {e['plain_ms']:.3f} ms, {e['plain_ms'] / e['time_ms']:.2f}x)", flush=True)
+            # Written after every shape: a run cut short keeps what it tuned.
+            path = write_table(Path(args.out), args.op, entries, reps=args.reps)
     if dist.get_rank() == 0 and entries:
-        path = write_table(Path(args.out), args.op, entries, reps=args.reps)
         print(f"wrote {path}")
     tilefuse.barrier()
     return 0

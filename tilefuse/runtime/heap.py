@@ -27,6 +27,25 @@ import torch
 import torch.distributed as dist
 
 ALIGNMENT = 256
+
+
+def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
+    """``args`` of torch's CUDA IPC rebuild, changed to open the peer's memory on *this* rank's device.
+
+    torch opens an IPC handle with the owner's device index current. When the owner is another GPU,
+    the mapping then lives in that GPU's context of this process, and a kernel running on this
+    rank's GPU faults on it. Opened with this rank's device current (``cudaIpcOpenMemHandle`` with
+    lazy peer access, as torch calls it), the peer's memory is mapped for this rank's GPU and reached
+    over the GPUs' link; with both ranks on one GPU nothing changes.
+    """
+    import inspect
+
+    names = list(inspect.signature(rebuild).parameters)
+    if "storage_device" not in names:  # pragma: no cover - a torch whose IPC rebuild changed shape
+        raise RuntimeError(f"unsupported torch CUDA IPC rebuild signature {names}; tilefuse needs 'storage_device'")
+    args = list(args)
+    args[names.index("storage_device")] = device.index if device.index is not None else torch.cuda.current_device()
+    return tuple(args)
 DEFAULT_HEAP_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}
 
 
@@ -178,7 +197,16 @@ class SymmetricHeap:
             if r == self.rank:
                 tensors.append(own)
             else:
-                tensors.append(rebuild(*args))
+                tensors.append(rebuild(*_open_on_device(rebuild, args, self.device)))
+        # Touch every peer's heap from this rank's device now: a mapping the device cannot reach
+        # fails here, naming the peer, instead of as an illegal address inside the first op.
+        for r, t in enumerate(tensors):
+            try:
+                t[:ALIGNMENT].sum().item()
+            except RuntimeError as err:
+                raise RuntimeError(
+                    f"rank {self.rank} ({self.device}) cannot read rank {r}'s heap through CUDA IPC: {err}"
+                ) from err
         torch.cuda.synchronize(self.device)
         dist.barrier(group=self.group)
         return _PeerMaps(tensors)
