@@ -115,11 +115,46 @@ def ops_summary(csv: Path) -> list:
     return [format_table(records, ["op", "MxNxK", "torch TF/s"] + columns, title), LEGEND]
 
 
+def suite_summary(csv: Path) -> list:
+    """Per op and shape of a suite CSV: ms of gemm / comm / plain, then each method's speedup over plain."""
+    if not csv.exists():
+        return [f"suite: no {csv.name}"]
+    import pandas as pd
+
+    df = pd.read_csv(csv)
+    if df.empty:
+        return ["suite: empty csv"]
+    records, columns = [], []
+    for (op, M, N, K), g in df.groupby(["op", "M", "N", "K"], sort=False):
+        rec = {"op": SHORT_OPS.get(op, op), "MxNxK": f"{M}x{N}x{K}"}
+        for r in g.itertuples(index=False):
+            col = {"torch_fused": "tfused", "ideal": "ideal"}.get(r.variant, _short(r.variant))
+            if r.variant in ("gemm", "comm", "plain") and r.metric == "ms":
+                rec[f"{r.variant} ms"] = r.value
+            elif r.variant == "ideal":
+                if r.metric == "ideal_speedup":
+                    rec["ideal"] = f"{r.value:.2f}"
+                    columns.append("ideal") if "ideal" not in columns else None
+            elif r.metric == "speedup_vs_plain" and r.variant != "plain":
+                rec[col] = f"{r.value:.2f}" if rec.get(col) is None else rec[col]
+                columns.append(col) if col not in columns else None
+            elif r.metric == "error" or (r.metric == "ok" and r.value != 1.0):
+                rec[col] = "ERR" if r.metric == "error" else "F"
+                columns.append(col) if col not in columns else None
+        records.append(rec)
+    info = df.iloc[0]
+    title = (f"suite at world {info['world']}, {info['dtype']}, {info['device']}, commit {info['commit']}: "
+             "speedup over plain (torch.matmul + NCCL); ideal = (gemm + comm) / max(gemm, comm)")
+    return [format_table(records, ["op", "MxNxK", "gemm ms", "comm ms", "plain ms"] + columns, title)]
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     out = Path(argv[0] if argv else "bench_out")
     parts = tests_summary(out / "tests.log") + [""] + bandwidth_summary(out / "bandwidth.csv") + [""]
     parts += ops_summary(out / "ops_world1.csv")
+    for csv in sorted(out.glob("suite*.csv")):
+        parts += [""] + suite_summary(csv)
     print("\n".join(parts))
     return 0
 

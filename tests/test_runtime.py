@@ -217,8 +217,8 @@ def job_lonely_wait(ctx, polls, nwaits):
         tilefuse.runtime.set_wait_bound(old)
     tilefuse.barrier()
     # The failure is not sticky: the next op's waits and barriers work again.
-    a = torch.randn(20, 16).to(torch.float16)
-    b = torch.randn(16, 8).to(torch.float16) * (r + 1)
+    a = torch.randn(20, 16).to(torch.float16).to(ctx.device)
+    b = torch.randn(16, 8).to(torch.float16).to(ctx.device) * (r + 1)
     got = tilefuse.gemm_all_scatter(a, b, variant="wg_specialized")
     ref = tilefuse.gemm_all_scatter(a, b, variant="reference")
     torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=1e-2)

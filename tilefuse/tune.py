@@ -176,9 +176,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not dist.is_initialized():
         if "RANK" in os.environ:
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
             if torch.cuda.is_available():
-                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         else:
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     tilefuse.init()
@@ -188,8 +188,13 @@ def main(argv=None) -> int:
     for s in args.shape:
         M, N, K = (int(x) for x in s.lower().split("x"))
         shapes.append({"name": s, "M": M, "N": N, "K": K})
+    seen, unique = set(), []
+    for s in shapes:  # sets can name one shape twice (iris-4096x14336 is Llama-3-8B's down projection)
+        if (s["M"], s["N"], s["K"]) not in seen:
+            seen.add((s["M"], s["N"], s["K"]))
+            unique.append(s)
     entries = []
-    for s in shapes:
+    for s in unique:
         e = tune_shape(args.op, s["M"], s["N"], s["K"], dtype, quick=args.quick, reps=args.reps, keep=args.keep)
         entries.append(e)
         if dist.get_rank() == 0:

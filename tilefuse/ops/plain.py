@@ -44,6 +44,8 @@ def gemm_reduce_scatter(a, b, *, config=None, group=None):
     world = dist.get_world_size(group)
     check_divisible(op, "M (rows of a)", a.shape[0], world, "the world size")
     partial = a @ b
+    if world == 1:  # nothing to reduce: no collective (gloo would round-trip through the host)
+        return partial
     if partial.device.type == "cuda" and dist.get_backend(group) == "nccl":
         out = torch.empty((a.shape[0] // world, b.shape[1]), dtype=a.dtype, device=a.device)
         dist.reduce_scatter_tensor(out, partial.contiguous(), group=group)

@@ -34,6 +34,8 @@ def all_gather_cat(t: torch.Tensor, dim: int, group=None) -> torch.Tensor:
 def reduce_scatter_rows(t: torch.Tensor, group=None) -> torch.Tensor:
     """Sum ``t`` [M, N] over ranks and return this rank's row block [M/W, N] (fp32 sum)."""
     world = dist.get_world_size(group)
+    if world == 1:
+        return t.float()
     rank = dist.get_rank(group)
     host = _needs_host(t, group) or dist.get_backend(group) == "gloo"
     src = t.float()
