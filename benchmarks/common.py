@@ -375,6 +375,16 @@ def bench(ctx: RankCtx, fn, *, warmup_ms: float = 25.0, rep_ms: float = 100.0, c
     return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
+def round_order(items: list, round_index: int) -> list:
+    """The order to time ``items`` in, round ``round_index``: forward in even rounds, reversed in odd.
+
+    A GPU that runs GEMMs back to back for seconds warms up and may lower its clocks, so a method
+    always timed late in a round is penalised against one timed early; alternating the order gives
+    every method the same average position over an even number of rounds.
+    """
+    return list(items) if round_index % 2 == 0 else list(reversed(items))
+
+
 def bench_max(ctx: RankCtx, fn, **kwargs) -> float:
     """Cross-rank maximum of the per-rank medians of :func:`bench`."""
     return ctx.max(bench(ctx, fn, **kwargs))

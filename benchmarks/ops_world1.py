@@ -53,6 +53,7 @@ from .common import (
     print_table,
     rel_error,
     rotating,
+    round_order,
     row,
     run_info,
     tolerance,
@@ -159,8 +160,8 @@ def run_shape(ctx, op, M, N, K, dtype, methods, args) -> list:
 
     # Time: methods interleaved within each round.
     cycle = Cycle(sets)
-    for _ in range(args.reps):
-        for label, variant, uses_out in methods:
+    for rnd in range(args.reps):
+        for label, variant, uses_out in round_order(methods, rnd):
             if status[label].startswith("ERROR"):
                 continue
 

@@ -80,6 +80,7 @@ from .common import (
     print_table,
     rel_error,
     rotating,
+    round_order,
     row,
     run_info,
     tolerance,
@@ -362,8 +363,8 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
 
     # Time: the methods interleaved within each round.
     cycle = Cycle(case.sets)
-    for _ in range(args.reps):
-        for m in methods:
+    for rnd in range(args.reps):
+        for m in round_order(methods, rnd):
             if m.skip or m.status.startswith("ERROR"):
                 if not m.skip:
                     progress.update(1)
