@@ -145,6 +145,9 @@ def test_arch_name_of_known_devices(monkeypatch):
         name = "NVIDIA H200"
 
     monkeypatch.setattr(hw, "_cuda_props", lambda index: Props())
+    hw._arch_of.cache_clear()  # the name is remembered per device index
     assert hw.arch_name(torch.device("cuda", 0)) == "nvidia-h200"
     Props.name = "NVIDIA H100 80GB HBM3"
+    hw._arch_of.cache_clear()
     assert hw.arch_name(torch.device("cuda", 0)) == "nvidia-h100"
+    hw._arch_of.cache_clear()

@@ -36,7 +36,12 @@ def arch_name(device: torch.device | None = None) -> str:
     device = torch.device(device) if device is not None else None
     if device is None or device.type != "cuda":
         return "cpu"
-    props = _cuda_props(device.index if device.index is not None else torch.cuda.current_device())
+    return _arch_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _arch_of(index: int) -> str:
+    props = _cuda_props(index)
     name = props.name.lower()
     vendor = "amd" if torch.version.hip else "nvidia"
     name = re.sub(r"^(nvidia|amd)\s+", "", name)

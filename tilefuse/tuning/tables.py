@@ -124,8 +124,29 @@ def _choice(e: dict, source: str) -> Choice:
     return Choice(e["variant"], cfg, source)
 
 
+_CHOICES: dict = {}
+
+
+def clear_cache() -> None:
+    """Forget what was read: the next lookup reads the tables again (after rewriting one by hand)."""
+    _CACHE.clear()
+    _CHOICES.clear()
+
+
 def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Choice | None:
-    """The table's choice for this call, or None when no table covers it."""
+    """The table's choice for this call, or None when no table covers it.
+
+    Remembered per call signature for the life of the process: an op call makes no file-system
+    request (a ``stat`` per table on every call cost about 0.1 ms on a device machine's network file
+    system, on the timed path). :func:`write_table` and :func:`clear_cache` forget the choices.
+    """
+    key = (op, arch, world, M, N, K, dtype, os.environ.get("TILEFUSE_CONFIG_DIR", ""))
+    if key not in _CHOICES:
+        _CHOICES[key] = _lookup(op, arch, world, M, N, K, dtype)
+    return _CHOICES[key]
+
+
+def _lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Choice | None:
     nearest = None
     for directory in search_dirs():
         path = table_path(directory, op, arch, world)
@@ -157,4 +178,5 @@ def write_table(directory, op: str, arch: str, world: int, entries: list[dict], 
     validate_table(data, path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
+    clear_cache()
     return path
