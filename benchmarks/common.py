@@ -458,6 +458,14 @@ def row(op: str, variant: str, M, N, K, dtype, world: int, metric: str, value, n
             "value": value, "note": note}
 
 
+def read_csv(path):
+    """A results CSV as a DataFrame, with text columns kept as text (a commit like ``3436e23`` is not a
+    number)."""
+    import pandas as pd
+
+    return pd.read_csv(path, dtype={"commit": str, "note": str, "device": str, "torch": str, "triton": str})
+
+
 def write_csv(rows: list, path: str | os.PathLike, info: dict, append: bool = False,
               columns: list | None = None) -> None:
     """Write ``rows`` (dicts from :func:`row`) with the run facts ``info`` to ``path``.

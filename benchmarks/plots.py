@@ -49,7 +49,9 @@ def load(csv) -> object:
     """The CSV as a pandas frame, one row per (op, world, dtype, shape, method, metric), last wins."""
     import pandas as pd
 
-    frame = csv if isinstance(csv, pd.DataFrame) else pd.read_csv(csv)
+    from .common import read_csv
+
+    frame = csv if isinstance(csv, pd.DataFrame) else read_csv(csv)
     if "shape" not in frame.columns:  # a CSV without the suite's columns: name shapes by size
         frame = frame.assign(shape="", set="")
     frame = frame.assign(shape=frame["shape"].fillna("").astype(str))

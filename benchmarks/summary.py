@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from .common import format_table, human_bytes
+from .common import format_table, human_bytes, read_csv
 
 SHORT_OPS = {"gemm_all_scatter": "gas", "all_gather_gemm": "agg", "gemm_reduce_scatter": "grs"}
 SHORT_METHODS = {"tilefuse.matmul": "core", "plain": "plain", "bulk_sync": "bulk",
@@ -51,9 +51,8 @@ def _short(label: str) -> str:
 def bandwidth_summary(csv: Path) -> list:
     if not csv.exists():
         return ["bandwidth: no csv"]
-    import pandas as pd
 
-    df = pd.read_csv(csv)
+    df = read_csv(csv)
     if df.empty:
         return ["bandwidth: empty csv"]
     recs: dict = {}
@@ -72,9 +71,8 @@ def bandwidth_summary(csv: Path) -> list:
 def ops_summary(csv: Path) -> list:
     if not csv.exists():
         return ["ops_world1: no csv"]
-    import pandas as pd
 
-    df = pd.read_csv(csv)
+    df = read_csv(csv)
     if df.empty:
         return ["ops_world1: empty csv"]
     shapes: dict = {}
@@ -119,9 +117,8 @@ def suite_summary(csv: Path) -> list:
     """Per op and shape of a suite CSV: ms of gemm / comm / plain, then each method's speedup over plain."""
     if not csv.exists():
         return [f"suite: no {csv.name}"]
-    import pandas as pd
 
-    df = pd.read_csv(csv)
+    df = read_csv(csv)
     if df.empty:
         return ["suite: empty csv"]
     records, columns = [], []

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from benchmarks.common import read_csv
 from tilefuse.ops.common.config import default_config
 from tilefuse.tuning import tables
 
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
     p.add_argument("--plain-column", default="torch.matmul")
     p.add_argument("--out", default=str(tables.SHIPPED_DIR))
     args = p.parse_args(argv)
-    df = pd.read_csv(args.csv)
+    df = read_csv(args.csv)
     first = df.iloc[0]
     for op in sorted(df.op.unique()):
         entries = entries_from_csv(df, op, args.num_sms, args.margin, args.plain_column)

@@ -51,7 +51,8 @@ def _rank_job(ctx, size: str, variant: str):
     t_plain = bench_max(ctx, step(plain, x_full, dy_full))
     t_par = bench_max(ctx, step(par, x_loc, dy_loc))
     flops = 3 * 2 * tokens * hidden * inter * 3  # three GEMMs, forward + two backward GEMMs each
-    return {"plain_ms": t_plain, "tilefuse_ms": t_par, "rel_err": err, "tflops_plain": flops / t_plain / 1e9,
+    return {"device": run_info(ctx.device)["device"], "dtype": str(dtype).removeprefix("torch."),
+            "plain_ms": t_plain, "tilefuse_ms": t_par, "rel_err": err, "tflops_plain": flops / t_plain / 1e9,
             "tflops_tilefuse": flops / ctx.world / t_par / 1e9}
 
 
@@ -70,11 +71,12 @@ def main(argv=None) -> int:
               "plain/tilefuse": f"{res['plain_ms'] / res['tilefuse_ms']:.3f}", "rel_err": f"{res['rel_err']:.2e}"}
     print_table([record], list(record), title="SwiGLU MLP forward + backward")
     if args.csv:
-        rows_ = [row("tp_mlp", m, tokens, inter, hidden, "bfloat16", args.world, "ms", v)
+        dt = res["dtype"]
+        rows_ = [row("tp_mlp", m, tokens, inter, hidden, dt, args.world, "ms", v)
                  for m, v in (("plain", res["plain_ms"]), (f"tilefuse[{args.variant}]", res["tilefuse_ms"]))]
-        rows_.append(row("tp_mlp", f"tilefuse[{args.variant}]", tokens, inter, hidden, "bfloat16", args.world,
+        rows_.append(row("tp_mlp", f"tilefuse[{args.variant}]", tokens, inter, hidden, dt, args.world,
                          "rel_err", res["rel_err"]))
-        write_csv(rows_, args.csv, run_info(), append=True)
+        write_csv(rows_, args.csv, dict(run_info(), device=res["device"]), append=True)
     return 0 if res["rel_err"] < 2e-2 else 1
 
 

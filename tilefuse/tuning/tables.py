@@ -136,9 +136,10 @@ def clear_cache() -> None:
 def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Choice | None:
     """The table's choice for this call, or None when no table covers it.
 
-    Remembered per call signature for the life of the process: an op call makes no file-system
-    request (a ``stat`` per table on every call cost about 0.1 ms on a device machine's network file
-    system, on the timed path). :func:`write_table` and :func:`clear_cache` forget the choices.
+    Remembered per call signature for the life of the process, so that an op call makes no
+    file-system request and scans no table (measured on the H200 machine: 23 us a call uncached,
+    1.7 us cached). A table rewritten by hand while a process runs is seen after
+    :func:`clear_cache`; :func:`write_table` clears the cache itself.
     """
     key = (op, arch, world, M, N, K, dtype, os.environ.get("TILEFUSE_CONFIG_DIR", ""))
     if key not in _CHOICES:
