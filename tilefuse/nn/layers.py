@@ -36,11 +36,15 @@ def _full_linear_init(out_features: int, in_features: int, bias: bool, seed: int
 
 
 def _shared_seed(group) -> int:
-    """A seed drawn from group rank 0's default generator and broadcast (collective)."""
-    box = [int(torch.randint(0, 2**62, (1,)).item())]  # every rank draws: RNG streams stay in step
+    """A seed drawn from group rank 0's default generator and broadcast (collective).
+
+    One int64 tensor, on the GPU for NCCL and on the CPU for other backends (no pickled objects)."""
+    seed = torch.randint(0, 2**62, (1,))  # every rank draws: the RNG streams stay in step
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
+    box = seed.to(device)
     src = dist.get_global_rank(group, 0) if group is not None else 0
-    dist.broadcast_object_list(box, src=src, group=group)
-    return box[0]
+    dist.broadcast(box, src=src, group=group)
+    return int(box.item())
 
 
 class _ParallelLinear(nn.Module):
