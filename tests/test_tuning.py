@@ -109,6 +109,8 @@ def test_auto_runs_plain_where_the_table_says_so(pools, tmp_path, on_gpu):
     [(variant, source, _)] = pools.run(1, job_auto_uses_table, str(tmp_path), 8, 512, 16)
     assert source == "heuristic" and variant == "plain", "untuned at world 1: nothing to overlap"
     assert dispatch.heuristic("gemm_all_scatter", 8, 512, 16, 2) == "fused_sequential"
+    assert dispatch.heuristic("all_gather_gemm", 8, 512, 16, 4) == "wg_specialized"
+    assert dispatch.heuristic("gemm_reduce_scatter", 8, 512, 16, 2) == "plain"
 
 
 def job_tune_then_auto(ctx, out_dir):

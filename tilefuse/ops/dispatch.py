@@ -18,12 +18,18 @@ from . import registry
 _DTYPE_NAMES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
 
 
+# Untuned shapes at W > 1: each op's variant that won most often on two H200s over NVLink
+# (docs/PERF.md, run 4). gemm_reduce_scatter's variants did not beat NCCL there, so it stays plain.
+UNTUNED_CHOICE = {"gemm_all_scatter": "fused_sequential", "all_gather_gemm": "wg_specialized",
+                  "gemm_reduce_scatter": "plain"}
+
+
 def heuristic(op: str, M: int, N: int, K: int, world: int) -> str:
     """Untuned shapes: at world 1 the plain path (nothing to overlap, and torch.matmul is the GEMM to
-    beat); otherwise the fused sequential kernel where the op has it, else bulk_sync."""
+    beat); otherwise :data:`UNTUNED_CHOICE` (the variant that measured best most often), if registered."""
     available = registry.variants(op)
-    order = ("plain",) if world == 1 else ("fused_sequential", "bulk_sync", "plain")
-    for name in order + ("bulk_sync", "plain"):
+    first = "plain" if world == 1 else UNTUNED_CHOICE.get(op, "plain")
+    for name in (first, "plain", "bulk_sync"):
         if name in available:
             return name
     raise ValueError(f"{op}: no variant registered")
