@@ -319,6 +319,20 @@ def test_heap_alloc_free_reuse(pools):
     assert all(pools.run(1, job_heap_alloc))
 
 
+def test_peer_ipc_handles_open_on_this_ranks_device():
+    """torch's CUDA IPC rebuild opens a peer's memory on the owner's device index; the heap changes
+    that argument to its own device, or a kernel on this GPU faults on a peer on another GPU."""
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    from tilefuse.runtime.heap import _open_on_device
+
+    names = list(__import__("inspect").signature(rebuild_cuda_tensor).parameters)
+    args = tuple(f"arg{i}" for i in range(len(names)))
+    got = _open_on_device(rebuild_cuda_tensor, args, torch.device("cuda", 3))
+    k = names.index("storage_device")
+    assert got[k] == 3 and got[:k] + got[k + 1:] == args[:k] + args[k + 1:]
+
+
 def test_allocator_coalesces():
     alloc = _Allocator(4096)
     offs = [alloc.alloc(1000) for _ in range(4)]

@@ -59,6 +59,16 @@ def test_user_table_overrides_shipped(user_dir, tmp_path_factory, monkeypatch):
     assert got.variant == "wg_specialized" and str(shipped) in got.source
 
 
+def test_choices_are_remembered_until_cleared(user_dir):
+    path = _write(user_dir, _table([_entry(64, 64, 64, variant="bulk_sync")]))
+    assert tables.lookup("gemm_all_scatter", "cpu", 1, 64, 64, 64, "float16").variant == "bulk_sync"
+    path.write_text(json.dumps(_table([_entry(64, 64, 64, variant="fused_sequential")])))
+    assert tables.lookup("gemm_all_scatter", "cpu", 1, 64, 64, 64, "float16").variant == "bulk_sync", \
+        "a call signature's choice is remembered (no file access per op call)"
+    tables.clear_cache()
+    assert tables.lookup("gemm_all_scatter", "cpu", 1, 64, 64, 64, "float16").variant == "fused_sequential"
+
+
 @pytest.mark.parametrize("mutate,match", [
     (lambda t: t.pop("entries"), "missing key 'entries'"),
     (lambda t: t["entries"][0].update(variant="turbo"), r"entry 0 \(64x64x64 float16\).*variant 'turbo'"),

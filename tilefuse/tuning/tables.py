@@ -141,7 +141,7 @@ def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -
     1.7 us cached). A table rewritten by hand while a process runs is seen after
     :func:`clear_cache`; :func:`write_table` clears the cache itself.
     """
-    key = (op, arch, world, M, N, K, dtype, os.environ.get("TILEFUSE_CONFIG_DIR", ""))
+    key = (op, arch, world, M, N, K, dtype, os.environ.get("TILEFUSE_CONFIG_DIR", ""), str(SHIPPED_DIR))
     if key not in _CHOICES:
         _CHOICES[key] = _lookup(op, arch, world, M, N, K, dtype)
     return _CHOICES[key]
