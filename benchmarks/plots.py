@@ -11,6 +11,11 @@
     the same groups, bars ``t_method / t_ideal`` with ``t_ideal = max(t_gemm, t_comm)``: 1 (the
     dashed line) is perfect overlap, the plain path sits near ``ideal_speedup``; lower is better.
 
+``python -m benchmarks.plots --table TABLE.json [...] --out DIR`` plots tuner tables instead:
+``tuned_<op>_<arch>_ws<W>.png``, one group per tuned shape, one bar per variant: the plain path's
+time over the variant's best candidate (second-pass time where it reached the second pass), and a
+black tick for what the table chose.
+
 Methods that failed their check or raised have no ``ms`` row and no bar. Where the CSV holds a
 measurement more than once (appended runs), the last row wins. Needs matplotlib (the ``bench``
 extra); without it :func:`make_plots` prints why and returns no files.
@@ -150,12 +155,60 @@ def make_plots(csv, out_dir) -> list:
     return written
 
 
+def plot_tables(paths, out_dir) -> list:
+    """One figure per tuner table (``tilefuse/configs/<op>/<arch>_ws<W>.json``): speedup over plain of
+    each variant's best candidate, per tuned shape; returns the PNG paths."""
+    import json
+
+    plt = _pyplot()
+    if plt is None:
+        print("plots skipped: matplotlib is not installed", file=sys.stderr, flush=True)
+        return []
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        entries = [e for e in data["entries"] if e.get("candidates")]
+        if not entries:
+            continue
+        variants = list(dict.fromkeys(c["variant"] for e in entries for c in e["candidates"]))
+        shapes = [("", e["M"], e["N"], e["K"]) for e in entries]
+        values = {v: [] for v in variants}
+        chosen = []
+        for e in entries:
+            for v in variants:
+                times = [c["time_ms"] for c in e["candidates"] if c["variant"] == v and "time_ms" in c]
+                final = [c["time_ms"] for c in e["candidates"] if c["variant"] == v and c.get("final")]
+                best = min(final or times) if times else float("nan")
+                values[v].append(e["plain_ms"] / best if best == best else float("nan"))
+            chosen.append(e["plain_ms"] / e["time_ms"])
+        prov = data.get("provenance", {})
+        title = (f"tuned table {data['op']}, {data['arch']}, world {data['world_size']}: plain time / variant's "
+                 f"best candidate (tick: the table's choice)\n{prov.get('device', '')}, torch {prov.get('torch', '')}, "
+                 f"commit {prov.get('commit', '')}, {prov.get('date', '')}")
+        fig = _bars(plt, shapes, variants, values, title, "t_plain / t_variant", ideal_ticks=chosen)
+        for text in fig.axes[0].get_legend().get_texts():
+            if text.get_text() == "ideal":  # the tick marks the table's choice here
+                text.set_text("chosen")
+        target = out_dir / f"tuned_{data['op']}_{data['arch']}_ws{data['world_size']}.png"
+        fig.savefig(target, dpi=110)
+        plt.close(fig)
+        written.append(target)
+    return written
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("csv", help="a CSV written by benchmarks.suite")
+    parser.add_argument("csv", nargs="?", help="a CSV written by benchmarks.suite")
+    parser.add_argument("--table", nargs="+", default=[], help="tuner tables (JSON) to plot instead")
     parser.add_argument("--out", default="bench_out/plots", help="folder for the PNG files")
     args = parser.parse_args(argv)
-    for path in make_plots(args.csv, args.out):
+    if not args.csv and not args.table:
+        parser.error("give a suite CSV or --table TABLE.json ...")
+    paths = make_plots(args.csv, args.out) if args.csv else []
+    paths += plot_tables(args.table, args.out)
+    for path in paths:
         print(path)
     return 0
 

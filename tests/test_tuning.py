@@ -163,3 +163,49 @@ def test_arch_name_of_known_devices(monkeypatch):
     hw._arch_of.cache_clear()
     assert hw.arch_name(torch.device("cuda", 0)) == "nvidia-h100"
     hw._arch_of.cache_clear()
+
+
+def job_tune_two_shapes_in_a_tight_heap(ctx):
+    import gc
+
+    from tilefuse import tune
+
+    heap = ctx.heap
+    shapes = ((64, 96), (64, 112))
+    every_config = tune.candidate_configs
+
+    def tune_one(M, N):
+        tune.candidate_configs = lambda *a, **k: every_config(*a, **k)[:1]  # one config per variant
+        try:
+            return tune.tune_shape("gemm_all_scatter", M, N, 16, torch.float16, quick=True, reps=2, keep=1)
+        finally:
+            tune.candidate_configs = every_config
+
+
+    need = []
+    for M, N in shapes:
+        tilefuse.clear_workspaces()
+        gc.collect()
+        before = heap.bytes_used
+        tune_one(M, N)
+        need.append(heap.bytes_used - before)
+    tilefuse.clear_workspaces()
+    gc.collect()
+    # Fill the heap so that one shape's workspaces fit but not both: the tuner must give each back.
+    room = max(need) + 4096
+    fillers = []
+    while heap.bytes_free > room:
+        largest = max(length for _, length in heap._allocator._free)
+        fillers.append(heap.empty(min(largest, heap.bytes_free - room), dtype=torch.uint8))
+    try:
+        entries = [tune_one(M, N) for M, N in shapes]
+    finally:
+        fillers.clear()
+        gc.collect()
+    return need, [[c.get("error", "") for c in e["candidates"]] for e in entries]
+
+
+def test_tuner_gives_workspaces_back_between_shapes(pools):
+    [(need, errors)] = pools.run(1, job_tune_two_shapes_in_a_tight_heap)
+    assert all(n > 0 for n in need), f"the shapes keep no workspace ({need}): the test would prove nothing"
+    assert all(not e for shape in errors for e in shape), errors

@@ -75,6 +75,11 @@ def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int, keep: int) -> dict:
+    # Workspaces are kept per shape: without this, a sweep over large shapes fills the heap and later
+    # shapes' candidates fail with HeapFullError instead of being timed.
+    tilefuse.synchronize()
+    tilefuse.barrier()
+    tilefuse.clear_workspaces()
     heap = tilefuse.get_heap()
     device = heap.device
     interpreter = hw.interpreting()
@@ -135,6 +140,11 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     finals = sorted((c for c in timed[:keep]), key=lambda c: c["time_ms"])
     best = finals[0] if finals else None
     dtype_name = str(dtype).removeprefix("torch.")
+    failed = [c for c in candidates if "error" in c]
+    if failed and dist.get_rank() == 0:
+        kinds = sorted({c["error"].split(":")[0] for c in failed})
+        print(f"warning: {op} {M}x{N}x{K}: {len(failed)} of {len(candidates)} candidates failed ({', '.join(kinds)}); "
+              "see the table entry's candidates", flush=True)
     if best is None or best["time_ms"] >= plain_ms:
         return {"M": M, "N": N, "K": K, "dtype": dtype_name, "variant": tables.PLAIN, "config": None,
                 "time_ms": plain_ms, "plain_ms": plain_ms, "candidates": candidates}
