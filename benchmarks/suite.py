@@ -19,7 +19,8 @@ plain      the registry's plain path: torch.matmul + the torch.distributed colle
 torch_fused torch's async-TP op where one exists (``torch.ops.symm_mem.fused_all_gather_matmul``,
            ``fused_matmul_reduce_scatter``); skipped, with the reason in ``note``, at world 1,
            without NCCL, without the op, and for gemm_all_scatter (torch has no such op)
-<variant>  every registered tilefuse variant but ``reference`` and ``plain`` (or ``--variants``)
+<variant>  every registered tilefuse variant but ``reference`` and ``plain`` (or ``--variants``;
+           ``plain_again`` there times the plain path a second time at that place, a control)
 auto       the public op with ``variant="auto"``; its rows' ``note`` says what it ran
 ideal      derived: ``max(t_gemm, t_comm)``, perfect overlap of the two
 ========== ================================================================================
@@ -91,6 +92,9 @@ from .common import (
 OPS = registry.OPS
 BASELINES = ("gemm", "comm", "plain", "torch_fused")
 CSV_COLUMNS = COLUMNS + ["set", "shape"]
+# ``--variants ...,plain_again``: the plain path timed once more at that place in the order, a
+# control for position effects (its speedup over plain should be 1.00 within the spread).
+CONTROL = "plain_again"
 GPU_SETS = "iris,llama3-8b,llama3-70b,decode"
 CPU_SETS = "tiny"
 TORCH_FUSED = {"all_gather_gemm": "fused_all_gather_matmul",
@@ -211,7 +215,9 @@ class Case:
             Method("torch_fused", (lambda s: fused(s.a, s.b)) if fused else None, "op", skip=why),
         ]
         for v in variants:
-            if v == "auto":
+            if v == CONTROL:  # the plain path timed a second time, where it stands in --variants
+                methods.append(Method(CONTROL, lambda s: plain(s.a, s.b), "op"))
+            elif v == "auto":
                 fn = functools.partial(getattr(tilefuse, op), variant="auto", **out_kw)
                 choice = dispatch.choose(op, self.sets[0].a, self.sets[0].b)
                 note = f"auto -> {choice.variant} ({choice.source})"
@@ -419,10 +425,11 @@ def tilefuse_variants(op: str, wanted: list | None) -> list:
     registered = registry.variants(op)
     if wanted is None:
         return [v for v in registered if v not in ("reference", "plain")] + ["auto"]
-    missing = [v for v in wanted if v not in registered and v != "auto"]
+    extra = ("auto", CONTROL)
+    missing = [v for v in wanted if v not in registered and v not in extra]
     if missing:
         print(f"{op}: not registered, skipped: {missing}", flush=True)
-    return [v for v in wanted if (v in registered or v == "auto") and v not in BASELINES]
+    return [v for v in wanted if (v in registered or v in extra) and v not in BASELINES]
 
 
 def run_rank(ctx, ops: list, shapes: dict, variants: list | None, dtype, args) -> dict:

@@ -1,5 +1,7 @@
 """Forward + backward of a Llama-style SwiGLU MLP: plain torch module vs the same module parallelized
-with tilefuse's TP layers (``tilefuse.nn.parallelize`` + ``LLAMA_MLP_PLAN``), in the same run.
+with tilefuse's TP layers (``tilefuse.nn.parallelize`` + ``LLAMA_MLP_PLAN``), and the same layers on the
+plain path (``variant="plain"``: torch.matmul + torch.distributed all-gather / reduce-scatter, i.e.
+plain tensor parallelism), in the same run.
 
     python -m benchmarks.tp_mlp [--world 1] [--size 8b|tiny] [--variant auto] [--csv PATH]
 
@@ -32,6 +34,7 @@ def _rank_job(ctx, size: str, variant: str):
     for p in plain.parameters():
         p.data.mul_(0.5)
     par = tnn.parallelize(copy.deepcopy(plain), tnn.LLAMA_MLP_PLAN, variant=variant)
+    torch_tp = tnn.parallelize(copy.deepcopy(plain), tnn.LLAMA_MLP_PLAN, variant="plain")
     x_full = torch.randn(tokens, hidden, device=ctx.device, dtype=dtype)
     rows = tokens // ctx.world
     x_loc = x_full[ctx.rank * rows:(ctx.rank + 1) * rows].clone()
@@ -50,9 +53,11 @@ def _rank_job(ctx, size: str, variant: str):
     err = rel_error(par(x_loc), ref_y)
     t_plain = bench_max(ctx, step(plain, x_full, dy_full))
     t_par = bench_max(ctx, step(par, x_loc, dy_loc))
+    t_tp = bench_max(ctx, step(torch_tp, x_loc, dy_loc))
     flops = 3 * 2 * tokens * hidden * inter * 3  # three GEMMs, forward + two backward GEMMs each
     return {"device": run_info(ctx.device)["device"], "dtype": str(dtype).removeprefix("torch."),
-            "plain_ms": t_plain, "tilefuse_ms": t_par, "rel_err": err, "tflops_plain": flops / t_plain / 1e9,
+            "plain_ms": t_plain, "tilefuse_ms": t_par, "torch_tp_ms": t_tp, "rel_err": err,
+            "tflops_plain": flops / t_plain / 1e9,
             "tflops_tilefuse": flops / ctx.world / t_par / 1e9}
 
 
@@ -68,12 +73,15 @@ def main(argv=None) -> int:
     record = {"size": args.size, "world": args.world, "variant": args.variant,
               "plain ms (all tokens)": f"{res['plain_ms']:.3f}",
               "tilefuse ms (T/W tokens)": f"{res['tilefuse_ms']:.3f}",
-              "plain/tilefuse": f"{res['plain_ms'] / res['tilefuse_ms']:.3f}", "rel_err": f"{res['rel_err']:.2e}"}
+              "torch TP ms (T/W tokens)": f"{res['torch_tp_ms']:.3f}",
+              "plain/tilefuse": f"{res['plain_ms'] / res['tilefuse_ms']:.3f}",
+              "torch TP/tilefuse": f"{res['torch_tp_ms'] / res['tilefuse_ms']:.3f}", "rel_err": f"{res['rel_err']:.2e}"}
     print_table([record], list(record), title="SwiGLU MLP forward + backward")
     if args.csv:
         dt = res["dtype"]
         rows_ = [row("tp_mlp", m, tokens, inter, hidden, dt, args.world, "ms", v)
-                 for m, v in (("plain", res["plain_ms"]), (f"tilefuse[{args.variant}]", res["tilefuse_ms"]))]
+                 for m, v in (("plain", res["plain_ms"]), (f"tilefuse[{args.variant}]", res["tilefuse_ms"]),
+                              ("torch_tp", res["torch_tp_ms"]))]
         rows_.append(row("tp_mlp", f"tilefuse[{args.variant}]", tokens, inter, hidden, dt, args.world,
                          "rel_err", res["rel_err"]))
         write_csv(rows_, args.csv, dict(run_info(), device=res["device"]), append=True)

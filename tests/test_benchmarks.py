@@ -176,3 +176,22 @@ def test_tolerance_and_rel_error_reject_nan():
     assert common.rel_error(a, a) == 0.0
     assert math.isnan(common.rel_error(torch.full((4, 4), float("nan")), a))
     assert math.isnan(common.rel_error(a[:2], a))
+
+
+def test_suite_control_method_is_accepted_in_place():
+    from benchmarks import suite
+
+    got = suite.tilefuse_variants("gemm_reduce_scatter", ["auto", suite.CONTROL, "no_such_variant", "bulk_sync"])
+    assert got == ["auto", suite.CONTROL, "bulk_sync"]
+
+
+def test_tp_mlp_times_tilefuse_plain_module_and_torch_tp(tmp_path):
+    csv = tmp_path / "tp.csv"
+    env = dict(os.environ, TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tp_mlp", "--size", "tiny", "--world", "1",
+                           "--csv", str(csv)], cwd=REPO, env=env, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    df = pd.read_csv(csv)
+    ms = df[df.metric == "ms"]
+    assert set(ms.variant) == {"plain", "tilefuse[auto]", "torch_tp"} and (ms.value > 0).all()
+    assert float(df[df.metric == "rel_err"].value.iloc[0]) < 1e-4
