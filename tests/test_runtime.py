@@ -368,3 +368,36 @@ def test_heap_size_env(monkeypatch):
     monkeypatch.delenv("TILEFUSE_HEAP_SIZE")
     assert resolve_heap_size(None, "cpu") == 256 << 20
     assert os.environ.get("TRITON_INTERPRET") == "1" or torch.cuda.is_available()
+
+
+def test_shutdown_gives_workspaces_back_and_a_new_heap_starts_clean():
+    """In-process world 1: an op's workspaces belong to the heap they were made on. shutdown() drops
+    them, and a heap made later never gets one of the old heap's (caches key on heap.uid, not id())."""
+    import socket
+
+    import torch.distributed as dist
+
+    from tilefuse.ops.common import launch
+
+    if dist.is_initialized():
+        pytest.skip("a process group exists in the test process")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    uids = []
+    try:
+        for _ in range(2):
+            heap = tilefuse.init(heap_size=16 << 20)
+            a = torch.randn(40, 24).to(torch.float16).to(heap.device)
+            b = torch.randn(24, 16).to(torch.float16).to(heap.device)
+            got = tilefuse.gemm_all_scatter(a, b, variant="bulk_sync")
+            torch.testing.assert_close(got.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+            assert any(key[0] == heap.uid for key in launch._WORKSPACES), "the op made a workspace"
+            uids.append(heap.uid)
+            tilefuse.shutdown()
+            assert not launch._WORKSPACES, "shutdown() kept workspaces of a closed heap"
+        assert uids[0] != uids[1]
+    finally:
+        tilefuse.shutdown()
+        dist.destroy_process_group()

@@ -17,6 +17,7 @@ the storage lives.
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import threading
 import uuid
@@ -157,10 +158,14 @@ class _PeerMaps:
     paths: list | None = None
 
 
+_HEAP_IDS = itertools.count(1)
+
+
 class SymmetricHeap:
     """One rank's view of the symmetric heap; made by :func:`tilefuse.init`."""
 
     def __init__(self, size: int, group, backend: str, device: torch.device):
+        self.uid = next(_HEAP_IDS)  # unique in this process (caches key on it, not on id())
         self.size = size
         self.group = group
         self.backend = backend

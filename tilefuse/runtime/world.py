@@ -189,10 +189,22 @@ def device_barrier() -> None:
     note_launch()
 
 
+_SHUTDOWN_HOOKS: list = []
+
+
+def on_shutdown(hook) -> None:
+    """Run ``hook()`` at :func:`shutdown`, before the heap closes (the ops drop their workspaces)."""
+    if hook not in _SHUTDOWN_HOOKS:
+        _SHUTDOWN_HOOKS.append(hook)
+
+
 def shutdown() -> None:
-    """Drop peer mappings after a barrier (call before the process group is destroyed)."""
+    """Drop the ops' workspaces and the peer mappings, after a barrier (call before the process group
+    is destroyed). A later :func:`init` starts from a new heap with no workspace of the old one."""
     global _STATE
     if _STATE is None:
         return
+    for hook in _SHUTDOWN_HOOKS:
+        hook()
     _STATE.heap.close()
     _STATE = None

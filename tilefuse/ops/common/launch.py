@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ...runtime import control_block, get_heap, hw, is_initialized
-from ...runtime.world import check_not_capturing, note_launch, poll_waits
+from ...runtime.world import check_not_capturing, note_launch, on_shutdown, poll_waits
 from .config import Config, check_config_fits, default_config
 
 
@@ -85,7 +85,7 @@ def workspace(heap, key: tuple, make) -> Workspace:
     agree across ranks. Flags start at zero; epochs start at 1. With
     ``TILEFUSE_DEBUG_POISON=1`` new floating-point buffers start as NaN.
     """
-    full_key = (id(heap),) + key
+    full_key = (heap.uid,) + key  # not id(heap): a later heap may reuse the address of a closed one
     ws = _WORKSPACES.get(full_key)
     if ws is None:
         # Blocks held only by reference cycles come back now, on every rank alike, so that the
@@ -109,6 +109,9 @@ def clear_workspaces() -> None:
     together, after a barrier, once no queued kernel still uses them). Workspaces are kept per shape
     and never evicted otherwise: a workload with many distinct shapes should call this now and then."""
     _WORKSPACES.clear()
+
+
+on_shutdown(clear_workspaces)  # tilefuse.shutdown() gives every workspace back with the heap
 
 
 def ctl(heap) -> torch.Tensor:
@@ -224,7 +227,7 @@ def check_out(op: str, heap, out, shape: tuple, dtype) -> None:
     if out.dtype != dtype:
         raise TypeError(f"{op}: out has dtype {out.dtype}, expected {dtype}")
     heap.check_on_heap(f"{op}: out", out)
-    key = (id(heap), heap.offset_of(out), tuple(out.shape), tuple(out.stride()))
+    key = (heap.uid, heap.offset_of(out), tuple(out.shape), tuple(out.stride()))
     if key not in _VERIFIED_OUT:
         heap.check_symmetric(f"{op}: out", out)
         _VERIFIED_OUT.add(key)
