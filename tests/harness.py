@@ -7,8 +7,9 @@ timeout kills the pool (it is restarted on the next job) and raises ``TimeoutErr
 ranks that did not answer.
 
 Device: ``TILEFUSE_TEST_DEVICE=cuda`` runs the ranks on GPUs (rank r on GPU r % n, so ranks share
-GPU 0 when there is one), bootstrapped with gloo (NCCL refuses two ranks on one GPU); the default
-``cpu`` runs them in Triton's interpreter on a shared-memory heap.
+GPU 0 when there is one), bootstrapped with gloo (NCCL refuses two ranks on one GPU; with a GPU per
+rank ``TILEFUSE_TEST_PG=nccl`` selects NCCL); the default ``cpu`` runs them in Triton's interpreter
+on a shared-memory heap.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import torch.multiprocessing as mp
 
 TEST_DEVICE = os.environ.get("TILEFUSE_TEST_DEVICE", "cpu").strip().lower()
 HEAP_BYTES = int(os.environ.get("TILEFUSE_TEST_HEAP", str(64 << 20)))
+# gloo by default (NCCL refuses two ranks on one GPU); TILEFUSE_TEST_PG=nccl with a GPU per rank
+# runs the plain paths' collectives and tilefuse's host exchanges over NCCL, as users run them.
+PG_BACKEND = os.environ.get("TILEFUSE_TEST_PG", "gloo").strip().lower()
 DEFAULT_TIMEOUT = float(os.environ.get("TILEFUSE_TEST_TIMEOUT", "240"))
 ERROR_GRACE = 40.0
 
@@ -70,7 +74,7 @@ def _worker(rank: int, world: int, port: int, device_kind: str, jobs, results) -
 
     try:
         dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+            PG_BACKEND, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
             timeout=datetime.timedelta(seconds=120),
         )
         heap = tilefuse.init(heap_size=HEAP_BYTES)

@@ -401,3 +401,15 @@ def test_shutdown_gives_workspaces_back_and_a_new_heap_starts_clean():
     finally:
         tilefuse.shutdown()
         dist.destroy_process_group()
+
+
+def test_ops_refuse_to_launch_on_another_current_device(monkeypatch):
+    """Triton launches on the current CUDA device: a thread whose current device is not the heap's
+    would run the op's kernels on the wrong GPU. The check names both devices and the fix."""
+    from tilefuse.runtime.world import check_current_device
+
+    check_current_device("op", torch.device("cpu"))  # nothing to check on the CPU backend
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    check_current_device("op", torch.device("cuda", 1))
+    with pytest.raises(RuntimeError, match=r"heap is on cuda:0 but the current CUDA device is cuda:1.*set_device\(0\)"):
+        check_current_device("gemm_all_scatter", torch.device("cuda", 0))

@@ -32,12 +32,29 @@ class _State:
 _STATE: _State | None = None
 
 
-def _device_for(backend: str) -> torch.device:
+def _device_for(backend: str, group) -> torch.device:
+    """The heap's device: the group's bound device (``init_process_group(device_id=...)``) if any,
+    else the current CUDA device (``torch.cuda.set_device``, as NCCL expects), else the CPU."""
     if backend == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError("TILEFUSE_BACKEND=cuda but torch sees no CUDA device")
+        bound = getattr(group, "bound_device_id", None)
+        if isinstance(bound, torch.device) and bound.type == "cuda" and bound.index is not None:
+            torch.cuda.set_device(bound)
+            return bound
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def check_current_device(what: str, device: torch.device) -> None:
+    """Kernels launch on the *current* CUDA device: an op called while another device is current
+    (a new thread starts on device 0, say) would run on the wrong GPU. Raise instead."""
+    if device.type == "cuda" and torch.cuda.current_device() != device.index:
+        raise RuntimeError(
+            f"{what}: this rank's heap is on {device} but the current CUDA device is "
+            f"cuda:{torch.cuda.current_device()}; call torch.cuda.set_device({device.index}) in this thread "
+            f"(or run under `with torch.cuda.device({device.index}):`)"
+        )
 
 
 def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
@@ -73,13 +90,17 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
             "the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 before "
             "importing tilefuse or any Triton kernel"
         )
-    heap = SymmetricHeap(size, group, backend, _device_for(backend))
+    heap = SymmetricHeap(size, group, backend, _device_for(backend, group))
     polls = int(os.environ.get("TILEFUSE_WAIT_POLLS", DEFAULT_WAIT_POLLS[backend]))
     ctl = torch.zeros(int(CTL_WORDS), dtype=torch.int64, device=heap.device)
     ctl[int(CTL_BOUND)] = polls
     flags = heap.zeros(heap.world_size, dtype=torch.int32)
     status_host = torch.zeros(1, dtype=torch.int64, pin_memory=True) if heap.device.type == "cuda" else None
     _STATE = _State(heap=heap, ctl=ctl, barrier_flags=flags, status_host=status_host)
+    if heap.device.type == "cuda":
+        # The flags' zeroing must land before any peer can signal into them: a host-only exchange
+        # (gloo) below does not wait for this device's queue.
+        torch.cuda.synchronize(heap.device)
     heap.check_symmetric("tilefuse.init", flags)
     return heap
 
@@ -181,6 +202,7 @@ def device_barrier() -> None:
     """
     st = _state()
     heap = st.heap
+    check_current_device("tilefuse.device_barrier", heap.device)
     if heap.world_size == 1:
         return
     st.barrier_epoch += 1

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ...runtime import control_block, get_heap, hw, is_initialized
-from ...runtime.world import check_not_capturing, note_launch, on_shutdown, poll_waits
+from ...runtime.world import check_current_device, check_not_capturing, note_launch, on_shutdown, poll_waits
 from .config import Config, check_config_fits, default_config
 
 
@@ -25,6 +25,7 @@ def op_heap(op: str, group):
     if not is_initialized():
         raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
     heap = get_heap()
+    check_current_device(op, heap.device)  # kernels launch on the current device
     poll_waits()  # an earlier call's wait that gave up is reported here, before more work is queued
     check_not_capturing(op)
     if group is not None and group is not heap.group and group is not dist.group.WORLD:
