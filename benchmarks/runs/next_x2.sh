@@ -17,6 +17,11 @@ OUT=$R LIMIT_S=150 PER_TEST=140 GROUPS_SPEC="tests/test_nn.py::test_init_is_shar
 tests/test_nn.py::test_parallelize_plan_with_globs tests/test_nn.py::test_bad_inputs" \
     bash benchmarks/gpu_tests.sh > "$R/tests_stdout.txt" 2>&1
 stamp tests $?
+# The W = 2 op tests with an NCCL process group (one rank per GPU), as users run them.
+TILEFUSE_TEST_DEVICE=cuda TILEFUSE_TEST_PG=nccl timeout -k 10 150 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_gemm_all_scatter.py tests/test_all_gather_gemm.py tests/test_gemm_reduce_scatter.py -k "2]" \
+    > "$R/tests_nccl.log" 2>&1
+stamp "tests nccl W=2" $? | tee -a "$R/tests_nccl.log"
 timeout -k 10 60 torchrun --nproc-per-node 2 -m tilefuse.tune --op all_gather_gemm --shapes llama3-8b,iris --quick \
     --out tilefuse/configs >> "$R/tune.log" 2>&1
 stamp "tune ws2 all_gather_gemm" $? | tee -a "$R/tune.log"
@@ -38,6 +43,7 @@ CUDA_VISIBLE_DEVICES=0 timeout -k 10 60 python3 -m benchmarks.ops_world1 --ops g
 stamp "ops narrow" $? | tee -a "$R/ops_narrow.log"
 tar czf "$OUT/run.tar.gz" -C "$R" .
 cat "$R/tests_summary.txt"
+tail -n 3 "$R/tests_nccl.log"
 grep -E "^==|plain|warning" "$R/tune.log" | cut -c1-150 | tail -n 20
 tail -n 4 "$R/tp_mlp.log"
 python3 -m benchmarks.summary "$R" 2>&1 | tail -n 40

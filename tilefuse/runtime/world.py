@@ -102,6 +102,17 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
         # (gloo) below does not wait for this device's queue.
         torch.cuda.synchronize(heap.device)
     heap.check_symmetric("tilefuse.init", flags)
+    if heap.world_size > 1:
+        # One device barrier now: its remote atomic releases and acquires are what every op relies
+        # on, so a GPU pair whose link does not carry them fails here, not inside the first op.
+        try:
+            device_barrier()
+            synchronize()
+        except WaitTimeoutError as err:
+            raise RuntimeError(
+                "tilefuse.init: the first device barrier did not complete: remote atomics between this "
+                "rank's GPU and a peer's did not arrive (no peer-to-peer atomics over this link?)\n" + str(err)
+            ) from err
     return heap
 
 
