@@ -332,9 +332,13 @@ def _flush_l2(device: torch.device) -> None:
 
 
 def bench(ctx: RankCtx, fn, *, warmup_ms: float = 25.0, rep_ms: float = 100.0, cpu_reps: int = 3,
-          min_reps: int = 5, max_reps: int = 1000) -> float:
+          min_reps: int = 5, max_reps: int = 1000, sync_each: bool = False, host_ms: list | None = None) -> float:
     """Median time of ``fn()`` in ms on this rank (see the module docstring for the method).
 
+    At world 1 on a GPU the calls are queued back to back (``triton.testing.do_bench``) unless
+    ``sync_each``; otherwise every timed call starts on an idle GPU after a barrier, so its time
+    includes the host's work before its first kernel. ``host_ms``, if given, receives the host time
+    of every timed call (from the start event's record to the return of ``fn``) on that path.
     Collective when ``ctx.world > 1``: every rank must call it with the same ``fn`` work.
     """
     if not ctx.on_gpu:
@@ -346,7 +350,7 @@ def bench(ctx: RankCtx, fn, *, warmup_ms: float = 25.0, rep_ms: float = 100.0, c
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(times)
-    if ctx.world == 1:
+    if ctx.world == 1 and not sync_each:
         import triton.testing
 
         return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
@@ -368,9 +372,13 @@ def bench(ctx: RankCtx, fn, *, warmup_ms: float = 25.0, rep_ms: float = 100.0, c
     for s, e in events:
         _flush_l2(ctx.device)
         ctx.barrier()
+        t0 = time.perf_counter()
         s.record()
         fn()
+        t1 = time.perf_counter()
         e.record()
+        if host_ms is not None:
+            host_ms.append((t1 - t0) * 1e3)
     ctx.sync()
     return statistics.median(s.elapsed_time(e) for s, e in events)
 

@@ -38,7 +38,9 @@ L2) in ``--reps`` rounds; ``ms`` is the median over rounds, ``spread_pct`` the r
 over that median. Derived metrics: ``speedup_vs_plain = t_plain / t``;
 ``frac_of_ideal = speedup_vs_plain / ideal_speedup`` with
 ``ideal_speedup = (t_gemm + t_comm) / max(t_gemm, t_comm)`` (1.0: the overlap reached the ceiling);
-``TFLOP/s`` per rank; ``busbw_GB/s`` for ``comm``. CSV columns: those of
+``TFLOP/s`` per rank; ``busbw_GB/s`` for ``comm``; ``host_ms`` where calls are timed one at a time
+(W > 1, or ``--sync-each``): the host's time from the start event to the call's return, i.e. what an
+idle GPU waits for. CSV columns: those of
 :data:`benchmarks.common.COLUMNS` plus ``set`` and ``shape`` (the shape-set entry). See
 docs/BENCHMARKS.md.
 """
@@ -146,6 +148,7 @@ class Method:
     note: str = ""  # added to every row of the method (e.g. what auto runs)
     status: str = "ok"
     times: list = field(default_factory=list)
+    host: list = field(default_factory=list)  # host ms of each timed call (calls timed one at a time)
 
 
 class Case:
@@ -379,7 +382,7 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
             t = float("nan")
             try:
                 t = bench_max(ctx, lambda m=m: m.call(cycle()), warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
-                              cpu_reps=1)
+                              cpu_reps=1, sync_each=args.sync_each, host_ms=m.host if ctx.on_gpu else None)
             except Exception as exc:
                 local = error_text(exc)
                 print(f"[rank {ctx.rank} {where} {m.label}] {traceback.format_exc()}", file=sys.stderr, flush=True)
@@ -402,6 +405,8 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
         if m is not None:
             metrics = dict(metrics, spread_pct=100.0 * (max(m.times) - min(m.times)) / metrics["ms"]
                            if metrics["ms"] > 0 else float("nan"))
+            if m.host:  # the host's share: what the GPU waits for when a call starts on an idle GPU
+                metrics["host_ms"] = ctx.max(statistics.median(m.host))
         for metric, value in metrics.items():
             add(label, metric, value, note)
     return rows
@@ -527,6 +532,9 @@ def main(argv=None) -> int:
     parser.add_argument("--append", action="store_true", help="append to the CSV instead of replacing it")
     parser.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots of the CSV to DIR")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--sync-each", action="store_true",
+                        help="world 1: time every call alone after a device sync (the method of W > 1) instead of "
+                             "back to back; adds the metric host_ms")
     args = parser.parse_args(argv)
 
     ops = list(OPS) if args.ops.strip() == "all" else [o.strip() for o in args.ops.split(",") if o.strip()]

@@ -18,6 +18,7 @@ SHORT_OPS = {"gemm_all_scatter": "gas", "all_gather_gemm": "agg", "gemm_reduce_s
 SHORT_METHODS = {"tilefuse.matmul": "core", "plain": "plain", "bulk_sync": "bulk",
                  "producer_consumer": "pc", "fused_sequential": "fs", "wg_specialized": "ws",
                  "reference": "ref", "auto": "auto"}
+HOST_COLUMNS = ("plain", "auto", "plain_again")  # their host_ms is shown (the auto-vs-plain question)
 LEGEND = ("columns after torch: time of torch.matmul / time of the method (1.00 = as fast); "
           "core = tilefuse GEMM core alone, bulk/pc/fs/ws = bulk_sync/producer_consumer/"
           "fused_sequential/wg_specialized, * = out=None (result copied out of the heap); "
@@ -135,13 +136,17 @@ def suite_summary(csv: Path) -> list:
             elif r.metric == "speedup_vs_plain" and r.variant != "plain":
                 rec[col] = f"{r.value:.2f}" if rec.get(col) is None else rec[col]
                 columns.append(col) if col not in columns else None
+            elif r.metric == "host_ms" and r.variant in HOST_COLUMNS:
+                rec[f"host {col}"] = f"{r.value * 1e3:.0f}"
+                columns.append(f"host {col}") if f"host {col}" not in columns else None
             elif r.metric == "error" or (r.metric == "ok" and r.value != 1.0):
                 rec[col] = "ERR" if r.metric == "error" else "F"
                 columns.append(col) if col not in columns else None
         records.append(rec)
     info = df.iloc[0]
     title = (f"suite at world {info['world']}, {info['dtype']}, {info['device']}, commit {info['commit']}: "
-             "speedup over plain (torch.matmul + NCCL); ideal = (gemm + comm) / max(gemm, comm)")
+             "speedup over plain (torch.matmul + NCCL); ideal = (gemm + comm) / max(gemm, comm); "
+             "host X = host time of a call of X in us (calls timed one at a time)")
     return [format_table(records, ["op", "MxNxK", "gemm ms", "comm ms", "plain ms"] + columns, title)]
 
 

@@ -4,7 +4,8 @@ A job is a module-level function ``fn(ctx, *args)`` run on every rank; ``ctx`` i
 :class:`RankContext`. ``RankPool.run`` returns the per-rank return values, or raises
 :class:`RankFailure` with every failing rank's traceback. A job that does not finish within its
 timeout kills the pool (it is restarted on the next job) and raises ``TimeoutError`` naming the
-ranks that did not answer.
+ranks that did not answer; shortly before that, every rank still in the job writes the Python stack
+of each of its threads to stderr (``faulthandler``), so a hang shows where each rank waits.
 
 Device: ``TILEFUSE_TEST_DEVICE=cuda`` runs the ranks on GPUs (rank r on GPU r % n, so ranks share
 GPU 0 when there is one), bootstrapped with gloo (NCCL refuses two ranks on one GPU; with a GPU per
@@ -14,10 +15,12 @@ on a shared-memory heap.
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 import queue
 import socket
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -31,6 +34,8 @@ HEAP_BYTES = int(os.environ.get("TILEFUSE_TEST_HEAP", str(64 << 20)))
 PG_BACKEND = os.environ.get("TILEFUSE_TEST_PG", "gloo").strip().lower()
 DEFAULT_TIMEOUT = float(os.environ.get("TILEFUSE_TEST_TIMEOUT", "240"))
 ERROR_GRACE = 40.0
+VERBOSE = os.environ.get("TILEFUSE_TEST_VERBOSE", "0") not in ("", "0")  # each rank names each job it starts
+STACKS_BEFORE_TIMEOUT = 8.0  # a rank still busy this long before its job's timeout prints its stacks
 
 
 class RankFailure(AssertionError):
@@ -88,12 +93,17 @@ def _worker(rank: int, world: int, port: int, device_kind: str, jobs, results) -
         job = jobs.get()
         if job is None:
             break
-        job_id, fn, args, kwargs = job
+        job_id, fn, args, kwargs, timeout = job
+        if VERBOSE:
+            print(f"[rank {rank}/{world}] job {fn.__name__} starts", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback_later(max(1.0, timeout - STACKS_BEFORE_TIMEOUT), file=sys.stderr)
         try:
             value = fn(ctx, *args, **kwargs)
             results.put((rank, "ok", (job_id, value)))
         except BaseException:
             results.put((rank, "error", (job_id, traceback.format_exc())))
+        finally:
+            faulthandler.cancel_dump_traceback_later()
         # Heap blocks held by reference cycles (a traceback, say) must come back on every rank
         # before the next job, or the ranks' allocations diverge.
         value = None
@@ -179,7 +189,7 @@ class RankPool:
         self._job_id += 1
         job_id = self._job_id
         for q in self._jobs:
-            q.put((job_id, fn, args, kwargs))
+            q.put((job_id, fn, args, kwargs, timeout))
         got = self._collect(lambda msg: msg[1] in ("ok", "error") and msg[2][0] == job_id, timeout,
                             f"{fn.__name__}")
         errors = {r: m[2][1] for r, m in got.items() if m[1] == "error"}
