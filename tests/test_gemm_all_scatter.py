@@ -145,3 +145,27 @@ def job_clear_workspaces(ctx):
 
 def test_clear_workspaces_gives_heap_back(pools):
     assert all(pools.run(2, job_clear_workspaces))
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_plain_path_into_out(pools, world):
+    """The plain path (what auto runs where the table says plain) writes ``out=`` like the variants."""
+    assert all(pools.run(world, job_against_reference, "plain", SHAPES[:2], calls=1, use_out=True))
+
+
+def job_plain_bad_out(ctx):
+    a = randn((8, 16), torch.float16, ctx.device, seed=1)
+    b = randn((16, 4), torch.float16, ctx.device, seed=2)
+    plain = registry.get(OP, "plain")
+    W = ctx.world
+    with pytest.raises(ValueError, match=r"out has shape \(8, 4\), expected \(8, 8\)"):
+        plain(a, b, out=torch.empty(8, 4, dtype=torch.float16, device=ctx.device))
+    with pytest.raises(TypeError, match="out has dtype torch.float32"):
+        plain(a, b, out=torch.empty(8, 4 * W, dtype=torch.float32, device=ctx.device))
+    with pytest.raises(ValueError, match="out has shape"):  # would broadcast silently under copy_
+        plain(a, b, out=torch.empty(1, 4 * W, dtype=torch.float16, device=ctx.device))
+    return True
+
+
+def test_plain_path_rejects_a_wrong_out(pools):
+    assert all(pools.run(2, job_plain_bad_out))

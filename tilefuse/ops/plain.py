@@ -11,7 +11,14 @@ import torch
 import torch.distributed as dist
 
 from . import registry
-from .common.checks import check_divisible, check_dtypes, check_inner_dim, check_matrix, check_same_device
+from .common.checks import (
+    check_divisible,
+    check_dtypes,
+    check_inner_dim,
+    check_matrix,
+    check_out_tensor,
+    check_same_device,
+)
 from .common.collectives import all_gather_cat
 
 
@@ -24,11 +31,15 @@ def _checks(op, a, b):
 
 
 def gemm_all_scatter(a, b, *, config=None, group=None, out=None):
-    _checks("gemm_all_scatter", a, b)
+    op = "gemm_all_scatter"
+    _checks(op, a, b)
+    world = dist.get_world_size(group)
+    if out is not None:  # any tensor of the result's shape, dtype and device (the heap is not needed)
+        check_out_tensor(op, out, (a.shape[0], world * b.shape[1]), a.dtype, a.device)
+    if world == 1:  # the product is the result: straight into out, no copy
+        return a @ b if out is None else torch.matmul(a, b, out=out)
     c = all_gather_cat(a @ b, dim=1, group=group)
-    if out is not None:
-        return out.copy_(c)
-    return c
+    return c if out is None else out.copy_(c)
 
 
 def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False):

@@ -54,3 +54,15 @@ def check_divisible(op: str, name: str, value: int, by: int, what: str) -> None:
     """`value` (called `name`) is a multiple of `by` (described as `what`, e.g. "the world size")."""
     if value % by != 0:
         raise ValueError(f"{op}: {name} = {value} must be divisible by {what} ({by})")
+
+
+def check_out_tensor(op: str, out, shape: tuple, dtype, device) -> None:
+    """``out`` is a tensor of exactly ``shape``, ``dtype`` and ``device`` (no silent cast or broadcast)."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{op}: out must be a torch.Tensor, got {type(out).__name__}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{op}: out has shape {tuple(out.shape)}, expected {tuple(shape)}")
+    if out.dtype != dtype:
+        raise TypeError(f"{op}: out has dtype {out.dtype}, expected {dtype}")
+    if out.device != device:
+        raise ValueError(f"{op}: out is on {out.device}, expected {device} (the device of a and b)")

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from ...runtime import control_block, get_heap, hw, is_initialized
 from ...runtime.world import check_current_device, check_not_capturing, note_launch, on_shutdown, poll_waits
+from .checks import check_out_tensor
 from .config import Config, check_config_fits, default_config
 
 
@@ -221,12 +222,7 @@ def check_out(op: str, heap, out, shape: tuple, dtype) -> None:
 
     The offset check is collective and runs once per (offset, shape); later calls are free.
     """
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"{op}: out must be a torch.Tensor, got {type(out).__name__}")
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"{op}: out has shape {tuple(out.shape)}, expected {tuple(shape)}")
-    if out.dtype != dtype:
-        raise TypeError(f"{op}: out has dtype {out.dtype}, expected {dtype}")
+    check_out_tensor(op, out, shape, dtype, getattr(out, "device", None))  # the heap check covers the device
     heap.check_on_heap(f"{op}: out", out)
     key = (heap.uid, heap.offset_of(out), tuple(out.shape), tuple(out.stride()))
     if key not in _VERIFIED_OUT:
