@@ -18,12 +18,14 @@ from __future__ import annotations
 import faulthandler
 import gc
 import os
+import pickle
 import queue
 import socket
 import sys
 import time
 import traceback
 from dataclasses import dataclass
+from multiprocessing.reduction import ForkingPickler
 
 import torch.multiprocessing as mp
 
@@ -99,7 +101,14 @@ def _worker(rank: int, world: int, port: int, device_kind: str, jobs, results) -
         faulthandler.dump_traceback_later(max(1.0, timeout - STACKS_BEFORE_TIMEOUT), file=sys.stderr)
         try:
             value = fn(ctx, *args, **kwargs)
-            results.put((rank, "ok", (job_id, value)))
+            try:
+                # Serialised here, not in the queue's feeder thread, where a failure is only printed
+                # and the test process would wait for a result that never comes.
+                payload = bytes(ForkingPickler.dumps(value))
+            except Exception as err:
+                raise RuntimeError(f"job {fn.__name__} returned a value that cannot be sent to the test "
+                                   f"process ({type(value).__name__}): {err}") from err
+            results.put((rank, "ok", (job_id, payload)))
         except BaseException:
             results.put((rank, "error", (job_id, traceback.format_exc())))
         finally:
@@ -195,7 +204,7 @@ class RankPool:
         errors = {r: m[2][1] for r, m in got.items() if m[1] == "error"}
         if errors:
             raise RankFailure(self._format(f"{fn.__name__} failed on world={self.world}", errors))
-        return [got[r][2][1] for r in range(self.world)]
+        return [pickle.loads(got[r][2][1]) for r in range(self.world)]
 
     def close(self) -> None:
         for q in getattr(self, "_jobs", []):

@@ -1,4 +1,5 @@
-"""gemm_reduce_scatter: every variant against the reference, W = 1..4, ragged shapes, epochs, determinism."""
+"""gemm_reduce_scatter: every variant against the reference, W = 1..4, ragged shapes, epochs, determinism,
+bit-identical results across variants, staging in the input dtype."""
 
 import time
 
@@ -8,6 +9,7 @@ from ophelpers import assert_matches, dtypes, poison_workspaces, randn
 
 import tilefuse
 from tilefuse.ops import registry
+from tilefuse.ops.common import launch
 
 OP = "gemm_reduce_scatter"
 WORLDS = [1, 2, 3, 4]
@@ -74,6 +76,46 @@ def job_back_to_back(ctx, variant, rows, N, K, calls):
     for i, (got, ref) in enumerate(zip(outs, refs)):
         _check(ctx, got, ref, dtype, K, f"{variant} back-to-back call {i}")
     assert torch.equal(outs[0], outs[-1]), f"{variant}: two runs on the same inputs differ"
+    tilefuse.barrier()
+    return True
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bits of t (torch.equal alone would take -0.0 for +0.0)."""
+    return t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def _workspace_buffer(kind: str, key: tuple) -> torch.Tensor:
+    """This op's cached ``kind`` buffer ("stage" or "run") whose workspace key ends with ``key``."""
+    found = [ws.buffers[kind] for full_key, ws in launch._WORKSPACES.items() if full_key[1:] == (OP, kind) + key]
+    assert len(found) == 1, f"{kind} workspace {key}: {len(found)} found, keys {list(launch._WORKSPACES)}"
+    return found[0]
+
+
+def job_variants_bit_identical(ctx, variants, rows, N, K, dtype_list, config):
+    """Every variant gives the very bits of every other (one summation order, one rounding of the
+    partials, the running sum in fp32), and stages its partials in the input dtype."""
+    cfg = tilefuse.Config(**config)
+    M = ctx.world * rows
+    for dtype in dtype_list:
+        a, b = _inputs(ctx, M, N, K, dtype, seed=31)
+        ref = registry.get(OP, "reference")(a, b)
+        outs = {}
+        for variant in variants:
+            poison_workspaces()
+            outs[variant] = registry.get(OP, variant)(a, b, config=cfg)
+            tilefuse.synchronize()
+            _check(ctx, outs[variant], ref, dtype, K, f"{variant} {dtype}")
+        first = variants[0]
+        for variant in variants[1:]:
+            differ = (_bits(outs[variant]) != _bits(outs[first])).sum().item()
+            assert differ == 0, f"{dtype}: {variant} and {first} differ in {differ} of {ref.numel()} elements"
+        stage = _workspace_buffer("stage", (dtype, ctx.world, rows, N))
+        assert stage.dtype == dtype and tuple(stage.shape) == (ctx.world, rows, N), (stage.dtype, stage.shape)
+    # One stage per dtype, and one fp32 running sum (W >= 3) whatever the dtype.
+    assert len({_workspace_buffer("stage", (d, ctx.world, rows, N)).data_ptr() for d in dtype_list}) == len(dtype_list)
+    if ctx.world >= 3:
+        assert _workspace_buffer("run", (ctx.world, rows, N)).dtype == torch.float32
     tilefuse.barrier()
     return True
 
@@ -145,6 +187,14 @@ def test_non_default_config(pools, variant):
     """Small blocks, several communication programs, a transposed (column-major) b."""
     assert all(pools.run(2, job_against_reference, variant, [(37, 72, 24)], calls=1, config=SMALL_CFG,
                          b_transposed=True))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_variants_bit_identical(pools, world, on_gpu):
+    """At W = 3 the running sum takes an intermediate step (s0 + s1 into the fp32 buffer, then + s2):
+    keeping it in fp16 rounds twice and changes bits; fp32 shows a change of summation order."""
+    assert all(pools.run(world, job_variants_bit_identical, list(tilefuse.VARIANTS), 37, 72, 56,
+                         dtypes(on_gpu), SMALL_CFG))
 
 
 def test_ragged_k_shards_and_empty(pools):

@@ -180,7 +180,7 @@ def job_init(ctx):
     assert torch.equal(row.bias, ref.bias.half())
     torch.manual_seed(1000 + r)  # the ranks' own generators disagree: the seed must come from rank 0
     shared = RowParallelLinear(4 * W, 12, bias=True, device=ctx.device)
-    return shared.bias.cpu(), shared.weight.detach().cpu()
+    return shared.bias.detach().cpu(), shared.weight.detach().cpu()
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -413,3 +413,23 @@ def test_ops_refuse_to_launch_on_another_current_device(monkeypatch):
     check_current_device("op", torch.device("cuda", 1))
     with pytest.raises(RuntimeError, match=r"heap is on cuda:0 but the current CUDA device is cuda:1.*set_device\(0\)"):
         check_current_device("gemm_all_scatter", torch.device("cuda", 0))
+
+
+def job_returns_a_tensor_that_needs_grad(ctx):
+    x = torch.ones(2, device=ctx.device, requires_grad=True)
+    return x * 2  # a non-leaf tensor that requires grad cannot cross process boundaries
+
+
+def test_harness_fails_fast_on_a_result_it_cannot_send(pools):
+    """Such a result used to hang the test until its timeout (the queue's feeder thread only printed)."""
+    from harness import RankFailure
+
+    start = time.monotonic()
+    with pytest.raises(RankFailure, match="cannot be sent to the test process"):
+        pools.run(2, job_returns_a_tensor_that_needs_grad, timeout=120)
+    assert time.monotonic() - start < 60
+    assert pools.run(2, job_device_is_usable) == [True, True], "the pool must stay usable"
+
+
+def job_device_is_usable(ctx):
+    return bool(torch.ones(1, device=ctx.device).sum().item() == 1)

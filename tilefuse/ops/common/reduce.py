@@ -1,17 +1,22 @@
 """Reduction helpers: the order in which an owner sums W staged contributions, and the sums themselves.
 
-A reduce-scatter stages each rank's fp32 partial of an output tile in a *slot* of a
-``stage [W, rows, N]`` heap buffer. Two layouts use the same buffer shape:
+A reduce-scatter stages each rank's partial of an output tile in a *slot* of a ``stage [W, rows, N]``
+heap buffer. The stage has the input dtype: a partial is computed in fp32 and rounded to the input
+dtype once, when it is stored (as the partial ``a @ b`` handed to a reduce-scatter is). Two layouts
+use the same buffer shape:
 
 - push: the owner's stage holds every source's contribution, slot = source rank; the owner reads
   its own heap.
 - pull (``PULL=True``): every rank's stage holds its own partial of every owner's rows,
   slot = owner rank; the owner reads slot ``cur_rank`` from each peer's heap.
 
-Sums run over sources in a fixed order, so the result has the same bits on every run:
-``cur_rank - 1, cur_rank - 2, ..., cur_rank`` (own contribution last, see :func:`source_at`). That is
-also the order in which pushed tiles arrive when rank s computes the tiles of owner s + 1 first
-(:func:`owner_at`).
+Sums are in fp32 (every loaded slot is converted before it is added) and run over sources in a fixed
+order, so the result has the same bits on every run: ``cur_rank - 1, cur_rank - 2, ..., cur_rank``
+(own contribution last, see :func:`source_at`). That is also the order in which pushed tiles arrive
+when rank s computes the tiles of owner s + 1 first (:func:`owner_at`). Both sum forms below,
+:func:`sum_slots` in registers and the running sum of :func:`accumulate_slot`, evaluate exactly
+``((s0 + s1) + s2) + ...`` in fp32, starting from the first source's value, so they give the same
+bits; only the final sum is rounded to the output dtype.
 
 Blocks are ``[SUB_M, BN]`` slices of a tile with int32 offsets inside one slot (the host checks that
 a slot has fewer than 2**31 elements), so that the accumulator, a loaded block and its offsets fit
@@ -51,53 +56,72 @@ def slot_ptr(stage_ptr, slot, stride_slot):
 
 
 @triton.jit
+def _load_source(stage_ptr, offs, mask, i, heap_bases, cur_rank, world, stride_slot, PULL: tl.constexpr):
+    """Source ``source_at(i)``'s contribution to a block, converted to fp32 (zero outside ``mask``)."""
+    src = source_at(cur_rank, i, world)
+    if PULL:
+        part = P.load(slot_ptr(stage_ptr, cur_rank, stride_slot) + offs, cur_rank, src, heap_bases,
+                      mask=mask, other=0.0)
+    else:
+        part = tl.load(slot_ptr(stage_ptr, src, stride_slot) + offs, mask=mask, other=0.0)
+    return part.to(tl.float32)
+
+
+@triton.jit
 def sum_slots(
     stage_ptr,
     offs_m, offs_n, rows, N,
     stride_slot, stride_m, stride_n,
     heap_bases, cur_rank, world,
-    SUB_M: tl.constexpr, BLOCK_N: tl.constexpr, PULL: tl.constexpr,
+    PULL: tl.constexpr,
 ):
     """fp32 sum [SUB_M, BN] of the W contributions to the block at (offs_m, offs_n), in fixed order.
 
-    Every contribution must be complete and visible (after a barrier). Elements outside
-    ``rows x N`` read as zero.
+    ``((s0 + s1) + s2) + ...`` with ``s_i`` the contribution of ``source_at(i)`` converted to fp32:
+    the order and roundings of :func:`accumulate_slot`. Every contribution must be complete and
+    visible (after a barrier). Elements outside ``rows x N`` read as zero.
     """
     offs = offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [SUB_M, BN] int32
     mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [SUB_M, BN]
-    acc = tl.zeros((SUB_M, BLOCK_N), dtype=tl.float32)  # [SUB_M, BN]
-    for i in range(0, world):
-        src = source_at(cur_rank, i, world)
-        if PULL:
-            ptrs = slot_ptr(stage_ptr, cur_rank, stride_slot) + offs
-            acc += P.load(ptrs, cur_rank, src, heap_bases, mask=mask, other=0.0)
-        else:
-            acc += tl.load(slot_ptr(stage_ptr, src, stride_slot) + offs, mask=mask, other=0.0)
-    return acc
+    # Start from s0 itself, not from 0 + s0: the running sum starts there too (and 0.0 + -0.0 is +0.0).
+    acc = _load_source(stage_ptr, offs, mask, 0, heap_bases, cur_rank, world, stride_slot, PULL)
+    for i in range(1, world):
+        acc += _load_source(stage_ptr, offs, mask, i, heap_bases, cur_rank, world, stride_slot, PULL)
+    return acc  # [SUB_M, BN] fp32
 
 
 @triton.jit
 def accumulate_slot(
-    stage_ptr, c_ptr,
+    stage_ptr, run_ptr, c_ptr,
     offs_m, offs_n, rows, N,
     stride_slot, stride_m, stride_n, stride_cm, stride_cn,
     cur_rank, world, i,
 ):
     """Step i of a running sum in the push layout, for one [SUB_M, BN] block of the owner's rows.
 
-    The running sum lives in the slot of the first source, ``source_at(0)``: step 0 leaves it as it
-    is; step i in 1 .. W-2 adds source ``source_at(i)``'s slot to it; the last step adds the last
-    source's slot and stores the sum into ``c`` in c's dtype. The caller acquired source i's flag.
+    The running sum is fp32 and lives in ``run [rows, N]`` (same row and column strides as a slot),
+    an owner-local buffer used only when W >= 3. With ``s_i`` the slot of ``source_at(i)`` converted to
+    fp32: step 0 does nothing (with W = 1 it stores ``s0`` into ``c``); step 1 adds ``s0 + s1``;
+    a later step adds ``run + s_i``. Every step but the last stores its sum into ``run``; the last
+    stores it into ``c`` in c's dtype. That is ``((s0 + s1) + s2) + ...`` in fp32, the bits of
+    :func:`sum_slots`. The caller acquired source i's flag.
     """
     offs = offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [SUB_M, BN] int32
     mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [SUB_M, BN]
-    run_ptrs = slot_ptr(stage_ptr, source_at(cur_rank, 0, world), stride_slot) + offs  # [SUB_M, BN]
-    if i == world - 1:
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [SUB_M, BN]
+    if i == 0:
+        if world == 1:
+            own = tl.load(slot_ptr(stage_ptr, source_at(cur_rank, 0, world), stride_slot) + offs, mask=mask)
+            tl.store(c_ptrs, own.to(tl.float32).to(c_ptr.dtype.element_ty), mask=mask)
+    else:
         part = tl.load(slot_ptr(stage_ptr, source_at(cur_rank, i, world), stride_slot) + offs, mask=mask)
-        if i > 0:
-            part = tl.load(run_ptrs, mask=mask) + part
-        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [SUB_M, BN]
-        tl.store(c_ptrs, part.to(c_ptr.dtype.element_ty), mask=mask)
-    elif i > 0:
-        part = tl.load(slot_ptr(stage_ptr, source_at(cur_rank, i, world), stride_slot) + offs, mask=mask)
-        tl.store(run_ptrs, tl.load(run_ptrs, mask=mask) + part, mask=mask)
+        if i == 1:
+            prev = tl.load(slot_ptr(stage_ptr, source_at(cur_rank, 0, world), stride_slot) + offs, mask=mask)
+            prev = prev.to(tl.float32)
+        else:
+            prev = tl.load(run_ptr + offs, mask=mask).to(tl.float32)
+        total = prev + part.to(tl.float32)  # [SUB_M, BN] fp32
+        if i == world - 1:
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+        else:
+            tl.store(run_ptr + offs, total, mask=mask)

@@ -23,14 +23,18 @@ def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None)
     ``a [M, K_loc]`` and ``b [K_loc, N]``, its K shard (ordinary tensors; K_loc may differ between
     ranks); rank r gets ``c [M/W, N]``, rows ``r*M/W ... (r+1)*M/W`` of the sum over ranks of
     ``a @ b``, as an ordinary tensor. M must be divisible by the world size (ValueError otherwise,
-    on every rank). fp16, bf16 or fp32 (fp32 runs the tensor cores in tf32 on GPUs); accumulation
-    and reduction in fp32, in a fixed order (the same bits on every run), result in the input dtype.
+    on every rank). fp16, bf16 or fp32 (fp32 runs the tensor cores in tf32 on GPUs). Each rank's
+    partial is accumulated in fp32 and rounded to the input dtype before it travels (as the partial
+    ``a @ b`` handed to an NCCL reduce-scatter is); the owner sums the W partials in fp32, in a fixed
+    order (the same bits on every run, and from each of the four variants), and rounds the sum to the
+    input dtype.
 
     ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (torch.matmul + reduce-scatter),
     ``"plain"`` or ``"auto"`` (the tuned table, else the heuristic). ``config``: a
     :class:`tilefuse.Config` overriding tile sizes and the GEMM_SMS/COMM_SMS split (the same on
-    every rank). Heap workspace: ``M*N*4`` bytes per rank for the fp32 staging buffer, allocated on
-    the first call of a shape.
+    every rank). Heap workspace per rank, allocated on the first call of a shape: ``M*N*itemsize``
+    bytes for the staging buffer (one per dtype), plus ``(M/W)*N*4`` bytes for the fp32 running sum
+    of producer_consumer and wg_specialized when W >= 3.
 
     Returns once every rank's partial of this rank's rows has been summed into ``c`` (stream-ordered
     on a GPU: complete for any later work on the current stream). Collective: every rank must make

@@ -21,7 +21,8 @@ class Call:
     gemm: GemmCall
     rows: int  # M / W: the rows every rank owns
     c: torch.Tensor  # [rows, N], an ordinary tensor
-    stage: torch.Tensor  # [W, rows, N] fp32 on the heap
+    stage: torch.Tensor  # [W, rows, N] in the input dtype, on the heap
+    run: torch.Tensor | None  # [rows, N] fp32 running sum on the heap (flagged variants, W >= 3)
     flags: torch.Tensor | None  # [W, tiles_per_owner] int32 on the heap (flagged variants)
     epoch: int  # this call's epoch of `flags` (0 without flags)
 
@@ -57,6 +58,11 @@ class Call:
                 min(cfg.COMM_SMS, self.tiles_per_owner))
 
     @property
+    def run_arg(self) -> torch.Tensor:
+        """The running-sum buffer, or the stage as a never-touched stand-in where there is none."""
+        return self.stage if self.run is None else self.run
+
+    @property
     def stage_args(self) -> tuple:
         s = self.stage
         return (s.stride(0), s.stride(1), s.stride(2))
@@ -76,8 +82,11 @@ def _poison_outputs() -> bool:
 def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]``; allocate c; get the stage (and flags) workspace.
 
-    The stage is shared by every variant of one (rows, N) (the entry barrier of each call makes
-    that safe); the flags and their epoch belong to one variant and tile shape.
+    The stage has a's dtype and is shared by every variant of one (dtype, rows, N) (the entry
+    barrier of each call makes that safe). The flagged variants, which sum while partials arrive,
+    also get an fp32 running-sum buffer when W >= 3, shared by both per (rows, N): only the owner's
+    reduction touches it, and one call's reduction ends before the next call's starts. The flags and
+    their epoch belong to one variant and tile shape.
     """
     heap = op_heap(OP, group)
     check_matrix(OP, "a", a)
@@ -94,20 +103,25 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool) -> Call
     else:
         c = torch.empty((rows, N), dtype=a.dtype, device=a.device)
     if rows == 0 or N == 0:
-        return Call(call, rows, c, None, None, 0)
+        return Call(call, rows, c, None, None, None, 0)
     if rows * N >= 2**31:
         raise ValueError(f"{OP}: an owner's block of M/W x N = {rows} x {N} elements must stay below 2**31 "
                          "(the reduction indexes a block with 32-bit offsets); split the call")
-    stage = workspace(heap, (OP, "stage", W, rows, N),
-                      lambda h: {"stage": h.empty((W, rows, N), dtype=torch.float32)}).stage
-    flag_buf, epoch = None, 0
+    stage = workspace(heap, (OP, "stage", a.dtype, W, rows, N),
+                      lambda h: {"stage": h.empty((W, rows, N), dtype=a.dtype)}).stage
+    run, flag_buf, epoch = None, None, 0
+    if flags and W >= 3:
+        # accumulate_slot indexes it with a slot's strides: both are contiguous [rows, N].
+        run = workspace(heap, (OP, "run", W, rows, N),
+                        lambda h: {"run": h.empty((rows, N), dtype=torch.float32)}).run
+        assert run.stride() == stage.stride()[1:]
     if flags:
         cfg = call.config
         tiles = -(-rows // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N)
         ws = workspace(heap, (OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N),
                        lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int32)})
         flag_buf, epoch = ws.flags, ws.next_epoch()
-    return Call(call, rows, c, stage, flag_buf, epoch)
+    return Call(call, rows, c, stage, run, flag_buf, epoch)
 
 
 def finish(call: Call) -> torch.Tensor:

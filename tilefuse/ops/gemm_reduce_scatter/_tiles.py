@@ -5,9 +5,11 @@ owner o's tiles are the ``tiles_per_owner = cdiv(rows, BM) * cdiv(N, BN)`` tiles
 ``A[o*rows : (o+1)*rows]`` (grouped swizzle inside the block). Rank r walks the owners in the
 order r+1, r+2, ..., r (its own last), so at any moment the ranks push to different owners.
 
-``stage [W, rows, N]`` fp32 sits on every rank's heap; in the push layout slot s of owner o holds
-source s's partial of o's rows. Flags ``flags [W, tiles_per_owner]`` int32 on the owner: entry
-``(s, j)`` is set to the call's epoch by source s once its partial of tile j is in the slot.
+``stage [W, rows, N]`` in the input dtype sits on every rank's heap; in the push layout slot s of
+owner o holds source s's partial of o's rows, computed in fp32 and rounded to the stage's dtype when
+stored. Flags ``flags [W, tiles_per_owner]`` int32 on the owner: entry ``(s, j)`` is set to the
+call's epoch by source s once its partial of tile j is in the slot. The owner sums in fp32; a running
+sum (W >= 3, flagged variants) lives in an owner-local fp32 buffer ``run [rows, N]``.
 """
 
 import triton
@@ -24,7 +26,7 @@ from ..common.reduce import accumulate_slot, block_offsets, owner_at, source_at,
 def produce_partials(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # stage [W, rows, N] fp32 and the owner-side flags (symmetric addresses)
+    # stage [W, rows, N] (input dtype) and the owner-side flags (symmetric addresses)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
     # distributed
     heap_bases, cur_rank, world, epoch,
@@ -34,6 +36,8 @@ def produce_partials(
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
 ):
     """Compute this rank's partial of every tile and store it into the owner's slot ``cur_rank``.
+
+    The fp32 accumulator tile is rounded to the stage's dtype as it is stored.
 
     Tile t = step * tiles_per_owner + j (owner ``owner_at(step)``, tile j of its block) goes to
     program t % NUM_PROGRAMS. With ``RELEASE`` the owner's flag (cur_rank, j) is set to ``epoch``
@@ -59,7 +63,7 @@ def produce_partials(
             offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
             ptrs = my_slot + offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN]
             mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [BM, BN]
-            P.store(ptrs, acc, cur_rank, owner, heap_bases, mask=mask)
+            P.store(ptrs, acc.to(stage_ptr.dtype.element_ty), cur_rank, owner, heap_bases, mask=mask)
             if RELEASE:
                 # Release: pairs with the acquire in reduce_owned (WAIT) on rank `owner`.
                 tile_release(flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases)
@@ -67,8 +71,9 @@ def produce_partials(
 
 @triton.jit
 def reduce_owned(
-    # stage [W, rows, N] fp32, the flags (push layout) and this rank's output c [rows, N]
-    stage_ptr, flags_ptr, c_ptr,
+    # stage [W, rows, N] (input dtype), the flags (push layout), the fp32 running sum run [rows, N]
+    # (WAIT with W >= 3; strides of a slot) and this rank's output c [rows, N]
+    stage_ptr, flags_ptr, run_ptr, c_ptr,
     rows, N,
     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
     # distributed
@@ -80,12 +85,12 @@ def reduce_owned(
 ):
     """Sum the W contributions to tiles cid, cid + NUM_PROGRAMS, ... of this rank's rows into c.
 
-    Without ``WAIT`` every contribution is already in place: one pass per tile sums the W slots in
-    registers. With ``WAIT`` (push layout, partials still arriving) the program follows the
-    arrival order: for each source in turn it acquires that source's flag of each of its tiles and
-    adds the slot to a running sum kept in the first source's slot, so that by the time the last
-    source's partial arrives only one addition per tile is left. Both give the same bits. A tile
-    is processed in [SUB_M, BN] blocks.
+    Sums are fp32 in the fixed source order. Without ``WAIT`` every contribution is already in
+    place: one pass per tile sums the W slots in registers. With ``WAIT`` (push layout, partials
+    still arriving) the program follows the arrival order: for each source in turn it acquires that
+    source's flag of each of its tiles and adds the slot to an fp32 running sum kept in ``run``, so
+    that by the time the last source's partial arrives only one addition per tile is left. Both
+    give the same bits. A tile is processed in [SUB_M, BN] blocks.
     """
     num_pid_m = tl.cdiv(rows, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -99,7 +104,7 @@ def reduce_owned(
                 pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
                 for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, rows - pid_m * BLOCK_M), SUB_M)):
                     offs_m, offs_n = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)
-                    accumulate_slot(stage_ptr, c_ptr, offs_m, offs_n, rows, N,
+                    accumulate_slot(stage_ptr, run_ptr, c_ptr, offs_m, offs_n, rows, N,
                                     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
                                     cur_rank, world, i)
     else:
@@ -108,13 +113,13 @@ def reduce_owned(
             for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, rows - pid_m * BLOCK_M), SUB_M)):
                 offs_m, offs_n = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)
                 acc = sum_slots(stage_ptr, offs_m, offs_n, rows, N, stride_slot, stride_sm, stride_sn,
-                                heap_bases, cur_rank, world, SUB_M, BLOCK_N, PULL)  # [SUB_M, BN] fp32
+                                heap_bases, cur_rank, world, PULL)  # [SUB_M, BN] fp32
                 store_tile(c_ptr, acc, offs_m, offs_n, rows, N, stride_cm, stride_cn)
 
 
 @kernel
 def reduce_kernel(
-    stage_ptr, flags_ptr, c_ptr,
+    stage_ptr, flags_ptr, run_ptr, c_ptr,
     rows, N,
     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
     heap_bases, ctl_ptr, cur_rank, world, epoch,
@@ -122,6 +127,7 @@ def reduce_kernel(
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr,
 ):
     """Standalone reduction: one persistent launch of :func:`reduce_owned`."""
-    reduce_owned(stage_ptr, flags_ptr, c_ptr, rows, N, stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+    reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, rows, N,
+                 stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
                  heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
                  BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT)

@@ -1,11 +1,12 @@
 """gemm_reduce_scatter, bulk-synchronous: the whole GEMM, a barrier, then a pull-and-sum kernel.
 
-    rank r:  | barrier | GEMM (all SMs): a @ b -> stage [M, N] fp32 | barrier |
+    rank r:  | barrier | GEMM (all SMs): a @ b -> stage [M, N] (input dtype) | barrier |
              | reduce: for each tile of r's rows, sum stage[r-th row block] of every rank -> c |
 
 No overlap: the baseline shape of the algorithm in the same runtime. Each rank's stage holds its
-whole fp32 partial (slot o = owner o's rows); the owner pulls its slot from every peer and sums the
-W partials in fp32 in a fixed order (r-1, r-2, ..., r), so the result is the same on every run.
+whole partial, accumulated in fp32 and stored in the input dtype (slot o = owner o's rows); the owner
+pulls its slot from every peer and sums the W partials in fp32 in a fixed order (r-1, r-2, ..., r),
+so the result is the same on every run.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ def bulk_sync(a, b, *, config=None, group=None):
         return call.c
     cfg = call.config
     device_barrier()  # every peer is done pulling the previous call's partials out of our stage
-    matmul(a, b, call.stage.view(call.gemm.M, call.gemm.N), cfg)
+    matmul(a, b, call.stage.view(call.gemm.M, call.gemm.N), cfg)  # fp32 accumulator, stored in a's dtype
     device_barrier()  # every rank's partial is complete
     programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, call.tiles_per_owner)
     reduce_kernel[(programs,)](
-        call.stage, call.stage, call.c,  # no flags: the barrier ordered the partials
+        call.stage, call.stage, call.run_arg, call.c,  # no flags: the barrier ordered the partials
         call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
         *call.dist_args,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,

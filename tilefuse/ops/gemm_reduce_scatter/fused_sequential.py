@@ -5,7 +5,8 @@
 
 Pushing a tile overlaps the K loops of the tiles other programs are computing. The partials need no
 flags: the barrier after the kernel orders every rank's stores before the owner's local reduction,
-which sums slots r-1, r-2, ..., r in fp32 (the same bits on every run).
+which sums slots r-1, r-2, ..., r in fp32 (the same bits on every run). A partial travels in the
+input dtype: the epilogue rounds the fp32 tile when it stores it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ._tiles import produce_partials, reduce_kernel
 def _fused_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # stage [W, rows, N] fp32 (a symmetric address)
+    # stage [W, rows, N] in the input dtype (a symmetric address)
     stage_ptr, stride_slot, stride_sm, stride_sn,
     # distributed
     heap_bases, cur_rank, world,
@@ -53,7 +54,7 @@ def fused_sequential(a, b, *, config=None, group=None):
     device_barrier()  # every rank's partials have landed in our slots
     programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, call.tiles_per_owner)
     reduce_kernel[(programs,)](
-        call.stage, call.stage, call.c,  # no flags: the barrier ordered the partials
+        call.stage, call.stage, call.run_arg, call.c,  # no flags: the barrier ordered the partials
         call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
         *call.dist_args,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,

@@ -5,9 +5,10 @@
     stream 1:                                                                                   | join |
 
 Rank r's reduction follows the arrivals: source by source (r-1, r-2, ..., r) it acquires the
-source's flag of each of its tiles and adds the slot to a running sum, while the GEMM keeps
-producing other owners' tiles. Flags are per (source, tile) on the owner and carry the call's
-epoch. GEMM_SMS + COMM_SMS must fit on the device at once: the reduction spins.
+source's flag of each of its tiles and adds the slot to an fp32 running sum (in its own buffer),
+while the GEMM keeps producing other owners' tiles. Partials travel in the input dtype. Flags are
+per (source, tile) on the owner and carry the call's epoch. GEMM_SMS + COMM_SMS must fit on the
+device at once: the reduction spins.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ._tiles import produce_partials, reduce_kernel
 def _gemm_producer_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # stage [W, rows, N] fp32 and flags [W, tiles_per_owner] int32 (symmetric addresses)
+    # stage [W, rows, N] (input dtype) and flags [W, tiles_per_owner] int32 (symmetric addresses)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
     # distributed
     heap_bases, cur_rank, world, epoch,
@@ -57,7 +58,7 @@ def producer_consumer(a, b, *, config=None, group=None):
     )
     with streams.side():
         reduce_kernel[(comm_programs,)](
-            call.stage, call.flags, call.c,
+            call.stage, call.flags, call.run_arg, call.c,
             call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
             *call.dist_args,
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=comm_programs,

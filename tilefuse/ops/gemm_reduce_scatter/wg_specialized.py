@@ -6,7 +6,8 @@
 
 G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every source's partial of every tile of
 this rank's rows has been summed, so the kernel's end is the op's end: no completion handshake. All
-G+C programs must be resident at once (checked against the device): the reducers spin.
+G+C programs must be resident at once (checked against the device): the reducers spin. Partials
+travel in the input dtype; the reducers sum them in fp32 (a running sum in its own fp32 buffer).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from ._tiles import produce_partials, reduce_owned
 def _wg_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # stage [W, rows, N] fp32, flags [W, tiles_per_owner] int32 (symmetric); output c [rows, N]
-    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, stride_cm, stride_cn,
+    # stage [W, rows, N] (input dtype), flags [W, tiles_per_owner] int32 (symmetric); the fp32
+    # running sum run [rows, N] (W >= 3) and output c [rows, N], both local
+    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, run_ptr, c_ptr, stride_cm, stride_cn,
     # distributed
     heap_bases, ctl_ptr, cur_rank, world, epoch,
     # meta-parameters
@@ -41,7 +43,7 @@ def _wg_kernel(
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
     else:
         # Reducers wait only on producers: lower program ids here, or other ranks.
-        reduce_owned(stage_ptr, flags_ptr, c_ptr, M // world, N,
+        reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, M // world, N,
                      stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
                      heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
                      BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True)
@@ -57,7 +59,7 @@ def wg_specialized(a, b, *, config=None, group=None):
     gemm_programs, comm_programs = call.program_counts
     _wg_kernel[(gemm_programs + comm_programs,)](
         *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args,
-        call.c, call.c.stride(0), call.c.stride(1),
+        call.run_arg, call.c, call.c.stride(0), call.c.stride(1),
         *call.dist_args,
         GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=comm_programs, SUB_M=call.sub_m,
         **call.gemm.gemm_meta,
