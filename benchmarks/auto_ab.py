@@ -26,7 +26,7 @@ import torch
 import tilefuse
 from tilefuse.ops import dispatch, registry
 
-from .common import bench, launch, parse_dtype, round_order
+from .common import bench, launch, parse_dtype, round_order, settle
 
 
 def _kernels(fn, calls: int = 5) -> list:
@@ -48,7 +48,7 @@ def _kernels(fn, calls: int = 5) -> list:
     return sorted(rows, key=lambda r: -r[1] * r[2])
 
 
-def _job(ctx, op: str, M: int, N: int, K: int, dtype, rounds: int, profile: bool):
+def _job(ctx, op: str, M: int, N: int, K: int, dtype, rounds: int, profile: bool, settle_first: bool):
     g = torch.Generator(device=ctx.device).manual_seed(0)
     a = torch.randn(M, K, generator=g, device=ctx.device, dtype=torch.float32).to(dtype)
     b = torch.randn(K, N, generator=g, device=ctx.device, dtype=torch.float32).to(dtype)
@@ -63,6 +63,8 @@ def _job(ctx, op: str, M: int, N: int, K: int, dtype, rounds: int, profile: bool
         "direct2": lambda: direct(a, b, **kw),
     }
     times: dict = {name: [] for name in methods}
+    if settle_first:
+        settle(ctx, methods["direct"])
     for rnd in range(rounds):
         for name in round_order(list(methods), rnd):
             times[name].append(bench(ctx, methods[name]))
@@ -77,10 +79,11 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--profile", action="store_true", help="list the CUDA kernels of each method")
+    p.add_argument("--no-settle", action="store_true", help="start timing on an idle GPU (boost clocks)")
     args = p.parse_args(argv)
     M, N, K = (int(x) for x in args.shape.lower().split("x"))
     dtype = parse_dtype(args.dtype) if torch.cuda.is_available() else torch.float16
-    [res] = launch(_job, 1, args.op, M, N, K, dtype, args.rounds, args.profile)
+    [res] = launch(_job, 1, args.op, M, N, K, dtype, args.rounds, args.profile, not args.no_settle)
     print(f"{args.op} {args.shape} {dtype}: auto runs {res['choice']}")
     base = statistics.median(res["times"]["direct"])
     for name, ts in res["times"].items():

@@ -591,3 +591,11 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def settle(ctx: RankCtx, fn) -> int:
+    """Run ``fn()`` back to back until the GPU's clocks have settled under load (collective; see
+    :func:`tilefuse.tuning.timing.settle`), before a shape's methods are timed."""
+    from tilefuse.tuning.timing import settle as _settle
+
+    return _settle(fn, device=ctx.device, agree=ctx.max)

@@ -56,6 +56,7 @@ from .common import (
     round_order,
     row,
     run_info,
+    settle,
     tolerance,
     write_csv,
 )
@@ -158,8 +159,9 @@ def run_shape(ctx, op, M, N, K, dtype, methods, args) -> list:
                 raise
     del a, b, ref, got
 
-    # Time: methods interleaved within each round.
+    # Time: methods interleaved within each round, after the clocks settle (docs/PERF.md, session 3).
     cycle = Cycle(sets)
+    settle(ctx, lambda: torch.matmul(*cycle(), out=c_plain))
     for rnd in range(args.reps):
         for label, variant, uses_out in round_order(methods, rnd):
             if status[label].startswith("ERROR"):

@@ -86,6 +86,7 @@ from .common import (
     round_order,
     row,
     run_info,
+    settle,
     tolerance,
     under_torchrun,
     write_csv,
@@ -370,8 +371,10 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
             raise RuntimeError(f"{where} {m.label}: the GPU context is broken: {text}")
     del chk, refs
 
-    # Time: the methods interleaved within each round.
+    # Time: the methods interleaved within each round, after the GPU's clocks settle under this
+    # shape's GEMM (else the method timed ~0.8 s into round 0 meets a clock dip: docs/PERF.md, session 3).
     cycle = Cycle(case.sets)
+    settle(ctx, lambda: case.gemm(cycle()))
     for rnd in range(args.reps):
         for m in round_order(methods, rnd):
             if m.skip or m.status.startswith("ERROR"):

@@ -15,10 +15,21 @@ from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 
 import torch
 
-from benchmarks.common import bench_max, launch, print_table, rel_error, row, run_info, write_csv
+from benchmarks.common import (
+    bench_max,
+    launch,
+    print_table,
+    rel_error,
+    round_order,
+    row,
+    run_info,
+    settle,
+    write_csv,
+)
 from tilefuse.nn.reference import GatedMLP
 
 SIZES = {"8b": (4096, 14336, 8192), "tiny": (64, 96, 64)}
@@ -51,9 +62,14 @@ def _rank_job(ctx, size: str, variant: str):
 
     ref_y = plain(x_full)[ctx.rank * rows:(ctx.rank + 1) * rows]
     err = rel_error(par(x_loc), ref_y)
-    t_plain = bench_max(ctx, step(plain, x_full, dy_full))
-    t_par = bench_max(ctx, step(par, x_loc, dy_loc))
-    t_tp = bench_max(ctx, step(torch_tp, x_loc, dy_loc))
+    methods = {"plain": step(plain, x_full, dy_full), "par": step(par, x_loc, dy_loc),
+               "tp": step(torch_tp, x_loc, dy_loc)}
+    settle(ctx, methods["plain"])  # steady clocks first (docs/PERF.md, session 3)
+    times: dict = {name: [] for name in methods}
+    for rnd in range(2):  # alternating order: no method is always timed first
+        for name in round_order(list(methods), rnd):
+            times[name].append(bench_max(ctx, methods[name]))
+    t_plain, t_par, t_tp = (statistics.median(times[k]) for k in ("plain", "par", "tp"))
     flops = 3 * 2 * tokens * hidden * inter * 3  # three GEMMs, forward + two backward GEMMs each
     return {"device": run_info(ctx.device)["device"], "dtype": str(dtype).removeprefix("torch."),
             "plain_ms": t_plain, "tilefuse_ms": t_par, "torch_tp_ms": t_tp, "rel_err": err,

@@ -239,3 +239,34 @@ def test_tuner_needs_a_margin_to_leave_the_plain_path(pools, variant_ms, plain_w
     assert plain_ms == 1.0
     assert (variant == "plain") == plain_wins, (variant, time_ms)
     assert time_ms == (1.0 if plain_wins else variant_ms)
+
+
+def test_merged_table_entries_keep_the_run_that_tuned_them(tmp_path):
+    first = {"commit": "aaa1111", "date": "2026-11-01"}
+    tables.write_table(tmp_path, "gemm_all_scatter", "cpu", 1, [_entry(64, 64, 64), _entry(32, 32, 32)], first)
+    second = {"commit": "bbb2222", "date": "2026-11-29"}
+    path = tables.write_table(tmp_path, "gemm_all_scatter", "cpu", 1, [_entry(64, 64, 64, variant="plain")], second)
+    data = json.loads(path.read_text())
+    stamps = {(e["M"], e["variant"]): e["tuned"]["commit"] for e in data["entries"]}
+    assert stamps == {(32, "wg_specialized"): "aaa1111", (64, "plain"): "bbb2222"}
+    assert data["provenance"]["commit"] == "bbb2222"
+    tables.validate_table(data, path)
+
+
+def test_settle_runs_the_agreed_count_for_about_the_time_asked(monkeypatch):
+    import time as _time
+
+    from tilefuse.tuning import timing
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)  # no GPU here: the loop only
+    calls = []
+
+    def fn():
+        calls.append(1)
+        _time.sleep(0.002)
+
+    cuda = torch.device("cuda", 0)
+    n = timing.settle(fn, device=cuda, seconds=0.05, agree=lambda k: k + 1)
+    assert 10 <= n <= 27 and len(calls) == n + 1, (n, len(calls))  # ~25 calls of 2 ms, one more agreed
+    assert timing.settle(fn, device=cuda, seconds=10.0, max_calls=7) == 7
+    assert timing.settle(fn, device=torch.device("cpu"), seconds=1.0) == 0

@@ -26,7 +26,7 @@ from tilefuse.ops.common.config import Config, default_config
 from tilefuse.runtime import hw
 from tilefuse.tuning import tables
 from tilefuse.tuning.shapes import local_shapes
-from tilefuse.tuning.timing import median_ms
+from tilefuse.tuning.timing import cross_rank_max, median_ms, settle
 
 COMM_VARIANTS = ("producer_consumer", "wg_specialized")
 
@@ -133,6 +133,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     # Second pass: the plain path and the best few again, in rounds of alternating order (a GPU that
     # has run GEMMs for a while may clock down, which would favour whatever is timed first).
     finalists = [(None, plain)] + [(c, registry.get(op, c["variant"])) for c in timed[:keep]]
+    settle(runner(plain), device=device, agree=lambda n: cross_rank_max(n, None))
     second: dict = {i: [] for i in range(len(finalists))}
     for rnd in range(FINAL_ROUNDS):
         order = range(len(finalists)) if rnd % 2 == 0 else reversed(range(len(finalists)))

@@ -168,11 +168,17 @@ def _lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) 
 
 def write_table(directory, op: str, arch: str, world: int, entries: list[dict], provenance: dict) -> Path:
     """Merge ``entries`` into ``<directory>/<op>/<arch>_ws<world>.json`` (same shape: replaced), check
-    the result against the schema, write it and return its path."""
+    the result against the schema, write it and return its path. ``provenance`` describes this run;
+    every entry records the ``commit`` and ``date`` of the run that tuned it under ``tuned``."""
     path = table_path(directory, op, arch, world)
-    old = json.loads(path.read_text()).get("entries", []) if path.exists() else []
+    old_data = json.loads(path.read_text()) if path.exists() else {}
+    # Each entry keeps the commit and date of the run that tuned it (a table merges several runs).
+    old_stamp = {k: old_data.get("provenance", {}).get(k) for k in ("commit", "date")}
+    old = [dict(e, tuned=e.get("tuned", old_stamp)) for e in old_data.get("entries", [])]
+    stamp = {k: provenance.get(k) for k in ("commit", "date")}
     keys = {(e["M"], e["N"], e["K"], e["dtype"]) for e in entries}
-    merged = [e for e in old if (e["M"], e["N"], e["K"], e["dtype"]) not in keys] + list(entries)
+    merged = [e for e in old if (e["M"], e["N"], e["K"], e["dtype"]) not in keys]
+    merged += [dict(e, tuned=e.get("tuned", stamp)) for e in entries]
     merged.sort(key=lambda e: (e["dtype"], e["M"], e["N"], e["K"]))
     data = {"schema": SCHEMA_VERSION, "op": op, "arch": arch, "world_size": world,
             "provenance": provenance, "entries": merged}

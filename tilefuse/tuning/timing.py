@@ -7,6 +7,8 @@ for the end-to-end tuner test).
 
 from __future__ import annotations
 
+import math
+import os
 import statistics
 import time
 
@@ -14,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 
-def _cross_rank_max(value: float, group) -> float:
+def cross_rank_max(value: float, group) -> float:
     if not dist.is_initialized() or dist.get_world_size(group) == 1:
         return value
     values: list = [None] * dist.get_world_size(group)
@@ -46,4 +48,30 @@ def median_ms(fn, *, device: torch.device, warmup: int = 3, reps: int = 10, grou
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-    return _cross_rank_max(statistics.median(times), group)
+    return cross_rank_max(statistics.median(times), group)
+
+
+# A GPU held at its power limit (an H200 at 700 W under large GEMMs) dips to ~1200 MHz about 0.8 s after
+# a load starts, when its power reading reaches the cap, then holds 1400-1700 MHz (docs/PERF.md, session
+# 3): a method timed in that dip looks 10-15 % slower than in steady use.
+SETTLE_S = float(os.environ.get("TILEFUSE_SETTLE_S", "1.5"))
+
+
+def settle(fn, *, device: torch.device, seconds: float = SETTLE_S, agree=None, max_calls: int = 2000) -> int:
+    """Run ``fn()`` back to back for about ``seconds``, so that the next timing starts at steady clocks.
+
+    ``agree(n)`` returns the call count every rank uses (e.g. the maximum over ranks; required when
+    ``fn`` is collective). Nothing happens off the GPU or with ``seconds <= 0``. Returns the count.
+    """
+    if device.type != "cuda" or seconds <= 0:
+        return 0
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize(device)
+    n = min(max_calls, math.ceil(seconds / max(time.perf_counter() - t0, 1e-6)))
+    n = int(agree(n)) if agree is not None else n
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize(device)
+    return n
