@@ -383,6 +383,63 @@ def bench(ctx: RankCtx, fn, *, warmup_ms: float = 25.0, rep_ms: float = 100.0, c
     return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
+def bench_interleaved(ctx: RankCtx, fns: list, *, warmup_ms: float = 25.0, rep_ms: float = 100.0,
+                      cpu_reps: int = 3, min_reps: int = 5, max_reps: int = 1000, sync_each: bool = False,
+                      host_ms: list | None = None) -> list:
+    """Median time in ms of every ``fns[i]()``, the calls interleaved one by one (cross-rank max).
+
+    Repetition r calls every function once, in the order ``r, r+1, ...`` (rotated by one each
+    time), each call after an L2 clear and timed with CUDA events; with several ranks or
+    ``sync_each`` each call also starts on an idle GPU after a barrier. Drift and oscillation of the
+    GPU's clocks (an H200 at its power cap swings ±5 % with a period of about a second:
+    docs/PERF.md, session 3) then reach every function alike, where timing one function for 100 ms
+    and then the next hands each a different phase of the swing. ``rep_ms`` is each function's
+    share of the timed calls. ``host_ms``, if given, is a list of lists that receives each
+    function's host time per call (on the per-call-barrier path). Collective when ``ctx.world > 1``.
+    """
+    if not ctx.on_gpu:
+        return [bench(ctx, fn, cpu_reps=cpu_reps) for fn in fns]
+    per_call = ctx.world > 1 or sync_each
+    for fn in fns:
+        fn()  # compile
+    ctx.barrier()
+    estimate = 0.0
+    for fn in fns:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(3):
+            fn()
+        end.record()
+        ctx.sync()
+        estimate += ctx.max(start.elapsed_time(end) / 3)  # every rank must run the same count
+    per_fn = max(estimate / len(fns), 1e-3)
+    n_warm = max(1, int(warmup_ms / per_fn / len(fns)))
+    n_rep = max(min_reps, min(max_reps, int(rep_ms / per_fn)))
+    for _ in range(n_warm):
+        for fn in fns:
+            fn()
+    k = len(fns)
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in fns]
+              for _ in range(n_rep)]
+    for r in range(n_rep):
+        for j in range(k):
+            i = (r + j) % k
+            s, e = events[r][i]
+            _flush_l2(ctx.device)
+            if per_call:
+                ctx.barrier()
+            t0 = time.perf_counter()
+            s.record()
+            fns[i]()
+            t1 = time.perf_counter()
+            e.record()
+            if per_call and host_ms is not None:
+                host_ms[i].append((t1 - t0) * 1e3)
+    ctx.sync()
+    return [ctx.max(statistics.median(events[r][i][0].elapsed_time(events[r][i][1]) for r in range(n_rep)))
+            for i in range(k)]
+
+
 def round_order(items: list, round_index: int) -> list:
     """The order to time ``items`` in, round ``round_index``: forward in even rounds, reversed in odd.
 

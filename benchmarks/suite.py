@@ -6,7 +6,7 @@
 
 Shapes come from ``tilefuse/tuning/shapes.json`` (``local_shapes(op, sets, W)``): M, N, K in the CSV
 are the per-rank operands ``a [M, K] @ b [K, N]`` each rank passes to the op. Methods timed per
-op and shape, interleaved in every round:
+op and shape, their calls interleaved one by one:
 
 ========== ================================================================================
 gemm       torch.matmul of this rank's GEMM alone: gemm_all_scatter ``[M, K] @ [K, N]``;
@@ -33,8 +33,9 @@ torch.distributed collective; the GEMM alone against an fp32 product), with outp
 heap workspaces poisoned with NaN first: metric ``rel_err`` (cross-rank maximum of
 ``|out - ref| / |ref|``) and ``ok`` (1 when within the dtype's tolerance). A method that raises is
 recorded (metric ``error``, message in ``note``) and the run goes on. Timing:
-:func:`benchmarks.common.bench_max` (cross-rank maximum of per-rank medians, inputs rotated past
-L2) in ``--reps`` rounds; ``ms`` is the median over rounds, ``spread_pct`` the range of the rounds
+:func:`benchmarks.common.bench_interleaved` after 1.5 s of the shape's GEMM (the methods' calls
+interleaved one by one; cross-rank maximum of per-rank medians, inputs rotated past L2) in
+``--reps`` rounds; ``ms`` is the median over rounds, ``spread_pct`` the range of the rounds
 over that median. Derived metrics: ``speedup_vs_plain = t_plain / t``;
 ``frac_of_ideal = speedup_vs_plain / ideal_speedup`` with
 ``ideal_speedup = (t_gemm + t_comm) / max(t_gemm, t_comm)`` (1.0: the overlap reached the ceiling);
@@ -72,6 +73,7 @@ from .common import (
     COLUMNS,
     Cycle,
     Progress,
+    bench_interleaved,
     bench_max,
     cuda_alive,
     error_text,
@@ -83,7 +85,6 @@ from .common import (
     print_table,
     rel_error,
     rotating,
-    round_order,
     row,
     run_info,
     settle,
@@ -371,21 +372,33 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
             raise RuntimeError(f"{where} {m.label}: the GPU context is broken: {text}")
     del chk, refs
 
-    # Time: the methods interleaved within each round, after the GPU's clocks settle under this
-    # shape's GEMM (else the method timed ~0.8 s into round 0 meets a clock dip: docs/PERF.md, session 3).
+    # Time: the methods' calls interleaved one by one (bench_interleaved), after the GPU's clocks
+    # settle under this shape's GEMM (docs/PERF.md, session 3); --reps rounds of that.
     cycle = Cycle(case.sets)
     settle(ctx, lambda: case.gemm(cycle()))
-    for rnd in range(args.reps):
-        for m in round_order(methods, rnd):
-            if m.skip or m.status.startswith("ERROR"):
-                if not m.skip:
-                    progress.update(1)
-                continue
+    kw = dict(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, cpu_reps=1, sync_each=args.sync_each)
+    for _ in range(args.reps):
+        live = [m for m in methods if not m.skip and not m.status.startswith("ERROR")]
+        local = None
+        host: list = [[] for _ in live]
+        try:
+            got = bench_interleaved(ctx, [lambda m=m: m.call(cycle()) for m in live], host_ms=host, **kw)
+        except Exception as exc:
+            local = error_text(exc)
+            print(f"[rank {ctx.rank} {where} interleaved] {traceback.format_exc()}", file=sys.stderr, flush=True)
+        if _agree(ctx, local) is None:
+            for m, t, h in zip(live, got, host):
+                m.times.append(t)
+                m.host.extend(h)
+            progress.update(len(live), f"{where} round")
+            continue
+        if ctx.on_gpu and not cuda_alive(ctx):
+            raise RuntimeError(f"{where}: the GPU context is broken: {local}")
+        for m in live:  # a method raised: time them one at a time to find it, and go on
             local = None
             t = float("nan")
             try:
-                t = bench_max(ctx, lambda m=m: m.call(cycle()), warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
-                              cpu_reps=1, sync_each=args.sync_each, host_ms=m.host if ctx.on_gpu else None)
+                t = bench_max(ctx, lambda m=m: m.call(cycle()), host_ms=m.host if ctx.on_gpu else None, **kw)
             except Exception as exc:
                 local = error_text(exc)
                 print(f"[rank {ctx.rank} {where} {m.label}] {traceback.format_exc()}", file=sys.stderr, flush=True)

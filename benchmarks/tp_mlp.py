@@ -20,11 +20,10 @@ import statistics
 import torch
 
 from benchmarks.common import (
-    bench_max,
+    bench_interleaved,
     launch,
     print_table,
     rel_error,
-    round_order,
     row,
     run_info,
     settle,
@@ -65,11 +64,8 @@ def _rank_job(ctx, size: str, variant: str):
     methods = {"plain": step(plain, x_full, dy_full), "par": step(par, x_loc, dy_loc),
                "tp": step(torch_tp, x_loc, dy_loc)}
     settle(ctx, methods["plain"])  # steady clocks first (docs/PERF.md, session 3)
-    times: dict = {name: [] for name in methods}
-    for rnd in range(2):  # alternating order: no method is always timed first
-        for name in round_order(list(methods), rnd):
-            times[name].append(bench_max(ctx, methods[name]))
-    t_plain, t_par, t_tp = (statistics.median(times[k]) for k in ("plain", "par", "tp"))
+    rounds = [bench_interleaved(ctx, list(methods.values())) for _ in range(2)]  # calls interleaved
+    t_plain, t_par, t_tp = (statistics.median(r[i] for r in rounds) for i in range(3))
     flops = 3 * 2 * tokens * hidden * inter * 3  # three GEMMs, forward + two backward GEMMs each
     return {"device": run_info(ctx.device)["device"], "dtype": str(dtype).removeprefix("torch."),
             "plain_ms": t_plain, "tilefuse_ms": t_par, "torch_tp_ms": t_tp, "rel_err": err,

@@ -195,3 +195,39 @@ def test_tp_mlp_times_tilefuse_plain_module_and_torch_tp(tmp_path):
     ms = df[df.metric == "ms"]
     assert set(ms.variant) == {"plain", "tilefuse[auto]", "torch_tp"} and (ms.value > 0).all()
     assert float(df[df.metric == "rel_err"].value.iloc[0]) < 1e-4
+
+
+def test_bench_interleaved_times_each_function_call_by_call(monkeypatch):
+    """The GPU path of bench_interleaved with CUDA events faked by the host clock (no GPU here)."""
+    import time as _time
+
+    class FakeEvent:
+        def __init__(self, enable_timing=True):
+            self.t = None
+
+        def record(self):
+            self.t = _time.perf_counter()
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) * 1e3
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(common, "_flush_l2", lambda device: None)
+    ctx = common.RankCtx(rank=0, world=1, device=torch.device("cuda", 0), heap=None, pg_backend="gloo",
+                         host_group=None)
+    order = []
+
+    def sleeper(i, ms):
+        def fn():
+            order.append(i)
+            _time.sleep(ms / 1e3)
+        return fn
+
+    host = [[], []]
+    got = common.bench_interleaved(ctx, [sleeper(0, 1.0), sleeper(1, 4.0)], warmup_ms=5, rep_ms=20,
+                                   sync_each=True, host_ms=host)
+    assert 0.9 < got[0] < 2.5 and 3.9 < got[1] < 6.0, got
+    timed = order[-2 * len(host[0]):]  # the timed calls alternate, the first of each pair rotating
+    assert timed[:4] == [0, 1, 1, 0], timed[:4]
+    assert len(host[0]) == len(host[1]) >= 5
