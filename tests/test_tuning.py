@@ -270,3 +270,35 @@ def test_settle_runs_the_agreed_count_for_about_the_time_asked(monkeypatch):
     assert 10 <= n <= 27 and len(calls) == n + 1, (n, len(calls))  # ~25 calls of 2 ms, one more agreed
     assert timing.settle(fn, device=cuda, seconds=10.0, max_calls=7) == 7
     assert timing.settle(fn, device=torch.device("cpu"), seconds=1.0) == 0
+
+
+def job_auto_resolution_follows_the_tables(ctx, table_dir):
+    import os
+    from pathlib import Path
+
+    a = torch.randn(48, 32).to(torch.float16).to(ctx.device)
+    b = torch.randn(32, 40).to(torch.float16).to(ctx.device)
+    arch = hw.arch_name(ctx.device)
+    os.environ["TILEFUSE_CONFIG_DIR"] = table_dir
+    try:
+        _write(Path(table_dir), _table([_entry(48, 40, 32, variant="plain")], arch=arch), arch=arch)
+        tables.clear_cache()
+        first = dispatch.resolve("gemm_all_scatter", a, b)[0]
+        _write(Path(table_dir), _table([_entry(48, 40, 32, variant="bulk_sync")], arch=arch), arch=arch)
+        remembered = dispatch.resolve("gemm_all_scatter", a, b)[0]
+        tables.clear_cache()
+        fresh = dispatch.resolve("gemm_all_scatter", a, b)[0]
+        got = tilefuse.gemm_all_scatter(a, b)  # auto now runs bulk_sync with the table's config
+        ref = tilefuse.gemm_all_scatter(a, b, variant="reference")
+        torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=5e-2)
+    finally:
+        del os.environ["TILEFUSE_CONFIG_DIR"]
+        tables.clear_cache()
+    elsewhere = dispatch.resolve("gemm_all_scatter", a, b)[0]  # no user directory: the heuristic
+    return first, remembered, fresh, elsewhere
+
+
+def test_auto_remembers_its_resolution_until_the_tables_change(pools, tmp_path):
+    [(first, remembered, fresh, elsewhere)] = pools.run(1, job_auto_resolution_follows_the_tables, str(tmp_path))
+    assert (first, remembered, fresh) == ("plain", "plain", "bulk_sync")
+    assert elsewhere == "plain", "world 1, untuned: the heuristic's plain path"

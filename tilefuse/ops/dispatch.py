@@ -11,6 +11,8 @@ even sharding). A gemm_reduce_scatter whose K shards differ between ranks should
 
 from __future__ import annotations
 
+import os
+
 from ..runtime import get_heap, hw, is_initialized
 from ..tuning import tables
 from . import registry
@@ -53,10 +55,26 @@ def choose_variant(op: str, a, b, group=None) -> str:
     return choose(op, a, b, group).variant
 
 
+_RESOLVED: dict = {}
+
+
+def resolve(op: str, a, b, group=None) -> tuple:
+    """``(variant, entry point, table config)`` that auto runs for this call, remembered per call
+    signature (op, shapes, dtype, device, group, heap, user table directory) until
+    :func:`tilefuse.tuning.tables.clear_cache`: a small call pays a dictionary lookup, not a table
+    lookup (at decode sizes a call's host time is comparable to its kernel: docs/PERF.md)."""
+    key = (op, a.shape, b.shape, a.dtype, a.device, group, get_heap().uid,
+           os.environ.get("TILEFUSE_CONFIG_DIR", ""), tables.generation())
+    hit = _RESOLVED.get(key)
+    if hit is None:
+        choice = choose(op, a, b, group)
+        hit = _RESOLVED[key] = (choice.variant, registry.get(op, choice.variant), choice.config)
+    return hit
+
+
 def run_auto(op: str, a, b, config, group, **kwargs):
     """Run ``op`` with the chosen variant; a caller's ``config`` overrides the table's."""
-    choice = choose(op, a, b, group)
-    if choice.variant == tables.PLAIN:
-        return registry.get(op, tables.PLAIN)(a, b, group=group, **kwargs)
-    cfg = config if config is not None else choice.config
-    return registry.get(op, choice.variant)(a, b, config=cfg, group=group, **kwargs)
+    variant, fn, table_config = resolve(op, a, b, group)
+    if variant == tables.PLAIN:
+        return fn(a, b, group=group, **kwargs)
+    return fn(a, b, config=config if config is not None else table_config, group=group, **kwargs)

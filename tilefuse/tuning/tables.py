@@ -125,12 +125,19 @@ def _choice(e: dict, source: str) -> Choice:
 
 
 _CHOICES: dict = {}
+_GENERATION = [0]  # bumped by clear_cache: callers that remember choices key them on it
 
 
 def clear_cache() -> None:
     """Forget what was read: the next lookup reads the tables again (after rewriting one by hand)."""
     _CACHE.clear()
     _CHOICES.clear()
+    _GENERATION[0] += 1
+
+
+def generation() -> int:
+    """How many times :func:`clear_cache` has run (choices remembered under an older one are stale)."""
+    return _GENERATION[0]
 
 
 def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Choice | None:

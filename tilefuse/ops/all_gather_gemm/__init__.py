@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import registry
+from ..dispatch import run_auto
 from .bulk_sync import bulk_sync
 from .fused_sequential import fused_sequential
 from .producer_consumer import producer_consumer
@@ -43,7 +44,5 @@ def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, ret
     with a verified shape cost nothing.
     """
     if variant == "auto":
-        from ..dispatch import run_auto
-
         return run_auto(OP, a, b, config, group, return_gathered=return_gathered)
     return registry.get(OP, variant)(a, b, config=config, group=group, return_gathered=return_gathered)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import registry
+from ..dispatch import run_auto
 from .bulk_sync import bulk_sync
 from .fused_sequential import fused_sequential
 from .producer_consumer import producer_consumer
@@ -36,7 +37,5 @@ def gemm_all_scatter(a, b, *, variant: str = "auto", config=None, group=None, ou
     make the same calls in the same order.
     """
     if variant == "auto":
-        from ..dispatch import run_auto
-
         return run_auto(OP, a, b, config, group, out=out)
     return registry.get(OP, variant)(a, b, config=config, group=group, out=out)
