@@ -62,6 +62,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _on_host(value):
+    """``value`` with every CUDA tensor in it (nested in lists, tuples, dicts) copied to the host.
+
+    A CUDA tensor sent to the test process would travel as a CUDA IPC handle of this rank's memory,
+    which the test process would then hold past the rank's exit; results are compared on the host.
+    """
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu() if value.is_cuda else value
+    if isinstance(value, (list, tuple)):
+        items = [_on_host(v) for v in value]
+        return type(value)(items) if type(value) in (list, tuple) else value
+    if isinstance(value, dict):
+        return {k: _on_host(v) for k, v in value.items()}
+    return value
+
+
 def _worker(rank: int, world: int, port: int, device_kind: str, jobs, results) -> None:
     if device_kind == "cpu":
         os.environ["TILEFUSE_BACKEND"] = "cpu"
@@ -104,7 +122,7 @@ def _worker(rank: int, world: int, port: int, device_kind: str, jobs, results) -
             try:
                 # Serialised here, not in the queue's feeder thread, where a failure is only printed
                 # and the test process would wait for a result that never comes.
-                payload = bytes(ForkingPickler.dumps(value))
+                payload = bytes(ForkingPickler.dumps(_on_host(value)))
             except Exception as err:
                 raise RuntimeError(f"job {fn.__name__} returned a value that cannot be sent to the test "
                                    f"process ({type(value).__name__}): {err}") from err
