@@ -17,6 +17,9 @@ Timing
     by an L2 clear, a device synchronize and a host barrier, and timed with CUDA events; the
     repetition count is agreed between ranks so that collective calls stay matched. On the CPU
     (interpreter) a few calls are timed with the host clock: correctness smoke only.
+    :func:`bench_interleaved` times several functions with their calls interleaved one by one (what
+    the suite uses: the clock of a GPU at its power cap swings, docs/PERF.md session 3), and
+    :func:`settle` runs a function until the clocks have settled before timing starts.
     :func:`rotating` builds enough input sets that consecutive calls do not find their inputs in L2.
 
 CSV
@@ -354,52 +357,14 @@ def bench(ctx: RankCtx, fn, *, warmup_ms: float = 25.0, rep_ms: float = 100.0, c
         import triton.testing
 
         return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
-    fn()  # compile
-    ctx.barrier()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(3):
-        fn()
-    end.record()
-    ctx.sync()
-    estimate = ctx.max(start.elapsed_time(end) / 3)  # every rank must run the same count
-    n_warm = max(1, int(warmup_ms / max(estimate, 1e-3)))
-    n_rep = max(min_reps, min(max_reps, int(rep_ms / max(estimate, 1e-3))))
-    for _ in range(n_warm):
-        fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(n_rep)]
-    for s, e in events:
-        _flush_l2(ctx.device)
-        ctx.barrier()
-        t0 = time.perf_counter()
-        s.record()
-        fn()
-        t1 = time.perf_counter()
-        e.record()
-        if host_ms is not None:
-            host_ms.append((t1 - t0) * 1e3)
-    ctx.sync()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
+    return _event_medians(ctx, [fn], warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps, max_reps=max_reps,
+                          per_call=True, host_ms=None if host_ms is None else [host_ms])[0]
 
 
-def bench_interleaved(ctx: RankCtx, fns: list, *, warmup_ms: float = 25.0, rep_ms: float = 100.0,
-                      cpu_reps: int = 3, min_reps: int = 5, max_reps: int = 1000, sync_each: bool = False,
-                      host_ms: list | None = None) -> list:
-    """Median time in ms of every ``fns[i]()``, the calls interleaved one by one (cross-rank max).
-
-    Repetition r calls every function once, in the order ``r, r+1, ...`` (rotated by one each
-    time), each call after an L2 clear and timed with CUDA events; with several ranks or
-    ``sync_each`` each call also starts on an idle GPU after a barrier. Drift and oscillation of the
-    GPU's clocks (an H200 at its power cap swings ±5 % with a period of about a second:
-    docs/PERF.md, session 3) then reach every function alike, where timing one function for 100 ms
-    and then the next hands each a different phase of the swing. ``rep_ms`` is each function's
-    share of the timed calls. ``host_ms``, if given, is a list of lists that receives each
-    function's host time per call (on the per-call-barrier path). Collective when ``ctx.world > 1``.
-    """
-    if not ctx.on_gpu:
-        return [bench(ctx, fn, cpu_reps=cpu_reps) for fn in fns]
-    per_call = ctx.world > 1 or sync_each
+def _event_medians(ctx: RankCtx, fns: list, *, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int,
+                   per_call: bool, host_ms: list | None) -> list:
+    """This rank's median ms of every ``fns[i]()``, timed call by call with CUDA events (see
+    :func:`bench_interleaved`); the repetition count is agreed between ranks."""
     for fn in fns:
         fn()  # compile
     ctx.barrier()
@@ -436,8 +401,28 @@ def bench_interleaved(ctx: RankCtx, fns: list, *, warmup_ms: float = 25.0, rep_m
             if per_call and host_ms is not None:
                 host_ms[i].append((t1 - t0) * 1e3)
     ctx.sync()
-    return [ctx.max(statistics.median(events[r][i][0].elapsed_time(events[r][i][1]) for r in range(n_rep)))
-            for i in range(k)]
+    return [statistics.median(events[r][i][0].elapsed_time(events[r][i][1]) for r in range(n_rep)) for i in range(k)]
+
+
+def bench_interleaved(ctx: RankCtx, fns: list, *, warmup_ms: float = 25.0, rep_ms: float = 100.0,
+                      cpu_reps: int = 3, min_reps: int = 5, max_reps: int = 1000, sync_each: bool = False,
+                      host_ms: list | None = None) -> list:
+    """Median time in ms of every ``fns[i]()``, the calls interleaved one by one (cross-rank max).
+
+    Repetition r calls every function once, in the order ``r, r+1, ...`` (rotated by one each
+    time), each call after an L2 clear and timed with CUDA events; with several ranks or
+    ``sync_each`` each call also starts on an idle GPU after a barrier. Drift and oscillation of the
+    GPU's clocks (an H200 at its power cap swings ±5 % with a period of about a second:
+    docs/PERF.md, session 3) then reach every function alike, where timing one function for 100 ms
+    and then the next hands each a different phase of the swing. ``rep_ms`` is each function's
+    share of the timed calls. ``host_ms``, if given, is a list of lists that receives each
+    function's host time per call (on the per-call-barrier path). Collective when ``ctx.world > 1``.
+    """
+    if not ctx.on_gpu:
+        return [bench(ctx, fn, cpu_reps=cpu_reps) for fn in fns]
+    medians = _event_medians(ctx, fns, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps, max_reps=max_reps,
+                             per_call=ctx.world > 1 or sync_each, host_ms=host_ms)
+    return [ctx.max(t) for t in medians]
 
 
 def round_order(items: list, round_index: int) -> list:

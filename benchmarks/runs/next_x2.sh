@@ -5,13 +5,7 @@
 # interleaved, plain_again control); 4. the TP MLP at W = 2 against plain tensor parallelism; 5. the GEMM
 # core alone on the narrow per-rank shapes where gemm_all_scatter lost.
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/next_x2.sh
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
-OUT=${OUT:-./bench_out}
-R=$OUT/r
-mkdir -p "$R"
-T0=$(date +%s)
-stamp() { echo "== $1 rc=$2 at $(( $(date +%s) - T0 ))s"; }
+. "$(dirname "$0")/prelude.sh"
 TILEFUSE_TEST_DEVICE=cuda TILEFUSE_TEST_PG=nccl timeout -k 10 150 python3 -m pytest -q -p no:cacheprovider \
     tests/test_gemm_all_scatter.py tests/test_all_gather_gemm.py tests/test_gemm_reduce_scatter.py -k "2]" \
     > "$R/tests_nccl.log" 2>&1

@@ -5,13 +5,7 @@
 # 3. auto vs plain at W = 1 with every call timed alone after a sync (the W > 1 method), host time logged;
 # 4. the world-1 suite for gemm_all_scatter and all_gather_gemm on every shape set, plots.
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/s3_call1.sh
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
-OUT=${OUT:-./bench_out}
-R=$OUT/r
-mkdir -p "$R"
-T0=$(date +%s)
-stamp() { echo "== $1 rc=$2 at $(( $(date +%s) - T0 ))s"; }
+. "$(dirname "$0")/prelude.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$R/gpu.txt" 2>&1
 TILEFUSE_TEST_DEVICE=cuda TILEFUSE_TEST_TIMEOUT=50 TILEFUSE_TEST_VERBOSE=1 timeout -k 10 130 python3 -m pytest -s -q \
     -p no:cacheprovider --timeout 120 tests/test_nn.py -k "init_is_sharded or plan_with_globs or bad_inputs or needs_torch" \

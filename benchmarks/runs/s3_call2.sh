@@ -6,13 +6,7 @@
 # 3. the world-1 suite: gemm_reduce_scatter on every set; all_gather_gemm's two shapes again;
 # 4. gemm_reduce_scatter on run 2's three shapes (before/after the stage change).
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/s3_call2.sh
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
-OUT=${OUT:-./bench_out}
-R=$OUT/r
-mkdir -p "$R"
-T0=$(date +%s)
-stamp() { echo "== $1 rc=$2 at $(( $(date +%s) - T0 ))s"; }
+. "$(dirname "$0")/prelude.sh"
 TILEFUSE_TEST_DEVICE=cuda TILEFUSE_TEST_TIMEOUT=100 timeout -k 10 110 python3 -m pytest -q -p no:cacheprovider \
     tests/test_gemm_reduce_scatter.py -k "bit_identical" > "$R/tests_grs_smoke.log" 2>&1
 stamp "grs smoke" $? | tee -a "$R/tests_grs_smoke.log"

@@ -4,13 +4,7 @@
 #    GPU's clocks, power and throttle reasons sampled every 100 ms;
 # 2. the GPU tests of the changed code: gemm_reduce_scatter (new stage), nn, runtime, tuning (ranks share the GPU).
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/s3_call3.sh
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
-OUT=${OUT:-./bench_out}
-R=$OUT/r
-mkdir -p "$R"
-T0=$(date +%s)
-stamp() { echo "== $1 rc=$2 at $(( $(date +%s) - T0 ))s"; }
+. "$(dirname "$0")/prelude.sh"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
     --format=csv,noheader -lms 100 > "$R/smi.csv" 2>&1 &
 SMI=$!

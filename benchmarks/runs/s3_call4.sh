@@ -4,13 +4,7 @@
 # 1. auto_ab again (agg 8192x8192x28672), clocks sampled; 2. the world-1 suite, every op, set and variant,
 # auto and the plain_again control; 3. the Llama-3-8B MLP at world 1 (plain module, tilefuse layers, plain TP layers).
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/s3_call4.sh
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
-OUT=${OUT:-./bench_out}
-R=$OUT/r
-mkdir -p "$R"
-T0=$(date +%s)
-stamp() { echo "== $1 rc=$2 at $(( $(date +%s) - T0 ))s"; }
+. "$(dirname "$0")/prelude.sh"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
     --format=csv,noheader -lms 200 > "$R/smi.csv" 2>&1 &
 SMI=$!

@@ -4,13 +4,7 @@
 # 1. the world-1 suite, every op, set and variant, auto and the plain_again control; 2. the Llama-3-8B MLP at
 # world 1 (plain module, tilefuse layers, plain TP layers).
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/s3_call5.sh
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
-OUT=${OUT:-./bench_out}
-R=$OUT/r
-mkdir -p "$R"
-T0=$(date +%s)
-stamp() { echo "== $1 rc=$2 at $(( $(date +%s) - T0 ))s"; }
+. "$(dirname "$0")/prelude.sh"
 V=bulk_sync,producer_consumer,fused_sequential,wg_specialized,auto,plain_again
 timeout -k 10 330 python3 -m benchmarks.suite --world 1 --ops all --sets iris,llama3-8b,llama3-70b,decode \
     --variants "$V" --csv "$R/suite_w1.csv" --no-progress > "$R/suite_w1.log" 2>&1

@@ -2,13 +2,7 @@
 # Session 3, call 6, on one H200: auto's host cost per call on the GPU host (benchmarks.dispatch_cost), and the
 # GPU tests of the files changed since call 3 (ranks share the GPU).
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/s3_call6.sh
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
-OUT=${OUT:-./bench_out}
-R=$OUT/r
-mkdir -p "$R"
-T0=$(date +%s)
-stamp() { echo "== $1 rc=$2 at $(( $(date +%s) - T0 ))s"; }
+. "$(dirname "$0")/prelude.sh"
 timeout -k 5 40 python3 -m benchmarks.dispatch_cost > "$R/dispatch_cost.log" 2>&1
 stamp "dispatch_cost" $? | tee -a "$R/dispatch_cost.log"
 OUT=$R LIMIT_S=180 PER_TEST=170 GROUPS_SPEC="tests/test_tuning.py tests/test_benchmarks.py;\

@@ -4,13 +4,7 @@
 # interleaved with the finalists) and gemm_reduce_scatter at W = 1 (its plain path fixed); the suite
 # at W = 2 with methods timed in alternating order, with the GPUs' clocks logged; the TP MLP at W = 2.
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/x2_final.sh
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
-OUT=${OUT:-./bench_out}
-R=$OUT/r
-mkdir -p "$R"
-T0=$(date +%s)
-stamp() { echo "== $1 rc=$2 at $(( $(date +%s) - T0 ))s"; }
+. "$(dirname "$0")/prelude.sh"
 OUT=$R LIMIT_S=150 PER_TEST=140 GROUPS_SPEC="tests/test_runtime.py -k bounded_wait;tests/test_tuning.py \
 tests/test_benchmarks.py;tests/test_nn.py::test_hf_llama_mlp tests/test_nn.py::test_layers_every_variant \
 tests/test_nn.py::test_saved_input_survives_workspace_reuse;tests/test_nn.py::test_layers_match_nn_linear \

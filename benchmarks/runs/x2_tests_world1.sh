@@ -4,12 +4,7 @@
 # Llama-3-8B TP MLP; GPU 1 runs the tuner at world 1 for the three ops. Everything is packed into
 # $OUT/run.tar.gz (the device tool returns at most 8 files); summaries are printed last.
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/x2_tests_world1.sh
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
-OUT=${OUT:-./bench_out}
-R=$OUT/r
-mkdir -p "$R"
-T0=$(date +%s)
+. "$(dirname "$0")/prelude.sh"
 OUT=$R LIMIT_S=${TESTS_LIMIT_S:-200} PER_TEST=180 bash benchmarks/gpu_tests.sh > "$R/tests_stdout.txt" 2>&1
 echo "tests done after $(( $(date +%s) - T0 ))s"
 (

@@ -5,12 +5,7 @@
 #    baselines: GEMM alone, NCCL alone, torch.matmul + NCCL, torch's fused async-TP ops, ideal);
 # 3. plots. Everything is packed into $OUT/run.tar.gz; summaries are printed last.
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/x2_world2.sh
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
-OUT=${OUT:-./bench_out}
-R=$OUT/r
-mkdir -p "$R"
-T0=$(date +%s)
+. "$(dirname "$0")/prelude.sh"
 SETS=${SETS:-llama3-8b,iris}
 for op in gemm_all_scatter all_gather_gemm gemm_reduce_scatter; do
     timeout -k 10 "${TUNE_S:-85}" torchrun --nproc-per-node 2 -m tilefuse.tune --op "$op" --shapes "$SETS" --quick \
