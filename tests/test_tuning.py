@@ -221,14 +221,15 @@ def job_tune_with_fake_times(ctx, variant_ms):
         timed = [cell.cell_contents for cell in call.__closure__ if callable(cell.cell_contents)]
         return 1.0 if plain in timed else variant_ms
 
-    saved = tune.median_ms, tune.candidate_configs
+    saved = tune.median_ms, tune.medians_interleaved, tune.candidate_configs
     every_config = tune.candidate_configs
     tune.median_ms = fake_median_ms
+    tune.medians_interleaved = lambda calls, **kw: [fake_median_ms(c) for c in calls]
     tune.candidate_configs = lambda *a, **k: every_config(*a, **k)[:1]
     try:
         e = tune.tune_shape("gemm_all_scatter", 48, 40, 32, torch.float16, quick=True, reps=2, keep=1)
     finally:
-        tune.median_ms, tune.candidate_configs = saved
+        tune.median_ms, tune.medians_interleaved, tune.candidate_configs = saved
     return e["variant"], e["plain_ms"], e["time_ms"]
 
 
@@ -302,3 +303,16 @@ def test_auto_remembers_its_resolution_until_the_tables_change(pools, tmp_path):
     [(first, remembered, fresh, elsewhere)] = pools.run(1, job_auto_resolution_follows_the_tables, str(tmp_path))
     assert (first, remembered, fresh) == ("plain", "plain", "bulk_sync")
     assert elsewhere == "plain", "world 1, untuned: the heuristic's plain path"
+
+
+def test_medians_interleaved_rotates_the_calls():
+    from tilefuse.tuning import timing
+
+    order = []
+
+    def fn(i):
+        return lambda: order.append(i)
+
+    got = timing.medians_interleaved([fn(0), fn(1), fn(2)], device=torch.device("cpu"), warmup=1, reps=3)
+    assert len(got) == 3 and all(t >= 0 for t in got)
+    assert order[3:] == [0, 1, 2, 1, 2, 0, 2, 0, 1], "one warm-up round, then rotated repetitions"

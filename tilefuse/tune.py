@@ -26,7 +26,7 @@ from tilefuse.ops.common.config import Config, default_config
 from tilefuse.runtime import hw
 from tilefuse.tuning import tables
 from tilefuse.tuning.shapes import local_shapes
-from tilefuse.tuning.timing import cross_rank_max, median_ms, settle
+from tilefuse.tuning.timing import cross_rank_max, median_ms, medians_interleaved, settle
 
 COMM_VARIANTS = ("producer_consumer", "wg_specialized")
 
@@ -75,7 +75,7 @@ def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float((x.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
 
 
-FINAL_ROUNDS = 4  # second-pass rounds, in alternating order; each finalist's time is the median of its rounds
+FINAL_ROUNDS = 4  # second-pass rounds (calls interleaved); each finalist's time is the median of its rounds
 MARGIN = 0.03  # a variant replaces the plain path only if it is at least this much faster (drift between
 # measurements of the same GEMM on one H200 reached 5-10 % within a run: docs/PERF.md, session 3)
 
@@ -130,17 +130,16 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
                 tilefuse.barrier()
             candidates.append(entry)
     timed = sorted((c for c in candidates if "time_ms" in c), key=lambda c: c["time_ms"])
-    # Second pass: the plain path and the best few again, in rounds of alternating order (a GPU that
-    # has run GEMMs for a while may clock down, which would favour whatever is timed first).
+    # Second pass: the plain path and the best few again, their calls interleaved one by one, in
+    # FINAL_ROUNDS rounds (a GPU at its power cap swings its clock: timing one candidate after another
+    # hands each a different phase; docs/PERF.md, session 3).
     finalists = [(None, plain)] + [(c, registry.get(op, c["variant"])) for c in timed[:keep]]
     settle(runner(plain), device=device, agree=lambda n: cross_rank_max(n, None))
+    calls = [runner(fn, **({} if c is None else {"config": Config.from_dict(c["config"])})) for c, fn in finalists]
     second: dict = {i: [] for i in range(len(finalists))}
-    for rnd in range(FINAL_ROUNDS):
-        order = range(len(finalists)) if rnd % 2 == 0 else reversed(range(len(finalists)))
-        for i in order:
-            c, fn = finalists[i]
-            kw = {} if c is None else {"config": Config.from_dict(c["config"])}
-            second[i].append(median_ms(runner(fn, **kw), device=device, reps=max(2, reps // 2)))
+    for _ in range(FINAL_ROUNDS):
+        for i, t in enumerate(medians_interleaved(calls, device=device, reps=max(2, reps // 2))):
+            second[i].append(t)
     plain_ms = statistics.median(second[0])
     for i, (c, _) in enumerate(finalists[1:], start=1):
         c["time_ms"] = statistics.median(second[i])
@@ -179,7 +178,7 @@ def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margi
         "commit": _commit(), "date": datetime.date.today().isoformat(),
         "timing": f"tilefuse.tune: median of {reps} calls after 3 warm-up calls, barrier before each, "
                   "CUDA events, max over ranks; inputs rotated over sets larger than twice the L2; finalists "
-                  f"and plain in {FINAL_ROUNDS} rounds of alternating order, median of the rounds; a variant "
+                  f"and plain in {FINAL_ROUNDS} rounds of interleaved calls, median of the rounds; a variant "
                   f"replaces plain only if at least {margin:.0%} faster",
     }
     return tables.write_table(out_dir, op, hw.arch_name(heap.device), heap.world_size, entries, provenance)

@@ -26,29 +26,40 @@ def cross_rank_max(value: float, group) -> float:
 
 def median_ms(fn, *, device: torch.device, warmup: int = 3, reps: int = 10, group=None) -> float:
     """Median milliseconds of ``fn()`` over ``reps`` calls, max over ranks."""
+    return medians_interleaved([fn], device=device, warmup=warmup, reps=reps, group=group)[0]
+
+
+def medians_interleaved(fns: list, *, device: torch.device, warmup: int = 3, reps: int = 10, group=None) -> list:
+    """Median milliseconds of each ``fns[i]()`` over ``reps`` calls, max over ranks, the functions'
+    calls interleaved one by one (repetition r starts with function r mod n): a GPU clock that drifts
+    or swings under its power cap then reaches every function alike (docs/PERF.md, session 3)."""
     on_gpu = device.type == "cuda"
     multi = dist.is_initialized() and dist.get_world_size(group) > 1
     for _ in range(warmup):
-        fn()
+        for fn in fns:
+            fn()
     if on_gpu:
         torch.cuda.synchronize(device)
-    times = []
-    for _ in range(reps):
-        if multi:
-            dist.barrier(group=group)
-        if on_gpu:
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return cross_rank_max(statistics.median(times), group)
+    times: list = [[] for _ in fns]
+    n = len(fns)
+    for r in range(reps):
+        for j in range(n):
+            i = (r + j) % n
+            if multi:
+                dist.barrier(group=group)
+            if on_gpu:
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                fns[i]()
+                end.record()
+                end.synchronize()
+                times[i].append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                fns[i]()
+                times[i].append((time.perf_counter() - t0) * 1e3)
+    return [cross_rank_max(statistics.median(t), group) for t in times]
 
 
 # A GPU held at its power limit (an H200 at 700 W under large GEMMs) dips to ~1200 MHz about 0.8 s after
