@@ -17,9 +17,10 @@ Shapes are ``M x N x K`` of the GEMM at world 1: gemm_all_scatter ``a [M, K] @ b
 all_gather_gemm ``a [M, K]`` (the whole gathered A) ``@ b [K, N]``; gemm_reduce_scatter
 ``a [M, K] @ b [K, N]``. Each method is checked once on fresh random inputs against an fp32
 product (relative Frobenius error, output poisoned first where the benchmark owns it), then timed
-(:func:`benchmarks.common.bench`: do_bench median on a GPU, inputs rotated past L2) in ``--reps``
-rounds that interleave the methods; ``ms`` is the median over rounds and ``spread_pct`` the range
-of the rounds over that median. ``vs_torch`` = torch.matmul time / method time (1.0 = as fast).
+(:func:`benchmarks.common.bench_interleaved` after 1.5 s of torch.matmul: the methods' calls
+interleaved one by one, inputs rotated past L2) in ``--reps`` rounds; ``ms`` is the median over
+rounds and ``spread_pct`` the range of the rounds over that median. ``vs_torch`` = torch.matmul
+time / method time (1.0 = as fast).
 A method that fails is recorded (metric ``error``, the message in ``note``) and the run goes on.
 """
 
@@ -45,6 +46,7 @@ from tilefuse.runtime import hw
 from .common import (
     Cycle,
     bench,
+    bench_interleaved,
     cuda_alive,
     error_text,
     is_main_process,
@@ -53,7 +55,6 @@ from .common import (
     print_table,
     rel_error,
     rotating,
-    round_order,
     row,
     run_info,
     settle,
@@ -159,20 +160,30 @@ def run_shape(ctx, op, M, N, K, dtype, methods, args) -> list:
                 raise
     del a, b, ref, got
 
-    # Time: methods interleaved within each round, after the clocks settle (docs/PERF.md, session 3).
+    # Time: the methods' calls interleaved one by one after the clocks settle (docs/PERF.md,
+    # session 3); a round in which a method raises is timed again one method at a time.
     cycle = Cycle(sets)
     settle(ctx, lambda: torch.matmul(*cycle(), out=c_plain))
-    for rnd in range(args.reps):
-        for label, variant, uses_out in round_order(methods, rnd):
-            if status[label].startswith("ERROR"):
-                continue
 
-            def fn(label=label, variant=variant, uses_out=uses_out):
-                a, b = cycle()
-                _call(op, label, variant, a, b, c_plain, out if uses_out else None, cfg)
+    def fn_of(label, variant, uses_out):
+        def fn():
+            a, b = cycle()
+            _call(op, label, variant, a, b, c_plain, out if uses_out else None, cfg)
+        return fn
 
+    kw = dict(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, cpu_reps=1)
+    for _ in range(args.reps):
+        live = [m for m in methods if not status[m[0]].startswith("ERROR")]
+        try:
+            for (label, _, _), t in zip(live, bench_interleaved(ctx, [fn_of(*m) for m in live], **kw)):
+                times[label].append(t)
+            continue
+        except Exception:
+            if ctx.on_gpu and not cuda_alive(ctx):
+                raise
+        for label, variant, uses_out in live:
             try:
-                times[label].append(bench(ctx, fn, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, cpu_reps=1))
+                times[label].append(bench(ctx, fn_of(label, variant, uses_out), **kw))
             except Exception as err:
                 note(label, err)
                 if ctx.on_gpu and not cuda_alive(ctx):
