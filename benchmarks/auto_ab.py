@@ -4,7 +4,8 @@
 
 The suite measured auto 3-7 % slower than the plain path on large shapes where auto *runs* the plain
 path (docs/PERF.md, session 3). This times, on the same inputs, in ``--rounds`` rounds of alternating
-order (median of do_bench per round, as the suite):
+order (median of do_bench per round, as the suite did then; it now interleaves calls, which is what
+removed the gap: this tool shows the round-by-round picture that found it):
 
 - ``direct``: the registry entry auto chose (e.g. the plain path), called directly;
 - ``public``: the public op with that variant named (``tilefuse.<op>(a, b, variant=<choice>)``);
