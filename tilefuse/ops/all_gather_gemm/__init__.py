@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from .. import registry
-from ..dispatch import run_auto
+from .. import library, registry
 from .bulk_sync import bulk_sync
 from .fused_sequential import fused_sequential
 from .producer_consumer import producer_consumer
@@ -43,6 +42,4 @@ def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, ret
     raises ``ValueError`` on every rank, naming each rank's M_loc, when they differ; later calls
     with a verified shape cost nothing.
     """
-    if variant == "auto":
-        return run_auto(OP, a, b, config, group, return_gathered=return_gathered)
-    return registry.get(OP, variant)(a, b, config=config, group=group, return_gathered=return_gathered)
+    return library.call(OP, a, b, variant=variant, config=config, group=group, return_gathered=return_gathered)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from .. import registry
-from ..dispatch import run_auto
+from .. import library, registry
 from .bulk_sync import bulk_sync
 from .fused_sequential import fused_sequential
 from .producer_consumer import producer_consumer
@@ -41,6 +40,4 @@ def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None)
     on a GPU: complete for any later work on the current stream). Collective: every rank must make
     the same calls in the same order.
     """
-    if variant == "auto":
-        return run_auto(OP, a, b, config, group)
-    return registry.get(OP, variant)(a, b, config=config, group=group)
+    return library.call(OP, a, b, variant=variant, config=config, group=group)

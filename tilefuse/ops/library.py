@@ -1,0 +1,425 @@
+"""tilefuse's ops as ``torch.library`` custom ops (namespace ``tilefuse``): traced by torch.compile,
+differentiable through autograd.
+
+Each op of :data:`SPECS` becomes ``torch.ops.tilefuse.<op>(a, b, variant, config, group)``:
+
+* the real implementation runs what the public function runs (``registry.get(op, variant)``, or
+  ``dispatch.run_auto`` for ``"auto"``); everything that happens on a first call (the shape exchange
+  with the peers, heap workspaces, table lookups, tuning) happens there, never while tracing;
+* the fake implementation only checks the operands and gives the output's shape, dtype and device,
+  so ``torch.compile(fn, fullgraph=True)`` traces calls to the ops with no graph break;
+* the autograd formula runs the backward through the same custom ops (a compiled backward traces
+  too), with the tensor-parallel convention that the backward of an all-gather is a reduce-scatter
+  and the other way round.
+
+Non-tensor arguments are schema types: ``variant`` a string, ``config`` a :class:`Config` as the
+list of its fields in declaration order (:func:`encode_config`) or None, ``group`` the process
+group's name (:func:`group_name`) or None for the default group, resolved in the real implementation.
+
+============================  ==========================  ====================================
+op (rank r, W ranks)          output                      backward (dc: this rank's output grad)
+============================  ==========================  ====================================
+gemm_all_scatter              ``c [M, W*N_loc]``          ``g = reduce_scatter(dc column blocks)``;
+                                                          ``da = g @ b^T``, ``db = a^T @ g``
+all_gather_gemm               ``c [W*M_loc, N]``          ``da = gemm_reduce_scatter(dc, b^T)``,
+                                                          ``db = all_gather(a)^T @ dc``
+gemm_reduce_scatter           ``c [M/W, N]``              ``da, dc_full = all_gather_gemm(dc, b^T,
+                                                          gathered)``; ``db = a^T @ dc_full``
+gemm_all_reduce               ``c [M, N]`` (replicated)   ``da = dc @ b^T``, ``db = a^T @ dc``
+                                                          (all-reduce backward is the identity)
+============================  ==========================  ====================================
+
+Beside them: ``all_gather_gemm_gathered`` (``(c, all_gather(a))``; the gathered output is
+differentiable too: its gradient is reduce-scattered into ``da``), ``gemm_all_scatter_out`` (writes
+a caller's ``out``, a mutated argument; not differentiable, like torch's ``out=`` functions), and
+the two collectives the formulas need, ``all_gather_rows`` and ``reduce_scatter_rows``, each the
+other's backward. Backward ops run the forward's variant with ``config=None`` (the variant's own
+choice for the backward's shapes; a forward config is tuned for the forward's shapes).
+
+``gemm_all_reduce`` is defined when the registry knows the op (``registry.OPS``). The backward of
+its all-reduce is the identity (Megatron's row-parallel convention): ``dc`` is assumed to be the
+same on every rank, as it is downstream of a replicated activation.
+"""
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from . import registry
+from .common.checks import check_divisible, check_dtypes, check_inner_dim, check_matrix, check_same_device
+from .common.config import Config
+from .dispatch import run_auto
+
+NAMESPACE = "tilefuse"
+_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(Config))
+_ARGS = "Tensor a, Tensor b, str variant, int[]? config, str? group"
+
+
+# ---------------------------------------------------------------------------------------------
+# Non-tensor arguments
+# ---------------------------------------------------------------------------------------------
+
+
+def encode_config(config) -> list[int] | None:
+    """A :class:`Config` (or None) as the schema's ``int[]?``: its fields in declaration order."""
+    if config is None:
+        return None
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a tilefuse.Config or None, got {type(config).__name__}")
+    return [getattr(config, name) for name in _CONFIG_FIELDS]
+
+
+_DECODED: dict[tuple, Config] = {}
+
+
+def decode_config(config: list[int] | None) -> Config | None:
+    """Inverse of :func:`encode_config` (validated once per distinct list, then remembered)."""
+    if config is None:
+        return None
+    key = tuple(config)
+    hit = _DECODED.get(key)
+    if hit is None:
+        if len(key) != len(_CONFIG_FIELDS):
+            raise ValueError(f"config: expected {len(_CONFIG_FIELDS)} ints ({', '.join(_CONFIG_FIELDS)}), "
+                             f"got {len(key)}")
+        hit = _DECODED[key] = Config(*key)
+    return hit
+
+
+@torch.compiler.assume_constant_result
+def _name_of(group) -> str:
+    return group.group_name
+
+
+def group_name(group) -> str | None:
+    """The name the schema carries for ``group`` (None stays None: the default group)."""
+    if group is None:
+        return None
+    if isinstance(group, str):
+        return group
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"group must be a torch.distributed ProcessGroup, its name or None, got "
+                        f"{type(group).__name__}")
+    return _name_of(group)
+
+
+def resolve_group(name: str | None):
+    """The process group called ``name`` (None: the default group, passed on as None)."""
+    if name is None:
+        return None
+    try:
+        return dist.distributed_c10d._resolve_process_group(name)
+    except Exception as err:
+        raise ValueError(f"no process group is named {name!r} in this process") from err
+
+
+_WORLD: dict[str | None, int] = {}
+
+
+def world_size(group: str | None) -> int:
+    """World size of the named group, for the fake implementations (remembered per name)."""
+    hit = _WORLD.get(group)
+    if hit is None:
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("tilefuse ops: torch.distributed is not initialised; call "
+                               "torch.distributed.init_process_group(...) and tilefuse.init() first")
+        hit = _WORLD[group] = dist.get_world_size(resolve_group(group))
+    return hit
+
+
+# ---------------------------------------------------------------------------------------------
+# Real implementations
+# ---------------------------------------------------------------------------------------------
+
+
+def _owned(t: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+    """``t`` as a custom op may return it: contiguous (the fake's strides), sharing no storage with
+    an input, and not in a heap workspace that the op's next call reuses."""
+    if not t.is_contiguous():
+        return t.contiguous()
+    ptr = t.untyped_storage().data_ptr()
+    if any(ptr == x.untyped_storage().data_ptr() for x in inputs):
+        return t.clone()
+    from ..runtime import get_heap, is_initialized
+
+    if is_initialized() and get_heap().is_on_heap(t):
+        return t.clone()
+    return t
+
+
+def run(op: str, a, b, variant: str, config: list[int] | None, group: str | None, **kwargs):
+    """What the public function of ``op`` runs: the named variant's entry point, or auto's choice."""
+    cfg, grp = decode_config(config), resolve_group(group)
+    if variant == "auto":
+        return run_auto(op, a, b, cfg, grp, **kwargs)
+    return registry.get(op, variant)(a, b, config=cfg, group=grp, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# The op table
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op: the output shape from ``(M, K, N, W)`` of ``a [M, K] @ b [K, N]``, an extra check of
+    the operand shapes (or None), and the backward ``(ctx, a, b, dc) -> (da, db)``."""
+
+    name: str
+    out_shape: Callable[[int, int, int, int], tuple]
+    backward: Callable
+    check: Callable | None = None
+
+
+def _check_operands(op: str, a, b) -> None:
+    check_matrix(op, "a", a)
+    check_matrix(op, "b", b)
+    check_same_device(op, a=a, b=b)
+    check_dtypes(op, a=a, b=b)
+    check_inner_dim(op, a, b)
+
+
+def _ops():
+    return torch.ops.tilefuse
+
+
+def _back_gemm_all_scatter(ctx, a, b, dc):
+    # c = [a_0 b_0 | ... | a_{W-1} b_{W-1}] on every rank: a_r b_r's gradient is the sum over ranks of
+    # their dc's column block r.
+    g = _ops().reduce_scatter_rows(dc.t().contiguous(), ctx.group).t()  # [M, N_loc]
+    da = g @ b.t() if ctx.needs_input_grad[0] else None
+    db = a.t() @ g if ctx.needs_input_grad[1] else None
+    return da, db
+
+
+def _back_all_gather_gemm(ctx, a, b, dc):
+    da = db = None
+    if ctx.needs_input_grad[0]:
+        da = _ops().gemm_reduce_scatter(dc, b.t(), ctx.variant, None, ctx.group)  # [M_loc, K]
+    if ctx.needs_input_grad[1]:  # the gathered-output op keeps all_gather(a); this one gathers again
+        db = _ops().all_gather_rows(a, ctx.group).t() @ dc
+    return da, db
+
+
+def _back_gemm_reduce_scatter(ctx, a, b, dc):
+    da = db = None
+    if ctx.needs_input_grad[0]:
+        da, dc_full = _ops().all_gather_gemm_gathered(dc, b.t(), ctx.variant, None, ctx.group)
+    elif ctx.needs_input_grad[1]:
+        dc_full = _ops().all_gather_rows(dc, ctx.group)
+    if ctx.needs_input_grad[1]:
+        db = a.t() @ dc_full  # [K_loc, N]
+    return da, db
+
+
+def _back_gemm_all_reduce(ctx, a, b, dc):
+    da = dc @ b.t() if ctx.needs_input_grad[0] else None
+    db = a.t() @ dc if ctx.needs_input_grad[1] else None
+    return da, db
+
+
+def _check_rows_divisible(op, a, b, W):
+    check_divisible(op, "M (rows of a)", a.shape[0], W, "the world size")
+
+
+SPECS: dict[str, OpSpec] = {
+    spec.name: spec for spec in (
+        OpSpec("gemm_all_scatter", lambda M, K, N, W: (M, W * N), _back_gemm_all_scatter),
+        OpSpec("all_gather_gemm", lambda M, K, N, W: (W * M, N), _back_all_gather_gemm),
+        OpSpec("gemm_reduce_scatter", lambda M, K, N, W: (M // W, N), _back_gemm_reduce_scatter,
+               _check_rows_divisible),
+        OpSpec("gemm_all_reduce", lambda M, K, N, W: (M, N), _back_gemm_all_reduce),
+    )
+    if spec.name in registry.OPS
+}
+
+
+def _fake_out(spec: OpSpec, a, b, group):
+    _check_operands(spec.name, a, b)
+    W = world_size(group)
+    if spec.check is not None:
+        spec.check(spec.name, a, b, W)
+    return a.new_empty(spec.out_shape(a.shape[0], a.shape[1], b.shape[1], W))
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, variant, _config, group = inputs[:5]
+    ctx.variant, ctx.group = variant, group
+    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
+    ctx.set_materialize_grads(False)
+
+
+def _define(spec: OpSpec) -> None:
+    def impl(a, b, variant, config, group):
+        return _owned(run(spec.name, a, b, variant, config, group), a, b)
+
+    def fake(a, b, variant, config, group):
+        return _fake_out(spec, a, b, group)
+
+    def backward(ctx, dc):
+        a, b = ctx.saved_tensors
+        if dc is None:
+            return None, None, None, None, None
+        da, db = spec.backward(ctx, a, b, dc.contiguous())
+        return da, db, None, None, None
+
+    op = torch.library.custom_op(f"{NAMESPACE}::{spec.name}", impl, mutates_args=(),
+                                 schema=f"({_ARGS}) -> Tensor")
+    op.register_fake(fake)
+    op.register_autograd(backward, setup_context=_setup_context)
+
+
+for _spec in SPECS.values():
+    _define(_spec)
+
+
+# all_gather_gemm returning the gathered A as well ------------------------------------------------
+
+
+@torch.library.custom_op(f"{NAMESPACE}::all_gather_gemm_gathered", mutates_args=(),
+                         schema=f"({_ARGS}) -> (Tensor, Tensor)")
+def all_gather_gemm_gathered(a, b, variant, config, group):
+    c, gathered = run("all_gather_gemm", a, b, variant, config, group, return_gathered=True)
+    return _owned(c, a, b), _owned(gathered, a, b)
+
+
+@all_gather_gemm_gathered.register_fake
+def _(a, b, variant, config, group):
+    c = _fake_out(SPECS["all_gather_gemm"], a, b, group)
+    return c, a.new_empty((c.shape[0], a.shape[1]))
+
+
+def _gathered_setup(ctx, inputs, output):
+    a, b, variant, _config, group = inputs
+    ctx.variant, ctx.group = variant, group
+    ctx.save_for_backward(output[1] if ctx.needs_input_grad[1] else None,
+                          b if ctx.needs_input_grad[0] else None)
+    ctx.set_materialize_grads(False)
+
+
+def _gathered_backward(ctx, dc, dgathered):
+    a_full, b = ctx.saved_tensors
+    da = db = None
+    if dc is not None:
+        dc = dc.contiguous()
+        if ctx.needs_input_grad[0]:
+            da = _ops().gemm_reduce_scatter(dc, b.t(), ctx.variant, None, ctx.group)
+        if ctx.needs_input_grad[1]:
+            db = a_full.t() @ dc  # [K, N]
+    if dgathered is not None and ctx.needs_input_grad[0]:  # the gathered A was used downstream too
+        extra = _ops().reduce_scatter_rows(dgathered.contiguous(), ctx.group)
+        da = extra if da is None else da + extra
+    return da, db, None, None, None
+
+
+all_gather_gemm_gathered.register_autograd(_gathered_backward, setup_context=_gathered_setup)
+
+
+# gemm_all_scatter into a caller's out ------------------------------------------------------------
+
+
+@torch.library.custom_op(f"{NAMESPACE}::gemm_all_scatter_out", mutates_args=("out",),
+                         schema="(Tensor a, Tensor b, Tensor(a!) out, str variant, int[]? config, "
+                                "str? group) -> ()")
+def gemm_all_scatter_out(a, b, out, variant, config, group) -> None:
+    run("gemm_all_scatter", a, b, variant, config, group, out=out)
+
+
+@gemm_all_scatter_out.register_fake
+def _(a, b, out, variant, config, group) -> None:
+    _fake_out(SPECS["gemm_all_scatter"], a, b, group)
+
+
+# The collectives of the backward formulas ---------------------------------------------------------
+
+
+@torch.library.custom_op(f"{NAMESPACE}::all_gather_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
+def all_gather_rows(x, group):
+    """Every rank's ``x [R, C]`` stacked by rows in group-rank order: ``[W*R, C]``."""
+    from .common.collectives import all_gather_cat
+
+    return _owned(all_gather_cat(x.contiguous(), dim=0, group=resolve_group(group)), x)
+
+
+@all_gather_rows.register_fake
+def _(x, group):
+    return x.new_empty((world_size(group) * x.shape[0], *x.shape[1:]))
+
+
+@torch.library.custom_op(f"{NAMESPACE}::reduce_scatter_rows", mutates_args=(),
+                         schema="(Tensor x, str? group) -> Tensor")
+def reduce_scatter_rows(x, group):
+    """Row block r of the sum over ranks of ``x [W*R, C]``: ``[R, C]`` (summed in fp32 off NCCL)."""
+    from .common.collectives import reduce_scatter_rows as rs_rows
+
+    grp = resolve_group(group)
+    W = dist.get_world_size(grp)
+    check_divisible("reduce_scatter_rows", "rows of x", x.shape[0], W, "the world size")
+    x = x.contiguous()
+    if W > 1 and x.device.type == "cuda" and dist.get_backend(grp) == "nccl":
+        out = x.new_empty((x.shape[0] // W, *x.shape[1:]))
+        dist.reduce_scatter_tensor(out, x, group=grp)
+        return out
+    return _owned(rs_rows(x, group=grp).to(x.dtype), x)
+
+
+@reduce_scatter_rows.register_fake
+def _(x, group):
+    W = world_size(group)
+    check_divisible("reduce_scatter_rows", "rows of x", x.shape[0], W, "the world size")
+    return x.new_empty((x.shape[0] // W, *x.shape[1:]))
+
+
+def _rows_setup(ctx, inputs, output):
+    ctx.group = inputs[1]
+
+
+all_gather_rows.register_autograd(
+    lambda ctx, g: (_ops().reduce_scatter_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
+reduce_scatter_rows.register_autograd(
+    lambda ctx, g: (_ops().all_gather_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the public functions call
+# ---------------------------------------------------------------------------------------------
+
+
+def call(op: str, a, b, *, variant: str, config, group, **kwargs):
+    """``torch.ops.tilefuse.<op>(a, b, ...)`` from the public function's arguments.
+
+    ``all_gather_gemm`` takes ``return_gathered``; ``gemm_all_scatter`` takes ``out``. Where ``b``
+    needs a gradient, all_gather_gemm runs the gathered-output op (the weight gradient needs
+    ``all_gather(a)``; keeping it saves a second all-gather in the backward).
+    """
+    if not isinstance(variant, str):
+        raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
+    cfg, grp = encode_config(config), group_name(group)
+    ops = _ops()
+    if op == "all_gather_gemm":
+        return_gathered = kwargs.pop("return_gathered", False)
+        if return_gathered or (b.requires_grad and torch.is_grad_enabled()):
+            c, gathered = ops.all_gather_gemm_gathered(a, b, variant, cfg, grp)
+            return (c, gathered) if return_gathered else c
+    elif op == "gemm_all_scatter":
+        out = kwargs.pop("out", None)
+        if out is not None:
+            return _all_scatter_into(a, b, out, variant, cfg, grp)
+    if kwargs:
+        raise TypeError(f"{op}: unexpected keyword argument(s) {sorted(kwargs)}")
+    return getattr(ops, op)(a, b, variant, cfg, grp)
+
+
+def _all_scatter_into(a, b, out, variant, cfg, grp):
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        raise RuntimeError("gemm_all_scatter(): functions with out=... arguments don't support automatic "
+                           "differentiation; call it without out= (or under torch.no_grad())")
+    if torch.compiler.is_compiling():
+        # Traced code functionalises a mutated argument (the op would write into a copy of out, off
+        # the heap): the compiled call runs the op into its own buffer and copies the result into out.
+        return out.copy_(_ops().gemm_all_scatter(a, b, variant, cfg, grp))
+    _ops().gemm_all_scatter_out(a, b, out, variant, cfg, grp)
+    return out
