@@ -31,6 +31,24 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+DEFAULT_HOST_TIMEOUT_S = 60.0
+
+
+def host_timeout() -> float:
+    """Seconds a host-side collective step of tilefuse waits for its peers: ``TILEFUSE_HOST_TIMEOUT``,
+    else 60."""
+    text = os.environ.get("TILEFUSE_HOST_TIMEOUT", "").strip()
+    if not text:
+        return DEFAULT_HOST_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"TILEFUSE_HOST_TIMEOUT={text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise ValueError(f"TILEFUSE_HOST_TIMEOUT={text!r} must be a positive number of seconds")
+    return value
+
+
 def configure() -> None:
     """Turn the interpreter on for the cpu backend, before kernel modules are imported."""
     if requested_backend() == "cpu" and not interpreting():

@@ -1,0 +1,226 @@
+"""Bounded host collectives for tilefuse's own host steps (heap rendezvous, shape checks, workspaces).
+
+``torch.distributed``'s object collectives wait as long as the process group's timeout (30 minutes
+with gloo by default), so one missing rank stalls every other rank that long, and the error does
+not say who is missing. The two collectives here go through the group's key-value store instead
+(a ``TCPStore`` in the usual launches), which any backend has, and give up after ``timeout``
+seconds (default ``TILEFUSE_HOST_TIMEOUT``, 60) with a :class:`HostTimeoutError` that names the
+ranks that did not arrive and the step that was being done.
+
+One call on a group (every rank makes the same calls on it in the same order):
+
+======================  ==================================================================
+step                    keys (``P`` = ``tilefuse/hostsync/<group>/<generation>/<sequence>``)
+======================  ==================================================================
+publish                 each rank ``r`` sets ``P/r`` to its pickled ``(what, obj)``
+gather                  each rank waits (bounded) for ``P/0`` .. ``P/W-1`` and reads them
+release                 each rank adds 1 to ``P/done``; the rank that brings it to ``W``
+                        deletes every key of the call (nobody reads them after their add)
+======================  ==================================================================
+
+A rank that runs out of time deletes its own key (a late peer then times out too, naming it,
+instead of completing the step alone) and marks the group out of step: the sequence numbers of
+the ranks no longer match, so every later call on that group raises at once until :func:`reset`
+has been called on every rank. Ranks that pass different ``what`` are at different steps: that
+raises as well (naming both steps), never hands one step's objects to another.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import time
+
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+
+from . import _env
+
+_PREFIX = "tilefuse/hostsync"
+
+
+class HostTimeoutError(RuntimeError):
+    """A bounded host step ran out of time: some rank of the group did not arrive."""
+
+
+class _GroupState:
+    __slots__ = ("name", "store", "generation", "sequence", "broken")
+
+    def __init__(self, name: str, store):
+        self.name = name
+        self.store = store
+        self.generation = 0
+        self.sequence = 0
+        self.broken: str | None = None  # why the ranks are out of step, once a call failed
+
+
+_GROUPS: dict[str, _GroupState] = {}
+
+
+def _resolve(group):
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("tilefuse host collectives need an initialised torch.distributed process group")
+    return c10d._get_default_group() if group is None or group is dist.group.WORLD else group
+
+
+def _group_name(pg) -> str:
+    name = getattr(pg, "group_name", None)
+    if not name:
+        name = c10d._world.pg_names.get(pg)
+    if not name:
+        raise RuntimeError("tilefuse host collectives: the process group has no name (is this rank a member?)")
+    return str(name)
+
+
+def _group_store(pg):
+    getter = getattr(c10d, "_get_process_group_store", None)
+    if getter is not None:
+        return getter(pg)
+    return c10d._world.pg_map[pg][1]
+
+
+def _state(pg) -> _GroupState:
+    name = _group_name(pg)
+    st = _GROUPS.get(name)
+    store = _group_store(pg)
+    if st is None or st.store is not store:
+        # A group of this name made anew (after destroy_process_group) starts a fresh sequence.
+        st = _GROUPS[name] = _GroupState(name, store)
+    return st
+
+
+def _timeout_s(timeout: float | None) -> float:
+    value = _env.host_timeout() if timeout is None else float(timeout)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"host collective timeout must be a positive number of seconds, got {timeout!r}")
+    return value
+
+
+def _global(pg, rank: int) -> str:
+    try:
+        g = dist.get_global_rank(pg, rank)
+    except Exception:  # pragma: no cover - torch without the mapping for this group
+        return str(rank)
+    return str(rank) if g == rank else f"{rank} (global rank {g})"
+
+
+def _names(pg, ranks) -> str:
+    return ", ".join(_global(pg, r) for r in ranks)
+
+
+def reset(group=None) -> None:
+    """Forget an earlier failed call on ``group``: later calls use a fresh key namespace.
+
+    Every rank of the group must call it, at the same point of its sequence of host steps (for
+    instance from a collective reset of the runtime), before the group's next host step.
+    """
+    st = _state(_resolve(group))
+    st.generation += 1
+    st.sequence = 0
+    st.broken = None
+
+
+def all_gather_object(obj, group=None, *, what: str, timeout: float | None = None) -> list:
+    """Every rank's ``obj`` (picklable), in group-rank order; collective, bounded in time.
+
+    Args:
+        obj: this rank's contribution (anything ``pickle`` takes; keep it small: it travels
+            through the store).
+        group: the process group (default: the world).
+        what: the step being done, e.g. ``"gemm_all_scatter: shape check"``; the same on every
+            rank (ranks that disagree are at different steps, which raises). It is named in errors.
+        timeout: seconds to wait for the other ranks; default ``TILEFUSE_HOST_TIMEOUT`` or 60.
+
+    Raises:
+        HostTimeoutError: within ``timeout`` seconds when some rank did not arrive (named), when
+            the store cannot be reached, or at once when an earlier call on this group failed.
+        RuntimeError: when the ranks passed different ``what``.
+    """
+    pg = _resolve(group)
+    rank, world = dist.get_rank(pg), dist.get_world_size(pg)
+    if rank < 0:
+        raise ValueError(f"{what}: this process is not a member of the group")
+    bound = _timeout_s(timeout)
+    if world == 1:
+        return [obj]
+    st = _state(pg)
+    if st.broken is not None:
+        raise HostTimeoutError(
+            f"{what}: an earlier host step on process group {st.name!r} failed ({st.broken}), so the ranks "
+            "are out of step; re-create the process group, or call tilefuse.runtime.hostsync.reset on "
+            "every rank"
+        )
+    base = f"{_PREFIX}/{st.name}/{st.generation}/{st.sequence}"
+    st.sequence += 1
+    keys = [f"{base}/{r}" for r in range(world)]
+    store = st.store
+    deadline = time.monotonic() + bound
+    try:
+        store.set(keys[rank], pickle.dumps((what, obj), protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception as err:
+        st.broken = f"{what}: the store was unreachable"
+        raise HostTimeoutError(
+            f"{what}: rank {_global(pg, rank)} could not publish to the process group's store "
+            f"({type(err).__name__}: {err}); the rank hosting the store (usually rank 0) may have died"
+        ) from err
+    missing = _wait(store, keys, deadline)
+    if missing:
+        try:
+            store.delete_key(keys[rank])
+        except Exception:
+            pass
+        st.broken = f"{what}: ranks {missing} did not arrive"
+        if missing == [None]:
+            raise HostTimeoutError(
+                f"{what}: rank {_global(pg, rank)} lost the process group's store while waiting "
+                f"for its peers (bound {bound:g} s); the rank hosting the store (usually rank 0) may have died"
+            )
+        raise HostTimeoutError(
+            f"{what}: rank(s) {_names(pg, missing)} of {world} did not arrive within {bound:g} s "
+            f"(seen from rank {_global(pg, rank)}); a rank that died, hangs, or skipped this step. "
+            "Raise TILEFUSE_HOST_TIMEOUT if a rank is only slow."
+        )
+    try:
+        entries = [pickle.loads(store.get(k)) for k in keys]
+    except Exception as err:
+        st.broken = f"{what}: reading the store failed"
+        raise HostTimeoutError(f"{what}: reading the peers' objects from the store failed: {err}") from err
+    try:
+        if store.add(f"{base}/done", 1) == world:
+            for k in keys + [f"{base}/done"]:
+                store.delete_key(k)
+    except Exception:
+        pass  # cleanup only: the values are read
+    steps = [e[0] for e in entries]
+    if any(s != what for s in steps):
+        st.broken = f"{what}: ranks at different steps"
+        others = "; ".join(f"rank {_global(pg, r)} at {s!r}" for r, s in enumerate(steps) if s != what)
+        raise RuntimeError(
+            f"{what}: the ranks are at different host steps: rank {_global(pg, rank)} at {what!r}; {others}. "
+            "Every rank must make the same tilefuse calls in the same order."
+        )
+    return [e[1] for e in entries]
+
+
+def barrier(group=None, *, what: str, timeout: float | None = None) -> None:
+    """Return once every rank of ``group`` got here; bounded like :func:`all_gather_object`."""
+    all_gather_object(None, group, what=what, timeout=timeout)
+
+
+def _wait(store, keys: list, deadline: float) -> list:
+    """Poll until every key is set or the deadline passes; the ranks whose key is missing then
+    (``[None]`` if the store itself failed). Polling with ``check`` rather than a blocking ``wait``:
+    a store's timed-out wait logs socket warnings, and a poll ends at the deadline whatever the
+    store's own timeout is."""
+    pause = 1e-4
+    try:
+        while True:
+            if store.check(keys):
+                return []
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return [r for r, k in enumerate(keys) if not store.check([k])]
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.02)
+    except Exception:
+        return [None]
