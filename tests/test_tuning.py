@@ -1,4 +1,4 @@
-"""Config tables: schema, lookup (exact, nearest, heuristic), plain fallback, user override, tuner."""
+"""Config tables: schema, lookup (exact, M bucket), plain fallback, user override, tuner."""
 
 import json
 
@@ -37,12 +37,15 @@ def user_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_exact_nearest_and_none(user_dir):
-    _write(user_dir, _table([_entry(64, 64, 64), _entry(1024, 1024, 1024, variant="bulk_sync")]))
+def test_exact_bucket_and_none(user_dir):
+    _write(user_dir, _table([_entry(64, 64, 64), _entry(1024, 1024, 1024, variant="bulk_sync"),
+                             _entry(800, 1024, 1024, variant="fused_sequential")]))
     exact = tables.lookup("gemm_all_scatter", "cpu", 1, 64, 64, 64, "float16")
     assert exact.variant == "wg_specialized" and exact.config.BLOCK_M == 32 and exact.source.startswith("exact")
-    near = tables.lookup("gemm_all_scatter", "cpu", 1, 900, 1100, 1024, "float16")
-    assert near.variant == "bulk_sync" and near.source.startswith("nearest")
+    near = tables.lookup("gemm_all_scatter", "cpu", 1, 1000, 1024, 1024, "float16")  # bucket 769-1024
+    assert near.variant == "bulk_sync" and near.source.startswith("bucket"), near
+    assert tables.lookup("gemm_all_scatter", "cpu", 1, 700, 1024, 1024, "float16") is None, "another M bucket"
+    assert tables.lookup("gemm_all_scatter", "cpu", 1, 1024, 1100, 1024, "float16") is None, "another N"
     assert tables.lookup("gemm_all_scatter", "cpu", 1, 8, 8192, 64, "float16") is None, "too far"
     assert tables.lookup("gemm_all_scatter", "cpu", 1, 64, 64, 64, "float32") is None, "other dtype"
     assert tables.lookup("gemm_all_scatter", "cpu", 2, 64, 64, 64, "float16") is None, "other world"
@@ -117,10 +120,7 @@ def test_auto_runs_plain_where_the_table_says_so(pools, tmp_path, on_gpu):
     [(variant, _, cfg)] = pools.run(1, job_auto_uses_table, str(tmp_path), 64, 64, 64)
     assert variant == "wg_specialized" and cfg == CFG
     [(variant, source, _)] = pools.run(1, job_auto_uses_table, str(tmp_path), 8, 512, 16)
-    assert source == "heuristic" and variant == "plain", "untuned at world 1: nothing to overlap"
-    assert dispatch.heuristic("gemm_all_scatter", 8, 512, 16, 2) == "fused_sequential"
-    assert dispatch.heuristic("all_gather_gemm", 8, 512, 16, 4) == "wg_specialized"
-    assert dispatch.heuristic("gemm_reduce_scatter", 8, 512, 16, 2) == "plain"
+    assert source.startswith("default") and variant == "plain", "nothing measured: the plain path"
 
 
 def job_tune_then_auto(ctx, out_dir):
@@ -295,14 +295,14 @@ def job_auto_resolution_follows_the_tables(ctx, table_dir):
     finally:
         del os.environ["TILEFUSE_CONFIG_DIR"]
         tables.clear_cache()
-    elsewhere = dispatch.resolve("gemm_all_scatter", a, b)[0]  # no user directory: the heuristic
+    elsewhere = dispatch.resolve("gemm_all_scatter", a, b)[0]  # no user directory: the default
     return first, remembered, fresh, elsewhere
 
 
 def test_auto_remembers_its_resolution_until_the_tables_change(pools, tmp_path):
     [(first, remembered, fresh, elsewhere)] = pools.run(1, job_auto_resolution_follows_the_tables, str(tmp_path))
     assert (first, remembered, fresh) == ("plain", "plain", "bulk_sync")
-    assert elsewhere == "plain", "world 1, untuned: the heuristic's plain path"
+    assert elsewhere == "plain", "untuned: the plain default"
 
 
 def test_medians_interleaved_rotates_the_calls():

@@ -1,80 +1,246 @@
-"""``variant="auto"``: the tuned table's choice for the call's shape, else a heuristic.
+"""``variant="auto"``: a measured choice where there is one, else the plain path.
 
-Tables (``tilefuse.tuning.tables``) are keyed by the op, the device's arch name and the world size,
-and by the call's operand shapes ``a [M, K] @ b [K, N]`` and dtype. Where the tuner found that no
-fused variant beat the plain path (torch.matmul + torch.distributed), the table says ``plain`` and
-auto runs it.
+A call ``op(a [M, K], b [K, N])`` is decided per *bucket*: (arch, world size, op, dtype, N, K, the
+bucket of M: :mod:`tilefuse.tuning.buckets`); the kernels always run the exact M. The first call of
+a bucket decides it, in this order:
 
-Every rank must reach the same choice, so auto assumes all ranks pass the same shapes (the usual
-even sharding). A gemm_reduce_scatter whose K shards differ between ranks should name its variant.
+1. **table**: a config table entry (shipped, or ``TILEFUSE_CONFIG_DIR``) for the exact shape, else
+   one with the same N, K and dtype whose M falls in the bucket;
+2. **cache**: the user's decision cache (:mod:`tilefuse.tuning.cache`, ``TILEFUSE_CACHE_DIR``);
+3. **tuned**: first-call tuning (:mod:`tilefuse.tuning.autotune`) of plain and each variant on the
+   call's own operands, remembered in the cache. ``TILEFUSE_AUTOTUNE`` unset: only on a GPU and only
+   if one plain call (timed once, max over ranks) takes at least ``TILEFUSE_AUTOTUNE_MIN_MS``
+   (0.2 ms); ``=1``: always (in Triton's interpreter too, where the times mean nothing); ``=0``: never;
+4. **model**: the cost model (:mod:`tilefuse.tuning.costmodel`) fitted on the tables' measurements,
+   if it predicts a variant at least 5 % faster than plain;
+5. **default**: the plain path (torch.matmul + the torch.distributed collective).
+
+Every rank must run the same variant. So the first call of a bucket is collective: every rank
+looks at its own tables and cache, one exchange on the op's group hands rank 0's view to all (a rank
+whose cache differs follows rank 0), and if rank 0 saw nothing, they tune together (rank 0 decides)
+or all take rank 0's model answer. The decision is then remembered per bucket in memory (later
+calls in the bucket make no exchange) and per call signature (a call pays one dictionary lookup).
+This assumes every rank passes the same shapes (the usual even sharding); a gemm_reduce_scatter
+whose K shards differ between ranks should name its variant.
+
+While ``torch.compile`` traces or a CUDA graph captures, nothing is exchanged or tuned: a bucket
+that is not decided yet runs the plain path for that call (and is decided on a later eager call).
+``logging.getLogger("tilefuse")``: INFO when a bucket is tuned, DEBUG for each decision and its source.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
+import torch
+import torch.distributed as dist
+
 from ..runtime import get_heap, hw, is_initialized
-from ..tuning import tables
+from ..tuning import autotune, cache, costmodel, tables
+from ..tuning.buckets import bucket_name, m_bucket
 from . import registry
+from .common.config import Config
+
+log = logging.getLogger("tilefuse")
 
 _DTYPE_NAMES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
 
 
-# Untuned shapes at W > 1: each op's variant that won most often on two H200s over NVLink
-# (docs/PERF.md, run 4). gemm_reduce_scatter's variants did not beat NCCL there, so it stays plain.
-UNTUNED_CHOICE = {"gemm_all_scatter": "fused_sequential", "all_gather_gemm": "wg_specialized",
-                  "gemm_reduce_scatter": "plain"}
+def _dtype_name(dtype) -> str:
+    return _DTYPE_NAMES.get(str(dtype), str(dtype).removeprefix("torch."))
 
 
-def heuristic(op: str, M: int, N: int, K: int, world: int) -> str:
-    """Untuned shapes: at world 1 the plain path (nothing to overlap, and torch.matmul is the GEMM to
-    beat); otherwise :data:`UNTUNED_CHOICE` (the variant that measured best most often), if registered."""
-    available = registry.variants(op)
-    first = "plain" if world == 1 else UNTUNED_CHOICE.get(op, "plain")
-    for name in (first, "plain", "bulk_sync"):
-        if name in available:
-            return name
-    raise ValueError(f"{op}: no variant registered")
+def _capturing(device: torch.device) -> bool:
+    """Whether torch.compile is tracing or this stream is capturing a CUDA graph (no host exchange)."""
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
+        return True
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _default(why: str) -> tables.Choice:
+    return tables.Choice(tables.PLAIN, None, f"default ({why})")
+
+
+def _local_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> tables.Choice | None:
+    """This rank's table or cache entry for the call's bucket (no communication)."""
+    bucket = m_bucket(M)
+    choice = tables.lookup(op, arch, world, M, N, K, dtype)
+    if choice is not None and choice.variant in registry.variants(op):
+        return choice
+    key = cache.entry_key(arch, world, op, dtype, N, K, bucket)
+    e = cache.get(key)
+    if e is not None and e["variant"] in registry.variants(op):
+        cfg = Config.from_dict(e["config"]) if e.get("config") else None
+        return tables.Choice(e["variant"], cfg, f"cache {cache.cache_path()} [{key}]")
+    return None
+
+
+def _model_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> tables.Choice | None:
+    p = costmodel.predict(op, arch, world, M, N, K, dtype)
+    if p is None or not p.wins or p.variant not in registry.variants(op):
+        return None
+    return tables.Choice(p.variant, p.config, f"model (predicted {p.speedup:.2f}x plain from {list(p.neighbours)})")
+
+
+def _encode(choice: tables.Choice | None):
+    if choice is None:
+        return None
+    return (choice.variant, None if choice.config is None else choice.config.to_dict(), choice.source)
+
+
+def _decode(view) -> tables.Choice | None:
+    if view is None:
+        return None
+    variant, cfg, source = view
+    return tables.Choice(variant, None if cfg is None else Config.from_dict(cfg), source)
 
 
 def choose(op: str, a, b, group=None) -> tables.Choice:
-    """What ``variant="auto"`` runs for ``op(a, b)`` on this rank's heap (device, world size)."""
+    """What ``variant="auto"`` runs (or would run) for ``op(a, b)``, without communicating: the
+    bucket's decision if this process made it, else this rank's table, cache and model view."""
     if not is_initialized():
         raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
     heap = get_heap()
+    grp = group if group is not None else heap.group
+    world = dist.get_world_size(grp)
     M, K = a.shape
     N = b.shape[1]
-    dtype = _DTYPE_NAMES.get(str(a.dtype), str(a.dtype))
-    choice = tables.lookup(op, hw.arch_name(heap.device), heap.world_size, M, N, K, dtype)
-    if choice is not None and choice.variant in registry.variants(op):
-        return choice
-    return tables.Choice(heuristic(op, M, N, K, heap.world_size), None, "heuristic")
+    dtype = _dtype_name(a.dtype)
+    arch = hw.arch_name(heap.device)
+    hit = _BUCKETS.get(_bucket_key(op, arch, world, dtype, M, N, K, grp, heap))
+    if hit is not None:
+        return hit
+    return (_local_view(op, arch, world, M, N, K, dtype) or _model_view(op, arch, world, M, N, K, dtype)
+            or _default("nothing measured"))
 
 
 def choose_variant(op: str, a, b, group=None) -> str:
     return choose(op, a, b, group).variant
 
 
-_RESOLVED: dict = {}
+_BUCKETS: dict = {}  # bucket key -> Choice, made collectively (the same on every rank)
+_RESOLVED: dict = {}  # call signature -> (variant, entry point, config)
 
 
-def resolve(op: str, a, b, group=None) -> tuple:
-    """``(variant, entry point, table config)`` that auto runs for this call, remembered per call
-    signature (op, shapes, dtype, device, group, heap, user table directory) until
-    :func:`tilefuse.tuning.tables.clear_cache`: a small call pays a dictionary lookup, not a table
+def clear() -> None:
+    """Forget every decision made in this process (collective by convention: every rank calls it,
+    or ranks would decide their next buckets apart). Cached decisions on disk stay."""
+    _BUCKETS.clear()
+    _RESOLVED.clear()
+
+
+def _bucket_key(op, arch, world, dtype, M, N, K, grp, heap) -> tuple:
+    return (op, arch, world, dtype, N, K, m_bucket(M), grp, heap.uid, os.environ.get("TILEFUSE_CONFIG_DIR", ""),
+            os.environ.get("TILEFUSE_CACHE_DIR", ""), tables.generation())
+
+
+def _candidates(op: str, a, b, grp, kwargs: dict, model: tables.Choice | None) -> list:
+    def bind(fn, **kw):
+        return lambda: fn(a, b, group=grp, **kw, **kwargs)
+
+    plain = registry.get(op, tables.PLAIN)
+    out = [autotune.Candidate("plain", tables.PLAIN, None, bind(plain))]
+    for variant in registry.VARIANTS:
+        if variant in registry.variants(op):
+            fn = registry.get(op, variant)
+            out.append(autotune.Candidate(variant, variant, None, bind(fn, config=None)))
+    if model is not None and model.config is not None and model.variant in registry.variants(op):
+        fn = registry.get(op, model.variant)
+        out.append(autotune.Candidate(f"{model.variant}#model", model.variant, model.config,
+                                      bind(fn, config=model.config)))
+    return out
+
+
+def _tune(op, a, b, grp, kwargs, arch, world, dtype, M, N, K, model) -> tables.Choice:
+    what = f"{op} {M}x{N}x{K} {dtype} W={world} {bucket_name(m_bucket(M))}"
+    res = autotune.tune(_candidates(op, a, b, grp, kwargs, model), device=a.device, group=grp, what=what)
+    times = ", ".join(f"{n} {t:.4g} ms" for n, t in res.times.items())
+    dropped = "; ".join(f"{n}: {why}" for n, why in res.dropped.items())
+    log.info("tilefuse: tuned %s: %s (median of %d interleaved calls, max over ranks) -> %s%s", what, times,
+             res.reps, res.variant, f"; dropped {dropped}" if dropped else "")
+    key = cache.entry_key(arch, world, op, dtype, N, K, m_bucket(M))
+    entry = {"variant": res.variant, "config": None if res.config is None else res.config.to_dict(),
+             "M": M, "times_ms": res.times, "margin": autotune.MARGIN}
+    try:
+        path = cache.put({key: entry})
+        source = f"tuned (saved in {path})"
+    except OSError as err:  # a read-only home, a full disk: the decision still holds for this process
+        log.warning("tilefuse: could not save the tuning result of %s in the autotune cache: %s", what, err)
+        source = "tuned (not saved)"
+    return tables.Choice(res.variant, res.config, source)
+
+
+def decide(op: str, a, b, group=None, kwargs: dict | None = None) -> tables.Choice:
+    """The bucket's decision for ``op(a, b, **kwargs)``: made collectively on its first call."""
+    return _decide(op, a, b, group, kwargs)[0]
+
+
+def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
+    """``(choice, remembered)``: a call under capture or tracing gets plain, not remembered."""
+    if not is_initialized():
+        raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
+    heap = get_heap()
+    grp = group if group is not None else heap.group
+    world = dist.get_world_size(grp)
+    M, K = a.shape
+    N = b.shape[1]
+    dtype = _dtype_name(a.dtype)
+    arch = hw.arch_name(heap.device)
+    bkey = _bucket_key(op, arch, world, dtype, M, N, K, grp, heap)
+    hit = _BUCKETS.get(bkey)
+    if hit is not None:
+        return hit, True
+    if _capturing(a.device):
+        return _default("capturing or compiling: no exchange, no tuning"), False
+    mine = {"view": _encode(_local_view(op, arch, world, M, N, K, dtype)),
+            "model": _encode(_model_view(op, arch, world, M, N, K, dtype)), "mode": autotune.mode(),
+            "min_ms": autotune.min_plain_ms()}
+    views = autotune.all_gather(mine, grp, what=f"auto {op}: decision views")
+    lead = views[0]
+    if any(v["view"] != lead["view"] for v in views[1:]):
+        log.debug("tilefuse: auto %s %dx%dx%d: the ranks' tables/caches differ; rank 0's view wins: %s",
+                  op, M, N, K, [v["view"] and v["view"][:2] for v in views])
+    choice = _decode(lead["view"])
+    if choice is None and lead["mode"] != "0":
+        tune = lead["mode"] == "1"
+        if not tune and a.device.type == "cuda":
+            plain = registry.get(op, tables.PLAIN)
+            plain_ms = autotune.time_plain(lambda: plain(a, b, group=grp, **(kwargs or {})), a.device, grp)
+            tune = plain_ms >= lead["min_ms"]
+            if not tune:
+                log.debug("tilefuse: auto %s %dx%dx%d: plain takes %.3g ms < %.3g ms: not tuned", op, M, N, K,
+                          plain_ms, lead["min_ms"])
+        if tune:
+            choice = _tune(op, a, b, grp, kwargs or {}, arch, world, dtype, M, N, K, _decode(lead["model"]))
+    if choice is None:
+        choice = _decode(lead["model"]) or _default("nothing measured")
+    _BUCKETS[bkey] = choice
+    log.debug("tilefuse: auto %s %dx%dx%d %s W=%d %s -> %s (%s)", op, M, N, K, dtype, world,
+              bucket_name(m_bucket(M)), choice.variant, choice.source)
+    return choice, True
+
+
+def resolve(op: str, a, b, group=None, kwargs: dict | None = None) -> tuple:
+    """``(variant, entry point, config)`` that auto runs for this call, remembered per call signature
+    (op, shapes, dtype, device, group, heap, table and cache directories) until
+    :func:`tilefuse.tuning.tables.clear_cache` or :func:`clear`: a small call pays a dictionary
     lookup (at decode sizes a call's host time is comparable to its kernel: docs/PERF.md)."""
     key = (op, a.shape, b.shape, a.dtype, a.device, group, get_heap().uid,
-           os.environ.get("TILEFUSE_CONFIG_DIR", ""), tables.generation())
+           os.environ.get("TILEFUSE_CONFIG_DIR", ""), os.environ.get("TILEFUSE_CACHE_DIR", ""), tables.generation())
     hit = _RESOLVED.get(key)
     if hit is None:
-        choice = choose(op, a, b, group)
-        hit = _RESOLVED[key] = (choice.variant, registry.get(op, choice.variant), choice.config)
+        choice, remembered = _decide(op, a, b, group, kwargs)
+        hit = (choice.variant, registry.get(op, choice.variant), choice.config)
+        if remembered:
+            _RESOLVED[key] = hit
     return hit
 
 
 def run_auto(op: str, a, b, config, group, **kwargs):
-    """Run ``op`` with the chosen variant; a caller's ``config`` overrides the table's."""
-    variant, fn, table_config = resolve(op, a, b, group)
+    """Run ``op`` with the chosen variant; a caller's ``config`` overrides the decision's."""
+    variant, fn, chosen_config = resolve(op, a, b, group, kwargs)
     if variant == tables.PLAIN:
         return fn(a, b, group=group, **kwargs)
-    return fn(a, b, config=config if config is not None else table_config, group=group, **kwargs)
+    return fn(a, b, config=config if config is not None else chosen_config, group=group, **kwargs)

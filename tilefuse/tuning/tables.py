@@ -2,25 +2,27 @@
 
 A table is ``<dir>/<op>/<arch>_ws<W>.json``. Directories searched, first hit wins per shape:
 ``TILEFUSE_CONFIG_DIR`` (a user's own tables, ``os.pathsep``-separated), then the shipped
-``tilefuse/configs``. Lookup for a call: the exact (M, N, K, dtype), else the nearest tuned shape of
-the same dtype within ``MAX_LOG2_DISTANCE`` (Euclidean distance of log2 M, N, K), else nothing (the
-caller falls back to the heuristic). A malformed table raises :class:`TableError` naming the file
-and the entry; it is never skipped silently.
+``tilefuse/configs``. Lookup for a call: the exact (M, N, K, dtype), else an entry with the same N, K
+and dtype whose M is in the call's M bucket (:mod:`tilefuse.tuning.buckets`; the closest M), else
+nothing (``variant="auto"`` then goes on to its cache, tuning, cost model and plain default:
+:mod:`tilefuse.ops.dispatch`). Shapes further away are left to the cost model
+(:mod:`tilefuse.tuning.costmodel`), which needs every nearby measurement to agree before it leaves
+the plain path. A malformed table raises :class:`TableError` naming the file and the entry; it is
+never skipped silently.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..ops.common.config import Config
+from .buckets import m_bucket
 
 SCHEMA_VERSION = 1
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "configs"
-MAX_LOG2_DISTANCE = 2.0
 PLAIN = "plain"  # torch.matmul + torch.distributed collective
 _DTYPES = ("float16", "bfloat16", "float32")
 _VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", PLAIN)
@@ -36,7 +38,8 @@ class Choice:
 
     variant: str
     config: Config | None
-    source: str  # "exact <file>", "nearest <file> (M, N, K)" or "heuristic"
+    # "exact <file>", "bucket <file> (M, N, K)"; auto's own: "cache ...", "tuned ...", "model ...", "default ..."
+    source: str
 
 
 def table_path(directory: Path, op: str, arch: str, world: int) -> Path:
@@ -115,10 +118,6 @@ def load_table(path: Path) -> list[dict] | None:
     return entries
 
 
-def _distance(e: dict, M: int, N: int, K: int) -> float:
-    return math.sqrt(sum((math.log2(e[k]) - math.log2(v)) ** 2 for k, v in (("M", M), ("N", N), ("K", K))))
-
-
 def _choice(e: dict, source: str) -> Choice:
     cfg = None if e["variant"] == PLAIN else Config.from_dict(e["config"])
     return Choice(e["variant"], cfg, source)
@@ -129,7 +128,9 @@ _GENERATION = [0]  # bumped by clear_cache: callers that remember choices key th
 
 
 def clear_cache() -> None:
-    """Forget what was read: the next lookup reads the tables again (after rewriting one by hand)."""
+    """Forget what was read: the next lookup reads the tables again (after rewriting one by hand).
+
+    ``variant="auto"`` decides its buckets again after this, collectively: call it on every rank."""
     _CACHE.clear()
     _CHOICES.clear()
     _GENERATION[0] += 1
@@ -155,7 +156,8 @@ def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -
 
 
 def _lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Choice | None:
-    nearest = None
+    lo, hi = m_bucket(M)
+    near = None
     for directory in search_dirs():
         path = table_path(directory, op, arch, world)
         entries = load_table(path)
@@ -164,13 +166,12 @@ def _lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) 
         for e in entries:
             if (e["M"], e["N"], e["K"], e["dtype"]) == (M, N, K, dtype):
                 return _choice(e, f"exact {path}")
-        if nearest is None:
-            same = [e for e in entries if e["dtype"] == dtype]
+        if near is None:
+            same = [e for e in entries if (e["N"], e["K"], e["dtype"]) == (N, K, dtype) and lo <= e["M"] <= hi]
             if same:
-                best = min(same, key=lambda e: _distance(e, M, N, K))
-                if _distance(best, M, N, K) <= MAX_LOG2_DISTANCE:
-                    nearest = _choice(best, f"nearest {path} ({best['M']}, {best['N']}, {best['K']})")
-    return nearest
+                best = min(same, key=lambda e: (abs(e["M"] - M), e["M"]))
+                near = _choice(best, f"bucket {path} ({best['M']}, {best['N']}, {best['K']})")
+    return near
 
 
 def write_table(directory, op: str, arch: str, world: int, entries: list[dict], provenance: dict) -> Path:

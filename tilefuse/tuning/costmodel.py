@@ -1,0 +1,195 @@
+"""A conservative cost model for shapes nothing tuned: may a fused variant replace the plain path?
+
+Fitted on the tuner's own measurements: every entry of the config tables (shipped and
+``TILEFUSE_CONFIG_DIR``) of one (op, arch, world size, dtype) records the plain path's time and each
+variant's time on that shape (``candidates``). A sample is one entry: its point
+``x = (log2 M, log2 N, log2 K)`` and, per variant, its measured speedup ``plain_ms / variant_ms``
+(the variant's best config; second-pass times where the tuner took them, these were interleaved
+with plain's).
+
+Prediction for a query shape (nearest neighbours with a confidence rule):
+1. Neighbours: the samples within ``RADIUS`` of the query (Euclidean distance of the log2 points;
+   1.0 = one dimension a factor 2 away). None: no prediction.
+2. A variant's predicted speedup is the *smallest* measured speedup among the neighbours, and only
+   if every neighbour measured it (the model claims a win only where all nearby measurements agree).
+3. The variant with the largest prediction is the model's pick, with the config of its nearest
+   neighbour's best candidate. ``variant="auto"`` runs it only if the predicted time is at least
+   ``WIN`` (5 %) below plain's; otherwise it stays on the plain path.
+
+The communication/GEMM ratio of a shape is not a separate feature: for a fixed op and world size it
+is a linear function of log2 M, N, K (e.g. ``1/K`` up to a constant for gemm_all_scatter), so it
+adds nothing a distance in those coordinates does not already see.
+
+:func:`leave_one_out` measures the model on held-out shapes: each table entry is predicted from the
+others. ``python -m tilefuse.tuning.costmodel`` prints those numbers (tilefuse/tuning/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+
+from ..ops.common.config import Config
+from . import tables
+
+RADIUS = 1.0
+WIN = 0.05  # a model's pick must predict at least this much less time than plain
+
+
+@dataclass(frozen=True)
+class Sample:
+    M: int
+    N: int
+    K: int
+    plain_ms: float
+    speedups: dict = field(default_factory=dict)  # variant -> (plain_ms / variant_ms, config dict)
+
+    def point(self) -> tuple:
+        return (math.log2(self.M), math.log2(self.N), math.log2(self.K))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    variant: str
+    speedup: float  # predicted plain_ms / variant_ms
+    config: Config | None
+    neighbours: tuple  # ((M, N, K), ...) the prediction rests on
+
+    @property
+    def wins(self) -> bool:
+        return self.variant != tables.PLAIN and 1.0 / self.speedup <= 1.0 - WIN
+
+
+def sample_of(entry: dict) -> Sample | None:
+    """The measurements of one table entry, or None if it holds none (no plain time, no candidates)."""
+    plain_ms = entry.get("plain_ms")
+    if not isinstance(plain_ms, (int, float)) or plain_ms <= 0:
+        return None
+    by_variant: dict = {}
+    for c in entry.get("candidates", []):
+        if isinstance(c.get("time_ms"), (int, float)) and c["time_ms"] > 0:
+            by_variant.setdefault(c.get("variant"), []).append(c)
+    best: dict = {}
+    for v, cs in by_variant.items():
+        finals = [c for c in cs if c.get("final")]  # second-pass times, interleaved with plain's
+        c = min(finals or cs, key=lambda c: c["time_ms"])
+        best[v] = (c["time_ms"], c.get("config"), bool(c.get("final")))
+    if entry.get("variant") not in (None, tables.PLAIN) and entry.get("variant") not in best:
+        best[entry["variant"]] = (entry["time_ms"], entry.get("config"), True)
+    speedups = {v: (plain_ms / t, cfg) for v, (t, cfg, _) in best.items() if v != tables.PLAIN and cfg is not None}
+    return Sample(entry["M"], entry["N"], entry["K"], float(plain_ms), speedups)
+
+
+def samples(op: str, arch: str, world: int, dtype: str) -> list[Sample]:
+    """Every measured shape of the tables for (op, arch, world, dtype); a user table's entry hides the
+    shipped one of the same shape."""
+    out, seen = [], set()
+    for directory in tables.search_dirs():
+        for e in tables.load_table(tables.table_path(directory, op, arch, world)) or []:
+            key = (e["M"], e["N"], e["K"])
+            if e["dtype"] != dtype or key in seen:
+                continue
+            seen.add(key)
+            s = sample_of(e)
+            if s is not None:
+                out.append(s)
+    return out
+
+
+def predict_from(data: list[Sample], M: int, N: int, K: int, *, radius: float = RADIUS) -> Prediction | None:
+    q = (math.log2(M), math.log2(N), math.log2(K))
+    near = sorted(((math.dist(q, s.point()), s) for s in data), key=lambda t: t[0])
+    near = [(d, s) for d, s in near if d <= radius]
+    if not near:
+        return None
+    variants = set.intersection(*(set(s.speedups) for _, s in near))
+    best = None
+    for v in sorted(variants):
+        pred = min(s.speedups[v][0] for _, s in near)
+        if best is None or pred > best[1]:
+            best = (v, pred)
+    neighbours = tuple((s.M, s.N, s.K) for _, s in near)
+    if best is None:
+        return Prediction(tables.PLAIN, 1.0, None, neighbours)
+    v, pred = best
+    cfg = near[0][1].speedups[v][1]
+    return Prediction(v, pred, Config.from_dict(cfg), neighbours)
+
+
+_FITTED: dict = {}
+
+
+def predict(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Prediction | None:
+    """The model's pick for a shape (None: no measurement near it). Its samples are read once per
+    table generation (:func:`tilefuse.tuning.tables.clear_cache`)."""
+    key = (op, arch, world, dtype, tables.generation(), tuple(str(d) for d in tables.search_dirs()))
+    if key not in _FITTED:
+        _FITTED.clear()
+        _FITTED[key] = samples(op, arch, world, dtype)
+    return predict_from(_FITTED[key], M, N, K)
+
+
+def leave_one_out(data: list[Sample], *, radius: float = RADIUS) -> list[dict]:
+    """Each sample predicted from the others: one row per sample with the model's pick, its
+    predicted and measured speedup, what auto would run and the speedup that gives over plain."""
+    rows = []
+    for i, s in enumerate(data):
+        p = predict_from(data[:i] + data[i + 1:], s.M, s.N, s.K, radius=radius)
+        measured = {v: sp for v, (sp, _) in s.speedups.items()}
+        row = {"M": s.M, "N": s.N, "K": s.K, "best_measured": max([1.0] + list(measured.values())),
+               "pick": None, "predicted": None, "measured": None}
+        if p is not None and p.variant != tables.PLAIN:
+            row.update(pick=p.variant, predicted=p.speedup, measured=measured.get(p.variant))
+        runs = p.variant if p is not None and p.wins else tables.PLAIN
+        row["auto_runs"] = runs
+        row["auto_speedup"] = 1.0 if runs == tables.PLAIN else measured.get(runs, float("nan"))
+        rows.append(row)
+    return rows
+
+
+def _summary(rows: list[dict]) -> dict:
+    pairs = [(r["predicted"], r["measured"]) for r in rows if r["predicted"] is not None and r["measured"] is not None]
+    errs = [abs(p / m - 1.0) for p, m in pairs]
+    return {
+        "n": len(rows), "covered": len(pairs),
+        "mean_abs_err": sum(errs) / len(errs) if errs else float("nan"),
+        "max_abs_err": max(errs) if errs else float("nan"),
+        "fused_picks": sum(r["auto_runs"] != tables.PLAIN for r in rows),
+        "worst_auto": min(r["auto_speedup"] for r in rows) if rows else float("nan"),
+        "missed_wins": sum(r["best_measured"] >= 1.0 / (1.0 - WIN) and r["auto_runs"] == tables.PLAIN for r in rows),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tilefuse.tuning.costmodel",
+                                description="Leave-one-out error of the cost model on the config tables.")
+    p.add_argument("--arch", default="nvidia-h200")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--radius", type=float, default=RADIUS)
+    p.add_argument("--rows", action="store_true", help="print every held-out shape too")
+    args = p.parse_args(argv)
+    from ..ops import registry
+
+    print("| op | W | shapes | predicted | mean abs err | max abs err | fused picks | worst auto/plain | missed wins |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for op in registry.OPS:
+        for world in (1, 2, 4, 8):
+            data = samples(op, args.arch, world, args.dtype)
+            if not data:
+                continue
+            rows = leave_one_out(data, radius=args.radius)
+            s = _summary(rows)
+            print(f"| {op} | {world} | {s['n']} | {s['covered']} | {s['mean_abs_err']:.1%} | {s['max_abs_err']:.1%} "
+                  f"| {s['fused_picks']} | {s['worst_auto']:.3f} | {s['missed_wins']} |")
+            if args.rows:
+                for r in rows:
+                    pred = "-" if r["predicted"] is None else \
+                        f"{r['pick']} {r['predicted']:.3f} (measured {r['measured']:.3f})"
+                    print(f"|   {r['M']}x{r['N']}x{r['K']} | | | {pred} | | | {r['auto_runs']} "
+                          f"| {r['auto_speedup']:.3f} | best {r['best_measured']:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
