@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch.autograd.function import once_differentiable
 
 from ..ops.all_gather_gemm import all_gather_gemm
-from ..ops.gemm_reduce_scatter import gemm_reduce_scatter
+from ..ops.library import group_name
 
 
 def world_of(group, who: str) -> tuple[int, int]:
@@ -43,15 +42,6 @@ def world_of(group, who: str) -> tuple[int, int]:
         raise RuntimeError(f"{who}: torch.distributed is not initialised; call "
                            "torch.distributed.init_process_group(...) (and tilefuse.init()) first")
     return dist.get_world_size(group), dist.get_rank(group)
-
-
-def _owned(t: torch.Tensor) -> torch.Tensor:
-    """``t``, or a copy of it when it lives in a tilefuse heap workspace (reused by the next call)."""
-    from ..runtime import get_heap, is_initialized
-
-    if is_initialized() and get_heap().is_on_heap(t):
-        return t.clone()
-    return t
 
 
 def _check_input(who: str, x, weight: torch.Tensor, bias, features: int, what: str) -> None:
@@ -71,40 +61,17 @@ def _check_input(who: str, x, weight: torch.Tensor, bias, features: int, what: s
         raise TypeError(f"{who}: bias has dtype {bias.dtype} but the weight has dtype {weight.dtype}")
 
 
-class _ColumnParallel(torch.autograd.Function):
-    """2-D core of :func:`column_parallel_linear`: ``x [T_loc, in]`` -> ``[W*T_loc, out/W]``."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, group, variant):
-        y, x_full = all_gather_gemm(x, weight.t(), variant=variant, group=group, return_gathered=True)
-        if bias is not None:
-            y = y + bias
-        ctx.save_for_backward(_owned(x_full), weight)
-        ctx.has_bias = bias is not None
-        ctx.group, ctx.variant = group, variant
-        return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        x_full, weight = ctx.saved_tensors
-        dy = dy.contiguous()  # [T, out/W]; T = W*T_loc, so the reduce-scatter always divides it
-        dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            dx = gemm_reduce_scatter(dy, weight, variant=ctx.variant, group=ctx.group)  # [T_loc, in]
-        if ctx.needs_input_grad[1]:
-            dw = dy.t() @ x_full  # [out/W, in]
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = dy.sum(0)  # [out/W]
-        return dx, dw, db, None, None
-
-
 class _RowParallel(torch.autograd.Function):
-    """2-D core of :func:`row_parallel_linear`: ``x [T, in/W]`` -> ``[T/W, out]``."""
+    """2-D core of :func:`row_parallel_linear`: ``x [T, in/W]`` -> ``[T/W, out]``.
+
+    A Function rather than the op's own autograd because of the bias: its gradient covers every
+    rank's tokens, and the backward's gathered ``dy`` gives that for free. ``group`` is the group's
+    name (:func:`tilefuse.ops.library.group_name`), so that torch.compile traces the Function.
+    """
 
     @staticmethod
     def forward(ctx, x, weight, bias, group, variant):
-        y = gemm_reduce_scatter(x, weight.t(), variant=variant, group=group)
+        y = torch.ops.tilefuse.gemm_reduce_scatter(x, weight.t(), variant, None, group)
         if bias is not None:
             y = y + bias  # once, after the reduction: each rank adds it to its own rows
         ctx.save_for_backward(x, weight)
@@ -113,12 +80,11 @@ class _RowParallel(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dy):
         x, weight = ctx.saved_tensors
         dy = dy.contiguous()  # [T/W, out]
-        dx, dy_full = all_gather_gemm(dy, weight, variant=ctx.variant, group=ctx.group,
-                                      return_gathered=True)  # [T, in/W], [T, out]
+        # [T, in/W], [T, out]
+        dx, dy_full = torch.ops.tilefuse.all_gather_gemm_gathered(dy, weight, ctx.variant, None, ctx.group)
         dw = db = None
         if ctx.needs_input_grad[1]:
             dw = dy_full.t() @ x  # [out, in/W]
@@ -140,7 +106,9 @@ def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     world, _ = world_of(group, who)
     _check_input(who, x, weight, bias, weight.shape[1], "in_features")
     lead = x.shape[:-1]
-    y = _ColumnParallel.apply(x.reshape(-1, x.shape[-1]).contiguous(), weight, bias, group, variant)
+    y = all_gather_gemm(x.reshape(-1, x.shape[-1]).contiguous(), weight.t(), variant=variant, group=group)
+    if bias is not None:
+        y = y + bias
     return y.reshape(world * lead[0], *lead[1:], y.shape[-1])
 
 
@@ -162,5 +130,5 @@ def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
                          f"divisible by the world size ({world}): the forward reduce-scatters the "
                          "tokens across ranks")
     lead = x.shape[:-1]
-    y = _RowParallel.apply(x.reshape(-1, x.shape[-1]).contiguous(), weight, bias, group, variant)
+    y = _RowParallel.apply(x.reshape(-1, x.shape[-1]).contiguous(), weight, bias, group_name(group), variant)
     return y.reshape(lead[0] // world, *lead[1:], y.shape[-1])
