@@ -24,17 +24,20 @@ def poison_workspaces(epoch_floor: bool = True) -> None:
     """Fill every op workspace with garbage before a call (collective: barrier around it).
 
     Floating-point buffers get NaN (an unwritten tile then fails the comparison). ``flags*``
-    buffers get stale values below the next epoch (a consumer that does not wait then reads
-    garbage). Counters (``done``, ``count*``) must be exact and are left alone.
+    buffers get stale sequence numbers, at most the last call's (a consumer that does not wait for
+    this call's value then reads garbage).
     """
+    from tilefuse.runtime import control_block, primitives
+
     tilefuse.barrier()
-    for ws in launch._WORKSPACES.values():
+    seq = int(control_block()[int(primitives.CTL_SEQ)].item())
+    for i, ws in enumerate(launch.workspaces()):
         for name, buf in ws.buffers.items():
             if buf.dtype.is_floating_point:
                 buf.fill_(float("nan"))
             elif name.startswith("flags") and epoch_floor:
-                g = torch.Generator().manual_seed(ws.epoch)
-                stale = torch.randint(-(2**31), ws.epoch + 1, buf.shape, generator=g, dtype=torch.int64)
+                g = torch.Generator().manual_seed(seq * 1000 + i)
+                stale = torch.randint(max(seq - 1000, -(2**62)), seq + 1, buf.shape, generator=g, dtype=torch.int64)
                 buf.copy_(stale.to(buf.dtype))
     tilefuse.barrier()
 

@@ -17,13 +17,19 @@ from .ops.gemm_all_scatter import gemm_all_scatter  # noqa: E402
 from .ops.gemm_reduce_scatter import gemm_reduce_scatter  # noqa: E402
 from .ops.registry import VARIANTS  # noqa: E402
 from .runtime import (  # noqa: E402
+    CallMismatchError,
     HeapFullError,
+    PeerCallError,
+    PoisonedError,
+    StaleCallError,
     WaitTimeoutError,
     barrier,
     device_barrier,
     get_heap,
     init,
     is_initialized,
+    reset,
+    set_wait_timeout,
     shutdown,
     synchronize,
 )
@@ -57,8 +63,8 @@ def is_on_heap(t):
 from . import nn  # noqa: E402  (tensor-parallel layers on the ops; ops never import nn)
 
 __all__ = [
-    "Config", "all_gather_gemm", "clear_workspaces", "default_config", "gemm_all_scatter", "gemm_reduce_scatter",
-    "HeapFullError", "VARIANTS", "WaitTimeoutError", "arange", "barrier", "device_barrier", "empty",
-    "full", "get_heap", "init", "is_initialized", "is_on_heap", "nn", "randn", "shutdown", "synchronize",
-    "zeros",
+    "CallMismatchError", "Config", "HeapFullError", "PeerCallError", "PoisonedError", "StaleCallError", "VARIANTS",
+    "WaitTimeoutError", "all_gather_gemm", "arange", "barrier", "clear_workspaces", "device_barrier", "empty",
+    "full", "gemm_all_scatter", "gemm_reduce_scatter", "get_heap", "init", "is_initialized", "is_on_heap", "nn",
+    "randn", "reset", "set_wait_timeout", "shutdown", "synchronize", "zeros",
 ]

@@ -11,6 +11,10 @@ _env.configure()  # TRITON_INTERPRET must be set before the first @triton.jit mo
 from . import hw, primitives  # noqa: E402
 from .heap import HeapFullError, SymmetricHeap  # noqa: E402
 from .world import (  # noqa: E402
+    CallMismatchError,
+    PeerCallError,
+    PoisonedError,
+    StaleCallError,
     WaitTimeoutError,
     barrier,
     check_waits,
@@ -19,13 +23,14 @@ from .world import (  # noqa: E402
     get_heap,
     init,
     is_initialized,
-    set_wait_bound,
+    reset,
+    set_wait_timeout,
     shutdown,
     synchronize,
 )
 
 __all__ = [
-    "HeapFullError", "SymmetricHeap", "WaitTimeoutError", "barrier", "check_waits", "control_block",
-    "device_barrier", "get_heap", "hw", "init", "is_initialized", "primitives", "set_wait_bound",
-    "shutdown", "synchronize",
+    "CallMismatchError", "HeapFullError", "PeerCallError", "PoisonedError", "StaleCallError", "SymmetricHeap",
+    "WaitTimeoutError", "barrier", "check_waits", "control_block", "device_barrier", "get_heap", "hw", "init",
+    "is_initialized", "primitives", "reset", "set_wait_timeout", "shutdown", "synchronize",
 ]

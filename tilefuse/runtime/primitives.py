@@ -15,27 +15,60 @@ the rank(s) whose copy is touched, then ``heap_bases``::
 
 ``peer == cur_rank`` is legal everywhere and touches local memory.
 
-Flag protocol
--------------
-Flags are int32 words on the heap. They are never reset; instead every call of an op carries an
-*epoch*, a host counter that grows by one per call of that workspace (the same on every rank, as all
-ranks make the same calls). A producer writes its data, then *releases* a flag with
-``signal(flag, epoch, ...)`` (an ``atomic_xchg`` with ``sem="release"``, ``scope="sys"``), or
-``signal_add(counter, 1, ...)`` when several producers report to one counter (the consumer then
-waits for ``epoch * producers``). A consumer *acquires*: :func:`wait` polls the flag in its own
-heap with cheap volatile loads until it reaches the target, then takes one ``acquire`` atomic, and
-only then reads the data. Waits are on local flags only: a remote producer signals into the
-consumer's heap. Each acquire in an op carries one comment naming the release it pairs with.
+Synchronization protocol
+------------------------
+Every rank's heap starts with a **control block** (``ctl``, int64 words, at heap offset 0 on every
+rank; layout below). Everything a kernel compares a flag against lives there and advances on the
+device, in stream order, so the host never knows an epoch and a captured CUDA graph can be replayed
+any number of times.
 
-Bounded waits
--------------
-Every wait gives up after ``ctl[CTL_BOUND]`` polls. A wait that gives up records, once per control
-block, which rank waited, for which flag address, the target and the value seen, and the rank
-expected to write it; later waits see the record and give up at once, so a missing producer costs
-one bound, not one per tile. The host turns the record into :class:`tilefuse.WaitTimeoutError` and
-clears it (``tilefuse.runtime.world.check_waits``): right after each launch on the CPU; on a GPU
-without a sync, at the next op call (a pinned copy of the status word is read), or at
-``tilefuse.synchronize()``/``barrier()``. Results of a call whose wait gave up are garbage.
+*Calls pair by sequence.* Every collective call of an op starts with one small kernel,
+:func:`call_begin_kernel` (one program), launched on the call's stream before the op's kernels:
+
+1. ``seq = ctl[SEQ] + 1`` (64-bit; the call's *epoch*); ``ctl[STATE] = 0`` (the call is live).
+2. It stores the call's *signature* (a 62-bit hash of op, variant, shapes, dtype and config made on
+   the host) into slot ``seq % 2`` of its column in every rank's ``SIG`` table, then releases
+   ``ARRIVE[cur_rank] = seq`` on every rank.
+3. It acquires ``ARRIVE[src]`` of every rank (accepting ``seq`` or ``seq + 1``: a peer that already
+   passed this call may have arrived at the next one, never further) and compares the peer's
+   signature with its own. Every rank sees the same table, so a mismatch aborts the call on every
+   rank, and the error record names both signatures.
+4. An aborted call sets ``ctl[STATE] = 1``: every later kernel of that call reads it first and does
+   nothing, and the begin kernel fills the call's outputs with NaN, so no rank returns a result
+   built from another call's data.
+
+Because every rank finished all its kernels of call ``seq - 1`` (stream order) before it arrives at
+``seq``, passing the begin kernel is also a barrier: no rank writes call ``seq``'s data into a peer
+that still reads call ``seq - 1``'s.
+
+*Flags.* Data flags are int64 words on the heap that hold the sequence number of the call that last
+wrote them. A producer writes its data, then *releases* the flag with ``signal(flag, seq)``
+(``atomic_xchg``, ``sem="release"``, ``scope="sys"``); a consumer *acquires* with
+``wait(flag, seq)``: cheap volatile polls until the flag **equals** ``seq``, then one ``acquire``
+atomic, and only then reads the data. Flags are never reset: a stale flag holds an older sequence
+number. Comparisons are wrap-safe (``seen - target`` in two's complement). Waits are on local flags
+only: a remote producer signals into the consumer's heap. Each acquire in an op carries one comment
+naming the release it pairs with. Barriers inside a call (:func:`phase_barrier_kernel`) use the
+``BAR`` slots, one row per phase, with the same value ``seq``.
+
+*Bounded waits and poisoning.* Every wait gives up after ``ctl[BOUND_NS]`` nanoseconds of the
+GPU's global timer (the host clock in the interpreter). A wait that gives up writes one error
+record (kind TIMEOUT: which rank waited, for which flag, the target, the value seen, the rank
+expected to write it) and *poisons* the runtime on every rank (``ctl[POISON] = origin rank + 1``,
+stored into each peer's block): every wait anywhere gives up at once, every later call is aborted
+on every rank, and the host raises on each op call until the collective ``tilefuse.reset()``.
+
+*The host's side* (``tilefuse.runtime.world``): a call whose argument checks fail still launches
+its begin kernel, with an error signature, so the call counts on every rank and the peers' copies
+abort with an error naming the failing rank. Error records reach the host without a device sync:
+after each call a copy of ``ctl[ERRORS]``/``ctl[POISON]`` is queued into pinned memory and read at
+the next call. On the CPU backend (kernels are synchronous) and with ``TILEFUSE_SYNC_ERRORS=1``
+errors raise at the failing call itself.
+
+Timeline of one call on two ranks (flags of one tile shown)::
+
+    rank 0: | begin: SEQ=s, SIG->all, ARRIVE[0]=s->all, wait ARRIVE[*]>=s | GEMM tile -> rank 1, signal F=s |
+    rank 1: | begin: SEQ=s, SIG->all, ARRIVE[1]=s->all, wait ARRIVE[*]>=s | ... wait F==s, read tile  |
 
 Memory model notes: ``scope`` is ignored by the interpreter and x86 orders everything, so ordering
 bugs only show on a GPU: keep data-then-release and acquire-then-data strictly.
@@ -44,27 +77,68 @@ bugs only show on a GPU: keep data-then-release and acquire-then-data strictly.
 from __future__ import annotations
 
 import inspect
+import time
 
+import torch
 import triton
 import triton.language as tl
 
-# Control block (int64[CTL_WORDS], one per process, not on the heap) layout. tl.constexpr globals,
-# so compiled kernels may read them.
-CTL_STATUS = tl.constexpr(0)  # 0: fine; 1: a wait gave up
-CTL_RANK = tl.constexpr(1)  # rank that gave up
-CTL_SRC = tl.constexpr(2)  # rank expected to write the flag (-1 unknown)
-CTL_ADDR = tl.constexpr(3)  # address of the flag in the waiting rank's heap
-CTL_TARGET = tl.constexpr(4)
-CTL_SEEN = tl.constexpr(5)
-CTL_POLLS = tl.constexpr(6)
-CTL_BOUND = tl.constexpr(7)  # poll bound, written by the host
-CTL_WORDS = tl.constexpr(8)
+from . import _env
+
+# Control block: int64 words at heap offset 0 of every rank. tl.constexpr globals, so compiled kernels
+# may read them. Words 0..CTL_FIXED-1 are fixed; then per-rank tables of `world` words each.
+CTL_SEQ = tl.constexpr(0)  # calls begun on this rank: the current call's epoch
+CTL_STATE = tl.constexpr(1)  # 0: the current call is live; 1: aborted (its kernels do nothing)
+CTL_POISON = tl.constexpr(2)  # 0, or 1 + the rank whose wait timed out: every call aborts until reset()
+CTL_ERRORS = tl.constexpr(3)  # error records written since the host last cleared them
+CTL_BOUND_NS = tl.constexpr(4)  # wait bound in nanoseconds (written by the host)
+CTL_GEN = tl.constexpr(5)  # workspace generation: a call launched for another generation aborts
+# The first error record since the host cleared: what happened and where.
+CTL_REC_KIND = tl.constexpr(6)  # one of ERR_*
+CTL_REC_SEQ = tl.constexpr(7)  # the call's sequence number
+CTL_REC_RANK = tl.constexpr(8)  # the rank that wrote the record
+CTL_REC_PEER = tl.constexpr(9)  # the other rank involved (-1 unknown)
+CTL_REC_ADDR = tl.constexpr(10)  # TIMEOUT: address of the flag in the waiting rank's heap
+CTL_REC_TARGET = tl.constexpr(11)  # TIMEOUT: value waited for; MISMATCH: this rank's signature
+CTL_REC_SEEN = tl.constexpr(12)  # TIMEOUT: value seen; MISMATCH/PEER_FAILED: the peer's signature
+CTL_REC_NS = tl.constexpr(13)  # TIMEOUT: nanoseconds waited
+CTL_FIXED = tl.constexpr(16)
+CTL_PHASES = tl.constexpr(2)  # barriers inside one call (phase_barrier_kernel)
+
+# Error record kinds.
+ERR_TIMEOUT = tl.constexpr(1)
+ERR_MISMATCH = tl.constexpr(2)  # ranks made different calls (signatures differ)
+ERR_PEER_FAILED = tl.constexpr(3)  # a peer's call failed its argument checks
+ERR_STALE = tl.constexpr(4)  # a call (e.g. a graph replay) of workspaces that were released
+
+# Signatures are 62-bit hashes; a call that failed its checks sends SIG_FAILED instead.
+SIG_FAILED = tl.constexpr(-1)
+
+
+def ctl_words(world: int) -> int:
+    """Words of the control block for ``world`` ranks: fixed part, ARRIVE, SIG[2], BAR[CTL_PHASES]."""
+    return int(CTL_FIXED) + (3 + int(CTL_PHASES)) * world
+
+
+@triton.jit
+def _arrive(ctl_ptr, rank):
+    return ctl_ptr + CTL_FIXED + rank
+
+
+@triton.jit
+def _sig(ctl_ptr, slot, rank, world):
+    return ctl_ptr + CTL_FIXED + world + slot * world + rank
+
+
+@triton.jit
+def _bar(ctl_ptr, phase, rank, world):
+    return ctl_ptr + CTL_FIXED + 3 * world + phase * world + rank
 
 
 # Arguments that change from call to call (or rank to rank) and must not make Triton compile a new
 # binary: by default it specialises ints equal to 1 or divisible by 16, so an epoch would recompile
 # the kernel at epochs 1, 16, ... and rank 1 would run a different binary from its peers.
-_RUNTIME_INTS = ("epoch", "cur_rank", "done_target")
+_RUNTIME_INTS = ("epoch", "cur_rank", "sig", "gen", "n_out0", "n_out1")
 
 
 def kernel(fn):
@@ -171,59 +245,177 @@ def atomic_max(ptr, value, cur_rank, peer, heap_bases, mask=None, SEM: tl.conste
     return tl.atomic_max(translate(ptr, cur_rank, peer, heap_bases), value, mask=mask, sem=SEM, scope=SCOPE)
 
 
+# ---------------------------------------------------------------------------------------------
+# Clock, flags and waits
+# ---------------------------------------------------------------------------------------------
+
+
+def _host_ns():
+    return time.monotonic_ns()
+
+
+if _env.interpreting():
+
+    @triton.jit
+    def now_ns():
+        """Nanoseconds of a monotonic clock (the host's: the interpreter runs kernels on the CPU)."""
+        return tl.cast(_host_ns(), tl.int64)
+
+elif torch.version.hip is not None:  # pragma: no cover - AMD GPUs
+
+    @triton.jit
+    def now_ns():
+        """Nanoseconds of the GPU's constant 100 MHz real-time counter."""
+        ticks = tl.inline_asm_elementwise("s_memrealtime $0\ns_waitcnt lgkmcnt(0)", "=s", [], dtype=tl.int64,
+                                          is_pure=False, pack=1)
+        return ticks * 10
+
+else:
+    from triton.language.extra import cuda as _cuda
+
+    @triton.jit
+    def now_ns():
+        """Nanoseconds of the GPU's global timer."""
+        return _cuda.globaltimer()
+
+
 @triton.jit
 def signal(flag_ptr, value, cur_rank, peer, heap_bases):
-    """Release: set ``peer``'s copy of the int32 flag to ``value`` after all earlier writes."""
+    """Release: set ``peer``'s copy of the int64 flag to ``value`` after all earlier writes."""
     tl.atomic_xchg(translate(flag_ptr, cur_rank, peer, heap_bases), value, sem="release", scope="sys")
 
 
 @triton.jit
-def signal_add(flag_ptr, value, cur_rank, peer, heap_bases):
-    """Release: add ``value`` to ``peer``'s copy of the int32 counter after all earlier writes."""
-    tl.atomic_add(translate(flag_ptr, cur_rank, peer, heap_bases), value, sem="release", scope="sys")
+def _write_record(ctl_ptr, kind, seq, cur_rank, peer, addr, target, seen, waited):
+    """Write the error record if it is the first since the host cleared them (later ones are counted)."""
+    zero = tl.zeros([], dtype=tl.int64)
+    if tl.atomic_add(ctl_ptr + CTL_ERRORS, zero + 1) == 0:
+        tl.store(ctl_ptr + CTL_REC_KIND, zero + kind)
+        tl.store(ctl_ptr + CTL_REC_SEQ, zero + seq)
+        tl.store(ctl_ptr + CTL_REC_RANK, zero + cur_rank)
+        tl.store(ctl_ptr + CTL_REC_PEER, zero + peer)
+        tl.store(ctl_ptr + CTL_REC_ADDR, zero + addr)
+        tl.store(ctl_ptr + CTL_REC_TARGET, zero + target)
+        tl.store(ctl_ptr + CTL_REC_SEEN, zero + seen)
+        tl.store(ctl_ptr + CTL_REC_NS, zero + waited)
 
 
 @triton.jit
-def wait(flag_ptr, target, cur_rank, src_rank, ctl_ptr):
-    """Acquire: wait until the local int32 flag is >= ``target``; False if the bound ran out.
+def _poison_all(ctl_ptr, cur_rank, world, heap_bases):
+    """Poison every rank's control block (this rank's first): all their waits give up at once."""
+    zero = tl.zeros([], dtype=tl.int64)
+    for i in range(0, world):
+        peer = (cur_rank + i) % world
+        tl.atomic_xchg(translate(ctl_ptr + CTL_POISON, cur_rank, peer, heap_bases), zero + cur_rank + 1,
+                       sem="release", scope="sys")
 
-    ``src_rank`` is the rank expected to write the flag (for the error record; -1 if unknown).
+
+@triton.jit
+def _reached(seen, target, AHEAD: tl.constexpr):
+    d = seen - target  # two's complement: wrap-safe
+    return (d >= 0) & (d <= AHEAD)
+
+
+@triton.jit
+def wait(flag_ptr, target, cur_rank, src_rank, ctl_ptr, heap_bases, world, AHEAD: tl.constexpr = 0):
+    """Acquire: wait until the local int64 flag equals ``target`` (or is at most ``AHEAD`` past it).
+
+    Returns False if the runtime is poisoned or the bound ran out; the latter writes a TIMEOUT
+    record and poisons every rank. ``src_rank`` is the rank expected to write the flag (-1 unknown).
     """
-    bound = tl.load(ctl_ptr + CTL_BOUND)
-    failed = tl.load(ctl_ptr + CTL_STATUS, volatile=True)
+    bound = tl.load(ctl_ptr + CTL_BOUND_NS)
+    start = now_ns()
     seen = tl.load(flag_ptr, volatile=True)
+    poisoned = tl.load(ctl_ptr + CTL_POISON, volatile=True)
+    elapsed = start - start
     polls = 0
-    while (seen < target) & (polls < bound) & (failed == 0):
+    while (not _reached(seen, target, AHEAD)) & (poisoned == 0) & (elapsed < bound):
         seen = tl.load(flag_ptr, volatile=True)
         polls += 1
+        if polls % 64 == 0:
+            poisoned = tl.load(ctl_ptr + CTL_POISON, volatile=True)
+            elapsed = now_ns() - start
     # One acquire after the cheap polls: later reads see the data written before the release. A
     # scalar atomic's result is the same for every thread of the program, so all threads take the
     # same branch below even if their polls ended differently.
     seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
-    ok = seen >= target
+    ok = _reached(seen, target, AHEAD)
     if not ok:
-        zero = tl.zeros([], dtype=tl.int64)
-        first = tl.atomic_cas(ctl_ptr + CTL_STATUS, zero, zero + 1)
-        if first == 0:
-            tl.store(ctl_ptr + CTL_RANK, zero + cur_rank)
-            tl.store(ctl_ptr + CTL_SRC, zero + src_rank)
-            tl.store(ctl_ptr + CTL_ADDR, tl.cast(flag_ptr, tl.int64))
-            tl.store(ctl_ptr + CTL_TARGET, zero + target)
-            tl.store(ctl_ptr + CTL_SEEN, zero + seen)
-            tl.store(ctl_ptr + CTL_POLLS, zero + polls)
+        if tl.atomic_add(ctl_ptr + CTL_POISON, 0, sem="acquire", scope="sys") == 0:
+            _write_record(ctl_ptr, ERR_TIMEOUT, tl.load(ctl_ptr + CTL_SEQ), cur_rank, src_rank,
+                          tl.cast(flag_ptr, tl.int64), target, seen, now_ns() - start)
+            _poison_all(ctl_ptr, cur_rank, world, heap_bases)
     return ok
 
 
-@kernel
-def barrier_kernel(flags_ptr, heap_bases, ctl_ptr, cur_rank, world, epoch):
-    """Device-side barrier over all ranks (one program); ``flags_ptr`` is an int32[world] on the heap.
+@triton.jit
+def call_epoch(ctl_ptr):
+    """``(seq, live)`` of the current call: its sequence number (the value its flags carry) and
+    whether it runs (False: aborted or poisoned; the kernel must then do nothing)."""
+    seq = tl.load(ctl_ptr + CTL_SEQ)
+    live = (tl.load(ctl_ptr + CTL_STATE) == 0) & (tl.load(ctl_ptr + CTL_POISON, volatile=True) == 0)
+    return seq, live
 
-    Rank r releases slot r on every rank, then waits for every slot of its own to reach ``epoch``.
-    Stream order puts every earlier kernel's writes before the release.
-    """
-    for peer in range(0, world):
-        # Release: pairs with the wait below on rank `peer`.
-        signal(flags_ptr + cur_rank, epoch, cur_rank, peer, heap_bases)
-    for src in range(0, world):
-        # Acquire: pairs with the signal above on rank `src`.
-        wait(flags_ptr + src, epoch, cur_rank, src, ctl_ptr)
+
+@triton.jit
+def _fill_nan(ptr, n, BLOCK: tl.constexpr):
+    for start in range(0, n, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        tl.store(ptr + offs, tl.full([BLOCK], float("nan"), ptr.dtype.element_ty), mask=offs < n)
+
+
+@kernel
+def call_begin_kernel(
+    ctl_ptr, heap_bases, cur_rank, world, sig, gen,
+    # outputs filled with NaN if the call aborts (contiguous; n_out = 0 for none)
+    out0_ptr, n_out0, out1_ptr, n_out1,
+    BLOCK: tl.constexpr,
+):
+    """The first kernel of every collective call (one program): pairing, signature check, barrier."""
+    zero = tl.zeros([], dtype=tl.int64)
+    seq = tl.load(ctl_ptr + CTL_SEQ) + 1
+    tl.store(ctl_ptr + CTL_SEQ, seq)
+    live = (tl.load(ctl_ptr + CTL_POISON, volatile=True) == 0).to(tl.int32)  # 1: the call runs
+    cur_gen = tl.load(ctl_ptr + CTL_GEN)
+    if (live != 0) & (cur_gen != gen):
+        _write_record(ctl_ptr, ERR_STALE, seq, cur_rank, -1, 0, gen, cur_gen, 0)
+        live = live * 0
+    if live != 0:
+        slot = seq & 1
+        for i in range(0, world):
+            peer = (cur_rank + i) % world
+            store(_sig(ctl_ptr, slot, cur_rank, world), zero + sig, cur_rank, peer, heap_bases)
+            # Release: pairs with the acquire of ARRIVE[cur_rank] below, on rank `peer`.
+            signal(_arrive(ctl_ptr, cur_rank), seq, cur_rank, peer, heap_bases)
+        for i in range(0, world):
+            src = (cur_rank + i) % world
+            # Acquire: pairs with the release of ARRIVE[src] above, on rank `src`. A peer may be one
+            # call ahead (it passed this call and arrived at the next), never more.
+            arrived = wait(_arrive(ctl_ptr, src), seq, cur_rank, src, ctl_ptr, heap_bases, world, AHEAD=1)
+            theirs = tl.load(_sig(ctl_ptr, slot, src, world))
+            if arrived & (theirs != sig) & (live != 0) & (sig != SIG_FAILED):
+                # A rank that failed its own checks raises on its host: only the others record it.
+                kind = tl.where(theirs == SIG_FAILED, ERR_PEER_FAILED, ERR_MISMATCH)
+                _write_record(ctl_ptr, kind, seq, cur_rank, src, 0, sig, theirs, 0)
+            live = live * (arrived & (theirs == sig)).to(tl.int32)
+        live = live * (sig != SIG_FAILED).to(tl.int32)
+    tl.store(ctl_ptr + CTL_STATE, (1 - live).to(tl.int64))
+    if live == 0:
+        _fill_nan(out0_ptr, n_out0, BLOCK)
+        _fill_nan(out1_ptr, n_out1, BLOCK)
+
+
+@kernel
+def phase_barrier_kernel(ctl_ptr, heap_bases, cur_rank, world, PHASE: tl.constexpr):
+    """A barrier inside a call (one program): work queued before it on any rank is complete and
+    visible to work queued after it on every rank. Does nothing in an aborted call."""
+    seq, live = call_epoch(ctl_ptr)
+    if live:
+        for i in range(0, world):
+            peer = (cur_rank + i) % world
+            # Release: pairs with the acquire below on rank `peer`.
+            signal(_bar(ctl_ptr, PHASE, cur_rank, world), seq, cur_rank, peer, heap_bases)
+        for i in range(0, world):
+            src = (cur_rank + i) % world
+            # Acquire: pairs with the release above on rank `src`.
+            wait(_bar(ctl_ptr, PHASE, src, world), seq, cur_rank, src, ctl_ptr, heap_bases, world)

@@ -7,50 +7,21 @@ import os
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
 from ..common.gemm import ensure_triton_allocator, gemm_layout
-from ..common.launch import GemmCall, after_launch, prepare_gemm, workspace
+from ..common.launch import GemmCall, begin, prepare_gemm, workspace
 
 OP = "all_gather_gemm"
 
-# (heap, variant, M_loc, N, K, dtype) whose shapes every rank has confirmed.
-_VERIFIED: set = set()
-
-
-def check_same_shards(variant: str, call: GemmCall) -> None:
-    """Collective on the first call per (variant, M_loc, N, K, dtype): every rank must agree.
-
-    Costs one ``all_gather_object`` of a few integers over the group (a host round trip, about a
-    millisecond) the first time a rank sees a shape; later calls with a verified shape are free. All
-    ranks see the same gathered list, so a mismatch raises on every rank. A rank that passes an
-    already verified shape skips the exchange, so a mismatch in which one rank repeats a verified
-    shape is not caught here (it then fails as a wait timeout or a heap-offset mismatch).
-    """
-    heap = call.heap
-    key = (heap.uid, variant, call.M, call.N, call.K, call.a.dtype)
-    if heap.world_size == 1 or key in _VERIFIED:
-        return
-    mine = {"M_loc": call.M, "K": call.K, "N": call.N, "dtype": str(call.a.dtype).removeprefix("torch."),
-            "variant": variant}
-    everyone: list = [None] * heap.world_size
-    dist.all_gather_object(everyone, mine, group=heap.group)
-    for field, what in (("M_loc", "a.shape[0] (M_loc, the rows of each rank's shard)"),
-                        ("K", "a.shape[1] (K)"), ("N", "b.shape[1] (N)"), ("dtype", "the dtype"),
-                        ("variant", "the variant")):
-        values = [e[field] for e in everyone]
-        if len(set(values)) > 1:
-            listing = ", ".join(f"rank {q} has {field} = {v}" for q, v in enumerate(values))
-            raise ValueError(f"{OP}: {what} must be the same on every rank, but {listing}"
-                             + (" (pad the shards to one size)" if field == "M_loc" else ""))
-    _VERIFIED.add(key)
-
-
 def setup(variant: str, a, b, config, group, *, comm: bool) -> GemmCall:
-    """Local checks and config (per-shard M for the heuristic), then the cross-rank shape check."""
-    call = prepare_gemm(OP, a, b, group, config, comm=comm)
-    check_same_shards(variant, call)
-    return call
+    """Local checks and config (per-shard M for the heuristic). Every rank's shapes are compared by
+    the call's begin kernel (its signature holds them), before any data moves."""
+    return prepare_gemm(OP, a, b, group, config, comm=comm)
+
+
+def start(call: GemmCall, variant: str, return_gathered: bool, *outputs) -> None:
+    """Begin the call (pairing, signature check, barrier); ``outputs`` are NaN if it aborts."""
+    begin(call.key(variant, bool(return_gathered)), *outputs)
 
 
 def is_degenerate(call: GemmCall) -> bool:
@@ -67,8 +38,8 @@ def new_output(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.
 
 
 def gathered_workspace(call: GemmCall, variant: str, *, flags: bool):
-    """Heap buffers of a push variant: ``a_gathered [W*M_loc, K]`` and, with ``flags``, the int32
-    per-(source, chunk) arrival flags ``flags [W * cdiv(M_loc, BLOCK_M)]`` (never reset: epochs)."""
+    """Heap buffers of a push variant: ``a_gathered [W*M_loc, K]`` and, with ``flags``, the int64
+    per-(source, chunk) arrival flags ``flags [W * cdiv(M_loc, BLOCK_M)]`` (sequence numbers)."""
     heap, cfg = call.heap, call.config
     W = heap.world_size
     num_chunks = -(-call.M // cfg.BLOCK_M)
@@ -78,10 +49,11 @@ def gathered_workspace(call: GemmCall, variant: str, *, flags: bool):
     def make(h):
         buffers = {"a_gathered": h.empty((W * call.M, call.K), dtype=dtype)}
         if flags:
-            buffers["flags"] = h.zeros(W * num_chunks, dtype=torch.int32)
+            buffers["flags"] = h.zeros(W * num_chunks, dtype=torch.int64)
         return buffers
 
-    return workspace(heap, key, make)
+    nbytes = W * call.M * call.K * call.a.element_size() + (8 * W * num_chunks if flags else 0)
+    return workspace(heap, key, make, nbytes)
 
 
 @dataclass(frozen=True)
@@ -119,11 +91,10 @@ class PushPlan:
     lay: Layout
     num_chunks: int
     first: int  # 1: the local rows are not pushed to this rank itself (read from `a` directly)
-    epoch: int
 
 
 def plan_push(call: GemmCall, variant: str, return_gathered: bool) -> PushPlan:
-    """Workspace, layout, output and epoch of one call of a flagged push variant."""
+    """Workspace, layout and output of one call of a flagged push variant; begins the call."""
     heap, cfg = call.heap, call.config
     r, M_loc = heap.rank, call.M
     ws = gathered_workspace(call, variant, flags=True)
@@ -132,11 +103,11 @@ def plan_push(call: GemmCall, variant: str, return_gathered: bool) -> PushPlan:
     # The local rows go to this rank's own a_gathered only when something reads them there.
     first = 1 if lay.local_direct and not return_gathered else 0
     c = new_output((heap.world_size * M_loc, call.N), call.a.dtype, call.a.device)
+    start(call, variant, return_gathered, c)
     return PushPlan(ag=ag, flags=ws.flags, own=ag[r * M_loc:(r + 1) * M_loc], c=c, lay=lay,
-                    num_chunks=-(-M_loc // cfg.BLOCK_M), first=first, epoch=ws.next_epoch())
+                    num_chunks=-(-M_loc // cfg.BLOCK_M), first=first)
 
 
 def finish(call: GemmCall, c: torch.Tensor, gathered, return_gathered: bool):
-    """Report failed waits (cpu backend); return ``c`` or ``(c, gathered)``."""
-    after_launch(call.heap)
+    """Return ``c`` or ``(c, gathered)``."""
     return (c, gathered) if return_gathered else c

@@ -32,8 +32,8 @@ def gemm_shard(
     c_ptr, stride_cm, stride_cn,
     # GATHER: the A rows are also copied here (the row block with n-block 0 does it)
     g_ptr, stride_gm, stride_gk,
-    # WAIT: acquire flags_ptr[m-block] >= epoch (released by rank src_rank) before a tile's K loop
-    flags_ptr, epoch, src_rank, cur_rank, ctl_ptr,
+    # WAIT: acquire flags_ptr[m-block] == epoch (released by rank src_rank) before a tile's K loop
+    flags_ptr, epoch, src_rank, cur_rank, ctl_ptr, heap_bases, world,
     M_loc, N, K,
     first, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -50,7 +50,7 @@ def gemm_shard(
         if WAIT:
             # Acquire: pairs with the release after chunk pid_m in push_shard (common.gather) on
             # rank src_rank.
-            ok = tile_acquire(flags_ptr + pid_m, epoch, cur_rank, src_rank, ctl_ptr)
+            ok = tile_acquire(flags_ptr + pid_m, epoch, cur_rank, src_rank, ctl_ptr, heap_bases, world)
         if ok:
             acc = gemm_tile(a_op, b_op, pid_m, pid_n, M_loc, N, K, stride_am, stride_ak, stride_bk,
                             stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
@@ -67,7 +67,7 @@ def _gemm_source(
     i,
     a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
     c_ptr, stride_cm, stride_cn, flags_ptr,
-    M_loc, N, K, ctl_ptr, cur_rank, world, epoch, pid, NUM_PROGRAMS,
+    M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world, epoch, pid, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, DIRECT: tl.constexpr,
 ):
@@ -81,13 +81,13 @@ def _gemm_source(
     flags_src = flags_ptr + src * num_chunks
     if DIRECT:
         gemm_shard(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_src, stride_cm, stride_cn,
-                   a_ptr, stride_am, stride_ak, flags_src, epoch, src, cur_rank, ctl_ptr,
+                   a_ptr, stride_am, stride_ak, flags_src, epoch, src, cur_rank, ctl_ptr, heap_bases, world,
                    M_loc, N, K, first, NUM_PROGRAMS,
                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=False)
     else:
         gemm_shard(ag_ptr + rows * stride_gm, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
                    c_src, stride_cm, stride_cn, ag_ptr, stride_gm, stride_gk,
-                   flags_src, epoch, src, cur_rank, ctl_ptr,
+                   flags_src, epoch, src, cur_rank, ctl_ptr, heap_bases, world,
                    M_loc, N, K, first, NUM_PROGRAMS,
                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=True, GATHER=False)
 
@@ -100,10 +100,10 @@ def gemm_gathered(
     ag_ptr, stride_gm, stride_gk,
     b_ptr, stride_bk, stride_bn,
     c_ptr, stride_cm, stride_cn,
-    # int32 flags [W, cdiv(M_loc, BLOCK_M)]: (source, chunk) -> epoch of its last arrival
+    # int64 flags [W, cdiv(M_loc, BLOCK_M)]: (source, chunk) -> sequence number of its last arrival
     flags_ptr,
     M_loc, N, K,
-    ctl_ptr, cur_rank, world, epoch,
+    heap_bases, ctl_ptr, cur_rank, world, epoch,
     pid, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, LOCAL_DIRECT: tl.constexpr,
@@ -114,10 +114,10 @@ def gemm_gathered(
     and wait for nothing.
     """
     _gemm_source(0, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
-                 c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, ctl_ptr, cur_rank, world, epoch,
+                 c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world, epoch,
                  pid, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT)
     for i in range(1, world):
         _gemm_source(i, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
-                     stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, ctl_ptr, cur_rank,
-                     world, epoch, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
+                     stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr,
+                     cur_rank, world, epoch, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
                      B_KMAJOR, False)

@@ -1,9 +1,9 @@
 """all_gather_gemm, bulk-synchronous: gather all of A through the heap, then one plain GEMM.
 
-    stream: | barrier | push own shard -> a_gathered on every rank | barrier | GEMM (a_gathered @ b) |
+    stream: | begin | push own shard -> a_gathered on every rank | barrier | GEMM (a_gathered @ b) |
 
-No overlap: the baseline shape of the algorithm in the same runtime. The entry barrier keeps peers
-from pushing the next call's rows while this rank's GEMM still reads the previous ones; the second
+No overlap: the baseline shape of the algorithm in the same runtime. The begin kernel keeps peers
+from pushing the next call's rows while this rank's GEMM still reads the previous ones; the
 barrier makes every peer's rows visible before the GEMM. This variant also serves the other
 variants' degenerate calls (``M_loc``, ``N`` or ``K`` zero).
 """
@@ -14,11 +14,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ...runtime import device_barrier
+from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.gather import push_shard
 from ..common.gemm import matmul
-from ._setup import finish, gathered_workspace, new_output, setup
+from ..common.launch import collective, ctl, mid_barrier
+from ._setup import OP, finish, gathered_workspace, new_output, setup, start
 
 
 @kernel
@@ -28,16 +29,19 @@ def _all_gather_kernel(
     # this rank's row block of a_gathered (a symmetric address)
     ag_ptr, stride_gm, stride_gk,
     M_loc, K,
-    heap_bases, cur_rank, world,
+    heap_bases, ctl_ptr, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):
     """Copy this rank's shard into its row block of a_gathered on every rank (itself first)."""
-    pid = tl.program_id(0)
-    # No flags (SIGNAL=False): the barrier after this kernel publishes the rows; ag_ptr stands in.
-    push_shard(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, ag_ptr, 0, M_loc, K,
-               cur_rank, world, heap_bases, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST=0, SIGNAL=False)
+    _, live = P.call_epoch(ctl_ptr)
+    if live:
+        pid = tl.program_id(0)
+        # No flags (SIGNAL=False): the barrier after this kernel publishes the rows; ag_ptr stands in.
+        push_shard(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, ag_ptr, 0, M_loc, K,
+                   cur_rank, world, heap_bases, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST=0, SIGNAL=False)
 
 
+@collective(OP)
 def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm with no overlap; same contract as :func:`tilefuse.all_gather_gemm`."""
     call = setup("bulk_sync", a, b, config, group, comm=False)
@@ -45,17 +49,18 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
     W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
     c = new_output((W * M_loc, N), a.dtype, a.device)
     if M_loc == 0 or K == 0:
+        start(call, "bulk_sync", return_gathered)
         c.zero_()
         return finish(call, c, torch.empty((W * M_loc, K), dtype=a.dtype, device=a.device), return_gathered)
     ag = gathered_workspace(call, "bulk_sync", flags=False).a_gathered
     own = ag[r * M_loc:(r + 1) * M_loc]
-    device_barrier()  # every peer's GEMM of the previous call is done reading its a_gathered
+    start(call, "bulk_sync", return_gathered, c)  # every peer's GEMM of the previous call is done with a_gathered
     programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, W * triton.cdiv(M_loc, cfg.BLOCK_M))
     _all_gather_kernel[(programs,)](
         a, a.stride(0), a.stride(1), own, own.stride(0), own.stride(1), M_loc, K,
-        heap.heap_bases, r, W,
+        heap.heap_bases, ctl(heap), r, W,
         BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, num_warps=4,
     )
-    device_barrier()  # every peer's shard has landed in a_gathered
+    mid_barrier(heap, 0)  # every peer's shard has landed in a_gathered
     matmul(ag, b, c, cfg)
     return finish(call, c, ag.clone() if return_gathered else None, return_gathered)

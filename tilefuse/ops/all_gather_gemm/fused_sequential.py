@@ -1,6 +1,6 @@
 """all_gather_gemm, fused sequential: one persistent GEMM that reads peers' A rows in its K loop.
 
-    stream:    | copy a -> a_shard[epoch % 2] | barrier | fused kernel |
+    stream:    | begin | copy a -> a_shard | barrier | fused kernel |
     program p: | local tiles: K loop on a_shard | source r+1 tiles: K loop on rank r+1's a_shard | ...
 
 Each rank publishes its shard in its own heap (``a_shard``); after the barrier every program
@@ -9,9 +9,8 @@ rank's heap through a translated pointer (TMA descriptors work on any address). 
 the barrier says every shard is in place. With ``return_gathered`` the program that computes a row
 block's first column tile also copies those A rows into the caller's ``a_gathered``.
 
-Cross-call safety without a second barrier: ``a_shard`` has two slots, used by alternate calls.
-A rank that writes slot e % 2 in call e has passed the barrier of call e-1, so every peer has
-finished call e-2, the last call that read that slot.
+Cross-call safety: the shard is written after the begin kernel, which every rank passes only once
+every rank finished the previous call (the last one that read it).
 """
 
 from __future__ import annotations
@@ -19,11 +18,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...runtime import device_barrier
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import workspace
-from ._setup import OP, finish, gemm_meta, is_degenerate, layout, new_output, setup
+from ..common.launch import collective, ctl, mid_barrier, workspace
+from ._setup import OP, finish, gemm_meta, is_degenerate, layout, new_output, setup, start
 from ._tiles import first_tile, gemm_shard
 from .bulk_sync import bulk_sync
 
@@ -37,24 +35,26 @@ def _fused_kernel(
     c_ptr, stride_cm, stride_cn,
     g_ptr, stride_gm, stride_gk,
     M_loc, N, K,
-    heap_bases, cur_rank, world,
+    heap_bases, ctl_ptr, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, GATHER: tl.constexpr,
 ):
     pid = tl.program_id(0)
     tiles_per_source = tl.cdiv(M_loc, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    for i in range(0, world):
+    _, live = P.call_epoch(ctl_ptr)
+    for i in range(0, tl.where(live, world, 0)):
         src = (cur_rank + i) % world
         rows = tl.cast(src, tl.int64) * M_loc
         a_src = P.translate(s_ptr, cur_rank, src, heap_bases)  # rank src's shard, read in place
         gemm_shard(a_src, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn,
                    c_ptr + rows * stride_cm, stride_cm, stride_cn,
                    g_ptr + rows * stride_gm, stride_gm, stride_gk,
-                   s_ptr, 0, src, cur_rank, s_ptr,  # no flags (WAIT=False): the barrier published A
+                   s_ptr, 0, src, cur_rank, ctl_ptr, heap_bases, world,  # no flags (WAIT=False): the barrier published A
                    M_loc, N, K, first_tile(pid, i, tiles_per_source, NUM_PROGRAMS), NUM_PROGRAMS,
                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=GATHER)
 
 
+@collective(OP)
 def fused_sequential(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm as one persistent kernel reading remote A; same contract as
     :func:`tilefuse.all_gather_gemm`."""
@@ -63,19 +63,19 @@ def fused_sequential(a, b, *, config=None, group=None, return_gathered=False):
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     heap, cfg = call.heap, call.config
     W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
-    ws = workspace(heap, (OP, "fused_sequential", M_loc, K, a.dtype),
-                   lambda h: {"a_shard": h.empty((2, M_loc, K), dtype=a.dtype)})
-    shard = ws.a_shard[ws.next_epoch() % 2]
+    shard = workspace(heap, (OP, "fused_sequential", M_loc, K, a.dtype),
+                      lambda h: {"a_shard": h.empty((M_loc, K), dtype=a.dtype)}, M_loc * K * a.element_size()).a_shard
     lay = layout(call, shard)
     c = new_output((W * M_loc, N), a.dtype, a.device)
     ag = new_output((W * M_loc, K), a.dtype, a.device) if return_gathered else c
-    shard.copy_(a)
-    device_barrier()  # every rank's shard is in its a_shard slot
+    start(call, "fused_sequential", return_gathered, c, ag if return_gathered else None)
+    shard.copy_(a)  # after the begin kernel: no peer still reads the previous call's shard
+    mid_barrier(heap, 0)  # every rank's shard is in its a_shard
     programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, W * triton.cdiv(M_loc, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N))
     _fused_kernel[(programs,)](
         shard, shard.stride(0), shard.stride(1), b, b.stride(0), b.stride(1),
         c, c.stride(0), c.stride(1), ag, ag.stride(0), ag.stride(1),
-        M_loc, N, K, heap.heap_bases, r, W,
+        M_loc, N, K, heap.heap_bases, ctl(heap), r, W,
         NUM_PROGRAMS=programs, GATHER=return_gathered, **gemm_meta(call, lay),
     )
     return finish(call, c, ag if return_gathered else None, return_gathered)

@@ -1,6 +1,6 @@
 """all_gather_gemm, producer-consumer: a push kernel and a GEMM kernel on two streams at once.
 
-    stream 1: | barrier | push (COMM_SMS programs): chunk -> rank r-1, release its flag there, ...  |
+    stream 1: | begin | push (COMM_SMS programs): chunk -> rank r-1, release its flag there, ...  |
     stream 2:           | GEMM (GEMM_SMS programs): local shard from a | source r+1: acquire chunk
                         | flag, K loop | source r+2 ... |
     stream 1:                                                                   | join |
@@ -19,11 +19,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...runtime import device_barrier
+from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.gather import push_shard
-from ..common.launch import ForkedStreams, ctl
-from ._setup import finish, gemm_meta, is_degenerate, plan_push, setup
+from ..common.launch import ForkedStreams, collective, ctl
+from ._setup import OP, finish, gemm_meta, is_degenerate, plan_push, setup
 from ._tiles import gemm_gathered
 from .bulk_sync import bulk_sync
 
@@ -35,12 +35,13 @@ def _push_kernel(
     # this rank's row block of a_gathered and its row of flags (symmetric addresses)
     ag_ptr, stride_gm, stride_gk, flags_ptr,
     M_loc, K,
-    heap_bases, cur_rank, world, epoch,
+    heap_bases, ctl_ptr, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FIRST: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    push_shard(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, flags_ptr, epoch, M_loc, K,
-               cur_rank, world, heap_bases, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
+    epoch, live = P.call_epoch(ctl_ptr)
+    if live:
+        push_shard(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, flags_ptr, epoch, M_loc, K,
+                   cur_rank, world, heap_bases, tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
 
 
 @kernel
@@ -51,17 +52,20 @@ def _gemm_kernel(
     c_ptr, stride_cm, stride_cn,
     flags_ptr,
     M_loc, N, K,
-    ctl_ptr, cur_rank, world, epoch,
+    heap_bases, ctl_ptr, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     LOCAL_DIRECT: tl.constexpr,
 ):
-    gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
-                  c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, ctl_ptr, cur_rank, world, epoch,
-                  tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
-                  LOCAL_DIRECT)
+    epoch, live = P.call_epoch(ctl_ptr)
+    if live:
+        gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
+                      c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world,
+                      epoch, tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
+                      LOCAL_DIRECT)
 
 
+@collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm with push and GEMM kernels on two streams; same contract as
     :func:`tilefuse.all_gather_gemm`."""
@@ -70,14 +74,13 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     heap, cfg = call.heap, call.config
     W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
-    p = plan_push(call, "producer_consumer", return_gathered)
-    device_barrier()  # every peer's GEMM of the previous call is done reading its a_gathered
-    streams = ForkedStreams(heap.device)  # the GEMM's stream starts after the barrier
+    p = plan_push(call, "producer_consumer", return_gathered)  # begins: every peer is done with a_gathered
+    streams = ForkedStreams(heap.device)  # the GEMM's stream starts after the begin kernel
     push_programs = min(cfg.COMM_SMS, (W - p.first) * p.num_chunks)
     if push_programs > 0:
         _push_kernel[(push_programs,)](
             a, a.stride(0), a.stride(1), p.own, p.own.stride(0), p.own.stride(1), p.flags[r * p.num_chunks:],
-            M_loc, K, heap.heap_bases, r, W, p.epoch,
+            M_loc, K, heap.heap_bases, ctl(heap), r, W,
             BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=push_programs, FIRST=p.first,
             num_warps=4,
         )
@@ -86,7 +89,7 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
         _gemm_kernel[(gemm_programs,)](
             a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),
             p.c, p.c.stride(0), p.c.stride(1), p.flags, M_loc, N, K,
-            ctl(heap), r, W, p.epoch,
+            heap.heap_bases, ctl(heap), r, W,
             NUM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct, **gemm_meta(call, p.lay),
         )
     streams.join()

@@ -2,7 +2,7 @@
 
     programs 0 .. C-1     : | push chunk -> rank r-1, release its flag there | chunk -> r-2 | ... |
     programs C .. C+G-1   : | local shard tiles (from a) | source r+1: acquire chunk flag, K loop | ...
-    stream: | barrier | one kernel |
+    stream: | begin | one kernel |
 
 C = COMM_SMS, G = GEMM_SMS. The pushers copy this rank's shard, BLOCK_M rows at a time, into row
 block r of every rank's ``a_gathered`` and release the per-(source, chunk) flag on the receiver
@@ -23,11 +23,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...runtime import device_barrier
+from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.gather import push_shard
-from ..common.launch import ctl
-from ._setup import finish, gemm_meta, is_degenerate, plan_push, setup
+from ..common.launch import collective, ctl
+from ._setup import OP, finish, gemm_meta, is_degenerate, plan_push, setup
 from ._tiles import gemm_gathered
 from .bulk_sync import bulk_sync
 
@@ -40,26 +40,29 @@ def _wg_kernel(
     ag_ptr, stride_gm, stride_gk, own_ptr,
     b_ptr, stride_bk, stride_bn,
     c_ptr, stride_cm, stride_cn,
-    # int32 flags [W, num_chunks] and this rank's row of them (symmetric addresses)
+    # int64 flags [W, num_chunks] and this rank's row of them (symmetric addresses)
     flags_ptr, own_flags_ptr,
     M_loc, N, K,
-    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    heap_bases, ctl_ptr, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     COMM_PROGRAMS: tl.constexpr, GEMM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, LOCAL_DIRECT: tl.constexpr, FIRST: tl.constexpr,
 ):
+    epoch, live = P.call_epoch(ctl_ptr)
     pid = tl.program_id(0)
-    if pid < COMM_PROGRAMS:
-        push_shard(a_ptr, stride_am, stride_ak, own_ptr, stride_gm, stride_gk, own_flags_ptr, epoch,
-                   M_loc, K, cur_rank, world, heap_bases, pid, COMM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST,
-                   SIGNAL=True)
-    else:
-        gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
-                      stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, ctl_ptr, cur_rank,
-                      world, epoch, pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K,
-                      GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT)
+    if live:
+        if pid < COMM_PROGRAMS:
+            push_shard(a_ptr, stride_am, stride_ak, own_ptr, stride_gm, stride_gk, own_flags_ptr, epoch,
+                       M_loc, K, cur_rank, world, heap_bases, pid, COMM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST,
+                       SIGNAL=True)
+        else:
+            gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
+                          stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr,
+                          cur_rank, world, epoch, pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K,
+                          GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT)
 
 
+@collective(OP)
 def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.all_gather_gemm`."""
@@ -68,14 +71,13 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     heap, cfg = call.heap, call.config
     W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
-    p = plan_push(call, "wg_specialized", return_gathered)
-    device_barrier()  # every peer's GEMM of the previous call is done reading its a_gathered
+    p = plan_push(call, "wg_specialized", return_gathered)  # begins: every peer is done with a_gathered
     comm_programs = max(1, min(cfg.COMM_SMS, (W - p.first) * p.num_chunks))
     gemm_programs = min(cfg.GEMM_SMS, W * p.num_chunks * triton.cdiv(N, cfg.BLOCK_N))
     _wg_kernel[(comm_programs + gemm_programs,)](
         a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.own,
         b, b.stride(0), b.stride(1), p.c, p.c.stride(0), p.c.stride(1), p.flags, p.flags[r * p.num_chunks:],
-        M_loc, N, K, heap.heap_bases, ctl(heap), r, W, p.epoch,
+        M_loc, N, K, heap.heap_bases, ctl(heap), r, W,
         COMM_PROGRAMS=comm_programs, GEMM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct,
         FIRST=p.first, **gemm_meta(call, p.lay),
     )

@@ -1,9 +1,10 @@
 """Tile-level flag helpers on top of the runtime's signal/wait (protocol: runtime.primitives).
 
 A program that produced a tile calls :func:`tile_release` after storing it; a program that consumes
-it calls :func:`tile_acquire` before reading it. The CTA barrier in each makes the whole tile (all
-threads' stores) ordered with the one thread's release, and the acquired flag visible to every
-thread's loads.
+it calls :func:`tile_acquire` before reading it. Flags are int64 heap words holding the sequence
+number of the call that last released them; ``epoch`` is the current call's (``call_epoch``). The
+CTA barrier in each makes the whole tile (all threads' stores) ordered with the one thread's
+release, and the acquired flag visible to every thread's loads.
 """
 
 import triton
@@ -20,15 +21,9 @@ def tile_release(flag_ptr, epoch, cur_rank, peer, heap_bases):
 
 
 @triton.jit
-def tile_release_add(counter_ptr, value, cur_rank, peer, heap_bases):
-    """All threads' earlier stores, then ``peer``'s copy of the counter += value (release, sys scope)."""
-    tl.debug_barrier()
-    P.signal_add(counter_ptr, value, cur_rank, peer, heap_bases)
-
-
-@triton.jit
-def tile_acquire(flag_ptr, target, cur_rank, src_rank, ctl_ptr):
-    """Wait (bounded) until the local flag >= target, then let every thread read; returns ok."""
-    ok = P.wait(flag_ptr, target, cur_rank, src_rank, ctl_ptr)
+def tile_acquire(flag_ptr, epoch, cur_rank, src_rank, ctl_ptr, heap_bases, world):
+    """Wait (bounded) until the local flag equals ``epoch``, then let every thread read; returns ok
+    (False: the wait gave up or the runtime is poisoned; skip the work that needed the data)."""
+    ok = P.wait(flag_ptr, epoch, cur_rank, src_rank, ctl_ptr, heap_bases, world)
     tl.debug_barrier()
     return ok

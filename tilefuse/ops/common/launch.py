@@ -1,24 +1,51 @@
 """Host-side plumbing shared by every variant launcher: heap lookup, config, workspaces, streams.
 
-A launcher does: ``heap = op_heap(op, group)`` -> checks -> ``cfg = resolve_config(...)`` ->
-``ws = workspace(...)`` (heap buffers allocated once per shape, collectively, and reused) ->
-``epoch = ws.next_epoch()`` -> launch -> ``after_launch(heap)``.
+A launcher is decorated with :func:`collective` (the host part of the call runs inside a
+:class:`tilefuse.runtime.world.CollectiveCall`) and does: ``heap = op_heap(op, group)`` -> checks ->
+``cfg = resolve_config(...)`` -> ``ws = workspace(...)`` (heap buffers allocated once per shape,
+collectively, and reused) -> ``begin(signature, outputs)`` -> launches. Kernels read the call's
+sequence number from the control block (``ctl(heap)``): nothing on the host counts epochs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from ...runtime import control_block, get_heap, hw, is_initialized
-from ...runtime.world import check_current_device, check_not_capturing, note_launch, on_shutdown, poll_waits
+from ...runtime import world as _world
+from ...runtime.world import CollectiveCall, check_current_device, on_reset, on_shutdown
 from .checks import check_out_tensor
 from .config import Config, check_config_fits, default_config
+
+
+def collective(op: str):
+    """Decorator of a variant's entry point: its host part runs as one collective call."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            if not is_initialized():
+                raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
+            with CollectiveCall(op):
+                return fn(*args, **kwargs)
+
+        return run
+
+    return wrap
+
+
+def begin(key: tuple, *outputs) -> None:
+    """Launch the current call's begin kernel (pairing, signature check, barrier); ``outputs`` are
+    filled with NaN if the call aborts. Call it after the checks and allocations, before any launch."""
+    _world.current_call().begin(key, outputs)
 
 
 def op_heap(op: str, group):
@@ -27,8 +54,6 @@ def op_heap(op: str, group):
         raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
     heap = get_heap()
     check_current_device(op, heap.device)  # kernels launch on the current device
-    poll_waits()  # an earlier call's wait that gave up is reported here, before more work is queued
-    check_not_capturing(op)
     if group is not None and group is not heap.group and group is not dist.group.WORLD:
         raise ValueError(f"{op}: group must be the process group passed to tilefuse.init (or None)")
     if group is dist.group.WORLD and heap.group is not dist.group.WORLD:
@@ -57,17 +82,13 @@ def resolve_config(op: str, config: Config | None, M: int, N: int, K: int, dtype
     return config
 
 
-@dataclass
 class Workspace:
-    """Heap buffers of one (op, variant, shape) and the epoch counter of its flags."""
+    """Heap buffers of one (op, variant, shape) key."""
 
-    buffers: dict
-    epoch: int = 0
-    extra: dict = field(default_factory=dict)
-
-    def next_epoch(self) -> int:
-        self.epoch += 1
-        return self.epoch
+    def __init__(self, buffers: dict):
+        self.buffers = buffers
+        self.nbytes = sum(b.numel() * b.element_size() for b in buffers.values())
+        self.captured = False  # used inside a CUDA graph capture: kept until shutdown
 
     def __getattr__(self, name):
         try:
@@ -76,53 +97,143 @@ class Workspace:
             raise AttributeError(name) from None
 
 
-_WORKSPACES: dict = {}
+_WORKSPACES: OrderedDict = OrderedDict()  # least recently used first
+_KEPT_FOR_GRAPHS: list = []  # workspaces of captured graphs that were dropped from the cache
 
 
-def workspace(heap, key: tuple, make) -> Workspace:
+def workspace_budget(heap) -> int:
+    """Bytes of heap the cached workspaces may hold: ``TILEFUSE_WORKSPACE_FRACTION`` (default 0.75)
+    of the heap; beyond it the least recently used workspaces are released (on every rank alike)."""
+    frac = float(os.environ.get("TILEFUSE_WORKSPACE_FRACTION", "0.75"))
+    return int(heap.size * frac)
+
+
+def workspace_bytes() -> int:
+    """Heap bytes held by cached workspaces (this process)."""
+    return sum(ws.nbytes for ws in _WORKSPACES.values())
+
+
+def workspace_keys() -> list:
+    """The keys of the cached workspaces, least recently used first (for tests and tools)."""
+    return [key[1:] for key in _WORKSPACES]
+
+
+def workspaces() -> list:
+    """The cached :class:`Workspace` objects, least recently used first (for tests and tools)."""
+    return list(_WORKSPACES.values())
+
+
+def _capturing(heap) -> bool:
+    return heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
     """The cached workspace for ``key``; ``make(heap) -> dict`` allocates it on first use.
 
     Collective on first use: every rank must reach it with the same key (checked: a rank passing
     other shapes raises ValueError on every rank), and the buffers' heap offsets are checked to
-    agree across ranks. Flags start at zero; epochs start at 1. With
-    ``TILEFUSE_DEBUG_POISON=1`` new floating-point buffers start as NaN.
+    agree across ranks. Before new buffers are touched, one device barrier makes sure no peer still
+    uses the memory they reuse. Least recently used workspaces beyond :func:`workspace_budget` are
+    released first (every rank makes the same calls, so every rank releases the same ones). With
+    ``TILEFUSE_DEBUG_POISON=1`` new floating-point buffers start as NaN. Inside a CUDA graph capture
+    a missing workspace is an error (make one eager call of the shape first); one that is used there
+    is kept until shutdown.
     """
     full_key = (heap.uid,) + key  # not id(heap): a later heap may reuse the address of a closed one
     ws = _WORKSPACES.get(full_key)
-    if ws is None:
-        # Blocks held only by reference cycles come back now, on every rank alike, so that the
-        # ranks' allocators stay in step (frees left to the cyclic collector happen at
-        # different moments on different ranks).
-        gc.collect()
+    if ws is not None:
+        _WORKSPACES.move_to_end(full_key)
+        if not ws.captured and _capturing(heap):
+            ws.captured = True
+        return ws
+    if _capturing(heap):
+        raise RuntimeError(
+            f"{key[0]}: a CUDA graph capture needs this call's heap workspace {key[1:]}, which does not exist "
+            "yet (heap buffers are created collectively, outside capture): make one eager call with the same "
+            "shapes, dtype, variant and config before capturing"
+        )
+    if nbytes is not None:
+        _evict(heap, nbytes)
+    # Blocks held only by reference cycles come back now, on every rank alike, so that the
+    # ranks' allocators stay in step (frees left to the cyclic collector happen at
+    # different moments on different ranks).
+    gc.collect()
+    try:
         buffers = make(heap)
-        if os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0"):
-            # Debug aid: a tile that a variant forgets to write shows as NaN, not as zero.
-            for buf in buffers.values():
-                if buf.dtype.is_floating_point:
-                    buf.fill_(float("nan"))
-        heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
-        ws = Workspace(buffers)
-        _WORKSPACES[full_key] = ws
+    except MemoryError as err:
+        raise type(err)(f"{err}\n(tilefuse keeps one workspace per call shape: tilefuse.clear_workspaces() "
+                        "releases them all, TILEFUSE_WORKSPACE_FRACTION bounds them)") from err
+    heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
+    _world.device_barrier()  # no peer still reads or writes the memory these buffers reuse
+    for name, buf in buffers.items():
+        if name.startswith("flags"):
+            buf.zero_()
+    if os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0"):
+        # Debug aid: a tile that a variant forgets to write shows as NaN, not as zero.
+        for buf in buffers.values():
+            if buf.dtype.is_floating_point:
+                buf.fill_(float("nan"))
+    ws = Workspace(buffers)
+    _WORKSPACES[full_key] = ws
     return ws
 
 
+def _evict(heap, nbytes: int) -> None:
+    budget = workspace_budget(heap)
+    for full_key in list(_WORKSPACES):
+        if workspace_bytes() + nbytes <= budget:
+            return
+        ws = _WORKSPACES[full_key]
+        if full_key[0] != heap.uid:
+            continue
+        del _WORKSPACES[full_key]
+        if ws.captured:
+            _KEPT_FOR_GRAPHS.append(ws)
+
+
 def clear_workspaces() -> None:
-    """Drop every cached workspace, giving their heap blocks back (collective: all ranks call it
-    together, after a barrier, once no queued kernel still uses them). Workspaces are kept per shape
-    and never evicted otherwise: a workload with many distinct shapes should call this now and then."""
+    """Release every cached workspace (collective: call it on every rank). Waits for this rank's
+    device work and for every rank, so no queued kernel still uses them. CUDA graphs captured before
+    abort when replayed (their error is reported at the next call); their buffers stay allocated
+    until shutdown."""
+    if not is_initialized():
+        _WORKSPACES.clear()
+        return
+    heap = get_heap()
+    _world.synchronize()
+    dist.barrier(group=heap.group)
+    _drop_workspaces()
+
+
+def _drop_workspaces() -> None:
+    if any(ws.captured for ws in _WORKSPACES.values()) and is_initialized():
+        _world.bump_generation()
+    _KEPT_FOR_GRAPHS.extend(ws for ws in _WORKSPACES.values() if ws.captured)
     _WORKSPACES.clear()
+    _VERIFIED_OUT.clear()
 
 
-on_shutdown(clear_workspaces)  # tilefuse.shutdown() gives every workspace back with the heap
+def _drop_all() -> None:
+    _WORKSPACES.clear()
+    _KEPT_FOR_GRAPHS.clear()
+    _VERIFIED_OUT.clear()
+
+
+on_shutdown(_drop_all)  # tilefuse.shutdown() gives every workspace back with the heap
+on_reset(_drop_workspaces)
 
 
 def ctl(heap) -> torch.Tensor:
     return control_block()
 
 
-def after_launch(heap) -> None:
-    """Report a wait that gave up: at once on the CPU, at the next call on a GPU (no sync)."""
-    note_launch()
+def mid_barrier(heap, phase: int) -> None:
+    """A barrier inside the current call (``phase`` 0 or 1: a call's barriers use distinct phases)."""
+    from ...runtime.primitives import phase_barrier_kernel
+
+    if heap.world_size > 1:
+        phase_barrier_kernel[(1,)](control_block(), heap.heap_bases, heap.rank, heap.world_size, PHASE=phase,
+                                   num_warps=1)
 
 
 _SIDE_STREAMS: dict = {}
@@ -159,6 +270,7 @@ class ForkedStreams:
 class GemmCall:
     """Checked operands of one GEMM-based op call and the pieces every launcher needs."""
 
+    op: str
     heap: object
     a: torch.Tensor
     b: torch.Tensor
@@ -182,6 +294,11 @@ class GemmCall:
         return dict(BLOCK_M=c.BLOCK_M, BLOCK_N=c.BLOCK_N, BLOCK_K=c.BLOCK_K, GROUP_M=c.GROUP_M,
                     USE_TMA=self.use_tma, B_KMAJOR=self.b_kmajor, num_warps=c.num_warps,
                     num_stages=c.num_stages)
+
+    def key(self, variant: str, *extra) -> tuple:
+        """The call's signature: what every rank must agree on (checked by the begin kernel)."""
+        return (self.op, variant, tuple(self.a.shape), tuple(self.b.shape), str(self.a.dtype),
+                tuple(self.config.to_dict().values())) + extra
 
     @property
     def num_tiles(self) -> int:
@@ -211,7 +328,7 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
     use_tma, b_kmajor = gemm_layout(a, b)
     if use_tma:
         ensure_triton_allocator()
-    return GemmCall(heap, a, b, M, N, K, cfg, use_tma, b_kmajor)
+    return GemmCall(op, heap, a, b, M, N, K, cfg, use_tma, b_kmajor)
 
 
 _VERIFIED_OUT: set = set()

@@ -1,43 +1,64 @@
-"""Host set-up shared by the gemm_all_scatter variants: checks, output buffer, workspace."""
+"""Host set-up shared by the gemm_all_scatter variants: checks, output buffer, workspace, begin."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from ..common.launch import GemmCall, after_launch, check_out, prepare_gemm, workspace
+from ..common.launch import GemmCall, begin, check_out, prepare_gemm, workspace
 
 OP = "gemm_all_scatter"
 
 
-def setup(variant: str, a, b, config, group, out, *, comm: bool):
-    """Returns ``(call, c, c_block, ws)``.
+@dataclass
+class Call:
+    """One checked, begun call: the GEMM operands, the result buffer and the flags."""
 
-    ``c`` [M, W*N_loc] is ``out`` or the op's heap buffer; ``c_block`` is this rank's column block
-    (where its tiles go on every rank); ``ws`` holds the int32 tile flags and the done counter.
-    """
-    call: GemmCall = prepare_gemm(OP, a, b, group, config, comm=comm)
-    heap = call.heap
+    gemm: GemmCall
+    c: torch.Tensor  # [M, W*N_loc]: `out`, or the op's heap buffer
+    c_block: torch.Tensor  # this rank's column block of c (where its tiles go on every rank)
+    flags: torch.Tensor | None  # int64 per-tile "ready" flags (flagged variants)
+    done: torch.Tensor | None  # int64 [W, COMM_SMS] completion flags (wg_specialized)
+    out: torch.Tensor | None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to compute or move (M, N_loc or K is 0)."""
+        g = self.gemm
+        return g.M == 0 or g.N == 0 or g.K == 0
+
+    def result(self) -> torch.Tensor:
+        """``out``, or a copy of the heap buffer (the next call reuses it)."""
+        return self.out if self.out is not None else self.c.clone()
+
+
+def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = False) -> Call:
+    """Check the operands, get the result buffer and flags, and begin the call."""
+    g: GemmCall = prepare_gemm(OP, a, b, group, config, comm=comm)
+    heap = g.heap
     W, r = heap.world_size, heap.rank
-    shape = (call.M, W * call.N)
+    shape = (g.M, W * g.N)
     if out is not None:
         check_out(OP, heap, out, shape, a.dtype)
         c = out
+    elif g.M == 0 or g.N == 0:
+        c = torch.empty(shape, dtype=a.dtype, device=a.device)  # nothing on the heap for an empty result
     else:
-        c = workspace(heap, (OP, "c", shape, a.dtype),
-                      lambda h: {"c": h.empty(shape, dtype=a.dtype)}).c
-    cfg = call.config
-    # Everything the flag protocol depends on is in the key: tile counts and the number of
-    # communication programs that report to the "done" counter.
-    key = (OP, variant, call.M, call.N, cfg.BLOCK_M, cfg.BLOCK_N, cfg.GEMM_SMS, cfg.COMM_SMS)
-    ws = workspace(heap, key, lambda h: {
-        "flags": h.zeros(max(call.num_tiles, 1), dtype=torch.int32),  # per-tile "ready" epochs
-        "done": h.zeros(1, dtype=torch.int64),  # finished communication programs, summed over calls
-    })
-    c_block = c[:, r * call.N:(r + 1) * call.N]
-    return call, c, c_block, ws
-
-
-def finish(call: GemmCall, c: torch.Tensor, out) -> torch.Tensor:
-    """Report failed waits (cpu backend); return ``out`` or a copy of the heap buffer."""
-    after_launch(call.heap)
-    return out if out is not None else c.clone()
+        nbytes = g.M * W * g.N * a.element_size()
+        c = workspace(heap, (OP, "c", shape, a.dtype), lambda h: {"c": h.empty(shape, dtype=a.dtype)}, nbytes).c
+    cfg = g.config
+    flag_buf = done = None
+    if flags and not (g.M == 0 or g.N == 0 or g.K == 0):
+        # Everything the flag protocol depends on is in the key: tile counts and the number of
+        # communication programs that report completion.
+        key = (OP, variant, g.M, g.N, cfg.BLOCK_M, cfg.BLOCK_N, cfg.COMM_SMS)
+        ws = workspace(heap, key, lambda h: {
+            "flags": h.zeros(max(g.num_tiles, 1), dtype=torch.int64),  # per-tile "ready" sequence numbers
+            "flags_done": h.zeros((W, max(cfg.COMM_SMS, 1)), dtype=torch.int64),  # (source, program) done
+        }, 8 * (g.num_tiles + W * cfg.COMM_SMS))
+        flag_buf, done = ws.flags, ws.flags_done
+    begin(g.key(variant, out is not None), c)
+    if g.K == 0 and g.M and g.N:
+        c.zero_()  # an empty sum (every rank's block is zero: nothing needs to move)
+    return Call(g, c, c[:, r * g.N:(r + 1) * g.N], flag_buf, done, out)

@@ -19,7 +19,7 @@ from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_
 def compute_tiles(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # output: this rank's column block of c (a symmetric address); int32 flag per tile
+    # output: this rank's column block of c (a symmetric address); int64 flag per tile
     c_ptr, stride_cm, stride_cn, flags_ptr,
     # distributed
     heap_bases, cur_rank, world, epoch,
@@ -51,7 +51,7 @@ def compute_tiles(
 
 @triton.jit
 def push_ready_tiles(
-    # this rank's column block of c (a symmetric address); int32 flag per tile
+    # this rank's column block of c (a symmetric address); int64 flag per tile
     c_ptr, flags_ptr,
     M, N,
     stride_cm, stride_cn,
@@ -66,7 +66,7 @@ def push_ready_tiles(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     for tile_id in range(cid, num_pid_m * num_pid_n, NUM_PROGRAMS):
         # Acquire: pairs with the release in compute_tiles (RELEASE) on this rank.
-        if tile_acquire(flags_ptr + tile_id, epoch, cur_rank, cur_rank, ctl_ptr):
+        if tile_acquire(flags_ptr + tile_id, epoch, cur_rank, cur_rank, ctl_ptr, heap_bases, world):
             pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
             offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
             tile = load_tile(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]

@@ -1,41 +1,41 @@
 """gemm_all_scatter, producer-consumer: a GEMM kernel and a scatter kernel on two streams at once.
 
-    stream 1: | barrier | GEMM (GEMM_SMS programs): tile -> own block of c, release tile flag ... |
-    stream 2:           | scatter (COMM_SMS programs): acquire tile flag, put tile to peers ...   |
+    stream 1: | begin | GEMM (GEMM_SMS programs): tile -> own block of c, release tile flag ... |
+    stream 2:         | scatter (COMM_SMS programs): acquire tile flag, put tile to peers ...   |
     stream 1:                                                              | join | barrier |
 
 Flags are per tile, local to the rank (the producer and consumer run on the same GPU) and carry
-the call's epoch. GEMM_SMS + COMM_SMS must fit on the device at once: the consumer spins.
+the call's sequence number. GEMM_SMS + COMM_SMS must fit on the device at once: the consumer spins.
 """
 
 from __future__ import annotations
 
-import torch
 import triton.language as tl
 
-from ...runtime import device_barrier
+from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import ForkedStreams, ctl
-from ._setup import finish, setup
+from ..common.launch import ForkedStreams, collective, ctl, mid_barrier
+from ._setup import OP, setup
 from ._tiles import compute_tiles, push_ready_tiles
-from .bulk_sync import bulk_sync
 
 
 @kernel
 def _gemm_producer_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # output: this rank's column block of c; one int32 flag per tile
+    # output: this rank's column block of c; one int64 flag per tile
     c_ptr, stride_cm, stride_cn, flags_ptr,
     # distributed
-    heap_bases, cur_rank, world, epoch,
+    heap_bases, ctl_ptr, cur_rank, world,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
 ):
-    compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                  c_ptr, stride_cm, stride_cn, flags_ptr, heap_bases, cur_rank, world, epoch, tl.program_id(0),
-                  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=False, RELEASE=True)
+    epoch, live = P.call_epoch(ctl_ptr)
+    if live:
+        compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                      c_ptr, stride_cm, stride_cn, flags_ptr, heap_bases, cur_rank, world, epoch, tl.program_id(0),
+                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=False, RELEASE=True)
 
 
 @kernel
@@ -43,38 +43,39 @@ def _scatter_consumer_kernel(
     c_ptr, flags_ptr,
     M, N,
     stride_cm, stride_cn,
-    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    heap_bases, ctl_ptr, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):
-    push_ready_tiles(c_ptr, flags_ptr, M, N, stride_cm, stride_cn, heap_bases, ctl_ptr, cur_rank, world, epoch,
-                     tl.program_id(0), BLOCK_M, BLOCK_N, GROUP_M, NUM_PROGRAMS)
+    epoch, live = P.call_epoch(ctl_ptr)
+    if live:
+        push_ready_tiles(c_ptr, flags_ptr, M, N, stride_cm, stride_cn, heap_bases, ctl_ptr, cur_rank, world,
+                         epoch, tl.program_id(0), BLOCK_M, BLOCK_N, GROUP_M, NUM_PROGRAMS)
 
 
+@collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, out=None):
     """gemm_all_scatter with GEMM and scatter kernels on two streams; same contract as
     :func:`tilefuse.gemm_all_scatter`."""
-    if isinstance(a, torch.Tensor) and a.dim() == 2 and a.shape[1] == 0:
-        return bulk_sync(a, b, config=config, group=group, out=out)  # K = 0: nothing to multiply
-    call, c, c_block, ws = setup("producer_consumer", a, b, config, group, out, comm=True)
-    heap, cfg = call.heap, call.config
-    epoch = ws.next_epoch()
-    device_barrier()  # every peer is done reading the previous result out of c
-    if call.num_tiles > 0:
-        gemm_programs = min(cfg.GEMM_SMS, call.num_tiles)
-        comm_programs = min(cfg.COMM_SMS, call.num_tiles)
-        streams = ForkedStreams(heap.device)  # the consumer's stream starts after the barrier
-        _gemm_producer_kernel[(gemm_programs,)](
-            *call.gemm_args, c_block, c_block.stride(0), c_block.stride(1), ws.flags,
-            heap.heap_bases, heap.rank, heap.world_size, epoch,
-            NUM_PROGRAMS=gemm_programs, **call.gemm_meta,
+    call = setup("producer_consumer", a, b, config, group, out, comm=True, flags=True)
+    if call.empty:
+        return call.result()
+    g, cfg = call.gemm, call.gemm.config
+    heap, c_block = g.heap, call.c_block
+    gemm_programs = min(cfg.GEMM_SMS, g.num_tiles)
+    comm_programs = min(cfg.COMM_SMS, g.num_tiles)
+    streams = ForkedStreams(heap.device)  # the consumer's stream starts after the begin kernel
+    _gemm_producer_kernel[(gemm_programs,)](
+        *g.gemm_args, c_block, c_block.stride(0), c_block.stride(1), call.flags,
+        heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
+        NUM_PROGRAMS=gemm_programs, **g.gemm_meta,
+    )
+    with streams.side():
+        _scatter_consumer_kernel[(comm_programs,)](
+            c_block, call.flags, g.M, g.N, c_block.stride(0), c_block.stride(1),
+            heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
+            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, GROUP_M=cfg.GROUP_M,
+            NUM_PROGRAMS=comm_programs, num_warps=4,
         )
-        with streams.side():
-            _scatter_consumer_kernel[(comm_programs,)](
-                c_block, ws.flags, call.M, call.N, c_block.stride(0), c_block.stride(1),
-                heap.heap_bases, ctl(heap), heap.rank, heap.world_size, epoch,
-                BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, GROUP_M=cfg.GROUP_M,
-                NUM_PROGRAMS=comm_programs, num_warps=4,
-            )
-        streams.join()
-    device_barrier()  # every peer's tiles have landed in c
-    return finish(call, c, out)
+    streams.join()
+    mid_barrier(heap, 0)  # every peer's tiles have landed in c
+    return call.result()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ..common.checks import check_divisible, check_matrix
-from ..common.launch import GemmCall, after_launch, ctl, op_heap, prepare_gemm, workspace
+from ..common.launch import GemmCall, begin, ctl, op_heap, prepare_gemm, workspace
 
 OP = "gemm_reduce_scatter"
 
@@ -23,8 +23,7 @@ class Call:
     c: torch.Tensor  # [rows, N], an ordinary tensor
     stage: torch.Tensor  # [W, rows, N] in the input dtype, on the heap
     run: torch.Tensor | None  # [rows, N] fp32 running sum on the heap (flagged variants, W >= 3)
-    flags: torch.Tensor | None  # [W, tiles_per_owner] int32 on the heap (flagged variants)
-    epoch: int  # this call's epoch of `flags` (0 without flags)
+    flags: torch.Tensor | None  # [W, tiles_per_owner] int64 on the heap (flagged variants)
 
     @property
     def heap(self):
@@ -69,9 +68,9 @@ class Call:
 
     @property
     def dist_args(self) -> tuple:
-        """heap_bases, ctl, rank, world, epoch: the distributed arguments of the reduction."""
+        """heap_bases, ctl, rank, world: the distributed arguments of the reduction."""
         heap = self.heap
-        return (heap.heap_bases, ctl(heap), heap.rank, heap.world_size, self.epoch)
+        return (heap.heap_bases, ctl(heap), heap.rank, heap.world_size)
 
 
 def _poison_outputs() -> bool:
@@ -102,29 +101,32 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool) -> Call
         c = torch.full((rows, N), float("nan"), dtype=a.dtype, device=a.device)
     else:
         c = torch.empty((rows, N), dtype=a.dtype, device=a.device)
+    # K_loc may differ between ranks: the signature holds everything else.
+    key = (OP, variant, call.M, N, str(a.dtype), tuple(call.config.to_dict().values()))
     if rows == 0 or N == 0:
-        return Call(call, rows, c, None, None, None, 0)
+        begin(key)
+        return Call(call, rows, c, None, None, None)
     if rows * N >= 2**31:
         raise ValueError(f"{OP}: an owner's block of M/W x N = {rows} x {N} elements must stay below 2**31 "
                          "(the reduction indexes a block with 32-bit offsets); split the call")
     stage = workspace(heap, (OP, "stage", a.dtype, W, rows, N),
-                      lambda h: {"stage": h.empty((W, rows, N), dtype=a.dtype)}).stage
-    run, flag_buf, epoch = None, None, 0
+                      lambda h: {"stage": h.empty((W, rows, N), dtype=a.dtype)}, W * rows * N * a.element_size()).stage
+    run, flag_buf = None, None
     if flags and W >= 3:
         # accumulate_slot indexes it with a slot's strides: both are contiguous [rows, N].
         run = workspace(heap, (OP, "run", W, rows, N),
-                        lambda h: {"run": h.empty((rows, N), dtype=torch.float32)}).run
+                        lambda h: {"run": h.empty((rows, N), dtype=torch.float32)}, rows * N * 4).run
         assert run.stride() == stage.stride()[1:]
     if flags:
         cfg = call.config
         tiles = -(-rows // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N)
         ws = workspace(heap, (OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N),
-                       lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int32)})
-        flag_buf, epoch = ws.flags, ws.next_epoch()
-    return Call(call, rows, c, stage, run, flag_buf, epoch)
+                       lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles)
+        flag_buf = ws.flags
+    begin(key, c)
+    return Call(call, rows, c, stage, run, flag_buf)
 
 
 def finish(call: Call) -> torch.Tensor:
-    """Report failed waits (cpu backend); return c."""
-    after_launch(call.heap)
+    """Return c."""
     return call.c

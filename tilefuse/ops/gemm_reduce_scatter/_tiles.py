@@ -7,8 +7,8 @@ order r+1, r+2, ..., r (its own last), so at any moment the ranks push to differ
 
 ``stage [W, rows, N]`` in the input dtype sits on every rank's heap; in the push layout slot s of
 owner o holds source s's partial of o's rows, computed in fp32 and rounded to the stage's dtype when
-stored. Flags ``flags [W, tiles_per_owner]`` int32 on the owner: entry ``(s, j)`` is set to the
-call's epoch by source s once its partial of tile j is in the slot. The owner sums in fp32; a running
+stored. Flags ``flags [W, tiles_per_owner]`` int64 on the owner: entry ``(s, j)`` is set to the
+call's sequence number by source s once its partial of tile j is in the slot. The owner sums in fp32; a running
 sum (W >= 3, flagged variants) lives in an owner-local fp32 buffer ``run [rows, N]``.
 """
 
@@ -100,7 +100,7 @@ def reduce_owned(
             src = source_at(cur_rank, i, world)
             for j in range(cid, tiles_per_owner, NUM_PROGRAMS):
                 # Acquire: pairs with the release in produce_partials on rank `src`.
-                tile_acquire(flags_ptr + src * tiles_per_owner + j, epoch, cur_rank, src, ctl_ptr)
+                tile_acquire(flags_ptr + src * tiles_per_owner + j, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
                 pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
                 for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, rows - pid_m * BLOCK_M), SUB_M)):
                     offs_m, offs_n = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)
@@ -122,12 +122,14 @@ def reduce_kernel(
     stage_ptr, flags_ptr, run_ptr, c_ptr,
     rows, N,
     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    heap_bases, ctl_ptr, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr,
 ):
     """Standalone reduction: one persistent launch of :func:`reduce_owned`."""
-    reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, rows, N,
-                 stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                 heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
-                 BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT)
+    epoch, live = P.call_epoch(ctl_ptr)
+    if live:
+        reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, rows, N,
+                     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                     heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
+                     BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT)

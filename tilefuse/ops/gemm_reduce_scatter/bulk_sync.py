@@ -1,6 +1,6 @@
 """gemm_reduce_scatter, bulk-synchronous: the whole GEMM, a barrier, then a pull-and-sum kernel.
 
-    rank r:  | barrier | GEMM (all SMs): a @ b -> stage [M, N] (input dtype) | barrier |
+    rank r:  | begin | GEMM (all SMs): a @ b -> stage [M, N] (input dtype) | barrier |
              | reduce: for each tile of r's rows, sum stage[r-th row block] of every rank -> c |
 
 No overlap: the baseline shape of the algorithm in the same runtime. Each rank's stage holds its
@@ -11,21 +11,21 @@ so the result is the same on every run.
 
 from __future__ import annotations
 
-from ...runtime import device_barrier
 from ..common.gemm import matmul
-from ._setup import finish, setup
+from ..common.launch import collective, ctl, mid_barrier
+from ._setup import OP, finish, setup
 from ._tiles import reduce_kernel
 
 
+@collective(OP)
 def bulk_sync(a, b, *, config=None, group=None):
     """gemm_reduce_scatter with no overlap; same contract as :func:`tilefuse.gemm_reduce_scatter`."""
     call = setup("bulk_sync", a, b, config, group, comm=False, flags=False)
     if call.empty:
         return call.c
     cfg = call.config
-    device_barrier()  # every peer is done pulling the previous call's partials out of our stage
     matmul(a, b, call.stage.view(call.gemm.M, call.gemm.N), cfg)  # fp32 accumulator, stored in a's dtype
-    device_barrier()  # every rank's partial is complete
+    mid_barrier(call.heap, 0)  # every rank's partial is complete
     programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, call.tiles_per_owner)
     reduce_kernel[(programs,)](
         call.stage, call.stage, call.run_arg, call.c,  # no flags: the barrier ordered the partials

@@ -1,7 +1,7 @@
 """gemm_reduce_scatter, fused sequential: each partial tile goes from registers to its owner's slot.
 
     program p:  | tile (owner r+1): K loop | store to owner's slot r | tile: K loop | store | ...
-    rank r:     | barrier | fused kernel | barrier | reduce: sum the W slots of r's tiles -> c |
+    rank r:     | begin | fused kernel | barrier | reduce: sum the W slots of r's tiles -> c |
 
 Pushing a tile overlaps the K loops of the tiles other programs are computing. The partials need no
 flags: the barrier after the kernel orders every rank's stores before the owner's local reduction,
@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from ...runtime import device_barrier
+from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ._setup import finish, setup
+from ..common.launch import collective, ctl, mid_barrier
+from ._setup import OP, finish, setup
 from ._tiles import produce_partials, reduce_kernel
 
 
@@ -26,17 +27,20 @@ def _fused_kernel(
     # stage [W, rows, N] in the input dtype (a symmetric address)
     stage_ptr, stride_slot, stride_sm, stride_sn,
     # distributed
-    heap_bases, cur_rank, world,
+    heap_bases, ctl_ptr, cur_rank, world,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
 ):
-    produce_partials(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                     stage_ptr, stage_ptr, stride_slot, stride_sm, stride_sn,
-                     heap_bases, cur_rank, world, 0, tl.program_id(0),
-                     BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False)
+    _, live = P.call_epoch(ctl_ptr)
+    if live:
+        produce_partials(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                         stage_ptr, stage_ptr, stride_slot, stride_sm, stride_sn,
+                         heap_bases, cur_rank, world, 0, tl.program_id(0),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False)
 
 
+@collective(OP)
 def fused_sequential(a, b, *, config=None, group=None):
     """gemm_reduce_scatter as one fused persistent kernel and a local reduction; same contract as
     :func:`tilefuse.gemm_reduce_scatter`."""
@@ -44,14 +48,13 @@ def fused_sequential(a, b, *, config=None, group=None):
     if call.empty:
         return call.c
     cfg, heap = call.config, call.heap
-    device_barrier()  # every owner is done reading the previous call's slots
     programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, heap.world_size * call.tiles_per_owner)
     _fused_kernel[(programs,)](
         *call.gemm.gemm_args, call.stage, *call.stage_args,
-        heap.heap_bases, heap.rank, heap.world_size,
+        heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
         NUM_PROGRAMS=programs, **call.gemm.gemm_meta,
     )
-    device_barrier()  # every rank's partials have landed in our slots
+    mid_barrier(heap, 0)  # every rank's partials have landed in our slots
     programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, call.tiles_per_owner)
     reduce_kernel[(programs,)](
         call.stage, call.stage, call.run_arg, call.c,  # no flags: the barrier ordered the partials

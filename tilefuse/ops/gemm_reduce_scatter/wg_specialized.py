@@ -2,7 +2,7 @@
 
     programs 0 .. G-1      : | tile: K loop | store to owner's slot r, release owner's flag | tile | ...
     programs G .. G+C-1    : | from r-1: acquire | from r-2: acquire, add | ... | own: acquire, add -> c |
-    stream: | barrier | one kernel |
+    stream: | begin | one kernel |
 
 G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every source's partial of every tile of
 this rank's rows has been summed, so the kernel's end is the op's end: no completion handshake. All
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from ...runtime import device_barrier
+from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ._setup import finish, setup
+from ..common.launch import collective, ctl, mid_barrier
+from ._setup import OP, finish, setup
 from ._tiles import produce_partials, reduce_owned
 
 
@@ -24,38 +25,40 @@ from ._tiles import produce_partials, reduce_owned
 def _wg_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # stage [W, rows, N] (input dtype), flags [W, tiles_per_owner] int32 (symmetric); the fp32
+    # stage [W, rows, N] (input dtype), flags [W, tiles_per_owner] int64 (symmetric); the fp32
     # running sum run [rows, N] (W >= 3) and output c [rows, N], both local
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, run_ptr, c_ptr, stride_cm, stride_cn,
     # distributed
-    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    heap_bases, ctl_ptr, cur_rank, world,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr,
 ):
+    epoch, live = P.call_epoch(ctl_ptr)
     pid = tl.program_id(0)
-    if pid < GEMM_PROGRAMS:
-        # Producers wait on nothing.
-        produce_partials(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                         stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                         heap_bases, cur_rank, world, epoch, pid,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
-    else:
-        # Reducers wait only on producers: lower program ids here, or other ranks.
-        reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, M // world, N,
-                     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                     heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
-                     BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True)
+    if live:
+        if pid < GEMM_PROGRAMS:
+            # Producers wait on nothing.
+            produce_partials(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                             stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                             heap_bases, cur_rank, world, epoch, pid,
+                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
+        else:
+            # Reducers wait only on producers: lower program ids here, or other ranks.
+            reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, M // world, N,
+                         stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                         heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
+                         BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True)
 
 
+@collective(OP)
 def wg_specialized(a, b, *, config=None, group=None):
     """gemm_reduce_scatter as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_reduce_scatter`."""
     call = setup("wg_specialized", a, b, config, group, comm=True, flags=True)
     if call.empty:
         return call.c
-    device_barrier()  # every owner is done reading the previous call's slots
     gemm_programs, comm_programs = call.program_counts
     _wg_kernel[(gemm_programs + comm_programs,)](
         *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args,
