@@ -12,10 +12,11 @@ so a rank that called a candidate one time more than its peers would hang them):
 2. Timing: the candidates' calls interleaved one by one (repetition r starts with candidate r mod n),
    a host barrier before each call, CUDA events on a GPU (the host clock elsewhere); each candidate's
    time is the median of its calls on this rank.
-3. Decision: one exchange of the ranks' medians; rank 0 takes each candidate's maximum over the
-   ranks (the slowest rank finishes a collective op), picks the fastest, and keeps the plain path
-   unless the pick is at least ``MARGIN`` (2 %) faster. A second exchange hands rank 0's decision to
-   every rank, so every rank runs the same variant whatever its own numbers said.
+3. Decision: one exchange of the ranks' medians; each candidate's time is its maximum over the
+   ranks (the slowest rank finishes a collective op); the fastest is picked, and the plain path kept
+   unless the pick is at least ``MARGIN`` (2 %) faster. Every rank applies that rule, then a second
+   exchange hands rank 0's answer to every rank: all ranks run rank 0's decision, whatever their
+   own rule said (a rank with another margin, say).
 
 Host exchanges use ``tilefuse.runtime.hostsync.all_gather_object`` (bounded) where it exists, else
 ``torch.distributed.all_gather_object`` on the op's group (bounded by the group's timeout).
@@ -224,7 +225,9 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str)
     # 3. cross-rank max; rank 0 decides and hands its decision to every rank
     medians = all_gather(mine, group, what=f"autotune {what}: times")
     times = {c.name: max(m[c.name] for m in medians) for c in kept}
-    winner = decide(times) if rank == 0 else None
-    winner = all_gather(winner, group, what=f"autotune {what}: decision")[0]
+    mine = decide(times)
+    winner = all_gather(mine, group, what=f"autotune {what}: decision")[0]
+    if mine != winner:
+        log.debug("tilefuse: autotune %s: rank %d would pick %s; rank 0's %s wins", what, rank, mine, winner)
     chosen = next(c for c in kept if c.name == winner)
     return Result(chosen.variant, chosen.config, times, dropped, reps)

@@ -1,0 +1,485 @@
+"""``variant="auto"`` beyond the tables: M buckets, the decision cache, first-call tuning, the plain default.
+
+On CPU ranks the times mean nothing, so the tuning tests replace the clock (``autotune.set_timer``);
+the candidates still run, are checked against the plain path, and the ranks still exchange their
+views, times and decision as they do on GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+
+import tilefuse
+from tilefuse.ops import dispatch
+from tilefuse.tuning import autotune, cache, costmodel, tables
+from tilefuse.tuning.buckets import m_bucket
+
+REPO = Path(__file__).resolve().parents[1]
+OP = "gemm_all_scatter"
+SHAPE = (48, 40, 32)  # M, N_loc, K
+
+
+# ---------------------------------------------------------------------------------------------
+# Buckets
+# ---------------------------------------------------------------------------------------------
+
+
+def test_m_buckets():
+    assert m_bucket(1) == m_bucket(16) == (1, 16)
+    assert m_bucket(17) == (17, 32) and m_bucket(256) == (129, 256)
+    assert m_bucket(257) == (257, 384) and m_bucket(384) == (257, 384) and m_bucket(385) == (385, 512)
+    assert m_bucket(8192) == (6145, 8192) and m_bucket(8193) == (8193, 12288)
+    for M in range(1, 70000):
+        lo, hi = m_bucket(M)
+        assert lo <= M <= hi
+    assert len({m_bucket(M) for M in range(1, 65537)}) == 21
+    assert len({m_bucket(M) for M in range(300, 16385)}) <= 13, "a server's token counts: about a dozen buckets"
+    for bad in (0, -3, 2.0, True):
+        with pytest.raises(ValueError, match="positive int"):
+            m_bucket(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache file
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cache_round_trip_and_keys(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    key = cache.entry_key("cpu", 2, OP, "float16", 40, 32, m_bucket(48))
+    assert key.startswith("cpu|ws2|gemm_all_scatter|float16|N40|K32|M33-64|torch")
+    assert "|triton" in key and "|tilefuse" in key
+    assert cache.get(key) is None
+    path = cache.put({key: {"variant": "bulk_sync", "config": None}})
+    assert path == tmp_path / "autotune.json" and cache.get(key)["variant"] == "bulk_sync"
+    cache.put({key + "x": {"variant": "plain", "config": None}})
+    assert set(cache.load()) == {key, key + "x"}, "a write merges with what is on disk"
+    with pytest.raises(ValueError, match="malformed"):
+        cache.put({key: {"variant": "turbo"}})
+
+
+def test_cache_refuses_the_package_directory(monkeypatch):
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(Path(tilefuse.__file__).parent / "configs"))
+    with pytest.raises(cache.CacheDirError, match="inside the tilefuse package"):
+        cache.cache_dir()
+
+
+def test_default_cache_dir_is_the_users(monkeypatch, tmp_path):
+    monkeypatch.delenv("TILEFUSE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.cache_dir() == tmp_path / "tilefuse"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache.cache_dir() == Path.home() / ".cache" / "tilefuse"
+
+
+def test_a_broken_cache_file_is_ignored_with_a_warning(tmp_path, caplog):
+    path = tmp_path / "autotune.json"
+    path.write_text("{half a file")
+    with caplog.at_level("WARNING", logger="tilefuse"):
+        assert cache.load(path) == {}
+    assert "not valid JSON" in caplog.text
+    key = "k"
+    path.write_text(json.dumps({"schema": 1, "entries": {key: {"variant": "fused_sequential",
+                                                                "config": {"BLOCK_M": 48}}}}))
+    with caplog.at_level("WARNING", logger="tilefuse"):
+        assert cache.load(path) == {}
+    assert "malformed" in caplog.text
+    cache.put({"k2": {"variant": "plain", "config": None}}, path)  # a writer replaces the broken file
+    assert set(cache.load(path)) == {"k2"}
+
+
+_WRITER = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from tilefuse.tuning import cache
+    path, tag, n = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    for i in range(n):
+        cache.put({f"{tag}-{i}": {"variant": "plain", "config": None, "i": i}}, path)
+        json.loads(path.read_text())  # every state a reader can see is a whole file
+""")
+
+
+def test_two_concurrent_writers_lose_nothing(tmp_path):
+    path = tmp_path / "autotune.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    n = 40
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(path), tag, str(n)], env=env, cwd=REPO,
+                              stderr=subprocess.PIPE, text=True) for tag in ("a", "b")]
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err
+    entries = json.loads(path.read_text())["entries"]
+    assert set(entries) == {f"{t}-{i}" for t in "ab" for i in range(n)}
+    assert not list(tmp_path.glob("*.tmp")), "no temporary file left behind"
+
+
+# ---------------------------------------------------------------------------------------------
+# The cost model
+# ---------------------------------------------------------------------------------------------
+
+
+def _sample(M, N, K, **speedups):
+    cfg = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4, "num_stages": 1,
+           "GEMM_SMS": 2, "COMM_SMS": 2}
+    return costmodel.Sample(M, N, K, 1.0, {v: (s, cfg) for v, s in speedups.items()})
+
+
+def test_cost_model_needs_every_neighbour_to_agree():
+    data = [_sample(4096, 4096, 4096, bulk_sync=1.3, wg_specialized=1.1),
+            _sample(4096, 4096, 8192, bulk_sync=1.2, wg_specialized=1.4)]
+    p = costmodel.predict_from(data, 4096, 4096, 5800)  # between the two, within the radius of both
+    assert p.variant == "bulk_sync" and p.speedup == pytest.approx(1.2) and p.wins, p
+    assert len(p.neighbours) == 2
+    assert costmodel.predict_from(data, 512, 4096, 4096) is None, "nothing measured nearby"
+    lonely = costmodel.predict_from([_sample(4096, 4096, 4096, bulk_sync=1.04)], 4096, 4096, 4096)
+    assert lonely.variant == "bulk_sync" and not lonely.wins, "a 4 % win is below the model's 5 %"
+    slow = costmodel.predict_from([_sample(4096, 4096, 4096, bulk_sync=0.8)], 4096, 4096, 4096)
+    assert not slow.wins
+
+
+def test_cost_model_leave_one_out_on_the_shipped_tables():
+    """The shipped tables' held-out shapes: the model's picks never lose to plain (README numbers)."""
+    for op in ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter"):
+        for world in (1, 2):
+            data = costmodel.samples(op, "nvidia-h200", world, "bfloat16")
+            if not data:
+                continue
+            rows = costmodel.leave_one_out(data)
+            assert len(rows) == len(data)
+            assert all(r["auto_speedup"] >= 1.0 for r in rows), (op, world, rows)
+
+
+def test_sample_prefers_second_pass_times():
+    entry = {"M": 64, "N": 64, "K": 64, "plain_ms": 2.0, "variant": "plain", "time_ms": 2.0, "candidates": [
+        {"variant": "bulk_sync", "config": {"x": 1}, "time_ms": 0.5},
+        {"variant": "bulk_sync", "config": {"x": 2}, "time_ms": 1.6, "final": True},
+        {"variant": "fused_sequential", "config": {"x": 3}, "time_ms": 1.0},
+        {"variant": "wg_specialized", "config": {"x": 4}, "error": "HeapFullError"}]}
+    s = costmodel.sample_of(entry)
+    assert s.speedups == {"bulk_sync": (1.25, {"x": 2}), "fused_sequential": (2.0, {"x": 3})}
+    assert costmodel.sample_of({"M": 1, "N": 1, "K": 1, "plain_ms": None}) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Rank jobs
+# ---------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _env(**values):
+    """Set (or, with None, remove) environment variables for the block, and start from no decisions."""
+    saved = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = str(v)
+    dispatch.clear()
+    tables.clear_cache()
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        dispatch.clear()
+        tables.clear_cache()
+        autotune.set_timer(None)
+
+
+@contextmanager
+def _counting_tunes():
+    calls = []
+    real = autotune.tune
+
+    def counted(candidates, **kw):
+        calls.append([c.name for c in candidates])
+        return real(candidates, **kw)
+
+    autotune.tune = counted
+    try:
+        yield calls
+    finally:
+        autotune.tune = real
+
+
+def _operands(ctx, M, N, K, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(M, K, generator=g).to(torch.float16).to(ctx.device)  # the same on every rank
+    gb = torch.Generator().manual_seed(seed + 1 + ctx.rank)
+    b = (torch.randn(K, N, generator=gb) / K ** 0.5).to(torch.float16).to(ctx.device)
+    return a, b
+
+
+def _checked_auto(ctx, a, b):
+    got = tilefuse.gemm_all_scatter(a, b)
+    ref = tilefuse.gemm_all_scatter(a, b, variant="reference")
+    torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=5e-2)
+
+
+def job_tune_with_fake_times(ctx, cache_dirs, per_rank_ms, rank1_decides=None, shape=SHAPE):
+    """Tune one shape with every rank's clock replaced by ``per_rank_ms[rank]`` (candidate -> ms);
+    optionally rank 1's own decision rule is replaced (rank 0's decision must still win)."""
+    times = per_rank_ms[ctx.rank]
+    real_decide = autotune.decide
+    with _env(TILEFUSE_AUTOTUNE="1", TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dirs[ctx.rank],
+              TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
+        autotune.set_timer(lambda name: times.get(name.split("#")[0], 5.0))
+        if rank1_decides is not None and ctx.rank == 1:
+            autotune.decide = lambda t, **kw: rank1_decides
+        try:
+            a, b = _operands(ctx, *shape)
+            choice = dispatch.decide(OP, a, b)
+            _checked_auto(ctx, a, b)
+            again = dispatch.decide(OP, a, b)
+        finally:
+            autotune.decide = real_decide
+        return choice.variant, choice.source, again.source == choice.source, len(tunes), tunes[:1]
+
+
+def test_first_call_tuning_takes_the_cross_rank_max_and_rank_0_decides(pools, tmp_path):
+    dirs = [str(tmp_path / f"r{r}") for r in range(2)]
+    per_rank = [{"plain": 1.0, "bulk_sync": 0.5, "fused_sequential": 0.9},  # rank 0 alone: bulk_sync
+                {"plain": 1.0, "bulk_sync": 0.95, "fused_sequential": 0.8}]  # rank 1 alone: fused_sequential
+    res = pools.run(2, job_tune_with_fake_times, dirs, per_rank, "plain")
+    for variant, source, remembered, n_tunes, tunes in res:
+        # max over ranks: bulk_sync 0.95, fused_sequential 0.9 (10 % under plain); rank 1's own rule said plain
+        assert variant == "fused_sequential" and source.startswith("tuned"), res
+        assert remembered and n_tunes == 1
+        assert tunes[0][0] == "plain" and "bulk_sync" in tunes[0], "the candidates always include plain"
+    assert res[0][4] == res[1][4], "the same candidates in the same order on every rank"
+    for d in dirs:
+        entries = json.loads((Path(d) / "autotune.json").read_text())["entries"]
+        [(key, entry)] = entries.items()
+        assert "|ws2|gemm_all_scatter|float16|N40|K32|M33-64|" in key and entry["variant"] == "fused_sequential"
+
+
+def test_a_fused_variant_needs_a_margin_over_plain(pools, tmp_path):
+    dirs = [str(tmp_path)] * 2
+    per_rank = [{"plain": 1.0, "bulk_sync": 0.99, "fused_sequential": 0.995}] * 2
+    res = pools.run(2, job_tune_with_fake_times, dirs, per_rank)
+    assert all(r[0] == "plain" and r[1].startswith("tuned") for r in res), res
+
+
+def job_auto_without_tuning(ctx, cache_dir, config_dir, autotune_mode, shape=SHAPE):
+    with _env(TILEFUSE_AUTOTUNE=autotune_mode, TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=config_dir), \
+            _counting_tunes() as tunes:
+        a, b = _operands(ctx, *shape)
+        _checked_auto(ctx, a, b)
+        choice = dispatch.choose(OP, a, b)
+        return choice.variant, choice.source, len(tunes)
+
+
+@pytest.mark.parametrize("mode", ["0", None])
+def test_plain_is_the_default_and_the_env_turns_tuning_off(pools, tmp_path, mode):
+    """Nothing measured, tuning off (=0), or the default mode in the interpreter: plain at W = 2."""
+    res = pools.run(2, job_auto_without_tuning, str(tmp_path / "cache"), str(tmp_path / "tables"), mode)
+    assert all(r == ("plain", "default (nothing measured)", 0) for r in res), res
+    assert not (tmp_path / "cache" / "autotune.json").exists()
+
+
+def test_the_cost_model_may_leave_plain_when_measurements_agree(pools, tmp_path):
+    M, N, K = SHAPE
+    cfg = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4, "num_stages": 1,
+           "GEMM_SMS": 2, "COMM_SMS": 0}
+    near = [(M * 2, N, K), (M, N, K * 2)]  # not the call's (N, K, M bucket); within the model's radius
+    entries = [{"M": m, "N": n, "K": k, "dtype": "float16", "variant": "fused_sequential", "config": cfg,
+                "time_ms": 0.5, "plain_ms": 1.0, "candidates": [
+                    {"variant": "fused_sequential", "config": cfg, "time_ms": 0.5, "final": True},
+                    {"variant": "bulk_sync", "config": cfg, "time_ms": 2.0, "final": True}]} for m, n, k in near]
+    table = {"schema": 1, "op": OP, "arch": "cpu", "world_size": 2, "provenance": {"device": "test"},
+             "entries": entries}
+    path = tables.table_path(tmp_path / "tables", OP, "cpu", 2)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(table))
+    res = pools.run(2, job_auto_without_tuning, str(tmp_path / "cache"), str(tmp_path / "tables"), "0")
+    for variant, source, _ in res:
+        assert variant == "fused_sequential" and source.startswith("model (predicted 2.00x"), res
+    # One neighbour measured fused_sequential slower than plain: the model stays on plain.
+    entries[1]["candidates"][0]["time_ms"] = 1.2
+    path.write_text(json.dumps(table))
+    res = pools.run(2, job_auto_without_tuning, str(tmp_path / "cache"), str(tmp_path / "tables"), "0")
+    assert all(r[0] == "plain" for r in res), res
+
+
+def job_cache_on_one_rank_only(ctx, cache_dirs, mode):
+    with _env(TILEFUSE_AUTOTUNE=mode, TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dirs[ctx.rank],
+              TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
+        autotune.set_timer(lambda name: {"plain": 1.0, "wg_specialized": 0.5}.get(name.split("#")[0], 3.0))
+        a, b = _operands(ctx, *SHAPE)
+        _checked_auto(ctx, a, b)
+        choice = dispatch.choose(OP, a, b)
+        return choice.variant, choice.source.split(" ")[0], len(tunes)
+
+
+def _seed_cache(directory: Path, variant: str, world: int = 2):
+    M, N, K = SHAPE
+    key = cache.entry_key("cpu", world, OP, "float16", N, K, m_bucket(M))
+    cache.put({key: {"variant": variant, "config": None}}, directory / "autotune.json")
+
+
+def test_a_cache_on_rank_0_only_decides_for_every_rank(pools, tmp_path):
+    dirs = [tmp_path / "r0", tmp_path / "r1"]
+    _seed_cache(dirs[0], "bulk_sync")
+    res = pools.run(2, job_cache_on_one_rank_only, [str(d) for d in dirs], "1")
+    assert res == [("bulk_sync", "cache", 0)] * 2, res
+
+
+@pytest.mark.parametrize("mode,expect", [("0", ("plain", "default", 0)), ("1", ("wg_specialized", "tuned", 1))])
+def test_a_cache_on_rank_1_only_still_gives_one_decision(pools, tmp_path, mode, expect):
+    """Rank 0 saw nothing: every rank follows it (tunes together, or takes the default)."""
+    dirs = [tmp_path / "r0", tmp_path / "r1"]
+    _seed_cache(dirs[1], "bulk_sync")
+    res = pools.run(2, job_cache_on_one_rank_only, [str(d) for d in dirs], mode)
+    assert res == [expect] * 2, res
+
+
+def job_serving_token_counts(ctx, cache_dir, Ms):
+    """Many token counts, one (N, K): tuning runs once per M bucket (stubbed: each bucket -> plain)."""
+    real = autotune.tune
+    calls = []
+
+    def stub(candidates, **kw):
+        calls.append(kw["what"])
+        return autotune.Result("plain", None, {"plain": 1.0}, {}, 3)
+
+    with _env(TILEFUSE_AUTOTUNE="1", TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=None):
+        autotune.tune = stub
+        try:
+            for M in Ms:
+                a, b = _operands(ctx, M, 40, 32)
+                out = tilefuse.gemm_all_scatter(a, b)
+                assert out.shape == (M, 40 * ctx.world), "the kernels run the exact M"
+        finally:
+            autotune.tune = real
+    return calls
+
+
+def test_serving_tunes_once_per_m_bucket(pools, tmp_path):
+    Ms = [1, 3, 16, 17, 20, 32, 33, 40, 64, 5, 18, 50]
+    [calls] = pools.run(1, job_serving_token_counts, str(tmp_path), Ms)
+    assert len(calls) == 3 and [c.split()[-1] for c in calls] == ["M1-16", "M17-32", "M33-64"], calls
+
+
+def job_capture_makes_no_decision(ctx, cache_dir):
+    real = torch.compiler.is_compiling
+    with _env(TILEFUSE_AUTOTUNE="1", TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=None), \
+            _counting_tunes() as tunes:
+        a, b = _operands(ctx, *SHAPE)
+        torch.compiler.is_compiling = lambda: True
+        try:
+            variant, _, _ = dispatch.resolve(OP, a, b)
+            while_tracing = (variant, len(tunes), len(dispatch._RESOLVED))
+        finally:
+            torch.compiler.is_compiling = real
+        autotune.set_timer(lambda name: 1.0)
+        dispatch.resolve(OP, a, b)  # eager again: now the bucket is tuned
+        return while_tracing, len(tunes)
+
+
+def test_no_tuning_while_compiling_or_capturing(pools, tmp_path):
+    [(while_tracing, tunes_after)] = pools.run(1, job_capture_makes_no_decision, str(tmp_path))
+    assert while_tracing == ("plain", 0, 0), "plain, nothing tuned, nothing remembered"
+    assert tunes_after == 1
+
+
+def job_tune_and_report(ctx, cache_dir):
+    with _env(TILEFUSE_AUTOTUNE="1", TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dir,
+              TILEFUSE_CONFIG_DIR=None):
+        autotune.set_timer(lambda name: {"plain": 1.0, "fused_sequential": 0.6}.get(name.split("#")[0], 3.0))
+        a, b = _operands(ctx, *SHAPE)
+        _checked_auto(ctx, a, b)
+        return dispatch.choose(OP, a, b).variant
+
+
+_SECOND_PROCESS = textwrap.dedent("""
+    import json, os, socket
+    import torch, torch.distributed as dist
+    os.environ["TILEFUSE_BACKEND"] = "cpu"
+    import tilefuse
+    from tilefuse.ops import dispatch
+    from tilefuse.tuning import autotune
+
+    def no_tuning(*a, **k):
+        raise AssertionError("the second process tuned")
+
+    autotune.tune = no_tuning
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    tilefuse.init(heap_size=16 << 20)
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(50, 32, generator=g).half()  # another M in the same bucket (33-64)
+    b = torch.randn(32, 40, generator=g).half()
+    c = tilefuse.gemm_all_scatter(a, b)
+    torch.testing.assert_close(c.float(), (a.float() @ b.float()), rtol=1e-2, atol=5e-2)
+    choice = dispatch.choose("gemm_all_scatter", a, b)
+    print(json.dumps([choice.variant, choice.source]))
+    tilefuse.shutdown()
+    dist.destroy_process_group()
+""")
+
+
+def test_cache_round_trip_across_processes(pools, tmp_path):
+    [variant] = pools.run(1, job_tune_and_report, str(tmp_path))
+    assert variant == "fused_sequential"
+    env = dict(os.environ, PYTHONPATH=str(REPO), TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_AUTOTUNE="1",
+               TRITON_INTERPRET="1", TILEFUSE_BACKEND="cpu")
+    env.pop("TILEFUSE_CONFIG_DIR", None)
+    out = subprocess.run([sys.executable, "-c", _SECOND_PROCESS], env=env, cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    variant, source = json.loads(out.stdout.strip().splitlines()[-1])
+    assert variant == "fused_sequential" and source.startswith("cache"), source
+
+
+def test_tuning_logs_at_info_and_decisions_at_debug(pools, tmp_path):
+    [logged] = pools.run(1, job_logged, str(tmp_path))
+    assert any(r[0] == "INFO" and "tuned gemm_all_scatter 48x40x32" in r[1] and "-> " in r[1] for r in logged), logged
+    assert any(r[0] == "DEBUG" and "(tuned" in r[1] for r in logged), logged
+
+
+def job_logged(ctx, cache_dir):
+    import logging
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append((record.levelname, record.getMessage()))
+
+    logger = logging.getLogger("tilefuse")
+    handler, level = Keep(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        job_tune_and_report(ctx, cache_dir)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return records
+
+
+def test_bad_env_values_are_clear_errors(monkeypatch):
+    monkeypatch.setenv("TILEFUSE_AUTOTUNE", "sometimes")
+    with pytest.raises(ValueError, match="TILEFUSE_AUTOTUNE"):
+        autotune.mode()
+    monkeypatch.setenv("TILEFUSE_AUTOTUNE_BUDGET", "-1")
+    with pytest.raises(ValueError, match="TILEFUSE_AUTOTUNE_BUDGET"):
+        autotune.budget_s()
+
+
+def test_decide_keeps_plain_within_the_margin():
+    assert autotune.decide({"plain": 1.0, "a": 0.985}) == "plain"
+    assert autotune.decide({"plain": 1.0, "a": 0.97, "b": 0.95}) == "b"
+    assert autotune.decide({"plain": 1.0}) == "plain"
