@@ -69,3 +69,25 @@ def gemm_reduce_scatter(a, b, *, config=None, group=None):
 for _op, _fn in (("gemm_all_scatter", gemm_all_scatter), ("all_gather_gemm", all_gather_gemm),
                  ("gemm_reduce_scatter", gemm_reduce_scatter)):
     registry.register(_op, "plain", _fn)
+
+
+def gemm_all_reduce(a, b, *, config=None, group=None, bias=None):
+    op = "gemm_all_reduce"
+    _checks(op, a, b)
+    if bias is not None:
+        from .gemm_all_reduce._setup import check_bias
+
+        check_bias(op, bias, a, b)
+    c = a @ b
+    if dist.get_world_size(group) > 1:  # at W = 1 the product is the sum: no collective
+        if c.device.type == "cuda" and dist.get_backend(group) == "gloo":  # gloo has no CUDA all-reduce
+            host = c.cpu()
+            dist.all_reduce(host, group=group)
+            c = host.to(c.device)
+        else:
+            dist.all_reduce(c, group=group)
+    return c if bias is None else c.add_(bias)
+
+
+if "gemm_all_reduce" in registry.OPS:  # registered once the registry lists the op
+    registry.register("gemm_all_reduce", "plain", gemm_all_reduce)

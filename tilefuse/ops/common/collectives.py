@@ -44,3 +44,14 @@ def reduce_scatter_rows(t: torch.Tensor, group=None) -> torch.Tensor:
     rows = t.shape[0] // world
     out = src[rank * rows:(rank + 1) * rows].clone()
     return out.to(t.device) if host else out
+
+
+def all_reduce_sum(t: torch.Tensor, group=None) -> torch.Tensor:
+    """Sum ``t`` over ranks in fp32; every rank gets the whole sum (fp32, on ``t``'s device)."""
+    src = t.float()
+    if dist.get_world_size(group) == 1:
+        return src
+    host = _needs_host(t, group)
+    buf = src.cpu() if host else src.clone()
+    dist.all_reduce(buf, group=group)
+    return buf.to(t.device) if host else buf

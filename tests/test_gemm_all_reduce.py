@@ -1,0 +1,308 @@
+"""gemm_all_reduce: every variant against the reference, W = 1..4, ragged shapes, repeated calls, the
+result bit-identical on every rank and across variants, fused bias, ragged K shards, bad input,
+CUDA graph replay (GPU only)."""
+
+import time
+
+import pytest
+import torch
+from ophelpers import assert_matches, dtypes, poison_workspaces, randn
+
+import tilefuse
+from tilefuse.ops import registry
+
+OP = "gemm_all_reduce"
+VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
+WORLDS = [1, 2, 3, 4]
+# (M, N, K_loc): ragged in every dimension; fewer rows than one block.
+SHAPES = [(37, 72, 56), (5, 40, 24)]
+# Small blocks (several tiles per program), several reduction programs, and one warp, so that the
+# reduction works through a tile in two [16, 64] blocks.
+SMALL_CFG = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=16, GROUP_M=2, num_warps=1, num_stages=1,
+                 GEMM_SMS=3, COMM_SMS=3)
+
+
+def _ensure_registered():
+    """Import the op so that its entry points are in the registry.
+
+    Until ``tilefuse.ops.registry.OPS`` lists the op (and ``tilefuse/__init__.py`` imports it), it is
+    added here first, in this process only; afterwards this is a plain import.
+    """
+    if OP not in registry.OPS:
+        registry.OPS = registry.OPS + (OP,)
+    import tilefuse.ops.gemm_all_reduce as op_module
+    from tilefuse.ops import plain
+
+    for name, fn in op_module.ENTRY_POINTS.items():
+        if name not in registry.variants(OP):
+            registry.register(OP, name, fn)
+    if "plain" not in registry.variants(OP):
+        registry.register(OP, "plain", plain.gemm_all_reduce)
+    return op_module
+
+
+def _get(variant):
+    _ensure_registered()
+    return registry.get(OP, variant)
+
+
+def _inputs(ctx, M, N, K, dtype, seed, b_transposed=False, bias=False):
+    # Every rank holds a different K shard; A is scaled by (rank + 1), so a partial that is
+    # dropped, doubled or summed twice shows.
+    a = randn((M, K), dtype, ctx.device, seed=seed * 100 + ctx.rank + 1, scale=ctx.rank + 1)
+    b = randn((K, N), dtype, ctx.device, seed=seed * 100 + 50 + ctx.rank)
+    if b_transposed:
+        b = b.t().contiguous().t()  # column-major [K, N]
+    # The bias is the same on every rank (seeded without the rank).
+    c_bias = randn((N,), dtype, ctx.device, seed=seed * 100 + 99, scale=4.0) if bias else None
+    return a, b, c_bias
+
+
+def _check(ctx, got, ref, dtype, K, what):
+    # The sum of W partials, rank r's scaled by (r + 1): the error grows with the sum of the scales.
+    scale = ctx.world * (ctx.world + 1) / 2
+    assert_matches(got, ref, dtype, K, ctx.on_gpu, what, scale=scale)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bits of t (torch.equal alone would take -0.0 for +0.0 and fail on NaN)."""
+    return t.contiguous().view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def _same_bits_on_every_rank(results, what):
+    """``results``: per rank, a list of tensors (one per call); rank 0's are compared to everyone's."""
+    first = results[0]
+    for rank, outs in enumerate(results[1:], start=1):
+        assert len(outs) == len(first)
+        for i, (x, y) in enumerate(zip(first, outs)):
+            differ = (_bits(x) != _bits(y)).sum().item()
+            assert differ == 0, f"{what}: call {i}: rank {rank} differs from rank 0 in {differ} of {x.numel()} elements"
+
+
+def job_against_reference(ctx, variant, shapes, calls, config=None, late=False, b_transposed=False,
+                          dtype_list=None, bias=False):
+    """Returns every result, for the cross-rank bit comparison."""
+    fn = _get(variant)
+    cfg = tilefuse.Config(**config) if config else None
+    seed, outs = 0, []
+    for M, N, K in shapes:
+        for dtype in dtype_list or dtypes(ctx.on_gpu):
+            for call in range(calls):
+                seed += 1
+                a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed, b_transposed, bias)
+                ref = _get("reference")(a, b, bias=c_bias)
+                poison_workspaces()
+                if late and ctx.rank == call % ctx.world:
+                    time.sleep(0.2)  # the others must wait for this rank's partials
+                got = fn(a, b, config=cfg, bias=c_bias)
+                tilefuse.synchronize()
+                _check(ctx, got, ref, dtype, K, f"{variant} M={M} N={N} K={K} {dtype} call {call}")
+                outs.append(got)
+    tilefuse.barrier()
+    return outs
+
+
+def job_back_to_back(ctx, variant, M, N, K, calls):
+    """Calls with different inputs and no host synchronisation between them: a rank that finishes
+    call e early starts pushing call e+1's partials while its peers still sum call e's. The last
+    call repeats the first one's inputs and must give the same bits (fixed summation order)."""
+    dtype = torch.float32
+    inputs = [_inputs(ctx, M, N, K, dtype, seed=200 + i)[:2] for i in range(calls - 1)]
+    inputs.append(inputs[0])
+    refs = [_get("reference")(a, b) for a, b in inputs]
+    poison_workspaces()
+    fn = _get(variant)
+    outs = [fn(a, b) for a, b in inputs]
+    tilefuse.synchronize()
+    for i, (got, ref) in enumerate(zip(outs, refs)):
+        _check(ctx, got, ref, dtype, K, f"{variant} back-to-back call {i}")
+    assert torch.equal(_bits(outs[0]), _bits(outs[-1])), f"{variant}: two runs on the same inputs differ"
+    tilefuse.barrier()
+    return outs
+
+
+def job_variants_bit_identical(ctx, M, N, K, dtype_list, config, bias):
+    """Every variant gives the very bits of every other (one summation order, one rounding of the
+    partials, the bias added in fp32 after the sum); returns them all."""
+    cfg = tilefuse.Config(**config)
+    outs = []
+    for dtype in dtype_list:
+        a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=31, bias=bias)
+        ref = _get("reference")(a, b, bias=c_bias)
+        got = {}
+        for variant in VARIANTS:
+            poison_workspaces()
+            got[variant] = _get(variant)(a, b, config=cfg, bias=c_bias)
+            tilefuse.synchronize()
+            _check(ctx, got[variant], ref, dtype, K, f"{variant} {dtype}")
+        for variant in VARIANTS[1:]:
+            differ = (_bits(got[variant]) != _bits(got[VARIANTS[0]])).sum().item()
+            assert differ == 0, f"{dtype}: {variant} and {VARIANTS[0]} differ in {differ} of {ref.numel()} elements"
+        outs.extend(got.values())
+    tilefuse.barrier()
+    return outs
+
+
+def job_ragged_k_shards(ctx, k_per_rank, M, N):
+    """K shards of different sizes per rank (one of them empty), an empty M and N, plain, the public
+    entry point with variant="auto" and with a named variant."""
+    op_module = _ensure_registered()
+    dtype = torch.float16
+    K = k_per_rank[ctx.rank]
+    a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=11, bias=True)
+    ref = _get("reference")(a, b)
+    ref_bias = _get("reference")(a, b, bias=c_bias)
+    for variant in VARIANTS:
+        fn = _get(variant)
+        poison_workspaces()
+        got = fn(a, b)
+        tilefuse.synchronize()
+        _check(ctx, got, ref, dtype, max(k_per_rank), f"{variant} K shards {k_per_rank}")
+        nothing = fn(torch.zeros((0, K), dtype=dtype, device=ctx.device), b)
+        assert nothing.shape == (0, N) and nothing.dtype == dtype
+        nothing = fn(a, b[:, :0])
+        assert nothing.shape == (M, 0) and nothing.dtype == dtype
+    for variant, kwargs in (("plain", {}), ("plain", {"bias": c_bias})):
+        got = _get(variant)(a, b, **kwargs)
+        _check(ctx, got, ref_bias if kwargs else ref, dtype, max(k_per_rank), f"plain {sorted(kwargs)}")
+    for kwargs in ({}, {"variant": "wg_specialized"}, {"bias": c_bias}):
+        got = op_module.gemm_all_reduce(a, b, **kwargs)
+        tilefuse.synchronize()
+        _check(ctx, got, ref_bias if "bias" in kwargs else ref, dtype, max(k_per_rank), f"public {kwargs}")
+    tilefuse.barrier()
+    return True
+
+
+def job_bad_input(ctx):
+    """Every rank raises a clear error before any communication."""
+    dev = ctx.device
+    a = torch.zeros((5, 8), dtype=torch.float16, device=dev)
+    b = torch.zeros((8, 16), dtype=torch.float16, device=dev)
+    bias = torch.zeros((16,), dtype=torch.float16, device=dev)
+    for variant in VARIANTS + ("plain",):
+        fn = _get(variant)
+        with pytest.raises(ValueError, match=r"K must match"):
+            fn(a, b[:4])
+        with pytest.raises(TypeError, match=r"dtype"):
+            fn(a, b.float())
+        with pytest.raises(TypeError, match=r"dtype"):
+            fn(a.to(torch.int32), b.to(torch.int32))
+        with pytest.raises(ValueError, match=r"2-D"):
+            fn(a[0], b)
+        with pytest.raises(ValueError, match=r"bias must have shape \(16,\)"):
+            fn(a, b, bias=bias[:8])
+        with pytest.raises(TypeError, match=r"bias has dtype"):
+            fn(a, b, bias=bias.float())
+    with pytest.raises(ValueError, match=r"bias must have shape"):
+        _get("reference")(a, b, bias=bias[None])
+    tilefuse.barrier()
+    return True
+
+
+def job_one_sided_error(ctx, variant):
+    """Rank 0's call fails its checks, the peers' copies raise PeerCallError; later calls are correct."""
+    M, N, K = 24, 40, 32
+    dtype = torch.float32
+    good = _inputs(ctx, M, N, K, dtype, seed=5)[:2]
+    _check(ctx, _get(variant)(*good), _get("reference")(*good), dtype, K, "warm-up")
+    a, b = _inputs(ctx, M, N, K, dtype, seed=6)[:2]
+    if ctx.rank == 0:
+        b = b.half()  # a dtype mismatch on one rank only
+    with pytest.raises((TypeError, tilefuse.PeerCallError)) as info:
+        _get(variant)(a, b)
+    kind = type(info.value).__name__
+    for seed in (7, 8):
+        a, b = _inputs(ctx, M, N, K, dtype, seed=seed)[:2]
+        _check(ctx, _get(variant)(a, b), _get("reference")(a, b), dtype, K, f"after the error, seed {seed}")
+    tilefuse.barrier()
+    return kind
+
+
+def job_graph_replay(ctx, variant, replays):
+    """Capture one call after an eager one; replay with new inputs copied into the static ones."""
+    fn = _get(variant)
+    M, N, K = 72, 136, 96
+    dtype = torch.bfloat16
+    a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=1, bias=True)
+    static = [a.clone(), b.clone(), c_bias.clone()]
+    fn(static[0], static[1], bias=static[2])  # eager: creates the workspaces
+    torch.cuda.synchronize()
+    tilefuse.barrier()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out = fn(static[0], static[1], bias=static[2])
+    tilefuse.barrier()
+    outs = []
+    for i in range(replays):
+        fresh = _inputs(ctx, M, N, K, dtype, seed=100 + i, bias=True)
+        for s, x in zip(static, fresh):
+            s.copy_(x)
+        g.replay()
+        torch.cuda.synchronize()
+        _check(ctx, static_out, _get("reference")(fresh[0], fresh[1], bias=fresh[2]), dtype, K, f"replay {i}")
+        outs.append(static_out.clone())
+    tilefuse.synchronize()
+    tilefuse.barrier()
+    del g
+    return outs
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variant_matches_reference(pools, variant, world):
+    results = pools.run(world, job_against_reference, variant, SHAPES, calls=1)
+    _same_bits_on_every_rank(results, f"{variant} W={world}")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_repeated_calls_and_late_rank(pools, variant, on_gpu):
+    """Four calls in a row (stale flags below the epoch, NaN staging), a different rank late each time."""
+    results = pools.run(3, job_against_reference, variant, [SHAPES[0]], calls=4, late=True,
+                        dtype_list=dtypes(on_gpu)[:1])
+    _same_bits_on_every_rank(results, variant)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_back_to_back_calls_deterministic(pools, variant):
+    results = pools.run(3, job_back_to_back, variant, 37, 40, 24, calls=4)
+    _same_bits_on_every_rank(results, variant)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_bias_and_non_default_config(pools, variant):
+    """A fused bias; small blocks, several communication programs, a transposed (column-major) b."""
+    results = pools.run(2, job_against_reference, variant, [(37, 72, 24)], calls=1, config=SMALL_CFG,
+                        b_transposed=True, bias=True)
+    _same_bits_on_every_rank(results, variant)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_variants_bit_identical(pools, world, on_gpu):
+    results = pools.run(world, job_variants_bit_identical, 37, 72, 56, dtypes(on_gpu), SMALL_CFG, world == 3)
+    _same_bits_on_every_rank(results, f"W={world}")
+
+
+def test_ragged_k_shards_empty_plain_and_public(pools):
+    assert all(pools.run(3, job_ragged_k_shards, [0, 24, 40], 21, 40))
+
+
+def test_bad_input_raises_on_every_rank(pools):
+    assert all(pools.run(2, job_bad_input))
+
+
+def test_one_sided_error(pools):
+    kinds = pools.run(2, job_one_sided_error, "producer_consumer")
+    assert kinds == ["TypeError", "PeerCallError"], kinds
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_graph_replay(pools, on_gpu, variant):
+    if not on_gpu:
+        pytest.skip("CUDA graphs need a GPU")
+    results = pools.run(2, job_graph_replay, variant, 20)
+    _same_bits_on_every_rank(results, f"{variant} graph replays")
+
+
+def test_registered():
+    _ensure_registered()
+    assert set(VARIANTS) | {"reference", "plain"} <= set(registry.variants(OP))

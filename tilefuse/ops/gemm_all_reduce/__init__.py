@@ -1,0 +1,67 @@
+"""gemm_all_reduce: ``c = all_reduce(a @ b)``, bit-identical on every rank (one-shot: partials pushed to all)."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import library, registry
+from .bulk_sync import bulk_sync
+from .fused_sequential import fused_sequential
+from .producer_consumer import producer_consumer
+from .reference import reference
+from .wg_specialized import wg_specialized
+
+OP = "gemm_all_reduce"
+ENTRY_POINTS = {"reference": reference, "bulk_sync": bulk_sync, "producer_consumer": producer_consumer,
+                "fused_sequential": fused_sequential, "wg_specialized": wg_specialized}
+if OP in registry.OPS:  # the registry lists the op (tilefuse.ops.registry.OPS)
+    for _name, _fn in ENTRY_POINTS.items():
+        registry.register(OP, _name, _fn)
+
+
+def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bias=None):
+    """GEMM over a K shard, summed over ranks, on every rank: ``all_reduce(a @ b) (+ bias)``.
+
+    The row-parallel linear of inference tensor parallelism. Every rank of ``group`` (default: the
+    group of :func:`tilefuse.init`) calls it with ``a [M, K_loc]`` and ``b [K_loc, N]``, its K shard
+    (ordinary tensors; K_loc may differ between ranks); every rank gets ``c [M, N]``, the sum over
+    ranks of ``a @ b`` (plus ``bias``), as an ordinary tensor. fp16, bf16 or fp32 (fp32 runs the
+    tensor cores in tf32 on GPUs). No divisibility requirement.
+
+    Precision and determinism: each rank's partial is accumulated in fp32 and rounded to the input
+    dtype once, before it travels (as the partial ``a @ b`` handed to an NCCL all-reduce is); every
+    rank sums the W partials in fp32 in the fixed order of ranks 0, 1, ..., W-1, adds the bias in
+    fp32 and rounds once to the input dtype. So the W copies of ``c`` are bit-identical (replicated
+    activations never drift apart), every run gives the same bits, and the four variants agree bit
+    for bit. The reference and plain paths sum in another order: they agree to rounding.
+
+    ``bias``: optional ``[N]`` tensor of a's dtype, added once after the sum (fused into the
+    reduction). It must be the same on every rank, or the copies of ``c`` differ by the biases.
+    With a bias the call runs outside the ``torch.library`` custom op; where autograd needs a
+    gradient, the bias is added after the op instead (differentiable; the same on every rank).
+
+    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (fp32 torch.matmul + all-reduce),
+    ``"plain"`` (torch.matmul + torch.distributed all-reduce) or ``"auto"`` (the tuned table, the
+    cache, first-call tuning or the plain path). ``config``: a :class:`tilefuse.Config` overriding
+    tile sizes and the GEMM_SMS/COMM_SMS split (the same on every rank). Heap workspace per rank,
+    allocated on the first call of a shape: ``W*M*N*itemsize`` bytes of staging (one per dtype and
+    shape, shared by the variants), plus ``8*W*tiles`` bytes of flags for producer_consumer and
+    wg_specialized.
+
+    Returns once every rank's partial has been summed into ``c`` (stream-ordered on a GPU: complete
+    for any later work on the current stream). Collective: every rank must make the same calls in
+    the same order. CUDA graphs: make one eager call of the shape first, then capture.
+    """
+    if OP in library.SPECS:  # the torch.library custom op (traceable, differentiable)
+        if bias is None:
+            return library.call(OP, a, b, variant=variant, config=config, group=group)
+        if isinstance(bias, torch.Tensor) and torch.is_grad_enabled() and (
+                a.requires_grad or b.requires_grad or bias.requires_grad):
+            return library.call(OP, a, b, variant=variant, config=config, group=group) + bias
+    if not isinstance(variant, str):
+        raise TypeError(f"{OP}: variant must be a string, got {type(variant).__name__}")
+    if variant == "auto":
+        from ..dispatch import run_auto
+
+        return run_auto(OP, a, b, config, group, bias=bias)
+    return registry.get(OP, variant)(a, b, config=config, group=group, bias=bias)

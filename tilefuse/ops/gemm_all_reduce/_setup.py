@@ -1,0 +1,139 @@
+"""Host set-up shared by the gemm_all_reduce variants: checks, output, workspaces, launch arguments."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..common.launch import GemmCall, begin, ctl, op_heap, prepare_gemm, workspace
+
+OP = "gemm_all_reduce"
+
+
+def check_bias(op: str, bias, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``bias`` is a 1-D tensor of ``N = b.shape[1]`` elements with a's dtype, on a's device."""
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"{op}: bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    if bias.dim() != 1 or bias.shape[0] != b.shape[1]:
+        raise ValueError(f"{op}: bias must have shape ({b.shape[1]},) (N, the columns of b), got {tuple(bias.shape)}")
+    if bias.dtype != a.dtype:
+        raise TypeError(f"{op}: bias has dtype {bias.dtype} but a has dtype {a.dtype}")
+    if bias.device != a.device:
+        raise ValueError(f"{op}: bias is on {bias.device} but a is on {a.device}")
+
+
+@dataclass
+class Call:
+    """One checked call: the GEMM operands, this rank's output, the bias and the heap buffers."""
+
+    gemm: GemmCall
+    c: torch.Tensor  # [M, N], an ordinary tensor
+    bias: torch.Tensor | None  # [N], contiguous, or None
+    stage: torch.Tensor | None  # [W, M, N] in the input dtype, on the heap (None: empty call)
+    flags: torch.Tensor | None  # [W, num_tiles] int64 on the heap (flagged variants)
+
+    @property
+    def heap(self):
+        return self.gemm.heap
+
+    @property
+    def config(self):
+        return self.gemm.config
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to compute or move (M or N is 0 on every rank)."""
+        return self.stage is None
+
+    @property
+    def num_tiles(self) -> int:
+        return self.gemm.num_tiles
+
+    @property
+    def sub_m(self) -> int:
+        """Rows per reduction block: about 32 fp32 elements per thread, a power of two <= BLOCK_M."""
+        cfg = self.gemm.config
+        return max(1, min(cfg.BLOCK_M, 1024 * cfg.num_warps // cfg.BLOCK_N))
+
+    @property
+    def program_counts(self) -> tuple[int, int]:
+        """(GEMM programs, reduction programs): the config's split, capped by the tiles there are."""
+        cfg = self.config
+        return min(cfg.GEMM_SMS, self.num_tiles), min(cfg.COMM_SMS, self.num_tiles)
+
+    @property
+    def all_programs(self) -> int:
+        """Programs of a kernel that has the whole device to itself (bulk_sync, fused_sequential)."""
+        cfg = self.config
+        return min(cfg.GEMM_SMS + cfg.COMM_SMS, self.num_tiles)
+
+    @property
+    def stage_args(self) -> tuple:
+        s = self.stage
+        return (s.stride(0), s.stride(1), s.stride(2))
+
+    @property
+    def out_args(self) -> tuple:
+        """c, bias (c as a never-read stand-in when there is none) and c's strides."""
+        c = self.c
+        return (c, c if self.bias is None else self.bias, c.stride(0), c.stride(1))
+
+    @property
+    def dist_args(self) -> tuple:
+        """heap_bases, ctl, rank, world."""
+        heap = self.heap
+        return (heap.heap_bases, ctl(heap), heap.rank, heap.world_size)
+
+    def reduce_meta(self, programs: int, *, pull: bool, wait: bool) -> dict:
+        """Constexprs and launch options of the reduction (reduce_tiles)."""
+        cfg = self.config
+        return dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=self.sub_m, GROUP_M=cfg.GROUP_M,
+                    NUM_PROGRAMS=programs, PULL=pull, WAIT=wait, HAS_BIAS=self.bias is not None)
+
+
+def _poison_outputs() -> bool:
+    # Debug aid (the test harness sets it): a tile that a variant forgets to write shows as NaN.
+    return os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0")
+
+
+def setup(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -> Call:
+    """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; allocate c; get the workspaces.
+
+    The stage has a's dtype and is shared by every variant of one (dtype, M, N) (the begin kernel of
+    each call is a barrier: no rank writes a call's partials into a peer still summing the previous
+    call's). The flags belong to one variant and tile shape.
+    """
+    heap = op_heap(OP, group)
+    call = prepare_gemm(OP, a, b, group, config, comm=comm)
+    if bias is not None:
+        check_bias(OP, bias, a, b)
+        bias = bias.contiguous()
+    if call.K == 0 and call.use_tma:
+        # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
+        call = dataclasses.replace(call, use_tma=False, b_kmajor=False)
+    M, N, W = call.M, call.N, heap.world_size
+    if _poison_outputs():
+        c = torch.full((M, N), float("nan"), dtype=a.dtype, device=a.device)
+    else:
+        c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    # K_loc may differ between ranks: the signature holds everything else.
+    key = (OP, variant, M, N, str(a.dtype), tuple(call.config.to_dict().values()), bias is not None)
+    if M == 0 or N == 0:
+        begin(key)
+        return Call(call, c, bias, None, None)
+    if M * N >= 2**31:
+        raise ValueError(f"{OP}: M x N = {M} x {N} elements must stay below 2**31 (the reduction indexes a "
+                         "slot with 32-bit offsets); split the call")
+    stage = workspace(heap, (OP, "stage", a.dtype, W, M, N),
+                      lambda h: {"stage": h.empty((W, M, N), dtype=a.dtype)}, W * M * N * a.element_size()).stage
+    flag_buf = None
+    if flags:
+        cfg = call.config
+        ws = workspace(heap, (OP, variant, W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
+                       lambda h: {"flags": h.zeros((W, call.num_tiles), dtype=torch.int64)}, 8 * W * call.num_tiles)
+        flag_buf = ws.flags
+    begin(key, c)
+    return Call(call, c, bias, stage, flag_buf)

@@ -1,0 +1,148 @@
+"""Device loops shared by the gemm_all_reduce variants: push partial tiles to every rank, sum them.
+
+One-shot all-reduce. Output tiles are the ``num_tiles = cdiv(M, BM) * cdiv(N, BN)`` tiles of
+``c [M, N]`` (grouped swizzle, linear tile id ``t``), the same numbering on every rank.
+
+``stage [W, M, N]`` in the input dtype sits on every rank's heap. Push layout (fused variants):
+slot s of every rank holds source s's partial ``a_s @ b_s``, computed in fp32 and rounded to the
+stage's dtype as it is stored into the W heaps. Pull layout (bulk_sync): rank s's partial stays in
+slot s of its own heap and the reducers load it from there. Flags ``flags [W, num_tiles]`` int64 on
+every rank: entry ``(s, t)`` is set to the call's sequence number by source s once its partial of
+tile t is in this rank's slot s.
+
+Every rank sums the W partials of every tile in fp32 in the order 0, 1, ..., W-1 (not relative to
+its own rank), with the same code, so the W copies of ``c`` have the same bits; a bias is added
+once, after the sum.
+"""
+
+import triton
+import triton.language as tl
+
+from ...runtime import primitives as P
+from ...runtime.primitives import kernel
+from ..common.flags import tile_acquire, tile_release
+from ..common.gemm import gemm_operands, gemm_tile, tile_coords, tile_offsets
+from ..common.reduce import block_offsets, slot_ptr
+
+
+@triton.jit
+def produce_tiles(
+    # GEMM operands (the order of GemmCall.gemm_args)
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    # stage [W, M, N] (input dtype) and flags [W, num_tiles] int64 (symmetric addresses)
+    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+    # distributed
+    heap_bases, cur_rank, world, epoch,
+    # this program among NUM_PROGRAMS GEMM programs
+    pid,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
+):
+    """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ... and store each into slot
+    ``cur_rank`` of every rank (ranks cur_rank + 1, cur_rank + 2, ..., itself last).
+
+    The fp32 accumulator is rounded to the stage's dtype once and the same values go to every rank.
+    With ``RELEASE`` each destination's flag (cur_rank, t) is set to ``epoch`` after its store.
+    """
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    my_slot = slot_ptr(stage_ptr, cur_rank, stride_slot)
+    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                               BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
+    for t in range(pid, num_tiles, NUM_PROGRAMS):
+        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
+        part = acc.to(stage_ptr.dtype.element_ty)  # [BM, BN], rounded once
+        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        ptrs = my_slot + offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN]
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
+        for i in range(0, world):
+            dst = (cur_rank + 1 + i) % world
+            P.store(ptrs, part, cur_rank, dst, heap_bases, mask=mask)
+            if RELEASE:
+                # Release: pairs with the acquire in reduce_tiles (WAIT) on rank `dst`.
+                tile_release(flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases)
+
+
+@triton.jit
+def _load_partial(stage_ptr, src, offs, mask, heap_bases, cur_rank, stride_slot, PULL: tl.constexpr):
+    """Source ``src``'s partial of a block, converted to fp32 (zero outside ``mask``)."""
+    if PULL:
+        part = P.load(slot_ptr(stage_ptr, src, stride_slot) + offs, cur_rank, src, heap_bases, mask=mask, other=0.0)
+    else:
+        part = tl.load(slot_ptr(stage_ptr, src, stride_slot) + offs, mask=mask, other=0.0)
+    return part.to(tl.float32)
+
+
+@triton.jit
+def reduce_tiles(
+    # stage [W, M, N] (input dtype), flags [W, num_tiles] (push layout), output c [M, N], bias [N]
+    stage_ptr, flags_ptr, c_ptr, bias_ptr,
+    M, N,
+    stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+    # distributed
+    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    # this program among NUM_PROGRAMS reduction programs
+    cid,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, HAS_BIAS: tl.constexpr,
+):
+    """Sum the W partials of tiles cid, cid + NUM_PROGRAMS, ... into c: ``((s_0 + s_1) + ...) + bias``.
+
+    fp32, sources in the order 0, 1, ..., W-1 on every rank; only the final value is rounded to
+    c's dtype. ``PULL``: source s's partial is read from slot s of rank s's heap (complete after a
+    barrier); else from this rank's slot s. ``WAIT`` (push layout, partials still arriving): the
+    program first acquires the W flags of the tile, in source order. A tile is processed in
+    [SUB_M, BN] blocks with 32-bit offsets inside a slot.
+    """
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    for t in range(cid, num_tiles, NUM_PROGRAMS):
+        if WAIT:
+            for src in range(0, world):
+                # Acquire: pairs with the release in produce_tiles on rank `src`.
+                tile_acquire(flags_ptr + src * num_tiles + t, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
+        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+        for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, M - pid_m * BLOCK_M), SUB_M)):
+            offs_m, offs_n = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)  # [SUB_M], [BN]
+            offs = offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [SUB_M, BN] int32
+            mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [SUB_M, BN]
+            # Start from s_0 itself (0.0 + -0.0 would be +0.0).
+            acc = _load_partial(stage_ptr, 0, offs, mask, heap_bases, cur_rank, stride_slot, PULL)  # [SUB_M, BN]
+            for src in range(1, world):
+                acc += _load_partial(stage_ptr, src, offs, mask, heap_bases, cur_rank, stride_slot, PULL)
+            if HAS_BIAS:
+                bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
+                acc += bias[None, :]
+            c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [SUB_M, BN]
+            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@kernel
+def reduce_kernel(
+    stage_ptr, flags_ptr, c_ptr, bias_ptr, stride_cm, stride_cn,
+    M, N,
+    stride_slot, stride_sm, stride_sn,
+    heap_bases, ctl_ptr, cur_rank, world,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, HAS_BIAS: tl.constexpr,
+):
+    """Standalone reduction: one persistent launch of :func:`reduce_tiles`."""
+    epoch, live = P.call_epoch(ctl_ptr)
+    if live:
+        reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
+                     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                     heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
+                     BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT, HAS_BIAS)
+
+
+def launch_reduce(call, programs: int, *, pull: bool, wait: bool) -> None:
+    """Launch :func:`reduce_kernel` for ``call`` (a :class:`._setup.Call`) on ``programs`` programs."""
+    flags = call.stage if call.flags is None else call.flags  # a never-read stand-in without WAIT
+    reduce_kernel[(programs,)](
+        call.stage, flags, *call.out_args, call.gemm.M, call.gemm.N, *call.stage_args, *call.dist_args,
+        num_warps=call.config.num_warps, **call.reduce_meta(programs, pull=pull, wait=wait),
+    )

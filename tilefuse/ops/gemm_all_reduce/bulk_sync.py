@@ -1,0 +1,28 @@
+"""gemm_all_reduce, bulk-synchronous: the whole GEMM into the rank's own slot, a barrier, a pull-and-sum kernel.
+
+    rank r:  | begin | GEMM (all SMs): a @ b -> stage[r] (own heap, input dtype) | barrier |
+             | reduce: for each tile, stage[s] of rank s for s = 0, 1, ..., W-1, summed in fp32 (+ bias) -> c |
+
+No overlap: the baseline shape of the algorithm in the same runtime. Rank r's partial never leaves
+its heap before the barrier; every rank then reads every partial (remote loads) and sums the W of
+them in the fixed order 0, 1, ..., W-1, so the W copies of ``c`` have the same bits.
+"""
+
+from __future__ import annotations
+
+from ..common.gemm import matmul
+from ..common.launch import collective, mid_barrier
+from ._setup import OP, setup
+from ._tiles import launch_reduce
+
+
+@collective(OP)
+def bulk_sync(a, b, *, config=None, group=None, bias=None):
+    """gemm_all_reduce with no overlap; same contract as :func:`tilefuse.gemm_all_reduce`."""
+    call = setup("bulk_sync", a, b, config, group, bias, comm=False, flags=False)
+    if call.empty:
+        return call.c
+    matmul(a, b, call.stage[call.heap.rank], call.config)  # fp32 accumulator, stored in a's dtype
+    mid_barrier(call.heap, 0)  # every rank's partial is complete
+    launch_reduce(call, call.all_programs, pull=True, wait=False)
+    return call.c

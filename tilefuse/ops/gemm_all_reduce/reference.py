@@ -1,0 +1,21 @@
+"""gemm_all_reduce reference: fp32 torch.matmul, then a torch.distributed all-reduce (fp32 sum)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..common.collectives import all_reduce_sum
+from ._setup import OP, check_bias
+
+
+def reference(a: torch.Tensor, b: torch.Tensor, *, config=None, group=None, bias=None) -> torch.Tensor:
+    """``all_reduce(a @ b) + bias``: ``a [M, K_loc]``, ``b [K_loc, N]``, ``bias [N]`` -> ``[M, N]``.
+
+    The partial, the sum and the bias are in fp32; the result is rounded to a's dtype once.
+    """
+    if bias is not None:
+        check_bias(OP, bias, a, b)
+    total = all_reduce_sum(a.float() @ b.float(), group=group)
+    if bias is not None:
+        total = total + bias.float()
+    return total.to(a.dtype)
