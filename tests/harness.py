@@ -259,3 +259,71 @@ class Pools:
         for pool in self._pools.values():
             pool.close()
         self._pools.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# Fresh process groups, for tests where ranks die or must not share the pools' state
+# ---------------------------------------------------------------------------------------------
+
+
+def _group_worker(rank: int, world: int, port: int, env: dict, fn, args, results) -> None:
+    os.environ.update(env)
+    try:
+        import datetime
+
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=60))
+        value = fn(rank, world, *args)
+        results.put((rank, "ok", bytes(ForkingPickler.dumps(_on_host(value)))))
+    except BaseException:
+        results.put((rank, "error", traceback.format_exc()))
+
+
+def run_group(fn, world: int, *args, timeout: float = 120.0, env: dict | None = None) -> dict:
+    """Run ``fn(rank, world, *args)`` in ``world`` new processes joined by a new gloo process group.
+
+    Unlike :class:`RankPool`, nothing is initialised but the process group (``fn`` calls
+    ``tilefuse.init`` itself, or not), the processes end after ``fn``, and a rank may die: the
+    result maps every rank to ``("ok", value)``, ``("error", traceback)``, ``("died", exitcode)``
+    or ``("timeout", None)``. ``env`` is added to each rank's environment before it imports
+    tilefuse (the cpu backend by default).
+    """
+    base = {"TILEFUSE_BACKEND": "cpu", "TRITON_INTERPRET": "1"} if TEST_DEVICE == "cpu" else {}
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_group_worker, args=(r, world, port, {**base, **(env or {})}, fn, args, results),
+                         daemon=True) for r in range(world)]
+    for p in procs:
+        p.start()
+    got: dict = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < world and time.monotonic() < deadline:
+            try:
+                rank, status, value = results.get(timeout=0.5)
+                got[rank] = (status, pickle.loads(value) if status == "ok" else value)
+            except queue.Empty:
+                for r, p in enumerate(procs):
+                    if r not in got and not p.is_alive():
+                        time.sleep(0.5)  # its result may still be in the queue's pipe
+                        while True:
+                            try:
+                                rank, status, value = results.get(timeout=0.1)
+                            except queue.Empty:
+                                break
+                            got[rank] = (status, pickle.loads(value) if status == "ok" else value)
+                        if r not in got:
+                            got[r] = ("died", p.exitcode)
+    finally:
+        for p in procs:
+            p.join(timeout=max(0.1, min(10.0, deadline - time.monotonic())))
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    for r in range(world):
+        got.setdefault(r, ("timeout", None))
+    return got

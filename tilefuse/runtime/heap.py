@@ -12,22 +12,46 @@ A tensor's block returns to the pool when the tensor and every view of it are go
 handed to torch through an object that owns it (``__array_interface__`` on the CPU,
 ``__cuda_array_interface__`` on the GPU), and torch keeps that object alive as long as any view of
 the storage lives.
+
+Lifetime: every block also holds this rank's own heap memory (the CPU mapping, or the CUDA
+allocation), so a heap tensor stays valid after :meth:`SymmetricHeap.close` (``tilefuse.shutdown``)
+for as long as it lives: the memory is never unmapped under it, and a later heap never reuses it.
+``close`` warns (:class:`LiveHeapTensorsWarning`) when such tensors remain; peers no longer see them.
+
+CPU rendezvous: each rank creates ``/dev/shm/tilefuse-<token>-r<rank>`` with ``O_CREAT | O_EXCL |
+O_NOFOLLOW`` and mode 0600, every rank maps every file (checking owner, mode and size on the open
+descriptor), and each rank unlinks its own file in a ``finally``: after a failed rendezvous (a
+peer that died, a file that could not be made or mapped) it also unlinks its peers' files, which it
+can name because every name derives from one token that rank 0 hands out first. Host steps of the
+rendezvous are bounded (:mod:`tilefuse.runtime.hostsync`).
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import mmap
 import os
+import stat
 import threading
 import uuid
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from . import hostsync
+
 ALIGNMENT = 256
+SHM_DIR = "/dev/shm"
+
+# Called on each rank as ``RENDEZVOUS_HOOK(stage, paths)`` during the CPU rendezvous: stage
+# "created" once this rank's file exists (before any exchange), "mapped" once every rank has
+# mapped every file (before the files are unlinked). Tests inspect the files here.
+RENDEZVOUS_HOOK: Callable[[str, list], None] | None = None
 
 
 def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
@@ -47,11 +71,17 @@ def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
     args = list(args)
     args[names.index("storage_device")] = device.index if device.index is not None else torch.cuda.current_device()
     return tuple(args)
+
+
 DEFAULT_HEAP_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}
 
 
 class HeapFullError(MemoryError):
     """The symmetric heap has no free block large enough."""
+
+
+class LiveHeapTensorsWarning(UserWarning):
+    """A heap was closed while tensors on it were still referenced (they stay valid, rank-local)."""
 
 
 def _parse_size(text: str) -> int:
@@ -127,16 +157,37 @@ class _Allocator:
         with self._lock:
             return sum(self._used.values())
 
+    def live(self, exclude: Iterable[int] = ()) -> tuple[int, int]:
+        """(blocks, bytes) in use, leaving out the blocks that start at the offsets ``exclude``."""
+        skip = set(exclude)
+        with self._lock:
+            sizes = [n for off, n in self._used.items() if off not in skip]
+        return len(sizes), sum(sizes)
+
+    def block_start(self, offset: int) -> int | None:
+        """Start of the block in use that holds byte ``offset``, or None."""
+        with self._lock:
+            for off, n in self._used.items():
+                if off <= offset < off + n:
+                    return off
+        return None
+
     @property
     def bytes_free(self) -> int:
         return self.size - self.bytes_used
 
 
 class _Block:
-    """Owns one allocation; torch keeps it alive through the array interface of its storage."""
+    """Owns one allocation; torch keeps it alive through the array interface of its storage.
 
-    def __init__(self, allocator: _Allocator, offset: int, addr: int, nbytes: int, device: torch.device):
+    ``memory`` is the tensor that owns this rank's whole heap: holding it keeps the mapping (CPU)
+    or the CUDA allocation alive for as long as the block, whatever happens to the heap object.
+    """
+
+    def __init__(self, allocator: _Allocator, offset: int, addr: int, nbytes: int, device: torch.device,
+                 memory: torch.Tensor):
         self._allocator = allocator
+        self._memory = memory
         self.offset = offset
         iface = {"shape": (nbytes,), "typestr": "|u1", "data": (addr, False), "version": 3}
         if device.type == "cuda":
@@ -147,9 +198,12 @@ class _Block:
             self.__array_interface__ = iface
 
     def __del__(self):
-        allocator, self._allocator = self._allocator, None
-        if allocator is not None:
-            allocator.free(self.offset)
+        # getattr: at interpreter exit an instance may be finalised after its attributes were cleared.
+        allocator = getattr(self, "_allocator", None)
+        if allocator is None:
+            return
+        self._allocator = None
+        allocator.free(self.offset)
 
 
 @dataclass
@@ -173,7 +227,9 @@ class SymmetricHeap:
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self._allocator = _Allocator(size)
+        self._closed = True  # until the rendezvous succeeds
         self._maps = self._map_cpu() if backend == "cpu" else self._map_cuda()
+        self._memory = self._maps.tensors[self.rank]
         bases = [t.data_ptr() for t in self._maps.tensors]
         self.base = bases[self.rank]
         self.heap_bases = torch.tensor(bases, dtype=torch.int64, device=device)
@@ -181,58 +237,142 @@ class SymmetricHeap:
 
     # ---------------------------------------------------------------- rendezvous
     def _map_cpu(self) -> _PeerMaps:
-        path = f"/dev/shm/tilefuse-{uuid.uuid4().hex[:12]}-r{self.rank}"
-        with open(path, "wb") as f:
-            f.truncate(self.size)
-        paths: list = [None] * self.world_size
-        dist.all_gather_object(paths, path, group=self.group)
-        tensors = [torch.from_file(p, shared=True, size=self.size, dtype=torch.uint8) for p in paths]
-        dist.barrier(group=self.group)
-        os.unlink(path)  # every rank has mapped it: the mappings outlive the name
-        return _PeerMaps(tensors, paths)
+        what = f"tilefuse.init: heap rendezvous of rank {self.rank}"
+        token = hostsync.all_gather_object(uuid.uuid4().hex[:16] if self.rank == 0 else None, self.group,
+                                           what="tilefuse.init: heap file names")[0]
+        paths = [os.path.join(SHM_DIR, f"tilefuse-{token}-r{r}") for r in range(self.world_size)]
+        own = paths[self.rank]
+        done = False
+        try:
+            problem = None
+            try:
+                fd = os.open(own, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                try:
+                    os.ftruncate(fd, self.size)
+                finally:
+                    os.close(fd)
+            except OSError as err:
+                problem = f"cannot create {own}: {err}"
+            if RENDEZVOUS_HOOK is not None:
+                RENDEZVOUS_HOOK("created", paths)
+            self._agree(problem, "tilefuse.init: creating the heap files", what)
+            tensors: list = []
+            problem = None
+            for r, path in enumerate(paths):
+                try:
+                    tensors.append(_map_file(path, self.size))
+                except OSError as err:
+                    problem = f"cannot map rank {r}'s heap file {path}: {err}"
+                    break
+            if problem is not None:
+                tensors.clear()
+            self._agree(problem, "tilefuse.init: mapping the heap files", what)
+            if RENDEZVOUS_HOOK is not None:
+                RENDEZVOUS_HOOK("mapped", paths)
+            done = True
+            return _PeerMaps(tensors, paths)
+        finally:
+            # Every rank has mapped every file once the exchange above succeeded: the mappings
+            # outlive the names. After a failure, the files of peers that died go too.
+            for path in paths if not done else [own]:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+
+    def _agree(self, problem: str | None, step: str, what: str) -> None:
+        """Bounded exchange of each rank's problem with a rendezvous step; raise on every rank if any."""
+        problems = hostsync.all_gather_object(problem, self.group, what=step)
+        bad = {r: p for r, p in enumerate(problems) if p is not None}
+        if bad:
+            listing = "; ".join(f"rank {r}: {p}" for r, p in sorted(bad.items()))
+            raise RuntimeError(f"{what} failed at '{step}': {listing}")
 
     def _map_cuda(self) -> _PeerMaps:
         from torch.multiprocessing.reductions import reduce_tensor
 
+        what = f"tilefuse.init: heap rendezvous of rank {self.rank} ({self.device})"
         own = torch.empty(self.size, dtype=torch.uint8, device=self.device)
-        handles: list = [None] * self.world_size
-        dist.all_gather_object(handles, reduce_tensor(own), group=self.group)
-        tensors = []
-        for r, (rebuild, args) in enumerate(handles):
+        # One handle per peer: each share carries its own reference count, which that peer releases
+        # when it drops its mapping, so the count is exact for any world size.
+        handles = [None if r == self.rank else reduce_tensor(own) for r in range(self.world_size)]
+        everyone = hostsync.all_gather_object(handles, self.group, what="tilefuse.init: CUDA IPC handles")
+        tensors: list = []
+        problem = None
+        for r, theirs in enumerate(everyone):
             if r == self.rank:
                 tensors.append(own)
-            else:
-                tensors.append(rebuild(*_open_on_device(rebuild, args, self.device)))
-        # Touch every peer's heap from this rank's device now: a mapping the device cannot reach
-        # fails here, naming the peer, instead of as an illegal address inside the first op.
-        for r, t in enumerate(tensors):
+                continue
             try:
+                rebuild, args = theirs[self.rank]
+                t = rebuild(*_open_on_device(rebuild, args, self.device))
+                # Touch the peer's heap from this rank's device now: a mapping the device cannot
+                # reach fails here, naming the peer, instead of as an illegal address in an op.
                 t[:ALIGNMENT].sum().item()
             except RuntimeError as err:
-                raise RuntimeError(
-                    f"rank {self.rank} ({self.device}) cannot read rank {r}'s heap through CUDA IPC: {err}"
-                ) from err
+                problem = f"cannot map or read rank {r}'s heap through CUDA IPC: {err}"
+                break
+            tensors.append(t)
+        if problem is not None:
+            tensors = [own]
         torch.cuda.synchronize(self.device)
-        dist.barrier(group=self.group)
+        self._agree(problem, "tilefuse.init: mapping the peers' heaps", what)
         return _PeerMaps(tensors)
 
-    def close(self) -> None:
-        """Drop the peer mappings (after a barrier, so no peer is still using ours)."""
+    def close(self, *, internal: Iterable[torch.Tensor] = ()) -> None:
+        """Drop the peer mappings, then a bounded barrier (collective; idempotent).
+
+        Every rank drops its mappings of its peers' heaps before the barrier, so no rank's memory
+        is still mapped elsewhere once the barrier passes (on a GPU, torch's IPC reference counts
+        are then back to zero before any process exits). This rank's own heap memory stays alive
+        while any heap tensor does; those tensors stay valid here but peers no longer see them,
+        and a :class:`LiveHeapTensorsWarning` says how many there are. ``internal``: tilefuse's own
+        heap tensors that the caller drops right after (not counted).
+        """
         if self._closed:
             return
         self._closed = True
-        if self.device.type == "cuda":
+        skip = []
+        for t in internal:
+            start = self._allocator.block_start(self.offset_of(t)) if self.is_on_heap(t) else None
+            if start is not None:
+                skip.append(start)
+        blocks, nbytes = self._allocator.live(exclude=skip)
+        if blocks:
+            warnings.warn(
+                f"tilefuse heap of rank {self.rank} closed with {blocks} heap tensor block(s) ({nbytes} bytes) "
+                "still referenced: they stay valid on this rank (their memory is kept until they are "
+                "freed) but peers no longer see them; drop them before tilefuse.shutdown() to release "
+                "the heap",
+                LiveHeapTensorsWarning, stacklevel=3,
+            )
+        on_gpu = self.device.type == "cuda"
+        if on_gpu:
+            torch.cuda.synchronize(self.device)
+        self._maps.tensors = [t if r == self.rank else None for r, t in enumerate(self._maps.tensors)]
+        if on_gpu:
             torch.cuda.synchronize(self.device)
         try:
-            dist.barrier(group=self.group)
-        except Exception:  # the group may already be gone at interpreter exit
+            hostsync.barrier(self.group, what="tilefuse.shutdown: heap close")
+        except hostsync.HostTimeoutError as err:
+            warnings.warn(f"tilefuse heap of rank {self.rank} closed without its peers: {err}",
+                          RuntimeWarning, stacklevel=3)
+        except Exception:  # the process group is already gone (interpreter exit)
             pass
-        self._maps.tensors = [t if r == self.rank else None for r, t in enumerate(self._maps.tensors)]
+        if on_gpu:
+            torch.cuda.ipc_collect()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # ---------------------------------------------------------------- allocation
     def _alloc_bytes(self, nbytes: int) -> torch.Tensor:
+        if self._closed:
+            raise RuntimeError("this symmetric heap is closed (tilefuse.shutdown): call tilefuse.init() "
+                               "and allocate from the new heap")
         off = self._allocator.alloc(nbytes)
-        block = _Block(self._allocator, off, self.base + off, max(nbytes, 1), self.device)
+        block = _Block(self._allocator, off, self.base + off, max(nbytes, 1), self.device, self._memory)
         if self.device.type == "cuda":
             raw = torch.as_tensor(block, device=self.device)
         else:
@@ -311,11 +451,12 @@ class SymmetricHeap:
     def check_symmetric(self, name: str, *tensors: torch.Tensor, signature=None) -> None:
         """Collective: every rank's ``tensors`` must sit at the same heap offsets with the same shapes
         and strides, and every rank must pass an equal ``signature`` (e.g. the call's shapes)."""
+        for i, t in enumerate(tensors):
+            self.check_on_heap(f"{name}: buffer {i}", t)
         mine = {"offsets": [self.offset_of(t) for t in tensors],
                 "layout": [(tuple(t.shape), tuple(t.stride()), str(t.dtype)) for t in tensors],
                 "signature": signature}
-        everyone: list = [None] * self.world_size
-        dist.all_gather_object(everyone, mine, group=self.group)
+        everyone = hostsync.all_gather_object(mine, self.group, what=f"{name}: heap offsets check")
         for r, theirs in enumerate(everyone):
             if theirs["signature"] != mine["signature"] or theirs["layout"] != mine["layout"]:
                 raise ValueError(
@@ -343,3 +484,24 @@ class SymmetricHeap:
             f"SymmetricHeap(rank={self.rank}/{self.world_size}, backend={self.backend}, "
             f"size={self.size}, used={self.bytes_used})"
         )
+
+
+def _map_file(path: str, size: int) -> torch.Tensor:
+    """A shared read-write mapping of the heap file ``path`` as a uint8 tensor.
+
+    The file is opened without following links and checked on the open descriptor: a regular
+    file of this user, private to it (mode 0600), of the heap's size. The tensor keeps the mapping
+    alive (``torch.frombuffer`` holds the ``mmap``), and unmaps it when the last view goes.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise PermissionError(f"{path} is not a private regular file of this user "
+                                  f"(mode {stat.filemode(st.st_mode)}, owner uid {st.st_uid})")
+        if st.st_size != size:
+            raise OSError(f"{path} holds {st.st_size} bytes, expected {size}")
+        mem = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    return torch.frombuffer(mem, dtype=torch.uint8)

@@ -1,0 +1,369 @@
+"""Runtime hardening: heap lifetime, private heap files, bounded host steps, a flat heap.
+
+Each test names what would go wrong without the protection it checks: a crash or an alias after
+``shutdown()``, heap files other users can map or that outlive a failed ``init``, a host step that
+waits for a dead peer as long as the process group's timeout, a heap that leaks blocks.
+Tests that need a rank to die run their own small process group (``harness.run_group``), never the
+shared pools.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from harness import TEST_DEVICE, run_group
+
+REPO = Path(__file__).resolve().parents[1]
+cpu_only = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="the /dev/shm heap is the cpu backend's")
+
+
+# ----------------------------------------------------------------------------- heap lifetime
+def group_tensor_after_shutdown(rank, world):
+    import torch.distributed as dist
+
+    import tilefuse
+    from tilefuse.runtime.heap import LiveHeapTensorsWarning
+
+    heap = tilefuse.init(heap_size=2 << 20)
+    t = tilefuse.full((4096,), 7.0)
+    addr = t.data_ptr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tilefuse.shutdown()
+    messages = [str(w.message) for w in caught if issubclass(w.category, LiveHeapTensorsWarning)]
+    del heap
+    gc.collect()
+    t.add_(1.0)  # the old heap's memory is still this tensor's
+    heap2 = tilefuse.init(heap_size=2 << 20)
+    u = tilefuse.full((4096,), 3.0)
+    overlap = heap2.base <= addr < heap2.base + heap2.size
+    seen = (t.min().item(), t.max().item(), u.min().item(), u.max().item())
+    del u
+    tilefuse.shutdown()
+    try:
+        heap2.empty(4)
+        closed = "allocated"
+    except RuntimeError as err:
+        closed = str(err)
+    dist.destroy_process_group()
+    del t
+    gc.collect()
+    return {"warnings": messages, "values": seen, "overlap": overlap, "closed": closed}
+
+
+def test_heap_tensor_stays_valid_after_shutdown_and_nothing_aliases_it(capfd):
+    """Before: SIGSEGV on the CPU when the tensor is touched, and on a GPU the next heap's
+    allocation took the same memory (a tensor filled with 7.0 read 3.0)."""
+    res = run_group(group_tensor_after_shutdown, 2, timeout=180)
+    err = capfd.readouterr().err
+    for r in range(2):
+        status, value = res[r]
+        assert status == "ok", f"rank {r}: {status} {value}"
+        assert value["values"] == (8.0, 8.0, 3.0, 3.0)
+        assert not value["overlap"]
+        assert "closed" in value["closed"] and "tilefuse.init()" in value["closed"], value["closed"]
+        assert value["warnings"], "shutdown() with a live heap tensor must warn"
+        assert "still referenced" in value["warnings"][0] and "bytes" in value["warnings"][0]
+    # Clean exit: no "Exception ignored in _Block.__del__" or AttributeError at interpreter shutdown.
+    assert "Exception ignored" not in err and "AttributeError" not in err, err[-3000:]
+
+
+def job_closed_heap_warns_and_keeps_memory(ctx):
+    from tilefuse.runtime.heap import LiveHeapTensorsWarning, SymmetricHeap
+
+    heap = SymmetricHeap(1 << 20, ctx.heap.group, ctx.heap.backend, ctx.device)
+    keep = heap.full((1000,), float(ctx.rank + 1))
+    internal = heap.zeros(10)
+    gone = heap.zeros(10)
+    del gone
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        heap.close(internal=(internal,))
+    msgs = [str(w.message) for w in caught if issubclass(w.category, LiveHeapTensorsWarning)]
+    del heap, internal
+    gc.collect()
+    keep.mul_(2)
+    with warnings.catch_warnings(record=True) as quiet:
+        warnings.simplefilter("always")
+        clean = SymmetricHeap(1 << 20, ctx.heap.group, ctx.heap.backend, ctx.device)
+        x = clean.zeros(3)
+        del x
+        clean.close()
+    return msgs, keep.sum().item(), [str(w.message) for w in quiet]
+
+
+def test_close_counts_only_the_blocks_users_still_hold(pools):
+    """The warning names the live blocks and bytes; tilefuse's own (``internal``) and freed blocks
+    are not counted, and a heap closed with nothing alive says nothing."""
+    for r, (msgs, total, quiet) in enumerate(pools.run(2, job_closed_heap_warns_and_keeps_memory)):
+        assert len(msgs) == 1 and "1 heap tensor block(s) (4096 bytes)" in msgs[0], msgs
+        assert total == 1000 * (r + 1) * 2
+        assert quiet == []
+
+
+# ----------------------------------------------------------------------------- heap files
+def job_heap_files(ctx):
+    from tilefuse.runtime import heap as heapmod
+    from tilefuse.runtime import hostsync
+
+    seen = {}
+
+    def hook(stage, paths):
+        seen[stage] = {p: (os.stat(p, follow_symlinks=False).st_mode & 0o777) if os.path.lexists(p) else None
+                       for p in paths}
+
+    heapmod.RENDEZVOUS_HOOK = hook
+    try:
+        heap = heapmod.SymmetricHeap(1 << 20, ctx.heap.group, "cpu", ctx.device)
+    finally:
+        heapmod.RENDEZVOUS_HOOK = None
+    hostsync.barrier(ctx.heap.group, what="test: every rank's init returned")
+    left = [p for p in seen["mapped"] if os.path.lexists(p)]
+    heap.close()
+    return seen, left
+
+
+@cpu_only
+def test_heap_files_are_private_and_gone_after_init(pools):
+    """Before: created 0644 (any local user could map another job's heap between creation and
+    unlink and keep the mapping)."""
+    for rank, (seen, left) in enumerate(pools.run(2, job_heap_files)):
+        own = sorted(seen["created"])[rank]
+        assert seen["created"][own] == 0o600 and seen["mapped"][own] == 0o600, seen
+        # A peer that got past the last exchange may have unlinked its file already.
+        assert all(m in (0o600, None) for m in list(seen["created"].values()) + list(seen["mapped"].values())), seen
+        assert left == [], f"heap files still in /dev/shm after init: {left}"
+
+
+@cpu_only
+def test_a_heap_file_readable_by_others_or_a_link_is_refused(tmp_path):
+    """A peer's heap file is checked on its open descriptor: a link is not followed, and a file
+    that others may read or write (not made by this user's rendezvous) is not mapped."""
+    from tilefuse.runtime.heap import _map_file
+
+    public, link, private = tmp_path / "public", tmp_path / "link", tmp_path / "private"
+    for path, mode in ((public, 0o644), (private, 0o600)):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+        os.ftruncate(fd, 4096)
+        os.fchmod(fd, mode)
+        os.close(fd)
+    os.symlink(private, link)
+    with pytest.raises(PermissionError, match="not a private regular file"):
+        _map_file(str(public), 4096)
+    with pytest.raises(OSError):
+        _map_file(str(link), 4096)
+    with pytest.raises(OSError, match="holds 4096 bytes, expected 8192"):
+        _map_file(str(private), 8192)
+    t = _map_file(str(private), 4096)
+    t.fill_(5)
+    assert private.read_bytes() == bytes([5]) * 4096
+
+
+def group_die_during_init(rank, world, dying):
+    import tilefuse
+    from tilefuse.runtime import heap as heapmod
+
+    paths: list = []
+
+    def hook(stage, names):
+        if stage == "created":
+            paths.extend(names)
+            if rank == dying:
+                time.sleep(2.0)  # the survivor has the file names by now (it needs them to clean up)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    heapmod.RENDEZVOUS_HOOK = hook
+    t0 = time.monotonic()
+    try:
+        tilefuse.init(heap_size=1 << 20)
+    except Exception as err:  # noqa: BLE001 - the message is the result
+        return {"error": f"{type(err).__name__}: {err}", "s": time.monotonic() - t0, "paths": paths}
+    return {"error": None, "s": time.monotonic() - t0, "paths": paths}
+
+
+@cpu_only
+@pytest.mark.parametrize("dying", [1, 0], ids=["peer-dies", "store-host-dies"])
+def test_a_rank_dying_during_init_leaves_nothing_in_dev_shm(dying):
+    """Before: the heap files of a failed init stayed in /dev/shm (the survivor waited on
+    ``all_gather_object`` for the process group's timeout, and nobody unlinked the dead rank's
+    file). Now the survivor raises within TILEFUSE_HOST_TIMEOUT and unlinks every file of the
+    rendezvous, the dead rank's included. Rank 0 also hosts the store: its death ends the wait at once.
+    (A rank killed before the names reach its peers leaves its own file: nobody else can name it.)"""
+    bound = 4.0
+    res = run_group(group_die_during_init, 2, dying, timeout=90, env={"TILEFUSE_HOST_TIMEOUT": str(bound)})
+    assert res[dying] == ("died", -signal.SIGKILL), res
+    survivor = 1 - dying
+    status, value = res[survivor]
+    assert status == "ok", value
+    assert value["error"] is not None and "HostTimeoutError" in value["error"], value
+    if dying == 1:
+        assert "rank(s) 1 of 2 did not arrive" in value["error"], value["error"]
+    assert value["s"] < bound + 5, value
+    assert len(value["paths"]) == 2
+    left = [p for p in value["paths"] if os.path.lexists(p)]
+    assert left == [], f"left in /dev/shm: {left}"
+
+
+# ----------------------------------------------------------------------------- bounded host steps
+def job_missing_peer(ctx, bound):
+    import torch.distributed as dist
+
+    from tilefuse.runtime import hostsync
+
+    sub = dist.new_group(backend="gloo")  # its own sequence of host steps: the pools' is untouched
+    out = {}
+    try:
+        if ctx.rank != ctx.world - 1:
+            t0 = time.monotonic()
+            try:
+                hostsync.all_gather_object(ctx.rank, sub, what="test: shape exchange", timeout=bound)
+                out["first"] = "returned"
+            except hostsync.HostTimeoutError as err:
+                out["first"] = str(err)
+            out["s"] = time.monotonic() - t0
+            t0 = time.monotonic()
+            try:
+                hostsync.barrier(sub, what="test: next step", timeout=bound)
+                out["second"] = "returned"
+            except hostsync.HostTimeoutError as err:
+                out["second"] = str(err)
+            out["second_s"] = time.monotonic() - t0
+        hostsync.barrier(what="test: everyone done")  # on the world group: all ranks take part
+        hostsync.reset(sub)
+        out["after_reset"] = hostsync.all_gather_object(ctx.rank * 10, sub, what="test: after reset", timeout=bound)
+    finally:
+        dist.destroy_process_group(sub)
+    return out
+
+
+def test_a_missing_peer_at_a_host_step_raises_within_the_bound_naming_it(pools):
+    """Before: the first call of a new shape exchanged shapes with ``all_gather_object``, bounded
+    only by the process group's timeout (30 minutes with gloo)."""
+    bound = 2.0
+    res = pools.run(3, job_missing_peer, bound)
+    for r in (0, 1):
+        out = res[r]
+        assert "test: shape exchange" in out["first"] and "rank(s) 2 of 3 did not arrive" in out["first"], out
+        assert bound - 0.1 <= out["s"] < bound + 2.0, out
+        # The ranks are out of step now: the next step says so at once instead of pairing wrongly.
+        assert "out of step" in out["second"] and out["second_s"] < 0.5, out
+    assert all(out["after_reset"] == [0, 10, 20] for out in res)
+
+
+def job_host_steps(ctx, n):
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    from tilefuse.runtime import hostsync
+
+    results = []
+    for i in range(n):
+        obj = {"rank": ctx.rank, "i": i, "shape": (i, ctx.rank)}
+        results.append(hostsync.all_gather_object(obj, what=f"test: step {i % 3}"))
+    st = hostsync._state(c10d._get_default_group())
+    last = f"{hostsync._PREFIX}/{st.name}/{st.generation}/{st.sequence - 1}"
+    hostsync.barrier(what="test: keys deleted")
+    store = hostsync._group_store(c10d._get_default_group())
+    leftover = [k for k in [f"{last}/{r}" for r in range(ctx.world)] + [f"{last}/done"] if store.check([k])]
+    sub = dist.new_group(backend="gloo")
+    try:
+        hostsync.all_gather_object(None, sub, what=f"test: rank {ctx.rank}'s own step", timeout=5)
+        mismatch = "returned"
+    except RuntimeError as err:
+        mismatch = str(err)
+    finally:
+        dist.destroy_process_group(sub)
+    return results, leftover, mismatch
+
+
+def test_host_steps_gather_in_rank_order_clean_up_and_catch_ranks_at_different_steps(pools):
+    n = 40
+    res = pools.run(2, job_host_steps, n)
+    for results, leftover, mismatch in res:
+        assert results == [[{"rank": r, "i": i, "shape": (i, r)} for r in range(2)] for i in range(n)]
+        assert leftover == [], leftover
+        assert "different host steps" in mismatch and "rank 1's own step" in mismatch, mismatch
+
+
+def test_host_timeout_comes_from_the_environment(monkeypatch):
+    from tilefuse.runtime import _env
+
+    monkeypatch.delenv("TILEFUSE_HOST_TIMEOUT", raising=False)
+    assert _env.host_timeout() == 60.0
+    monkeypatch.setenv("TILEFUSE_HOST_TIMEOUT", "2.5")
+    assert _env.host_timeout() == 2.5
+    for bad in ("soon", "0", "-1", "nan", "inf"):
+        monkeypatch.setenv("TILEFUSE_HOST_TIMEOUT", bad)
+        with pytest.raises(ValueError, match="TILEFUSE_HOST_TIMEOUT"):
+            _env.host_timeout()
+
+
+# ----------------------------------------------------------------------------- a flat heap
+def job_alloc_cycles(ctx, cycles, heap_bytes):
+    import random
+
+    from tilefuse.runtime.heap import SymmetricHeap
+
+    heap = SymmetricHeap(heap_bytes, ctx.heap.group, ctx.heap.backend, ctx.device)
+    rng = random.Random(1234)  # the same sequence on every rank: allocations stay symmetric
+    base = heap.bytes_used
+    shapes = set()
+    used_after = []
+    try:
+        for cycle in range(cycles):
+            live = []
+            for _ in range(rng.randint(1, 6)):
+                shape = (rng.randint(1, 300), rng.randint(1, 300))
+                dtype = rng.choice([torch.float16, torch.float32, torch.int32])
+                shapes.add((shape, dtype))
+                t = heap.empty(*shape, dtype=dtype)
+                t.fill_(cycle % 7)
+                live.append(t)
+            if cycle % 50 == 0:
+                heap.check_symmetric("test: cycle", *live, signature=cycle)
+            rng.shuffle(live)
+            while live:
+                live.pop()
+            used_after.append(heap.bytes_used - base)
+        whole = heap.empty(heap.size - base, dtype=torch.uint8)  # no fragment was left behind
+        del whole
+        return len(shapes), max(used_after), heap.bytes_used - base
+    finally:
+        heap.close()
+
+
+def test_hundreds_of_distinct_allocations_leave_a_small_heap_flat(pools):
+    heap_bytes = 4 << 20
+    for distinct, worst, end in pools.run(2, job_alloc_cycles, 400, heap_bytes):
+        assert distinct > 300
+        assert worst == 0 and end == 0
+
+
+# ----------------------------------------------------------------------------- soak smoke
+def test_soak_smoke_runs_checks_and_writes_long_csv(tmp_path):
+    import pandas as pd
+
+    csv = tmp_path / "soak.csv"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    if TEST_DEVICE == "cpu":
+        env.update(TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.soak", "--smoke", "--world", "2", "--csv", str(csv)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = [line for line in proc.stdout.splitlines() if line.startswith("soak:")]
+    assert len(summary) == 1 and "failed 0" in summary[0], proc.stdout[-2000:]
+    df = pd.read_csv(csv)
+    assert {"metric", "value"} <= set(df.columns)
+    metrics = dict(zip(df["metric"], df["value"]))
+    assert metrics["calls"] >= 40 and metrics["checked"] >= 3 and metrics["failed"] == 0
+    assert metrics["distinct_shapes"] > 10
+    assert metrics["heap_bytes_used_end"] >= 0 and metrics["heap_bytes_used_warm"] >= 0
