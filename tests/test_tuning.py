@@ -126,7 +126,7 @@ def test_auto_runs_plain_where_the_table_says_so(pools, tmp_path, on_gpu):
 def job_tune_then_auto(ctx, out_dir):
     from pathlib import Path
 
-    from tilefuse import tune
+    from tilefuse.tuning import tuner as tune
 
     entry = tune.tune_shape("gemm_all_scatter", 48, 40, 32, torch.float16, quick=True, reps=2, keep=2)
     path = tune.write_table(Path(out_dir), "gemm_all_scatter", [entry], reps=2)
@@ -168,7 +168,7 @@ def test_arch_name_of_known_devices(monkeypatch):
 def job_tune_two_shapes_in_a_tight_heap(ctx):
     import gc
 
-    from tilefuse import tune
+    from tilefuse.tuning import tuner as tune
 
     heap = ctx.heap
     shapes = ((64, 96), (64, 112))
@@ -213,7 +213,7 @@ def test_tuner_gives_workspaces_back_between_shapes(pools):
 
 def job_tune_with_fake_times(ctx, variant_ms):
     """tune_shape with every timing replaced: the plain path 1.0 ms, every variant ``variant_ms``."""
-    from tilefuse import tune
+    from tilefuse.tuning import tuner as tune
 
     plain = registry.get("gemm_all_scatter", "plain")
 
@@ -255,20 +255,20 @@ def test_merged_table_entries_keep_the_run_that_tuned_them(tmp_path):
 
 
 def test_settle_runs_the_agreed_count_for_about_the_time_asked(monkeypatch):
-    import time as _time
-
     from tilefuse.tuning import timing
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)  # no GPU here: the loop only
+    clock = [0.0]  # a fake clock: each call takes 2 ms whatever the machine's load
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
     calls = []
 
     def fn():
         calls.append(1)
-        _time.sleep(0.002)
+        clock[0] += 0.002
 
     cuda = torch.device("cuda", 0)
     n = timing.settle(fn, device=cuda, seconds=0.05, agree=lambda k: k + 1)
-    assert 10 <= n <= 27 and len(calls) == n + 1, (n, len(calls))  # ~25 calls of 2 ms, one more agreed
+    assert n == 26 and len(calls) == n + 1, (n, len(calls))  # 25 calls of 2 ms, one more agreed
     assert timing.settle(fn, device=cuda, seconds=10.0, max_calls=7) == 7
     assert timing.settle(fn, device=torch.device("cpu"), seconds=1.0) == 0
 
@@ -316,3 +316,77 @@ def test_medians_interleaved_rotates_the_calls():
     got = timing.medians_interleaved([fn(0), fn(1), fn(2)], device=torch.device("cpu"), warmup=1, reps=3)
     assert len(got) == 3 and all(t >= 0 for t in got)
     assert order[3:] == [0, 1, 2, 1, 2, 0, 2, 0, 1], "one warm-up round, then rotated repetitions"
+
+
+def _run_module(args, env_extra, cwd, timeout=600):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo), TRITON_INTERPRET="1", TILEFUSE_BACKEND="cpu", **env_extra)
+    env.pop("TILEFUSE_CONFIG_DIR", None)
+    return subprocess.run([sys.executable, "-m", *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_tuner_cli_writes_the_user_cache_by_default_and_tables_with_out(tmp_path):
+    from tilefuse.tuning import cache
+    from tilefuse.tuning.buckets import m_bucket
+
+    cache_dir = tmp_path / "cache"
+    args = ["--op", "gemm_all_scatter", "--shapes", "", "--shape", "48x40x32", "--dtype", "float16", "--quick",
+            "--reps", "2", "--keep", "1"]
+    got = _run_module(["tilefuse.tune", *args], {"TILEFUSE_CACHE_DIR": str(cache_dir)}, tmp_path)
+    assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-3000:]
+    entries = cache.load(cache_dir / "autotune.json")
+    [(key, entry)] = entries.items()
+    assert key == cache.entry_key("cpu", 1, "gemm_all_scatter", "float16", 40, 32, m_bucket(48))
+    assert entry["M"] == 48 and entry["variant"] in registry.variants("gemm_all_scatter")
+    assert not any(tables.SHIPPED_DIR.glob("gemm_all_scatter/cpu_*.json")), "nothing written into the package"
+
+    out = tmp_path / "tables"
+    got = _run_module(["tilefuse.tuning", *args, "--out", str(out)], {"TILEFUSE_CACHE_DIR": str(tmp_path / "c2")},
+                      tmp_path)
+    assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-3000:]
+    path = tables.table_path(out, "gemm_all_scatter", "cpu", 1)
+    [e] = tables.validate_table(json.loads(path.read_text()), path)
+    assert (e["M"], e["N"], e["K"]) == (48, 40, 32)
+    assert not (tmp_path / "c2").exists(), "--out writes the table only"
+
+
+def test_model_shape_sets_cover_every_op_and_world():
+    from tilefuse.tuning import shapes
+
+    sets = shapes.shape_sets()
+    models = [k for k in sets if k.startswith("tp-")]
+    assert sorted(models) == ["tp-llama3-70b", "tp-llama3-8b", "tp-mixtral-8x7b", "tp-qwen2.5-72b", "tp-qwen2.5-7b"]
+    assert len(sets["models"]) == sum(len(sets[m]) for m in models)
+    for op in shapes.OPS:
+        for world in (2, 4, 8):
+            got = shapes.local_shapes(op, "models", world)
+            assert len(got) == 60, (op, world, len(got))
+    # Llama-3 8B's down projection at TP-4, 2048 tokens per rank:
+    assert {"name": "llama3-8b-down-t2048", "M": 8192, "N": 4096, "K": 3584} in \
+        shapes.local_shapes("gemm_reduce_scatter", "tp-llama3-8b", 4)
+    assert {"name": "llama3-8b-down-t2048", "M": 2048, "N": 4096, "K": 3584} in \
+        shapes.local_shapes("gemm_all_reduce", "tp-llama3-8b", 4)
+    assert {"name": "llama3-70b-qkv-t512", "M": 512, "N": 1280, "K": 8192} in \
+        shapes.local_shapes("all_gather_gemm", "tp-llama3-70b", 8)
+
+
+def test_heldout_shapes_are_seeded_and_never_tuned():
+    from tilefuse.tuning import shapes
+
+    for op in shapes.OPS:
+        for world in (1, 2, 8):
+            a = shapes.heldout_shapes(op, world, 12)
+            assert a == shapes.heldout_shapes(op, world, 12), "seeded"
+            assert a != shapes.heldout_shapes(op, world, 12, seed=1)
+            tuned = {(e["M"], e["N"], e["K"]) for name in shapes.shape_sets()
+                     for e in shapes.local_shapes(op, [name], world)}
+            assert len({(e["M"], e["N"], e["K"]) for e in a}) == 12
+            assert not tuned & {(e["M"], e["N"], e["K"]) for e in a}
+    with pytest.raises(ValueError, match="unknown op"):
+        shapes.heldout_shapes("gemm_everything", 2)
