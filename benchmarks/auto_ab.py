@@ -2,10 +2,11 @@
 
     python -m benchmarks.auto_ab --op all_gather_gemm --shape 8192x8192x28672 [--rounds 8] [--profile]
 
-The suite measured auto 3-7 % slower than the plain path on large shapes where auto *runs* the plain
-path (docs/PERF.md, session 3). This times, on the same inputs, in ``--rounds`` rounds of alternating
-order (median of do_bench per round, as the suite did then; it now interleaves calls, which is what
-removed the gap: this tool shows the round-by-round picture that found it):
+The suite, timing methods one after the other, measured auto 3-7 % slower than the plain path on
+large shapes where auto *runs* the plain path (docs/PERF.md, "Method"). This times, on the same
+inputs, in ``--rounds`` rounds of alternating order (median of do_bench per round, as the suite did
+then; it now interleaves calls, which is what removed the gap: this tool shows the round-by-round
+picture that found it):
 
 - ``direct``: the registry entry auto chose (e.g. the plain path), called directly;
 - ``public``: the public op with that variant named (``tilefuse.<op>(a, b, variant=<choice>)``);
@@ -27,7 +28,9 @@ import torch
 import tilefuse
 from tilefuse.ops import dispatch, registry
 
-from .common import bench, launch, parse_dtype, round_order, settle
+from .launch import launch
+from .results import parse_dtype
+from .timing import bench, round_order, settle
 
 
 def _kernels(fn, calls: int = 5) -> list:

@@ -39,17 +39,9 @@ import triton.language as tl
 from tilefuse.runtime import hw
 from tilefuse.runtime import primitives as P
 
-from .common import (
-    bench_max,
-    human_bytes,
-    is_main_process,
-    launch,
-    parse_bytes,
-    print_table,
-    row,
-    run_info,
-    write_csv,
-)
+from .launch import is_main_process, launch
+from .results import human_bytes, parse_bytes, print_table, row, run_info, write_csv
+from .timing import bench_max
 
 SIZE_SETS = {
     "default": "1M,4M,16M,64M,256M,1G",

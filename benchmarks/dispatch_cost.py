@@ -2,7 +2,7 @@
 
     python -m benchmarks.dispatch_cost [--calls 20000] [--shape 16x32x64]
 
-At decode sizes a call's host work is comparable to its kernel (docs/PERF.md, session 3), so the
+At decode sizes a call's host work is comparable to its kernel (docs/PERF.md, "One H200, world 1"), so the
 dispatcher's cost matters there. This times, on the host clock, ``--calls`` back-to-back calls of:
 torch.matmul alone, each op's plain path (``tilefuse.ops.registry``), and the public op with
 ``variant="auto"`` (the tables choose plain at world 1), and prints microseconds per call. On a GPU
@@ -19,7 +19,7 @@ import torch
 import tilefuse
 from tilefuse.ops import registry
 
-from .common import launch
+from .launch import launch
 
 
 def _per_call_us(fn, calls: int) -> float:

@@ -54,7 +54,7 @@ def load(csv) -> object:
     """The CSV as a pandas frame, one row per (op, world, dtype, shape, method, metric), last wins."""
     import pandas as pd
 
-    from .common import read_csv
+    from .results import read_csv
 
     frame = csv if isinstance(csv, pd.DataFrame) else read_csv(csv)
     if "shape" not in frame.columns:  # a CSV without the suite's columns: name shapes by size

@@ -1,12 +1,15 @@
 """Every op and variant at world W against its baselines, on named shape sets, in the same run.
 
-    python -m benchmarks.suite --ops all --sets iris,llama3-8b,llama3-70b,decode --world W
+    python -m benchmarks suite --ops all --sets iris,llama3-8b,llama3-70b,decode --world W
                                [--variants ...] [--dtype bfloat16] [--csv PATH] [--plots DIR]
+    python -m benchmarks world1 ...                            (the same at world 1)
     torchrun --nproc-per-node W -m benchmarks.suite ...        (then --world is ignored)
 
-Shapes come from ``tilefuse/tuning/shapes.json`` (``local_shapes(op, sets, W)``): M, N, K in the CSV
-are the per-rank operands ``a [M, K] @ b [K, N]`` each rank passes to the op. Methods timed per
-op and shape, their calls interleaved one by one:
+Shapes come from ``tilefuse/tuning/shapes.json`` (``local_shapes(op, sets, W)``), or are given as
+``--shapes MxNxK,...``: M, N, K in the CSV are the per-rank operands ``a [M, K] @ b [K, N]`` each
+rank passes to the op. At world 1 nothing moves between GPUs, so a variant's time over ``gemm``'s
+is its fusion tax: the schedule, flags and copies. Methods timed per op and shape, their calls
+interleaved one by one:
 
 ========== ================================================================================
 gemm       torch.matmul of this rank's GEMM alone: gemm_all_scatter ``[M, K] @ [K, N]``;
@@ -20,7 +23,9 @@ torch_fused torch's async-TP op where one exists (``torch.ops.symm_mem.fused_all
            ``fused_matmul_reduce_scatter``); skipped, with the reason in ``note``, at world 1,
            without NCCL, without the op, and for gemm_all_scatter (torch has no such op)
 <variant>  every registered tilefuse variant but ``reference`` and ``plain`` (or ``--variants``;
-           ``plain_again`` there times the plain path a second time at that place, a control)
+           ``plain_again`` there times the plain path a second time at that place, a control;
+           ``core`` times tilefuse's persistent GEMM core alone on the ``gemm`` operands, with the
+           heuristic config: what the variants' GEMM costs before any communication)
 auto       the public op with ``variant="auto"``; its rows' ``note`` says what it ran
 ideal      derived: ``max(t_gemm, t_comm)``, perfect overlap of the two
 ========== ================================================================================
@@ -33,7 +38,7 @@ torch.distributed collective; the GEMM alone against an fp32 product), with outp
 heap workspaces poisoned with NaN first: metric ``rel_err`` (cross-rank maximum of
 ``|out - ref| / |ref|``) and ``ok`` (1 when within the dtype's tolerance). A method that raises is
 recorded (metric ``error``, message in ``note``) and the run goes on. Timing:
-:func:`benchmarks.common.bench_interleaved` after 1.5 s of the shape's GEMM (the methods' calls
+:func:`benchmarks.timing.bench_interleaved` after 1.5 s of the shape's GEMM (the methods' calls
 interleaved one by one; cross-rank maximum of per-rank medians, inputs rotated past L2) in
 ``--reps`` rounds; ``ms`` is the median over rounds, ``spread_pct`` the range of the rounds
 over that median. Derived metrics: ``speedup_vs_plain = t_plain / t``;
@@ -42,7 +47,7 @@ over that median. Derived metrics: ``speedup_vs_plain = t_plain / t``;
 ``TFLOP/s`` per rank; ``busbw_GB/s`` for ``comm``; ``host_ms`` where calls are timed one at a time
 (W > 1, or ``--sync-each``): the host's time from the start event to the call's return, i.e. what an
 idle GPU waits for. CSV columns: those of
-:data:`benchmarks.common.COLUMNS` plus ``set`` and ``shape`` (the shape-set entry). See
+:data:`benchmarks.results.COLUMNS` plus ``set`` and ``shape`` (the shape-set entry). See
 docs/BENCHMARKS.md.
 """
 
@@ -66,32 +71,15 @@ import tilefuse
 from tilefuse.ops import dispatch, registry
 from tilefuse.ops.common import launch as oplaunch
 from tilefuse.ops.common.collectives import all_gather_cat, reduce_scatter_rows
+from tilefuse.ops.common.config import default_config
+from tilefuse.ops.common.gemm import matmul as tf_matmul
 from tilefuse.runtime import hw
 from tilefuse.tuning.shapes import local_shapes, shape_sets
 
-from .common import (
-    COLUMNS,
-    Cycle,
-    Progress,
-    bench_interleaved,
-    bench_max,
-    cuda_alive,
-    error_text,
-    is_main_process,
-    launch,
-    parse_bytes,
-    parse_dtype,
-    poison_workspaces,
-    print_table,
-    rel_error,
-    rotating,
-    row,
-    run_info,
-    settle,
-    tolerance,
-    under_torchrun,
-    write_csv,
-)
+from .checks import cuda_alive, error_text, poison_workspaces, rel_error, tolerance
+from .launch import is_main_process, launch, under_torchrun
+from .results import COLUMNS, Progress, parse_bytes, parse_dtype, print_table, row, run_info, write_csv
+from .timing import Cycle, bench_interleaved, bench_max, rotating, settle
 
 OPS = registry.OPS
 BASELINES = ("gemm", "comm", "plain", "torch_fused")
@@ -99,6 +87,9 @@ CSV_COLUMNS = COLUMNS + ["set", "shape"]
 # ``--variants ...,plain_again``: the plain path timed once more at that place in the order, a
 # control for position effects (its speedup over plain should be 1.00 within the spread).
 CONTROL = "plain_again"
+# ``--variants ...,core``: tilefuse's GEMM core alone (ops/common/gemm.matmul) on the gemm operands.
+CORE = "core"
+CUSTOM_SET = "custom"  # the set name of --shapes MxNxK entries
 GPU_SETS = "iris,llama3-8b,llama3-70b,decode"
 CPU_SETS = "tiny"
 TORCH_FUSED = {"all_gather_gemm": "fused_all_gather_matmul",
@@ -168,6 +159,7 @@ class Case:
         per_set = (M * K + K * N + gathered + (0 if op == "all_gather_gemm" else M * N)) * itemsize
         self.sets = rotating(self._make, per_set, dev)
         self.c_gemm = torch.empty(rows, N, dtype=dtype, device=dev)
+        self.c_core = None  # made by methods() when the core is timed
         self.comm_out = None
         if self.nccl:
             shape = (M // W, N) if op == "gemm_reduce_scatter" else (W * M, self.sets[0].comm_in.shape[1])
@@ -188,6 +180,9 @@ class Case:
 
     def gemm(self, s: Operands) -> torch.Tensor:
         return torch.matmul(s.gemm_a, s.b, out=self.c_gemm)
+
+    def core(self, s: Operands) -> torch.Tensor:
+        return tf_matmul(s.gemm_a, s.b, self.c_core, self.core_config)
 
     def comm(self, s: Operands) -> torch.Tensor:
         """The collective alone, gathered along rows (gemm_all_scatter's column order is restored
@@ -222,6 +217,12 @@ class Case:
         for v in variants:
             if v == CONTROL:  # the plain path timed a second time, where it stands in --variants
                 methods.append(Method(CONTROL, lambda s: plain(s.a, s.b), "op"))
+            elif v == CORE:
+                rows, dev = self.c_gemm.shape[0], self.ctx.device
+                self.c_core = torch.empty_like(self.c_gemm)
+                self.core_config = default_config(rows, self.N, self.K, self.dtype, num_sms=hw.num_sms(dev),
+                                                  interpreter=hw.interpreting(), comm=False)
+                methods.append(Method(CORE, self.core, "gemm"))
             elif v == "auto":
                 fn = functools.partial(getattr(tilefuse, op), variant="auto", **out_kw)
                 choice = dispatch.choose(op, self.sets[0].a, self.sets[0].b)
@@ -244,7 +245,8 @@ class Case:
 
     def poison(self) -> None:
         """NaN into every buffer a method writes in place, and into the ops' heap workspaces."""
-        poison_workspaces(*(buf for buf in (self.c_gemm, self.comm_out, self.heap_out) if buf is not None))
+        buffers = (self.c_gemm, self.c_core, self.comm_out, self.heap_out)
+        poison_workspaces(*(buf for buf in buffers if buf is not None))
 
 
 def torch_fused(ctx, op: str):
@@ -373,7 +375,7 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
     del chk, refs
 
     # Time: the methods' calls interleaved one by one (bench_interleaved), after the GPU's clocks
-    # settle under this shape's GEMM (docs/PERF.md, session 3); --reps rounds of that.
+    # settle under this shape's GEMM (docs/PERF.md, "Method"); --reps rounds of that.
     cycle = Cycle(case.sets)
     settle(ctx, lambda: case.gemm(cycle()))
     kw = dict(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, cpu_reps=1, sync_each=args.sync_each)
@@ -428,15 +430,34 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
     return rows
 
 
+def parse_custom_shape(text: str) -> tuple[int, int, int] | None:
+    """``(M, N, K)`` of an ``MxNxK`` item of ``--shapes`` (None when it is an entry name)."""
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    M, N, K = (int(p) for p in parts)
+    if min(M, N, K) < 1:
+        raise ValueError(f"--shapes {text}: every dimension must be >= 1")
+    return M, N, K
+
+
 def shape_entries(ops: list, sets: list, world: int, names: list | None) -> dict:
-    """``{op: [{set, name, M, N, K}, ...]}``: per-rank shapes of the named sets (``names`` filters)."""
+    """``{op: [{set, name, M, N, K}, ...]}``: per-rank shapes of the named sets (``names`` filters),
+    then the ``MxNxK`` items of ``names`` as per-rank shapes of every op (set ``custom``)."""
+    names = names or []
+    custom = [(n, parse_custom_shape(n)) for n in names]
+    custom = [(n, s) for n, s in custom if s is not None]
+    named = [n for n in names if parse_custom_shape(n) is None]
     out = {}
     for op in ops:
         entries = []
-        for set_name in sets:
-            for e in local_shapes(op, [set_name], world):
-                if names is None or e["name"] in names:
-                    entries.append({"set": set_name, **e})
+        if sets and (named or not custom):
+            for set_name in sets:
+                for e in local_shapes(op, [set_name], world):
+                    if not named or e["name"] in named:
+                        entries.append({"set": set_name, **e})
+        for name, (M, N, K) in custom:
+            entries.append({"set": CUSTOM_SET, "name": name.lower(), "M": M, "N": N, "K": K})
         out[op] = entries
     return out
 
@@ -446,7 +467,7 @@ def tilefuse_variants(op: str, wanted: list | None) -> list:
     registered = registry.variants(op)
     if wanted is None:
         return [v for v in registered if v not in ("reference", "plain")] + ["auto"]
-    extra = ("auto", CONTROL)
+    extra = ("auto", CONTROL, CORE)
     missing = [v for v in wanted if v not in registered and v not in extra]
     if missing:
         print(f"{op}: not registered, skipped: {missing}", flush=True)
@@ -530,11 +551,14 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", default="all", help=f"'all' or comma-separated ops of {list(OPS)}")
     parser.add_argument("--sets", default=None,
                         help=f"comma-separated shape sets (default {GPU_SETS} on a GPU, {CPU_SETS} on the CPU)")
-    parser.add_argument("--shapes", default=None, help="only these entries of the sets (comma-separated names)")
+    parser.add_argument("--shapes", default=None,
+                        help="only these entries of the sets (comma-separated names), and/or per-rank shapes "
+                             "MxNxK of every op (then no set is used unless --sets or a name is also given)")
     parser.add_argument("--world", type=int, default=1, help="ranks to spawn (ignored under torchrun)")
     parser.add_argument("--variants", default=None,
-                        help="comma-separated tilefuse variants and/or auto (default: every registered one "
-                             "but reference and plain, and auto); gemm, comm, plain, torch_fused always run")
+                        help=f"comma-separated tilefuse variants, auto, {CONTROL} and/or {CORE} (default: every "
+                             "registered one but reference and plain, and auto); gemm, comm, plain, torch_fused "
+                             "always run")
     parser.add_argument("--dtype", default=None,
                         help="bfloat16 (default on a GPU), float16 (default on the CPU: the interpreter's "
                              "bf16 is wrong) or float32")
@@ -558,7 +582,14 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown op(s) {unknown}; ops are {list(OPS)}")
     on_gpu = torch.cuda.is_available() and not hw.interpreting()
-    sets = [s.strip() for s in (args.sets or (GPU_SETS if on_gpu else CPU_SETS)).split(",") if s.strip()]
+    names = [s.strip() for s in args.shapes.split(",") if s.strip()] if args.shapes else None
+    try:
+        custom = [n for n in names or [] if parse_custom_shape(n) is not None]
+    except ValueError as err:
+        parser.error(str(err))
+    only_custom = bool(names) and len(custom) == len(names)
+    default_sets = "" if only_custom else (GPU_SETS if on_gpu else CPU_SETS)
+    sets = [s.strip() for s in (args.sets or default_sets).split(",") if s.strip()]
     missing_sets = sorted(set(sets) - set(shape_sets()))
     if missing_sets:
         parser.error(f"unknown shape set(s) {missing_sets}; sets are {sorted(shape_sets())}")
@@ -570,11 +601,11 @@ def main(argv=None) -> int:
         print("warning: bf16 arithmetic is wrong in Triton's interpreter: expect failed checks", flush=True)
     args.reps = args.reps or (2 if on_gpu else 1)
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else args.world
-    names = [s.strip() for s in args.shapes.split(",") if s.strip()] if args.shapes else None
     if names is not None:
         known = {e["name"] for set_name in sets for e in shape_sets()[set_name]}
-        if set(names) - known:
-            parser.error(f"--shapes: {sorted(set(names) - known)} not in the sets {sets}; "
+        unknown_names = sorted(set(names) - known - set(custom))
+        if unknown_names:
+            parser.error(f"--shapes: {unknown_names} neither MxNxK nor entries of the sets {sets}; "
                          f"their entries are {sorted(known)}")
     shapes = shape_entries(ops, sets, world, names)
     for op in ops:

@@ -1,28 +1,29 @@
-"""Short summary of a gpu_session.sh output folder: test outcome, bandwidth, ops against torch.matmul.
+"""Short summary of a folder of benchmark outputs: test outcome, bandwidth, suite results.
 
-    python -m benchmarks.summary OUT_DIR
+    python -m benchmarks summary OUT_DIR
+    python -m benchmarks summary --markdown SUITE.csv    # the tables of docs/PERF.md
 
-Reads ``tests.log``, ``bandwidth.csv`` and ``ops_world1.csv`` where present; prints compact tables
-(the device tool returns only the tail of the output, so this is what must fit).
+Reads ``tests.log``, ``bandwidth.csv`` and every ``suite*.csv`` where present; prints compact tables
+(a device run returns only the tail of its output, so this is what must fit). ``--markdown`` prints
+a suite CSV as one Markdown table per op: per-rank shape, the baselines' times, every method's
+speedup over plain (the best tilefuse variant in bold), the ideal overlap's, and the commit.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import re
 import sys
 from pathlib import Path
 
-from .common import format_table, human_bytes, read_csv
+from .results import format_table, human_bytes, read_csv
 
 SHORT_OPS = {"gemm_all_scatter": "gas", "all_gather_gemm": "agg", "gemm_reduce_scatter": "grs"}
-SHORT_METHODS = {"tilefuse.matmul": "core", "plain": "plain", "bulk_sync": "bulk",
+SHORT_METHODS = {"core": "core", "plain": "plain", "bulk_sync": "bulk",
                  "producer_consumer": "pc", "fused_sequential": "fs", "wg_specialized": "ws",
                  "reference": "ref", "auto": "auto"}
 HOST_COLUMNS = ("plain", "auto", "plain_again")  # their host_ms is shown (the auto-vs-plain question)
-LEGEND = ("columns after torch: time of torch.matmul / time of the method (1.00 = as fast); "
-          "core = tilefuse GEMM core alone, bulk/pc/fs/ws = bulk_sync/producer_consumer/"
-          "fused_sequential/wg_specialized, * = out=None (result copied out of the heap); "
-          "F = wrong result, ERR = raised")
 
 
 def tests_summary(log: Path) -> list:
@@ -45,8 +46,7 @@ def tests_summary(log: Path) -> list:
 
 
 def _short(label: str) -> str:
-    base, star = (label[: -len("[out=None]")], "*") if label.endswith("[out=None]") else (label, "")
-    return SHORT_METHODS.get(base, base) + star
+    return SHORT_METHODS.get(label, label)
 
 
 def bandwidth_summary(csv: Path) -> list:
@@ -67,51 +67,6 @@ def bandwidth_summary(csv: Path) -> list:
     world = int(df.world.iloc[0])
     title = f"bandwidth GB/s (read + written), world {world}, {df.device.iloc[0]}"
     return [format_table([recs[k] for k in sorted(recs)], ["size", "d"] + methods + ["bad"], title)]
-
-
-def ops_summary(csv: Path) -> list:
-    if not csv.exists():
-        return ["ops_world1: no csv"]
-
-    df = read_csv(csv)
-    if df.empty:
-        return ["ops_world1: empty csv"]
-    shapes: dict = {}
-    columns: list = []
-    for r in df.itertuples(index=False):
-        key = (r.op, int(r.M), int(r.N), int(r.K))
-        rec = shapes.setdefault(key, {"op": SHORT_OPS.get(r.op, r.op), "MxNxK": f"{r.M}x{r.N}x{r.K}",
-                                      "_status": {}, "_ratio": {}})
-        if r.variant == "torch.matmul":
-            if r.metric == "TFLOP/s":
-                rec["torch TF/s"] = r.value
-            continue
-        col = _short(r.variant)
-        if col not in columns:
-            columns.append(col)
-        if r.metric == "vs_torch":
-            rec["_ratio"][col] = r.value
-        elif r.metric == "ok" and r.value != 1.0:
-            rec["_status"][col] = "F"
-        elif r.metric == "error":
-            rec["_status"][col] = "ERR"
-    records = []
-    for rec in shapes.values():
-        out = {k: v for k, v in rec.items() if not k.startswith("_")}
-        for col in columns:
-            ratio = rec["_ratio"].get(col)
-            mark = rec["_status"].get(col, "")
-            if mark == "ERR" or (ratio is None and mark):
-                out[col] = mark
-            elif ratio is None:
-                out[col] = "-"
-            else:
-                out[col] = f"{mark}{ratio:.2f}"
-        records.append(out)
-    info = df.iloc[0]
-    title = (f"ops at world 1, {info['dtype']}, {info['device']}, torch {info['torch']}, "
-             f"triton {info['triton']}, commit {info['commit']}")
-    return [format_table(records, ["op", "MxNxK", "torch TF/s"] + columns, title), LEGEND]
 
 
 def suite_summary(csv: Path) -> list:
@@ -150,15 +105,69 @@ def suite_summary(csv: Path) -> list:
     return [format_table(records, ["op", "MxNxK", "gemm ms", "comm ms", "plain ms"] + columns, title)]
 
 
+MD_VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
+MD_OTHERS = ("auto", "plain_again", "core", "torch_fused")
+
+
+def suite_markdown(csv: Path) -> list:
+    """One Markdown table per op of a suite CSV (see the module docstring)."""
+    df = read_csv(csv)
+    if df.empty:
+        return [f"{csv}: empty"]
+    df = df.fillna({"note": ""})
+    out = []
+    for op, g_op in df.groupby("op", sort=False):
+        methods = [m for m in MD_VARIANTS + MD_OTHERS if (g_op.variant == m).any()]
+        head = ["shape", "M×N×K", "gemm ms", "comm ms", "plain ms"] + methods + ["ideal"]
+        lines = [f"**{op}**, world {g_op.world.iloc[0]}, {g_op.dtype.iloc[0]}, {g_op.device.iloc[0]}, "
+                 f"commit `{g_op.commit.iloc[0]}` (`{csv.as_posix()}`)", "",
+                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        keys = ["shape", "M", "N", "K"] if "shape" in g_op else ["M", "N", "K"]
+        for key, g in g_op.groupby(keys, sort=False):
+            def value(method, metric, g=g):
+                hit = g[(g.variant == method) & (g.metric == metric)]
+                return float(hit.value.iloc[0]) if len(hit) else math.nan
+
+            M, N, K = (int(g[c].iloc[0]) for c in ("M", "N", "K"))
+            speed = {m: value(m, "speedup_vs_plain") for m in methods}
+            fine = [m for m in MD_VARIANTS if m in speed and not math.isnan(speed[m])]
+            best = max(fine, key=lambda m: speed[m], default=None)
+            cells = [str(key[0]) if "shape" in g_op else "", f"{M}×{N}×{K}"]
+            cells += [f"{value(m, 'ms'):.3f}" for m in ("gemm", "comm", "plain")]
+            for m in methods:
+                if (g[(g.variant == m)].metric == "error").any() or value(m, "ok") == 0.0:
+                    cells.append("fail")
+                elif math.isnan(speed[m]):
+                    cells.append("—")
+                else:
+                    cells.append(f"**{speed[m]:.2f}**" if m == best else f"{speed[m]:.2f}")
+            cells.append(f"{value('ideal', 'ideal_speedup'):.2f}")
+            lines.append("| " + " | ".join(cells) + " |")
+        out += lines + [""]
+    return out
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    out = Path(argv[0] if argv else "bench_out")
-    parts = tests_summary(out / "tests.log") + [""] + bandwidth_summary(out / "bandwidth.csv") + [""]
-    parts += ops_summary(out / "ops_world1.csv")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("paths", nargs="*", default=["bench_out"], help="output folders, or suite CSVs with --markdown")
+    parser.add_argument("--markdown", action="store_true", help="print suite CSVs as Markdown tables")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        for path in map(Path, args.paths):
+            if not path.is_file():
+                parser.error(f"--markdown needs suite CSV files; {path} is not one")
+            print("\n".join(suite_markdown(path)))
+        return 0
+    for out in map(Path, args.paths):
+        _folder(out)
+    return 0
+
+
+def _folder(out: Path) -> None:
+    parts = tests_summary(out / "tests.log") + [""] + bandwidth_summary(out / "bandwidth.csv")
     for csv in sorted(out.glob("suite*.csv")):
         parts += [""] + suite_summary(csv)
     print("\n".join(parts))
-    return 0
 
 
 if __name__ == "__main__":

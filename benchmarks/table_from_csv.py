@@ -1,12 +1,13 @@
-"""Config tables from a benchmark CSV (``benchmarks.ops_world1``): per shape, the fastest variant,
+"""Config tables from a suite CSV (``python -m benchmarks suite``): per shape, the fastest variant,
 or ``plain`` unless a variant beats the plain path by ``--margin``.
 
-    python -m benchmarks.table_from_csv docs/perf/RUN.csv --arch nvidia-h200 --world 1 --num-sms 132
+    python -m benchmarks table-from-csv bench_out/suite_w1.csv --arch nvidia-h200 --world 1 --num-sms 132
 
-Only the variants' default (heuristic) configs were timed by the benchmark, so each entry records
-that config; a tuner sweep (``python -m tilefuse.tune``) replaces these entries with searched ones.
-The plain path's time is ``--plain-column``'s (default ``torch.matmul``: at world 1 the plain path
-is exactly torch.matmul). gemm_all_scatter is compared on its ``[out=None]`` rows, the path auto runs.
+Only the variants' default (heuristic) configs were timed by the suite, so each entry records that
+config; a tuner sweep (``python -m tilefuse.tune``) replaces these entries with searched ones. The
+plain path's time is ``--plain-column``'s (default ``plain``). For gemm_all_scatter run the suite
+with ``--no-heap-out``: the variants are then timed on the path ``auto`` runs (result copied out of
+the heap).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from benchmarks.common import read_csv
 from tilefuse.ops.common.config import default_config
 from tilefuse.tuning import tables
+
+from .results import read_csv
 
 COMM = ("producer_consumer", "wg_specialized")
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
@@ -33,8 +35,7 @@ def entries_from_csv(df: pd.DataFrame, op: str, num_sms: int, margin: float, pla
         if plain_column not in times:
             continue
         plain_ms = float(times[plain_column])
-        suffix = "[out=None]" if op == "gemm_all_scatter" else ""
-        cands = [{"variant": v, "time_ms": float(times[v + suffix])} for v in VARIANTS if v + suffix in times]
+        cands = [{"variant": v, "time_ms": float(times[v])} for v in VARIANTS if v in times]
         for c in cands:
             c["config"] = default_config(int(M), int(N), int(K), getattr(torch, dtype), num_sms=num_sms,
                                          interpreter=False, comm=c["variant"] in COMM).to_dict()
@@ -54,8 +55,9 @@ def main(argv=None) -> int:
     p.add_argument("--arch", required=True)
     p.add_argument("--world", type=int, required=True)
     p.add_argument("--num-sms", type=int, required=True)
-    p.add_argument("--margin", type=float, default=0.01, help="a variant must beat plain by this fraction")
-    p.add_argument("--plain-column", default="torch.matmul")
+    p.add_argument("--margin", type=float, default=0.03,
+                   help="a variant must beat plain by this fraction (the tuner's rule: 3 %%)")
+    p.add_argument("--plain-column", default="plain")
     p.add_argument("--out", default=str(tables.SHIPPED_DIR))
     args = p.parse_args(argv)
     df = read_csv(args.csv)
@@ -65,7 +67,7 @@ def main(argv=None) -> int:
         provenance = {
             "device": str(first.device), "world_size": args.world, "torch": str(first.torch),
             "triton": str(first.triton), "commit": str(first.commit), "date": str(first.date)[:10],
-            "timing": f"benchmarks.ops_world1 (do_bench median, L2 cleared; {Path(args.csv).name}); "
+            "timing": f"benchmarks.suite (calls interleaved, L2 cleared; {Path(args.csv).name}); "
                       f"heuristic configs only, margin {args.margin:.0%} over {args.plain_column}",
         }
         path = tables.write_table(Path(args.out), op, args.arch, args.world, entries, provenance)

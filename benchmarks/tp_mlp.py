@@ -19,17 +19,12 @@ import statistics
 
 import torch
 
-from benchmarks.common import (
-    bench_interleaved,
-    launch,
-    print_table,
-    rel_error,
-    row,
-    run_info,
-    settle,
-    write_csv,
-)
 from tilefuse.nn.reference import GatedMLP
+
+from .checks import rel_error
+from .launch import launch
+from .results import print_table, row, run_info, write_csv
+from .timing import bench_interleaved, settle
 
 SIZES = {"8b": (4096, 14336, 8192), "tiny": (64, 96, 64)}
 
@@ -63,7 +58,7 @@ def _rank_job(ctx, size: str, variant: str):
     err = rel_error(par(x_loc), ref_y)
     methods = {"plain": step(plain, x_full, dy_full), "par": step(par, x_loc, dy_loc),
                "tp": step(torch_tp, x_loc, dy_loc)}
-    settle(ctx, methods["plain"])  # steady clocks first (docs/PERF.md, session 3)
+    settle(ctx, methods["plain"])  # steady clocks first (docs/PERF.md, "Method")
     rounds = [bench_interleaved(ctx, list(methods.values())) for _ in range(2)]  # calls interleaved
     t_plain, t_par, t_tp = (statistics.median(r[i] for r in rounds) for i in range(3))
     flops = 3 * 2 * tokens * hidden * inter * 3  # three GEMMs, forward + two backward GEMMs each

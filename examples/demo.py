@@ -2,8 +2,9 @@
 
     python examples/demo.py [--world W]
 
-Ranks: one per GPU when there are several; two processes sharing the GPU when there is one
-(gloo process group); two CPU ranks running kernels in Triton's interpreter when there is none.
+Ranks (started by ``benchmarks.launch``, the repository's rank launcher): one per GPU when there are
+several; two processes sharing the GPU when there is one (gloo process group); two CPU ranks running
+kernels in Triton's interpreter when there is none.
 
 1. Every rank fills a heap buffer with its own random data. For each device primitive
    (``tilefuse.runtime.primitives``: store, load, put, get) a small Triton kernel moves it between
@@ -19,25 +20,20 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
-import queue
-import socket
 import sys
-import traceback
+from pathlib import Path
 
-import torch
+# The repository root, for the shared rank launcher; importing it switches Triton's interpreter on
+# when there is no GPU, before any kernel module is imported (again in every spawned rank, which
+# imports this file).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# Decide the backend before anything imports Triton kernels; this runs again in every spawned rank
-# (each one imports this file), so children start with the interpreter switched on.
-if not torch.cuda.is_available() or os.environ.get("TILEFUSE_BACKEND", "").lower() == "cpu":
-    os.environ["TILEFUSE_BACKEND"] = "cpu"
-    os.environ["TRITON_INTERPRET"] = "1"
-
-import torch.distributed as dist  # noqa: E402
+import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import tilefuse  # noqa: E402
+from benchmarks.launch import LaunchError, gpu_count, launch, pg_backend  # noqa: E402
 from tilefuse.ops import registry  # noqa: E402
 from tilefuse.runtime import primitives as P  # noqa: E402
 
@@ -138,23 +134,11 @@ def run_ops(rank: int, world: int, device) -> list:
     return rows
 
 
-def worker(rank: int, world: int, port: int, pg_backend: str, results) -> None:
-    try:
-        device = torch.device("cpu")
-        if torch.cuda.is_available() and os.environ.get("TILEFUSE_BACKEND", "") != "cpu":
-            torch.cuda.set_device(rank % torch.cuda.device_count())
-            device = torch.device("cuda", torch.cuda.current_device())
-        dist.init_process_group(pg_backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world)
-        tilefuse.init(heap_size=(256 << 20) if device.type == "cuda" else (64 << 20))
-        pairs = exchange(rank, world, device)
-        gc.collect()  # part 1's heap buffers must be freed on every rank alike before the ops allocate
-        ops = run_ops(rank, world, device)
-        tilefuse.shutdown()
-        dist.destroy_process_group()
-        results.put((rank, "ok", (pairs, ops)))
-    except BaseException:
-        results.put((rank, "error", traceback.format_exc()))
+def rank_job(ctx) -> tuple:
+    """Both parts on one rank (the launcher has set its device, process group and heap)."""
+    pairs = exchange(ctx.rank, ctx.world, ctx.device)
+    gc.collect()  # part 1's heap buffers must be freed on every rank alike before the ops allocate
+    return pairs, run_ops(ctx.rank, ctx.world, ctx.device)
 
 
 def table(records: list, columns: list) -> str:
@@ -174,47 +158,26 @@ def main() -> int:
                         help="ranks (default: one per GPU if several, else 2)")
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args()
-    gpus = torch.cuda.device_count() if os.environ.get("TILEFUSE_BACKEND", "") != "cpu" else 0
+    gpus = gpu_count()
     world = args.world or (gpus if gpus > 1 else 2)
-    pg_backend = "nccl" if gpus >= world else "gloo"  # NCCL refuses two ranks on one GPU
+    if world < 1:
+        parser.error(f"--world must be >= 1, got {world}")
     where = f"{gpus} GPU(s)" if gpus else "the CPU (Triton interpreter)"
-    print(f"tilefuse demo: {world} ranks on {where}, {pg_backend} process group", flush=True)
-
-    import torch.multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [ctx.Process(target=worker, args=(r, world, port, pg_backend, results), daemon=True)
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    got: dict = {}
+    # NCCL when every rank has a GPU of its own; it refuses two ranks on one GPU, so gloo then.
+    print(f"tilefuse demo: {world} ranks on {where}, {pg_backend(world)} process group", flush=True)
+    heap = (256 << 20) if gpus else (64 << 20)
     try:
-        while len(got) < world:
-            rank, status, value = results.get(timeout=args.timeout)
-            got[rank] = (status, value)
-            if status == "error":
-                print(f"rank {rank} failed:\n{value}", file=sys.stderr)
-                return 1
-    except queue.Empty:
-        print(f"ranks {sorted(set(range(world)) - set(got))} did not finish in {args.timeout:.0f} s",
-              file=sys.stderr)
+        got = launch(rank_job, world, heap_size=heap, timeout=args.timeout)
+    except LaunchError as err:
+        print(err, file=sys.stderr)
         return 1
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
 
-    pairs = sorted((r for _, (pr, _) in got.values() for r in pr),
+    pairs = sorted((r for pr, _ in got for r in pr),
                    key=lambda r: (list(PRIMITIVES).index(r["primitive"]), r["src"], r["dst"]))
     print("\n1. data moved between every pair of ranks (checked on the receiving rank)")
     print(table(pairs, ["src", "dst", "primitive", "run by", "bytes", "ok"]))
 
-    per_rank = [r for _, (_, ops) in got.values() for r in ops]
+    per_rank = [r for _, ops in got for r in ops]
     merged: dict = {}
     for r in per_rank:  # worst rank per (op, variant)
         key = (r["op"], r["variant"])

@@ -12,13 +12,14 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
-from benchmarks import common, plots, suite
+from benchmarks import checks, launch, plots, results, suite, timing
 from tilefuse.ops import registry
 from tilefuse.tuning.shapes import local_shapes
 
@@ -146,11 +147,11 @@ def test_plots_skip_without_matplotlib_and_progress_without_tqdm(tmp_path, monke
     assert plots.make_plots(pd.DataFrame(columns=suite.CSV_COLUMNS), tmp_path) == []
     assert "matplotlib is not installed" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm now raises ImportError
-    bar = common.Progress(3, desc="x", every_s=0.0)
+    bar = results.Progress(3, desc="x", every_s=0.0)
     bar.update(2, "step")
     bar.close()
     assert "x [2/3] step" in capsys.readouterr().err
-    silent = common.Progress(3, desc="y", enabled=False)
+    silent = results.Progress(3, desc="y", enabled=False)
     silent.update(3)
     assert capsys.readouterr().err == ""
 
@@ -164,18 +165,18 @@ def test_progress_bar_on_a_terminal(monkeypatch):
 
     tty = Tty()
     monkeypatch.setattr(sys, "stderr", tty)
-    bar = common.Progress(4, desc="suite")
+    bar = results.Progress(4, desc="suite")
     bar.update(4, "last step")
     bar.close()
     assert "suite" in tty.getvalue() and "4/4" in tty.getvalue()
 
 
 def test_tolerance_and_rel_error_reject_nan():
-    assert common.tolerance(torch.float16, on_gpu=True) == 1e-2
+    assert checks.tolerance(torch.float16, on_gpu=True) == 1e-2
     a = torch.ones(4, 4)
-    assert common.rel_error(a, a) == 0.0
-    assert math.isnan(common.rel_error(torch.full((4, 4), float("nan")), a))
-    assert math.isnan(common.rel_error(a[:2], a))
+    assert checks.rel_error(a, a) == 0.0
+    assert math.isnan(checks.rel_error(torch.full((4, 4), float("nan")), a))
+    assert math.isnan(checks.rel_error(a[:2], a))
 
 
 def test_suite_control_method_is_accepted_in_place():
@@ -213,8 +214,8 @@ def test_bench_interleaved_times_each_function_call_by_call(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(common, "_flush_l2", lambda device: None)
-    ctx = common.RankCtx(rank=0, world=1, device=torch.device("cuda", 0), heap=None, pg_backend="gloo",
+    monkeypatch.setattr(timing, "_flush_l2", lambda device: None)
+    ctx = launch.RankCtx(rank=0, world=1, device=torch.device("cuda", 0), heap=None, pg_backend="gloo",
                          host_group=None)
     order = []
 
@@ -225,9 +226,66 @@ def test_bench_interleaved_times_each_function_call_by_call(monkeypatch):
         return fn
 
     host = [[], []]
-    got = common.bench_interleaved(ctx, [sleeper(0, 1.0), sleeper(1, 4.0)], warmup_ms=5, rep_ms=20,
+    got = timing.bench_interleaved(ctx, [sleeper(0, 1.0), sleeper(1, 4.0)], warmup_ms=5, rep_ms=20,
                                    sync_each=True, host_ms=host)
     assert 0.9 < got[0] < 2.5 and 3.9 < got[1] < 6.0, got
     timed = order[-2 * len(host[0]):]  # the timed calls alternate, the first of each pair rotating
     assert timed[:4] == [0, 1, 1, 0], timed[:4]
     assert len(host[0]) == len(host[1]) >= 5
+
+
+def test_entry_point_dispatches_by_mode_and_names_missing_modules(monkeypatch, capsys):
+    from benchmarks import __main__ as entry
+
+    assert entry.main([]) == 2 and "world1" in capsys.readouterr().out
+    assert entry.main(["no-such-mode"]) == 2 and "unknown mode 'no-such-mode'" in capsys.readouterr().err
+    assert entry.resolve("tp_mlp") is entry.MODES["tp"]  # a module's own name works too
+    monkeypatch.setitem(entry.MODES, "ghost", entry.Mode("no_such_module", "a mode whose module is missing"))
+    assert entry.main(["ghost"]) == 2
+    assert "benchmarks/no_such_module.py is not in this checkout" in capsys.readouterr().err
+    assert entry.main(["world1", "--world", "2"]) == 2 and "runs at world 1" in capsys.readouterr().err
+    got = []
+    monkeypatch.setattr(suite, "main", lambda argv: got.append(argv) or 0)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # the entry point sets argparse's prog there
+    assert entry.main(["world1", "--ops", "all"]) == 0 and got[-1] == ["--world", "1", "--ops", "all"]
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert entry.main(["suite", "--sets", "tiny"]) == 0
+    assert got[-1][:2] == ["--world", str(entry._default_world())] and entry._default_world() >= 2
+    assert entry.main(["suite", "--world=3"]) == 0 and got[-1] == ["--world=3"]
+
+
+def test_world1_mode_times_custom_shapes_and_the_gemm_core(tmp_path, capsys):
+    """``--shapes MxNxK`` needs no shape set; ``core`` (the GEMM core alone) is checked like a variant."""
+    from benchmarks import __main__ as entry
+
+    csv = tmp_path / "w1.csv"
+    rc = entry.main(["world1", "--ops", "gemm_reduce_scatter", "--shapes", "64x48x40", "--variants", "core,plain_again",
+                     "--csv", str(csv), "--no-progress"])
+    assert rc == 0, capsys.readouterr().out[-3000:]
+    df = pd.read_csv(csv)
+    assert set(df["set"]) == {"custom"} and set(df["shape"]) == {"64x48x40"}
+    assert (df[["M", "N", "K"]].values == [64, 48, 40]).all()
+    for method in ("gemm", "plain", "core", "plain_again"):
+        assert _value(df, "gemm_reduce_scatter", "64x48x40", method, "ok") == 1.0, method
+        assert _value(df, "gemm_reduce_scatter", "64x48x40", method, "ms") > 0
+    with pytest.raises(SystemExit):
+        suite.main(["--shapes", "64x0x40", "--csv", str(csv)])
+    assert "every dimension must be >= 1" in capsys.readouterr().err
+
+
+def _fails_on_rank_1(ctx, message):
+    if ctx.rank == 1:
+        raise RuntimeError(message)
+    ctx.barrier()  # rank 0 waits for a rank that never comes: the launcher must not wait for it forever
+    return ctx.rank
+
+
+def test_launcher_reports_a_failing_rank_and_does_not_wait_for_a_stuck_one():
+    """World 2 (spawned ranks; the successful path is the CLI test's). ~20 s: two fresh processes."""
+    start = time.monotonic()
+    with pytest.raises(launch.LaunchError, match="boom on rank one") as err:
+        launch.launch(_fails_on_rank_1, 2, "boom on rank one", heap_size=16 << 20, timeout=120, error_grace_s=3)
+    assert "--- rank 1 ---" in str(err.value)
+    assert time.monotonic() - start < 60, "the launcher waited for the stuck rank past its grace"
+    with pytest.raises(ValueError, match="world must be >= 1"):
+        launch.launch(_fails_on_rank_1, 0, "never runs")

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# One device call: environment, the multi-rank test suite on the GPU, bandwidth, ops at world 1,
+# Everything in one device run: environment, the multi-rank test suite on the GPU, bandwidth, the world-1 suite,
 # and a short summary printed LAST (the device tool returns only the tail of the output).
 #
-#   bash benchmarks/gpu_session.sh [quick|full]        (run from the repository root)
+#   bash benchmarks/runs/check_all.sh [quick|full]        (run from the repository root)
 #
 # Everything goes under $OUT (default ./bench_out), at most 8 files:
-#   env.txt  tests.log  bandwidth.csv  bandwidth.log  ops_world1.csv  ops_world1.log  summary.txt
-#   (+ tp_mlp.csv when STAGES names "mlp", whose log goes to ops_world1.log; + demo.log for "demo")
+#   env.txt  tests.log  bandwidth.csv  bandwidth.log  suite_w1.csv  suite_w1.log  summary.txt
+#   (+ tp_mlp.csv when STAGES names "mlp", whose log goes to suite_w1.log; + demo.log for "demo")
 # Every stage runs under `timeout`, against one deadline (BUDGET_S seconds from the start, default
 # 560: the device tool's limit is 600); a stage that fails or times out does not stop the next.
 # Knobs (environment):
@@ -15,20 +15,23 @@
 #   TESTS_ARGS   extra pytest arguments, e.g. "tests/test_runtime.py" or "-k world";
 #   TESTS_MAX_S  cap of the test stage (default 240 full / 180 quick; the whole budget when it is the
 #                only stage left to run);
-#   OPS_VARIANTS e.g. "plain,auto,fused_sequential" (default: every registered variant but reference);
+#   OPS_VARIANTS e.g. "auto,fused_sequential" (default: every registered variant but reference and
+#                plain, and auto; the baselines always run);
 #   TILEFUSE_COMMIT  the commit to record in the CSVs (the device's copy of the checkout may lack .git).
 # Without a GPU the GPU test suite is skipped and the benchmarks run their tiny CPU smoke sets.
 # Exit status: 1 when any stage failed or timed out (a wrong result makes a benchmark stage fail).
 set -u -o pipefail
 
 MODE=${1:-quick}
-case "$MODE" in quick|full) ;; *) echo "usage: bash benchmarks/gpu_session.sh [quick|full]" >&2; exit 2 ;; esac
+case "$MODE" in quick|full) ;; *) echo "usage: bash benchmarks/runs/check_all.sh [quick|full]" >&2; exit 2 ;; esac
 OUT=${OUT:-./bench_out}
 mkdir -p "$OUT"
 rm -f "$OUT"/env.txt "$OUT"/tests.log "$OUT"/bandwidth.csv "$OUT"/bandwidth.log \
-      "$OUT"/ops_world1.csv "$OUT"/ops_world1.log "$OUT"/summary.txt "$OUT"/demo.log "$OUT"/tp_mlp.csv
+      "$OUT"/suite_w1.csv "$OUT"/suite_w1.log "$OUT"/summary.txt "$OUT"/demo.log "$OUT"/tp_mlp.csv
 export PYTHONUNBUFFERED=1
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
+# NVLink multicast stays off (a program that uses it can put a shared host's GPUs out of service).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=${PYTHON:-$(command -v python3 || command -v python)}
 STAGES=${STAGES:-"env tests bandwidth ops mlp"}
 BUDGET_S=${BUDGET_S:-560}
@@ -75,15 +78,15 @@ fi
 # enabled stages after it in reserve).
 if [[ $MODE == full ]]; then
     TESTS_MAX=${TESTS_MAX_S:-240}; PER_TEST=150; BW_SIZES=default; BW_MAX=60
-    OPS_SHAPES=full; OPS_REPS=2; OPS_MAX=(120 75 75)
+    OPS_SETS=llama3-8b,iris; OPS_REPS=2; OPS_MAX=(120 75 75)
 else
     TESTS_MAX=${TESTS_MAX_S:-180}; PER_TEST=120; BW_SIZES=quick; BW_MAX=45
-    OPS_SHAPES=first; OPS_REPS=1; OPS_MAX=(90 60 60)
+    OPS_SETS=llama3-8b; OPS_REPS=1; OPS_MAX=(90 60 60)
 fi
 DEMO_MAX=120
 MLP_MAX=60
 if (( GPU == 0 )); then
-    BW_SIZES=small; OPS_SHAPES=small; OPS_REPS=1
+    BW_SIZES=small; OPS_SETS=tiny; OPS_REPS=1
 fi
 
 stage_max() {
@@ -110,7 +113,7 @@ reserve_after() {
 if has_stage env; then
     {
         echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  mode: $MODE  gpu: $GPU  host: $(hostname)"
-        echo "commit: $("$PY" -c 'from benchmarks.common import commit_id; print(commit_id())' 2>&1)"
+        echo "commit: $("$PY" -c 'from benchmarks.results import commit_id; print(commit_id())' 2>&1)"
         echo "--- nvidia-smi"
         if command -v nvidia-smi >/dev/null; then
             nvidia-smi 2>&1
@@ -169,10 +172,10 @@ fi
 if has_stage bandwidth; then
     limit=$(stage_limit "$BW_MAX" "$(reserve_after bandwidth)")
     run_stage "bandwidth (world 1)" "$limit" "$OUT/bandwidth.log" \
-        "$PY" -m benchmarks.bandwidth --world 1 --sizes "$BW_SIZES" --csv "$OUT/bandwidth.csv"
+        "$PY" -m benchmarks bandwidth --world 1 --sizes "$BW_SIZES" --csv "$OUT/bandwidth.csv"
 fi
 
-# ---------------------------------------------------------------- ops at world 1 (one process per op)
+# ---------------------------------------------------------------- the suite at world 1 (one process per op)
 if has_stage ops; then
     ops=(gemm_all_scatter all_gather_gemm gemm_reduce_scatter)
     for i in 0 1 2; do
@@ -181,18 +184,18 @@ if has_stage ops; then
         limit=$(stage_limit "${OPS_MAX[i]}" "$reserve")
         variants=()
         [[ -n ${OPS_VARIANTS:-} ]] && variants=(--variants "$OPS_VARIANTS")
-        run_stage "ops_world1 ${ops[i]}" "$limit" "$OUT/ops_world1.log" \
-            "$PY" -m benchmarks.ops_world1 --ops "${ops[i]}" --shapes "$OPS_SHAPES" --reps "$OPS_REPS" \
-            --csv "$OUT/ops_world1.csv" --append ${variants[@]+"${variants[@]}"}
+        run_stage "suite w1 ${ops[i]}" "$limit" "$OUT/suite_w1.log" \
+            "$PY" -m benchmarks world1 --ops "${ops[i]}" --sets "$OPS_SETS" --reps "$OPS_REPS" \
+            --csv "$OUT/suite_w1.csv" --append --no-progress ${variants[@]+"${variants[@]}"}
     done
 fi
 
-# ---------------------------------------------------------------- TP MLP forward+backward (issue 7)
+# ---------------------------------------------------------------- TP MLP forward+backward
 if has_stage mlp; then
     size=8b
     (( GPU == 0 )) && size=tiny
-    run_stage "tp_mlp ($size, world 1)" "$(stage_limit "$MLP_MAX" "$(reserve_after mlp)")" "$OUT/ops_world1.log" \
-        "$PY" -m benchmarks.tp_mlp --size "$size" --world 1 --csv "$OUT/tp_mlp.csv"
+    run_stage "tp_mlp ($size, world 1)" "$(stage_limit "$MLP_MAX" "$(reserve_after mlp)")" "$OUT/suite_w1.log" \
+        "$PY" -m benchmarks tp --size "$size" --world 1 --csv "$OUT/tp_mlp.csv"
 fi
 
 # ---------------------------------------------------------------- demo (only when STAGES names it)
@@ -202,10 +205,10 @@ fi
 
 # ---------------------------------------------------------------- summary, last
 {
-    echo "################ gpu_session.sh $MODE: summary (gpu=$GPU, $(elapsed)s, OUT=$OUT)"
+    echo "################ runs/check_all.sh $MODE: summary (gpu=$GPU, $(elapsed)s, OUT=$OUT)"
     printf '%s\n' "${STATUS[@]}"
     echo
-    "$PY" -m benchmarks.summary "$OUT" 2>&1
+    "$PY" -m benchmarks summary "$OUT" 2>&1
 } > "$OUT/summary.txt"
 cat "$OUT/summary.txt"
 exit "$ANY_FAILED"  # 1 when any stage failed or timed out

@@ -2,13 +2,14 @@
 # The whole multi-rank test suite on the GPU(s) of one machine, its files split over parallel pytest
 # processes (Triton compiles on the CPU, so one serial pytest spends most of a device call compiling).
 #
-#   bash benchmarks/gpu_tests.sh            (run from the repository root; TILEFUSE_TEST_DEVICE=cuda)
+#   bash benchmarks/runs/gpu_tests.sh       (run from the repository root; TILEFUSE_TEST_DEVICE=cuda)
 #
 # Rank r of every test world runs on GPU r % device_count (tests/harness.py): on a machine with two
 # GPUs the W = 2 tests put one rank on each GPU and read and write each other's memory over the
 # GPUs' link, W = 3 and 4 mix that with ranks sharing a GPU.
 # Knobs: OUT (default ./bench_out), LIMIT_S (per group, default 480), PER_TEST (default 240 s),
-# GROUPS_SPEC (';'-separated groups of test paths), PYTEST_ARGS (extra arguments, e.g. "-k world").
+# GROUPS_SPEC (';'-separated groups of test paths), PYTEST_ARGS (extra arguments, e.g. "-k world"),
+# TILEFUSE_TEST_PG=nccl (NCCL process groups: needs a GPU per rank, e.g. PYTEST_ARGS="-k '2]'").
 # Logs: $OUT/tests_<n>.log, one per group; the summary, printed last, is also $OUT/tests_summary.txt.
 # Exit status 1 when any group failed or timed out.
 set -u -o pipefail
@@ -16,6 +17,8 @@ OUT=${OUT:-./bench_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TILEFUSE_TEST_DEVICE=${TILEFUSE_TEST_DEVICE:-cuda}
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
+# NVLink multicast stays off (a program that uses it can put a shared host's GPUs out of service).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=${PYTHON:-$(command -v python3 || command -v python)}
 LIMIT_S=${LIMIT_S:-480}
 PER_TEST=${PER_TEST:-240}
@@ -44,14 +47,14 @@ for i in "${!pids[@]}"; do
     (( rc != 0 )) && rc_all=1
 done
 {
-    echo "################ gpu_tests.sh: $(( $(date +%s) - START ))s, device=$TILEFUSE_TEST_DEVICE, gpus=$(
+    echo "################ runs/gpu_tests.sh: $(( $(date +%s) - START ))s, device=$TILEFUSE_TEST_DEVICE, gpus=$(
         "$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null)"
     for i in "${!GROUPS_LIST[@]}"; do
         what=ok
         (( codes[i] == 124 || codes[i] == 137 )) && what="TIMED OUT"
         (( codes[i] != 0 && codes[i] != 124 && codes[i] != 137 )) && what="FAILED rc=${codes[i]}"
         # pytest printed its summary with no failure, then the process died (SIGSEGV in CUDA IPC
-        # teardown, seen since session 2): say so rather than report the tests as failed.
+        # teardown): say so rather than report the tests as failed.
         if (( codes[i] == 139 )) && grep -qE '^[0-9]+ passed' "$OUT/tests_$i.log" \
             && ! grep -qE '[0-9]+ (failed|errors?)' "$OUT/tests_$i.log"; then
             what="tests passed, then the process died at exit (rc 139, CUDA IPC teardown)"
