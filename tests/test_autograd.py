@@ -75,7 +75,7 @@ def reference(ctx, op: str, a, b, dc, dgathered=None):
     return c_all[min(r, len(c_all) - 1)].detach(), As[r].grad, Bs[r].grad
 
 
-def _check(ctx, what, dtype, got, ref):
+def check_grads(ctx, what, dtype, got, ref):
     K_tol = ctx.world * max(M, K, N)
     for name, g, rf in zip(("output", "grad of a", "grad of b"), got, ref):
         assert g is not None, f"{what}: no {name}"
@@ -93,7 +93,7 @@ def job_variants(ctx, op, dtype, names):
         c = fn(a, b, variant=v)
         assert c.grad_fn is not None, f"{op} {v}: output has no grad_fn"
         c.backward(dc)
-        _check(ctx, f"rank {ctx.rank}/{ctx.world} {op} {v} {dtype}", dtype, (c.detach(), a.grad, b.grad), ref)
+        check_grads(ctx, f"rank {ctx.rank}/{ctx.world} {op} {v} {dtype}", dtype, (c.detach(), a.grad, b.grad), ref)
     tilefuse.barrier()
     return True
 
@@ -134,13 +134,13 @@ def job_partial_and_gathered(ctx):
     x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
     c, gathered = tilefuse.all_gather_gemm(x, y, variant="producer_consumer", return_gathered=True)
     torch.autograd.backward([c, gathered], [dc, dg])
-    _check(ctx, f"{who} all_gather_gemm with the gathered A in the loss", dt, (c.detach(), x.grad, y.grad), ref)
+    check_grads(ctx, f"{who} all_gather_gemm with the gathered A in the loss", dt, (c.detach(), x.grad, y.grad), ref)
     # torch.ops.tilefuse.all_gather_gemm keeps no gathered A: its backward gathers a again for db.
     ref = reference(ctx, op, a, b, dc)
     x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
     c = torch.ops.tilefuse.all_gather_gemm(x, y, "wg_specialized", None, None)
     c.backward(dc)
-    _check(ctx, f"{who} torch.ops.tilefuse.all_gather_gemm", dt, (c.detach(), x.grad, y.grad), ref)
+    check_grads(ctx, f"{who} torch.ops.tilefuse.all_gather_gemm", dt, (c.detach(), x.grad, y.grad), ref)
 
     op = "gemm_all_scatter"
     a, b, _ = make_inputs(ctx, op, dt, seed=9)

@@ -106,7 +106,11 @@ def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     world, _ = world_of(group, who)
     _check_input(who, x, weight, bias, weight.shape[1], "in_features")
     lead = x.shape[:-1]
-    y = all_gather_gemm(x.reshape(-1, x.shape[-1]).contiguous(), weight.t(), variant=variant, group=group)
+    # The weight gradient needs every rank's tokens: the op keeps its gathered input for it.
+    keep = torch.is_grad_enabled() and weight.requires_grad
+    y = all_gather_gemm(x.reshape(-1, x.shape[-1]).contiguous(), weight.t(), variant=variant, group=group,
+                        return_gathered=keep)
+    y = y[0] if keep else y
     if bias is not None:
         y = y + bias
     return y.reshape(world * lead[0], *lead[1:], y.shape[-1])
