@@ -18,8 +18,9 @@ so a rank that called a candidate one time more than its peers would hang them):
    exchange hands rank 0's answer to every rank: all ranks run rank 0's decision, whatever their
    own rule said (a rank with another margin, say).
 
-Host exchanges use ``tilefuse.runtime.hostsync.all_gather_object`` (bounded) where it exists, else
-``torch.distributed.all_gather_object`` on the op's group (bounded by the group's timeout).
+Host exchanges and barriers use ``tilefuse.runtime.hostsync`` (bounded: ``EXCHANGE_TIMEOUT_S``, a
+missing rank is named) on the op's group; without it, ``torch.distributed``'s object collectives
+and barrier (bounded by the group's timeout).
 Tests can replace the clock with :func:`set_timer`; the protocol stays the same.
 """
 
@@ -89,15 +90,20 @@ def set_timer(timer) -> None:
     _TIMER[0] = timer
 
 
+def _hostsync():
+    try:
+        from ..runtime import hostsync
+    except ImportError:
+        return None
+    return hostsync if hasattr(hostsync, "all_gather_object") else None
+
+
 def all_gather(obj, group, *, what: str) -> list:
     """Every rank's ``obj`` in group-rank order (``[obj]`` at world 1)."""
     if dist.get_world_size(group) == 1:
         return [obj]
-    try:
-        from ..runtime import hostsync
-    except ImportError:
-        hostsync = None
-    if hostsync is not None and hasattr(hostsync, "all_gather_object"):
+    hostsync = _hostsync()
+    if hostsync is not None:
         return list(hostsync.all_gather_object(obj, group, what=what, timeout=EXCHANGE_TIMEOUT_S))
     out: list = [None] * dist.get_world_size(group)
     dist.all_gather_object(out, obj, group=group)
@@ -121,8 +127,13 @@ def _time_call(name: str, call, device: torch.device) -> float:
     return float(timer(name)) if timer is not None else ms
 
 
-def _barrier(group) -> None:
-    if dist.get_world_size(group) > 1:
+def _barrier(group, what: str) -> None:
+    if dist.get_world_size(group) == 1:
+        return
+    hostsync = _hostsync()
+    if hostsync is not None and hasattr(hostsync, "barrier"):
+        hostsync.barrier(group, what=what, timeout=EXCHANGE_TIMEOUT_S)
+    else:
         dist.barrier(group=group)
 
 
@@ -131,7 +142,7 @@ def time_plain(call, device: torch.device, group) -> float:
     call()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    _barrier(group)
+    _barrier(group, "autotune: plain time")
     ms = _time_call("plain", call, device)
     return max(all_gather(ms, group, what="autotune: plain time"))
 
@@ -219,7 +230,7 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str)
     for r in range(reps):
         for j in range(n):
             c = kept[(r + j) % n]
-            _barrier(group)
+            _barrier(group, f"autotune {what}: timing")
             samples[c.name].append(_time_call(c.name, c.call, device))
     mine = {name: statistics.median(ts) for name, ts in samples.items()}
     # 3. cross-rank max; rank 0 decides and hands its decision to every rank
