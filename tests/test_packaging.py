@@ -106,9 +106,13 @@ def test_wheel_carries_data_license_and_honest_metadata(installed):
 
 def test_installed_wheel_runs_the_tuner_and_loads_its_tables(installed, tmp_path):
     _, target = installed
-    helped = _run(target, "-m", "tilefuse.tune", "--help", cwd=tmp_path)
-    assert helped.returncode == 0, helped.stdout[-2000:] + helped.stderr[-2000:]
-    assert "--op" in helped.stdout and "--shapes" in helped.stdout
+    # `python -m tilefuse.tune` must keep working; `python -m tilefuse.tuning` too where the wheel has it.
+    has_tuning_main = (target / "tilefuse" / "tuning" / "__main__.py").exists()
+    modules = ["tilefuse.tune"] + (["tilefuse.tuning"] if has_tuning_main else [])
+    for module in modules:
+        helped = _run(target, "-m", module, "--help", cwd=tmp_path)
+        assert helped.returncode == 0, module + ": " + helped.stdout[-2000:] + helped.stderr[-2000:]
+        assert "--op" in helped.stdout and "--shapes" in helped.stdout, module
 
     script = f"""
 import json, pathlib, sys
