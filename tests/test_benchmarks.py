@@ -48,6 +48,8 @@ def test_derived_metrics_follow_their_definitions():
     # all_gather_gemm's GEMM runs over the gathered W*M rows.
     agg = suite.derive("all_gather_gemm", 64, 32, 16, 4, 2, {"gemm": 1.0})
     assert agg["gemm"]["TFLOP/s"] == pytest.approx(2 * 4 * 64 * 32 * 16 / 1e-3 / 1e12)
+    # All-reduce bus bytes: a reduce-scatter and an all-gather of the [M, N] partial.
+    assert suite.comm_bytes("gemm_all_reduce", 64, 32, 16, 4, 2) == pytest.approx(2 * 64 * 32 * 2 * 3 / 4)
 
 
 def _interpreter_breaks_on_numpy() -> bool:
@@ -289,3 +291,28 @@ def test_launcher_reports_a_failing_rank_and_does_not_wait_for_a_stuck_one():
     assert time.monotonic() - start < 60, "the launcher waited for the stuck rank past its grace"
     with pytest.raises(ValueError, match="world must be >= 1"):
         launch.launch(_fails_on_rank_1, 0, "never runs")
+
+
+def test_host_overhead_smoke_writes_every_method(tmp_path):
+    """benchmarks.host_overhead --smoke at world 2 on CPU ranks: every variant, plain through the
+    public function, the custom op and the registry entry, and torch, each with eager host and
+    wall time; no graph rows (--smoke) and no errors."""
+    from benchmarks import host_overhead
+
+    csv = tmp_path / "host.csv"
+    env = dict(os.environ, TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.host_overhead", "--smoke", "--world", "2",
+                           "--ops", "gemm_all_scatter", "--M", "4", "--csv", str(csv)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    df = pd.read_csv(csv, dtype={"note": str})
+    assert list(df.columns) == host_overhead.CSV_COLUMNS
+    assert (df["world"] == 2).all() and (df["mode"] == "eager").all() and (df["device"] == "cpu").all()
+    assert df["commit"].notna().all()
+    assert (df["metric"] != "error").all(), df[df["metric"] == "error"]["note"].tolist()
+    expected = set(registry.variants("gemm_all_scatter")) - {"reference"}
+    expected |= {"plain_custom_op", "plain_entry", "torch"}
+    assert set(df["variant"]) == expected
+    for name in expected:
+        got = df[df["variant"] == name].set_index("metric")["value"]
+        assert set(got.index) == {"host_us", "wall_us"} and (got > 0).all(), name
