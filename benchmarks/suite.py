@@ -17,7 +17,8 @@ gemm       torch.matmul of this rank's GEMM alone: gemm_all_scatter ``[M, K] @ [
            gemm_reduce_scatter the full partial ``[M, K] @ [K, N]``
 comm       the communication alone with torch.distributed (NCCL when each rank has its own GPU):
            all-gather of the ``[M, N]`` product (gemm_all_scatter) or of ``a`` (all_gather_gemm),
-           reduce-scatter of the ``[M, N]`` partial (gemm_reduce_scatter)
+           reduce-scatter of the ``[M, N]`` partial (gemm_reduce_scatter), all-reduce of the
+           ``[M, N]`` partial (gemm_all_reduce; in place, as NCCL's own tests time it)
 plain      the registry's plain path: torch.matmul + the torch.distributed collective
 torch_fused torch's async-TP op where one exists (``torch.ops.symm_mem.fused_all_gather_matmul``,
            ``fused_matmul_reduce_scatter``); skipped, with the reason in ``note``, at world 1,
@@ -70,7 +71,7 @@ import torch.distributed as dist
 import tilefuse
 from tilefuse.ops import dispatch, registry
 from tilefuse.ops.common import launch as oplaunch
-from tilefuse.ops.common.collectives import all_gather_cat, reduce_scatter_rows
+from tilefuse.ops.common.collectives import all_gather_cat, all_reduce_sum, reduce_scatter_rows
 from tilefuse.ops.common.config import default_config
 from tilefuse.ops.common.gemm import matmul as tf_matmul
 from tilefuse.runtime import hw
@@ -117,6 +118,8 @@ def comm_bytes(op: str, M: int, N: int, K: int, world: int, itemsize: int) -> fl
         full = world * M * N  # all-gather of the [M, N] products
     elif op == "all_gather_gemm":
         full = world * M * K  # all-gather of a
+    elif op == "gemm_all_reduce":
+        return 2 * M * N * itemsize * (world - 1) / world  # all-reduce: a reduce-scatter and an all-gather
     else:
         full = M * N  # reduce-scatter of the [M, N] partial
     return full * itemsize * (world - 1) / world
@@ -161,7 +164,7 @@ class Case:
         self.c_gemm = torch.empty(rows, N, dtype=dtype, device=dev)
         self.c_core = None  # made by methods() when the core is timed
         self.comm_out = None
-        if self.nccl:
+        if self.nccl and op != "gemm_all_reduce":  # the all-reduce runs in place
             shape = (M // W, N) if op == "gemm_reduce_scatter" else (W * M, self.sets[0].comm_in.shape[1])
             self.comm_out = torch.empty(shape, dtype=dtype, device=dev)
         self.heap_out = None
@@ -188,6 +191,13 @@ class Case:
         """The collective alone, gathered along rows (gemm_all_scatter's column order is restored
         only for the check: the reshuffle is not communication)."""
         x = s.comm_in
+        if self.op == "gemm_all_reduce":
+            # In place: the timed sets' partials grow by W every call (no effect on the time); the
+            # check runs on a fresh set first.
+            if self.nccl:
+                dist.all_reduce(x)
+                return x
+            return all_reduce_sum(x).to(x.dtype)
         if self.op == "gemm_reduce_scatter":
             if self.nccl:
                 dist.reduce_scatter_tensor(self.comm_out, x)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from .results import format_table, human_bytes, read_csv
 
-SHORT_OPS = {"gemm_all_scatter": "gas", "all_gather_gemm": "agg", "gemm_reduce_scatter": "grs"}
+SHORT_OPS = {"gemm_all_scatter": "gas", "all_gather_gemm": "agg", "gemm_reduce_scatter": "grs",
+             "gemm_all_reduce": "gar"}
 SHORT_METHODS = {"core": "core", "plain": "plain", "bulk_sync": "bulk",
                  "producer_consumer": "pc", "fused_sequential": "fs", "wg_specialized": "ws",
                  "reference": "ref", "auto": "auto"}
