@@ -483,3 +483,27 @@ def test_decide_keeps_plain_within_the_margin():
     assert autotune.decide({"plain": 1.0, "a": 0.985}) == "plain"
     assert autotune.decide({"plain": 1.0, "a": 0.97, "b": 0.95}) == "b"
     assert autotune.decide({"plain": 1.0}) == "plain"
+
+
+def test_heldout_benchmark_smoke(tmp_path):
+    """benchmarks/heldout.py on CPU ranks: auto's result is checked, every method timed, the CSV written."""
+    import pandas as pd
+
+    out = tmp_path / "heldout.csv"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("TILEFUSE_CONFIG_DIR", None)
+    got = subprocess.run([sys.executable, "-m", "benchmarks.heldout", "--smoke", "--world", "2", "--n", "2",
+                          "--ops", "gemm_all_scatter,gemm_reduce_scatter", "--out", str(out),
+                          "--cache-dir", str(tmp_path / "cache")],
+                         env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-3000:]
+    df = pd.read_csv(out)
+    per_shape = df[df["variant"] != "summary"]
+    for op in ("gemm_all_scatter", "gemm_reduce_scatter"):
+        mine = per_shape[per_shape["op"] == op]
+        assert len(mine[mine["metric"] == "ms"]) == 4, "plain and auto on two shapes"
+        assert set(mine["metric"]) == {"ms", "speedup_vs_plain", "first_call_ms"}
+        assert mine[mine["variant"] == "auto"]["note"].str.startswith("plain (default").all()
+    summary = df[df["variant"] == "summary"]
+    assert {"worst_speedup_vs_plain", "median_speedup_vs_plain"} <= set(summary["metric"])
+    assert "no torch fused column" in got.stderr

@@ -1,0 +1,178 @@
+"""``variant="auto"`` on held-out shapes, against the plain path and torch's fused async-TP ops.
+
+    python -m benchmarks heldout --world 1 --out heldout_ws1.csv
+    torchrun --nproc-per-node 2 -m benchmarks.heldout --out heldout_ws2.csv
+    python -m benchmarks.heldout --smoke --world 2          # tiny shapes, CPU ranks (a test runs it)
+
+The shapes come from :func:`tilefuse.tuning.shapes.heldout_shapes`: drawn at random (seeded) within
+model-like ranges, never in a tuning set, so no table holds them exactly. Per shape, every rank:
+
+1. calls ``variant="auto"`` once and records that first call's time (``first_call_ms``: with
+   first-call tuning on, the tuning happens here) and what auto chose (the CSV's ``note``);
+2. checks auto's result against the fp32 reference;
+3. times plain, auto and torch's fused op (``torch.ops.symm_mem``, where the op has one and the run
+   has NCCL with a GPU per rank; otherwise that column is absent and the reason is printed), their
+   calls interleaved one by one, cross-rank maximum of the medians (``benchmarks.timing``).
+
+The decision cache is a fresh temporary directory unless ``--cache-dir`` names one, so first calls
+tune as a new user's would. Output: one long-format CSV (``ms`` per method, ``speedup_vs_plain`` and
+``speedup_vs_best_baseline`` = min(plain, torch fused) / auto where torch's op ran, ``first_call_ms``), summary
+rows (``variant = summary``: worst and median ratios over all shapes and over shapes whose plain
+time is at least ``--min-ms``), and the same summary printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+from .checks import error_text, rel_error, tolerance
+from .launch import is_main_process, launch, under_torchrun
+from .results import parse_dtype, row, run_info, write_csv
+from .timing import bench_interleaved
+
+OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
+
+
+def _operands(ctx, op: str, M: int, N: int, K: int, dtype, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    a_seed = seed if op == "gemm_all_scatter" else seed + 1000 * (ctx.rank + 1)  # gemm_all_scatter: a replicated
+    a = torch.randn(M, K, generator=torch.Generator().manual_seed(a_seed)).to(dtype=dtype, device=ctx.device)
+    g.manual_seed(seed + 7 + ctx.rank)
+    b = (torch.randn(K, N, generator=g) / K ** 0.5).to(dtype=dtype, device=ctx.device)
+    return a, b
+
+
+def _first(x):
+    return x[0] if isinstance(x, tuple) else x
+
+
+def _job(ctx, ops: list, n: int, dtype_name: str, smoke: bool, seed: int, cache_dir: str | None):
+    import tilefuse
+    from tilefuse.ops import dispatch, registry
+    from tilefuse.tuning import shapes
+
+    from .suite import torch_fused
+
+    if cache_dir:
+        os.environ["TILEFUSE_CACHE_DIR"] = cache_dir
+    dtype = parse_dtype(dtype_name)
+    rows, notes = [], []
+    for op in ops:
+        if "plain" not in registry.variants(op):
+            notes.append(f"{op}: not registered in this checkout: skipped")
+            continue
+        fused, why = torch_fused(ctx, op)
+        if fused is None:
+            notes.append(f"{op}: no torch fused column ({why})")
+        public = getattr(tilefuse, op, None) or (lambda a, b, op=op: dispatch.run_auto(op, a, b, None, None))
+        plain = registry.get(op, "plain")
+        reference = registry.get(op, "reference")
+        for i, s in enumerate(shapes.heldout_shapes(op, ctx.world, n, seed=seed, smoke=smoke)):
+            M, N, K = s["M"], s["N"], s["K"]
+            a, b = _operands(ctx, op, M, N, K, dtype, seed=1000 * i + 17)
+            ctx.barrier()
+            t0 = time.perf_counter()
+            got = _first(public(a, b))
+            ctx.sync()
+            first_ms = ctx.max((time.perf_counter() - t0) * 1e3)
+            choice = dispatch.choose(op, a, b)
+            note = f"{choice.variant} ({choice.source})"
+            ref = _first(reference(a, b))
+            err = ctx.max(rel_error(got, ref))
+            if not err <= tolerance(dtype, ctx.on_gpu):
+                raise AssertionError(f"{op} {M}x{N}x{K}: auto ({note}) is wrong: relative error {err:.3g}")
+            methods = {"plain": functools.partial(plain, a, b), "auto": functools.partial(public, a, b)}
+            if fused is not None:
+                methods["torch_fused"] = functools.partial(fused, a, b)
+            try:
+                times = dict(zip(methods, bench_interleaved(ctx, list(methods.values()))))
+            except Exception as exc:  # recorded, and the next shape goes on
+                notes.append(f"{op} {M}x{N}x{K}: timing failed: {error_text(exc)}")
+                continue
+            for name, ms in times.items():
+                rows.append(row(op, name, M, N, K, dtype, ctx.world, "ms", ms, note if name == "auto" else ""))
+            rows.append(row(op, "auto", M, N, K, dtype, ctx.world, "speedup_vs_plain", times["plain"] / times["auto"],
+                            note))
+            if "torch_fused" in times:
+                rows.append(row(op, "auto", M, N, K, dtype, ctx.world, "speedup_vs_best_baseline",
+                                min(times["plain"], times["torch_fused"]) / times["auto"], note))
+            rows.append(row(op, "auto", M, N, K, dtype, ctx.world, "first_call_ms", first_ms, note))
+    return rows, notes
+
+
+def summarize(rows: list, min_ms: float) -> list:
+    """Summary rows: worst and median of auto's ratios, per op and over every op, over all shapes and
+    over those whose plain time is at least ``min_ms``."""
+    plain_ms = {(r["op"], r["M"], r["N"], r["K"]): r["value"] for r in rows
+                if r["variant"] == "plain" and r["metric"] == "ms"}
+    out = []
+    for metric in ("speedup_vs_plain", "speedup_vs_best_baseline"):
+        ratios = [r for r in rows if r["metric"] == metric]
+        if not ratios:
+            continue
+        dtype, world = ratios[0]["dtype"], ratios[0]["world"]
+        for op in sorted({r["op"] for r in ratios}) + ["all"]:
+            mine = [r for r in ratios if op in ("all", r["op"])]
+            large = [r for r in mine if plain_ms[(r["op"], r["M"], r["N"], r["K"])] >= min_ms]
+            for subset, label in ((mine, ""), (large, f"_plain_ge_{min_ms:g}ms")):
+                values = [r["value"] for r in subset]
+                if not values:
+                    continue
+                for stat, v in (("worst", min(values)), ("median", statistics.median(values))):
+                    out.append(row(op, "summary", "", "", "", dtype, world, f"{stat}_{metric}{label}", v,
+                                   f"{len(values)} shapes"))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.heldout", description=__doc__.split("\n\n")[0])
+    p.add_argument("--world", type=int, default=None, help="ranks to start (default: 1; torchrun: its world)")
+    p.add_argument("--ops", default="all", help=f"'all' or comma-separated ops of {list(OPS)}")
+    p.add_argument("--n", type=int, default=12, help="held-out shapes per op")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--seed", type=int, default=None, help="another draw of shapes (default: the fixed seed)")
+    p.add_argument("--min-ms", type=float, default=0.2, help="the summary's size threshold on plain's time")
+    p.add_argument("--cache-dir", default=None, help="decision cache directory (default: a fresh temporary one)")
+    p.add_argument("--out", default=None, help="CSV path (default: print only)")
+    p.add_argument("--smoke", action="store_true", help="tiny shapes, float16: CPU ranks in Triton's interpreter")
+    args = p.parse_args(argv)
+    from tilefuse.tuning import shapes
+
+    ops = list(OPS) if args.ops.strip() == "all" else [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = sorted(set(ops) - set(OPS))
+    if unknown:
+        p.error(f"unknown op(s) {unknown}; ops are {list(OPS)}")
+    if args.n < 1:
+        p.error("--n must be >= 1")
+    dtype = "float16" if args.smoke else args.dtype
+    parse_dtype(dtype)
+    seed = shapes.HELDOUT_SEED if args.seed is None else args.seed
+    world = args.world or 1
+    with tempfile.TemporaryDirectory(prefix="tilefuse-heldout-") as tmp:
+        cache_dir = args.cache_dir or tmp
+        results = launch(_job, world, ops, args.n, dtype, args.smoke, seed, cache_dir)
+    rows, notes = results[0]
+    if under_torchrun() and not is_main_process():
+        return 0
+    for line in notes:
+        print(line, file=sys.stderr)
+    summary = summarize(rows, args.min_ms)
+    if args.out:
+        device = torch.device("cuda", 0) if torch.cuda.is_available() and not args.smoke else None
+        write_csv(rows + summary, args.out, run_info(device))
+        print(f"wrote {args.out} ({len(rows)} measurements)")
+    for r in summary:
+        print(f"{r['op']:>20} {r['metric']:<48} {r['value']:.3f}  ({r['note']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
