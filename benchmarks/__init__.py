@@ -1,4 +1,5 @@
-"""tilefuse benchmarks: run as modules from the repository root (``python -m benchmarks.bandwidth``).
+"""tilefuse benchmarks, outside the package: ``python -m benchmarks <mode>`` from the repository root
+(``python -m benchmarks`` lists the modes; ``docs/BENCHMARKS.md``).
 
 Importing this package picks the interpreter before any Triton kernel module is imported: with
 no usable GPU (or ``TILEFUSE_BACKEND=cpu``) it sets ``TILEFUSE_BACKEND=cpu`` and
