@@ -15,8 +15,9 @@ returns its result alone; otherwise world 1 runs in this process and more ranks 
 wait is bounded: a rank that raises is reported with its traceback (:class:`LaunchError`), the
 others get 30 s to finish, and ranks still running at ``timeout`` are killed.
 
-The test suite keeps its own pool (``tests/harness.py``): the same rank setup, but the processes
-stay up across hundreds of jobs, which one-shot launches cannot afford on two CPU cores.
+The test suite keeps its own pool (``tests/harness.py``): the processes stay up across hundreds of
+jobs, which one-shot launches cannot afford on two CPU cores; :func:`init_rank` / :func:`close_rank`
+are the per-rank setup both can share.
 """
 
 from __future__ import annotations
@@ -134,26 +135,45 @@ def pg_backend(world: int) -> str:
     return "gloo"
 
 
-def _run_rank(rank: int, world: int, init_method: str, local_rank: int, fn, args, kwargs, heap_size):
+def init_rank(rank: int, world: int, init_method: str, *, local_rank: int | None = None,
+              heap_size: int | None = None, pg: str | None = None, pg_timeout_s: float = 300.0) -> RankCtx:
+    """Set this process up as rank ``rank`` of ``world``: its GPU (``local_rank % device_count`` when
+    tilefuse runs on CUDA), the process group (``pg``, default :func:`pg_backend`), a gloo group for
+    host work, and the symmetric heap. Undo with :func:`close_rank`. The test pool
+    (``tests/harness.py``) and :func:`launch` set ranks up the same way."""
     import tilefuse
     from tilefuse.runtime import _env
 
     if _env.requested_backend() == "cuda":
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
-    pg = pg_backend(world)
+        torch.cuda.set_device((rank if local_rank is None else local_rank) % torch.cuda.device_count())
+    pg = pg or pg_backend(world)
     dist.init_process_group(pg, init_method=init_method, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=300))
+                            timeout=datetime.timedelta(seconds=pg_timeout_s))
     try:
         host_group = dist.new_group(backend="gloo") if pg != "gloo" else dist.group.WORLD
         heap = tilefuse.init(heap_size=heap_size)
-        ctx = RankCtx(rank=rank, world=world, device=heap.device, heap=heap, pg_backend=pg,
-                      host_group=host_group)
-        try:
-            return fn(ctx, *args, **kwargs)
-        finally:
-            tilefuse.shutdown()
+    except BaseException:
+        dist.destroy_process_group()
+        raise
+    return RankCtx(rank=rank, world=world, device=heap.device, heap=heap, pg_backend=pg, host_group=host_group)
+
+
+def close_rank() -> None:
+    """The heap and the process group of :func:`init_rank` go."""
+    import tilefuse
+
+    try:
+        tilefuse.shutdown()
     finally:
         dist.destroy_process_group()
+
+
+def _run_rank(rank: int, world: int, init_method: str, local_rank: int, fn, args, kwargs, heap_size):
+    ctx = init_rank(rank, world, init_method, local_rank=local_rank, heap_size=heap_size)
+    try:
+        return fn(ctx, *args, **kwargs)
+    finally:
+        close_rank()
 
 
 def _worker(rank, world, port, fn, args, kwargs, heap_size, results) -> None:
