@@ -145,7 +145,7 @@ def job_variants_bit_identical(ctx, M, N, K, dtype_list, config, bias):
 
 def job_ragged_k_shards(ctx, k_per_rank, M, N):
     """K shards of different sizes per rank (one of them empty), an empty M and N, plain, the public
-    entry point with variant="auto" and with a named variant."""
+    entry point with a named variant; then variant="auto" (equal K shards)."""
     op_module = _ensure_registered()
     dtype = torch.float16
     K = k_per_rank[ctx.rank]
@@ -165,10 +165,17 @@ def job_ragged_k_shards(ctx, k_per_rank, M, N):
     for variant, kwargs in (("plain", {}), ("plain", {"bias": c_bias})):
         got = _get(variant)(a, b, **kwargs)
         _check(ctx, got, ref_bias if kwargs else ref, dtype, max(k_per_rank), f"plain {sorted(kwargs)}")
-    for kwargs in ({}, {"variant": "wg_specialized"}, {"bias": c_bias}):
+    got = op_module.gemm_all_reduce(a, b, variant="wg_specialized", bias=c_bias)
+    tilefuse.synchronize()
+    _check(ctx, got, ref_bias, dtype, max(k_per_rank), "public wg_specialized")
+    # variant="auto" decides per shape with one exchange between the ranks: equal K shards (the
+    # dispatcher's documented contract).
+    K = k_per_rank[-1]
+    a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=12, bias=True)
+    for kwargs in ({}, {"bias": c_bias}):
         got = op_module.gemm_all_reduce(a, b, **kwargs)
         tilefuse.synchronize()
-        _check(ctx, got, ref_bias if "bias" in kwargs else ref, dtype, max(k_per_rank), f"public {kwargs}")
+        _check(ctx, got, _get("reference")(a, b, **kwargs), dtype, K, f"public auto {sorted(kwargs)}")
     tilefuse.barrier()
     return True
 

@@ -119,8 +119,10 @@ def setup(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -
         c = torch.full((M, N), float("nan"), dtype=a.dtype, device=a.device)
     else:
         c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    # K_loc may differ between ranks: the signature holds everything else.
-    key = (OP, variant, M, N, str(a.dtype), tuple(call.config.to_dict().values()), bias is not None)
+    # K_loc may differ between ranks, and with it the default config's BLOCK_K: the signature holds
+    # the tile grid, on which the ranks' tile numbering (and so the flags) depends, and everything else.
+    cfg = call.config
+    key = (OP, variant, M, N, str(a.dtype), (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None)
     if M == 0 or N == 0:
         begin(key)
         return Call(call, c, bias, None, None)
