@@ -6,8 +6,9 @@
     python -m benchmarks <mode> --help         # the mode's options
 
 Each mode runs ``main(argv)`` of the module of that name in this package (``benchmarks/<module>.py``);
-a mode whose module is not in this checkout says so and exits with status 2. Modules can also be
-run directly (``python -m benchmarks.suite ...``, ``torchrun ... -m benchmarks.suite ...``).
+a mode whose module is not in this checkout says so and exits with status 2. Any other module of the
+package with a ``main(argv)`` runs by its own name (``python -m benchmarks gemm_sweep``). Modules can
+also be run directly (``python -m benchmarks.suite ...``, ``torchrun ... -m benchmarks.suite ...``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,10 @@ MODES = {
     "tp": Mode("tp_mlp", "tensor-parallel Llama MLP forward + backward: tilefuse layers, the plain module, "
                          "torch's tensor parallelism"),
     "bandwidth": Mode("bandwidth", "the device API's store / load / put / get against plain copies"),
-    "soak": Mode("soak", "many calls in a row, every op and variant: results stay right, nothing hangs"),
-    "heldout": Mode("heldout", "auto on shapes the tables were not tuned on, against plain and the best variant"),
+    "soak": Mode("soak", "many calls of every op, the shape changing every call: results checked, memory "
+                         "watched, nothing hangs"),
+    "heldout": Mode("heldout", "auto on held-out shapes the tables were not tuned on, against the plain path "
+                               "and torch's fused ops"),
     "allreduce-decode": Mode("allreduce_decode", "all-reduce at decode sizes"),
     "dispatch-cost": Mode("dispatch_cost", "what variant='auto' adds to a call over the plain path"),
     "auto-ab": Mode("auto_ab", "auto against the function it runs, in alternating rounds"),
@@ -47,22 +51,39 @@ MODES = {
 }
 
 
+# Modules of the package that are plumbing, not benchmarks.
+NOT_MODES = {"__init__", "__main__", "common", "launch", "timing", "checks", "results"}
+
+
+def _other_modules() -> list:
+    """Modules of this package that no mode names (they run by their own name)."""
+    named = {mode.module for mode in MODES.values()}
+    here = Path(__file__).resolve().parent
+    return sorted(p.stem for p in here.glob("*.py") if p.stem not in NOT_MODES and p.stem not in named)
+
+
 def _usage() -> str:
     width = max(map(len, MODES))
     lines = ["usage: python -m benchmarks <mode> [options]   (python -m benchmarks <mode> --help)", "", "modes:"]
     for name, mode in MODES.items():
         present = importlib.util.find_spec(f"benchmarks.{mode.module}") is not None
         lines.append(f"  {name:<{width}}  {mode.what}" + ("" if present else f" [benchmarks/{mode.module}.py missing]"))
+    others = _other_modules()
+    if others:
+        lines += ["", "other modules, run by their own name: " + ", ".join(others)]
     return "\n".join(lines)
 
 
 def resolve(name: str) -> Mode:
-    """The mode called ``name``; a module's own name (``tp_mlp``) is accepted too."""
+    """The mode called ``name``; a module's own name (``tp_mlp``, ``gemm_sweep``) is accepted too."""
     if name in MODES:
         return MODES[name]
     for mode in MODES.values():
         if name == mode.module:
             return mode
+    module = name.replace("-", "_")
+    if module.isidentifier() and module not in NOT_MODES and module in _other_modules():
+        return Mode(module, f"benchmarks/{module}.py")
     raise KeyError(name)
 
 

@@ -242,6 +242,7 @@ def test_entry_point_dispatches_by_mode_and_names_missing_modules(monkeypatch, c
     assert entry.main([]) == 2 and "world1" in capsys.readouterr().out
     assert entry.main(["no-such-mode"]) == 2 and "unknown mode 'no-such-mode'" in capsys.readouterr().err
     assert entry.resolve("tp_mlp") is entry.MODES["tp"]  # a module's own name works too
+    assert entry.main(["launch"]) == 2 and "unknown mode 'launch'" in capsys.readouterr().err  # plumbing
     monkeypatch.setitem(entry.MODES, "ghost", entry.Mode("no_such_module", "a mode whose module is missing"))
     assert entry.main(["ghost"]) == 2
     assert "benchmarks/no_such_module.py is not in this checkout" in capsys.readouterr().err
