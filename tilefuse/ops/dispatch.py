@@ -20,8 +20,8 @@ looks at its own tables and cache, one exchange on the op's group hands rank 0's
 whose cache differs follows rank 0), and if rank 0 saw nothing, they tune together (rank 0 decides)
 or all take rank 0's model answer. The decision is then remembered per bucket in memory (later
 calls in the bucket make no exchange) and per call signature (a call pays one dictionary lookup).
-This assumes every rank passes the same shapes (the usual even sharding); a gemm_reduce_scatter
-whose K shards differ between ranks should name its variant.
+Ranks whose K shards differ (gemm_reduce_scatter, gemm_all_reduce) still reach one decision: rank
+0's, for its own shape.
 
 While ``torch.compile`` traces or a CUDA graph captures, nothing is exchanged or tuned: a bucket
 that is not decided yet runs the plain path for that call (and is decided on a later eager call).
@@ -154,8 +154,10 @@ def _candidates(op: str, a, b, grp, kwargs: dict, model: tables.Choice | None) -
 
 
 def _tune(op, a, b, grp, kwargs, arch, world, dtype, M, N, K, model) -> tables.Choice:
+    # The exchanges' step name leaves K out: a gemm_all_reduce's K shards may differ between ranks.
+    step = f"{op} N={N} {dtype} W={world} {bucket_name(m_bucket(M))}"
     what = f"{op} {M}x{N}x{K} {dtype} W={world} {bucket_name(m_bucket(M))}"
-    res = autotune.tune(_candidates(op, a, b, grp, kwargs, model), device=a.device, group=grp, what=what)
+    res = autotune.tune(_candidates(op, a, b, grp, kwargs, model), device=a.device, group=grp, what=step)
     times = ", ".join(f"{n} {t:.4g} ms" for n, t in res.times.items())
     dropped = "; ".join(f"{n}: {why}" for n, why in res.dropped.items())
     log.info("tilefuse: tuned %s: %s (median of %d interleaved calls, max over ranks) -> %s%s", what, times,

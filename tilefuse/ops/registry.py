@@ -5,7 +5,7 @@ Every entry point of an op has the same signature as the op's public function (m
 
 from __future__ import annotations
 
-OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter")
+OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
 _TABLE: dict[str, dict[str, object]] = {}
 

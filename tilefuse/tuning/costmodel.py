@@ -21,7 +21,7 @@ is a linear function of log2 M, N, K (e.g. ``1/K`` up to a constant for gemm_all
 adds nothing a distance in those coordinates does not already see.
 
 :func:`leave_one_out` measures the model on held-out shapes: each table entry is predicted from the
-others. ``python -m tilefuse.tuning.costmodel`` prints those numbers (tilefuse/tuning/README.md).
+others. ``python -m tilefuse.tuning.loo`` prints those numbers (tilefuse/tuning/README.md).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def _summary(rows: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tilefuse.tuning.costmodel",
+    p = argparse.ArgumentParser(prog="python -m tilefuse.tuning.loo",
                                 description="Leave-one-out error of the cost model on the config tables.")
     p.add_argument("--arch", default="nvidia-h200")
     p.add_argument("--dtype", default="bfloat16")
@@ -190,6 +190,3 @@ def main(argv=None) -> int:
                           f"| {r['auto_speedup']:.3f} | best {r['best_measured']:.3f} |")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
