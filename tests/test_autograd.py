@@ -173,3 +173,5 @@ def test_bad_arguments_are_named():
     assert library.decode_config(library.encode_config(cfg)) == cfg
     with pytest.raises(TypeError, match="variant must be a string"):
         tilefuse.gemm_reduce_scatter(torch.ones(2, 2), torch.ones(2, 2), variant=None)
+    with pytest.raises(TypeError, match="gemm_reduce_scatter: a must be a torch.Tensor, got list"):
+        tilefuse.gemm_reduce_scatter([[1.0]], torch.ones(2, 2), variant="plain")

@@ -31,10 +31,13 @@ def _counter(ctx):
     return CompileCounterWithBackend("inductor" if ctx.on_gpu else "aot_eager")
 
 
-def job_ops(ctx, calls, dtype):
-    """``calls``: (op, variant) pairs, all run by one compiled function, each on its own leaves."""
+def job_ops(ctx, calls, dtype, explicit_group=False):
+    """``calls``: (op, variant) pairs, all run by one compiled function, each on its own leaves.
+    ``explicit_group``: pass the world group object (traced as its name) instead of None."""
+    group = torch.distributed.group.WORLD if explicit_group else None
+
     def fn(*tensors):
-        return [getattr(tilefuse, op)(tensors[2 * i], tensors[2 * i + 1], variant=v)
+        return [getattr(tilefuse, op)(tensors[2 * i], tensors[2 * i + 1], variant=v, group=group)
                 for i, (op, v) in enumerate(calls)]
 
     cnt = _counter(ctx)
@@ -61,9 +64,9 @@ def test_ops_compile_fullgraph(pools, op):
 
 
 def test_ops_compile_fullgraph_world3(pools):
-    """W = 3: every op (auto) in one compiled graph, forward and backward."""
+    """W = 3: every op (auto) in one compiled graph, forward and backward; the group passed explicitly."""
     calls = [(op, "auto") for op in registry.OPS]
-    assert all(n >= len(calls) for n in pools.run(3, job_ops, calls, torch.float32))
+    assert all(n >= len(calls) for n in pools.run(3, job_ops, calls, torch.float32, explicit_group=True))
 
 
 class _MLP(torch.nn.Module):

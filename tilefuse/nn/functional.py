@@ -16,14 +16,21 @@ row_parallel_linear             ``[d0, ..., in/W]``        ``[d0/W, ..., out]`` 
 
 Forward and backward, per rank (``W`` ranks, ``x_full`` = all ranks' tokens):
 
-* column: ``y = all_gather_gemm(x, w.t())`` (keeps ``x_full``); ``dx = gemm_reduce_scatter(dy, w)``,
-  ``dw = dy.t() @ x_full``, ``db = dy.sum(0)``.
+* column: ``y = all_gather_gemm(x, w.t())`` (keeps ``x_full`` when ``w`` needs a gradient);
+  ``dx = gemm_reduce_scatter(dy, w)``, ``dw = (x_full.t() @ dy).t()``, ``db = dy.sum(0)``.
 * row: ``y = gemm_reduce_scatter(x, w.t()) + b``; ``dx, dy_full = all_gather_gemm(dy, w,
   return_gathered=True)``, ``dw = dy_full.t() @ x``, ``db = dy_full.sum(0)``.
 
 Every weight and bias gradient is computed over all ``T`` tokens, so it equals the matching slice of
 the unsharded layer's gradient; the row layer's replicated bias gets the full gradient on every rank
-with no extra all-reduce. Every call is collective over ``group``: all ranks must make the same
+with no extra all-reduce.
+
+Both run through the ``torch.ops.tilefuse`` custom ops (:mod:`tilefuse.ops.library`): the column
+layer through the op's own autograd formula, the row layer through a ``torch.autograd.Function``
+whose forward and backward call the ops (for the bias gradient above). So
+``torch.compile(model, fullgraph=True)`` traces the layers forward and backward with no graph break.
+
+Every call is collective over ``group``: all ranks must make the same
 calls, in the same order, with the same shapes (in particular the same ``d0``).
 """
 
@@ -32,6 +39,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from ..ops import library
 from ..ops.all_gather_gemm import all_gather_gemm
 from ..ops.library import group_name
 
@@ -66,12 +74,14 @@ class _RowParallel(torch.autograd.Function):
 
     A Function rather than the op's own autograd because of the bias: its gradient covers every
     rank's tokens, and the backward's gathered ``dy`` gives that for free. ``group`` is the group's
-    name (:func:`tilefuse.ops.library.group_name`), so that torch.compile traces the Function.
+    name (:func:`tilefuse.ops.library.group_name`), so that torch.compile traces the Function; the
+    ops run through :func:`tilefuse.ops.library.call` (the custom op when traced; eagerly, with
+    no gradient needed inside a Function, the entry point itself).
     """
 
     @staticmethod
     def forward(ctx, x, weight, bias, group, variant):
-        y = torch.ops.tilefuse.gemm_reduce_scatter(x, weight.t(), variant, None, group)
+        y = library.call("gemm_reduce_scatter", x, weight.t(), variant=variant, config=None, group=group)
         if bias is not None:
             y = y + bias  # once, after the reduction: each rank adds it to its own rows
         ctx.save_for_backward(x, weight)
@@ -84,7 +94,8 @@ class _RowParallel(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         dy = dy.contiguous()  # [T/W, out]
         # [T, in/W], [T, out]
-        dx, dy_full = torch.ops.tilefuse.all_gather_gemm_gathered(dy, weight, ctx.variant, None, ctx.group)
+        dx, dy_full = library.call("all_gather_gemm", dy, weight, variant=ctx.variant, config=None,
+                                   group=ctx.group, return_gathered=True)
         dw = db = None
         if ctx.needs_input_grad[1]:
             dw = dy_full.t() @ x  # [out, in/W]
@@ -127,6 +138,8 @@ def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     reduce-scatters over dim 0, so ``d0`` must be divisible by the world size. Autograd-aware.
     """
     who = "RowParallelLinear"
+    if not isinstance(variant, str):
+        raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
     world, _ = world_of(group, who)
     _check_input(who, x, weight, bias, weight.shape[1], "in_features / world size")
     if x.shape[0] % world != 0:

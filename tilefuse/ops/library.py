@@ -118,18 +118,15 @@ def resolve_group(name: str | None):
         raise ValueError(f"no process group is named {name!r} in this process") from err
 
 
-_WORLD: dict[str | None, int] = {}
-
-
 def world_size(group: str | None) -> int:
-    """World size of the named group, for the fake implementations (remembered per name)."""
-    hit = _WORLD.get(group)
-    if hit is None:
-        if not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError("tilefuse ops: torch.distributed is not initialised; call "
-                               "torch.distributed.init_process_group(...) and tilefuse.init() first")
-        hit = _WORLD[group] = dist.get_world_size(resolve_group(group))
-    return hit
+    """World size of the named group for the fake implementations (None: the group tilefuse was
+    initialised on, whose size the variants use). Runs while tracing only, so it is not cached."""
+    if group is None and is_initialized():
+        return get_heap().world_size
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("tilefuse ops: torch.distributed is not initialised; call "
+                           "torch.distributed.init_process_group(...) and tilefuse.init() first")
+    return dist.get_world_size(resolve_group(group))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,8 +392,8 @@ def _direct(*tensors) -> bool:
     if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
         return False
     grad = torch.is_grad_enabled()
-    for t in tensors:
-        if t is not None and (type(t) is not torch.Tensor or (grad and t.requires_grad)):
+    for t in tensors:  # anything but a tensor goes to the entry point, whose checks name it
+        if isinstance(t, torch.Tensor) and (type(t) is not torch.Tensor or (grad and t.requires_grad)):
             return False
     return True
 
@@ -416,6 +413,8 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
     if not isinstance(variant, str):
         raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
     if _direct(a, b, kwargs.get("out")):
+        if isinstance(group, str):
+            group = resolve_group(group)
         if variant == "auto":
             return run_auto(op, a, b, config, group, **kwargs)
         return registry.get(op, variant)(a, b, config=config, group=group, **kwargs)

@@ -41,5 +41,10 @@ def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, ret
     dtype with every rank (one ``all_gather_object``, a host round trip of about a millisecond) and
     raises ``ValueError`` on every rank, naming each rank's M_loc, when they differ; later calls
     with a verified shape cost nothing.
+
+    Autograd: ``da = gemm_reduce_scatter(dc, b.t())``, ``db = a_gathered.t() @ dc`` (the gathered
+    A is kept when ``b`` needs a gradient), and a gradient of ``a_gathered`` is reduce-scattered
+    into ``da``. ``torch.compile(fullgraph=True)`` traces the call as the custom op
+    ``torch.ops.tilefuse.all_gather_gemm`` (:mod:`tilefuse.ops.library`).
     """
     return library.call(OP, a, b, variant=variant, config=config, group=group, return_gathered=return_gathered)

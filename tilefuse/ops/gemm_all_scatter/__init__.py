@@ -34,5 +34,10 @@ def gemm_all_scatter(a, b, *, variant: str = "auto", config=None, group=None, ou
     Returns once every rank's tiles have landed in this rank's result (stream-ordered on a GPU:
     the data is complete for any later work on the current stream). Collective: every rank must
     make the same calls in the same order.
+
+    Autograd: the gradient of rank r's ``a @ b`` is the sum over ranks of their ``dc``'s column
+    block r (a reduce-scatter), then ``da = g @ b.t()``, ``db = a.t() @ g``; ``out=`` is not
+    differentiable, like torch's ``out=`` functions. ``torch.compile(fullgraph=True)`` traces the
+    call as the custom op ``torch.ops.tilefuse.gemm_all_scatter`` (:mod:`tilefuse.ops.library`).
     """
     return library.call(OP, a, b, variant=variant, config=config, group=group, out=out)

@@ -39,5 +39,9 @@ def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None)
     Returns once every rank's partial of this rank's rows has been summed into ``c`` (stream-ordered
     on a GPU: complete for any later work on the current stream). Collective: every rank must make
     the same calls in the same order.
+
+    Autograd: ``da, dc_gathered = all_gather_gemm(dc, b.t(), return_gathered=True)``,
+    ``db = a.t() @ dc_gathered``. ``torch.compile(fullgraph=True)`` traces the call as the custom
+    op ``torch.ops.tilefuse.gemm_reduce_scatter`` (:mod:`tilefuse.ops.library`).
     """
     return library.call(OP, a, b, variant=variant, config=config, group=group)
