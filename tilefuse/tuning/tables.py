@@ -192,6 +192,8 @@ def write_table(directory, op: str, arch: str, world: int, entries: list[dict], 
             "provenance": provenance, "entries": merged}
     validate_table(data, path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # then renamed: a reader never sees half a table
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
     clear_cache()
     return path
