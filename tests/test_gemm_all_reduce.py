@@ -23,21 +23,9 @@ SMALL_CFG = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=16, GROUP_M=2, num_warps=1, num
 
 
 def _ensure_registered():
-    """Import the op so that its entry points are in the registry.
-
-    Until ``tilefuse.ops.registry.OPS`` lists the op (and ``tilefuse/__init__.py`` imports it), it is
-    added here first, in this process only; afterwards this is a plain import.
-    """
-    if OP not in registry.OPS:
-        registry.OPS = registry.OPS + (OP,)
+    """Import the op (its import registers its entry points), until tilefuse/__init__.py does."""
     import tilefuse.ops.gemm_all_reduce as op_module
-    from tilefuse.ops import plain
 
-    for name, fn in op_module.ENTRY_POINTS.items():
-        if name not in registry.variants(OP):
-            registry.register(OP, name, fn)
-    if "plain" not in registry.variants(OP):
-        registry.register(OP, "plain", plain.gemm_all_reduce)
     return op_module
 
 
