@@ -141,10 +141,32 @@ def _bar(ctl_ptr, phase, rank, world):
 _RUNTIME_INTS = ("epoch", "cur_rank", "sig", "gen", "n_out0", "n_out1")
 
 
+def _label(fn) -> str:
+    """``op.variant:kernel`` for a kernel defined in ``tilefuse.ops.<op>.<variant>`` (else its module)."""
+    parts = fn.__module__.split(".")
+    where = ".".join(parts[2:]) if parts[:2] == ["tilefuse", "ops"] else fn.__module__.rsplit(".", 1)[-1]
+    return f"{where}:{fn.__name__.lstrip('_')}"
+
+
+def _launch_metadata(label: str):
+    def describe(grid, metadata, args):
+        # Only evaluated when a profiler hook is installed (triton's launch_enter_hook).
+        sizes = {k: args[k] for k in ("M", "N", "K", "M_loc", "rows") if isinstance(args.get(k), int)}
+        name = f"{label} [" + ", ".join(f"{k}={v}" for k, v in sizes.items()) + "]" if sizes else label
+        out = {"name": name}
+        m = sizes.get("M", sizes.get("M_loc"))
+        if m is not None and "N" in sizes and "K" in sizes:
+            out["flops"] = 2 * m * sizes["N"] * sizes["K"]
+        return out
+
+    return describe
+
+
 def kernel(fn):
-    """``triton.jit`` for a kernel launched by tilefuse: epochs and ranks are not specialised on."""
+    """``triton.jit`` for a kernel launched by tilefuse: ranks and signatures are not specialised on,
+    and profiler traces name the op, the variant and the sizes (``launch_metadata``)."""
     names = [n for n in inspect.signature(fn).parameters if n in _RUNTIME_INTS]
-    return triton.jit(do_not_specialize=names)(fn)
+    return triton.jit(do_not_specialize=names, launch_metadata=_launch_metadata(_label(fn)))(fn)
 
 
 @triton.jit

@@ -33,6 +33,7 @@ from .heap import SymmetricHeap, resolve_heap_size
 
 DEFAULT_WAIT_TIMEOUT_S = {"cuda": 30.0, "cpu": 60.0}
 _FILL_BLOCK = 1024
+_MAX_SIGNATURES = 4096
 
 
 class WaitTimeoutError(RuntimeError):
@@ -231,6 +232,9 @@ def _signature(key: tuple) -> tuple[int, str]:
     st = _state()
     hit = st.sigs.get(key)
     if hit is None:
+        if len(st.sigs) >= _MAX_SIGNATURES:  # a server with ever-new shapes: keep the cache bounded
+            st.sigs.clear()
+            st.texts.clear()
         text = ", ".join(str(k) for k in key)
         digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
         value = int.from_bytes(digest, "little") >> 2
@@ -311,10 +315,15 @@ def _collect(sync: bool) -> Exception | None:
     when there is one to read."""
     st = _state()
     on_gpu = st.heap.device.type == "cuda"
+    if _capturing(st):
+        sync = False  # no device sync inside a capture: read what earlier calls left in pinned memory
     if on_gpu and not sync:
         poison, errors = (int(v) for v in st.status_host.tolist())
         if errors == 0 and poison == 0:
             return None
+    if _capturing(st):
+        return RuntimeError("tilefuse: an error was recorded before this CUDA graph capture; "
+                            "call tilefuse.synchronize() before capturing to see it")
     if on_gpu:
         torch.cuda.synchronize(st.heap.device)
     rec = _read_record(st)
@@ -346,12 +355,18 @@ def poll_waits() -> None:
 # ------------------------------------------------------------------------------------ calls
 
 
+def _capturing(st: _State) -> bool:
+    return st.heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def _order_stream(st: _State) -> None:
-    """Calls on different streams run one after another, in the order the host made them."""
-    if st.heap.device.type != "cuda":
+    """Calls on different streams run one after another, in the order the host made them. (Inside a
+    CUDA graph capture the graph's order is the capture stream's; order it against eager work as torch
+    asks: synchronize before capturing.)"""
+    if st.heap.device.type != "cuda" or _capturing(st):
         return
     stream = torch.cuda.current_stream(st.heap.device)
-    if st.last_stream is not None and stream != st.last_stream and not torch.cuda.is_current_stream_capturing():
+    if st.last_stream is not None and stream != st.last_stream:
         stream.wait_event(st.last_event)
     st.last_stream = stream
 
@@ -359,9 +374,12 @@ def _order_stream(st: _State) -> None:
 def _note_end(st: _State) -> None:
     if st.heap.device.type != "cuda":
         return
-    if st.last_event is None:
-        st.last_event = torch.cuda.Event()
-    st.last_event.record(torch.cuda.current_stream(st.heap.device))
+    if _capturing(st):
+        st.last_stream = None  # no event recorded inside the graph: the next eager call waits on nothing
+    else:
+        if st.last_event is None:
+            st.last_event = torch.cuda.Event()
+        st.last_event.record(torch.cuda.current_stream(st.heap.device))
     st.status_host.copy_(st.ctl[int(P.CTL_POISON):int(P.CTL_ERRORS) + 1], non_blocking=True)
 
 
@@ -437,7 +455,7 @@ class CollectiveCall:
                 _note_end(st)
             if exc is not None:
                 return False
-            if st.sync_errors:
+            if st.sync_errors and not _capturing(st):
                 err = _collect(sync=True)
                 if err is not None:
                     raise err

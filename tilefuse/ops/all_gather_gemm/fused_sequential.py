@@ -49,7 +49,8 @@ def _fused_kernel(
         gemm_shard(a_src, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn,
                    c_ptr + rows * stride_cm, stride_cm, stride_cn,
                    g_ptr + rows * stride_gm, stride_gm, stride_gk,
-                   s_ptr, 0, src, cur_rank, ctl_ptr, heap_bases, world,  # no flags (WAIT=False): the barrier published A
+                   # no flags (WAIT=False): the barrier published A
+                   s_ptr, 0, src, cur_rank, ctl_ptr, heap_bases, world,
                    M_loc, N, K, first_tile(pid, i, tiles_per_source, NUM_PROGRAMS), NUM_PROGRAMS,
                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=GATHER)
 

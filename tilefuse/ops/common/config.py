@@ -88,9 +88,10 @@ def default_config(
     ``num_sms``: multiprocessors of the device (from the runtime). ``comm``: whether the variant
     runs communication programs next to the GEMM programs (they get ``COMM_SMS`` of them).
 
-    GPU: 128x256x64 tiles (the measured cuBLAS-speed tile on H200), 8 warps, 3 stages; smaller
-    tiles when M or N is small or when 128x256 tiles would leave GEMM programs idle; BLOCK_K 32
-    for fp32 (shared memory). Interpreter: at most 64-wide blocks (the cost grows with the number of
+    GPU: tile classes by M, from a sweep of the GEMM core against torch.matmul on an H200: 64x128
+    (4 warps, 4 stages) up to M = 128, 128x128 (4 warps, 4 stages) below M = 1000, 128x256 (8 warps,
+    3 stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles would leave GEMM
+    programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3 stages: shared memory). Interpreter: at most 64-wide blocks (the cost grows with the number of
     interpreted operations) and a handful of programs.
     """
     if num_sms < 1:
@@ -112,19 +113,30 @@ def default_config(
     if gemm_sms < 1:
         raise ValueError(f"default_config: {num_sms} multiprocessors leave none for the GEMM next to "
                          f"{comm_sms} communication programs")
-    block_m = _pow2_between(M, 16, 128)
-    block_n = _pow2_between(N, 16, 256)
+    max_k = 32 if dtype.itemsize >= 4 else 64
+    block_k = _pow2_between(K, 16, max_k)
+    # Tile classes from the GEMM-core sweep on an H200 (docs/perf/gemm_sweep_h200_bf16.csv): 4 stages
+    # beat 3 for every tile but 128x256 (which has no room for a fourth); 128x256 wins from M ~ 1000,
+    # 128x128 in between, 64x128 for decode-size M.
+    if M <= 128:
+        block_m, block_n, warps, stages = _pow2_between(M, 16, 64), 128, 4, 4
+    elif M < 1000:
+        block_m, block_n, warps, stages = 128, 128, 4, 4
+    else:
+        block_m, block_n, warps, stages = 128, 256, 8, 3
+    block_n = _pow2_between(min(N, block_n), 16, block_n)
     # Fewer tiles than GEMM programs: halve the wide tile so more programs get work.
     if block_n == 256 and triton.cdiv(M, block_m) * triton.cdiv(N, block_n) < gemm_sms:
-        block_n = 128
-    max_k = 32 if dtype.itemsize >= 4 else 64
+        block_n, warps, stages = 128, 4, 4
+    if dtype.itemsize >= 4 and stages > 3:
+        stages = 3  # fp32 tiles take twice the shared memory
     return Config(
         BLOCK_M=block_m,
         BLOCK_N=block_n,
-        BLOCK_K=_pow2_between(K, 16, max_k),
+        BLOCK_K=block_k,
         GROUP_M=8,
-        num_warps=8 if block_m * block_n >= 128 * 256 else 4,
-        num_stages=3,
+        num_warps=warps,
+        num_stages=stages,
         GEMM_SMS=gemm_sms,
         COMM_SMS=comm_sms,
     )

@@ -249,6 +249,36 @@ def gemm_layout(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
     return False, False
 
 
+def _padded(t: torch.Tensor, unit_dim: int) -> torch.Tensor:
+    """A copy of the 2-D ``t`` with stride 1 along ``unit_dim`` and a leading stride rounded up to 16
+    bytes, as a view of ``t``'s shape (the padding is never read)."""
+    rows, cols = (t.shape[0], t.shape[1]) if unit_dim == 1 else (t.shape[1], t.shape[0])
+    per16 = max(1, 16 // t.element_size())
+    lead = -(-max(cols, 1) // per16) * per16
+    buf = torch.empty((rows, lead), dtype=t.dtype, device=t.device)
+    view = buf[:, :cols]
+    view.copy_(t if unit_dim == 1 else t.t())
+    return view if unit_dim == 1 else view.t()
+
+
+def tma_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
+    """``(a, b, use_tma, b_kmajor)``: the operands on the tensor-descriptor path where the device has
+    it, copying an operand whose strides or alignment do not fit (a leading dimension that is not a
+    multiple of 16 bytes, say) into a padded buffer. One extra read and write of that operand buys the
+    fast path; the pointer path measured under half of torch.matmul's speed on such shapes."""
+    use_tma, b_kmajor = gemm_layout(a, b)
+    if use_tma or _env_flag("TILEFUSE_NO_TMA") or not _tma_device(a.device) or _interpreting():
+        return a, b, use_tma, b_kmajor
+    if a.numel() == 0 or b.numel() == 0:
+        return a, b, use_tma, b_kmajor
+    if not _tma_compatible(a, unit_dim=1):
+        a = _padded(a, unit_dim=1)
+    if not (_tma_compatible(b, unit_dim=1) or _tma_compatible(b, unit_dim=0)):
+        b = _padded(b, unit_dim=0 if b.stride(0) == 1 else 1)
+    use_tma, b_kmajor = gemm_layout(a, b)
+    return a, b, use_tma, b_kmajor
+
+
 def _cuda_scratch(size: int, alignment: int, stream):
     """Global scratch that device-side tensor descriptors are written into (128 bytes each)."""
     return torch.empty(size, dtype=torch.int8, device="cuda")
@@ -292,7 +322,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config) -> torch.T
         return c
     if K == 0:
         return c.zero_()
-    use_tma, b_kmajor = gemm_layout(a, b)
+    a, b, use_tma, b_kmajor = tma_operands(a, b)
     if use_tma:
         ensure_triton_allocator()
     num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)

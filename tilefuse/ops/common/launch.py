@@ -213,7 +213,15 @@ def _drop_workspaces() -> None:
     _VERIFIED_OUT.clear()
 
 
+_RETIRED: list = []  # (control block, workspaces) of closed heaps that captured CUDA graphs still name
+
+
 def _drop_all() -> None:
+    captured = [ws for ws in _WORKSPACES.values() if ws.captured] + _KEPT_FOR_GRAPHS
+    if captured and is_initialized():
+        # A graph replayed after shutdown reads the control block (its generation is now invalid, so
+        # the call aborts before touching anything else): keep that memory until the process ends.
+        _RETIRED.append((control_block(), list(captured)))
     _WORKSPACES.clear()
     _KEPT_FOR_GRAPHS.clear()
     _VERIFIED_OUT.clear()
@@ -313,7 +321,7 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
     ``tile_m``/``tile_n`` override the M and N the config heuristic sees (e.g. per-shard sizes).
     """
     from .checks import check_dtypes, check_inner_dim, check_matrix, check_same_device
-    from .gemm import ensure_triton_allocator, gemm_layout
+    from .gemm import ensure_triton_allocator, tma_operands
 
     heap = op_heap(op, group)
     check_matrix(op, "a", a)
@@ -325,7 +333,7 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
     M, K = a.shape
     N = b.shape[1]
     cfg = resolve_config(op, config, tile_m or M, tile_n or N, K, a.dtype, heap, comm=comm)
-    use_tma, b_kmajor = gemm_layout(a, b)
+    a, b, use_tma, b_kmajor = tma_operands(a, b)
     if use_tma:
         ensure_triton_allocator()
     return GemmCall(op, heap, a, b, M, N, K, cfg, use_tma, b_kmajor)
@@ -334,14 +342,18 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
 _VERIFIED_OUT: set = set()
 
 
-def check_out(op: str, heap, out, shape: tuple, dtype) -> None:
-    """``out`` must be a heap tensor of ``shape``/``dtype`` at the same offset on every rank.
-
-    The offset check is collective and runs once per (offset, shape); later calls are free.
-    """
-    check_out_tensor(op, out, shape, dtype, getattr(out, "device", None))  # the heap check covers the device
-    heap.check_on_heap(f"{op}: out", out)
+def check_out(op: str, heap, out, shape: tuple, dtype) -> bool:
+    """Check ``out`` (shape, dtype, device: no silent cast or broadcast); True when the kernels can
+    write it in place: a contiguous heap tensor at the same offset on every rank. Any other tensor
+    receives a copy of the result. The offset check is collective and runs once per (offset, shape);
+    later calls are free. (Every rank must pass the same kind of ``out``.)"""
+    check_out_tensor(op, out, shape, dtype, heap.device)
+    if not (heap.is_on_heap(out) and out.is_contiguous()):
+        return False
     key = (heap.uid, heap.offset_of(out), tuple(out.shape), tuple(out.stride()))
     if key not in _VERIFIED_OUT:
         heap.check_symmetric(f"{op}: out", out)
+        if len(_VERIFIED_OUT) > 4096:
+            _VERIFIED_OUT.clear()
         _VERIFIED_OUT.add(key)
+    return True

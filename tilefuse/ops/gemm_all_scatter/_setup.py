@@ -20,7 +20,7 @@ class Call:
     c_block: torch.Tensor  # this rank's column block of c (where its tiles go on every rank)
     flags: torch.Tensor | None  # int64 per-tile "ready" flags (flagged variants)
     done: torch.Tensor | None  # int64 [W, COMM_SMS] completion flags (wg_specialized)
-    out: torch.Tensor | None
+    out: torch.Tensor | None  # the caller's `out`
 
     @property
     def empty(self) -> bool:
@@ -29,8 +29,13 @@ class Call:
         return g.M == 0 or g.N == 0 or g.K == 0
 
     def result(self) -> torch.Tensor:
-        """``out``, or a copy of the heap buffer (the next call reuses it)."""
-        return self.out if self.out is not None else self.c.clone()
+        """``out`` (written in place if it is a heap tensor, else it receives a copy of the heap
+        buffer), or a copy of the heap buffer (the next call reuses it)."""
+        if self.out is None:
+            return self.c.clone()
+        if self.out is not self.c:
+            self.out.copy_(self.c)
+        return self.out
 
 
 def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = False) -> Call:
@@ -39,9 +44,8 @@ def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = F
     heap = g.heap
     W, r = heap.world_size, heap.rank
     shape = (g.M, W * g.N)
-    if out is not None:
-        check_out(OP, heap, out, shape, a.dtype)
-        c = out
+    if out is not None and check_out(OP, heap, out, shape, a.dtype):
+        c = out  # a heap tensor at the same offset on every rank: written in place
     elif g.M == 0 or g.N == 0:
         c = torch.empty(shape, dtype=a.dtype, device=a.device)  # nothing on the heap for an empty result
     else:
@@ -58,7 +62,7 @@ def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = F
             "flags_done": h.zeros((W, max(cfg.COMM_SMS, 1)), dtype=torch.int64),  # (source, program) done
         }, 8 * (g.num_tiles + W * cfg.COMM_SMS))
         flag_buf, done = ws.flags, ws.flags_done
-    begin(g.key(variant, out is not None), c)
+    begin(g.key(variant, c is out), c)
     if g.K == 0 and g.M and g.N:
         c.zero_()  # an empty sum (every rank's block is zero: nothing needs to move)
     return Call(g, c, c[:, r * g.N:(r + 1) * g.N], flag_buf, done, out)

@@ -12,7 +12,7 @@ so the result is the same on every run.
 from __future__ import annotations
 
 from ..common.gemm import matmul
-from ..common.launch import collective, ctl, mid_barrier
+from ..common.launch import collective, mid_barrier
 from ._setup import OP, finish, setup
 from ._tiles import reduce_kernel
 

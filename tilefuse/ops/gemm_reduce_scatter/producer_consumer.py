@@ -17,8 +17,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import ForkedStreams
-from ..common.launch import collective, ctl, mid_barrier
+from ..common.launch import ForkedStreams, collective, ctl
 from ._setup import OP, finish, setup
 from ._tiles import produce_partials, reduce_kernel
 

@@ -1,0 +1,198 @@
+"""The synchronization protocol under faults: every call ends correct or raising on every rank.
+
+One-sided argument errors, calls that differ between ranks after their workspaces are warm, a peer
+slower than the wait bound (poison, then reset), sequence numbers at the int64 wrap point, and two
+threads making calls on one rank. W = 2 and 3, CPU ranks (errors raise at the failing call there).
+"""
+
+import threading
+import time
+
+import pytest
+import torch
+from ophelpers import assert_matches, randn
+
+import tilefuse
+from tilefuse.ops import registry
+from tilefuse.runtime import control_block, primitives
+
+OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter")
+VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
+
+
+def _operands(ctx, op, rows, n, k, seed):
+    M = rows * ctx.world if op == "gemm_reduce_scatter" else rows
+    a = randn((M, k), torch.float32, ctx.device, seed=seed * 10 + (0 if op == "gemm_all_scatter" else ctx.rank))
+    b = randn((k, n), torch.float32, ctx.device, seed=seed * 10 + 5 + ctx.rank)
+    return a, b
+
+
+def _check(ctx, op, variant, rows, n, k, seed):
+    a, b = _operands(ctx, op, rows, n, k, seed)
+    ref = registry.get(op, "reference")(a, b)
+    got = registry.get(op, variant)(a, b)
+    assert_matches(got, ref, torch.float32, k, ctx.on_gpu, f"{op}/{variant}", scale=ctx.world)
+
+
+def job_one_sided_error(ctx, op, variant):
+    """Rank 0's call fails its checks; every rank raises for that call; the next calls are correct."""
+    _check(ctx, op, variant, 24, 40, 32, seed=1)
+    a, b = _operands(ctx, op, 24, 40, 32, seed=2)
+    if ctx.rank == 0:
+        a = a.to(torch.int32)  # a bad dtype on one rank only
+    with pytest.raises((TypeError, tilefuse.PeerCallError)) as info:
+        registry.get(op, variant)(a, b)
+    kind = type(info.value).__name__
+    if ctx.rank != 0:
+        assert "failed on rank 0" in str(info.value), str(info.value)
+    for seed in (3, 4):
+        _check(ctx, op, variant, 24, 40, 32, seed=seed)
+    tilefuse.barrier()
+    return kind
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("op", OPS)
+def test_one_sided_argument_error(pools, world, op):
+    variant = VARIANTS[(OPS.index(op) + world) % len(VARIANTS)]
+    kinds = pools.run(world, job_one_sided_error, op, variant)
+    assert kinds[0] == "TypeError" and set(kinds[1:]) == {"PeerCallError"}, kinds
+
+
+def job_mismatch_after_warmup(ctx, op, what):
+    """Both shapes (or variants) are warm on every rank; then the ranks disagree: every rank raises
+    CallMismatchError naming both calls, and the following calls are correct."""
+    shapes = [(16, 40, 32), (24, 24, 16)]
+    variants = ["fused_sequential", "wg_specialized"]
+    for shape in shapes:
+        for variant in variants:
+            _check(ctx, op, variant, *shape, seed=5)
+    shape = shapes[ctx.rank % 2] if what == "shape" else shapes[0]
+    variant = variants[ctx.rank % 2] if what == "variant" else variants[0]
+    a, b = _operands(ctx, op, *shape, seed=6)
+    with pytest.raises(tilefuse.CallMismatchError) as info:
+        registry.get(op, variant)(a, b)
+    msg = str(info.value)
+    assert "differs between ranks" in msg and op in msg, msg
+    _check(ctx, op, variants[1], *shapes[1], seed=7)
+    _check(ctx, op, variants[0], *shapes[0], seed=8)
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("what", ["shape", "variant"])
+def test_mismatch_after_warmup(pools, world, what):
+    assert all(pools.run(world, job_mismatch_after_warmup, "gemm_all_scatter", what))
+
+
+def test_mismatch_after_warmup_other_ops(pools):
+    assert all(pools.run(2, job_mismatch_after_warmup, "all_gather_gemm", "shape"))
+    assert all(pools.run(2, job_mismatch_after_warmup, "gemm_reduce_scatter", "variant"))
+
+
+def job_slow_peer(ctx, bound_s, delay_s):
+    """The last rank arrives later than the others' wait bound: the call raises on every rank, every op
+    raises until reset(), and after reset() calls are correct."""
+    op, variant = "gemm_reduce_scatter", "wg_specialized"
+    _check(ctx, op, variant, 16, 24, 16, seed=9)
+    tilefuse.barrier()
+    old = tilefuse.set_wait_timeout(bound_s)
+    a, b = _operands(ctx, op, 16, 24, 16, seed=10)
+    t0 = time.monotonic()
+    try:
+        if ctx.rank == ctx.world - 1:
+            time.sleep(delay_s)
+        with pytest.raises((tilefuse.WaitTimeoutError, tilefuse.PoisonedError)) as info:
+            registry.get(op, variant)(a, b)
+        first = type(info.value).__name__
+        with pytest.raises(tilefuse.PoisonedError, match="reset"):
+            registry.get(op, variant)(a, b)
+        with pytest.raises(tilefuse.PoisonedError):
+            tilefuse.gemm_all_scatter(a[:4], b, variant="bulk_sync")
+    finally:
+        tilefuse.set_wait_timeout(old)
+    elapsed = time.monotonic() - t0
+    tilefuse.reset()
+    for seed in (11, 12):
+        _check(ctx, op, variant, 16, 24, 16, seed=seed)
+    _check(ctx, "all_gather_gemm", "producer_consumer", 16, 24, 16, seed=13)
+    tilefuse.barrier()
+    return first, elapsed
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_slow_peer_poisons_then_reset(pools, world):
+    out = pools.run(world, job_slow_peer, 1.0, 4.0)
+    kinds = [k for k, _ in out]
+    assert "WaitTimeoutError" in kinds, kinds
+    assert max(t for _, t in out) < 30.0, out
+
+
+def job_wrap(ctx, start):
+    """Sequence numbers just below the int64 wrap: calls across it stay paired and correct."""
+    tilefuse.barrier()
+    ctl = control_block()
+    W = ctx.world
+    ctl[int(primitives.CTL_SEQ)] = start
+    fixed = int(primitives.CTL_FIXED)
+    ctl[fixed:fixed + W] = start  # ARRIVE
+    tilefuse.barrier()
+    for i in range(6):
+        for op in OPS:
+            _check(ctx, op, VARIANTS[i % 4], 16, 24, 16, seed=20 + i)
+    seq = int(ctl[int(primitives.CTL_SEQ)].item())
+    tilefuse.barrier()
+    return seq
+
+
+def test_sequence_wraps(pools):
+    start = 2**63 - 7
+    seqs = pools.run(2, job_wrap, start)
+    assert len(set(seqs)) == 1 and seqs[0] < 0, seqs  # wrapped past 2**63 - 1, the same on every rank
+
+
+def job_two_threads(ctx, calls):
+    """Two threads per rank call ops at once: every call is correct or raises (the ranks may pair the
+    threads' calls in different orders), nothing hangs, and later single-thread calls are correct."""
+    op = "gemm_all_scatter"
+    outcomes = []
+    for shape in ((16, 24, 16), (24, 16, 32)):  # workspaces are created collectively: warm them first
+        _check(ctx, op, "fused_sequential", *shape, seed=29)
+
+    def worker(t):
+        for i in range(calls):
+            shape = (16, 24, 16) if t == 0 else (24, 16, 32)
+            a, b = _operands(ctx, op, *shape, seed=30 + i)
+            try:
+                got = registry.get(op, "fused_sequential")(a, b)
+            except (tilefuse.CallMismatchError, tilefuse.PeerCallError) as err:
+                outcomes.append(type(err).__name__)
+                continue
+            # The reference is a host collective: compare on this rank only, after the threads.
+            outcomes.append((a, b, got))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not any(th.is_alive() for th in threads), "a thread hung"
+    ok = 0
+    for item in outcomes:
+        if isinstance(item, str):
+            continue
+        a, b, got = item
+        # A call that returned paired with the peers' call of the same signature: its own block is a @ b.
+        r, n = ctx.rank, b.shape[1]
+        assert_matches(got[:, r * n:(r + 1) * n], a @ b, torch.float32, a.shape[1], ctx.on_gpu, "thread call")
+        assert not torch.isnan(got).any()
+        ok += 1
+    _check(ctx, op, "wg_specialized", 16, 24, 16, seed=40)
+    tilefuse.barrier()
+    return ok, len(outcomes)
+
+
+def test_two_threads(pools):
+    out = pools.run(2, job_two_threads, 3)
+    assert all(n == 6 for _, n in out), out
