@@ -1,18 +1,21 @@
 """tilefuse: fused GEMM + multi-GPU communication operators in Python and Triton.
 
-Public API: the ops (``gemm_all_scatter``, ``all_gather_gemm``, ``gemm_reduce_scatter``), ``init``
+Public API: the ops (``gemm_all_scatter``, ``all_gather_gemm``, ``gemm_reduce_scatter``,
+``gemm_all_reduce``), ``init``, ``reset``
 and the heap helpers, ``VARIANTS``. Importing tilefuse turns on Triton's interpreter when no GPU is
 usable (see :mod:`tilefuse.runtime._env`).
 """
 
+from ._version import __version__
 from .runtime import _env
 
 _env.configure()
 
 from .ops import plain as _plain  # noqa: E402,F401  (registers the plain path)
 from .ops.all_gather_gemm import all_gather_gemm  # noqa: E402
-from .ops.common.config import Config, default_config  # noqa: E402
+from .ops.common.config import Config  # noqa: E402
 from .ops.common.launch import clear_workspaces  # noqa: E402
+from .ops.gemm_all_reduce import gemm_all_reduce  # noqa: E402
 from .ops.gemm_all_scatter import gemm_all_scatter  # noqa: E402
 from .ops.gemm_reduce_scatter import gemm_reduce_scatter  # noqa: E402
 from .ops.registry import VARIANTS  # noqa: E402
@@ -63,8 +66,9 @@ def is_on_heap(t):
 from . import nn  # noqa: E402  (tensor-parallel layers on the ops; ops never import nn)
 
 __all__ = [
-    "CallMismatchError", "Config", "HeapFullError", "PeerCallError", "PoisonedError", "StaleCallError", "VARIANTS",
-    "WaitTimeoutError", "all_gather_gemm", "arange", "barrier", "clear_workspaces", "device_barrier", "empty",
-    "full", "gemm_all_scatter", "gemm_reduce_scatter", "get_heap", "init", "is_initialized", "is_on_heap", "nn",
-    "randn", "reset", "set_wait_timeout", "shutdown", "synchronize", "zeros",
+    "CallMismatchError", "Config", "HeapFullError", "PeerCallError", "PoisonedError", "StaleCallError",
+    "VARIANTS", "WaitTimeoutError", "__version__", "all_gather_gemm", "arange", "barrier", "clear_workspaces",
+    "device_barrier", "empty", "full", "gemm_all_reduce", "gemm_all_scatter", "gemm_reduce_scatter", "get_heap",
+    "init", "is_initialized", "is_on_heap", "nn", "randn", "reset", "set_wait_timeout", "shutdown",
+    "synchronize", "zeros",
 ]
