@@ -59,13 +59,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _agree(ctx, ok: bool) -> bool:
-    """True when every rank is ``ok`` (a host all-reduce on the gloo group)."""
+def _worst(ctx, code: int) -> int:
+    """The largest ``code`` over the ranks (a host all-reduce on the gloo group)."""
     if ctx.world == 1:
-        return ok
-    flag = torch.tensor([0 if ok else 1], dtype=torch.int32)
-    dist.all_reduce(flag, group=ctx.host_group)
-    return int(flag.item()) == 0
+        return code
+    box = torch.tensor([code], dtype=torch.int32)
+    dist.all_reduce(box, op=dist.ReduceOp.MAX, group=ctx.host_group)
+    return int(box.item())
+
+
+def _agree(ctx, ok: bool) -> bool:
+    """True when every rank is ``ok``."""
+    return _worst(ctx, 0 if ok else 1) == 0
 
 
 def _barrier(ctx) -> None:
@@ -194,24 +199,26 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs) -> list
                 record(op, name, M, "eager", _eager(ctx, call, calls, warmup))
                 if not graphs_ok:
                     continue
-                graph, err = None, None
+                graph, err, code = None, None, 0
                 try:
                     graph = _capture(ctx, call, warmup)
                 except Exception as e:
-                    err = e
+                    err, code = e, 1
                     try:
                         _sync(ctx.device)
                     except Exception:
-                        graphs_ok = False  # the context is broken: no more captures on this rank
-                if not _agree(ctx, err is None):
+                        code = 2  # the context is broken: no more captures
+                worst = _worst(ctx, code)
+                if worst:
+                    graphs_ok = worst < 2  # the same on every rank, so their calls stay matched
                     record(op, name, M, "graph", {"error": float("nan")},
                            error_text(err) if err else "capture failed on another rank")
                     continue
                 record(op, name, M, "graph", _replay(ctx, graph, replays))
                 del graph
-    _sync(ctx.device)
-    tilefuse.barrier()
-    tilefuse.clear_workspaces()  # collective: the heap buffers of every shape go back
+        _sync(ctx.device)
+        tilefuse.barrier()
+        tilefuse.clear_workspaces()  # collective: this op's heap buffers go back before the next op
     return rows
 
 
