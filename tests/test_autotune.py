@@ -507,3 +507,27 @@ def test_heldout_benchmark_smoke(tmp_path):
     summary = df[df["variant"] == "summary"]
     assert {"worst_speedup_vs_plain", "median_speedup_vs_plain"} <= set(summary["metric"])
     assert "no torch fused column" in got.stderr
+
+
+def job_default_mode_threshold(ctx, cache_dir, plain_ms):
+    """The default mode as on a GPU: one plain call timed (max over ranks) decides whether to tune."""
+    real = dispatch._times_mean_something
+    with _env(TILEFUSE_AUTOTUNE=None, TILEFUSE_AUTOTUNE_MIN_MS="0.2", TILEFUSE_AUTOTUNE_BUDGET="0",
+              TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
+        dispatch._times_mean_something = lambda device: True
+        # rank 1 is the slow one: the maximum over ranks decides
+        autotune.set_timer(lambda name: plain_ms * (1.0 if ctx.rank == 1 else 0.1) if name == "plain" else 3.0)
+        try:
+            a, b = _operands(ctx, *SHAPE)
+            _checked_auto(ctx, a, b)
+            choice = dispatch.choose(OP, a, b)
+        finally:
+            dispatch._times_mean_something = real
+        return choice.variant, choice.source.split(" ")[0], len(tunes)
+
+
+@pytest.mark.parametrize("plain_ms,tuned", [(0.1, False), (0.5, True)])
+def test_default_mode_tunes_only_calls_above_the_threshold(pools, tmp_path, plain_ms, tuned):
+    res = pools.run(2, job_default_mode_threshold, str(tmp_path), plain_ms)
+    expect = ("plain", "tuned", 1) if tuned else ("plain", "default", 0)  # every variant is slower (3 ms)
+    assert res == [expect] * 2, res

@@ -59,6 +59,11 @@ def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
+def _times_mean_something(device: torch.device) -> bool:
+    """Whether the default mode may tune here: on a GPU, not in Triton's interpreter."""
+    return device.type == "cuda"
+
+
 def _default(why: str) -> tables.Choice:
     return tables.Choice(tables.PLAIN, None, f"default ({why})")
 
@@ -207,7 +212,7 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
     choice = _decode(lead["view"])
     if choice is None and lead["mode"] != "0":
         tune = lead["mode"] == "1"
-        if not tune and a.device.type == "cuda":
+        if not tune and _times_mean_something(a.device):
             plain = registry.get(op, tables.PLAIN)
             plain_ms = autotune.time_plain(lambda: plain(a, b, group=grp, **(kwargs or {})), a.device, grp)
             tune = plain_ms >= lead["min_ms"]
