@@ -9,6 +9,7 @@ its own kernel modules before ``tilefuse`` must set the variable itself.
 
 from __future__ import annotations
 
+import math
 import os
 
 _BACKENDS = ("cuda", "cpu")
@@ -44,8 +45,8 @@ def host_timeout() -> float:
         value = float(text)
     except ValueError:
         raise ValueError(f"TILEFUSE_HOST_TIMEOUT={text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise ValueError(f"TILEFUSE_HOST_TIMEOUT={text!r} must be a positive number of seconds")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"TILEFUSE_HOST_TIMEOUT={text!r} must be a positive, finite number of seconds")
     return value
 
 

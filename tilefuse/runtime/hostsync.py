@@ -18,11 +18,12 @@ release                 each rank adds 1 to ``P/done``; the rank that brings it 
                         deletes every key of the call (nobody reads them after their add)
 ======================  ==================================================================
 
-A rank that runs out of time deletes its own key (a late peer then times out too, naming it,
-instead of completing the step alone) and marks the group out of step: the sequence numbers of
-the ranks no longer match, so every later call on that group raises at once until :func:`reset`
-has been called on every rank. Ranks that pass different ``what`` are at different steps: that
-raises as well (naming both steps), never hands one step's objects to another.
+A rank that runs out of time sets ``P/gave_up`` naming the missing ranks (a peer still waiting, or
+arriving later, then stops at once with the same names instead of completing the step without
+it) and marks the group out of step: the sequence numbers of the ranks no longer match, so every
+later call on that group raises at once until :func:`reset` has been called on every rank. Ranks
+that pass different ``what`` are at different steps: that raises as well (naming both steps),
+never hands one step's objects to another.
 """
 
 from __future__ import annotations
@@ -163,20 +164,32 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
             f"{what}: rank {_global(pg, rank)} could not publish to the process group's store "
             f"({type(err).__name__}: {err}); the rank hosting the store (usually rank 0) may have died"
         ) from err
-    missing = _wait(store, keys, deadline)
-    if missing:
-        try:
-            store.delete_key(keys[rank])
-        except Exception:
-            pass
-        st.broken = f"{what}: ranks {missing} did not arrive"
-        if missing == [None]:
+    gave_up = f"{base}/gave_up"
+    status, detail = _wait(store, keys, gave_up, deadline)
+    if status == "ok" and _present(store, gave_up):  # a peer gave up while this rank was reading
+        status, detail = "aborted", _read_gave_up(store, gave_up)
+    if status != "ok":
+        st.broken = f"{what}: {status}"
+        if status == "lost":
             raise HostTimeoutError(
                 f"{what}: rank {_global(pg, rank)} lost the process group's store while waiting "
                 f"for its peers (bound {bound:g} s); the rank hosting the store (usually rank 0) may have died"
             )
+        if status == "aborted":
+            who, their_missing = detail
+            raise HostTimeoutError(
+                f"{what}: rank {_global(pg, who)} gave up waiting for rank(s) {_names(pg, their_missing)}; "
+                f"this rank ({_global(pg, rank)}) stops too. A rank that died, hangs, or skipped this step. "
+                "Raise TILEFUSE_HOST_TIMEOUT if a rank is only slow."
+            )
+        try:
+            # Tell peers that arrive later: they stop at once, naming the missing ranks, instead of
+            # completing the step without this rank.
+            store.set(gave_up, pickle.dumps((rank, detail)))
+        except Exception:
+            pass
         raise HostTimeoutError(
-            f"{what}: rank(s) {_names(pg, missing)} of {world} did not arrive within {bound:g} s "
+            f"{what}: rank(s) {_names(pg, detail)} of {world} did not arrive within {bound:g} s "
             f"(seen from rank {_global(pg, rank)}); a rank that died, hangs, or skipped this step. "
             "Raise TILEFUSE_HOST_TIMEOUT if a rank is only slow."
         )
@@ -207,20 +220,37 @@ def barrier(group=None, *, what: str, timeout: float | None = None) -> None:
     all_gather_object(None, group, what=what, timeout=timeout)
 
 
-def _wait(store, keys: list, deadline: float) -> list:
-    """Poll until every key is set or the deadline passes; the ranks whose key is missing then
-    (``[None]`` if the store itself failed). Polling with ``check`` rather than a blocking ``wait``:
-    a store's timed-out wait logs socket warnings, and a poll ends at the deadline whatever the
-    store's own timeout is."""
+def _present(store, key: str) -> bool:
+    try:
+        return bool(store.check([key]))
+    except Exception:
+        return False
+
+
+def _read_gave_up(store, key: str) -> tuple:
+    try:
+        return pickle.loads(store.get(key))
+    except Exception:
+        return (-1, [])
+
+
+def _wait(store, keys: list, gave_up: str, deadline: float) -> tuple:
+    """Poll until every key is set, a peer gave up, or the deadline passes: ``("ok", None)``,
+    ``("aborted", (rank, missing))``, ``("missing", ranks)`` or ``("lost", None)`` (the store
+    failed). Polling with ``check`` rather than a blocking ``wait``: a store's timed-out wait logs
+    socket warnings, and a poll ends at the deadline whatever the store's own timeout is."""
     pause = 1e-4
     try:
         while True:
             if store.check(keys):
-                return []
+                return "ok", None
+            if store.check([gave_up]):
+                return "aborted", _read_gave_up(store, gave_up)
             left = deadline - time.monotonic()
             if left <= 0:
-                return [r for r, k in enumerate(keys) if not store.check([k])]
+                missing = [r for r, k in enumerate(keys) if not store.check([k])]
+                return ("missing", missing) if missing else ("ok", None)
             time.sleep(min(pause, left))
             pause = min(pause * 2, 0.02)
     except Exception:
-        return [None]
+        return "lost", None
