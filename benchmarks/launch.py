@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime
 import math
 import os
+import pickle
 import queue
 import socket
 import time
@@ -177,11 +178,27 @@ def _run_rank(rank: int, world: int, init_method: str, local_rank: int, fn, args
 
 
 def _worker(rank, world, port, fn, args, kwargs, heap_size, results) -> None:
+    """A spawned rank: its result or its traceback goes to the launcher before the rank's heap and
+    process group are closed (closing waits for the peers, which a failed run may never send)."""
+    ctx = None
     try:
-        value = _run_rank(rank, world, f"tcp://127.0.0.1:{port}", rank, fn, args, kwargs, heap_size)
-        results.put((rank, "ok", value))
+        ctx = init_rank(rank, world, f"tcp://127.0.0.1:{port}", local_rank=rank, heap_size=heap_size)
+        value = fn(ctx, *args, **kwargs)
+        try:  # pickled here: a value that cannot be sent fails this rank now, not the queue's thread later
+            payload = pickle.dumps(value)
+        except Exception as err:
+            raise RuntimeError(f"{getattr(fn, '__name__', fn)} returned a value that cannot be sent to the "
+                               f"launcher ({type(value).__name__}): {err}") from err
+        results.put((rank, "ok", payload))
     except BaseException:
         results.put((rank, "error", traceback.format_exc()))
+    finally:
+        if ctx is not None:
+            close_rank()
+
+
+def _any_error(got: dict) -> bool:
+    return any(status == "error" for status, _ in got.values())
 
 
 def launch(fn, world: int, *args, heap_size: int | None = None, timeout: float = 1800.0,
@@ -237,7 +254,7 @@ def launch(fn, world: int, *args, heap_size: int | None = None, timeout: float =
                 deadline = min(deadline, time.monotonic() + error_grace_s)  # the others may be stuck on it
     finally:
         for p in procs:
-            p.join(timeout=max(0.0, 10.0 if len(got) == world else 1.0))
+            p.join(timeout=30.0 if len(got) == world and not _any_error(got) else 1.0)
         for p in procs:
             if p.is_alive():
                 p.kill()
@@ -249,4 +266,4 @@ def launch(fn, world: int, *args, heap_size: int | None = None, timeout: float =
                                                     if missing else "")]
         parts += [f"--- rank {r} ---\n{errors[r]}" for r in sorted(errors)]
         raise LaunchError("\n".join(parts))
-    return [got[r][1] for r in range(world)]
+    return [pickle.loads(got[r][1]) for r in range(world)]
