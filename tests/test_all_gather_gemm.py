@@ -130,6 +130,17 @@ def test_non_default_config(pools, variant):
                          b_transposed=True, a_column_major=True))
 
 
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("a_column_major", [False, True])
+def test_copy_engine_form(pools, world, a_column_major):
+    """producer_consumer with COMM_SMS = 0: peers' rows come by copy engine, chunk by chunk, while the
+    GEMM waits on each chunk's flag; a late rank; a_gathered returned on alternate calls."""
+    cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=1,
+               GEMM_SMS=4, COMM_SMS=0)
+    assert all(pools.run(world, job_against_reference, "producer_consumer", [(70, 24, 40)], calls=3, config=cfg,
+                         late_rank=world - 1, a_column_major=a_column_major, only_dtype=torch.float32))
+
+
 def job_mismatched_m_loc(ctx, variant):
     M_loc = 20 + ctx.rank  # a shape no rank has verified before
     a, b = _inputs(ctx, M_loc, 16, 16, torch.float32, seed=7)
