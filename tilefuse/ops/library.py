@@ -31,10 +31,16 @@ gemm_all_reduce               ``c [M, N]`` (replicated)   ``da = dc @ b^T``, ``d
 
 Beside them: ``all_gather_gemm_gathered`` (``(c, all_gather(a))``; the gathered output is
 differentiable too: its gradient is reduce-scattered into ``da``), ``gemm_all_scatter_out`` (writes
-a caller's ``out``, a mutated argument; not differentiable, like torch's ``out=`` functions), and
-the two collectives the formulas need, ``all_gather_rows`` and ``reduce_scatter_rows``, each the
-other's backward. Backward ops run the forward's variant with ``config=None`` (the variant's own
-choice for the backward's shapes; a forward config is tuned for the forward's shapes).
+a caller's heap ``out``, a mutated argument; not differentiable, like torch's ``out=`` functions;
+eager calls only: traced code would functionalise it and hand the op a copy of ``out`` that is not
+on the heap, so a compiled ``gemm_all_scatter(..., out=out)`` runs the op into its own buffer and
+copies the result into ``out``), and the two collectives the formulas need, ``all_gather_rows``
+and ``reduce_scatter_rows``, each the other's backward. Backward ops run the forward's variant
+with ``config=None`` (the variant's own choice for the backward's shapes; a forward config is tuned
+for the forward's shapes).
+
+Eager calls that need no gradient and that nothing traces skip the dispatcher and run the entry
+point directly (:func:`call`): the same work, without the custom op's Python dispatch.
 
 ``gemm_all_reduce`` is defined when the registry knows the op (``registry.OPS``). The backward of
 its all-reduce is the identity (Megatron's row-parallel convention): ``dc`` is assumed to be the
