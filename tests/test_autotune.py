@@ -531,3 +531,19 @@ def test_default_mode_tunes_only_calls_above_the_threshold(pools, tmp_path, plai
     res = pools.run(2, job_default_mode_threshold, str(tmp_path), plain_ms)
     expect = ("plain", "tuned", 1) if tuned else ("plain", "default", 0)  # every variant is slower (3 ms)
     assert res == [expect] * 2, res
+
+
+def job_bad_setting_on_one_rank(ctx, cache_dir):
+    with _env(TILEFUSE_AUTOTUNE="sometimes" if ctx.rank == 1 else "0", TILEFUSE_CACHE_DIR=cache_dir,
+              TILEFUSE_CONFIG_DIR=None):
+        a, b = _operands(ctx, *SHAPE)
+        try:
+            tilefuse.gemm_all_scatter(a, b)
+        except RuntimeError as err:
+            return str(err)
+        return "no error"
+
+
+def test_a_bad_setting_on_one_rank_is_an_error_on_every_rank(pools, tmp_path):
+    res = pools.run(2, job_bad_setting_on_one_rank, str(tmp_path))
+    assert all("cannot decide: rank 1: ValueError: TILEFUSE_AUTOTUNE='sometimes'" in r for r in res), res

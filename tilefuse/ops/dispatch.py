@@ -201,10 +201,17 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
         return hit, True
     if _capturing(a.device):
         return _default("capturing or compiling: no exchange, no tuning"), False
-    mine = {"view": _encode(_local_view(op, arch, world, M, N, K, dtype)),
-            "model": _encode(_model_view(op, arch, world, M, N, K, dtype)), "mode": autotune.mode(),
-            "min_ms": autotune.min_plain_ms()}
+    try:
+        mine = {"view": _encode(_local_view(op, arch, world, M, N, K, dtype)),
+                "model": _encode(_model_view(op, arch, world, M, N, K, dtype)), "mode": autotune.mode(),
+                "min_ms": autotune.min_plain_ms(), "error": None}
+    except (ValueError, OSError) as err:  # a malformed table, a bad setting: every rank raises, none waits
+        mine = {"error": f"{type(err).__name__}: {err}"}
     views = autotune.all_gather(mine, grp, what=f"auto {op}: decision views")
+    failed = [(r, v["error"]) for r, v in enumerate(views) if v["error"]]
+    if failed:
+        r, text = failed[0]
+        raise RuntimeError(f"{op}: variant='auto' cannot decide: rank {r}: {text}")
     lead = views[0]
     if any(v["view"] != lead["view"] for v in views[1:]):
         log.debug("tilefuse: auto %s %dx%dx%d: the ranks' tables/caches differ; rank 0's view wins: %s",
