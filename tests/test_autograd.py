@@ -106,8 +106,8 @@ def test_grads_every_variant(pools, op):
 
 @pytest.mark.parametrize("op", registry.OPS)
 def test_grads_world3_half(pools, op):
-    """W = 3 (not a power of two), fp16: a fused variant and auto."""
-    assert all(pools.run(3, job_variants, op, torch.float16, ["fused_sequential", "auto"]))
+    """W = 3 (not a power of two), fp16, a fused variant (the formulas do not depend on the variant)."""
+    assert all(pools.run(3, job_variants, op, torch.float16, ["fused_sequential"]))
 
 
 def job_partial_and_gathered(ctx):
