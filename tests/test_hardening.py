@@ -84,13 +84,19 @@ def job_closed_heap_warns_and_keeps_memory(ctx):
     heap = SymmetricHeap(1 << 20, ctx.heap.group, ctx.heap.backend, ctx.device)
     keep = heap.full((1000,), float(ctx.rank + 1))
     internal = heap.zeros(10)
+    marked = heap.zeros(100)
+    heap.mark_internal(marked[10:])  # a view marks its whole block
+    reused = heap.zeros(100)
+    heap.mark_internal(reused)
+    del reused  # its block goes back to the pool, unmarked
+    user = heap.zeros(50)  # takes the freed block: a user tensor again
     gone = heap.zeros(10)
     del gone
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         heap.close(internal=(internal,))
     msgs = [str(w.message) for w in caught if issubclass(w.category, LiveHeapTensorsWarning)]
-    del heap, internal
+    del heap, internal, marked, user
     gc.collect()
     keep.mul_(2)
     with warnings.catch_warnings(record=True) as quiet:
@@ -103,10 +109,10 @@ def job_closed_heap_warns_and_keeps_memory(ctx):
 
 
 def test_close_counts_only_the_blocks_users_still_hold(pools):
-    """The warning names the live blocks and bytes; tilefuse's own (``internal``) and freed blocks
-    are not counted, and a heap closed with nothing alive says nothing."""
+    """The warning names the live blocks and bytes; tilefuse's own (``internal=``, ``mark_internal``)
+    and freed blocks are not counted, and a heap closed with nothing alive says nothing."""
     for r, (msgs, total, quiet) in enumerate(pools.run(2, job_closed_heap_warns_and_keeps_memory)):
-        assert len(msgs) == 1 and "1 heap tensor block(s) (4096 bytes)" in msgs[0], msgs
+        assert len(msgs) == 1 and "2 heap tensor block(s) (4352 bytes)" in msgs[0], msgs
         assert total == 1000 * (r + 1) * 2
         assert quiet == []
 

@@ -117,6 +117,7 @@ class _Allocator:
         self.size = size
         self._free: list[tuple[int, int]] = [(0, size)]  # sorted (offset, length)
         self._used: dict[int, int] = {}
+        self._internal: set[int] = set()  # blocks of tilefuse's own (not reported by close)
         self._lock = threading.Lock()
 
     def alloc(self, nbytes: int) -> int:
@@ -141,6 +142,7 @@ class _Allocator:
     def free(self, off: int) -> None:
         with self._lock:
             length = self._used.pop(off)
+            self._internal.discard(off)
             i = bisect.bisect_left(self._free, (off, 0))
             self._free.insert(i, (off, length))
             # Coalesce with the right neighbour, then the left one.
@@ -158,11 +160,16 @@ class _Allocator:
             return sum(self._used.values())
 
     def live(self, exclude: Iterable[int] = ()) -> tuple[int, int]:
-        """(blocks, bytes) in use, leaving out the blocks that start at the offsets ``exclude``."""
+        """(blocks, bytes) in use, leaving out internal blocks and those that start at ``exclude``."""
         skip = set(exclude)
         with self._lock:
-            sizes = [n for off, n in self._used.items() if off not in skip]
+            sizes = [n for off, n in self._used.items() if off not in skip and off not in self._internal]
         return len(sizes), sum(sizes)
+
+    def mark_internal(self, off: int) -> None:
+        with self._lock:
+            if off in self._used:
+                self._internal.add(off)
 
     def block_start(self, offset: int) -> int | None:
         """Start of the block in use that holds byte ``offset``, or None."""
@@ -319,6 +326,15 @@ class SymmetricHeap:
         self._agree(problem, "tilefuse.init: mapping the peers' heaps", what)
         return _PeerMaps(tensors)
 
+    def mark_internal(self, *tensors: torch.Tensor) -> None:
+        """Mark the blocks of heap tensors that tilefuse itself keeps (control block, workspaces a
+        captured CUDA graph still names): :meth:`close` does not report them as user tensors."""
+        for t in tensors:
+            self.check_on_heap("mark_internal", t)
+            start = self._allocator.block_start(self.offset_of(t))
+            if start is not None:
+                self._allocator.mark_internal(start)
+
     def close(self, *, internal: Iterable[torch.Tensor] = ()) -> None:
         """Drop the peer mappings, then a bounded barrier (collective; idempotent).
 
@@ -326,8 +342,9 @@ class SymmetricHeap:
         is still mapped elsewhere once the barrier passes (on a GPU, torch's IPC reference counts
         are then back to zero before any process exits). This rank's own heap memory stays alive
         while any heap tensor does; those tensors stay valid here but peers no longer see them,
-        and a :class:`LiveHeapTensorsWarning` says how many there are. ``internal``: tilefuse's own
-        heap tensors that the caller drops right after (not counted).
+        and a :class:`LiveHeapTensorsWarning` says how many there are. Not counted: blocks marked
+        with :meth:`mark_internal`, and ``internal``, tilefuse's own heap tensors that the caller
+        drops right after.
         """
         if self._closed:
             return
