@@ -2,6 +2,10 @@
 result bit-identical on every rank and across variants, fused bias, ragged K shards, bad input,
 CUDA graph replay (GPU only)."""
 
+import csv
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -296,6 +300,27 @@ def test_graph_replay(pools, on_gpu, variant):
         pytest.skip("CUDA graphs need a GPU")
     results = pools.run(2, job_graph_replay, variant, 20)
     _same_bits_on_every_rank(results, f"{variant} graph replays")
+
+
+def test_benchmark_smoke(tmp_path):
+    """benchmarks.allreduce_decode --smoke (one rank: a spawn per rank costs more than the rest): every
+    method ran (torch's one-shot all-reduce only where torch's symmetric memory works), with small
+    errors."""
+    out = tmp_path / "allreduce_decode.csv"
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.allreduce_decode", "--smoke", "--world", "1", "--M", "5",
+                           "--csv", str(out)], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    checks = {(r["variant"], r["metric"]): float(r["value"]) for r in rows if r["mode"] == "check"}
+    for method in VARIANTS + ("auto", "plain"):
+        assert checks[(method, "rel_error")] < 1e-2, (method, checks)
+        assert checks[(method, "same_bits")] == 1.0, (method, checks)
+        assert any(r["variant"] == method and r["metric"] == "us_per_call" for r in rows), method
+    assert ("symm_one_shot", "rel_error") in checks or any(
+        r["variant"] == "symm_one_shot" and r["metric"] == "error" for r in rows)
+    assert {r["op"] for r in rows} == {OP} and {r["world"] for r in rows} == {"1"}
 
 
 def test_registered():
