@@ -234,7 +234,7 @@ class _Toy(nn.Module):
         return self.head(x)
 
 
-TOY_PLAN = {"blocks.*.fc_in": "colwise", "blocks.?.fc_out": "rowwise"}
+TOY_PLAN = {"blocks.*.fc_in": "colwise_seq", "blocks.?.fc_out": "rowwise_seq"}
 
 
 def job_parallelize(ctx):
@@ -354,8 +354,9 @@ def job_bad_inputs(ctx):
            {"blocks.*.nope": "colwise"})
     raises(TypeError, r"'blocks.\*.act' matches 'blocks.0.act', a GELU; only nn.Linear", parallelize, model,
            {"blocks.*.fc_in": "colwise", "blocks.*.act": "colwise"})
-    raises(ValueError, r"unknown style 'diagonal'; styles are \['colwise', 'rowwise'\]", parallelize, model,
-           {"head": "diagonal"})
+    raises(ValueError, r"unknown style 'diagonal'; styles are \['colwise', 'colwise_gather_output', 'colwise_rep', "
+           r"'colwise_seq', 'rowwise', 'rowwise_rep', 'rowwise_seq', 'rowwise_split_input'\] or ParallelStyle",
+           parallelize, model, {"head": "diagonal"})
     raises(ValueError, r"'blocks.0.fc_in' is matched as 'colwise' by 'blocks.\*' and as 'rowwise'", parallelize,
            model, {"blocks.*": "colwise", "blocks.0.fc_in": "rowwise"})
     raises(TypeError, r"plan must be a mapping", parallelize, model, [("head", "colwise")])

@@ -1,4 +1,30 @@
-"""Swap a model's ``nn.Linear`` submodules for tensor-parallel tilefuse layers, by a plan."""
+"""Parallelize a model's ``nn.Linear`` submodules by a plan of style names (torch's and HF's meaning).
+
+============================  ================================================  ==========================
+plan string                   what the linear becomes                           op in the forward
+============================  ================================================  ==========================
+``"colwise"``                 ``ColwiseParallel()``: replicated input,          local GEMM
+                              output ``[..., out/W]``
+``"rowwise"``                 ``RowwiseParallel()``: input ``[..., in/W]``,     ``gemm_all_reduce``
+                              replicated output
+``"colwise_rep"``             ``ColwiseParallel(output_layouts=Replicate())``   ``gemm_all_scatter``
+(``"colwise_gather_output"``)
+``"rowwise_rep"``             ``RowwiseParallel(input_layouts=Replicate())``    ``gemm_all_reduce``
+(``"rowwise_split_input"``)
+``"colwise_seq"``             :class:`ColumnParallelLinear`: tokens sharded     ``all_gather_gemm``
+                              along dim 0 in, every token out (local params)
+``"rowwise_seq"``             :class:`RowParallelLinear`: every token in,       ``gemm_reduce_scatter``
+                              tokens sharded along dim 0 out (local params)
+============================  ================================================  ==========================
+
+The first four are Hugging Face's ``tp_plan`` names (``config.base_model_tp_plan``) with HF's and
+torch's meaning: they apply :class:`tilefuse.nn.ColwiseParallel` / :class:`tilefuse.nn.RowwiseParallel`
+on a 1-D DeviceMesh (DTensor parameters). The two ``_seq`` names are tilefuse's sequence-parallel
+layers, whose activations are sharded along dim 0 (``[S, B, H]`` split along S); for ``[B, S, H]``
+split along S, use the styles with ``Shard(1)`` layouts in a ``parallelize_module`` plan instead.
+A plan may also name a ``ParallelStyle`` object (tilefuse's or torch's, e.g. ``SequenceParallel()``
+for a norm): it is applied on the mesh as ``parallelize_module`` would.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +32,81 @@ from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from types import MappingProxyType
 
+import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import Replicate
+from torch.distributed.tensor.parallel import ParallelStyle
 
 from .layers import ColumnParallelLinear, RowParallelLinear
+from .styles import ColwiseParallel, RowwiseParallel, tp_group
 
-STYLES = MappingProxyType({"colwise": ColumnParallelLinear, "rowwise": RowParallelLinear})
-
-#: Llama-style gated MLP: ``down(act(gate(x)) * up(x))``. gate/up take this rank's tokens and return
-#: every rank's tokens on the local intermediate shard, the activation and product run on that shard,
-#: and down returns this rank's tokens: the module's own forward works unchanged.
-LLAMA_MLP_PLAN = MappingProxyType({"gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise"})
-
-#: Llama attention projections. The number of attention heads and of key/value heads must be
-#: divisible by the world size: q/k/v then return ``heads/W`` local heads for every rank's tokens,
-#: the attention math itself must run on those local heads (this plan does not change it; the
-#: module must infer its head count from the projection width or be told ``heads/W``), and o_proj
-#: sums the local heads' contributions and returns this rank's tokens.
-LLAMA_ATTENTION_PLAN = MappingProxyType({
-    "q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise",
+#: Plan strings and what each makes (see the module docstring).
+STYLES = MappingProxyType({
+    "colwise": "ColwiseParallel()",
+    "rowwise": "RowwiseParallel()",
+    "colwise_rep": "ColwiseParallel(output_layouts=Replicate())",
+    "colwise_gather_output": "ColwiseParallel(output_layouts=Replicate())",
+    "rowwise_rep": "RowwiseParallel(input_layouts=Replicate())",
+    "rowwise_split_input": "RowwiseParallel(input_layouts=Replicate())",
+    "colwise_seq": "ColumnParallelLinear (tokens sharded along dim 0 in)",
+    "rowwise_seq": "RowParallelLinear (tokens sharded along dim 0 out)",
 })
+_SEQ_LAYERS = {"colwise_seq": ColumnParallelLinear, "rowwise_seq": RowParallelLinear}
+
+#: Llama-style gated MLP, sequence-parallel: ``down(act(gate(x)) * up(x))``. gate/up take this rank's
+#: tokens and return every rank's tokens on the local intermediate shard, the activation and product
+#: run on that shard, and down returns this rank's tokens: the module's own forward works unchanged.
+LLAMA_MLP_PLAN = MappingProxyType({"gate_proj": "colwise_seq", "up_proj": "colwise_seq", "down_proj": "rowwise_seq"})
+
+#: Llama attention projections, sequence-parallel. The number of attention heads and of key/value
+#: heads must be divisible by the world size: q/k/v then return ``heads/W`` local heads for every
+#: rank's tokens, the attention math itself must run on those local heads (this plan does not change
+#: it; the module must infer its head count from the projection width, as HF's Llama does, or be
+#: told ``heads/W``), and o_proj sums the local heads' contributions and returns this rank's tokens.
+LLAMA_ATTENTION_PLAN = MappingProxyType({
+    "q_proj": "colwise_seq", "k_proj": "colwise_seq", "v_proj": "colwise_seq", "o_proj": "rowwise_seq",
+})
+
+#: A Llama decoder layer in the replicated layout, HF's ``base_model_tp_plan`` names: every rank holds
+#: the whole activation; q/k/v/gate/up return local heads or features, o_proj and down_proj all-reduce.
+LLAMA_PLAN = MappingProxyType({
+    "q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise",
+    "gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise",
+})
+
+
+def style_from_name(name: str, variant: str = "auto") -> ParallelStyle:
+    """The tilefuse ``ParallelStyle`` for a plan string of torch's / HF's meaning (not the ``_seq`` names)."""
+    if name == "colwise":
+        return ColwiseParallel(variant=variant)
+    if name == "rowwise":
+        return RowwiseParallel(variant=variant)
+    if name in ("colwise_rep", "colwise_gather_output"):
+        return ColwiseParallel(output_layouts=Replicate(), variant=variant)
+    if name in ("rowwise_rep", "rowwise_split_input"):
+        return RowwiseParallel(input_layouts=Replicate(), variant=variant)
+    known = sorted(k for k in STYLES if k not in _SEQ_LAYERS)
+    raise ValueError(f"style_from_name: {name!r} is not a style of torch's / HF's meaning that tilefuse runs; "
+                     f"known: {known}")
+
+
+def from_hf_plan(tp_plan: Mapping[str, str], variant: str = "auto") -> dict[str, ParallelStyle]:
+    """A ``parallelize_module`` plan of tilefuse styles from a Hugging Face ``tp_plan``.
+
+    ``tp_plan`` maps module paths (``"layers.*.self_attn.q_proj"``, as in
+    ``config.base_model_tp_plan``) to HF style names; each name of the table in the module docstring
+    becomes the same tilefuse style object. Other HF styles (``"sequence_parallel"``,
+    ``"packed_colwise"``, ...) raise: tilefuse has no style for them.
+    """
+    if not isinstance(tp_plan, Mapping):
+        raise TypeError(f"from_hf_plan: tp_plan must be a mapping, got {type(tp_plan).__name__}")
+    out = {}
+    for path, name in tp_plan.items():
+        try:
+            out[path] = style_from_name(name, variant)
+        except ValueError as err:
+            raise ValueError(f"from_hf_plan: entry {path!r}: {err}") from None
+    return out
 
 
 def _matches(name: str, pattern: str) -> bool:
@@ -33,20 +115,44 @@ def _matches(name: str, pattern: str) -> bool:
     return fnmatchcase(name, pattern) or fnmatchcase(name, "*." + pattern)
 
 
-def parallelize(module: nn.Module, plan: Mapping[str, str], group=None, variant: str = "auto") -> nn.Module:
-    """Replace the ``nn.Linear`` submodules named by ``plan`` with sharded tilefuse layers, in place.
+def _is_seq(entry) -> bool:
+    return isinstance(entry, str) and entry in _SEQ_LAYERS
 
-    ``plan`` maps submodule names to a style: ``"colwise"`` (:class:`ColumnParallelLinear`) or
-    ``"rowwise"`` (:class:`RowParallelLinear`). A name is a dotted path as in
-    ``module.named_modules()`` or an fnmatch glob (``"layers.*.mlp.up_proj"``); it also matches
-    the trailing part of a path, so ``"gate_proj"`` finds every ``gate_proj`` at any depth. Each
-    matched module must be an ``nn.Linear`` (the full, unsharded layer, the same on every rank);
-    rank r keeps its shard (:meth:`ColumnParallelLinear.from_linear`). Every entry must match at
-    least one module, and no module may be matched with two styles. The whole plan is checked
-    before anything is replaced. Returns ``module``.
 
-    Ready plans: :data:`LLAMA_MLP_PLAN`, :data:`LLAMA_ATTENTION_PLAN` (attention heads must be
-    divisible by the world size; the attention math then runs on the local heads).
+def _default_mesh(group):
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from ..runtime import _env, get_heap, is_initialized
+
+    device_type = get_heap().device.type if is_initialized() else _env.requested_backend()
+    return DeviceMesh.from_group(group if group is not None else dist.group.WORLD, device_type)
+
+
+def parallelize(module: nn.Module, plan: Mapping[str, str | ParallelStyle], group=None, variant: str = "auto", *,
+                mesh=None) -> nn.Module:
+    """Parallelize the submodules named by ``plan``, in place; returns ``module``.
+
+    Args:
+        module: the full, unsharded model, the same on every rank.
+        plan: submodule name -> plan string (the table in the module docstring) or ``ParallelStyle``.
+            A name is a dotted path as in ``module.named_modules()`` or an fnmatch glob
+            (``"layers.*.mlp.up_proj"``); it also matches the trailing part of a path, so
+            ``"gate_proj"`` finds every ``gate_proj`` at any depth. Every entry must match at least
+            one module, and no module may be matched twice with different styles. A plan string
+            needs an ``nn.Linear``. The whole plan is checked before anything changes.
+        group: the process group (default: the world); ignored when ``mesh`` is given.
+        variant: the op variant of every string entry (``"auto"``, ``"plain"``, ``"reference"`` or one
+            of ``tilefuse.VARIANTS``); style objects carry their own.
+        mesh: the 1-D DeviceMesh for styles (default: one made from ``group``, on the heap's device
+            type). Its group is the one tilefuse's heap serves (see :func:`tilefuse.nn.styles.tp_group`).
+
+    ``"colwise_seq"`` / ``"rowwise_seq"`` swap in :class:`ColumnParallelLinear` /
+    :class:`RowParallelLinear` (this rank's shard, copied from the full layer); the other strings
+    and style objects keep the module and make its parameters DTensors. Collective: every rank must
+    call it with the same plan on the same model.
+
+    Ready plans: :data:`LLAMA_PLAN` (replicated), :data:`LLAMA_MLP_PLAN` and
+    :data:`LLAMA_ATTENTION_PLAN` (sequence-parallel along dim 0; heads divisible by the world size).
     """
     who = "parallelize"
     if not isinstance(module, nn.Module):
@@ -55,29 +161,45 @@ def parallelize(module: nn.Module, plan: Mapping[str, str], group=None, variant:
         raise TypeError(f"{who}: plan must be a mapping from submodule names to styles, got "
                         f"{type(plan).__name__}")
     names = [name for name, _ in module.named_modules() if name]
-    chosen: dict[str, tuple[str, str]] = {}
-    for pattern, style in plan.items():
-        if style not in STYLES:
-            raise ValueError(f"{who}: plan entry {pattern!r} has unknown style {style!r}; "
-                             f"styles are {sorted(STYLES)}")
+    chosen: dict[str, tuple[str, object]] = {}
+    for pattern, entry in plan.items():
+        if not isinstance(entry, ParallelStyle) and not (isinstance(entry, str) and entry in STYLES):
+            raise ValueError(f"{who}: plan entry {pattern!r} has unknown style {entry!r}; "
+                             f"styles are {sorted(STYLES)} or ParallelStyle objects")
         hits = [name for name in names if _matches(name, pattern)]
         if not hits:
             shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
             raise ValueError(f"{who}: plan entry {pattern!r} matches no submodule of "
                              f"{type(module).__name__} (its submodules: {shown or 'none'})")
         for name in hits:
-            if name in chosen and chosen[name][1] != style:
+            if name in chosen and chosen[name][1] != entry:
                 raise ValueError(f"{who}: submodule {name!r} is matched as {chosen[name][1]!r} by "
-                                 f"{chosen[name][0]!r} and as {style!r} by {pattern!r}")
-            chosen[name] = (pattern, style)
-    for name, (pattern, style) in chosen.items():
+                                 f"{chosen[name][0]!r} and as {entry!r} by {pattern!r}")
+            chosen[name] = (pattern, entry)
+    for name, (pattern, entry) in chosen.items():
         sub = module.get_submodule(name)
-        if not isinstance(sub, nn.Linear):
+        if isinstance(entry, str):
+            needs = (nn.Linear,)
+        elif isinstance(entry, (ColwiseParallel, RowwiseParallel)):
+            needs = (nn.Linear, nn.Embedding)
+        else:
+            needs = (nn.Module,)  # torch's styles check their modules themselves
+        if not isinstance(sub, needs):
+            kinds = " or ".join(t.__name__ for t in needs)
             raise TypeError(f"{who}: plan entry {pattern!r} matches {name!r}, a {type(sub).__name__}; "
-                            f"only nn.Linear modules can be made {style}")
-    for name, (_, style) in chosen.items():
+                            f"only {kinds} modules can be made {entry!r}")
+    if not chosen:
+        return module
+    if mesh is not None:
+        group = tp_group(mesh, who)
+    elif any(not _is_seq(e) for _, e in chosen.values()):
+        mesh = _default_mesh(group)
+    for name, (_, entry) in chosen.items():
         parent_name, _, child = name.rpartition(".")
         parent = module.get_submodule(parent_name) if parent_name else module
-        layer = STYLES[style].from_linear(getattr(parent, child), group=group, variant=variant)
-        setattr(parent, child, layer)
+        if _is_seq(entry):
+            layer = _SEQ_LAYERS[entry].from_linear(getattr(parent, child), group=group, variant=variant)
+            setattr(parent, child, layer)
+        else:
+            (style_from_name(entry, variant) if isinstance(entry, str) else entry)._apply(getattr(parent, child), mesh)
     return module

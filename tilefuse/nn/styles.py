@@ -1,0 +1,458 @@
+"""torch's tensor-parallel styles on tilefuse's fused ops: ``ColwiseParallel`` and ``RowwiseParallel``.
+
+They take torch's constructor arguments (``input_layouts``, ``output_layouts``, ``use_local_output``,
+plus tilefuse's ``variant``) and go into a plan for
+``torch.distributed.tensor.parallel.parallelize_module(module, device_mesh, plan)``, beside torch's
+own styles (``SequenceParallel``, ``PrepareModuleInput``, ...). Parameters become DTensors sharded
+as torch's styles shard them, so checkpoints and optimizers see torch's layout:
+
+================  ==============================  ==========================
+style             weight ``[out, in]``            bias ``[out]``
+================  ==============================  ==========================
+ColwiseParallel   ``Shard(0)``: ``[out/W, in]``   ``Shard(0)``: ``[out/W]``
+RowwiseParallel   ``Shard(1)``: ``[out, in/W]``   ``Replicate()``: ``[out]``
+================  ==============================  ==========================
+
+The forward runs on the local shards, with the op that the layouts call for (``W`` ranks of the
+mesh, activations ``[..., features]``; ``Shard(d)`` with ``d`` not the last dimension shards tokens,
+e.g. ``Shard(1)`` for ``[B, S, H]`` split along S, torch's ``SequenceParallel`` layout):
+
+=========  ================  ================  =================================================
+style      input layout      output layout     forward on rank r (backward)
+=========  ================  ================  =================================================
+Colwise    Replicate         Shard(-1)         ``x @ w_r^T``, local (``dx = gemm_all_reduce(dy, w_r)``)
+Colwise    Replicate         Replicate         ``gemm_all_scatter(x, w_r^T)`` (``dx``: gemm_all_reduce)
+Colwise    Shard(d)          Shard(-1)         ``all_gather_gemm`` over dim d (``dx``: gemm_reduce_scatter)
+Rowwise    Shard(-1)         Replicate         ``gemm_all_reduce(x_r, w_r^T)`` (``dx = dy @ w_r``, local)
+Rowwise    Shard(-1)         Shard(d)          ``gemm_reduce_scatter`` over dim d (``dx``: all_gather_gemm)
+Rowwise    Replicate         either            this rank's input columns first (``dx`` all-gathered)
+=========  ================  ================  =================================================
+
+Gradients follow DTensor's meaning: a replicated output's gradient is the gradient of the one
+logical tensor, the same on every rank (each rank computes the same loss); a replicated input gets
+the full gradient on every rank (the colwise backward all-reduces it inside ``gemm_all_reduce``);
+parameter gradients are DTensors with the parameter's placement, each shard equal to the matching
+slice of the unsharded layer's gradient (the rowwise bias gets the full gradient on every rank).
+A token dimension ``d > 0`` is moved to the front for the op (a copy unless every dimension before
+it has size 1, e.g. ``[1, S, H]``) and moved back after it.
+
+The mesh: a 1-D DeviceMesh (slice a data x tensor mesh first, ``mesh["tp"]``, as
+``parallelize_module`` asks). Its process group is the group tilefuse's symmetric heap serves: if
+tilefuse is not initialised yet, the first ``_apply`` calls ``tilefuse.init(group=...)`` on it
+(collective, like ``parallelize_module`` itself); a heap made earlier must serve a group of the
+same ranks in the same order. tilefuse serves one process group per process, so one process can
+use one TP mesh (one TP group per process, as in data x tensor parallelism).
+
+Every forward and backward is collective over the mesh: all ranks make the same calls with the same
+shapes. ``out_features`` (colwise) or ``in_features`` (rowwise) must be divisible by the mesh size,
+and so must a sharded token dimension for the rowwise reduce-scatter.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.parallel import ColwiseParallel as _TorchColwise
+from torch.distributed.tensor.parallel import RowwiseParallel as _TorchRowwise
+
+from ..ops import library
+from ..ops.gemm_all_reduce import gemm_all_reduce
+from ..ops.library import group_name
+from ..runtime import get_heap, init, is_initialized
+from .functional import column_parallel_linear, row_parallel_linear
+
+__all__ = ["ColwiseParallel", "RowwiseParallel", "TPLinearPlan", "tp_group"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The mesh's group and tilefuse's heap
+# ---------------------------------------------------------------------------------------------
+
+
+def tp_group(device_mesh, who: str = "tilefuse.nn"):
+    """The process group the ops run on for a 1-D ``device_mesh``, with tilefuse initialised on it.
+
+    Initialises tilefuse on the mesh's group if it is not yet (collective). A heap made earlier on
+    another group object with the same ranks in the same order (the world, say) serves the mesh:
+    that group is returned. Any other heap group is an error: tilefuse serves one group per process.
+    """
+    if getattr(device_mesh, "ndim", None) != 1:
+        raise ValueError(f"{who}: expected a 1-D DeviceMesh, got {device_mesh!r}; slice the tensor-parallel "
+                         "dimension first (mesh['tp'] for a mesh with mesh_dim_names=('dp', 'tp'))")
+    group = device_mesh.get_group()
+    if not is_initialized():
+        init(group=group)
+    heap_group = get_heap().group
+    if heap_group is group:
+        return group
+    mine, theirs = dist.get_process_group_ranks(group), dist.get_process_group_ranks(heap_group)
+    if mine != theirs:
+        raise ValueError(
+            f"{who}: tilefuse was initialised on a process group of ranks {theirs}, but this mesh's group "
+            f"has ranks {mine}; tilefuse serves one group per process: call "
+            "tilefuse.init(group=mesh['tp'].get_group()) before anything else initialises it")
+    return heap_group
+
+
+# ---------------------------------------------------------------------------------------------
+# What a parallelized linear keeps
+# ---------------------------------------------------------------------------------------------
+
+
+class TPLinearPlan:
+    """How a parallelized ``nn.Linear`` runs: its style's layouts, the mesh, its group and variant.
+
+    ``kind`` is ``"colwise"`` or ``"rowwise"``; ``input_layout`` and ``output_layout`` are torch
+    placements. Shared, never copied (``copy.deepcopy`` of a module keeps the same plan: it names
+    process groups, which cannot be copied).
+    """
+
+    __slots__ = ("kind", "input_layout", "output_layout", "use_local_output", "mesh", "group", "group_name",
+                 "world", "rank", "variant")
+
+    def __init__(self, kind, input_layout, output_layout, use_local_output, mesh, group, variant):
+        self.kind, self.input_layout, self.output_layout = kind, input_layout, output_layout
+        self.use_local_output, self.mesh, self.group, self.variant = use_local_output, mesh, group, variant
+        self.group_name = group_name(group)
+        self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __repr__(self) -> str:
+        return (f"{self.kind}: input {self.input_layout}, output {self.output_layout}, "
+                f"rank {self.rank}/{self.world}, variant {self.variant!r}")
+
+
+def _local(p):
+    """The local shard of a DTensor parameter (differentiable where autograd needs it)."""
+    if not isinstance(p, DTensor):
+        return p
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and p.requires_grad):
+        return p.to_local()
+    return p._local_tensor  # no autograd needed: skip to_local's Function (host time at decode sizes)
+
+
+def _token_dim(who: str, placement, x: torch.Tensor, what: str) -> int:
+    d = placement.dim % x.dim()
+    if d == x.dim() - 1:
+        raise ValueError(f"{who}: the {what} layout Shard({placement.dim}) shards the feature dimension of a "
+                         f"{x.dim()}-D activation; a token dimension (Shard(0) or Shard(1) for [B, S, H]) was "
+                         "expected")
+    return d
+
+
+def _input(who: str, plan: TPLinearPlan, x) -> torch.Tensor:
+    """The local input: a DTensor is moved to the style's input layout first (as torch's styles do)."""
+    if isinstance(x, DTensor):
+        want = plan.input_layout
+        if isinstance(want, Shard):
+            want = Shard(want.dim % x.dim())
+        if tuple(x.placements) != (want,):
+            x = x.redistribute(plan.mesh, (want,))
+        return x.to_local()
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{who}: input must be a torch.Tensor or DTensor, got {type(x).__name__}")
+    return x
+
+
+def _output(plan: TPLinearPlan, y: torch.Tensor):
+    if plan.use_local_output:
+        return y
+    out = plan.output_layout
+    if isinstance(out, Shard):
+        out = Shard(out.dim % y.dim())
+    return DTensor.from_local(y, plan.mesh, (out,), run_check=False)
+
+
+def _check_features(who: str, x: torch.Tensor, features: int, what: str) -> None:
+    if x.dim() < 2:
+        raise ValueError(f"{who}: input must have token and feature dimensions ([..., tokens, features]), got "
+                         f"shape {tuple(x.shape)}")
+    if x.shape[-1] != features:
+        raise ValueError(f"{who}: input has {x.shape[-1]} features in its last dimension, expected {features} "
+                         f"({what})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd for the replicated layouts
+# ---------------------------------------------------------------------------------------------
+
+
+class _ColumnReplicated(torch.autograd.Function):
+    """Colwise linear of a replicated ``x [M, in]`` with ``w [n, in]`` (``n = out/W``).
+
+    ``gather=False``: ``y = x @ w^T + b``, this rank's output columns ``[M, n]``. ``gather=True``:
+    ``y = gemm_all_scatter(x, w^T) + all_gather(b)``, every rank's columns ``[M, W*n]``, the same on
+    every rank. Backward: ``g`` = this rank's columns of ``dy``; ``dx = gemm_all_reduce(g, w)``
+    (the replicated input's full gradient, bit-identical on every rank), ``dw = g^T @ x``,
+    ``db = g.sum(0)``.
+    """
+
+    @staticmethod
+    def forward(ctx, x, w, b, group, variant, gather, rank):
+        if gather:
+            y = library.call("gemm_all_scatter", x, w.t(), variant=variant, config=None, group=group)
+            if b is not None:
+                y = y + torch.ops.tilefuse.all_gather_rows(b.reshape(1, -1), group).reshape(-1)
+        else:
+            y = torch.nn.functional.linear(x, w, b)
+        ctx.save_for_backward(x, w)
+        ctx.has_bias, ctx.group, ctx.variant, ctx.gather, ctx.rank = b is not None, group, variant, gather, rank
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        n = w.shape[0]
+        g = dy[:, ctx.rank * n:(ctx.rank + 1) * n] if ctx.gather else dy
+        g = g.contiguous()  # [M, n]
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = library.call("gemm_all_reduce", g, w, variant=ctx.variant, config=None, group=ctx.group)
+        if ctx.needs_input_grad[1]:
+            dw = g.t() @ x  # [n, in]
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = g.sum(0)
+        return dx, dw, db, None, None, None, None
+
+
+class _SplitFeatures(torch.autograd.Function):
+    """This rank's block of the last dimension of a replicated ``x [..., W*n]``: ``[..., n]``.
+
+    Backward: every rank's gradient block, all-gathered along the last dimension (DTensor's
+    Replicate -> Shard(-1) redistribution and its backward)."""
+
+    @staticmethod
+    def forward(ctx, x, group, world, rank):
+        n = x.shape[-1] // world
+        ctx.group, ctx.n, ctx.lead = group, n, x.shape[:-1]
+        return x[..., rank * n:(rank + 1) * n].contiguous()
+
+    @staticmethod
+    def backward(ctx, g):
+        cols = g.reshape(-1, ctx.n).t().contiguous()  # [n, T]
+        full = torch.ops.tilefuse.all_gather_rows(cols, ctx.group)  # [W*n, T]
+        return full.t().reshape(*ctx.lead, -1), None, None, None
+
+
+def _tokens_first(x: torch.Tensor, d: int) -> torch.Tensor:
+    return x if d == 0 else x.movedim(d, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The forwards
+# ---------------------------------------------------------------------------------------------
+
+
+def colwise_forward(module: nn.Linear, x) -> torch.Tensor:
+    """Forward of a linear parallelized by :class:`ColwiseParallel` (see the module docstring)."""
+    plan: TPLinearPlan = module._tilefuse_tp
+    who = "ColwiseParallel"
+    x = _input(who, plan, x)
+    w, b = _local(module.weight), _local(module.bias)
+    _check_features(who, x, w.shape[1], "in_features")
+    if isinstance(plan.input_layout, Replicate):
+        gather = isinstance(plan.output_layout, Replicate)
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, x.shape[-1])
+        grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, b))
+        if not gather and not grad and not torch.compiler.is_compiling():
+            y = torch.nn.functional.linear(x2, w, b)  # inference: nothing to differentiate
+        else:
+            y = _ColumnReplicated.apply(x2.contiguous(), w, b, plan.group_name, plan.variant, gather, plan.rank)
+        return _output(plan, y.reshape(*lead, y.shape[-1]))
+    d = _token_dim(who, plan.input_layout, x, "input")
+    y = column_parallel_linear(_tokens_first(x, d), w, b, group=plan.group, variant=plan.variant)
+    return _output(plan, y if d == 0 else y.movedim(0, d).contiguous())
+
+
+def rowwise_forward(module: nn.Linear, x) -> torch.Tensor:
+    """Forward of a linear parallelized by :class:`RowwiseParallel` (see the module docstring)."""
+    plan: TPLinearPlan = module._tilefuse_tp
+    who = "RowwiseParallel"
+    x = _input(who, plan, x)
+    w, b = _local(module.weight), _local(module.bias)
+    if isinstance(plan.input_layout, Replicate):
+        _check_features(who, x, w.shape[1] * plan.world, "in_features")
+        x = _SplitFeatures.apply(x, plan.group_name, plan.world, plan.rank)
+    else:
+        _check_features(who, x, w.shape[1], "in_features / mesh size: the input's feature shard")
+    if isinstance(plan.output_layout, Replicate):
+        lead = x.shape[:-1]
+        y = gemm_all_reduce(x.reshape(-1, x.shape[-1]).contiguous(), w.t(), variant=plan.variant,
+                            group=plan.group, bias=b)
+        return _output(plan, y.reshape(*lead, y.shape[-1]))
+    d = _token_dim(who, plan.output_layout, x, "output")
+    if x.shape[d] % plan.world != 0:
+        raise ValueError(f"{who}: the token dimension (dim {d} of the input, size {x.shape[d]}) must be divisible "
+                         f"by the mesh size ({plan.world}): the output layout Shard({plan.output_layout.dim}) "
+                         "reduce-scatters it")
+    y = row_parallel_linear(_tokens_first(x, d), w, b, group=plan.group, variant=plan.variant)
+    return _output(plan, y if d == 0 else y.movedim(0, d).contiguous())
+
+
+class ColwiseLinear(nn.Linear):
+    """An ``nn.Linear`` after :class:`ColwiseParallel`: DTensor parameters, tilefuse forward."""
+
+    def forward(self, x):
+        return colwise_forward(self, x)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, tp=({self._tilefuse_tp!r})"
+
+
+class RowwiseLinear(nn.Linear):
+    """An ``nn.Linear`` after :class:`RowwiseParallel`: DTensor parameters, tilefuse forward."""
+
+    def forward(self, x):
+        return rowwise_forward(self, x)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, tp=({self._tilefuse_tp!r})"
+
+
+_SUBCLASSES: dict[tuple[type, type], type] = {}
+
+
+def _swap_class(module: nn.Linear, base: type, who: str) -> None:
+    cls = type(module)
+    if cls.forward is not nn.Linear.forward:
+        raise TypeError(f"{who}: {cls.__name__} overrides nn.Linear.forward; only linears that run "
+                        "nn.Linear's own forward can be parallelized by tilefuse (use torch's styles for it)")
+    if cls is nn.Linear:
+        module.__class__ = base
+        return
+    key = (cls, base)
+    if key not in _SUBCLASSES:  # an nn.Linear subclass with nn.Linear's forward: keep its other methods
+        _SUBCLASSES[key] = type(f"{base.__name__}_{cls.__name__}", (base, cls), {"__module__": __name__})
+    module.__class__ = _SUBCLASSES[key]
+
+
+# ---------------------------------------------------------------------------------------------
+# The styles
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_placement(who: str, name: str, value, allowed: tuple[type, ...]) -> None:
+    if not isinstance(value, allowed):
+        names = " or ".join(f"{t.__name__}()" if t is Replicate else f"{t.__name__}(dim)" for t in allowed)
+        raise ValueError(f"{who}: {name} must be {names}, got {value!r}")
+
+
+class _TilefuseStyle:
+    """Shared ``_apply`` of the two styles; ``KIND``, ``LINEAR``, ``SHARDS`` set by each."""
+
+    KIND = ""
+    LINEAR: type = nn.Linear
+    SHARDS: tuple = ()  # (weight placement, bias placement)
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        who = type(self).__name__
+        if isinstance(module, nn.Embedding):
+            return super()._apply(module, device_mesh)  # torch's own embedding sharding and hooks
+        if not isinstance(module, nn.Linear):
+            raise TypeError(f"{who}: tilefuse's styles parallelize nn.Linear (and nn.Embedding, as torch's "
+                            f"styles do), got {type(module).__name__}")
+        if isinstance(module.weight, DTensor):
+            raise ValueError(f"{who}: this {type(module).__name__} is already parallelized (its weight is a "
+                             "DTensor)")
+        group = tp_group(device_mesh, who)
+        world = dist.get_world_size(group)
+        split = module.out_features if self.KIND == "colwise" else module.in_features
+        what = "out_features" if self.KIND == "colwise" else "in_features"
+        if split % world != 0:
+            raise ValueError(f"{who}: {what} = {split} must be divisible by the mesh size ({world}): the weight "
+                             "is split evenly along it")
+        weight_layout, bias_layout = self.SHARDS
+        for name, layout in (("weight", weight_layout), ("bias", bias_layout)):
+            param = getattr(module, name)
+            if param is None:
+                continue
+            dparam = distribute_tensor(param.detach(), device_mesh, [layout], src_data_rank=self.src_data_rank)
+            module.register_parameter(name, nn.Parameter(dparam, requires_grad=param.requires_grad))
+        _swap_class(module, self.LINEAR, who)
+        module._tilefuse_tp = TPLinearPlan(self.KIND, self.input_layouts[0], self.output_layouts[0],
+                                           self.use_local_output, device_mesh, group, self.variant)
+        return module
+
+    def __repr__(self) -> str:
+        return (f"tilefuse.nn.{type(self).__name__}(input_layouts={self.input_layouts[0]}, "
+                f"output_layouts={self.output_layouts[0]}, use_local_output={self.use_local_output}, "
+                f"variant={self.variant!r})")
+
+
+class ColwiseParallel(_TilefuseStyle, _TorchColwise):
+    """torch's ``ColwiseParallel`` for ``nn.Linear``, run on tilefuse's ops.
+
+    Args:
+        input_layouts: ``Replicate()`` (default: every rank holds the whole input ``[..., in]``) or
+            ``Shard(d)``, tokens sharded along dim ``d`` (``Shard(1)`` for ``[B, S/W, in]``).
+        output_layouts: ``Shard(-1)`` (default: ``[..., out/W]``, this rank's output features, every
+            token) or ``Replicate()`` (``[..., out]`` on every rank; replicated input only).
+        use_local_output: return a plain tensor (default) or a DTensor with the output layout.
+        variant: the op variant, ``"auto"`` (default), ``"plain"``, ``"reference"`` or one of
+            ``tilefuse.VARIANTS``.
+
+    The weight ``[out, in]`` becomes ``Shard(0)``, the bias ``Shard(0)``. ``out_features`` must be
+    divisible by the mesh size. ``nn.Embedding`` modules get torch's own colwise sharding.
+    """
+
+    KIND = "colwise"
+    LINEAR = ColwiseLinear
+    SHARDS = (Shard(0), Shard(0))
+
+    def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
+                 variant: str = "auto"):
+        super().__init__(input_layouts=input_layouts, output_layouts=output_layouts, use_local_output=use_local_output)
+        who = "ColwiseParallel"
+        _check_placement(who, "input_layouts", self.input_layouts[0], (Replicate, Shard))
+        _check_placement(who, "output_layouts", self.output_layouts[0], (Shard, Replicate))
+        out = self.output_layouts[0]
+        if isinstance(out, Shard) and out.dim != -1:
+            raise ValueError(f"{who}: output_layouts Shard({out.dim}): a colwise output is sharded along its last "
+                             "dimension; pass Shard(-1) (or Replicate())")
+        if isinstance(out, Replicate) and isinstance(self.input_layouts[0], Shard):
+            raise ValueError(f"{who}: input_layouts {self.input_layouts[0]} with output_layouts Replicate() is not "
+                             "supported: gather the tokens (Replicate() input) or keep the output Shard(-1)")
+        if not isinstance(variant, str):
+            raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
+        self.variant = variant
+
+
+class RowwiseParallel(_TilefuseStyle, _TorchRowwise):
+    """torch's ``RowwiseParallel`` for ``nn.Linear``, run on tilefuse's ops.
+
+    Args:
+        input_layouts: ``Shard(-1)`` (default: ``[..., in/W]``, this rank's input features, what a
+            colwise layer returns) or ``Replicate()`` (``[..., in]``: this rank's columns are taken).
+        output_layouts: ``Replicate()`` (default: ``[..., out]``, the sum over ranks, the same bits on
+            every rank: ``gemm_all_reduce``) or ``Shard(d)``, tokens sharded along dim ``d``
+            (``gemm_reduce_scatter``; ``Shard(1)`` gives ``[B, S/W, out]``).
+        use_local_output: return a plain tensor (default) or a DTensor with the output layout.
+        variant: the op variant, as for :class:`ColwiseParallel`.
+
+    The weight ``[out, in]`` becomes ``Shard(1)``, the bias ``Replicate()`` (added once, after the
+    sum). ``in_features`` must be divisible by the mesh size. ``nn.Embedding`` modules get torch's
+    own rowwise sharding.
+    """
+
+    KIND = "rowwise"
+    LINEAR = RowwiseLinear
+    SHARDS = (Shard(1), Replicate())
+
+    def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
+                 variant: str = "auto"):
+        super().__init__(input_layouts=input_layouts, output_layouts=output_layouts, use_local_output=use_local_output)
+        who = "RowwiseParallel"
+        _check_placement(who, "input_layouts", self.input_layouts[0], (Shard, Replicate))
+        _check_placement(who, "output_layouts", self.output_layouts[0], (Replicate, Shard))
+        inp = self.input_layouts[0]
+        if isinstance(inp, Shard) and inp.dim != -1:
+            raise ValueError(f"{who}: input_layouts Shard({inp.dim}): a rowwise input is sharded along its last "
+                             "(feature) dimension; pass Shard(-1) (or Replicate())")
+        if not isinstance(variant, str):
+            raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
+        self.variant = variant
