@@ -46,11 +46,13 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--quick", action="store_true", help="4 shapes, 3 configs")
     parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting new shapes after this")
+    parser.add_argument("--default-only", action="store_true",
+                        help="time only the config tilefuse picks for an untuned shape (default_config)")
     args = parser.parse_args(argv)
 
     import triton
 
-    from tilefuse.ops.common.config import Config
+    from tilefuse.ops.common.config import Config, default_config
     from tilefuse.ops.common.gemm import matmul
 
     dtype = getattr(torch, args.dtype)
@@ -73,8 +75,11 @@ def main(argv=None) -> None:
         c = torch.empty(M, N, device=device, dtype=dtype)
         t_torch = triton.testing.do_bench(lambda a=a, b=b: torch.matmul(a, b), warmup=25, rep=100, return_mode="median")
         best = None
+        if args.default_only:
+            d = default_config(M, N, K, dtype, num_sms=sms, interpreter=False, comm=False)
+            configs = [((d.BLOCK_M, d.BLOCK_N), d.BLOCK_K, (d.num_warps, d.num_stages))]
         for (bm, bn), bk, (warps, stages) in configs:
-            if bm * bn >= 128 * 256 and warps < 8:
+            if bm * bn >= 128 * 256 and warps < 8 and not args.default_only:
                 continue
             cfg = Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages,
                          GEMM_SMS=sms, COMM_SMS=0)

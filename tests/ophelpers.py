@@ -36,8 +36,10 @@ def poison_workspaces(epoch_floor: bool = True) -> None:
             if buf.dtype.is_floating_point:
                 buf.fill_(float("nan"))
             elif name.startswith("flags") and epoch_floor:
-                g = torch.Generator().manual_seed(seq * 1000 + i)
-                stale = torch.randint(max(seq - 1000, -(2**62)), seq + 1, buf.shape, generator=g, dtype=torch.int64)
+                g = torch.Generator().manual_seed((seq % 2**31) * 1000 + i)
+                # Any value but the next call's sequence number is stale (the comparison is equality).
+                stale = torch.randint(0, 1000, buf.shape, generator=g, dtype=torch.int64)
+                stale = seq - stale  # wraps like the device counter near 2**63
                 buf.copy_(stale.to(buf.dtype))
     tilefuse.barrier()
 
