@@ -201,18 +201,19 @@ def test_tp_mlp_times_tilefuse_plain_module_and_torch_tp(tmp_path):
 
 
 def test_bench_interleaved_times_each_function_call_by_call(monkeypatch):
-    """The GPU path of bench_interleaved with CUDA events faked by the host clock (no GPU here)."""
-    import time as _time
+    """The GPU path of bench_interleaved with CUDA events on a fake clock that only the timed
+    functions advance (no GPU here; real sleeps would measure the machine's load)."""
+    clock = [0.0]  # ms
 
     class FakeEvent:
         def __init__(self, enable_timing=True):
             self.t = None
 
         def record(self):
-            self.t = _time.perf_counter()
+            self.t = clock[0]
 
         def elapsed_time(self, end):
-            return (end.t - self.t) * 1e3
+            return end.t - self.t
 
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
@@ -221,16 +222,16 @@ def test_bench_interleaved_times_each_function_call_by_call(monkeypatch):
                          host_group=None)
     order = []
 
-    def sleeper(i, ms):
+    def worker(i, ms):
         def fn():
             order.append(i)
-            _time.sleep(ms / 1e3)
+            clock[0] += ms
         return fn
 
     host = [[], []]
-    got = timing.bench_interleaved(ctx, [sleeper(0, 1.0), sleeper(1, 4.0)], warmup_ms=5, rep_ms=20,
+    got = timing.bench_interleaved(ctx, [worker(0, 1.0), worker(1, 4.0)], warmup_ms=5, rep_ms=20,
                                    sync_each=True, host_ms=host)
-    assert 0.9 < got[0] < 2.5 and 3.9 < got[1] < 6.0, got
+    assert got == pytest.approx([1.0, 4.0]), got
     timed = order[-2 * len(host[0]):]  # the timed calls alternate, the first of each pair rotating
     assert timed[:4] == [0, 1, 1, 0], timed[:4]
     assert len(host[0]) == len(host[1]) >= 5
