@@ -105,7 +105,7 @@ def from_hf_plan(tp_plan: Mapping[str, str], variant: str = "auto") -> dict[str,
         try:
             out[path] = style_from_name(name, variant)
         except ValueError as err:
-            raise ValueError(f"from_hf_plan: entry {path!r}: {err}") from None
+            raise ValueError(f"from_hf_plan: entry {path!r}: {str(err).removeprefix('style_from_name: ')}") from None
     return out
 
 
@@ -185,7 +185,7 @@ def parallelize(module: nn.Module, plan: Mapping[str, str | ParallelStyle], grou
         else:
             needs = (nn.Module,)  # torch's styles check their modules themselves
         if not isinstance(sub, needs):
-            kinds = " or ".join(t.__name__ for t in needs)
+            kinds = " or ".join(f"nn.{t.__name__}" for t in needs)
             raise TypeError(f"{who}: plan entry {pattern!r} matches {name!r}, a {type(sub).__name__}; "
                             f"only {kinds} modules can be made {entry!r}")
     if not chosen:
