@@ -72,7 +72,7 @@ def _same_bits_on_every_rank(results, what):
 
 
 def job_against_reference(ctx, variant, shapes, calls, config=None, late=False, b_transposed=False,
-                          dtype_list=None, bias=False):
+                          dtype_list=None, bias=False, two_shot=False):
     """Returns every result, for the cross-rank bit comparison."""
     fn = _get(variant)
     cfg = tilefuse.Config(**config) if config else None
@@ -86,9 +86,9 @@ def job_against_reference(ctx, variant, shapes, calls, config=None, late=False, 
                 poison_workspaces()
                 if late and ctx.rank == call % ctx.world:
                     time.sleep(0.2)  # the others must wait for this rank's partials
-                got = fn(a, b, config=cfg, bias=c_bias)
+                got = fn(a, b, config=cfg, bias=c_bias, two_shot=two_shot)
                 tilefuse.synchronize()
-                _check(ctx, got, ref, dtype, K, f"{variant} M={M} N={N} K={K} {dtype} call {call}")
+                _check(ctx, got, ref, dtype, K, f"{variant} two_shot={two_shot} M={M} N={N} K={K} {dtype} call {call}")
                 outs.append(got)
     tilefuse.barrier()
     return outs
@@ -114,8 +114,8 @@ def job_back_to_back(ctx, variant, M, N, K, calls):
 
 
 def job_variants_bit_identical(ctx, M, N, K, dtype_list, config, bias):
-    """Every variant gives the very bits of every other (one summation order, one rounding of the
-    partials, the bias added in fp32 after the sum); returns them all."""
+    """Every variant, one-shot and two-shot, gives the very bits of every other (one summation
+    order, one rounding of the partials, the bias added in fp32 after the sum); returns them all."""
     cfg = tilefuse.Config(**config)
     outs = []
     for dtype in dtype_list:
@@ -123,13 +123,15 @@ def job_variants_bit_identical(ctx, M, N, K, dtype_list, config, bias):
         ref = _get("reference")(a, b, bias=c_bias)
         got = {}
         for variant in VARIANTS:
-            poison_workspaces()
-            got[variant] = _get(variant)(a, b, config=cfg, bias=c_bias)
-            tilefuse.synchronize()
-            _check(ctx, got[variant], ref, dtype, K, f"{variant} {dtype}")
-        for variant in VARIANTS[1:]:
-            differ = (_bits(got[variant]) != _bits(got[VARIANTS[0]])).sum().item()
-            assert differ == 0, f"{dtype}: {variant} and {VARIANTS[0]} differ in {differ} of {ref.numel()} elements"
+            for two_shot in (False, True):
+                poison_workspaces()
+                got[variant, two_shot] = _get(variant)(a, b, config=cfg, bias=c_bias, two_shot=two_shot)
+                tilefuse.synchronize()
+                _check(ctx, got[variant, two_shot], ref, dtype, K, f"{variant} two_shot={two_shot} {dtype}")
+        first = (VARIANTS[0], False)
+        for key, value in got.items():
+            differ = (_bits(value) != _bits(got[first])).sum().item()
+            assert differ == 0, f"{dtype}: {key} and {first} differ in {differ} of {ref.numel()} elements"
         outs.extend(got.values())
     tilefuse.barrier()
     return outs
@@ -279,6 +281,15 @@ def test_bias_and_non_default_config(pools, variant):
 def test_variants_bit_identical(pools, world, on_gpu):
     results = pools.run(world, job_variants_bit_identical, 37, 72, 56, dtypes(on_gpu), SMALL_CFG, world == 3)
     _same_bits_on_every_rank(results, f"W={world}")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_two_shot(pools, variant, on_gpu):
+    """Two-shot at W = 4: owner blocks of 10, 10, 10 and 7 rows (37), fewer rows than ranks (2: two
+    owners without rows), several calls with a late rank (flags of both phases reused)."""
+    results = pools.run(4, job_against_reference, variant, [(37, 72, 56), (2, 40, 24)], calls=2, late=True,
+                        dtype_list=dtypes(on_gpu)[:1], two_shot=True)
+    _same_bits_on_every_rank(results, f"{variant} two-shot")
 
 
 def test_ragged_k_shards_empty_plain_and_public(pools):

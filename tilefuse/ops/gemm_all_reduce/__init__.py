@@ -19,7 +19,7 @@ if OP in registry.OPS:  # the registry lists the op (tilefuse.ops.registry.OPS)
         registry.register(OP, _name, _fn)
 
 
-def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bias=None):
+def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bias=None, two_shot: bool = False):
     """GEMM over a K shard, summed over ranks, on every rank: ``all_reduce(a @ b) (+ bias)``.
 
     The row-parallel linear of inference tensor parallelism. Every rank of ``group`` (default: the
@@ -40,6 +40,14 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     With a bias the call runs outside the ``torch.library`` custom op; where autograd needs a
     gradient, the bias is added after the op instead (differentiable; the same on every rank).
 
+    ``two_shot``: the algorithm of the four variants. False (default), one-shot: every rank pushes
+    each partial tile into every rank's heap and sums all W partials itself (fewest steps: decode
+    sizes). True, two-shot: each partial tile goes to the owner of its rows (blocks of cdiv(M, W)
+    rows), the owner sums, and every rank copies the other owners' sums: about 2(W-1)/W of ``M*N``
+    elements sent per rank instead of (W-1) (the same at W = 2, less from W = 3 on), in more steps.
+    Both give the same bits. The reference and plain paths ignore it. Two-shot calls run outside the
+    custom op; where autograd needs a gradient the custom op (one-shot, the same bits) runs instead.
+
     ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (fp32 torch.matmul + all-reduce),
     ``"plain"`` (torch.matmul + torch.distributed all-reduce) or ``"auto"`` (the tuned table, the
     cache, first-call tuning or the plain path). ``config``: a :class:`tilefuse.Config` overriding
@@ -52,16 +60,17 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     for any later work on the current stream). Collective: every rank must make the same calls in
     the same order. CUDA graphs: make one eager call of the shape first, then capture.
     """
-    if OP in library.SPECS:  # the torch.library custom op (traceable, differentiable)
-        if bias is None:
+    if OP in library.SPECS:  # the torch.library custom op (traceable, differentiable; one-shot, no bias)
+        if bias is None and not two_shot:
             return library.call(OP, a, b, variant=variant, config=config, group=group)
-        if isinstance(bias, torch.Tensor) and torch.is_grad_enabled() and (
-                a.requires_grad or b.requires_grad or bias.requires_grad):
-            return library.call(OP, a, b, variant=variant, config=config, group=group) + bias
+        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (a, b, bias)):
+            c = library.call(OP, a, b, variant=variant, config=config, group=group)
+            return c if bias is None else c + bias
     if not isinstance(variant, str):
         raise TypeError(f"{OP}: variant must be a string, got {type(variant).__name__}")
+    kwargs = {"bias": bias, "two_shot": True} if two_shot else {"bias": bias}
     if variant == "auto":
         from ..dispatch import run_auto
 
-        return run_auto(OP, a, b, config, group, bias=bias)
-    return registry.get(OP, variant)(a, b, config=config, group=group, bias=bias)
+        return run_auto(OP, a, b, config, group, **kwargs)
+    return registry.get(OP, variant)(a, b, config=config, group=group, **kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 
@@ -51,7 +52,9 @@ class Call:
     c: torch.Tensor  # [M, N], an ordinary tensor
     bias: torch.Tensor | None  # [N], contiguous, or None
     stage: torch.Tensor | None  # [W, M, N] in the input dtype, on the heap (None: empty call)
-    flags: torch.Tensor | None  # [W, num_tiles] int64 on the heap (flagged variants)
+    flags: torch.Tensor | None  # int64 on the heap (flagged variants): one-shot [W, num_tiles],
+    # two-shot [2, W, tiles_per_owner]
+    two_shot: bool = False
 
     @property
     def heap(self):
@@ -71,6 +74,21 @@ class Call:
         return self.gemm.num_tiles
 
     @property
+    def tiles_per_owner(self) -> int:
+        """Two-shot: tiles of one owner's block of cdiv(M, W) rows."""
+        cfg = self.gemm.config
+        rows = -(-self.gemm.M // self.heap.world_size)
+        return -(-rows // cfg.BLOCK_M) * -(-self.gemm.N // cfg.BLOCK_N)
+
+    @property
+    def comm_split(self) -> tuple[int, int]:
+        """Two-shot, flagged variants: (summing programs, gathering programs) out of COMM_SMS."""
+        cfg, W, tiles = self.config, self.heap.world_size, self.tiles_per_owner
+        if W == 1:
+            return min(cfg.COMM_SMS, tiles), 0
+        return min(cfg.COMM_SMS - cfg.COMM_SMS // 2, tiles), min(cfg.COMM_SMS // 2, tiles)
+
+    @property
     def sub_m(self) -> int:
         """Rows per reduction block: about 32 fp32 elements per thread, a power of two <= BLOCK_M."""
         cfg = self.gemm.config
@@ -80,13 +98,16 @@ class Call:
     def program_counts(self) -> tuple[int, int]:
         """(GEMM programs, reduction programs): the config's split, capped by the tiles there are."""
         cfg = self.config
+        if self.two_shot:
+            return min(cfg.GEMM_SMS, self.heap.world_size * self.tiles_per_owner), sum(self.comm_split)
         return min(cfg.GEMM_SMS, self.num_tiles), min(cfg.COMM_SMS, self.num_tiles)
 
     @property
     def all_programs(self) -> int:
         """Programs of a kernel that has the whole device to itself (bulk_sync, fused_sequential)."""
         cfg = self.config
-        return min(cfg.GEMM_SMS + cfg.COMM_SMS, self.num_tiles)
+        tiles = self.heap.world_size * self.tiles_per_owner if self.two_shot else self.num_tiles
+        return min(cfg.GEMM_SMS + cfg.COMM_SMS, tiles)
 
     @property
     def stage_args(self) -> tuple:
@@ -117,13 +138,15 @@ def _poison_outputs() -> bool:
     return os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0")
 
 
-def setup(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -> Call:
+def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flags: bool) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; allocate c; get the workspaces.
 
-    The stage has a's dtype and is shared by every variant of one (dtype, M, N) (the begin kernel of
-    each call is a barrier: no rank writes a call's partials into a peer still summing the previous
-    call's). The flags belong to one variant and tile shape.
+    The stage has a's dtype and is shared by every variant and algorithm of one (dtype, M, N) (the
+    begin kernel of each call is a barrier: no rank writes a call's partials into a peer still
+    summing the previous call's). The flags belong to one variant, algorithm and tile shape.
     """
+    if not isinstance(two_shot, bool):
+        raise TypeError(f"{OP}: two_shot must be True or False, got {type(two_shot).__name__}")
     heap = op_heap(OP, group)
     call = prepare_gemm(OP, a, b, group, config, comm=comm)
     if config is None:
@@ -142,20 +165,23 @@ def setup(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -
     # K_loc may differ between ranks, and with it the default config's BLOCK_K: the signature holds
     # the tile grid, on which the ranks' tile numbering (and so the flags) depends, and everything else.
     cfg = call.config
-    key = (OP, variant, M, N, str(a.dtype), (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None)
+    key = (OP, variant, M, N, str(a.dtype), (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None, two_shot)
     if M == 0 or N == 0:
         begin(key)
-        return Call(call, c, bias, None, None)
+        return Call(call, c, bias, None, None, two_shot)
+    if two_shot and comm and W > 1 and cfg.COMM_SMS < 2:
+        raise ValueError(f"{OP}: two_shot with {variant} needs COMM_SMS >= 2 (summing and gathering programs), "
+                         f"got {cfg.COMM_SMS}")
     if M * N >= 2**31:
         raise ValueError(f"{OP}: M x N = {M} x {N} elements must stay below 2**31 (the reduction indexes a "
                          "slot with 32-bit offsets); split the call")
     stage = workspace(heap, (OP, "stage", a.dtype, W, M, N),
                       lambda h: {"stage": h.empty((W, M, N), dtype=a.dtype)}, W * M * N * a.element_size()).stage
-    flag_buf = None
+    result = Call(call, c, bias, stage, None, two_shot)
     if flags:
-        cfg = call.config
-        ws = workspace(heap, (OP, variant, W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
-                       lambda h: {"flags": h.zeros((W, call.num_tiles), dtype=torch.int64)}, 8 * W * call.num_tiles)
-        flag_buf = ws.flags
+        shape = (2, W, result.tiles_per_owner) if two_shot else (W, call.num_tiles)
+        ws = workspace(heap, (OP, variant, "two_shot" if two_shot else "one_shot", W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
+                       lambda h: {"flags": h.zeros(shape, dtype=torch.int64)}, 8 * math.prod(shape))
+        result.flags = ws.flags
     begin(key, c)
-    return Call(call, c, bias, stage, flag_buf)
+    return result

@@ -6,6 +6,9 @@
 No overlap: the baseline shape of the algorithm in the same runtime. Rank r's partial never leaves
 its heap before the barrier; every rank then reads every partial (remote loads) and sums the W of
 them in the fixed order 0, 1, ..., W-1, so the W copies of ``c`` have the same bits.
+
+Two-shot: after the first barrier each owner pulls and sums only its block of rows (into its c and
+its own slot), and after a second barrier every rank pulls the other owners' sums.
 """
 
 from __future__ import annotations
@@ -14,15 +17,19 @@ from ..common.gemm import matmul
 from ..common.launch import collective, mid_barrier
 from ._setup import OP, setup
 from ._tiles import launch_reduce
+from ._two_shot import launch_barriered
 
 
 @collective(OP)
-def bulk_sync(a, b, *, config=None, group=None, bias=None):
+def bulk_sync(a, b, *, config=None, group=None, bias=None, two_shot=False):
     """gemm_all_reduce with no overlap; same contract as :func:`tilefuse.gemm_all_reduce`."""
-    call = setup("bulk_sync", a, b, config, group, bias, comm=False, flags=False)
+    call = setup("bulk_sync", a, b, config, group, bias, two_shot, comm=False, flags=False)
     if call.empty:
         return call.c
     matmul(a, b, call.stage[call.heap.rank], call.config)  # fp32 accumulator, stored in a's dtype
+    if call.two_shot:  # barrier, owners pull and sum their rows, barrier, everyone pulls the sums
+        launch_barriered(call, call.all_programs, pull=True)
+        return call.c
     mid_barrier(call.heap, 0)  # every rank's partial is complete
     launch_reduce(call, call.all_programs, pull=True, wait=False)
     return call.c

@@ -9,6 +9,10 @@ acquires the W sources' flags in source order, then sums the W slots in fp32 in 
 W-1 (the bits of every other variant, on every rank). Partials travel in the input dtype. Flags are
 per (source, tile) on every rank and carry the call's sequence number. GEMM_SMS + COMM_SMS must fit
 on the device at once: the reduction spins.
+
+Two-shot: each tile goes to its owner only (flag ``[0, source, tile]``); the communication kernel's
+first half of programs sums this rank's rows (into c and its own slot, then releases
+``[1, owner, tile]`` on every other rank), the second half copies the other owners' sums.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, collective, ctl
 from ._setup import OP, setup
 from ._tiles import launch_reduce, produce_tiles
+from ._two_shot import launch_comm, produce_owned
 
 
 @kernel
@@ -32,21 +37,27 @@ def _gemm_producer_kernel(
     heap_bases, ctl_ptr, cur_rank, world,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, TWO_SHOT: tl.constexpr,
 ):
     epoch, live = P.call_epoch(ctl_ptr)
     if live:
-        produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                      stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                      heap_bases, cur_rank, world, epoch, tl.program_id(0),
-                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
+        if TWO_SHOT:
+            produce_owned(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                          stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                          heap_bases, cur_rank, world, epoch, tl.program_id(0),
+                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
+        else:
+            produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                          stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                          heap_bases, cur_rank, world, epoch, tl.program_id(0),
+                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
 
 
 @collective(OP)
-def producer_consumer(a, b, *, config=None, group=None, bias=None):
+def producer_consumer(a, b, *, config=None, group=None, bias=None, two_shot=False):
     """gemm_all_reduce with GEMM and reduction kernels on two streams; same contract as
     :func:`tilefuse.gemm_all_reduce`."""
-    call = setup("producer_consumer", a, b, config, group, bias, comm=True, flags=True)
+    call = setup("producer_consumer", a, b, config, group, bias, two_shot, comm=True, flags=True)
     if call.empty:
         return call.c
     heap = call.heap
@@ -56,9 +67,12 @@ def producer_consumer(a, b, *, config=None, group=None, bias=None):
     _gemm_producer_kernel[(gemm_programs,)](
         *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args,
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
-        NUM_PROGRAMS=gemm_programs, **call.gemm.gemm_meta,
+        NUM_PROGRAMS=gemm_programs, TWO_SHOT=call.two_shot, **call.gemm.gemm_meta,
     )
     with streams.side():
-        launch_reduce(call, comm_programs, pull=False, wait=True)
+        if call.two_shot:
+            launch_comm(call, *call.comm_split)
+        else:
+            launch_reduce(call, comm_programs, pull=False, wait=True)
     streams.join()
     return call.c

@@ -8,6 +8,10 @@ G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every source's partial
 been summed, so the kernel's end is the op's end: no completion handshake. All G+C programs must be
 resident at once (checked against the device): the reducers spin. Reducers wait only on producers,
 which have lower program ids (or run on other ranks), as the interpreter requires.
+
+Two-shot: producers send each tile to its owner only; the first half of the communication programs
+sums this rank's rows (into c and its own slot, then releases ``[1, owner, tile]`` on every other
+rank), the second half (the highest program ids) copies the other owners' sums.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from ...runtime.primitives import kernel
 from ..common.launch import collective
 from ._setup import OP, setup
 from ._tiles import produce_tiles, reduce_tiles
+from ._two_shot import comm_two_shot, produce_owned
 
 
 @kernel
@@ -33,37 +38,53 @@ def _wg_kernel(
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
-    B_KMAJOR: tl.constexpr, HAS_BIAS: tl.constexpr,
+    B_KMAJOR: tl.constexpr, HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, REDUCERS: tl.constexpr,
+    GATHERERS: tl.constexpr,
 ):
     epoch, live = P.call_epoch(ctl_ptr)
     pid = tl.program_id(0)
     if live:
-        if pid < GEMM_PROGRAMS:
-            # Producers wait on nothing.
-            produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                          heap_bases, cur_rank, world, epoch, pid,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
+        if TWO_SHOT:
+            if pid < GEMM_PROGRAMS:
+                produce_owned(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                              stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                              heap_bases, cur_rank, world, epoch, pid,
+                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
+            else:
+                # Summing programs wait on producers, gathering programs (the highest ids) on other ranks'
+                # summing programs.
+                comm_two_shot(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
+                              stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                              heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
+                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, REDUCERS, GATHERERS, HAS_BIAS)
         else:
-            # Reducers wait only on producers: lower program ids here, or other ranks.
-            reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
-                         stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                         heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
-                         BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True, HAS_BIAS=HAS_BIAS)
+            if pid < GEMM_PROGRAMS:
+                # Producers wait on nothing.
+                produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                              stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                              heap_bases, cur_rank, world, epoch, pid,
+                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
+            else:
+                # Reducers wait only on producers: lower program ids here, or other ranks.
+                reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
+                             stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                             heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
+                             BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True, HAS_BIAS=HAS_BIAS)
 
 
 @collective(OP)
-def wg_specialized(a, b, *, config=None, group=None, bias=None):
+def wg_specialized(a, b, *, config=None, group=None, bias=None, two_shot=False):
     """gemm_all_reduce as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_all_reduce`."""
-    call = setup("wg_specialized", a, b, config, group, bias, comm=True, flags=True)
+    call = setup("wg_specialized", a, b, config, group, bias, two_shot, comm=True, flags=True)
     if call.empty:
         return call.c
     gemm_programs, comm_programs = call.program_counts
+    reducers, gatherers = call.comm_split if call.two_shot else (comm_programs, 0)
     _wg_kernel[(gemm_programs + comm_programs,)](
         *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args, *call.out_args,
         *call.dist_args,
         GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=comm_programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None,
-        **call.gemm.gemm_meta,
+        TWO_SHOT=call.two_shot, REDUCERS=reducers, GATHERERS=gatherers, **call.gemm.gemm_meta,
     )
     return call.c
