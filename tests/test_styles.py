@@ -164,7 +164,8 @@ def job_mlp_sequence_parallel(ctx, variant, bias, compiled):
     full = _llama_mlp(ctx, bias, 21)
     sp = parallelize_module(copy.deepcopy(full), mesh, _sp_plan(variant))
     full_rep = _llama_mlp(ctx, bias, 22)
-    rep = parallelize(copy.deepcopy(full_rep), LLAMA_PLAN, variant=variant, mesh=mesh)
+    mlp_plan = {k: v for k, v in LLAMA_PLAN.items() if k in ("gate_proj", "up_proj", "down_proj")}
+    rep = parallelize(copy.deepcopy(full_rep), mlp_plan, variant=variant, mesh=mesh)
 
     def step(a, b):
         return sp(a), rep(b)
