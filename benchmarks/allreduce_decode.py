@@ -12,6 +12,8 @@ gets ``all_reduce(a @ b)`` ``[M, N]``. Methods:
 method              what runs
 ==================  ==========================================================================
 bulk_sync ...       the four tilefuse variants' entry points (one-shot: partials pushed to all)
+bulk_sync.two_shot  the same with ``two_shot=True`` (partials to their row owner, owners sum,
+...                 everyone copies the sums)
 auto                ``tilefuse.gemm_all_reduce(a, b)`` (``variant="auto"``; needs the op in the
                     registry)
 plain               torch.matmul + ``torch.distributed.all_reduce`` (NCCL when every rank has a
@@ -65,7 +67,8 @@ CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric
                "note"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
-METHODS = VARIANTS + ("auto", "plain", "symm_one_shot")
+TWO_SHOT = tuple(f"{v}.two_shot" for v in VARIANTS)
+METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot")
 
 
 def _sync(device: torch.device) -> None:
@@ -118,6 +121,9 @@ def _method(ctx, name: str, M: int, N: int, dtype):
     if name in VARIANTS:
         fn = ENTRY_POINTS[name]
         return lambda a, b: fn(a, b)
+    if name in TWO_SHOT:
+        fn = ENTRY_POINTS[name.removesuffix(".two_shot")]
+        return lambda a, b: fn(a, b, two_shot=True)
     if name == "auto":
         if OP not in registry.OPS:
             raise RuntimeError(f"variant='auto' needs {OP!r} in tilefuse.ops.registry.OPS")
@@ -274,12 +280,12 @@ def _print(rows: list) -> None:
     for (M, name, mode), us in sorted(t.items()):
         plain = t.get((M, "plain", mode))
         ratio = f"  plain/this {plain / us:5.2f}x" if plain else ""
-        print(f"M={M:<5d} {name:18s} {mode:5s} {us:10.1f} us{ratio}")
+        print(f"M={M:<5d} {name:26s} {mode:5s} {us:10.1f} us{ratio}")
     for r in rows:
         if r["metric"] == "error":
-            print(f"M={r['M']:<5d} {r['variant']:18s} {r['mode']}: ERROR {r['note'][:160]}")
-        elif r["metric"] == "same_bits" and r["value"] != 1.0 and r["variant"] in VARIANTS:
-            print(f"M={r['M']:<5d} {r['variant']:18s} results differ between ranks")
+            print(f"M={r['M']:<5d} {r['variant']:26s} {r['mode']}: ERROR {r['note'][:160]}")
+        elif r["metric"] == "same_bits" and r["value"] != 1.0 and r["variant"] in VARIANTS + TWO_SHOT:
+            print(f"M={r['M']:<5d} {r['variant']:26s} results differ between ranks")
 
 
 def main(argv=None) -> int:
@@ -294,13 +300,13 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="timings per method, interleaved between methods")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--no-graphs", action="store_true", help="eager only")
-    p.add_argument("--smoke", action="store_true", help="CPU check of the plumbing: M 1,16, N=K=64, 2 calls, "
+    p.add_argument("--smoke", action="store_true", help="CPU check of the plumbing: M 1,16, N=64, K=96, 2 calls, "
                    "1 round, no graphs (timings mean nothing)")
     p.add_argument("--heap", type=int, default=None, help="heap bytes per rank (default: from the shapes)")
     p.add_argument("--csv", default="allreduce_decode.csv")
     args = p.parse_args(argv)
     if args.smoke:
-        args.N, args.K, args.calls, args.rounds, args.warmup, args.no_graphs = 64, 64, 2, 1, 0, True
+        args.N, args.K, args.calls, args.rounds, args.warmup, args.no_graphs = 64, 96, 2, 1, 0, True
         if args.M == p.get_default("M"):
             args.M = "1,16"
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -308,11 +314,15 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown method(s) {unknown}; methods are {list(METHODS)}")
     Ms = [int(m) for m in args.M.split(",")]
+    worlds = [int(w) for w in args.world.split(",")]
+    for world in worlds:
+        if world < 1 or args.K % world:
+            p.error(f"K = {args.K} must be divisible by every world size (got {world})")
     dtype = args.dtype or ("bf16" if torch.cuda.is_available() else "fp16")
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     commit = commit_id()
     rows = []
-    for world in (int(w) for w in args.world.split(",")):
+    for world in worlds:
         heap = args.heap or heap_bytes(Ms, args.N, world, DTYPES[dtype])
         per_rank = launch(_job, world, Ms, args.N, args.K, dtype, methods, args.calls, args.rounds, args.warmup,
                           not args.no_graphs, heap_size=heap)

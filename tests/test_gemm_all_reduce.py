@@ -325,7 +325,7 @@ def test_benchmark_smoke(tmp_path):
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
     checks = {(r["variant"], r["metric"]): float(r["value"]) for r in rows if r["mode"] == "check"}
-    for method in VARIANTS + ("auto", "plain"):
+    for method in VARIANTS + tuple(f"{v}.two_shot" for v in VARIANTS) + ("auto", "plain"):
         assert checks[(method, "rel_error")] < 1e-2, (method, checks)
         assert checks[(method, "same_bits")] == 1.0, (method, checks)
         assert any(r["variant"] == method and r["metric"] == "us_per_call" for r in rows), method
