@@ -23,6 +23,7 @@ from tilefuse.nn import (
     ColwiseParallel,
     RowwiseParallel,
     from_hf_plan,
+    llama_sequence_parallel_plan,
     parallelize,
     style_from_name,
 )
@@ -90,7 +91,7 @@ def _layer_plan(cfg, variant):
 # ---------------------------------------------------------------------------------------------
 
 
-def job_decoder_layer(ctx, variant):
+def job_decoder_layer(ctx, variant, layout="replicated"):
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor.parallel import parallelize_module
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
@@ -100,7 +101,8 @@ def job_decoder_layer(ctx, variant):
     torch.manual_seed(11)
     full = LlamaDecoderLayer(cfg, layer_idx=0).to(ctx.device)
     tp = copy.deepcopy(full)
-    parallelize_module(tp, _mesh(ctx), _layer_plan(cfg, variant))
+    plan = _layer_plan(cfg, variant) if layout == "replicated" else llama_sequence_parallel_plan(variant)
+    parallelize_module(tp, _mesh(ctx), plan)
     q, o = tp.self_attn.q_proj, tp.self_attn.o_proj
     assert isinstance(q.weight, DTensor) and q.weight.placements == (Shard(0),)
     assert isinstance(o.weight, DTensor) and o.weight.placements == (Shard(1),)
@@ -108,7 +110,8 @@ def job_decoder_layer(ctx, variant):
     if o.bias is not None:
         assert o.bias.placements == (Replicate(),)
 
-    B, S = 2, 3
+    B, S = 2, 2 * W
+    tok = slice(None) if layout == "replicated" else slice(2 * ctx.rank, 2 * ctx.rank + 2)  # this rank's S
     rope = LlamaRotaryEmbedding(cfg).to(ctx.device)
     x = _rand((B, S, HIDDEN), 1, ctx.device).requires_grad_()
     dy = _rand((B, S, HIDDEN), 2, ctx.device)
@@ -116,13 +119,16 @@ def job_decoder_layer(ctx, variant):
     y_ref = full(x, position_embeddings=pos)
     y_ref = y_ref[0] if isinstance(y_ref, tuple) else y_ref
     (y_ref * dy).sum().backward()
-    x_tp = x.detach().clone().requires_grad_()
+    x_tp = x.detach()[:, tok].clone().requires_grad_()
     y = tp(x_tp, position_embeddings=pos)
     y = y[0] if isinstance(y, tuple) else y
-    _close(ctx, y, y_ref, INTER, "decoder layer output")
-    (y * dy).sum().backward()
-    _close(ctx, x_tp.grad, x.grad, INTER, "decoder layer input grad")
-    _check_param_grads(ctx, tp, full, B * S, "decoder layer")
+    _close(ctx, y, y_ref[:, tok], INTER, f"{layout} decoder layer output")
+    (y * dy[:, tok]).sum().backward()
+    _close(ctx, x_tp.grad, x.grad[:, tok], INTER, f"{layout} decoder layer input grad")
+    if layout != "replicated":  # the norms saw this rank's tokens: their gradients sum over ranks
+        for p in (tp.input_layernorm.weight, tp.post_attention_layernorm.weight):
+            torch.distributed.all_reduce(p.grad)
+    _check_param_grads(ctx, tp, full, B * S, f"{layout} decoder layer")
     tilefuse.barrier()
     return True
 
@@ -132,6 +138,12 @@ def job_decoder_layer(ctx, variant):
 def test_hf_decoder_layer_replicated(pools, world, variant):
     """HF LlamaDecoderLayer + HF's tp plan on tilefuse styles: output, input grad, every param grad."""
     assert all(pools.run(world, job_decoder_layer, variant))
+
+
+@needs_hf
+def test_hf_decoder_layer_sequence_parallel(pools):
+    """HF LlamaDecoderLayer, [B, S, H] sharded along S (llama_sequence_parallel_plan): output, every grad."""
+    assert all(pools.run(2, job_decoder_layer, "bulk_sync", "sequence_parallel"))
 
 
 # ---------------------------------------------------------------------------------------------

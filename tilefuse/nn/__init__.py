@@ -22,6 +22,7 @@ from .parallelize import (
     LLAMA_PLAN,
     STYLES,
     from_hf_plan,
+    llama_sequence_parallel_plan,
     parallelize,
     style_from_name,
 )
@@ -29,6 +30,6 @@ from .styles import ColwiseParallel, RowwiseParallel
 
 __all__ = [
     "ColumnParallelLinear", "ColwiseParallel", "LLAMA_ATTENTION_PLAN", "LLAMA_MLP_PLAN", "LLAMA_PLAN",
-    "RowParallelLinear", "RowwiseParallel", "STYLES", "column_parallel_linear", "from_hf_plan", "parallelize",
-    "row_parallel_linear", "style_from_name",
+    "RowParallelLinear", "RowwiseParallel", "STYLES", "column_parallel_linear", "from_hf_plan",
+    "llama_sequence_parallel_plan", "parallelize", "row_parallel_linear", "style_from_name",
 ]

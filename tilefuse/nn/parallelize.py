@@ -75,6 +75,35 @@ LLAMA_PLAN = MappingProxyType({
 })
 
 
+def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1) -> dict:
+    """A ``parallelize_module`` plan for one HF ``LlamaDecoderLayer`` in the sequence-parallel layout.
+
+    The layer's input and output are ``[B, S/W, H]``, tokens sharded along ``sequence_dim``; the norms
+    and residual adds run on this rank's tokens (their weights stay plain tensors: their gradients
+    are this rank's share, to be summed over the mesh like torch's ``SequenceParallel`` norms'). HF's
+    attention reads its sequence length from its input, so the attention module gets the whole
+    sequence: torch's ``PrepareModuleInput`` all-gathers it once, q/k/v are local GEMMs on it (their
+    input gradient stays ``Partial()``: one reduce-scatter in the gather's backward), and o_proj
+    reduce-scatters with ``gemm_reduce_scatter``. The MLP's gate/up run ``all_gather_gemm`` on this
+    rank's tokens, down ``gemm_reduce_scatter``.
+    """
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import PrepareModuleInput
+
+    seq = Shard(sequence_dim)
+    return {
+        "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": seq},
+                                        desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+        "self_attn.q_proj": ColwiseParallel(variant=variant),
+        "self_attn.k_proj": ColwiseParallel(variant=variant),
+        "self_attn.v_proj": ColwiseParallel(variant=variant),
+        "self_attn.o_proj": RowwiseParallel(output_layouts=seq, variant=variant),
+        "mlp.gate_proj": ColwiseParallel(input_layouts=seq, variant=variant),
+        "mlp.up_proj": ColwiseParallel(input_layouts=seq, variant=variant),
+        "mlp.down_proj": RowwiseParallel(output_layouts=seq, variant=variant),
+    }
+
+
 def style_from_name(name: str, variant: str = "auto") -> ParallelStyle:
     """The tilefuse ``ParallelStyle`` for a plan string of torch's / HF's meaning (not the ``_seq`` names)."""
     if name == "colwise":

@@ -17,16 +17,18 @@ The forward runs on the local shards, with the op that the layouts call for (``W
 mesh, activations ``[..., features]``; ``Shard(d)`` with ``d`` not the last dimension shards tokens,
 e.g. ``Shard(1)`` for ``[B, S, H]`` split along S, torch's ``SequenceParallel`` layout):
 
-=========  ================  ================  =================================================
+=========  ================  ================  =============================================================
 style      input layout      output layout     forward on rank r (backward)
-=========  ================  ================  =================================================
-Colwise    Replicate         Shard(-1)         ``x @ w_r^T``, local (``dx = gemm_all_reduce(dy, w_r)``)
+=========  ================  ================  =============================================================
+Colwise    Replicate         Shard(-1)         ``x @ w_r^T``, local (``dx = gemm_all_reduce(dy, w_r)``;
+                                               a replicated DTensor input gets ``dy @ w_r`` as a
+                                               ``Partial()`` gradient, torch's behaviour)
 Colwise    Replicate         Replicate         ``gemm_all_scatter(x, w_r^T)`` (``dx``: gemm_all_reduce)
 Colwise    Shard(d)          Shard(-1)         ``all_gather_gemm`` over dim d (``dx``: gemm_reduce_scatter)
 Rowwise    Shard(-1)         Replicate         ``gemm_all_reduce(x_r, w_r^T)`` (``dx = dy @ w_r``, local)
 Rowwise    Shard(-1)         Shard(d)          ``gemm_reduce_scatter`` over dim d (``dx``: all_gather_gemm)
 Rowwise    Replicate         either            this rank's input columns first (``dx`` all-gathered)
-=========  ================  ================  =================================================
+=========  ================  ================  =============================================================
 
 Gradients follow DTensor's meaning: a replicated output's gradient is the gradient of the one
 logical tensor, the same on every rank (each rank computes the same loss); a replicated input gets
@@ -53,7 +55,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel as _TorchColwise
 from torch.distributed.tensor.parallel import RowwiseParallel as _TorchRowwise
 
@@ -144,18 +146,25 @@ def _token_dim(who: str, placement, x: torch.Tensor, what: str) -> int:
     return d
 
 
-def _input(who: str, plan: TPLinearPlan, x) -> torch.Tensor:
-    """The local input: a DTensor is moved to the style's input layout first (as torch's styles do)."""
+def _input(who: str, plan: TPLinearPlan, x) -> tuple[torch.Tensor, bool]:
+    """The local input, and whether its gradient may stay partial (a sum over ranks left to do).
+
+    A DTensor is moved to the style's input layout first, as torch's styles do. A replicated
+    DTensor's gradient is handed back as ``Partial()``: DTensor's backward then reduces it once
+    where the replicated activation was made (one reduce-scatter behind a ``PrepareModuleInput``
+    gather that feeds several colwise layers, as with torch's own styles)."""
     if isinstance(x, DTensor):
         want = plan.input_layout
         if isinstance(want, Shard):
             want = Shard(want.dim % x.dim())
         if tuple(x.placements) != (want,):
             x = x.redistribute(plan.mesh, (want,))
-        return x.to_local()
+        if isinstance(want, Replicate) and plan.kind == "colwise":
+            return x.to_local(grad_placements=(Partial(),)), True
+        return x.to_local(), False
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{who}: input must be a torch.Tensor or DTensor, got {type(x).__name__}")
-    return x
+    return x, False
 
 
 def _output(plan: TPLinearPlan, y: torch.Tensor):
@@ -192,7 +201,7 @@ class _ColumnReplicated(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, w, b, group, variant, gather, rank):
+    def forward(ctx, x, w, b, group, variant, gather, rank, reduce_dx):
         if gather:
             y = library.call("gemm_all_scatter", x, w.t(), variant=variant, config=None, group=group)
             if b is not None:
@@ -201,6 +210,7 @@ class _ColumnReplicated(torch.autograd.Function):
             y = torch.nn.functional.linear(x, w, b)
         ctx.save_for_backward(x, w)
         ctx.has_bias, ctx.group, ctx.variant, ctx.gather, ctx.rank = b is not None, group, variant, gather, rank
+        ctx.reduce_dx = reduce_dx
         return y
 
     @staticmethod
@@ -210,13 +220,15 @@ class _ColumnReplicated(torch.autograd.Function):
         g = dy[:, ctx.rank * n:(ctx.rank + 1) * n] if ctx.gather else dy
         g = g.contiguous()  # [M, n]
         dx = dw = db = None
-        if ctx.needs_input_grad[0]:
+        if ctx.needs_input_grad[0] and ctx.reduce_dx:
             dx = library.call("gemm_all_reduce", g, w, variant=ctx.variant, config=None, group=ctx.group)
+        elif ctx.needs_input_grad[0]:
+            dx = g @ w  # this rank's share; the caller's DTensor reduces it (a Partial() gradient)
         if ctx.needs_input_grad[1]:
             dw = g.t() @ x  # [n, in]
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = g.sum(0)
-        return dx, dw, db, None, None, None, None
+        return dx, dw, db, None, None, None, None, None
 
 
 class _SplitFeatures(torch.autograd.Function):
@@ -251,7 +263,7 @@ def colwise_forward(module: nn.Linear, x) -> torch.Tensor:
     """Forward of a linear parallelized by :class:`ColwiseParallel` (see the module docstring)."""
     plan: TPLinearPlan = module._tilefuse_tp
     who = "ColwiseParallel"
-    x = _input(who, plan, x)
+    x, partial_grad = _input(who, plan, x)
     w, b = _local(module.weight), _local(module.bias)
     _check_features(who, x, w.shape[1], "in_features")
     if isinstance(plan.input_layout, Replicate):
@@ -262,7 +274,8 @@ def colwise_forward(module: nn.Linear, x) -> torch.Tensor:
         if not gather and not grad and not torch.compiler.is_compiling():
             y = torch.nn.functional.linear(x2, w, b)  # inference: nothing to differentiate
         else:
-            y = _ColumnReplicated.apply(x2.contiguous(), w, b, plan.group_name, plan.variant, gather, plan.rank)
+            y = _ColumnReplicated.apply(x2.contiguous(), w, b, plan.group_name, plan.variant, gather, plan.rank,
+                                        not partial_grad)
         return _output(plan, y.reshape(*lead, y.shape[-1]))
     d = _token_dim(who, plan.input_layout, x, "input")
     y = column_parallel_linear(_tokens_first(x, d), w, b, group=plan.group, variant=plan.variant)
@@ -273,7 +286,7 @@ def rowwise_forward(module: nn.Linear, x) -> torch.Tensor:
     """Forward of a linear parallelized by :class:`RowwiseParallel` (see the module docstring)."""
     plan: TPLinearPlan = module._tilefuse_tp
     who = "RowwiseParallel"
-    x = _input(who, plan, x)
+    x, _ = _input(who, plan, x)
     w, b = _local(module.weight), _local(module.bias)
     if isinstance(plan.input_layout, Replicate):
         _check_features(who, x, w.shape[1] * plan.world, "in_features")
