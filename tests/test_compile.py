@@ -12,7 +12,7 @@ computation of :mod:`test_autograd`.
 import pytest
 import torch
 from ophelpers import assert_matches
-from test_autograd import check_grads, make_inputs, reference, variants
+from test_autograd import M, N, check_grads, make_inputs, reference, variants
 
 import tilefuse
 from tilefuse.nn import ColumnParallelLinear, RowParallelLinear
@@ -135,9 +135,27 @@ def job_dispatch_paths(ctx):
         traced = tilefuse.gemm_reduce_scatter(a, b, variant="fused_sequential")
     assert "tilefuse.gemm_reduce_scatter.default" in rec.seen, rec.seen
     assert torch.equal(traced, direct)
+
+    # Compiled out= (run into the op's buffer, copied into out) and return_gathered.
+    a, b, _ = make_inputs(ctx, "gemm_all_scatter", torch.float32, seed=4)
+    out = tilefuse.empty(M, ctx.world * N, dtype=torch.float32)
+    eager = tilefuse.gemm_all_scatter(a, b, variant="bulk_sync")
+    cnt = _counter(ctx)
+
+    def into(a, b):
+        return tilefuse.gemm_all_scatter(a, b, variant="bulk_sync", out=out) * 1
+
+    got = torch.compile(into, fullgraph=True, backend=cnt)(a, b)
+    assert torch.equal(out, eager) and torch.equal(got, eager) and cnt.frame_count == 1
+    a, b, _ = make_inputs(ctx, "all_gather_gemm", torch.float32, seed=5)
+    c, gathered = torch.compile(lambda a, b: tilefuse.all_gather_gemm(a, b, variant="wg_specialized",
+                                                                      return_gathered=True), fullgraph=True,
+                                backend=_counter(ctx))(a, b)
+    c_ref, gathered_ref = tilefuse.all_gather_gemm(a, b, variant="wg_specialized", return_gathered=True)
+    assert torch.equal(c, c_ref) and torch.equal(gathered, gathered_ref)
     tilefuse.barrier()
     return True
 
 
-def test_eager_direct_path_and_dispatch_modes(pools):
+def test_eager_direct_path_dispatch_modes_out_and_gathered(pools):
     assert all(pools.run(2, job_dispatch_paths))
