@@ -1,0 +1,311 @@
+"""Llama decoder layers with tensor parallelism: tilefuse's ParallelStyles against torch's own, timed.
+
+Every rank builds the same stack of Hugging Face ``LlamaDecoderLayer`` s (random weights, config from
+the arguments: Llama-3-8B's shapes by default, no download) and parallelizes two copies with
+``torch.distributed.tensor.parallel.parallelize_module`` on a 1-D DeviceMesh over the ranks:
+
+* ``tilefuse``: tilefuse's styles (:mod:`tilefuse.nn.styles`);
+* ``torch``: torch's own ``ColwiseParallel`` / ``RowwiseParallel`` / ``PrepareModuleInput``;
+* ``torch_async_tp`` (``--async-tp``, GPUs with NCCL): torch's styles compiled with Inductor's
+  micro-pipelined TP (``_micro_pipeline_tp``: fused all-gather / reduce-scatter matmuls on symmetric
+  memory).
+
+Two layouts:
+
+* ``sequence_parallel``: forward + backward of ``[1, T/W, H]`` per rank (T tokens split along the
+  sequence), tilefuse's plan :func:`tilefuse.nn.llama_sequence_parallel_plan` (attention input
+  gathered once, o_proj ``gemm_reduce_scatter``, gate/up ``all_gather_gemm``, down
+  ``gemm_reduce_scatter``) against torch's equivalent SP plan;
+* ``decode``: forward of ``[M, 1, H]`` (M sequences, one new token each; the attention sees only
+  that token: no KV cache, so the step times the linears, norms and communication), the replicated
+  layout (HF's ``tp_plan``: colwise local GEMMs, rowwise ``gemm_all_reduce``), eagerly and, on GPUs,
+  captured in a CUDA graph (``*_graph`` methods; torch's styles only with NCCL).
+
+Before timing, the tilefuse copy's output (and input gradient) is checked against the torch copy's.
+Times are medians of CUDA-event times with the methods' calls interleaved (``benchmarks.timing``),
+the maximum over ranks. One long-format CSV row per (layout, M, method, metric).
+
+    torchrun --nproc-per-node 2 examples/tp_llama.py --csv tp_llama.csv   # a GPU per rank, NCCL
+    python examples/tp_llama.py --world 2 --csv tp_llama.csv               # spawned ranks (share GPUs: gloo)
+    python examples/tp_llama.py --smoke                                    # 2 CPU ranks, tiny config
+
+``--smoke``: two CPU ranks in Triton's interpreter, hidden 64, 2 layers, a few tokens, fp32; it
+proves the example runs and agrees with torch, not speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: benchmarks.launch
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from benchmarks.launch import launch  # noqa: E402
+
+LLAMA3_8B = dict(hidden=4096, heads=32, kv_heads=8, inter=14336)
+SMOKE = dict(hidden=64, heads=4, kv_heads=2, inter=128, layers=2, tokens=8, decode="1,4", world=2)
+COLUMNS = ["layout", "M", "method", "world", "layers", "hidden", "inter", "heads", "kv_heads", "dtype", "metric",
+           "value", "note", "device", "torch", "commit"]
+
+
+class Stack(nn.Module):
+    """``layers`` HF Llama decoder layers, applied in turn with the same rotary embeddings."""
+
+    def __init__(self, cfg, layers: int):
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, layer_idx=i) for i in range(layers))
+
+    def forward(self, x, pos):
+        for layer in self.layers:
+            x = layer(x, position_embeddings=pos)
+            x = x[0] if isinstance(x, tuple) else x
+        return x
+
+
+def torch_sp_plan():
+    """torch's own sequence-parallel plan for one decoder layer (the norms on local tokens)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel
+
+    return {
+        "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                        desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+        "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+        "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+        "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+    }
+
+
+def layer_plans(cfg, variant: str) -> dict:
+    """Per-layer plans: {(layout, method): plan}."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from tilefuse.nn import from_hf_plan, llama_sequence_parallel_plan
+
+    hf = {k.removeprefix("layers.*."): v for k, v in cfg.base_model_tp_plan.items()}
+    torch_rep = {k: ColwiseParallel() if v == "colwise" else RowwiseParallel() for k, v in hf.items()}
+    return {("sequence_parallel", "tilefuse"): llama_sequence_parallel_plan(variant),
+            ("sequence_parallel", "torch"): torch_sp_plan(),
+            ("decode", "tilefuse"): from_hf_plan(hf, variant=variant),
+            ("decode", "torch"): torch_rep}
+
+
+def parallelized(full: Stack, mesh, plan: dict) -> Stack:
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    model = copy.deepcopy(full)
+    for layer in model.layers:
+        parallelize_module(layer, mesh, plan)
+    return model
+
+
+def rel_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((got.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
+
+
+def _graph(ctx, fn):
+    """``fn`` captured in a CUDA graph (after eager calls on a side stream); returns the replay."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    ctx.barrier()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    ctx.barrier()
+    return g.replay
+
+
+def _rank_main(ctx, args) -> list:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    from benchmarks.results import run_info
+    from benchmarks.timing import bench_interleaved
+
+    W, dev = ctx.world, ctx.device
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    if not ctx.on_gpu:
+        dtype = torch.float32  # the interpreter's bf16 arithmetic is wrong
+        torch.set_num_threads(1)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    cfg = LlamaConfig(hidden_size=args.hidden, intermediate_size=args.inter, num_attention_heads=args.heads,
+                      num_key_value_heads=args.kv_heads, num_hidden_layers=args.layers, vocab_size=128,
+                      max_position_embeddings=max(args.tokens, 8192), attn_implementation="sdpa")
+    mesh = init_device_mesh(dev.type, (W,))
+    torch.manual_seed(0)
+    with torch.device(dev):
+        full = Stack(cfg, args.layers).to(dtype)
+        rope = LlamaRotaryEmbedding(cfg)
+    plans = layer_plans(cfg, args.variant)
+    info = run_info(dev)
+    base = dict(world=W, layers=args.layers, hidden=args.hidden, inter=args.inter, heads=args.heads,
+                kv_heads=args.kv_heads, dtype=str(dtype).removeprefix("torch."), device=info["device"],
+                torch=info["torch"], commit=info["commit"])
+    rows = []
+
+    def add(layout, M, method, metric, value, note=""):
+        rows.append({**base, "layout": layout, "M": M, "method": method, "metric": metric, "value": value,
+                     "note": note})
+
+    def check(layout, M, what, got, ref):
+        err = rel_error(got, ref)
+        add(layout, M, "tilefuse", f"rel_err_{what}", err, "against torch's styles")
+        if err > tol:
+            raise AssertionError(f"{layout} M={M}: tilefuse's {what} differs from torch's: relative error "
+                                 f"{err:.3g} > {tol:g}")
+
+    reps = dict(cpu_reps=args.cpu_reps, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+    if "sequence_parallel" in args.layouts:
+        layout, T = "sequence_parallel", args.tokens
+        if T % W:
+            raise ValueError(f"--tokens {T} must be divisible by the world size {W}")
+        models = {m: parallelized(full, mesh, plans[(layout, m)]) for m in ("tilefuse", "torch")}
+        g = torch.Generator(device=dev).manual_seed(1)
+        x = torch.randn(1, T // W, args.hidden, device=dev, dtype=dtype, generator=g)
+        dy = torch.randn(1, T // W, args.hidden, device=dev, dtype=dtype, generator=g)
+        pos = rope(x, torch.arange(T, device=dev)[None])
+
+        def step(model):
+            def run():
+                xi = x.detach().requires_grad_()
+                model(xi, pos).backward(dy)
+                return xi.grad
+            return run
+
+        outs = {m: (model(x, pos).detach(), step(model)()) for m, model in models.items()}
+        check(layout, T, "output", outs["tilefuse"][0], outs["torch"][0])
+        check(layout, T, "input_grad", outs["tilefuse"][1], outs["torch"][1])
+        fns = {m: step(model) for m, model in models.items()}
+        if args.async_tp:
+            fns.update(_async_tp(ctx, models["torch"], step, add, layout, T))
+        for method, ms in zip(fns, bench_interleaved(ctx, list(fns.values()), **reps)):
+            add(layout, T, method, "ms", ms, "forward + backward")
+        del models, outs, fns
+    if "decode" in args.layouts:
+        layout = "decode"
+        models = {m: parallelized(full, mesh, plans[(layout, m)]) for m in ("tilefuse", "torch")}
+        for M in args.decode:
+            g = torch.Generator(device=dev).manual_seed(M)
+            x = torch.randn(M, 1, args.hidden, device=dev, dtype=dtype, generator=g)
+            pos = rope(x, torch.full((M, 1), args.tokens - 1, device=dev))
+            with torch.no_grad():
+                outs = {m: model(x, pos) for m, model in models.items()}
+                check(layout, M, "output", outs["tilefuse"], outs["torch"])
+                fns = {m: (lambda model=model, x=x, pos=pos: model(x, pos)) for m, model in models.items()}
+                if ctx.on_gpu:
+                    fns["tilefuse_graph"] = _graph(ctx, fns["tilefuse"])
+                    if dist.get_backend() == "nccl":
+                        fns["torch_graph"] = _graph(ctx, fns["torch"])
+                    else:
+                        add(layout, M, "torch_graph", "ms", float("nan"), "not run: torch's collectives on gloo "
+                            "(ranks sharing a GPU) cannot be captured")
+                for method, ms in zip(fns, bench_interleaved(ctx, list(fns.values()), **reps)):
+                    add(layout, M, method, "ms", ms, "forward, CUDA graph replay" if method.endswith("_graph")
+                        else "forward, eager")
+    return rows if ctx.rank == 0 else []
+
+
+def _async_tp(ctx, torch_model, step, add, layout, T) -> dict:
+    """torch's styles compiled with micro-pipelined TP, where it can run (GPUs, NCCL)."""
+    import torch.distributed as dist
+
+    if not ctx.on_gpu or dist.get_backend() != "nccl":
+        add(layout, T, "torch_async_tp", "ms", float("nan"), "not run: needs a GPU per rank and NCCL")
+        return {}
+    try:
+        import torch._inductor.config as inductor_config
+        from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+
+        inductor_config._micro_pipeline_tp = True
+        enable_symm_mem_for_group(dist.group.WORLD.group_name)
+        compiled = torch.compile(torch_model, fullgraph=False)
+        run = step(compiled)
+        run()
+        return {"torch_async_tp": run}
+    except Exception as err:  # a torch build without symmetric memory: the row says why
+        add(layout, T, "torch_async_tp", "ms", float("nan"), f"not run: {type(err).__name__}: {err}"[:200])
+        return {}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--world", type=int, default=None, help="ranks to spawn (default: all GPUs, or 2)")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=LLAMA3_8B["hidden"])
+    p.add_argument("--heads", type=int, default=LLAMA3_8B["heads"])
+    p.add_argument("--kv-heads", type=int, default=LLAMA3_8B["kv_heads"])
+    p.add_argument("--inter", type=int, default=LLAMA3_8B["inter"])
+    p.add_argument("--tokens", type=int, default=8192, help="sequence-parallel tokens T (all ranks together)")
+    p.add_argument("--decode", default="1,8,16,32,64", help="decode batch sizes M, comma-separated")
+    p.add_argument("--layouts", default="sequence_parallel,decode")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    p.add_argument("--variant", default="auto", help="tilefuse op variant (auto, plain or one of tilefuse.VARIANTS)")
+    p.add_argument("--async-tp", action="store_true", help="also time torch's styles with micro-pipelined TP")
+    p.add_argument("--heap", default=None, help="tilefuse heap bytes per rank, e.g. 8G (default: tilefuse's)")
+    p.add_argument("--warmup-ms", type=float, default=100.0)
+    p.add_argument("--rep-ms", type=float, default=500.0)
+    p.add_argument("--cpu-reps", type=int, default=2)
+    p.add_argument("--csv", default=None, help="write the rows to this CSV file")
+    p.add_argument("--smoke", action="store_true", help="two CPU ranks, tiny config (a test runs it)")
+    args = p.parse_args(argv)
+    if args.smoke:
+        os.environ["TILEFUSE_BACKEND"] = "cpu"
+        os.environ["TRITON_INTERPRET"] = "1"
+        for key, value in SMOKE.items():
+            setattr(args, key, value)
+        args.cpu_reps = 1
+    args.decode = [int(m) for m in str(args.decode).split(",") if m.strip()]
+    args.layouts = [s.strip() for s in args.layouts.split(",") if s.strip()]
+    unknown = set(args.layouts) - {"sequence_parallel", "decode"}
+    if unknown:
+        p.error(f"unknown layouts {sorted(unknown)}; choose from sequence_parallel, decode")
+    if args.world is None:
+        args.world = max(2, torch.cuda.device_count()) if os.environ.get("TILEFUSE_BACKEND") != "cpu" else 2
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    heap = None
+    if args.heap:
+        from benchmarks.results import parse_bytes
+
+        heap = parse_bytes(args.heap)
+    results = launch(_rank_main, args.world, args, heap_size=heap)
+    rows = [r for rank_rows in results for r in rank_rows]
+    if not rows:  # under torchrun only rank 0 reports
+        return 0
+    for r in rows:
+        value = r["value"]
+        shown = f"{value:.4g}" if isinstance(value, float) else value
+        print(f"{r['layout']:>17} M={r['M']:<5} {r['method']:<15} {r['metric']:<16} {shown}  {r['note']}")
+    if args.csv:
+        path = Path(args.csv)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"wrote {len(rows)} rows to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
