@@ -90,6 +90,9 @@ CSV_COLUMNS = COLUMNS + ["set", "shape"]
 CONTROL = "plain_again"
 # ``--variants ...,core``: tilefuse's GEMM core alone (ops/common/gemm.matmul) on the gemm operands.
 CORE = "core"
+# ``--variants ...,pc_copy_engines``: all_gather_gemm's producer_consumer with COMM_SMS = 0 (rows moved
+# by copy engines, the GEMM on every SM but one), on the heuristic config.
+COPY_ENGINES = "pc_copy_engines"
 CUSTOM_SET = "custom"  # the set name of --shapes MxNxK entries
 GPU_SETS = "iris,llama3-8b,llama3-70b,decode"
 CPU_SETS = "tiny"
@@ -233,6 +236,12 @@ class Case:
                 self.core_config = default_config(rows, self.N, self.K, self.dtype, num_sms=hw.num_sms(dev),
                                                   interpreter=hw.interpreting(), comm=False)
                 methods.append(Method(CORE, self.core, "gemm"))
+            elif v == COPY_ENGINES:  # all_gather_gemm producer_consumer with COMM_SMS = 0
+                dev = self.ctx.device
+                cfg = default_config(self.M, self.N, self.K, self.dtype, num_sms=hw.num_sms(dev),
+                                     interpreter=hw.interpreting(), comm=False)
+                fn = functools.partial(registry.get(op, "producer_consumer"), config=cfg.replace(COMM_SMS=0))
+                methods.append(Method(COPY_ENGINES, lambda s, fn=fn: fn(s.a, s.b), "op"))
             elif v == "auto":
                 fn = functools.partial(getattr(tilefuse, op), variant="auto", **out_kw)
                 choice = dispatch.choose(op, self.sets[0].a, self.sets[0].b)
@@ -477,11 +486,12 @@ def tilefuse_variants(op: str, wanted: list | None) -> list:
     registered = registry.variants(op)
     if wanted is None:
         return [v for v in registered if v not in ("reference", "plain")] + ["auto"]
-    extra = ("auto", CONTROL, CORE)
+    extra = ("auto", CONTROL, CORE) + ((COPY_ENGINES,) if op == "all_gather_gemm" else ())
     missing = [v for v in wanted if v not in registered and v not in extra]
     if missing:
         print(f"{op}: not registered, skipped: {missing}", flush=True)
-    return [v for v in wanted if (v in registered or v in extra) and v not in BASELINES]
+    return [v for v in wanted if (v in registered or v in extra) and v not in BASELINES
+            and (v != COPY_ENGINES or op == "all_gather_gemm")]
 
 
 def run_rank(ctx, ops: list, shapes: dict, variants: list | None, dtype, args) -> dict:

@@ -87,6 +87,13 @@ def _worker(rank: int, world: int, port: int, device_kind: str, jobs, results) -
     else:
         os.environ["TILEFUSE_BACKEND"] = "cuda"
     os.environ.setdefault("TILEFUSE_DEBUG_POISON", "1")  # new workspaces start as NaN
+    # Errors recorded on the device raise at the failing call (a sync per call on GPUs; tests of the
+    # asynchronous report turn it off), and no test tunes shapes or writes the user's cache.
+    os.environ.setdefault("TILEFUSE_SYNC_ERRORS", "1")
+    os.environ.setdefault("TILEFUSE_AUTOTUNE", "0")
+    import tempfile
+
+    os.environ.setdefault("TILEFUSE_CACHE_DIR", tempfile.mkdtemp(prefix="tilefuse-test-cache-"))
     import datetime
 
     import torch

@@ -14,7 +14,7 @@ from ophelpers import assert_matches, randn
 
 import tilefuse
 from tilefuse.ops import registry
-from tilefuse.runtime import control_block, primitives
+from tilefuse.runtime import control_block, primitives, world
 
 OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter")
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
@@ -34,6 +34,23 @@ def _check(ctx, op, variant, rows, n, k, seed):
     assert_matches(got, ref, torch.float32, k, ctx.on_gpu, f"{op}/{variant}", scale=ctx.world)
 
 
+def sync_errors(job):
+    """Run ``job`` with errors raised at the failing call itself (the CPU backend's behaviour; on a
+    GPU it costs a device sync per call)."""
+    import functools
+
+    @functools.wraps(job)
+    def run(ctx, *args):
+        old = world.set_sync_errors(True)
+        try:
+            return job(ctx, *args)
+        finally:
+            world.set_sync_errors(old)
+
+    return run
+
+
+@sync_errors
 def job_one_sided_error(ctx, op, variant):
     """Rank 0's call fails its checks; every rank raises for that call; the next calls are correct."""
     _check(ctx, op, variant, 24, 40, 32, seed=1)
@@ -59,6 +76,7 @@ def test_one_sided_argument_error(pools, world, op):
     assert kinds[0] == "TypeError" and set(kinds[1:]) == {"PeerCallError"}, kinds
 
 
+@sync_errors
 def job_mismatch_after_warmup(ctx, op, what):
     """Both shapes (or variants) are warm on every rank; then the ranks disagree: every rank raises
     CallMismatchError naming both calls, and the following calls are correct."""
@@ -105,6 +123,7 @@ def job_slow_peer(ctx, bound_s, delay_s):
             time.sleep(delay_s)
         with pytest.raises((tilefuse.WaitTimeoutError, tilefuse.PoisonedError)) as info:
             registry.get(op, variant)(a, b)
+            tilefuse.synchronize()  # on a GPU the error is reported here (no sync per call by default)
         first = type(info.value).__name__
         with pytest.raises(tilefuse.PoisonedError, match="reset"):
             registry.get(op, variant)(a, b)
@@ -127,6 +146,35 @@ def test_slow_peer_poisons_then_reset(pools, world):
     kinds = [k for k, _ in out]
     assert "WaitTimeoutError" in kinds, kinds
     assert max(t for _, t in out) < 30.0, out
+
+
+def job_async_report(ctx):
+    """Without a sync per call (the GPU default) a peer's failed checks abort the call on every rank:
+    its output is NaN, never another call's data, and the error is raised at synchronize(); the next
+    calls are correct."""
+    op, variant = "all_gather_gemm", "wg_specialized"
+    world.set_sync_errors(False)
+    _check(ctx, op, variant, 24, 40, 32, seed=50)
+    a, b = _operands(ctx, op, 24, 40, 32, seed=51)
+    if ctx.rank == 0:
+        with pytest.raises(TypeError):
+            registry.get(op, variant)(a.to(torch.int32), b)
+        tilefuse.synchronize()
+    else:
+        out = registry.get(op, variant)(a, b)
+        with pytest.raises(tilefuse.PeerCallError, match="failed on rank 0"):
+            tilefuse.synchronize()
+        assert torch.isnan(out).all(), "an aborted call's output must be NaN"
+    _check(ctx, op, variant, 24, 40, 32, seed=52)
+    world.set_sync_errors(True)
+    tilefuse.barrier()
+    return True
+
+
+def test_async_error_report(pools, on_gpu):
+    if not on_gpu:
+        pytest.skip("the CPU backend raises at the failing call itself (kernels run synchronously)")
+    assert all(pools.run(2, job_async_report))
 
 
 def job_wrap(ctx, start):
@@ -152,6 +200,7 @@ def test_sequence_wraps(pools):
     assert len(set(seqs)) == 1 and seqs[0] < 0, seqs  # wrapped past 2**63 - 1, the same on every rank
 
 
+@sync_errors
 def job_two_threads(ctx, calls):
     """Two threads per rank call ops at once: every call is correct or raises (the ranks may pair the
     threads' calls in different orders), nothing hangs, and later single-thread calls are correct."""

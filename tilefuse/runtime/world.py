@@ -212,6 +212,16 @@ def set_wait_timeout(seconds: float) -> float:
     return old
 
 
+def set_sync_errors(on: bool) -> bool:
+    """Raise device-recorded errors at the failing call itself (a device sync at the end of every
+    call: the CPU backend's behaviour, ``TILEFUSE_SYNC_ERRORS=1`` on a GPU) or, off, at the next call or
+    :func:`synchronize` (the GPU default: no sync). Returns the previous setting."""
+    st = _state()
+    old = st.sync_errors
+    st.sync_errors = bool(on) or st.heap.device.type != "cuda"
+    return old
+
+
 def generation() -> int:
     """The workspace generation the next call is launched for (bumped by :func:`bump_generation`)."""
     return _state().gen

@@ -16,7 +16,9 @@ OP = "all_gather_gemm"
 def setup(variant: str, a, b, config, group, *, comm: bool) -> GemmCall:
     """Local checks and config (per-shard M for the heuristic). Every rank's shapes are compared by
     the call's begin kernel (its signature holds them), before any data moves."""
-    return prepare_gemm(OP, a, b, group, config, comm=comm)
+    # No padded copies: the variants read `a` where it is (the shard travels anyway) and decide its
+    # operand path themselves (`layout`).
+    return prepare_gemm(OP, a, b, group, config, comm=comm, pad=False)
 
 
 def start(call: GemmCall, variant: str, return_gathered: bool, *outputs) -> None:

@@ -125,8 +125,9 @@ def default_config(
     else:
         block_m, block_n, warps, stages = 128, 256, 8, 3
     block_n = _pow2_between(min(N, block_n), 16, block_n)
-    # Fewer tiles than GEMM programs: halve the wide tile so more programs get work.
-    if block_n == 256 and triton.cdiv(M, block_m) * triton.cdiv(N, block_n) < gemm_sms:
+    # Under half as many tiles as GEMM programs: halve the wide tile so more programs get work (a
+    # nearly full wave of 128x256 tiles still beats a full one of 128x128: same sweep).
+    if block_n == 256 and 2 * triton.cdiv(M, block_m) * triton.cdiv(N, block_n) < gemm_sms:
         block_n, warps, stages = 128, 4, 4
     if dtype.itemsize >= 4 and stages > 3:
         stages = 3  # fp32 tiles take twice the shared memory

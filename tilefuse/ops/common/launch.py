@@ -163,7 +163,15 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
     except MemoryError as err:
         raise type(err)(f"{err}\n(tilefuse keeps one workspace per call shape: tilefuse.clear_workspaces() "
                         "releases them all, TILEFUSE_WORKSPACE_FRACTION bounds them)") from err
-    heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
+    failure = None
+    try:
+        heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
+    except (ValueError, RuntimeError) as err:
+        failure = (type(err), str(err))  # not the exception: its frames would keep the buffers alive
+    if failure is not None:
+        buffers.clear()  # the blocks return now, on every rank alike
+        gc.collect()
+        raise failure[0](failure[1])
     _world.device_barrier()  # no peer still reads or writes the memory these buffers reuse
     for name, buf in buffers.items():
         if name.startswith("flags"):
@@ -315,13 +323,15 @@ class GemmCall:
 
 
 def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None = None,
-                 tile_n: int | None = None) -> GemmCall:
+                 tile_n: int | None = None, pad: bool = True) -> GemmCall:
     """Check ``a [M, K]`` and ``b [K, N]`` for ``op`` and resolve the config and GEMM layout.
 
     ``tile_m``/``tile_n`` override the M and N the config heuristic sees (e.g. per-shard sizes).
+    With ``pad``, operands whose strides keep them off the tensor-descriptor path are copied onto it
+    (``GemmCall.a``/``b`` are then the copies; launchers must pass those, not their arguments).
     """
     from .checks import check_dtypes, check_inner_dim, check_matrix, check_same_device
-    from .gemm import ensure_triton_allocator, tma_operands
+    from .gemm import ensure_triton_allocator, gemm_layout, tma_operands
 
     heap = op_heap(op, group)
     check_matrix(op, "a", a)
@@ -333,7 +343,10 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
     M, K = a.shape
     N = b.shape[1]
     cfg = resolve_config(op, config, tile_m or M, tile_n or N, K, a.dtype, heap, comm=comm)
-    a, b, use_tma, b_kmajor = tma_operands(a, b)
+    if pad:
+        a, b, use_tma, b_kmajor = tma_operands(a, b)
+    else:
+        use_tma, b_kmajor = gemm_layout(a, b)
     if use_tma:
         ensure_triton_allocator()
     return GemmCall(op, heap, a, b, M, N, K, cfg, use_tma, b_kmajor)
