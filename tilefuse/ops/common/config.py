@@ -90,9 +90,10 @@ def default_config(
 
     GPU: tile classes by M, from a sweep of the GEMM core against torch.matmul on an H200: 64x128
     (4 warps, 4 stages) up to M = 128, 128x128 (4 warps, 4 stages) below M = 1000, 128x256 (8 warps,
-    3 stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles would leave GEMM
-    programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3 stages: shared memory). Interpreter: at most 64-wide blocks (the cost grows with the number of
-    interpreted operations) and a handful of programs.
+    3 stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles would leave over half
+    the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3 stages: shared memory).
+    Interpreter: at most 64-wide blocks (the cost grows with the number of interpreted operations) and
+    a handful of programs.
     """
     if num_sms < 1:
         raise ValueError(f"default_config: num_sms must be >= 1, got {num_sms}")
