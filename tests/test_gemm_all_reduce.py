@@ -251,7 +251,8 @@ def job_graph_replay(ctx, variant, replays):
 @pytest.mark.parametrize("world", WORLDS)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_variant_matches_reference(pools, variant, world):
-    results = pools.run(world, job_against_reference, variant, SHAPES, calls=1)
+    # The smallest shape at W = 2 only (the two-shot and ragged-K tests cover small M elsewhere).
+    results = pools.run(world, job_against_reference, variant, SHAPES if world == 2 else SHAPES[:1], calls=1)
     _same_bits_on_every_rank(results, f"{variant} W={world}")
 
 
@@ -279,7 +280,9 @@ def test_bias_and_non_default_config(pools, variant):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_variants_bit_identical(pools, world, on_gpu):
-    results = pools.run(world, job_variants_bit_identical, 37, 72, 56, dtypes(on_gpu), SMALL_CFG, world == 3)
+    """W = 2: every dtype; W = 3 (with a bias): fp32, where a change of summation order shows."""
+    dtype_list = dtypes(on_gpu) if world == 2 else [torch.float32]
+    results = pools.run(world, job_variants_bit_identical, 37, 72, 56, dtype_list, SMALL_CFG, world == 3)
     _same_bits_on_every_rank(results, f"W={world}")
 
 
