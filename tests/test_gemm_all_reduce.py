@@ -3,6 +3,7 @@ result bit-identical on every rank and across variants, fused bias, ragged K sha
 CUDA graph replay (GPU only)."""
 
 import csv
+import functools
 import os
 import subprocess
 import sys
@@ -219,9 +220,9 @@ def job_one_sided_error(ctx, variant):
     return kind
 
 
-def job_graph_replay(ctx, variant, replays):
+def job_graph_replay(ctx, variant, replays, two_shot=False):
     """Capture one call after an eager one; replay with new inputs copied into the static ones."""
-    fn = _get(variant)
+    fn = functools.partial(_get(variant), two_shot=two_shot)
     M, N, K = 72, 136, 96
     dtype = torch.bfloat16
     a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=1, bias=True)
@@ -308,12 +309,25 @@ def test_one_sided_error(pools):
     assert kinds == ["TypeError", "PeerCallError"], kinds
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_graph_replay(pools, on_gpu, variant):
+@pytest.mark.parametrize("variant,two_shot", [(v, False) for v in VARIANTS] + [("producer_consumer", True),
+                                                                              ("wg_specialized", True)])
+def test_graph_replay(pools, on_gpu, variant, two_shot):
     if not on_gpu:
         pytest.skip("CUDA graphs need a GPU")
-    results = pools.run(2, job_graph_replay, variant, 20)
-    _same_bits_on_every_rank(results, f"{variant} graph replays")
+    results = pools.run(2, job_graph_replay, variant, 20, two_shot)
+    _same_bits_on_every_rank(results, f"{variant} two_shot={two_shot} graph replays")
+
+
+def test_default_config_fills_the_device():
+    """Without a caller's config, BLOCK_N halves (not below 32) while tiles would leave GEMM programs idle."""
+    from tilefuse.ops.gemm_all_reduce._setup import fill_device
+
+    base = tilefuse.Config(BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=3,
+                           GEMM_SMS=116, COMM_SMS=16)
+    assert fill_device(base, 1, 8192, comm=True).BLOCK_N == 64  # 64 tiles < 116 programs; 128 tiles are enough
+    assert fill_device(base, 1, 8192, comm=False).BLOCK_N == 32  # 128 < 132 programs
+    assert fill_device(base, 1, 64, comm=True).BLOCK_N == 32  # never below 32
+    assert fill_device(base, 4096, 8192, comm=True) is base  # enough tiles: unchanged
 
 
 def test_benchmark_smoke(tmp_path):
