@@ -134,7 +134,7 @@ def job_decoder_layer(ctx, variant, layout="replicated"):
 
 
 @needs_hf
-@pytest.mark.parametrize("world,variant", [(2, "fused_sequential"), (4, "bulk_sync")])
+@pytest.mark.parametrize("world,variant", [(2, "fused_sequential"), (4, "plain")])
 def test_hf_decoder_layer_replicated(pools, world, variant):
     """HF LlamaDecoderLayer + HF's tp plan on tilefuse styles: output, input grad, every param grad."""
     assert all(pools.run(world, job_decoder_layer, variant))
