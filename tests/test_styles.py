@@ -371,3 +371,52 @@ def test_tp_llama_example_smoke(tmp_path, on_gpu):
     assert text[0].startswith("layout,"), text[:2]
     methods = {line.split(",")[2] for line in text[1:]}
     assert {"tilefuse", "torch"} <= methods, methods
+
+
+# ---------------------------------------------------------------------------------------------
+# A data x tensor mesh: tilefuse serves the TP dimension's group
+# ---------------------------------------------------------------------------------------------
+
+
+def group_two_dim_mesh(rank, world):
+    """Ranks (dp, tp) of a 2 x 2 mesh: the first style's _apply initialises tilefuse on mesh["tp"]'s
+    group; each data-parallel replica feeds its own tokens through its own TP pair."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    torch.set_num_threads(1)
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    tp_mesh, dp, tp = mesh["tp"], mesh.get_local_rank("dp"), mesh.get_local_rank("tp")
+    assert not tilefuse.is_initialized()
+    torch.manual_seed(4)
+    full = _Pair(16, 32)
+    model = parallelize_module(copy.deepcopy(full), tp_mesh, {"up": ColwiseParallel(variant="bulk_sync"),
+                                                            "down": RowwiseParallel(variant="bulk_sync")})
+    heap = tilefuse.get_heap()
+    assert heap.group is tp_mesh.get_group() and heap.world_size == 2
+    assert dist.get_process_group_ranks(heap.group) == [2 * dp, 2 * dp + 1]
+    x = _rand((6, 16), 100 + dp, "cpu").requires_grad_()  # this replica's data
+    y_ref = full(x)
+    y_ref.sum().backward()
+    x_tp = x.detach().clone().requires_grad_()
+    y = model(x_tp)
+    y.sum().backward()
+    errs = [float((y - y_ref).abs().max()), float((x_tp.grad - x.grad).abs().max()),
+            float((model.up.weight.grad.to_local() - full.up.weight.grad.chunk(2, 0)[tp]).abs().max()),
+            float((model.down.weight.grad.to_local() - full.down.weight.grad.chunk(2, 1)[tp]).abs().max())]
+    tilefuse.shutdown()
+    dist.destroy_process_group()
+    return errs
+
+
+def test_two_dim_mesh(on_gpu):
+    """dp x tp = 2 x 2: tilefuse initialised by the styles on each TP pair's group; output and grads."""
+    if on_gpu:
+        pytest.skip("CPU ranks (gloo, interpreter): the GPU image runs the same styles in the pools' tests")
+    from harness import run_group
+
+    res = run_group(group_two_dim_mesh, 4, timeout=240)
+    for rank, (status, value) in sorted(res.items()):
+        assert status == "ok", f"rank {rank}: {status}\n{value}"
+        assert max(value) < 1e-4, f"rank {rank}: max errors (output, dx, d up, d down) {value}"
