@@ -13,7 +13,8 @@ method              what runs
 ==================  ==========================================================================
 bulk_sync ...       the four tilefuse variants' entry points (one-shot: partials pushed to all)
 bulk_sync.two_shot  the same with ``two_shot=True`` (partials to their row owner, owners sum,
-...                 everyone copies the sums)
+...                 everyone copies the sums); only with ``--methods all`` or by name (at W = 2
+                    two-shot sends as much as one-shot)
 auto                ``tilefuse.gemm_all_reduce(a, b)`` (``variant="auto"``; needs the op in the
                     registry)
 plain               torch.matmul + ``torch.distributed.all_reduce`` (NCCL when every rank has a
@@ -69,6 +70,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
 TWO_SHOT = tuple(f"{v}.two_shot" for v in VARIANTS)
 METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot")
+DEFAULT_METHODS = VARIANTS + ("auto", "plain", "symm_one_shot")  # two-shot: at W = 2 it moves as much
 
 
 def _sync(device: torch.device) -> None:
@@ -295,7 +297,8 @@ def main(argv=None) -> int:
     p.add_argument("--N", type=int, default=8192)
     p.add_argument("--K", type=int, default=8192, help="full inner size; each rank holds K/W")
     p.add_argument("--dtype", default=None, choices=sorted(DTYPES), help="default bf16 on GPUs, fp16 on CPUs")
-    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, of " + ",".join(METHODS))
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help="comma-separated, of " + ",".join(METHODS) + "; or all (default: all but the two-shot ones)")
     p.add_argument("--calls", type=int, default=40, help="back-to-back calls (or replays) per timing")
     p.add_argument("--rounds", type=int, default=3, help="timings per method, interleaved between methods")
     p.add_argument("--warmup", type=int, default=5)
@@ -309,7 +312,8 @@ def main(argv=None) -> int:
         args.N, args.K, args.calls, args.rounds, args.warmup, args.no_graphs = 64, 96, 2, 1, 0, True
         if args.M == p.get_default("M"):
             args.M = "1,16"
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    methods = list(METHODS) if args.methods.strip() == "all" else [m.strip() for m in args.methods.split(",")
+                                                                      if m.strip()]
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         p.error(f"unknown method(s) {unknown}; methods are {list(METHODS)}")

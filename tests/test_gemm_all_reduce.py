@@ -336,8 +336,9 @@ def test_benchmark_smoke(tmp_path):
     errors."""
     out = tmp_path / "allreduce_decode.csv"
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.allreduce_decode", "--smoke", "--world", "1", "--M", "5",
-                           "--csv", str(out)], cwd=repo, capture_output=True, text=True, timeout=300)
+    cmd = [sys.executable, "-m", "benchmarks.allreduce_decode", "--smoke", "--world", "1", "--M", "5", "--methods",
+           "all", "--csv", str(out)]
+    proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
