@@ -384,7 +384,8 @@ class _TilefuseStyle:
             param = getattr(module, name)
             if param is None:
                 continue
-            dparam = distribute_tensor(param.detach(), device_mesh, [layout], src_data_rank=self.src_data_rank)
+            dparam = distribute_tensor(param.detach(), device_mesh, [layout],
+                                       src_data_rank=getattr(self, "src_data_rank", 0))
             module.register_parameter(name, nn.Parameter(dparam, requires_grad=param.requires_grad))
         _swap_class(module, self.LINEAR, who)
         module._tilefuse_tp = TPLinearPlan(self.KIND, self.input_layouts[0], self.output_layouts[0],
