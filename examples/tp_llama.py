@@ -87,7 +87,7 @@ def torch_sp_plan():
     }
 
 
-def layer_plans(cfg, variant: str) -> dict:
+def layer_plans(cfg, variant: str, mlp_input: str) -> dict:
     """Per-layer plans: {(layout, method): plan}."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
@@ -95,7 +95,7 @@ def layer_plans(cfg, variant: str) -> dict:
 
     hf = {k.removeprefix("layers.*."): v for k, v in cfg.base_model_tp_plan.items()}
     torch_rep = {k: ColwiseParallel() if v == "colwise" else RowwiseParallel() for k, v in hf.items()}
-    return {("sequence_parallel", "tilefuse"): llama_sequence_parallel_plan(variant),
+    return {("sequence_parallel", "tilefuse"): llama_sequence_parallel_plan(variant, mlp_input=mlp_input),
             ("sequence_parallel", "torch"): torch_sp_plan(),
             ("decode", "tilefuse"): from_hf_plan(hf, variant=variant),
             ("decode", "torch"): torch_rep}
@@ -153,7 +153,7 @@ def _rank_main(ctx, args) -> list:
     with torch.device(dev):
         full = Stack(cfg, args.layers).to(dtype)
         rope = LlamaRotaryEmbedding(cfg)
-    plans = layer_plans(cfg, args.variant)
+    plans = layer_plans(cfg, args.variant, args.mlp_input)
     info = run_info(dev)
     base = dict(world=W, layers=args.layers, hidden=args.hidden, inter=args.inter, heads=args.heads,
                 kv_heads=args.kv_heads, dtype=str(dtype).removeprefix("torch."), device=info["device"],
@@ -257,6 +257,8 @@ def parse_args(argv=None):
     p.add_argument("--layouts", default="sequence_parallel,decode")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     p.add_argument("--variant", default="auto", help="tilefuse op variant (auto, plain or one of tilefuse.VARIANTS)")
+    p.add_argument("--mlp-input", default="fused", choices=("fused", "gather"),
+                   help="SP layout: gate/up as all_gather_gemm (fused) or local GEMMs behind one all-gather")
     p.add_argument("--async-tp", action="store_true", help="also time torch's styles with micro-pipelined TP")
     p.add_argument("--heap", default=None, help="tilefuse heap bytes per rank, e.g. 8G (default: tilefuse's)")
     p.add_argument("--warmup-ms", type=float, default=100.0)

@@ -91,7 +91,7 @@ def _layer_plan(cfg, variant):
 # ---------------------------------------------------------------------------------------------
 
 
-def job_decoder_layer(ctx, variant, layout="replicated"):
+def job_decoder_layer(ctx, variant, layout="replicated", mlp_input="fused"):
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor.parallel import parallelize_module
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
@@ -101,7 +101,8 @@ def job_decoder_layer(ctx, variant, layout="replicated"):
     torch.manual_seed(11)
     full = LlamaDecoderLayer(cfg, layer_idx=0).to(ctx.device)
     tp = copy.deepcopy(full)
-    plan = _layer_plan(cfg, variant) if layout == "replicated" else llama_sequence_parallel_plan(variant)
+    plan = (_layer_plan(cfg, variant) if layout == "replicated"
+            else llama_sequence_parallel_plan(variant, mlp_input=mlp_input))
     parallelize_module(tp, _mesh(ctx), plan)
     q, o = tp.self_attn.q_proj, tp.self_attn.o_proj
     assert isinstance(q.weight, DTensor) and q.weight.placements == (Shard(0),)
@@ -141,9 +142,10 @@ def test_hf_decoder_layer_replicated(pools, world, variant):
 
 
 @needs_hf
-def test_hf_decoder_layer_sequence_parallel(pools):
+@pytest.mark.parametrize("mlp_input", ["fused", "gather"])
+def test_hf_decoder_layer_sequence_parallel(pools, mlp_input):
     """HF LlamaDecoderLayer, [B, S, H] sharded along S (llama_sequence_parallel_plan): output, every grad."""
-    assert all(pools.run(2, job_decoder_layer, "bulk_sync", "sequence_parallel"))
+    assert all(pools.run(2, job_decoder_layer, "bulk_sync", "sequence_parallel", mlp_input))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -75,7 +75,7 @@ LLAMA_PLAN = MappingProxyType({
 })
 
 
-def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1) -> dict:
+def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1, mlp_input: str = "fused") -> dict:
     """A ``parallelize_module`` plan for one HF ``LlamaDecoderLayer`` in the sequence-parallel layout.
 
     The layer's input and output are ``[B, S/W, H]``, tokens sharded along ``sequence_dim``; the norms
@@ -84,24 +84,34 @@ def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1) -
     attention reads its sequence length from its input, so the attention module gets the whole
     sequence: torch's ``PrepareModuleInput`` all-gathers it once, q/k/v are local GEMMs on it (their
     input gradient stays ``Partial()``: one reduce-scatter in the gather's backward), and o_proj
-    reduce-scatters with ``gemm_reduce_scatter``. The MLP's gate/up run ``all_gather_gemm`` on this
-    rank's tokens, down ``gemm_reduce_scatter``.
+    reduce-scatters with ``gemm_reduce_scatter``. The MLP's down runs ``gemm_reduce_scatter``; its
+    gate/up, with ``mlp_input="fused"`` (default), run ``all_gather_gemm`` on this rank's tokens (each
+    gathers them, overlapped with its GEMM), with ``mlp_input="gather"`` local GEMMs behind one
+    all-gather of the MLP's input, as the attention does (torch's plan).
     """
+    if mlp_input not in ("fused", "gather"):
+        raise ValueError(f"llama_sequence_parallel_plan: mlp_input must be 'fused' or 'gather', got {mlp_input!r}")
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import PrepareModuleInput
 
     seq = Shard(sequence_dim)
-    return {
+    plan = {
         "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": seq},
                                         desired_input_kwarg_layouts={"hidden_states": Replicate()}),
         "self_attn.q_proj": ColwiseParallel(variant=variant),
         "self_attn.k_proj": ColwiseParallel(variant=variant),
         "self_attn.v_proj": ColwiseParallel(variant=variant),
         "self_attn.o_proj": RowwiseParallel(output_layouts=seq, variant=variant),
-        "mlp.gate_proj": ColwiseParallel(input_layouts=seq, variant=variant),
-        "mlp.up_proj": ColwiseParallel(input_layouts=seq, variant=variant),
-        "mlp.down_proj": RowwiseParallel(output_layouts=seq, variant=variant),
     }
+    if mlp_input == "gather":
+        plan["mlp"] = PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
+    gate_up_input = seq if mlp_input == "fused" else Replicate()
+    plan.update({
+        "mlp.gate_proj": ColwiseParallel(input_layouts=gate_up_input, variant=variant),
+        "mlp.up_proj": ColwiseParallel(input_layouts=gate_up_input, variant=variant),
+        "mlp.down_proj": RowwiseParallel(output_layouts=seq, variant=variant),
+    })
+    return plan
 
 
 def style_from_name(name: str, variant: str = "auto") -> ParallelStyle:
