@@ -299,6 +299,14 @@ def job_bad_inputs(ctx):
             fn(*args, **kwargs)
 
     mesh = _mesh(ctx)
+    # Like torch's styles (src_data_rank=0): every rank ends up with its shard of rank 0's layer.
+    torch.manual_seed(100 + ctx.rank)
+    mine = nn.Linear(4, 2 * ctx.world)
+    torch.manual_seed(100)
+    rank0 = nn.Linear(4, 2 * ctx.world)
+    ColwiseParallel()._apply(mine, mesh)
+    assert torch.equal(mine.weight.to_local().cpu(), rank0.weight.detach().chunk(ctx.world, 0)[ctx.rank])
+    assert torch.equal(mine.bias.to_local().cpu(), rank0.bias.detach().chunk(ctx.world, 0)[ctx.rank])
     raises(ValueError, r"ColwiseParallel: input_layouts must be Replicate\(\) or Shard\(dim\), got P",
            ColwiseParallel, input_layouts=Partial())
     raises(ValueError, r"ColwiseParallel: output_layouts Shard\(0\): a colwise output is sharded along its last",

@@ -55,7 +55,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel as _TorchColwise
 from torch.distributed.tensor.parallel import RowwiseParallel as _TorchRowwise
 
@@ -349,6 +349,21 @@ def _swap_class(module: nn.Linear, base: type, who: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _distribute(param: torch.Tensor, mesh, group, layout, src: int | None) -> DTensor:
+    """``param`` (the full tensor) as a DTensor with ``layout`` on ``mesh``, on the heap's device.
+
+    What ``distribute_tensor`` does for an even split, with a broadcast of group rank ``src``'s
+    tensor (None: every rank keeps its own, torch's ``src_data_rank=None``) and local slicing in
+    place of its scatter: gloo has no scatter of CUDA tensors, and ranks sharing a GPU use gloo."""
+    full = param.detach().to(get_heap().device)
+    if src is not None and dist.get_world_size(group) > 1:
+        full = full.contiguous().clone()
+        dist.broadcast(full, src=dist.get_global_rank(group, src), group=group)
+    if isinstance(layout, Shard):
+        full = full.chunk(dist.get_world_size(group), layout.dim)[dist.get_rank(group)].contiguous()
+    return DTensor.from_local(full, mesh, [layout], run_check=False)
+
+
 def _check_placement(who: str, name: str, value, allowed: tuple[type, ...]) -> None:
     if not isinstance(value, allowed):
         names = " or ".join(f"{t.__name__}()" if t is Replicate else f"{t.__name__}(dim)" for t in allowed)
@@ -384,8 +399,7 @@ class _TilefuseStyle:
             param = getattr(module, name)
             if param is None:
                 continue
-            dparam = distribute_tensor(param.detach(), device_mesh, [layout],
-                                       src_data_rank=getattr(self, "src_data_rank", 0))
+            dparam = _distribute(param, device_mesh, group, layout, getattr(self, "src_data_rank", 0))
             module.register_parameter(name, nn.Parameter(dparam, requires_grad=param.requires_grad))
         _swap_class(module, self.LINEAR, who)
         module._tilefuse_tp = TPLinearPlan(self.KIND, self.input_layouts[0], self.output_layouts[0],
