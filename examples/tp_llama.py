@@ -21,7 +21,9 @@ Two layouts:
   layout (HF's ``tp_plan``: colwise local GEMMs, rowwise ``gemm_all_reduce``), eagerly and, on GPUs,
   captured in a CUDA graph (``*_graph`` methods; torch's styles only with NCCL).
 
-Before timing, the tilefuse copy's output (and input gradient) is checked against the torch copy's.
+Before timing, each method's output (and input gradient) is checked against the unsharded layers run
+on all tokens (tilefuse's must agree; a torch method whose collectives cannot run is reported "not
+run" with the reason).
 Times are medians of CUDA-event times with the methods' calls interleaved (``benchmarks.timing``),
 the maximum over ranks. One long-format CSV row per (layout, M, method, metric).
 
@@ -144,7 +146,7 @@ def _rank_main(ctx, args) -> list:
     if not ctx.on_gpu:
         dtype = torch.float32  # the interpreter's bf16 arithmetic is wrong
         torch.set_num_threads(1)
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
     cfg = LlamaConfig(hidden_size=args.hidden, intermediate_size=args.inter, num_attention_heads=args.heads,
                       num_key_value_heads=args.kv_heads, num_hidden_layers=args.layers, vocab_size=128,
                       max_position_embeddings=max(args.tokens, 8192), attn_implementation="sdpa")
@@ -164,58 +166,93 @@ def _rank_main(ctx, args) -> list:
         rows.append({**base, "layout": layout, "M": M, "method": method, "metric": metric, "value": value,
                      "note": note})
 
-    def check(layout, M, what, got, ref):
+    def check(layout, M, method, what, got, ref):
+        """``got`` against the unsharded stack's ``ref``; tilefuse must agree, torch's is recorded."""
         err = rel_error(got, ref)
-        add(layout, M, "tilefuse", f"rel_err_{what}", err, "against torch's styles")
-        if err > tol:
-            raise AssertionError(f"{layout} M={M}: tilefuse's {what} differs from torch's: relative error "
-                                 f"{err:.3g} > {tol:g}")
+        add(layout, M, method, f"rel_err_{what}", err, "against the unsharded layers")
+        if method == "tilefuse" and not err <= tol:
+            raise AssertionError(f"{layout} M={M}: tilefuse's {what} differs from the unsharded layers': "
+                                 f"relative error {err:.3g} > {tol:g}")
+
+    def build(layout, M):
+        """The parallelized copies; torch's may fail where its collectives cannot run (gloo on GPUs)."""
+        models = {"tilefuse": parallelized(full, mesh, plans[(layout, "tilefuse")])}
+        try:
+            models["torch"] = parallelized(full, mesh, plans[(layout, "torch")])
+        except Exception as err:
+            add(layout, M, "torch", "ms", float("nan"), f"not run: {type(err).__name__}: {err}"[:200])
+        return models
+
+    def first_calls(layout, M, models, call):
+        """One checked call of each method; a torch method that raises is dropped with a row saying why."""
+        outs = {}
+        for method, model in list(models.items()):
+            try:
+                outs[method] = call(model)
+            except Exception as err:
+                if method == "tilefuse":
+                    raise
+                add(layout, M, method, "ms", float("nan"), f"not run: {type(err).__name__}: {err}"[:200])
+                del models[method]
+        return outs
 
     reps = dict(cpu_reps=args.cpu_reps, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
     if "sequence_parallel" in args.layouts:
         layout, T = "sequence_parallel", args.tokens
         if T % W:
             raise ValueError(f"--tokens {T} must be divisible by the world size {W}")
-        models = {m: parallelized(full, mesh, plans[(layout, m)]) for m in ("tilefuse", "torch")}
         g = torch.Generator(device=dev).manual_seed(1)
-        x = torch.randn(1, T // W, args.hidden, device=dev, dtype=dtype, generator=g)
-        dy = torch.randn(1, T // W, args.hidden, device=dev, dtype=dtype, generator=g)
-        pos = rope(x, torch.arange(T, device=dev)[None])
+        x_full = torch.randn(1, T, args.hidden, device=dev, dtype=dtype, generator=g)
+        dy_full = torch.randn(1, T, args.hidden, device=dev, dtype=dtype, generator=g)
+        rows_r = slice(ctx.rank * (T // W), (ctx.rank + 1) * (T // W))
+        x, dy = x_full[:, rows_r].contiguous(), dy_full[:, rows_r].contiguous()
+        pos = rope(x_full, torch.arange(T, device=dev)[None])
+        xf = x_full.clone().requires_grad_()
+        y_ref = full(xf, pos)
+        y_ref.backward(dy_full)
+        y_ref, dx_ref = y_ref.detach()[:, rows_r], xf.grad[:, rows_r]
+        del xf
+        full.zero_grad(set_to_none=True)
 
         def step(model):
             def run():
                 xi = x.detach().requires_grad_()
-                model(xi, pos).backward(dy)
-                return xi.grad
+                y = model(xi, pos)
+                y.backward(dy)
+                return y.detach(), xi.grad
             return run
 
-        outs = {m: (model(x, pos).detach(), step(model)()) for m, model in models.items()}
-        check(layout, T, "output", outs["tilefuse"][0], outs["torch"][0])
-        check(layout, T, "input_grad", outs["tilefuse"][1], outs["torch"][1])
+        models = build(layout, T)
+        outs = first_calls(layout, T, models, lambda model: step(model)())
+        for method, (y, dx) in outs.items():
+            check(layout, T, method, "output", y, y_ref)
+            check(layout, T, method, "input_grad", dx, dx_ref)
         fns = {m: step(model) for m, model in models.items()}
-        if args.async_tp:
+        if args.async_tp and "torch" in models:
             fns.update(_async_tp(ctx, models["torch"], step, add, layout, T))
         for method, ms in zip(fns, bench_interleaved(ctx, list(fns.values()), **reps)):
             add(layout, T, method, "ms", ms, "forward + backward")
         del models, outs, fns
     if "decode" in args.layouts:
         layout = "decode"
-        models = {m: parallelized(full, mesh, plans[(layout, m)]) for m in ("tilefuse", "torch")}
+        models = build(layout, 0)
         for M in args.decode:
             g = torch.Generator(device=dev).manual_seed(M)
             x = torch.randn(M, 1, args.hidden, device=dev, dtype=dtype, generator=g)
             pos = rope(x, torch.full((M, 1), args.tokens - 1, device=dev))
             with torch.no_grad():
-                outs = {m: model(x, pos) for m, model in models.items()}
-                check(layout, M, "output", outs["tilefuse"], outs["torch"])
+                y_ref = full(x, pos)
+                outs = first_calls(layout, M, models, lambda model, x=x, pos=pos: model(x, pos))
+                for method, y in outs.items():
+                    check(layout, M, method, "output", y, y_ref)
                 fns = {m: (lambda model=model, x=x, pos=pos: model(x, pos)) for m, model in models.items()}
                 if ctx.on_gpu:
                     fns["tilefuse_graph"] = _graph(ctx, fns["tilefuse"])
-                    if dist.get_backend() == "nccl":
+                    if "torch" in models and dist.get_backend() == "nccl":
                         fns["torch_graph"] = _graph(ctx, fns["torch"])
                     else:
-                        add(layout, M, "torch_graph", "ms", float("nan"), "not run: torch's collectives on gloo "
-                            "(ranks sharing a GPU) cannot be captured")
+                        add(layout, M, "torch_graph", "ms", float("nan"), "not run: torch's styles need NCCL "
+                            "(ranks sharing a GPU use gloo, whose collectives cannot be captured)")
                 for method, ms in zip(fns, bench_interleaved(ctx, list(fns.values()), **reps)):
                     add(layout, M, method, "ms", ms, "forward, CUDA graph replay" if method.endswith("_graph")
                         else "forward, eager")
@@ -235,8 +272,7 @@ def _async_tp(ctx, torch_model, step, add, layout, T) -> dict:
 
         inductor_config._micro_pipeline_tp = True
         enable_symm_mem_for_group(dist.group.WORLD.group_name)
-        compiled = torch.compile(torch_model, fullgraph=False)
-        run = step(compiled)
+        run = step(torch.compile(torch_model, fullgraph=False))
         run()
         return {"torch_async_tp": run}
     except Exception as err:  # a torch build without symmetric memory: the row says why
