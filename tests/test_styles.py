@@ -342,6 +342,13 @@ def job_bad_inputs(ctx):
     row = RowwiseParallel(output_layouts=Shard(1))._apply(nn.Linear(8, 4).to(ctx.device), mesh)
     raises(ValueError, r"token dimension \(dim 1 of the input, size 3\) must be divisible by the mesh size \(2\)",
            row, torch.randn(2, 3, 4, device=ctx.device))
+    sub = torch.distributed.new_group([0])  # collective: every rank makes it
+    if ctx.rank == 0:
+        from torch.distributed.device_mesh import DeviceMesh
+
+        raises(ValueError, r"tilefuse was initialised on a process group of ranks \[0, 1\], but this mesh's group "
+               r"has ranks \[0\]; tilefuse serves one group per process", ColwiseParallel()._apply,
+               nn.Linear(4, 8), DeviceMesh.from_group(sub, ctx.device.type))
     raises(ValueError, r"'rowwise_seq' is not a style of torch's / HF's meaning", style_from_name, "rowwise_seq")
     raises(ValueError, r"entry 'norm': 'sequence_parallel' is not a style", from_hf_plan,
            {"norm": "sequence_parallel"})
