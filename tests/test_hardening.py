@@ -223,6 +223,41 @@ def test_a_rank_dying_during_init_leaves_nothing_in_dev_shm(dying):
     assert left == [], f"left in /dev/shm: {left}"
 
 
+def group_rank_dies_mid_call(rank, world, variant):
+    import tilefuse
+
+    tilefuse.init(heap_size=8 << 20)
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 32, generator=gen).half()
+    b = torch.randn(32, 16, generator=gen).half()
+    tilefuse.gemm_all_scatter(a, b, variant=variant)  # warm: the workspace exists, no host step is left
+    tilefuse.synchronize()
+    if rank == world - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        tilefuse.gemm_all_scatter(a, b, variant=variant)
+        tilefuse.synchronize()
+        return {"error": None, "s": time.monotonic() - t0}
+    except Exception as err:  # noqa: BLE001 - the message is the result
+        return {"error": f"{type(err).__name__}: {err}", "s": time.monotonic() - t0}
+
+
+@pytest.mark.parametrize("variant", ["bulk_sync", "fused_sequential"])
+def test_a_rank_dying_mid_call_makes_the_survivor_raise_within_the_bound(variant):
+    """Protocol behaviour (the device waits' bound), checked through the public API only: a peer
+    killed between two calls of a warm shape leaves the survivor's next call waiting on the device,
+    which must end in an error within TILEFUSE_WAIT_TIMEOUT, never hang or return a result."""
+    bound = 5.0
+    res = run_group(group_rank_dies_mid_call, 2, variant, timeout=120,
+                    env={"TILEFUSE_WAIT_TIMEOUT": str(bound), "TILEFUSE_HOST_TIMEOUT": str(bound)})
+    assert res[1] == ("died", -signal.SIGKILL), res
+    status, value = res[0]
+    assert status == "ok", value
+    assert value["error"] is not None, f"the call returned without its peer: {value}"
+    assert value["s"] < bound + 15, value
+
+
 # ----------------------------------------------------------------------------- bounded host steps
 def job_missing_peer(ctx, bound):
     import torch.distributed as dist
