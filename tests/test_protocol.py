@@ -210,6 +210,8 @@ def job_two_threads(ctx, calls):
         _check(ctx, op, "fused_sequential", *shape, seed=29)
 
     def worker(t):
+        if ctx.on_gpu:
+            torch.cuda.set_device(ctx.device)  # a new thread starts on GPU 0
         for i in range(calls):
             shape = (16, 24, 16) if t == 0 else (24, 16, 32)
             a, b = _operands(ctx, op, *shape, seed=30 + i)

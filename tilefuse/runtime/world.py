@@ -424,7 +424,14 @@ class CollectiveCall:
         _LOCK.acquire()
         try:
             st = _state()
-            check_current_device(self.op, st.heap.device)
+            try:
+                check_current_device(self.op, st.heap.device)
+            except RuntimeError:
+                if not st.poisoned:  # the peers are making this call: count it on every rank, as failed
+                    with torch.cuda.device(st.heap.device):
+                        _launch_begin(st, int(P.SIG_FAILED), ())
+                        _note_end(st)
+                raise
             if st.poisoned:
                 raise PoisonedError(st.poisoned)
             err = _collect(sync=False)

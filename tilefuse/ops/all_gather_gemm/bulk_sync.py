@@ -62,5 +62,5 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
         BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, num_warps=4,
     )
     mid_barrier(heap, 0)  # every peer's shard has landed in a_gathered
-    matmul(ag, b, c, cfg)
+    matmul(ag, b, c, cfg, ctl(heap))  # nothing if the call was aborted
     return finish(call, c, ag.clone() if return_gathered else None, return_gathered)

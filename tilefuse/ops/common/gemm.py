@@ -34,6 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ...runtime import primitives as P
+
 # ---------------------------------------------------------------------------------------------
 # Device-side helpers
 # ---------------------------------------------------------------------------------------------
@@ -164,15 +166,22 @@ def matmul_kernel(
     M, N, K,
     # strides
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    # with IN_CALL: the control block of the collective call this GEMM belongs to
+    ctl_ptr,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, IN_CALL: tl.constexpr,
 ):
-    """Persistent C [M, N] = A [M, K] @ B [K, N]; program pid computes tiles pid, pid + NUM_PROGRAMS, ..."""
+    """Persistent C [M, N] = A [M, K] @ B [K, N]; program pid computes tiles pid, pid + NUM_PROGRAMS, ...
+
+    With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives)."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
+    if IN_CALL:
+        _, live = P.call_epoch(ctl_ptr)
+        num_tiles = tl.where(live, num_tiles, 0)
     a_op, b_op = gemm_operands(
         a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
@@ -304,8 +313,9 @@ def ensure_triton_allocator() -> None:
     _allocator_installed.set(True)
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config) -> torch.Tensor:
-    """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``.
+def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch.Tensor | None = None) -> torch.Tensor:
+    """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
+    block) the GEMM is part of a collective call and does nothing if the call was aborted.
 
     ``a [M, K]``, ``b [K, N]`` and ``c [M, N]`` on one device, at any strides (``c`` may be a
     column block of a wider matrix). fp32 accumulation, output cast to ``c.dtype``. Uses
@@ -331,8 +341,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config) -> torch.T
         a, b, c,
         M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        ctl if ctl is not None else c,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
-        NUM_PROGRAMS=num_programs, USE_TMA=use_tma, B_KMAJOR=b_kmajor,
+        NUM_PROGRAMS=num_programs, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c

@@ -101,8 +101,10 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool) -> Call
         c = torch.full((rows, N), float("nan"), dtype=a.dtype, device=a.device)
     else:
         c = torch.empty((rows, N), dtype=a.dtype, device=a.device)
-    # K_loc may differ between ranks: the signature holds everything else.
-    key = (OP, variant, call.M, N, str(a.dtype), tuple(call.config.to_dict().values()))
+    # K_loc may differ between ranks (and with it BLOCK_K or the program counts of a default config):
+    # the signature holds the shapes and the tile grid that the flags and slots follow.
+    cfg = call.config
+    key = (OP, variant, call.M, N, str(a.dtype), cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M)
     if rows == 0 or N == 0:
         begin(key)
         return Call(call, rows, c, None, None, None)
