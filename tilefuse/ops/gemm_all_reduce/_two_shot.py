@@ -60,24 +60,25 @@ def produce_owned(
     for step in range(0, world):
         owner = owner_at(cur_rank, step, world)
         first, count = owner_rows(owner, M, world)
-        # The owner's row block of A as an [count, K] matrix of its own.
-        a_owner = a_ptr + tl.cast(first, tl.int64) * stride_am
-        a_op, b_op = gemm_operands(a_owner, b_ptr, count, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                   BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-        block = my_slot + tl.cast(first, tl.int64) * stride_sm
-        start = (pid + NUM_PROGRAMS - (step * tiles_per_owner) % NUM_PROGRAMS) % NUM_PROGRAMS
-        for j in range(start, tiles_per_owner, NUM_PROGRAMS):
-            pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
-            if pid_m * BLOCK_M < count:  # tiles past a short block's end: nothing to send
-                acc = gemm_tile(a_op, b_op, pid_m, pid_n, count, N, K, stride_am, stride_ak, stride_bk,
-                                stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
-                offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-                ptrs = block + offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN]
-                mask = (offs_m[:, None] < count) & (offs_n[None, :] < N)  # [BM, BN]
-                P.store(ptrs, acc.to(stage_ptr.dtype.element_ty), cur_rank, owner, heap_bases, mask=mask)
-                if RELEASE:
-                    # Release: pairs with the first acquire in reduce_owned (WAIT) on rank `owner`.
-                    tile_release(flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases)
+        if count > 0:  # an owner without rows (M small against W): no descriptor of 0 rows
+            # The owner's row block of A as an [count, K] matrix of its own.
+            a_owner = a_ptr + tl.cast(first, tl.int64) * stride_am
+            a_op, b_op = gemm_operands(a_owner, b_ptr, count, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                       BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
+            block = my_slot + tl.cast(first, tl.int64) * stride_sm
+            start = (pid + NUM_PROGRAMS - (step * tiles_per_owner) % NUM_PROGRAMS) % NUM_PROGRAMS
+            for j in range(start, tiles_per_owner, NUM_PROGRAMS):
+                pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
+                if pid_m * BLOCK_M < count:  # tiles past a short block's end: nothing to send
+                    acc = gemm_tile(a_op, b_op, pid_m, pid_n, count, N, K, stride_am, stride_ak, stride_bk,
+                                    stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
+                    offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+                    ptrs = block + offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN]
+                    mask = (offs_m[:, None] < count) & (offs_n[None, :] < N)  # [BM, BN]
+                    P.store(ptrs, acc.to(stage_ptr.dtype.element_ty), cur_rank, owner, heap_bases, mask=mask)
+                    if RELEASE:
+                        # Release: pairs with the first acquire in reduce_owned (WAIT) on rank `owner`.
+                        tile_release(flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases)
 
 
 @triton.jit
