@@ -29,6 +29,7 @@ rendezvous are bounded (:mod:`tilefuse.runtime.hostsync`).
 from __future__ import annotations
 
 import bisect
+import gc
 import itertools
 import mmap
 import os
@@ -349,6 +350,7 @@ class SymmetricHeap:
         if self._closed:
             return
         self._closed = True
+        gc.collect()  # blocks held only by unreachable cycles (a traceback, say) are not the user's
         skip = []
         for t in internal:
             start = self._allocator.block_start(self.offset_of(t)) if self.is_on_heap(t) else None
