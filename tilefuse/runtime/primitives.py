@@ -164,9 +164,13 @@ def _launch_metadata(label: str):
 
 def kernel(fn):
     """``triton.jit`` for a kernel launched by tilefuse: ranks and signatures are not specialised on,
-    and profiler traces name the op, the variant and the sizes (``launch_metadata``)."""
+    profiler traces name the op, the variant and the sizes (``launch_metadata``), and launches of an
+    argument signature seen before skip Triton's per-launch binding (:mod:`.launcher`). For kernels
+    that are launched, not called from other kernels."""
+    from .launcher import FastKernel
+
     names = [n for n in inspect.signature(fn).parameters if n in _RUNTIME_INTS]
-    return triton.jit(do_not_specialize=names, launch_metadata=_launch_metadata(_label(fn)))(fn)
+    return FastKernel(triton.jit(do_not_specialize=names, launch_metadata=_launch_metadata(_label(fn)))(fn), names)
 
 
 @triton.jit

@@ -68,7 +68,6 @@ class _State:
     sigs: dict = field(default_factory=dict)  # signature key -> (hash, text)
     texts: dict = field(default_factory=dict)  # hash -> text, for error messages
     last_stream: object = None
-    last_event: object = None
 
 
 _STATE: _State | None = None
@@ -377,7 +376,7 @@ def _order_stream(st: _State) -> None:
         return
     stream = torch.cuda.current_stream(st.heap.device)
     if st.last_stream is not None and stream != st.last_stream:
-        stream.wait_event(st.last_event)
+        stream.wait_stream(st.last_stream)  # everything queued there so far, the last call included
     st.last_stream = stream
 
 
@@ -385,11 +384,7 @@ def _note_end(st: _State) -> None:
     if st.heap.device.type != "cuda":
         return
     if _capturing(st):
-        st.last_stream = None  # no event recorded inside the graph: the next eager call waits on nothing
-    else:
-        if st.last_event is None:
-            st.last_event = torch.cuda.Event()
-        st.last_event.record(torch.cuda.current_stream(st.heap.device))
+        st.last_stream = None  # the next eager call waits on nothing recorded inside the graph
     st.status_host.copy_(st.ctl[int(P.CTL_POISON):int(P.CTL_ERRORS) + 1], non_blocking=True)
 
 

@@ -158,7 +158,7 @@ def load_tile(ptr, offs_m, offs_n, M, N, stride_m, stride_n):
 # ---------------------------------------------------------------------------------------------
 
 
-@triton.jit
+@P.kernel
 def matmul_kernel(
     # pointers
     a_ptr, b_ptr, c_ptr,
@@ -203,7 +203,7 @@ def matmul_kernel(
 
 def _interpreting() -> bool:
     """True when this module's kernels run in Triton's interpreter (decided when it was imported)."""
-    return type(matmul_kernel).__name__ == "InterpretedFunction"
+    return type(matmul_kernel.jit_fn).__name__ == "InterpretedFunction"
 
 
 def _env_flag(name: str) -> bool:

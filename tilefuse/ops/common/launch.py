@@ -72,12 +72,19 @@ def resolve_config(op: str, config: Config | None, M: int, N: int, K: int, dtype
     """The caller's config (checked to fit the device) or the heuristic default."""
     sms = hw.num_sms(heap.device)
     if config is None:
-        config = default_config(M, N, K, dtype, num_sms=sms, interpreter=hw.interpreting(), comm=comm)
-    elif not isinstance(config, Config):
+        return _default_config(M, N, K, dtype, sms, hw.interpreting(), comm)  # checked when made
+    if not isinstance(config, Config):
         raise TypeError(f"{op}: config must be a tilefuse Config, got {type(config).__name__}")
     if comm and config.COMM_SMS < 1:
         raise ValueError(f"{op}: this variant needs COMM_SMS >= 1 communication programs, "
                          f"got {config.COMM_SMS}")
+    check_config_fits(config, sms)
+    return config
+
+
+@functools.lru_cache(maxsize=4096)
+def _default_config(M: int, N: int, K: int, dtype, sms: int, interpreter: bool, comm: bool) -> Config:
+    config = default_config(M, N, K, dtype, num_sms=sms, interpreter=interpreter, comm=comm)
     check_config_fits(config, sms)
     return config
 
@@ -313,8 +320,7 @@ class GemmCall:
 
     def key(self, variant: str, *extra) -> tuple:
         """The call's signature: what every rank must agree on (checked by the begin kernel)."""
-        return (self.op, variant, tuple(self.a.shape), tuple(self.b.shape), str(self.a.dtype),
-                tuple(self.config.to_dict().values())) + extra
+        return (self.op, variant, tuple(self.a.shape), tuple(self.b.shape), self.a.dtype, self.config) + extra
 
     @property
     def num_tiles(self) -> int:
