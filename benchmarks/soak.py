@@ -6,7 +6,10 @@ from one seeded generator, so the ranks agree on every call without talking. Eve
 ``--check-every``-th call (and the last) is compared with the op's reference
 (``tilefuse.ops.registry.get(op, "reference")``). After ``--warmup`` calls and at the end the run
 records ``torch.cuda.memory_allocated`` (GPU), the heap's ``bytes_used`` and the process's resident
-memory, the maximum over ranks; the differences are what "flat after warm-up" means.
+memory, the maximum over ranks; the differences are what "flat after warm-up" means. The ops'
+workspace cache grows up to its byte budget (a fraction of the heap) and then evicts: for a flat
+heap after warm-up, let the warm-up reach the budget (a smaller ``--heap-size``, or more ``--warmup``
+calls); the CSV records the budget beside the readings.
 
 Output: one long-format CSV (``metric, value, op, world, ...`` and the run facts) and a one-line
 summary starting with ``soak:``. The exit status is 1 when a check failed or a call raised (the run
@@ -146,8 +149,13 @@ def run_soak(ctx, opts: dict) -> dict:
     end = _memory(ctx)
     warm = warm or end
     peak = {k: max(peak[k], end[k]) for k in MEMORY}
+    from tilefuse.ops.common import launch as oplaunch
+
+    budget = getattr(oplaunch, "workspace_budget", None)  # the workspace cache's byte budget, where it has one
     mine = {"calls": done, "requested": calls, "distinct_shapes": len(shapes), "per_op": per_op,
-            "warm": warm, "end": end, "peak": peak, "seconds": seconds, "error": error}
+            "warm": warm, "end": end, "peak": peak, "seconds": seconds, "error": error,
+            "workspace_budget": budget(ctx.heap) if budget is not None else float("nan"),
+            "heap_size": ctx.heap.size}
     return ctx.all_gather_object(mine)  # every rank's record, so rank 0 reports them under torchrun too
 
 
@@ -172,6 +180,8 @@ def summarize(results: list, opts: dict, world: int, info: dict) -> tuple[list, 
     add("distinct_shapes", first["distinct_shapes"])
     add("seconds", seconds)
     add("calls_per_s", calls / seconds if seconds > 0 else float("nan"))
+    add("heap_size", first["heap_size"])
+    add("workspace_budget_bytes", first["workspace_budget"])
     growth = {}
     for key in MEMORY:
         warm = max(r["warm"][key] for r in results)
@@ -194,7 +204,8 @@ def summarize(results: list, opts: dict, world: int, info: dict) -> tuple[list, 
             f"({', '.join(ops)}), world {world} on {info['device']}: checked {checked}, failed {shown_failed}; "
             f"after warm-up ({opts['warmup']} calls) torch allocated {mem['torch_allocated_warm']} -> "
             f"{mem['torch_allocated_end']} B, heap used {mem['heap_bytes_used_warm']} -> "
-            f"{mem['heap_bytes_used_end']} B ({'flat' if flat else 'GREW'}); {seconds:.0f} s")
+            f"{mem['heap_bytes_used_end']} B ({'flat' if flat else 'GREW'}; workspace budget "
+            f"{first['workspace_budget']:.0f} B of a {first['heap_size']} B heap); {seconds:.0f} s")
     if errors:
         line += f"; first error: {errors[0]}"
     return rows, line, ok, flat
