@@ -14,16 +14,16 @@ timeout 45 "$PY" -m benchmarks.host_profile --op all_gather_gemm --variant wg_sp
 stamp host_profile $? >> "$R/host_profile.txt"
 timeout 75 "$PY" -m benchmarks.host_overhead --world 1 --M 1,16,128 --no-graphs --csv "$R/host_overhead_ws1.csv" > "$R/host_overhead.log" 2>&1
 stamp host_overhead $? >> "$R/host_overhead.log"
-group protocol 150 tests/test_protocol.py &
-group graphs 150 tests/test_graphs.py &
-group misc 150 tests/test_gemm_reduce_scatter.py tests/test_gemm_all_reduce.py tests/test_runtime.py tests/test_all_gather_gemm.py -k "ragged or one_sided or harness or bounded or bitwise or copy_engine or mismatched" &
+group protocol 130 tests/test_protocol.py &
+group graphs 130 tests/test_graphs.py &
+group misc 130 tests/test_gemm_reduce_scatter.py tests/test_gemm_all_reduce.py tests/test_runtime.py tests/test_all_gather_gemm.py -k "ragged or one_sided or harness or bounded or bitwise or copy_engine or mismatched" &
 wait
 grep -h "FAILED\|== tests\|passed\|failed" "$R"/tests_*.log > "$R/tests_summary.txt"
 SMI=$(clocks "$R/clocks.csv")
 for op in all_gather_gemm gemm_all_scatter gemm_reduce_scatter; do
     V=bulk_sync,producer_consumer,fused_sequential,wg_specialized,auto
     [[ $op == all_gather_gemm ]] && V=$V,pc_copy_engines
-    timeout -k 5 45 "$PY" -m benchmarks suite --world 2 --ops "$op" --sets llama3-8b --variants "$V" \
+    timeout -k 5 40 "$PY" -m benchmarks suite --world 2 --ops "$op" --sets llama3-8b --variants "$V" \
         --csv "$R/suite_w2.csv" --append --no-progress >> "$R/suite_w2.log" 2>&1
     stamp "suite w2 $op" $? >> "$R/suite_w2.log"
 done
