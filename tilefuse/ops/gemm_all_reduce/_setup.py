@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ def check_bias(op: str, bias, a: torch.Tensor, b: torch.Tensor) -> None:
 MIN_DEFAULT_BLOCK_N = 32
 
 
+@functools.lru_cache(maxsize=4096)  # on every call without a config: the host path at decode sizes
 def fill_device(cfg, M: int, N: int, *, comm: bool):
     """The default config, with BLOCK_N halved (down to 32, or the config's own if smaller) while the
     tiles would leave GEMM programs idle.
