@@ -98,6 +98,8 @@ def samples(op: str, arch: str, world: int, dtype: str) -> list[Sample]:
 
 
 def predict_from(data: list[Sample], M: int, N: int, K: int, *, radius: float = RADIUS) -> Prediction | None:
+    if min(M, N, K) < 1:
+        return None  # an empty operand: nothing to predict (the plain path handles it)
     q = (math.log2(M), math.log2(N), math.log2(K))
     near = sorted(((math.dist(q, s.point()), s) for s in data), key=lambda t: t[0])
     near = [(d, s) for d, s in near if d <= radius]
