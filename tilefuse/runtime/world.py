@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from . import _env
+from . import _env, hostsync
 from . import primitives as P
 from .heap import SymmetricHeap, resolve_heap_size
 
@@ -151,6 +151,7 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
     bound_s = wait_timeout_s(backend)
     heap = SymmetricHeap(size, group, backend, _device_for(backend, group))
     ctl = heap.zeros(P.ctl_words(heap.world_size), dtype=torch.int64)
+    heap.mark_internal(ctl)  # tilefuse's own: not a user tensor left alive at shutdown
     if heap.offset_of(ctl) != 0:
         raise RuntimeError("tilefuse.init: the control block must be the heap's first allocation")
     ctl[int(P.CTL_BOUND_NS)] = int(bound_s * 1e9)
@@ -498,7 +499,7 @@ def barrier() -> None:
     """Host barrier: this rank's device work is finished and every rank got here."""
     st = _state()
     synchronize()
-    dist.barrier(group=st.heap.group)
+    hostsync.barrier(st.heap.group, what="tilefuse.barrier")
 
 
 def device_barrier() -> None:
@@ -525,7 +526,8 @@ def reset() -> None:
     with _LOCK:
         if heap.device.type == "cuda":
             torch.cuda.synchronize(heap.device)
-        dist.barrier(group=heap.group)
+        hostsync.reset(heap.group)
+        hostsync.barrier(heap.group, what="tilefuse.reset: entry")
         for hook in _RESET_HOOKS:
             hook()
         bound = int(st.ctl[int(P.CTL_BOUND_NS)].item())
@@ -538,7 +540,7 @@ def reset() -> None:
         st.poisoned = None
         if heap.device.type == "cuda":
             torch.cuda.synchronize(heap.device)
-        dist.barrier(group=heap.group)
+        hostsync.barrier(heap.group, what="tilefuse.reset: exit")
 
 
 _SHUTDOWN_HOOKS: list = []

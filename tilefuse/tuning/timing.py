@@ -32,7 +32,7 @@ def median_ms(fn, *, device: torch.device, warmup: int = 3, reps: int = 10, grou
 def medians_interleaved(fns: list, *, device: torch.device, warmup: int = 3, reps: int = 10, group=None) -> list:
     """Median milliseconds of each ``fns[i]()`` over ``reps`` calls, max over ranks, the functions'
     calls interleaved one by one (repetition r starts with function r mod n): a GPU clock that drifts
-    or swings under its power cap then reaches every function alike (docs/PERF.md, session 3)."""
+    or swings under its power cap then reaches every function alike (docs/PERF.md, "Method")."""
     on_gpu = device.type == "cuda"
     multi = dist.is_initialized() and dist.get_world_size(group) > 1
     for _ in range(warmup):

@@ -86,7 +86,7 @@ def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 FINAL_ROUNDS = 4  # second-pass rounds (calls interleaved); each finalist's time is the median of its rounds
 MARGIN = 0.03  # a variant replaces the plain path only if it is at least this much faster (drift between
-# measurements of the same GEMM on one H200 reached 5-10 % within a run: docs/PERF.md, session 3)
+# measurements of the same GEMM on one H200 reached 5-10 % within a run: docs/PERF.md, "Method")
 
 
 def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int, keep: int,
@@ -141,7 +141,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     timed = sorted((c for c in candidates if "time_ms" in c), key=lambda c: c["time_ms"])
     # Second pass: the plain path and the best few again, their calls interleaved one by one, in
     # FINAL_ROUNDS rounds (a GPU at its power cap swings its clock: timing one candidate after another
-    # hands each a different phase; docs/PERF.md, session 3).
+    # hands each a different phase; docs/PERF.md, "Method").
     finalists = [(None, plain)] + [(c, registry.get(op, c["variant"])) for c in timed[:keep]]
     settle(runner(plain), device=device, agree=lambda n: cross_rank_max(n, None))
     calls = [runner(fn, **({} if c is None else {"config": Config.from_dict(c["config"])})) for c, fn in finalists]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ...runtime import control_block, get_heap, hw, is_initialized
+from ...runtime import control_block, get_heap, hostsync, hw, is_initialized
 from ...runtime import world as _world
 from ...runtime.world import CollectiveCall, check_current_device, on_reset, on_shutdown
 from .checks import check_out_tensor
@@ -216,7 +216,7 @@ def clear_workspaces() -> None:
         return
     heap = get_heap()
     _world.synchronize()
-    dist.barrier(group=heap.group)
+    hostsync.barrier(heap.group, what="tilefuse.clear_workspaces")
     _drop_workspaces()
 
 
@@ -236,6 +236,7 @@ def _drop_all() -> None:
     if captured and is_initialized():
         # A graph replayed after shutdown reads the control block (its generation is now invalid, so
         # the call aborts before touching anything else): keep that memory until the process ends.
+        get_heap().mark_internal(*(b for ws in captured for b in ws.buffers.values()))
         _RETIRED.append((control_block(), list(captured)))
     _WORKSPACES.clear()
     _KEPT_FOR_GRAPHS.clear()
