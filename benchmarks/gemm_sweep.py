@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
-import os
-import subprocess
 import time
 
 import torch
@@ -34,10 +32,9 @@ WARPS_STAGES = [(4, 3), (8, 3), (4, 4)]
 
 
 def _commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
-    except Exception:
-        return os.environ.get("TILEFUSE_COMMIT", "unknown")
+    from .results import commit_id
+
+    return commit_id()
 
 
 def main(argv=None) -> None:

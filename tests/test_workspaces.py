@@ -35,8 +35,10 @@ def job_many_shapes(ctx, shapes, budget_fraction):
             peak = max(peak, launch.workspace_bytes())
             assert launch.workspace_bytes() <= launch.workspace_budget(heap)
         keys = [str(k) for k in launch.workspace_keys()]
+        del a, b, out
         tilefuse.clear_workspaces()
-        assert launch.workspace_bytes() == 0 and heap.bytes_used == base_used
+        assert launch.workspace_bytes() == 0
+        assert heap.bytes_used <= base_used, (heap.bytes_used, base_used)
         return peak, keys
     finally:
         os.environ.pop("TILEFUSE_WORKSPACE_FRACTION", None)

@@ -226,6 +226,7 @@ def _drop_workspaces() -> None:
     _KEPT_FOR_GRAPHS.extend(ws for ws in _WORKSPACES.values() if ws.captured)
     _WORKSPACES.clear()
     _VERIFIED_OUT.clear()
+    gc.collect()  # blocks held by reference cycles come back now, on every rank alike
 
 
 _RETIRED: list = []  # (control block, workspaces) of closed heaps that captured CUDA graphs still name
