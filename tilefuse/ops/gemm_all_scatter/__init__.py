@@ -26,10 +26,11 @@ def gemm_all_scatter(a, b, *, variant: str = "auto", config=None, group=None, ou
     and K (ragged edges are masked).
 
     ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (torch.matmul + all_gather) or
-    ``"auto"`` (the tuned table, else the heuristic). ``config``: a :class:`tilefuse.Config`
-    overriding tile sizes and the GEMM_SMS/COMM_SMS split. ``out``: optional heap tensor
-    ``[M, W*N_loc]`` (same offset on every rank) written in place; without it the result is copied
-    out of the op's heap buffer into a fresh tensor (one extra read and write of c).
+    ``"auto"`` (a measured choice: table, cache, first-call tuning or cost model; else the plain path, ``tilefuse/tuning/README.md``). ``config``: a :class:`tilefuse.Config`
+    overriding tile sizes and the GEMM_SMS/COMM_SMS split. ``out``: optional ``[M, W*N_loc]`` tensor of
+    the result's dtype and device: a contiguous heap tensor (same offset on every rank) is written in
+    place, any other tensor receives a copy of the op's heap buffer; without it the result is copied
+    into a fresh tensor (one extra read and write of c).
 
     Returns once every rank's tiles have landed in this rank's result (stream-ordered on a GPU:
     the data is complete for any later work on the current stream). Collective: every rank must
