@@ -26,7 +26,8 @@ def gemm_all_scatter(a, b, *, variant: str = "auto", config=None, group=None, ou
     and K (ragged edges are masked).
 
     ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (torch.matmul + all_gather) or
-    ``"auto"`` (a measured choice: table, cache, first-call tuning or cost model; else the plain path, ``tilefuse/tuning/README.md``). ``config``: a :class:`tilefuse.Config`
+    ``"auto"`` (a measured choice,
+    else the plain path: ``tilefuse/tuning/README.md``). ``config``: a :class:`tilefuse.Config`
     overriding tile sizes and the GEMM_SMS/COMM_SMS split. ``out``: optional ``[M, W*N_loc]`` tensor of
     the result's dtype and device: a contiguous heap tensor (same offset on every rank) is written in
     place, any other tensor receives a copy of the op's heap buffer; without it the result is copied

@@ -30,7 +30,8 @@ def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None)
     input dtype.
 
     ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (torch.matmul + reduce-scatter),
-    ``"plain"`` or ``"auto"`` (a measured choice: table, cache, first-call tuning or cost model; else the plain path, ``tilefuse/tuning/README.md``). ``config``: a
+    ``"plain"`` or ``"auto"`` (a measured choice,
+    else the plain path: ``tilefuse/tuning/README.md``). ``config``: a
     :class:`tilefuse.Config` overriding tile sizes and the GEMM_SMS/COMM_SMS split (the same on
     every rank). Heap workspace per rank, allocated on the first call of a shape: ``M*N*itemsize``
     bytes for the staging buffer (one per dtype), plus ``(M/W)*N*4`` bytes for the fp32 running sum
