@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q "torch==2.13.0"
-	$(VENV)/bin/pip install -q "triton==3.7.1" "pandas>=2.0" numpy pytest pytest-timeout ruff transformers matplotlib tqdm
+	$(VENV)/bin/pip install -q "triton==3.7.1" "pandas>=2.0" numpy pytest pytest-timeout "ruff==0.17.6" transformers matplotlib tqdm
 	$(VENV)/bin/pip install -q --no-deps -e .
 	touch $(STAMP)
 
