@@ -63,6 +63,7 @@ from tilefuse.ops import registry
 from tilefuse.ops.gemm_all_reduce import ENTRY_POINTS, OP, gemm_all_reduce
 
 from .common import commit_id, error_text, is_main_process, launch
+from .timing import capture_graph, sync
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric", "value", "device", "commit",
                "note"]
@@ -71,11 +72,6 @@ VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialize
 TWO_SHOT = tuple(f"{v}.two_shot" for v in VARIANTS)
 METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot")
 DEFAULT_METHODS = VARIANTS + ("auto", "plain", "symm_one_shot")  # two-shot: at W = 2 it moves as much
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _agree(ctx, ok: bool) -> bool:
@@ -157,7 +153,7 @@ def _check(ctx, c: torch.Tensor, ref: torch.Tensor) -> dict:
 
 
 def _time_eager(ctx, call, calls: int) -> float:
-    _sync(ctx.device)
+    sync(ctx.device)
     dist.barrier(group=ctx.host_group)
     if ctx.device.type != "cuda":
         t0 = time.perf_counter()
@@ -173,24 +169,9 @@ def _time_eager(ctx, call, calls: int) -> float:
     return start.elapsed_time(end) / calls * 1e3
 
 
-def _capture(ctx, call, warmup: int):
-    side = torch.cuda.Stream(ctx.device)
-    side.wait_stream(torch.cuda.current_stream(ctx.device))
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            call()
-    torch.cuda.current_stream(ctx.device).wait_stream(side)
-    _sync(ctx.device)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    _sync(ctx.device)
-    return graph
-
-
 def _time_graph(ctx, graph, replays: int) -> float:
     graph.replay()
-    _sync(ctx.device)
+    sync(ctx.device)
     dist.barrier(group=ctx.host_group)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -206,7 +187,7 @@ def _try(ctx, fn):
     value, err = None, None
     try:
         value = fn()
-        _sync(ctx.device)
+        sync(ctx.device)
     except Exception as e:  # recorded, and the run goes on
         err = e
     if _agree(ctx, err is None):
@@ -248,7 +229,7 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs) -> l
             del c
             graph = None
             if graphs:
-                graph, note = _try(ctx, lambda call=call: _capture(ctx, call, warmup))
+                graph, note = _try(ctx, lambda call=call: capture_graph(ctx.device, call, warmup))
                 if note is not None:
                     record(name, M, "graph", "error", float("nan"), note)
             ready[name] = (call, graph)
@@ -265,7 +246,7 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs) -> l
         for (name, mode), values in times.items():
             record(name, M, mode, "us_per_call", statistics.median(values))
         del ready
-        _sync(ctx.device)
+        sync(ctx.device)
         tilefuse.barrier()
         tilefuse.clear_workspaces()  # collective: this M's heap buffers go back
     return rows

@@ -48,15 +48,11 @@ import tilefuse
 from tilefuse.ops import registry
 
 from .common import commit_id, error_text, launch
+from .timing import capture_graph, sync
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric", "value", "device", "commit",
                "note"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _worst(ctx, code: int) -> int:
@@ -119,41 +115,26 @@ def methods(op: str, world: int) -> dict:
 def _eager(ctx, fn, calls: int, warmup: int) -> dict:
     for _ in range(warmup):
         fn()
-    _sync(ctx.device)
+    sync(ctx.device)
     _barrier(ctx)
     host = []
     for _ in range(calls):
         t0 = time.perf_counter()
         fn()
         host.append(time.perf_counter() - t0)
-    _sync(ctx.device)
+    sync(ctx.device)
     _barrier(ctx)
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
-    _sync(ctx.device)
+    sync(ctx.device)
     wall = time.perf_counter() - t0
     return {"host_us": statistics.median(host) * 1e6, "wall_us": wall / calls * 1e6}
 
 
-def _capture(ctx, fn, warmup: int):
-    side = torch.cuda.Stream(ctx.device)
-    side.wait_stream(torch.cuda.current_stream(ctx.device))
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.current_stream(ctx.device).wait_stream(side)
-    _sync(ctx.device)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    _sync(ctx.device)
-    return graph
-
-
 def _replay(ctx, graph, replays: int) -> dict:
     graph.replay()
-    _sync(ctx.device)
+    sync(ctx.device)
     _barrier(ctx)
     host = []
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -163,7 +144,7 @@ def _replay(ctx, graph, replays: int) -> dict:
         graph.replay()
         host.append(time.perf_counter() - t0)
     end.record()
-    _sync(ctx.device)
+    sync(ctx.device)
     return {"host_us": statistics.median(host) * 1e6, "wall_us": start.elapsed_time(end) / replays * 1e3}
 
 
@@ -189,7 +170,7 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs) -> list
                 err = None
                 try:
                     call()  # first call: shape exchange, workspaces, table lookup
-                    _sync(ctx.device)
+                    sync(ctx.device)
                 except Exception as e:  # recorded, and the run goes on
                     err = e
                 if not _agree(ctx, err is None):
@@ -201,11 +182,11 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs) -> list
                     continue
                 graph, err, code = None, None, 0
                 try:
-                    graph = _capture(ctx, call, warmup)
+                    graph = capture_graph(ctx.device, call, warmup)
                 except Exception as e:
                     err, code = e, 1
                     try:
-                        _sync(ctx.device)
+                        sync(ctx.device)
                     except Exception:
                         code = 2  # the context is broken: no more captures
                 worst = _worst(ctx, code)
@@ -216,7 +197,7 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs) -> list
                     continue
                 record(op, name, M, "graph", _replay(ctx, graph, replays))
                 del graph
-        _sync(ctx.device)
+        sync(ctx.device)
         tilefuse.barrier()
         tilefuse.clear_workspaces()  # collective: this op's heap buffers go back before the next op
     return rows

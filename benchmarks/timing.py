@@ -178,3 +178,26 @@ def settle(ctx: RankCtx, fn) -> int:
     from tilefuse.tuning.timing import settle as _settle
 
     return _settle(fn, device=ctx.device, agree=ctx.max)
+
+
+def sync(device: torch.device) -> None:
+    """Wait for ``device``'s work (nothing on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def capture_graph(device: torch.device, fn, warmup: int):
+    """A CUDA graph of ``fn()``, captured after ``warmup`` eager calls on a side stream (torch's recipe:
+    the warm-up makes every lazy allocation and workspace before capture)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    sync(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    sync(device)
+    return graph

@@ -67,7 +67,7 @@ def produce_tiles(
 
 
 @triton.jit
-def _load_partial(stage_ptr, src, offs, mask, heap_bases, cur_rank, stride_slot, PULL: tl.constexpr):
+def load_partial(stage_ptr, src, offs, mask, heap_bases, cur_rank, stride_slot, PULL: tl.constexpr):
     """Source ``src``'s partial of a block, converted to fp32 (zero outside ``mask``)."""
     if PULL:
         part = P.load(slot_ptr(stage_ptr, src, stride_slot) + offs, cur_rank, src, heap_bases, mask=mask, other=0.0)
@@ -111,9 +111,9 @@ def reduce_tiles(
             offs = offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [SUB_M, BN] int32
             mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [SUB_M, BN]
             # Start from s_0 itself (0.0 + -0.0 would be +0.0).
-            acc = _load_partial(stage_ptr, 0, offs, mask, heap_bases, cur_rank, stride_slot, PULL)  # [SUB_M, BN]
+            acc = load_partial(stage_ptr, 0, offs, mask, heap_bases, cur_rank, stride_slot, PULL)  # [SUB_M, BN]
             for src in range(1, world):
-                acc += _load_partial(stage_ptr, src, offs, mask, heap_bases, cur_rank, stride_slot, PULL)
+                acc += load_partial(stage_ptr, src, offs, mask, heap_bases, cur_rank, stride_slot, PULL)
             if HAS_BIAS:
                 bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
                 acc += bias[None, :]

@@ -26,6 +26,7 @@ from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire, tile_release
 from ..common.gemm import gemm_operands, gemm_tile, tile_coords, tile_offsets
 from ..common.reduce import block_offsets, owner_at, slot_ptr
+from ._tiles import load_partial
 
 
 @triton.jit
@@ -82,16 +83,6 @@ def produce_owned(
 
 
 @triton.jit
-def _load_partial(block_ptr, src, offs, mask, heap_bases, cur_rank, stride_slot, PULL: tl.constexpr):
-    """Source ``src``'s partial of a block of the owner's rows, in fp32 (zero outside ``mask``)."""
-    if PULL:
-        part = P.load(slot_ptr(block_ptr, src, stride_slot) + offs, cur_rank, src, heap_bases, mask=mask, other=0.0)
-    else:
-        part = tl.load(slot_ptr(block_ptr, src, stride_slot) + offs, mask=mask, other=0.0)
-    return part.to(tl.float32)
-
-
-@triton.jit
 def reduce_owned(
     # stage [W, M, N] (input dtype), flags [2, W, tiles_per_owner], output c [M, N], bias [N]
     stage_ptr, flags_ptr, c_ptr, bias_ptr,
@@ -130,9 +121,9 @@ def reduce_owned(
                 offs_m, offs_n = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)  # [SUB_M], [BN]
                 offs = offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [SUB_M, BN] int32
                 mask = (offs_m[:, None] < count) & (offs_n[None, :] < N)  # [SUB_M, BN]
-                acc = _load_partial(block, 0, offs, mask, heap_bases, cur_rank, stride_slot, PULL)  # [SUB_M, BN]
+                acc = load_partial(block, 0, offs, mask, heap_bases, cur_rank, stride_slot, PULL)  # [SUB_M, BN]
                 for src in range(1, world):
-                    acc += _load_partial(block, src, offs, mask, heap_bases, cur_rank, stride_slot, PULL)
+                    acc += load_partial(block, src, offs, mask, heap_bases, cur_rank, stride_slot, PULL)
                 if HAS_BIAS:
                     acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
                 total = acc.to(c_ptr.dtype.element_ty)  # [SUB_M, BN], rounded once
