@@ -14,7 +14,7 @@ RUN := $(VENV)/bin/python
 SETUP := $(STAMP)
 endif
 
-.PHONY: demo test lint setup clean
+.PHONY: demo test test-all lint setup clean
 setup: $(SETUP)
 
 $(STAMP): pyproject.toml
@@ -29,6 +29,9 @@ demo: $(SETUP)
 	$(RUN) examples/demo.py
 
 test: $(SETUP)
+	$(RUN) -m pytest -q -m "not slow"
+
+test-all: $(SETUP)
 	$(RUN) -m pytest -q
 
 lint: $(SETUP)

@@ -485,6 +485,7 @@ def test_decide_keeps_plain_within_the_margin():
     assert autotune.decide({"plain": 1.0}) == "plain"
 
 
+@pytest.mark.slow
 def test_heldout_benchmark_smoke(tmp_path):
     """benchmarks/heldout.py on CPU ranks: auto's result is checked, every method timed, the CSV written."""
     import pandas as pd

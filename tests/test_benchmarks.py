@@ -65,6 +65,7 @@ def _interpreter_breaks_on_numpy() -> bool:
 
 @pytest.mark.skipif(_interpreter_breaks_on_numpy(), reason="Triton < 3.7 interpreter with NumPy >= 2.5 "
                     "(int() of a 1-element array): the CPU suite needs the Makefile's triton 3.7.1")
+@pytest.mark.slow
 def test_world2_cli_writes_checked_rows_table_and_plots(tmp_path):
     """The CLI at world 2 on the tiny set: every method ok, torch_fused skipped with its reason."""
     csv, plot_dir = tmp_path / "suite.csv", tmp_path / "plots"
@@ -284,6 +285,7 @@ def _fails_on_rank_1(ctx, message):
     return ctx.rank
 
 
+@pytest.mark.slow
 def test_launcher_reports_a_failing_rank_and_does_not_wait_for_a_stuck_one():
     """World 2 (spawned ranks; the successful path is the CLI test's). ~20 s: two fresh processes."""
     start = time.monotonic()
@@ -295,6 +297,7 @@ def test_launcher_reports_a_failing_rank_and_does_not_wait_for_a_stuck_one():
         launch.launch(_fails_on_rank_1, 0, "never runs")
 
 
+@pytest.mark.slow
 def test_host_overhead_smoke_writes_every_method(tmp_path):
     """benchmarks.host_overhead --smoke at world 2 on CPU ranks: every variant, plain through the
     public function, the custom op and the registry entry, and torch, each with eager host and

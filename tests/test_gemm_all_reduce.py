@@ -18,7 +18,7 @@ from tilefuse.ops import registry
 
 OP = "gemm_all_reduce"
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
-WORLDS = [1, 2, 3, 4]
+WORLDS = [1, 2, 3, pytest.param(4, marks=pytest.mark.slow)]  # W = 4: GPU runs and `make test-all`
 # (M, N, K_loc): ragged in every dimension; fewer rows than one block.
 SHAPES = [(37, 72, 56), (5, 40, 24)]
 # Small blocks (several tiles per program), several reduction programs, and one warp, so that the
@@ -287,11 +287,12 @@ def test_variants_bit_identical(pools, world, on_gpu):
     _same_bits_on_every_rank(results, f"W={world}")
 
 
+@pytest.mark.parametrize("world", [3, pytest.param(4, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_two_shot(pools, variant, on_gpu):
-    """Two-shot at W = 4: owner blocks of 10, 10, 10 and 7 rows (37), fewer rows than ranks (2: two
-    owners without rows), several calls with a late rank (flags of both phases reused)."""
-    results = pools.run(4, job_against_reference, variant, [(37, 72, 56), (2, 40, 24)], calls=2, late=True,
+def test_two_shot(pools, variant, on_gpu, world):
+    """Two-shot at W = 3 and 4: uneven owner blocks (37 rows: 13, 13, 11 or 10, 10, 10, 7), fewer rows
+    than ranks (2: owners without rows), several calls with a late rank (flags of both phases reused)."""
+    results = pools.run(world, job_against_reference, variant, [(37, 72, 56), (2, 40, 24)], calls=2, late=True,
                         dtype_list=dtypes(on_gpu)[:1], two_shot=True)
     _same_bits_on_every_rank(results, f"{variant} two-shot")
 
@@ -330,6 +331,7 @@ def test_default_config_fills_the_device():
     assert fill_device(base, 4096, 8192, comm=True) is base  # enough tiles: unchanged
 
 
+@pytest.mark.slow
 def test_benchmark_smoke(tmp_path):
     """benchmarks.allreduce_decode --smoke (one rank: a spawn per rank costs more than the rest): every
     method ran (torch's one-shot all-reduce only where torch's symmetric memory works), with small

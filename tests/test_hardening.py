@@ -201,7 +201,7 @@ def group_die_during_init(rank, world, dying):
 
 
 @cpu_only
-@pytest.mark.parametrize("dying", [1, 0], ids=["peer-dies", "store-host-dies"])
+@pytest.mark.parametrize("dying", [1, pytest.param(0, marks=pytest.mark.slow)], ids=["peer-dies", "store-host-dies"])
 def test_a_rank_dying_during_init_leaves_nothing_in_dev_shm(dying):
     """Before: the heap files of a failed init stayed in /dev/shm (the survivor waited on
     ``all_gather_object`` for the process group's timeout, and nobody unlinked the dead rank's
@@ -243,7 +243,7 @@ def group_rank_dies_mid_call(rank, world, variant):
         return {"error": f"{type(err).__name__}: {err}", "s": time.monotonic() - t0}
 
 
-@pytest.mark.parametrize("variant", ["bulk_sync", "fused_sequential"])
+@pytest.mark.parametrize("variant", ["bulk_sync", pytest.param("fused_sequential", marks=pytest.mark.slow)])
 def test_a_rank_dying_mid_call_makes_the_survivor_raise_within_the_bound(variant):
     """Protocol behaviour (the device waits' bound), checked through the public API only: a peer
     killed between two calls of a warm shape leaves the survivor's next call waiting on the device,
@@ -399,6 +399,7 @@ def test_hundreds_of_distinct_allocations_leave_a_small_heap_flat(pools):
 
 
 # ----------------------------------------------------------------------------- soak smoke
+@pytest.mark.slow
 def test_soak_smoke_runs_checks_and_writes_long_csv(tmp_path):
     import pandas as pd
 

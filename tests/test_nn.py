@@ -17,7 +17,7 @@ from tilefuse.nn import (
 )
 from tilefuse.ops import registry
 
-WORLDS = [2, 3, 4]
+WORLDS = [2, 3, pytest.param(4, marks=pytest.mark.slow)]  # W = 4: GPU runs and `make test-all`
 LAYER_VARIANTS = ["reference", "auto"]
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 # (bias, local leading dims, forward steps before one backward): plain tokens; sequence-first

@@ -12,7 +12,7 @@ import tilefuse
 from tilefuse.runtime import primitives as P
 from tilefuse.runtime.heap import ALIGNMENT, HeapFullError, _Allocator
 
-WORLDS = [2, 3, 4]
+WORLDS = [2, 3, pytest.param(4, marks=pytest.mark.slow)]  # W = 4: GPU runs and `make test-all`
 
 
 # ----------------------------------------------------------------------------- kernels

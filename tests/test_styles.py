@@ -135,7 +135,7 @@ def job_decoder_layer(ctx, variant, layout="replicated", mlp_input="fused"):
 
 
 @needs_hf
-@pytest.mark.parametrize("world,variant", [(2, "fused_sequential"), (4, "plain")])
+@pytest.mark.parametrize("world,variant", [(2, "fused_sequential"), pytest.param(4, "plain", marks=pytest.mark.slow)])
 def test_hf_decoder_layer_replicated(pools, world, variant):
     """HF LlamaDecoderLayer + HF's tp plan on tilefuse styles: output, input grad, every param grad."""
     assert all(pools.run(world, job_decoder_layer, variant))
@@ -373,6 +373,7 @@ def test_bad_inputs(pools):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tp_llama_example_smoke(tmp_path, on_gpu):
     """The example's --smoke mode: two CPU ranks, tiny config, both styles, a CSV with every method."""
     if on_gpu:

@@ -331,6 +331,7 @@ def _run_module(args, env_extra, cwd, timeout=600):
                           timeout=timeout)
 
 
+@pytest.mark.slow
 def test_tuner_cli_writes_the_user_cache_by_default_and_tables_with_out(tmp_path):
     from tilefuse.tuning import cache
     from tilefuse.tuning.buckets import m_bucket
