@@ -248,6 +248,8 @@ def resolve(op: str, a, b, group=None, kwargs: dict | None = None) -> tuple:
         choice, remembered = _decide(op, a, b, group, kwargs)
         hit = (choice.variant, registry.get(op, choice.variant), choice.config)
         if remembered:
+            if len(_RESOLVED) >= 4096:  # exact shapes of a server's ever-changing token counts: stay bounded
+                _RESOLVED.clear()
             _RESOLVED[key] = hit
     return hit
 
