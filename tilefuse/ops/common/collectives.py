@@ -21,10 +21,14 @@ def all_gather_cat(t: torch.Tensor, dim: int, group=None) -> torch.Tensor:
         return t
     host = _needs_host(t, group)
     src = (t.cpu() if host else t).contiguous()
-    if dim == 0 and not host and dist.get_backend(group) == "nccl":
+    if not host and dist.get_backend(group) == "nccl":  # one tensor collective, no list of parts
         out = torch.empty((world * src.shape[0],) + tuple(src.shape[1:]), dtype=src.dtype, device=src.device)
         dist.all_gather_into_tensor(out, src, group=group)
-        return out
+        if dim == 0:
+            return out
+        # [W*d0, ...] -> [W, d0, ...] -> the W blocks side by side along `dim`
+        blocks = out.view((world,) + tuple(src.shape))
+        return blocks.movedim(0, dim).reshape(src.shape[:dim] + (world * src.shape[dim],) + src.shape[dim + 1:])
     parts = [torch.empty_like(src) for _ in range(world)]
     dist.all_gather(parts, src, group=group)
     out = torch.cat(parts, dim=dim)
