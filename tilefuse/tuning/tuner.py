@@ -30,7 +30,7 @@ import tilefuse
 from tilefuse.ops import registry
 from tilefuse.ops.common.config import Config, default_config
 from tilefuse.runtime import hw
-from tilefuse.tuning import cache, tables
+from tilefuse.tuning import cache, rules, tables
 from tilefuse.tuning.buckets import m_bucket
 from tilefuse.tuning.shapes import local_shapes
 from tilefuse.tuning.timing import cross_rank_max, median_ms, medians_interleaved, settle
@@ -120,10 +120,13 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     candidates = []
     first_reps = max(2, reps // 3)
     for variant in registry.VARIANTS:
-        if variant not in registry.variants(op):
+        if variant not in registry.variants(op) or rules.skip_reason(op, variant, N, dist.get_world_size()):
             continue
         fn = registry.get(op, variant)
-        for cfg in candidate_configs(variant, M, N, K, dtype, num_sms, interpreter, quick):
+        configs = candidate_configs(variant, M, N, K, dtype, num_sms, interpreter, quick)
+        base = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=False)
+        configs += rules.extra_configs(op, variant, base, num_sms, dist.get_world_size())
+        for cfg in configs:
             entry = {"variant": variant, "config": cfg.to_dict()}
             try:
                 got = fn(a0, b0, config=cfg)
