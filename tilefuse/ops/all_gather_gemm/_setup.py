@@ -3,13 +3,12 @@ operand layout and outputs."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
 from ..common.gemm import ensure_triton_allocator, gemm_layout
-from ..common.launch import GemmCall, begin, prepare_gemm, workspace
+from ..common.launch import GemmCall, begin, new_output, prepare_gemm, workspace
 
 OP = "all_gather_gemm"
 
@@ -29,14 +28,6 @@ def start(call: GemmCall, variant: str, return_gathered: bool, *outputs) -> None
 def is_degenerate(call: GemmCall) -> bool:
     """Empty shards or an empty product: the fused variants hand these to bulk_sync."""
     return call.M == 0 or call.N == 0 or call.K == 0
-
-
-def new_output(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A fresh ordinary tensor; NaN under ``TILEFUSE_DEBUG_POISON=1`` so an unwritten row shows."""
-    out = torch.empty(shape, dtype=dtype, device=device)
-    if os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0"):
-        out.fill_(float("nan"))
-    return out
 
 
 def gathered_workspace(call: GemmCall, variant: str, *, flags: bool):

@@ -130,6 +130,19 @@ def workspaces() -> list:
     return list(_WORKSPACES.values())
 
 
+def debug_poison() -> bool:
+    """``TILEFUSE_DEBUG_POISON=1`` (the test harness sets it): new workspaces and outputs start as NaN,
+    so a tile that a variant forgets to write shows."""
+    return os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0")
+
+
+def new_output(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A fresh ordinary output tensor (NaN under :func:`debug_poison`)."""
+    if debug_poison():
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
 def _capturing(heap) -> bool:
     return heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
@@ -183,8 +196,7 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
     for name, buf in buffers.items():
         if name.startswith("flags"):
             buf.zero_()
-    if os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0"):
-        # Debug aid: a tile that a variant forgets to write shows as NaN, not as zero.
+    if debug_poison():  # a tile that a variant forgets to write shows as NaN, not as zero
         for buf in buffers.values():
             if buf.dtype.is_floating_point:
                 buf.fill_(float("nan"))

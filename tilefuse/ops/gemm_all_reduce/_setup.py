@@ -5,12 +5,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from dataclasses import dataclass
 
 import torch
 
-from ..common.launch import GemmCall, begin, ctl, op_heap, prepare_gemm, workspace
+from ..common.launch import GemmCall, begin, ctl, new_output, op_heap, prepare_gemm, workspace
 
 OP = "gemm_all_reduce"
 
@@ -135,11 +134,6 @@ class Call:
                     NUM_PROGRAMS=programs, PULL=pull, WAIT=wait, HAS_BIAS=self.bias is not None)
 
 
-def _poison_outputs() -> bool:
-    # Debug aid (the test harness sets it): a tile that a variant forgets to write shows as NaN.
-    return os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0")
-
-
 def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flags: bool) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; allocate c; get the workspaces.
 
@@ -160,10 +154,7 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
         # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
         call = dataclasses.replace(call, use_tma=False, b_kmajor=False)
     M, N, W = call.M, call.N, heap.world_size
-    if _poison_outputs():
-        c = torch.full((M, N), float("nan"), dtype=a.dtype, device=a.device)
-    else:
-        c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    c = new_output((M, N), a.dtype, a.device)
     # K_loc may differ between ranks, and with it the default config's BLOCK_K: the signature holds
     # the tile grid, on which the ranks' tile numbering (and so the flags) depends, and everything else.
     cfg = call.config

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 
 import torch
 
 from ..common.checks import check_divisible, check_matrix
-from ..common.launch import GemmCall, begin, ctl, op_heap, prepare_gemm, workspace
+from ..common.launch import GemmCall, begin, ctl, new_output, op_heap, prepare_gemm, workspace
 
 OP = "gemm_reduce_scatter"
 
@@ -73,11 +72,6 @@ class Call:
         return (heap.heap_bases, ctl(heap), heap.rank, heap.world_size)
 
 
-def _poison_outputs() -> bool:
-    # Debug aid (the test harness sets it): a tile that a variant forgets to write shows as NaN.
-    return os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0")
-
-
 def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]``; allocate c; get the stage (and flags) workspace.
 
@@ -97,10 +91,7 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool) -> Call
         # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
         call = dataclasses.replace(call, use_tma=False, b_kmajor=False)
     N = call.N
-    if _poison_outputs():
-        c = torch.full((rows, N), float("nan"), dtype=a.dtype, device=a.device)
-    else:
-        c = torch.empty((rows, N), dtype=a.dtype, device=a.device)
+    c = new_output((rows, N), a.dtype, a.device)
     # K_loc may differ between ranks (and with it BLOCK_K or the program counts of a default config):
     # the signature holds the shapes and the tile grid that the flags and slots follow.
     cfg = call.config
