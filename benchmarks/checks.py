@@ -49,7 +49,7 @@ def poison_workspaces(*extra: torch.Tensor) -> None:
     from tilefuse.ops.common import launch as oplaunch
 
     tilefuse.barrier()
-    buffers = [b for ws in oplaunch._WORKSPACES.values() for b in ws.buffers.values()] + list(extra)
+    buffers = [b for ws in oplaunch.workspaces() for b in ws.buffers.values()] + list(extra)
     for buf in buffers:
         if buf.dtype.is_floating_point:
             buf.fill_(float("nan"))

@@ -87,8 +87,8 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 def _workspace_buffer(kind: str, key: tuple) -> torch.Tensor:
     """This op's cached ``kind`` buffer ("stage" or "run") whose workspace key ends with ``key``."""
-    found = [ws.buffers[kind] for full_key, ws in launch._WORKSPACES.items() if full_key[1:] == (OP, kind) + key]
-    assert len(found) == 1, f"{kind} workspace {key}: {len(found)} found, keys {list(launch._WORKSPACES)}"
+    found = [ws.buffers[kind] for k, ws in zip(launch.workspace_keys(), launch.workspaces()) if k == (OP, kind) + key]
+    assert len(found) == 1, f"{kind} workspace {key}: {len(found)} found, keys {launch.workspace_keys()}"
     return found[0]
 
 

@@ -397,10 +397,10 @@ def test_shutdown_gives_workspaces_back_and_a_new_heap_starts_clean():
             b = torch.randn(24, 16).to(torch.float16).to(heap.device)
             got = tilefuse.gemm_all_scatter(a, b, variant="bulk_sync")
             torch.testing.assert_close(got.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
-            assert any(key[0] == heap.uid for key in launch._WORKSPACES), "the op made a workspace"
+            assert launch.workspaces(), "the op made a workspace"
             uids.append(heap.uid)
             tilefuse.shutdown()
-            assert not launch._WORKSPACES, "shutdown() kept workspaces of a closed heap"
+            assert not launch.workspaces(), "shutdown() kept workspaces of a closed heap"
         assert uids[0] != uids[1]
     finally:
         tilefuse.shutdown()
