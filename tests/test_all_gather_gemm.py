@@ -87,7 +87,10 @@ def test_variant_matches_reference(pools, variant, world):
     assert all(pools.run(world, job_against_reference, variant, SHAPES, calls=1))
 
 
-@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+# The flagged variants (their consumers must wait for a late rank) run in `make test`; the barrier-
+# ordered ones in `make test-all` and on GPUs.
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow)
+                                     if v in ("bulk_sync", "fused_sequential") else v for v in tilefuse.VARIANTS])
 def test_epochs_and_late_rank(pools, variant):
     """Five calls in a row on poisoned workspaces, one rank starting late each time."""
     assert all(pools.run(3, job_against_reference, variant, [(50, 72, 52)], calls=5, late_rank=2,
@@ -131,7 +134,7 @@ def test_non_default_config(pools, variant):
 
 
 @pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("a_column_major", [False, True])
+@pytest.mark.parametrize("a_column_major", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_copy_engine_form(pools, world, a_column_major):
     """producer_consumer with COMM_SMS = 0: peers' rows come by copy engine, chunk by chunk, while the
     GEMM waits on each chunk's flag; a late rank; a_gathered returned on alternate calls."""

@@ -170,7 +170,10 @@ def test_variant_matches_reference(pools, variant, world):
     assert all(pools.run(world, job_against_reference, variant, SHAPES, calls=1))
 
 
-@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+# The flagged variants (their consumers must wait for a late rank) run in `make test`; the barrier-
+# ordered ones in `make test-all` and on GPUs.
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow)
+                                     if v in ("bulk_sync", "fused_sequential") else v for v in tilefuse.VARIANTS])
 def test_epochs_and_late_rank(pools, variant, on_gpu):
     """Five calls in a row (stale flags below the epoch, NaN staging), a different rank late each time."""
     assert all(pools.run(3, job_against_reference, variant, [SHAPES[0]], calls=5, late=True,
