@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import primitives as P
+from .flags import tile_release
 
 
 @triton.jit
@@ -39,6 +40,23 @@ def owner_at(cur_rank, step, world):
 def source_at(cur_rank, i, world):
     """The i-th source that owner ``cur_rank`` adds: cur_rank - 1, cur_rank - 2, ..., itself (arrival order)."""
     return (cur_rank + world - 1 - i) % world
+
+
+@triton.jit
+def push_partial(
+    block_ptr, part, offs_m, offs_n, rows, N, stride_m, stride_n,
+    flag_ptr, epoch, cur_rank, dst, heap_bases,
+    RELEASE: tl.constexpr,
+):
+    """Store the partial tile ``part`` [BM, BN] (already in the stage's dtype) at rows ``offs_m`` /
+    columns ``offs_n`` of ``dst``'s copy of the ``[rows, N]`` block at ``block_ptr`` (a symmetric
+    address inside this rank's slot); with ``RELEASE``, then release ``dst``'s flag at ``flag_ptr``
+    to ``epoch`` (the caller names the acquire it pairs with)."""
+    ptrs = block_ptr + offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [BM, BN]
+    mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [BM, BN]
+    P.store(ptrs, part, cur_rank, dst, heap_bases, mask=mask)
+    if RELEASE:
+        tile_release(flag_ptr, epoch, cur_rank, dst, heap_bases)
 
 
 @triton.jit

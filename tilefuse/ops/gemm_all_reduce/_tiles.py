@@ -20,9 +20,9 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.flags import tile_acquire, tile_release
+from ..common.flags import tile_acquire
 from ..common.gemm import gemm_operands, gemm_tile, tile_coords, tile_offsets
-from ..common.reduce import block_offsets, slot_ptr
+from ..common.reduce import block_offsets, push_partial, slot_ptr
 
 
 @triton.jit
@@ -56,14 +56,11 @@ def produce_tiles(
                         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
         part = acc.to(stage_ptr.dtype.element_ty)  # [BM, BN], rounded once
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        ptrs = my_slot + offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN]
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
         for i in range(0, world):
             dst = (cur_rank + 1 + i) % world
-            P.store(ptrs, part, cur_rank, dst, heap_bases, mask=mask)
-            if RELEASE:
-                # Release: pairs with the acquire in reduce_tiles (WAIT) on rank `dst`.
-                tile_release(flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases)
+            # Release (with RELEASE): pairs with the acquire in reduce_tiles (WAIT) on rank `dst`.
+            push_partial(my_slot, part, offs_m, offs_n, M, N, stride_sm, stride_sn,
+                         flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases, RELEASE)
 
 
 @triton.jit

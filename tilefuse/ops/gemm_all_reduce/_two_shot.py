@@ -25,7 +25,7 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire, tile_release
 from ..common.gemm import gemm_operands, gemm_tile, tile_coords, tile_offsets
-from ..common.reduce import block_offsets, owner_at, slot_ptr
+from ..common.reduce import block_offsets, owner_at, push_partial, slot_ptr
 from ._tiles import load_partial
 
 
@@ -74,12 +74,10 @@ def produce_owned(
                     acc = gemm_tile(a_op, b_op, pid_m, pid_n, count, N, K, stride_am, stride_ak, stride_bk,
                                     stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
                     offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-                    ptrs = block + offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN]
-                    mask = (offs_m[:, None] < count) & (offs_n[None, :] < N)  # [BM, BN]
-                    P.store(ptrs, acc.to(stage_ptr.dtype.element_ty), cur_rank, owner, heap_bases, mask=mask)
-                    if RELEASE:
-                        # Release: pairs with the first acquire in reduce_owned (WAIT) on rank `owner`.
-                        tile_release(flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases)
+                    # Release (with RELEASE): pairs with the first acquire in reduce_owned (WAIT) on `owner`.
+                    push_partial(block, acc.to(stage_ptr.dtype.element_ty), offs_m, offs_n, count, N, stride_sm,
+                                 stride_sn, flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner,
+                                 heap_bases, RELEASE)
 
 
 @triton.jit

@@ -17,9 +17,9 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.flags import tile_acquire, tile_release
+from ..common.flags import tile_acquire
 from ..common.gemm import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets
-from ..common.reduce import accumulate_slot, block_offsets, owner_at, source_at, sum_slots
+from ..common.reduce import accumulate_slot, block_offsets, owner_at, push_partial, source_at, sum_slots
 
 
 @triton.jit
@@ -61,12 +61,9 @@ def produce_partials(
             acc = gemm_tile(a_op, b_op, pid_m, pid_n, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                             BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
             offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-            ptrs = my_slot + offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN]
-            mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [BM, BN]
-            P.store(ptrs, acc.to(stage_ptr.dtype.element_ty), cur_rank, owner, heap_bases, mask=mask)
-            if RELEASE:
-                # Release: pairs with the acquire in reduce_owned (WAIT) on rank `owner`.
-                tile_release(flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases)
+            # Release (with RELEASE): pairs with the acquire in reduce_owned (WAIT) on rank `owner`.
+            push_partial(my_slot, acc.to(stage_ptr.dtype.element_ty), offs_m, offs_n, rows, N, stride_sm, stride_sn,
+                         flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases, RELEASE)
 
 
 @triton.jit
