@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 import tilefuse
 from tilefuse.ops.common import launch
+
+# `make test` keeps each op's matrices small enough for 2 cores: world 1 and 4, and the late-rank and
+# back-to-back checks of the barrier-ordered variants (their flagged siblings keep them), are marked
+# slow and run in `make test-all` and on GPUs.
+WORLDS = [pytest.param(1, marks=pytest.mark.slow), 2, 3, pytest.param(4, marks=pytest.mark.slow)]
+FLAGGED = ("producer_consumer", "wg_specialized")
+
+
+def flagged_first(variants) -> list:
+    """``variants`` for a parametrize: the barrier-ordered ones marked slow."""
+    return [v if v in FLAGGED else pytest.param(v, marks=pytest.mark.slow) for v in variants]
 
 
 def dtypes(on_gpu: bool) -> list:

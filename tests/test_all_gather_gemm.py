@@ -6,13 +6,12 @@ import time
 
 import pytest
 import torch
-from ophelpers import assert_matches, dtypes, poison_workspaces, randn
+from ophelpers import WORLDS, assert_matches, dtypes, flagged_first, poison_workspaces, randn
 
 import tilefuse
 from tilefuse.ops import registry
 
 OP = "all_gather_gemm"
-WORLDS = [1, 2, 3, pytest.param(4, marks=pytest.mark.slow)]  # W = 4: GPU runs and `make test-all`
 # (M_loc, N, K): ragged everywhere (K = 52 in fp16 takes the pointer path: its rows are not
 # 16-byte multiples), a shard smaller than one block, block-aligned.
 SHAPES = [(50, 72, 52), (7, 40, 32), (64, 64, 64)]
@@ -87,10 +86,7 @@ def test_variant_matches_reference(pools, variant, world):
     assert all(pools.run(world, job_against_reference, variant, SHAPES, calls=1))
 
 
-# The flagged variants (their consumers must wait for a late rank) run in `make test`; the barrier-
-# ordered ones in `make test-all` and on GPUs.
-@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow)
-                                     if v in ("bulk_sync", "fused_sequential") else v for v in tilefuse.VARIANTS])
+@pytest.mark.parametrize("variant", flagged_first(tilefuse.VARIANTS))
 def test_epochs_and_late_rank(pools, variant):
     """Five calls in a row on poisoned workspaces, one rank starting late each time."""
     assert all(pools.run(3, job_against_reference, variant, [(50, 72, 52)], calls=5, late_rank=2,
@@ -118,12 +114,12 @@ def job_back_to_back(ctx, variant, M_loc, N, K, calls):
     return True
 
 
-@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+@pytest.mark.parametrize("variant", flagged_first(tilefuse.VARIANTS))
 def test_back_to_back_calls(pools, variant):
     assert all(pools.run(3, job_back_to_back, variant, 50, 72, 52, calls=4))
 
 
-@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+@pytest.mark.parametrize("variant", flagged_first(tilefuse.VARIANTS))
 def test_non_default_config(pools, variant):
     """Small blocks (several chunks per shard), several communication programs, a column-major b and
     a column-major a (the local shard then cannot be read in place on the descriptor path)."""

@@ -11,14 +11,13 @@ import time
 
 import pytest
 import torch
-from ophelpers import assert_matches, dtypes, poison_workspaces, randn
+from ophelpers import WORLDS, assert_matches, dtypes, flagged_first, poison_workspaces, randn
 
 import tilefuse
 from tilefuse.ops import registry
 
 OP = "gemm_all_reduce"
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
-WORLDS = [1, 2, 3, pytest.param(4, marks=pytest.mark.slow)]  # W = 4: GPU runs and `make test-all`
 # (M, N, K_loc): ragged in every dimension; fewer rows than one block.
 SHAPES = [(37, 72, 56), (5, 40, 24)]
 # Small blocks (several tiles per program), several reduction programs, and one warp, so that the
@@ -257,7 +256,7 @@ def test_variant_matches_reference(pools, variant, world):
     _same_bits_on_every_rank(results, f"{variant} W={world}")
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", flagged_first(VARIANTS))
 def test_repeated_calls_and_late_rank(pools, variant, on_gpu):
     """Four calls in a row (stale flags below the epoch, NaN staging), a different rank late each time."""
     results = pools.run(3, job_against_reference, variant, [SHAPES[0]], calls=4, late=True,
@@ -265,13 +264,13 @@ def test_repeated_calls_and_late_rank(pools, variant, on_gpu):
     _same_bits_on_every_rank(results, variant)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", flagged_first(VARIANTS))
 def test_back_to_back_calls_deterministic(pools, variant):
     results = pools.run(3, job_back_to_back, variant, 37, 40, 24, calls=4)
     _same_bits_on_every_rank(results, variant)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", flagged_first(VARIANTS))
 def test_bias_and_non_default_config(pools, variant):
     """A fused bias; small blocks, several communication programs, a transposed (column-major) b."""
     results = pools.run(2, job_against_reference, variant, [(37, 72, 24)], calls=1, config=SMALL_CFG,

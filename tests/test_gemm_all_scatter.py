@@ -4,13 +4,12 @@ import time
 
 import pytest
 import torch
-from ophelpers import assert_matches, dtypes, poison_workspaces, randn
+from ophelpers import WORLDS, assert_matches, dtypes, flagged_first, poison_workspaces, randn
 
 import tilefuse
 from tilefuse.ops import registry
 
 OP = "gemm_all_scatter"
-WORLDS = [1, 2, 3, pytest.param(4, marks=pytest.mark.slow)]  # W = 4: GPU runs and `make test-all`
 # (M, N_loc, K): ragged in every dimension; M smaller than one block; block-aligned.
 SHAPES = [(100, 72, 56), (10, 40, 32), (64, 64, 64)]
 
@@ -58,10 +57,7 @@ def test_variant_matches_reference(pools, variant, world):
     assert all(pools.run(world, job_against_reference, variant, SHAPES, calls=1))
 
 
-# The flagged variants (their consumers must wait for a late rank) run in `make test`; the barrier-
-# ordered ones in `make test-all` and on GPUs.
-@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow)
-                                     if v in ("bulk_sync", "fused_sequential") else v for v in tilefuse.VARIANTS])
+@pytest.mark.parametrize("variant", flagged_first(tilefuse.VARIANTS))
 def test_epochs_out_and_late_rank(pools, variant):
     """Three calls in a row into a caller-owned heap `out`, one rank starting late each time."""
     assert all(pools.run(3, job_against_reference, variant, [(100, 72, 56)], calls=3, use_out=True,

@@ -5,14 +5,13 @@ import time
 
 import pytest
 import torch
-from ophelpers import assert_matches, dtypes, poison_workspaces, randn
+from ophelpers import WORLDS, assert_matches, dtypes, flagged_first, poison_workspaces, randn
 
 import tilefuse
 from tilefuse.ops import registry
 from tilefuse.ops.common import launch
 
 OP = "gemm_reduce_scatter"
-WORLDS = [1, 2, 3, pytest.param(4, marks=pytest.mark.slow)]  # W = 4: GPU runs and `make test-all`
 # (rows per rank, N, K_loc), M = W * rows: ragged in every dimension; rows smaller than one block;
 # block-aligned.
 SHAPES = [(37, 72, 56), (5, 40, 24), (64, 64, 64)]
@@ -170,22 +169,19 @@ def test_variant_matches_reference(pools, variant, world):
     assert all(pools.run(world, job_against_reference, variant, SHAPES, calls=1))
 
 
-# The flagged variants (their consumers must wait for a late rank) run in `make test`; the barrier-
-# ordered ones in `make test-all` and on GPUs.
-@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow)
-                                     if v in ("bulk_sync", "fused_sequential") else v for v in tilefuse.VARIANTS])
+@pytest.mark.parametrize("variant", flagged_first(tilefuse.VARIANTS))
 def test_epochs_and_late_rank(pools, variant, on_gpu):
     """Five calls in a row (stale flags below the epoch, NaN staging), a different rank late each time."""
     assert all(pools.run(3, job_against_reference, variant, [SHAPES[0]], calls=5, late=True,
                          dtype_list=dtypes(on_gpu)[:1]))
 
 
-@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+@pytest.mark.parametrize("variant", flagged_first(tilefuse.VARIANTS))
 def test_back_to_back_calls_deterministic(pools, variant):
     assert all(pools.run(3, job_back_to_back, variant, 37, 40, 24, calls=4))
 
 
-@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+@pytest.mark.parametrize("variant", flagged_first(tilefuse.VARIANTS))
 def test_non_default_config(pools, variant):
     """Small blocks, several communication programs, a transposed (column-major) b."""
     assert all(pools.run(2, job_against_reference, variant, [(37, 72, 24)], calls=1, config=SMALL_CFG,

@@ -140,7 +140,7 @@ def job_slow_peer(ctx, bound_s, delay_s):
     return first, elapsed
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_slow_peer_poisons_then_reset(pools, world):
     out = pools.run(world, job_slow_peer, 1.0, 4.0)
     kinds = [k for k, _ in out]

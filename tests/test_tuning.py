@@ -205,6 +205,7 @@ def job_tune_two_shapes_in_a_tight_heap(ctx):
     return need, [[c.get("error", "") for c in e["candidates"]] for e in entries]
 
 
+@pytest.mark.slow
 def test_tuner_gives_workspaces_back_between_shapes(pools):
     [(need, errors)] = pools.run(1, job_tune_two_shapes_in_a_tight_heap)
     assert all(n > 0 for n in need), f"the shapes keep no workspace ({need}): the test would prove nothing"
