@@ -10,11 +10,21 @@ import torch
 import tilefuse
 from tilefuse.ops.common import launch
 
-# `make test` keeps each op's matrices small enough for 2 cores: world 1 and 4, and the late-rank and
-# back-to-back checks of the barrier-ordered variants (their flagged siblings keep them), are marked
-# slow and run in `make test-all` and on GPUs.
-WORLDS = [pytest.param(1, marks=pytest.mark.slow), 2, 3, pytest.param(4, marks=pytest.mark.slow)]
+# `make test` keeps each op's matrices small enough for 2 cores: world 1 and 4, world 2 of the
+# barrier-ordered variants (world 3 keeps them), and their late-rank and back-to-back checks (their
+# flagged siblings keep those) are marked slow and run in `make test-all` and on GPUs.
 FLAGGED = ("producer_consumer", "wg_specialized")
+
+
+def variant_world_matrix(variants) -> list:
+    """``(variant, world)`` pairs for a parametrize over every variant and W = 1..4, the pairs that
+    `make test` leaves out marked slow."""
+    out = []
+    for world in (1, 2, 3, 4):
+        for v in variants:
+            slow = world in (1, 4) or (world == 2 and v not in FLAGGED)
+            out.append(pytest.param(v, world, marks=pytest.mark.slow) if slow else (v, world))
+    return out
 
 
 def flagged_first(variants) -> list:

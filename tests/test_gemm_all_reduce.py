@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from ophelpers import WORLDS, assert_matches, dtypes, flagged_first, poison_workspaces, randn
+from ophelpers import assert_matches, dtypes, flagged_first, poison_workspaces, randn, variant_world_matrix
 
 import tilefuse
 from tilefuse.ops import registry
@@ -248,8 +248,7 @@ def job_graph_replay(ctx, variant, replays, two_shot=False):
     return outs
 
 
-@pytest.mark.parametrize("world", WORLDS)
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant, world", variant_world_matrix(VARIANTS))
 def test_variant_matches_reference(pools, variant, world):
     # The smallest shape at W = 2 only (the two-shot and ragged-K tests cover small M elsewhere).
     results = pools.run(world, job_against_reference, variant, SHAPES if world == 2 else SHAPES[:1], calls=1)

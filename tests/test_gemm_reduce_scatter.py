@@ -5,7 +5,7 @@ import time
 
 import pytest
 import torch
-from ophelpers import WORLDS, assert_matches, dtypes, flagged_first, poison_workspaces, randn
+from ophelpers import assert_matches, dtypes, flagged_first, poison_workspaces, randn, variant_world_matrix
 
 import tilefuse
 from tilefuse.ops import registry
@@ -163,8 +163,7 @@ def job_bad_input(ctx, variants):
     return True
 
 
-@pytest.mark.parametrize("world", WORLDS)
-@pytest.mark.parametrize("variant", tilefuse.VARIANTS)
+@pytest.mark.parametrize("variant, world", variant_world_matrix(tilefuse.VARIANTS))
 def test_variant_matches_reference(pools, variant, world):
     assert all(pools.run(world, job_against_reference, variant, SHAPES, calls=1))
 

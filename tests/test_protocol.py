@@ -142,7 +142,7 @@ def job_slow_peer(ctx, bound_s, delay_s):
 
 @pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_slow_peer_poisons_then_reset(pools, world):
-    out = pools.run(world, job_slow_peer, 1.0, 4.0)
+    out = pools.run(world, job_slow_peer, 0.5, 2.0)
     kinds = [k for k, _ in out]
     assert "WaitTimeoutError" in kinds, kinds
     assert max(t for _, t in out) < 30.0, out
