@@ -234,7 +234,7 @@ def test_load_store_tile_strides_masks_and_cast():
 def test_config_round_trip_and_replace():
     d = CFG.to_dict()
     assert list(d) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages",
-                       "GEMM_SMS", "COMM_SMS"]
+                       "GEMM_SMS", "COMM_SMS", "TWO_SHOT"]
     assert Config.from_dict(d) == CFG
     assert CFG.replace(COMM_SMS=2).COMM_SMS == 2 and CFG.COMM_SMS == 0
     with pytest.raises(dataclasses.FrozenInstanceError):

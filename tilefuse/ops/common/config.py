@@ -18,7 +18,9 @@ class Config:
     """Tile shape, launch parameters and the split of the multiprocessors between GEMM and communication.
 
     ``GEMM_SMS`` programs compute tiles; ``COMM_SMS`` programs move data (0 for variants without
-    communication programs). Blocks are powers of two in [16, 256].
+    communication programs). Blocks are powers of two in [16, 256]. ``TWO_SHOT`` (0 or 1, default 0):
+    gemm_all_reduce's two-shot algorithm (its ``two_shot=True``), so that a tuned table or cache
+    entry can choose it; the other ops refuse a config that sets it.
     """
 
     BLOCK_M: int
@@ -29,6 +31,7 @@ class Config:
     num_stages: int
     GEMM_SMS: int
     COMM_SMS: int
+    TWO_SHOT: int = 0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -49,6 +52,8 @@ class Config:
             raise ValueError(f"Config.GEMM_SMS must be >= 1, got {self.GEMM_SMS}")
         if self.COMM_SMS < 0:
             raise ValueError(f"Config.COMM_SMS must be >= 0, got {self.COMM_SMS}")
+        if self.TWO_SHOT not in (0, 1):
+            raise ValueError(f"Config.TWO_SHOT must be 0 or 1, got {self.TWO_SHOT}")
 
     def replace(self, **changes) -> Config:
         """A copy with some fields changed (validated again)."""
@@ -62,9 +67,10 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: dict) -> Config:
-        """Inverse of :meth:`to_dict`; every field is required and unknown keys are an error."""
+        """Inverse of :meth:`to_dict`; every field without a default is required (tables written
+        before a field with a default existed stay valid) and unknown keys are an error."""
         unknown = sorted(set(d) - _FIELD_NAMES)
-        missing = sorted(_FIELD_NAMES - set(d))
+        missing = sorted(_REQUIRED - set(d))
         if unknown:
             raise ValueError(f"Config.from_dict: unknown key(s) {unknown}; fields are {sorted(_FIELD_NAMES)}")
         if missing:
@@ -73,6 +79,7 @@ class Config:
 
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Config))
+_REQUIRED = frozenset(f.name for f in dataclasses.fields(Config) if f.default is dataclasses.MISSING)
 
 
 def _pow2_between(x: int, lo: int, hi: int) -> int:

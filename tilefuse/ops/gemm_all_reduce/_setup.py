@@ -147,6 +147,7 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
     call = prepare_gemm(OP, a, b, group, config, comm=comm)
     if config is None:
         call = dataclasses.replace(call, config=fill_device(call.config, call.M, call.N, comm=comm))
+    two_shot = two_shot or bool(call.config.TWO_SHOT)  # a tuned config may choose the algorithm
     if bias is not None:
         check_bias(OP, bias, a, b)
         bias = bias.contiguous()
