@@ -118,9 +118,49 @@ def test_auto_runs_plain_where_the_table_says_so(pools, tmp_path, on_gpu):
     [(variant, source, _)] = pools.run(1, job_auto_uses_table, str(tmp_path), 48, 40, 32)
     assert variant == "plain" and source.startswith("exact")
     [(variant, _, cfg)] = pools.run(1, job_auto_uses_table, str(tmp_path), 64, 64, 64)
-    assert variant == "wg_specialized" and cfg == CFG
+    assert variant == "wg_specialized" and cfg == {**CFG, "TWO_SHOT": 0}, "a table without TWO_SHOT: one-shot"
     [(variant, source, _)] = pools.run(1, job_auto_uses_table, str(tmp_path), 8, 512, 16)
     assert source.startswith("default") and variant == "plain", "nothing measured: the plain path"
+
+
+def job_auto_two_shot_from_table(ctx, table_dir):
+    """gemm_all_reduce under auto where the table's entry sets TWO_SHOT: the two-shot algorithm runs
+    (its flags are the ones allocated), and its result matches the reference."""
+    import os
+
+    from tilefuse.ops.common import launch
+
+    os.environ["TILEFUSE_CONFIG_DIR"] = table_dir
+    try:
+        g = torch.Generator().manual_seed(ctx.rank)
+        a = torch.randn(40, 24, generator=g).to(torch.float16).to(ctx.device)
+        b = (torch.randn(24, 48, generator=g) / 5).to(torch.float16).to(ctx.device)
+        tilefuse.clear_workspaces()
+        choice = dispatch.choose("gemm_all_reduce", a, b)
+        for _ in range(2):
+            got = tilefuse.gemm_all_reduce(a, b)
+        ref = tilefuse.gemm_all_reduce(a, b, variant="reference")
+        torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=5e-2)
+        algorithms = {k[2] for k in launch.workspace_keys() if k[:2] == ("gemm_all_reduce", "wg_specialized")}
+        refused = None
+        try:
+            tilefuse.gemm_all_scatter(a, b[:, :16].contiguous(), variant="bulk_sync", config=choice.config)
+        except ValueError as err:
+            refused = str(err)
+        return choice.config.TWO_SHOT, sorted(algorithms), refused
+    finally:
+        del os.environ["TILEFUSE_CONFIG_DIR"]
+
+
+def test_a_table_entry_chooses_two_shot_for_auto(pools, tmp_path, on_gpu):
+    arch = hw.arch_name(torch.device("cuda", 0)) if on_gpu else "cpu"
+    cfg = dict(CFG, COMM_SMS=2, TWO_SHOT=1)
+    _write(tmp_path, _table([_entry(40, 48, 24, config=cfg)], op="gemm_all_reduce", arch=arch, world=2),
+           op="gemm_all_reduce", arch=arch, world=2)
+    res = pools.run(2, job_auto_two_shot_from_table, str(tmp_path))
+    for two_shot, algorithms, refused in res:
+        assert two_shot == 1 and algorithms == ["two_shot"], res
+        assert refused is not None and "TWO_SHOT" in refused, "another op refuses a two-shot config"
 
 
 def job_tune_then_auto(ctx, out_dir):

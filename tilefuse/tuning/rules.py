@@ -6,12 +6,26 @@ so both search the same space.
 - **all_gather_gemm's copy-engine form.** ``producer_consumer`` with ``COMM_SMS = 0`` moves the peers'
   rows with DMA copies and leaves every SM but one to the GEMM (``ops/all_gather_gemm``): a candidate
   of its own next to the SM-driven push.
+- **gemm_all_reduce's two-shot algorithm.** ``Config.TWO_SHOT = 1`` (the op's ``two_shot=True``):
+  partials go to the owner of their rows, the owner sums, every rank copies the sums. From W = 3 it
+  sends less than one-shot (2(W-1)/W instead of W-1 times M x N per rank); at W = 2 it sends the same
+  bytes in one more step but each rank sums only its own rows. Nothing measured says where it wins,
+  so both tuners time it next to one-shot at every W >= 2 (:func:`two_shot_form`); the tuners' margin
+  over plain keeps a tie from switching.
 - **all_gather_gemm's ``fused_sequential`` on wide N.** Each of its tiles loads its A rows straight
   from the source rank's heap inside the K loop, so rank s's shard crosses the link once per column
   tile, ``cdiv(N, BLOCK_N)`` times, with no reuse (peer reads are not kept in this GPU's L2). On two
   H200s it ran at 0.23-0.32x of the plain path on the Llama-3-8B shapes (56 and 12 column tiles;
   ``docs/perf/2026-11-30_h200x2_ws2_suite_llama3-8b.csv``). The tuners skip it above
   ``FUSED_AG_MAX_COLUMN_TILES`` column tiles of 256; at W = 1 nothing crosses a link and it stays.
+
+Bounds. First-call tuning times every candidate inside a budget of about a second per M bucket
+(``TILEFUSE_AUTOTUNE_BUDGET``) and compiles each one first, outside it: its list is plain, each
+variant's default, at most ``MAX_EXTRA_CONFIGS`` extra configs per variant and the cost model's pick,
+at most ``MAX_FIRST_CALL_CANDIDATES`` in all (``tests/test_rules.py`` counts them for every op and
+W). The offline tuner's search (``tuner.candidate_configs``: tile sizes, small-M tiles for decode,
+warps/stages, GEMM/communication splits, two-shot twins) keeps at most ``MAX_TUNER_CONFIGS`` per
+variant and shape, most promising first.
 """
 
 from __future__ import annotations
@@ -19,6 +33,14 @@ from __future__ import annotations
 from ..ops.common.config import Config
 
 FUSED_AG_MAX_COLUMN_TILES = 2
+TWO_SHOT_OPS = ("gemm_all_reduce",)
+TWO_SHOT_MIN_WORLD = 2
+COMM_VARIANTS = ("producer_consumer", "wg_specialized")  # variants with communication programs
+MAX_EXTRA_CONFIGS = 2  # per variant, on top of its default, in first-call tuning
+MAX_FIRST_CALL_CANDIDATES = 14  # plain + 4 variants x (1 + MAX_EXTRA_CONFIGS) + the cost model's pick
+MAX_TUNER_CONFIGS = 24  # per variant and shape in the offline tuner
+# The offline tuner times the two-shot twin of this many of a variant's configs (most promising first).
+TUNER_TWO_SHOT_TWINS = 4
 
 
 def skip_reason(op: str, variant: str, N: int, world: int) -> str | None:
@@ -31,8 +53,31 @@ def skip_reason(op: str, variant: str, N: int, world: int) -> str | None:
     return None
 
 
+def two_shot_form(op: str, variant: str, cfg: Config, num_sms: int, world: int) -> Config | None:
+    """``cfg`` with gemm_all_reduce's two-shot algorithm (None where there is none to try).
+
+    The communication variants' two-shot form needs ``COMM_SMS >= 2`` (summing and gathering
+    programs): a config with fewer gets ``max(2, num_sms // 8)`` of them, as a variant's default does,
+    taken from its GEMM programs. None if the device has too few programs for both.
+    """
+    if op not in TWO_SHOT_OPS or world < TWO_SHOT_MIN_WORLD or cfg.TWO_SHOT:
+        return None
+    if variant in COMM_VARIANTS and cfg.COMM_SMS < 2:
+        comm = max(2, num_sms // 8)
+        gemm = min(cfg.GEMM_SMS, num_sms - comm)
+        if gemm < 1:
+            return None
+        return cfg.replace(TWO_SHOT=1, COMM_SMS=comm, GEMM_SMS=gemm)
+    return cfg.replace(TWO_SHOT=1)
+
+
 def extra_configs(op: str, variant: str, base: Config, num_sms: int, world: int) -> list[Config]:
-    """Configs tried besides ``base`` (a variant's default) that the search space has no axis for."""
+    """Configs tried besides ``base`` (a variant's default) that the search space has no axis for;
+    at most ``MAX_EXTRA_CONFIGS``."""
+    out = []
     if op == "all_gather_gemm" and variant == "producer_consumer" and world > 1 and num_sms > 1:
-        return [base.replace(COMM_SMS=0, GEMM_SMS=num_sms - 1)]  # the copy-engine form
-    return []
+        out.append(base.replace(COMM_SMS=0, GEMM_SMS=num_sms - 1))  # the copy-engine form
+    two_shot = two_shot_form(op, variant, base, num_sms, world)
+    if two_shot is not None:
+        out.append(two_shot)
+    return out[:MAX_EXTRA_CONFIGS]

@@ -37,23 +37,43 @@ from tilefuse.tuning.timing import cross_rank_max, median_ms, medians_interleave
 
 log = logging.getLogger("tilefuse")
 
-COMM_VARIANTS = ("producer_consumer", "wg_specialized")
+COMM_VARIANTS = rules.COMM_VARIANTS
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), most promising first.
+TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (256, 128, 64, 8, 3),
+         (64, 128, 64, 4, 4)]
+INTERPRETER_TILES = [(32, 32, 32, 4, 1), (64, 64, 64, 4, 1)]
+SMALL_M = 256  # up to this M (decode, small batches) the tiles come from small_m_tiles
+SMALL_M_SPLITS = [8, 16]  # COMM_SMS tried at small M: little to move, the GEMM keeps most programs
+SPLITS = [8, 16, 32]
+
+
+def small_m_tiles(M: int) -> list[tuple]:
+    """Decode-size tiles: BLOCK_M 64/32/16 (none above the smallest power of two >= M, at least 16)
+    x BLOCK_N 128/64 (more column tiles keep more programs busy reading B), 4 warps, 4 stages; and
+    128x128 above M = 64."""
+    top = max(16, 1 << (M - 1).bit_length())
+    tiles = [(bm, bn, 64, 4, 4) for bm in (64, 32, 16) if bm <= top for bn in (128, 64)]
+    if M > 64:
+        tiles.append((128, 128, 64, 4, 4))
+    return tiles
 
 
 def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int, interpreter: bool,
-                      quick: bool) -> list[Config]:
-    """The search space of one variant for one shape (deduplicated, all fitting the device)."""
+                      quick: bool, *, op: str = "", world: int = 1) -> list[Config]:
+    """The search space of one variant for one shape (deduplicated, all fitting the device, at most
+    ``rules.MAX_TUNER_CONFIGS``): the variant's default first, then tile sizes x warps/stages x
+    GEMM/communication splits, then ``op``'s own forms at ``world`` (:mod:`tilefuse.tuning.rules`:
+    all_gather_gemm's copy-engine form, gemm_all_reduce's two-shot twins of the first few)."""
     comm = variant in COMM_VARIANTS
     base = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=comm)
     if interpreter:
-        tiles = [(32, 32, 32, 4, 1), (64, 64, 64, 4, 1)]
+        tiles = INTERPRETER_TILES
         splits = [2] if comm else [0]
     else:
-        tiles = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (256, 128, 64, 8, 3),
-                 (64, 128, 64, 4, 4)]
-        splits = [8, 16, 32] if comm else [0]
+        tiles = small_m_tiles(M) if M <= SMALL_M else TILES
+        splits = (SMALL_M_SPLITS if M <= SMALL_M else SPLITS) if comm else [0]
         if quick:
-            tiles, splits = tiles[:2], splits[:2] if comm else splits
+            tiles, splits = tiles[:2], splits[:2]
     out = [base]
     for bm, bn, bk, warps, stages in tiles:
         for comm_sms in splits:
@@ -64,7 +84,12 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
                                GEMM_SMS=num_sms - comm_sms if not interpreter else base.GEMM_SMS)
             if cfg not in out:
                 out.append(cfg)
-    return out
+    flat = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=False)
+    extra = [c for c in rules.extra_configs(op, variant, flat, num_sms, world) if c not in out]
+    twins = [t for t in (rules.two_shot_form(op, variant, c, num_sms, world)
+                         for c in out[:rules.TUNER_TWO_SHOT_TWINS]) if t is not None]
+    extra += [t for t in twins if t not in extra]
+    return out[:rules.MAX_TUNER_CONFIGS - len(extra)] + extra
 
 
 def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: int):
@@ -123,9 +148,8 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
         if variant not in registry.variants(op) or rules.skip_reason(op, variant, N, dist.get_world_size()):
             continue
         fn = registry.get(op, variant)
-        configs = candidate_configs(variant, M, N, K, dtype, num_sms, interpreter, quick)
-        base = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=False)
-        configs += rules.extra_configs(op, variant, base, num_sms, dist.get_world_size())
+        configs = candidate_configs(variant, M, N, K, dtype, num_sms, interpreter, quick, op=op,
+                                    world=dist.get_world_size())
         for cfg in configs:
             entry = {"variant": variant, "config": cfg.to_dict()}
             try:
