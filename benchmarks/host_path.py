@@ -1,0 +1,227 @@
+"""Python host time of an op call with the kernel launches made no-ops: what the host path costs.
+
+    python -m benchmarks host_path [--ops all] [--M 1,16,128] [--N 128] [--K 128] [--calls 300]
+                                   [--rounds 7] [--csv host_path.csv] [--real-launches]
+
+World 1, in this process. Every ``@kernel`` (:class:`tilefuse.runtime.launcher.FastKernel`) is
+switched to its compiled-launch path with a stand-in binary whose launch does nothing, and the
+stream lookup returns 0: what is timed is everything tilefuse's Python does around the launches
+(argument checks, config, workspaces, the collective-call bookkeeping, binding each launch), plus
+the torch operations of the call (output allocation, copies), which run on small tensors. On a
+CPU this is the only way to see the host path (the interpreter would run the kernels); on a GPU
+``--real-launches`` keeps the real kernels (host time then includes the driver's launch cost).
+
+Methods per op: ``plain`` (public function, ``variant="plain"``), ``plain_entry`` (the registry's
+plain entry point), each registered variant through the public function, ``auto`` (public function,
+``variant="auto"``; the note says what auto resolved to) and ``<variant>_custom_op``
+(``torch.ops.tilefuse.<op>``: the dispatcher's cost on top). Timing: ``--rounds`` rounds, methods
+interleaved in each, every method timed over ``--calls`` back-to-back calls per round; the value is
+the median over rounds of the mean time per call, in microseconds (``metric=host_us``), and
+``ratio_plain`` divides it by plain's. CSV columns: ``op, variant, M, N, K, dtype, world, metric,
+value, device, commit, note``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import statistics
+import sys
+import time
+
+import torch
+
+CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "metric", "value", "device", "commit", "note"]
+
+
+class _NoopCompiled:
+    """Stands in for a compiled Triton kernel: launching it does nothing."""
+
+    function = None
+    packed_metadata = None
+
+    def run(self, *args):
+        return None
+
+    def launch_metadata(self, *args):
+        return None
+
+
+class _NoopJit:
+    """Stands in for a kernel's ``JITFunction``: ``[grid](...)`` does nothing and returns the binary;
+    every other attribute is the real kernel's."""
+
+    def __init__(self, real):
+        self._real = real
+        self._compiled = _NoopCompiled()
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self._compiled
+
+
+def _kernels() -> list:
+    """Every FastKernel defined in a tilefuse module."""
+    from tilefuse.runtime.launcher import FastKernel
+
+    found = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("tilefuse.") or module is None:
+            continue
+        for value in vars(module).values():
+            if isinstance(value, FastKernel):
+                found[id(value)] = value
+    return list(found.values())
+
+
+@contextlib.contextmanager
+def noop_launches():
+    """Every tilefuse kernel launch does nothing (through the compiled-launch path) inside the block."""
+    from tilefuse.runtime import launcher
+
+    saved = []
+    for k in _kernels():
+        saved.append((k, k.jit_fn, k._fast, dict(k._compiled)))
+        k.jit_fn = _NoopJit(k.jit_fn)
+        k._fast = True
+        k._compiled.clear()
+    stream = launcher._current_stream
+    launcher._current_stream = lambda: 0
+    try:
+        yield
+    finally:
+        launcher._current_stream = stream
+        for k, jit, fast, compiled in saved:
+            k.jit_fn, k._fast = jit, fast
+            k._compiled.clear()
+            k._compiled.update(compiled)
+
+
+def methods(op: str) -> dict:
+    """``{name: fn(a, b)}`` for ``op``."""
+    import tilefuse
+    from tilefuse.ops import registry
+
+    public = getattr(tilefuse, op)
+    have = registry.variants(op)
+    entry = registry.get(op, "plain")
+    out = {"plain": lambda a, b: public(a, b, variant="plain"), "plain_entry": lambda a, b: entry(a, b)}
+    for v in tilefuse.VARIANTS:
+        if v in have:
+            out[v] = (lambda a, b, v=v: public(a, b, variant=v))
+    out["auto"] = lambda a, b: public(a, b, variant="auto")
+    custom = getattr(torch.ops.tilefuse, op)
+    out["plain_custom_op"] = lambda a, b: custom(a, b, "plain", None, None)
+    for v in tilefuse.VARIANTS:
+        if v in have:
+            out[f"{v}_custom_op"] = (lambda a, b, v=v: custom(a, b, v, None, None))
+    return out
+
+
+def _per_call_us(fn, calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def _auto_note(op: str, a, b) -> str:
+    from tilefuse.ops import dispatch
+
+    try:
+        return f"auto runs {dispatch.choose_variant(op, a, b)}"
+    except Exception as err:  # the note only describes; the timing stands
+        return f"auto: {type(err).__name__}"
+
+
+def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real) -> list:
+    import tilefuse
+    from tilefuse.ops import dispatch
+
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
+    rows = []
+    if not ctx.on_gpu:
+        torch.set_num_threads(1)  # a CPU matmul of this size waits on its worker threads otherwise
+    noop = contextlib.nullcontext() if real else noop_launches()
+    with noop, torch.no_grad():
+        for op in ops:
+            for M in Ms:
+                g = torch.Generator().manual_seed(1)
+                a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
+                b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
+                fns = {name: (lambda f=f, a=a, b=b: f(a, b)) for name, f in methods(op).items()}
+                for fn in fns.values():  # first calls: workspaces, decisions, plans
+                    for _ in range(3):
+                        fn()
+                times: dict = {name: [] for name in fns}
+                for _ in range(rounds):
+                    for name, fn in fns.items():
+                        times[name].append(_per_call_us(fn, calls))
+                    if ctx.on_gpu:
+                        torch.cuda.synchronize()
+                med = {name: statistics.median(ts) for name, ts in times.items()}
+                note = _auto_note(op, a, b)
+                for name, us in med.items():
+                    base = dict(op=op, variant=name, M=M, N=N, K=K, dtype=dtype_name, world=ctx.world,
+                                note=note if name == "auto" else "")
+                    rows.append({**base, "metric": "host_us", "value": us})
+                    rows.append({**base, "metric": "ratio_plain", "value": us / med["plain"]})
+            tilefuse.synchronize()
+            tilefuse.clear_workspaces()
+            dispatch.clear()
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ops", default="all", help="comma-separated ops, or all")
+    p.add_argument("--M", default="1,16,128", help="rows of a, comma-separated")
+    p.add_argument("--N", type=int, default=128)
+    p.add_argument("--K", type=int, default=128)
+    p.add_argument("--dtype", default=None, choices=("fp16", "bf16", "fp32"),
+                   help="default fp32 on a CPU (torch.matmul in fp16 is slow there), bf16 on a GPU")
+    p.add_argument("--calls", type=int, default=300, help="back-to-back calls per method and round")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--real-launches", action="store_true", help="launch the kernels (GPU only)")
+    p.add_argument("--csv", default="host_path.csv")
+    args = p.parse_args(argv)
+
+    from .launch import launch, use_interpreter_without_gpu
+    from .results import commit_id
+
+    on_cpu = use_interpreter_without_gpu()
+    if on_cpu and args.real_launches:
+        p.error("--real-launches needs a GPU (the interpreter would run the kernels)")
+    from tilefuse.ops import registry
+
+    ops = list(registry.OPS) if args.ops == "all" else args.ops.split(",")
+    unknown = sorted(set(ops) - set(registry.OPS))
+    if unknown:
+        p.error(f"unknown op(s) {unknown}; ops are {list(registry.OPS)}")
+    Ms = [int(m) for m in args.M.split(",")]
+    args.dtype = args.dtype or ("fp32" if on_cpu else "bf16")
+    [rows] = launch(_job, 1, ops, Ms, args.N, args.K, args.dtype, args.calls, args.rounds, args.real_launches)
+    device = "cpu" if on_cpu else torch.cuda.get_device_name()
+    commit = commit_id()
+    us = {(r["op"], r["M"], r["variant"]): r["value"] for r in rows if r["metric"] == "host_us"}
+    notes = {(r["op"], r["M"]): r["note"] for r in rows if r["variant"] == "auto"}
+    print(f"host_path: world 1, N={args.N}, K={args.K}, {args.dtype}, {device}, "
+          f"{'real' if args.real_launches else 'no-op'} launches, commit {commit}")
+    for (op, M, name), t in us.items():
+        print(f"{op:20s} M={M:<5d} {name:28s} {t:8.1f} us  {t / us[(op, M, 'plain')]:5.2f}x plain")
+    for (op, M), note in notes.items():
+        print(f"{op:20s} M={M:<5d} {note}")
+    with open(args.csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "device": device, "commit": commit})
+    print(f"wrote {len(rows)} rows to {args.csv}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
