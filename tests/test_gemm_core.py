@@ -29,7 +29,20 @@ from tilefuse.ops.common import (  # noqa: E402
     gemm_layout,
     matmul,
 )
-from tilefuse.ops.common.gemm import load_tile, store_tile, tile_coords, tile_offsets  # noqa: E402
+from tilefuse.ops.common.config import (  # noqa: E402
+    MAX_SPLIT_K,
+    MIN_SLICE_STEPS,
+    SPLIT_K_VARIANTS,
+    check_split_k,
+    split_k_for,
+)
+from tilefuse.ops.common.gemm import (  # noqa: E402
+    SPLIT_K_SCRATCH,
+    load_tile,
+    store_tile,
+    tile_coords,
+    tile_offsets,
+)
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 DEVICE = "cpu" if INTERPRET else "cuda"
@@ -153,6 +166,80 @@ def test_matmul_default_config():
     _assert_matches(matmul(a, b, c, cfg), a, b, torch.float16)
 
 
+# (M, N, K, BLOCK_K): K steps not a multiple of SPLIT_K for 2, 3 and 4 (200 / 32 -> 7 steps, the
+# last one ragged); 3 steps of 16 (the 4th slice is empty); one row of tiles over a wide N.
+SPLIT_SHAPES = [(100, 72, 200, 32), (10, 130, 40, 16), (33, 200, 120, 16)]
+
+
+def _split_cfg(split, block_k, programs=5):
+    return CFG.replace(BLOCK_K=block_k, SPLIT_K=split, GEMM_SMS=programs)
+
+
+def _counts_are_zero():
+    return all(int(counts.count_nonzero()) == 0 for _, counts in SPLIT_K_SCRATCH._sets.values())
+
+
+@pytest.mark.parametrize("split", [2, 3, 4])
+@pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=lambda d: str(d).removeprefix("torch."))
+def test_matmul_split_k(dtype, shape, split, path):
+    """Split-K against an fp64 reference; NaN-padded operands, C a column block of a NaN matrix; the
+    same bits on a second run; the per-tile counts back at zero."""
+    M, N, K, block_k = shape
+    gen = _gen(hash((M, N, K, split)) % 2**31)
+    a = _padded_view(M, K, dtype, gen)
+    b = _padded_view(N, K, dtype, gen).t()  # column-major, as a Linear weight
+    c_full = torch.full((M, 3 * N), NAN, dtype=dtype, device=DEVICE)
+    c = c_full[:, N:2 * N]
+    cfg = _split_cfg(split, block_k)
+    assert matmul(a, b, c, cfg) is c
+    _assert_matches(c, a, b, dtype)
+    assert torch.isnan(c_full[:, :N]).all() and torch.isnan(c_full[:, 2 * N:]).all(), \
+        "matmul wrote outside its column block of C"
+    assert _counts_are_zero(), "a tile's count was left behind"
+    again = torch.full((M, N), NAN, dtype=dtype, device=DEVICE)
+    assert torch.equal(matmul(a, b, again, cfg), c), "split-K results differ between runs"
+
+
+def test_matmul_split_k_programs_and_tiles():
+    """One program for every slice of every tile, and one program for all of them; the sum of the
+    slices does not depend on which program finishes a tile last (fixed order)."""
+    M, N, K = 70, 90, 160
+    gen = _gen(3)
+    a, b = _randn((M, K), torch.float32, gen), _randn((K, N), torch.float32, gen)
+    results = []
+    for programs in (1, 2 * 2 * 4, 7):
+        c = torch.full((M, N), NAN, device=DEVICE)
+        matmul(a, b, c, _split_cfg(4, 32, programs))
+        _assert_matches(c, a, b, torch.float32)
+        results.append(c)
+    assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
+    assert _counts_are_zero()
+
+
+def test_matmul_split_k_scratch_grows_per_stream():
+    """A larger split-K launch after a smaller one on the same stream gets larger scratch."""
+    gen = _gen(4)
+    for M, N in ((20, 30), (150, 140)):
+        a, b = _randn((M, 64), torch.float16, gen), _randn((64, N), torch.float16, gen)
+        c = torch.full((M, N), NAN, dtype=torch.float16, device=DEVICE)
+        _assert_matches(matmul(a, b, c, _split_cfg(2, 16, programs=3)), a, b, torch.float16)
+    parts, counts = next(iter(SPLIT_K_SCRATCH._sets.values()))
+    assert counts.numel() >= 3 * 3 and parts.numel() >= 9 * 2 * 64 * 64
+
+
+def test_matmul_default_split_k_config():
+    """default_config(split_k=True) splits a few tiles over the programs, and matmul runs it."""
+    M, N, K = 16, 48, 512
+    num_sms = 8 if INTERPRET else torch.cuda.get_device_properties(DEVICE).multi_processor_count
+    cfg = default_config(M, N, K, torch.float16, num_sms=num_sms, interpreter=INTERPRET, comm=False, split_k=True)
+    assert cfg.SPLIT_K > 1
+    gen = _gen(5)
+    a, b = _randn((M, K), torch.float16, gen), _randn((K, N), torch.float16, gen)
+    c = torch.full((M, N), NAN, dtype=torch.float16, device=DEVICE)
+    _assert_matches(matmul(a, b, c, cfg), a, b, torch.float16)
+
+
 def test_matmul_degenerate_and_mismatched_shapes():
     a = torch.randn(8, 0, device=DEVICE)
     c = torch.full((8, 4), NAN, device=DEVICE)
@@ -234,8 +321,11 @@ def test_load_store_tile_strides_masks_and_cast():
 def test_config_round_trip_and_replace():
     d = CFG.to_dict()
     assert list(d) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages",
-                       "GEMM_SMS", "COMM_SMS", "TWO_SHOT"]
+                       "GEMM_SMS", "COMM_SMS", "TWO_SHOT", "SPLIT_K"]
     assert Config.from_dict(d) == CFG
+    del d["SPLIT_K"]  # tables written before the field existed
+    assert Config.from_dict(d).SPLIT_K == 1
+    d["SPLIT_K"] = 1
     assert CFG.replace(COMM_SMS=2).COMM_SMS == 2 and CFG.COMM_SMS == 0
     with pytest.raises(dataclasses.FrozenInstanceError):
         CFG.BLOCK_M = 128
@@ -257,6 +347,9 @@ def test_config_round_trip_and_replace():
     ("num_stages", 0, ValueError),
     ("GEMM_SMS", 0, ValueError),
     ("COMM_SMS", -1, ValueError),
+    ("SPLIT_K", 0, ValueError),
+    ("SPLIT_K", MAX_SPLIT_K + 1, ValueError),
+    ("SPLIT_K", 2.0, TypeError),
     ("BLOCK_M", 64.0, TypeError),
     ("num_warps", True, TypeError),
 ])
@@ -285,6 +378,57 @@ def test_default_config_heuristic():
     for cfg in (big, comm, small, skinny):
         check_config_fits(cfg, 132)
     check_config_fits(cpu, 8)
+
+
+# The parity grid of benchmarks/gemm_sweep.py: small M with large K, ragged N and K.
+PARITY_MS = (16, 64, 128, 333, 512, 1000, 1024, 4096, 8192)
+PARITY_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (5000, 3500), (1000, 8000))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_default_config_split_k_rule(dtype):
+    """Every split the heuristic picks fits one wave of GEMM programs and keeps MIN_SLICE_STEPS K
+    steps per slice; decode sizes with large K split, large M does not; without split_k nothing
+    changes."""
+    for comm in (False, True):
+        for M in PARITY_MS:
+            for N, K in PARITY_NK:
+                cfg = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=comm, split_k=True)
+                check_config_fits(cfg, 132)
+                tiles = triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N)
+                steps = triton.cdiv(K, cfg.BLOCK_K)
+                if cfg.SPLIT_K > 1:
+                    assert tiles * cfg.SPLIT_K <= cfg.GEMM_SMS, (M, N, K, cfg)
+                    assert steps >= cfg.SPLIT_K * MIN_SLICE_STEPS, (M, N, K, cfg)
+                if M <= 64:
+                    assert cfg.BLOCK_M == max(16, triton.next_power_of_2(M)) and tiles == triton.cdiv(N, 128)
+                stage_bytes = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * dtype.itemsize * cfg.num_stages
+                assert stage_bytes <= 200 * 1024, (M, N, K, cfg)
+                plain = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=comm)
+                assert plain.SPLIT_K == 1
+    decode = default_config(16, 4096, 4096, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
+    assert decode.SPLIT_K == 4 and (decode.BLOCK_M, decode.BLOCK_N) == (16, 128)
+    down = default_config(128, 4096, 14336, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
+    assert down.SPLIT_K > 1
+    big = default_config(8192, 8192, 8192, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
+    assert big.SPLIT_K == 1 and (big.BLOCK_M, big.BLOCK_N) == (128, 256)
+
+
+def test_split_k_for():
+    assert split_k_for(tiles=32, steps=64, programs=132) == 4
+    assert split_k_for(tiles=33, steps=64, programs=132) == 4
+    assert split_k_for(tiles=34, steps=64, programs=132) == 3
+    assert split_k_for(tiles=200, steps=64, programs=132) == 1
+    assert split_k_for(tiles=1, steps=1000, programs=132) == MAX_SPLIT_K
+    assert split_k_for(tiles=1, steps=2 * MIN_SLICE_STEPS + 1, programs=132) == 2  # slices keep their steps
+
+
+def test_check_split_k():
+    check_split_k("op", "fused_sequential", CFG)
+    for variant in SPLIT_K_VARIANTS:
+        check_split_k("op", variant, CFG.replace(SPLIT_K=3))
+    with pytest.raises(ValueError, match="^gemm_all_scatter: Config.SPLIT_K=3 is for .*wg_specialized computes"):
+        check_split_k("gemm_all_scatter", "wg_specialized", CFG.replace(SPLIT_K=3))
 
 
 def test_check_config_fits():

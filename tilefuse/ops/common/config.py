@@ -9,6 +9,9 @@ import torch
 import triton
 
 _NUM_WARPS = (1, 2, 4, 8, 16)
+MAX_SPLIT_K = 16
+# Variants whose kernels take SPLIT_K > 1: those whose GEMM is ops.common.gemm.matmul.
+SPLIT_K_VARIANTS = ("bulk_sync",)
 # Tensor-descriptor (TMA) boxes hold at most 256 elements per dimension.
 _MAX_BLOCK = 256
 
@@ -21,6 +24,13 @@ class Config:
     communication programs). Blocks are powers of two in [16, 256]. ``TWO_SHOT`` (0 or 1, default 0):
     gemm_all_reduce's two-shot algorithm (its ``two_shot=True``), so that a tuned table or cache
     entry can choose it; the other ops refuse a config that sets it.
+
+    ``SPLIT_K`` (1 to ``MAX_SPLIT_K``, default 1): each output tile's K steps are split into that
+    many slices computed by different programs; the last slice of a tile to finish sums the fp32
+    partials in slice order and runs the tile's epilogue, once (``ops.common.gemm``). Where it is
+    supported: the GEMM core (``ops.common.gemm.matmul``) and so every ``bulk_sync`` variant, whose
+    GEMM is that kernel (``SPLIT_K_VARIANTS``). The fused variants' kernels split no tile: they take
+    only ``SPLIT_K = 1``.
     """
 
     BLOCK_M: int
@@ -32,6 +42,7 @@ class Config:
     GEMM_SMS: int
     COMM_SMS: int
     TWO_SHOT: int = 0
+    SPLIT_K: int = 1
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -54,6 +65,8 @@ class Config:
             raise ValueError(f"Config.COMM_SMS must be >= 0, got {self.COMM_SMS}")
         if self.TWO_SHOT not in (0, 1):
             raise ValueError(f"Config.TWO_SHOT must be 0 or 1, got {self.TWO_SHOT}")
+        if not 1 <= self.SPLIT_K <= MAX_SPLIT_K:
+            raise ValueError(f"Config.SPLIT_K must be in [1, {MAX_SPLIT_K}], got {self.SPLIT_K}")
 
     def replace(self, **changes) -> Config:
         """A copy with some fields changed (validated again)."""
@@ -87,34 +100,109 @@ def _pow2_between(x: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, triton.next_power_of_2(max(1, x))))
 
 
+# Split-K heuristic (default_config with split_k=True): at most this many slices, each at least
+# MIN_SLICE_STEPS K steps long; shared memory the small-M tiles' pipeline stages may take.
+MIN_SLICE_STEPS = 4
+_STAGE_SMEM_BYTES = 160 * 1024
+_MAX_SMALL_M_STAGES = 6
+
+
+def split_k_for(tiles: int, steps: int, programs: int) -> int:
+    """The most K slices per tile (up to ``MAX_SPLIT_K``) such that ``tiles * slices`` work items
+    still fit in one wave of ``programs`` and every slice keeps ``MIN_SLICE_STEPS`` K steps."""
+    split = 1
+    while (split < MAX_SPLIT_K and tiles * (split + 1) <= programs
+           and steps >= (split + 1) * MIN_SLICE_STEPS):
+        split += 1
+    return split
+
+
+def _waves(items: int, programs: int) -> int:
+    return -(-items // programs)
+
+
+# Large-M tile candidates with split-K: (BM, BN, warps, stages, relative rate per multiprocessor).
+# 128x256 is the cuBLAS-speed tile (docs/PERF.md); 128x128 with one warpgroup computes at about 85 %
+# of its rate per multiprocessor in the GEMM-core sweeps and wins where it fills more programs.
+_LARGE_TILES = ((128, 256, 8, 3, 1.0), (128, 128, 4, 4, 0.85))
+
+
+def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs: int):
+    """``(BM, BN, warps, stages, SPLIT_K)`` for the GEMM core with split-K (see default_config)."""
+    steps = -(-K // block_k)
+    if M <= 64:
+        # Decode sizes: reading B is the cost. One row of tiles (B read once), 128 columns, deep
+        # pipelines to keep loads in flight, and K slices to put every program to work.
+        block_m = _pow2_between(M, 16, 64)
+        block_n = _pow2_between(min(N, 128), 16, 128)
+        stage = (block_m + block_n) * block_k * itemsize
+        stages = max(3, min(_MAX_SMALL_M_STAGES, _STAGE_SMEM_BYTES // stage))
+        tiles = -(-M // block_m) * -(-N // block_n)
+        return block_m, block_n, 4, stages, split_k_for(tiles, steps, programs)
+    best = None
+    for block_m, block_n, warps, stages, rate in _LARGE_TILES:
+        block_n = _pow2_between(min(N, block_n), 16, block_n)
+        tiles = -(-M // block_m) * -(-N // block_n)
+        split = split_k_for(tiles, steps, programs)
+        # Time in units of one 128x128 K step: waves x steps per work item x tile area / rate, plus
+        # the split's fixup: each slice stores an fp32 tile, the last reads the others back (about
+        # two K steps' time per tile moved, L2 bandwidth per multiprocessor against MMA rate).
+        area = block_m * block_n / (128 * 128)
+        work = -(-steps // split) + (2 * split if split > 1 else 0)
+        cost = _waves(tiles * split, programs) * work * area / rate
+        if best is None or cost < best[0]:
+            best = (cost, (block_m, block_n, warps, stages, split))
+    return best[1]
+
+
 def default_config(
-    M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int, interpreter: bool, comm: bool
+    M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int, interpreter: bool, comm: bool,
+    split_k: bool = False,
 ) -> Config:
     """Heuristic config for a shape that no table covers.
 
     ``num_sms``: multiprocessors of the device (from the runtime). ``comm``: whether the variant
     runs communication programs next to the GEMM programs (they get ``COMM_SMS`` of them).
+    ``split_k``: whether the caller's kernel takes ``SPLIT_K > 1`` (the GEMM core,
+    ``ops.common.gemm.matmul``, and the variants in ``SPLIT_K_VARIANTS``); without it ``SPLIT_K``
+    is 1 and the tiles are those below.
 
-    GPU: tile classes by M, from a sweep of the GEMM core against torch.matmul on an H200: 64x128
-    (4 warps, 4 stages) up to M = 128, 128x128 (4 warps, 4 stages) below M = 1000, 128x256 (8 warps,
-    3 stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles would leave over half
-    the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3 stages: shared memory).
+    GPU, without split-K: tile classes by M, from a sweep of the GEMM core against torch.matmul on an
+    H200: 64x128 (4 warps, 4 stages) up to M = 128, 128x128 (4 warps, 4 stages) below M = 1000,
+    128x256 (8 warps, 3 stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles
+    would leave over half the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3
+    stages: shared memory).
+
+    GPU, with split-K (small M with large K had too few tiles for the multiprocessors): up to
+    M = 64 one row of tiles, ``BLOCK_M`` = M rounded up to a power of two in [16, 64], 128 columns,
+    4 warps and as many stages as fit in 160 KiB (3 to 6); above, 128x256 or 128x128, whichever a
+    cost model (waves x K steps per work item x tile area / the tile's rate, plus the fixup) finds
+    faster. ``SPLIT_K`` (:func:`split_k_for`): the most slices per tile that keep ``tiles x
+    SPLIT_K`` within one wave of GEMM programs and ``MIN_SLICE_STEPS`` K steps per slice; shapes
+    with enough tiles keep ``SPLIT_K = 1``.
+
     Interpreter: at most 64-wide blocks (the cost grows with the number of interpreted operations) and
-    a handful of programs.
+    a handful of programs; with ``split_k`` the same slice rule over those programs.
     """
     if num_sms < 1:
         raise ValueError(f"default_config: num_sms must be >= 1, got {num_sms}")
     if interpreter:
         comm_sms = 2 if comm else 0
+        gemm_sms = max(1, min(4, num_sms - comm_sms))
+        block_m, block_n, block_k = _pow2_between(M, 16, 64), _pow2_between(N, 16, 64), _pow2_between(K, 16, 64)
+        split = 1
+        if split_k:
+            split = split_k_for(-(-M // block_m) * -(-N // block_n), -(-K // block_k), gemm_sms)
         return Config(
-            BLOCK_M=_pow2_between(M, 16, 64),
-            BLOCK_N=_pow2_between(N, 16, 64),
-            BLOCK_K=_pow2_between(K, 16, 64),
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            BLOCK_K=block_k,
             GROUP_M=8,
             num_warps=4,
             num_stages=1,
-            GEMM_SMS=max(1, min(4, num_sms - comm_sms)),
+            GEMM_SMS=gemm_sms,
             COMM_SMS=comm_sms,
+            SPLIT_K=split,
         )
     comm_sms = max(1, num_sms // 8) if comm else 0
     gemm_sms = num_sms - comm_sms
@@ -123,22 +211,26 @@ def default_config(
                          f"{comm_sms} communication programs")
     max_k = 32 if dtype.itemsize >= 4 else 64
     block_k = _pow2_between(K, 16, max_k)
-    # Tile classes from the GEMM-core sweep on an H200 (docs/perf/gemm_sweep_h200_bf16.csv): 4 stages
-    # beat 3 for every tile but 128x256 (which has no room for a fourth); 128x256 wins from M ~ 1000,
-    # 128x128 in between, 64x128 for decode-size M.
-    if M <= 128:
-        block_m, block_n, warps, stages = _pow2_between(M, 16, 64), 128, 4, 4
-    elif M < 1000:
-        block_m, block_n, warps, stages = 128, 128, 4, 4
+    split = 1
+    if split_k:
+        block_m, block_n, warps, stages, split = _split_k_tiles(M, N, K, block_k, dtype.itemsize, gemm_sms)
     else:
-        block_m, block_n, warps, stages = 128, 256, 8, 3
-    block_n = _pow2_between(min(N, block_n), 16, block_n)
-    # Under half as many tiles as GEMM programs: halve the wide tile so more programs get work (a
-    # nearly full wave of 128x256 tiles still beats a full one of 128x128: same sweep).
-    if block_n == 256 and 2 * triton.cdiv(M, block_m) * triton.cdiv(N, block_n) < gemm_sms:
-        block_n, warps, stages = 128, 4, 4
-    if dtype.itemsize >= 4 and stages > 3:
-        stages = 3  # fp32 tiles take twice the shared memory
+        # Tile classes from the GEMM-core sweep on an H200 (docs/perf/2026-11-30_h200_ws1_gemm_sweep_bf16.csv):
+        # 4 stages beat 3 for every tile but 128x256 (which has no room for a fourth); 128x256 wins
+        # from M ~ 1000, 128x128 in between, 64x128 for decode-size M.
+        if M <= 128:
+            block_m, block_n, warps, stages = _pow2_between(M, 16, 64), 128, 4, 4
+        elif M < 1000:
+            block_m, block_n, warps, stages = 128, 128, 4, 4
+        else:
+            block_m, block_n, warps, stages = 128, 256, 8, 3
+        block_n = _pow2_between(min(N, block_n), 16, block_n)
+        # Under half as many tiles as GEMM programs: halve the wide tile so more programs get work (a
+        # nearly full wave of 128x256 tiles still beats a full one of 128x128: same sweep).
+        if block_n == 256 and 2 * triton.cdiv(M, block_m) * triton.cdiv(N, block_n) < gemm_sms:
+            block_n, warps, stages = 128, 4, 4
+    if dtype.itemsize >= 4 and stages > 3 and not (split_k and M <= 64):
+        stages = 3  # fp32 tiles take twice the shared memory (the small-M stages count bytes already)
     return Config(
         BLOCK_M=block_m,
         BLOCK_N=block_n,
@@ -148,7 +240,17 @@ def default_config(
         num_stages=stages,
         GEMM_SMS=gemm_sms,
         COMM_SMS=comm_sms,
+        SPLIT_K=split,
     )
+
+
+def check_split_k(op: str, variant: str, config: Config) -> None:
+    """Raise ValueError if ``config`` splits K for a variant whose kernels do not (``SPLIT_K_VARIANTS``)."""
+    if config.SPLIT_K > 1 and variant not in SPLIT_K_VARIANTS:
+        raise ValueError(
+            f"{op}: Config.SPLIT_K={config.SPLIT_K} is for the variants whose GEMM is the split-K core "
+            f"({', '.join(SPLIT_K_VARIANTS)}); {variant} computes whole tiles: use SPLIT_K=1"
+        )
 
 
 def check_config_fits(config: Config, num_sms: int, where: str = "this device") -> None:

@@ -35,6 +35,7 @@ import triton
 import triton.language as tl
 
 from ...runtime import primitives as P
+from ...runtime.world import on_reset
 
 # ---------------------------------------------------------------------------------------------
 # Device-side helpers
@@ -96,12 +97,30 @@ def gemm_tile(
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
 ):
     """K loop of output tile (pid_m, pid_n): the fp32 accumulator [BM, BN] of A[rows, :] @ B[:, cols]."""
+    return gemm_tile_range(
+        a_op, b_op, pid_m, pid_n, M, N, K, 0, tl.cdiv(K, BLOCK_K), stride_am, stride_ak, stride_bk, stride_bn,
+        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
+    )
+
+
+@triton.jit
+def gemm_tile_range(
+    a_op, b_op,
+    pid_m, pid_n,
+    M, N, K,
+    k_lo, k_hi,
+    stride_am, stride_ak, stride_bk, stride_bn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+):
+    """K steps [k_lo, k_hi) (in units of BLOCK_K) of tile (pid_m, pid_n): the fp32 partial [BM, BN]
+    of A[rows, k_lo*BK : k_hi*BK] @ B[k_lo*BK : k_hi*BK, cols] (zeros for an empty range)."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # [BM, BN]
     if USE_TMA:
         # Descriptor coordinates are element indices (int32); out-of-bounds reads return zeros.
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        for k in range(0, tl.cdiv(K, BLOCK_K)):
+        for k in range(k_lo, k_hi):
             off_k = k * BLOCK_K
             a = a_op.load([off_m, off_k])  # [BM, BK]
             if B_KMAJOR:
@@ -114,11 +133,12 @@ def gemm_tile(
         offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
         offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         offs_k = tl.arange(0, BLOCK_K)  # [BK]
+        first_k = (k_lo * BLOCK_K + offs_k).to(tl.int64)  # [BK], columns of A / rows of B of step k_lo
         mask_m = offs_m < M  # [BM]
         mask_n = offs_n < N  # [BN]
-        a_ptrs = a_op + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak  # [BM, BK]
-        b_ptrs = b_op + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn  # [BK, BN]
-        for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a_ptrs = a_op + offs_m[:, None] * stride_am + first_k[None, :] * stride_ak  # [BM, BK]
+        b_ptrs = b_op + first_k[:, None] * stride_bk + offs_n[None, :] * stride_bn  # [BK, BN]
+        for k in range(k_lo, k_hi):
             k_left = K - k * BLOCK_K
             a = tl.load(a_ptrs, mask=mask_m[:, None] & (offs_k[None, :] < k_left), other=0.0)  # [BM, BK]
             b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & mask_n[None, :], other=0.0)  # [BK, BN]
@@ -127,6 +147,65 @@ def gemm_tile(
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
     return acc
+
+
+@triton.jit
+def split_k_work(work_id, K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
+    """Work item ``work_id`` of a split-K schedule -> ``(tile_id, slice, k_lo, k_hi)``.
+
+    Work items are numbered tile by tile (``work_id = tile_id * SPLIT_K + slice``), so programs that
+    run at the same time take the slices of the same tiles and finish them together. Slice s gets
+    the K steps ``[s * steps // SPLIT_K, (s + 1) * steps // SPLIT_K)`` of the ``steps = cdiv(K,
+    BLOCK_K)`` (sizes differ by at most one step; a slice may be empty when steps < SPLIT_K).
+    """
+    if SPLIT_K == 1:
+        return work_id, 0, 0, tl.cdiv(K, BLOCK_K)
+    else:
+        tile_id = work_id // SPLIT_K
+        s = work_id % SPLIT_K
+        steps = tl.cdiv(K, BLOCK_K)
+        return tile_id, s, s * steps // SPLIT_K, (s + 1) * steps // SPLIT_K
+
+
+@triton.jit
+def combine_slices(
+    acc, tile_id, s,
+    partial_ptr, count_ptr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+):
+    """Hand in slice ``s``'s fp32 partial ``acc`` [BM, BN] of tile ``tile_id``; returns ``(total, done)``.
+
+    Every slice stores its partial in its own slot of the tile (``partial_ptr``: fp32, ``SPLIT_K``
+    slots of ``BM * BN`` per tile) and then counts itself in (``count_ptr[tile_id]``, int32). The
+    program whose slice is counted last gets ``done = True`` and the tile's sum, always taken in the
+    order ``slice 0 + slice 1 + ... + slice SPLIT_K-1`` (the same bits whichever slice arrives last;
+    its own partial comes from registers); it also sets the count back to 0 for the next launch on
+    the stream. The others get ``done = False``
+    and must not run the tile's epilogue. Nobody waits: the last slice does the work.
+    """
+    slots = partial_ptr + tile_id.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
+    tl.store(slots + s * (BLOCK_M * BLOCK_N) + offs, acc)
+    # Every thread's part of the slot is stored before the one thread's count below.
+    tl.debug_barrier()
+    # Release (this slot) and acquire (the other slots): pairs with the same atomic of the tile's
+    # other slices, in this launch and on this device only (local memory, gpu scope).
+    arrived = tl.atomic_add(count_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
+    done = arrived == SPLIT_K - 1
+    total = acc
+    if done:
+        for j in tl.static_range(0, SPLIT_K):
+            # The own slice comes from registers, the others from their slots; the loads bypass L1
+            # (.cg): other multiprocessors wrote them.
+            other = tl.load(slots + j * (BLOCK_M * BLOCK_N) + offs, mask=s != j, other=0.0,
+                            cache_modifier=".cg")  # [BM, BN]
+            part = tl.where(s == j, acc, other)
+            if j == 0:
+                total = part
+            else:
+                total += part
+        tl.store(count_ptr + tile_id, 0)
+    return total, done
 
 
 @triton.jit
@@ -168,32 +247,42 @@ def matmul_kernel(
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     # with IN_CALL: the control block of the collective call this GEMM belongs to
     ctl_ptr,
+    # with SPLIT_K > 1: fp32 partial slots [num_tiles, SPLIT_K, BM * BN], int32 count per tile (zeros)
+    partial_ptr, count_ptr,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, IN_CALL: tl.constexpr,
+    SPLIT_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    IN_CALL: tl.constexpr,
 ):
-    """Persistent C [M, N] = A [M, K] @ B [K, N]; program pid computes tiles pid, pid + NUM_PROGRAMS, ...
+    """Persistent C [M, N] = A [M, K] @ B [K, N]; program pid takes work items pid, pid + NUM_PROGRAMS, ...
 
-    With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives)."""
+    A work item is a tile (``SPLIT_K == 1``) or one of a tile's ``SPLIT_K`` K slices, whose last
+    slice sums the partials and stores the tile (:func:`combine_slices`). With ``IN_CALL`` it does
+    nothing when its collective call was aborted (runtime.primitives)."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
+    num_work = num_pid_m * num_pid_n * SPLIT_K
     if IN_CALL:
         _, live = P.call_epoch(ctl_ptr)
-        num_tiles = tl.where(live, num_tiles, 0)
+        num_work = tl.where(live, num_work, 0)
     a_op, b_op = gemm_operands(
         a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
     )
-    for tile_id in range(pid, num_tiles, NUM_PROGRAMS):
+    for work_id in range(pid, num_work, NUM_PROGRAMS):
+        tile_id, s, k_lo, k_hi = split_k_work(work_id, K, BLOCK_K, SPLIT_K)
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(
-            a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+        acc = gemm_tile_range(
+            a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
             BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
         )  # [BM, BN] fp32
-        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+        done = True
+        if SPLIT_K > 1:
+            acc, done = combine_slices(acc, tile_id, s, partial_ptr, count_ptr, BLOCK_M, BLOCK_N, SPLIT_K)
+        if done:
+            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+            store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,14 +402,54 @@ def ensure_triton_allocator() -> None:
     _allocator_installed.set(True)
 
 
+class SplitKScratch:
+    """Partial slots and per-tile counts of split-K launches, one set per (device, stream).
+
+    The counts start at zero and every launch leaves them at zero (the last slice of a tile resets
+    its count), so a stream's launches, which run one after another, share one set without a memset
+    per call; launches on different streams get different sets. A call inside a CUDA graph capture
+    gets a fresh zeroed set instead (the memset is part of the graph), never a cached one: a graph
+    may be replayed on any stream. :func:`tilefuse.reset` drops the cache (a launch of an aborted
+    call may stop between a tile's slices and leave a count behind).
+    """
+
+    def __init__(self):
+        self._sets: dict = {}
+
+    def get(self, device: torch.device, num_tiles: int, slot_elems: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(partials, counts)``: fp32 ``[num_tiles * slot_elems]`` and int32 ``[num_tiles]`` zeros."""
+        n_part = num_tiles * slot_elems
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return (torch.empty(n_part, dtype=torch.float32, device=device),
+                    torch.zeros(num_tiles, dtype=torch.int32, device=device))
+        key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+        parts, counts = self._sets.get(key, (None, None))
+        if parts is None or parts.numel() < n_part:
+            parts = torch.empty(triton.next_power_of_2(n_part), dtype=torch.float32, device=device)
+        if counts is None or counts.numel() < num_tiles:
+            counts = torch.zeros(triton.next_power_of_2(num_tiles), dtype=torch.int32, device=device)
+        self._sets[key] = (parts, counts)
+        return parts, counts
+
+    def clear(self) -> None:
+        self._sets.clear()
+
+
+SPLIT_K_SCRATCH = SplitKScratch()
+on_reset(SPLIT_K_SCRATCH.clear)
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch.Tensor | None = None) -> torch.Tensor:
     """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
     block) the GEMM is part of a collective call and does nothing if the call was aborted.
 
     ``a [M, K]``, ``b [K, N]`` and ``c [M, N]`` on one device, at any strides (``c`` may be a
     column block of a wider matrix). fp32 accumulation, output cast to ``c.dtype``. Uses
-    ``config``'s ``BLOCK_*``, ``GROUP_M``, ``num_warps``, ``num_stages`` and ``GEMM_SMS`` programs
-    (fewer when there are fewer tiles).
+    ``config``'s ``BLOCK_*``, ``GROUP_M``, ``num_warps``, ``num_stages``, ``SPLIT_K`` and ``GEMM_SMS``
+    programs (fewer when there are fewer work items). With ``SPLIT_K > 1`` each tile's K steps are
+    split into ``SPLIT_K`` slices computed by different programs; the last slice of a tile to finish
+    sums the fp32 partials in slice order (deterministic: the same bits on every run, though not
+    those of ``SPLIT_K = 1``) and stores the tile, using the stream's :class:`SplitKScratch`.
     """
     M, K = a.shape
     N = b.shape[1]
@@ -335,15 +464,21 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     a, b, use_tma, b_kmajor = tma_operands(a, b)
     if use_tma:
         ensure_triton_allocator()
+    split = config.SPLIT_K
     num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
-    num_programs = min(config.GEMM_SMS, num_tiles)
+    num_programs = min(config.GEMM_SMS, num_tiles * split)
+    if split > 1:
+        partials, counts = SPLIT_K_SCRATCH.get(c.device, num_tiles, split * config.BLOCK_M * config.BLOCK_N)
+    else:
+        partials, counts = c, c  # never read
     matmul_kernel[(num_programs,)](
         a, b, c,
         M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         ctl if ctl is not None else c,
+        partials, counts,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
-        NUM_PROGRAMS=num_programs, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
+        SPLIT_K=split, NUM_PROGRAMS=num_programs, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c
