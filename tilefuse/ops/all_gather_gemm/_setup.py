@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..common.config import check_split_k
 from ..common.gemm import ensure_triton_allocator, gemm_layout
 from ..common.launch import GemmCall, begin, new_output, prepare_gemm, workspace
 
@@ -17,7 +18,9 @@ def setup(variant: str, a, b, config, group, *, comm: bool) -> GemmCall:
     the call's begin kernel (its signature holds them), before any data moves."""
     # No padded copies: the variants read `a` where it is (the shard travels anyway) and decide its
     # operand path themselves (`layout`).
-    return prepare_gemm(OP, a, b, group, config, comm=comm, pad=False)
+    call = prepare_gemm(OP, a, b, group, config, comm=comm, pad=False)
+    check_split_k(OP, variant, call.config)  # only bulk_sync splits K
+    return call
 
 
 def start(call: GemmCall, variant: str, return_gathered: bool, *outputs) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..common.config import check_split_k
 from ..common.launch import GemmCall, begin, ctl, new_output, op_heap, prepare_gemm, workspace
 
 OP = "gemm_all_reduce"
@@ -145,6 +146,7 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
         raise TypeError(f"{OP}: two_shot must be True or False, got {type(two_shot).__name__}")
     heap = op_heap(OP, group)
     call = prepare_gemm(OP, a, b, group, config, comm=comm)
+    check_split_k(OP, variant, call.config)  # only bulk_sync splits K
     if config is None:
         call = dataclasses.replace(call, config=fill_device(call.config, call.M, call.N, comm=comm))
     two_shot = two_shot or bool(call.config.TWO_SHOT)  # a tuned config may choose the algorithm

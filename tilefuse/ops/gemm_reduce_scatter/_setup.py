@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ..common.checks import check_divisible, check_matrix
+from ..common.config import check_split_k
 from ..common.launch import GemmCall, begin, ctl, new_output, op_heap, prepare_gemm, workspace
 
 OP = "gemm_reduce_scatter"
@@ -87,6 +88,7 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool) -> Call
     check_divisible(OP, "M (rows of a)", a.shape[0], W, "the world size")
     rows = a.shape[0] // W
     call = prepare_gemm(OP, a, b, group, config, comm=comm, tile_m=max(rows, 1))
+    check_split_k(OP, variant, call.config)  # only bulk_sync splits K
     if call.K == 0 and call.use_tma:
         # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
         call = dataclasses.replace(call, use_tma=False, b_kmajor=False)
