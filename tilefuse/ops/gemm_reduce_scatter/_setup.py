@@ -73,15 +73,18 @@ class Call:
         return (heap.heap_bases, ctl(heap), heap.rank, heap.world_size)
 
 
-def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool) -> Call:
+def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running_sum: bool | None = None) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]``; allocate c; get the stage (and flags) workspace.
 
     The stage has a's dtype and is shared by every variant of one (dtype, rows, N) (the entry
     barrier of each call makes that safe). The flagged variants, which sum while partials arrive,
     also get an fp32 running-sum buffer when W >= 3, shared by both per (rows, N): only the owner's
-    reduction touches it, and one call's reduction ends before the next call's starts. The flags and
-    their epoch belong to one variant and tile shape.
+    reduction touches it, and one call's reduction ends before the next call's starts
+    (``running_sum``, default ``flags``: fused_sequential's epilogue-sum form has flags and sums in
+    registers). The flags and their epoch belong to one variant and tile shape.
     """
+    if running_sum is None:
+        running_sum = flags
     heap = op_heap(OP, group)
     check_matrix(OP, "a", a)
     W = heap.world_size
@@ -107,7 +110,7 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool) -> Call
     stage = workspace(heap, (OP, "stage", a.dtype, W, rows, N),
                       lambda h: {"stage": h.empty((W, rows, N), dtype=a.dtype)}, W * rows * N * a.element_size()).stage
     run, flag_buf = None, None
-    if flags and W >= 3:
+    if running_sum and W >= 3:
         # accumulate_slot indexes it with a slot's strides: both are contiguous [rows, N].
         run = workspace(heap, (OP, "run", W, rows, N),
                         lambda h: {"run": h.empty((rows, N), dtype=torch.float32)}, rows * N * 4).run

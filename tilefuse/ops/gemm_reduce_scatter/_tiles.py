@@ -18,8 +18,8 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire
-from ..common.gemm import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets
-from ..common.reduce import accumulate_slot, block_offsets, owner_at, push_partial, source_at, sum_slots
+from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
+from ..common.reduce import accumulate_slot, block_offsets, owner_at, push_partial, slot_ptr, source_at, sum_slots
 
 
 @triton.jit
@@ -64,6 +64,77 @@ def produce_partials(
             # Release (with RELEASE): pairs with the acquire in reduce_owned (WAIT) on rank `owner`.
             push_partial(my_slot, acc.to(stage_ptr.dtype.element_ty), offs_m, offs_n, rows, N, stride_sm, stride_sn,
                          flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases, RELEASE)
+
+
+@triton.jit
+def produce_and_sum(
+    # GEMM operands (the order of GemmCall.gemm_args)
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    # stage [W, rows, N] (input dtype) and flags [W, tiles_per_owner] int64 (symmetric addresses);
+    # this rank's output c [rows, N] (local)
+    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, stride_cm, stride_cn,
+    # distributed
+    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    # this program among NUM_PROGRAMS programs
+    pid,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+):
+    """:func:`produce_partials` whose last step sums instead of staging: the owner's reduction in
+    the epilogue of its own tiles.
+
+    Steps 0 .. W-2 push this rank's partial of owner ``owner_at(step)``'s tiles into the owner's slot
+    ``cur_rank`` and release the owner's flag (cur_rank, j). The last step computes this rank's own
+    tiles; the epilogue of tile j acquires the flag of each source in the order r-1, r-2, ..., r+1,
+    adds their slots in fp32 and adds its own partial (rounded to the stage's dtype first, as a
+    staged one is) last: ``((s_0 + s_1) + ...) + own``, the bits of :func:`reduce_owned`, stored
+    straight into ``c``. The own partial is never staged and no reduction pass or barrier follows.
+
+    Tile j of owner o goes to program ``(o * tiles_per_owner + j) % NUM_PROGRAMS`` on every rank, so
+    the program that sums a tile waits only on the same program id of other ranks, which pushes all
+    its partials before it waits on anything: no cycle, in the interpreter's program order too. On a
+    GPU all programs must be resident (at most one per multiprocessor).
+    """
+    rows = M // world
+    num_pid_m = tl.cdiv(rows, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    tiles_per_owner = num_pid_m * num_pid_n
+    my_slot = slot_ptr(stage_ptr, cur_rank, stride_slot)
+    for step in range(0, world):
+        owner = owner_at(cur_rank, step, world)
+        a_owner = a_ptr + tl.cast(owner, tl.int64) * rows * stride_am
+        a_op, b_op = gemm_operands(a_owner, b_ptr, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                   BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
+        first = (pid + NUM_PROGRAMS - (owner * tiles_per_owner) % NUM_PROGRAMS) % NUM_PROGRAMS
+        for j in range(first, tiles_per_owner, NUM_PROGRAMS):
+            pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
+            acc = gemm_tile(a_op, b_op, pid_m, pid_n, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                            BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
+            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+            part = acc.to(stage_ptr.dtype.element_ty)  # [BM, BN], rounded once
+            if step < world - 1:
+                # Release: pairs with the acquire below, in the last step of rank `owner`.
+                push_partial(my_slot, part, offs_m, offs_n, rows, N, stride_sm, stride_sn,
+                             flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases,
+                             RELEASE=True)
+            else:
+                total = part.to(tl.float32)  # [BM, BN]; W = 1: the own partial alone
+                if world > 1:
+                    src = source_at(cur_rank, 0, world)
+                    # Acquire: pairs with the release above on rank `src`.
+                    tile_acquire(flags_ptr + src * tiles_per_owner + j, epoch, cur_rank, src, ctl_ptr, heap_bases,
+                                 world)
+                    total = load_tile(slot_ptr(stage_ptr, src, stride_slot), offs_m, offs_n, rows, N,
+                                      stride_sm, stride_sn).to(tl.float32)  # start from s_0 itself
+                    for i in range(1, world - 1):
+                        src = source_at(cur_rank, i, world)
+                        # Acquire: pairs with the release above on rank `src`.
+                        tile_acquire(flags_ptr + src * tiles_per_owner + j, epoch, cur_rank, src, ctl_ptr,
+                                     heap_bases, world)
+                        total += load_tile(slot_ptr(stage_ptr, src, stride_slot), offs_m, offs_n, rows, N,
+                                           stride_sm, stride_sn).to(tl.float32)
+                    total += part.to(tl.float32)
+                store_tile(c_ptr, total, offs_m, offs_n, rows, N, stride_cm, stride_cn)
 
 
 @triton.jit

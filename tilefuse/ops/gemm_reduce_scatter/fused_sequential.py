@@ -7,6 +7,18 @@ Pushing a tile overlaps the K loops of the tiles other programs are computing. T
 flags: the barrier after the kernel orders every rank's stores before the owner's local reduction,
 which sums slots r-1, r-2, ..., r in fp32 (the same bits on every run). A partial travels in the
 input dtype: the epilogue rounds the fp32 tile when it stores it.
+
+The epilogue-sum form (:func:`fused_sequential_epilogue`) sums in the kernel instead::
+
+    program p:  | peers' tiles: K loop | push to owner's slot r, release | ... | own tile j: K loop |
+                | acquire (r-1, j), ..., (r+1, j) | s_0 + ... + own -> c | ...
+    rank r:     | begin | fused kernel |
+
+Rank r computes its own tiles last, about (W-1)/W of the kernel after its peers pushed their
+partials of them, and adds those partials in the epilogue of each own tile: the own partial never
+goes through the stage, and neither the reduction kernel (a read of W slots, a write of c) nor the
+barrier before it runs. Same bits as the staged form. Per (source, tile) flags on the owner, as
+producer_consumer's.
 """
 
 from __future__ import annotations
@@ -17,7 +29,7 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import collective, ctl, mid_barrier
 from ._setup import OP, finish, setup
-from ._tiles import produce_partials, reduce_kernel
+from ._tiles import produce_and_sum, produce_partials, reduce_kernel
 
 
 @kernel
@@ -62,5 +74,49 @@ def fused_sequential(a, b, *, config=None, group=None):
         *call.dist_args,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
         PULL=False, WAIT=False, num_warps=cfg.num_warps,
+    )
+    return finish(call)
+
+
+@kernel
+def _fused_sum_kernel(
+    # GEMM operands (the order of GemmCall.gemm_args)
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    # stage [W, rows, N] (input dtype) and flags [W, tiles_per_owner] int64 (symmetric addresses);
+    # output c [rows, N] (local)
+    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, stride_cm, stride_cn,
+    # distributed
+    heap_bases, ctl_ptr, cur_rank, world,
+    # meta-parameters
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+):
+    epoch, live = P.call_epoch(ctl_ptr)
+    if live:
+        produce_and_sum(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, stride_cm, stride_cn,
+                        heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
+                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR)
+
+
+EPILOGUE_FORM = "fused_sequential_epilogue"  # its signature and flags workspace name
+
+
+@collective(OP)
+def fused_sequential_epilogue(a, b, *, config=None, group=None):
+    """gemm_reduce_scatter as one fused persistent kernel whose own tiles sum the peers' partials in
+    their epilogue (the module docstring); same contract as :func:`tilefuse.gemm_reduce_scatter`.
+
+    Its programs (``GEMM_SMS + COMM_SMS``, at most one per multiprocessor) wait on other ranks'
+    programs, so all of them must be resident at once, as with the flagged variants."""
+    call = setup(EPILOGUE_FORM, a, b, config, group, comm=False, flags=True, running_sum=False)
+    if call.empty:
+        return call.c
+    cfg, heap = call.config, call.heap
+    programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, heap.world_size * call.tiles_per_owner)
+    _fused_sum_kernel[(programs,)](
+        *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args, call.c, call.c.stride(0), call.c.stride(1),
+        heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
+        NUM_PROGRAMS=programs, **call.gemm.gemm_meta,
     )
     return finish(call)
