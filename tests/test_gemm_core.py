@@ -261,6 +261,54 @@ def test_gemm_layout_env_override(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------
+# Split-K in the ops: bulk_sync's GEMM is the core; the other variants refuse SPLIT_K > 1
+# ------------------------------------------------------------------------------------------------
+
+SPLIT_OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
+
+
+def job_ops_split_k(ctx, cases):
+    """Every op's bulk_sync with ``(dtype, SPLIT_K)`` in ``cases`` against its reference (NaN-poisoned
+    workspaces and outputs), and every other variant refusing the split config on every rank."""
+    import tilefuse.ops.gemm_all_reduce  # noqa: F401  (registers the op)
+    from ophelpers import assert_matches, poison_workspaces, randn
+
+    import tilefuse
+    from tilefuse.ops import registry
+
+    # M divisible by W = 2 and 3; K = 7 steps of 32, a multiple of no SPLIT_K > 1; ragged N.
+    M, N, K = 48, 40, 200
+    seed = 0
+    for op in SPLIT_OPS:
+        for dtype, split in cases:
+            seed += 1
+            # Every rank's operands differ, rank r's A scaled by (r + 1): a misrouted block shows.
+            a = randn((M, K), dtype, ctx.device, seed=seed * 100 + ctx.rank + 1, scale=ctx.rank + 1)
+            b = randn((K, N), dtype, ctx.device, seed=seed * 100 + 50 + ctx.rank)
+            ref = registry.get(op, "reference")(a, b)
+            cfg = Config(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=1,
+                         GEMM_SMS=3, COMM_SMS=0, SPLIT_K=split)
+            poison_workspaces()
+            got = registry.get(op, "bulk_sync")(a, b, config=cfg)
+            tilefuse.synchronize()
+            assert_matches(got, ref, dtype, K, ctx.on_gpu, f"{op} bulk_sync SPLIT_K={split} {dtype}",
+                           scale=ctx.world * (ctx.world + 1) / 2)
+        for variant in ("producer_consumer", "fused_sequential", "wg_specialized"):
+            with pytest.raises(ValueError, match=f"^{op}: Config.SPLIT_K=2 is for .*{variant} computes whole"):
+                registry.get(op, variant)(a, b, config=cfg.replace(SPLIT_K=2, COMM_SMS=2))
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("world, cases", [
+    (2, ((torch.float16, 2), (torch.float32, 4))),
+    (3, ((torch.float16, 3), (torch.float32, 2))),
+], ids=["W2", "W3"])
+def test_ops_bulk_sync_split_k(pools, world, cases):
+    assert all(pools.run(world, job_ops_split_k, cases))
+
+
+# ------------------------------------------------------------------------------------------------
 # Tile helpers, through small kernels
 # ------------------------------------------------------------------------------------------------
 
