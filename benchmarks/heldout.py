@@ -1,24 +1,40 @@
 """``variant="auto"`` on held-out shapes, against the plain path and torch's fused async-TP ops.
 
-    python -m benchmarks heldout --world 1 --out heldout_ws1.csv
-    torchrun --nproc-per-node 2 -m benchmarks.heldout --out heldout_ws2.csv
+    python -m benchmarks heldout --world 1 --n 8 --budget-s 120 --out heldout_ws1.csv
+    torchrun --nproc-per-node 2 -m benchmarks.heldout --n 8 --budget-s 120 --out heldout_ws2.csv
     python -m benchmarks.heldout --smoke --world 2          # tiny shapes, CPU ranks (a test runs it)
 
 The shapes come from :func:`tilefuse.tuning.shapes.heldout_shapes`: drawn at random (seeded) within
-model-like ranges, never in a tuning set, so no table holds them exactly. Per shape, every rank:
+model-like ranges, never in a tuning set, so no table holds them exactly. Shape i of every op runs
+before shape i + 1 of any (a run cut short by ``--budget-s`` covers every op alike). Per shape,
+every rank:
 
 1. calls ``variant="auto"`` once and records that first call's time (``first_call_ms``: with
-   first-call tuning on, the tuning happens here) and what auto chose (the CSV's ``note``);
+   first-call tuning on, the tuning happens here);
 2. checks auto's result against the fp32 reference;
 3. times plain, auto and torch's fused op (``torch.ops.symm_mem``, where the op has one and the run
    has NCCL with a GPU per rank; otherwise that column is absent and the reason is printed), their
-   calls interleaved one by one, cross-rank maximum of the medians (``benchmarks.timing``).
+   calls interleaved one by one, cross-rank maximum of the medians (``benchmarks.timing``);
+4. records what auto ran in those timed calls and where that decision came from (the CSV's
+   ``note``, asked after them: ``suite.auto_note``).
 
 The decision cache is a fresh temporary directory unless ``--cache-dir`` names one, so first calls
-tune as a new user's would. Output: one long-format CSV (``ms`` per method, ``speedup_vs_plain`` and
-``speedup_vs_best_baseline`` = min(plain, torch fused) / auto where torch's op ran, ``first_call_ms``), summary
-rows (``variant = summary``: worst and median ratios over all shapes and over shapes whose plain
-time is at least ``--min-ms``), and the same summary printed.
+tune as a new user's would (``TILEFUSE_AUTOTUNE`` unset: on a GPU, calls whose plain path takes at
+least 0.2 ms). Output: one long-format CSV with, per shape, ``ms`` per method, ``speedup_vs_plain``
+(plain / auto), ``speedup_vs_torch_fused`` (torch fused / auto) and ``speedup_vs_best_baseline``
+(min(plain, torch fused) / auto) where torch's op ran, ``first_call_ms``; then summary rows
+(``variant = summary``, per op and ``all``): the worst and median of each ratio over all shapes and
+over the shapes whose plain time is at least ``--min-ms``, and ``shapes_run`` against those asked
+for. The summary is printed too.
+
+``--budget-s``: no shape starts once the seconds since the job started (rank 0's count, after the
+ranks came up), plus the median time a shape took so far, would pass it; what ran is written as
+usual, and ``--out`` is rewritten after every shape (a run killed midway keeps what it measured).
+Time on one H200 (W = 1) or two (W = 2): about 15-25 s to start (ranks, heap, imports), then the
+first shape of each op 10-30 s (Triton compiles every candidate of first-call tuning; 1 s of timed
+tuning calls), later shapes 2-6 s (kernels cached; interleaved timing about 1 s). So ``--n 8
+--budget-s 120`` fits a 150 s slot, with as many shapes per op as the budget allows (estimated,
+not yet measured: the CSV's ``first_call_ms`` and the printed elapsed time say).
 """
 
 from __future__ import annotations
@@ -54,17 +70,21 @@ def _first(x):
     return x[0] if isinstance(x, tuple) else x
 
 
-def _job(ctx, ops: list, n: int, dtype_name: str, smoke: bool, seed: int, cache_dir: str | None):
+def _job(ctx, ops: list, n: int, dtype_name: str, smoke: bool, seed: int, cache_dir: str | None,
+         budget_s: float | None = None, out: str | None = None):
+    """Every rank's share of the run; returns (rows, notes). ``out``: rank 0 rewrites this CSV after
+    every shape (without the summary), so a run killed midway keeps what it measured."""
     import tilefuse
     from tilefuse.ops import dispatch, registry
     from tilefuse.tuning import shapes
 
-    from .suite import torch_fused
+    from .suite import auto_note, torch_fused
 
     if cache_dir:
         os.environ["TILEFUSE_CACHE_DIR"] = cache_dir
     dtype = parse_dtype(dtype_name)
     rows, notes = [], []
+    per_op = {}
     for op in ops:
         if "plain" not in registry.variants(op):
             notes.append(f"{op}: not registered in this checkout: skipped")
@@ -73,22 +93,33 @@ def _job(ctx, ops: list, n: int, dtype_name: str, smoke: bool, seed: int, cache_
         if fused is None:
             notes.append(f"{op}: no torch fused column ({why})")
         public = getattr(tilefuse, op, None) or (lambda a, b, op=op: dispatch.run_auto(op, a, b, None, None))
-        plain = registry.get(op, "plain")
-        reference = registry.get(op, "reference")
-        for i, s in enumerate(shapes.heldout_shapes(op, ctx.world, n, seed=seed, smoke=smoke)):
+        per_op[op] = (public, registry.get(op, "plain"), registry.get(op, "reference"), fused,
+                      shapes.heldout_shapes(op, ctx.world, n, seed=seed, smoke=smoke))
+    info = run_info(ctx.device if ctx.on_gpu else None) if out and ctx.rank == 0 else None
+    t_start = time.perf_counter()
+    durations: list = []  # seconds per shape, agreed over ranks
+    ran = dict.fromkeys(per_op, 0)
+    stopped = None
+    for i in range(n):  # shape i of every op, then shape i + 1
+        for op, (public, plain, reference, fused, drawn) in per_op.items():
+            s = drawn[i]
             M, N, K = s["M"], s["N"], s["K"]
+            elapsed = ctx.max(time.perf_counter() - t_start)  # the same on every rank: they stop together
+            if budget_s is not None and durations and elapsed + statistics.median(durations) > budget_s:
+                stopped = (f"--budget-s {budget_s:g}: stopped after {elapsed:.0f} s, before {op} shape {i + 1} "
+                           f"of {n} (a shape took {statistics.median(durations):.1f} s, median)")
+                break
             a, b = _operands(ctx, op, M, N, K, dtype, seed=1000 * i + 17)
             ctx.barrier()
             t0 = time.perf_counter()
             got = _first(public(a, b))
             ctx.sync()
             first_ms = ctx.max((time.perf_counter() - t0) * 1e3)
-            choice = dispatch.choose(op, a, b)
-            note = f"{choice.variant} ({choice.source})"
             ref = _first(reference(a, b))
             err = ctx.max(rel_error(got, ref))
             if not err <= tolerance(dtype, ctx.on_gpu):
-                raise AssertionError(f"{op} {M}x{N}x{K}: auto ({note}) is wrong: relative error {err:.3g}")
+                raise AssertionError(f"{op} {M}x{N}x{K}: auto ({auto_note(op, a, b)}) is wrong: relative error "
+                                     f"{err:.3g}")
             methods = {"plain": functools.partial(plain, a, b), "auto": functools.partial(public, a, b)}
             if fused is not None:
                 methods["torch_fused"] = functools.partial(fused, a, b)
@@ -96,16 +127,35 @@ def _job(ctx, ops: list, n: int, dtype_name: str, smoke: bool, seed: int, cache_
                 times = dict(zip(methods, bench_interleaved(ctx, list(methods.values()))))
             except Exception as exc:  # recorded, and the next shape goes on
                 notes.append(f"{op} {M}x{N}x{K}: timing failed: {error_text(exc)}")
+                durations.append(ctx.max(time.perf_counter() - t_start) - elapsed)
                 continue
+            note = auto_note(op, a, b).removeprefix("auto -> ")  # after the timed calls: what they ran
             for name, ms in times.items():
                 rows.append(row(op, name, M, N, K, dtype, ctx.world, "ms", ms, note if name == "auto" else ""))
             rows.append(row(op, "auto", M, N, K, dtype, ctx.world, "speedup_vs_plain", times["plain"] / times["auto"],
                             note))
             if "torch_fused" in times:
+                rows.append(row(op, "auto", M, N, K, dtype, ctx.world, "speedup_vs_torch_fused",
+                                times["torch_fused"] / times["auto"], note))
                 rows.append(row(op, "auto", M, N, K, dtype, ctx.world, "speedup_vs_best_baseline",
                                 min(times["plain"], times["torch_fused"]) / times["auto"], note))
             rows.append(row(op, "auto", M, N, K, dtype, ctx.world, "first_call_ms", first_ms, note))
+            ran[op] += 1
+            if info is not None:
+                write_csv(rows, out, info)
+            durations.append(ctx.max(time.perf_counter() - t_start) - elapsed)
+        if stopped:
+            break
+    if stopped:
+        notes.append(stopped)
+    elapsed = ctx.max(time.perf_counter() - t_start)
+    notes.append(f"{sum(ran.values())} shapes in {elapsed:.1f} s after start-up")
+    for op, count in ran.items():
+        rows.append(row(op, "summary", "", "", "", dtype, ctx.world, "shapes_run", float(count), f"of {n} asked"))
     return rows, notes
+
+
+RATIOS = ("speedup_vs_plain", "speedup_vs_torch_fused", "speedup_vs_best_baseline")
 
 
 def summarize(rows: list, min_ms: float) -> list:
@@ -114,7 +164,7 @@ def summarize(rows: list, min_ms: float) -> list:
     plain_ms = {(r["op"], r["M"], r["N"], r["K"]): r["value"] for r in rows
                 if r["variant"] == "plain" and r["metric"] == "ms"}
     out = []
-    for metric in ("speedup_vs_plain", "speedup_vs_best_baseline"):
+    for metric in RATIOS:
         ratios = [r for r in rows if r["metric"] == metric]
         if not ratios:
             continue
@@ -142,6 +192,9 @@ def main(argv=None) -> int:
     p.add_argument("--min-ms", type=float, default=0.2, help="the summary's size threshold on plain's time")
     p.add_argument("--cache-dir", default=None, help="decision cache directory (default: a fresh temporary one)")
     p.add_argument("--out", default=None, help="CSV path (default: print only)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="start no shape that would end past this many seconds after the ranks came up "
+                        "(rank 0's clock; start-up itself is extra)")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, float16: CPU ranks in Triton's interpreter")
     args = p.parse_args(argv)
     from tilefuse.tuning import shapes
@@ -152,13 +205,15 @@ def main(argv=None) -> int:
         p.error(f"unknown op(s) {unknown}; ops are {list(OPS)}")
     if args.n < 1:
         p.error("--n must be >= 1")
+    if args.budget_s is not None and not args.budget_s > 0:
+        p.error("--budget-s must be > 0")
     dtype = "float16" if args.smoke else args.dtype
     parse_dtype(dtype)
     seed = shapes.HELDOUT_SEED if args.seed is None else args.seed
     world = args.world or 1
     with tempfile.TemporaryDirectory(prefix="tilefuse-heldout-") as tmp:
         cache_dir = args.cache_dir or tmp
-        results = launch(_job, world, ops, args.n, dtype, args.smoke, seed, cache_dir)
+        results = launch(_job, world, ops, args.n, dtype, args.smoke, seed, cache_dir, args.budget_s, args.out)
     rows, notes = results[0]
     if under_torchrun() and not is_main_process():
         return 0

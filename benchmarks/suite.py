@@ -150,6 +150,16 @@ class Method:
     host: list = field(default_factory=list)  # host ms of each timed call (calls timed one at a time)
 
 
+def auto_note(op: str, a: torch.Tensor, b: torch.Tensor) -> str:
+    """What ``variant="auto"`` runs for ``op(a, b)`` and where the decision came from, e.g.
+    ``auto -> wg_specialized two-shot (tuned (saved in ...))``. Ask after auto's calls: the first call
+    of a bucket decides it (a table, the cache, first-call tuning), so before it this can only say
+    what this rank's tables and cache would pick."""
+    choice = dispatch.choose(op, a, b)
+    form = " two-shot" if getattr(choice.config, "TWO_SHOT", 0) else ""
+    return f"auto -> {choice.variant}{form} ({choice.source})"
+
+
 class Case:
     """One op on one per-rank shape on this rank: inputs, buffers, references and the methods."""
 
@@ -244,9 +254,8 @@ class Case:
                 methods.append(Method(COPY_ENGINES, lambda s, fn=fn: fn(s.a, s.b), "op"))
             elif v == "auto":
                 fn = functools.partial(getattr(tilefuse, op), variant="auto", **out_kw)
-                choice = dispatch.choose(op, self.sets[0].a, self.sets[0].b)
-                note = f"auto -> {choice.variant} ({choice.source})"
-                methods.append(Method("auto", lambda s, fn=fn: fn(s.a, s.b), "op", note=note))
+                # The note is filled in once auto has run (run_shape): its first call decides the bucket.
+                methods.append(Method("auto", lambda s, fn=fn: fn(s.a, s.b), "op", note="auto -> undecided"))
             else:
                 fn = functools.partial(registry.get(op, v), **({} if v == "reference" else out_kw))
                 methods.append(Method(v, lambda s, fn=fn: fn(s.a, s.b), "op"))
@@ -376,6 +385,8 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
             got = case._as_result(m.label, m.call(chk))
             tilefuse.synchronize()
             err = rel_error(got, refs[m.expect])
+            if m.label == "auto":  # its first call decided
+                m.note = auto_note(op, chk.a, chk.b)
         except Exception as exc:
             local = error_text(exc)
             print(f"[rank {ctx.rank} {where} {m.label}] {traceback.format_exc()}", file=sys.stderr, flush=True)
@@ -432,10 +443,13 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
                 m.times.append(t)
             progress.update(1, f"{where} {m.label}")
 
-    # Derive.
+    # Derive. auto's note says what it ran in the timed calls: asked after them.
+    by_label = {m.label: m for m in methods}
+    auto = by_label.get("auto")
+    if auto is not None and auto.times:
+        auto.note = auto_note(op, case.sets[0].a, case.sets[0].b)
     medians = {m.label: statistics.median(m.times) for m in methods if m.times and not m.status.startswith("ERROR")}
     itemsize = torch.empty((), dtype=dtype).element_size()
-    by_label = {m.label: m for m in methods}
     for label, metrics in derive(op, M, N, K, W, itemsize, medians).items():
         m = by_label.get(label)
         note = "" if m is None else "; ".join(x for x in (m.status if m.status != "ok" else "", m.note) if x)

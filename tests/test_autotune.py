@@ -548,3 +548,135 @@ def job_bad_setting_on_one_rank(ctx, cache_dir):
 def test_a_bad_setting_on_one_rank_is_an_error_on_every_rank(pools, tmp_path):
     res = pools.run(2, job_bad_setting_on_one_rank, str(tmp_path))
     assert all("cannot decide: rank 1: ValueError: TILEFUSE_AUTOTUNE='sometimes'" in r for r in res), res
+
+
+# ---------------------------------------------------------------------------------------------
+# gemm_all_reduce's two-shot algorithm as a tuned choice
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_two_shot_config_round_trips_through_the_cache(tmp_path):
+    from tilefuse.ops.common.config import Config
+
+    cfg = Config(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, num_warps=4, num_stages=1, GEMM_SMS=4,
+                 COMM_SMS=2, TWO_SHOT=1)
+    key = cache.entry_key("cpu", 3, "gemm_all_reduce", "float16", 48, 24, m_bucket(40))
+    path = cache.put({key: {"variant": "producer_consumer", "config": cfg.to_dict()}}, tmp_path / "autotune.json")
+    assert Config.from_dict(cache.load(path)[key]["config"]) == cfg
+    bad = dict(cfg.to_dict(), TWO_SHOT=2)
+    with pytest.raises(ValueError, match="malformed"):
+        cache.put({key: {"variant": "producer_consumer", "config": bad}}, path)
+
+
+def _all_reduce_algorithms(variant: str) -> list:
+    from tilefuse.ops.common import launch
+
+    return sorted({k[2] for k in launch.workspace_keys() if k[:2] == ("gemm_all_reduce", variant)})
+
+
+def job_tune_two_shot(ctx, cache_dir):
+    """First-call tuning of gemm_all_reduce where wg_specialized's two-shot form is the fastest: auto
+    runs two-shot, the cache keeps it, and a later process (decisions forgotten, tuning off) reads it."""
+    M, N, K = 40, 48, 24
+    g = torch.Generator().manual_seed(ctx.rank)  # each rank its own K shard
+    a = torch.randn(M, K, generator=g).to(torch.float16).to(ctx.device)
+    b = (torch.randn(K, N, generator=g) / K ** 0.5).to(torch.float16).to(ctx.device)
+    with _env(TILEFUSE_AUTOTUNE="1", TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dir,
+              TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
+        autotune.set_timer(lambda name: {"plain": 1.0, "wg_specialized#1": 0.5}.get(name, 3.0))
+        tilefuse.clear_workspaces()
+        tilefuse.gemm_all_reduce(a, b)  # tunes: every candidate runs
+        tilefuse.clear_workspaces()
+        got = tilefuse.gemm_all_reduce(a, b)
+        ref = tilefuse.gemm_all_reduce(a, b, variant="reference")
+        torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=5e-2)
+        tuned = dispatch.choose("gemm_all_reduce", a, b)
+        ran = _all_reduce_algorithms("wg_specialized")
+    with _env(TILEFUSE_AUTOTUNE="0", TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=None):
+        cached = dispatch.decide("gemm_all_reduce", a, b)
+    return (tunes, tuned.variant, tuned.config.TWO_SHOT, tuned.source.split(" ")[0], ran, cached.variant,
+            cached.config.TWO_SHOT, cached.source.split(" ")[0])
+
+
+@pytest.mark.slow  # nine candidates at W = 2 in the interpreter (about a minute on 2 busy cores)
+def test_first_call_tuning_can_choose_two_shot(pools, tmp_path):
+    res = pools.run(2, job_tune_two_shot, str(tmp_path))
+    for tunes, variant, two_shot, source, ran, c_variant, c_two_shot, c_source in res:
+        assert len(tunes) == 1 and "wg_specialized#1" in tunes[0] and "bulk_sync#1" in tunes[0], tunes
+        assert (variant, two_shot, source) == ("wg_specialized", 1, "tuned"), res
+        assert ran == ["two_shot"], "auto ran the two-shot algorithm"
+        assert (c_variant, c_two_shot, c_source) == ("wg_specialized", 1, "cache"), res
+    [entry] = json.loads((tmp_path / "autotune.json").read_text())["entries"].values()
+    assert entry["variant"] == "wg_specialized" and entry["config"]["TWO_SHOT"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# benchmarks.suite: auto's note is the decision its timed calls ran
+# ---------------------------------------------------------------------------------------------
+
+
+def job_suite_auto_note(ctx, cache_dir):
+    """One suite shape with auto on an untuned bucket: its first call (the check) tunes, so a note
+    taken before it would say plain; the rows must name what the timed calls ran."""
+    from argparse import Namespace
+
+    from benchmarks import launch as blaunch
+    from benchmarks import results, suite
+
+    bctx = blaunch.RankCtx(rank=ctx.rank, world=ctx.world, device=ctx.device, heap=ctx.heap, pg_backend="gloo",
+                           host_group=None)
+    args = Namespace(reps=1, warmup_ms=1.0, rep_ms=1.0, sync_each=False, no_heap_out=True)
+    M, N, K = SHAPE
+    entry = {"M": M, "N": N, "K": K, "set": "test", "name": "note"}
+    with _env(TILEFUSE_AUTOTUNE="1", TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dir,
+              TILEFUSE_CONFIG_DIR=None):
+        autotune.set_timer(lambda name: {"plain": 1.0, "fused_sequential": 0.5}.get(name.split("#")[0], 3.0))
+        before = suite.auto_note(OP, *_operands(ctx, M, N, K))
+        rows = suite.run_shape(bctx, OP, entry, torch.float16, ["auto"], args, results.Progress(1, enabled=False))
+    return before, sorted({(r["metric"], r["note"]) for r in rows if r["variant"] == "auto"})
+
+
+def test_suite_notes_what_auto_ran_after_its_first_call(pools, tmp_path):
+    [(before, notes)] = pools.run(1, job_suite_auto_note, str(tmp_path))
+    assert before.startswith("auto -> plain (default"), before
+    assert {m for m, _ in notes} >= {"ok", "rel_err", "ms"}, notes
+    for metric, note in notes:
+        assert note.startswith("auto -> fused_sequential (tuned"), (metric, note)
+
+
+# ---------------------------------------------------------------------------------------------
+# benchmarks.heldout: shapes round-robin over the ops, a time budget that stops cleanly
+# ---------------------------------------------------------------------------------------------
+
+
+def job_heldout(ctx, n, budget_s, out):
+    from benchmarks import heldout
+    from benchmarks import launch as blaunch
+    from tilefuse.tuning import shapes
+
+    bctx = blaunch.RankCtx(rank=ctx.rank, world=ctx.world, device=ctx.device, heap=ctx.heap, pg_backend="gloo",
+                           host_group=None)
+    with _env(TILEFUSE_AUTOTUNE="0", TILEFUSE_CONFIG_DIR=None):
+        return heldout._job(bctx, ["gemm_all_scatter", "gemm_reduce_scatter"], n, "float16", True,
+                            shapes.HELDOUT_SEED, None, budget_s=budget_s, out=out)
+
+
+def test_heldout_goes_round_robin_and_stops_at_its_budget(pools, tmp_path):
+    import pandas as pd
+
+    from benchmarks import heldout
+
+    [(rows, notes)] = pools.run(1, job_heldout, 2, None, None)
+    timed = [r["op"] for r in rows if r["metric"] == "ms" and r["variant"] == "plain"]
+    assert timed == ["gemm_all_scatter", "gemm_reduce_scatter"] * 2, "shape i of every op before shape i + 1"
+    assert {(r["op"], r["value"]) for r in rows if r["metric"] == "shapes_run"} == {
+        ("gemm_all_scatter", 2.0), ("gemm_reduce_scatter", 2.0)}
+    summary = heldout.summarize(rows, min_ms=0.0)
+    assert {"worst_speedup_vs_plain", "median_speedup_vs_plain_plain_ge_0ms"} <= {r["metric"] for r in summary}
+    out = tmp_path / "cut.csv"
+    [(rows, notes)] = pools.run(1, job_heldout, 3, 1e-3, str(out))  # the first shape always runs
+    assert {(r["op"], r["value"]) for r in rows if r["metric"] == "shapes_run"} == {
+        ("gemm_all_scatter", 1.0), ("gemm_reduce_scatter", 0.0)}, rows
+    assert any("--budget-s 0.001: stopped after" in line for line in notes), notes
+    written = pd.read_csv(out)  # rewritten after every shape: what ran is on disk before the end
+    assert set(written["op"]) == {"gemm_all_scatter"} and "speedup_vs_plain" in set(written["metric"])
