@@ -619,12 +619,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "40 on the CPU or with --smoke")
     p.add_argument("--max-n", type=int, default=None)
     p.add_argument("--max-k", type=int, default=None)
-    p.add_argument("--pool", type=int, default=None, help="shapes per op that calls come back to (default 48 "
+    p.add_argument("--pool", type=int, default=None, help="shapes per op that calls come back to (default 16 "
                    "on a GPU, 6 on the CPU; 0: every call draws a fresh shape)")
     p.add_argument("--fresh", type=float, default=None, help="chance that a call draws a fresh ragged shape "
-                   "instead of a pool shape (default 0.05)")
-    p.add_argument("--align", type=int, default=None, help="pool dimensions are multiples of this (default 16 "
-                   "on a GPU: fewer Triton specializations; 1 on the CPU)")
+                   "instead of a pool shape (default 0.02 on a GPU, 0.05 on the CPU)")
+    p.add_argument("--align", type=int, default=None, help="pool dimensions are multiples of this (default 64 "
+                   "on a GPU: fewer tile configs and Triton specializations to compile; 1 on the CPU)")
     p.add_argument("--heap-size", default=None, help="heap bytes per rank, e.g. 256M (default: tilefuse's)")
     p.add_argument("--csv", default=None, help="CSV path (default results/soak.csv)")
     p.add_argument("--require-flat", action="store_true", help="exit 1 unless memory stayed flat after "
@@ -655,10 +655,10 @@ def _options(args, on_gpu: bool) -> dict:
         raise SystemExit("--calls and --check-every must be positive")
     if args.repeat_every < 0 or (args.pool is not None and args.pool < 0):
         raise SystemExit("--repeat-every and --pool must be >= 0")
-    fresh = 0.05 if args.fresh is None else args.fresh
+    fresh = (0.05 if small else 0.02) if args.fresh is None else args.fresh
     if not 0.0 <= fresh <= 1.0:
         raise SystemExit("--fresh must be between 0 and 1")
-    align = args.align or (1 if small else 16)
+    align = args.align if args.align is not None else (1 if small else 64)
     if align < 1:
         raise SystemExit("--align must be >= 1")
     if args.budget_s is not None and not args.budget_s > 0:
@@ -669,7 +669,7 @@ def _options(args, on_gpu: bool) -> dict:
     opts = {"calls": args.calls, "seed": args.seed, "check_every": args.check_every, "warmup": min(warmup, args.calls),
             "repeat_every": args.repeat_every, "variants": variants, "dtype": args.dtype, "min_dim": args.min_dim,
             "max_m": args.max_m or default_dim, "max_n": args.max_n or default_dim, "max_k": args.max_k or default_dim,
-            "pool": args.pool if args.pool is not None else (6 if small else 48), "fresh": fresh, "align": align,
+            "pool": args.pool if args.pool is not None else (6 if small else 16), "fresh": fresh, "align": align,
             "flat_slack": args.flat_slack, "progress": not args.no_progress, "budget_s": args.budget_s,
             "report_s": args.report_s, "csv": args.csv or str(common.REPO / "results" / "soak.csv"),
             "host_timeout_s": 120.0}

@@ -354,3 +354,153 @@ def test_docs_cite_results_files_that_exist():
     assert not missing, f"cited but not in the repository: {missing}"
     for path in (REPO / "docs" / "perf").rglob("*"):
         assert not re.search(r"(^|_)(s\d+c\d+|run\d+|call\d+|session\d*)(_|\.|$)", path.name), path
+
+
+# ----------------------------------------------------------------------------- soak
+def _soak_opts(tmp_path, *extra) -> dict:
+    from benchmarks import soak
+
+    argv = ["--calls", "500", "--check-every", "3", "--repeat-every", "2", "--warmup", "2", "--max-m", "16",
+            "--max-n", "16", "--max-k", "16", "--variants", "bulk_sync,plain", "--csv", str(tmp_path / "soak.csv"),
+            "--no-progress", *extra]
+    return soak._options(soak.parse_args(argv), on_gpu=False)
+
+
+def job_soak(ctx, opts, slow_rank, delay_s):
+    """The soak's rank function in a pool, rank ``slow_rank`` ``delay_s`` slower per call; also
+    whether every function the soak wrapped was given back afterwards."""
+    import gc as gc_module
+
+    import tilefuse
+    from benchmarks import soak
+    from tilefuse.runtime import hostsync
+    from tilefuse.runtime import world as tf_world
+
+    originals = (hostsync.all_gather_object, gc_module.collect, tf_world.device_barrier)
+    make_inputs = soak._inputs
+
+    def slow_inputs(*args, **kwargs):
+        time.sleep(delay_s)
+        return make_inputs(*args, **kwargs)
+
+    if ctx.rank == slow_rank:
+        soak._inputs = slow_inputs
+    try:
+        out = soak.run_soak(ctx, opts)
+    finally:
+        soak._inputs = make_inputs
+        tilefuse.clear_workspaces()
+    restored = (originals == (hostsync.all_gather_object, gc_module.collect, tf_world.device_barrier)
+                and "check_symmetric" not in vars(ctx.heap))
+    return out["mine"], restored
+
+
+def test_soak_budget_stops_every_rank_at_the_same_call(pools, tmp_path):
+    """World 2, rank 1 slower per call: both ranks stop after the same call once the slowest is past
+    the budget; repeats make no workspace, a new shape's host steps are counted; rank 0 leaves a CSV."""
+    from benchmarks import soak
+
+    budget = 3.0
+    opts = _soak_opts(tmp_path, "--budget-s", str(budget), "--report-s", "0.5")
+    records = []
+    for rec, restored in pools.run(2, job_soak, opts, 1, 0.4, timeout=120):
+        assert restored, "the soak left a wrapped function behind"
+        records.append(rec)
+    r0, r1 = records
+    assert not r0["error"] and not r1["error"], (r0["error"], r1["error"])
+    assert r0["stopped_by"] == r1["stopped_by"] == "budget"
+    assert r0["calls"] == r1["calls"] and 2 <= r0["calls"] < opts["calls"]
+    assert r1["seconds"] >= budget and r0["seconds"] < budget + 30  # slowest past the budget; stopped soon after
+    assert r0["budget_checks"] == r1["budget_checks"] >= 2
+    assert r0["repeats"] == r0["calls"] // 2
+    new_fused = r0["costs"]["new fused"]
+    assert new_fused["workspaces"] >= 1 and new_fused["gc_collect_count"] >= 1
+    assert new_fused["host_collective_count"] >= 1 and new_fused["device_barrier_count"] >= 1
+    for cls, rec in r0["costs"].items():
+        if cls.startswith("repeat"):
+            assert rec["workspaces"] == 0 and rec["gc_collect_count"] == 0, (cls, rec)
+    rows, text, ok, _ = soak.summarize(records, opts, 2, results.run_info())
+    assert ok and f"stopped by the {budget:g} s budget" in text and "new fused" in text
+    metrics = {r["metric"]: r["value"] for r in rows if not r["op"] and not r["note"]}
+    assert metrics["calls"] == r0["calls"] and metrics["requested"] == opts["calls"]
+    df = pd.read_csv(opts["csv"])  # rank 0's own CSV, written as it went
+    run = df[df["op"].isna()].set_index("metric")["value"]
+    assert run["complete"] == 0 and run["calls"] == r0["calls"]
+
+
+def test_soak_progress_lines_and_csv_on_error_or_a_failed_launch(tmp_path, monkeypatch, capsys):
+    """World 1 in this process: progress lines on stderr without the bar; a raising variant stops the
+    run with its error in the CSV; a launch that fails still leaves a CSV that says why."""
+    from benchmarks import soak
+
+    def raises(a, b, *, config=None, group=None):
+        raise ValueError("boom from a broken variant")
+
+    monkeypatch.setitem(registry._TABLE["gemm_reduce_scatter"], "bulk_sync", raises)
+    csv = tmp_path / "soak.csv"
+    argv = ["--world", "1", "--calls", "40", "--variants", "bulk_sync", "--max-m", "16", "--max-n", "16",
+            "--max-k", "16", "--report-s", "0.001", "--repeat-every", "0", "--csv", str(csv), "--no-progress"]
+    assert soak.main(argv) == 1
+    out, err = capsys.readouterr()
+    assert "soak: [1/40] calls" in err and "workspaces made" in err
+    assert "2/40 calls (stopped by an error)" in out and "boom from a broken variant" in out
+    df = pd.read_csv(csv).fillna({"note": ""})
+    run = df[df["op"].isna()].set_index("metric")
+    assert run.loc["complete", "value"] == 1 and run.loc["calls", "value"] == 2
+    assert run.loc["failed", "value"] == 1 and "boom from a broken variant" in run.loc["failed", "note"]
+    assert run.loc["stopped_by_budget", "note"] == "error"
+
+    def failed_launch(*args, **kwargs):
+        raise launch.LaunchError("1 rank(s) failed\n--- rank 1 ---\nRuntimeError: a rank went away")
+
+    monkeypatch.setattr(soak.common, "launch", failed_launch)
+    assert soak.main(argv) == 1
+    assert "soak: stopped after" in capsys.readouterr().out
+    df = pd.read_csv(csv).fillna({"note": ""})
+    last = df.iloc[-1]
+    assert last["metric"] == "complete" and last["value"] == 0 and "a rank went away" in last["note"]
+
+
+def test_soak_shape_draw_is_seeded_pooled_and_aligned():
+    from benchmarks import soak
+
+    ops = ["gemm_all_scatter", "gemm_reduce_scatter"]
+    variants = {op: ["bulk_sync", "plain"] for op in ops}
+
+    def sequence(pool, fresh, seed=3):
+        draw = soak.ShapeDraw(seed, ops, variants, 2, (1, 300, 200, 100), pool, fresh, 64)
+        return draw, [draw(ops[i % 2]) for i in range(400)]
+
+    draw, calls = sequence(4, 0.0)
+    assert calls == sequence(4, 0.0)[1] and calls != sequence(4, 0.0, seed=4)[1]
+    for shapes in draw.pools.values():
+        assert len(shapes) == 4 and all(d % 64 == 0 and d > 0 for shape in shapes for d in shape)
+    gas = {c[1:] for c in calls[0::2]}
+    assert len(gas) <= 4  # only pool shapes
+    grs = calls[1::2]
+    assert all(a[0] % 2 == 0 and a[1] == b[0] for _, a, b in grs)  # a [W*m, K_loc], b [K_loc, N]
+    _, fresh = sequence(0, 0.0)
+    assert len({c[1:] for c in fresh}) > 300 and any(c[1][0] % 64 for c in fresh)  # ragged, nearly all new
+    assert {c[0] for c in calls} == {"bulk_sync", "plain"}
+
+
+def test_soak_budget_rule_uses_the_slowest_rank(monkeypatch):
+    """Every rank applies the rule to the gathered elapsed times: the slowest rank's clock decides,
+    and the next check comes after about half the calls the remaining time allows (at most 50)."""
+    from benchmarks import soak
+    from tilefuse.runtime import hostsync
+
+    peers = {"elapsed": 0.0}
+    monkeypatch.setattr(hostsync, "all_gather_object",
+                        lambda obj, group=None, *, what, timeout=None: [obj, peers["elapsed"]])
+    ctx = launch.RankCtx(rank=0, world=2, device=torch.device("cpu"), heap=type("H", (), {"group": None})(),
+                         pg_backend="gloo", host_group=None)
+    budget = soak.Budget(ctx, 10.0, timeout_s=5.0)
+    assert budget.due(1) and not budget.due(0)
+    peers["elapsed"] = 2.0  # the peer is slower: 2 s for 10 calls, 8 s left -> 40 calls left, check in 20
+    assert budget.check(10, 1.0) is False and budget.next_check == 30
+    peers["elapsed"] = 0.1
+    assert budget.check(30, 9.0) is False and budget.next_check == 31  # 1 s left at 0.3 s a call -> 1 call
+    peers["elapsed"] = 10.5
+    assert budget.check(31, 9.5) is True  # the peer is past the budget: both stop
+    assert soak.Budget(ctx, None, 5.0).due(10**6) is False
