@@ -58,11 +58,13 @@ OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_r
 
 
 def _operands(ctx, op: str, M: int, N: int, K: int, dtype, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    a_seed = seed if op == "gemm_all_scatter" else seed + 1000 * (ctx.rank + 1)  # gemm_all_scatter: a replicated
-    a = torch.randn(M, K, generator=torch.Generator().manual_seed(a_seed)).to(dtype=dtype, device=ctx.device)
+    """This rank's ``a [M, K]``, ``b [K, N]``, drawn on its device (a CPU draw of a 16384 x 8192
+    operand takes seconds); gemm_all_scatter's ``a`` is the same on every rank."""
+    a_seed = seed if op == "gemm_all_scatter" else seed + 1000 * (ctx.rank + 1)
+    g = torch.Generator(device=ctx.device).manual_seed(a_seed)
+    a = torch.randn(M, K, generator=g, device=ctx.device).to(dtype)
     g.manual_seed(seed + 7 + ctx.rank)
-    b = (torch.randn(K, N, generator=g) / K ** 0.5).to(dtype=dtype, device=ctx.device)
+    b = (torch.randn(K, N, generator=g, device=ctx.device) / K ** 0.5).to(dtype)
     return a, b
 
 
@@ -109,6 +111,10 @@ def _job(ctx, ops: list, n: int, dtype_name: str, smoke: bool, seed: int, cache_
                 stopped = (f"--budget-s {budget_s:g}: stopped after {elapsed:.0f} s, before {op} shape {i + 1} "
                            f"of {n} (a shape took {statistics.median(durations):.1f} s, median)")
                 break
+            # Each shape starts from an empty workspace cache, as a fresh process would (first-call
+            # tuning leaves every candidate's workspaces behind; a long run would fill the heap).
+            tilefuse.synchronize()
+            tilefuse.clear_workspaces()
             a, b = _operands(ctx, op, M, N, K, dtype, seed=1000 * i + 17)
             ctx.barrier()
             t0 = time.perf_counter()
