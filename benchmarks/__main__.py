@@ -38,6 +38,8 @@ MODES = {
     "tp": Mode("tp_mlp", "tensor-parallel Llama MLP forward + backward: tilefuse layers, the plain module, "
                          "torch's tensor parallelism"),
     "bandwidth": Mode("bandwidth", "the device API's store / load / put / get against plain copies"),
+    "breakdown": Mode("breakdown", "gemm_reduce_scatter / gemm_all_reduce taken apart: GEMM core, partial staging, "
+                                   "peer pushes, reduction, host path, each timed alone next to the whole variants"),
     "soak": Mode("soak", "many calls of every op, the shape changing every call: results checked, memory "
                          "watched, nothing hangs"),
     "heldout": Mode("heldout", "auto on held-out shapes the tables were not tuned on, against the plain path "

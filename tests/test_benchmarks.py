@@ -504,3 +504,69 @@ def test_soak_budget_rule_uses_the_slowest_rank(monkeypatch):
     peers["elapsed"] = 10.5
     assert budget.check(31, 9.5) is True  # the peer is past the budget: both stop
     assert soak.Budget(ctx, None, 5.0).due(10**6) is False
+
+
+# ----------------------------------------------------------------------------- breakdown
+BREAKDOWN_PARTS = {"matmul", "nccl", "plain", "core", "gemm_stage_local", "gemm_push", "stage_local", "push", "push@1",
+                   "reduce", "reduce_pull", "empty_call", "whole", "gemm_tax", "stage_tax", "push_exposed"}
+
+
+def job_breakdown(ctx, argv):
+    """benchmarks.breakdown's rank function in a pool (no spawn per test): its CSV rows."""
+    import torch.distributed as dist
+
+    from benchmarks import breakdown
+    from benchmarks.launch import RankCtx
+
+    args = breakdown.parse_options(argv, on_gpu=ctx.on_gpu)
+    bctx = RankCtx(ctx.rank, ctx.world, ctx.device, ctx.heap, dist.get_backend(), dist.group.WORLD)
+    return breakdown.run_rank(bctx, args)["rows"]
+
+
+def test_breakdown_smoke_times_every_part_and_checks_the_whole_calls(pools, tmp_path):
+    """--smoke at world 2 on gemm_reduce_scatter: every part timed, the whole calls (the epilogue-sum
+    form too) checked against the reference, derived rows, roofline rows, the CSV as returned."""
+    from benchmarks import breakdown
+
+    csv = tmp_path / "breakdown.csv"
+    argv = ["--smoke", "--ops", "gemm_reduce_scatter", "--variants", f"fused_sequential,{breakdown.EPILOGUE}",
+            "--min-reps", "1", "--max-reps", "2", "--csv", str(csv)]
+    rows = pools.run(2, job_breakdown, argv)[0]
+    df = pd.DataFrame(rows)
+    assert (df["metric"] != "error").all(), df[df["metric"] == "error"]["note"].tolist()
+    assert set(df["component"]) == BREAKDOWN_PARTS
+    whole = df[df["component"] == "whole"]
+    assert set(whole["variant"]) == {"fused_sequential", breakdown.EPILOGUE}
+    ok = df[df["metric"] == "ok"]
+    assert set(ok["variant"]) == {"plain", "fused_sequential", breakdown.EPILOGUE} and (ok["value"] == 1.0).all()
+    timed = df[(df["metric"] == "ms") & (df["variant"] != breakdown.DERIVED)]
+    assert set(timed["component"]) == BREAKDOWN_PARTS - {"gemm_tax", "stage_tax", "push_exposed"}
+    assert (timed["value"] > 0).all() and timed["value"].map(math.isfinite).all()
+    ms = {(r.component, r.variant): r.value for r in timed.itertuples()}
+    derived = df[df["variant"] == breakdown.DERIVED].set_index("component")["value"]
+    assert derived["push_exposed"] == pytest.approx(ms[("gemm_push", "fused_sequential")]
+                                                    - ms[("gemm_stage_local", "fused_sequential")])
+    model = df[df["metric"] == "model_ms"].set_index("component")
+    assert {"core", "push", "push@1", "reduce", "nccl"} <= set(model.index) and (model["value"] > 0).all()
+    on_disk = pd.read_csv(csv, dtype={"note": str})
+    assert list(on_disk.columns) == breakdown.CSV_COLUMNS and len(on_disk) == len(df)
+
+
+def test_breakdown_options_reject_bad_input(capsys):
+    from benchmarks import __main__ as entry
+    from benchmarks import breakdown
+
+    assert entry.resolve("breakdown").module == "breakdown"
+    for argv in (["--ops", "gemm_all_scatter"], ["--variants", "bulk_sync,nope"], ["--shapes", "8x0x4"],
+                 ["--shapes", "70b-o,12x4"], ["--push-programs", "0"], ["--reps", "0"]):
+        with pytest.raises(SystemExit):
+            breakdown.parse_options(argv, on_gpu=False)
+    args = breakdown.parse_options(["--shapes", "70b-o,x=64x32x16"], on_gpu=False)
+    assert args.shapes == {"70b-o": (8192, 8192, 4096), "x": (64, 32, 16)} and args.dtype == torch.float16
+    roof = breakdown.Roof(tflops=1.0, hbm_gbs=1.0, link_gbs=1.0)
+    # grs at W = 2 sends half of the [M, N] partial; gar's one-shot sends all of it.
+    grs = breakdown.models("gemm_reduce_scatter", 4, 8, 2, 2, 2, roof)
+    gar = breakdown.models("gemm_all_reduce", 4, 8, 2, 2, 2, roof)
+    assert grs["push"][0] == pytest.approx(4 * 8 * 2 / 2 / 1e9 * 1e3)
+    assert gar["push"][0] == pytest.approx(4 * 8 * 2 / 1e9 * 1e3)
+    assert grs["core"][0] == pytest.approx(2 * 4 * 8 * 2 / 1e12 * 1e3)
