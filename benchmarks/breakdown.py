@@ -597,6 +597,48 @@ def parse_shapes(text: str | None, smoke: bool) -> dict:
     return out
 
 
+PART_COLUMNS = {"matmul": "matmul", "nccl": "nccl", "plain": "plain", "core": "core", "gemm_stage_local": "stage",
+                "gemm_push": "fused", "push": "push", "reduce": "reduce", "reduce_pull": "pull",
+                "empty_call": "empty", "push_exposed": "push_exp"}
+
+
+def compact(path) -> str:
+    """Two small tables of a breakdown CSV (what a device run's output tail has room for): each part's
+    device time (the idle-GPU time where there is none) per op and shape, and each whole call's
+    idle-GPU and device times and speedups over plain."""
+    from .results import format_table, read_csv
+
+    df = read_csv(path)
+    if df.empty:
+        return f"{path}: empty"
+    parts, whole = [], []
+    for (op, shape), g in df.groupby(["op", "shape"], sort=False):
+        def value(component, metric, variant=None, g=g):
+            hit = g[(g["component"] == component) & (g["metric"] == metric)]
+            if variant is not None:
+                hit = hit[hit["variant"] == variant]
+            return float(hit["value"].iloc[0]) if len(hit) else float("nan")
+
+        first = g.iloc[0]
+        rec = {"op": op.replace("gemm_reduce_scatter", "grs").replace("gemm_all_reduce", "gar"), "shape": shape,
+               "MxNxK": f"{first['M']}x{first['N']}x{first['K']}"}
+        for component, col in PART_COLUMNS.items():
+            dev = value(component, "device_ms")
+            rec[col] = dev if not math.isnan(dev) else value(component, "ms")
+        parts.append(rec)
+        for v in g[g["component"] == "whole"]["variant"].unique():
+            whole.append({"op": rec["op"], "shape": shape, "variant": v, "ms": value("whole", "ms", v),
+                          "device_ms": value("whole", "device_ms", v), "vs_plain": value("whole", "vs_plain", v),
+                          "vs_plain_dev": value("whole", "vs_plain_device", v), "host_ms": value("whole", "host_ms", v),
+                          "ok": value("whole", "ok", v)})
+    return "\n\n".join([
+        format_table(parts, ["op", "shape", "MxNxK"] + list(PART_COLUMNS.values()),
+                     "parts: device ms (GPU time alone); fused = the variant's fused kernel as it runs, stage = the "
+                     "same with every store local, push_exp = fused - stage"),
+        format_table(whole, ["op", "shape", "variant", "ms", "device_ms", "host_ms", "vs_plain", "vs_plain_dev", "ok"],
+                     "whole calls: ms on an idle GPU (host work included), device_ms behind a GPU sleep")])
+
+
 def parse_options(argv=None, on_gpu: bool | None = None) -> argparse.Namespace:
     """The command line, checked and resolved: ``ops``, ``shapes``, ``variants``, ``dtype``, ``roof``,
     ``push_programs``, ``reps`` and the rest (``on_gpu`` defaults to whether this process has one)."""
@@ -623,6 +665,8 @@ def parse_options(argv=None, on_gpu: bool | None = None) -> argparse.Namespace:
     parser.add_argument("--csv", default="bench_out/breakdown.csv")
     parser.add_argument("--append", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="one tiny shape, one round: the plumbing on CPU ranks")
+    parser.add_argument("--summarize", default=None, metavar="CSV",
+                        help="print the compact tables of a breakdown CSV and exit (nothing is run)")
     args = parser.parse_args(argv)
     if on_gpu is None:
         on_gpu = torch.cuda.is_available() and not hw.interpreting() and os.environ.get("TILEFUSE_BACKEND") != "cpu"
@@ -657,6 +701,9 @@ def parse_options(argv=None, on_gpu: bool | None = None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_options(argv)
+    if args.summarize:
+        print(compact(args.summarize))
+        return 0
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun() else args.world
     results = launch(run_rank, world, args, heap_size=args.heap)
     if not is_main_process():
