@@ -51,23 +51,33 @@ def _short(label: str) -> str:
 
 
 def bandwidth_summary(csv: Path) -> list:
+    """The one-peer table (GB/s read + written per ring distance), and at W > 1 the all-peer table (bus
+    bandwidth of the device API's all-gathers, torch's peer copies and the process group's
+    all-gather) with one line per size: put_all against the all-gather."""
     if not csv.exists():
         return ["bandwidth: no csv"]
 
     df = read_csv(csv)
     if df.empty:
         return ["bandwidth: empty csv"]
+    from .bandwidth import ALL_PEERS_N, ONE_PEER, all_peers_lines, all_peers_table
+
+    one = df[df.N != ALL_PEERS_N]
     recs: dict = {}
-    for r in df.itertuples(index=False):
+    for r in one.itertuples(index=False):
         rec = recs.setdefault((int(r.N), int(r.M)), {"size": human_bytes(int(r.M)), "d": int(r.N)})
         if r.metric == "GB/s":
             rec[r.variant] = r.value
         if r.metric == "ok" and r.value != 1.0:
             rec["bad"] = (rec.get("bad", "") + " " + r.variant).strip()
-    methods = [m for m in ("store", "load", "put", "get", "triton", "torch") if (df.variant == m).any()]
-    world = int(df.world.iloc[0])
-    title = f"bandwidth GB/s (read + written), world {world}, {df.device.iloc[0]}"
-    return [format_table([recs[k] for k in sorted(recs)], ["size", "d"] + methods + ["bad"], title)]
+    methods = [m for m in ONE_PEER if (one.variant == m).any()]
+    world, device = int(df.world.iloc[0]), df.device.iloc[0]
+    title = f"bandwidth GB/s (read + written), world {world}, {device}"
+    out = [format_table([recs[k] for k in sorted(recs)], ["size", "d"] + methods + ["bad"], title)]
+    if (df.N == ALL_PEERS_N).any():
+        rows = df.fillna({"note": ""}).to_dict("records")
+        out += [all_peers_table(rows, world, device)] + all_peers_lines(rows)
+    return out
 
 
 def suite_summary(csv: Path) -> list:

@@ -572,3 +572,56 @@ def test_breakdown_options_reject_bad_input(capsys):
     assert grs["push"][0] == pytest.approx(4 * 8 * 2 / 2 / 1e9 * 1e3)
     assert gar["push"][0] == pytest.approx(4 * 8 * 2 / 1e9 * 1e3)
     assert grs["core"][0] == pytest.approx(2 * 4 * 8 * 2 / 1e12 * 1e3)
+
+
+# ----------------------------------------------------------------------------- bandwidth
+def job_bandwidth(ctx, sizes, csv):
+    """benchmarks.bandwidth's rank function in a pool, and its check given a copy that writes nothing."""
+    import torch.distributed as dist
+
+    from benchmarks import bandwidth
+
+    rctx = launch.RankCtx(rank=ctx.rank, world=ctx.world, device=ctx.device, heap=ctx.heap,
+                          pg_backend=dist.get_backend(), host_group=dist.group.WORLD)
+    out = bandwidth.run_rank(rctx, sizes, 1.0, 1.0, 1, csv, False, max_reps=5)
+    dst = ctx.heap.empty(1024, dtype=torch.int32)
+    try:
+        unwritten = bandwidth._check_and_time(
+            rctx, lambda: None, dst, lambda: torch.arange(1024, dtype=torch.int32, device=ctx.device),
+            {"warmup_ms": 1.0, "rep_ms": 1.0, "cpu_reps": 1, "max_reps": 5})
+    finally:
+        del dst
+    return out["rows"], unwritten, rctx.pg_backend
+
+
+def test_bandwidth_all_peers_and_the_all_gather_are_checked_and_summarized(pools, tmp_path):
+    """World 2: one-peer rows at d = 0 and 1, the all-peer methods and the process group's all-gather
+    (gloo on the CPU: marked), every copy's data checked; bus bandwidth by NCCL's convention; the
+    summary's all-peer table and per-size ratio lines; a copy that writes nothing fails its check."""
+    from benchmarks import bandwidth, summary
+
+    size = 16 << 10
+    csv = tmp_path / "bandwidth.csv"
+    (rows, unwritten, pg), (rows1, unwritten1, _) = pools.run(2, job_bandwidth, [size], str(csv), timeout=120)
+    coll = f"{pg}_all_gather"
+    bad = [(r["variant"], r["N"], r["note"]) for r in rows if r["metric"] == "ok" and r["value"] != 1.0]
+    assert not bad, bad
+    got = {(r["variant"], r["N"], r["metric"]): r for r in rows}
+    for d in (0, 1):
+        for method in ("store", "load", "put", "get", "torch") + (("triton",) if d == 0 else ()):
+            assert got[(method, d, "GB/s")]["value"] > 0, (method, d)
+    for method in bandwidth.ALL_PEERS + (coll,):
+        ms = got[(method, -1, "ms")]["value"]
+        busbw = got[(method, -1, "busbw_GB/s")]["value"]
+        assert ms > 0 and busbw == pytest.approx((2 - 1) * size / (ms * 1e-3) / 1e9), method
+        assert got[(method, -1, "ok")]["value"] == 1.0
+    if pg != "nccl":
+        assert "not NCCL" in got[(coll, -1, "ms")]["note"]
+    assert [(r["variant"], r["metric"]) for r in rows1] == [(r["variant"], r["metric"]) for r in rows]
+    for ok, _ms, note in (unwritten, unwritten1):
+        assert ok is False and "1024 of 1024 words differ" in note
+    lines = bandwidth.all_peers_lines(rows)
+    assert len(lines) == 1 and lines[0].startswith("bandwidth all peers 16K: put_all") and coll in lines[0]
+    text = "\n".join(summary.bandwidth_summary(csv))
+    assert "all peers: bus bandwidth" in text and f"put_all/{coll}" in text and "store_all" in text
+    assert "bandwidth all peers 16K" in text
