@@ -1,110 +1,216 @@
-"""The GEMM core against torch.matmul at world 1: every candidate tile config on a grid of shapes.
+"""The GEMM core against torch.matmul at world 1: default configs or a sweep of candidates, per shape.
 
-Writes one long-format CSV row per (shape, config): the Triton GEMM's median time, torch.matmul's
-median time in the same round, and their ratio. The grid covers small M (16-1024), M that is not a
-multiple of the tile, and N, K that are not multiples of 128; B is a Linear weight (``w.t()``,
-column-major) as in the TP layers. The best config per shape class feeds
-``tilefuse.ops.common.config.default_config``.
+For every shape of a grid and every dtype, the Triton GEMM core (``tilefuse.ops.common.gemm.matmul``)
+and torch.matmul are timed in the same round, their calls interleaved one by one, each after an L2
+clear, with CUDA events; the median of each is kept (``benchmarks.timing.bench_interleaved``). B is a
+Linear weight (``w.t()``, column-major) as in the TP layers.
 
-    python -m benchmarks.gemm_sweep --out docs/perf/gemm_sweep.csv [--dtype bfloat16] [--quick]
+    python -m benchmarks gemm_sweep --grid parity --default-only --dtypes bf16,fp16 --csv parity.csv
+    python -m benchmarks gemm_sweep --grid parity --max-m 1024 --csv sweep.csv     # candidates too
+
+Grids: ``parity`` (M in 16..8192, small M with large K, M not a multiple of the tile, N and K that
+are not multiples of 128: the GEMM-core parity target), ``classic`` (the shapes the tile classes
+were first chosen on) and ``smoke`` (tiny shapes, for the CPU interpreter). ``--default-only`` times
+the config ``default_config(..., split_k=True)`` picks for an untuned shape; otherwise every
+candidate of :func:`candidates` (tile shapes x warps/stages x ``SPLIT_K``) is timed too, next to
+the default.
+
+CSV (``--csv``, long format, ``benchmarks.results`` columns plus ``config``, written shape by shape so
+that a run cut short keeps what it measured): per shape and config the
+``ms`` of the Triton GEMM, ``torch_ms`` of torch.matmul in the same round and ``ratio`` =
+torch_ms / ms (above 1: faster than torch.matmul); per dtype and method (``default``, and ``best``
+per shape in a sweep) the ``ratio_median`` and ``ratio_worst`` over the grid (shape ``all``).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import itertools
+import statistics
 import time
+from pathlib import Path
 
 import torch
 
-SHAPES = [
-    # (M, N, K): decode and prefill token counts on TP-2 layer shapes, ragged ones
-    (16, 4096, 4096), (64, 14336, 4096), (128, 4096, 14336), (256, 7168, 4096), (333, 6144, 4096),
-    (512, 4096, 4096), (1000, 14336, 4096), (1024, 4096, 7168), (2048, 3584, 8192), (3000, 4000, 3000),
-    (4096, 14336, 4096), (4096, 4096, 14336), (4100, 5000, 3500), (8192, 8192, 8192), (8192, 3584, 14336),
-    (16384, 1536, 4096),
-]
+from .results import COLUMNS, parse_dtype, print_table, row, run_info, write_csv
 
-BLOCKS = [(64, 64), (64, 128), (128, 128), (128, 256), (64, 256)]
-BLOCK_K = [64]
-WARPS_STAGES = [(4, 3), (8, 3), (4, 4)]
+OP = "gemm_core"
+GRIDS = {
+    # Decode and prefill token counts (M) on TP layer shapes (N, K): Llama-3-8B MLP up / down at
+    # TP 1, a square one, and ragged N / K (not multiples of 128).
+    "parity": [(M, N, K) for M in (16, 64, 128, 333, 512, 1000, 1024, 4096, 8192)
+               for N, K in ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (5000, 3500),
+                            (1000, 8000))],
+    "classic": [
+        (16, 4096, 4096), (64, 14336, 4096), (128, 4096, 14336), (256, 7168, 4096), (333, 6144, 4096),
+        (512, 4096, 4096), (1000, 14336, 4096), (1024, 4096, 7168), (2048, 3584, 8192), (3000, 4000, 3000),
+        (4096, 14336, 4096), (4096, 4096, 14336), (4100, 5000, 3500), (8192, 8192, 8192),
+        (8192, 3584, 14336), (16384, 1536, 4096),
+    ],
+    "smoke": [(10, 40, 512), (70, 24, 200)],
+}
+
+# Sweep candidates: (BLOCK_M, BLOCK_N, warps, stages) by M class; each with SPLIT_K candidates.
+SMALL_M_TILES = [(16, 64, 4, 6), (16, 128, 4, 6), (32, 128, 4, 6), (64, 64, 4, 6), (64, 128, 4, 4),
+                 (64, 128, 4, 6), (64, 256, 8, 4)]
+LARGE_M_TILES = [(64, 128, 4, 4), (128, 128, 4, 4), (64, 256, 4, 4), (128, 256, 8, 3)]
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
-def _commit() -> str:
-    from .results import commit_id
+def label(cfg) -> str:
+    """``BMxBNxBK_wW_sS[_kSPLIT]``, as in the CSV's ``config`` column."""
+    text = f"{cfg.BLOCK_M}x{cfg.BLOCK_N}x{cfg.BLOCK_K}_w{cfg.num_warps}_s{cfg.num_stages}"
+    return text + (f"_k{cfg.SPLIT_K}" if cfg.SPLIT_K > 1 else "")
 
-    return commit_id()
+
+def candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int, interpreter: bool) -> list:
+    """Configs tried for one shape besides the default: tiles of M's class (M <= 64: the small-M tiles
+    whose BLOCK_M is at most M rounded up), each with the SPLIT_K values that keep ``tiles x SPLIT_K``
+    within two waves and at least ``MIN_SLICE_STEPS`` K steps per slice."""
+    import triton
+
+    from tilefuse.ops.common.config import MIN_SLICE_STEPS, Config
+
+    if interpreter:
+        tiles_list, block_k = [(16, 32, 4, 1), (32, 32, 4, 1)], 16
+    else:
+        tiles_list = SMALL_M_TILES if M <= 64 else LARGE_M_TILES
+        tiles_list = [t for t in tiles_list if t[0] <= max(16, triton.next_power_of_2(M))]
+        block_k = 32 if dtype.itemsize >= 4 else 64
+    programs = min(num_sms, 4) if interpreter else num_sms
+    steps = triton.cdiv(K, block_k)
+    out = []
+    for bm, bn, warps, stages in tiles_list:
+        if dtype.itemsize >= 4 and not interpreter:
+            stages = min(stages, 3)
+        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+        for split in SPLITS:
+            if split > 1 and (tiles * split > 2 * programs or steps < split * MIN_SLICE_STEPS):
+                continue
+            out.append(Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, GROUP_M=8, num_warps=warps,
+                              num_stages=stages, GEMM_SMS=programs, COMM_SMS=0, SPLIT_K=split))
+    return out
+
+
+def _ctx(device: torch.device):
+    from .launch import RankCtx
+
+    return RankCtx(rank=0, world=1, device=device, heap=None, pg_backend="none", host_group=None)
+
+
+def summarize(ratios: dict) -> list:
+    """``[(method, median, worst, shapes)]`` of ``{method: [ratio per shape]}`` (NaN ratios skipped)."""
+    out = []
+    for method, values in ratios.items():
+        good = [v for v in values if v == v]
+        if good:
+            out.append((method, statistics.median(good), min(good), len(good)))
+    return out
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="gemm_sweep.csv")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--quick", action="store_true", help="4 shapes, 3 configs")
-    parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting new shapes after this")
+    parser.add_argument("--grid", choices=sorted(GRIDS), default="parity")
+    parser.add_argument("--csv", "--out", dest="csv", default="gemm_sweep.csv", help="long-format CSV")
+    parser.add_argument("--dtypes", "--dtype", dest="dtypes", default="bfloat16",
+                        help="comma-separated: bf16, fp16, fp32")
     parser.add_argument("--default-only", action="store_true",
-                        help="time only the config tilefuse picks for an untuned shape (default_config)")
+                        help="time only the config default_config(..., split_k=True) picks")
+    parser.add_argument("--max-m", type=int, default=None, help="leave out shapes with a larger M")
+    parser.add_argument("--quick", action="store_true", help="the first 4 shapes, the first 3 candidates")
+    parser.add_argument("--rep-ms", type=float, default=60.0, help="each method's share of timed calls")
+    parser.add_argument("--max-reps", type=int, default=400)
+    parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting new shapes after this")
     args = parser.parse_args(argv)
 
-    import triton
-
-    from tilefuse.ops.common.config import Config, default_config
+    from tilefuse.ops.common.config import default_config
     from tilefuse.ops.common.gemm import matmul
 
-    dtype = getattr(torch, args.dtype)
-    device = torch.device("cuda")
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    shapes = SHAPES[:4] if args.quick else SHAPES
-    configs = list(itertools.product(BLOCKS, BLOCK_K, WARPS_STAGES))
+    from .timing import bench_interleaved
+
+    dtypes = [parse_dtype(d) for d in args.dtypes.split(",") if d.strip()]
+    on_gpu = torch.cuda.is_available()
+    device = torch.device("cuda" if on_gpu else "cpu")
+    interpreter = not on_gpu
+    if interpreter and args.grid != "smoke":
+        raise SystemExit("gemm_sweep: no GPU: only --grid smoke runs in the interpreter")
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if on_gpu else 8
+    ctx = _ctx(device)
+    shapes = [s for s in GRIDS[args.grid] if args.max_m is None or s[0] <= args.max_m]
     if args.quick:
-        configs = configs[:3]
-    rows = []
-    commit = _commit()
-    name = torch.cuda.get_device_name(device)
+        shapes = shapes[:4]
+    info = run_info(device)
+    columns = COLUMNS + ["config"]
+    Path(args.csv).unlink(missing_ok=True)  # rows are appended shape by shape: a cut-off run keeps its rows
+    rows, table = [], []
+    ratios: dict = {}
     t_start = time.monotonic()
-    for M, N, K in shapes:
-        if time.monotonic() - t_start > args.budget_s:
+    stopped = False
+    for dtype in dtypes:
+        for M, N, K in shapes:
+            if time.monotonic() - t_start > args.budget_s:
+                stopped = True
+                break
+            gen = torch.Generator(device=device).manual_seed(M * 7 + N * 3 + K)
+            a = torch.randn(M, K, device=device, dtype=torch.float32, generator=gen).to(dtype)
+            w = torch.randn(N, K, device=device, dtype=torch.float32, generator=gen).to(dtype)
+            b = w.t()
+            c = torch.empty(M, N, device=device, dtype=dtype)
+            ref = (a.float() @ b.float()) if interpreter else torch.matmul(a, b).float()
+            default = default_config(M, N, K, dtype, num_sms=sms, interpreter=interpreter, comm=False,
+                                     split_k=True)
+            configs = [("default", default)]
+            if not args.default_only:
+                extra = [cfg for cfg in candidates(M, N, K, dtype, sms, interpreter) if cfg != default]
+                configs += [(label(cfg), cfg) for cfg in extra[: 3 if args.quick else None]]
+            best, default_ratio = None, float("nan")
+            for name, cfg in configs:
+                try:
+                    matmul(a, b, c, cfg)  # compile, and check the result once
+                    err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+                    if not err <= (2e-2 if dtype == torch.bfloat16 else 1e-2):
+                        raise AssertionError(f"relative error {err:.2e}")
+                    t, t_ref = bench_interleaved(
+                        ctx, [lambda cfg=cfg, a=a, b=b, c=c: matmul(a, b, c, cfg), lambda a=a, b=b: torch.matmul(a, b)],
+                        rep_ms=args.rep_ms, max_reps=args.max_reps)
+                except Exception as err:  # out of shared memory for this tile, a wrong result, ...
+                    rows.append(dict(row(OP, name, M, N, K, dtype, 1, "error", float("nan"),
+                                         note=f"{type(err).__name__}: {err}"[:300]), config=label(cfg)))
+                    if name == "default":
+                        ratios.setdefault((dtype, "default"), []).append(float("nan"))
+                    continue
+                ratio = t_ref / t
+                for metric, value in (("ms", t), ("torch_ms", t_ref), ("ratio", ratio)):
+                    rows.append(dict(row(OP, name, M, N, K, dtype, 1, metric, value), config=label(cfg)))
+                if name == "default":
+                    default_ratio = ratio
+                    ratios.setdefault((dtype, "default"), []).append(ratio)
+                    table.append(dict(dtype=str(dtype).removeprefix("torch."), shape=f"{M}x{N}x{K}",
+                                      config=label(cfg), torch_ms=t_ref, ms=t, ratio=ratio))
+                if best is None or ratio > best[1]:
+                    best = (label(cfg), ratio)
+            if not args.default_only and best is not None:
+                ratios.setdefault((dtype, "best"), []).append(best[1])
+                rows.append(dict(row(OP, "best", M, N, K, dtype, 1, "ratio", best[1]), config=best[0]))
+            write_csv(rows, args.csv, info, append=True, columns=columns)
+            rows = []
+            print(f"{str(dtype).removeprefix('torch.')} {M}x{N}x{K}: default {label(default)} {default_ratio:.3f}x"
+                  + (f", best {best[0]} {best[1]:.3f}x" if best and not args.default_only else ""), flush=True)
+            del a, w, b, c, ref
+        if stopped:
+            print(f"gemm_sweep: budget of {args.budget_s:.0f} s spent; the remaining shapes were not timed",
+                  flush=True)
             break
-        a = torch.randn(M, K, device=device, dtype=dtype)
-        w = torch.randn(N, K, device=device, dtype=dtype)
-        b = w.t()
-        c = torch.empty(M, N, device=device, dtype=dtype)
-        t_torch = triton.testing.do_bench(lambda a=a, b=b: torch.matmul(a, b), warmup=25, rep=100, return_mode="median")
-        best = None
-        if args.default_only:
-            d = default_config(M, N, K, dtype, num_sms=sms, interpreter=False, comm=False)
-            configs = [((d.BLOCK_M, d.BLOCK_N), d.BLOCK_K, (d.num_warps, d.num_stages))]
-        for (bm, bn), bk, (warps, stages) in configs:
-            if bm * bn >= 128 * 256 and warps < 8 and not args.default_only:
-                continue
-            cfg = Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages,
-                         GEMM_SMS=sms, COMM_SMS=0)
-            try:
-                t = triton.testing.do_bench(lambda cfg=cfg, a=a, b=b, c=c: matmul(a, b, c, cfg), warmup=25, rep=100,
-                                            return_mode="median")
-            except Exception as err:  # e.g. out of shared memory for this tile
-                rows.append(dict(M=M, N=N, K=K, config=f"{bm}x{bn}x{bk}_w{warps}_s{stages}", metric="error",
-                                 value=type(err).__name__))
-                continue
-            t_ref = triton.testing.do_bench(lambda a=a, b=b: torch.matmul(a, b), warmup=5, rep=50, return_mode="median")
-            ratio = t_ref / t
-            rows.append(dict(M=M, N=N, K=K, config=f"{bm}x{bn}x{bk}_w{warps}_s{stages}", metric="ms",
-                             value=f"{t:.5f}"))
-            rows.append(dict(M=M, N=N, K=K, config=f"{bm}x{bn}x{bk}_w{warps}_s{stages}", metric="torch_ms",
-                             value=f"{t_ref:.5f}"))
-            rows.append(dict(M=M, N=N, K=K, config=f"{bm}x{bn}x{bk}_w{warps}_s{stages}", metric="speedup",
-                             value=f"{ratio:.4f}"))
-            if best is None or ratio > best[1]:
-                best = (f"{bm}x{bn}x{bk}_w{warps}_s{stages}", ratio)
-        rows.append(dict(M=M, N=N, K=K, config="torch", metric="ms", value=f"{t_torch:.5f}"))
-        print(f"{M}x{N}x{K}: torch {t_torch:.4f} ms, best {best}", flush=True)
-    with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["M", "N", "K", "dtype", "config", "metric", "value", "device",
-                                               "commit"])
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(dict(row, dtype=args.dtype, device=name, commit=commit))
+    summary = []
+    for (dtype, method), med, worst, n in summarize(ratios):
+        name = str(dtype).removeprefix("torch.")
+        summary.append(dict(dtype=name, method=method, shapes=n, ratio_median=med, ratio_worst=worst))
+        for metric, value in (("ratio_median", med), ("ratio_worst", worst), ("shapes", n)):
+            rows.append(dict(row(OP, method, "all", "all", "all", dtype, 1, metric, value), config=""))
+    write_csv(rows, args.csv, info, append=True, columns=columns)
+    print_table(table, ["dtype", "shape", "config", "torch_ms", "ms", "ratio"], "GEMM core, default configs")
+    print_table(summary, ["dtype", "method", "shapes", "ratio_median", "ratio_worst"],
+                "ratio = torch.matmul time / GEMM-core time (above 1: faster)")
+    print(f"wrote {args.csv}", flush=True)
 
 
 if __name__ == "__main__":

@@ -270,10 +270,10 @@ SPLIT_OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm
 def job_ops_split_k(ctx, cases):
     """Every op's bulk_sync with ``(dtype, SPLIT_K)`` in ``cases`` against its reference (NaN-poisoned
     workspaces and outputs), and every other variant refusing the split config on every rank."""
-    import tilefuse.ops.gemm_all_reduce  # noqa: F401  (registers the op)
     from ophelpers import assert_matches, poison_workspaces, randn
 
     import tilefuse
+    import tilefuse.ops.gemm_all_reduce  # noqa: F401  (registers the op)
     from tilefuse.ops import registry
 
     # M divisible by W = 2 and 3; K = 7 steps of 32, a multiple of no SPLIT_K > 1; ragged N.
@@ -520,3 +520,24 @@ def test_check_errors_name_the_argument():
         check_divisible("op", "M", 100, 3, "the world size")
     with pytest.raises(ValueError, match="^op: b is on meta but a is on cpu$"):
         check_same_device("op", a=a, b=torch.empty(1, device="meta"))
+
+
+def test_gemm_sweep_cli_writes_ratios_and_summary(tmp_path, capsys):
+    """benchmarks/gemm_sweep.py end to end on its smoke grid: a ratio row per shape and config, the
+    default's median and worst, the split-K default among them."""
+    from benchmarks import gemm_sweep
+    from benchmarks.results import read_csv
+
+    out = tmp_path / "sweep.csv"
+    gemm_sweep.main(["--grid", "smoke", "--dtypes", "fp16", "--csv", str(out), "--quick"])
+    frame = read_csv(out)
+    ratios = frame[(frame.metric == "ratio") & (frame.M != "all")]
+    shapes = {(int(m), int(n), int(k)) for m, n, k in gemm_sweep.GRIDS["smoke"]}
+    assert {(int(r.M), int(r.N), int(r.K)) for r in ratios.itertuples()} == shapes
+    assert (ratios.value > 0).all() and "error" not in set(frame.metric)
+    assert len(ratios[ratios.variant == "default"]) == len(shapes)
+    assert any(cfg.endswith("_k2") for cfg in ratios.config), "no split-K config was timed"
+    summary = frame[frame.M == "all"].set_index(["variant", "metric"]).value
+    assert int(float(summary[("default", "shapes")])) == len(shapes)
+    assert float(summary[("default", "ratio_worst")]) <= float(summary[("default", "ratio_median")])
+    assert "ratio_median" in capsys.readouterr().out

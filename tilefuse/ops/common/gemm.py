@@ -10,6 +10,13 @@ in schedule and communication. A kernel that computes ``C = A @ B`` tile by tile
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
         store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
 
+Split-K, for shapes with too few tiles to occupy the multiprocessors (small M, large K): a work item
+is one of ``split_k`` K slices of a tile. :func:`split_k_work` maps it to ``(tile, slice, k_lo,
+k_hi)``, :func:`gemm_tile_range` computes the slice's fp32 partial, and :func:`combine_slices` hands
+the partial in and tells the one program whose slice completes the tile to sum the partials (in
+slice order: deterministic) and run the tile's epilogue; the other slices' programs move on. The
+partials and per-tile counts live in a per-stream scratch (:class:`SplitKScratch`).
+
 Operand layouts (decided on the host by :func:`gemm_layout`):
 
 - ``USE_TMA=False``: raw pointers, masked loads at any strides (the portable path).
@@ -150,40 +157,41 @@ def gemm_tile_range(
 
 
 @triton.jit
-def split_k_work(work_id, K, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
+def split_k_work(work_id, K, split_k, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
     """Work item ``work_id`` of a split-K schedule -> ``(tile_id, slice, k_lo, k_hi)``.
 
-    Work items are numbered tile by tile (``work_id = tile_id * SPLIT_K + slice``), so programs that
-    run at the same time take the slices of the same tiles and finish them together. Slice s gets
-    the K steps ``[s * steps // SPLIT_K, (s + 1) * steps // SPLIT_K)`` of the ``steps = cdiv(K,
-    BLOCK_K)`` (sizes differ by at most one step; a slice may be empty when steps < SPLIT_K).
+    ``SPLIT`` (constexpr) is ``split_k > 1``; without it a work item is a whole tile. Work items are
+    numbered tile by tile (``work_id = tile_id * split_k + slice``), so programs that run at the same
+    time take the slices of the same tiles and finish them together. Slice s gets the K steps
+    ``[s * steps // split_k, (s + 1) * steps // split_k)`` of the ``steps = cdiv(K, BLOCK_K)``
+    (sizes differ by at most one step; a slice may be empty when steps < split_k).
     """
-    if SPLIT_K == 1:
-        return work_id, 0, 0, tl.cdiv(K, BLOCK_K)
-    else:
-        tile_id = work_id // SPLIT_K
-        s = work_id % SPLIT_K
+    if SPLIT:
+        tile_id = work_id // split_k
+        s = work_id % split_k
         steps = tl.cdiv(K, BLOCK_K)
-        return tile_id, s, s * steps // SPLIT_K, (s + 1) * steps // SPLIT_K
+        return tile_id, s, s * steps // split_k, (s + 1) * steps // split_k
+    else:
+        return work_id, 0, 0, tl.cdiv(K, BLOCK_K)
 
 
 @triton.jit
 def combine_slices(
-    acc, tile_id, s,
+    acc, tile_id, s, split_k,
     partial_ptr, count_ptr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Hand in slice ``s``'s fp32 partial ``acc`` [BM, BN] of tile ``tile_id``; returns ``(total, done)``.
 
-    Every slice stores its partial in its own slot of the tile (``partial_ptr``: fp32, ``SPLIT_K``
+    Every slice stores its partial in its own slot of the tile (``partial_ptr``: fp32, ``split_k``
     slots of ``BM * BN`` per tile) and then counts itself in (``count_ptr[tile_id]``, int32). The
     program whose slice is counted last gets ``done = True`` and the tile's sum, always taken in the
-    order ``slice 0 + slice 1 + ... + slice SPLIT_K-1`` (the same bits whichever slice arrives last;
+    order ``slice 0 + slice 1 + ... + slice split_k-1`` (the same bits whichever slice arrives last;
     its own partial comes from registers); it also sets the count back to 0 for the next launch on
-    the stream. The others get ``done = False``
-    and must not run the tile's epilogue. Nobody waits: the last slice does the work.
+    the stream. The others get ``done = False`` and must not run the tile's epilogue. Nobody waits:
+    the last slice does the work.
     """
-    slots = partial_ptr + tile_id.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N)
+    slots = partial_ptr + tile_id.to(tl.int64) * split_k * (BLOCK_M * BLOCK_N)
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
     tl.store(slots + s * (BLOCK_M * BLOCK_N) + offs, acc)
     # Every thread's part of the slot is stored before the one thread's count below.
@@ -191,19 +199,17 @@ def combine_slices(
     # Release (this slot) and acquire (the other slots): pairs with the same atomic of the tile's
     # other slices, in this launch and on this device only (local memory, gpu scope).
     arrived = tl.atomic_add(count_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
-    done = arrived == SPLIT_K - 1
+    done = arrived == split_k - 1
     total = acc
     if done:
-        for j in tl.static_range(0, SPLIT_K):
-            # The own slice comes from registers, the others from their slots; the loads bypass L1
-            # (.cg): other multiprocessors wrote them.
+        # The own slice comes from registers, the others from their slots; the loads bypass L1
+        # (.cg): other multiprocessors wrote them.
+        first = tl.load(slots + offs, mask=s != 0, other=0.0, cache_modifier=".cg")  # [BM, BN]
+        total = tl.where(s == 0, acc, first)
+        for j in range(1, split_k):
             other = tl.load(slots + j * (BLOCK_M * BLOCK_N) + offs, mask=s != j, other=0.0,
                             cache_modifier=".cg")  # [BM, BN]
-            part = tl.where(s == j, acc, other)
-            if j == 0:
-                total = part
-            else:
-                total += part
+            total += tl.where(s == j, acc, other)
         tl.store(count_ptr + tile_id, 0)
     return total, done
 
@@ -247,22 +253,26 @@ def matmul_kernel(
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     # with IN_CALL: the control block of the collective call this GEMM belongs to
     ctl_ptr,
-    # with SPLIT_K > 1: fp32 partial slots [num_tiles, SPLIT_K, BM * BN], int32 count per tile (zeros)
+    # with SPLIT: fp32 partial slots [num_tiles, split_k, BM * BN], int32 count per tile (zeros)
     partial_ptr, count_ptr,
+    # schedule: K slices per tile, programs of the launch
+    split_k, num_programs,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
-    IN_CALL: tl.constexpr,
+    SPLIT: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, IN_CALL: tl.constexpr,
 ):
-    """Persistent C [M, N] = A [M, K] @ B [K, N]; program pid takes work items pid, pid + NUM_PROGRAMS, ...
+    """Persistent C [M, N] = A [M, K] @ B [K, N]; program pid takes work items pid, pid + num_programs, ...
 
-    A work item is a tile (``SPLIT_K == 1``) or one of a tile's ``SPLIT_K`` K slices, whose last
-    slice sums the partials and stores the tile (:func:`combine_slices`). With ``IN_CALL`` it does
-    nothing when its collective call was aborted (runtime.primitives)."""
+    A work item is a tile, or with ``SPLIT`` (``split_k > 1``) one of a tile's ``split_k`` K slices,
+    whose last slice sums the partials and stores the tile (:func:`combine_slices`). ``split_k`` and
+    ``num_programs`` are runtime values, so shapes and splits share one compiled kernel per tile
+    config. With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives)."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_work = num_pid_m * num_pid_n * SPLIT_K
+    num_work = num_pid_m * num_pid_n
+    if SPLIT:
+        num_work *= split_k
     if IN_CALL:
         _, live = P.call_epoch(ctl_ptr)
         num_work = tl.where(live, num_work, 0)
@@ -270,16 +280,16 @@ def matmul_kernel(
         a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
     )
-    for work_id in range(pid, num_work, NUM_PROGRAMS):
-        tile_id, s, k_lo, k_hi = split_k_work(work_id, K, BLOCK_K, SPLIT_K)
+    for work_id in range(pid, num_work, num_programs):
+        tile_id, s, k_lo, k_hi = split_k_work(work_id, K, split_k, BLOCK_K, SPLIT)
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = gemm_tile_range(
             a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
             BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
         )  # [BM, BN] fp32
         done = True
-        if SPLIT_K > 1:
-            acc, done = combine_slices(acc, tile_id, s, partial_ptr, count_ptr, BLOCK_M, BLOCK_N, SPLIT_K)
+        if SPLIT:
+            acc, done = combine_slices(acc, tile_id, s, split_k, partial_ptr, count_ptr, BLOCK_M, BLOCK_N)
         if done:
             offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
             store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
@@ -477,8 +487,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         ctl if ctl is not None else c,
         partials, counts,
+        split, num_programs,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
-        SPLIT_K=split, NUM_PROGRAMS=num_programs, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
+        SPLIT=split > 1, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c
