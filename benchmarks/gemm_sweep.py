@@ -57,15 +57,16 @@ SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
 def label(cfg) -> str:
-    """``BMxBNxBK_wW_sS[_kSPLIT]``, as in the CSV's ``config`` column."""
+    """``BMxBNxBK_wW_sS[_kSPLIT][_sk]``, as in the CSV's ``config`` column (``_sk``: stream-K)."""
     text = f"{cfg.BLOCK_M}x{cfg.BLOCK_N}x{cfg.BLOCK_K}_w{cfg.num_warps}_s{cfg.num_stages}"
-    return text + (f"_k{cfg.SPLIT_K}" if cfg.SPLIT_K > 1 else "")
+    return text + (f"_k{cfg.SPLIT_K}" if cfg.SPLIT_K > 1 else "") + ("_sk" if cfg.STREAM_K else "")
 
 
 def candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int, interpreter: bool) -> list:
     """Configs tried for one shape besides the default: tiles of M's class (M <= 64: the small-M tiles
     whose BLOCK_M is at most M rounded up), each with the SPLIT_K values that keep ``tiles x SPLIT_K``
-    within two waves and at least ``MIN_SLICE_STEPS`` K steps per slice."""
+    within two waves and at least ``MIN_SLICE_STEPS`` K steps per slice, and with stream-K where the
+    tiles leave a wave part-idle."""
     import triton
 
     from tilefuse.ops.common.config import MIN_SLICE_STEPS, Config
@@ -88,6 +89,8 @@ def candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int, interpr
                 continue
             out.append(Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, GROUP_M=8, num_warps=warps,
                               num_stages=stages, GEMM_SMS=programs, COMM_SMS=0, SPLIT_K=split))
+        if tiles % programs:  # stream-K evens out a part-idle last wave
+            out.append(out[-1].replace(SPLIT_K=1, STREAM_K=1))
     return out
 
 

@@ -35,6 +35,7 @@ from tilefuse.ops.common.config import (  # noqa: E402
     SPLIT_K_VARIANTS,
     check_split_k,
     split_k_for,
+    stream_k_slots,
 )
 from tilefuse.ops.common.gemm import (  # noqa: E402
     SPLIT_K_SCRATCH,
@@ -201,6 +202,40 @@ def test_matmul_split_k(dtype, shape, split, path):
     assert torch.equal(matmul(a, b, again, cfg), c), "split-K results differ between runs"
 
 
+@pytest.mark.parametrize("programs", [3, 7])
+@pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=lambda d: str(d).removeprefix("torch."))
+def test_matmul_stream_k(dtype, shape, programs, path):
+    """Stream-K (K steps of all tiles dealt out over the programs, ranges cutting tiles anywhere)
+    against an fp64 reference, into a column block of a NaN matrix; the same bits on a second run."""
+    M, N, K, block_k = shape
+    gen = _gen(hash((M, N, K, programs)) % 2**31)
+    a = _padded_view(M, K, dtype, gen)
+    b = _padded_view(K, N, dtype, gen)
+    c_full = torch.full((M, 2 * N), NAN, dtype=dtype, device=DEVICE)
+    c = c_full[:, N:]
+    cfg = CFG.replace(BLOCK_K=block_k, GEMM_SMS=programs, STREAM_K=1)
+    assert matmul(a, b, c, cfg) is c
+    _assert_matches(c, a, b, dtype)
+    assert torch.isnan(c_full[:, :N]).all(), "matmul wrote outside its column block of C"
+    assert _counts_are_zero(), "a tile's count was left behind"
+    again = torch.full((M, N), NAN, dtype=dtype, device=DEVICE)
+    assert torch.equal(matmul(a, b, again, cfg), c), "stream-K results differ between runs"
+
+
+def test_stream_k_slots_bound_the_ranges_per_tile():
+    """No tile is touched by more ranges than stream_k_slots says (brute force over small cases)."""
+    for tiles in range(1, 7):
+        for steps in range(1, 9):
+            total = tiles * steps
+            for units in range(1, total + 1):
+                starts = [u * total // units for u in range(units + 1)]
+                touching = max(
+                    sum(1 for u in range(units) if starts[u] < (t + 1) * steps and starts[u + 1] > t * steps)
+                    for t in range(tiles))
+                assert touching <= stream_k_slots(steps, total, units), (tiles, steps, units)
+
+
 def test_matmul_split_k_programs_and_tiles():
     """One program for every slice of every tile, and one program for all of them; the sum of the
     slices does not depend on which program finishes a tile last (fixed order)."""
@@ -268,8 +303,9 @@ SPLIT_OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm
 
 
 def job_ops_split_k(ctx, cases):
-    """Every op's bulk_sync with ``(dtype, SPLIT_K)`` in ``cases`` against its reference (NaN-poisoned
-    workspaces and outputs), and every other variant refusing the split config on every rank."""
+    """Every op's bulk_sync with ``(dtype, SPLIT_K, STREAM_K)`` in ``cases`` against its reference
+    (NaN-poisoned workspaces and outputs), and every other variant refusing the split config on
+    every rank."""
     from ophelpers import assert_matches, poison_workspaces, randn
 
     import tilefuse
@@ -280,29 +316,31 @@ def job_ops_split_k(ctx, cases):
     M, N, K = 48, 40, 200
     seed = 0
     for op in SPLIT_OPS:
-        for dtype, split in cases:
+        for dtype, split, stream in cases:
             seed += 1
             # Every rank's operands differ, rank r's A scaled by (r + 1): a misrouted block shows.
             a = randn((M, K), dtype, ctx.device, seed=seed * 100 + ctx.rank + 1, scale=ctx.rank + 1)
             b = randn((K, N), dtype, ctx.device, seed=seed * 100 + 50 + ctx.rank)
             ref = registry.get(op, "reference")(a, b)
             cfg = Config(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=1,
-                         GEMM_SMS=3, COMM_SMS=0, SPLIT_K=split)
+                         GEMM_SMS=3, COMM_SMS=0, SPLIT_K=split, STREAM_K=stream)
             poison_workspaces()
             got = registry.get(op, "bulk_sync")(a, b, config=cfg)
             tilefuse.synchronize()
-            assert_matches(got, ref, dtype, K, ctx.on_gpu, f"{op} bulk_sync SPLIT_K={split} {dtype}",
+            assert_matches(got, ref, dtype, K, ctx.on_gpu, f"{op} bulk_sync SPLIT_K={split} STREAM_K={stream} {dtype}",
                            scale=ctx.world * (ctx.world + 1) / 2)
         for variant in ("producer_consumer", "fused_sequential", "wg_specialized"):
             with pytest.raises(ValueError, match=f"^{op}: Config.SPLIT_K=2 is for .*{variant} computes whole"):
-                registry.get(op, variant)(a, b, config=cfg.replace(SPLIT_K=2, COMM_SMS=2))
+                registry.get(op, variant)(a, b, config=cfg.replace(SPLIT_K=2, STREAM_K=0, COMM_SMS=2))
+            with pytest.raises(ValueError, match=f"^{op}: Config.STREAM_K=1 is for .*{variant} computes whole"):
+                registry.get(op, variant)(a, b, config=cfg.replace(SPLIT_K=1, STREAM_K=1, COMM_SMS=2))
     tilefuse.barrier()
     return True
 
 
 @pytest.mark.parametrize("world, cases", [
-    (2, ((torch.float16, 2), (torch.float32, 4))),
-    (3, ((torch.float16, 3), (torch.float32, 2))),
+    (2, ((torch.float16, 2, 0), (torch.float32, 4, 0), (torch.float16, 1, 1))),
+    (3, ((torch.float16, 3, 0), (torch.float32, 2, 0), (torch.float32, 1, 1))),
 ], ids=["W2", "W3"])
 def test_ops_bulk_sync_split_k(pools, world, cases):
     assert all(pools.run(world, job_ops_split_k, cases))
@@ -369,7 +407,7 @@ def test_load_store_tile_strides_masks_and_cast():
 def test_config_round_trip_and_replace():
     d = CFG.to_dict()
     assert list(d) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages",
-                       "GEMM_SMS", "COMM_SMS", "TWO_SHOT", "SPLIT_K"]
+                       "GEMM_SMS", "COMM_SMS", "TWO_SHOT", "SPLIT_K", "STREAM_K"]
     assert Config.from_dict(d) == CFG
     del d["SPLIT_K"]  # tables written before the field existed
     assert Config.from_dict(d).SPLIT_K == 1
@@ -398,6 +436,7 @@ def test_config_round_trip_and_replace():
     ("SPLIT_K", 0, ValueError),
     ("SPLIT_K", MAX_SPLIT_K + 1, ValueError),
     ("SPLIT_K", 2.0, TypeError),
+    ("STREAM_K", 2, ValueError),
     ("BLOCK_M", 64.0, TypeError),
     ("num_warps", True, TypeError),
 ])
@@ -448,18 +487,28 @@ def test_default_config_split_k_rule(dtype):
                 if cfg.SPLIT_K > 1:
                     assert tiles * cfg.SPLIT_K <= cfg.GEMM_SMS, (M, N, K, cfg)
                     assert steps >= cfg.SPLIT_K * MIN_SLICE_STEPS, (M, N, K, cfg)
+                if cfg.STREAM_K:
+                    assert cfg.SPLIT_K == 1 and tiles % cfg.GEMM_SMS, (M, N, K, cfg)  # a wave is left part-idle
                 if M <= 64:
                     assert cfg.BLOCK_M == max(16, triton.next_power_of_2(M)) and tiles == triton.cdiv(N, 128)
                 stage_bytes = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * dtype.itemsize * cfg.num_stages
                 assert stage_bytes <= 200 * 1024, (M, N, K, cfg)
                 plain = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=comm)
-                assert plain.SPLIT_K == 1
+                assert plain.SPLIT_K == 1 and plain.STREAM_K == 0
     decode = default_config(16, 4096, 4096, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
     assert decode.SPLIT_K == 4 and (decode.BLOCK_M, decode.BLOCK_N) == (16, 128)
     down = default_config(128, 4096, 14336, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
     assert down.SPLIT_K > 1
     big = default_config(8192, 8192, 8192, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
-    assert big.SPLIT_K == 1 and (big.BLOCK_M, big.BLOCK_N) == (128, 256)
+    assert big.SPLIT_K == 1 and big.STREAM_K == 0 and (big.BLOCK_M, big.BLOCK_N) == (128, 256)
+    # 72 tiles of 128x256 fill 55 % of 132 programs, and two slices would need two waves: stream-K.
+    uneven = default_config(333, 6144, 4096, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
+    assert uneven.STREAM_K == 1
+
+
+def test_stream_k_takes_no_split_k():
+    with pytest.raises(ValueError, match="Config.STREAM_K=1 deals out K steps itself: it takes SPLIT_K=1"):
+        CFG.replace(STREAM_K=1, SPLIT_K=2)
 
 
 def test_split_k_for():
@@ -477,6 +526,8 @@ def test_check_split_k():
         check_split_k("op", variant, CFG.replace(SPLIT_K=3))
     with pytest.raises(ValueError, match="^gemm_all_scatter: Config.SPLIT_K=3 is for .*wg_specialized computes"):
         check_split_k("gemm_all_scatter", "wg_specialized", CFG.replace(SPLIT_K=3))
+    with pytest.raises(ValueError, match="^op: Config.STREAM_K=1 is for .*fused_sequential computes"):
+        check_split_k("op", "fused_sequential", CFG.replace(STREAM_K=1))
 
 
 def test_check_config_fits():

@@ -30,7 +30,9 @@ class Config:
     partials in slice order and runs the tile's epilogue, once (``ops.common.gemm``). Where it is
     supported: the GEMM core (``ops.common.gemm.matmul``) and so every ``bulk_sync`` variant, whose
     GEMM is that kernel (``SPLIT_K_VARIANTS``). The fused variants' kernels split no tile: they take
-    only ``SPLIT_K = 1``.
+    only ``SPLIT_K = 1``. ``STREAM_K`` (0 or 1, default 0; with ``SPLIT_K = 1`` only): stream-K in
+    the same kernels, the K steps of all tiles dealt out evenly over the ``GEMM_SMS`` programs, so
+    that a tile count just above a multiple of the programs leaves none idle.
     """
 
     BLOCK_M: int
@@ -43,6 +45,7 @@ class Config:
     COMM_SMS: int
     TWO_SHOT: int = 0
     SPLIT_K: int = 1
+    STREAM_K: int = 0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -67,6 +70,10 @@ class Config:
             raise ValueError(f"Config.TWO_SHOT must be 0 or 1, got {self.TWO_SHOT}")
         if not 1 <= self.SPLIT_K <= MAX_SPLIT_K:
             raise ValueError(f"Config.SPLIT_K must be in [1, {MAX_SPLIT_K}], got {self.SPLIT_K}")
+        if self.STREAM_K not in (0, 1):
+            raise ValueError(f"Config.STREAM_K must be 0 or 1, got {self.STREAM_K}")
+        if self.STREAM_K and self.SPLIT_K > 1:
+            raise ValueError(f"Config.STREAM_K=1 deals out K steps itself: it takes SPLIT_K=1, got {self.SPLIT_K}")
 
     def replace(self, **changes) -> Config:
         """A copy with some fields changed (validated again)."""
@@ -127,9 +134,37 @@ def _waves(items: int, programs: int) -> int:
 _LARGE_TILES = ((128, 256, 8, 3, 1.0), (128, 128, 4, 4, 0.85))
 
 
+def stream_k_slots(steps: int, total: int, units: int) -> int:
+    """Partial slots a tile of ``steps`` K steps needs when ``total`` steps are dealt out over ``units``
+    ranges: the most ranges that can touch one tile (every range holds at least ``total // units``)."""
+    return min(units, -(-(steps - 1) // (total // units)) + 1)
+
+
+def k_schedule(tiles: int, steps: int, programs: int, move: float) -> tuple[float, int, int]:
+    """``(cost, SPLIT_K, STREAM_K)``: how to deal out ``tiles`` tiles of ``steps`` K steps over
+    ``programs`` programs, and its modelled time in K steps of one tile.
+
+    Whole tiles or split-K (:func:`split_k_for`): waves x K steps per work item, plus ``move`` (the
+    time of moving one fp32 partial tile through L2, in K steps) per slice. Stream-K: the K steps
+    of all tiles over every program, plus, where ranges cut tiles, one move per range that can touch
+    a tile and one more (the program that finishes a tile reads the others' partials after its own
+    store). Stream-K is taken only when it models at least 10 % faster: its fixups cost more than
+    the model knows.
+    """
+    split = split_k_for(tiles, steps, programs)
+    cost = _waves(tiles * split, programs) * -(-steps // split) + (move * split if split > 1 else 0)
+    total = tiles * steps
+    units = min(programs, total)
+    stream = -(-total // units) + (move * (1 + stream_k_slots(steps, total, units)) if tiles % units else 0)
+    if stream < 0.9 * cost:
+        return stream, 1, 1
+    return cost, split, 0
+
+
 def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs: int):
-    """``(BM, BN, warps, stages, SPLIT_K)`` for the GEMM core with split-K (see default_config)."""
+    """``(BM, BN, warps, stages, SPLIT_K, STREAM_K)`` for the GEMM core (see default_config)."""
     steps = -(-K // block_k)
+    best = None
     if M <= 64:
         # Decode sizes: reading B is the cost. One row of tiles (B read once), 128 columns, deep
         # pipelines to keep loads in flight, and K slices to put every program to work.
@@ -137,21 +172,20 @@ def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs
         block_n = _pow2_between(min(N, 128), 16, 128)
         stage = (block_m + block_n) * block_k * itemsize
         stages = max(3, min(_MAX_SMALL_M_STAGES, _STAGE_SMEM_BYTES // stage))
-        tiles = -(-M // block_m) * -(-N // block_n)
-        return block_m, block_n, 4, stages, split_k_for(tiles, steps, programs)
-    best = None
-    for block_m, block_n, warps, stages, rate in _LARGE_TILES:
+        candidates = ((block_m, block_n, 4, stages, 1.0),)
+    else:
+        candidates = _LARGE_TILES
+    for block_m, block_n, warps, stages, rate in candidates:
         block_n = _pow2_between(min(N, block_n), 16, block_n)
         tiles = -(-M // block_m) * -(-N // block_n)
-        split = split_k_for(tiles, steps, programs)
-        # Time in units of one 128x128 K step: waves x steps per work item x tile area / rate, plus
-        # the split's fixup: each slice stores an fp32 tile, the last reads the others back (about
-        # two K steps' time per tile moved, L2 bandwidth per multiprocessor against MMA rate).
-        area = block_m * block_n / (128 * 128)
-        work = -(-steps // split) + (2 * split if split > 1 else 0)
-        cost = _waves(tiles * split, programs) * work * area / rate
+        # A partial tile moved through L2 (fp32 out, or in) against one K step's operand loads,
+        # at most two steps' time (large tiles are bound by their MMAs, not their loads).
+        move = min(2.0, block_m * block_n * 4 / ((block_m + block_n) * block_k * itemsize))
+        cost, split, stream = k_schedule(tiles, steps, programs, move)
+        # In units of one 128x128 K step: the schedule's time x tile area / the tile's rate.
+        cost *= block_m * block_n / (128 * 128) / rate
         if best is None or cost < best[0]:
-            best = (cost, (block_m, block_n, warps, stages, split))
+            best = (cost, (block_m, block_n, warps, stages, split, stream))
     return best[1]
 
 
@@ -173,13 +207,15 @@ def default_config(
     would leave over half the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3
     stages: shared memory).
 
-    GPU, with split-K (small M with large K had too few tiles for the multiprocessors): up to
-    M = 64 one row of tiles, ``BLOCK_M`` = M rounded up to a power of two in [16, 64], 128 columns,
-    4 warps and as many stages as fit in 160 KiB (3 to 6); above, 128x256 or 128x128, whichever a
-    cost model (waves x K steps per work item x tile area / the tile's rate, plus the fixup) finds
-    faster. ``SPLIT_K`` (:func:`split_k_for`): the most slices per tile that keep ``tiles x
-    SPLIT_K`` within one wave of GEMM programs and ``MIN_SLICE_STEPS`` K steps per slice; shapes
-    with enough tiles keep ``SPLIT_K = 1``.
+    GPU, with split-K (small M with large K had too few tiles for the multiprocessors; a tile
+    count just above a multiple of the programs left most of a wave idle): up to M = 64 one row of
+    tiles, ``BLOCK_M`` = M rounded up to a power of two in [16, 64], 128 columns, 4 warps and as many
+    stages as fit in 160 KiB (3 to 6); above, 128x256 or 128x128, whichever the cost model of
+    :func:`k_schedule` (x tile area / the tile's rate) finds faster. The schedule: ``SPLIT_K``
+    (:func:`split_k_for`: the most slices per tile that keep ``tiles x SPLIT_K`` within one wave of
+    GEMM programs and ``MIN_SLICE_STEPS`` K steps per slice), or ``STREAM_K = 1`` where it models
+    10 % faster; shapes with enough tiles in full waves keep whole tiles. A model, not a measurement:
+    ``benchmarks/gemm_sweep.py --grid parity`` times it against torch.matmul and the candidates.
 
     Interpreter: at most 64-wide blocks (the cost grows with the number of interpreted operations) and
     a handful of programs; with ``split_k`` the same slice rule over those programs.
@@ -211,9 +247,10 @@ def default_config(
                          f"{comm_sms} communication programs")
     max_k = 32 if dtype.itemsize >= 4 else 64
     block_k = _pow2_between(K, 16, max_k)
-    split = 1
+    split, stream = 1, 0
     if split_k:
-        block_m, block_n, warps, stages, split = _split_k_tiles(M, N, K, block_k, dtype.itemsize, gemm_sms)
+        block_m, block_n, warps, stages, split, stream = _split_k_tiles(M, N, K, block_k, dtype.itemsize,
+                                                                        gemm_sms)
     else:
         # Tile classes from the GEMM-core sweep on an H200 (docs/perf/2026-11-30_h200_ws1_gemm_sweep_bf16.csv):
         # 4 stages beat 3 for every tile but 128x256 (which has no room for a fourth); 128x256 wins
@@ -241,15 +278,18 @@ def default_config(
         GEMM_SMS=gemm_sms,
         COMM_SMS=comm_sms,
         SPLIT_K=split,
+        STREAM_K=stream,
     )
 
 
 def check_split_k(op: str, variant: str, config: Config) -> None:
-    """Raise ValueError if ``config`` splits K for a variant whose kernels do not (``SPLIT_K_VARIANTS``)."""
-    if config.SPLIT_K > 1 and variant not in SPLIT_K_VARIANTS:
+    """Raise ValueError if ``config`` splits K (``SPLIT_K > 1`` or ``STREAM_K``) for a variant whose
+    kernels do not (``SPLIT_K_VARIANTS``)."""
+    if (config.SPLIT_K > 1 or config.STREAM_K) and variant not in SPLIT_K_VARIANTS:
+        what = f"SPLIT_K={config.SPLIT_K}" if config.SPLIT_K > 1 else "STREAM_K=1"
         raise ValueError(
-            f"{op}: Config.SPLIT_K={config.SPLIT_K} is for the variants whose GEMM is the split-K core "
-            f"({', '.join(SPLIT_K_VARIANTS)}); {variant} computes whole tiles: use SPLIT_K=1"
+            f"{op}: Config.{what} is for the variants whose GEMM is the split-K core "
+            f"({', '.join(SPLIT_K_VARIANTS)}); {variant} computes whole tiles: use SPLIT_K=1, STREAM_K=0"
         )
 
 

@@ -43,6 +43,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.world import on_reset
+from .config import stream_k_slots
 
 # ---------------------------------------------------------------------------------------------
 # Device-side helpers
@@ -177,21 +178,22 @@ def split_k_work(work_id, K, split_k, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr
 
 @triton.jit
 def combine_slices(
-    acc, tile_id, s, split_k,
+    acc, tile_id, s, n, slots_per_tile,
     partial_ptr, count_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """Hand in slice ``s``'s fp32 partial ``acc`` [BM, BN] of tile ``tile_id``; returns ``(total, done)``.
+    """Hand in slice ``s`` (of the tile's ``n`` K slices, in K order) as the fp32 partial ``acc``
+    [BM, BN] of tile ``tile_id``; returns ``(total, done)``.
 
-    Every slice stores its partial in its own slot of the tile (``partial_ptr``: fp32, ``split_k``
-    slots of ``BM * BN`` per tile) and then counts itself in (``count_ptr[tile_id]``, int32). The
-    program whose slice is counted last gets ``done = True`` and the tile's sum, always taken in the
-    order ``slice 0 + slice 1 + ... + slice split_k-1`` (the same bits whichever slice arrives last;
-    its own partial comes from registers); it also sets the count back to 0 for the next launch on
-    the stream. The others get ``done = False`` and must not run the tile's epilogue. Nobody waits:
-    the last slice does the work.
+    Every slice stores its partial in its own slot of the tile (``partial_ptr``: fp32,
+    ``slots_per_tile >= n`` slots of ``BM * BN`` per tile) and then counts itself in
+    (``count_ptr[tile_id]``, int32). The program whose slice is counted last gets ``done = True``
+    and the tile's sum, always taken in the order ``slice 0 + slice 1 + ... + slice n-1`` (the same
+    bits whichever slice arrives last; its own partial comes from registers); it also sets the count
+    back to 0 for the next launch on the stream. The others get ``done = False`` and must not run
+    the tile's epilogue. Nobody waits: the last slice does the work.
     """
-    slots = partial_ptr + tile_id.to(tl.int64) * split_k * (BLOCK_M * BLOCK_N)
+    slots = partial_ptr + tile_id.to(tl.int64) * slots_per_tile * (BLOCK_M * BLOCK_N)
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
     tl.store(slots + s * (BLOCK_M * BLOCK_N) + offs, acc)
     # Every thread's part of the slot is stored before the one thread's count below.
@@ -199,19 +201,26 @@ def combine_slices(
     # Release (this slot) and acquire (the other slots): pairs with the same atomic of the tile's
     # other slices, in this launch and on this device only (local memory, gpu scope).
     arrived = tl.atomic_add(count_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
-    done = arrived == split_k - 1
+    done = arrived == n - 1
     total = acc
     if done:
         # The own slice comes from registers, the others from their slots; the loads bypass L1
         # (.cg): other multiprocessors wrote them.
         first = tl.load(slots + offs, mask=s != 0, other=0.0, cache_modifier=".cg")  # [BM, BN]
         total = tl.where(s == 0, acc, first)
-        for j in range(1, split_k):
+        for j in range(1, n):
             other = tl.load(slots + j * (BLOCK_M * BLOCK_N) + offs, mask=s != j, other=0.0,
                             cache_modifier=".cg")  # [BM, BN]
             total += tl.where(s == j, acc, other)
         tl.store(count_ptr + tile_id, 0)
     return total, done
+
+
+@triton.jit
+def stream_k_owner(g, total, units):
+    """The stream-K work unit whose range holds global K step ``g`` (int64) of ``total``: unit u has
+    the steps ``[u * total // units, (u + 1) * total // units)``."""
+    return (((g + 1) * units - 1) // total).to(tl.int32)
 
 
 @triton.jit
@@ -253,18 +262,24 @@ def matmul_kernel(
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     # with IN_CALL: the control block of the collective call this GEMM belongs to
     ctl_ptr,
-    # with SPLIT: fp32 partial slots [num_tiles, split_k, BM * BN], int32 count per tile (zeros)
+    # with SPLIT or STREAM: fp32 partial slots [num_tiles, slots_per_tile, BM * BN], int32 count per
+    # tile (zeros)
     partial_ptr, count_ptr,
-    # schedule: K slices per tile, programs of the launch
-    split_k, num_programs,
+    # schedule: K slices per tile (SPLIT), partial slots per tile, programs of the launch
+    split_k, slots_per_tile, num_programs,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, IN_CALL: tl.constexpr,
+    SPLIT: tl.constexpr, STREAM: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    IN_CALL: tl.constexpr,
 ):
-    """Persistent C [M, N] = A [M, K] @ B [K, N]; program pid takes work items pid, pid + num_programs, ...
+    """Persistent C [M, N] = A [M, K] @ B [K, N] in one of three schedules.
 
-    A work item is a tile, or with ``SPLIT`` (``split_k > 1``) one of a tile's ``split_k`` K slices,
-    whose last slice sums the partials and stores the tile (:func:`combine_slices`). ``split_k`` and
+    Tiles (neither flag): program pid computes tiles pid, pid + num_programs, ... . ``SPLIT``
+    (``split_k > 1``): the work items are the tiles' ``split_k`` K slices, taken the same way.
+    ``STREAM`` (stream-K): the K steps of all tiles, tile after tile, are dealt out in
+    ``num_programs`` contiguous ranges of (nearly) equal length, one per program; a tile that a
+    range covers whole is stored directly, a tile shared by several ranges is finished by the
+    last of them (:func:`combine_slices`, slices in K order). ``split_k``, ``slots_per_tile`` and
     ``num_programs`` are runtime values, so shapes and splits share one compiled kernel per tile
     config. With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives)."""
     pid = tl.program_id(0)
@@ -280,19 +295,45 @@ def matmul_kernel(
         a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
     )
-    for work_id in range(pid, num_work, num_programs):
-        tile_id, s, k_lo, k_hi = split_k_work(work_id, K, split_k, BLOCK_K, SPLIT)
-        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile_range(
-            a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
-            BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
-        )  # [BM, BN] fp32
-        done = True
-        if SPLIT:
-            acc, done = combine_slices(acc, tile_id, s, split_k, partial_ptr, count_ptr, BLOCK_M, BLOCK_N)
-        if done:
-            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-            store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+    if STREAM:
+        steps = tl.cdiv(K, BLOCK_K)
+        total = num_work.to(tl.int64) * steps  # K steps of all tiles (0 if the call was aborted)
+        hi = (pid + 1) * total // num_programs
+        g = pid * total // num_programs
+        while g < hi:
+            tile_id = (g // steps).to(tl.int32)
+            k_lo = (g - tile_id.to(tl.int64) * steps).to(tl.int32)
+            k_hi = tl.minimum(steps, k_lo + (hi - g)).to(tl.int32)
+            pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+            acc = gemm_tile_range(
+                a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
+                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
+            )  # [BM, BN] fp32
+            done = (k_lo == 0) & (k_hi == steps)  # a tile this range covers whole
+            if (k_lo > 0) | (k_hi < steps):  # shared with the neighbouring ranges
+                first = stream_k_owner(tile_id.to(tl.int64) * steps, total, num_programs)
+                last = stream_k_owner(tile_id.to(tl.int64) * steps + steps - 1, total, num_programs)
+                acc, done = combine_slices(acc, tile_id, pid - first, last - first + 1, slots_per_tile,
+                                           partial_ptr, count_ptr, BLOCK_M, BLOCK_N)
+            if done:
+                offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+                store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+            g += k_hi - k_lo
+    else:
+        for work_id in range(pid, num_work, num_programs):
+            tile_id, s, k_lo, k_hi = split_k_work(work_id, K, split_k, BLOCK_K, SPLIT)
+            pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+            acc = gemm_tile_range(
+                a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
+                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
+            )  # [BM, BN] fp32
+            done = True
+            if SPLIT:
+                acc, done = combine_slices(acc, tile_id, s, split_k, split_k, partial_ptr, count_ptr,
+                                           BLOCK_M, BLOCK_N)
+            if done:
+                offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+                store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,7 +500,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     programs (fewer when there are fewer work items). With ``SPLIT_K > 1`` each tile's K steps are
     split into ``SPLIT_K`` slices computed by different programs; the last slice of a tile to finish
     sums the fp32 partials in slice order (deterministic: the same bits on every run, though not
-    those of ``SPLIT_K = 1``) and stores the tile, using the stream's :class:`SplitKScratch`.
+    those of ``SPLIT_K = 1``) and stores the tile, using the stream's :class:`SplitKScratch`. With
+    ``STREAM_K = 1`` the K steps of all tiles are dealt out evenly over the ``GEMM_SMS`` programs
+    (stream-K), and tiles shared by several programs are finished the same way.
     """
     M, K = a.shape
     N = b.shape[1]
@@ -474,11 +517,17 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     a, b, use_tma, b_kmajor = tma_operands(a, b)
     if use_tma:
         ensure_triton_allocator()
-    split = config.SPLIT_K
+    split, stream = config.SPLIT_K, bool(config.STREAM_K)
     num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
-    num_programs = min(config.GEMM_SMS, num_tiles * split)
-    if split > 1:
-        partials, counts = SPLIT_K_SCRATCH.get(c.device, num_tiles, split * config.BLOCK_M * config.BLOCK_N)
+    slots = split
+    if stream:
+        steps = triton.cdiv(K, config.BLOCK_K)
+        num_programs = min(config.GEMM_SMS, num_tiles * steps)  # every range holds a K step or more
+        slots = stream_k_slots(steps, num_tiles * steps, num_programs)
+    else:
+        num_programs = min(config.GEMM_SMS, num_tiles * split)
+    if slots > 1:
+        partials, counts = SPLIT_K_SCRATCH.get(c.device, num_tiles, slots * config.BLOCK_M * config.BLOCK_N)
     else:
         partials, counts = c, c  # never read
     matmul_kernel[(num_programs,)](
@@ -487,9 +536,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         ctl if ctl is not None else c,
         partials, counts,
-        split, num_programs,
+        split, slots, num_programs,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
-        SPLIT=split > 1, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
+        SPLIT=split > 1, STREAM=stream, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c
