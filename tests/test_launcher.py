@@ -4,8 +4,10 @@ stand-in for a Triton kernel records what would be launched.)"""
 
 import types
 
+import pytest
 import torch
 
+import tilefuse
 from tilefuse.runtime.launcher import FastKernel
 
 
@@ -63,3 +65,222 @@ def test_fast_path_binds_and_caches_by_signature(monkeypatch):
     assert kinds == ["triton", "fast", "fast", "triton", "triton", "triton"], kinds
     # The fast path passes every argument in signature order, defaults included (as Triton's binder).
     assert log[1][2] == (x, 32, 6, 16, 3) and log[2][1] == (2, 3, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch plans: the recorder on its own (no ranks)
+# ---------------------------------------------------------------------------------------------
+
+
+def _record(fn, inputs, constant_ok=lambda t: True):
+    from tilefuse.runtime.plans import Recorder
+
+    rec = Recorder(inputs, constant_ok, "test")
+    with rec:
+        out = fn(*inputs)
+    return rec, out
+
+
+def test_recorder_replays_torch_ops_and_launches_with_new_tensors(monkeypatch):
+    """Views of constants fold; the call's own tensors are substituted; outputs are fresh."""
+    from tilefuse.runtime import launcher, plans
+
+    log = []
+    k = FastKernel(_jit_stand_in(_kernel, log), do_not_specialize=["seq"])
+    k._fast = True
+    monkeypatch.setattr(launcher, "_current_stream", lambda: 7)
+    ws = torch.zeros(4, 8)  # a constant (a workspace in real calls)
+
+    def call(a, b):
+        row = ws[1]  # a view of a constant: folded
+        c = torch.empty(a.shape)  # a fresh output per call
+        c.copy_(a + b)
+        k[(2,)](c, a.shape[0], 5, BLOCK=16)
+        k[(2,)](row, 8, 5, BLOCK=16)
+        return c, row
+
+    a0, b0 = torch.randn(3, 8), torch.randn(3, 8)
+    k[(2,)](a0, 3, 1, BLOCK=16)  # compiles the signatures first (the recorded call is never the first)
+    k[(2,)](ws[1], 8, 1, BLOCK=16)
+    rec, (c0, _) = _record(call, [a0, b0])
+    assert rec.failure is None, rec.failure
+    plan = rec.plan((c0, ws[1]))
+    assert plan.launches == 2
+    log.clear()
+    a1, b1 = torch.randn(3, 8), torch.randn(3, 8)
+    c1, row = plan.run([a1, b1], plans.Replay(None, 7, False))
+    torch.testing.assert_close(c1, a1 + b1)
+    assert c1.data_ptr() != c0.data_ptr(), "the output must be allocated again for each call"
+    assert row.data_ptr() == ws[1].data_ptr()
+    assert [entry[0] for entry in log] == ["fast", "fast"]
+    assert log[0][2][0] is c1 and log[1][2][0].data_ptr() == ws[1].data_ptr()
+
+
+def test_recorder_refuses_host_reads_and_unknown_tensors():
+    rec, _ = _record(lambda a: a.sum().item(), [torch.randn(4)])
+    assert rec.failure and "item" in rec.failure
+    stray = torch.randn(4)
+    rec, _ = _record(lambda a: a + stray, [torch.randn(4)], constant_ok=lambda t: False)
+    assert rec.failure and "neither the call's nor a constant" in rec.failure
+    rec, out = _record(lambda a: a * 2, [torch.randn(4)])
+    assert rec.failure is None and rec.plan(out) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch plans in op calls (rank pools)
+# ---------------------------------------------------------------------------------------------
+
+OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
+VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
+
+
+def _operands(ctx, op, rows, n, k, seed, dtype=torch.float32):
+    from ophelpers import randn
+
+    M = rows * ctx.world if op == "gemm_reduce_scatter" else rows
+    a = randn((M, k), dtype, ctx.device, seed=seed * 10 + (0 if op == "gemm_all_scatter" else ctx.rank))
+    b = randn((k, n), dtype, ctx.device, seed=seed * 10 + 5 + ctx.rank)
+    return a, b
+
+
+def _full_path_counter(modules):
+    """Counts calls of ``prepare_gemm``: one per call through a launcher's full host path."""
+    from tilefuse.ops.common import launch
+
+    count = [0]
+    real = launch.prepare_gemm
+
+    def counting(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    for module in modules:
+        module.prepare_gemm = counting
+    return count, lambda: [setattr(m, "prepare_gemm", real) for m in modules]
+
+
+def job_plans_replay(ctx, ops, variants, calls):
+    """Each op x variant: ``calls`` calls, fresh operands and poisoned workspaces each time; the third
+    call on replays the plan recorded by the second, the full host path does not run."""
+    import importlib
+
+    from ophelpers import assert_matches, poison_workspaces
+
+    from tilefuse.ops import registry
+    from tilefuse.ops.common import launch
+
+    setups = [importlib.import_module(f"tilefuse.ops.{op}._setup") for op in ops] + [launch]
+    full, restore = _full_path_counter([m for m in setups if hasattr(m, "prepare_gemm")])
+    try:
+        report = {}
+        for op in ops:
+            for variant in variants:
+                fn = registry.get(op, variant)
+                before = launch.plan_stats()
+                full[0] = 0
+                for i in range(calls):
+                    a, b = _operands(ctx, op, 24, 40, 32, seed=100 + i)
+                    poison_workspaces()
+                    got = fn(a, b)
+                    ref = registry.get(op, "reference")(a, b)
+                    assert_matches(got, ref, torch.float32, 32, ctx.on_gpu, f"{op}/{variant} call {i}",
+                                   scale=ctx.world)
+                after = launch.plan_stats()
+                plan = fn.plan_for((a, b), {})
+                report[(op, variant)] = (after["recorded"] - before["recorded"], after["replays"] - before["replays"],
+                                         full[0], plan is not None and plan.launches, after["last_failure"])
+        return report
+    finally:
+        restore()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_repeat_calls_replay_their_plan(pools, world):
+    ops = OPS if world == 2 else ("gemm_all_scatter", "gemm_all_reduce")
+    variants = VARIANTS if world == 2 else ("producer_consumer", "wg_specialized")
+    for rank_report in pools.run(world, job_plans_replay, ops, variants, 4, timeout=900):
+        for (op, variant), (recorded, replays, full, launches, why) in rank_report.items():
+            assert recorded == 1 and replays == 2, (op, variant, recorded, replays, why)
+            assert full == 2, f"{op}/{variant}: the full host path ran {full} times in 4 calls (2 expected)"
+            assert launches and launches >= 2, (op, variant, launches)  # the begin kernel and the op's own
+
+
+def job_plan_invalidation(ctx):
+    """A plan is dropped, and the calls stay correct, after clear_workspaces, an eviction and reset."""
+    import os
+
+    from ophelpers import assert_matches
+
+    from tilefuse.ops import registry
+    from tilefuse.ops.common import launch
+
+    op, variant = "gemm_reduce_scatter", "wg_specialized"
+    fn, ref = registry.get(op, variant), registry.get(op, "reference")
+
+    def check(rows, seed):
+        a, b = _operands(ctx, op, rows, 40, 32, seed=seed)
+        assert_matches(fn(a, b), ref(a, b), torch.float32, 32, ctx.on_gpu, f"{op}/{variant} rows={rows}",
+                       scale=ctx.world)
+        return a, b
+
+    def warm(rows, seed):
+        for i in range(3):
+            a, b = check(rows, seed + i)
+        assert fn.plan_for((a, b), {}) is not None, launch.plan_stats()
+        return a, b
+
+    seen = []
+    a, b = warm(24, 1)
+    tilefuse.clear_workspaces()
+    seen.append(fn.plan_for((a, b), {}) is None)
+    a, b = warm(24, 5)
+    tilefuse.reset()
+    seen.append(fn.plan_for((a, b), {}) is None)
+    a, b = warm(24, 9)
+    # Eviction: a budget that holds either shape's workspaces, not both (the second's are 5/3 the first's).
+    os.environ["TILEFUSE_WORKSPACE_FRACTION"] = str(2.2 * launch.workspace_bytes() / ctx.heap.size)
+    try:
+        check(40, 13)  # another shape: evicts the first shape's workspaces, and with them every plan
+        seen.append(fn.plan_for((a, b), {}) is None)
+        a, b = warm(24, 14)  # the first shape again: its workspaces come back, it records again
+        check(40, 17)
+    finally:
+        os.environ.pop("TILEFUSE_WORKSPACE_FRACTION", None)
+    tilefuse.clear_workspaces()
+    return seen
+
+
+def test_plans_dropped_on_clear_reset_and_eviction(pools):
+    for seen in pools.run(2, job_plan_invalidation, timeout=600):
+        assert seen == [True, True, True], seen
+
+
+def job_out_pointers(ctx):
+    """gemm_all_scatter into caller tensors that change every call: ordinary ones (filled with NaN
+    first) and heap tensors at two offsets (written in place); every result correct."""
+    from ophelpers import assert_matches
+
+    from tilefuse.ops import registry
+    from tilefuse.ops.common import launch
+
+    op = "gemm_all_scatter"
+    fn, ref = registry.get(op, "wg_specialized"), registry.get(op, "reference")
+    heap_outs = [tilefuse.empty((24, 40 * ctx.world), dtype=torch.float32) for _ in range(2)]
+    before = launch.plan_stats()
+    for i in range(8):
+        a, b = _operands(ctx, op, 24, 40, 32, seed=200 + i)
+        out = heap_outs[i % 2] if i >= 4 else torch.empty((24, 40 * ctx.world), device=ctx.device)
+        out.fill_(float("nan"))
+        got = fn(a, b, out=out)
+        assert got is out
+        assert_matches(out, ref(a, b), torch.float32, 32, ctx.on_gpu, f"{op} out call {i}")
+    after = launch.plan_stats()
+    del heap_outs, out, got
+    tilefuse.clear_workspaces()
+    # Ordinary out: records on call 2, replays 3 and 4. Each heap offset: records on its second call.
+    return after["recorded"] - before["recorded"], after["replays"] - before["replays"]
+
+
+def test_output_pointers_are_substituted(pools):
+    for recorded, replays in pools.run(2, job_out_pointers, timeout=600):
+        assert (recorded, replays) == (3, 2), (recorded, replays)

@@ -1,22 +1,26 @@
 """A lower-overhead launch of tilefuse's Triton kernels on a GPU.
 
-``kernel[grid](*args, **kwargs)`` through Triton's ``JITFunction.run`` binds and specialises every
-argument, hashes a cache key, re-checks the kernel's global constants and builds launch metadata
-on every call: tens of microseconds per launch on the H200 host, several launches per op call. At
-decode sizes that is as long as the kernels. :class:`FastKernel` keeps, per kernel, the compiled
-binary for each *argument signature* it has seen (the facts Triton specialises on: dtypes, 16-byte
-alignment of pointers, integer widths and divisibility by 16 or equality to 1 where Triton looks
-at them, the constexpr values and the launch options) and launches it directly through the
-compiled kernel's launcher, with the same arguments Triton would pass. The first launch of a
-signature goes through Triton as usual (compiling if needed). In Triton's interpreter every launch
-goes through Triton.
+``kernel[grid](*args, **kwargs)`` through Triton's ``JITFunction.run`` binds and
+specialises every argument, hashes a cache key, re-checks the kernel's global constants and builds
+launch metadata on every call: tens of microseconds per launch on the H200 host, several launches
+per op call. :class:`FastKernel` keeps, per kernel, the compiled binary for each *argument
+signature* it has seen (the facts Triton specialises on: dtypes, 16-byte alignment of pointers,
+integer widths and divisibility by 16 or equality to 1 where Triton looks at them, the constexpr
+values and the launch options) and launches it directly through the compiled kernel's launcher,
+with the same arguments Triton would pass. The first launch of a signature goes through Triton as
+usual (compiling if needed). In Triton's interpreter every launch goes through Triton.
+
+While a launch plan is being recorded (:mod:`tilefuse.runtime.plans`), launches report to the
+recorder, which records each one with its compiled binary and bound argument list.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import threading
 
-from . import _env
+from . import _env, plans
 
 _NO_DEFAULT = inspect.Parameter.empty
 
@@ -48,9 +52,15 @@ class FastKernel:
         return getattr(self.jit_fn, name)
 
     def __getitem__(self, grid):
+        rec = plans._REC
+        if rec is not None and rec.thread == threading.get_ident():
+            return functools.partial(rec.launch, self, grid)
         if not self._fast:
             return self.jit_fn[grid]
-        return lambda *args, **kwargs: self._launch(grid, args, kwargs)
+        return functools.partial(self._launch, grid)
+
+    def _launch(self, grid, *args, **kwargs):
+        return self._run(grid, args, kwargs)[0]
 
     def _values(self, args: tuple, kwargs: dict) -> list | None:
         values = list(args) + [_NO_DEFAULT] * (len(self._names) - len(args))
@@ -84,20 +94,25 @@ class FastKernel:
         options = tuple(sorted((k, v) for k, v in kwargs.items() if k not in self._index))
         return tuple(key), options
 
-    def _launch(self, grid, args: tuple, kwargs: dict):
+    def _run(self, grid, args: tuple, kwargs: dict) -> tuple:
+        """Launch; returns ``(Triton's return value, compiled kernel, bound argument list)``, the last
+        two None when the launch went through Triton's own path (which then compiled or found the
+        binary: the next launch of the signature is fast)."""
+        if not self._fast:
+            return self.jit_fn[grid](*args, **kwargs), None, None
         values = self._values(args, kwargs)
         if values is None:
-            return self.jit_fn[grid](*args, **kwargs)
+            return self.jit_fn[grid](*args, **kwargs), None, None
         try:
             key = self._signature(values, kwargs)
             compiled = self._compiled.get(key)
         except TypeError:  # an unhashable argument
-            return self.jit_fn[grid](*args, **kwargs)
+            return self.jit_fn[grid](*args, **kwargs), None, None
         if compiled is None:
             compiled = self.jit_fn[grid](*args, **kwargs)  # compiles (or finds) the binary, and launches
             if compiled is not None and hasattr(compiled, "run"):
                 self._compiled[key] = compiled
-            return compiled
+            return compiled, None, None
         from triton import knobs
 
         stream = _current_stream()
@@ -107,4 +122,6 @@ class FastKernel:
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         meta = compiled.launch_metadata(grid, stream, *values) if enter is not None else None
         compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *values)
-        return compiled
+        return compiled, compiled, values
+
+

@@ -9,7 +9,8 @@ described in :mod:`tilefuse.runtime.primitives`. This module is its host side:
   call whose argument checks fail still counted on every rank (it launches the begin kernel with
   the failure signature, then raises).
 - Error records reach the host without a device sync on a GPU: a copy of two control words is
-  queued into pinned memory after each call and read at the next one. An error found that way is
+  queued into pinned memory after each call and read at the next one (a plain memory read through
+  a numpy view; the full record is read only when one of the two words is set). An error found that way is
   raised at the end of that next call, after its own kernels were launched, so that the ranks' calls
   stay paired (its result is discarded). On the CPU backend and with ``TILEFUSE_SYNC_ERRORS=1``
   every call checks at its end and raises at the failing call itself.
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from . import _env, hostsync
+from . import _env, hostsync, plans
 from . import primitives as P
 from .heap import SymmetricHeap, resolve_heap_size
 
@@ -68,6 +69,12 @@ class _State:
     sigs: dict = field(default_factory=dict)  # signature key -> (hash, text)
     texts: dict = field(default_factory=dict)  # hash -> text, for error messages
     last_stream: object = None
+    last_stream_raw: int | None = None  # its raw handle: calls on the same stream compare integers
+    on_gpu: bool = False
+    dev_index: int = -1
+    ctl_status: torch.Tensor | None = None  # ctl[POISON:ERRORS + 1], copied into status_host after each call
+    status_np: object = None  # numpy view of status_host (GPU): read without a torch call
+    ctl_np: object = None  # numpy view of the control block (CPU backend: kernels are synchronous)
 
 
 _STATE: _State | None = None
@@ -160,7 +167,10 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
     on_gpu = heap.device.type == "cuda"
     status_host = torch.zeros(2, dtype=torch.int64, pin_memory=True) if on_gpu else None
     sync_errors = (not on_gpu) or os.environ.get("TILEFUSE_SYNC_ERRORS", "0") not in ("", "0")
-    _STATE = _State(heap=heap, ctl=ctl, dummy=dummy, status_host=status_host, sync_errors=sync_errors)
+    _STATE = _State(heap=heap, ctl=ctl, dummy=dummy, status_host=status_host, sync_errors=sync_errors,
+                    on_gpu=on_gpu, dev_index=heap.device.index if on_gpu else -1,
+                    ctl_status=ctl[int(P.CTL_POISON):int(P.CTL_ERRORS) + 1],
+                    status_np=status_host.numpy() if on_gpu else None, ctl_np=None if on_gpu else ctl.numpy())
     if on_gpu:
         # The control block's zeroing must land before any peer can signal into it: a host-only
         # exchange (gloo) below does not wait for this device's queue.
@@ -228,10 +238,19 @@ def generation() -> int:
 
 
 def bump_generation() -> None:
-    """Calls launched for an earlier generation (CUDA graph replays) abort from now on (stream-ordered)."""
+    """Calls launched for an earlier generation (CUDA graph replays) abort from now on (stream-ordered).
+    Launch plans carry the generation in their begin kernel's arguments: they are dropped."""
     st = _state()
+    plans.clear_plans()
     st.gen += 1
     st.ctl[int(P.CTL_GEN)] = st.gen
+
+
+def constant_tensors() -> tuple:
+    """Runtime tensors that are not on the heap but that launch plans may keep (``heap_bases`` and
+    the begin kernel's stand-in output)."""
+    st = _state()
+    return st.heap.heap_bases, st.dummy
 
 
 # ------------------------------------------------------------------------------------ errors
@@ -324,18 +343,20 @@ def _collect(sync: bool) -> Exception | None:
     """The error the device recorded since the last check, if any (clears it); syncs when asked or
     when there is one to read."""
     st = _state()
-    on_gpu = st.heap.device.type == "cuda"
-    if _capturing(st):
+    on_gpu = st.on_gpu
+    capturing = _capturing(st)
+    if capturing:
         sync = False  # no device sync inside a capture: read what earlier calls left in pinned memory
     if on_gpu and not sync:
-        poison, errors = (int(v) for v in st.status_host.tolist())
-        if errors == 0 and poison == 0:
+        if not _status_set(st):
             return None
-    if _capturing(st):
+    if capturing:
         return RuntimeError("tilefuse: an error was recorded before this CUDA graph capture; "
                             "call tilefuse.synchronize() before capturing to see it")
     if on_gpu:
         torch.cuda.synchronize(st.heap.device)
+    elif not _status_set(st):
+        return None
     rec = _read_record(st)
     if rec["errors"] == 0 and rec["poison"] == 0:
         return None
@@ -346,6 +367,14 @@ def _collect(sync: bool) -> Exception | None:
         if err is None or not isinstance(err, WaitTimeoutError):
             err = PoisonedError(st.poisoned)
     return err
+
+
+def _status_set(st: _State) -> bool:
+    """Whether the error or poison word is set: on a GPU as of the last call's status copy, on the
+    CPU backend now (no torch call: a numpy view)."""
+    if st.on_gpu:
+        return bool(st.status_np[0] or st.status_np[1])
+    return bool(st.ctl_np[int(P.CTL_ERRORS)] or st.ctl_np[int(P.CTL_POISON)])
 
 
 def check_waits() -> None:
@@ -369,24 +398,31 @@ def _capturing(st: _State) -> bool:
     return st.heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def _order_stream(st: _State) -> None:
-    """Calls on different streams run one after another, in the order the host made them. (Inside a
-    CUDA graph capture the graph's order is the capture stream's; order it against eager work as torch
-    asks: synchronize before capturing.)"""
-    if st.heap.device.type != "cuda" or _capturing(st):
+try:
+    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+except ImportError:  # a CPU-only torch
+    def _raw_stream(index: int) -> int:
+        return torch.cuda.current_stream(index).cuda_stream
+
+
+def _order_stream(st: _State, raw: int) -> None:
+    """Calls on different streams run one after another, in the order the host made them (``raw``:
+    the current stream's handle). (Inside a CUDA graph capture the graph's order is the capture
+    stream's; order it against eager work as torch asks: synchronize before capturing.)"""
+    if raw == st.last_stream_raw:
         return
     stream = torch.cuda.current_stream(st.heap.device)
     if st.last_stream is not None and stream != st.last_stream:
         stream.wait_stream(st.last_stream)  # everything queued there so far, the last call included
-    st.last_stream = stream
+    st.last_stream, st.last_stream_raw = stream, raw
 
 
-def _note_end(st: _State) -> None:
-    if st.heap.device.type != "cuda":
+def _note_end(st: _State, capturing: bool) -> None:
+    if not st.on_gpu:
         return
-    if _capturing(st):
-        st.last_stream = None  # the next eager call waits on nothing recorded inside the graph
-    st.status_host.copy_(st.ctl[int(P.CTL_POISON):int(P.CTL_ERRORS) + 1], non_blocking=True)
+    if capturing:
+        st.last_stream = st.last_stream_raw = None  # the next eager call waits on nothing recorded in the graph
+    st.status_host.copy_(st.ctl_status, non_blocking=True)
 
 
 def _launch_begin(st: _State, sig: int, outputs: tuple) -> None:
@@ -404,42 +440,58 @@ def _launch_begin(st: _State, sig: int, outputs: tuple) -> None:
 class CollectiveCall:
     """Host part of one collective op call (a context manager; see the module docstring).
 
-    Nested use in one thread (a variant handing a degenerate call to another) is one call.
+    Nested use in one thread (a variant handing a degenerate call to another) is one call. After
+    ``__enter__``, ``capturing`` says whether a CUDA graph capture is under way and ``stream`` is the
+    current stream's raw handle (None on the CPU backend).
     """
+
+    __slots__ = ("op", "begun", "pending", "outer", "capturing", "stream")
 
     def __init__(self, op: str):
         self.op = op
         self.begun = False
         self.pending: Exception | None = None
         self.outer = None
+        self.capturing = False
+        self.stream = None
 
     def __enter__(self):
-        self.outer = getattr(_TLS, "call", None)
-        if self.outer is not None:
-            return self.outer
+        outer = getattr(_TLS, "call", None)
+        if outer is not None:
+            self.outer = outer
+            return outer
         _LOCK.acquire()
         try:
-            st = _state()
-            try:
-                check_current_device(self.op, st.heap.device)
-            except RuntimeError:
-                if not st.poisoned:  # the peers are making this call: count it on every rank, as failed
-                    with torch.cuda.device(st.heap.device):
-                        _launch_begin(st, int(P.SIG_FAILED), ())
-                        _note_end(st)
-                raise
+            st = _STATE if _STATE is not None else _state()
+            if st.on_gpu:
+                if torch.cuda.current_device() != st.dev_index:
+                    self._wrong_device(st)
+                self.capturing = torch.cuda.is_current_stream_capturing()
+                self.stream = _raw_stream(st.dev_index)
             if st.poisoned:
                 raise PoisonedError(st.poisoned)
-            err = _collect(sync=False)
-            if isinstance(err, (WaitTimeoutError, PoisonedError)):
-                raise err
-            self.pending = err
-            _order_stream(st)
+            if _status_set(st):
+                err = _collect(sync=False)
+                if isinstance(err, (WaitTimeoutError, PoisonedError)):
+                    raise err
+                self.pending = err
+            if st.on_gpu and not self.capturing:
+                _order_stream(st, self.stream)
         except BaseException:
             _LOCK.release()
             raise
         _TLS.call = self
         return self
+
+    def _wrong_device(self, st: _State) -> None:
+        try:
+            check_current_device(self.op, st.heap.device)
+        except RuntimeError:
+            if not st.poisoned:  # the peers are making this call: count it on every rank, as failed
+                with torch.cuda.device(st.heap.device):
+                    _launch_begin(st, int(P.SIG_FAILED), ())
+                    _note_end(st, torch.cuda.is_current_stream_capturing())
+            raise
 
     def begin(self, key: tuple, outputs: tuple = ()) -> None:
         """Launch the begin kernel for the call with signature ``key``; ``outputs`` (up to two
@@ -449,6 +501,9 @@ class CollectiveCall:
         st = _state()
         _launch_begin(st, _signature(key)[0], outputs)
         self.begun = True
+        rec = plans.recorder()
+        if rec is not None:
+            rec.host(_mark_begun)
 
     def __exit__(self, exc_type, exc, tb):
         if self.outer is not None:
@@ -465,10 +520,10 @@ class CollectiveCall:
                 if st.sync_errors:
                     _collect(sync=True)  # this rank's own failure record is not an error to raise
             if self.begun:
-                _note_end(st)
+                _note_end(st, self.capturing)
             if exc is not None:
                 return False
-            if st.sync_errors and not _capturing(st):
+            if st.sync_errors and not self.capturing:
                 err = _collect(sync=True)
                 if err is not None:
                     raise err
@@ -477,6 +532,15 @@ class CollectiveCall:
             return False
         finally:
             _LOCK.release()
+
+
+def _mark_begun(replay) -> None:
+    replay.call.begun = True
+
+
+def in_call() -> bool:
+    """Whether this thread is inside a collective call."""
+    return getattr(_TLS, "call", None) is not None
 
 
 def current_call() -> CollectiveCall:
@@ -528,6 +592,7 @@ def reset() -> None:
             torch.cuda.synchronize(heap.device)
         hostsync.reset(heap.group)
         hostsync.barrier(heap.group, what="tilefuse.reset: entry")
+        plans.clear_plans()
         for hook in _RESET_HOOKS:
             hook()
         bound = int(st.ctl[int(P.CTL_BOUND_NS)].item())
@@ -537,6 +602,7 @@ def reset() -> None:
         st.ctl[int(P.CTL_GEN)] = st.gen
         if st.status_host is not None:
             st.status_host.zero_()
+        st.last_stream = st.last_stream_raw = None
         st.poisoned = None
         if heap.device.type == "cuda":
             torch.cuda.synchronize(heap.device)
@@ -569,6 +635,7 @@ def shutdown() -> None:
     if st.heap.device.type == "cuda":
         torch.cuda.synchronize(st.heap.device)
     st.ctl[int(P.CTL_GEN)] = -1  # a CUDA graph replayed after this aborts before touching memory
+    plans.clear_plans()
     for hook in _SHUTDOWN_HOOKS:
         hook()
     st.heap.close()

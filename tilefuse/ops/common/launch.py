@@ -1,10 +1,22 @@
-"""Host-side plumbing shared by every variant launcher: heap lookup, config, workspaces, streams.
+"""Host-side plumbing shared by every variant launcher: heap lookup, config, workspaces, streams,
+launch plans.
 
 A launcher is decorated with :func:`collective` (the host part of the call runs inside a
 :class:`tilefuse.runtime.world.CollectiveCall`) and does: ``heap = op_heap(op, group)`` -> checks ->
 ``cfg = resolve_config(...)`` -> ``ws = workspace(...)`` (heap buffers allocated once per shape,
 collectively, and reused) -> ``begin(signature, outputs)`` -> launches. Kernels read the call's
 sequence number from the control block (``ctl(heap)``): nothing on the host counts epochs.
+
+**Launch plans** (:mod:`tilefuse.runtime.plans`). :func:`collective` keys each call on its call
+signature (:func:`plan_key`: shapes, strides, dtypes, devices and 16-byte alignment of the tensor
+arguments, ``out``'s heap offset, config, group, the other keyword arguments, and the environment
+switches the launchers read). The first call of a signature runs as described above (it may create
+workspaces or verify ``out`` collectively); the second runs the same way under a recorder; from the
+third on the recorded plan replays: the collective call's own bookkeeping, then the recorded torch
+operations and launches with the new call's tensors, nothing else. Releasing or evicting a
+workspace, ``reset``, ``shutdown`` and a generation bump drop every plan. A call that cannot be
+recorded (its launcher reads tensor data on the host, launches a kernel outside ``FastKernel``...)
+keeps the full host path; ``plan_stats()`` counts both.
 """
 
 from __future__ import annotations
@@ -12,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import logging
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -19,27 +32,193 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ...runtime import control_block, get_heap, hostsync, hw, is_initialized
+from ...runtime import control_block, get_heap, hostsync, hw, is_initialized, plans
 from ...runtime import world as _world
+from ...runtime.plans import Plan, Recorder
 from ...runtime.world import CollectiveCall, check_current_device, on_reset, on_shutdown
 from .checks import check_out_tensor
 from .config import Config, check_config_fits, default_config
 
+log = logging.getLogger("tilefuse")
+
+_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+_PLANS: dict = {}  # (entry point, call signature) -> Plan, or calls made without one, or _NEVER
+_NEVER = -1  # the signature's calls cannot be recorded: they keep the full host path
+_MAX_ATTEMPTS = 4  # recordings of one signature that may give up softly (a workspace created meanwhile...)
+_MAX_PLANS = 4096
+
 
 def collective(op: str):
-    """Decorator of a variant's entry point: its host part runs as one collective call."""
+    """Decorator of a variant's entry point: its host part runs as one collective call, replayed
+    from its launch plan once the call signature was recorded (module docstring)."""
 
     def wrap(fn):
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            if not is_initialized():
-                raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
-            with CollectiveCall(op):
+            if _world.in_call():  # a variant handing a degenerate call to another: part of that call
                 return fn(*args, **kwargs)
+            key = plan_key(run, args, kwargs)
+            hit = _PLANS.get(key) if key is not None else None
+            if type(hit) is Plan:
+                return replay(hit, op, fn, args, kwargs)
+            return _full_call(op, fn, key, hit, args, kwargs)
 
+        def plan_for(args, kwargs) -> Plan | None:
+            """The live plan of this call signature, if one was recorded."""
+            key = plan_key(run, args, kwargs)
+            hit = _PLANS.get(key) if key is not None else None
+            return hit if type(hit) is Plan and hit.alive else None
+
+        run.plan_for = plan_for
+        run.raw = fn
         return run
 
     return wrap
+
+
+def _env_reader():
+    """A reader of raw environment values that skips ``os.environ``'s per-lookup encoding (the
+    mapping it wraps, where the platform has one)."""
+    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
+    if isinstance(data, dict) and encode is not None:
+        names = tuple(encode(n) for n in _PLAN_ENV)
+        return lambda: tuple(data.get(n) for n in names)
+    return lambda: tuple(os.environ.get(n) for n in _PLAN_ENV)
+
+
+# Environment switches the launchers read on every call: part of the call signature.
+_PLAN_ENV = ("TILEFUSE_NO_TMA", "TILEFUSE_DEBUG_POISON")
+_plan_env = _env_reader()
+
+
+def plan_key(tag, args: tuple, kwargs: dict) -> tuple | None:
+    """The call signature of ``args``/``kwargs`` under ``tag`` (None: not a call plans can serve).
+
+    Tensors contribute shape, strides, dtype, device and the 16-byte alignment of their data
+    pointer (what Triton specialises on); a tensor passed as ``out`` also its heap offset (where it
+    is written in place, checked once per offset). Config, group, None, bools, ints and strings
+    contribute their value (and type); anything else makes the call unplannable."""
+    key = [tag]
+    for t in args:
+        if type(t) not in _TENSOR_TYPES:
+            return None
+        key += (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
+    for name, v in kwargs.items():
+        tv = type(v)
+        if v is None or tv is bool or tv is int or tv is str:
+            key += (name, tv, v)
+        elif tv in _TENSOR_TYPES:
+            ptr = v.data_ptr()
+            key += (name, v.shape, v.stride(), v.dtype, v.device, ptr & 15, _heap_offset(ptr) if name == "out" else 0)
+        elif tv is Config or name == "group":
+            key += (name, v)
+        else:
+            return None
+    key.append(_plan_env())
+    return tuple(key)
+
+
+def _heap_offset(ptr: int) -> int:
+    heap = get_heap()
+    off = ptr - heap.base
+    return off if 0 <= off < heap.size else -1
+
+
+def _inputs(args: tuple, kwargs: dict) -> list:
+    """The call's tensors in slot order: positional, then keyword in order."""
+    inputs = list(args)
+    for v in kwargs.values():
+        if type(v) in _TENSOR_TYPES:
+            inputs.append(v)
+    return inputs
+
+
+def _may_record() -> bool:
+    """Not while a CUDA graph captures, torch.compile traces or another torch function mode watches."""
+    if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled():
+        return False
+    heap = get_heap()
+    return not (heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+
+
+def _extent(t: torch.Tensor) -> tuple[int, int]:
+    lo = t.data_ptr()
+    span = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 1 if t.numel() else 1
+    return lo, lo + span * t.element_size()
+
+
+def _constant_ok(inputs: list):
+    """What a plan may keep: runtime tensors, and heap tensors that overlap none of the call's."""
+    heap = get_heap()
+    runtime = _world.constant_tensors()
+    mine = [_extent(t) for t in inputs if heap.is_on_heap(t)]
+
+    def ok(t: torch.Tensor) -> bool:
+        if any(t is r for r in runtime):
+            return True
+        if not heap.is_on_heap(t):
+            return False
+        lo, hi = _extent(t)
+        return not any(lo < h and l_ < hi for l_, h in mine)
+
+    return ok
+
+
+def _full_call(op: str, fn, key, hit, args: tuple, kwargs: dict):
+    """The call through the launcher's full host path; recorded when the signature is due."""
+    if not is_initialized():
+        raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
+    seen = hit if type(hit) is int else 0
+    record = key is not None and seen >= 1 and _may_record()
+    plan = rec = None
+    with CollectiveCall(op):
+        if not record:
+            out = fn(*args, **kwargs)
+        else:
+            inputs = _inputs(args, kwargs)
+            rec = Recorder(inputs, _constant_ok(inputs), f"{op}.{fn.__name__}")
+            with rec:
+                out = fn(*args, **kwargs)
+            plan = rec.plan(out)
+    if key is None or seen == _NEVER:
+        return out
+    if len(_PLANS) >= _MAX_PLANS:  # ever-new signatures (a server's changing token counts): stay bounded
+        plans.clear_plans()
+    if plan is not None:
+        _PLANS[key] = plans.new_plan(plan)
+    elif rec is not None and (not rec.retry or seen >= _MAX_ATTEMPTS):
+        _PLANS[key] = _NEVER
+        plans.STATS["unplannable"] += 1
+        plans.LAST_FAILURE[0] = f"{rec.what}: {rec.failure}"
+        log.debug("tilefuse: %s keeps the full host path: %s", rec.what, rec.failure)
+    else:
+        if rec is not None:
+            plans.STATS["retried"] += 1
+        _PLANS[key] = seen + 1
+    return out
+
+
+def replay(plan: Plan, op: str, fn, args: tuple, kwargs: dict):
+    """Run the call through ``plan`` (``fn``: the launcher itself, for a plan dropped meanwhile)."""
+    with CollectiveCall(op) as call:
+        if not plan.alive:
+            return fn(*args, **kwargs)
+        state = plans.Replay(call, call.stream, call.capturing)
+        try:
+            return plan.run(_inputs(args, kwargs), state)
+        finally:
+            if state.objs:
+                _close_streams(state)
+
+
+def plan_stats() -> dict:
+    """Counts of launch plans: recorded, replays, unplannable signatures, soft retries, clears; and
+    ``live``, the signatures with a plan now; ``last_failure``, why the last unplannable one was."""
+    live = sum(1 for v in _PLANS.values() if type(v) is Plan)
+    return dict(plans.STATS, live=live, last_failure=plans.LAST_FAILURE[0])
+
+
+plans.on_clear(_PLANS.clear)
 
 
 def begin(key: tuple, *outputs) -> None:
@@ -163,11 +342,16 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
     """
     full_key = (heap.uid,) + key  # not id(heap): a later heap may reuse the address of a closed one
     ws = _WORKSPACES.get(full_key)
+    rec = plans.recorder()
     if ws is not None:
         _WORKSPACES.move_to_end(full_key)
         if not ws.captured and _capturing(heap):
             ws.captured = True
+        if rec is not None:  # a replay uses it the same way: LRU order, kept for graphs
+            rec.host(functools.partial(_touch, full_key, ws))
         return ws
+    if rec is not None:
+        rec.give_up("a workspace was created (collective, first use only)", retry=True)
     if _capturing(heap):
         raise RuntimeError(
             f"{key[0]}: a CUDA graph capture needs this call's heap workspace {key[1:]}, which does not exist "
@@ -207,6 +391,15 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
     return ws
 
 
+def _touch(full_key: tuple, ws: Workspace, state) -> None:
+    """A plan's use of a cached workspace: LRU order as the full path keeps it, and kept for CUDA
+    graphs when used inside a capture."""
+    if _WORKSPACES.get(full_key) is ws:
+        _WORKSPACES.move_to_end(full_key)
+    if state.capturing and not ws.captured:
+        ws.captured = True
+
+
 def _evict(heap, nbytes: int) -> None:
     budget = workspace_budget(heap)
     for full_key in list(_WORKSPACES):
@@ -215,17 +408,19 @@ def _evict(heap, nbytes: int) -> None:
         ws = _WORKSPACES[full_key]
         if full_key[0] != heap.uid:
             continue
+        plans.clear_plans()  # plans keep the workspaces they use: they go first
         del _WORKSPACES[full_key]
         if ws.captured:
             _KEPT_FOR_GRAPHS.append(ws)
 
 
 def clear_workspaces() -> None:
-    """Release every cached workspace (collective: call it on every rank). Waits for this rank's
-    device work and for every rank, so no queued kernel still uses them. CUDA graphs captured before
-    abort when replayed (their error is reported at the next call); their buffers stay allocated
-    until shutdown."""
+    """Release every cached workspace (collective: call it on every rank); launch plans go with them.
+    Waits for this rank's device work and for every rank, so no queued kernel still uses them. CUDA
+    graphs captured before abort when replayed (their error is reported at the next call); their
+    buffers stay allocated until shutdown."""
     if not is_initialized():
+        plans.clear_plans()
         _WORKSPACES.clear()
         return
     heap = get_heap()
@@ -235,6 +430,7 @@ def clear_workspaces() -> None:
 
 
 def _drop_workspaces() -> None:
+    plans.clear_plans()
     if any(ws.captured for ws in _WORKSPACES.values()) and is_initialized():
         _world.bump_generation()
     _KEPT_FOR_GRAPHS.extend(ws for ws in _WORKSPACES.values() if ws.captured)
@@ -247,6 +443,7 @@ _RETIRED: list = []  # (control block, workspaces) of closed heaps that captured
 
 
 def _drop_all() -> None:
+    plans.clear_plans()
     captured = [ws for ws in _WORKSPACES.values() if ws.captured] + _KEPT_FOR_GRAPHS
     if captured and is_initialized():
         # A graph replayed after shutdown reads the control block (its generation is now invalid, so
@@ -284,11 +481,13 @@ class ForkedStreams:
     Producer-consumer launchers fork *before* launching the producer, launch the consumer inside
     ``with streams.side():`` and then ``join()``, so that the two kernels run at the same time.
     On the CPU every launch is synchronous, and all of this is a no-op (launch the producer first).
+    Under a plan recorder the fork, the side block and the join are recorded as host steps.
     """
 
     def __init__(self, device: torch.device):
         self.device = device
         self.cuda = device.type == "cuda"
+        self.rec_id = None
         if self.cuda:
             self.main = torch.cuda.current_stream(device)
             stream = _SIDE_STREAMS.get(device)
@@ -296,13 +495,66 @@ class ForkedStreams:
                 stream = _SIDE_STREAMS[device] = torch.cuda.Stream(device)
             stream.wait_stream(self.main)
             self.stream = stream
+            rec = plans.recorder()
+            if rec is not None:
+                self.rec_id = object()
+                rec.host(functools.partial(_replay_fork, device, self.rec_id))
 
     def side(self):
-        return torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext()
+        if not self.cuda:
+            return contextlib.nullcontext()
+        rec = plans.recorder()
+        if rec is not None and self.rec_id is not None:
+            return _RecordedSide(self, rec)
+        return torch.cuda.stream(self.stream)
 
     def join(self) -> None:
         if self.cuda:
             self.main.wait_stream(self.stream)
+            rec = plans.recorder()
+            if rec is not None and self.rec_id is not None:
+                rec.host(functools.partial(_replay_join, self.rec_id))
+
+
+class _RecordedSide:
+    """``with streams.side():`` while recording: entered as usual, and recorded."""
+
+    def __init__(self, streams: ForkedStreams, rec):
+        self.streams, self.rec, self.ctx = streams, rec, None
+
+    def __enter__(self):
+        self.ctx = torch.cuda.stream(self.streams.stream)
+        self.ctx.__enter__()
+        self.rec.host(functools.partial(_replay_side, self.streams.rec_id, True))
+        return self
+
+    def __exit__(self, *exc):
+        self.rec.host(functools.partial(_replay_side, self.streams.rec_id, False))
+        return self.ctx.__exit__(*exc)
+
+
+def _replay_fork(device: torch.device, rec_id, state) -> None:
+    state.objs[rec_id] = ForkedStreams(device)
+
+
+def _replay_side(rec_id, enter: bool, state) -> None:
+    if enter:
+        ctx = torch.cuda.stream(state.objs[rec_id].stream)
+        ctx.__enter__()
+        state.objs[(rec_id, "side")] = ctx
+    else:
+        state.objs.pop((rec_id, "side")).__exit__(None, None, None)
+    state.stream = None  # the launch stream is looked up again
+
+
+def _replay_join(rec_id, state) -> None:
+    state.objs[rec_id].join()
+
+
+def _close_streams(state) -> None:
+    """Leave side-stream blocks a failed replay left open."""
+    for key in [k for k in state.objs if type(k) is tuple]:
+        state.objs.pop(key).__exit__(None, None, None)
 
 
 @dataclass
@@ -387,6 +639,9 @@ def check_out(op: str, heap, out, shape: tuple, dtype) -> bool:
         return False
     key = (heap.uid, heap.offset_of(out), tuple(out.shape), tuple(out.stride()))
     if key not in _VERIFIED_OUT:
+        rec = plans.recorder()
+        if rec is not None:
+            rec.give_up("out was verified (collective, once per offset)", retry=True)
         heap.check_symmetric(f"{op}: out", out)
         if len(_VERIFIED_OUT) > 4096:
             _VERIFIED_OUT.clear()
