@@ -88,7 +88,7 @@ CSV_COLUMNS = COLUMNS[:2] + ["component"] + COLUMNS[2:] + ["shape"]
 GPU_SHAPES = {"8b-o": (8192, 4096, 2048), "8b-down": (8192, 4096, 7168), "70b-o": (8192, 8192, 4096),
               "70b-down": (8192, 8192, 14336), "iris-4096x12288": (8192, 4096, 6144),
               "iris-3584x14336": (8192, 3584, 7168)}
-SMOKE_SHAPES = {"smoke": (32, 48, 24)}
+SMOKE_SHAPES = {"smoke": (48, 48, 24)}  # M divisible by W = 1..4
 EPILOGUE = "fused_sequential_epilogue"
 PARTS_VARIANT = "fused_sequential"  # whose kernels and config the parts use
 DERIVED = "derived"
@@ -539,7 +539,8 @@ def run_rank(ctx, args) -> dict:
     for op in args.ops:
         for name, (M, N, K) in args.shapes.items():
             if M % ctx.world and op == "gemm_reduce_scatter":
-                print(f"{op} {name}: M = {M} is not divisible by the world size {ctx.world}; skipped", flush=True)
+                if ctx.rank == 0:
+                    print(f"{op} {name}: M = {M} is not divisible by the world size {ctx.world}; skipped", flush=True)
                 continue
             try:
                 shape_rows = run_shape(ctx, op, name, M, N, K, dtype, args.variants, args, args.roof)
@@ -709,6 +710,9 @@ def main(argv=None) -> int:
     if not is_main_process():
         return 0
     rows = results[0]["rows"]
+    if not rows:
+        print("nothing was run (no shape applies)")
+        return 1
     print(f"csv: {args.csv}")
     bad_rows = [r for r in rows if r["metric"] == "error" or (r["metric"] == "ok" and r["value"] != 1.0)]
     if bad_rows:
