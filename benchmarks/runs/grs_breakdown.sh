@@ -11,11 +11,11 @@ source "$(dirname "$0")/prelude.sh"
 if (( $(gpus) < 2 )); then echo "needs two GPUs (have $(gpus))" >&2; exit 2; fi
 SMI=$(clocks "$R/clocks.csv")
 CSV=$R/breakdown_w2.csv
-timeout -k 5 66 "$PY" -m benchmarks breakdown --world 2 --ops gemm_reduce_scatter \
+timeout -k 5 64 "$PY" -m benchmarks breakdown --world 2 --ops gemm_reduce_scatter \
     --shapes 8b-down,70b-o,iris-4096x12288,8b-o,70b-down,iris-3584x14336 --rep-ms 15 --reps 2 \
     --csv "$CSV" --append > "$R/breakdown_grs.log" 2>&1
 stamp "breakdown gemm_reduce_scatter" $? >> "$R/breakdown_grs.log"
-timeout -k 5 40 "$PY" -m benchmarks breakdown --world 2 --ops gemm_all_reduce \
+timeout -k 5 38 "$PY" -m benchmarks breakdown --world 2 --ops gemm_all_reduce \
     --shapes 8b-down,70b-o,iris-4096x12288 --variants bulk_sync,producer_consumer,fused_sequential,wg_specialized \
     --rep-ms 15 --reps 2 --csv "$CSV" --append > "$R/breakdown_gar.log" 2>&1
 stamp "breakdown gemm_all_reduce" $? >> "$R/breakdown_gar.log"
