@@ -2,13 +2,19 @@
 
 import os
 
-from harness import TEST_DEVICE, Pools
+from harness import TEST_DEVICE, Pools, start_forkserver
 
 if TEST_DEVICE == "cpu":
     os.environ.setdefault("TILEFUSE_BACKEND", "cpu")
     os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+    # The rank processes' forkserver imports torch and triton while pytest collects.
+    if not (config.option.collectonly or config.option.help):
+        start_forkserver()
 
 
 def pytest_report_header(config):

@@ -7,6 +7,13 @@ timeout kills the pool (it is restarted on the next job) and raises ``TimeoutErr
 ranks that did not answer; shortly before that, every rank still in the job writes the Python stack
 of each of its threads to stderr (``faulthandler``), so a hang shows where each rank waits.
 
+Processes: on the cpu device, rank processes (pools and :func:`run_group`) are forked from a
+forkserver that has imported torch, triton and numpy once (about 3 s of CPU each time otherwise);
+a child takes the test process's environment as it is when the child starts, as a spawned one
+would, and imports tilefuse itself. On GPUs they are spawned (nothing CUDA-related is inherited).
+Each rank freezes the objects it imported (``gc.freeze``), so the ``gc.collect`` between jobs and
+in tilefuse's workspace code only walks what jobs created.
+
 Device: ``TILEFUSE_TEST_DEVICE=cuda`` runs the ranks on GPUs (rank r on GPU r % n, so ranks share
 GPU 0 when there is one), bootstrapped with gloo (NCCL refuses two ranks on one GPU; with a GPU per
 rank ``TILEFUSE_TEST_PG=nccl`` selects NCCL); the default ``cpu`` runs them in Triton's interpreter
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import faulthandler
 import gc
+import multiprocessing.forkserver
 import os
 import pickle
 import queue
@@ -38,6 +46,89 @@ DEFAULT_TIMEOUT = float(os.environ.get("TILEFUSE_TEST_TIMEOUT", "240"))
 ERROR_GRACE = 40.0
 VERBOSE = os.environ.get("TILEFUSE_TEST_VERBOSE", "0") not in ("", "0")  # each rank names each job it starts
 STACKS_BEFORE_TIMEOUT = 8.0  # a rank still busy this long before its job's timeout prints its stacks
+
+
+# Imported once by the forkserver; none of them reads tilefuse's or Triton's settings at import.
+PRELOAD = ["numpy", "torch", "torch._dynamo", "torch.distributed", "triton", "triton.language", "pytest"]
+
+
+def process_context():
+    """The multiprocessing context rank processes start from (see the module docstring)."""
+    if TEST_DEVICE != "cpu":
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def start_forkserver() -> None:
+    """Start the forkserver now (it imports in the background) so the first pool need not wait."""
+    if TEST_DEVICE == "cpu":
+        process_context()
+        multiprocessing.forkserver.ensure_running()
+
+
+def speed_up_interpreter() -> bool:
+    """Let Triton's interpreter skip re-patching ``triton.language`` while its patch is in place.
+
+    Triton 3.7's interpreter swaps every builtin of ``triton.language`` (``inspect.getmembers`` over
+    five namespaces) for an interpreted one at each launch, and again at each call of one
+    ``@triton.jit`` function from another, although the launch's swap is still in place: at test
+    sizes that is about half of all interpreter time. With this, a patch request for a function
+    whose language modules are all patched already returns a scope that restores nothing (the
+    swap in place is the one it would make); any other request, a launch's first, runs Triton's
+    own code. ``TILEFUSE_TEST_FAST_INTERPRETER=0`` turns it off. Returns whether it is installed
+    (not when the interpreter lacks the names it relies on, as other Triton versions may).
+    """
+    if os.environ.get("TILEFUSE_TEST_FAST_INTERPRETER", "1") in ("", "0"):
+        return False
+    try:
+        from triton.runtime import interpreter as interp
+    except ImportError:
+        return False
+    real = getattr(interp, "_patch_lang", None)
+    tl = getattr(interp, "tl", None)
+    if real is None or tl is None:
+        return False
+    if getattr(real, "_skips_live_patch", False):  # installed already
+        return True
+    is_builtin = tl.core.is_builtin
+
+    def one_builtin(pkg):
+        return next((n for n in sorted(vars(pkg)) if is_builtin(getattr(pkg, n))), None)
+
+    # For each language module a kernel may see, the namespaces its patch swaps and one builtin of each.
+    watched = {}
+    for lang in (tl, tl.core):
+        pkgs = [lang, lang.tensor] + ([lang.math] if lang is tl else []) + [tl.core.tensor_descriptor_base]
+        watched[lang] = [(pkg, one_builtin(pkg)) for pkg in pkgs]
+    if any(name is None for pairs in watched.values() for _, name in pairs):
+        return False
+    langs_of: dict = {}
+
+    class _NothingToRestore:
+        def restore(self) -> None:
+            pass
+
+    nothing = _NothingToRestore()
+
+    def patch_lang(fn):
+        langs = langs_of.get(fn)
+        if langs is None:
+            langs = langs_of[fn] = tuple(v for v in fn.__globals__.values() if v is tl or v is tl.core)
+        if langs and all(not is_builtin(getattr(pkg, name)) for lang in langs for pkg, name in watched[lang]):
+            return nothing
+        return real(fn)
+
+    patch_lang._skips_live_patch = True
+    interp._patch_lang = patch_lang
+    return True
+
+
+def _adopt_environment(env: dict) -> None:
+    """Make this process's environment ``env`` (the test process's, taken when it started us)."""
+    os.environ.clear()
+    os.environ.update(env)
 
 
 class RankFailure(AssertionError):
@@ -80,10 +171,12 @@ def _on_host(value):
     return value
 
 
-def _worker(rank: int, world: int, port: int, device_kind: str, jobs, results) -> None:
+def _worker(rank: int, world: int, port: int, device_kind: str, env: dict, jobs, results) -> None:
+    _adopt_environment(env)
     if device_kind == "cpu":
         os.environ["TILEFUSE_BACKEND"] = "cpu"
         os.environ["TRITON_INTERPRET"] = "1"
+        speed_up_interpreter()
     else:
         os.environ["TILEFUSE_BACKEND"] = "cuda"
     os.environ.setdefault("TILEFUSE_DEBUG_POISON", "1")  # new workspaces start as NaN
@@ -104,6 +197,7 @@ def _worker(rank: int, world: int, port: int, device_kind: str, jobs, results) -
         torch.cuda.set_device(rank % torch.cuda.device_count())
     import tilefuse
 
+    gc.freeze()  # modules stay; the collections below only walk what jobs and the heap create
     try:
         dist.init_process_group(
             PG_BACKEND, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
@@ -156,13 +250,14 @@ class RankPool:
         self._job_id = 0
 
     def _start(self) -> None:
-        ctx = mp.get_context("spawn")
+        ctx = process_context()
         port = _free_port()
+        env = dict(os.environ)
         self._jobs = [ctx.Queue() for _ in range(self.world)]
         self._results = ctx.Queue()
         self._procs = [
-            ctx.Process(target=_worker, args=(r, self.world, port, self.device_kind, self._jobs[r],
-                                               self._results), daemon=True)
+            ctx.Process(target=_worker, args=(r, self.world, port, self.device_kind, env,
+                                               self._jobs[r], self._results), daemon=True)
             for r in range(self.world)
         ]
         for p in self._procs:
@@ -232,12 +327,18 @@ class RankPool:
         return [pickle.loads(got[r][2][1]) for r in range(self.world)]
 
     def close(self) -> None:
+        self._ask_to_stop()
+        self._reap(time.monotonic() + 5)
+
+    def _ask_to_stop(self) -> None:
         for q in getattr(self, "_jobs", []):
             try:
                 q.put(None)
             except Exception:
                 pass
-        deadline = time.monotonic() + 5
+
+    def _reap(self, deadline: float) -> None:
+        """Wait for the ranks to leave until ``deadline``, then kill those still there."""
         for p in self._procs:
             p.join(timeout=max(0.0, deadline - time.monotonic()))
         for p in self._procs:
@@ -263,8 +364,12 @@ class Pools:
         return self(world).run(fn, *args, **kwargs)
 
     def close(self) -> None:
+        """Stop every pool at once (each rank shuts tilefuse down), then wait for them together."""
         for pool in self._pools.values():
-            pool.close()
+            pool._ask_to_stop()
+        deadline = time.monotonic() + 5
+        for pool in self._pools.values():
+            pool._reap(deadline)
         self._pools.clear()
 
 
@@ -274,7 +379,10 @@ class Pools:
 
 
 def _group_worker(rank: int, world: int, port: int, env: dict, fn, args, results) -> None:
-    os.environ.update(env)
+    _adopt_environment(env)
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        speed_up_interpreter()
+    gc.freeze()
     try:
         import datetime
 
@@ -298,10 +406,11 @@ def run_group(fn, world: int, *args, timeout: float = 120.0, env: dict | None = 
     tilefuse (the cpu backend by default).
     """
     base = {"TILEFUSE_BACKEND": "cpu", "TRITON_INTERPRET": "1"} if TEST_DEVICE == "cpu" else {}
-    ctx = mp.get_context("spawn")
+    ctx = process_context()
     results = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_group_worker, args=(r, world, port, {**base, **(env or {})}, fn, args, results),
+    full_env = {**os.environ, **base, **(env or {})}
+    procs = [ctx.Process(target=_group_worker, args=(r, world, port, full_env, fn, args, results),
                          daemon=True) for r in range(world)]
     for p in procs:
         p.start()
