@@ -15,6 +15,9 @@ the config ``default_config(..., split_k=True)`` picks for an untuned shape; oth
 candidate of :func:`candidates` (tile shapes x warps/stages x ``SPLIT_K``) is timed too, next to
 the default.
 
+On a GPU the timed configs are first compiled by ``--warm-procs`` processes at once (Triton's
+on-disk cache then serves the timing process), so compile time does not eat the time budget.
+
 CSV (``--csv``, long format, ``benchmarks.results`` columns plus ``config``, written shape by shape so
 that a run cut short keeps what it measured): per shape and config the
 ``ms`` of the Triton GEMM, ``torch_ms`` of torch.matmul in the same round and ``ratio`` =
@@ -25,6 +28,7 @@ per shape in a sweep) the ``ratio_median`` and ``ratio_worst`` over the grid (sh
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -94,6 +98,38 @@ def candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int, interpr
     return out
 
 
+def _warm_chunk(items: list) -> int:
+    """Run ``matmul`` once for every ``(M, N, K, dtype name, config dict)`` (in a spawned process), so
+    that its kernels land in Triton's on-disk cache; returns the count run."""
+    from tilefuse.ops.common.config import Config
+    from tilefuse.ops.common.gemm import matmul
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for M, N, K, dtype_name, cfg in items:
+        dtype = getattr(torch, dtype_name)
+        a = torch.empty(M, K, device=device, dtype=dtype).normal_()
+        w = torch.empty(N, K, device=device, dtype=dtype).normal_()
+        matmul(a, w.t(), torch.empty(M, N, device=device, dtype=dtype), Config.from_dict(cfg))
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return len(items)
+
+
+def warm_compile(items: list, procs: int) -> float:
+    """Compile the kernels of ``items`` (see :func:`_warm_chunk`) in ``procs`` processes at once
+    (Triton compiles on the CPU, one kernel at a time per process); returns the seconds it took.
+    The timing process then loads them from the cache instead of compiling between timed shapes."""
+    import multiprocessing
+
+    t0 = time.monotonic()
+    if procs > 0 and items:
+        procs = min(procs, len(items))
+        chunks = [items[i::procs] for i in range(procs)]
+        with multiprocessing.get_context("spawn").Pool(procs) as pool:
+            pool.map(_warm_chunk, chunks)
+    return time.monotonic() - t0
+
+
 def _ctx(device: torch.device):
     from .launch import RankCtx
 
@@ -123,6 +159,9 @@ def main(argv=None) -> None:
     parser.add_argument("--rep-ms", type=float, default=60.0, help="each method's share of timed calls")
     parser.add_argument("--max-reps", type=int, default=400)
     parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting new shapes after this")
+    parser.add_argument("--warm-procs", type=int, default=None,
+                        help="processes that compile every timed config first (GPU; default: half the CPUs, "
+                             "at most 16; 0: compile while timing)")
     args = parser.parse_args(argv)
 
     from tilefuse.ops.common.config import default_config
@@ -141,6 +180,24 @@ def main(argv=None) -> None:
     shapes = [s for s in GRIDS[args.grid] if args.max_m is None or s[0] <= args.max_m]
     if args.quick:
         shapes = shapes[:4]
+    plans = {}  # (dtype, shape) -> [(name, config)]
+    for dtype in dtypes:
+        for M, N, K in shapes:
+            default = default_config(M, N, K, dtype, num_sms=sms, interpreter=interpreter, comm=False,
+                                     split_k=True)
+            configs = [("default", default)]
+            if not args.default_only:
+                extra = [cfg for cfg in candidates(M, N, K, dtype, sms, interpreter) if cfg != default]
+                configs += [(label(cfg), cfg) for cfg in extra[: 3 if args.quick else None]]
+            plans[(dtype, (M, N, K))] = configs
+    procs = args.warm_procs
+    if procs is None:
+        procs = min(16, max(1, (os.cpu_count() or 2) // 2))
+    if on_gpu and procs > 0:
+        items = [(M, N, K, str(dtype).removeprefix("torch."), cfg.to_dict())
+                 for (dtype, (M, N, K)), configs in plans.items() for _, cfg in configs]
+        print(f"gemm_sweep: compiling {len(items)} configs in {procs} processes", flush=True)
+        print(f"gemm_sweep: compiled in {warm_compile(items, procs):.1f} s", flush=True)
     info = run_info(device)
     columns = COLUMNS + ["config"]
     Path(args.csv).unlink(missing_ok=True)  # rows are appended shape by shape: a cut-off run keeps its rows
@@ -159,12 +216,8 @@ def main(argv=None) -> None:
             b = w.t()
             c = torch.empty(M, N, device=device, dtype=dtype)
             ref = (a.float() @ b.float()) if interpreter else torch.matmul(a, b).float()
-            default = default_config(M, N, K, dtype, num_sms=sms, interpreter=interpreter, comm=False,
-                                     split_k=True)
-            configs = [("default", default)]
-            if not args.default_only:
-                extra = [cfg for cfg in candidates(M, N, K, dtype, sms, interpreter) if cfg != default]
-                configs += [(label(cfg), cfg) for cfg in extra[: 3 if args.quick else None]]
+            configs = plans[(dtype, (M, N, K))]
+            default = configs[0][1]
             best, default_ratio = None, float("nan")
             for name, cfg in configs:
                 try:

@@ -592,3 +592,11 @@ def test_gemm_sweep_cli_writes_ratios_and_summary(tmp_path, capsys):
     assert int(float(summary[("default", "shapes")])) == len(shapes)
     assert float(summary[("default", "ratio_worst")]) <= float(summary[("default", "ratio_median")])
     assert "ratio_median" in capsys.readouterr().out
+
+
+def test_gemm_sweep_warm_chunk_runs_each_config():
+    """The compile-ahead worker of gemm_sweep runs matmul for every (shape, config) it is handed."""
+    from benchmarks import gemm_sweep
+
+    cfgs = [CFG.replace(SPLIT_K=2), CFG.replace(STREAM_K=1), CFG]
+    assert gemm_sweep._warm_chunk([(20, 40, 96, "float16", cfg.to_dict()) for cfg in cfgs]) == 3
