@@ -124,7 +124,7 @@ def _all_peers_kernel(
     from rank ``(cur_rank + i) % world``; MODE 0/2 push into slot cur_rank, 1/3 pull into slot peer."""
     pid = tl.program_id(0)
     blocks = tl.cdiv(n, BLOCK)
-    n64 = n.to(tl.int64)
+    n64 = tl.cast(n, tl.int64)  # slot offsets pass 2**31 words at W * size >= 8 GiB
     for item in range(pid, world * blocks, num_programs):
         peer = (cur_rank + item % world) % world
         start = (item // world) * BLOCK

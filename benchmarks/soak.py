@@ -536,7 +536,8 @@ def summarize(results: list, opts: dict, world: int, info: dict, final: bool = T
         note="" if final else f"rank 0's record after {calls} calls; the run has not finished")
     add("calls", calls)
     add("requested", opts["calls"])
-    add("stopped_by_budget", 1.0 if stopped_by == "budget" else 0.0, note=stopped_by)
+    add("stopped_by_budget", 1.0 if stopped_by == "budget" else 0.0,
+        note="running" if not final and stopped_by == "calls" else stopped_by)
     add("budget_s", opts["budget_s"] if opts["budget_s"] is not None else float("nan"))
     add("repeats", first["repeats"])
     add("checked", checked)

@@ -3,10 +3,11 @@
     python -m benchmarks summary OUT_DIR
     python -m benchmarks summary --markdown SUITE.csv    # the tables of docs/PERF.md
 
-Reads ``tests.log``, ``bandwidth.csv`` and every ``suite*.csv`` where present; prints compact tables
-(a device run returns only the tail of its output, so this is what must fit). ``--markdown`` prints
-a suite CSV as one Markdown table per op: per-rank shape, the baselines' times, every method's
-speedup over plain (the best tilefuse variant in bold), the ideal overlap's, and the commit.
+Reads ``tests.log``, ``bandwidth.csv``, every ``soak*.csv`` and every ``suite*.csv`` where present;
+prints compact tables (a device run returns only the tail of its output, so this is what must fit).
+``--markdown`` prints a suite CSV as one Markdown table per op: per-rank shape, the baselines'
+times, every method's speedup over plain (the best tilefuse variant in bold), the ideal overlap's,
+and the commit.
 """
 
 from __future__ import annotations
@@ -77,6 +78,39 @@ def bandwidth_summary(csv: Path) -> list:
     if (df.N == ALL_PEERS_N).any():
         rows = df.fillna({"note": ""}).to_dict("records")
         out += [all_peers_table(rows, world, device)] + all_peers_lines(rows)
+    return out
+
+
+def soak_summary(csv: Path) -> list:
+    """One line per soak CSV: calls done of requested and why it stopped, checks, memory verdict, and the
+    mean host ms of a new-shape call and of a repeat (fused variants, rank 0)."""
+    df = read_csv(csv).fillna({"note": ""})
+    if df.empty:
+        return [f"soak {csv.name}: empty csv"]
+    run = df[df["op"].isna() | (df["op"] == "")]  # the whole run's rows (per-op rows name their op)
+
+    def value(metric, cls=None, default=math.nan):
+        hit = run[run.metric == metric]
+        hit = hit[hit.note == cls] if cls else hit
+        return float(hit.value.iloc[-1]) if len(hit) else default
+
+    def note(metric):
+        hit = run[run.metric == metric]
+        return str(hit.note.iloc[-1]) if len(hit) else ""
+
+    stop = note("stopped_by_budget") or "?"
+    if value("complete", default=1.0) != 1.0:
+        stop += ", UNFINISHED: " + (note("complete")[:200] or "rank 0's last progress record")
+    line = (f"soak {csv.name}: {value('calls'):.0f}/{value('requested'):.0f} calls ({stop}), "
+            f"{value('calls_per_s'):.1f} calls/s, checked {value('checked'):.0f}, failed {value('failed'):.0f}, "
+            f"memory {note('memory_flat') or '?'}, {value('workspaces_made'):.0f} workspaces made, "
+            f"{value('triton_compiles'):.0f} Triton compiles")
+    costs = [f"{cls} {value('call_ms', cls):.1f} ms" for cls in ("new fused", "repeat fused")
+             if not math.isnan(value("call_ms", cls))]
+    out = [line + ("; host ms a call: " + ", ".join(costs) if costs else "")]
+    failed = note("failed")
+    if failed:
+        out.append(f"  {failed[:300]}")
     return out
 
 
@@ -178,6 +212,8 @@ def main(argv=None) -> int:
 
 def _folder(out: Path) -> None:
     parts = tests_summary(out / "tests.log") + [""] + bandwidth_summary(out / "bandwidth.csv")
+    for csv in sorted(out.glob("soak*.csv")):
+        parts += [""] + soak_summary(csv)
     for csv in sorted(out.glob("suite*.csv")):
         parts += [""] + suite_summary(csv)
     print("\n".join(parts))
