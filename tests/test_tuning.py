@@ -118,7 +118,8 @@ def test_auto_runs_plain_where_the_table_says_so(pools, tmp_path, on_gpu):
     [(variant, source, _)] = pools.run(1, job_auto_uses_table, str(tmp_path), 48, 40, 32)
     assert variant == "plain" and source.startswith("exact")
     [(variant, _, cfg)] = pools.run(1, job_auto_uses_table, str(tmp_path), 64, 64, 64)
-    assert variant == "wg_specialized" and cfg == {**CFG, "TWO_SHOT": 0}, "a table without TWO_SHOT: one-shot"
+    assert variant == "wg_specialized" and cfg == {**CFG, "TWO_SHOT": 0, "SPLIT_K": 1, "STREAM_K": 0}, \
+        "a table without TWO_SHOT, SPLIT_K, STREAM_K: their defaults (one-shot, whole tiles)"
     [(variant, source, _)] = pools.run(1, job_auto_uses_table, str(tmp_path), 8, 512, 16)
     assert source.startswith("default") and variant == "plain", "nothing measured: the plain path"
 
