@@ -98,36 +98,44 @@ def candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int, interpr
     return out
 
 
-def _warm_chunk(items: list) -> int:
+def _warm_chunk(items: list, deadline: float = float("inf")) -> int:
     """Run ``matmul`` once for every ``(M, N, K, dtype name, config dict)`` (in a spawned process), so
-    that its kernels land in Triton's on-disk cache; returns the count run."""
+    that its kernels land in Triton's on-disk cache, until ``time.time()`` passes ``deadline``;
+    returns the count run."""
     from tilefuse.ops.common.config import Config
     from tilefuse.ops.common.gemm import matmul
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    done = 0
     for M, N, K, dtype_name, cfg in items:
+        if time.time() > deadline:
+            break
         dtype = getattr(torch, dtype_name)
         a = torch.empty(M, K, device=device, dtype=dtype).normal_()
         w = torch.empty(N, K, device=device, dtype=dtype).normal_()
         matmul(a, w.t(), torch.empty(M, N, device=device, dtype=dtype), Config.from_dict(cfg))
+        done += 1
     if device == "cuda":
         torch.cuda.synchronize()
-    return len(items)
+    return done
 
 
-def warm_compile(items: list, procs: int) -> float:
+def warm_compile(items: list, procs: int, seconds: float) -> tuple[int, float]:
     """Compile the kernels of ``items`` (see :func:`_warm_chunk`) in ``procs`` processes at once
-    (Triton compiles on the CPU, one kernel at a time per process); returns the seconds it took.
-    The timing process then loads them from the cache instead of compiling between timed shapes."""
+    (Triton compiles on the CPU, one kernel at a time per process), for at most about ``seconds``;
+    returns ``(items run, seconds taken)``. The timing process then loads them from the cache
+    instead of compiling between timed shapes (what was not reached compiles there)."""
+    import functools
     import multiprocessing
 
     t0 = time.monotonic()
+    count = 0
     if procs > 0 and items:
         procs = min(procs, len(items))
         chunks = [items[i::procs] for i in range(procs)]
         with multiprocessing.get_context("spawn").Pool(procs) as pool:
-            pool.map(_warm_chunk, chunks)
-    return time.monotonic() - t0
+            count = sum(pool.map(functools.partial(_warm_chunk, deadline=time.time() + seconds), chunks))
+    return count, time.monotonic() - t0
 
 
 def _ctx(device: torch.device):
@@ -158,11 +166,13 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="the first 4 shapes, the first 3 candidates")
     parser.add_argument("--rep-ms", type=float, default=60.0, help="each method's share of timed calls")
     parser.add_argument("--max-reps", type=int, default=400)
-    parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting new shapes after this")
+    parser.add_argument("--budget-s", type=float, default=420.0,
+                        help="stop starting new shapes this long after the start (compiling ahead: half of it)")
     parser.add_argument("--warm-procs", type=int, default=None,
                         help="processes that compile every timed config first (GPU; default: half the CPUs, "
                              "at most 16; 0: compile while timing)")
     args = parser.parse_args(argv)
+    t_start = time.monotonic()  # the budget counts compiling too
 
     from tilefuse.ops.common.config import default_config
     from tilefuse.ops.common.gemm import matmul
@@ -197,13 +207,13 @@ def main(argv=None) -> None:
         items = [(M, N, K, str(dtype).removeprefix("torch."), cfg.to_dict())
                  for (dtype, (M, N, K)), configs in plans.items() for _, cfg in configs]
         print(f"gemm_sweep: compiling {len(items)} configs in {procs} processes", flush=True)
-        print(f"gemm_sweep: compiled in {warm_compile(items, procs):.1f} s", flush=True)
+        count, took = warm_compile(items, procs, seconds=args.budget_s / 2)
+        print(f"gemm_sweep: ran {count} of them in {took:.1f} s", flush=True)
     info = run_info(device)
     columns = COLUMNS + ["config"]
     Path(args.csv).unlink(missing_ok=True)  # rows are appended shape by shape: a cut-off run keeps its rows
     rows, table = [], []
     ratios: dict = {}
-    t_start = time.monotonic()
     stopped = False
     for dtype in dtypes:
         for M, N, K in shapes:
