@@ -1,7 +1,7 @@
 """Python host time of an op call with the kernel launches made no-ops: what the host path costs.
 
     python -m benchmarks host_path [--ops all] [--M 1,16,128] [--N 128] [--K 128] [--calls 300]
-                                   [--rounds 7] [--csv host_path.csv] [--real-launches]
+                                   [--rounds 7] [--csv host_path.csv] [--real-launches] [--clock cpu]
 
 World 1, in this process. Every ``@kernel`` (:class:`tilefuse.runtime.launcher.FastKernel`) is
 switched to its compiled-launch path with a stand-in binary whose launch does nothing, and the
@@ -17,8 +17,10 @@ plain entry point), each registered variant through the public function, ``auto`
 (``torch.ops.tilefuse.<op>``: the dispatcher's cost on top). Timing: ``--rounds`` rounds, methods
 interleaved in each, every method timed over ``--calls`` back-to-back calls per round; the value is
 the median over rounds of the mean time per call, in microseconds (``metric=host_us``), and
-``ratio_plain`` divides it by plain's. CSV columns: ``op, variant, M, N, K, dtype, world, metric,
-value, device, commit, note``.
+``ratio_plain`` divides it by plain's. ``--clock``: ``wall`` (``time.perf_counter``, the default on a
+GPU) or ``cpu`` (this thread's CPU time, ``time.thread_time``: the default on a CPU, where other
+processes sharing the cores would otherwise inflate the numbers at random). CSV columns: ``op,
+variant, M, N, K, dtype, world, metric, value, device, commit, note``.
 """
 
 from __future__ import annotations
@@ -121,11 +123,11 @@ def methods(op: str) -> dict:
     return out
 
 
-def _per_call_us(fn, calls: int) -> float:
-    t0 = time.perf_counter()
+def _per_call_us(fn, calls: int, clock) -> float:
+    t0 = clock()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - t0) / calls * 1e6
+    return (clock() - t0) / calls * 1e6
 
 
 def _auto_note(op: str, a, b) -> str:
@@ -137,12 +139,13 @@ def _auto_note(op: str, a, b) -> str:
         return f"auto: {type(err).__name__}"
 
 
-def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real) -> list:
+def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name) -> list:
     import tilefuse
     from tilefuse.ops import dispatch
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
     rows = []
+    clock = time.thread_time if clock_name == "cpu" else time.perf_counter
     if not ctx.on_gpu:
         torch.set_num_threads(1)  # a CPU matmul of this size waits on its worker threads otherwise
     noop = contextlib.nullcontext() if real else noop_launches()
@@ -159,7 +162,7 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real) -> list:
                 times: dict = {name: [] for name in fns}
                 for _ in range(rounds):
                     for name, fn in fns.items():
-                        times[name].append(_per_call_us(fn, calls))
+                        times[name].append(_per_call_us(fn, calls, clock))
                     if ctx.on_gpu:
                         torch.cuda.synchronize()
                 med = {name: statistics.median(ts) for name, ts in times.items()}
@@ -186,6 +189,8 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=300, help="back-to-back calls per method and round")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--real-launches", action="store_true", help="launch the kernels (GPU only)")
+    p.add_argument("--clock", choices=("wall", "cpu"), default=None,
+                   help="wall: time.perf_counter (default on a GPU); cpu: time.thread_time (default on a CPU)")
     p.add_argument("--csv", default="host_path.csv")
     args = p.parse_args(argv)
 
@@ -203,13 +208,15 @@ def main(argv=None) -> int:
         p.error(f"unknown op(s) {unknown}; ops are {list(registry.OPS)}")
     Ms = [int(m) for m in args.M.split(",")]
     args.dtype = args.dtype or ("fp32" if on_cpu else "bf16")
-    [rows] = launch(_job, 1, ops, Ms, args.N, args.K, args.dtype, args.calls, args.rounds, args.real_launches)
+    args.clock = args.clock or ("cpu" if on_cpu else "wall")
+    [rows] = launch(_job, 1, ops, Ms, args.N, args.K, args.dtype, args.calls, args.rounds, args.real_launches,
+                    args.clock)
     device = "cpu" if on_cpu else torch.cuda.get_device_name()
     commit = commit_id()
     us = {(r["op"], r["M"], r["variant"]): r["value"] for r in rows if r["metric"] == "host_us"}
     notes = {(r["op"], r["M"]): r["note"] for r in rows if r["variant"] == "auto"}
     print(f"host_path: world 1, N={args.N}, K={args.K}, {args.dtype}, {device}, "
-          f"{'real' if args.real_launches else 'no-op'} launches, commit {commit}")
+          f"{'real' if args.real_launches else 'no-op'} launches, {args.clock} clock, commit {commit}")
     for (op, M, name), t in us.items():
         print(f"{op:20s} M={M:<5d} {name:28s} {t:8.1f} us  {t / us[(op, M, 'plain')]:5.2f}x plain")
     for (op, M), note in notes.items():
@@ -218,7 +225,7 @@ def main(argv=None) -> int:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
         for r in rows:
-            w.writerow({**r, "device": device, "commit": commit})
+            w.writerow({**r, "device": device, "commit": commit, "note": f"{args.clock} clock {r['note']}".strip()})
     print(f"wrote {len(rows)} rows to {args.csv}", file=sys.stderr)
     return 0
 

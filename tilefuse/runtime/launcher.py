@@ -113,15 +113,30 @@ class FastKernel:
             if compiled is not None and hasattr(compiled, "run"):
                 self._compiled[key] = compiled
             return compiled, None, None
-        from triton import knobs
-
         stream = _current_stream()
         g0 = grid[0]
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
-        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        meta = compiled.launch_metadata(grid, stream, *values) if enter is not None else None
+        hooks = knobs_runtime()
+        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
+        if no_hook(enter) and no_hook(leave):  # no profiler listening: no launch metadata to build
+            enter = leave = meta = None
+        else:
+            meta = compiled.launch_metadata(grid, stream, *values)
         compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *values)
         return compiled, compiled, values
+
+
+@functools.cache
+def knobs_runtime():
+    """Triton's runtime knobs: the launch hooks a profiler installs are read there at each launch."""
+    from triton import knobs
+
+    return knobs.runtime
+
+
+def no_hook(hook) -> bool:
+    """Whether a launch hook is unset: None (Triton 3.6) or an empty HookChain (3.7)."""
+    return hook is None or not getattr(hook, "calls", True)
 
 

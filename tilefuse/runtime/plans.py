@@ -26,7 +26,6 @@ binding. Plans are dropped by :func:`clear_plans` (workspace release or eviction
 
 from __future__ import annotations
 
-import functools
 import threading
 
 import torch
@@ -429,6 +428,16 @@ def _compile(kind: str, payload):
         return lambda slots, replay, fn=payload: fn(replay)
     if kind == "torch":
         func, bound, out_slots, single = payload
+        if single and not (bound.ksubs or bound.nested) and len(bound.subs) == 1 and len(bound.args) == 1:
+            (_, src), dst = bound.subs[0], out_slots[0]  # a method of one of the call's tensors: clone()...
+            kwargs = bound.kwargs
+
+            def unary_step(slots, replay):
+                out = func(slots[src], **kwargs)
+                if dst is not None:
+                    slots[dst] = out
+
+            return unary_step
 
         def torch_step(slots, replay):
             args, kwargs = bound.fill(slots)
@@ -449,36 +458,33 @@ def _compile(kind: str, payload):
             kernel._run(grid, tuple(args), kwargs)
 
         return triton_step
+    from . import launcher
+
     compiled, vbound = fast
     g0 = grid[0]
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
     function, packed = compiled.function, compiled.packed_metadata
     run = compiled.run
+    hooks = launcher.knobs_runtime()
+    no_hook = launcher.no_hook
+    template, subs = vbound.args, vbound.subs
 
     def fast_step(slots, replay):
-        values = vbound.args.copy()
-        for i, s in vbound.subs:
+        values = template.copy()
+        for i, s in subs:
             values[i] = slots[s]
         stream = replay.stream
         if stream is None:
-            from .launcher import _current_stream
-
-            stream = replay.stream = _current_stream()
-        hooks = _knobs_runtime()
-        enter = hooks.launch_enter_hook
-        meta = compiled.launch_metadata(grid, stream, *values) if enter is not None else None
-        run(g0, g1, g2, stream, function, packed, meta, enter, hooks.launch_exit_hook, *values)
+            stream = replay.stream = launcher._current_stream()
+        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
+        if no_hook(enter) and no_hook(leave):
+            run(g0, g1, g2, stream, function, packed, None, None, None, *values)
+        else:
+            meta = compiled.launch_metadata(grid, stream, *values)
+            run(g0, g1, g2, stream, function, packed, meta, enter, leave, *values)
 
     return fast_step
-
-
-@functools.cache
-def _knobs_runtime():
-    """Triton's runtime knobs (the launch hooks a profiler installs are read there at each launch)."""
-    from triton import knobs
-
-    return knobs.runtime
 
 
 def new_plan(plan: Plan) -> Plan:

@@ -369,12 +369,17 @@ def _collect(sync: bool) -> Exception | None:
     return err
 
 
+_ERRORS, _POISON = int(P.CTL_ERRORS), int(P.CTL_POISON)
+
+
 def _status_set(st: _State) -> bool:
     """Whether the error or poison word is set: on a GPU as of the last call's status copy, on the
     CPU backend now (no torch call: a numpy view)."""
     if st.on_gpu:
-        return bool(st.status_np[0] or st.status_np[1])
-    return bool(st.ctl_np[int(P.CTL_ERRORS)] or st.ctl_np[int(P.CTL_POISON)])
+        words = st.status_np
+        return bool(words[0] or words[1])
+    words = st.ctl_np
+    return bool(words[_ERRORS] or words[_POISON])
 
 
 def check_waits() -> None:
@@ -523,7 +528,7 @@ class CollectiveCall:
                 _note_end(st, self.capturing)
             if exc is not None:
                 return False
-            if st.sync_errors and not self.capturing:
+            if st.sync_errors and not self.capturing and (st.on_gpu or _status_set(st)):
                 err = _collect(sync=True)
                 if err is not None:
                     raise err

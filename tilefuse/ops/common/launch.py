@@ -76,19 +76,19 @@ def collective(op: str):
     return wrap
 
 
-def _env_reader():
-    """A reader of raw environment values that skips ``os.environ``'s per-lookup encoding (the
-    mapping it wraps, where the platform has one)."""
+def env_reader(first: str, second: str):
+    """``read() -> (value, value)``: the raw values of two environment variables, read without
+    ``os.environ``'s per-lookup encoding (from the mapping it wraps, where the platform has one):
+    cheap enough for every call, and a change takes effect at the next call."""
     data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
     if isinstance(data, dict) and encode is not None:
-        names = tuple(encode(n) for n in _PLAN_ENV)
-        return lambda: tuple(data.get(n) for n in names)
-    return lambda: tuple(os.environ.get(n) for n in _PLAN_ENV)
+        k1, k2 = encode(first), encode(second)
+        return lambda: (data.get(k1), data.get(k2))
+    return lambda: (os.environ.get(first), os.environ.get(second))
 
 
 # Environment switches the launchers read on every call: part of the call signature.
-_PLAN_ENV = ("TILEFUSE_NO_TMA", "TILEFUSE_DEBUG_POISON")
-_plan_env = _env_reader()
+_plan_env = env_reader("TILEFUSE_NO_TMA", "TILEFUSE_DEBUG_POISON")
 
 
 def plan_key(tag, args: tuple, kwargs: dict) -> tuple | None:
@@ -199,7 +199,8 @@ def _full_call(op: str, fn, key, hit, args: tuple, kwargs: dict):
 
 
 def replay(plan: Plan, op: str, fn, args: tuple, kwargs: dict):
-    """Run the call through ``plan`` (``fn``: the launcher itself, for a plan dropped meanwhile)."""
+    """Run the call through ``plan`` (``fn``: the launcher's own body, run instead if the plan was
+    dropped meanwhile)."""
     with CollectiveCall(op) as call:
         if not plan.alive:
             return fn(*args, **kwargs)
