@@ -3,10 +3,14 @@
 Every rank makes the same seeded sequence of calls: call i runs op ``i mod len(ops)`` (every op of
 the registry, plus ``gemm_all_reduce`` where tilefuse has it) with a variant and local shapes drawn
 from one seeded generator, so the ranks agree on every call without talking. Shapes: with
-probability ``--fresh`` a call draws M, N, K anew (uniform in ``--min-dim .. --max-*``, ragged);
-otherwise it takes one of the op's ``--pool`` shapes (drawn once, multiples of ``--align``), so the
-op, variant or shape changes on every call while the run holds a bounded number of distinct shapes
-(``--pool 0``: every call fresh). Every ``--check-every``-th call is compared with the op's
+probability ``--fresh`` a call draws M, N, K anew; otherwise it takes one of the op's ``--pool``
+shapes (drawn once), so the op, variant or shape changes on every call while the run holds a
+bounded number of distinct shapes. Every dimension is a multiple of ``--align`` in ``--min-dim ..
+--max-*``. On a GPU the defaults (multiples of 64 from 256 to 2048) keep every dimension in one
+Triton specialization class (divisible by 16) and the heuristic's tiles to two classes, so the
+run compiles each kernel about twice instead of a dozen times, while most shapes still end in a
+partial tile; on the CPU (no compiles) shapes are ragged, from 1 to 40. ``--pool 0``: every call
+fresh. Every ``--check-every``-th call is compared with the op's
 reference (``tilefuse.ops.registry.get(op, "reference")``); every ``--repeat-every``-th call is made
 a second time at once with the same inputs (a repeat of a warm shape: timed apart, compared with the
 first result, not counted in ``calls``). After ``--warmup`` calls, at every check and at the end
@@ -113,7 +117,7 @@ def _shapes_of(op: str, m: int, n: int, k: int, world: int) -> tuple:
 
 def _aligned(rng: random.Random, lo: int, hi: int, align: int) -> int:
     """A multiple of ``align`` in ``[lo, hi]`` (or ``lo`` where there is none)."""
-    first = -(-max(lo, 1) // align) * align
+    first = -(-lo // align) * align
     if first > hi:
         return lo
     return rng.randrange(first, hi + 1, align)
@@ -122,23 +126,24 @@ def _aligned(rng: random.Random, lo: int, hi: int, align: int) -> int:
 class ShapeDraw:
     """The seeded draw of every call's variant and shapes (the same on every rank).
 
-    ``pool`` shapes per op are drawn first (multiples of ``align``); a call then takes a fresh
-    ragged shape with probability ``fresh`` and one of its op's pool shapes otherwise.
+    ``pool`` shapes per op are drawn first; a call then takes a fresh shape with probability
+    ``fresh`` and one of its op's pool shapes otherwise (every dimension a multiple of ``align``).
     """
 
     def __init__(self, seed: int, ops: list, variants: dict, world: int, dims: tuple, pool: int, fresh: float,
                  align: int):
         self.rng = random.Random(seed)
-        self.variants, self.world, self.dims, self.fresh = variants, world, dims, fresh
-        lo, max_m, max_n, max_k = dims
-        self.pools = {op: [tuple(_aligned(self.rng, lo, hi, align) for hi in (max_m, max_n, max_k))
-                           for _ in range(pool)] for op in ops}
+        self.variants, self.world, self.dims, self.fresh, self.align = variants, world, dims, fresh, align
+        self.pools = {op: [self._mnk() for _ in range(pool)] for op in ops}
+
+    def _mnk(self) -> tuple:
+        lo, max_m, max_n, max_k = self.dims
+        return tuple(_aligned(self.rng, lo, hi, self.align) for hi in (max_m, max_n, max_k))
 
     def __call__(self, op: str) -> tuple:
         """(variant, a shape, b shape) of the next call of ``op``."""
-        lo, max_m, max_n, max_k = self.dims
         if not self.pools[op] or self.rng.random() < self.fresh:
-            m, n, k = self.rng.randint(lo, max_m), self.rng.randint(lo, max_n), self.rng.randint(lo, max_k)
+            m, n, k = self._mnk()
         else:
             m, n, k = self.rng.choice(self.pools[op])
         variant = self.rng.choice(self.variants[op])
@@ -615,17 +620,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--variants", default="all", help="comma-separated, or 'all' (the four fused variants "
                    "and plain)")
     p.add_argument("--dtype", default="fp16")
-    p.add_argument("--min-dim", type=int, default=1)
+    p.add_argument("--min-dim", type=int, default=None, help="smallest M, N, K (default 256 on a GPU, 1 on the "
+                   "CPU)")
     p.add_argument("--max-m", type=int, default=None, help="largest M (per-rank rows); default 2048 on a GPU, "
                    "40 on the CPU or with --smoke")
     p.add_argument("--max-n", type=int, default=None)
     p.add_argument("--max-k", type=int, default=None)
     p.add_argument("--pool", type=int, default=None, help="shapes per op that calls come back to (default 16 "
                    "on a GPU, 6 on the CPU; 0: every call draws a fresh shape)")
-    p.add_argument("--fresh", type=float, default=None, help="chance that a call draws a fresh ragged shape "
-                   "instead of a pool shape (default 0.02 on a GPU, 0.05 on the CPU)")
-    p.add_argument("--align", type=int, default=None, help="pool dimensions are multiples of this (default 64 "
-                   "on a GPU: fewer tile configs and Triton specializations to compile; 1 on the CPU)")
+    p.add_argument("--fresh", type=float, default=None, help="chance that a call draws a fresh shape instead "
+                   "of a pool shape (default 0.02 on a GPU, 0.05 on the CPU)")
+    p.add_argument("--align", type=int, default=None, help="every dimension is a multiple of this (default 64 "
+                   "on a GPU: fewer kernels to compile; 1 on the CPU)")
     p.add_argument("--heap-size", default=None, help="heap bytes per rank, e.g. 256M (default: tilefuse's)")
     p.add_argument("--csv", default=None, help="CSV path (default results/soak.csv)")
     p.add_argument("--require-flat", action="store_true", help="exit 1 unless memory stayed flat after "
@@ -668,7 +674,8 @@ def _options(args, on_gpu: bool) -> dict:
         raise SystemExit("--report-s must be positive")
     warmup = args.warmup if args.warmup is not None else max(1, min(500, args.calls // 10))
     opts = {"calls": args.calls, "seed": args.seed, "check_every": args.check_every, "warmup": min(warmup, args.calls),
-            "repeat_every": args.repeat_every, "variants": variants, "dtype": args.dtype, "min_dim": args.min_dim,
+            "repeat_every": args.repeat_every, "variants": variants, "dtype": args.dtype,
+            "min_dim": args.min_dim if args.min_dim is not None else (1 if small else 256),
             "max_m": args.max_m or default_dim, "max_n": args.max_n or default_dim, "max_k": args.max_k or default_dim,
             "pool": args.pool if args.pool is not None else (6 if small else 16), "fresh": fresh, "align": align,
             "flat_slack": args.flat_slack, "progress": not args.no_progress, "budget_s": args.budget_s,

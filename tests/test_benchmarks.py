@@ -477,20 +477,22 @@ def test_soak_shape_draw_is_seeded_pooled_and_aligned():
     ops = ["gemm_all_scatter", "gemm_reduce_scatter"]
     variants = {op: ["bulk_sync", "plain"] for op in ops}
 
-    def sequence(pool, fresh, seed=3):
-        draw = soak.ShapeDraw(seed, ops, variants, 2, (1, 300, 200, 100), pool, fresh, 64)
+    def sequence(pool, fresh, seed=3, align=64, lo=64):
+        draw = soak.ShapeDraw(seed, ops, variants, 2, (lo, 300, 200, 100), pool, fresh, align)
         return draw, [draw(ops[i % 2]) for i in range(400)]
 
     draw, calls = sequence(4, 0.0)
     assert calls == sequence(4, 0.0)[1] and calls != sequence(4, 0.0, seed=4)[1]
     for shapes in draw.pools.values():
-        assert len(shapes) == 4 and all(d % 64 == 0 and d > 0 for shape in shapes for d in shape)
+        assert len(shapes) == 4 and all(d % 64 == 0 and d >= 64 for shape in shapes for d in shape)
     gas = {c[1:] for c in calls[0::2]}
     assert len(gas) <= 4  # only pool shapes
     grs = calls[1::2]
     assert all(a[0] % 2 == 0 and a[1] == b[0] for _, a, b in grs)  # a [W*m, K_loc], b [K_loc, N]
-    _, fresh = sequence(0, 0.0)
-    assert len({c[1:] for c in fresh}) > 300 and any(c[1][0] % 64 for c in fresh)  # ragged, nearly all new
+    _, aligned = sequence(4, 0.5)  # half the calls fresh, still on the grid
+    assert len({c[1:] for c in aligned}) > 12 and all(d % 64 == 0 for c in aligned for d in c[1] + c[2])
+    _, fresh = sequence(0, 0.0, align=1, lo=1)
+    assert len({c[1:] for c in fresh}) > 300 and any(c[1][0] % 16 for c in fresh)  # ragged, nearly all new
     assert {c[0] for c in calls} == {"bulk_sync", "plain"}
 
 
