@@ -159,3 +159,35 @@ def job_dispatch_paths(ctx):
 
 def test_eager_direct_path_dispatch_modes_out_and_gathered(pools):
     assert all(pools.run(2, job_dispatch_paths))
+
+
+def job_all_reduce_bias(ctx, variants_):
+    """gemm_all_reduce with a bias compiled (fullgraph: the bias is an argument of the custom op),
+    forward and backward: c = all_reduce(a @ b) + bias, dbias = dc summed over rows (dc, bias shared)."""
+
+    def fn(bias, *tensors):
+        return [tilefuse.gemm_all_reduce(tensors[2 * i], tensors[2 * i + 1], variant=v, bias=bias)
+                for i, v in enumerate(variants_)]
+
+    cnt = _counter(ctx)
+    compiled = torch.compile(fn, fullgraph=True, backend=cnt)
+    for step in range(STEPS):
+        inputs = [make_inputs(ctx, "gemm_all_reduce", torch.float32, seed=10 * step + i)
+                  for i in range(len(variants_))]
+        bias = torch.randn(N, generator=torch.Generator().manual_seed(7 + step)).to(ctx.device).requires_grad_()
+        refs = [reference(ctx, "gemm_all_reduce", a, b, dc) for a, b, dc in inputs]
+        leaves = [t.requires_grad_() for a, b, _ in inputs for t in (a, b)]
+        outs = compiled(bias, *leaves)
+        sum((c * dc).sum() for c, (_, _, dc) in zip(outs, inputs)).backward()
+        for v, c, (a, b, _), (c_ref, da, db) in zip(variants_, outs, inputs, refs):
+            check_grads(ctx, f"rank {ctx.rank} compiled gemm_all_reduce {v} + bias, step {step}", torch.float32,
+                        (c.detach(), a.grad, b.grad), (c_ref + bias.detach(), da, db))
+        dbias = sum(dc.sum(0) for _, _, dc in inputs)  # every call added the same bias
+        assert_matches(bias.grad, dbias, torch.float32, M, ctx.on_gpu, f"rank {ctx.rank} grad of bias, step {step}")
+        assert cnt.frame_count == 1, f"{cnt.frame_count} graphs after step {step} (recompiled)"
+    tilefuse.barrier()
+    return True
+
+
+def test_all_reduce_bias_compiles_and_differentiates(pools):
+    assert all(pools.run(2, job_all_reduce_bias, ["wg_specialized", "plain", "auto"]))

@@ -284,3 +284,50 @@ def job_out_pointers(ctx):
 def test_output_pointers_are_substituted(pools):
     for recorded, replays in pools.run(2, job_out_pointers, timeout=600):
         assert (recorded, replays) == (3, 2), (recorded, replays)
+
+
+def job_auto_fast_path(ctx, op, variant):
+    """auto, its bucket decided as ``variant``: after the first calls of a signature, a call neither
+    resolves nor decides again (one lookup), replays the variant's plan, and stays correct."""
+    from ophelpers import assert_matches
+
+    from tilefuse.ops import dispatch, registry
+    from tilefuse.ops.common import launch
+    from tilefuse.runtime import hw
+    from tilefuse.tuning import tables
+
+    dispatch.clear()
+    a, b = _operands(ctx, op, 24, 40, 32, seed=300)
+    heap = ctx.heap
+    bkey = dispatch._bucket_key(op, hw.arch_name(heap.device), ctx.world, dispatch._dtype_name(a.dtype),
+                                a.shape[0], b.shape[1], a.shape[1], heap.group, heap)
+    dispatch._BUCKETS[bkey] = tables.Choice(variant, None, "set by the test")
+    public, ref = getattr(tilefuse, op), registry.get(op, "reference")
+    real = dispatch._resolve
+    resolved = [0]
+
+    def counting(*args, **kwargs):
+        resolved[0] += 1
+        return real(*args, **kwargs)
+
+    dispatch._resolve = counting
+    try:
+        before = launch.plan_stats()
+        for i in range(6):
+            a, b = _operands(ctx, op, 24, 40, 32, seed=300 + i)
+            assert_matches(public(a, b), ref(a, b), torch.float32, 32, ctx.on_gpu, f"auto {op} call {i}",
+                           scale=ctx.world)
+        after = launch.plan_stats()
+    finally:
+        dispatch._resolve = real
+        dispatch.clear()
+    return resolved[0], after["replays"] - before["replays"]
+
+
+@pytest.mark.parametrize("op, variant", [("gemm_all_reduce", "wg_specialized"), ("all_gather_gemm", "plain")])
+def test_auto_maps_a_seen_signature_to_its_plan(pools, op, variant):
+    for resolved, replays in pools.run(2, job_auto_fast_path, op, variant, timeout=600):
+        if variant == "plain":
+            assert (resolved, replays) == (1, 0), (resolved, replays)  # decided once, then one lookup
+        else:  # full path, recorded, then replays; resolved until the plan exists
+            assert resolved == 2 and replays == 4, (resolved, replays)

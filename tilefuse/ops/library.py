@@ -25,7 +25,8 @@ all_gather_gemm               ``c [W*M_loc, N]``          ``da = gemm_reduce_sca
                                                           ``db = all_gather(a)^T @ dc``
 gemm_reduce_scatter           ``c [M/W, N]``              ``da, dc_full = all_gather_gemm(dc, b^T,
                                                           gathered)``; ``db = a^T @ dc_full``
-gemm_all_reduce               ``c [M, N]`` (replicated)   ``da = dc @ b^T``, ``db = a^T @ dc``
+gemm_all_reduce               ``c [M, N]`` (replicated)   ``da = dc @ b^T``, ``db = a^T @ dc``,
+  (``+ bias [N]``)                                        ``dbias = dc`` summed over rows
                                                           (all-reduce backward is the identity)
 ============================  ==========================  ====================================
 
@@ -175,6 +176,7 @@ class OpSpec:
     out_shape: Callable[[int, int, int, int], tuple]
     backward: Callable
     check: Callable | None = None
+    bias: bool = False  # the op takes an optional ``bias [N]`` added to the output (last schema argument)
 
 
 def _check_operands(op: str, a, b) -> None:
@@ -234,17 +236,21 @@ SPECS: dict[str, OpSpec] = {
         OpSpec("all_gather_gemm", lambda M, K, N, W: (W * M, N), _back_all_gather_gemm),
         OpSpec("gemm_reduce_scatter", lambda M, K, N, W: (M // W, N), _back_gemm_reduce_scatter,
                _check_rows_divisible),
-        OpSpec("gemm_all_reduce", lambda M, K, N, W: (M, N), _back_gemm_all_reduce),
+        OpSpec("gemm_all_reduce", lambda M, K, N, W: (M, N), _back_gemm_all_reduce, bias=True),
     )
     if spec.name in registry.OPS
 }
 
 
-def _fake_out(spec: OpSpec, a, b, group):
+def _fake_out(spec: OpSpec, a, b, group, bias=None):
     _check_operands(spec.name, a, b)
     W = world_size(group)
     if spec.check is not None:
         spec.check(spec.name, a, b, W)
+    if bias is not None:
+        from .gemm_all_reduce._setup import check_bias
+
+        check_bias(spec.name, bias, a, b)
     return a.new_empty(spec.out_shape(a.shape[0], a.shape[1], b.shape[1], W))
 
 
@@ -256,21 +262,32 @@ def _setup_context(ctx, inputs, output):
 
 
 def _define(spec: OpSpec) -> None:
-    def impl(a, b, variant, config, group):
-        return _owned(run(spec.name, a, b, variant, config, group), a, b)
+    """``torch.ops.tilefuse.<op>(a, b, variant, config, group[, bias])``: real, fake and autograd."""
+    nones = (None,) * (4 if spec.bias else 3)  # variant, config, group (and bias: its own gradient below)
 
-    def fake(a, b, variant, config, group):
-        return _fake_out(spec, a, b, group)
+    def impl(a, b, variant, config, group, bias=None):
+        kwargs = {"bias": bias} if bias is not None else {}
+        return _owned(run(spec.name, a, b, variant, config, group, **kwargs), a, b)
+
+    def fake(a, b, variant, config, group, bias=None):
+        return _fake_out(spec, a, b, group, bias)
 
     def backward(ctx, dc):
+        n = len(ctx.needs_input_grad)  # the arguments of this call (bias left out: 5)
         a, b = ctx.saved_tensors
         if dc is None:
-            return None, None, None, None, None
-        da, db = spec.backward(ctx, a, b, dc.contiguous())
-        return da, db, None, None, None
+            return ((None, None) + nones)[:n]
+        dc = dc.contiguous()
+        da, db = spec.backward(ctx, a, b, dc)
+        if n <= 5:
+            return (da, db) + nones[:n - 2]
+        dbias = None
+        if ctx.needs_input_grad[5]:  # every rank's copy of c gets the bias once: its gradient is dc's row sum
+            dbias = dc.sum(0, dtype=torch.float32).to(dc.dtype)
+        return (da, db) + nones[:-1] + (dbias,)
 
-    op = torch.library.custom_op(f"{NAMESPACE}::{spec.name}", impl, mutates_args=(),
-                                 schema=f"({_ARGS}) -> Tensor")
+    schema = f"({_ARGS}, Tensor? bias=None) -> Tensor" if spec.bias else f"({_ARGS}) -> Tensor"
+    op = torch.library.custom_op(f"{NAMESPACE}::{spec.name}", impl, mutates_args=(), schema=schema)
     op.register_fake(fake)
     op.register_autograd(backward, setup_context=_setup_context)
 
@@ -418,7 +435,7 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
     """
     if not isinstance(variant, str):
         raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
-    if _direct(a, b, kwargs.get("out")):
+    if _direct(a, b, kwargs.get("out"), kwargs.get("bias")):
         if isinstance(group, str):
             group = resolve_group(group)
         if variant == "auto":
@@ -435,6 +452,10 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
         out = kwargs.pop("out", None)
         if out is not None:
             return _all_scatter_into(a, b, out, variant, cfg, grp)
+    elif op == "gemm_all_reduce":
+        bias = kwargs.pop("bias", None)
+        if bias is not None:
+            return ops.gemm_all_reduce(a, b, variant, cfg, grp, bias)
     if kwargs:
         raise TypeError(f"{op}: unexpected keyword argument(s) {sorted(kwargs)}")
     return getattr(ops, op)(a, b, variant, cfg, grp)

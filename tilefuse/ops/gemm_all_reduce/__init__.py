@@ -37,8 +37,8 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
 
     ``bias``: optional ``[N]`` tensor of a's dtype, added once after the sum (fused into the
     reduction). It must be the same on every rank, or the copies of ``c`` differ by the biases.
-    With a bias the call runs outside the ``torch.library`` custom op; where autograd needs a
-    gradient, the bias is added after the op instead (differentiable; the same on every rank).
+    It is an argument of the ``torch.library`` custom op: ``torch.compile`` traces it, and its
+    gradient is the output gradient summed over rows (on every rank).
 
     ``two_shot``: the algorithm of the four variants. False (default), one-shot: every rank pushes
     each partial tile into every rank's heap and sums all W partials itself (fewest steps: decode
@@ -60,12 +60,10 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     for any later work on the current stream). Collective: every rank must make the same calls in
     the same order. CUDA graphs: make one eager call of the shape first, then capture.
     """
-    if OP in library.SPECS:  # the torch.library custom op (traceable, differentiable; one-shot, no bias)
-        if bias is None and not two_shot:
-            return library.call(OP, a, b, variant=variant, config=config, group=group)
-        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (a, b, bias)):
-            c = library.call(OP, a, b, variant=variant, config=config, group=group)
-            return c if bias is None else c + bias
+    if OP in library.SPECS:  # the torch.library custom op (traceable, differentiable; one-shot)
+        if not two_shot or (torch.is_grad_enabled()
+                            and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (a, b, bias))):
+            return library.call(OP, a, b, variant=variant, config=config, group=group, bias=bias)
     if not isinstance(variant, str):
         raise TypeError(f"{OP}: variant must be a string, got {type(variant).__name__}")
     kwargs = {"bias": bias, "two_shot": True} if two_shot else {"bias": bias}
