@@ -22,6 +22,7 @@ on a shared-memory heap.
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import gc
 import multiprocessing.forkserver
@@ -122,6 +123,31 @@ def speed_up_interpreter() -> bool:
 
     patch_lang._skips_live_patch = True
     interp._patch_lang = patch_lang
+
+    # The numpy dtype of a Triton type: Triton builds a 17-entry dict for every lookup.
+    real_np_dtype = getattr(interp, "_get_np_dtype", None)
+    if real_np_dtype is not None:
+        np_dtypes: dict = {}
+
+        def np_dtype(tt_dtype):
+            scalar = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+            try:
+                return np_dtypes[scalar]
+            except KeyError:
+                np_dtypes[scalar] = found = real_np_dtype(scalar)
+                return found
+            except TypeError:  # pointer types do not hash
+                return real_np_dtype(tt_dtype)
+
+        interp._get_np_dtype = np_dtype
+
+    # Integer overflow checks end in a device assert, which does nothing unless Triton's debug
+    # option is on: without it the interpreter computes each check and throws it away.
+    builder = getattr(interp, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if dataclasses.is_dataclass(options) and not getattr(options, "debug", True) \
+            and getattr(options, "sanitize_overflow", False):
+        builder.options = dataclasses.replace(options, sanitize_overflow=False)
     return True
 
 
