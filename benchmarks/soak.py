@@ -24,20 +24,22 @@ Time: ``--budget-s`` bounds the calls' wall-clock time. The ranks stop together 
 at agreed call counts every rank publishes its elapsed time through tilefuse's bounded host
 collective (``tilefuse.runtime.hostsync``), and all of them apply one rule to the same numbers (stop
 once the slowest rank is past the budget; the next check comes after about half the calls the
-remaining time allows, at most 50). Rank 0 prints a progress line to stderr every 1000 calls or
-``--report-s`` seconds (calls, calls/s, distinct shapes, workspaces made, Triton compiles, memory),
-with or without ``--no-progress`` (that flag is for the progress bar), and rewrites the CSV from its
-own record each time, so a run that is killed still leaves one. ``--timeout`` bounds the whole run.
+remaining time allows at the slower of the run's pace and the last interval's, at most 50). Rank 0
+prints a progress line to stderr every 1000 calls or ``--report-s`` seconds (calls, calls/s,
+distinct shapes, workspaces made, Triton compiles, memory), with or without ``--no-progress`` (that
+flag is for the progress bar), and rewrites the CSV from its own record each time, so a run that is
+killed still leaves one. ``--timeout`` bounds the whole run.
 
 Cost of a call: each op call is timed on the host and split into the steps a new shape brings,
 measured by wrapping them in the rank processes: tilefuse's host collectives
 (``hostsync.all_gather_object``: the workspace offset check), ``gc.collect`` (the workspace cache
 runs one before allocating), device barriers (``world.device_barrier``: before new buffers are
 reused) and Triton compiles (the JIT's compile hooks). Calls are classed ``new`` (the first call of
-its op, variant and shapes in the run) or ``repeat``, and ``plain`` (torch.matmul + the collective)
-or ``fused`` (the other variants). On a GPU a call is timed from its first host step to its return
-(kernels run on asynchronously; their device time is small here and lands in a later call's host
-steps). The summary prints the mean per class and step on rank 0.
+its op, variant and shapes in the run), ``second`` (tilefuse records the call's launch plan then)
+or ``later``, and ``plain`` (torch.matmul + the collective) or ``fused`` (the other variants). On
+a GPU a call is timed from its first host step to its return (kernels run on asynchronously; their
+device time is small here and lands in a later call's host steps). The summary prints the mean per
+class and step on rank 0.
 
 Output: one long-format CSV (``metric, value, op, world, ...`` and the run facts) and a summary
 starting with ``soak:``. The exit status is 1 when a check failed or a call raised (the run stops
@@ -70,7 +72,7 @@ MEMORY = ("torch_allocated", "heap_bytes_used", "workspace_bytes", "rss_bytes")
 STEPS = ("host_collective", "gc_collect", "device_barrier", "triton_compile")
 STEP_NAMES = {"host_collective": "host collectives", "gc_collect": "gc.collect", "device_barrier": "device barriers",
               "triton_compile": "Triton compiles"}
-CLASSES = ("new fused", "repeat fused", "new plain", "repeat plain")
+CLASSES = tuple(f"{when} {kind}" for kind in ("fused", "plain") for when in ("new", "second", "later"))
 REPORT_CALLS = 1000  # a progress line at least every this many calls
 MAX_CHECK_GAP = 50  # at most this many calls between two budget checks
 
@@ -289,6 +291,7 @@ class Budget:
         self.next_check = 1
         self.checks = 0
         self.seconds = 0.0  # host time spent in the checks
+        self.last = (0, 0.0)  # (calls, slowest elapsed) at the previous check
 
     def due(self, done: int) -> bool:
         return self.budget_s is not None and done >= self.next_check
@@ -305,7 +308,11 @@ class Budget:
         self.seconds += time.perf_counter() - t0
         if slowest >= self.budget_s:
             return True
-        per_call = slowest / max(done, 1)
+        # The slower of the whole run's pace and the last interval's: a run that slows down (a burst of
+        # new shapes or compiles) is checked more often.
+        last_done, last_elapsed = self.last
+        per_call = max(slowest / max(done, 1), (slowest - last_elapsed) / max(done - last_done, 1))
+        self.last = (done, slowest)
         room = (self.budget_s - slowest) / per_call if per_call > 0 else MAX_CHECK_GAP
         self.next_check = done + max(1, min(MAX_CHECK_GAP, int(room / 2)))
         return False
@@ -333,7 +340,7 @@ def run_soak(ctx, opts: dict) -> dict:
             raise ValueError(f"{op}: none of the variants {opts['variants']} exists; it has {sorted(have)}")
         variants[op] = chosen
     draw = ShapeDraw(opts["seed"], ops, variants, ctx.world, dims, opts["pool"], opts["fresh"], opts["align"])
-    seen = set()  # (op, variant, a shape, b shape) of every call made
+    seen: dict = {}  # calls made of each (op, variant, a shape, b shape)
     warm = None
     peak = dict.fromkeys(MEMORY, 0)
     error = ""
@@ -348,7 +355,7 @@ def run_soak(ctx, opts: dict) -> dict:
     reporter = Reporter(ctx, opts, calls) if ctx.rank == 0 else None
     other = {"inputs_s": 0.0, "check_s": 0.0, "report_s": 0.0}
 
-    def timed_call(op, variant, a, b, label_new):
+    def timed_call(op, variant, a, b, key):
         clock.start()
         t0 = time.perf_counter()
         try:
@@ -356,8 +363,10 @@ def run_soak(ctx, opts: dict) -> dict:
         finally:
             seconds = time.perf_counter() - t0
             steps, made = clock.stop()
-        kind = "plain" if variant == "plain" else "fused"
-        costs.add(f"{'new' if label_new else 'repeat'} {kind}", seconds, steps, made)
+        before = seen.get(key, 0)
+        seen[key] = before + 1
+        when = ("new", "second")[before] if before < 2 else "later"
+        costs.add(f"{when} {'plain' if variant == 'plain' else 'fused'}", seconds, steps, made)
         return got
 
     def record(final: bool) -> dict:
@@ -390,8 +399,6 @@ def run_soak(ctx, opts: dict) -> dict:
             op = ops[i % len(ops)]
             variant, a_shape, b_shape = draw(op)
             key = (op, variant, a_shape, b_shape)
-            new = key not in seen
-            seen.add(key)
             check = (i + 1) % opts["check_every"] == 0 or i == calls - 1
             repeat = opts["repeat_every"] > 0 and (i + 1) % opts["repeat_every"] == 0
             label = _call_label(op, variant, a_shape, b_shape)
@@ -399,10 +406,10 @@ def run_soak(ctx, opts: dict) -> dict:
                 t_in = time.perf_counter()
                 a, b = _inputs(op, a_shape, b_shape, dtype, ctx.device, opts["seed"], i, ctx.rank)
                 other["inputs_s"] += time.perf_counter() - t_in
-                got = timed_call(op, variant, a, b, new)
+                got = timed_call(op, variant, a, b, key)
                 per_op[op]["calls"] += 1
                 if repeat:
-                    again = timed_call(op, variant, a, b, False)
+                    again = timed_call(op, variant, a, b, key)
                     repeats += 1
                     err = common.rel_error(again, got)
                     if not err <= tol:

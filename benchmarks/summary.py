@@ -83,7 +83,7 @@ def bandwidth_summary(csv: Path) -> list:
 
 def soak_summary(csv: Path) -> list:
     """One line per soak CSV: calls done of requested and why it stopped, checks, memory verdict, and the
-    mean host ms of a new-shape call and of a repeat (fused variants, rank 0)."""
+    mean host ms of a fused call of a new shape, a second call and a later one (rank 0)."""
     df = read_csv(csv).fillna({"note": ""})
     if df.empty:
         return [f"soak {csv.name}: empty csv"]
@@ -105,7 +105,7 @@ def soak_summary(csv: Path) -> list:
             f"{value('calls_per_s'):.1f} calls/s, checked {value('checked'):.0f}, failed {value('failed'):.0f}, "
             f"memory {note('memory_flat') or '?'}, {value('workspaces_made'):.0f} workspaces made, "
             f"{value('triton_compiles'):.0f} Triton compiles")
-    costs = [f"{cls} {value('call_ms', cls):.1f} ms" for cls in ("new fused", "repeat fused")
+    costs = [f"{cls} {value('call_ms', cls):.1f} ms" for cls in ("new fused", "second fused", "later fused")
              if not math.isnan(value("call_ms", cls))]
     out = [line + ("; host ms a call: " + ", ".join(costs) if costs else "")]
     failed = note("failed")
