@@ -1,0 +1,76 @@
+"""The test harness's shortcuts for the CPU suite: the interpreter's and the rank processes'.
+
+The interpreter shortcuts (``harness.speed_up_interpreter``) must leave results unchanged and must
+stay installed: a Triton upgrade that drops the names they rely on makes the suite twice as slow,
+so it fails here instead of passing slowly.
+"""
+
+import os
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from harness import TEST_DEVICE, run_group, speed_up_interpreter
+from triton.language import core as tl_core
+
+pytestmark = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="the shortcuts are for Triton's interpreter")
+
+
+@triton.jit
+def _wrap_add(x, y):
+    return x + y  # int32: wraps around
+
+
+@triton.jit
+def _twice(x):
+    return _wrap_add(x, x)
+
+
+@triton.jit
+def _core_only(x):
+    return tl_core.full([], 3, tl_core.int32) * x
+
+
+@triton.jit
+def _nested_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0)
+    for _ in range(3):  # helpers called again while the launch's patch is in place
+        x = _twice(x)
+    tl.store(out_ptr + offs, _core_only(x), mask=offs < n)
+
+
+def test_interpreter_shortcuts_are_installed_and_change_no_result():
+    if os.environ.get("TILEFUSE_TEST_FAST_INTERPRETER", "1") in ("", "0"):
+        pytest.skip("TILEFUSE_TEST_FAST_INTERPRETER=0")
+    assert speed_up_interpreter(), "the interpreter shortcuts no longer fit this Triton: see harness.py"
+    x = torch.tensor([1, -7, 2**27 + 5, 2**31 - 1, 0], dtype=torch.int32)
+    out = torch.full((8,), -1, dtype=torch.int32)
+    _nested_kernel[(1,)](x, out, x.numel(), BLOCK=8)
+    want = (x.to(torch.int64) * 8 * 3 + 2**31) % 2**32 - 2**31  # int32 wrap-around, as on a GPU
+    assert torch.equal(out[:5].to(torch.int64), want), out
+    assert torch.equal(out[5:], torch.full((3,), -1, dtype=torch.int32)), "a masked lane was written"
+    # The launch put triton.language back as it found it.
+    assert tl.core.is_builtin(tl.load) and tl.core.is_builtin(tl.tensor.__add__)
+
+
+def _report_process(rank, world):
+    import gc
+
+    import triton.runtime.interpreter as interp
+
+    return {"frozen": gc.get_freeze_count(), "patched": getattr(interp._patch_lang, "_skips_live_patch", False),
+            "env": os.environ.get("TILEFUSE_TEST_PROBE")}
+
+
+def test_group_processes_take_the_callers_environment_and_the_shortcuts(monkeypatch):
+    # The forkserver started before this variable existed: a child sees it only if it is handed over.
+    monkeypatch.setenv("TILEFUSE_TEST_PROBE", "late")
+    res = run_group(_report_process, 2, timeout=120)
+    for rank in range(2):
+        status, value = res[rank]
+        assert status == "ok", value
+        assert value["env"] == "late", value
+        assert value["patched"] is True, value
+        assert value["frozen"] > 1000, value  # the imported modules are out of the collector's way
