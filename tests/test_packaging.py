@@ -107,15 +107,24 @@ def test_wheel_carries_data_license_and_honest_metadata(installed):
 def test_installed_wheel_runs_the_tuner_and_loads_its_tables(installed, tmp_path):
     _, target = installed
     # `python -m tilefuse.tune` must keep working; `python -m tilefuse.tuning` too where the wheel has it.
+    # One interpreter runs both as `-m` would (runpy) and then loads the tables: each fresh Python
+    # that imports torch costs seconds.
     has_tuning_main = (target / "tilefuse" / "tuning" / "__main__.py").exists()
     modules = ["tilefuse.tune"] + (["tilefuse.tuning"] if has_tuning_main else [])
-    for module in modules:
-        helped = _run(target, "-m", module, "--help", cwd=tmp_path)
-        assert helped.returncode == 0, module + ": " + helped.stdout[-2000:] + helped.stderr[-2000:]
-        assert "--op" in helped.stdout and "--shapes" in helped.stdout, module
 
     script = f"""
-import json, pathlib, sys
+import contextlib, io, json, pathlib, runpy, sys
+helps = {{}}
+for module in {modules!r}:
+    sys.argv = [module, "--help"]
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exit:
+            code = exit.code or 0
+    helps[module] = [code, text.getvalue()]
 import tilefuse
 from tilefuse.tuning import shapes, tables
 from tilefuse.ops import registry
@@ -139,13 +148,18 @@ choice = tables.lookup(data["op"], data["arch"], data["world_size"], e["M"], e["
 assert choice is not None and choice.source.startswith("exact"), choice
 sets = shapes.shape_sets()
 assert sets and all(sets.values()), "no shape sets"
-print(json.dumps({{"version": version, "tables": loaded, "sets": sorted(sets), "ops": list(registry.OPS)}}))
+print(json.dumps({{"version": version, "tables": loaded, "sets": sorted(sets), "ops": list(registry.OPS),
+                  "helps": helps}}))
 """
     got = _run(target, "-c", script, cwd=tmp_path)
     assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
     import json
 
     report = json.loads(got.stdout.strip().splitlines()[-1])
+    assert sorted(report["helps"]) == sorted(modules)
+    for module, (code, text) in report["helps"].items():
+        assert code == 0, f"{module} --help exited with {code}: {text[-2000:]}"
+        assert "--op" in text and "--shapes" in text, f"{module} --help: {text[-2000:]}"
     assert report["version"] == _version_in_source()
     shipped = {p.relative_to(REPO / "tilefuse" / "configs").as_posix()
                for p in (REPO / "tilefuse" / "configs").glob("*/*.json")}
