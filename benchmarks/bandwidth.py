@@ -59,6 +59,7 @@ import argparse
 import gc
 import math
 import sys
+import time
 import warnings
 
 import torch
@@ -86,7 +87,9 @@ ALL_PEERS_N = -1  # the CSV's N (ring distance) of the all-peer rows
 SENTINEL = 0x5A5A5A5A
 
 
-@triton.jit
+# Ranks are runtime values: Triton would otherwise specialise on rank or peer 1 and compile each
+# mode twice (a second or more of compile each on an H200 host).
+@triton.jit(do_not_specialize=["cur_rank", "peer"])
 def _copy_kernel(
     dst_ptr, src_ptr,  # int32 symmetric addresses
     n, num_programs,
@@ -112,7 +115,7 @@ def _copy_kernel(
             tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=mask), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["cur_rank"])
 def _all_peers_kernel(
     dst_ptr, src_ptr,  # int32 symmetric addresses: dst [W, n], src [n]
     n, num_programs,
@@ -159,7 +162,7 @@ def collective_name(ctx) -> str:
 
 
 def run_rank(ctx, sizes: list, warmup_ms: float, rep_ms: float, cpu_reps: int, csv: str,
-             append: bool, max_reps: int = 200) -> dict:
+             append: bool, max_reps: int = 50) -> dict:
     """Measure every (size, distance, method) and the all-peer methods; ``{"rows", "info"}`` (the rows
     agree on all ranks). Rank 0 adds each size's rows to ``csv`` as soon as they are measured."""
     rows = []
@@ -167,13 +170,19 @@ def run_rank(ctx, sizes: list, warmup_ms: float, rep_ms: float, cpu_reps: int, c
     timing = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "cpu_reps": cpu_reps, "max_reps": max_reps}
     with warnings.catch_warnings():  # torch >= 2.13 names all_gather_into_tensor deprecated; 2.11 has no other
         warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*", category=FutureWarning)
+        t0 = time.perf_counter()
         for size_index, nbytes in enumerate(sizes):
+            t_size = time.perf_counter()
             gc.collect()  # the previous size's buffers must be back in the heap on every rank alike
             size_rows = _measure_size(ctx, size_index, nbytes, timing)
             ctx.barrier()
             rows += size_rows
-            if ctx.rank == 0 and csv:
-                write_csv(size_rows, csv, info, append=append or size_index > 0)
+            if ctx.rank == 0:
+                if csv:
+                    write_csv(size_rows, csv, info, append=append or size_index > 0)
+                now = time.perf_counter()
+                print(f"bandwidth: {human_bytes(nbytes)} measured in {now - t_size:.1f} s ({now - t0:.1f} s since the "
+                      "ranks came up)", file=sys.stderr, flush=True)
     return {"rows": rows, "info": info}
 
 
@@ -372,8 +381,8 @@ def main(argv=None) -> int:
     parser.add_argument("--append", action="store_true", help="append to the CSV instead of replacing it")
     parser.add_argument("--warmup-ms", type=float, default=25.0)
     parser.add_argument("--rep-ms", type=float, default=100.0)
-    parser.add_argument("--max-reps", type=int, default=200, help="most timed calls per measurement (each "
-                        "after a barrier at world > 1: small sizes are barrier-bound)")
+    parser.add_argument("--max-reps", type=int, default=50, help="most timed calls per measurement at world > 1 "
+                        "(each after a host barrier: small sizes are barrier-bound)")
     parser.add_argument("--cpu-reps", type=int, default=2, help="timed calls per measurement on the CPU")
     args = parser.parse_args(argv)
     sizes = [parse_bytes(s) for s in SIZE_SETS.get(args.sizes, args.sizes).split(",") if s.strip()]
