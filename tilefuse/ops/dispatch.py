@@ -19,11 +19,11 @@ Every rank must run the same variant. So the first call of a bucket is collectiv
 looks at its own tables and cache, one exchange on the op's group hands rank 0's view to all (a rank
 whose cache differs follows rank 0), and if rank 0 saw nothing, they tune together (rank 0 decides)
 or all take rank 0's model answer. The decision is then remembered per bucket in memory (later
-calls in the bucket make no exchange) and per exact call signature (the launch-plan signature of
-:func:`tilefuse.ops.common.launch.plan_key`, plus the table generation and the table and cache
-directories): once the chosen variant's launch plan exists, a call is one dictionary lookup and
-that plan's replay (or, where auto runs plain, the plain path's own call); nothing is bucketed,
-looked up in tables or read from ``os.environ`` through its encoding layer.
+calls in the bucket make no exchange) and per call signature (op, shapes, dtype, device, group,
+table generation, table and cache directories): a call seen before is one dictionary lookup, then
+the chosen variant's entry point, which replays its launch plan
+(:mod:`tilefuse.ops.common.launch`), or the plain path; nothing is bucketed or looked up in tables,
+and the two directories are read without ``os.environ``'s per-lookup encoding.
 Ranks whose K shards differ (gemm_reduce_scatter, gemm_all_reduce) still reach one decision: rank
 0's, for its own shape.
 
@@ -39,7 +39,8 @@ import logging
 import torch
 import torch.distributed as dist
 
-from ..runtime import get_heap, hw, is_initialized, plans
+from ..runtime import get_heap, hw, is_initialized
+from ..runtime.world import on_shutdown
 from ..tuning import autotune, cache, costmodel, rules, tables
 from ..tuning.buckets import bucket_name, m_bucket
 from . import registry
@@ -131,8 +132,6 @@ def choose_variant(op: str, a, b, group=None) -> str:
 
 _BUCKETS: dict = {}  # bucket key -> Choice, made collectively (the same on every rank)
 _RESOLVED: dict = {}  # call signature -> (variant, entry point, config)
-_FAST: dict = {}  # exact call signature -> what the call runs: _Plain or _Planned
-_MAX_FAST = 4096
 _dirs = launch.env_reader("TILEFUSE_CONFIG_DIR", "TILEFUSE_CACHE_DIR")
 
 
@@ -141,10 +140,9 @@ def clear() -> None:
     or ranks would decide their next buckets apart). Cached decisions on disk stay."""
     _BUCKETS.clear()
     _RESOLVED.clear()
-    _FAST.clear()
 
 
-plans.on_clear(_FAST.clear)  # the plans _FAST holds are dead: drop them with their workspaces
+on_shutdown(_RESOLVED.clear)  # its keys leave the heap out: a later heap starts from the buckets
 
 
 def _bucket_key(op, arch, world, dtype, M, N, K, grp, heap) -> tuple:
@@ -255,14 +253,14 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
 
 def resolve(op: str, a, b, group=None, kwargs: dict | None = None) -> tuple:
     """``(variant, entry point, config)`` that auto runs for this call, remembered per call signature
-    (op, shapes, dtype, device, group, heap, table and cache directories) until
-    :func:`tilefuse.tuning.tables.clear_cache` or :func:`clear`."""
+    (op, shapes, dtype, device, group, table generation, table and cache directories) until
+    :func:`tilefuse.tuning.tables.clear_cache`, :func:`clear` or ``tilefuse.shutdown()``."""
     return _resolve(op, a, b, group, kwargs)[:3]
 
 
 def _resolve(op: str, a, b, group, kwargs) -> tuple:
     """:func:`resolve`'s answer and whether it is remembered (not while capturing or compiling)."""
-    key = (op, a.shape, b.shape, a.dtype, a.device, group, get_heap().uid, _dirs(), tables.generation())
+    key = (op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs())
     hit = _RESOLVED.get(key)
     if hit is not None:
         return (*hit, True)
@@ -275,52 +273,13 @@ def _resolve(op: str, a, b, group, kwargs) -> tuple:
     return (*hit, remembered)
 
 
-class _Plain:
-    """A signature auto runs on the plain path: the plain entry point, called as :func:`run_auto` would."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def __call__(self, op, a, b, config, group, kwargs):
-        return self.fn(a, b, group=group, **kwargs)
-
-
-class _Planned:
-    """A signature auto runs on a fused variant whose launch plan exists: its replay."""
-
-    __slots__ = ("plan", "entry", "config")
-
-    def __init__(self, plan, entry, config):
-        self.plan, self.entry, self.config = plan, entry, config
-
-    def __call__(self, op, a, b, config, group, kwargs):
-        return launch.replay(self.plan, op, self.entry.raw, (a, b), dict(config=self.config, group=group, **kwargs))
-
-
 def run_auto(op: str, a, b, config, group, **kwargs):
     """Run ``op`` with the chosen variant; a caller's ``config`` overrides the decision's.
 
-    A call signature seen before goes straight to what it ran: one dictionary lookup, then the
-    chosen variant's launch plan (or the plain path)."""
-    sig = launch.plan_key(op, (a, b), dict(kwargs, config=config, group=group))
-    key = (sig, tables.generation(), _dirs()) if sig is not None else None
-    hit = _FAST.get(key) if key is not None else None
-    if hit is not None and (type(hit) is _Plain or hit.plan.alive):
-        return hit(op, a, b, config, group, kwargs)
-    variant, fn, chosen_config, remembered = _resolve(op, a, b, group, kwargs)
+    A call signature seen before costs one dictionary lookup on a key of shapes, dtype, device and
+    group; the chosen variant's entry point then replays its launch plan (or the plain path runs)."""
+    hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs()))
+    variant, fn, chosen_config = hit if hit is not None else _resolve(op, a, b, group, kwargs)[:3]
     if variant == tables.PLAIN:
-        out = fn(a, b, group=group, **kwargs)
-        target = _Plain(fn)
-    else:
-        cfg = config if config is not None else chosen_config
-        entry_kwargs = dict(config=cfg, group=group, **kwargs)
-        out = fn(a, b, **entry_kwargs)
-        plan = fn.plan_for((a, b), entry_kwargs) if hasattr(fn, "plan_for") else None
-        target = None if plan is None else _Planned(plan, fn, cfg)
-    if key is not None and remembered and target is not None:
-        if len(_FAST) >= _MAX_FAST:
-            _FAST.clear()
-        _FAST[key] = target
-    return out
+        return fn(a, b, group=group, **kwargs)
+    return fn(a, b, config=config if config is not None else chosen_config, group=group, **kwargs)

@@ -54,7 +54,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ..runtime import get_heap, is_initialized
 from . import registry
@@ -412,13 +411,18 @@ def _direct(*tensors) -> bool:
     """Whether an eager call may skip the dispatcher: nothing traces it (no torch.compile, no
     dispatch mode such as FakeTensorMode or make_fx's), its tensors are plain ``torch.Tensor``
     (no FakeTensor, FunctionalTensor or other subclass) and none needs a gradient."""
-    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
+    if _is_compiling() or _dispatch_modes():
         return False
-    grad = torch.is_grad_enabled()
+    grad = _grad_enabled()
     for t in tensors:  # anything but a tensor goes to the entry point, whose checks name it
         if isinstance(t, torch.Tensor) and (type(t) is not torch.Tensor or (grad and t.requires_grad)):
             return False
     return True
+
+
+_is_compiling = torch.compiler.is_compiling
+_dispatch_modes = torch._C._len_torch_dispatch_stack  # what _get_current_dispatch_mode reads first
+_grad_enabled = torch.is_grad_enabled
 
 
 def call(op: str, a, b, *, variant: str, config, group, **kwargs):

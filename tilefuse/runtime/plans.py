@@ -422,15 +422,20 @@ def _shares_storage(t: torch.Tensor, others: list) -> bool:
     return any(ptr == o.untyped_storage().data_ptr() for o in others)
 
 
-def _compile(kind: str, payload):
-    """One recorded step as a function ``step(slots, replay)``."""
-    if kind == "host":
-        return lambda slots, replay, fn=payload: fn(replay)
-    if kind == "torch":
-        func, bound, out_slots, single = payload
-        if single and not (bound.ksubs or bound.nested) and len(bound.subs) == 1 and len(bound.args) == 1:
-            (_, src), dst = bound.subs[0], out_slots[0]  # a method of one of the call's tensors: clone()...
-            kwargs = bound.kwargs
+def _torch_step(func, bound: _Bound, out_slots: list, single: bool):
+    """A recorded torch operation as a step; the common shapes (positional substitutions only, one
+    output) without the general argument filling."""
+    if single and not (bound.ksubs or bound.nested):
+        args, subs, kwargs, dst = bound.args, bound.subs, bound.kwargs, out_slots[0]
+        if not subs:  # allocates a fresh tensor: torch.empty(shape, ...)
+            def factory_step(slots, replay):
+                out = func(*args, **kwargs)
+                if dst is not None:
+                    slots[dst] = out
+
+            return factory_step
+        if len(subs) == 1 and len(args) == 1:  # a method of one of the call's tensors: t.clone()...
+            src = subs[0][1]
 
             def unary_step(slots, replay):
                 out = func(slots[src], **kwargs)
@@ -439,18 +444,36 @@ def _compile(kind: str, payload):
 
             return unary_step
 
-        def torch_step(slots, replay):
-            args, kwargs = bound.fill(slots)
-            out = func(*args, **kwargs)
-            if single:
-                if out_slots[0] is not None:
-                    slots[out_slots[0]] = out
-            else:
-                for s, o in zip(out_slots, out or ()):
-                    if s is not None:
-                        slots[s] = o
+        def positional_step(slots, replay):  # dst.copy_(src), t[index]...
+            filled = args.copy()
+            for i, s in subs:
+                filled[i] = slots[s]
+            out = func(*filled, **kwargs)
+            if dst is not None:
+                slots[dst] = out
 
-        return torch_step
+        return positional_step
+
+    def torch_step(slots, replay):
+        args, kwargs = bound.fill(slots)
+        out = func(*args, **kwargs)
+        if single:
+            if out_slots[0] is not None:
+                slots[out_slots[0]] = out
+        else:
+            for s, o in zip(out_slots, out or ()):
+                if s is not None:
+                    slots[s] = o
+
+    return torch_step
+
+
+def _compile(kind: str, payload):
+    """One recorded step as a function ``step(slots, replay)``."""
+    if kind == "host":
+        return lambda slots, replay, fn=payload: fn(replay)
+    if kind == "torch":
+        return _torch_step(*payload)
     kernel, grid, bound, fast = payload
     if fast is None:
         def triton_step(slots, replay):  # the interpreter, or a signature first compiled while recording

@@ -474,15 +474,26 @@ def mid_barrier(heap, phase: int) -> None:
 
 
 _SIDE_STREAMS: dict = {}
+_EVENTS: dict = {}  # device -> (fork, join) events, reused: a wait uses the record made just before it
+
+
+def _side_stream(device: torch.device):
+    stream = _SIDE_STREAMS.get(device)
+    if stream is None:
+        stream = _SIDE_STREAMS[device] = torch.cuda.Stream(device)
+        _EVENTS[device] = (torch.cuda.Event(), torch.cuda.Event())
+    return stream
 
 
 class ForkedStreams:
     """A second stream that starts after everything queued so far on the current one.
 
     Producer-consumer launchers fork *before* launching the producer, launch the consumer inside
-    ``with streams.side():`` and then ``join()``, so that the two kernels run at the same time.
-    On the CPU every launch is synchronous, and all of this is a no-op (launch the producer first).
-    Under a plan recorder the fork, the side block and the join are recorded as host steps.
+    ``with streams.side():`` and then ``join()`` (on the stream they forked from), so that the two
+    kernels run at the same time. On the CPU every launch is synchronous, and all of this is a no-op
+    (launch the producer first). Fork and join each record one of two events kept per device and make
+    the other stream wait on it (no new event or stream object per call). Under a plan recorder the
+    fork, the side block and the join are recorded as host steps.
     """
 
     def __init__(self, device: torch.device):
@@ -490,12 +501,10 @@ class ForkedStreams:
         self.cuda = device.type == "cuda"
         self.rec_id = None
         if self.cuda:
-            self.main = torch.cuda.current_stream(device)
-            stream = _SIDE_STREAMS.get(device)
-            if stream is None:
-                stream = _SIDE_STREAMS[device] = torch.cuda.Stream(device)
-            stream.wait_stream(self.main)
-            self.stream = stream
+            self.stream = _side_stream(device)
+            fork, _ = _EVENTS[device]
+            fork.record()  # on the current stream: everything queued so far
+            self.stream.wait_event(fork)
             rec = plans.recorder()
             if rec is not None:
                 self.rec_id = object()
@@ -511,7 +520,9 @@ class ForkedStreams:
 
     def join(self) -> None:
         if self.cuda:
-            self.main.wait_stream(self.stream)
+            _, joined = _EVENTS[self.device]
+            joined.record(self.stream)
+            joined.wait()  # the current stream: the one forked from
             rec = plans.recorder()
             if rec is not None and self.rec_id is not None:
                 rec.host(functools.partial(_replay_join, self.rec_id))
