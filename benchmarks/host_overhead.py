@@ -5,9 +5,11 @@
     python -m benchmarks.host_overhead --smoke --world 2      # CPU ranks: tiny shapes, no graphs
 
 Every rank calls ``op(a [M, K], b [K, N])`` (per-rank operands; gemm_reduce_scatter's M is rounded
-up to a multiple of the world size) with, per op, each registered variant and ``plain`` through the
-public function (eager and without gradients, it calls the entry point straight away: see
-:func:`tilefuse.ops.library.call`), ``plain_custom_op`` (``torch.ops.tilefuse.<op>``, what traced
+up to a multiple of the world size) with, per op, each registered variant, ``plain`` and ``auto``
+through the public function (eager and without gradients, it calls the entry point straight away:
+see :func:`tilefuse.ops.library.call`; from a signature's third call on, a fused variant replays
+its launch plan: :mod:`tilefuse.ops.common.launch`; auto's rows' note says what it ran),
+``plain_custom_op`` (``torch.ops.tilefuse.<op>``, what traced
 code and autograd run: the dispatcher's cost on top), ``plain_entry`` (the plain path's registry
 entry called directly, no public-function checks) and ``torch`` (torch.matmul
 and the op's collective called straight from torch.distributed: ``all_gather_into_tensor``,
@@ -103,6 +105,7 @@ def methods(op: str, world: int) -> dict:
     public = getattr(tilefuse, op)
     have = registry.variants(op)
     out = {v: (lambda a, b, v=v: public(a, b, variant=v)) for v in (*tilefuse.VARIANTS, "plain") if v in have}
+    out["auto"] = lambda a, b: public(a, b, variant="auto")
     if "plain" in have:
         entry = registry.get(op, "plain")
         out["plain_entry"] = lambda a, b: entry(a, b)
@@ -177,7 +180,12 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs) -> list
                     record(op, name, M, "eager", {"error": float("nan")},
                            error_text(err) if err else "failed on another rank")
                     continue
-                record(op, name, M, "eager", _eager(ctx, call, calls, warmup))
+                note = ""
+                if name == "auto":
+                    from tilefuse.ops import dispatch
+
+                    note = f"auto runs {dispatch.choose_variant(op, a, b)}"
+                record(op, name, M, "eager", _eager(ctx, call, calls, warmup), note)
                 if not graphs_ok:
                     continue
                 graph, err, code = None, None, 0
@@ -195,7 +203,7 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs) -> list
                     record(op, name, M, "graph", {"error": float("nan")},
                            error_text(err) if err else "capture failed on another rank")
                     continue
-                record(op, name, M, "graph", _replay(ctx, graph, replays))
+                record(op, name, M, "graph", _replay(ctx, graph, replays), note)
                 del graph
         sync(ctx.device)
         tilefuse.barrier()
@@ -220,10 +228,15 @@ def merge(per_rank: list) -> list:
 def _print(rows: list) -> None:
     eager = {(r["op"], r["M"], r["variant"]): r["value"] for r in rows
              if r["mode"] == "eager" and r["metric"] == "host_us"}
+    wall = {(r["op"], r["M"], r["variant"]): r["value"] for r in rows
+            if r["mode"] == "eager" and r["metric"] == "wall_us"}
+    notes = {(r["op"], r["M"], r["variant"]): r["note"] for r in rows if r["note"] and r["metric"] != "error"}
     for (op, M, name), us in sorted(eager.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         plain = eager.get((op, M, "plain"))
         ratio = f"{us / plain:5.2f}x plain" if plain else ""
-        print(f"{op:22s} M={M:<5d} {name:18s} host {us:9.1f} us  {ratio}")
+        w = wall.get((op, M, name), float("nan"))
+        print(f"{op:22s} M={M:<5d} {name:18s} host {us:9.1f} us  {ratio}  wall {w:9.1f} us  "
+              f"{notes.get((op, M, name), '')}".rstrip())
     for r in rows:
         if r["metric"] == "error":
             print(f"{r['op']:22s} M={r['M']:<5d} {r['variant']:18s} {r['mode']}: ERROR {r['note'][:160]}")

@@ -1,4 +1,6 @@
-"""Where an op call's host time goes: cProfile of many back-to-back calls at world 1.
+"""Where an op call's host time goes: cProfile of many back-to-back calls at world 1 (from a call
+signature's third call on, a fused variant replays its launch plan; the launch-plan counts close
+the output).
 
     python -m benchmarks.host_profile [--op all_gather_gemm] [--variant wg_specialized] [--M 16]
 """
@@ -60,6 +62,9 @@ def main(argv=None) -> None:
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
     print(out.getvalue())
+    from tilefuse.ops.common import launch
+
+    print(f"launch plans: {launch.plan_stats()}")
     tilefuse.shutdown()
     dist.destroy_process_group()
 
