@@ -4,18 +4,20 @@ Every rank makes the same seeded sequence of calls: call i runs op ``i mod len(o
 the registry, plus ``gemm_all_reduce`` where tilefuse has it) with a variant and local shapes drawn
 from one seeded generator, so the ranks agree on every call without talking. Shapes: with
 probability ``--fresh`` a call draws M, N, K anew; otherwise it takes one of the op's ``--pool``
-shapes (drawn once), so the op, variant or shape changes on every call while the run holds a
-bounded number of distinct shapes. Every dimension is a multiple of ``--align`` in ``--min-dim ..
---max-*``. On a GPU the defaults (multiples of 64 from 256 to 2048) keep every dimension in one
-Triton specialization class (divisible by 16) and the heuristic's tiles to two classes, so the
-run compiles each kernel about twice instead of a dozen times, while most shapes still end in a
-partial tile; on the CPU (no compiles) shapes are ragged, from 1 to 40. ``--pool 0``: every call
-fresh. Every ``--check-every``-th call is compared with the op's
+shapes (drawn once), so the op, variant or shape changes on every call while the run holds a bounded
+number of distinct shapes. Every dimension is a multiple of ``--align`` in ``--min-dim .. --max-*``.
+On a GPU the defaults (multiples of 64, M from 256 to 960, N and K from 256 to 2048) keep every
+dimension in one Triton specialization class (divisible by 16) and every shape in one tile class of
+the config heuristic (M < 1000: 128 x 128 tiles), so each kernel compiles once per variant (16 (op,
+variant, config) combinations where ragged draws from 1 to 2048 make about 540, at a second or more
+of compile each), while most shapes still end in a partial tile; ``--max-m 2048`` adds the
+heuristic's 128 x 256 class (twice the compiles). On the CPU (no compiles) shapes are ragged, from 1
+to 40. ``--pool 0``: every call fresh. Every ``--check-every``-th call is compared with the op's
 reference (``tilefuse.ops.registry.get(op, "reference")``); every ``--repeat-every``-th call is made
 a second time at once with the same inputs (a repeat of a warm shape: timed apart, compared with the
-first result, not counted in ``calls``). After ``--warmup`` calls, at every check and at the end
-the run reads ``torch.cuda.memory_allocated`` (GPU), the heap's ``bytes_used`` (and the part of it
-the workspace cache holds) and the process's resident memory. "Flat after warm-up": on every rank,
+first result, not counted in ``calls``). After ``--warmup`` calls, at every check and at the end the
+run reads ``torch.cuda.memory_allocated`` (GPU), the heap's ``bytes_used`` (and the part of it the
+workspace cache holds) and the process's resident memory. "Flat after warm-up": on every rank,
 torch's allocated bytes do not grow, and the heap stays within what it held outside the workspace
 cache at warm-up plus the cache's byte budget (a fraction of the heap: the cache fills up to it,
 then evicts its least recently used workspaces); the CSV records the readings and the bound.
@@ -629,10 +631,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dtype", default="fp16")
     p.add_argument("--min-dim", type=int, default=None, help="smallest M, N, K (default 256 on a GPU, 1 on the "
                    "CPU)")
-    p.add_argument("--max-m", type=int, default=None, help="largest M (per-rank rows); default 2048 on a GPU, "
-                   "40 on the CPU or with --smoke")
-    p.add_argument("--max-n", type=int, default=None)
-    p.add_argument("--max-k", type=int, default=None)
+    p.add_argument("--max-m", type=int, default=None, help="largest M (per-rank rows); default 960 on a GPU "
+                   "(one tile class), 40 on the CPU or with --smoke")
+    p.add_argument("--max-n", type=int, default=None, help="largest N (default 2048 on a GPU, 40 on the CPU)")
+    p.add_argument("--max-k", type=int, default=None, help="largest K (default 2048 on a GPU, 40 on the CPU)")
     p.add_argument("--pool", type=int, default=None, help="shapes per op that calls come back to (default 16 "
                    "on a GPU, 6 on the CPU; 0: every call draws a fresh shape)")
     p.add_argument("--fresh", type=float, default=None, help="chance that a call draws a fresh shape instead "
@@ -683,7 +685,8 @@ def _options(args, on_gpu: bool) -> dict:
     opts = {"calls": args.calls, "seed": args.seed, "check_every": args.check_every, "warmup": min(warmup, args.calls),
             "repeat_every": args.repeat_every, "variants": variants, "dtype": args.dtype,
             "min_dim": args.min_dim if args.min_dim is not None else (1 if small else 256),
-            "max_m": args.max_m or default_dim, "max_n": args.max_n or default_dim, "max_k": args.max_k or default_dim,
+            "max_m": args.max_m or (40 if small else 960), "max_n": args.max_n or default_dim,
+            "max_k": args.max_k or default_dim,
             "pool": args.pool if args.pool is not None else (6 if small else 16), "fresh": fresh, "align": align,
             "flat_slack": args.flat_slack, "progress": not args.no_progress, "budget_s": args.budget_s,
             "report_s": args.report_s, "csv": args.csv or str(common.REPO / "results" / "soak.csv"),
