@@ -329,3 +329,31 @@ def test_auto_maps_a_seen_signature_to_its_plan(pools, op, variant):
     for resolved, replays in pools.run(2, job_auto_fast_path, op, variant, timeout=600):
         # Resolved on the first call only; a fused choice then records on the second call and replays.
         assert (resolved, replays) == (1, 0 if variant == "plain" else 4), (resolved, replays)
+
+
+def job_strided_operands(ctx, op, variant):
+    """Operands that change layout and alignment from call to call: a column-major ``b`` and an
+    ``a`` that is a column slice of a wider matrix starting at element 0 or 1 (another 16-byte
+    alignment: another signature). Each signature records on its second call and replays after;
+    every result (and all_gather_gemm's gathered A) is correct."""
+    from ophelpers import assert_matches, randn
+
+    from tilefuse.ops import registry
+
+    fn, ref = registry.get(op, variant), registry.get(op, "reference")
+    kw = {"return_gathered": True} if op == "all_gather_gemm" else {}
+    for i in range(8):
+        rows = 24 * ctx.world if op == "gemm_reduce_scatter" else 24
+        wide = randn((rows, 40), torch.float32, ctx.device, seed=400 + 10 * i + ctx.rank)
+        a = wide[:, i % 2:i % 2 + 32]  # [rows, 32], leading stride 40
+        b = randn((40, 32), torch.float32, ctx.device, seed=401 + 10 * i + ctx.rank).t()  # column-major
+        got, want = fn(a, b, **kw), ref(a, b, **kw)
+        for g, w, what in zip(got if kw else (got,), want if kw else (want,), ("c", "gathered a")):
+            assert_matches(g, w, torch.float32, 32, ctx.on_gpu, f"{op}/{variant} call {i}: {what}", scale=ctx.world)
+    return True
+
+
+@pytest.mark.parametrize("op, variant", [("all_gather_gemm", "producer_consumer"),
+                                         ("gemm_reduce_scatter", "fused_sequential")])
+def test_strided_and_misaligned_operands(pools, op, variant):
+    assert all(pools.run(2, job_strided_operands, op, variant, timeout=600))
