@@ -58,6 +58,7 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import os
 import sys
 import time
 import warnings
@@ -390,7 +391,8 @@ def main(argv=None) -> int:
         parser.error("sizes must be positive multiples of 4 bytes")
     if args.max_reps < 1 or args.cpu_reps < 1:
         parser.error("--max-reps and --cpu-reps must be >= 1")
-    world = args.world
+    # under torchrun the world is torchrun's, whatever --world says
+    world = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else args.world
     # src + the [W, size] gathered dst (one-peer copies use its first slot) + room for the rest
     heap_size = (world + 1) * max(sizes) + (32 << 20)
     results = launch(run_rank, world, sizes, args.warmup_ms, args.rep_ms, args.cpu_reps, args.csv,
