@@ -6,17 +6,28 @@ so a rank that called a candidate one time more than its peers would hang them):
 
 1. Warm-up and check: each candidate is called once (compiling its kernels) and its result compared
    with the plain path's; a candidate that raises or disagrees on any rank is dropped on every rank
-   (one exchange of the ranks' outcomes). The warm-up time of one round of the candidates sets the
-   repetition count: as many rounds as fit the budget (rank 0's ``TILEFUSE_AUTOTUNE_BUDGET``, default
-   1 s), at least ``MIN_REPS`` and at most ``MAX_REPS``. Compilation is outside the budget.
-2. Timing: the candidates' calls interleaved one by one (repetition r starts with candidate r mod n),
-   a host barrier before each call, CUDA events on a GPU (the host clock elsewhere); each candidate's
-   time is the median of its calls on this rank.
-3. Decision: one exchange of the ranks' medians; each candidate's time is its maximum over the
-   ranks (the slowest rank finishes a collective op); the fastest is picked, and the plain path kept
-   unless the pick is at least ``MARGIN`` (2 %) faster. Every rank applies that rule, then a second
-   exchange hands rank 0's answer to every rank: all ranks run rank 0's decision, whatever their
-   own rule said (a rank with another margin, say).
+   (one exchange of the ranks' outcomes, which also carries each candidate's time for one call).
+   Those times set the repetition counts: as many as fit the budget (rank 0's
+   ``TILEFUSE_AUTOTUNE_BUDGET``, default 1 s; ``ROUND_SHARE`` of it for step 2, the rest for step
+   3), at least ``MIN_REPS`` and at most ``MAX_REPS``. Compilation is outside the budget.
+2. Timing: repetition r samples every candidate once, starting with candidate r mod n, after one
+   host barrier. A sample (:func:`_measure`) on a GPU is a lead-in call and a device synchronize
+   (the collective lead-in ends on all ranks together, so the timed calls start aligned: a host
+   barrier releases ranks up to its polling interval apart, and that wait would land inside the
+   first rank's collective), then two CUDA-event times: **call**, one call on the idle device with
+   its host work before and between kernels included (a caller that synchronizes after every
+   call), and **block**, per call of ``BLOCK_CALLS`` calls queued back to back (max(host, device):
+   a model's layers). Off a GPU the host clock times one call, which stands for both. Per candidate
+   and kind: the median over the samples, and the median's relative uncertainty (from the
+   interquartile range); one exchange, maximum over the ranks (the slowest rank finishes a
+   collective op).
+3. Decision (:func:`decide`): a fused candidate qualifies only if it beats plain on *both* times by
+   ``max(MARGIN, 2 x the combined uncertainty of the two medians)`` (``MARGIN`` = 2 %); of those,
+   the one with the best worse-of-two ratio. Every rank applies the rule, then an exchange hands
+   rank 0's answer to every rank. If that is a fused candidate, a confirmation round times plain and
+   it alone (fresh samples, the same rule, rank 0's answer again): it is kept only if it wins again,
+   else plain. So a pick that won by noise, or on device time while its host work makes each call
+   slower, stays plain.
 
 Host exchanges and barriers use ``tilefuse.runtime.hostsync`` (bounded: ``EXCHANGE_TIMEOUT_S``, a
 missing rank is named) on the op's group; without it, ``torch.distributed``'s object collectives
@@ -26,12 +37,13 @@ Tests can replace the clock with :func:`set_timer`; the protocol stays the same.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -41,6 +53,7 @@ log = logging.getLogger("tilefuse")
 MARGIN = 0.02  # a fused variant replaces plain only if at least this much faster
 MIN_REPS = 3
 MAX_REPS = 25
+ROUND_SHARE = 0.6  # of the budget for the round of every candidate; the rest confirms the pick
 DEFAULT_BUDGET_S = 1.0
 DEFAULT_MIN_PLAIN_MS = 0.2  # default mode: only calls whose plain path takes at least this long tune
 EXCHANGE_TIMEOUT_S = 120.0
@@ -80,14 +93,24 @@ def min_plain_ms() -> float:
     return _env_float("TILEFUSE_AUTOTUNE_MIN_MS", DEFAULT_MIN_PLAIN_MS)
 
 
-_TIMER: list = [None]
+_TIMER: list = [None, False]  # the replacement clock, and whether it takes the sample's kind
 
 
 def set_timer(timer) -> None:
-    """Replace the clock: ``timer(name) -> ms`` is asked for each timed call of the candidate
-    ``name`` (``"plain"``, a variant, or ``"variant#i"`` for a second config), after the call ran.
-    ``None`` restores CUDA events / the host clock."""
-    _TIMER[0] = timer
+    """Replace the clock: ``timer(name) -> ms``, or ``timer(name, kind) -> ms``, is asked for each
+    sample of the candidate ``name`` (``"plain"``, a variant, or ``"variant#i"`` for a second
+    config), after the calls ran; ``kind`` is ``"call"`` (one call timed alone, host work included)
+    or ``"block"`` (per call of back-to-back calls). ``None`` restores CUDA events / the host clock."""
+    takes_kind = False
+    if timer is not None:
+        try:
+            params = inspect.signature(timer).parameters.values()
+        except (TypeError, ValueError):
+            params = []
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                      and p.default is p.empty]
+        takes_kind = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+    _TIMER[0], _TIMER[1] = timer, takes_kind
 
 
 def _hostsync():
@@ -110,23 +133,6 @@ def all_gather(obj, group, *, what: str) -> list:
     return out
 
 
-def _time_call(name: str, call, device: torch.device) -> float:
-    if device.type == "cuda":
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        ms = start.elapsed_time(end)
-    else:
-        t0 = time.perf_counter()
-        call()
-        ms = (time.perf_counter() - t0) * 1e3
-    timer = _TIMER[0]
-    return float(timer(name)) if timer is not None else ms
-
-
 def _barrier(group, what: str) -> None:
     if dist.get_world_size(group) == 1:
         return
@@ -137,14 +143,77 @@ def _barrier(group, what: str) -> None:
         dist.barrier(group=group)
 
 
-def time_plain(call, device: torch.device, group) -> float:
-    """One warm-up call, then one timed call after a barrier: the maximum over the ranks (ms)."""
-    call()
+BLOCK_CALLS = 3  # calls per back-to-back block on a GPU
+
+
+def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def _fake(name: str, kind: str, ms: float) -> float:
+    timer = _TIMER[0]
+    if timer is None:
+        return ms
+    return float(timer(name, kind) if _TIMER[1] else timer(name))
+
+
+def _measure(name: str, call, device: torch.device) -> tuple[float, float]:
+    """One sample of a candidate: ``(call_ms, block_ms)``.
+
+    On a GPU: a lead-in call, then a device synchronize. The lead-in is collective, so it ends on
+    every rank's device at about the same moment, and the host leaves the synchronize a few
+    microseconds later on every rank; a host barrier alone releases the ranks up to its polling
+    interval apart (0.1-20 ms with a store), and the rank released first then waits inside its
+    collective for the other, a wait the events would count. Then ``call_ms``: one call on the idle
+    device, timed with events from before its launch, so the host's work before and between its
+    kernels counts (what a caller who synchronizes after each call sees); ``block_ms``: the mean of
+    ``BLOCK_CALLS`` calls queued back to back right after it (max(host, device) per call, what a
+    model's layer stream sees). Elsewhere the host clock times one call, which stands for both.
+    """
+    if device.type == "cuda":
+        call()
+        torch.cuda.synchronize(device)
+        e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        e0.record()
+        call()
+        e1.record()
+        for _ in range(BLOCK_CALLS):
+            call()
+        e2.record()
+        e2.synchronize()
+        one, block = e0.elapsed_time(e1), e1.elapsed_time(e2) / BLOCK_CALLS
+    else:
+        t0 = time.perf_counter()
+        call()
+        one = block = (time.perf_counter() - t0) * 1e3
+    return _fake(name, "call", one), _fake(name, "block", block)
+
+
+def _calls_per_sample(device: torch.device) -> int:
+    return 2 + BLOCK_CALLS if device.type == "cuda" else 1
+
+
+def time_plain(call, device: torch.device, group) -> float:
+    """One warm-up call, then one timed call (``call_ms`` of :func:`_measure`, aligned by a lead-in
+    call on a GPU): the maximum over the ranks (ms)."""
+    call()
+    _sync(device)
     _barrier(group, "autotune: plain time")
-    ms = _time_call("plain", call, device)
-    return max(all_gather(ms, group, what="autotune: plain time"))
+    if device.type == "cuda":
+        call()
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        ms = start.elapsed_time(end)
+    else:
+        t0 = time.perf_counter()
+        call()
+        ms = (time.perf_counter() - t0) * 1e3
+    return max(all_gather(_fake("plain", "call", ms), group, what="autotune: plain time"))
 
 
 @dataclass(frozen=True)
@@ -159,9 +228,12 @@ class Candidate:
 class Result:
     variant: str
     config: object
-    times: dict  # candidate name -> ms (max over ranks); dropped candidates absent
+    times: dict  # candidate name -> ms per call timed alone (max over ranks); dropped candidates absent
     dropped: dict  # candidate name -> why
     reps: int
+    block: dict = field(default_factory=dict)  # candidate name -> ms per call back to back (max over ranks)
+    spread: dict = field(default_factory=dict)  # candidate name -> relative uncertainty of its medians
+    confirmed: dict | None = None  # the confirmation round's {"times", "block", "spread"}, if one ran
 
 
 def _first(result):
@@ -176,13 +248,76 @@ def _tolerance(dtype: torch.dtype, device: torch.device) -> float:
     return 1e-4 if dtype == torch.float32 and device.type != "cuda" else 2e-2
 
 
-def decide(times: dict, plain: str = "plain", margin: float = MARGIN) -> str:
-    """The candidate to run: the fastest, if at least ``margin`` faster than ``plain``; else plain."""
-    fused = {n: t for n, t in times.items() if n != plain}
-    if not fused or plain not in times:
+def _margin(name: str, plain: str, margin: float, spread: dict | None) -> float:
+    """The win a candidate needs over plain: ``margin``, or twice the combined relative uncertainty
+    of the two medians where that is larger."""
+    if not spread:
+        return margin
+    noise = math.hypot(spread.get(name, 0.0), spread.get(plain, 0.0))
+    return max(margin, 2.0 * noise)
+
+
+def decide(times: dict, plain: str = "plain", margin: float = MARGIN, *, block: dict | None = None,
+           spread: dict | None = None) -> str:
+    """The candidate to run, or ``plain``.
+
+    A candidate qualifies if it is faster than plain by its margin (``margin``, or twice the
+    relative uncertainty of the two medians, ``spread``, combined, where that is larger) on the time
+    of a call timed alone (``times``: host work included) and, where given, on the time per call of
+    back-to-back calls (``block``). Of those that qualify, the one whose worse ratio to plain is
+    smallest is picked (ties by name).
+    """
+    if plain not in times or (block is not None and plain not in block):
         return plain
-    best = min(fused, key=lambda n: (fused[n], n))
-    return best if fused[best] <= times[plain] * (1.0 - margin) else plain
+    best, best_ratio = plain, 1.0
+    for name in sorted(times):
+        if name == plain:
+            continue
+        need = 1.0 - _margin(name, plain, margin, spread)
+        ratios = [times[name] / times[plain] if times[plain] > 0 else math.inf]
+        if block is not None:
+            if name not in block:
+                continue
+            ratios.append(block[name] / block[plain] if block[plain] > 0 else math.inf)
+        ratio = max(ratios)
+        if ratio <= need and ratio < best_ratio:
+            best, best_ratio = name, ratio
+    return best
+
+
+def _rel_uncertainty(samples: list) -> float:
+    """Relative standard error of the median of ``samples``, estimated from their interquartile range
+    (normal samples: IQR = 1.349 sigma, and the median's error is 1.2533 sigma / sqrt(n))."""
+    if len(samples) < 2:
+        return 0.0
+    q1, med, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    if not med > 0:
+        return 0.0
+    return 1.2533 / 1.349 * (q3 - q1) / med / math.sqrt(len(samples))
+
+
+def _timed_round(cands: list, reps: int, device: torch.device, group, what: str) -> tuple[dict, dict, dict]:
+    """``reps`` samples of every candidate, interleaved (repetition r starts with candidate r mod n),
+    one host barrier per repetition; the ranks' medians and uncertainties, maximum over the ranks:
+    ``(call ms, block ms, relative uncertainty)`` per candidate name."""
+    calls: dict = {c.name: [] for c in cands}
+    blocks: dict = {c.name: [] for c in cands}
+    n = len(cands)
+    for r in range(reps):
+        _barrier(group, f"autotune {what}: timing")
+        for j in range(n):
+            c = cands[(r + j) % n]
+            one, block = _measure(c.name, c.call, device)
+            calls[c.name].append(one)
+            blocks[c.name].append(block)
+    mine = {c.name: (statistics.median(calls[c.name]), statistics.median(blocks[c.name]),
+                     max(_rel_uncertainty(calls[c.name]), _rel_uncertainty(blocks[c.name]))) for c in cands}
+    views = all_gather(mine, group, what=f"autotune {what}: times")
+    return tuple({c.name: max(v[c.name][i] for v in views) for c in cands} for i in range(3))
+
+
+def _reps(budget: float, cost_s: float) -> int:
+    return int(min(MAX_REPS, max(MIN_REPS, budget // max(cost_s, 1e-9))))
 
 
 def tune(candidates: list[Candidate], *, device: torch.device, group, what: str) -> Result:
@@ -190,31 +325,29 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str)
     if not candidates or candidates[0].name != "plain":
         raise ValueError("autotune: the candidates must start with the plain path")
     rank = dist.get_rank(group)
-    # 1. warm-up (compiles), check against plain, one round's time
+    # 1. warm-up (compiles), check against plain, each candidate's time for one call
     ref = _first(candidates[0].call())
     ref = ref.detach().clone()  # a candidate writing the same out= must not change the reference
     outcome = {}
     for c in candidates[1:]:
         try:
             got = _first(c.call())
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            _sync(device)
             err = _rel_err(got, ref)
             if not err < _tolerance(ref.dtype, device):
                 raise AssertionError(f"relative error {err:.3g} against the plain path")
             outcome[c.name] = None
         except Exception as exc:  # a candidate that fails on any rank is dropped on every rank
             outcome[c.name] = f"{type(exc).__name__}: {exc}"[:200]
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
+    _sync(device)
+    call_s = {}
     for c in candidates:
         if outcome.get(c.name) is None:
+            t0 = time.perf_counter()
             c.call()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    round_s = time.perf_counter() - t0
-    views = all_gather({"outcome": outcome, "round_s": round_s, "budget_s": budget_s()}, group,
+            _sync(device)
+            call_s[c.name] = time.perf_counter() - t0
+    views = all_gather({"outcome": outcome, "call_s": call_s, "budget_s": budget_s()}, group,
                        what=f"autotune {what}: warm-up")
     dropped = {}
     for v in views:
@@ -222,23 +355,27 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str)
             if why is not None and name not in dropped:
                 dropped[name] = why
     kept = [c for c in candidates if c.name not in dropped]
-    round_s = max(v["round_s"] for v in views)
-    reps = int(min(MAX_REPS, max(MIN_REPS, views[0]["budget_s"] // max(round_s, 1e-9))))
-    # 2. interleaved timing
-    samples: dict = {c.name: [] for c in kept}
-    n = len(kept)
-    for r in range(reps):
-        for j in range(n):
-            c = kept[(r + j) % n]
-            _barrier(group, f"autotune {what}: timing")
-            samples[c.name].append(_time_call(c.name, c.call, device))
-    mine = {name: statistics.median(ts) for name, ts in samples.items()}
-    # 3. cross-rank max; rank 0 decides and hands its decision to every rank
-    medians = all_gather(mine, group, what=f"autotune {what}: times")
-    times = {c.name: max(m[c.name] for m in medians) for c in kept}
-    mine = decide(times)
-    winner = all_gather(mine, group, what=f"autotune {what}: decision")[0]
-    if mine != winner:
-        log.debug("tilefuse: autotune %s: rank %d would pick %s; rank 0's %s wins", what, rank, mine, winner)
-    chosen = next(c for c in kept if c.name == winner)
-    return Result(chosen.variant, chosen.config, times, dropped, reps)
+    cost = {c.name: max(v["call_s"].get(c.name, 0.0) for v in views) * _calls_per_sample(device) for c in kept}
+    budget = views[0]["budget_s"]
+    reps = _reps(ROUND_SHARE * budget, sum(cost.values()))
+    # 2. interleaved timing, cross-rank max; rank 0 decides and hands its decision to every rank
+    times, block, spread = _timed_round(kept, reps, device, group, what)
+    mine = decide(times, block=block, spread=spread)
+    pick = all_gather(mine, group, what=f"autotune {what}: decision")[0]
+    if mine != pick:
+        log.debug("tilefuse: autotune %s: rank %d would pick %s; rank 0's %s wins", what, rank, mine, pick)
+    confirmed = None
+    if pick != "plain":
+        # 3. confirmation: plain and the pick alone, fresh samples; the pick must win again
+        pair = [kept[0], next(c for c in kept if c.name == pick)]
+        reps2 = _reps((1.0 - ROUND_SHARE) * budget, sum(cost[c.name] for c in pair))
+        t2, b2, s2 = _timed_round(pair, reps2, device, group, f"{what} confirm")
+        confirmed = {"times": t2, "block": b2, "spread": s2, "reps": reps2}
+        mine = decide(t2, block=b2, spread=s2)
+        final = all_gather(mine, group, what=f"autotune {what}: confirmed decision")[0]
+        if final != pick:
+            log.info("tilefuse: autotune %s: %s did not hold its win in the confirmation round (%s): plain", what,
+                     pick, ", ".join(f"{n} {t2[n]:.4g}/{b2[n]:.4g} ms" for n in t2))
+        pick = final
+    chosen = next(c for c in kept if c.name == pick)
+    return Result(chosen.variant, chosen.config, times, dropped, reps, block, spread, confirmed)
