@@ -485,6 +485,96 @@ def test_decide_keeps_plain_within_the_margin():
     assert autotune.decide({"plain": 1.0}) == "plain"
 
 
+def test_decide_needs_a_win_on_calls_alone_and_back_to_back():
+    # faster back to back (device-bound) but slower per call alone (its host work shows): rejected
+    assert autotune.decide({"plain": 1.0, "a": 1.01}, block={"plain": 1.0, "a": 0.7}) == "plain"
+    # faster alone but not back to back: rejected
+    assert autotune.decide({"plain": 1.0, "a": 0.8}, block={"plain": 1.0, "a": 0.99}) == "plain"
+    assert autotune.decide({"plain": 1.0, "a": 0.8}, block={"plain": 1.0, "a": 0.9}) == "a"
+    # the pick is the candidate whose worse ratio is best: b (0.9, 0.9) over a (0.7, 0.95)
+    both = autotune.decide({"plain": 1.0, "a": 0.7, "b": 0.9}, block={"plain": 1.0, "a": 0.95, "b": 0.9})
+    assert both == "b"
+    # a candidate timed one way only is not a candidate
+    assert autotune.decide({"plain": 1.0, "a": 0.5}, block={"plain": 1.0}) == "plain"
+
+
+def test_decide_margin_grows_with_the_medians_uncertainty():
+    times = {"plain": 1.0, "a": 0.95}
+    assert autotune.decide(times) == "a"
+    assert autotune.decide(times, spread={"plain": 0.01, "a": 0.01}) == "a"  # margin 2.8 %
+    assert autotune.decide(times, spread={"plain": 0.02, "a": 0.02}) == "plain"  # margin 5.7 %
+    assert autotune.decide(times, spread={"plain": 0.0, "a": 0.03}) == "plain"  # margin 6 %
+    assert autotune.decide({"plain": 1.0, "a": 0.9}, spread={"plain": 0.0, "a": 0.03}) == "a"
+
+
+def test_the_medians_uncertainty_follows_the_spread_and_the_sample_count():
+    u = autotune._rel_uncertainty
+    assert u([1.0] * 9) == 0.0 and u([1.0]) == 0.0
+    narrow, wide = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01, 0.99], [1.0, 1.1, 0.9, 1.0, 1.2, 0.8, 1.0, 1.1, 0.9]
+    assert 0 < u(narrow) < u(wide)
+    assert u(wide * 4) < u(wide) / 1.5  # four times the samples: about half the error
+
+
+def job_tune_stand_ins(ctx, first: dict, later: dict | None = None):
+    """:func:`autotune.tune` on stand-in candidates (no kernels: every one returns the same tensor)
+    with a clock that gives ``first[kind][name]`` (scaled by rank: the last rank is slowest) for a
+    candidate's first ``MIN_REPS`` samples (the first round at budget 0) and ``later`` after them
+    (the confirmation round). Returns the pick, the rounds' times and each candidate's sample count."""
+    counts: dict = {}
+
+    def clock(name, kind):
+        n = counts[(name, kind)] = counts.get((name, kind), 0) + 1
+        table = first if later is None or n <= autotune.MIN_REPS else later
+        return table[kind][name] * (1.0 + 0.01 * ctx.rank)
+
+    out = torch.ones(4, 4)
+    cands = [autotune.Candidate(n, n, None, lambda: out) for n in ("plain", "bulk_sync", "fused_sequential")]
+    with _env(TILEFUSE_AUTOTUNE_BUDGET="0"):
+        autotune.set_timer(clock)
+        res = autotune.tune(cands, device=torch.device("cpu"), group=ctx.heap.group, what="stand-ins")
+    return res.variant, res.times, res.block, res.confirmed, sorted(counts.items())
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_pick_that_loses_per_call_is_rejected_on_every_rank(pools, world):
+    # bulk_sync: much faster back to back, but its calls alone are slower than plain's on the last
+    # rank (its host work): the cross-rank max rejects it; fused_sequential wins both ways
+    first = {"call": {"plain": 1.0, "bulk_sync": 0.8, "fused_sequential": 0.9},
+             "block": {"plain": 1.0, "bulk_sync": 0.6, "fused_sequential": 0.92}}
+    res = pools.run(world, job_tune_stand_ins_host_bound, first)
+    assert len({(v, tuple(c)) for v, *_, c in res}) == 1, f"the ranks disagree or sampled differently: {res}"
+    variant, times, block, confirmed, counts = res[0]
+    assert variant == "fused_sequential", res[0]
+    assert times["bulk_sync"] > times["plain"] and block["bulk_sync"] < block["plain"]
+    assert confirmed is not None and set(confirmed["times"]) == {"plain", "fused_sequential"}
+    assert dict(counts)[("fused_sequential", "call")] == 2 * autotune.MIN_REPS  # two rounds
+
+
+def job_tune_stand_ins_host_bound(ctx, first: dict):
+    """bulk_sync's call alone is slow on the last rank only."""
+    if ctx.rank == ctx.world - 1:
+        first = {kind: dict(t) for kind, t in first.items()}
+        first["call"]["bulk_sync"] = 1.1
+    return job_tune_stand_ins(ctx, first)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_pick_must_win_again_in_the_confirmation_round(pools, world):
+    first = {"call": {"plain": 1.0, "bulk_sync": 1.5, "fused_sequential": 0.9},
+             "block": {"plain": 1.0, "bulk_sync": 1.5, "fused_sequential": 0.9}}
+    later = {"call": {"plain": 1.0, "fused_sequential": 0.99}, "block": {"plain": 1.0, "fused_sequential": 0.9}}
+    res = pools.run(world, job_tune_stand_ins, first, later)
+    assert len({(v, tuple(c)) for v, *_, c in res}) == 1, f"the ranks disagree or sampled differently: {res}"
+    variant, times, _, confirmed, counts = res[0]
+    assert times["fused_sequential"] < times["plain"], "it won the first round"
+    assert confirmed is not None and confirmed["times"]["fused_sequential"] > 0.98
+    assert variant == "plain", res[0]
+    assert ("bulk_sync", "call") in dict(counts) and dict(counts)[("bulk_sync", "call")] == autotune.MIN_REPS
+    # and one that holds its win is kept
+    res = pools.run(world, job_tune_stand_ins, first, first)
+    assert {r[0] for r in res} == {"fused_sequential"}, res
+
+
 @pytest.mark.slow
 def test_heldout_benchmark_smoke(tmp_path):
     """benchmarks/heldout.py on CPU ranks: auto's result is checked, every method timed, the CSV written."""
