@@ -17,10 +17,10 @@ so a rank that called a candidate one time more than its peers would hang them):
    first rank's collective), then two CUDA-event times: **call**, one call on the idle device with
    its host work before and between kernels included (a caller that synchronizes after every
    call), and **block**, per call of ``BLOCK_CALLS`` calls queued back to back (max(host, device):
-   a model's layers). Off a GPU the host clock times one call, which stands for both. Per candidate
-   and kind: the median over the samples, and the median's relative uncertainty (from the
-   interquartile range); one exchange, maximum over the ranks (the slowest rank finishes a
-   collective op).
+   a model's layers; 1 call where a warm-up call took ``LONG_CALL_S``). Off a GPU the host clock
+   times one call, which stands for both. Per candidate and kind: the median over the samples, and
+   the median's relative uncertainty (from the interquartile range); one exchange, maximum over the
+   ranks (the slowest rank finishes a collective op).
 3. Decision (:func:`decide`): a fused candidate qualifies only if it beats plain on *both* times by
    ``max(MARGIN, 2 x the combined uncertainty of the two medians)`` (``MARGIN`` = 2 %); of those,
    the one with the best worse-of-two ratio. Every rank applies the rule, then an exchange hands
@@ -143,7 +143,8 @@ def _barrier(group, what: str) -> None:
         dist.barrier(group=group)
 
 
-BLOCK_CALLS = 3  # calls per back-to-back block on a GPU
+BLOCK_CALLS = 3  # calls per back-to-back block on a GPU ...
+LONG_CALL_S = 2e-3  # ... or 1 where a call takes this long (host work and rank skew are small beside it)
 
 
 def _sync(device: torch.device) -> None:
@@ -158,7 +159,7 @@ def _fake(name: str, kind: str, ms: float) -> float:
     return float(timer(name, kind) if _TIMER[1] else timer(name))
 
 
-def _measure(name: str, call, device: torch.device) -> tuple[float, float]:
+def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CALLS) -> tuple[float, float]:
     """One sample of a candidate: ``(call_ms, block_ms)``.
 
     On a GPU: a lead-in call, then a device synchronize. The lead-in is collective, so it ends on
@@ -168,7 +169,7 @@ def _measure(name: str, call, device: torch.device) -> tuple[float, float]:
     collective for the other, a wait the events would count. Then ``call_ms``: one call on the idle
     device, timed with events from before its launch, so the host's work before and between its
     kernels counts (what a caller who synchronizes after each call sees); ``block_ms``: the mean of
-    ``BLOCK_CALLS`` calls queued back to back right after it (max(host, device) per call, what a
+    ``block_calls`` calls queued back to back right after it (max(host, device) per call, what a
     model's layer stream sees). Elsewhere the host clock times one call, which stands for both.
     """
     if device.type == "cuda":
@@ -178,11 +179,11 @@ def _measure(name: str, call, device: torch.device) -> tuple[float, float]:
         e0.record()
         call()
         e1.record()
-        for _ in range(BLOCK_CALLS):
+        for _ in range(block_calls):
             call()
         e2.record()
         e2.synchronize()
-        one, block = e0.elapsed_time(e1), e1.elapsed_time(e2) / BLOCK_CALLS
+        one, block = e0.elapsed_time(e1), e1.elapsed_time(e2) / block_calls
     else:
         t0 = time.perf_counter()
         call()
@@ -190,8 +191,8 @@ def _measure(name: str, call, device: torch.device) -> tuple[float, float]:
     return _fake(name, "call", one), _fake(name, "block", block)
 
 
-def _calls_per_sample(device: torch.device) -> int:
-    return 2 + BLOCK_CALLS if device.type == "cuda" else 1
+def _calls_per_sample(device: torch.device, block_calls: int) -> int:
+    return 2 + block_calls if device.type == "cuda" else 1
 
 
 def time_plain(call, device: torch.device, group) -> float:
@@ -296,7 +297,8 @@ def _rel_uncertainty(samples: list) -> float:
     return 1.2533 / 1.349 * (q3 - q1) / med / math.sqrt(len(samples))
 
 
-def _timed_round(cands: list, reps: int, device: torch.device, group, what: str) -> tuple[dict, dict, dict]:
+def _timed_round(cands: list, reps: int, device: torch.device, group, what: str,
+                 block_calls: int = BLOCK_CALLS) -> tuple[dict, dict, dict]:
     """``reps`` samples of every candidate, interleaved (repetition r starts with candidate r mod n),
     one host barrier per repetition; the ranks' medians and uncertainties, maximum over the ranks:
     ``(call ms, block ms, relative uncertainty)`` per candidate name."""
@@ -307,7 +309,7 @@ def _timed_round(cands: list, reps: int, device: torch.device, group, what: str)
         _barrier(group, f"autotune {what}: timing")
         for j in range(n):
             c = cands[(r + j) % n]
-            one, block = _measure(c.name, c.call, device)
+            one, block = _measure(c.name, c.call, device, block_calls)
             calls[c.name].append(one)
             blocks[c.name].append(block)
     mine = {c.name: (statistics.median(calls[c.name]), statistics.median(blocks[c.name]),
@@ -355,11 +357,13 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str)
             if why is not None and name not in dropped:
                 dropped[name] = why
     kept = [c for c in candidates if c.name not in dropped]
-    cost = {c.name: max(v["call_s"].get(c.name, 0.0) for v in views) * _calls_per_sample(device) for c in kept}
+    one_s = {c.name: max(v["call_s"].get(c.name, 0.0) for v in views) for c in kept}
+    block_calls = BLOCK_CALLS if max(one_s.values()) < LONG_CALL_S else 1
+    cost = {name: s * _calls_per_sample(device, block_calls) for name, s in one_s.items()}
     budget = views[0]["budget_s"]
     reps = _reps(ROUND_SHARE * budget, sum(cost.values()))
     # 2. interleaved timing, cross-rank max; rank 0 decides and hands its decision to every rank
-    times, block, spread = _timed_round(kept, reps, device, group, what)
+    times, block, spread = _timed_round(kept, reps, device, group, what, block_calls)
     mine = decide(times, block=block, spread=spread)
     pick = all_gather(mine, group, what=f"autotune {what}: decision")[0]
     if mine != pick:
@@ -369,7 +373,7 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str)
         # 3. confirmation: plain and the pick alone, fresh samples; the pick must win again
         pair = [kept[0], next(c for c in kept if c.name == pick)]
         reps2 = _reps((1.0 - ROUND_SHARE) * budget, sum(cost[c.name] for c in pair))
-        t2, b2, s2 = _timed_round(pair, reps2, device, group, f"{what} confirm")
+        t2, b2, s2 = _timed_round(pair, reps2, device, group, f"{what} confirm", block_calls)
         confirmed = {"times": t2, "block": b2, "spread": s2, "reps": reps2}
         mine = decide(t2, block=b2, spread=s2)
         final = all_gather(mine, group, what=f"autotune {what}: confirmed decision")[0]
