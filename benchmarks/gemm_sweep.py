@@ -12,8 +12,9 @@ Grids: ``parity`` (M in 16..8192, small M with large K, M not a multiple of the 
 are not multiples of 128: the GEMM-core parity target), ``classic`` (the shapes the tile classes
 were first chosen on) and ``smoke`` (tiny shapes, for the CPU interpreter). ``--default-only`` times
 the config ``default_config(..., split_k=True)`` picks for an untuned shape; otherwise every
-candidate of :func:`candidates` (tile shapes x warps/stages x ``SPLIT_K``) is timed too, next to
-the default.
+candidate of :func:`candidates` (tile shapes x warps/stages x ``SPLIT_K`` or stream-K) is timed too,
+next to the default, and where K's rows are off the descriptor path (not multiples of 16 bytes) the
+default with the other choice of copying them onto it (:func:`padding`).
 
 On a GPU the timed configs are first compiled by ``--warm-procs`` processes at once (Triton's
 on-disk cache then serves the timing process), so compile time does not eat the time budget.
@@ -28,6 +29,7 @@ per shape in a sweep) the ``ratio_median`` and ``ratio_worst`` over the grid (sh
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
@@ -57,13 +59,32 @@ GRIDS = {
 SMALL_M_TILES = [(16, 64, 4, 6), (16, 128, 4, 6), (32, 128, 4, 6), (64, 64, 4, 6), (64, 128, 4, 4),
                  (64, 128, 4, 6), (64, 256, 8, 4)]
 LARGE_M_TILES = [(64, 128, 4, 4), (128, 128, 4, 4), (64, 256, 4, 4), (128, 256, 8, 3)]
-SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+# 12 and 16 slices lost on every shape of docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv.
+SPLITS = (1, 2, 3, 4, 6, 8)
 
 
-def label(cfg) -> str:
-    """``BMxBNxBK_wW_sS[_kSPLIT][_sk]``, as in the CSV's ``config`` column (``_sk``: stream-K)."""
+def label(cfg, pad: bool | None = None) -> str:
+    """``BMxBNxBK_wW_sS[_kSPLIT][_sk][_pad|_nopad]``, as in the CSV's ``config`` column (``_sk``:
+    stream-K; ``_pad`` / ``_nopad``: operands off the descriptor path copied onto it, or not,
+    against ``PAD_MIN_M``)."""
     text = f"{cfg.BLOCK_M}x{cfg.BLOCK_N}x{cfg.BLOCK_K}_w{cfg.num_warps}_s{cfg.num_stages}"
-    return text + (f"_k{cfg.SPLIT_K}" if cfg.SPLIT_K > 1 else "") + ("_sk" if cfg.STREAM_K else "")
+    text += (f"_k{cfg.SPLIT_K}" if cfg.SPLIT_K > 1 else "") + ("_sk" if cfg.STREAM_K else "")
+    return text + ("" if pad is None else "_pad" if pad else "_nopad")
+
+
+@contextlib.contextmanager
+def padding(pad: bool | None):
+    """Within it, ``matmul`` copies misaligned operands onto the descriptor path always (True), never
+    (False) or by its own rule (None: ``gemm.PAD_MIN_M``)."""
+    from tilefuse.ops.common import gemm
+
+    saved = gemm.PAD_MIN_M
+    if pad is not None:
+        gemm.PAD_MIN_M = 0 if pad else 1 << 62
+    try:
+        yield
+    finally:
+        gemm.PAD_MIN_M = saved
 
 
 def candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int, interpreter: bool) -> list:
@@ -99,7 +120,7 @@ def candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int, interpr
 
 
 def _warm_chunk(items: list, deadline: float = float("inf")) -> int:
-    """Run ``matmul`` once for every ``(M, N, K, dtype name, config dict)`` (in a spawned process), so
+    """Run ``matmul`` once for every ``(M, N, K, dtype name, config dict, pad)`` (in a spawned process), so
     that its kernels land in Triton's on-disk cache, until ``time.time()`` passes ``deadline``;
     returns the count run."""
     from tilefuse.ops.common.config import Config
@@ -107,13 +128,14 @@ def _warm_chunk(items: list, deadline: float = float("inf")) -> int:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     done = 0
-    for M, N, K, dtype_name, cfg in items:
+    for M, N, K, dtype_name, cfg, pad in items:
         if time.time() > deadline:
             break
         dtype = getattr(torch, dtype_name)
         a = torch.empty(M, K, device=device, dtype=dtype).normal_()
         w = torch.empty(N, K, device=device, dtype=dtype).normal_()
-        matmul(a, w.t(), torch.empty(M, N, device=device, dtype=dtype), Config.from_dict(cfg))
+        with padding(pad):
+            matmul(a, w.t(), torch.empty(M, N, device=device, dtype=dtype), Config.from_dict(cfg))
         done += 1
     if device == "cuda":
         torch.cuda.synchronize()
@@ -163,6 +185,7 @@ def main(argv=None) -> None:
     parser.add_argument("--default-only", action="store_true",
                         help="time only the config default_config(..., split_k=True) picks")
     parser.add_argument("--max-m", type=int, default=None, help="leave out shapes with a larger M")
+    parser.add_argument("--ms", default=None, help="comma-separated: only the grid's shapes with these M")
     parser.add_argument("--quick", action="store_true", help="the first 4 shapes, the first 3 candidates")
     parser.add_argument("--rep-ms", type=float, default=60.0, help="each method's share of timed calls")
     parser.add_argument("--max-reps", type=int, default=400)
@@ -188,24 +211,32 @@ def main(argv=None) -> None:
     sms = torch.cuda.get_device_properties(device).multi_processor_count if on_gpu else 8
     ctx = _ctx(device)
     shapes = [s for s in GRIDS[args.grid] if args.max_m is None or s[0] <= args.max_m]
+    if args.ms:
+        keep = {int(m) for m in args.ms.split(",") if m.strip()}
+        shapes = [s for s in shapes if s[0] in keep]
     if args.quick:
         shapes = shapes[:4]
-    plans = {}  # (dtype, shape) -> [(name, config)]
+    from tilefuse.ops.common import gemm
+
+    plans = {}  # (dtype, shape) -> [(name, config, pad)]
     for dtype in dtypes:
         for M, N, K in shapes:
             default = default_config(M, N, K, dtype, num_sms=sms, interpreter=interpreter, comm=False,
                                      split_k=True)
-            configs = [("default", default)]
+            configs = [("default", default, None)]
             if not args.default_only:
                 extra = [cfg for cfg in candidates(M, N, K, dtype, sms, interpreter) if cfg != default]
-                configs += [(label(cfg), cfg) for cfg in extra[: 3 if args.quick else None]]
+                configs += [(label(cfg), cfg, None) for cfg in extra[: 3 if args.quick else None]]
+                if on_gpu and (K * dtype.itemsize) % 16:  # rows off the descriptor path: the other choice
+                    flipped = M < gemm.PAD_MIN_M
+                    configs.append((label(default, flipped), default, flipped))
             plans[(dtype, (M, N, K))] = configs
     procs = args.warm_procs
     if procs is None:
         procs = min(16, max(1, (os.cpu_count() or 2) // 2))
     if on_gpu and procs > 0:
-        items = [(M, N, K, str(dtype).removeprefix("torch."), cfg.to_dict())
-                 for (dtype, (M, N, K)), configs in plans.items() for _, cfg in configs]
+        items = [(M, N, K, str(dtype).removeprefix("torch."), cfg.to_dict(), pad)
+                 for (dtype, (M, N, K)), configs in plans.items() for _, cfg, pad in configs]
         print(f"gemm_sweep: compiling {len(items)} configs in {procs} processes", flush=True)
         count, took = warm_compile(items, procs, seconds=args.budget_s / 2)
         print(f"gemm_sweep: ran {count} of them in {took:.1f} s", flush=True)
@@ -229,31 +260,33 @@ def main(argv=None) -> None:
             configs = plans[(dtype, (M, N, K))]
             default = configs[0][1]
             best, default_ratio = None, float("nan")
-            for name, cfg in configs:
+            for name, cfg, pad in configs:
                 try:
-                    matmul(a, b, c, cfg)  # compile, and check the result once
-                    err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-                    if not err <= (2e-2 if dtype == torch.bfloat16 else 1e-2):
-                        raise AssertionError(f"relative error {err:.2e}")
-                    t, t_ref = bench_interleaved(
-                        ctx, [lambda cfg=cfg, a=a, b=b, c=c: matmul(a, b, c, cfg), lambda a=a, b=b: torch.matmul(a, b)],
-                        rep_ms=args.rep_ms, max_reps=args.max_reps)
+                    with padding(pad):
+                        matmul(a, b, c, cfg)  # compile, and check the result once
+                        err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+                        if not err <= (2e-2 if dtype == torch.bfloat16 else 1e-2):
+                            raise AssertionError(f"relative error {err:.2e}")
+                        t, t_ref = bench_interleaved(
+                            ctx, [lambda cfg=cfg, a=a, b=b, c=c: matmul(a, b, c, cfg),
+                                  lambda a=a, b=b: torch.matmul(a, b)],
+                            rep_ms=args.rep_ms, max_reps=args.max_reps)
                 except Exception as err:  # out of shared memory for this tile, a wrong result, ...
                     rows.append(dict(row(OP, name, M, N, K, dtype, 1, "error", float("nan"),
-                                         note=f"{type(err).__name__}: {err}"[:300]), config=label(cfg)))
+                                         note=f"{type(err).__name__}: {err}"[:300]), config=label(cfg, pad)))
                     if name == "default":
                         ratios.setdefault((dtype, "default"), []).append(float("nan"))
                     continue
                 ratio = t_ref / t
                 for metric, value in (("ms", t), ("torch_ms", t_ref), ("ratio", ratio)):
-                    rows.append(dict(row(OP, name, M, N, K, dtype, 1, metric, value), config=label(cfg)))
+                    rows.append(dict(row(OP, name, M, N, K, dtype, 1, metric, value), config=label(cfg, pad)))
                 if name == "default":
                     default_ratio = ratio
                     ratios.setdefault((dtype, "default"), []).append(ratio)
                     table.append(dict(dtype=str(dtype).removeprefix("torch."), shape=f"{M}x{N}x{K}",
                                       config=label(cfg), torch_ms=t_ref, ms=t, ratio=ratio))
                 if best is None or ratio > best[1]:
-                    best = (label(cfg), ratio)
+                    best = (label(cfg, pad), ratio)
             if not args.default_only and best is not None:
                 ratios.setdefault((dtype, "best"), []).append(best[1])
                 rows.append(dict(row(OP, "best", M, N, K, dtype, 1, "ratio", best[1]), config=best[0]))

@@ -223,6 +223,18 @@ def test_matmul_stream_k(dtype, shape, programs, path):
     assert torch.equal(matmul(a, b, again, cfg), c), "stream-K results differ between runs"
 
 
+@pytest.mark.parametrize("mode", [dict(SPLIT_K=3), dict(STREAM_K=1)], ids=["split", "stream"])
+def test_matmul_split_tiles_summed_in_row_blocks(mode):
+    """One warp: the last slice sums a 64x64 tile in [16, 64] row blocks (1024 * warps // BLOCK_N),
+    the ragged last row of tiles in fewer of them."""
+    M, N, K = 100, 70, 200
+    gen = _gen(6)
+    a, b = _randn((M, K), torch.float16, gen), _randn((K, N), torch.float16, gen)
+    c = torch.full((M, N), NAN, dtype=torch.float16, device=DEVICE)
+    _assert_matches(matmul(a, b, c, CFG.replace(BLOCK_K=32, num_warps=1, GEMM_SMS=5, **mode)), a, b, torch.float16)
+    assert _counts_are_zero()
+
+
 def test_stream_k_slots_bound_the_ranges_per_tile():
     """No tile is touched by more ranges than stream_k_slots says (brute force over small cases)."""
     for tiles in range(1, 7):
@@ -474,9 +486,9 @@ PARITY_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (5000, 35
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_default_config_split_k_rule(dtype):
-    """Every split the heuristic picks fits one wave of GEMM programs and keeps MIN_SLICE_STEPS K
-    steps per slice; decode sizes with large K split, large M does not; without split_k nothing
-    changes."""
+    """Every split the heuristic picks fits one wave of GEMM programs, keeps MIN_SLICE_STEPS K steps
+    per slice and is at most 8; decode sizes take one row of tiles and split where tiles are few,
+    large M does not split; no stream-K by default; without split_k nothing changes."""
     for comm in (False, True):
         for M in PARITY_MS:
             for N, K in PARITY_NK:
@@ -484,26 +496,26 @@ def test_default_config_split_k_rule(dtype):
                 check_config_fits(cfg, 132)
                 tiles = triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N)
                 steps = triton.cdiv(K, cfg.BLOCK_K)
+                assert cfg.STREAM_K == 0 and cfg.SPLIT_K <= 8, (M, N, K, cfg)
                 if cfg.SPLIT_K > 1:
                     assert tiles * cfg.SPLIT_K <= cfg.GEMM_SMS, (M, N, K, cfg)
                     assert steps >= cfg.SPLIT_K * MIN_SLICE_STEPS, (M, N, K, cfg)
-                if cfg.STREAM_K:
-                    assert cfg.SPLIT_K == 1 and tiles % cfg.GEMM_SMS, (M, N, K, cfg)  # a wave is left part-idle
                 if M <= 64:
-                    assert cfg.BLOCK_M == max(16, triton.next_power_of_2(M)) and tiles == triton.cdiv(N, 128)
+                    assert cfg.BLOCK_M == max(16, triton.next_power_of_2(M)) and cfg.BLOCK_N in (64, 128)
+                if M >= 4096:
+                    assert cfg.SPLIT_K == 1, (M, N, K, cfg)
                 stage_bytes = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * dtype.itemsize * cfg.num_stages
                 assert stage_bytes <= 200 * 1024, (M, N, K, cfg)
                 plain = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=comm)
                 assert plain.SPLIT_K == 1 and plain.STREAM_K == 0
     decode = default_config(16, 4096, 4096, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
     assert decode.SPLIT_K == 4 and (decode.BLOCK_M, decode.BLOCK_N) == (16, 128)
+    narrow = default_config(16, 1000, 8000, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
+    assert (narrow.BLOCK_N, narrow.SPLIT_K) == (64, 8)  # 8 tiles of 128 would need 16 slices
     down = default_config(128, 4096, 14336, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
-    assert down.SPLIT_K > 1
+    assert (down.BLOCK_M, down.BLOCK_N, down.SPLIT_K) == (64, 128, 2)
     big = default_config(8192, 8192, 8192, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
-    assert big.SPLIT_K == 1 and big.STREAM_K == 0 and (big.BLOCK_M, big.BLOCK_N) == (128, 256)
-    # 72 tiles of 128x256 fill 55 % of 132 programs, and two slices would need two waves: stream-K.
-    uneven = default_config(333, 6144, 4096, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
-    assert uneven.STREAM_K == 1
+    assert big.SPLIT_K == 1 and (big.BLOCK_M, big.BLOCK_N) == (128, 256)
 
 
 def test_stream_k_takes_no_split_k():
@@ -599,4 +611,13 @@ def test_gemm_sweep_warm_chunk_runs_each_config():
     from benchmarks import gemm_sweep
 
     cfgs = [CFG.replace(SPLIT_K=2), CFG.replace(STREAM_K=1), CFG]
-    assert gemm_sweep._warm_chunk([(20, 40, 96, "float16", cfg.to_dict()) for cfg in cfgs]) == 3
+    assert gemm_sweep._warm_chunk([(20, 40, 96, "float16", cfg.to_dict(), pad)
+                                   for cfg, pad in zip(cfgs, (None, True, False))]) == 3
+    from tilefuse.ops.common import gemm
+
+    saved = gemm.PAD_MIN_M
+    with gemm_sweep.padding(True):
+        assert gemm.PAD_MIN_M == 0
+    with gemm_sweep.padding(False):
+        assert gemm.PAD_MIN_M > 2**40
+    assert gemm.PAD_MIN_M == saved

@@ -107,8 +107,8 @@ def _pow2_between(x: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, triton.next_power_of_2(max(1, x))))
 
 
-# Split-K heuristic (default_config with split_k=True): at most this many slices, each at least
-# MIN_SLICE_STEPS K steps long; shared memory the small-M tiles' pipeline stages may take.
+# Split-K heuristic (default_config with split_k=True): K steps a slice keeps at least; shared
+# memory the small-M tiles' pipeline stages may take, and their most stages.
 MIN_SLICE_STEPS = 4
 _STAGE_SMEM_BYTES = 160 * 1024
 _MAX_SMALL_M_STAGES = 6
@@ -124,69 +124,55 @@ def split_k_for(tiles: int, steps: int, programs: int) -> int:
     return split
 
 
-def _waves(items: int, programs: int) -> int:
-    return -(-items // programs)
-
-
-# Large-M tile candidates with split-K: (BM, BN, warps, stages, relative rate per multiprocessor).
-# 128x256 is the cuBLAS-speed tile (docs/PERF.md); 128x128 with one warpgroup computes at about 85 %
-# of its rate per multiprocessor in the GEMM-core sweeps and wins where it fills more programs.
-_LARGE_TILES = ((128, 256, 8, 3, 1.0), (128, 128, 4, 4, 0.85))
-
-
 def stream_k_slots(steps: int, total: int, units: int) -> int:
     """Partial slots a tile of ``steps`` K steps needs when ``total`` steps are dealt out over ``units``
     ranges: the most ranges that can touch one tile (every range holds at least ``total // units``)."""
     return min(units, -(-(steps - 1) // (total // units)) + 1)
 
 
-def k_schedule(tiles: int, steps: int, programs: int, move: float) -> tuple[float, int, int]:
-    """``(cost, SPLIT_K, STREAM_K)``: how to deal out ``tiles`` tiles of ``steps`` K steps over
-    ``programs`` programs, and its modelled time in K steps of one tile.
-
-    Whole tiles or split-K (:func:`split_k_for`): waves x K steps per work item, plus ``move`` (the
-    time of moving one fp32 partial tile through L2, in K steps) per slice. Stream-K: the K steps
-    of all tiles over every program, plus, where ranges cut tiles, one move per range that can touch
-    a tile and one more (the program that finishes a tile reads the others' partials after its own
-    store). Stream-K is taken only when it models at least 10 % faster: its fixups cost more than
-    the model knows.
-    """
-    split = split_k_for(tiles, steps, programs)
-    cost = _waves(tiles * split, programs) * -(-steps // split) + (move * split if split > 1 else 0)
-    total = tiles * steps
-    units = min(programs, total)
-    stream = -(-total // units) + (move * (1 + stream_k_slots(steps, total, units)) if tiles % units else 0)
-    if stream < 0.9 * cost:
-        return stream, 1, 1
-    return cost, split, 0
+# Most K slices default_config picks: on an H200 every small-M shape ran faster at 8 slices or
+# fewer than at 12 or 16 (docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv).
+_DEFAULT_MAX_SPLIT = 8
 
 
 def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs: int):
     """``(BM, BN, warps, stages, SPLIT_K, STREAM_K)`` for the GEMM core (see default_config)."""
     steps = -(-K // block_k)
-    best = None
+
+    def tiles(bm: int, bn: int) -> int:
+        return -(-M // bm) * -(-N // bn)
+
+    def split(bm: int, bn: int) -> int:
+        return min(_DEFAULT_MAX_SPLIT, split_k_for(tiles(bm, bn), steps, programs))
+
+    def narrow(bn: int) -> int:
+        return _pow2_between(min(N, bn), 16, bn)
+
     if M <= 64:
-        # Decode sizes: reading B is the cost. One row of tiles (B read once), 128 columns, deep
-        # pipelines to keep loads in flight, and K slices to put every program to work.
+        # Decode sizes, bound by reading B: one row of tiles (B read once) and deep pipelines.
         block_m = _pow2_between(M, 16, 64)
-        block_n = _pow2_between(min(N, 128), 16, 128)
+        block_n = narrow(128)
+        if block_m == 64:
+            # 64-row tiles: 128 columns while they nearly fill a wave, else 64 columns and K slices.
+            if tiles(block_m, block_n) < 0.75 * programs:
+                block_n = narrow(64)
+        elif split(block_m, block_n) > 4:
+            block_n = narrow(64)  # few 128-column tiles: more tiles rather than more slices
         stage = (block_m + block_n) * block_k * itemsize
         stages = max(3, min(_MAX_SMALL_M_STAGES, _STAGE_SMEM_BYTES // stage))
-        candidates = ((block_m, block_n, 4, stages, 1.0),)
-    else:
-        candidates = _LARGE_TILES
-    for block_m, block_n, warps, stages, rate in candidates:
-        block_n = _pow2_between(min(N, block_n), 16, block_n)
-        tiles = -(-M // block_m) * -(-N // block_n)
-        # A partial tile moved through L2 (fp32 out, or in) against one K step's operand loads,
-        # at most two steps' time (large tiles are bound by their MMAs, not their loads).
-        move = min(2.0, block_m * block_n * 4 / ((block_m + block_n) * block_k * itemsize))
-        cost, split, stream = k_schedule(tiles, steps, programs, move)
-        # In units of one 128x128 K step: the schedule's time x tile area / the tile's rate.
-        cost *= block_m * block_n / (128 * 128) / rate
-        if best is None or cost < best[0]:
-            best = (cost, (block_m, block_n, warps, stages, split, stream))
-    return best[1]
+        return block_m, block_n, 4, stages, split(block_m, block_n), 0
+    if M <= 128 or tiles(128, narrow(128)) < programs // 2:
+        # 64x128 tiles (4 warps, 4 stages) and K slices while they leave programs idle; 128x128 once
+        # 64x128 tiles would need more than a wave.
+        if M > 128 or tiles(64, narrow(128)) <= programs:
+            return 64, narrow(128), 4, 4, split(64, narrow(128)), 0
+        return 128, narrow(128), 4, 4, 1, 0
+    if M < 1000:
+        return 128, narrow(128), 4, 4, 1, 0
+    block_n = narrow(256)
+    if block_n == 256 and 2 * tiles(128, 256) < programs:
+        return 128, narrow(128), 4, 4, 1, 0
+    return 128, block_n, 8, 3, 1, 0
 
 
 def default_config(
@@ -207,15 +193,17 @@ def default_config(
     would leave over half the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3
     stages: shared memory).
 
-    GPU, with split-K (small M with large K had too few tiles for the multiprocessors; a tile
-    count just above a multiple of the programs left most of a wave idle): up to M = 64 one row of
-    tiles, ``BLOCK_M`` = M rounded up to a power of two in [16, 64], 128 columns, 4 warps and as many
-    stages as fit in 160 KiB (3 to 6); above, 128x256 or 128x128, whichever the cost model of
-    :func:`k_schedule` (x tile area / the tile's rate) finds faster. The schedule: ``SPLIT_K``
-    (:func:`split_k_for`: the most slices per tile that keep ``tiles x SPLIT_K`` within one wave of
-    GEMM programs and ``MIN_SLICE_STEPS`` K steps per slice), or ``STREAM_K = 1`` where it models
-    10 % faster; shapes with enough tiles in full waves keep whole tiles. A model, not a measurement:
-    ``benchmarks/gemm_sweep.py --grid parity`` times it against torch.matmul and the candidates.
+    GPU, with split-K (small M with large K had too few tiles for the multiprocessors), from the
+    parity sweep of the GEMM core on an H200 (``benchmarks/gemm_sweep.py --grid parity``,
+    docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv): up to M = 64 one row of tiles,
+    ``BLOCK_M`` = M rounded up to a power of two in [16, 64], 4 warps, as many stages as fit in 160
+    KiB (3 to 6), 128 columns, or 64 where 128-column tiles are too few (16/32 rows: more than 4
+    slices needed; 64 rows: under 3/4 of a wave); up to M = 128, and above while 128x128 tiles would
+    fill under half a wave, 64x128 (4 warps, 4 stages) unless those exceed a wave (then 128x128);
+    above, the tiles of the path without split-K. ``SPLIT_K`` (:func:`split_k_for`, at most 8):
+    the most slices per tile that keep ``tiles x SPLIT_K`` within one wave of GEMM programs and
+    ``MIN_SLICE_STEPS`` K steps per slice. ``STREAM_K`` stays 0: no stream-K config won a shape of
+    that sweep.
 
     Interpreter: at most 64-wide blocks (the cost grows with the number of interpreted operations) and
     a handful of programs; with ``split_k`` the same slice rule over those programs.

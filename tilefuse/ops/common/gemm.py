@@ -12,9 +12,10 @@ in schedule and communication. A kernel that computes ``C = A @ B`` tile by tile
 
 Split-K, for shapes with too few tiles to occupy the multiprocessors (small M, large K): a work item
 is one of ``split_k`` K slices of a tile. :func:`split_k_work` maps it to ``(tile, slice, k_lo,
-k_hi)``, :func:`gemm_tile_range` computes the slice's fp32 partial, and :func:`combine_slices` hands
-the partial in and tells the one program whose slice completes the tile to sum the partials (in
-slice order: deterministic) and run the tile's epilogue; the other slices' programs move on. The
+k_hi)``, :func:`gemm_tile_range` computes the slice's fp32 partial, :func:`hand_in_slice` stores it
+and tells the one program whose slice completes the tile to finish it, and :func:`store_slice_sum`
+sums the partials (in slice order: deterministic) into the tile of C; the other slices' programs
+move on. The
 partials and per-tile counts live in a per-stream scratch (:class:`SplitKScratch`).
 
 Operand layouts (decided on the host by :func:`gemm_layout`):
@@ -177,21 +178,18 @@ def split_k_work(work_id, K, split_k, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr
 
 
 @triton.jit
-def combine_slices(
+def hand_in_slice(
     acc, tile_id, s, n, slots_per_tile,
     partial_ptr, count_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """Hand in slice ``s`` (of the tile's ``n`` K slices, in K order) as the fp32 partial ``acc``
-    [BM, BN] of tile ``tile_id``; returns ``(total, done)``.
+    [BM, BN] of tile ``tile_id``; returns ``(slots, done)``.
 
-    Every slice stores its partial in its own slot of the tile (``partial_ptr``: fp32,
-    ``slots_per_tile >= n`` slots of ``BM * BN`` per tile) and then counts itself in
-    (``count_ptr[tile_id]``, int32). The program whose slice is counted last gets ``done = True``
-    and the tile's sum, always taken in the order ``slice 0 + slice 1 + ... + slice n-1`` (the same
-    bits whichever slice arrives last; its own partial comes from registers); it also sets the count
-    back to 0 for the next launch on the stream. The others get ``done = False`` and must not run
-    the tile's epilogue. Nobody waits: the last slice does the work.
+    The slice's partial goes to its own slot of the tile (``partial_ptr``: fp32, ``slots_per_tile
+    >= n`` slots of ``BM * BN`` per tile; ``slots`` is the tile's first), then it counts itself in
+    (``count_ptr[tile_id]``, int32). ``done`` is True for the program whose slice is counted last:
+    it finishes the tile (:func:`store_slice_sum`); the others move on. Nobody waits.
     """
     slots = partial_ptr + tile_id.to(tl.int64) * slots_per_tile * (BLOCK_M * BLOCK_N)
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
@@ -201,19 +199,34 @@ def combine_slices(
     # Release (this slot) and acquire (the other slots): pairs with the same atomic of the tile's
     # other slices, in this launch and on this device only (local memory, gpu scope).
     arrived = tl.atomic_add(count_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
-    done = arrived == n - 1
-    total = acc
-    if done:
-        # The own slice comes from registers, the others from their slots; the loads bypass L1
-        # (.cg): other multiprocessors wrote them.
-        first = tl.load(slots + offs, mask=s != 0, other=0.0, cache_modifier=".cg")  # [BM, BN]
-        total = tl.where(s == 0, acc, first)
+    return slots, arrived == n - 1
+
+
+@triton.jit
+def store_slice_sum(
+    slots, n, tile_id, count_ptr,
+    c_ptr, pid_m, pid_n, M, N, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr,
+):
+    """Store tile (pid_m, pid_n) of C as ``slot 0 + slot 1 + ... + slot n-1`` (fp32, in that order
+    whichever slice came last: deterministic), ``SUB_M`` rows at a time, then set the tile's count
+    back to 0 for the next launch on the stream.
+
+    Row blocks keep one [SUB_M, BN] sum and one loaded block in registers, not whole [BM, BN]
+    tiles: a 128x256 fp32 sum next to a loaded partial would spill. Row blocks wholly below M are
+    skipped. The loads bypass L1 (.cg): other multiprocessors wrote the slots.
+    """
+    sub = tl.arange(0, SUB_M)  # [SUB_M]
+    cols = tl.arange(0, BLOCK_N)  # [BN]
+    offs_n = pid_n.to(tl.int64) * BLOCK_N + cols  # [BN]
+    for r in range(0, tl.cdiv(tl.minimum(BLOCK_M, M - pid_m * BLOCK_M), SUB_M)):
+        offs = (r * SUB_M + sub)[:, None] * BLOCK_N + cols[None, :]  # [SUB_M, BN] within a slot
+        total = tl.load(slots + offs, cache_modifier=".cg")  # [SUB_M, BN]
         for j in range(1, n):
-            other = tl.load(slots + j * (BLOCK_M * BLOCK_N) + offs, mask=s != j, other=0.0,
-                            cache_modifier=".cg")  # [BM, BN]
-            total += tl.where(s == j, acc, other)
-        tl.store(count_ptr + tile_id, 0)
-    return total, done
+            total += tl.load(slots + j * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
+        offs_m = pid_m.to(tl.int64) * BLOCK_M + r * SUB_M + sub  # [SUB_M]
+        store_tile(c_ptr, total, offs_m, offs_n, M, N, stride_cm, stride_cn)
+    tl.store(count_ptr + tile_id, 0)
 
 
 @triton.jit
@@ -269,8 +282,8 @@ def matmul_kernel(
     split_k, slots_per_tile, num_programs,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT: tl.constexpr, STREAM: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
-    IN_CALL: tl.constexpr,
+    SPLIT: tl.constexpr, STREAM: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
+    B_KMAJOR: tl.constexpr, IN_CALL: tl.constexpr,
 ):
     """Persistent C [M, N] = A [M, K] @ B [K, N] in one of three schedules.
 
@@ -279,7 +292,8 @@ def matmul_kernel(
     ``STREAM`` (stream-K): the K steps of all tiles, tile after tile, are dealt out in
     ``num_programs`` contiguous ranges of (nearly) equal length, one per program; a tile that a
     range covers whole is stored directly, a tile shared by several ranges is finished by the
-    last of them (:func:`combine_slices`, slices in K order). ``split_k``, ``slots_per_tile`` and
+    last of them (:func:`hand_in_slice`, :func:`store_slice_sum`: slices summed in K order,
+    ``SUB_M`` rows at a time). ``split_k``, ``slots_per_tile`` and
     ``num_programs`` are runtime values, so shapes and splits share one compiled kernel per tile
     config. With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives)."""
     pid = tl.program_id(0)
@@ -309,15 +323,18 @@ def matmul_kernel(
                 a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
                 BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
             )  # [BM, BN] fp32
-            done = (k_lo == 0) & (k_hi == steps)  # a tile this range covers whole
-            if (k_lo > 0) | (k_hi < steps):  # shared with the neighbouring ranges
-                first = stream_k_owner(tile_id.to(tl.int64) * steps, total, num_programs)
-                last = stream_k_owner(tile_id.to(tl.int64) * steps + steps - 1, total, num_programs)
-                acc, done = combine_slices(acc, tile_id, pid - first, last - first + 1, slots_per_tile,
-                                           partial_ptr, count_ptr, BLOCK_M, BLOCK_N)
-            if done:
+            if (k_lo == 0) & (k_hi == steps):  # a tile this range covers whole
                 offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
                 store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+            else:  # shared with the neighbouring ranges: the last of them to finish stores it
+                first = stream_k_owner(tile_id.to(tl.int64) * steps, total, num_programs)
+                last = stream_k_owner(tile_id.to(tl.int64) * steps + steps - 1, total, num_programs)
+                n = last - first + 1
+                slots, done = hand_in_slice(acc, tile_id, pid - first, n, slots_per_tile,
+                                            partial_ptr, count_ptr, BLOCK_M, BLOCK_N)
+                if done:
+                    store_slice_sum(slots, n, tile_id, count_ptr, c_ptr, pid_m, pid_n, M, N,
+                                    stride_cm, stride_cn, BLOCK_M, BLOCK_N, SUB_M)
             g += k_hi - k_lo
     else:
         for work_id in range(pid, num_work, num_programs):
@@ -327,11 +344,13 @@ def matmul_kernel(
                 a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
                 BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
             )  # [BM, BN] fp32
-            done = True
             if SPLIT:
-                acc, done = combine_slices(acc, tile_id, s, split_k, split_k, partial_ptr, count_ptr,
-                                           BLOCK_M, BLOCK_N)
-            if done:
+                slots, done = hand_in_slice(acc, tile_id, s, split_k, split_k, partial_ptr, count_ptr,
+                                            BLOCK_M, BLOCK_N)
+                if done:
+                    store_slice_sum(slots, split_k, tile_id, count_ptr, c_ptr, pid_m, pid_n, M, N,
+                                    stride_cm, stride_cn, BLOCK_M, BLOCK_N, SUB_M)
+            else:
                 offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
                 store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
 
@@ -410,13 +429,23 @@ def _padded(t: torch.Tensor, unit_dim: int) -> torch.Tensor:
     return view if unit_dim == 1 else view.t()
 
 
+# Below this many rows of A, operands off the tensor-descriptor path stay where they are (pointer
+# path). There the GEMM reads B about once, and a padded copy triples B's traffic: on an H200 every
+# tile config ran at 0.42-0.52x of torch.matmul for M = 16..128 with K = 3500 (rows of 7000 bytes),
+# copies included, against 0.98x at M = 333 (docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv).
+PAD_MIN_M = 256
+
+
 def tma_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
     """``(a, b, use_tma, b_kmajor)``: the operands on the tensor-descriptor path where the device has
     it, copying an operand whose strides or alignment do not fit (a leading dimension that is not a
-    multiple of 16 bytes, say) into a padded buffer. One extra read and write of that operand buys the
-    fast path; the pointer path measured under half of torch.matmul's speed on such shapes."""
+    multiple of 16 bytes, say) into a padded buffer when A has at least ``PAD_MIN_M`` rows. One extra
+    read and write of that operand buys the fast path; the pointer path measured under half of
+    torch.matmul's speed on such shapes at M = 4100."""
     use_tma, b_kmajor = gemm_layout(a, b)
     if use_tma or _env_flag("TILEFUSE_NO_TMA") or not _tma_device(a.device) or _interpreting():
+        return a, b, use_tma, b_kmajor
+    if a.shape[0] < PAD_MIN_M:
         return a, b, use_tma, b_kmajor
     if a.numel() == 0 or b.numel() == 0:
         return a, b, use_tma, b_kmajor
@@ -526,6 +555,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         slots = stream_k_slots(steps, num_tiles * steps, num_programs)
     else:
         num_programs = min(config.GEMM_SMS, num_tiles * split)
+    # Rows of a tile summed at a time when slices are combined: about 32 fp32 values per thread.
+    sub_m = min(config.BLOCK_M, max(1, 1024 * config.num_warps // config.BLOCK_N))
     if slots > 1:
         partials, counts = SPLIT_K_SCRATCH.get(c.device, num_tiles, slots * config.BLOCK_M * config.BLOCK_N)
     else:
@@ -538,7 +569,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         partials, counts,
         split, slots, num_programs,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
-        SPLIT=split > 1, STREAM=stream, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
+        SPLIT=split > 1, STREAM=stream, SUB_M=sub_m, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c
