@@ -14,7 +14,10 @@ every rank:
 2. checks auto's result against the fp32 reference;
 3. times plain, auto and torch's fused op (``torch.ops.symm_mem``, where the op has one and the run
    has NCCL with a GPU per rank; otherwise that column is absent and the reason is printed), their
-   calls interleaved one by one, cross-rank maximum of the medians (``benchmarks.timing``);
+   calls interleaved one by one, cross-rank maximum of the medians (``benchmarks.timing``); at
+   W > 1 each timed call starts on an idle GPU after a barrier, so its host work counts, and the
+   median host time of each method's calls (from the start event's record to the call's return,
+   max over ranks) is recorded too (``host_ms``): auto's dispatch against plain's, on the GPU host;
 4. records what auto ran in those timed calls and where that decision came from (the CSV's
    ``note``, asked after them: ``suite.auto_note``).
 
@@ -129,8 +132,9 @@ def _job(ctx, ops: list, n: int, dtype_name: str, smoke: bool, seed: int, cache_
             methods = {"plain": functools.partial(plain, a, b), "auto": functools.partial(public, a, b)}
             if fused is not None:
                 methods["torch_fused"] = functools.partial(fused, a, b)
+            host: list = [[] for _ in methods]  # host ms per timed call (filled where calls sync one by one)
             try:
-                times = dict(zip(methods, bench_interleaved(ctx, list(methods.values()))))
+                times = dict(zip(methods, bench_interleaved(ctx, list(methods.values()), host_ms=host)))
             except Exception as exc:  # recorded, and the next shape goes on
                 notes.append(f"{op} {M}x{N}x{K}: timing failed: {error_text(exc)}")
                 durations.append(ctx.max(time.perf_counter() - t_start) - elapsed)
@@ -138,6 +142,10 @@ def _job(ctx, ops: list, n: int, dtype_name: str, smoke: bool, seed: int, cache_
             note = auto_note(op, a, b).removeprefix("auto -> ")  # after the timed calls: what they ran
             for name, ms in times.items():
                 rows.append(row(op, name, M, N, K, dtype, ctx.world, "ms", ms, note if name == "auto" else ""))
+            if all(host):  # the same on every rank: W > 1 on GPUs
+                for name, ms in zip(methods, host):
+                    rows.append(row(op, name, M, N, K, dtype, ctx.world, "host_ms", ctx.max(statistics.median(ms)),
+                                    note if name == "auto" else ""))
             rows.append(row(op, "auto", M, N, K, dtype, ctx.world, "speedup_vs_plain", times["plain"] / times["auto"],
                             note))
             if "torch_fused" in times:
