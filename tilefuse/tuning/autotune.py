@@ -381,5 +381,8 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str)
             log.info("tilefuse: autotune %s: %s did not hold its win in the confirmation round (%s): plain", what,
                      pick, ", ".join(f"{n} {t2[n]:.4g}/{b2[n]:.4g} ms" for n in t2))
         pick = final
+    log.debug("tilefuse: autotune %s: ms per call alone / back to back (x%d), max over ranks: %s; confirmation: %s"
+              " -> %s", what, block_calls, ", ".join(f"{n} {times[n]:.4g}/{block[n]:.4g} (+-{spread[n]:.1%})"
+                                                     for n in times), confirmed and confirmed["times"], pick)
     chosen = next(c for c in kept if c.name == pick)
     return Result(chosen.variant, chosen.config, times, dropped, reps, block, spread, confirmed)
