@@ -209,9 +209,17 @@ class Recorder:
             for cls, name, fn in self._patched:
                 setattr(cls, name, fn)
             self._patched.clear()
-        if exc is not None and self.failure is None:
-            self.give_up(f"the call raised {type(exc).__name__}", retry=True)
+        if exc is not None:
+            if self.failure is None:
+                self.give_up(f"the call raised {type(exc).__name__}", retry=True)
+            self.release()  # the exception's frames keep this recorder: not the workspaces it saw
         return False
+
+    def release(self) -> None:
+        """Drop every tensor and step the recording holds (heap blocks must come back on every rank
+        alike, whatever still refers to this object)."""
+        self.steps, self.keep, self.inputs = [], [], []
+        self.ids, self.constants = {}, set()
 
     def _guard_triton(self) -> None:
         """A Triton launch that does not go through FastKernel would be missing from the plan."""

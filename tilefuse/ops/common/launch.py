@@ -170,16 +170,27 @@ def _full_call(op: str, fn, key, hit, args: tuple, kwargs: dict):
         raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
     seen = hit if type(hit) is int else 0
     record = key is not None and seen >= 1 and _may_record()
-    plan = rec = None
-    with CollectiveCall(op):
-        if not record:
-            out = fn(*args, **kwargs)
-        else:
-            inputs = _inputs(args, kwargs)
-            rec = Recorder(inputs, _constant_ok(inputs), f"{op}.{fn.__name__}")
-            with rec:
+    out = plan = rec = None
+    cleared = plans.STATS["cleared"]  # plans dropped meanwhile (another thread): this one goes too
+    try:
+        with CollectiveCall(op):
+            if not record:
                 out = fn(*args, **kwargs)
-            plan = rec.plan(out)
+            else:
+                inputs = _inputs(args, kwargs)
+                rec = Recorder(inputs, _constant_ok(inputs), f"{op}.{fn.__name__}")
+                with rec:
+                    out = fn(*args, **kwargs)
+    except BaseException:
+        # The exception's traceback keeps this frame: nothing in it may keep heap blocks alive on
+        # this rank only (the ranks' allocators must stay in step).
+        if rec is not None:
+            rec.release()
+        out = rec = None
+        raise
+    if rec is not None:  # a plan only from a call that completed without error
+        plan = rec.plan(out) if plans.STATS["cleared"] == cleared else None
+        rec.release()
     if key is None or seen == _NEVER:
         return out
     if len(_PLANS) >= _MAX_PLANS:  # ever-new signatures (a server's changing token counts): stay bounded
@@ -204,12 +215,26 @@ def replay(plan: Plan, op: str, fn, args: tuple, kwargs: dict):
     with CollectiveCall(op) as call:
         if not plan.alive:
             return fn(*args, **kwargs)
+        if call.stream is not None:
+            # Triton's scratch allocator is per thread: this thread's first call may be a replay.
+            _scratch_allocator()
         state = plans.Replay(call, call.stream, call.capturing)
         try:
             return plan.run(_inputs(args, kwargs), state)
         finally:
             if state.objs:
                 _close_streams(state)
+
+
+_ENSURE_ALLOCATOR: list = []
+
+
+def _scratch_allocator() -> None:
+    if not _ENSURE_ALLOCATOR:
+        from .gemm import ensure_triton_allocator
+
+        _ENSURE_ALLOCATOR.append(ensure_triton_allocator)
+    _ENSURE_ALLOCATOR[0]()
 
 
 def plan_stats() -> dict:
