@@ -171,6 +171,7 @@ def job_plans_replay(ctx, ops, variants, calls):
 
     setups = [importlib.import_module(f"tilefuse.ops.{op}._setup") for op in ops] + [launch]
     full, restore = _full_path_counter([m for m in setups if hasattr(m, "prepare_gemm")])
+    tilefuse.clear_workspaces()  # and every plan: earlier tests in this pool may have made these signatures
     try:
         report = {}
         for op in ops:
@@ -265,6 +266,7 @@ def job_out_pointers(ctx):
 
     op = "gemm_all_scatter"
     fn, ref = registry.get(op, "wg_specialized"), registry.get(op, "reference")
+    tilefuse.clear_workspaces()  # and every plan: earlier tests in this pool may have made these signatures
     heap_outs = [tilefuse.empty((24, 40 * ctx.world), dtype=torch.float32) for _ in range(2)]
     before = launch.plan_stats()
     for i in range(8):
@@ -297,6 +299,7 @@ def job_auto_fast_path(ctx, op, variant):
     from tilefuse.tuning import tables
 
     dispatch.clear()
+    tilefuse.clear_workspaces()  # and every plan: earlier tests in this pool may have made this signature
     a, b = _operands(ctx, op, 24, 40, 32, seed=300)
     heap = ctx.heap
     bkey = dispatch._bucket_key(op, hw.arch_name(heap.device), ctx.world, dispatch._dtype_name(a.dtype),
