@@ -119,9 +119,11 @@ def plan_key(tag, args: tuple, kwargs: dict) -> tuple | None:
 
 
 def _heap_offset(ptr: int) -> int:
-    heap = get_heap()
-    off = ptr - heap.base
-    return off if 0 <= off < heap.size else -1
+    st = _world._STATE
+    if st is None:
+        return -2  # not initialised: the call raises, naming the op
+    off = ptr - st.heap.base
+    return off if 0 <= off < st.heap.size else -1
 
 
 def _inputs(args: tuple, kwargs: dict) -> list:
