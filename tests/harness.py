@@ -153,10 +153,10 @@ def speed_up_interpreter() -> bool:
     real_masked_load = getattr(builder, "create_masked_load", None)
     if real_masked_load is not None:
 
-        def masked_load(ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
-            if is_volatile:
+        def masked_load(*args, **kwargs):  # (ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+            if kwargs.get("is_volatile", args[5] if len(args) > 5 else False):
                 time.sleep(POLL_PAUSE_S)
-            return real_masked_load(ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+            return real_masked_load(*args, **kwargs)
 
         builder.create_masked_load = masked_load
 

@@ -35,7 +35,7 @@ def _core_only(x):
 @triton.jit
 def _nested_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + offs, mask=offs < n, other=0)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0, volatile=True)  # a poll: paused first
     for _ in range(3):  # helpers called again while the launch's patch is in place
         x = _twice(x)
     tl.store(out_ptr + offs, _core_only(x), mask=offs < n)
