@@ -304,7 +304,7 @@ def test_atomics_exact_across_ranks(pools, world, dtype):
 
 @pytest.mark.parametrize("world", WORLDS)
 def test_message_passing_with_delayed_producer(pools, world):
-    assert all(pools.run(world, job_message_passing, 3, 1.0))
+    assert all(pools.run(world, job_message_passing, 3, 0.4))
 
 
 def test_bounded_wait_raises(pools):
