@@ -360,3 +360,32 @@ def job_strided_operands(ctx, op, variant):
                                          ("gemm_reduce_scatter", "fused_sequential")])
 def test_strided_and_misaligned_operands(pools, op, variant):
     assert all(pools.run(2, job_strided_operands, op, variant, timeout=600))
+
+
+def job_copy_engine_replay(ctx):
+    """all_gather_gemm's copy-engine form (COMM_SMS = 0: rows pulled from the peers' heaps, then their
+    flags released) records and replays like the others; results and the gathered A correct."""
+    from ophelpers import assert_matches, poison_workspaces
+
+    from tilefuse.ops import registry
+    from tilefuse.ops.common import launch
+    from tilefuse.ops.common.config import Config
+
+    op = "all_gather_gemm"
+    fn, ref = registry.get(op, "producer_consumer"), registry.get(op, "reference")
+    cfg = Config(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=1, GEMM_SMS=4, COMM_SMS=0)
+    tilefuse.clear_workspaces()
+    before = launch.plan_stats()
+    for i in range(4):
+        a, b = _operands(ctx, op, 40, 24, 32, seed=500 + i)
+        poison_workspaces()
+        (c, ag), (ref_c, ref_ag) = fn(a, b, config=cfg, return_gathered=True), ref(a, b, return_gathered=True)
+        assert torch.equal(ag, ref_ag), f"call {i}: a_gathered differs from the all-gather"
+        assert_matches(c, ref_c, torch.float32, 32, ctx.on_gpu, f"copy engines call {i}", scale=ctx.world)
+    after = launch.plan_stats()
+    return after["recorded"] - before["recorded"], after["replays"] - before["replays"], after["last_failure"]
+
+
+def test_copy_engine_form_replays(pools):
+    for recorded, replays, why in pools.run(2, job_copy_engine_replay, timeout=600):
+        assert (recorded, replays) == (1, 2), (recorded, replays, why)

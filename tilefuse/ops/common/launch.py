@@ -150,18 +150,26 @@ def _extent(t: torch.Tensor) -> tuple[int, int]:
 
 
 def _constant_ok(inputs: list):
-    """What a plan may keep: runtime tensors, and heap tensors that overlap none of the call's."""
+    """What a plan may keep: runtime tensors, and tensors on the heap as mapped here (this rank's, or
+    a peer's: the copy-engine pulls read peers' buffers) whose heap offsets overlap none of the
+    call's own heap tensors (an ``out`` written in place)."""
     heap = get_heap()
     runtime = _world.constant_tensors()
-    mine = [_extent(t) for t in inputs if heap.is_on_heap(t)]
+    maps = getattr(getattr(heap, "_maps", None), "tensors", None) or [None]
+    bases = [heap.base if m is None else m.data_ptr() for m in maps]
+    mine = [(lo - heap.base, hi - heap.base) for lo, hi in (_extent(t) for t in inputs if heap.is_on_heap(t))]
 
     def ok(t: torch.Tensor) -> bool:
         if any(t is r for r in runtime):
             return True
-        if not heap.is_on_heap(t):
+        if t.device != heap.device:
             return False
         lo, hi = _extent(t)
-        return not any(lo < h and l_ < hi for l_, h in mine)
+        for base in bases:  # the mapping it lies in, and its offsets there
+            if base <= lo and hi <= base + heap.size:
+                lo, hi = lo - base, hi - base
+                return not any(lo < h and l_ < hi for l_, h in mine)
+        return False
 
     return ok
 
