@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness import TEST_DEVICE
 
 import tilefuse
 from tilefuse.ops import dispatch
+from tilefuse.runtime import hw
 from tilefuse.tuning import autotune, cache, costmodel, tables
 from tilefuse.tuning.buckets import m_bucket
 
@@ -272,9 +274,26 @@ def test_a_fused_variant_needs_a_margin_over_plain(pools, tmp_path):
     assert all(r[0] == "plain" and r[1].startswith("tuned") for r in res), res
 
 
-def job_auto_without_tuning(ctx, cache_dir, config_dir, autotune_mode, shape=SHAPE):
-    with _env(TILEFUSE_AUTOTUNE=autotune_mode, TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=config_dir), \
-            _counting_tunes() as tunes:
+def _write_table(ctx, directory: Path, table: dict) -> Path:
+    """``table`` saved for this rank's device (its arch): each rank writes its own copy, no race."""
+    arch = hw.arch_name(ctx.device)
+    path = tables.table_path(directory, OP, arch, ctx.world)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(table, arch=arch)))
+    return path
+
+
+def job_auto_without_tuning(ctx, cache_dir, config_dir, autotune_mode, shape=SHAPE, table=None):
+    """Auto with ``TILEFUSE_AUTOTUNE=autotune_mode`` and the plain path's timed call (made by the
+    default mode on a GPU only) faked at 0.01 ms, under the default threshold: the default mode
+    measures but does not tune, on either device. ``table`` (optional): a config table written
+    under ``config_dir/r<rank>`` for this rank's arch."""
+    if table is not None:
+        config_dir = str(Path(config_dir) / f"r{ctx.rank}")
+        _write_table(ctx, Path(config_dir), table)
+    with _env(TILEFUSE_AUTOTUNE=autotune_mode, TILEFUSE_AUTOTUNE_MIN_MS=None, TILEFUSE_CACHE_DIR=cache_dir,
+              TILEFUSE_CONFIG_DIR=config_dir), _counting_tunes() as tunes:
+        autotune.set_timer(lambda name: 0.01)
         a, b = _operands(ctx, *shape)
         _checked_auto(ctx, a, b)
         choice = dispatch.choose(OP, a, b)
@@ -283,7 +302,8 @@ def job_auto_without_tuning(ctx, cache_dir, config_dir, autotune_mode, shape=SHA
 
 @pytest.mark.parametrize("mode", ["0", None])
 def test_plain_is_the_default_and_the_env_turns_tuning_off(pools, tmp_path, mode):
-    """Nothing measured, tuning off (=0), or the default mode in the interpreter: plain at W = 2."""
+    """Nothing measured, tuning off (=0), or the default mode (the interpreter: no timing; a GPU: plain
+    timed under the threshold): plain at W = 2."""
     res = pools.run(2, job_auto_without_tuning, str(tmp_path / "cache"), str(tmp_path / "tables"), mode)
     assert all(r == ("plain", "default (nothing measured)", 0) for r in res), res
     assert not (tmp_path / "cache" / "autotune.json").exists()
@@ -298,22 +318,23 @@ def test_the_cost_model_may_leave_plain_when_measurements_agree(pools, tmp_path)
                 "time_ms": 0.5, "plain_ms": 1.0, "candidates": [
                     {"variant": "fused_sequential", "config": cfg, "time_ms": 0.5, "final": True},
                     {"variant": "bulk_sync", "config": cfg, "time_ms": 2.0, "final": True}]} for m, n, k in near]
-    table = {"schema": 1, "op": OP, "arch": "cpu", "world_size": 2, "provenance": {"device": "test"},
-             "entries": entries}
-    path = tables.table_path(tmp_path / "tables", OP, "cpu", 2)
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(table))
-    res = pools.run(2, job_auto_without_tuning, str(tmp_path / "cache"), str(tmp_path / "tables"), "0")
+    table = {"schema": 1, "op": OP, "arch": None, "world_size": 2, "provenance": {"device": "test"},
+             "entries": entries}  # the arch: each rank's own (cpu, or its GPU's)
+    res = pools.run(2, job_auto_without_tuning, str(tmp_path / "cache"), str(tmp_path / "tables"), "0",
+                    table=table)
     for variant, source, _ in res:
         assert variant == "fused_sequential" and source.startswith("model (predicted 2.00x"), res
     # One neighbour measured fused_sequential slower than plain: the model stays on plain.
     entries[1]["candidates"][0]["time_ms"] = 1.2
-    path.write_text(json.dumps(table))
-    res = pools.run(2, job_auto_without_tuning, str(tmp_path / "cache"), str(tmp_path / "tables"), "0")
+    res = pools.run(2, job_auto_without_tuning, str(tmp_path / "cache"), str(tmp_path / "tables2"), "0",
+                    table=table)
     assert all(r[0] == "plain" for r in res), res
 
 
-def job_cache_on_one_rank_only(ctx, cache_dirs, mode):
+def job_cache_on_one_rank_only(ctx, cache_dirs, mode, seeded_rank, seeded_variant):
+    """Rank ``seeded_rank`` alone has a cache entry (``seeded_variant``, under its device's arch)."""
+    if ctx.rank == seeded_rank:
+        _seed_cache(Path(cache_dirs[ctx.rank]), seeded_variant, hw.arch_name(ctx.device), ctx.world)
     with _env(TILEFUSE_AUTOTUNE=mode, TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dirs[ctx.rank],
               TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
         autotune.set_timer(lambda name: {"plain": 1.0, "wg_specialized": 0.5}.get(name.split("#")[0], 3.0))
@@ -323,16 +344,15 @@ def job_cache_on_one_rank_only(ctx, cache_dirs, mode):
         return choice.variant, choice.source.split(" ")[0], len(tunes)
 
 
-def _seed_cache(directory: Path, variant: str, world: int = 2):
+def _seed_cache(directory: Path, variant: str, arch: str, world: int):
     M, N, K = SHAPE
-    key = cache.entry_key("cpu", world, OP, "float16", N, K, m_bucket(M))
+    key = cache.entry_key(arch, world, OP, "float16", N, K, m_bucket(M))
     cache.put({key: {"variant": variant, "config": None}}, directory / "autotune.json")
 
 
 def test_a_cache_on_rank_0_only_decides_for_every_rank(pools, tmp_path):
     dirs = [tmp_path / "r0", tmp_path / "r1"]
-    _seed_cache(dirs[0], "bulk_sync")
-    res = pools.run(2, job_cache_on_one_rank_only, [str(d) for d in dirs], "1")
+    res = pools.run(2, job_cache_on_one_rank_only, [str(d) for d in dirs], "1", 0, "bulk_sync")
     assert res == [("bulk_sync", "cache", 0)] * 2, res
 
 
@@ -340,8 +360,7 @@ def test_a_cache_on_rank_0_only_decides_for_every_rank(pools, tmp_path):
 def test_a_cache_on_rank_1_only_still_gives_one_decision(pools, tmp_path, mode, expect):
     """Rank 0 saw nothing: every rank follows it (tunes together, or takes the default)."""
     dirs = [tmp_path / "r0", tmp_path / "r1"]
-    _seed_cache(dirs[1], "bulk_sync")
-    res = pools.run(2, job_cache_on_one_rank_only, [str(d) for d in dirs], mode)
+    res = pools.run(2, job_cache_on_one_rank_only, [str(d) for d in dirs], mode, 1, "bulk_sync")
     assert res == [expect] * 2, res
 
 
@@ -406,7 +425,9 @@ def job_tune_and_report(ctx, cache_dir):
 _SECOND_PROCESS = textwrap.dedent("""
     import json, os, socket
     import torch, torch.distributed as dist
-    os.environ["TILEFUSE_BACKEND"] = "cpu"
+    device = torch.device(os.environ["TILEFUSE_BACKEND"] + (":0" if os.environ["TILEFUSE_BACKEND"] == "cuda" else ""))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     import tilefuse
     from tilefuse.ops import dispatch
     from tilefuse.tuning import autotune
@@ -419,8 +440,9 @@ _SECOND_PROCESS = textwrap.dedent("""
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     tilefuse.init(heap_size=16 << 20)
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(50, 32, generator=g).half()  # another M in the same bucket (33-64)
-    b = torch.randn(32, 40, generator=g).half()
+    a = torch.randn(50, 32, generator=g).half().to(device)  # another M in the same bucket (33-64)
+    b = torch.randn(32, 40, generator=g).half().to(device)
+    assert tilefuse.get_heap().device.type == device.type
     c = tilefuse.gemm_all_scatter(a, b)
     torch.testing.assert_close(c.float(), (a.float() @ b.float()), rtol=1e-2, atol=5e-2)
     choice = dispatch.choose("gemm_all_scatter", a, b)
@@ -433,8 +455,13 @@ _SECOND_PROCESS = textwrap.dedent("""
 def test_cache_round_trip_across_processes(pools, tmp_path):
     [variant] = pools.run(1, job_tune_and_report, str(tmp_path))
     assert variant == "fused_sequential"
+    # The second process runs where the first tuned (rank 0: cpu, or GPU 0): the cache key holds the arch.
     env = dict(os.environ, PYTHONPATH=str(REPO), TILEFUSE_CACHE_DIR=str(tmp_path), TILEFUSE_AUTOTUNE="1",
-               TRITON_INTERPRET="1", TILEFUSE_BACKEND="cpu")
+               TILEFUSE_BACKEND=TEST_DEVICE)
+    if TEST_DEVICE == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
     env.pop("TILEFUSE_CONFIG_DIR", None)
     out = subprocess.run([sys.executable, "-c", _SECOND_PROCESS], env=env, cwd=REPO, capture_output=True,
                          text=True, timeout=300)
