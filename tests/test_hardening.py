@@ -226,10 +226,10 @@ def test_a_rank_dying_during_init_leaves_nothing_in_dev_shm(dying):
 def group_rank_dies_mid_call(rank, world, variant):
     import tilefuse
 
-    tilefuse.init(heap_size=8 << 20)
+    heap = tilefuse.init(heap_size=8 << 20)
     gen = torch.Generator().manual_seed(0)
-    a = torch.randn(64, 32, generator=gen).half()
-    b = torch.randn(32, 16, generator=gen).half()
+    a = torch.randn(64, 32, generator=gen).half().to(heap.device)  # the heap's device: cpu, or a GPU
+    b = torch.randn(32, 16, generator=gen).half().to(heap.device)
     tilefuse.gemm_all_scatter(a, b, variant=variant)  # warm: the workspace exists, no host step is left
     tilefuse.synchronize()
     if rank == world - 1:
