@@ -545,18 +545,19 @@ def job_breakdown(ctx, argv):
     return breakdown.run_rank(bctx, args)["rows"]
 
 
-def test_breakdown_smoke_times_every_part_and_checks_the_whole_calls(pools, tmp_path):
+def test_breakdown_smoke_times_every_part_and_checks_the_whole_calls(pools, tmp_path, on_gpu):
     """--smoke at world 2 on gemm_reduce_scatter: every part timed, the whole calls (the epilogue-sum
-    form too) checked against the reference, derived rows, roofline rows, the CSV as returned."""
+    form too) checked against the reference, derived rows, roofline rows, the CSV as returned.
+    On a GPU the derived rows are of device times, and each whole variant adds its host_exposed row."""
     from benchmarks import breakdown
 
     csv = tmp_path / "breakdown.csv"
     argv = ["--smoke", "--ops", "gemm_reduce_scatter", "--variants", f"fused_sequential,{breakdown.EPILOGUE}",
-            "--min-reps", "1", "--max-reps", "2", "--csv", str(csv)]
+            "--push-programs", "1", "--min-reps", "1", "--max-reps", "2", "--csv", str(csv)]
     rows = pools.run(2, job_breakdown, argv)[0]
     df = pd.DataFrame(rows)
     assert (df["metric"] != "error").all(), df[df["metric"] == "error"]["note"].tolist()
-    assert set(df["component"]) == BREAKDOWN_PARTS
+    assert set(df["component"]) == BREAKDOWN_PARTS | ({"host_exposed"} if on_gpu else set())
     whole = df[df["component"] == "whole"]
     assert set(whole["variant"]) == {"fused_sequential", breakdown.EPILOGUE}
     ok = df[df["metric"] == "ok"]
@@ -565,9 +566,21 @@ def test_breakdown_smoke_times_every_part_and_checks_the_whole_calls(pools, tmp_
     assert set(timed["component"]) == BREAKDOWN_PARTS - {"gemm_tax", "stage_tax", "push_exposed"}
     assert (timed["value"] > 0).all() and timed["value"].map(math.isfinite).all()
     ms = {(r.component, r.variant): r.value for r in timed.itertuples()}
-    derived = df[df["variant"] == breakdown.DERIVED].set_index("component")["value"]
-    assert derived["push_exposed"] == pytest.approx(ms[("gemm_push", "fused_sequential")]
-                                                    - ms[("gemm_stage_local", "fused_sequential")])
+    kind = "device_ms" if on_gpu else "ms"  # what the derived rows subtract
+    src = {(r.component, r.variant): r.value for r in df[df["metric"] == kind].itertuples()}
+    derived = df[df["variant"] == breakdown.DERIVED]
+    assert set(derived["metric"]) == {kind}
+    derived = derived.set_index("component")["value"]
+    assert derived["push_exposed"] == pytest.approx(src[("gemm_push", "fused_sequential")]
+                                                    - src[("gemm_stage_local", "fused_sequential")])
+    exposed = df[df["component"] == "host_exposed"]
+    if on_gpu:
+        assert set(exposed["variant"]) == {"fused_sequential", breakdown.EPILOGUE}, exposed
+        for r in exposed.itertuples():
+            assert r.metric == "device_ms" and r.value == pytest.approx(ms[("whole", r.variant)]
+                                                                        - src[("whole", r.variant)])
+    else:
+        assert exposed.empty, exposed
     model = df[df["metric"] == "model_ms"].set_index("component")
     assert {"core", "push", "push@1", "reduce", "nccl"} <= set(model.index) and (model["value"] > 0).all()
     on_disk = pd.read_csv(csv, dtype={"note": str})
