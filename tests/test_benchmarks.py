@@ -448,8 +448,10 @@ def test_soak_progress_lines_and_csv_on_error_or_a_failed_launch(tmp_path, monke
 
     monkeypatch.setitem(registry._TABLE["gemm_reduce_scatter"], "bulk_sync", raises)
     csv = tmp_path / "soak.csv"
-    argv = ["--world", "1", "--calls", "40", "--variants", "bulk_sync", "--max-m", "16", "--max-n", "16",
-            "--max-k", "16", "--report-s", "0.001", "--repeat-every", "0", "--csv", str(csv), "--no-progress"]
+    # The shape draw pinned (min-dim, align, pool, fresh: the CPU's defaults), so the same calls run on a GPU.
+    argv = ["--world", "1", "--calls", "40", "--variants", "bulk_sync", "--min-dim", "1", "--max-m", "16",
+            "--max-n", "16", "--max-k", "16", "--align", "1", "--pool", "6", "--fresh", "0.05", "--report-s", "0.001",
+            "--repeat-every", "0", "--csv", str(csv), "--no-progress"]
     assert soak.main(argv) == 1
     out, err = capsys.readouterr()
     assert "soak: [1/40] calls" in err and "workspaces made" in err
