@@ -430,10 +430,11 @@ def _padded(t: torch.Tensor, unit_dim: int) -> torch.Tensor:
 
 
 # Below this many rows of A, operands off the tensor-descriptor path stay where they are (pointer
-# path). There the GEMM reads B about once, and a padded copy triples B's traffic: on an H200 every
-# tile config ran at 0.42-0.52x of torch.matmul for M = 16..128 with K = 3500 (rows of 7000 bytes),
-# copies included, against 0.98x at M = 333 (docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv).
-PAD_MIN_M = 256
+# path): the GEMM reads B about once, and a padded copy triples B's traffic. Measured on an H200
+# with K = 3500 (rows of 7000 bytes), default configs, against torch.matmul: unpadded 0.57x at
+# M = 16 (padded 0.46x), but 0.36x at M = 64 and 0.08x at M = 128, where the padded copy gives
+# about 0.46x (docs/perf/2026-11-30_h200_ws1_gemm_parity_default*.csv).
+PAD_MIN_M = 64
 
 
 def tma_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
