@@ -369,7 +369,8 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
 
     Collective on first use: every rank must reach it with the same key (checked: a rank passing
     other shapes raises ValueError on every rank), and the buffers' heap offsets are checked to
-    agree across ranks. Before new buffers are touched, one device barrier makes sure no peer still
+    agree across ranks; where they do not (a block held by a reference cycle on some rank), every
+    rank runs ``gc.collect()`` and allocates once more (no collection otherwise). Before new buffers are touched, one device barrier makes sure no peer still
     uses the memory they reuse. Least recently used workspaces beyond :func:`workspace_budget` are
     released first (every rank makes the same calls, so every rank releases the same ones). With
     ``TILEFUSE_DEBUG_POISON=1`` new floating-point buffers start as NaN. Inside a CUDA graph capture
@@ -396,24 +397,23 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
         )
     if nbytes is not None:
         _evict(heap, nbytes)
-    # Blocks held only by reference cycles come back now, on every rank alike, so that the
-    # ranks' allocators stay in step (frees left to the cyclic collector happen at
-    # different moments on different ranks).
-    gc.collect()
-    try:
-        buffers = make(heap)
-    except MemoryError as err:
-        raise type(err)(f"{err}\n(tilefuse keeps one workspace per call shape: tilefuse.clear_workspaces() "
-                        "releases them all, TILEFUSE_WORKSPACE_FRACTION bounds them)") from err
-    failure = None
-    try:
-        heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
-    except (ValueError, RuntimeError) as err:
-        failure = (type(err), str(err))  # not the exception: its frames would keep the buffers alive
-    if failure is not None:
-        buffers.clear()  # the blocks return now, on every rank alike
+    buffers = _allocate(heap, key, make)
+    if not _offsets_agree(heap, key, buffers):
+        # Blocks held only by reference cycles are freed by the cyclic collector at different moments
+        # on different ranks, so the ranks' allocators drifted apart. Every rank saw the same gathered
+        # offsets and takes this branch: they all collect now and allocate once more, in step.
+        buffers.clear()
         gc.collect()
-        raise failure[0](failure[1])
+        buffers = _allocate(heap, key, make)
+        failure = None
+        try:
+            heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
+        except (ValueError, RuntimeError) as err:
+            failure = (type(err), str(err))  # not the exception: its frames would keep the buffers alive
+        if failure is not None:
+            buffers.clear()  # the blocks return now, on every rank alike
+            gc.collect()
+            raise failure[0](failure[1])
     _world.device_barrier()  # no peer still reads or writes the memory these buffers reuse
     for name, buf in buffers.items():
         if name.startswith("flags"):
@@ -425,6 +425,46 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
     ws = Workspace(buffers)
     _WORKSPACES[full_key] = ws
     return ws
+
+
+def _allocate(heap, key: tuple, make) -> dict:
+    """``make(heap)``; when the heap is full, once more after a cyclic collection on this rank (blocks
+    held only by reference cycles come back; the offsets check that follows is collective)."""
+    try:
+        return make(heap)
+    except MemoryError:
+        pass  # the exception (and the frames keeping a partial allocation) goes before collecting
+    gc.collect()
+    try:
+        return make(heap)
+    except MemoryError as err:
+        raise type(err)(f"{err}\n(tilefuse keeps one workspace per call shape: tilefuse.clear_workspaces() "
+                        "releases them all, TILEFUSE_WORKSPACE_FRACTION bounds them)") from err
+
+
+def _offsets_agree(heap, key: tuple, buffers: dict) -> bool:
+    """Collective: whether every rank's new ``buffers`` sit at the same heap offsets. Ranks that
+    disagree on the call itself (signature, shapes, dtypes) get :meth:`check_symmetric`'s ValueError,
+    on every rank alike; the answer is the same on every rank (all decide from the same gathered list)."""
+    tensors = list(buffers.values())
+    for i, t in enumerate(tensors):
+        heap.check_on_heap(f"workspace {key[0]}: buffer {i}", t)
+    layout = [(tuple(t.shape), tuple(t.stride()), str(t.dtype)) for t in tensors]
+    mine = (key, layout, [heap.offset_of(t) for t in tensors])
+    everyone = hostsync.all_gather_object(mine, heap.group, what=f"workspace {key[0]}: heap offsets check")
+    if any(theirs[:2] != mine[:2] for theirs in everyone):
+        failure = None
+        try:  # raises the same ValueError on every rank (naming the ranks' calls)
+            heap.check_symmetric(f"workspace {key[0]}", *tensors, signature=key)
+        except (ValueError, RuntimeError) as err:
+            failure = (type(err), str(err))
+        tensors.clear()
+        buffers.clear()
+        gc.collect()
+        if failure is not None:
+            raise failure[0](failure[1])
+        raise RuntimeError(f"workspace {key[0]}: the ranks' calls disagree: {everyone}")
+    return all(theirs[2] == mine[2] for theirs in everyone)
 
 
 def _touch(full_key: tuple, ws: Workspace, state) -> None:
