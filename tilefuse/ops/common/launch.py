@@ -371,8 +371,9 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
     other shapes raises ValueError on every rank), and the buffers' heap offsets are checked to
     agree across ranks; where they do not (a block held by a reference cycle on some rank), every
     rank runs ``gc.collect()`` and allocates once more (no collection otherwise). Before new buffers
-    are touched, one device barrier makes sure no peer still uses the memory they reuse. Least recently used workspaces beyond :func:`workspace_budget` are
-    released first (every rank makes the same calls, so every rank releases the same ones). With
+    are touched, one device barrier makes sure no peer still uses the memory they reuse. Least
+    recently used workspaces beyond :func:`workspace_budget` are released first (every rank makes the
+    same calls, so every rank releases the same ones). With
     ``TILEFUSE_DEBUG_POISON=1`` new floating-point buffers start as NaN. Inside a CUDA graph capture
     a missing workspace is an error (make one eager call of the shape first); one that is used there
     is kept until shutdown.
