@@ -447,9 +447,11 @@ def _offsets_agree(heap, key: tuple, buffers: dict) -> bool:
     """Collective: whether every rank's new ``buffers`` sit at the same heap offsets. Ranks that
     disagree on the call itself (signature, shapes, dtypes) get :meth:`check_symmetric`'s ValueError,
     on every rank alike; the answer is the same on every rank (all decide from the same gathered list)."""
+    # No local name may keep a buffer: an exception's traceback (a caller's pytest.raises, a log
+    # record) keeps this frame alive, and with it the blocks, on the ranks that raised only.
     tensors = list(buffers.values())
-    for i, t in enumerate(tensors):
-        heap.check_on_heap(f"workspace {key[0]}: buffer {i}", t)
+    for i in range(len(tensors)):
+        heap.check_on_heap(f"workspace {key[0]}: buffer {i}", tensors[i])
     layout = [(tuple(t.shape), tuple(t.stride()), str(t.dtype)) for t in tensors]
     mine = (key, layout, [heap.offset_of(t) for t in tensors])
     everyone = hostsync.all_gather_object(mine, heap.group, what=f"workspace {key[0]}: heap offsets check")
