@@ -7,6 +7,7 @@ allocate once more, together.
 
 import gc
 
+import pytest
 import torch
 from ophelpers import randn
 
@@ -67,3 +68,100 @@ def test_new_shape_does_not_collect_and_divergent_offsets_recover(pools):
         assert clean == 0, f"rank {rank}: a new shape with no garbage ran gc.collect {clean} times"
         # Every rank (not only the one holding garbage) collects once, and the call then succeeds.
         assert diverged == 1, f"rank {rank}: {diverged} collections after diverged offsets (1 expected)"
+
+
+# ----------------------------------------------------------------------------- program counts
+OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
+VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
+# Two ragged shapes (rows per rank, N; rows of b 16-byte aligned in both, so that both take the same
+# operand path), K = 24: 16x16 tiles give 2 and 3 tiles per block, fewer than
+# the 4 + 2 programs of the config (and than the GEMM programs alone).
+SHAPES = ((5, 20), (13, 36))
+
+
+def _spy_launches():
+    """Record every kernel launch as (kernel, grid, keyword arguments): the keyword arguments are the
+    constexprs and launch options, what a compiled kernel is specialised on."""
+    from tilefuse.runtime.launcher import FastKernel
+
+    log = []
+    real = FastKernel.__getitem__
+
+    def spy(self, grid):
+        launch = real(self, grid)
+        fn = self.jit_fn.fn
+        name = f"{fn.__module__}.{fn.__qualname__}"
+
+        def run(*args, **kwargs):
+            log.append((name, tuple(grid), tuple(sorted(kwargs.items()))))
+            return launch(*args, **kwargs)
+
+        return run
+
+    FastKernel.__getitem__ = spy
+    return log, lambda: setattr(FastKernel, "__getitem__", real)
+
+
+def _forms(op):
+    """(variant, extra keyword arguments, COMM_SMS) of every launch form of ``op``."""
+    forms = [(v, {}, 2) for v in VARIANTS]
+    if op == "gemm_all_reduce":
+        forms += [(v, {"two_shot": True}, 2) for v in VARIANTS]
+    if op == "all_gather_gemm":
+        forms.append(("producer_consumer", {}, 0))  # the copy-engine form
+    return forms
+
+
+def job_one_kernel_per_config(ctx, ops):
+    """Each op x launch form: the two shapes with one config, poisoned workspaces and outputs checked
+    against the reference; returns {(op, form): {shape: {kernel: set of (grid, constexprs)}}} for the
+    kernels tilefuse launches (the GEMM core takes its program count at run time: only its constexprs)."""
+    from ophelpers import assert_matches, poison_workspaces
+
+    from tilefuse import Config
+    from tilefuse.runtime import hw
+
+    gemm_sms = min(4, hw.num_sms(ctx.device) - 2)
+    seen = {}
+    log, restore = _spy_launches()
+    try:
+        for op in ops:
+            ref_fn = registry.get(op, "reference")
+            for variant, extra, comm in _forms(op):
+                cfg = Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=8, num_warps=4, num_stages=1,
+                             GEMM_SMS=gemm_sms, COMM_SMS=comm)
+                fn = registry.get(op, variant)
+                kernels = seen.setdefault((op, variant, tuple(extra), comm), {})
+                for i, (rows, n) in enumerate(SHAPES):
+                    m = rows * ctx.world if op == "gemm_reduce_scatter" else rows
+                    a = randn((m, 24), torch.float32, ctx.device, seed=10 * i + ctx.rank)
+                    b = randn((24, n), torch.float32, ctx.device, seed=10 * i + 5 + ctx.rank)
+                    poison_workspaces()
+                    log.clear()
+                    got = fn(a, b, config=cfg, **extra)
+                    ref = ref_fn(a, b)
+                    assert_matches(got, ref, torch.float32, 24, ctx.on_gpu,
+                                   f"{op}/{variant} {extra} COMM_SMS={comm} rows={rows} N={n}", scale=ctx.world)
+                    launched = {}
+                    for name, grid, meta in log:
+                        core = name.endswith(".matmul_kernel")
+                        launched.setdefault(name, set()).add(meta if core else (grid, meta))
+                    kernels[rows, n] = launched
+    finally:
+        restore()
+    return seen
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_new_shapes_of_a_config_launch_the_same_kernels(pools, world):
+    """Below one wave of tiles, every launch of two shapes of one config passes the same constexprs
+    (one compiled kernel per variant, not one per shape) and the same grid (programs without a tile
+    exit), and the results stay right with tiles < programs."""
+    ops = OPS if world == 2 else ("gemm_all_scatter", "gemm_reduce_scatter", "gemm_all_reduce")
+    for rank_report in pools.run(world, job_one_kernel_per_config, ops, timeout=1200):
+        for form, kernels in rank_report.items():
+            first, second = (kernels[shape] for shape in SHAPES)
+            assert first, f"{form}: no kernel launch was seen"
+            assert first.keys() == second.keys(), (form, sorted(first), sorted(second))
+            for name, specs in first.items():
+                assert specs == second[name], f"{form}: {name} was launched {specs} and {second[name]}"

@@ -11,7 +11,6 @@ variants' degenerate calls (``M_loc``, ``N`` or ``K`` zero).
 from __future__ import annotations
 
 import torch
-import triton
 import triton.language as tl
 
 from ...runtime import primitives as P
@@ -55,7 +54,7 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
     ag = gathered_workspace(call, "bulk_sync", flags=False).a_gathered
     own = ag[r * M_loc:(r + 1) * M_loc]
     start(call, "bulk_sync", return_gathered, c)  # every peer's GEMM of the previous call is done with a_gathered
-    programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, W * triton.cdiv(M_loc, cfg.BLOCK_M))
+    programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     _all_gather_kernel[(programs,)](
         a, a.stride(0), a.stride(1), own, own.stride(0), own.stride(1), M_loc, K,
         heap.heap_bases, ctl(heap), r, W,

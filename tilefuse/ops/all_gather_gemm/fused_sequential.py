@@ -15,7 +15,6 @@ every rank finished the previous call (the last one that read it).
 
 from __future__ import annotations
 
-import triton
 import triton.language as tl
 
 from ...runtime import primitives as P
@@ -72,7 +71,7 @@ def fused_sequential(a, b, *, config=None, group=None, return_gathered=False):
     start(call, "fused_sequential", return_gathered, c, ag if return_gathered else None)
     shard.copy_(a)  # after the begin kernel: no peer still reads the previous call's shard
     mid_barrier(heap, 0)  # every rank's shard is in its a_shard
-    programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, W * triton.cdiv(M_loc, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N))
+    programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     _fused_kernel[(programs,)](
         shard, shard.stride(0), shard.stride(1), b, b.stride(0), b.stride(1),
         c, c.stride(0), c.stride(1), ag, ag.stride(0), ag.stride(1),

@@ -26,7 +26,6 @@ kernel, stream-ordered behind the copy, releases that chunk's flags for the GEMM
 
 from __future__ import annotations
 
-import triton
 import triton.language as tl
 
 from ...runtime import hw
@@ -126,8 +125,8 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
         with streams.side():
             _pull_with_copy_engines(call, p)
         # One multiprocessor stays free for the release kernels: the GEMM programs spin on their flags.
-        gemm_programs = min(cfg.GEMM_SMS, hw.num_sms(heap.device) - 1,
-                            W * p.num_chunks * triton.cdiv(N, cfg.BLOCK_N))
+        # Not capped by the tiles (programs without one exit): one compiled kernel per config.
+        gemm_programs = min(cfg.GEMM_SMS, hw.num_sms(heap.device) - 1)
         _gemm_kernel[(gemm_programs,)](
             a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),
             p.c, p.c.stride(0), p.c.stride(1), p.flags, M_loc, N, K,
@@ -137,15 +136,15 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
         streams.join()
         return finish(call, p.c, p.ag.clone() if return_gathered else None, return_gathered)
     streams = ForkedStreams(heap.device)  # the GEMM's stream starts after the begin kernel
-    push_programs = min(cfg.COMM_SMS, (W - p.first) * p.num_chunks)
-    if push_programs > 0:
+    # Not capped by the chunks or tiles (programs without one exit): one compiled kernel per config.
+    push_programs, gemm_programs = cfg.COMM_SMS, cfg.GEMM_SMS
+    if W > p.first:  # a world of one with the local rows read in place pushes nothing
         _push_kernel[(push_programs,)](
             a, a.stride(0), a.stride(1), p.own, p.own.stride(0), p.own.stride(1), p.flags[r * p.num_chunks:],
             M_loc, K, heap.heap_bases, ctl(heap), r, W,
             BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=push_programs, FIRST=p.first,
             num_warps=4,
         )
-    gemm_programs = min(cfg.GEMM_SMS, W * p.num_chunks * triton.cdiv(N, cfg.BLOCK_N))
     with streams.side():
         _gemm_kernel[(gemm_programs,)](
             a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),

@@ -20,7 +20,6 @@ matter, since all C + G programs are resident at once (checked against the devic
 
 from __future__ import annotations
 
-import triton
 import triton.language as tl
 
 from ...runtime import primitives as P
@@ -72,8 +71,8 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
     heap, cfg = call.heap, call.config
     W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
     p = plan_push(call, "wg_specialized", return_gathered)  # begins: every peer is done with a_gathered
-    comm_programs = max(1, min(cfg.COMM_SMS, (W - p.first) * p.num_chunks))
-    gemm_programs = min(cfg.GEMM_SMS, W * p.num_chunks * triton.cdiv(N, cfg.BLOCK_N))
+    # Not capped by the chunks or tiles (programs without one exit): one compiled kernel per config.
+    comm_programs, gemm_programs = cfg.COMM_SMS, cfg.GEMM_SMS
     _wg_kernel[(comm_programs + gemm_programs,)](
         a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.own,
         b, b.stride(0), b.stride(1), p.c, p.c.stride(0), p.c.stride(1), p.flags, p.flags[r * p.num_chunks:],

@@ -84,11 +84,12 @@ class Call:
 
     @property
     def comm_split(self) -> tuple[int, int]:
-        """Two-shot, flagged variants: (summing programs, gathering programs) out of COMM_SMS."""
-        cfg, W, tiles = self.config, self.heap.world_size, self.tiles_per_owner
-        if W == 1:
-            return min(cfg.COMM_SMS, tiles), 0
-        return min(cfg.COMM_SMS - cfg.COMM_SMS // 2, tiles), min(cfg.COMM_SMS // 2, tiles)
+        """Two-shot, flagged variants: (summing programs, gathering programs) out of COMM_SMS (not
+        capped by the tiles: programs without one exit)."""
+        cfg = self.config
+        if self.heap.world_size == 1:
+            return cfg.COMM_SMS, 0
+        return cfg.COMM_SMS - cfg.COMM_SMS // 2, cfg.COMM_SMS // 2
 
     @property
     def sub_m(self) -> int:
@@ -98,18 +99,16 @@ class Call:
 
     @property
     def program_counts(self) -> tuple[int, int]:
-        """(GEMM programs, reduction programs): the config's split, capped by the tiles there are."""
+        """(GEMM programs, reduction programs): the config's split. Not capped by the tiles (programs
+        without one exit), so that every shape of a config launches one compiled kernel."""
         cfg = self.config
-        if self.two_shot:
-            return min(cfg.GEMM_SMS, self.heap.world_size * self.tiles_per_owner), sum(self.comm_split)
-        return min(cfg.GEMM_SMS, self.num_tiles), min(cfg.COMM_SMS, self.num_tiles)
+        return cfg.GEMM_SMS, cfg.COMM_SMS
 
     @property
     def all_programs(self) -> int:
         """Programs of a kernel that has the whole device to itself (bulk_sync, fused_sequential)."""
         cfg = self.config
-        tiles = self.heap.world_size * self.tiles_per_owner if self.two_shot else self.num_tiles
-        return min(cfg.GEMM_SMS + cfg.COMM_SMS, tiles)
+        return cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one compiled kernel per config
 
     @property
     def stage_args(self) -> tuple:

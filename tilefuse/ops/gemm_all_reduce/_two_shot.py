@@ -262,7 +262,6 @@ def launch_barriered(call, programs: int, *, pull: bool) -> None:
 
     cfg, heap = call.config, call.heap
     mid_barrier(heap, 0)  # every partial is in place
-    programs = max(1, min(programs, call.tiles_per_owner))
     common = dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M,
                   NUM_PROGRAMS=programs, num_warps=cfg.num_warps)
     reduce_owned_kernel[(programs,)](

@@ -61,8 +61,8 @@ def producer_consumer(a, b, *, config=None, group=None, out=None):
         return call.result()
     g, cfg = call.gemm, call.gemm.config
     heap, c_block = g.heap, call.c_block
-    gemm_programs = min(cfg.GEMM_SMS, g.num_tiles)
-    comm_programs = min(cfg.COMM_SMS, g.num_tiles)
+    # Not capped by the tiles (programs without one exit): one compiled kernel per config, not per shape.
+    gemm_programs, comm_programs = cfg.GEMM_SMS, cfg.COMM_SMS
     streams = ForkedStreams(heap.device)  # the consumer's stream starts after the begin kernel
     _gemm_producer_kernel[(gemm_programs,)](
         *g.gemm_args, c_block, c_block.stride(0), c_block.stride(1), call.flags,

@@ -51,10 +51,10 @@ class Call:
 
     @property
     def program_counts(self) -> tuple[int, int]:
-        """(GEMM programs, reduction programs): the config's split, capped by the work there is."""
+        """(GEMM programs, reduction programs): the config's split. Not capped by the tiles (programs
+        without one exit), so that every shape of a config launches one compiled kernel."""
         cfg = self.config
-        return (min(cfg.GEMM_SMS, self.heap.world_size * self.tiles_per_owner),
-                min(cfg.COMM_SMS, self.tiles_per_owner))
+        return cfg.GEMM_SMS, cfg.COMM_SMS
 
     @property
     def run_arg(self) -> torch.Tensor:

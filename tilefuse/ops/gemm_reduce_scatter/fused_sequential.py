@@ -60,14 +60,13 @@ def fused_sequential(a, b, *, config=None, group=None):
     if call.empty:
         return call.c
     cfg, heap = call.config, call.heap
-    programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, heap.world_size * call.tiles_per_owner)
+    programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     _fused_kernel[(programs,)](
         *call.gemm.gemm_args, call.stage, *call.stage_args,
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
         NUM_PROGRAMS=programs, **call.gemm.gemm_meta,
     )
     mid_barrier(heap, 0)  # every rank's partials have landed in our slots
-    programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, call.tiles_per_owner)
     reduce_kernel[(programs,)](
         call.stage, call.stage, call.run_arg, call.c,  # no flags: the barrier ordered the partials
         call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
@@ -113,7 +112,7 @@ def fused_sequential_epilogue(a, b, *, config=None, group=None):
     if call.empty:
         return call.c
     cfg, heap = call.config, call.heap
-    programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, heap.world_size * call.tiles_per_owner)
+    programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     _fused_sum_kernel[(programs,)](
         *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args, call.c, call.c.stride(0), call.c.stride(1),
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
