@@ -281,6 +281,9 @@ def _worker(rank: int, world: int, port: int, device_kind: str, env: dict, jobs,
         value = None
         gc.collect()
     tilefuse.shutdown()
+    # Rank 0 hosts the store that shutdown's last host step reads: it must not exit before every
+    # rank has read it (bounded: close() kills the ranks still here after 5 s).
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -371,18 +374,12 @@ class RankPool:
         return [pickle.loads(got[r][2][1]) for r in range(self.world)]
 
     def close(self) -> None:
-        self._ask_to_stop()
-        self._reap(time.monotonic() + 5)
-
-    def _ask_to_stop(self) -> None:
         for q in getattr(self, "_jobs", []):
             try:
                 q.put(None)
             except Exception:
                 pass
-
-    def _reap(self, deadline: float) -> None:
-        """Wait for the ranks to leave until ``deadline``, then kill those still there."""
+        deadline = time.monotonic() + 5
         for p in self._procs:
             p.join(timeout=max(0.0, deadline - time.monotonic()))
         for p in self._procs:
@@ -408,12 +405,10 @@ class Pools:
         return self(world).run(fn, *args, **kwargs)
 
     def close(self) -> None:
-        """Stop every pool at once (each rank shuts tilefuse down), then wait for them together."""
+        # One pool after another: ranks shutting down on a crowded CPU make tilefuse's last host
+        # step (the heap close) more likely to outlast the store host's exit, which the rank warns of.
         for pool in self._pools.values():
-            pool._ask_to_stop()
-        deadline = time.monotonic() + 5
-        for pool in self._pools.values():
-            pool._reap(deadline)
+            pool.close()
         self._pools.clear()
 
 

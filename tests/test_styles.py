@@ -424,6 +424,7 @@ def group_two_dim_mesh(rank, world):
             float((model.up.weight.grad.to_local() - full.up.weight.grad.chunk(2, 0)[tp]).abs().max()),
             float((model.down.weight.grad.to_local() - full.down.weight.grad.chunk(2, 1)[tp]).abs().max())]
     tilefuse.shutdown()
+    dist.barrier()  # global rank 0 hosts the store the other TP pair's shutdown still reads
     dist.destroy_process_group()
     return errs
 
