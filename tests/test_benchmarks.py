@@ -418,7 +418,8 @@ def test_soak_budget_stops_every_rank_at_the_same_call(pools, tmp_path):
     assert r0["repeats"] == r0["calls"]  # every call made twice
     costs = r0["costs"]
     new_fused = costs["new fused"]
-    assert new_fused["workspaces"] >= 1 and new_fused["gc_collect_count"] >= 1
+    # A new shape makes workspaces without a cyclic collection (only diverged heap offsets collect).
+    assert new_fused["workspaces"] >= 1 and new_fused["gc_collect_count"] == 0, new_fused
     assert new_fused["host_collective_count"] >= 1 and new_fused["device_barrier_count"] >= 1
     assert costs["second fused"]["n"] >= 1
     assert new_fused["n"] + sum(costs[c]["n"] for c in ("second fused", "later fused") if c in costs) == 2 * r0["calls"]

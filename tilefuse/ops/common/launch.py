@@ -399,22 +399,19 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
     if nbytes is not None:
         _evict(heap, nbytes)
     buffers = _allocate(heap, key, make)
-    if not _offsets_agree(heap, key, buffers):
+    failure = _check_offsets(heap, key, buffers)
+    if failure is not None and failure[0] is RuntimeError and _DIVERGED in failure[1]:
         # Blocks held only by reference cycles are freed by the cyclic collector at different moments
-        # on different ranks, so the ranks' allocators drifted apart. Every rank saw the same gathered
-        # offsets and takes this branch: they all collect now and allocate once more, in step.
+        # on different ranks, so the ranks' allocators drifted apart. Every rank compared the same
+        # gathered offsets and got this error: they all collect now and allocate once more, in step.
         buffers.clear()
         gc.collect()
         buffers = _allocate(heap, key, make)
-        failure = None
-        try:
-            heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
-        except (ValueError, RuntimeError) as err:
-            failure = (type(err), str(err))  # not the exception: its frames would keep the buffers alive
-        if failure is not None:
-            buffers.clear()  # the blocks return now, on every rank alike
-            gc.collect()
-            raise failure[0](failure[1])
+        failure = _check_offsets(heap, key, buffers)
+    if failure is not None:
+        buffers.clear()  # the blocks return now, on every rank alike
+        gc.collect()
+        raise failure[0](failure[1])
     _world.device_barrier()  # no peer still reads or writes the memory these buffers reuse
     for name, buf in buffers.items():
         if name.startswith("flags"):
@@ -443,31 +440,19 @@ def _allocate(heap, key: tuple, make) -> dict:
                         "releases them all, TILEFUSE_WORKSPACE_FRACTION bounds them)") from err
 
 
-def _offsets_agree(heap, key: tuple, buffers: dict) -> bool:
-    """Collective: whether every rank's new ``buffers`` sit at the same heap offsets. Ranks that
-    disagree on the call itself (signature, shapes, dtypes) get :meth:`check_symmetric`'s ValueError,
-    on every rank alike; the answer is the same on every rank (all decide from the same gathered list)."""
-    # No local name may keep a buffer: an exception's traceback (a caller's pytest.raises, a log
-    # record) keeps this frame alive, and with it the blocks, on the ranks that raised only.
-    tensors = list(buffers.values())
-    for i in range(len(tensors)):
-        heap.check_on_heap(f"workspace {key[0]}: buffer {i}", tensors[i])
-    layout = [(tuple(t.shape), tuple(t.stride()), str(t.dtype)) for t in tensors]
-    mine = (key, layout, [heap.offset_of(t) for t in tensors])
-    everyone = hostsync.all_gather_object(mine, heap.group, what=f"workspace {key[0]}: heap offsets check")
-    if any(theirs[:2] != mine[:2] for theirs in everyone):
-        failure = None
-        try:  # raises the same ValueError on every rank (naming the ranks' calls)
-            heap.check_symmetric(f"workspace {key[0]}", *tensors, signature=key)
-        except (ValueError, RuntimeError) as err:
-            failure = (type(err), str(err))
-        tensors.clear()
-        buffers.clear()
-        gc.collect()
-        if failure is not None:
-            raise failure[0](failure[1])
-        raise RuntimeError(f"workspace {key[0]}: the ranks' calls disagree: {everyone}")
-    return all(theirs[2] == mine[2] for theirs in everyone)
+_DIVERGED = "heap allocations diverged"  # SymmetricHeap.check_symmetric's error for offsets that differ
+
+
+def _check_offsets(heap, key: tuple, buffers: dict) -> tuple | None:
+    """Collective: check that every rank made the same call and that the new ``buffers`` sit at the
+    same heap offsets on every rank; the error as (type, message), or None. Not the exception: its
+    frames would keep the buffers alive (a caller's ``pytest.raises``, a log record), on the ranks
+    that raised only."""
+    try:
+        heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
+    except (ValueError, RuntimeError) as err:
+        return type(err), str(err)
+    return None
 
 
 def _touch(full_key: tuple, ws: Workspace, state) -> None:
