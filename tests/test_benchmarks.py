@@ -316,7 +316,7 @@ def test_host_overhead_smoke_writes_every_method(tmp_path):
     assert df["commit"].notna().all()
     assert (df["metric"] != "error").all(), df[df["metric"] == "error"]["note"].tolist()
     expected = set(registry.variants("gemm_all_scatter")) - {"reference"}
-    expected |= {"plain_custom_op", "plain_entry", "torch"}
+    expected |= {"plain_custom_op", "plain_entry", "torch", "auto"}
     assert set(df["variant"]) == expected
     for name in expected:
         got = df[df["variant"] == name].set_index("metric")["value"]
