@@ -79,7 +79,7 @@ from tilefuse.runtime import hw
 from .checks import error_text, poison_workspaces, rel_error, tolerance
 from .launch import is_main_process, launch, under_torchrun
 from .results import COLUMNS, parse_bytes, parse_dtype, print_table, row, run_info, write_csv
-from .timing import FLUSH_BYTES, Cycle, rotating
+from .timing import Cycle, _flush_l2, rotating
 
 OPS = ("gemm_reduce_scatter", "gemm_all_reduce")
 CSV_COLUMNS = COLUMNS[:2] + ["component"] + COLUMNS[2:] + ["shape"]
@@ -337,16 +337,6 @@ class Case:
 # ---------------------------------------------------------------------------------------------
 # Timing
 # ---------------------------------------------------------------------------------------------
-
-_FLUSH: dict = {}
-
-
-def _flush_l2(device: torch.device) -> None:
-    buf = _FLUSH.get(device)
-    if buf is None:
-        buf = _FLUSH[device] = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
-    buf.zero_()
-
 
 @functools.cache
 def _sleep_cycles_per_ms(index: int) -> float:
