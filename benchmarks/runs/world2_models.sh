@@ -13,7 +13,7 @@ export TILEFUSE_TEST_DEVICE=cuda TILEFUSE_TEST_TIMEOUT=150
     -k "gemm_all_reduce or layers or world3 or dispatch_modes" > "$R/tests_compile.log" 2>&1
   stamp "tests compile" $? >> "$R/tests_compile.log" ) &
 ( timeout 200 "$PY" -m benchmarks soak --world 2 --calls 10000 --check-every 100 --variants all \
-    --heap-size 1G --require-flat --csv "$R/soak_w2.csv" --no-progress > "$R/soak.log" 2>&1
+    --heap-size 1G --require-flat --budget-s 170 --csv "$R/soak_w2.csv" --no-progress > "$R/soak.log" 2>&1
   stamp soak $? >> "$R/soak.log" ) &
 wait
 SMI=$(clocks "$R/clocks.csv")
