@@ -311,6 +311,53 @@ def test_a_missing_peer_at_a_host_step_raises_within_the_bound_naming_it(pools):
     assert all(out["after_reset"] == [0, 10, 20] for out in res)
 
 
+def job_last_step_waits_for_every_read(ctx, delay):
+    """Rank W-1 reads the step's keys ``delay`` s late; rank 0 (the store's host) times the step."""
+    import pickle
+
+    import torch.distributed as dist
+
+    from tilefuse.runtime import hostsync
+
+    class SlowReads:  # hostsync's pickle on the slow rank: loads after a pause
+        dumps = staticmethod(pickle.dumps)
+        HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+        @staticmethod
+        def loads(data):
+            time.sleep(delay)
+            return pickle.loads(data)
+
+    sub = dist.new_group(backend="gloo")
+    times = {}
+    try:
+        for last in (False, True):
+            dist.barrier(sub)
+            if ctx.rank == ctx.world - 1:
+                hostsync.pickle = SlowReads
+            t0 = time.monotonic()
+            try:
+                hostsync.barrier(sub, what=f"test: last={last}", last=last)
+            finally:
+                hostsync.pickle = pickle
+            times[last] = time.monotonic() - t0
+            dist.barrier(sub)
+    finally:
+        dist.destroy_process_group(sub)
+    return times
+
+
+def test_the_last_host_step_returns_only_after_every_rank_read_it(pools):
+    """shutdown's last step: the rank hosting the store must not return (and exit) while a peer still
+    reads the step's keys from it; an ordinary step returns as soon as this rank has read."""
+    delay = 0.15
+    res = pools.run(2, job_last_step_waits_for_every_read, delay)
+    slow_read = 2 * delay  # the slow rank reads both ranks' keys
+    assert res[0][False] < slow_read * 0.8, res  # an ordinary step does not wait for the peer's read
+    assert res[0][True] >= slow_read * 0.9, res  # the last step does
+    assert res[1][True] >= slow_read * 0.9, res
+
+
 def job_host_steps(ctx, n):
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d

@@ -372,7 +372,7 @@ class SymmetricHeap:
         if on_gpu:
             torch.cuda.synchronize(self.device)
         try:
-            hostsync.barrier(self.group, what="tilefuse.shutdown: heap close")
+            hostsync.barrier(self.group, what="tilefuse.shutdown: heap close", last=True)
         except hostsync.HostTimeoutError as err:
             warnings.warn(f"tilefuse heap of rank {self.rank} closed without its peers: {err}",
                           RuntimeWarning, stacklevel=3)

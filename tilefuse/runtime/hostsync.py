@@ -121,7 +121,7 @@ def reset(group=None) -> None:
     st.broken = None
 
 
-def all_gather_object(obj, group=None, *, what: str, timeout: float | None = None) -> list:
+def all_gather_object(obj, group=None, *, what: str, timeout: float | None = None, last: bool = False) -> list:
     """Every rank's ``obj`` (picklable), in group-rank order; collective, bounded in time.
 
     Args:
@@ -131,6 +131,10 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
         what: the step being done, e.g. ``"gemm_all_scatter: shape check"``; the same on every
             rank (ranks that disagree are at different steps, which raises). It is named in errors.
         timeout: seconds to wait for the other ranks; default ``TILEFUSE_HOST_TIMEOUT`` or 60.
+        last: the group's last step before its ranks may exit (shutdown): return only once every
+            rank has read the step's keys (bounded by what is left of ``timeout``, at most
+            ``LAST_STEP_WAIT_S``; no error when it runs out), so the rank hosting the store does not
+            exit while a peer still reads from it.
 
     Raises:
         HostTimeoutError: within ``timeout`` seconds when some rank did not arrive (named), when
@@ -198,10 +202,14 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
     except Exception as err:
         st.broken = f"{what}: reading the store failed"
         raise HostTimeoutError(f"{what}: reading the peers' objects from the store failed: {err}") from err
+    done_key = f"{base}/done"
     try:
-        if store.add(f"{base}/done", 1) == world:
-            for k in keys + [f"{base}/done"]:
+        done = store.add(done_key, 1)
+        if done == world:  # every rank has read: the keys can go (the count stays for a last step)
+            for k in keys if last else keys + [done_key]:
                 store.delete_key(k)
+        if last:
+            _wait_all_read(store, done_key, done, world, min(LAST_STEP_WAIT_S, deadline - time.monotonic()))
     except Exception:
         pass  # cleanup only: the values are read
     steps = [e[0] for e in entries]
@@ -215,9 +223,23 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
     return [e[1] for e in entries]
 
 
-def barrier(group=None, *, what: str, timeout: float | None = None) -> None:
-    """Return once every rank of ``group`` got here; bounded like :func:`all_gather_object`."""
-    all_gather_object(None, group, what=what, timeout=timeout)
+def barrier(group=None, *, what: str, timeout: float | None = None, last: bool = False) -> None:
+    """Return once every rank of ``group`` got here; bounded like :func:`all_gather_object` (``last``:
+    see there)."""
+    all_gather_object(None, group, what=what, timeout=timeout, last=last)
+
+
+LAST_STEP_WAIT_S = 10.0
+
+
+def _wait_all_read(store, key: str, done: int, world: int, seconds: float) -> None:
+    """Poll the step's read count until every rank has added to it, for at most ``seconds``."""
+    end = time.monotonic() + max(0.0, seconds)
+    pause = 1e-4
+    while done < world and time.monotonic() < end:
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
+        done = store.add(key, 0)
 
 
 def _present(store, key: str) -> bool:
