@@ -79,6 +79,7 @@ from tilefuse.runtime import hw
 from .checks import error_text, poison_workspaces, rel_error, tolerance
 from .launch import is_main_process, launch, under_torchrun
 from .results import COLUMNS, parse_bytes, parse_dtype, print_table, row, run_info, write_csv
+from .suite import _agree
 from .timing import Cycle, _flush_l2, rotating
 
 OPS = ("gemm_reduce_scatter", "gemm_all_reduce")
@@ -419,14 +420,6 @@ def time_parts(ctx, parts: list, cycle: Cycle, *, rep_ms: float, min_reps: int, 
 # ---------------------------------------------------------------------------------------------
 # One shape
 # ---------------------------------------------------------------------------------------------
-
-
-def _agree(ctx, local_error: str | None) -> str | None:
-    errors = ctx.all_gather_object(local_error)
-    for r, text in enumerate(errors):
-        if text:
-            return text if ctx.world == 1 else f"rank {r}: {text}"
-    return None
 
 
 def _reference(op: str, s: Operands) -> torch.Tensor:
