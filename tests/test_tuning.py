@@ -256,35 +256,80 @@ def test_tuner_gives_workspaces_back_between_shapes(pools):
     assert all(not e for shape in errors for e in shape), errors
 
 
-def job_tune_with_fake_times(ctx, variant_ms):
-    """tune_shape with every timing replaced: the plain path 1.0 ms, every variant ``variant_ms``."""
+def _clock(first: dict, final: dict, first_samples: int):
+    """A replacement for autotune's clock: ``first[kind][name]`` for a candidate's first
+    ``first_samples`` samples of a kind (the tuner's first pass), ``final[kind][name]`` after them
+    (the decision and its confirmation); 3 ms for a name neither gives."""
+    counts: dict = {}
+
+    def clock(name, kind):
+        n = counts[(name, kind)] = counts.get((name, kind), 0) + 1
+        return (first if n <= first_samples else final)[kind].get(name, 3.0)
+    return clock, counts
+
+
+def job_decide_with_timer(ctx, first, finals, reps=2):
+    """tune_shape (one config per variant) with autotune's clock replaced: ``first`` in the first pass,
+    ``finals[rank]`` after it."""
+    from tilefuse.tuning import autotune
     from tilefuse.tuning import tuner as tune
 
-    plain = registry.get("gemm_all_scatter", "plain")
-
-    def fake_median_ms(call, **kw):
-        timed = [cell.cell_contents for cell in call.__closure__ if callable(cell.cell_contents)]
-        return 1.0 if plain in timed else variant_ms
-
-    saved = tune.median_ms, tune.medians_interleaved, tune.candidate_configs
     every_config = tune.candidate_configs
-    tune.median_ms = fake_median_ms
-    tune.medians_interleaved = lambda calls, **kw: [fake_median_ms(c) for c in calls]
     tune.candidate_configs = lambda *a, **k: every_config(*a, **k)[:1]
+    clock, counts = _clock(first, finals[ctx.rank], reps)
+    autotune.set_timer(clock)
     try:
-        e = tune.tune_shape("gemm_all_scatter", 48, 40, 32, torch.float16, quick=True, reps=2, keep=1)
+        e = tune.tune_shape("gemm_all_scatter", 48, 40, 32, torch.float16, quick=True, reps=reps, keep=2, decide_s=0.0)
     finally:
-        tune.median_ms, tune.medians_interleaved, tune.candidate_configs = saved
-    return e["variant"], e["plain_ms"], e["time_ms"]
+        tune.candidate_configs = every_config
+        autotune.set_timer(None)
+    return e, sorted(counts.items())
 
 
-@pytest.mark.parametrize("variant_ms,plain_wins", [(0.98, True), (0.9, False)])
-def test_tuner_needs_a_margin_to_leave_the_plain_path(pools, variant_ms, plain_wins):
-    """2 % faster is inside the run-to-run drift of one GPU (docs/PERF.md): plain stays; 10 % wins."""
-    [(variant, plain_ms, time_ms)] = pools.run(1, job_tune_with_fake_times, variant_ms)
-    assert plain_ms == 1.0
-    assert (variant == "plain") == plain_wins, (variant, time_ms)
-    assert time_ms == (1.0 if plain_wins else variant_ms)
+BOTH = {"call": {"plain": 1.0, "fused_sequential": 0.8, "bulk_sync": 1.2},
+        "block": {"plain": 1.0, "fused_sequential": 0.8, "bulk_sync": 0.9}}
+
+
+def _final(call: float, block: float) -> dict:
+    return {"call": {"plain": 1.0, "fused_sequential": call}, "block": {"plain": 1.0, "fused_sequential": block}}
+
+
+@pytest.mark.parametrize("case,finals,pick", [
+    ("back to back only", [_final(1.05, 0.7)] * 2, "plain"),
+    ("alone only", [_final(0.7, 1.05)] * 2, "plain"),
+    ("inside the 2 % margin", [_final(0.985, 0.985)] * 2, "plain"),
+    ("alone only on rank 1", [_final(0.8, 0.8), _final(1.1, 0.8)], "plain"),
+    ("both ways, twice", [_final(0.8, 0.8)] * 2, "fused_sequential"),
+])
+def test_the_tuners_decision_is_first_call_tunings_rule(pools, case, finals, pick):
+    """The first pass shortlists fused_sequential (faster both ways there); the table's pick must then
+    win again alone and back to back, on every rank, by the margin, and in a confirmation round."""
+    res = pools.run(2, job_decide_with_timer, BOTH, finals)
+    assert len({json.dumps(e, sort_keys=True) for e, _ in res}) == 1, f"{case}: the ranks' entries differ"
+    e, counts = res[0]
+    assert e["variant"] == pick, (case, e["decision"])
+    d = e["decision"]
+    assert d["finalists"] == ["fused_sequential"], "bulk_sync lost alone in the first pass: not shortlisted"
+    assert [r["round"] for r in d["rounds"]] == (["decision", "confirmation"] if pick != "plain" else ["decision"])
+    assert d["pick"] == pick and d["margin"] == 0.02
+    worst = {k: max(f[k]["fused_sequential"] for f in finals) for k in ("call", "block")}
+    assert d["rounds"][0]["call_ms"] == {"plain": 1.0, "fused_sequential": worst["call"]}, "max over ranks"
+    assert d["rounds"][0]["block_ms"] == {"plain": 1.0, "fused_sequential": worst["block"]}
+    assert (e["plain_ms"], e["plain_block_ms"]) == (1.0, 1.0)
+    assert (e["time_ms"], e["block_ms"]) == ((1.0, 1.0) if pick == "plain" else (0.8, 0.8))
+    [fs] = [c for c in e["candidates"] if c["name"] == "fused_sequential"]
+    assert fs["final"] and (fs["first_ms"], fs["time_ms"]) == (0.8, worst["call"])
+    samples = dict(counts)
+    assert samples[("bulk_sync", "call")] == 2, "a candidate left off the shortlist is not timed again"
+    assert samples[("fused_sequential", "call")] == 2 + 3 * len(d["rounds"])
+
+
+def test_no_shortlist_no_decision_round(pools):
+    slow = {"call": {"plain": 1.0}, "block": {"plain": 1.0}}  # every variant 3 ms
+    [(e, counts), _] = pools.run(2, job_decide_with_timer, slow, [slow] * 2)
+    assert e["variant"] == "plain" and e["decision"]["finalists"] == [] and e["decision"]["rounds"] == []
+    assert "no candidate" in e["decision"]["note"] and e["time_ms"] == e["plain_ms"] == 1.0
+    assert all(n == 2 for n in dict(counts).values()), "the first pass only"
 
 
 def test_merged_table_entries_keep_the_run_that_tuned_them(tmp_path):
@@ -348,19 +393,6 @@ def test_auto_remembers_its_resolution_until_the_tables_change(pools, tmp_path):
     [(first, remembered, fresh, elsewhere)] = pools.run(1, job_auto_resolution_follows_the_tables, str(tmp_path))
     assert (first, remembered, fresh) == ("plain", "plain", "bulk_sync")
     assert elsewhere == "plain", "untuned: the plain default"
-
-
-def test_medians_interleaved_rotates_the_calls():
-    from tilefuse.tuning import timing
-
-    order = []
-
-    def fn(i):
-        return lambda: order.append(i)
-
-    got = timing.medians_interleaved([fn(0), fn(1), fn(2)], device=torch.device("cpu"), warmup=1, reps=3)
-    assert len(got) == 3 and all(t >= 0 for t in got)
-    assert order[3:] == [0, 1, 2, 1, 2, 0, 2, 0, 1], "one warm-up round, then rotated repetitions"
 
 
 def _run_module(args, env_extra, cwd, timeout=600):

@@ -6,7 +6,8 @@ so a rank that called a candidate one time more than its peers would hang them):
 
 1. Warm-up and check: each candidate is called once (compiling its kernels) and its result compared
    with the plain path's; a candidate that raises or disagrees on any rank is dropped on every rank
-   (one exchange of the ranks' outcomes, which also carries each candidate's time for one call).
+   (one exchange of the ranks' outcomes, which also carries each candidate's time for one call; a
+   dropped candidate's reason names the rank that failed it).
    Those times set the repetition counts: as many as fit the budget (rank 0's
    ``TILEFUSE_AUTOTUNE_BUDGET``, default 1 s; ``ROUND_SHARE`` of it for step 2, the rest for step
    3), at least ``MIN_REPS`` and at most ``MAX_REPS``. Compilation is outside the budget.
@@ -28,6 +29,10 @@ so a rank that called a candidate one time more than its peers would hang them):
    it alone (fresh samples, the same rule, rank 0's answer again): it is kept only if it wins again,
    else plain. So a pick that won by noise, or on device time while its host work makes each call
    slower, stays plain.
+
+The offline tuner (:mod:`tilefuse.tuning.tuner`) uses the same pieces: :func:`screen` (steps 1 and 2
+over its whole search space, no decision) to shortlist, then :func:`tune` over plain and the
+shortlist, with its own budget, for the decision it writes into a table.
 
 Host exchanges and barriers use ``tilefuse.runtime.hostsync`` (bounded: ``EXCHANGE_TIMEOUT_S``, a
 missing rank is named) on the op's group; without it, ``torch.distributed``'s object collectives
@@ -322,12 +327,27 @@ def _reps(budget: float, cost_s: float) -> int:
     return int(min(MAX_REPS, max(MIN_REPS, budget // max(cost_s, 1e-9))))
 
 
-def tune(candidates: list[Candidate], *, device: torch.device, group, what: str) -> Result:
-    """Run the protocol above over ``candidates`` (plain first); collective over ``group``."""
+@dataclass(frozen=True)
+class Round:
+    """One timed round (:func:`screen`): per candidate name, maximum over the ranks."""
+
+    times: dict  # ms per call timed alone
+    block: dict  # ms per call back to back
+    spread: dict  # relative uncertainty of the medians
+    dropped: dict  # candidate name -> why (which rank, what went wrong)
+    reps: int
+    warm_up_s: float  # seconds the warm-up took (compiling, checking), maximum over the ranks
+
+
+def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str, budget: float | None):
+    """Step 1 of the protocol: every candidate called once and checked against plain, then timed for
+    one call; one exchange. Returns ``(kept, dropped, one_s, budget, warm_up_s)``: the candidates every
+    rank kept (plain first), why the others were dropped (naming the first rank that failed them),
+    each kept candidate's seconds for one call and the timed budget (rank 0's), the warm-up's
+    seconds (maximum over the ranks)."""
     if not candidates or candidates[0].name != "plain":
         raise ValueError("autotune: the candidates must start with the plain path")
-    rank = dist.get_rank(group)
-    # 1. warm-up (compiles), check against plain, each candidate's time for one call
+    t0 = time.perf_counter()
     ref = _first(candidates[0].call())
     ref = ref.detach().clone()  # a candidate writing the same out= must not change the reference
     outcome = {}
@@ -345,26 +365,52 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str)
     call_s = {}
     for c in candidates:
         if outcome.get(c.name) is None:
-            t0 = time.perf_counter()
+            t1 = time.perf_counter()
             c.call()
             _sync(device)
-            call_s[c.name] = time.perf_counter() - t0
-    views = all_gather({"outcome": outcome, "call_s": call_s, "budget_s": budget_s()}, group,
-                       what=f"autotune {what}: warm-up")
+            call_s[c.name] = time.perf_counter() - t1
+    mine = {"outcome": outcome, "call_s": call_s, "budget_s": budget_s() if budget is None else float(budget),
+            "warm_up_s": time.perf_counter() - t0}
+    views = all_gather(mine, group, what=f"autotune {what}: warm-up")
     dropped = {}
-    for v in views:
+    for r, v in enumerate(views):
         for name, why in v["outcome"].items():
             if why is not None and name not in dropped:
-                dropped[name] = why
+                dropped[name] = f"rank {r}: {why}"
     kept = [c for c in candidates if c.name not in dropped]
     one_s = {c.name: max(v["call_s"].get(c.name, 0.0) for v in views) for c in kept}
-    block_calls = BLOCK_CALLS if max(one_s.values()) < LONG_CALL_S else 1
+    return kept, dropped, one_s, views[0]["budget_s"], max(v["warm_up_s"] for v in views)
+
+
+def _block_calls(one_s: dict) -> int:
+    return BLOCK_CALLS if max(one_s.values()) < LONG_CALL_S else 1
+
+
+def screen(candidates: list[Candidate], *, device: torch.device, group, what: str, reps: int) -> Round:
+    """Steps 1 and 2 of the protocol and no decision: the warm-up and check, then ``reps`` samples of
+    every kept candidate (the same samples, alignment and cross-rank maximum as :func:`tune`'s round).
+    For a search over more candidates than :func:`tune`'s budget fits, to shortlist the ones it then
+    decides between (``python -m tilefuse.tuning``); collective over ``group``."""
+    kept, dropped, one_s, _, warm_up_s = _warm_up(candidates, device, group, what, 0.0)
+    times, block, spread = _timed_round(kept, max(1, int(reps)), device, group, what, _block_calls(one_s))
+    return Round(times, block, spread, dropped, max(1, int(reps)), warm_up_s)
+
+
+def tune(candidates: list[Candidate], *, device: torch.device, group, what: str, budget: float | None = None,
+         margin: float = MARGIN) -> Result:
+    """Run the protocol above over ``candidates`` (plain first); collective over ``group``.
+
+    ``budget``: seconds of timed calls (rank 0's value; default ``TILEFUSE_AUTOTUNE_BUDGET``);
+    ``margin``: the smallest win a candidate needs over plain (:func:`decide`)."""
+    rank = dist.get_rank(group)
+    # 1. warm-up (compiles), check against plain, each candidate's time for one call
+    kept, dropped, one_s, budget, _ = _warm_up(candidates, device, group, what, budget)
+    block_calls = _block_calls(one_s)
     cost = {name: s * _calls_per_sample(device, block_calls) for name, s in one_s.items()}
-    budget = views[0]["budget_s"]
     reps = _reps(ROUND_SHARE * budget, sum(cost.values()))
     # 2. interleaved timing, cross-rank max; rank 0 decides and hands its decision to every rank
     times, block, spread = _timed_round(kept, reps, device, group, what, block_calls)
-    mine = decide(times, block=block, spread=spread)
+    mine = decide(times, margin=margin, block=block, spread=spread)
     pick = all_gather(mine, group, what=f"autotune {what}: decision")[0]
     if mine != pick:
         log.debug("tilefuse: autotune %s: rank %d would pick %s; rank 0's %s wins", what, rank, mine, pick)
@@ -375,7 +421,7 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str)
         reps2 = _reps((1.0 - ROUND_SHARE) * budget, sum(cost[c.name] for c in pair))
         t2, b2, s2 = _timed_round(pair, reps2, device, group, f"{what} confirm", block_calls)
         confirmed = {"times": t2, "block": b2, "spread": s2, "reps": reps2}
-        mine = decide(t2, block=b2, spread=s2)
+        mine = decide(t2, margin=margin, block=b2, spread=s2)
         final = all_gather(mine, group, what=f"autotune {what}: confirmed decision")[0]
         if final != pick:
             log.info("tilefuse: autotune %s: %s did not hold its win in the confirmation round (%s): plain", what,

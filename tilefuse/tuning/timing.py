@@ -1,8 +1,9 @@
-"""Timing for the tuner: median of per-call times after warm-up, barrier before each timed call,
-cross-rank maximum (the slowest rank decides when a collective op is done).
+"""Time for the offline tuner: steady clocks before a decision, and a run's time budget.
 
-CUDA events on a GPU; ``time.perf_counter`` in the interpreter (where only relative order matters,
-for the end-to-end tuner test).
+The samples themselves and the rule that decides come from :mod:`tilefuse.tuning.autotune`
+(``screen`` and ``tune``), the same as first-call tuning. Every step here that the ranks must agree
+on is decided from values exchanged over the group (bounded host exchanges, maximum over ranks), so
+every rank reaches the same answer.
 """
 
 from __future__ import annotations
@@ -13,53 +14,13 @@ import statistics
 import time
 
 import torch
-import torch.distributed as dist
+
+from . import autotune
 
 
-def cross_rank_max(value: float, group) -> float:
-    if not dist.is_initialized() or dist.get_world_size(group) == 1:
-        return value
-    values: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(values, value, group=group)
-    return max(values)
-
-
-def median_ms(fn, *, device: torch.device, warmup: int = 3, reps: int = 10, group=None) -> float:
-    """Median milliseconds of ``fn()`` over ``reps`` calls, max over ranks."""
-    return medians_interleaved([fn], device=device, warmup=warmup, reps=reps, group=group)[0]
-
-
-def medians_interleaved(fns: list, *, device: torch.device, warmup: int = 3, reps: int = 10, group=None) -> list:
-    """Median milliseconds of each ``fns[i]()`` over ``reps`` calls, max over ranks, the functions'
-    calls interleaved one by one (repetition r starts with function r mod n): a GPU clock that drifts
-    or swings under its power cap then reaches every function alike (docs/PERF.md, "Method")."""
-    on_gpu = device.type == "cuda"
-    multi = dist.is_initialized() and dist.get_world_size(group) > 1
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    if on_gpu:
-        torch.cuda.synchronize(device)
-    times: list = [[] for _ in fns]
-    n = len(fns)
-    for r in range(reps):
-        for j in range(n):
-            i = (r + j) % n
-            if multi:
-                dist.barrier(group=group)
-            if on_gpu:
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                fns[i]()
-                end.record()
-                end.synchronize()
-                times[i].append(start.elapsed_time(end))
-            else:
-                t0 = time.perf_counter()
-                fns[i]()
-                times[i].append((time.perf_counter() - t0) * 1e3)
-    return [cross_rank_max(statistics.median(t), group) for t in times]
+def cross_rank_max(value: float, group, *, what: str = "tilefuse.tune: cross-rank max") -> float:
+    """The maximum of ``value`` over the ranks of ``group`` (a bounded host exchange)."""
+    return max(autotune.all_gather(value, group, what=what))
 
 
 # A GPU held at its power limit (an H200 at 700 W under large GEMMs) dips to ~1200 MHz about 0.8 s after
@@ -86,3 +47,50 @@ def settle(fn, *, device: torch.device, seconds: float = SETTLE_S, agree=None, m
         fn()
     torch.cuda.synchronize(device)
     return n
+
+
+def clock() -> float:
+    """Seconds from an arbitrary start (the budget's clock; tests replace it)."""
+    return time.perf_counter()
+
+
+class Budget:
+    """Whether the next item of a run (a shape) still fits in ``seconds``, the same answer on every rank.
+
+    Call :meth:`fits` on every rank before every item (it is a host exchange). It takes the seconds
+    since ``start`` (this module's :func:`clock`) on each rank, and the seconds of the previous item
+    to leave out of the estimate, and uses the maximum of each over the ranks; a finished item's cost
+    is the agreed time between two calls less its left-out part. The next item fits while the
+    agreed time so far plus the median cost of the items done is at most ``seconds`` (rank 0's
+    value; ``None``: no limit). The first item always runs. Since every rank decides from the same
+    exchanged numbers, the ranks stop before the same item and none is left waiting in a collective.
+    """
+
+    def __init__(self, seconds: float | None, group, *, start: float | None = None,
+                 what: str = "tilefuse.tune: budget"):
+        if seconds is not None and not seconds > 0:
+            raise ValueError(f"a time budget must be > 0 seconds, got {seconds!r}")
+        self.seconds = seconds
+        self.group = group
+        self.start = clock() if start is None else start
+        self.what = what
+        self.marks: list = []  # agreed seconds since start at each call of fits
+        self.costs: list = []  # agreed seconds of each finished item, its left-out part removed
+        self.elapsed = 0.0
+        self.estimate: float | None = None
+
+    def fits(self, left_out_s: float = 0.0) -> bool:
+        """Collective: whether the next item fits. ``left_out_s``: seconds of the item just finished
+        that later items are not expected to spend again (its kernels' compilation)."""
+        mine = {"elapsed": clock() - self.start, "left_out": max(0.0, float(left_out_s)), "seconds": self.seconds}
+        views = autotune.all_gather(mine, self.group, what=f"{self.what}: item {len(self.marks) + 1}")
+        self.elapsed = max(v["elapsed"] for v in views)
+        seconds = views[0]["seconds"]
+        if self.marks:
+            spent = self.elapsed - self.marks[-1] - max(v["left_out"] for v in views)
+            self.costs.append(max(0.0, spent))
+        self.marks.append(self.elapsed)
+        self.estimate = statistics.median(self.costs) if self.costs else None
+        if seconds is None or self.estimate is None:
+            return True
+        return self.elapsed + self.estimate <= seconds

@@ -1,10 +1,17 @@
 """The tuner: ``python -m tilefuse.tuning --op OP --shapes SET[,SET] [--dtype bfloat16] [--out DIR]``.
 
 (``python -m tilefuse.tune`` is the same command.) Run it on every rank (``torchrun --nproc-per-node
-W -m tilefuse.tuning ...``); without torchrun it runs at world 1. For each shape it times the plain
-path and every variant × candidate config (tile sizes, warps/stages, GEMM_SMS/COMM_SMS split),
-prunes with a cheap first pass, times the best few again, checks each survivor's result against the
-plain path, and keeps a variant only if it beats plain by the margin.
+W -m tilefuse.tuning ...``); without torchrun it runs at world 1. For each shape, a first pass times
+the plain path and every variant x candidate config (tile sizes, warps/stages, GEMM_SMS/COMM_SMS
+split, the forms of ``rules.py``) a few times to shortlist the best few; then the decision between
+plain and the shortlist is first-call tuning's own (:func:`tilefuse.tuning.autotune.tune`): the same
+aligned samples, a win needed both for a call alone and for calls back to back by
+``max(2 %, 2 x the measured uncertainty)``, and a confirmation round. :func:`tune_shape` says what an
+entry records.
+
+``--budget-s S`` bounds the whole run of one op: shapes are tuned in order while the next one is
+expected to fit (from the shapes done so far, the ranks agreeing: :class:`timing.Budget`); the
+shapes left out are logged, and the table or cache gets the shapes done.
 
 Where the results go: by default into the user's decision cache (:mod:`tilefuse.tuning.cache`,
 ``TILEFUSE_CACHE_DIR``), one entry per (shape's M bucket, N, K), which ``variant="auto"`` reads in
@@ -18,8 +25,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import logging
+import math
 import os
-import statistics
+import re
 import subprocess
 from pathlib import Path
 
@@ -30,10 +38,10 @@ import tilefuse
 from tilefuse.ops import registry
 from tilefuse.ops.common.config import Config, default_config
 from tilefuse.runtime import hw
-from tilefuse.tuning import cache, rules, tables
+from tilefuse.tuning import autotune, cache, rules, tables, timing
 from tilefuse.tuning.buckets import m_bucket
 from tilefuse.tuning.shapes import local_shapes
-from tilefuse.tuning.timing import cross_rank_max, median_ms, medians_interleaved, settle
+from tilefuse.tuning.timing import Budget, cross_rank_max, settle
 
 log = logging.getLogger("tilefuse")
 
@@ -105,94 +113,147 @@ def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: i
     return sets
 
 
-def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((x.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
+SHORTLIST_RATIO = 1.0  # a candidate reaches the decision only if the first pass timed it at most this
+# fraction of plain's time both ways (alone and back to back): one that did not beat plain at all has
+# little chance of the decision's 2 % win, and each finalist costs time from the run's budget
+DECIDE_S = 2.0  # seconds of timed calls for the decision between plain and the shortlist (autotune.tune)
 
 
-FINAL_ROUNDS = 4  # second-pass rounds (calls interleaved); each finalist's time is the median of its rounds
-MARGIN = 0.03  # a variant replaces the plain path only if it is at least this much faster (drift between
-# measurements of the same GEMM on one H200 reached 5-10 % within a run: docs/PERF.md, "Method")
+def _name(variant: str, i: int) -> str:
+    """A candidate's name, as first-call tuning names them: the variant for its first config,
+    ``variant#i`` for its i-th."""
+    return variant if i == 0 else f"{variant}#{i}"
+
+
+def _ms(x: float) -> float:
+    return round(float(x), 5)
+
+
+def _round_record(label: str, reps: int, times: dict, block: dict, spread: dict) -> dict:
+    return {"round": label, "reps": reps, "call_ms": {n: _ms(t) for n, t in times.items()},
+            "block_ms": {n: _ms(t) for n, t in block.items()},
+            "spread": {n: round(float(u), 5) for n, u in spread.items()}}
 
 
 def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int, keep: int,
-               margin: float = MARGIN) -> dict:
+               margin: float = autotune.MARGIN, decide_s: float = DECIDE_S, stats: dict | None = None) -> dict:
+    """Tune one shape on every rank (collective); returns its table entry.
+
+    1. First pass (:func:`autotune.screen`): plain and every variant x candidate config are called
+       once and checked against plain (a candidate that fails on any rank is recorded with the rank
+       and dropped), then ``reps`` aligned samples each, interleaved: ms per call alone and back to
+       back, maximum over ranks. Its job is to shortlist: the ``keep`` candidates with the best
+       worse-of-two ratio to plain, those at most ``SHORTLIST_RATIO``.
+    2. Decision (:func:`autotune.tune`, ``decide_s`` seconds of timed calls, after the clocks settle
+       on a GPU): plain and the shortlist; a candidate must beat plain both alone and back to back by
+       ``max(margin, 2 x the medians' uncertainty)`` and again in a confirmation round. No shortlist:
+       plain.
+
+    The entry records the times behind the decision: ``plain_ms``/``time_ms`` (alone) and
+    ``plain_block_ms``/``block_ms`` (back to back) of the decision's round, the rounds themselves
+    under ``decision``, and every candidate's first-pass times under ``candidates`` (finalists:
+    their decision-round times, ``final``). ``stats`` (optional) receives ``warm_up_s``: the first
+    pass's warm-up seconds (compiling), maximum over ranks.
+    """
     # Workspaces are kept per shape: without this, a sweep over large shapes fills the heap and later
     # shapes' candidates fail with HeapFullError instead of being timed.
     tilefuse.synchronize()
     tilefuse.barrier()
     tilefuse.clear_workspaces()
     heap = tilefuse.get_heap()
-    device = heap.device
+    device, group, world = heap.device, heap.group, heap.world_size
     interpreter = hw.interpreting()
     num_sms = hw.num_sms(device)
     bytes_per_set = (M * K + K * N) * dtype.itemsize
     n_sets = 1 if interpreter else max(1, min(4, -(-2 * 64 * 2**20 // max(bytes_per_set, 1))))
     sets = _inputs(op, M, N, K, dtype, device, n_sets, seed=17)
-    state = {"i": 0}
+    dtype_name = str(dtype).removeprefix("torch.")
+    what = f"tune {op} {M}x{N}x{K} {dtype_name}"
 
     def runner(fn, **kw):
+        """Each call takes the next input set; every runner starts with set 0, so a candidate's
+        first call (the check) sees the same operands as plain's."""
+        calls = [0]
+
         def call():
-            a, b = sets[state["i"] % n_sets]
-            state["i"] += 1
+            a, b = sets[calls[0] % n_sets]
+            calls[0] += 1
             return fn(a, b, **kw)
         return call
 
     plain = registry.get(op, tables.PLAIN)
-    plain_ms = median_ms(runner(plain), device=device, reps=reps)
-    a0, b0 = sets[0]
-    ref = plain(a0, b0)
-    ref = ref[0] if isinstance(ref, tuple) else ref
-    candidates = []
-    first_reps = max(2, reps // 3)
+    space = {}  # name -> (variant, config), in search order
     for variant in registry.VARIANTS:
-        if variant not in registry.variants(op) or rules.skip_reason(op, variant, N, dist.get_world_size()):
+        if variant not in registry.variants(op) or rules.skip_reason(op, variant, N, world):
             continue
-        fn = registry.get(op, variant)
-        configs = candidate_configs(variant, M, N, K, dtype, num_sms, interpreter, quick, op=op,
-                                    world=dist.get_world_size())
-        for cfg in configs:
-            entry = {"variant": variant, "config": cfg.to_dict()}
-            try:
-                got = fn(a0, b0, config=cfg)
-                got = got[0] if isinstance(got, tuple) else got
-                tilefuse.synchronize()
-                err = _rel_err(got, ref)
-                tol = 2e-2 if dtype != torch.float32 or not interpreter else 1e-4
-                if not err < tol:
-                    raise AssertionError(f"relative error {err:.3g} against the plain path")
-                entry["time_ms"] = median_ms(runner(fn, config=cfg), device=device, reps=first_reps)
-            except Exception as exc:  # a candidate that fails is recorded, never chosen
-                entry["error"] = f"{type(exc).__name__}: {exc}"[:300]
-                tilefuse.barrier()
-            candidates.append(entry)
-    timed = sorted((c for c in candidates if "time_ms" in c), key=lambda c: c["time_ms"])
-    # Second pass: the plain path and the best few again, their calls interleaved one by one, in
-    # FINAL_ROUNDS rounds (a GPU at its power cap swings its clock: timing one candidate after another
-    # hands each a different phase; docs/PERF.md, "Method").
-    finalists = [(None, plain)] + [(c, registry.get(op, c["variant"])) for c in timed[:keep]]
-    settle(runner(plain), device=device, agree=lambda n: cross_rank_max(n, None))
-    calls = [runner(fn, **({} if c is None else {"config": Config.from_dict(c["config"])})) for c, fn in finalists]
-    second: dict = {i: [] for i in range(len(finalists))}
-    for _ in range(FINAL_ROUNDS):
-        for i, t in enumerate(medians_interleaved(calls, device=device, reps=max(2, reps // 2))):
-            second[i].append(t)
-    plain_ms = statistics.median(second[0])
-    for i, (c, _) in enumerate(finalists[1:], start=1):
-        c["time_ms"] = statistics.median(second[i])
-        c["final"] = True
-    finals = sorted((c for c in timed[:keep]), key=lambda c: c["time_ms"])
-    best = finals[0] if finals else None
-    dtype_name = str(dtype).removeprefix("torch.")
-    failed = [c for c in candidates if "error" in c]
+        configs = candidate_configs(variant, M, N, K, dtype, num_sms, interpreter, quick, op=op, world=world)
+        for i, cfg in enumerate(configs):
+            space[_name(variant, i)] = (variant, cfg)
+
+    def candidates(names):
+        return [autotune.Candidate("plain", tables.PLAIN, None, runner(plain))] + [
+            autotune.Candidate(n, space[n][0], space[n][1], runner(registry.get(op, space[n][0]), config=space[n][1]))
+            for n in names]
+
+    first = autotune.screen(candidates(list(space)), device=device, group=group, what=f"{what}: first pass",
+                            reps=reps)
+    if stats is not None:
+        stats["warm_up_s"] = first.warm_up_s
+
+    def ratio(times, block, name):
+        return max(times[name] / times["plain"] if times["plain"] > 0 else math.inf,
+                   block[name] / block["plain"] if block["plain"] > 0 else math.inf)
+
+    records = {}
+    for name, (variant, cfg) in space.items():
+        rec = {"name": name, "variant": variant, "config": cfg.to_dict()}
+        if name in first.dropped:
+            rec["error"] = first.dropped[name][:300]
+        else:
+            rec.update(time_ms=_ms(first.times[name]), block_ms=_ms(first.block[name]))
+        records[name] = rec
+    ranked = sorted((n for n in first.times if n != "plain"), key=lambda n: (ratio(first.times, first.block, n), n))
+    shortlist = [n for n in ranked if ratio(first.times, first.block, n) <= SHORTLIST_RATIO][:keep]
+    decision = {"margin": margin, "first_pass": _round_record("first pass", first.reps, {"plain": first.times["plain"]},
+                                                              {"plain": first.block["plain"]},
+                                                              {"plain": first.spread["plain"]}),
+                "finalists": shortlist, "rounds": []}
+    variant, config, times, block = tables.PLAIN, None, first.times, first.block
+    pick = "plain"
+    if shortlist:
+        settle(runner(plain), device=device, agree=lambda n: cross_rank_max(n, group, what=f"{what}: settle"))
+        res = autotune.tune(candidates(shortlist), device=device, group=group, what=f"{what}: decision",
+                            budget=decide_s, margin=margin)
+        variant, config, times, block = res.variant, res.config, res.times, res.block
+        pick = next(n for n in ["plain", *shortlist]
+                    if n == "plain" and variant == tables.PLAIN or n != "plain" and space[n] == (variant, config))
+        decision["rounds"].append(_round_record("decision", res.reps, res.times, res.block, res.spread))
+        if res.confirmed is not None:
+            c = res.confirmed
+            decision["rounds"].append(_round_record("confirmation", c["reps"], c["times"], c["block"], c["spread"]))
+        if res.dropped:
+            decision["dropped"] = res.dropped
+        for n in shortlist:
+            rec = records[n]
+            if n in res.times:
+                rec.update(first_ms=rec["time_ms"], first_block_ms=rec["block_ms"], time_ms=_ms(res.times[n]),
+                           block_ms=_ms(res.block[n]), final=True)
+            else:
+                rec["error"] = res.dropped.get(n, "dropped in the decision round")[:300]
+    else:
+        decision["note"] = (f"no candidate measured at most {SHORTLIST_RATIO:g}x plain's time both ways in the "
+                            "first pass: plain, without a decision round")
+    decision["pick"] = pick
+    failed = [r for r in records.values() if "error" in r]
     if failed and dist.get_rank() == 0:
-        kinds = sorted({c["error"].split(":")[0] for c in failed})
+        kinds = sorted({re.sub(r"^rank \d+: ", "", r["error"]).split(":")[0] for r in failed})
         log.warning("tilefuse.tune: %s %dx%dx%d: %d of %d candidates failed (%s); see the entry's candidates",
-                    op, M, N, K, len(failed), len(candidates), ", ".join(kinds))
-    if best is None or best["time_ms"] > plain_ms * (1.0 - margin):  # within the noise: plain is the safe choice
-        return {"M": M, "N": N, "K": K, "dtype": dtype_name, "variant": tables.PLAIN, "config": None,
-                "time_ms": plain_ms, "plain_ms": plain_ms, "candidates": candidates}
-    return {"M": M, "N": N, "K": K, "dtype": dtype_name, "variant": best["variant"], "config": best["config"],
-            "time_ms": best["time_ms"], "plain_ms": plain_ms, "candidates": candidates}
+                    op, M, N, K, len(failed), len(records), ", ".join(kinds))
+    return {"M": M, "N": N, "K": K, "dtype": dtype_name, "variant": variant,
+            "config": None if config is None else config.to_dict(),
+            "time_ms": _ms(times[pick]), "plain_ms": _ms(times["plain"]),
+            "block_ms": _ms(block[pick]), "plain_block_ms": _ms(block["plain"]),
+            "decision": decision, "candidates": list(records.values())}
 
 
 def _commit() -> str:
@@ -205,22 +266,29 @@ def _commit() -> str:
         return "unknown"
 
 
-def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margin: float = MARGIN) -> Path:
+def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margin: float = autotune.MARGIN,
+                decide_s: float = DECIDE_S, left_out: list | None = None) -> Path:
     heap = tilefuse.get_heap()
     on_gpu = heap.device.type == "cuda"
     provenance = {
         "device": torch.cuda.get_device_name(heap.device) if on_gpu else "cpu (interpreter)",
         "world_size": heap.world_size, "torch": torch.__version__, "triton": __import__("triton").__version__,
         "commit": _commit(), "date": datetime.date.today().isoformat(),
-        "timing": f"tilefuse.tune: median of {reps} calls after 3 warm-up calls, barrier before each, "
-                  "CUDA events, max over ranks; inputs rotated over sets larger than twice the L2; finalists "
-                  f"and plain in {FINAL_ROUNDS} rounds of interleaved calls, median of the rounds; a variant "
-                  f"replaces plain only if at least {margin:.0%} faster",
+        "timing": "tilefuse.tune, first-call tuning's samples and rule (tilefuse.tuning.autotune): each sample a "
+                  "collective lead-in call, then one call alone (CUDA events from before its launch, host work "
+                  "included) and calls back to back; medians, max over ranks; inputs rotated over sets larger "
+                  f"than twice the L2. First pass: {reps} interleaved samples of every candidate, to shortlist. "
+                  f"Decision: plain and the shortlist, {decide_s:g} s of timed calls after the clocks settle; a "
+                  f"variant replaces plain only if faster both alone and back to back by max({margin:.0%}, 2x the "
+                  "medians' uncertainty), and again in a confirmation round",
     }
+    if left_out:
+        provenance["left_out"] = ("not tuned in this run (--budget-s): "
+                                  + ", ".join(f"{s['name']} ({s['M']}x{s['N']}x{s['K']})" for s in left_out))
     return tables.write_table(out_dir, op, hw.arch_name(heap.device), heap.world_size, entries, provenance)
 
 
-def write_cache(op: str, entries: list[dict], *, margin: float = MARGIN) -> Path:
+def write_cache(op: str, entries: list[dict], *, margin: float = autotune.MARGIN) -> Path:
     """Put the tuned ``entries`` in the user's decision cache, one per M bucket (the entry tuned last
     wins a bucket that two shapes fall in); returns the cache file."""
     heap = tilefuse.get_heap()
@@ -229,7 +297,8 @@ def write_cache(op: str, entries: list[dict], *, margin: float = MARGIN) -> Path
     for e in entries:
         key = cache.entry_key(arch, world, op, e["dtype"], e["N"], e["K"], m_bucket(e["M"]))
         out[key] = {"variant": e["variant"], "config": e["config"], "M": e["M"], "time_ms": e["time_ms"],
-                    "plain_ms": e["plain_ms"], "margin": margin, "source": "python -m tilefuse.tuning",
+                    "plain_ms": e["plain_ms"], "block_ms": e["block_ms"], "plain_block_ms": e["plain_block_ms"],
+                    "margin": margin, "source": "python -m tilefuse.tuning",
                     "date": datetime.date.today().isoformat()}
     return cache.put(out)
 
@@ -242,7 +311,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tilefuse.tuning", description=__doc__.split("\n\n")[0])
     p.add_argument("--op", required=True, choices=registry.OPS)
     p.add_argument("--shapes", default="tiny",
@@ -252,12 +321,31 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None,
                    help="write a config table under this directory (the shipped ones: tilefuse/configs); "
                         "default: the user's decision cache (TILEFUSE_CACHE_DIR, else ~/.cache/tilefuse)")
-    p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--keep", type=int, default=3, help="candidates timed again in the second pass")
+    p.add_argument("--reps", type=int, default=5, help="samples of every candidate in the first pass")
+    p.add_argument("--keep", type=int, default=3, help="candidates of the first pass that reach the decision")
+    p.add_argument("--decide-s", type=float, default=DECIDE_S,
+                   help="seconds of timed calls for each shape's decision between plain and the shortlist")
     p.add_argument("--quick", action="store_true", help="a smaller search space")
-    p.add_argument("--margin", type=float, default=MARGIN,
-                   help="how much faster than the plain path a variant must be to be chosen (fraction)")
+    p.add_argument("--margin", type=float, default=autotune.MARGIN,
+                   help="the smallest win over the plain path, alone and back to back, that a variant needs "
+                        "(fraction; twice the measured uncertainty where that is larger)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="seconds for the whole run of this op (from the start of the command, after imports): "
+                        "shapes are tuned in order while the next one is expected to fit; the table or cache "
+                        "gets the shapes done, and the log names those left out")
+    return p
+
+
+def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
+    """The command on this rank: ``(entries tuned, shapes left out by --budget-s, file written)`` (the
+    file on rank 0 only; None elsewhere or when nothing was tuned)."""
+    t_start = timing.clock()
+    p = _parser()
     args = p.parse_args(argv)
+    if args.budget_s is not None and not args.budget_s > 0:
+        p.error("--budget-s must be > 0")
+    if args.reps < 1 or args.keep < 0 or args.decide_s < 0:
+        p.error("--reps must be >= 1, --keep >= 0 and --decide-s >= 0")
     if not dist.is_initialized():
         if "RANK" in os.environ:
             if torch.cuda.is_available():
@@ -265,8 +353,9 @@ def main(argv=None) -> int:
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         else:
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
-    tilefuse.init()
+    heap = tilefuse.init()
     W = dist.get_world_size()
+    rank = dist.get_rank()
     dtype = getattr(torch, args.dtype)
     shapes = local_shapes(args.op, args.shapes, W) if args.shapes else []
     for s in args.shape:
@@ -277,22 +366,45 @@ def main(argv=None) -> int:
         if (s["M"], s["N"], s["K"]) not in seen:
             seen.add((s["M"], s["N"], s["K"]))
             unique.append(s)
-    entries = []
-    for s in unique:
+    budget = Budget(args.budget_s, heap.group, start=t_start, what=f"tilefuse.tune {args.op}: budget")
+    entries, left_out, path, warm_up_s = [], [], None, 0.0
+    for i, s in enumerate(unique):
+        # A shape's first pass compiles its candidates' kernels, which later shapes mostly reuse
+        # (one compiled kernel per config for every shape): the estimate leaves that time out.
+        if not budget.fits(warm_up_s):
+            left_out = unique[i:]
+            if rank == 0:
+                names = ", ".join(f"{x['name']} ({x['M']}x{x['N']}x{x['K']})" for x in left_out)
+                print(f"{args.op}: budget --budget-s {args.budget_s:g}: stopped after {budget.elapsed:.0f} s "
+                      f"(a shape takes about {budget.estimate:.1f} s besides compiling); tuned {i} of "
+                      f"{len(unique)} shapes, left out: {names}", flush=True)
+            break
+        stats: dict = {}
         e = tune_shape(args.op, s["M"], s["N"], s["K"], dtype, quick=args.quick, reps=args.reps, keep=args.keep,
-                       margin=args.margin)
+                       margin=args.margin, decide_s=args.decide_s, stats=stats)
+        warm_up_s = stats.get("warm_up_s", 0.0)
         entries.append(e)
-        if dist.get_rank() == 0:
+        if rank == 0:
             print(f"{args.op} {s['name']} ({s['M']}x{s['N']}x{s['K']}): {e['variant']} {e['time_ms']:.3f} ms "
-                  f"(plain {e['plain_ms']:.3f} ms, {e['plain_ms'] / e['time_ms']:.2f}x)", flush=True)
+                  f"alone, {e['block_ms']:.3f} back to back (plain {e['plain_ms']:.3f} / {e['plain_block_ms']:.3f} "
+                  f"ms, {e['plain_ms'] / e['time_ms']:.2f}x / {e['plain_block_ms'] / e['block_ms']:.2f}x)", flush=True)
             # Written after every shape: a run cut short keeps what it tuned.
             if args.out is None:
                 path = write_cache(args.op, [e], margin=args.margin)
             else:
-                path = write_table(Path(args.out), args.op, entries, reps=args.reps, margin=args.margin)
-    if dist.get_rank() == 0 and entries:
-        print(f"wrote {path}")
+                path = write_table(Path(args.out), args.op, entries, reps=args.reps, margin=args.margin,
+                                   decide_s=args.decide_s)
+    if rank == 0 and left_out and entries and args.out is not None:
+        path = write_table(Path(args.out), args.op, entries, reps=args.reps, margin=args.margin,
+                           decide_s=args.decide_s, left_out=left_out)
+    if rank == 0 and path is not None:
+        print(f"wrote {path}", flush=True)
     tilefuse.barrier()
+    return entries, left_out, path
+
+
+def main(argv=None) -> int:
+    run(argv)
     return 0
 
 
