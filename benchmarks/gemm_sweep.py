@@ -52,6 +52,10 @@ GRIDS = {
         (4096, 14336, 4096), (4096, 4096, 14336), (4100, 5000, 3500), (8192, 8192, 8192),
         (8192, 3584, 14336), (16384, 1536, 4096),
     ],
+    # Decode sizes on TP-2 layer shapes (attention/MLP projections of Llama-3-8B and 70B halves):
+    # the shapes where the fused variants, which take no SPLIT_K, had too few tiles for the SMs.
+    "decode": [(M, N, K) for M in (1, 16, 64)
+               for N, K in ((4096, 8192), (8192, 4096), (14336, 4096), (4096, 14336), (6144, 4096))],
     "smoke": [(10, 40, 512), (70, 24, 200)],
 }
 
@@ -59,6 +63,10 @@ GRIDS = {
 SMALL_M_TILES = [(16, 64, 4, 6), (16, 128, 4, 6), (32, 128, 4, 6), (64, 64, 4, 6), (64, 128, 4, 4),
                  (64, 128, 4, 6), (64, 256, 8, 4)]
 LARGE_M_TILES = [(64, 128, 4, 4), (128, 128, 4, 4), (64, 256, 4, 4), (128, 256, 8, 3)]
+# Without SPLIT_K at M <= 64 (what the fused variants can run): narrow tiles give every SM a tile,
+# deeper K steps keep each SM's loads in flight. (BLOCK_N, BLOCK_K, stages), 4 warps, BLOCK_M from M.
+NO_SPLIT_DECODE = [(bn, bk, st) for bn in (16, 32, 64, 128)
+                   for bk, stages in ((64, (4, 6)), (128, (4, 6)), (256, (3, 4))) for st in stages]
 # 12 and 16 slices lost on every shape of docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv.
 SPLITS = (1, 2, 3, 4, 6, 8)
 
@@ -85,6 +93,23 @@ def padding(pad: bool | None):
         yield
     finally:
         gemm.PAD_MIN_M = saved
+
+
+def no_split_candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list:
+    """``SPLIT_K = 1`` configs for M <= 64 (:data:`NO_SPLIT_DECODE`) whose stages fit in 200 KiB of
+    shared memory; BLOCK_M is M rounded up to a power of two in [16, 64]."""
+    import triton
+
+    from tilefuse.ops.common.config import Config
+
+    bm = max(16, min(64, triton.next_power_of_2(M)))
+    out = []
+    for bn, bk, stages in NO_SPLIT_DECODE:
+        if stages * (bm + bn) * bk * dtype.itemsize > 200 * 1024 or bk > max(64, triton.next_power_of_2(K)):
+            continue
+        out.append(Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=stages,
+                          GEMM_SMS=num_sms, COMM_SMS=0))
+    return out
 
 
 def candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int, interpreter: bool) -> list:
@@ -186,6 +211,10 @@ def main(argv=None) -> None:
                         help="time only the config default_config(..., split_k=True) picks")
     parser.add_argument("--max-m", type=int, default=None, help="leave out shapes with a larger M")
     parser.add_argument("--ms", default=None, help="comma-separated: only the grid's shapes with these M")
+    parser.add_argument("--no-split", action="store_true",
+                        help="configs without SPLIT_K, as the fused variants run them: the default is "
+                             "default_config(..., split_k=False), the candidates (M <= 64) narrow tiles and "
+                             "deeper K steps")
     parser.add_argument("--quick", action="store_true", help="the first 4 shapes, the first 3 candidates")
     parser.add_argument("--rep-ms", type=float, default=60.0, help="each method's share of timed calls")
     parser.add_argument("--max-reps", type=int, default=400)
@@ -222,10 +251,12 @@ def main(argv=None) -> None:
     for dtype in dtypes:
         for M, N, K in shapes:
             default = default_config(M, N, K, dtype, num_sms=sms, interpreter=interpreter, comm=False,
-                                     split_k=True)
+                                     split_k=not args.no_split)
             configs = [("default", default, None)]
             if not args.default_only:
-                extra = [cfg for cfg in candidates(M, N, K, dtype, sms, interpreter) if cfg != default]
+                pool = (no_split_candidates(M, N, K, dtype, sms) if args.no_split and not interpreter
+                        else candidates(M, N, K, dtype, sms, interpreter))
+                extra = [cfg for cfg in pool if cfg != default]
                 configs += [(label(cfg), cfg, None) for cfg in extra[: 3 if args.quick else None]]
                 if on_gpu and (K * dtype.itemsize) % 16:  # rows off the descriptor path: the other choice
                     flipped = M < gemm.PAD_MIN_M

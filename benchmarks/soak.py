@@ -429,6 +429,7 @@ def run_soak(ctx, opts: dict) -> dict:
                     if not err <= tol:
                         per_op[op]["failed"] += 1
                         error = error or f"call {i}: {label}: relative error {err:.3g} > {tol:g}"
+                    del ref  # the memory reading below must see no tensor of this call
                 del got, a, b
             except Exception as err:  # noqa: BLE001 - recorded, then the run stops (ranks out of step)
                 error = f"call {i}: {label}: {common.error_text(err)}"
