@@ -332,6 +332,127 @@ def test_no_shortlist_no_decision_round(pools):
     assert all(n == 2 for n in dict(counts).values()), "the first pass only"
 
 
+def test_budget_estimates_from_the_shapes_done(monkeypatch):
+    from tilefuse.tuning import autotune, timing
+
+    now = [100.0]
+    monkeypatch.setattr(timing, "clock", lambda: now[0])
+    monkeypatch.setattr(autotune, "all_gather", lambda obj, group, what: [obj])  # one rank
+    b = timing.Budget(30.0, None)
+    assert b.fits() and b.estimate is None, "the first shape always runs"
+    now[0] += 12.0  # shape 1: 12 s, 8 of them compiling
+    assert b.fits(8.0) and b.estimate == 4.0  # 12 s spent + 4 s expected <= 30
+    now[0] += 5.0
+    assert b.fits(1.0) and b.estimate == 4.0  # 17 + 4
+    now[0] += 9.0
+    assert b.fits(0.0) and b.elapsed == 26.0 and b.estimate == 4.0  # costs 4, 4, 9: 26 + 4 <= 30
+    now[0] += 4.0
+    assert not b.fits(0.0) and b.elapsed == 30.0, "30 s spent + 4 s expected > 30"
+    assert timing.Budget(None, None).fits() and timing.Budget(None, None, start=0.0).fits()
+    with pytest.raises(ValueError, match="> 0 seconds"):
+        timing.Budget(0.0, None)
+
+
+def job_tune_cli(ctx, argv, first_configs=1, timer=None, skew_s=0.0):
+    """``python -m tilefuse.tune ARGV`` on this rank (tuner.run), with each variant's search cut to its
+    first ``first_configs`` configs and its two-shot forms' first, autotune's clock replaced by
+    ``timer(name)`` and, on rank 1, the budget's clock running ``skew_s`` seconds ahead per reading.
+    Returns the tuned shapes, those left out, the file written (rank 0) and what rank 0 printed."""
+    import contextlib
+    import io
+
+    from tilefuse.tuning import autotune, timing
+    from tilefuse.tuning import tuner as tune
+
+    every_config, real_clock, reads = tune.candidate_configs, timing.clock, [0]
+
+    def cut(*a, **k):
+        configs = every_config(*a, **k)
+        return configs[:first_configs] + [c for c in configs if c.TWO_SHOT][:1]
+
+    def clock():
+        reads[0] += 1
+        return real_clock() + (skew_s * reads[0] if ctx.rank == 1 else 0.0)
+
+    tune.candidate_configs, timing.clock = cut, clock
+    autotune.set_timer(timer)
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            entries, left_out, path = tune.run(argv)
+    finally:
+        tune.candidate_configs, timing.clock = every_config, real_clock
+        autotune.set_timer(None)
+    return ([(e["M"], e["N"], e["K"]) for e in entries], [s["name"] for s in left_out],
+            None if path is None else str(path), printed.getvalue())
+
+
+def _plain_wins(name):
+    return 1.0 if name == "plain" else 3.0
+
+
+def test_a_budget_stop_writes_the_shapes_done_and_the_ranks_agree(pools, tmp_path):
+    """Rank 1's clock runs a minute ahead per reading: rank 0 alone would go on, rank 1 alone stops
+    after the first shape (it expects another minute past the 100 s). The ranks take the maximum,
+    stop together, and the table holds the first shape only."""
+    argv = ["--op", "gemm_all_scatter", "--shapes", "", "--shape", "48x40x32", "--shape", "32x40x32",
+            "--shape", "64x40x32", "--dtype", "float16", "--reps", "1", "--out", str(tmp_path), "--budget-s", "100"]
+    res = pools.run(2, job_tune_cli, argv, 1, _plain_wins, 60.0)
+    for tuned, left_out, _, _ in res:
+        assert tuned == [(48, 40, 32)] and left_out == ["32x40x32", "64x40x32"], res
+    path, printed = res[0][2], res[0][3]
+    assert res[1][2] is None and "left out: 32x40x32 (32x40x32), 64x40x32 (64x40x32)" in printed, printed
+    data = json.loads(open(path).read())
+    assert [(e["M"], e["N"], e["K"]) for e in data["entries"]] == [(48, 40, 32)]
+    assert "32x40x32" in data["provenance"]["left_out"]
+    tables.validate_table(data, path)
+
+
+def job_tune_all_reduce_then_auto(ctx, argv, out_dir):
+    import os
+
+    tuned, left_out, path, _ = job_tune_cli(ctx, argv, 1, lambda name: {"plain": 1.0, "wg_specialized#1": 0.6}
+                                            .get(name, 3.0))
+    table = tables.table_path(out_dir, "gemm_all_reduce", hw.arch_name(ctx.device), ctx.world)
+    [entry] = tables.validate_table(json.loads(table.read_text()), table)
+    g = torch.Generator().manual_seed(ctx.rank)  # each rank its own K shard
+    a = torch.randn(40, 24, generator=g).to(torch.float16).to(ctx.device)
+    b = (torch.randn(24, 48, generator=g) / 5).to(torch.float16).to(ctx.device)
+    os.environ["TILEFUSE_CONFIG_DIR"] = out_dir
+    dispatch.clear()
+    tables.clear_cache()
+    try:
+        got = tilefuse.gemm_all_reduce(a, b)
+        ref = tilefuse.gemm_all_reduce(a, b, variant="reference")
+        torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=5e-2)
+        choice = dispatch.choose("gemm_all_reduce", a, b)
+    finally:
+        del os.environ["TILEFUSE_CONFIG_DIR"]
+        dispatch.clear()
+        tables.clear_cache()
+    return (tuned, left_out, path, str(table), entry,
+            (choice.variant, choice.config.TWO_SHOT if choice.config else None, choice.source))
+
+
+def test_tune_gemm_all_reduce_end_to_end_then_auto_reads_it(pools, tmp_path):
+    """``tune --op gemm_all_reduce --out DIR`` at W = 2 on CPU ranks: each variant's default and its
+    two-shot form are candidates; the two-shot wg_specialized wins (faked times); the table says so,
+    and auto reads the table and runs it."""
+    argv = ["--op", "gemm_all_reduce", "--shapes", "", "--shape", "40x48x24", "--dtype", "float16", "--reps", "2",
+            "--decide-s", "0", "--out", str(tmp_path)]
+    res = pools.run(2, job_tune_all_reduce_then_auto, argv, str(tmp_path))
+    for rank, (tuned, left_out, path, table, entry, auto) in enumerate(res):
+        assert tuned == [(40, 48, 24)] and left_out == []
+        assert path == (table if rank == 0 else None), "rank 0 writes the table"
+        names = {c["name"]: c["config"]["TWO_SHOT"] for c in entry["candidates"]}
+        assert {n: names.get(n) for n in ("wg_specialized", "wg_specialized#1", "bulk_sync#1")} == {
+            "wg_specialized": 0, "wg_specialized#1": 1, "bulk_sync#1": 1}, names
+        assert entry["variant"] == "wg_specialized" and entry["config"]["TWO_SHOT"] == 1, entry["decision"]
+        assert [r["round"] for r in entry["decision"]["rounds"]] == ["decision", "confirmation"]
+        variant, two_shot, source = auto
+        assert (variant, two_shot) == ("wg_specialized", 1) and source.startswith("exact"), auto
+
+
 def test_merged_table_entries_keep_the_run_that_tuned_them(tmp_path):
     first = {"commit": "aaa1111", "date": "2026-11-01"}
     tables.write_table(tmp_path, "gemm_all_scatter", "cpu", 1, [_entry(64, 64, 64), _entry(32, 32, 32)], first)
