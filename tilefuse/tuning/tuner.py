@@ -225,8 +225,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
         res = autotune.tune(candidates(shortlist), device=device, group=group, what=f"{what}: decision",
                             budget=decide_s, margin=margin)
         variant, config, times, block = res.variant, res.config, res.times, res.block
-        pick = next(n for n in ["plain", *shortlist]
-                    if n == "plain" and variant == tables.PLAIN or n != "plain" and space[n] == (variant, config))
+        pick = "plain" if variant == tables.PLAIN else next(n for n in shortlist if space[n] == (variant, config))
         decision["rounds"].append(_round_record("decision", res.reps, res.times, res.block, res.spread))
         if res.confirmed is not None:
             c = res.confirmed
@@ -238,11 +237,14 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
             if n in res.times:
                 rec.update(first_ms=rec["time_ms"], first_block_ms=rec["block_ms"], time_ms=_ms(res.times[n]),
                            block_ms=_ms(res.block[n]), final=True)
-            else:
-                rec["error"] = res.dropped.get(n, "dropped in the decision round")[:300]
-    else:
+            else:  # its first-pass times stay as first_ms: only a finalist's time_ms is its decision's
+                rec.update(first_ms=rec.pop("time_ms"), first_block_ms=rec.pop("block_ms"),
+                           error=res.dropped.get(n, "dropped in the decision round")[:300])
+    elif keep > 0:
         decision["note"] = (f"no candidate measured at most {SHORTLIST_RATIO:g}x plain's time both ways in the "
                             "first pass: plain, without a decision round")
+    else:
+        decision["note"] = "keep = 0: plain, without a decision round"
     decision["pick"] = pick
     failed = [r for r in records.values() if "error" in r]
     if failed and dist.get_rank() == 0:
