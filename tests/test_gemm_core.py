@@ -479,6 +479,31 @@ def test_default_config_heuristic():
     check_config_fits(cpu, 8)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_default_config_narrow_decode_tiles(dtype):
+    """Without split-K at M <= 64 (the fused variants): BLOCK_N is the widest tile whose tiles fill
+    DECODE_WAVE_SHARE of the GEMM programs (or 16), deep K steps, stages within 200 KiB."""
+    from tilefuse.ops.common.config import DECODE_WAVE_SHARE
+
+    for comm in (False, True):
+        for M in (1, 5, 16, 33, 64):
+            for N, K in ((4096, 8192), (8192, 4096), (14336, 4096), (6144, 4096), (1000, 8000), (64, 96)):
+                cfg = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=comm)
+                check_config_fits(cfg, 132)
+                assert cfg.SPLIT_K == 1 and cfg.BLOCK_M == max(16, triton.next_power_of_2(M)), (M, N, K, cfg)
+                tiles = triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N)
+                wider = triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, 2 * cfg.BLOCK_N)
+                assert tiles >= DECODE_WAVE_SHARE * cfg.GEMM_SMS or cfg.BLOCK_N == 16 or N <= cfg.BLOCK_N, cfg
+                assert cfg.BLOCK_N == 128 or wider < DECODE_WAVE_SHARE * cfg.GEMM_SMS, (M, N, K, cfg)
+                assert cfg.BLOCK_K >= min(128, triton.next_power_of_2(K)), (M, N, K, cfg)
+                stage_bytes = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * dtype.itemsize * cfg.num_stages
+                assert stage_bytes <= 200 * 1024, (M, N, K, cfg)
+    one = default_config(1, 4096, 8192, dtype, num_sms=132, interpreter=False, comm=False)
+    assert (one.BLOCK_M, one.BLOCK_N, one.BLOCK_K, one.num_stages) == (16, 32, 256, 4)
+    wide = default_config(64, 14336, 4096, dtype, num_sms=132, interpreter=False, comm=False)
+    assert (wide.BLOCK_N, wide.BLOCK_K) == (128, 128)
+
+
 # The parity grid of benchmarks/gemm_sweep.py: small M with large K, ragged N and K.
 PARITY_MS = (16, 64, 128, 333, 512, 1000, 1024, 4096, 8192)
 PARITY_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (5000, 3500), (1000, 8000))

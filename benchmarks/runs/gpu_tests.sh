@@ -40,6 +40,16 @@ for i in "${!GROUPS_LIST[@]}"; do
         ${timeout_args[@]+"${timeout_args[@]}"} ${PYTEST_ARGS:-} > "$OUT/tests_$i.log" 2>&1 &
     pids+=($!)
 done
+# torch's DTensor styles over NCCL, one rank per GPU (the sequence-parallel tests crash under gloo on
+# CUDA tensors and skip there): with two GPUs or more, the W = 2 tests of tests/test_styles.py again.
+if (( $("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0) >= 2 )) \
+    && [[ $TILEFUSE_TEST_DEVICE == cuda && -z ${GROUPS_SPEC:-} ]]; then
+    GROUPS_LIST+=("tests/test_styles.py (NCCL)")
+    # shellcheck disable=SC2086
+    TILEFUSE_TEST_PG=nccl timeout -k 10 "$LIMIT_S" "$PY" -m pytest tests/test_styles.py -q -rfE -p no:cacheprovider \
+        ${timeout_args[@]+"${timeout_args[@]}"} -k "not 4" ${PYTEST_ARGS:-} > "$OUT/tests_$(( ${#GROUPS_LIST[@]} - 1 )).log" 2>&1 &
+    pids+=($!)
+fi
 rc_all=0
 codes=()
 for i in "${!pids[@]}"; do

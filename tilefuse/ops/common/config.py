@@ -135,6 +135,35 @@ def stream_k_slots(steps: int, total: int, units: int) -> int:
 _DEFAULT_MAX_SPLIT = 8
 
 
+DECODE_WAVE_SHARE = 0.7  # without SPLIT_K at M <= 64: the widest tile that still fills this share of a wave
+
+
+def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -> tuple:
+    """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for M <= 64 without SPLIT_K (the fused variants).
+
+    A decode-size GEMM streams B once: every SM must have a tile, and each needs many bytes in
+    flight. From the sweep of ``benchmarks/gemm_sweep.py --grid decode --no-split`` on an H200
+    (docs/perf/2026-11-30_h200_ws1_gemm_decode_no_split_bf16.csv; torch.matmul / GEMM core, median
+    over 15 shapes: 0.56 with the 128-column tiles, 0.94 with the best tile per shape): BLOCK_N is the
+    widest of 128, 64, 32, 16 whose tiles fill ``DECODE_WAVE_SHARE`` of a wave of GEMM programs,
+    BLOCK_K 256 with 4 stages (3, or 128 with 6 or 4, where the stages would exceed 200 KiB of
+    shared memory), 4 warps; BLOCK_M is M rounded up to a power of two in [16, 64].
+    """
+    block_m = _pow2_between(M, 16, 64)
+    rows = -(-M // block_m)
+    for block_n in (128, 64, 32, 16):
+        if rows * -(-N // block_n) >= DECODE_WAVE_SHARE * programs:
+            break
+    block_n = _pow2_between(min(N, block_n), 16, block_n)
+    max_k = _pow2_between(K, 16, 256)
+    for block_k, stages in ((256, 4), (256, 3), (128, 6), (128, 4), (64, 4)):
+        if block_k <= max_k and stages * (block_m + block_n) * block_k * itemsize <= 200 * 1024:
+            break
+    else:
+        block_k, stages = min(64, max_k), 4
+    return block_m, block_n, block_k, 4, stages
+
+
 def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs: int):
     """``(BM, BN, warps, stages, SPLIT_K, STREAM_K)`` for the GEMM core (see default_config)."""
     steps = -(-K // block_k)
@@ -187,8 +216,9 @@ def default_config(
     ``ops.common.gemm.matmul``, and the variants in ``SPLIT_K_VARIANTS``); without it ``SPLIT_K``
     is 1 and the tiles are those below.
 
-    GPU, without split-K: tile classes by M, from a sweep of the GEMM core against torch.matmul on an
-    H200: 64x128 (4 warps, 4 stages) up to M = 128, 128x128 (4 warps, 4 stages) below M = 1000,
+    GPU, without split-K: tile classes by M, from sweeps of the GEMM core against torch.matmul on an
+    H200: narrow tiles with deep K steps up to M = 64 in 16-bit dtypes (:func:`_narrow_decode_tiles`),
+    64x128 (4 warps, 4 stages) up to M = 128, 128x128 (4 warps, 4 stages) below M = 1000,
     128x256 (8 warps, 3 stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles
     would leave over half the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3
     stages: shared memory).
@@ -243,7 +273,9 @@ def default_config(
         # Tile classes from the GEMM-core sweep on an H200 (docs/perf/2026-11-30_h200_ws1_gemm_sweep_bf16.csv):
         # 4 stages beat 3 for every tile but 128x256 (which has no room for a fourth); 128x256 wins
         # from M ~ 1000, 128x128 in between, 64x128 for decode-size M.
-        if M <= 128:
+        if M <= 64 and dtype.itemsize <= 2:
+            block_m, block_n, block_k, warps, stages = _narrow_decode_tiles(M, N, K, dtype.itemsize, gemm_sms)
+        elif M <= 128:
             block_m, block_n, warps, stages = _pow2_between(M, 16, 64), 128, 4, 4
         elif M < 1000:
             block_m, block_n, warps, stages = 128, 128, 4, 4
