@@ -1,9 +1,10 @@
 """tilefuse: fused GEMM + multi-GPU communication operators in Python and Triton.
 
 Public API: the ops (``gemm_all_scatter``, ``all_gather_gemm``, ``gemm_reduce_scatter``,
-``gemm_all_reduce``), ``init``, ``reset``
-and the heap helpers, ``VARIANTS``. Importing tilefuse turns on Triton's interpreter when no GPU is
-usable (see :mod:`tilefuse.runtime._env`).
+``gemm_all_reduce``), ``init``, ``reset`` and the heap helpers, ``VARIANTS``. Several process groups
+may be initialised (``init(group=g)`` for each); the ops, ``reset``, ``clear_workspaces`` and the heap
+helpers take ``group=`` (default: the first group initialised). Importing tilefuse turns on Triton's
+interpreter when no GPU is usable (see :mod:`tilefuse.runtime._env`).
 """
 
 from ._version import __version__
@@ -38,29 +39,30 @@ from .runtime import (  # noqa: E402
 )
 
 
-def empty(*shape, dtype=None):
-    """Uninitialised tensor on this rank's symmetric heap (collective by convention: see init)."""
-    return get_heap().empty(*shape, **({} if dtype is None else {"dtype": dtype}))
+def empty(*shape, dtype=None, group=None):
+    """Uninitialised tensor on this rank's symmetric heap of ``group`` (default: the default group's,
+    the first initialised); collective by convention: see init."""
+    return get_heap(group).empty(*shape, **({} if dtype is None else {"dtype": dtype}))
 
 
-def zeros(*shape, dtype=None):
-    return get_heap().zeros(*shape, **({} if dtype is None else {"dtype": dtype}))
+def zeros(*shape, dtype=None, group=None):
+    return get_heap(group).zeros(*shape, **({} if dtype is None else {"dtype": dtype}))
 
 
-def full(shape, fill_value, dtype=None):
-    return get_heap().full(shape, fill_value, **({} if dtype is None else {"dtype": dtype}))
+def full(shape, fill_value, dtype=None, group=None):
+    return get_heap(group).full(shape, fill_value, **({} if dtype is None else {"dtype": dtype}))
 
 
-def arange(n, dtype=None):
-    return get_heap().arange(n, **({} if dtype is None else {"dtype": dtype}))
+def arange(n, dtype=None, group=None):
+    return get_heap(group).arange(n, **({} if dtype is None else {"dtype": dtype}))
 
 
-def randn(*shape, dtype=None, generator=None):
-    return get_heap().randn(*shape, generator=generator, **({} if dtype is None else {"dtype": dtype}))
+def randn(*shape, dtype=None, generator=None, group=None):
+    return get_heap(group).randn(*shape, generator=generator, **({} if dtype is None else {"dtype": dtype}))
 
 
-def is_on_heap(t):
-    return get_heap().is_on_heap(t)
+def is_on_heap(t, group=None):
+    return get_heap(group).is_on_heap(t)
 
 
 from . import nn  # noqa: E402  (tensor-parallel layers on the ops; ops never import nn)

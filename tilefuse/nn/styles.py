@@ -38,12 +38,15 @@ slice of the unsharded layer's gradient (the rowwise bias gets the full gradient
 A token dimension ``d > 0`` is moved to the front for the op (a copy unless every dimension before
 it has size 1, e.g. ``[1, S, H]``) and moved back after it.
 
-The mesh: a 1-D DeviceMesh (slice a data x tensor mesh first, ``mesh["tp"]``, as
-``parallelize_module`` asks). Its process group is the group tilefuse's symmetric heap serves: if
-tilefuse is not initialised yet, the first ``_apply`` calls ``tilefuse.init(group=...)`` on it
-(collective, like ``parallelize_module`` itself); a heap made earlier must serve a group of the
-same ranks in the same order. tilefuse serves one process group per process, so one process can
-use one TP mesh (one TP group per process, as in data x tensor parallelism).
+The mesh: a 1-D DeviceMesh (``mesh["tp"]`` of a data x tensor mesh, as ``parallelize_module``
+asks), or a multi-dimensional one with a dimension named ``"tp"``, which is then the mesh the
+styles use. The ops run on that mesh's process group, on a symmetric heap of its own: if tilefuse
+is not initialised for the group yet, the first ``_apply`` calls ``tilefuse.init(group=...)`` on it
+(collective over the group, like ``parallelize_module`` itself; the heap gets the size of the
+default group's heap, if there is one), unless a heap made earlier serves a group of the same ranks
+in the same order (the world group for a 1-D mesh over every rank), which is then used. Several
+meshes work in one process (each TP group has its heap: two TP groups of one model, or a TP group
+beside a heap on the world).
 
 Every forward and backward is collective over the mesh: all ranks make the same calls with the same
 shapes. ``out_features`` (colwise) or ``in_features`` (rowwise) must be divisible by the mesh size,
@@ -62,10 +65,10 @@ from torch.distributed.tensor.parallel import RowwiseParallel as _TorchRowwise
 from ..ops import library
 from ..ops.gemm_all_reduce import gemm_all_reduce
 from ..ops.library import group_name
-from ..runtime import get_heap, init, is_initialized
+from ..runtime import get_heap, groups, init, is_initialized
 from .functional import column_parallel_linear, row_parallel_linear
 
-__all__ = ["ColwiseParallel", "RowwiseParallel", "TPLinearPlan", "tp_group"]
+__all__ = ["ColwiseParallel", "RowwiseParallel", "TPLinearPlan", "tp_group", "tp_mesh"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,29 +76,40 @@ __all__ = ["ColwiseParallel", "RowwiseParallel", "TPLinearPlan", "tp_group"]
 # ---------------------------------------------------------------------------------------------
 
 
-def tp_group(device_mesh, who: str = "tilefuse.nn"):
-    """The process group the ops run on for a 1-D ``device_mesh``, with tilefuse initialised on it.
+TP_DIM = "tp"  # the mesh dimension the styles use on a multi-dimensional mesh
 
-    Initialises tilefuse on the mesh's group if it is not yet (collective). A heap made earlier on
-    another group object with the same ranks in the same order (the world, say) serves the mesh:
-    that group is returned. Any other heap group is an error: tilefuse serves one group per process.
+
+def tp_mesh(device_mesh, who: str = "tilefuse.nn"):
+    """The 1-D mesh the styles run on: ``device_mesh`` itself, or its ``"tp"`` dimension."""
+    ndim = getattr(device_mesh, "ndim", None)
+    if ndim == 1:
+        return device_mesh
+    names = tuple(getattr(device_mesh, "mesh_dim_names", None) or ())
+    if isinstance(ndim, int) and ndim > 1 and TP_DIM in names:
+        return device_mesh[TP_DIM]
+    raise ValueError(f"{who}: expected a 1-D DeviceMesh or one with a dimension named {TP_DIM!r}, got "
+                     f"{device_mesh!r}; slice the tensor-parallel dimension first (mesh['tp'] for a mesh with "
+                     "mesh_dim_names=('dp', 'tp'))")
+
+
+def tp_group(device_mesh, who: str = "tilefuse.nn"):
+    """The process group the ops run on for ``device_mesh`` (1-D, or its ``"tp"`` dimension), with
+    tilefuse initialised on it.
+
+    A group tilefuse was initialised on is returned as it is. Else a heap made earlier on another
+    group object with the same ranks in the same order (the world, say) serves the mesh: that group
+    is returned. Else tilefuse is initialised on the mesh's group (collective over its ranks, as
+    ``parallelize_module`` is), with the default group's heap size if there is a default group.
     """
-    if getattr(device_mesh, "ndim", None) != 1:
-        raise ValueError(f"{who}: expected a 1-D DeviceMesh, got {device_mesh!r}; slice the tensor-parallel "
-                         "dimension first (mesh['tp'] for a mesh with mesh_dim_names=('dp', 'tp'))")
-    group = device_mesh.get_group()
-    if not is_initialized():
-        init(group=group)
-    heap_group = get_heap().group
-    if heap_group is group:
+    group = tp_mesh(device_mesh, who).get_group()
+    if is_initialized(group):
         return group
-    mine, theirs = dist.get_process_group_ranks(group), dist.get_process_group_ranks(heap_group)
-    if mine != theirs:
-        raise ValueError(
-            f"{who}: tilefuse was initialised on a process group of ranks {theirs}, but this mesh's group "
-            f"has ranks {mine}; tilefuse serves one group per process: call "
-            "tilefuse.init(group=mesh['tp'].get_group()) before anything else initialises it")
-    return heap_group
+    ranks = dist.get_process_group_ranks(group)
+    for other in groups():
+        if dist.get_process_group_ranks(other) == ranks:
+            return other
+    init(heap_size=get_heap().size if is_initialized() else None, group=group)
+    return group
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,7 +369,7 @@ def _distribute(param: torch.Tensor, mesh, group, layout, src: int | None) -> DT
     What ``distribute_tensor`` does for an even split, with a broadcast of group rank ``src``'s
     tensor (None: every rank keeps its own, torch's ``src_data_rank=None``) and local slicing in
     place of its scatter: gloo has no scatter of CUDA tensors, and ranks sharing a GPU use gloo."""
-    full = param.detach().to(get_heap().device)
+    full = param.detach().to(get_heap(group).device)
     if src is not None and dist.get_world_size(group) > 1:
         full = full.contiguous().clone()
         dist.broadcast(full, src=dist.get_global_rank(group, src), group=group)
@@ -379,6 +393,7 @@ class _TilefuseStyle:
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
         who = type(self).__name__
+        device_mesh = tp_mesh(device_mesh, who)
         if isinstance(module, nn.Embedding):
             return super()._apply(module, device_mesh)  # torch's own embedding sharding and hooks
         if not isinstance(module, nn.Linear):

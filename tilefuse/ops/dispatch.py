@@ -112,7 +112,7 @@ def choose(op: str, a, b, group=None) -> tables.Choice:
     bucket's decision if this process made it, else this rank's table, cache and model view."""
     if not is_initialized():
         raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
-    heap = get_heap()
+    heap = get_heap(group)  # the group's own heap (a clear error if it was never initialised)
     grp = group if group is not None else heap.group
     world = dist.get_world_size(grp)
     M, K = a.shape
@@ -153,7 +153,7 @@ def _candidates(op: str, a, b, grp, kwargs: dict, model: tables.Choice | None) -
     def bind(fn, **kw):
         return lambda: fn(a, b, group=grp, **kw, **kwargs)
 
-    heap = get_heap()
+    heap = get_heap(grp)
     world, sms = heap.world_size, hw.num_sms(heap.device)
     M, K = a.shape
     N = b.shape[1]
@@ -203,7 +203,7 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
     """``(choice, remembered)``: a call under capture or tracing gets plain, not remembered."""
     if not is_initialized():
         raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
-    heap = get_heap()
+    heap = get_heap(group)  # the group's own heap (a clear error if it was never initialised)
     grp = group if group is not None else heap.group
     world = dist.get_world_size(grp)
     M, K = a.shape

@@ -21,6 +21,7 @@ from .world import (  # noqa: E402
     control_block,
     device_barrier,
     get_heap,
+    groups,
     init,
     is_initialized,
     reset,
@@ -31,6 +32,6 @@ from .world import (  # noqa: E402
 
 __all__ = [
     "CallMismatchError", "HeapFullError", "PeerCallError", "PoisonedError", "StaleCallError", "SymmetricHeap",
-    "WaitTimeoutError", "barrier", "check_waits", "control_block", "device_barrier", "get_heap", "hw", "init",
+    "WaitTimeoutError", "barrier", "check_waits", "control_block", "device_barrier", "get_heap", "groups", "hw", "init",
     "is_initialized", "primitives", "reset", "set_wait_timeout", "shutdown", "synchronize",
 ]

@@ -117,15 +117,18 @@ class Replay:
 
 
 class Plan:
-    """A recorded call: ``run(inputs, replay)`` repeats it for new argument tensors (same signature)."""
+    """A recorded call: ``run(inputs, replay)`` repeats it for new argument tensors (same signature).
+    ``state``: the runtime state of the process group the call ran on (None: the default group's),
+    set by the caller; a replay runs on it."""
 
-    __slots__ = ("steps", "n_slots", "n_inputs", "ret", "alive", "what", "launches")
+    __slots__ = ("steps", "n_slots", "n_inputs", "ret", "alive", "what", "launches", "state")
 
     def __init__(self, steps: list, n_slots: int, n_inputs: int, ret, what: str, launches: int):
         self.steps, self.n_slots, self.n_inputs, self.ret = steps, n_slots, n_inputs, ret
         self.alive = True
         self.what = what
         self.launches = launches
+        self.state = None
 
     def run(self, inputs: list, replay: Replay):
         slots = inputs + [None] * (self.n_slots - self.n_inputs)

@@ -16,10 +16,26 @@ described in :mod:`tilefuse.runtime.primitives`. This module is its host side:
   every call checks at its end and raises at the failing call itself.
 - A wait that timed out poisons the runtime on every rank: every op raises :class:`PoisonedError`
   until :func:`reset` (collective) re-zeros the control block and drops the workspaces.
+
+**Several process groups.** :func:`init` may be called for several groups (a data x tensor mesh's TP
+group beside the world, two TP groups of one model). Each group gets its own :class:`_State`: heap,
+control block (so its own call sequence numbers and epochs), signatures and error words; the first
+group initialised is the *default* one, which ``group=None`` means. An op call runs on one group's
+state: the ``@collective`` wrapper resolves the call's group once (:func:`state_for`, a dictionary
+lookup; a replayed launch plan keeps the state it was recorded on) and hands the state to
+:class:`CollectiveCall`, which makes it this thread's *active* state for the call; :func:`_state`
+(and so :func:`get_heap`, :func:`control_block` and everything a launcher asks the runtime) returns
+the active state, else the default. ``group=None`` calls set nothing. :func:`reset` and
+:func:`tilefuse.clear_workspaces` act on the group they are given; :func:`shutdown` closes every
+group's heap, the default group's last. Calls of all groups share one
+lock and one stream order (calls on different streams run one after another in the order the host
+made them, whatever their group), so device scratch shared by all groups is never used by two calls
+at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -68,18 +84,40 @@ class _State:
     poisoned: str | None = None  # set once this host has seen the poison: the message to raise
     sigs: dict = field(default_factory=dict)  # signature key -> (hash, text)
     texts: dict = field(default_factory=dict)  # hash -> text, for error messages
-    last_stream: object = None
-    last_stream_raw: int | None = None  # its raw handle: calls on the same stream compare integers
     on_gpu: bool = False
     dev_index: int = -1
     ctl_status: torch.Tensor | None = None  # ctl[POISON:ERRORS + 1], copied into status_host after each call
     status_np: object = None  # numpy view of status_host (GPU): read without a torch call
     ctl_np: object = None  # numpy view of the control block (CPU backend: kernels are synchronous)
+    group: object = None  # the process group this state serves (the heap's)
+    name: str = ""  # that group's name (what the custom ops pass)
 
 
-_STATE: _State | None = None
+_STATE: _State | None = None  # the default group's state: the first group initialised
+_STATES: dict = {}  # process group -> its state, in the order the groups were initialised
+_NAMES: dict = {}  # group name -> state
 _LOCK = threading.RLock()
-_TLS = threading.local()
+
+
+class _Local(threading.local):
+    call = None  # the CollectiveCall this thread is inside
+    state = None  # this thread's active state (None: the default group's)
+
+
+_TLS = _Local()
+
+
+class _StreamOrder:
+    """The stream the last call was launched on (shared by every group's calls)."""
+
+    __slots__ = ("stream", "raw")
+
+    def __init__(self):
+        self.stream = None
+        self.raw: int | None = None  # its raw handle: calls on the same stream compare integers
+
+
+_ORDER = _StreamOrder()
 
 
 def _device_for(backend: str, group) -> torch.device:
@@ -130,10 +168,14 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
     processes may share one GPU), else ``cpu``: kernels then run in Triton's interpreter, which
     needs ``TRITON_INTERPRET=1`` before kernel modules are imported; ``import tilefuse`` sets it
     when no GPU is present, so import tilefuse before your own Triton kernels (or set it yourself).
-    A second call returns the same heap (and rejects a different group or size). Device waits give
-    up after ``TILEFUSE_WAIT_TIMEOUT`` seconds (30 on a GPU, 60 on the CPU).
+    Device waits give up after ``TILEFUSE_WAIT_TIMEOUT`` seconds (30 on a GPU, 60 on the CPU).
+
+    Several groups: call it once per process group the ops will run on (collective over that
+    group's ranks; a rank calls it only for groups it belongs to). Each group gets its own heap and
+    protocol state; the first group initialised is the default one (``group=None`` in the ops and in
+    :func:`get_heap`, :func:`reset`, ...). A second call for the same group returns the same heap
+    (and rejects a different size).
     """
-    global _STATE
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError(
             "tilefuse.init needs an initialised torch.distributed process group: call "
@@ -141,15 +183,30 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
             "several processes sharing one GPU; nccl for one process per GPU)"
         )
     group = group if group is not None else dist.group.WORLD
+    if group is dist.GroupMember.NON_GROUP_MEMBER:  # what new_group gives a rank outside the group
+        raise ValueError(f"tilefuse.init: global rank {dist.get_rank()} is not a member of this process group; "
+                         "only its members call init for it")
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"tilefuse.init: group must be a torch.distributed ProcessGroup or None, got "
+                        f"{type(group).__name__}")
+    if dist.get_rank(group) < 0:
+        raise ValueError(f"tilefuse.init: global rank {dist.get_rank()} is not a member of process group "
+                         f"{_describe_group(group)}; only its members call init for it")
     backend = _env.requested_backend()
     size = resolve_heap_size(heap_size, backend)
-    if _STATE is not None:
-        heap = _STATE.heap
-        if group is not heap.group:
-            raise RuntimeError("tilefuse.init was already called with another process group")
-        if heap_size is not None and size != heap.size:
-            raise RuntimeError(f"tilefuse.init: heap already exists with {heap.size} bytes, asked {size}")
-        return heap
+    with _LOCK:
+        st = find_state(group)
+        if st is not None:
+            heap = st.heap
+            if heap_size is not None and size != heap.size:
+                raise RuntimeError(f"tilefuse.init: the heap of process group {st.name!r} already exists with "
+                                   f"{heap.size} bytes, asked {size}")
+            return heap
+        return _init_group(size, group, backend)
+
+
+def _init_group(size: int, group, backend: str) -> SymmetricHeap:
+    global _STATE
     if backend == "cpu" and not _env.interpreting():
         raise RuntimeError(
             "the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 before "
@@ -167,23 +224,28 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
     on_gpu = heap.device.type == "cuda"
     status_host = torch.zeros(2, dtype=torch.int64, pin_memory=True) if on_gpu else None
     sync_errors = (not on_gpu) or os.environ.get("TILEFUSE_SYNC_ERRORS", "0") not in ("", "0")
-    _STATE = _State(heap=heap, ctl=ctl, dummy=dummy, status_host=status_host, sync_errors=sync_errors,
-                    on_gpu=on_gpu, dev_index=heap.device.index if on_gpu else -1,
-                    ctl_status=ctl[int(P.CTL_POISON):int(P.CTL_ERRORS) + 1],
-                    status_np=status_host.numpy() if on_gpu else None, ctl_np=None if on_gpu else ctl.numpy())
+    st = _State(heap=heap, ctl=ctl, dummy=dummy, status_host=status_host, sync_errors=sync_errors,
+                on_gpu=on_gpu, dev_index=heap.device.index if on_gpu else -1,
+                ctl_status=ctl[int(P.CTL_POISON):int(P.CTL_ERRORS) + 1],
+                status_np=status_host.numpy() if on_gpu else None, ctl_np=None if on_gpu else ctl.numpy(),
+                group=group, name=hostsync._group_name(group))
     if on_gpu:
         # The control block's zeroing must land before any peer can signal into it: a host-only
         # exchange (gloo) below does not wait for this device's queue.
         torch.cuda.synchronize(heap.device)
     heap.check_symmetric("tilefuse.init", ctl)
+    _STATES[group] = _NAMES[st.name] = st
+    if _STATE is None:
+        _STATE = st
     if heap.world_size > 1:
         # One collective call now: its remote releases and acquires are what every op relies on, so
         # a GPU pair whose link does not carry them fails here, not inside the first op.
         try:
-            device_barrier()
-            synchronize()
+            with using(st):
+                device_barrier()
+                synchronize()
         except (WaitTimeoutError, PoisonedError) as err:
-            _STATE = None
+            _forget(st)
             heap.close()
             raise RuntimeError(
                 "tilefuse.init: the first device barrier did not complete: remote atomics between this "
@@ -193,18 +255,111 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
     return heap
 
 
-def is_initialized() -> bool:
-    return _STATE is not None
+def _forget(st: _State) -> None:
+    """Drop ``st`` from the registry (its heap is closed by the caller); the default goes last."""
+    global _STATE
+    for reg, key in ((_STATES, st.group), (_NAMES, st.name)):
+        if reg.get(key) is st:
+            del reg[key]
+    if _STATE is st:
+        _STATE = next(iter(_STATES.values()), None)
+
+
+def _describe_group(group) -> str:
+    """``'name' (ranks [...])`` for error messages (whatever the group is)."""
+    if isinstance(group, str):
+        return repr(group)
+    try:
+        name = hostsync._group_name(group)
+    except Exception:
+        name = "?"
+    try:
+        ranks = dist.get_process_group_ranks(group)
+    except Exception:
+        return repr(name)
+    return f"{name!r} (ranks {ranks})"
+
+
+def find_state(group) -> _State | None:
+    """The state serving ``group`` (a ProcessGroup or its name; None: the default), or None where
+    that group was never initialised on this rank."""
+    if group is None:
+        return _STATE
+    st = _STATES.get(group)
+    if st is not None:
+        return st
+    if isinstance(group, str):
+        return _NAMES.get(group)
+    try:
+        name = hostsync._group_name(group)
+    except Exception:  # not a process group, or one this rank is not a member of
+        return None
+    return _NAMES.get(name)  # another Python object for the same group (its name resolved again)
+
+
+def state_for(group, what: str = "tilefuse") -> _State:
+    """The state serving ``group`` (None: the default); a clear error where it was never
+    initialised on this rank."""
+    st = _STATES.get(group) if group is not None else _STATE
+    if st is not None:
+        return st
+    st = find_state(group)
+    if st is not None:
+        return st
+    if _STATE is None or group is None:
+        raise RuntimeError(f"{what}: tilefuse is not initialised on this rank: call tilefuse.init() first")
+    rank = dist.get_rank() if dist.is_initialized() else -1
+    known = ", ".join(_describe_group(s.group) for s in _STATES.values())
+    raise RuntimeError(
+        f"{what}: tilefuse is not initialised for process group {_describe_group(group)} on global rank {rank}: "
+        "call tilefuse.init(group=...) with that group on every rank of it first (each process group has a "
+        f"heap of its own; initialised here: {known})"
+    )
+
+
+@contextlib.contextmanager
+def using(target):
+    """Make ``target`` (a state, or a process group: :func:`state_for`) this thread's active state
+    inside the block (what :func:`get_heap`, :func:`control_block`, ... return there)."""
+    st = target if isinstance(target, _State) else state_for(target)
+    prev = _TLS.state
+    _TLS.state = st
+    try:
+        yield st
+    finally:
+        _TLS.state = prev
+
+
+def groups() -> list:
+    """The process groups tilefuse is initialised on in this process, the default one first."""
+    return [st.group for st in _STATES.values()]
+
+
+def is_initialized(group=None) -> bool:
+    """Whether tilefuse is initialised on this rank (``group``: for that process group)."""
+    if group is None:
+        return _STATE is not None
+    return find_state(group) is not None
 
 
 def _state() -> _State:
+    st = _TLS.state
+    if st is not None:
+        return st
     if _STATE is None:
         raise RuntimeError("tilefuse is not initialised on this rank: call tilefuse.init() first")
     return _STATE
 
 
-def get_heap() -> SymmetricHeap:
-    return _state().heap
+def _state_of(group) -> _State:
+    """The state of ``group``; None: this thread's active state, else the default."""
+    return _state() if group is None else state_for(group)
+
+
+def get_heap(group=None) -> SymmetricHeap:
+    """This rank's symmetric heap for ``group`` (default: the default group's; inside an op call,
+    the call's group's)."""
+    return _state_of(group).heap
 
 
 def control_block() -> torch.Tensor:
@@ -212,9 +367,10 @@ def control_block() -> torch.Tensor:
     return _state().ctl
 
 
-def set_wait_timeout(seconds: float) -> float:
-    """Set the device wait bound (seconds, this rank; stream-ordered); returns the previous bound."""
-    st = _state()
+def set_wait_timeout(seconds: float, group=None) -> float:
+    """Set the device wait bound (seconds, this rank; stream-ordered) of ``group``'s calls (default:
+    the default group's); returns the previous bound."""
+    st = _state_of(group)
     if seconds <= 0:
         raise ValueError(f"set_wait_timeout: seconds must be positive, got {seconds}")
     old = int(st.ctl[int(P.CTL_BOUND_NS)].item()) / 1e9
@@ -222,11 +378,12 @@ def set_wait_timeout(seconds: float) -> float:
     return old
 
 
-def set_sync_errors(on: bool) -> bool:
+def set_sync_errors(on: bool, group=None) -> bool:
     """Raise device-recorded errors at the failing call itself (a device sync at the end of every
     call: the CPU backend's behaviour, ``TILEFUSE_SYNC_ERRORS=1`` on a GPU) or, off, at the next call or
-    :func:`synchronize` (the GPU default: no sync). Returns the previous setting."""
-    st = _state()
+    :func:`synchronize` (the GPU default: no sync). ``group``: whose calls (default: the default
+    group's). Returns the previous setting."""
+    st = _state_of(group)
     old = st.sync_errors
     st.sync_errors = bool(on) or st.heap.device.type != "cuda"
     return old
@@ -339,10 +496,10 @@ def _poison_message(st: _State, rec: dict | None) -> str:
             "until tilefuse.reset() is called on every rank")
 
 
-def _collect(sync: bool) -> Exception | None:
-    """The error the device recorded since the last check, if any (clears it); syncs when asked or
-    when there is one to read."""
-    st = _state()
+def _collect(sync: bool, st: _State | None = None) -> Exception | None:
+    """The error the device recorded since the last check on ``st`` (default: :func:`_state`), if
+    any (clears it); syncs when asked or when there is one to read."""
+    st = st if st is not None else _state()
     on_gpu = st.on_gpu
     capturing = _capturing(st)
     if capturing:
@@ -382,9 +539,9 @@ def _status_set(st: _State) -> bool:
     return bool(words[_ERRORS] or words[_POISON])
 
 
-def check_waits() -> None:
+def check_waits(group=None) -> None:
     """Raise the error a device wait or call check recorded since the last check (syncs)."""
-    err = _collect(sync=True)
+    err = _collect(sync=True, st=_state_of(group))
     if err is not None:
         raise err
 
@@ -412,21 +569,23 @@ except ImportError:  # a CPU-only torch
 
 def _order_stream(st: _State, raw: int) -> None:
     """Calls on different streams run one after another, in the order the host made them (``raw``:
-    the current stream's handle). (Inside a CUDA graph capture the graph's order is the capture
-    stream's; order it against eager work as torch asks: synchronize before capturing.)"""
-    if raw == st.last_stream_raw:
+    the current stream's handle), whatever their group. (Inside a CUDA graph capture the graph's
+    order is the capture stream's; order it against eager work as torch asks: synchronize before
+    capturing.)"""
+    order = _ORDER
+    if raw == order.raw:
         return
     stream = torch.cuda.current_stream(st.heap.device)
-    if st.last_stream is not None and stream != st.last_stream:
-        stream.wait_stream(st.last_stream)  # everything queued there so far, the last call included
-    st.last_stream, st.last_stream_raw = stream, raw
+    if order.stream is not None and stream != order.stream:
+        stream.wait_stream(order.stream)  # everything queued there so far, the last call included
+    order.stream, order.raw = stream, raw
 
 
 def _note_end(st: _State, capturing: bool) -> None:
     if not st.on_gpu:
         return
     if capturing:
-        st.last_stream = st.last_stream_raw = None  # the next eager call waits on nothing recorded in the graph
+        _ORDER.stream = _ORDER.raw = None  # the next eager call waits on nothing recorded in the graph
     st.status_host.copy_(st.ctl_status, non_blocking=True)
 
 
@@ -445,29 +604,38 @@ def _launch_begin(st: _State, sig: int, outputs: tuple) -> None:
 class CollectiveCall:
     """Host part of one collective op call (a context manager; see the module docstring).
 
-    Nested use in one thread (a variant handing a degenerate call to another) is one call. After
-    ``__enter__``, ``capturing`` says whether a CUDA graph capture is under way and ``stream`` is the
-    current stream's raw handle (None on the CPU backend).
+    ``st``: the state of the call's group (:func:`state_for`), made this thread's active state for
+    the call; None: the default group's, which needs nothing set. Nested use in one thread (a variant
+    handing a degenerate call to another) is one call. After ``__enter__``, ``capturing`` says
+    whether a CUDA graph capture is under way and ``stream`` is the current stream's raw handle (None
+    on the CPU backend).
     """
 
-    __slots__ = ("op", "begun", "pending", "outer", "capturing", "stream")
+    __slots__ = ("op", "begun", "pending", "outer", "capturing", "stream", "st", "prev")
 
-    def __init__(self, op: str):
+    def __init__(self, op: str, st: _State | None = None):
         self.op = op
         self.begun = False
         self.pending: Exception | None = None
         self.outer = None
         self.capturing = False
         self.stream = None
+        self.st = st
 
     def __enter__(self):
-        outer = getattr(_TLS, "call", None)
+        outer = _TLS.call
         if outer is not None:
             self.outer = outer
             return outer
-        _LOCK.acquire()
+        st = self.st
+        if st is None:
+            st = _STATE if _STATE is not None else _state()  # raises when not initialised
+            _LOCK.acquire()
+        else:
+            _LOCK.acquire()
+            self.prev = _TLS.state
+            _TLS.state = st
         try:
-            st = _STATE if _STATE is not None else _state()
             if st.on_gpu:
                 if torch.cuda.current_device() != st.dev_index:
                     self._wrong_device(st)
@@ -476,13 +644,15 @@ class CollectiveCall:
             if st.poisoned:
                 raise PoisonedError(st.poisoned)
             if _status_set(st):
-                err = _collect(sync=False)
+                err = _collect(False, st)
                 if isinstance(err, (WaitTimeoutError, PoisonedError)):
                     raise err
                 self.pending = err
             if st.on_gpu and not self.capturing:
                 _order_stream(st, self.stream)
         except BaseException:
+            if self.st is not None:
+                _TLS.state = self.prev
             _LOCK.release()
             raise
         _TLS.call = self
@@ -515,7 +685,7 @@ class CollectiveCall:
             return False
         _TLS.call = None
         try:
-            st = _STATE
+            st = self.st or _STATE
             if st is None:
                 return False
             if exc is not None and not self.begun and not isinstance(exc, PoisonedError):
@@ -523,19 +693,21 @@ class CollectiveCall:
                 _launch_begin(st, int(P.SIG_FAILED), ())
                 self.begun = True
                 if st.sync_errors:
-                    _collect(sync=True)  # this rank's own failure record is not an error to raise
+                    _collect(True, st)  # this rank's own failure record is not an error to raise
             if self.begun:
                 _note_end(st, self.capturing)
             if exc is not None:
                 return False
             if st.sync_errors and not self.capturing and (st.on_gpu or _status_set(st)):
-                err = _collect(sync=True)
+                err = _collect(True, st)
                 if err is not None:
                     raise err
             if self.pending is not None:
                 raise self.pending
             return False
         finally:
+            if self.st is not None:
+                _TLS.state = self.prev
             _LOCK.release()
 
 
@@ -545,54 +717,63 @@ def _mark_begun(replay) -> None:
 
 def in_call() -> bool:
     """Whether this thread is inside a collective call."""
-    return getattr(_TLS, "call", None) is not None
+    return _TLS.call is not None
 
 
 def current_call() -> CollectiveCall:
     """The collective call this thread is inside (raises outside one)."""
-    call = getattr(_TLS, "call", None)
+    call = _TLS.call
     if call is None:
         raise RuntimeError("no tilefuse collective call is active in this thread")
     return call
 
 
-def synchronize() -> None:
-    """Wait for this rank's device work, then report any error recorded on the device."""
-    st = _state()
+def synchronize(group=None) -> None:
+    """Wait for this rank's device work, then report any error recorded on the device for
+    ``group``'s calls (default: the default group's)."""
+    st = _state_of(group)
     if st.poisoned:
         raise PoisonedError(st.poisoned)
-    check_waits()
+    err = _collect(True, st)
+    if err is not None:
+        raise err
 
 
-def barrier() -> None:
-    """Host barrier: this rank's device work is finished and every rank got here."""
-    st = _state()
-    synchronize()
+def barrier(group=None) -> None:
+    """Host barrier over ``group`` (default: the default group): this rank's device work is finished
+    and every rank of the group got here."""
+    st = _state_of(group)
+    synchronize(st.group)
     hostsync.barrier(st.heap.group, what="tilefuse.barrier")
 
 
-def device_barrier() -> None:
-    """Stream-ordered barrier (a collective call): returns once every rank launched one.
+def device_barrier(group=None) -> None:
+    """Stream-ordered barrier over ``group`` (default: the default group; a collective call): returns
+    once every rank of it launched one.
 
     Work queued before it on any rank is complete and visible to work queued after it on all ranks.
+    Inside an op's call it is part of that call (on the call's group).
     """
-    st = _state()
+    if _TLS.call is not None:  # inside an op's call: a call of its own, same host part
+        st = _state()
+        if st.heap.world_size > 1:
+            _launch_begin(st, _signature(("device_barrier",))[0], ())
+        return
+    st = _state_of(group)
     if st.heap.world_size == 1:
         return
-    if getattr(_TLS, "call", None) is not None:  # inside an op's call: a call of its own, same host part
-        _launch_begin(st, _signature(("device_barrier",))[0], ())
-        return
-    with CollectiveCall("tilefuse.device_barrier") as call:
+    with CollectiveCall("tilefuse.device_barrier", st) as call:
         call.begin(("device_barrier",))
 
 
-def reset() -> None:
-    """Collective recovery after an error: wait for this rank's device, re-zero the control block
-    (sequence numbers, flags of the protocol, poison), drop every workspace, then barrier. Call it on
-    every rank; afterwards calls pair from scratch."""
-    st = _state()
+def reset(group=None) -> None:
+    """Collective recovery after an error on ``group`` (default: the default group): wait for this
+    rank's device, re-zero the group's control block (sequence numbers, flags of the protocol,
+    poison), drop the group's workspaces, then barrier. Call it on every rank of the group;
+    afterwards its calls pair from scratch. Other groups' state is left as it is."""
+    st = _state_of(group)
     heap = st.heap
-    with _LOCK:
+    with _LOCK, using(st):
         if heap.device.type == "cuda":
             torch.cuda.synchronize(heap.device)
         hostsync.reset(heap.group)
@@ -607,7 +788,7 @@ def reset() -> None:
         st.ctl[int(P.CTL_GEN)] = st.gen
         if st.status_host is not None:
             st.status_host.zero_()
-        st.last_stream = st.last_stream_raw = None
+        _ORDER.stream = _ORDER.raw = None  # the device is idle: the next call waits on nothing
         st.poisoned = None
         if heap.device.type == "cuda":
             torch.cuda.synchronize(heap.device)
@@ -619,29 +800,57 @@ _RESET_HOOKS: list = []
 
 
 def on_shutdown(hook) -> None:
-    """Run ``hook()`` at :func:`shutdown`, before the heap closes (the ops drop their workspaces)."""
+    """Run ``hook()`` at :func:`shutdown`, before a heap closes (the ops drop their workspaces), once
+    per group, with that group's state active (:func:`get_heap` is the heap that closes)."""
     if hook not in _SHUTDOWN_HOOKS:
         _SHUTDOWN_HOOKS.append(hook)
 
 
 def on_reset(hook) -> None:
-    """Run ``hook()`` at :func:`reset`, while every rank's device is idle (the ops drop their workspaces)."""
+    """Run ``hook()`` at :func:`reset`, while every rank's device is idle (the ops drop their
+    workspaces), with the reset group's state active (:func:`get_heap` is its heap)."""
     if hook not in _RESET_HOOKS:
         _RESET_HOOKS.append(hook)
 
 
-def shutdown() -> None:
+def shutdown(group=None) -> None:
     """Drop the ops' workspaces and the peer mappings, after a barrier (call before the process group
-    is destroyed). A later :func:`init` starts from a new heap with no workspace of the old one."""
-    global _STATE
-    if _STATE is None:
-        return
-    st = _STATE
-    if st.heap.device.type == "cuda":
-        torch.cuda.synchronize(st.heap.device)
-    st.ctl[int(P.CTL_GEN)] = -1  # a CUDA graph replayed after this aborts before touching memory
-    plans.clear_plans()
-    for hook in _SHUTDOWN_HOOKS:
-        hook()
-    st.heap.close()
-    _STATE = None
+    is destroyed). A later :func:`init` starts from a new heap with no workspace of the old one.
+
+    Without ``group``: every group's heap, in the reverse order of their :func:`init` calls (so the
+    default group's last; each close is collective over its group). With ``group``: that group's
+    heap only (not the default group's while other groups are initialised: it names what
+    ``group=None`` means)."""
+    if group is None:
+        targets = list(reversed(_STATES.values()))
+    else:
+        st = find_state(group)
+        if st is None:
+            return
+        if st is _STATE and len(_STATES) > 1:
+            others = ", ".join(_describe_group(s.group) for s in _STATES.values() if s is not st)
+            raise ValueError(f"tilefuse.shutdown: {_describe_group(group)} is the default group; shut the other "
+                             f"groups down first ({others}), or call tilefuse.shutdown() for all")
+        targets = [st]
+    failure = None
+    for st in targets:
+        try:
+            _shutdown_one(st)
+        except BaseException as err:  # the other groups still close (their peers are closing them)
+            failure = failure or err
+    if failure is not None:
+        raise failure
+
+
+def _shutdown_one(st: _State) -> None:
+    try:
+        with using(st):
+            if st.heap.device.type == "cuda":
+                torch.cuda.synchronize(st.heap.device)
+            st.ctl[int(P.CTL_GEN)] = -1  # a CUDA graph replayed after this aborts before touching memory
+            plans.clear_plans()
+            for hook in _SHUTDOWN_HOOKS:
+                hook()
+    finally:
+        _forget(st)
+        st.heap.close()

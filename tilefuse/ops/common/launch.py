@@ -2,7 +2,8 @@
 launch plans.
 
 A launcher is decorated with :func:`collective` (the host part of the call runs inside a
-:class:`tilefuse.runtime.world.CollectiveCall`) and does: ``heap = op_heap(op, group)`` -> checks ->
+:class:`tilefuse.runtime.world.CollectiveCall`, on the state of the call's ``group``: its heap,
+control block and epochs; ``group=None`` is the default group's) and does: ``heap = op_heap(op, group)`` -> checks ->
 ``cfg = resolve_config(...)`` -> ``ws = workspace(...)`` (heap buffers allocated once per shape,
 collectively, and reused) -> ``begin(signature, outputs)`` -> launches. Kernels read the call's
 sequence number from the control block (``ctl(heap)``): nothing on the host counts epochs.
@@ -30,7 +31,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
 from ...runtime import control_block, get_heap, hostsync, hw, is_initialized, plans
 from ...runtime import world as _world
@@ -109,7 +109,8 @@ def plan_key(tag, args: tuple, kwargs: dict) -> tuple | None:
             key += (name, tv, v)
         elif tv in _TENSOR_TYPES:
             ptr = v.data_ptr()
-            key += (name, v.shape, v.stride(), v.dtype, v.device, ptr & 15, _heap_offset(ptr) if name == "out" else 0)
+            off = _heap_offset(ptr, kwargs.get("group")) if name == "out" else 0
+            key += (name, v.shape, v.stride(), v.dtype, v.device, ptr & 15, off)
         elif tv is Config or name == "group":
             key += (name, v)
         else:
@@ -118,8 +119,9 @@ def plan_key(tag, args: tuple, kwargs: dict) -> tuple | None:
     return tuple(key)
 
 
-def _heap_offset(ptr: int) -> int:
-    st = _world._STATE
+def _heap_offset(ptr: int, group) -> int:
+    """``ptr``'s offset in the heap of ``group`` (None: the default group's); -1 off that heap."""
+    st = _world.find_state(group)
     if st is None:
         return -2  # not initialised: the call raises, naming the op
     off = ptr - st.heap.base
@@ -135,11 +137,10 @@ def _inputs(args: tuple, kwargs: dict) -> list:
     return inputs
 
 
-def _may_record() -> bool:
+def _may_record(heap) -> bool:
     """Not while a CUDA graph captures, torch.compile traces or another torch function mode watches."""
     if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled():
         return False
-    heap = get_heap()
     return not (heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
 
@@ -176,14 +177,16 @@ def _constant_ok(inputs: list):
 
 def _full_call(op: str, fn, key, hit, args: tuple, kwargs: dict):
     """The call through the launcher's full host path; recorded when the signature is due."""
-    if not is_initialized():
+    group = kwargs.get("group")
+    st = _world.state_for(group, op) if group is not None else None  # None: the default group's
+    if st is None and not is_initialized():
         raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
     seen = hit if type(hit) is int else 0
-    record = key is not None and seen >= 1 and _may_record()
+    record = key is not None and seen >= 1 and _may_record(st.heap if st is not None else get_heap())
     out = plan = rec = None
     cleared = plans.STATS["cleared"]  # plans dropped meanwhile (another thread): this one goes too
     try:
-        with CollectiveCall(op):
+        with CollectiveCall(op, st):
             if not record:
                 out = fn(*args, **kwargs)
             else:
@@ -206,6 +209,7 @@ def _full_call(op: str, fn, key, hit, args: tuple, kwargs: dict):
     if len(_PLANS) >= _MAX_PLANS:  # ever-new signatures (a server's changing token counts): stay bounded
         plans.clear_plans()
     if plan is not None:
+        plan.state = st  # its replays run on the same group's state
         _PLANS[key] = plans.new_plan(plan)
     elif rec is not None and (not rec.retry or seen >= _MAX_ATTEMPTS):
         _PLANS[key] = _NEVER
@@ -221,8 +225,8 @@ def _full_call(op: str, fn, key, hit, args: tuple, kwargs: dict):
 
 def replay(plan: Plan, op: str, fn, args: tuple, kwargs: dict):
     """Run the call through ``plan`` (``fn``: the launcher's own body, run instead if the plan was
-    dropped meanwhile)."""
-    with CollectiveCall(op) as call:
+    dropped meanwhile), on the state of the group it was recorded for."""
+    with CollectiveCall(op, plan.state) as call:
         if not plan.alive:
             return fn(*args, **kwargs)
         if call.stream is not None:
@@ -264,15 +268,19 @@ def begin(key: tuple, *outputs) -> None:
 
 
 def op_heap(op: str, group):
-    """The heap for ``group`` (only the group tilefuse was initialised with is supported)."""
-    if not is_initialized():
-        raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
-    heap = get_heap()
+    """The heap for ``group``: the heap of a group passed to ``tilefuse.init`` (None: the call's
+    group inside a collective call, else the default group). A group never initialised on this rank
+    raises, naming the remedy."""
+    if group is None:
+        if not is_initialized():
+            raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
+        heap = get_heap()
+    else:
+        heap = _world.state_for(group, op).heap
+        if _world.in_call() and heap is not get_heap():
+            raise RuntimeError(f"{op}: called with group {_world._describe_group(group)} inside a collective call "
+                               f"on another group ({_world._describe_group(get_heap().group)})")
     check_current_device(op, heap.device)  # kernels launch on the current device
-    if group is not None and group is not heap.group and group is not dist.group.WORLD:
-        raise ValueError(f"{op}: group must be the process group passed to tilefuse.init (or None)")
-    if group is dist.group.WORLD and heap.group is not dist.group.WORLD:
-        raise ValueError(f"{op}: tilefuse was initialised on a subgroup; pass that group (or None)")
     return heap
 
 
@@ -322,19 +330,21 @@ class Workspace:
 
 
 _WORKSPACES: OrderedDict = OrderedDict()  # least recently used first
-_KEPT_FOR_GRAPHS: list = []  # workspaces of captured graphs that were dropped from the cache
+_KEPT_FOR_GRAPHS: list = []  # (heap uid, workspace) of captured graphs, dropped from the cache
 
 
 def workspace_budget(heap) -> int:
-    """Bytes of heap the cached workspaces may hold: ``TILEFUSE_WORKSPACE_FRACTION`` (default 0.75)
-    of the heap; beyond it the least recently used workspaces are released (on every rank alike)."""
+    """Bytes of ``heap`` the cached workspaces on it may hold: ``TILEFUSE_WORKSPACE_FRACTION`` (default
+    0.75) of the heap; beyond it the least recently used workspaces are released (on every rank alike)."""
     frac = float(os.environ.get("TILEFUSE_WORKSPACE_FRACTION", "0.75"))
     return int(heap.size * frac)
 
 
-def workspace_bytes() -> int:
-    """Heap bytes held by cached workspaces (this process)."""
-    return sum(ws.nbytes for ws in _WORKSPACES.values())
+def workspace_bytes(heap=None) -> int:
+    """Heap bytes held by cached workspaces (this process; ``heap``: on that heap only)."""
+    if heap is None:
+        return sum(ws.nbytes for ws in _WORKSPACES.values())
+    return sum(ws.nbytes for key, ws in _WORKSPACES.items() if key[0] == heap.uid)
 
 
 def workspace_keys() -> list:
@@ -342,9 +352,12 @@ def workspace_keys() -> list:
     return [key[1:] for key in _WORKSPACES]
 
 
-def workspaces() -> list:
-    """The cached :class:`Workspace` objects, least recently used first (for tests and tools)."""
-    return list(_WORKSPACES.values())
+def workspaces(heap=None) -> list:
+    """The cached :class:`Workspace` objects (``heap``: on that heap only), least recently used first
+    (for tests and tools)."""
+    if heap is None:
+        return list(_WORKSPACES.values())
+    return [ws for key, ws in _WORKSPACES.items() if key[0] == heap.uid]
 
 
 def debug_poison() -> bool:
@@ -466,40 +479,58 @@ def _touch(full_key: tuple, ws: Workspace, state) -> None:
 
 def _evict(heap, nbytes: int) -> None:
     budget = workspace_budget(heap)
-    for full_key in list(_WORKSPACES):
-        if workspace_bytes() + nbytes <= budget:
+    for full_key in _heap_keys(heap.uid):
+        if workspace_bytes(heap) + nbytes <= budget:
             return
-        ws = _WORKSPACES[full_key]
-        if full_key[0] != heap.uid:
-            continue
         plans.clear_plans()  # plans keep the workspaces they use: they go first
-        del _WORKSPACES[full_key]
+        ws = _WORKSPACES.pop(full_key)
         if ws.captured:
-            _KEPT_FOR_GRAPHS.append(ws)
+            _KEPT_FOR_GRAPHS.append((heap.uid, ws))
 
 
-def clear_workspaces() -> None:
-    """Release every cached workspace (collective: call it on every rank); launch plans go with them.
-    Waits for this rank's device work and for every rank, so no queued kernel still uses them. CUDA
-    graphs captured before abort when replayed (their error is reported at the next call); their
-    buffers stay allocated until shutdown."""
-    if not is_initialized():
+def clear_workspaces(group=None) -> None:
+    """Release every cached workspace of ``group``'s heap (default: the default group's; collective:
+    call it on every rank of the group); launch plans go with them. Waits for this rank's device work
+    and for every rank of the group, so no queued kernel still uses them. CUDA graphs captured before
+    abort when replayed (their error is reported at the next call); their buffers stay allocated
+    until shutdown. Other groups' workspaces stay."""
+    if group is None and not is_initialized():
         plans.clear_plans()
         _WORKSPACES.clear()
         return
-    heap = get_heap()
-    _world.synchronize()
-    hostsync.barrier(heap.group, what="tilefuse.clear_workspaces")
-    _drop_workspaces()
+    with _world.using(_world.state_for(group, "tilefuse.clear_workspaces")) as st:
+        _world.synchronize(st.group)
+        hostsync.barrier(st.heap.group, what="tilefuse.clear_workspaces")
+        _drop_workspaces()
+
+
+def _heap_keys(uid: int) -> list:
+    """The cached workspaces' keys on the heap ``uid``, least recently used first."""
+    return [key for key in _WORKSPACES if key[0] == uid]
+
+
+def _drop_verified(uid: int) -> None:
+    for key in [k for k in _VERIFIED_OUT if k[0] == uid]:
+        _VERIFIED_OUT.discard(key)
 
 
 def _drop_workspaces() -> None:
+    """Drop the workspaces of the active group's heap (:func:`tilefuse.runtime.world.using`)."""
     plans.clear_plans()
-    if any(ws.captured for ws in _WORKSPACES.values()) and is_initialized():
+    if not is_initialized():
+        _WORKSPACES.clear()
+        _VERIFIED_OUT.clear()
+        return
+    uid = get_heap().uid
+    keys = _heap_keys(uid)
+    if any(_WORKSPACES[k].captured for k in keys):
         _world.bump_generation()
-    _KEPT_FOR_GRAPHS.extend(ws for ws in _WORKSPACES.values() if ws.captured)
-    _WORKSPACES.clear()
-    _VERIFIED_OUT.clear()
+    for key in keys:
+        ws = _WORKSPACES.pop(key)
+        if ws.captured:
+            _KEPT_FOR_GRAPHS.append((uid, ws))
+    _drop_verified(uid)
+    keys = ws = None
     gc.collect()  # blocks held by reference cycles come back now, on every rank alike
 
 
@@ -507,16 +538,23 @@ _RETIRED: list = []  # (control block, workspaces) of closed heaps that captured
 
 
 def _drop_all() -> None:
+    """At shutdown, for the active group's heap (the one that closes): drop its workspaces."""
     plans.clear_plans()
-    captured = [ws for ws in _WORKSPACES.values() if ws.captured] + _KEPT_FOR_GRAPHS
-    if captured and is_initialized():
+    if not is_initialized():
+        return
+    heap = get_heap()
+    keys = _heap_keys(heap.uid)
+    captured = [_WORKSPACES[k] for k in keys if _WORKSPACES[k].captured]
+    captured += [ws for uid, ws in _KEPT_FOR_GRAPHS if uid == heap.uid]
+    if captured:
         # A graph replayed after shutdown reads the control block (its generation is now invalid, so
         # the call aborts before touching anything else): keep that memory until the process ends.
-        get_heap().mark_internal(*(b for ws in captured for b in ws.buffers.values()))
-        _RETIRED.append((control_block(), list(captured)))
-    _WORKSPACES.clear()
-    _KEPT_FOR_GRAPHS.clear()
-    _VERIFIED_OUT.clear()
+        heap.mark_internal(*(b for ws in captured for b in ws.buffers.values()))
+        _RETIRED.append((control_block(), captured))
+    for key in keys:
+        del _WORKSPACES[key]
+    _KEPT_FOR_GRAPHS[:] = [(uid, ws) for uid, ws in _KEPT_FOR_GRAPHS if uid != heap.uid]
+    _drop_verified(heap.uid)
 
 
 on_shutdown(_drop_all)  # tilefuse.shutdown() gives every workspace back with the heap
