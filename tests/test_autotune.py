@@ -797,3 +797,38 @@ def test_heldout_goes_round_robin_and_stops_at_its_budget(pools, tmp_path):
     assert any("--budget-s 0.001: stopped after" in line for line in notes), notes
     written = pd.read_csv(out)  # rewritten after every shape: what ran is on disk before the end
     assert set(written["op"]) == {"gemm_all_scatter"} and "speedup_vs_plain" in set(written["metric"])
+
+
+def job_graph_choice(ctx, cache_dir, device_fused_ms):
+    """First-call tuning with device timing: fused_sequential wins eagerly (less host work) at 0.5 ms
+    against plain's 1.0; on device time it takes ``device_fused_ms`` against plain's 1.0."""
+    def clock(name, kind):
+        base = name.split("#")[0]
+        if kind == "device":
+            return {"plain": 1.0, "fused_sequential": device_fused_ms}.get(base, 3.0)
+        return {"plain": 1.0, "fused_sequential": 0.5}.get(base, 3.0)
+
+    with _env(TILEFUSE_AUTOTUNE="1", TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dir,
+              TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
+        autotune.set_timer(clock, device_timing=True)
+        a, b = _operands(ctx, *SHAPE)
+        _checked_auto(ctx, a, b)
+        choice = dispatch.choose(OP, a, b)
+        eager = dispatch._resolve(OP, a, b, None, {}, graphs=False)[0]
+        in_graphs = dispatch._resolve(OP, a, b, None, {}, graphs=True)[0]
+        return choice.variant, choice.graph and choice.graph[0], eager, in_graphs, len(tunes)
+
+
+@pytest.mark.parametrize("device_fused_ms,graph", [(2.0, "plain"), (0.5, None)])
+def test_first_call_tuning_decides_apart_for_cuda_graphs(pools, tmp_path, device_fused_ms, graph):
+    """A variant that wins eagerly but loses on device time runs plain inside CUDA graphs; one that
+    wins both ways runs in both. The graph choice is saved in the cache entry and read back."""
+    res = pools.run(2, job_graph_choice, str(tmp_path / "cache"), device_fused_ms)
+    inside = graph or "fused_sequential"
+    assert res == [("fused_sequential", graph, "fused_sequential", inside, 1)] * 2, res
+    entries = json.loads((tmp_path / "cache" / "autotune.json").read_text())["entries"]
+    [entry] = entries.values()
+    assert (entry.get("graph") or {}).get("variant") == graph, entry
+    if graph is not None:  # decided again from the cache entry (buckets cleared): no tuning
+        res = pools.run(2, job_graph_choice, str(tmp_path / "cache"), device_fused_ms)
+        assert res == [("fused_sequential", graph, "fused_sequential", inside, 0)] * 2, res

@@ -83,7 +83,7 @@ def _local_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: s
     e = cache.get(key)
     if e is not None and e["variant"] in registry.variants(op):
         cfg = Config.from_dict(e["config"]) if e.get("config") else None
-        return tables.Choice(e["variant"], cfg, f"cache {cache.cache_path()} [{key}]")
+        return tables.Choice(e["variant"], cfg, f"cache {cache.cache_path()} [{key}]", tables.graph_of(e))
     return None
 
 
@@ -97,14 +97,19 @@ def _model_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: s
 def _encode(choice: tables.Choice | None):
     if choice is None:
         return None
-    return (choice.variant, None if choice.config is None else choice.config.to_dict(), choice.source)
+    graph = None
+    if choice.graph is not None:
+        graph = (choice.graph[0], None if choice.graph[1] is None else choice.graph[1].to_dict())
+    return (choice.variant, None if choice.config is None else choice.config.to_dict(), choice.source, graph)
 
 
 def _decode(view) -> tables.Choice | None:
     if view is None:
         return None
-    variant, cfg, source = view
-    return tables.Choice(variant, None if cfg is None else Config.from_dict(cfg), source)
+    variant, cfg, source, graph = view
+    if graph is not None:
+        graph = (graph[0], None if graph[1] is None else Config.from_dict(graph[1]))
+    return tables.Choice(variant, None if cfg is None else Config.from_dict(cfg), source, graph)
 
 
 def choose(op: str, a, b, group=None) -> tables.Choice:
@@ -185,13 +190,19 @@ def _tune(op, a, b, grp, kwargs, arch, world, dtype, M, N, K, model) -> tables.C
     key = cache.entry_key(arch, world, op, dtype, N, K, m_bucket(M))
     entry = {"variant": res.variant, "config": None if res.config is None else res.config.to_dict(),
              "M": M, "times_ms": res.times, "margin": autotune.MARGIN}
+    graph = None
+    if res.device and (res.graph_variant, res.graph_config) != (res.variant, res.config):
+        graph = (res.graph_variant, res.graph_config)
+        entry["graph"] = {"variant": res.graph_variant,
+                          "config": None if res.graph_config is None else res.graph_config.to_dict(),
+                          "device_ms": res.device}
     try:
         path = cache.put({key: entry})
         source = f"tuned (saved in {path})"
     except OSError as err:  # a read-only home, a full disk: the decision still holds for this process
         log.warning("tilefuse: could not save the tuning result of %s in the autotune cache: %s", what, err)
         source = "tuned (not saved)"
-    return tables.Choice(res.variant, res.config, source)
+    return tables.Choice(res.variant, res.config, source, graph)
 
 
 def decide(op: str, a, b, group=None, kwargs: dict | None = None) -> tables.Choice:
@@ -258,13 +269,22 @@ def resolve(op: str, a, b, group=None, kwargs: dict | None = None) -> tuple:
     return _resolve(op, a, b, group, kwargs)[:3]
 
 
-def _resolve(op: str, a, b, group, kwargs) -> tuple:
-    """:func:`resolve`'s answer and whether it is remembered (not while capturing or compiling)."""
-    key = (op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs())
+_graph_capture = torch.cuda.is_current_stream_capturing
+
+
+def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
+    """:func:`resolve`'s answer and whether it is remembered (not while capturing or compiling).
+    ``graphs`` (default: whether this stream is capturing a CUDA graph): the bucket's choice for
+    CUDA graphs (:meth:`tables.Choice.for_graphs`)."""
+    if graphs is None:
+        graphs = a.is_cuda and _graph_capture()
+    key = (op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs(), graphs)
     hit = _RESOLVED.get(key)
     if hit is not None:
         return (*hit, True)
     choice, remembered = _decide(op, a, b, group, kwargs)
+    if graphs:
+        choice = choice.for_graphs()
     hit = (choice.variant, registry.get(op, choice.variant), choice.config)
     if remembered:
         if len(_RESOLVED) >= 4096:  # exact shapes of a server's ever-changing token counts: stay bounded
@@ -277,9 +297,11 @@ def run_auto(op: str, a, b, config, group, **kwargs):
     """Run ``op`` with the chosen variant; a caller's ``config`` overrides the decision's.
 
     A call signature seen before costs one dictionary lookup on a key of shapes, dtype, device and
-    group; the chosen variant's entry point then replays its launch plan (or the plain path runs)."""
-    hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs()))
-    variant, fn, chosen_config = hit if hit is not None else _resolve(op, a, b, group, kwargs)[:3]
+    group (and whether a CUDA graph is being captured: inside graphs the bucket's graph choice
+    runs); the chosen variant's entry point then replays its launch plan (or the plain path runs)."""
+    graphs = a.is_cuda and _graph_capture()
+    hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs(), graphs))
+    variant, fn, chosen_config = hit if hit is not None else _resolve(op, a, b, group, kwargs, graphs)[:3]
     if variant == tables.PLAIN:
         return fn(a, b, group=group, **kwargs)
     return fn(a, b, config=config if config is not None else chosen_config, group=group, **kwargs)

@@ -29,6 +29,13 @@ so a rank that called a candidate one time more than its peers would hang them):
    it alone (fresh samples, the same rule, rank 0's answer again): it is kept only if it wins again,
    else plain. So a pick that won by noise, or on device time while its host work makes each call
    slower, stays plain.
+4. Inside CUDA graphs: where the plain path's call is short (under ``LONG_CALL_S``, on a GPU), each
+   sample also times **device**, per call of ``BLOCK_CALLS`` calls queued behind a device sleep
+   longer than the host takes to queue them (no host gap between kernels, as in a graph's replay).
+   The graph pick is the candidate that beats plain on device time by ``max(GRAPH_MARGIN, 2 x the
+   uncertainty)`` (5 %), rank 0's answer again; ``variant="auto"`` runs it while a graph is being
+   captured. A fused variant can win eagerly by having less host work than torch.matmul + NCCL and
+   lose inside a graph, where nobody pays host work. For longer calls both picks are the same.
 
 The offline tuner (:mod:`tilefuse.tuning.tuner`) uses the same pieces: :func:`screen` (steps 1 and 2
 over its whole search space, no decision) to shortlist, then :func:`tune` over plain and the
@@ -99,13 +106,17 @@ def min_plain_ms() -> float:
 
 
 _TIMER: list = [None, False]  # the replacement clock, and whether it takes the sample's kind
+_DEVICE_TIMING: list = [False]  # set_timer(..., device_timing=True): step 4 runs off a GPU too (tests)
 
 
-def set_timer(timer) -> None:
+def set_timer(timer, *, device_timing: bool = False) -> None:
     """Replace the clock: ``timer(name) -> ms``, or ``timer(name, kind) -> ms``, is asked for each
     sample of the candidate ``name`` (``"plain"``, a variant, or ``"variant#i"`` for a second
     config), after the calls ran; ``kind`` is ``"call"`` (one call timed alone, host work included)
-    or ``"block"`` (per call of back-to-back calls). ``None`` restores CUDA events / the host clock."""
+    or ``"block"`` (per call of back-to-back calls), and with ``device_timing`` also ``"device"``
+    (step 4's device time, timed as on a GPU with short calls wherever the calls run). ``None``
+    restores CUDA events / the host clock."""
+    _DEVICE_TIMING[0] = bool(device_timing) and timer is not None
     takes_kind = False
     if timer is not None:
         try:
@@ -164,8 +175,43 @@ def _fake(name: str, kind: str, ms: float) -> float:
     return float(timer(name, kind) if _TIMER[1] else timer(name))
 
 
-def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CALLS) -> tuple[float, float]:
-    """One sample of a candidate: ``(call_ms, block_ms)``.
+GRAPH_MARGIN = 0.05  # the device-time win a variant needs over plain to run inside CUDA graphs
+_SLEEP_CYCLES_PER_MS: dict = {}
+
+
+def _sleep_cycles_per_ms(device: torch.device) -> float:
+    """Clock cycles of ``torch.cuda._sleep`` per millisecond on ``device`` (measured once)."""
+    key = device.index if device.index is not None else torch.cuda.current_device()
+    rate = _SLEEP_CYCLES_PER_MS.get(key)
+    if rate is None:
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles)  # the first launch pays its own setup
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        rate = _SLEEP_CYCLES_PER_MS[key] = cycles / max(start.elapsed_time(end), 1e-3)
+    return rate
+
+
+def _device_ms(call, device: torch.device, calls: int, queue_ms: float) -> float:
+    """Device time per call of ``calls`` calls that run back to back with no host gap between them,
+    as in a CUDA graph's replay: the device first sleeps for longer than the host takes to queue
+    them (``queue_ms``), so the events around them count the device's work only."""
+    torch.cuda._sleep(int(_sleep_cycles_per_ms(device) * min(20.0, 1.5 * queue_ms + 0.05)))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CALLS,
+             queue_ms: float | None = None) -> tuple[float, float, float]:
+    """One sample of a candidate: ``(call_ms, block_ms, device_ms)``.
 
     On a GPU: a lead-in call, then a device synchronize. The lead-in is collective, so it ends on
     every rank's device at about the same moment, and the host leaves the synchronize a few
@@ -175,7 +221,9 @@ def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CAL
     device, timed with events from before its launch, so the host's work before and between its
     kernels counts (what a caller who synchronizes after each call sees); ``block_ms``: the mean of
     ``block_calls`` calls queued back to back right after it (max(host, device) per call, what a
-    model's layer stream sees). Elsewhere the host clock times one call, which stands for both.
+    model's layer stream sees). ``device_ms``: with ``queue_ms`` (a GPU), :func:`_device_ms` of
+    ``block_calls`` calls, the time per call inside a CUDA graph (no host work); else ``block_ms``.
+    Elsewhere the host clock times one call, which stands for all three.
     """
     if device.type == "cuda":
         call()
@@ -189,15 +237,24 @@ def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CAL
         e2.record()
         e2.synchronize()
         one, block = e0.elapsed_time(e1), e1.elapsed_time(e2) / block_calls
-    else:
+        dev = block if queue_ms is None else _device_ms(call, device, block_calls, queue_ms)
+    elif queue_ms is not None:  # device timing asked for off a GPU (tests): the calls are made as on one
         t0 = time.perf_counter()
         call()
         one = block = (time.perf_counter() - t0) * 1e3
-    return _fake(name, "call", one), _fake(name, "block", block)
+        for _ in range(block_calls):
+            call()
+        dev = block
+    else:
+        t0 = time.perf_counter()
+        call()
+        one = block = dev = (time.perf_counter() - t0) * 1e3
+    one, block = _fake(name, "call", one), _fake(name, "block", block)
+    return one, block, (block if queue_ms is None else _fake(name, "device", dev))
 
 
 def _calls_per_sample(device: torch.device, block_calls: int) -> int:
-    return 2 + block_calls if device.type == "cuda" else 1
+    return 2 + 2 * block_calls if device.type == "cuda" else 1
 
 
 def time_plain(call, device: torch.device, group) -> float:
@@ -240,6 +297,9 @@ class Result:
     block: dict = field(default_factory=dict)  # candidate name -> ms per call back to back (max over ranks)
     spread: dict = field(default_factory=dict)  # candidate name -> relative uncertainty of its medians
     confirmed: dict | None = None  # the confirmation round's {"times", "block", "spread"}, if one ran
+    device: dict = field(default_factory=dict)  # candidate name -> device ms per call (GPU, short calls)
+    graph_variant: str | None = None  # what to run inside CUDA graphs (decided on device time)
+    graph_config: object = None
 
 
 def _first(result):
@@ -303,24 +363,29 @@ def _rel_uncertainty(samples: list) -> float:
 
 
 def _timed_round(cands: list, reps: int, device: torch.device, group, what: str,
-                 block_calls: int = BLOCK_CALLS) -> tuple[dict, dict, dict]:
+                 block_calls: int = BLOCK_CALLS, queue_ms: dict | None = None) -> tuple[dict, ...]:
     """``reps`` samples of every candidate, interleaved (repetition r starts with candidate r mod n),
     one host barrier per repetition; the ranks' medians and uncertainties, maximum over the ranks:
-    ``(call ms, block ms, relative uncertainty)`` per candidate name."""
-    calls: dict = {c.name: [] for c in cands}
-    blocks: dict = {c.name: [] for c in cands}
+    ``(call ms, block ms, relative uncertainty, device ms, its relative uncertainty)`` per candidate
+    name. ``queue_ms`` (candidate name -> host ms to queue ``block_calls`` calls): time the device
+    alone too (:func:`_measure`); without it the device time is the block time."""
+    samples: dict = {c.name: ([], [], []) for c in cands}
     n = len(cands)
     for r in range(reps):
         _barrier(group, f"autotune {what}: timing")
         for j in range(n):
             c = cands[(r + j) % n]
-            one, block = _measure(c.name, c.call, device, block_calls)
-            calls[c.name].append(one)
-            blocks[c.name].append(block)
-    mine = {c.name: (statistics.median(calls[c.name]), statistics.median(blocks[c.name]),
-                     max(_rel_uncertainty(calls[c.name]), _rel_uncertainty(blocks[c.name]))) for c in cands}
+            for got, value in zip(samples[c.name], _measure(c.name, c.call, device, block_calls,
+                                                            None if queue_ms is None else queue_ms[c.name])):
+                got.append(value)
+    mine = {}
+    for c in cands:
+        one, block, dev = samples[c.name]
+        mine[c.name] = (statistics.median(one), statistics.median(block),
+                        max(_rel_uncertainty(one), _rel_uncertainty(block)),
+                        statistics.median(dev), _rel_uncertainty(dev))
     views = all_gather(mine, group, what=f"autotune {what}: times")
-    return tuple({c.name: max(v[c.name][i] for v in views) for c in cands} for i in range(3))
+    return tuple({c.name: max(v[c.name][i] for v in views) for c in cands} for i in range(5))
 
 
 def _reps(budget: float, cost_s: float) -> int:
@@ -392,7 +457,7 @@ def screen(candidates: list[Candidate], *, device: torch.device, group, what: st
     For a search over more candidates than :func:`tune`'s budget fits, to shortlist the ones it then
     decides between (``python -m tilefuse.tuning``); collective over ``group``."""
     kept, dropped, one_s, _, warm_up_s = _warm_up(candidates, device, group, what, 0.0)
-    times, block, spread = _timed_round(kept, max(1, int(reps)), device, group, what, _block_calls(one_s))
+    times, block, spread, _, _ = _timed_round(kept, max(1, int(reps)), device, group, what, _block_calls(one_s))
     return Round(times, block, spread, dropped, max(1, int(reps)), warm_up_s)
 
 
@@ -409,7 +474,8 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
     cost = {name: s * _calls_per_sample(device, block_calls) for name, s in one_s.items()}
     reps = _reps(ROUND_SHARE * budget, sum(cost.values()))
     # 2. interleaved timing, cross-rank max; rank 0 decides and hands its decision to every rank
-    times, block, spread = _timed_round(kept, reps, device, group, what, block_calls)
+    queue_ms = _queue_ms(one_s, device, block_calls)
+    times, block, spread, dev, dev_spread = _timed_round(kept, reps, device, group, what, block_calls, queue_ms)
     mine = decide(times, margin=margin, block=block, spread=spread)
     pick = all_gather(mine, group, what=f"autotune {what}: decision")[0]
     if mine != pick:
@@ -419,7 +485,7 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
         # 3. confirmation: plain and the pick alone, fresh samples; the pick must win again
         pair = [kept[0], next(c for c in kept if c.name == pick)]
         reps2 = _reps((1.0 - ROUND_SHARE) * budget, sum(cost[c.name] for c in pair))
-        t2, b2, s2 = _timed_round(pair, reps2, device, group, f"{what} confirm", block_calls)
+        t2, b2, s2, _, _ = _timed_round(pair, reps2, device, group, f"{what} confirm", block_calls)
         confirmed = {"times": t2, "block": b2, "spread": s2, "reps": reps2}
         mine = decide(t2, margin=margin, block=b2, spread=s2)
         final = all_gather(mine, group, what=f"autotune {what}: confirmed decision")[0]
@@ -431,4 +497,26 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
               " -> %s", what, block_calls, ", ".join(f"{n} {times[n]:.4g}/{block[n]:.4g} (+-{spread[n]:.1%})"
                                                      for n in times), confirmed and confirmed["times"], pick)
     chosen = next(c for c in kept if c.name == pick)
-    return Result(chosen.variant, chosen.config, times, dropped, reps, block, spread, confirmed)
+    # 4. inside CUDA graphs the host's work is gone: the pick there is decided on device time alone
+    # (where a call is long, device time is the back-to-back time and the pick stays).
+    graph = chosen
+    if queue_ms is not None:
+        mine = decide(dev, margin=max(margin, GRAPH_MARGIN), spread=dev_spread)
+        graph_pick = all_gather(mine, group, what=f"autotune {what}: graph decision")[0]
+        graph = next(c for c in kept if c.name == graph_pick)
+        if graph_pick != pick:
+            log.info("tilefuse: autotune %s: inside CUDA graphs %s (device ms per call: %s), eagerly %s", what,
+                     graph_pick, ", ".join(f"{n} {dev[n]:.4g}" for n in dev), pick)
+    return Result(chosen.variant, chosen.config, times, dropped, reps, block, spread, confirmed,
+                  device=dev if queue_ms is not None else {}, graph_variant=graph.variant, graph_config=graph.config)
+
+
+def _queue_ms(one_s: dict, device: torch.device, block_calls: int) -> dict | None:
+    """Per candidate, an upper bound of the host ms to queue ``block_calls`` calls (its synchronized
+    time for one call), where device time is worth its own measurement: on a GPU, for calls whose
+    plain path is short enough that host work is a part of it (:data:`LONG_CALL_S`); else None."""
+    if _DEVICE_TIMING[0]:
+        return {name: 0.0 for name in one_s}
+    if device.type != "cuda" or one_s.get("plain", 0.0) >= LONG_CALL_S:
+        return None
+    return {name: block_calls * s * 1e3 for name, s in one_s.items()}

@@ -40,6 +40,23 @@ class Choice:
     config: Config | None
     # "exact <file>", "bucket <file> (M, N, K)"; auto's own: "cache ...", "tuned ...", "model ...", "default ..."
     source: str
+    # What to run while a CUDA graph is captured, where a measurement of device time chose otherwise
+    # (an entry's ``graph``: autotune's step 4); None: the same as ``variant``/``config``.
+    graph: tuple | None = None  # (variant, config)
+
+    def for_graphs(self) -> Choice:
+        """The choice inside CUDA graphs."""
+        if self.graph is None:
+            return self
+        return Choice(self.graph[0], self.graph[1], f"{self.source}, inside CUDA graphs")
+
+
+def graph_of(entry: dict) -> tuple | None:
+    """An entry's ``graph`` (``{"variant", "config"}``, optional) as ``Choice.graph``."""
+    g = entry.get("graph")
+    if not g:
+        return None
+    return (g["variant"], None if g["variant"] == PLAIN or not g.get("config") else Config.from_dict(g["config"]))
 
 
 def table_path(directory: Path, op: str, arch: str, world: int) -> Path:
@@ -89,6 +106,14 @@ def validate_table(data, path="<table>") -> list[dict]:
                 Config.from_dict(e["config"])
             except (TypeError, ValueError) as err:
                 _fail(path, where, f"bad config: {err}")
+        if e.get("graph") is not None:
+            g = e["graph"]
+            if not isinstance(g, dict) or g.get("variant") not in _VARIANTS:
+                _fail(path, where, f"graph must be an object with a variant of {_VARIANTS}, got {g!r}")
+            try:
+                graph_of(e)
+            except (TypeError, ValueError, KeyError) as err:
+                _fail(path, where, f"bad graph config: {err}")
         key = (e["M"], e["N"], e["K"], e["dtype"])
         if key in seen:
             _fail(path, where, "duplicate shape")
@@ -120,7 +145,7 @@ def load_table(path: Path) -> list[dict] | None:
 
 def _choice(e: dict, source: str) -> Choice:
     cfg = None if e["variant"] == PLAIN else Config.from_dict(e["config"])
-    return Choice(e["variant"], cfg, source)
+    return Choice(e["variant"], cfg, source, graph_of(e))
 
 
 _CHOICES: dict = {}

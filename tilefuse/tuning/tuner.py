@@ -246,6 +246,11 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     else:
         decision["note"] = "keep = 0: plain, without a decision round"
     decision["pick"] = pick
+    graph = None
+    if shortlist and res.device and (res.graph_variant, res.graph_config) != (variant, config):
+        graph = {"variant": res.graph_variant,
+                 "config": None if res.graph_config is None else res.graph_config.to_dict(),
+                 "device_ms": {n: _ms(t) for n, t in res.device.items()}}
     failed = [r for r in records.values() if "error" in r]
     if failed and dist.get_rank() == 0:
         kinds = sorted({re.sub(r"^rank \d+: ", "", r["error"]).split(":")[0] for r in failed})
@@ -255,7 +260,8 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
             "config": None if config is None else config.to_dict(),
             "time_ms": _ms(times[pick]), "plain_ms": _ms(times["plain"]),
             "block_ms": _ms(block[pick]), "plain_block_ms": _ms(block["plain"]),
-            "decision": decision, "candidates": list(records.values())}
+            "decision": decision, "candidates": list(records.values()),
+            **({"graph": graph} if graph is not None else {})}
 
 
 def _commit() -> str:
