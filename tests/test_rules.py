@@ -58,7 +58,8 @@ def test_config_two_shot_round_trips_and_old_entries_stay_valid():
 
 def _first_call_candidates(monkeypatch, op, world, num_sms, M=4096, N=8192, K=4096):
     """dispatch's own candidate list for one call, as on a device of ``num_sms`` multiprocessors."""
-    monkeypatch.setattr(dispatch, "get_heap", lambda: SimpleNamespace(world_size=world, device=torch.device("cpu")))
+    monkeypatch.setattr(dispatch, "get_heap",
+                        lambda group=None: SimpleNamespace(world_size=world, device=torch.device("cpu")))
     monkeypatch.setattr(hw, "num_sms", lambda device=None: num_sms)
     monkeypatch.setattr(hw, "interpreting", lambda: False)
     a, b = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(K, N, dtype=torch.bfloat16)
