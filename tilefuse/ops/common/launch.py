@@ -179,6 +179,8 @@ def _full_call(op: str, fn, key, hit, args: tuple, kwargs: dict):
     """The call through the launcher's full host path; recorded when the signature is due."""
     group = kwargs.get("group")
     st = _world.state_for(group, op) if group is not None else None  # None: the default group's
+    if st is None and _world._TLS.state is not None:  # inside world.using(): None is still the default
+        st = _world._STATE
     if st is None and not is_initialized():
         raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
     seen = hit if type(hit) is int else 0
