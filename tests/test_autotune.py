@@ -819,16 +819,33 @@ def job_graph_choice(ctx, cache_dir, device_fused_ms):
         return choice.variant, choice.graph and choice.graph[0], eager, in_graphs, len(tunes)
 
 
-@pytest.mark.parametrize("device_fused_ms,graph", [(2.0, "plain"), (0.5, None)])
+@pytest.mark.parametrize("device_fused_ms,graph", [(2.0, "plain"), (0.5, "fused_sequential")])
 def test_first_call_tuning_decides_apart_for_cuda_graphs(pools, tmp_path, device_fused_ms, graph):
     """A variant that wins eagerly but loses on device time runs plain inside CUDA graphs; one that
     wins both ways runs in both. The graph choice is saved in the cache entry and read back."""
     res = pools.run(2, job_graph_choice, str(tmp_path / "cache"), device_fused_ms)
-    inside = graph or "fused_sequential"
-    assert res == [("fused_sequential", graph, "fused_sequential", inside, 1)] * 2, res
+    assert res == [("fused_sequential", graph, "fused_sequential", graph, 1)] * 2, res
     entries = json.loads((tmp_path / "cache" / "autotune.json").read_text())["entries"]
     [entry] = entries.values()
-    assert (entry.get("graph") or {}).get("variant") == graph, entry
-    if graph is not None:  # decided again from the cache entry (buckets cleared): no tuning
-        res = pools.run(2, job_graph_choice, str(tmp_path / "cache"), device_fused_ms)
-        assert res == [("fused_sequential", graph, "fused_sequential", inside, 0)] * 2, res
+    assert entry["graph"]["variant"] == graph, entry
+    # decided again from the cache entry (buckets cleared): no tuning, the same two picks
+    res = pools.run(2, job_graph_choice, str(tmp_path / "cache"), device_fused_ms)
+    assert res == [("fused_sequential", graph, "fused_sequential", graph, 0)] * 2, res
+
+
+def job_unmeasured_choice_in_graphs(ctx, cache_dir):
+    """A cache entry with no graph pick (made before graph picks existed): eager runs it; inside CUDA
+    graphs, at this M (< GRAPH_MIN_M), plain."""
+    _seed_cache(Path(cache_dir), "bulk_sync", hw.arch_name(ctx.device), ctx.world)
+    with _env(TILEFUSE_AUTOTUNE="0", TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=None):
+        a, b = _operands(ctx, *SHAPE)
+        eager = dispatch._resolve(OP, a, b, None, {}, graphs=False)[0]
+        in_graphs = dispatch._resolve(OP, a, b, None, {}, graphs=True)[0]
+        big = dispatch._for_graphs(dispatch.choose(OP, a, b), dispatch.GRAPH_MIN_M).variant
+        return eager, in_graphs, big
+
+
+def test_an_unmeasured_fused_choice_runs_plain_in_graphs_at_small_m(pools, tmp_path):
+    assert SHAPE[0] < dispatch.GRAPH_MIN_M
+    res = pools.run(2, job_unmeasured_choice_in_graphs, str(tmp_path / "cache"))
+    assert res == [("bulk_sync", "plain", "bulk_sync")] * 2, res

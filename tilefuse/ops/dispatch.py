@@ -191,7 +191,7 @@ def _tune(op, a, b, grp, kwargs, arch, world, dtype, M, N, K, model) -> tables.C
     entry = {"variant": res.variant, "config": None if res.config is None else res.config.to_dict(),
              "M": M, "times_ms": res.times, "margin": autotune.MARGIN}
     graph = None
-    if res.device and (res.graph_variant, res.graph_config) != (res.variant, res.config):
+    if res.device:  # device time was measured: the graph pick is recorded, the same as the eager one or not
         graph = (res.graph_variant, res.graph_config)
         entry["graph"] = {"variant": res.graph_variant,
                           "config": None if res.graph_config is None else res.graph_config.to_dict(),
@@ -270,6 +270,20 @@ def resolve(op: str, a, b, group=None, kwargs: dict | None = None) -> tuple:
 
 
 _graph_capture = torch.cuda.is_current_stream_capturing
+GRAPH_MIN_M = 512  # below it, a fused choice with no device-time measurement runs plain inside CUDA graphs
+
+
+def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
+    """What runs inside a CUDA graph: the choice's measured graph pick (:meth:`tables.Choice.for_graphs`);
+    without one, the choice itself from ``GRAPH_MIN_M`` rows, else plain. A fused variant's eager win
+    at small M is mostly host work, which a graph does not pay (gemm_all_reduce at M <= 64 on two
+    H200s: fused 53-58 us against plain's 31-40 us per replay, docs/PERF.md), and a choice that
+    carries no graph pick was never timed on device work alone (a table entry or cache entry from
+    before graph picks, or the cost model's prediction from larger shapes)."""
+    if choice.graph is not None or choice.variant == tables.PLAIN or M >= GRAPH_MIN_M:
+        return choice.for_graphs()
+    return tables.Choice(tables.PLAIN, None, f"{choice.source}; inside CUDA graphs plain: M < {GRAPH_MIN_M} and no "
+                         "device-time measurement")
 
 
 def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
@@ -284,7 +298,7 @@ def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
         return (*hit, True)
     choice, remembered = _decide(op, a, b, group, kwargs)
     if graphs:
-        choice = choice.for_graphs()
+        choice = _for_graphs(choice, a.shape[0])
     hit = (choice.variant, registry.get(op, choice.variant), choice.config)
     if remembered:
         if len(_RESOLVED) >= 4096:  # exact shapes of a server's ever-changing token counts: stay bounded

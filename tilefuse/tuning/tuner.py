@@ -247,7 +247,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
         decision["note"] = "keep = 0: plain, without a decision round"
     decision["pick"] = pick
     graph = None
-    if shortlist and res.device and (res.graph_variant, res.graph_config) != (variant, config):
+    if shortlist and res.device:  # device time measured: the graph pick, the same as the eager one or not
         graph = {"variant": res.graph_variant,
                  "config": None if res.graph_config is None else res.graph_config.to_dict(),
                  "device_ms": {n: _ms(t) for n, t in res.device.items()}}
