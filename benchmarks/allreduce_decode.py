@@ -61,6 +61,7 @@ import tilefuse
 from tilefuse.ops import plain as plain_ops
 from tilefuse.ops import registry
 from tilefuse.ops.gemm_all_reduce import ENTRY_POINTS, OP, gemm_all_reduce
+from tilefuse.tuning.autotune import cuda_ms_per_call
 
 from .common import commit_id, error_text, is_main_process, launch
 from .timing import capture_graph, sync
@@ -160,13 +161,7 @@ def _time_eager(ctx, call, calls: int) -> float:
         for _ in range(calls):
             call()
         return (time.perf_counter() - t0) / calls * 1e6
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        call()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / calls * 1e3
+    return cuda_ms_per_call(call, calls) * 1e3
 
 
 def _time_graph(ctx, graph, replays: int) -> float:

@@ -28,3 +28,27 @@ clocks() {
     echo $!
 }
 pack() { tar czf "$OUT/run.tar.gz" -C "$R" . && echo "packed $OUT/run.tar.gz"; }
+# fits SECONDS NAME: whether SECONDS more fit before $END (a script sets END); says so when not.
+fits() { (( $(date +%s) + $1 <= END )) || { echo "== skipped $2: $1 s do not fit" | tee -a "$R/skipped.txt"; return 1; }; }
+# suite_w2 SETS CSV: the world-2 suite of the four ops on SETS, every variant and auto (and the
+# copy-engine form of all_gather_gemm), at most 50 s an op, each op only if it fits; appends to CSV.
+suite_w2() {
+    local op V
+    for op in gemm_all_scatter all_gather_gemm gemm_reduce_scatter gemm_all_reduce; do
+        V=bulk_sync,producer_consumer,fused_sequential,wg_specialized,auto
+        [[ $op == all_gather_gemm ]] && V=$V,pc_copy_engines
+        fits 50 "suite $op" && { timeout -k 5 50 "$PY" -m benchmarks suite --world 2 --ops "$op" --sets "$1" \
+            --variants "$V" --csv "$2" --append --no-progress >> "$R/suite_w2.log" 2>&1
+            stamp "suite w2 $op" $? >> "$R/suite_w2.log"; }
+    done
+}
+# tests_beside_soak LIMIT_S SOAK_BUDGET_S: the multi-rank tests (not the slow set) and the 10,000-call
+# soak at one process per GPU side by side (neither timed), into $R/tests and $R/soak_w2.csv.
+tests_beside_soak() {
+    ( OUT=$R/tests LIMIT_S=$1 PER_TEST=$(( $1 - 20 )) PYTEST_ADDOPTS='-m "not slow"' \
+        bash "$(dirname "${BASH_SOURCE[0]}")/gpu_tests.sh" > "$R/tests.log" 2>&1 ) &
+    ( timeout -k 10 $(( $2 + 30 )) "$PY" -m benchmarks soak --world 2 --calls 10000 --check-every 100 --variants all \
+        --heap-size 1G --require-flat --budget-s "$2" --csv "$R/soak_w2.csv" --no-progress > "$R/soak.log" 2>&1
+      stamp soak $? >> "$R/soak.log" ) &
+    wait
+}

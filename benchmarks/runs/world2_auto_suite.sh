@@ -8,16 +8,9 @@
 source "$(dirname "$0")/prelude.sh"
 HERE=$(dirname "$0")
 END=$(( T0 + ${TOTAL_S:-500} ))
-fits() { (( $(date +%s) + $1 <= END )) || { echo "== skipped $2: $1 s do not fit" | tee -a "$R/skipped.txt"; return 1; }; }
 if (( $(gpus) < 2 )); then echo "needs two GPUs (have $(gpus))" >&2; exit 2; fi
 SMI=$(clocks "$R/clocks.csv")
-for op in gemm_all_scatter all_gather_gemm gemm_reduce_scatter gemm_all_reduce; do
-    V=bulk_sync,producer_consumer,fused_sequential,wg_specialized,auto
-    [[ $op == all_gather_gemm ]] && V=$V,pc_copy_engines
-    fits 50 "suite $op" && { timeout -k 5 50 "$PY" -m benchmarks suite --world 2 --ops "$op" --sets llama3-8b,iris \
-        --variants "$V" --csv "$R/suite_w2.csv" --append --no-progress >> "$R/suite_w2.log" 2>&1
-        stamp "suite w2 $op" $? >> "$R/suite_w2.log"; }
-done
+suite_w2 llama3-8b,iris "$R/suite_w2.csv"
 [[ -n $SMI ]] && kill "$SMI"
 fits 95 heldout && WORLD=2 N=4 BUDGET_S=50 timeout -k 5 95 bash "$HERE/heldout.sh" > "$R/part_heldout_w2.log" 2>&1
 fits 75 tp_llama_decode && { timeout -k 5 75 torchrun --nproc-per-node 2 examples/tp_llama.py --layers 2 --layouts decode \

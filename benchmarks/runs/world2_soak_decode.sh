@@ -8,15 +8,9 @@
 # would not fit in the time left is skipped and says so. Everything lands in $OUT/run.tar.gz.
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/world2_soak_decode.sh      (from the repository root)
 source "$(dirname "$0")/prelude.sh"
-HERE=$(dirname "$0")
 END=$(( T0 + ${TOTAL_S:-575} ))
-fits() { (( $(date +%s) + $1 <= END )) || { echo "== skipped $2: $1 s do not fit" | tee -a "$R/skipped.txt"; return 1; }; }
 if (( $(gpus) < 2 )); then echo "needs two GPUs (have $(gpus))" >&2; exit 2; fi
-( OUT=$R/tests LIMIT_S=170 PER_TEST=150 PYTEST_ADDOPTS='-m "not slow"' bash "$HERE/gpu_tests.sh" > "$R/tests.log" 2>&1 ) &
-( timeout -k 10 220 "$PY" -m benchmarks soak --world 2 --calls 10000 --check-every 100 --variants all --heap-size 1G \
-    --require-flat --budget-s 190 --csv "$R/soak_w2.csv" --no-progress > "$R/soak.log" 2>&1
-  stamp soak $? >> "$R/soak.log" ) &
-wait
+tests_beside_soak 170 190
 SMI=$(clocks "$R/clocks.csv")
 fits 90 allreduce_decode && { timeout -k 5 90 "$PY" -m benchmarks.allreduce_decode --world 2 --M 1,16,64,256,1024 \
     --csv "$R/allreduce_decode_w2.csv" > "$R/allreduce_decode.log" 2>&1; stamp allreduce_decode $? >> "$R/allreduce_decode.log"; }
