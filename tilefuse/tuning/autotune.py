@@ -200,6 +200,12 @@ def _device_ms(call, device: torch.device, calls: int, queue_ms: float) -> float
     as in a CUDA graph's replay: the device first sleeps for longer than the host takes to queue
     them (``queue_ms``), so the events around them count the device's work only."""
     torch.cuda._sleep(int(_sleep_cycles_per_ms(device) * min(20.0, 1.5 * queue_ms + 0.05)))
+    return cuda_ms_per_call(call, calls)
+
+
+def cuda_ms_per_call(call, calls: int) -> float:
+    """Milliseconds per call of ``calls`` calls queued on the current stream, between two CUDA events
+    (waits for the second)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(calls):
