@@ -288,3 +288,34 @@ def test_dp_tp_mesh_matches_torch_styles(pools):
 def test_every_op_has_the_fused_variant():
     for op, variant in FUSED.items():
         assert variant in registry.variants(op), (op, variant)
+
+
+def _subgroup_default_job(rank, world):
+    """tilefuse initialised first on this rank's pair, so the pair is its default group: the plain
+    and reference paths with ``group=None`` reduce over the pair (as the fused variants do), not
+    over torch's default (the whole world)."""
+    pair = [dist.new_group(ranks) for ranks in PAIRS][rank // 2]
+    tilefuse.init(heap_size=PAIR_HEAP, group=pair)
+    try:
+        me = rank % 2
+        got = {}
+        for op in ("gemm_reduce_scatter", "gemm_all_reduce", "all_gather_gemm", "gemm_all_scatter"):
+            a, b = _operands(op, 2, 100 + 7 * (rank // 2))[me]
+            ref = registry.get(op, "reference")(a, b)
+            for v in ("plain", FUSED[op]):
+                c = getattr(tilefuse, op)(a, b, variant=v)
+                got[(op, v)] = float((c.float() - ref.float()).norm() / ref.float().norm())
+        return got
+    finally:
+        tilefuse.shutdown()
+        dist.destroy_process_group(pair)
+
+
+def test_torch_collective_paths_follow_the_default_group():
+    from harness import run_group
+
+    res = run_group(_subgroup_default_job, W, timeout=180)
+    for rank, (status, value) in sorted(res.items()):
+        assert status == "ok", (rank, status, value)
+        for key, err in value.items():
+            assert err < 1e-4, (rank, key, err)

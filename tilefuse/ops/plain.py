@@ -19,7 +19,7 @@ from .common.checks import (
     check_out_tensor,
     check_same_device,
 )
-from .common.collectives import all_gather_cat
+from .common.collectives import all_gather_cat, op_group
 
 
 def _checks(op, a, b):
@@ -32,6 +32,7 @@ def _checks(op, a, b):
 
 def gemm_all_scatter(a, b, *, config=None, group=None, out=None):
     op = "gemm_all_scatter"
+    group = op_group(group)
     _checks(op, a, b)
     world = dist.get_world_size(group)
     if out is not None:  # any tensor of the result's shape, dtype and device (the heap is not needed)
@@ -43,6 +44,7 @@ def gemm_all_scatter(a, b, *, config=None, group=None, out=None):
 
 
 def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False):
+    group = op_group(group)
     _checks("all_gather_gemm", a, b)
     gathered = all_gather_cat(a, dim=0, group=group)
     c = gathered @ b
@@ -51,6 +53,7 @@ def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False):
 
 def gemm_reduce_scatter(a, b, *, config=None, group=None):
     op = "gemm_reduce_scatter"
+    group = op_group(group)
     _checks(op, a, b)
     world = dist.get_world_size(group)
     check_divisible(op, "M (rows of a)", a.shape[0], world, "the world size")
@@ -72,6 +75,7 @@ for _op, _fn in (("gemm_all_scatter", gemm_all_scatter), ("all_gather_gemm", all
 
 
 def gemm_all_reduce(a, b, *, config=None, group=None, bias=None, two_shot=False):
+    group = op_group(group)
     # two_shot is tilefuse's algorithm choice: NCCL (or gloo) picks its own here.
     op = "gemm_all_reduce"
     _checks(op, a, b)

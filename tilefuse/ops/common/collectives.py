@@ -10,6 +10,19 @@ import torch
 import torch.distributed as dist
 
 
+def op_group(group):
+    """The process group a torch-collective path (plain, reference) runs on: ``group``, or for None
+    the group tilefuse's default heap serves (what the fused variants use for None; torch's own None
+    is the whole world, which differs where tilefuse was first initialised on a subgroup), or the
+    world when tilefuse is not initialised."""
+    if group is None:
+        from ...runtime import get_heap, is_initialized
+
+        if is_initialized():
+            return get_heap().group
+    return group
+
+
 def _needs_host(t: torch.Tensor, group) -> bool:
     return t.device.type == "cuda" and dist.get_backend(group) == "gloo"
 

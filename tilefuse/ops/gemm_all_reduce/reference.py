@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..common.collectives import all_reduce_sum
+from ..common.collectives import all_reduce_sum, op_group
 from ._setup import OP, check_bias
 
 
@@ -15,6 +15,7 @@ def reference(a: torch.Tensor, b: torch.Tensor, *, config=None, group=None, bias
     The partial, the sum and the bias are in fp32; the result is rounded to a's dtype once.
     ``two_shot`` is accepted and ignored (one algorithm: torch.distributed's).
     """
+    group = op_group(group)
     if bias is not None:
         check_bias(OP, bias, a, b)
     total = all_reduce_sum(a.float() @ b.float(), group=group)

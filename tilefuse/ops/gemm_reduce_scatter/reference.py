@@ -6,11 +6,12 @@ import torch
 import torch.distributed as dist
 
 from ..common.checks import check_divisible, check_matrix
-from ..common.collectives import reduce_scatter_rows
+from ..common.collectives import op_group, reduce_scatter_rows
 
 
 def reference(a: torch.Tensor, b: torch.Tensor, *, config=None, group=None) -> torch.Tensor:
     """``reduce_scatter(a @ b, dim=0)``: ``a [M, K_loc]``, ``b [K_loc, N]`` -> ``[M/W, N]`` (fp32 sum)."""
+    group = op_group(group)
     check_matrix("gemm_reduce_scatter", "a", a)
     check_divisible("gemm_reduce_scatter", "M (rows of a)", a.shape[0], dist.get_world_size(group),
                     "the world size")
