@@ -358,9 +358,9 @@ def _(a, b, out, variant, config, group) -> None:
 @torch.library.custom_op(f"{NAMESPACE}::all_gather_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
 def all_gather_rows(x, group):
     """Every rank's ``x [R, C]`` stacked by rows in group-rank order: ``[W*R, C]``."""
-    from .common.collectives import all_gather_cat
+    from .common.collectives import all_gather_cat, op_group
 
-    return _owned(all_gather_cat(x.contiguous(), dim=0, group=resolve_group(group)), x)
+    return _owned(all_gather_cat(x.contiguous(), dim=0, group=op_group(resolve_group(group))), x)
 
 
 @all_gather_rows.register_fake
@@ -372,9 +372,10 @@ def _(x, group):
                          schema="(Tensor x, str? group) -> Tensor")
 def reduce_scatter_rows(x, group):
     """Row block r of the sum over ranks of ``x [W*R, C]``: ``[R, C]`` (summed in fp32 off NCCL)."""
+    from .common.collectives import op_group
     from .common.collectives import reduce_scatter_rows as rs_rows
 
-    grp = resolve_group(group)
+    grp = op_group(resolve_group(group))
     W = dist.get_world_size(grp)
     check_divisible("reduce_scatter_rows", "rows of x", x.shape[0], W, "the world size")
     x = x.contiguous()
