@@ -30,6 +30,26 @@ clocks() {
 pack() { tar czf "$OUT/run.tar.gz" -C "$R" . && echo "packed $OUT/run.tar.gz"; }
 # fits SECONDS NAME: whether SECONDS more fit before $END (a script sets END); says so when not.
 fits() { (( $(date +%s) + $1 <= END )) || { echo "== skipped $2: $1 s do not fit" | tee -a "$R/skipped.txt"; return 1; }; }
+# step NAME SECONDS COMMAND...: run COMMAND (at most SECONDS) if it fits, output in $R/NAME.log,
+# its status line appended there.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    fits "$limit" "$name" || return 0
+    timeout -k 5 "$limit" "$@" > "$R/$name.log" 2>&1
+    stamp "$name" $? >> "$R/$name.log"
+}
+# decode_steps AR_S TP_S H1_S: gemm_all_reduce at M = 1-1024 eager and in CUDA graphs (AR_S seconds),
+# the replicated decode step of examples/tp_llama.py in a graph (TP_S) and the host cost at world 1
+# on GPU 0 (H1_S), each a step.
+decode_steps() {
+    step allreduce_decode "$1" "$PY" -m benchmarks.allreduce_decode --world 2 --M 1,16,64,256,1024 \
+        --csv "$R/allreduce_decode_w2.csv"
+    step tp_llama "$2" torchrun --nproc-per-node 2 examples/tp_llama.py --layers 2 --layouts decode \
+        --csv "$R/tp_llama_decode_w2.csv"
+    step host_overhead_w1 "$3" env CUDA_VISIBLE_DEVICES=0 "$PY" -m benchmarks host_overhead --world 1 \
+        --M 1,16,128,1024 --csv "$R/host_overhead_w1.csv"
+}
 # suite_w2 SETS CSV: the world-2 suite of the four ops on SETS, every variant and auto (and the
 # copy-engine form of all_gather_gemm), at most 50 s an op, each op only if it fits; appends to CSV.
 suite_w2() {

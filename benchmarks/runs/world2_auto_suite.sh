@@ -13,10 +13,10 @@ SMI=$(clocks "$R/clocks.csv")
 suite_w2 llama3-8b,iris "$R/suite_w2.csv"
 [[ -n $SMI ]] && kill "$SMI"
 fits 95 heldout && WORLD=2 N=4 BUDGET_S=50 timeout -k 5 95 bash "$HERE/heldout.sh" > "$R/part_heldout_w2.log" 2>&1
-fits 75 tp_llama_decode && { timeout -k 5 75 torchrun --nproc-per-node 2 examples/tp_llama.py --layers 2 --layouts decode \
-    --csv "$R/tp_llama_decode_w2.csv" > "$R/tp_llama.log" 2>&1; stamp tp_llama $? >> "$R/tp_llama.log"; }
-fits 100 parity && CUDA_VISIBLE_DEVICES=0 timeout -k 5 100 "$PY" -m benchmarks gemm_sweep --grid parity --default-only \
-    --dtypes bf16 --budget-s 85 --csv "$R/gemm_parity_default.csv" > "$R/gemm_parity.log" 2>&1
+step tp_llama 75 torchrun --nproc-per-node 2 examples/tp_llama.py --layers 2 --layouts decode \
+    --csv "$R/tp_llama_decode_w2.csv"
+step gemm_parity 100 env CUDA_VISIBLE_DEVICES=0 "$PY" -m benchmarks gemm_sweep --grid parity --default-only \
+    --dtypes bf16 --budget-s 85 --csv "$R/gemm_parity_default.csv"
 pack
 grep -h "^==" "$R"/*.log | cut -c1-200
 "$PY" -m benchmarks summary "$R" 2>&1 | tail -n 50
