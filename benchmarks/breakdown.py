@@ -75,6 +75,7 @@ from tilefuse.ops.common import launch as oplaunch
 from tilefuse.ops.common.collectives import all_reduce_sum, reduce_scatter_rows
 from tilefuse.ops.common.gemm import matmul as tf_matmul
 from tilefuse.runtime import hw
+from tilefuse.tuning.autotune import cuda_ms_per_call
 
 from .checks import error_text, poison_workspaces, rel_error, tolerance
 from .launch import is_main_process, launch, under_torchrun
@@ -381,13 +382,7 @@ def time_parts(ctx, parts: list, cycle: Cycle, *, rep_ms: float, min_reps: int, 
     ctx.barrier()
     estimate = 0.0
     for p in live:
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(3):
-            p.call(cycle())
-        e.record()
-        ctx.sync()
-        estimate += ctx.max(s.elapsed_time(e) / 3)
+        estimate += ctx.max(cuda_ms_per_call(lambda p=p: p.call(cycle()), 3))
     n_rep = max(min_reps, min(max_reps, int(rep_ms / max(estimate / len(live), 1e-3))))
     # The sleep covers the slowest part's host work twice over (at least 0.5 ms, at most 30 ms).
     sleep_ms = min(30.0, max(0.5, 2e3 * ctx.max(max(host_est)) + 0.2))

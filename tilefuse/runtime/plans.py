@@ -287,26 +287,17 @@ class Recorder:
         a = list(args)
         k = dict(kwargs)
         subs, ksubs, nested, used = [], [], [], set()
-        for i, x in enumerate(a):
-            t, refs = self._template(x)
-            if refs:
-                if type(t) is _Ref:
-                    subs.append((i, t.slot))
-                    used.add(t.slot)
-                else:
-                    nested.append((i, t))
-                    used |= _slots_in(t)
-                a[i] = None
-        for name, x in k.items():
-            t, refs = self._template(x)
-            if refs:
-                if type(t) is _Ref:
-                    ksubs.append((name, t.slot))
-                    used.add(t.slot)
-                else:
-                    nested.append((name, t))
-                    used |= _slots_in(t)
-                k[name] = None
+        for where, direct in ((a, subs), (k, ksubs)):  # positional, then keyword arguments
+            for key, x in (enumerate(list(where)) if where is a else list(where.items())):
+                t, refs = self._template(x)
+                if refs:
+                    if type(t) is _Ref:
+                        direct.append((key, t.slot))
+                        used.add(t.slot)
+                    else:
+                        nested.append((key, t))
+                        used |= _slots_in(t)
+                    where[key] = None
         return _Bound(a, k, subs, ksubs, nested, used)
 
     def _new_slot(self, t: torch.Tensor) -> int:
