@@ -849,3 +849,22 @@ def test_an_unmeasured_fused_choice_runs_plain_in_graphs_at_small_m(pools, tmp_p
     assert SHAPE[0] < dispatch.GRAPH_MIN_M
     res = pools.run(2, job_unmeasured_choice_in_graphs, str(tmp_path / "cache"))
     assert res == [("bulk_sync", "plain", "bulk_sync")] * 2, res
+
+
+def job_malformed_graph_entry(ctx, cache_dirs):
+    """Rank 1's cache entry carries a malformed ``graph``: auto's decision raises on every rank."""
+    M, N, K = SHAPE
+    if ctx.rank == 1:
+        key = cache.entry_key(hw.arch_name(ctx.device), ctx.world, OP, "float16", N, K, m_bucket(M))
+        cache.put({key: {"variant": "bulk_sync", "config": None, "graph": {"variant": "nope"}}},
+                  Path(cache_dirs[1]) / "autotune.json")
+    with _env(TILEFUSE_AUTOTUNE="0", TILEFUSE_CACHE_DIR=cache_dirs[ctx.rank], TILEFUSE_CONFIG_DIR=None):
+        a, b = _operands(ctx, *SHAPE)
+        with pytest.raises(RuntimeError, match="rank 1: ValueError: malformed 'graph'"):
+            dispatch.decide(OP, a, b)
+        return True
+
+
+def test_a_malformed_graph_pick_on_one_rank_raises_on_every_rank(pools, tmp_path):
+    dirs = [tmp_path / "r0", tmp_path / "r1"]
+    assert all(pools.run(2, job_malformed_graph_entry, [str(d) for d in dirs]))

@@ -56,7 +56,12 @@ def graph_of(entry: dict) -> tuple | None:
     g = entry.get("graph")
     if not g:
         return None
-    return (g["variant"], None if g["variant"] == PLAIN or not g.get("config") else Config.from_dict(g["config"]))
+    try:
+        if g["variant"] not in _VARIANTS:
+            raise ValueError(f"variant {g['variant']!r} is not one of {_VARIANTS}")
+        return (g["variant"], None if g["variant"] == PLAIN or not g.get("config") else Config.from_dict(g["config"]))
+    except (TypeError, KeyError, ValueError) as err:  # a ValueError: auto's decision reports it on every rank
+        raise ValueError(f"malformed 'graph' {g!r}: {err}") from None
 
 
 def table_path(directory: Path, op: str, arch: str, world: int) -> Path:
