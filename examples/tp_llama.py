@@ -142,6 +142,10 @@ def _rank_main(ctx, args) -> list:
     from benchmarks.timing import bench_interleaved
 
     W, dev = ctx.world, ctx.device
+    if args.log_level:  # tilefuse's decisions: DEBUG names each auto decision and its source, INFO each tuning
+        import logging
+
+        logging.basicConfig(level=args.log_level.upper(), format=f"[rank {dist.get_rank()}] %(message)s")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     if not ctx.on_gpu:
         dtype = torch.float32  # the interpreter's bf16 arithmetic is wrong
@@ -301,6 +305,8 @@ def parse_args(argv=None):
     p.add_argument("--rep-ms", type=float, default=500.0)
     p.add_argument("--cpu-reps", type=int, default=2)
     p.add_argument("--csv", default=None, help="write the rows to this CSV file")
+    p.add_argument("--log-level", default=None, choices=("debug", "info", "warning"),
+                   help="log tilefuse's messages at this level (debug: every auto decision and its source)")
     p.add_argument("--smoke", action="store_true", help="two CPU ranks, tiny config (a test runs it)")
     args = p.parse_args(argv)
     if args.smoke:
