@@ -14,7 +14,7 @@ SMI=$(clocks "$R/clocks.csv")
 step breakdown 90 "$PY" -m benchmarks breakdown --world 2 --ops gemm_all_reduce \
     --shapes 1x8192x4096,16x8192x4096,64x8192x4096 --variants bulk_sync,producer_consumer,fused_sequential,wg_specialized \
     --rep-ms 10 --reps 3 --csv "$R/breakdown_decode_w2.csv"
-decode_steps 80 75 60
+decode_steps 80 75 150
 [[ -n $SMI ]] && kill "$SMI"
 pack
 grep -h "^==" "$R"/*.log | cut -c1-200
