@@ -602,6 +602,48 @@ def test_a_pick_must_win_again_in_the_confirmation_round(pools, world):
     assert {r[0] for r in res} == {"fused_sequential"}, res
 
 
+def job_graph_stand_ins(ctx, first: dict, later: dict):
+    """:func:`autotune.tune` on stand-in candidates with device timing: every kind of time from
+    ``first`` for a candidate's first ``MIN_REPS`` samples of that kind, then from ``later``."""
+    counts: dict = {}
+
+    def clock(name, kind):
+        n = counts[(name, kind)] = counts.get((name, kind), 0) + 1
+        return (first if n <= autotune.MIN_REPS else later)[kind][name] * (1.0 + 0.01 * ctx.rank)
+
+    out = torch.ones(4, 4)
+    cands = [autotune.Candidate(n, n, None, lambda: out) for n in ("plain", "bulk_sync", "fused_sequential")]
+    with _env(TILEFUSE_AUTOTUNE_BUDGET="0"):
+        autotune.set_timer(clock, device_timing=True)
+        res = autotune.tune(cands, device=torch.device("cpu"), group=ctx.heap.group, what="graph stand-ins")
+    return res.variant, res.graph_variant, res.device, res.graph_confirmed, dict(counts)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_graph_pick_must_win_again_in_its_confirmation_round(pools, world):
+    """A fused variant that wins on device time in the first round but not in fresh samples runs plain
+    inside CUDA graphs on every rank; one that wins again is kept. The eager pick is decided apart."""
+    eager = {"plain": 1.0, "bulk_sync": 1.5, "fused_sequential": 1.2}  # plain wins eagerly
+    first = {"call": eager, "block": eager, "device": {"plain": 1.0, "bulk_sync": 1.5, "fused_sequential": 0.8}}
+    later = {"call": eager, "block": eager, "device": {"plain": 1.0, "fused_sequential": 0.99}}
+    res = pools.run(world, job_graph_stand_ins, first, later)
+    assert len({(v, g) for v, g, *_ in res}) == 1, f"the ranks disagree: {res}"
+    variant, graph, device, confirmed, counts = res[0]
+    assert variant == "plain" and device["fused_sequential"] < device["plain"], "it won the first round"
+    assert confirmed is not None and set(confirmed["device"]) == {"plain", "fused_sequential"}
+    assert confirmed["device"]["fused_sequential"] > 0.98, confirmed
+    assert counts[("fused_sequential", "device")] == 2 * autotune.MIN_REPS  # two rounds of device samples
+    assert counts[("bulk_sync", "device")] == autotune.MIN_REPS, "only the pick is confirmed"
+    assert graph == "plain", res[0]
+    # one that holds its win is kept (and plain stays the eager pick)
+    res = pools.run(world, job_graph_stand_ins, first, first)
+    assert {(v, g) for v, g, *_ in res} == {("plain", "fused_sequential")}, res
+    # a plain graph pick needs no confirmation round
+    plain_first = {"call": eager, "block": eager, "device": eager}
+    res = pools.run(world, job_graph_stand_ins, plain_first, plain_first)
+    assert {(v, g, c) for v, g, _, c, _ in res} == {("plain", "plain", None)}, res
+
+
 @pytest.mark.slow
 def test_heldout_benchmark_smoke(tmp_path):
     """benchmarks/heldout.py on CPU ranks: auto's result is checked, every method timed, the CSV written."""

@@ -196,6 +196,8 @@ def _tune(op, a, b, grp, kwargs, arch, world, dtype, M, N, K, model) -> tables.C
         entry["graph"] = {"variant": res.graph_variant,
                           "config": None if res.graph_config is None else res.graph_config.to_dict(),
                           "device_ms": res.device}
+        if res.graph_confirmed is not None:
+            entry["graph"]["confirm_device_ms"] = res.graph_confirmed["device"]
     try:
         path = cache.put({key: entry})
         source = f"tuned (saved in {path})"

@@ -33,9 +33,11 @@ so a rank that called a candidate one time more than its peers would hang them):
    sample also times **device**, per call of ``BLOCK_CALLS`` calls queued behind a device sleep
    longer than the host takes to queue them (no host gap between kernels, as in a graph's replay).
    The graph pick is the candidate that beats plain on device time by ``max(GRAPH_MARGIN, 2 x the
-   uncertainty)`` (5 %), rank 0's answer again; ``variant="auto"`` runs it while a graph is being
-   captured. A fused variant can win eagerly by having less host work than torch.matmul + NCCL and
-   lose inside a graph, where nobody pays host work. For longer calls both picks are the same.
+   uncertainty)`` (5 %), rank 0's answer again; a fused graph pick is confirmed as in step 3 (plain
+   and it alone, fresh device-time samples, the same rule: it is kept only if it wins again, else
+   plain); ``variant="auto"`` runs it while a graph is being captured. A fused variant can win
+   eagerly by having less host work than torch.matmul + NCCL and lose inside a graph, where nobody
+   pays host work. For longer calls both picks are the same.
 
 The offline tuner (:mod:`tilefuse.tuning.tuner`) uses the same pieces: :func:`screen` (steps 1 and 2
 over its whole search space, no decision) to shortlist, then :func:`tune` over plain and the
@@ -303,6 +305,7 @@ class Result:
     block: dict = field(default_factory=dict)  # candidate name -> ms per call back to back (max over ranks)
     spread: dict = field(default_factory=dict)  # candidate name -> relative uncertainty of its medians
     confirmed: dict | None = None  # the confirmation round's {"times", "block", "spread"}, if one ran
+    graph_confirmed: dict | None = None  # the graph pick's confirmation round {"device", "spread", "reps"}
     device: dict = field(default_factory=dict)  # candidate name -> device ms per call (GPU, short calls)
     graph_variant: str | None = None  # what to run inside CUDA graphs (decided on device time)
     graph_config: object = None
@@ -505,16 +508,32 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
     chosen = next(c for c in kept if c.name == pick)
     # 4. inside CUDA graphs the host's work is gone: the pick there is decided on device time alone
     # (where a call is long, device time is the back-to-back time and the pick stays).
-    graph = chosen
+    graph, graph_confirmed = chosen, None
     if queue_ms is not None:
-        mine = decide(dev, margin=max(margin, GRAPH_MARGIN), spread=dev_spread)
+        graph_margin = max(margin, GRAPH_MARGIN)
+        mine = decide(dev, margin=graph_margin, spread=dev_spread)
         graph_pick = all_gather(mine, group, what=f"autotune {what}: graph decision")[0]
+        if graph_pick != "plain":
+            # 5. the graph pick's confirmation: plain and it alone, fresh device-time samples
+            pair = [kept[0], next(c for c in kept if c.name == graph_pick)]
+            reps3 = _reps((1.0 - ROUND_SHARE) * budget, sum(cost[c.name] for c in pair))
+            _, _, _, d3, s3 = _timed_round(pair, reps3, device, group, f"{what} graph confirm", block_calls,
+                                           queue_ms)
+            graph_confirmed = {"device": d3, "spread": s3, "reps": reps3}
+            mine = decide(d3, margin=graph_margin, spread=s3)
+            final = all_gather(mine, group, what=f"autotune {what}: confirmed graph decision")[0]
+            if final != graph_pick:
+                log.info("tilefuse: autotune %s: inside CUDA graphs %s did not hold its win in the confirmation "
+                         "round (device ms per call: %s): plain", what, graph_pick,
+                         ", ".join(f"{n} {d3[n]:.4g}" for n in d3))
+            graph_pick = final
         graph = next(c for c in kept if c.name == graph_pick)
         if graph_pick != pick:
             log.info("tilefuse: autotune %s: inside CUDA graphs %s (device ms per call: %s), eagerly %s", what,
                      graph_pick, ", ".join(f"{n} {dev[n]:.4g}" for n in dev), pick)
     return Result(chosen.variant, chosen.config, times, dropped, reps, block, spread, confirmed,
-                  device=dev if queue_ms is not None else {}, graph_variant=graph.variant, graph_config=graph.config)
+                  device=dev if queue_ms is not None else {}, graph_variant=graph.variant, graph_config=graph.config,
+                  graph_confirmed=graph_confirmed)
 
 
 def _queue_ms(one_s: dict, device: torch.device, block_calls: int) -> dict | None:

@@ -251,6 +251,8 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
         graph = {"variant": res.graph_variant,
                  "config": None if res.graph_config is None else res.graph_config.to_dict(),
                  "device_ms": {n: _ms(t) for n, t in res.device.items()}}
+        if res.graph_confirmed is not None:
+            graph["confirm_device_ms"] = {n: _ms(t) for n, t in res.graph_confirmed["device"].items()}
     failed = [r for r in records.values() if "error" in r]
     if failed and dist.get_rank() == 0:
         kinds = sorted({re.sub(r"^rank \d+: ", "", r["error"]).split(":")[0] for r in failed})
