@@ -138,6 +138,13 @@ _DEFAULT_MAX_SPLIT = 8
 DECODE_WAVE_SHARE = 0.7  # without SPLIT_K at M <= 64: the widest tile that still fills this share of a wave
 
 
+def narrow_decode(M: int, dtype: torch.dtype, interpreter: bool) -> bool:
+    """Whether :func:`default_config` without split-K takes its tiles from :func:`_narrow_decode_tiles`
+    (M <= 64 in a 16-bit dtype, on a GPU): tiles sized from a measured sweep, which callers must not
+    narrow further."""
+    return not interpreter and M <= 64 and dtype.itemsize <= 2
+
+
 def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -> tuple:
     """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for M <= 64 without SPLIT_K (the fused variants).
 
@@ -273,7 +280,7 @@ def default_config(
         # Tile classes from the GEMM-core sweep on an H200 (docs/perf/2026-11-30_h200_ws1_gemm_sweep_bf16.csv):
         # 4 stages beat 3 for every tile but 128x256 (which has no room for a fourth); 128x256 wins
         # from M ~ 1000, 128x128 in between, 64x128 for decode-size M.
-        if M <= 64 and dtype.itemsize <= 2:
+        if narrow_decode(M, dtype, interpreter):
             block_m, block_n, block_k, warps, stages = _narrow_decode_tiles(M, N, K, dtype.itemsize, gemm_sms)
         elif M <= 128:
             block_m, block_n, warps, stages = _pow2_between(M, 16, 64), 128, 4, 4

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..common.config import check_split_k
+from ...runtime import hw
+from ..common.config import check_split_k, narrow_decode
 from ..common.launch import GemmCall, begin, ctl, new_output, op_heap, prepare_gemm, workspace
 
 OP = "gemm_all_reduce"
@@ -35,15 +36,24 @@ def fill_device(cfg, M: int, N: int, *, comm: bool):
     """The default config, with BLOCK_N halved (down to 32, or the config's own if smaller) while the
     tiles would leave GEMM programs idle.
 
-    At decode sizes (M of a few rows) the GEMM is a matrix-vector product bound by reading B, and
-    every idle program is bandwidth left unused: M = 1, N = 8192 on 116 GEMM programs gets 128
-    tiles of 16 x 64 rather than 64 of 16 x 128. Only for calls without a caller's config.
+    Where the GEMM is bound by reading B, every idle program is bandwidth left unused. Only for calls
+    without a caller's config, and not for the narrow decode tiles (:func:`default_tiles`).
     """
     programs = cfg.GEMM_SMS if comm else cfg.GEMM_SMS + cfg.COMM_SMS
     block_n = cfg.BLOCK_N
     while block_n > MIN_DEFAULT_BLOCK_N and -(-M // cfg.BLOCK_M) * -(-N // block_n) < programs:
         block_n //= 2
     return cfg if block_n == cfg.BLOCK_N else dataclasses.replace(cfg, BLOCK_N=block_n)
+
+
+def default_tiles(cfg, M: int, N: int, dtype: torch.dtype, *, comm: bool, interpreter: bool):
+    """The tiles of a call without a caller's config: the narrow decode tiles as they are (their
+    BLOCK_N is the measured best: halving it, 64 to 32 columns at N = 8192, measured 0.77-0.84x
+    against 0.90-0.92x of cuBLAS, docs/perf/2026-11-30_h200_ws1_gemm_decode_no_split_bf16.csv),
+    else :func:`fill_device`."""
+    if narrow_decode(M, dtype, interpreter):
+        return cfg
+    return fill_device(cfg, M, N, comm=comm)
 
 
 @dataclass
@@ -147,7 +157,8 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
     call = prepare_gemm(OP, a, b, group, config, comm=comm)
     check_split_k(OP, variant, call.config)  # only bulk_sync splits K
     if config is None:
-        call = dataclasses.replace(call, config=fill_device(call.config, call.M, call.N, comm=comm))
+        call = dataclasses.replace(call, config=default_tiles(call.config, call.M, call.N, a.dtype, comm=comm,
+                                                              interpreter=hw.interpreting()))
     two_shot = two_shot or bool(call.config.TWO_SHOT)  # a tuned config may choose the algorithm
     if bias is not None:
         check_bias(OP, bias, a, b)
