@@ -1,12 +1,17 @@
-"""gemm_all_reduce, fused sequential: each partial tile goes from registers into every rank's slot.
+"""gemm_all_reduce, fused sequential: each partial tile goes from registers into every rank's slot,
+and the program that made it then sums the W partials of that tile.
 
-    program p:  | tile: K loop | store to slot r of ranks r+1, r+2, ..., r | tile: K loop | store | ...
-    rank r:     | begin | fused kernel | barrier | reduce: sum slots 0, 1, ..., W-1 (+ bias) -> c |
+    program p:  | tile t: K loop | store to slot r of ranks r+1, ..., r, release flag (r, t) there | tile t + P ... |
+                | tile t: acquire flags (0, t) ... (W-1, t), sum slots 0 .. W-1 (+ bias) -> c | tile t + P ... |
+    rank r:     | begin | fused kernel |
 
-Pushing a tile overlaps the K loops of the tiles other programs are computing. The partials need no
-flags: the barrier after the kernel orders every rank's stores before the local reduction, which
-reads only this rank's heap and sums the W slots in fp32 in the order 0, 1, ..., W-1 (the same bits
-on every rank). A partial travels in the input dtype: the epilogue rounds the fp32 tile once.
+Pushing a tile overlaps the K loops of the tiles other programs are computing. Every program sums
+the tiles it computed, once their W partials have landed: the same tile of the same program id on
+every rank, so a program waits only on programs of other ranks (and the interpreter, which runs a
+rank's programs one after another, makes progress). The sum reads only this rank's heap, in fp32 in
+the order 0, 1, ..., W-1 (the same bits on every rank). A partial travels in the input dtype: the
+epilogue rounds the fp32 tile once. One kernel after the begin kernel: no barrier and no separate
+reduction launch.
 
 Two-shot: each tile goes to its owner only; barrier; each owner sums its rows (into its c and its
 own slot); barrier; every rank pulls the other owners' sums.
@@ -18,9 +23,9 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import collective, ctl, mid_barrier
+from ..common.launch import collective, ctl
 from ._setup import OP, setup
-from ._tiles import launch_reduce, produce_tiles
+from ._tiles import produce_tiles, reduce_tiles
 from ._two_shot import launch_barriered, produce_owned
 
 
@@ -28,44 +33,51 @@ from ._two_shot import launch_barriered, produce_owned
 def _fused_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # stage [W, M, N] in the input dtype (a symmetric address)
-    stage_ptr, stride_slot, stride_sm, stride_sn,
+    # stage [W, M, N] in the input dtype and flags [W, num_tiles] int64 (symmetric addresses; one-shot:
+    # two-shot passes the stage for the flags, never read); output c [M, N] and bias [N], both local
+    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, bias_ptr, stride_cm, stride_cn,
     # distributed
     heap_bases, ctl_ptr, cur_rank, world,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, TWO_SHOT: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr,
 ):
-    _, live = P.call_epoch(ctl_ptr)
+    epoch, live = P.call_epoch(ctl_ptr)
+    pid = tl.program_id(0)
     if live:
         if TWO_SHOT:
             produce_owned(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                           stage_ptr, stage_ptr, stride_slot, stride_sm, stride_sn,
-                          heap_bases, cur_rank, world, 0, tl.program_id(0),
+                          heap_bases, cur_rank, world, 0, pid,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False)
         else:
             produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          stage_ptr, stage_ptr, stride_slot, stride_sm, stride_sn,
-                          heap_bases, cur_rank, world, 0, tl.program_id(0),
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False)
+                          stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                          heap_bases, cur_rank, world, epoch, pid,
+                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
+            # The tiles this program produced (the same ids on every rank): it waits only on other ranks.
+            reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
+                         stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                         heap_bases, ctl_ptr, cur_rank, world, epoch, pid,
+                         BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True, HAS_BIAS=HAS_BIAS)
 
 
 @collective(OP)
 def fused_sequential(a, b, *, config=None, group=None, bias=None, two_shot=False):
-    """gemm_all_reduce as one fused persistent kernel and a local reduction; same contract as
+    """gemm_all_reduce as one fused persistent kernel (its programs push their partial tiles, then sum
+    them once every rank's have landed); same contract as
     :func:`tilefuse.gemm_all_reduce`."""
-    call = setup("fused_sequential", a, b, config, group, bias, two_shot, comm=False, flags=False)
+    call = setup("fused_sequential", a, b, config, group, bias, two_shot, comm=False, flags=not two_shot)
     if call.empty:
         return call.c
     heap, programs = call.heap, call.all_programs
     _fused_kernel[(programs,)](
-        *call.gemm.gemm_args, call.stage, *call.stage_args,
-        heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
-        NUM_PROGRAMS=programs, TWO_SHOT=call.two_shot, **call.gemm.gemm_meta,
+        *call.gemm.gemm_args, call.stage, call.stage if call.two_shot else call.flags, *call.stage_args,
+        *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
+        NUM_PROGRAMS=programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None, TWO_SHOT=call.two_shot,
+        **call.gemm.gemm_meta,
     )
     if call.two_shot:  # barrier, owners sum their rows, barrier, everyone pulls the sums
         launch_barriered(call, programs, pull=False)
-        return call.c
-    mid_barrier(heap, 0)  # every rank's partials have landed in our slots
-    launch_reduce(call, programs, pull=False, wait=False)
     return call.c
