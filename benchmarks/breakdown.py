@@ -9,7 +9,8 @@ M, N, K are the per-rank operands ``a [M, K_loc] @ b [K_loc, N]``. Every part be
 inputs, its calls interleaved one by one with every other part's (a round calls each part once, in an
 order rotated by one each round), so the GPU's clock swings reach all parts alike. The parts use the
 op's own kernels, launched directly, with fused_sequential's config (the heuristic one the suite and
-``variant="fused_sequential"`` run); nothing in the kernels is switched off. Rows name the part
+``variant="fused_sequential"`` run); nothing in the kernels is switched off but gemm_all_reduce's
+in-kernel sum, which its fused-kernel parts leave to the reduce part. Rows name the part
 (``component``) and the variant whose kernels and config it uses (``variant``):
 
 ==================  =================================================================================
@@ -22,6 +23,7 @@ gemm_stage_local    the variant's fused kernel with every peer address mapped to
                     the GEMM, its tile order and every partial store, but nothing crosses a link
                     (gar stores each tile W times locally)
 gemm_push           the variant's fused kernel as the op runs it: GEMM + partials pushed to the owners
+                    (gar: without the sum that follows in the same kernel)
 stage_local         the fused kernel with K = 0 and peer addresses mapped home: the stores alone
 push                the fused kernel with K = 0: the tile loop's stores alone, (W-1)/W of them over the
                     link (gar: W-1 of W copies), from all programs at once
@@ -282,8 +284,10 @@ class Case:
         else:
             from tilefuse.ops.gemm_all_reduce.fused_sequential import _fused_kernel
 
-            _fused_kernel[(n,)](*_gemm_args(s, 0 if no_k else None), call.stage, *call.stage_args,
-                                bases, ctl, heap.rank, heap.world_size, NUM_PROGRAMS=n, TWO_SHOT=False, **meta)
+            # The GEMM and the stores only (SUM=False): the summing is the reduce part's.
+            _fused_kernel[(n,)](*_gemm_args(s, 0 if no_k else None), call.stage, call.stage, *call.stage_args,
+                                *call.out_args, bases, ctl, heap.rank, heap.world_size, NUM_PROGRAMS=n,
+                                SUB_M=call.sub_m, HAS_BIAS=False, TWO_SHOT=False, SUM=False, **meta)
         return call.stage
 
     def reduce(self, s: Operands, *, pull: bool):

@@ -40,15 +40,16 @@ step() {
     stamp "$name" $? >> "$R/$name.log"
 }
 # decode_steps AR_S TP_S H1_S: gemm_all_reduce at M = 1-1024 eager and in CUDA graphs (AR_S seconds),
-# the replicated decode step of examples/tp_llama.py in a graph (TP_S) and the host cost at world 1
-# on GPU 0 (H1_S), each a step.
+# the replicated decode step of examples/tp_llama.py in a graph with each rank's auto decisions logged
+# (TP_S) and the host cost at world 1 on GPU 0 (H1_S; 0 skips it), each a step.
 decode_steps() {
     step allreduce_decode "$1" "$PY" -m benchmarks.allreduce_decode --world 2 --M 1,16,64,256,1024 \
         --csv "$R/allreduce_decode_w2.csv"
     step tp_llama "$2" torchrun --nproc-per-node 2 examples/tp_llama.py --layers 2 --layouts decode \
-        --csv "$R/tp_llama_decode_w2.csv"
-    step host_overhead_w1 "$3" env CUDA_VISIBLE_DEVICES=0 "$PY" -m benchmarks host_overhead --world 1 \
-        --M 1,16,128,1024 --csv "$R/host_overhead_w1.csv"
+        --log-level debug --csv "$R/tp_llama_decode_w2.csv"
+    (( $3 > 0 )) && step host_overhead_w1 "$3" env CUDA_VISIBLE_DEVICES=0 "$PY" -m benchmarks host_overhead \
+        --world 1 --M 1,16,128,1024 --csv "$R/host_overhead_w1.csv"
+    return 0
 }
 # suite_w2 SETS CSV: the world-2 suite of the four ops on SETS, every variant and auto (and the
 # copy-engine form of all_gather_gemm), at most 50 s an op, each op only if it fits; appends to CSV.

@@ -41,8 +41,10 @@ def _fused_kernel(
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
-    HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr,
+    HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, SUM: tl.constexpr = True,
 ):
+    """``SUM=False``: the GEMM and the partial stores only, no flags (``benchmarks.breakdown`` times the
+    parts)."""
     epoch, live = P.call_epoch(ctl_ptr)
     pid = tl.program_id(0)
     if live:
@@ -55,12 +57,13 @@ def _fused_kernel(
             produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                           stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
                           heap_bases, cur_rank, world, epoch, pid,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
-            # The tiles this program produced (the same ids on every rank): it waits only on other ranks.
-            reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
-                         stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                         heap_bases, ctl_ptr, cur_rank, world, epoch, pid,
-                         BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True, HAS_BIAS=HAS_BIAS)
+                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=SUM)
+            if SUM:  # the tiles this program produced (the same ids on every rank): it waits only on other ranks
+                reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
+                             stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                             heap_bases, ctl_ptr, cur_rank, world, epoch, pid,
+                             BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
+                             HAS_BIAS=HAS_BIAS)
 
 
 @collective(OP)
