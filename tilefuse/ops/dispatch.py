@@ -279,7 +279,7 @@ def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
     """What runs inside a CUDA graph: the choice's measured graph pick (:meth:`tables.Choice.for_graphs`);
     without one, the choice itself from ``GRAPH_MIN_M`` rows, else plain. A fused variant's eager win
     at small M is mostly host work, which a graph does not pay (gemm_all_reduce at M <= 64 on two
-    H200s: fused 53-58 us against plain's 31-40 us per replay, docs/PERF.md), and a choice that
+    H200s: fused 46-52 us against plain's 31-39 us per replay, docs/PERF.md), and a choice that
     carries no graph pick was never timed on device work alone (a table entry or cache entry from
     before graph picks, or the cost model's prediction from larger shapes)."""
     if choice.graph is not None or choice.variant == tables.PLAIN or M >= GRAPH_MIN_M:
