@@ -64,8 +64,8 @@ class Call:
     c: torch.Tensor  # [M, N], an ordinary tensor
     bias: torch.Tensor | None  # [N], contiguous, or None
     stage: torch.Tensor | None  # [W, M, N] in the input dtype, on the heap (None: empty call)
-    flags: torch.Tensor | None  # int64 on the heap (flagged variants): one-shot [W, num_tiles],
-    # two-shot [2, W, tiles_per_owner]
+    flags: torch.Tensor | None  # int64 on the heap (producer_consumer, wg_specialized, one-shot
+    # fused_sequential): one-shot [W, num_tiles], two-shot [2, W, tiles_per_owner]
     two_shot: bool = False
 
     @property
