@@ -470,6 +470,18 @@ def screen(candidates: list[Candidate], *, device: torch.device, group, what: st
     return Round(times, block, spread, dropped, max(1, int(reps)), warm_up_s)
 
 
+def _confirm(kept: list, pick: str, cost: dict, budget: float, device: torch.device, group, what: str,
+             block_calls: int, queue_ms: dict | None, rule) -> tuple:
+    """A confirmation round (steps 3 and 5): fresh interleaved samples of plain and ``pick`` alone, in
+    the rest of the budget; ``rule(times, block, spread, device, device_spread)`` decides on each rank
+    and rank 0's answer is every rank's. Returns ``(pick or plain, the round's five dicts, reps)``."""
+    pair = [kept[0], next(c for c in kept if c.name == pick)]
+    reps = _reps((1.0 - ROUND_SHARE) * budget, sum(cost[c.name] for c in pair))
+    rounds = _timed_round(pair, reps, device, group, what, block_calls, queue_ms)
+    final = all_gather(rule(*rounds), group, what=f"autotune {what}: decision")[0]
+    return final, rounds, reps
+
+
 def tune(candidates: list[Candidate], *, device: torch.device, group, what: str, budget: float | None = None,
          margin: float = MARGIN) -> Result:
     """Run the protocol above over ``candidates`` (plain first); collective over ``group``.
@@ -492,12 +504,10 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
     confirmed = None
     if pick != "plain":
         # 3. confirmation: plain and the pick alone, fresh samples; the pick must win again
-        pair = [kept[0], next(c for c in kept if c.name == pick)]
-        reps2 = _reps((1.0 - ROUND_SHARE) * budget, sum(cost[c.name] for c in pair))
-        t2, b2, s2, _, _ = _timed_round(pair, reps2, device, group, f"{what} confirm", block_calls)
+        final, (t2, b2, s2, _, _), reps2 = _confirm(
+            kept, pick, cost, budget, device, group, f"{what} confirm", block_calls, None,
+            lambda t, b, sp, _d, _ds: decide(t, margin=margin, block=b, spread=sp))
         confirmed = {"times": t2, "block": b2, "spread": s2, "reps": reps2}
-        mine = decide(t2, margin=margin, block=b2, spread=s2)
-        final = all_gather(mine, group, what=f"autotune {what}: confirmed decision")[0]
         if final != pick:
             log.info("tilefuse: autotune %s: %s did not hold its win in the confirmation round (%s): plain", what,
                      pick, ", ".join(f"{n} {t2[n]:.4g}/{b2[n]:.4g} ms" for n in t2))
@@ -515,13 +525,10 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
         graph_pick = all_gather(mine, group, what=f"autotune {what}: graph decision")[0]
         if graph_pick != "plain":
             # 5. the graph pick's confirmation: plain and it alone, fresh device-time samples
-            pair = [kept[0], next(c for c in kept if c.name == graph_pick)]
-            reps3 = _reps((1.0 - ROUND_SHARE) * budget, sum(cost[c.name] for c in pair))
-            _, _, _, d3, s3 = _timed_round(pair, reps3, device, group, f"{what} graph confirm", block_calls,
-                                           queue_ms)
+            final, (_, _, _, d3, s3), reps3 = _confirm(
+                kept, graph_pick, cost, budget, device, group, f"{what} graph confirm", block_calls, queue_ms,
+                lambda _t, _b, _sp, d, ds: decide(d, margin=graph_margin, spread=ds))
             graph_confirmed = {"device": d3, "spread": s3, "reps": reps3}
-            mine = decide(d3, margin=graph_margin, spread=s3)
-            final = all_gather(mine, group, what=f"autotune {what}: confirmed graph decision")[0]
             if final != graph_pick:
                 log.info("tilefuse: autotune %s: inside CUDA graphs %s did not hold its win in the confirmation "
                          "round (device ms per call: %s): plain", what, graph_pick,
