@@ -67,6 +67,10 @@ LARGE_M_TILES = [(64, 128, 4, 4), (128, 128, 4, 4), (64, 256, 4, 4), (128, 256, 
 # deeper K steps keep each SM's loads in flight. (BLOCK_N, BLOCK_K, stages), 4 warps, BLOCK_M from M.
 NO_SPLIT_DECODE = [(bn, bk, st) for bn in (16, 32, 64, 128)
                    for bk, stages in ((64, (4, 6)), (128, (4, 6)), (256, (3, 4))) for st in stages]
+# Warp-specialized tiles (Config.WARP_SPEC = 1; 4 warps per group, one producer and two consumer
+# groups): (BLOCK_M, BLOCK_N, BLOCK_K, stages). 64x256 and 8-warp groups do not specialize.
+WARP_SPEC_TILES = [(64, 128, 64, 4), (128, 128, 64, 4), (128, 128, 64, 5), (128, 128, 128, 3),
+                   (128, 256, 64, 3), (128, 256, 64, 4), (256, 128, 64, 3)]
 # 12 and 16 slices lost on every shape of docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv.
 SPLITS = (1, 2, 3, 4, 6, 8)
 
@@ -77,6 +81,7 @@ def label(cfg, pad: bool | None = None) -> str:
     against ``PAD_MIN_M``)."""
     text = f"{cfg.BLOCK_M}x{cfg.BLOCK_N}x{cfg.BLOCK_K}_w{cfg.num_warps}_s{cfg.num_stages}"
     text += (f"_k{cfg.SPLIT_K}" if cfg.SPLIT_K > 1 else "") + ("_sk" if cfg.STREAM_K else "")
+    text += "_ws" if cfg.WARP_SPEC else ""
     return text + ("" if pad is None else "_pad" if pad else "_nopad")
 
 
@@ -109,6 +114,26 @@ def no_split_candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int
             continue
         out.append(Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=stages,
                           GEMM_SMS=num_sms, COMM_SMS=0))
+    return out
+
+
+def warp_spec_candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list:
+    """``WARP_SPEC = 1`` configs (:data:`WARP_SPEC_TILES` whose BLOCK_M is at most M rounded up to a
+    power of two, and whose stages fit in 220 KiB of shared memory), and those up to 128 x 128 also
+    without it (wider tiles without it want 8 warps: the defaults')."""
+    import triton
+
+    from tilefuse.ops.common.config import Config
+
+    out = []
+    for bm, bn, bk, stages in WARP_SPEC_TILES:
+        if bm > max(64, triton.next_power_of_2(M)) or stages * (bm + bn) * bk * dtype.itemsize > 220 * 1024:
+            continue
+        cfg = Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=stages,
+                     GEMM_SMS=num_sms, COMM_SMS=0, WARP_SPEC=1)
+        out.append(cfg)
+        if bm * bn <= 128 * 128:  # a tile 4 warps also run well without it
+            out.append(cfg.replace(WARP_SPEC=0))
     return out
 
 
@@ -215,6 +240,9 @@ def main(argv=None) -> None:
                         help="configs without SPLIT_K, as the fused variants run them: the default is "
                              "default_config(..., split_k=False), the candidates (M <= 64) narrow tiles and "
                              "deeper K steps")
+    parser.add_argument("--warp-spec", action="store_true",
+                        help="the candidates are warp-specialized tiles (Config.WARP_SPEC) and the same tiles "
+                             "without it (GPU)")
     parser.add_argument("--quick", action="store_true", help="the first 4 shapes, the first 3 candidates")
     parser.add_argument("--rep-ms", type=float, default=60.0, help="each method's share of timed calls")
     parser.add_argument("--max-reps", type=int, default=400)
@@ -254,8 +282,12 @@ def main(argv=None) -> None:
                                      split_k=not args.no_split)
             configs = [("default", default, None)]
             if not args.default_only:
-                pool = (no_split_candidates(M, N, K, dtype, sms) if args.no_split and not interpreter
-                        else candidates(M, N, K, dtype, sms, interpreter))
+                if args.warp_spec and not interpreter:
+                    pool = warp_spec_candidates(M, N, K, dtype, sms)
+                elif args.no_split and not interpreter:
+                    pool = no_split_candidates(M, N, K, dtype, sms)
+                else:
+                    pool = candidates(M, N, K, dtype, sms, interpreter)
                 extra = [cfg for cfg in pool if cfg != default]
                 configs += [(label(cfg), cfg, None) for cfg in extra[: 3 if args.quick else None]]
                 if on_gpu and (K * dtype.itemsize) % 16:  # rows off the descriptor path: the other choice

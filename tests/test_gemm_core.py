@@ -157,6 +157,51 @@ def test_matmul_column_major_a_and_misaligned_views(path):
     _assert_matches(matmul(a_off, b_odd, c, CFG), a_off, b_odd, torch.float16)
 
 
+@pytest.mark.parametrize("K, dtype, align", [(60, torch.float16, 4), (58, torch.float32, 2), (59, torch.float16, 1)])
+def test_matmul_pointer_path_aligned_loads(K, dtype, align, monkeypatch):
+    """Rows of K elements that are not 16-byte multiples keep A and a Linear weight's ``w.t()`` off
+    the descriptor path; ``ALIGN`` tells the kernel how far their starts are aligned. The bits must
+    be those of the kernel told nothing (ALIGN = 1), and right against the reference."""
+    from tilefuse.ops.common import gemm
+
+    M, N = 70, 90
+    gen = _gen(K)
+    a = _randn((M, K), dtype, gen)
+    b = _randn((N, K), dtype, gen).t()  # column-major, leading stride K
+    assert gemm_layout(a, b) == (False, False)
+    assert gemm.pointer_align(a, b) == align
+    assert gemm.pointer_align(a.t().contiguous().t(), b) == 1  # column-major A: no claim
+    assert gemm.pointer_align(a, b.contiguous()) == 1  # row-major B: no claim
+    c = torch.full((M, N), NAN, dtype=dtype, device=DEVICE)
+    _assert_matches(matmul(a, b, c, CFG), a, b, dtype)
+    monkeypatch.setattr(gemm, "pointer_align", lambda a, b: 1)
+    plain = torch.full((M, N), NAN, dtype=dtype, device=DEVICE)
+    matmul(a, b, plain, CFG)
+    assert torch.equal(c, plain)
+
+
+def test_matmul_warp_spec_config_is_a_compile_hint():
+    """``WARP_SPEC = 1`` is honoured only where it can be (descriptor path, no split K, a GPU), and
+    never changes the result: the bits of the same config without it."""
+    from tilefuse.ops.common.gemm import warp_specialized
+
+    cfg = CFG.replace(WARP_SPEC=1)
+    gpu = torch.device("cuda")
+    assert warp_specialized(cfg, True, gpu) is (not INTERPRET)
+    assert not warp_specialized(cfg, False, gpu)
+    assert not warp_specialized(cfg.replace(SPLIT_K=2), True, gpu)
+    assert not warp_specialized(cfg.replace(STREAM_K=1), True, gpu)
+    assert not warp_specialized(CFG, True, gpu)
+    M, N, K = 200, 160, 96
+    gen = _gen(7)
+    dtype = torch.float16
+    a = _randn((M, K), dtype, gen)
+    b = _randn((N, K), dtype, gen).t()
+    got = matmul(a, b, torch.full((M, N), NAN, dtype=dtype, device=DEVICE), cfg)
+    _assert_matches(got, a, b, dtype)
+    assert torch.equal(got, matmul(a, b, torch.empty_like(got), CFG))
+
+
 def test_matmul_default_config():
     M, N, K = 96, 80, 72
     gen = _gen(2)
@@ -419,7 +464,7 @@ def test_load_store_tile_strides_masks_and_cast():
 def test_config_round_trip_and_replace():
     d = CFG.to_dict()
     assert list(d) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages",
-                       "GEMM_SMS", "COMM_SMS", "TWO_SHOT", "SPLIT_K", "STREAM_K"]
+                       "GEMM_SMS", "COMM_SMS", "TWO_SHOT", "SPLIT_K", "STREAM_K", "WARP_SPEC"]
     assert Config.from_dict(d) == CFG
     del d["SPLIT_K"]  # tables written before the field existed
     assert Config.from_dict(d).SPLIT_K == 1
@@ -449,6 +494,7 @@ def test_config_round_trip_and_replace():
     ("SPLIT_K", MAX_SPLIT_K + 1, ValueError),
     ("SPLIT_K", 2.0, TypeError),
     ("STREAM_K", 2, ValueError),
+    ("WARP_SPEC", 2, ValueError),
     ("BLOCK_M", 64.0, TypeError),
     ("num_warps", True, TypeError),
 ])

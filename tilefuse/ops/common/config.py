@@ -33,6 +33,12 @@ class Config:
     only ``SPLIT_K = 1``. ``STREAM_K`` (0 or 1, default 0; with ``SPLIT_K = 1`` only): stream-K in
     the same kernels, the K steps of all tiles dealt out evenly over the ``GEMM_SMS`` programs, so
     that a tile count just above a multiple of the programs leaves none idle.
+
+    ``WARP_SPEC`` (0 or 1, default 0): the GEMM core's tile loop is warp-specialized (Triton's
+    ``warp_specialize``: on Hopper a producer warp group issues the tensor-descriptor loads while
+    two consumer warp groups multiply, 12 warps in all for ``num_warps = 4``). It changes how the
+    kernel is compiled, not its sums. Honoured where ``SPLIT_K_VARIANTS`` take ``SPLIT_K``, and only
+    with ``SPLIT_K = 1``, ``STREAM_K = 0`` and operands on the descriptor path; a no-op elsewhere.
     """
 
     BLOCK_M: int
@@ -46,6 +52,7 @@ class Config:
     TWO_SHOT: int = 0
     SPLIT_K: int = 1
     STREAM_K: int = 0
+    WARP_SPEC: int = 0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -72,6 +79,8 @@ class Config:
             raise ValueError(f"Config.SPLIT_K must be in [1, {MAX_SPLIT_K}], got {self.SPLIT_K}")
         if self.STREAM_K not in (0, 1):
             raise ValueError(f"Config.STREAM_K must be 0 or 1, got {self.STREAM_K}")
+        if self.WARP_SPEC not in (0, 1):
+            raise ValueError(f"Config.WARP_SPEC must be 0 or 1, got {self.WARP_SPEC}")
         if self.STREAM_K and self.SPLIT_K > 1:
             raise ValueError(f"Config.STREAM_K=1 deals out K steps itself: it takes SPLIT_K=1, got {self.SPLIT_K}")
 

@@ -103,12 +103,12 @@ def gemm_tile(
     M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr = 1,
 ):
     """K loop of output tile (pid_m, pid_n): the fp32 accumulator [BM, BN] of A[rows, :] @ B[:, cols]."""
     return gemm_tile_range(
         a_op, b_op, pid_m, pid_n, M, N, K, 0, tl.cdiv(K, BLOCK_K), stride_am, stride_ak, stride_bk, stride_bn,
-        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
+        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
     )
 
 
@@ -120,10 +120,15 @@ def gemm_tile_range(
     k_lo, k_hi,
     stride_am, stride_ak, stride_bk, stride_bn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr = 1,
 ):
     """K steps [k_lo, k_hi) (in units of BLOCK_K) of tile (pid_m, pid_n): the fp32 partial [BM, BN]
-    of A[rows, k_lo*BK : k_hi*BK] @ B[k_lo*BK : k_hi*BK, cols] (zeros for an empty range)."""
+    of A[rows, k_lo*BK : k_hi*BK] @ B[k_lo*BK : k_hi*BK, cols] (zeros for an empty range).
+
+    ``ALIGN`` (pointer path; :func:`pointer_align`): A is row-major, B column-major (a Linear
+    weight's ``w.t()``), and ``K``, ``stride_am`` and ``stride_bn`` are multiples of ``ALIGN``.
+    Saying so lets the compiler load ``ALIGN`` contiguous elements at once where it would otherwise
+    load one (rows of K = 3500 bf16 values are 8-byte, not 16-byte, aligned)."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # [BM, BN]
     if USE_TMA:
         # Descriptor coordinates are element indices (int32); out-of-bounds reads return zeros.
@@ -143,6 +148,11 @@ def gemm_tile_range(
         offs_n = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         offs_k = tl.arange(0, BLOCK_K)  # [BK]
         first_k = (k_lo * BLOCK_K + offs_k).to(tl.int64)  # [BK], columns of A / rows of B of step k_lo
+        if ALIGN > 1:
+            # The same values, written so that the compiler sees them as multiples of ALIGN.
+            stride_am = stride_am // ALIGN * ALIGN
+            stride_bn = stride_bn // ALIGN * ALIGN
+            K = K // ALIGN * ALIGN  # the K tail's mask is then constant over ALIGN elements
         mask_m = offs_m < M  # [BM]
         mask_n = offs_n < N  # [BN]
         a_ptrs = a_op + offs_m[:, None] * stride_am + first_k[None, :] * stride_ak  # [BM, BK]
@@ -283,7 +293,7 @@ def matmul_kernel(
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT: tl.constexpr, STREAM: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
-    B_KMAJOR: tl.constexpr, IN_CALL: tl.constexpr,
+    B_KMAJOR: tl.constexpr, IN_CALL: tl.constexpr, ALIGN: tl.constexpr = 1, WARP_SPEC: tl.constexpr = False,
 ):
     """Persistent C [M, N] = A [M, K] @ B [K, N] in one of three schedules.
 
@@ -295,7 +305,11 @@ def matmul_kernel(
     last of them (:func:`hand_in_slice`, :func:`store_slice_sum`: slices summed in K order,
     ``SUB_M`` rows at a time). ``split_k``, ``slots_per_tile`` and
     ``num_programs`` are runtime values, so shapes and splits share one compiled kernel per tile
-    config. With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives)."""
+    config. With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives).
+    ``ALIGN``: see :func:`gemm_tile_range`. ``WARP_SPEC`` (tiles schedule on the descriptor path
+    only): the tile loop is warp-specialized (on Hopper, a producer warp group issues the loads and
+    two consumer warp groups each multiply half of the tile's rows; the sums are those of the loop
+    without it, bit for bit)."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -321,7 +335,7 @@ def matmul_kernel(
             pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
             acc = gemm_tile_range(
                 a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
-                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
+                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
             )  # [BM, BN] fp32
             if (k_lo == 0) & (k_hi == steps):  # a tile this range covers whole
                 offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
@@ -337,12 +351,12 @@ def matmul_kernel(
                                     stride_cm, stride_cn, BLOCK_M, BLOCK_N, SUB_M)
             g += k_hi - k_lo
     else:
-        for work_id in range(pid, num_work, num_programs):
+        for work_id in tl.range(pid, num_work, num_programs, warp_specialize=WARP_SPEC):
             tile_id, s, k_lo, k_hi = split_k_work(work_id, K, split_k, BLOCK_K, SPLIT)
             pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
             acc = gemm_tile_range(
                 a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
-                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
+                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
             )  # [BM, BN] fp32
             if SPLIT:
                 slots, done = hand_in_slice(acc, tile_id, s, split_k, split_k, partial_ptr, count_ptr,
@@ -435,6 +449,26 @@ def _padded(t: torch.Tensor, unit_dim: int) -> torch.Tensor:
 # M = 16 (padded 0.46x), but 0.36x at M = 64 and 0.08x at M = 128, where the padded copy gives
 # about 0.46x (docs/perf/2026-11-30_h200_ws1_gemm_parity_default*.csv).
 PAD_MIN_M = 64
+
+
+def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
+    """``ALIGN`` of :func:`gemm_tile_range` for operands on the pointer path: the largest of 8, 4, 2
+    elements that divide K and the leading strides (A row-major, B column-major, 16-byte aligned
+    bases); 1 for any other layout."""
+    if a.stride(1) != 1 or b.stride(0) != 1 or a.data_ptr() % 16 or b.data_ptr() % 16:
+        return 1
+    for align in (8, 4, 2):
+        if a.shape[1] % align == 0 and a.stride(0) % align == 0 and b.stride(1) % align == 0:
+            return align
+    return 1
+
+
+def warp_specialized(config, use_tma: bool, device: torch.device) -> bool:
+    """Whether the GEMM core runs ``config`` warp-specialized: ``Config.WARP_SPEC`` asks for it, the
+    operands are on the descriptor path, no K is split, and the device is an NVIDIA GPU (the
+    interpreter has no warps)."""
+    return (bool(config.WARP_SPEC) and use_tma and config.SPLIT_K == 1 and not config.STREAM_K
+            and device.type == "cuda" and not _interpreting())
 
 
 def tma_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
@@ -548,6 +582,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     if use_tma:
         ensure_triton_allocator()
     split, stream = config.SPLIT_K, bool(config.STREAM_K)
+    warp_spec = warp_specialized(config, use_tma, a.device)
     num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
     slots = split
     if stream:
@@ -571,6 +606,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         split, slots, num_programs,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         SPLIT=split > 1, STREAM=stream, SUB_M=sub_m, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
+        ALIGN=1 if use_tma else pointer_align(a, b), WARP_SPEC=warp_spec,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return c
