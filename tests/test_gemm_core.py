@@ -589,6 +589,61 @@ def test_default_config_split_k_rule(dtype):
     assert big.SPLIT_K == 1 and (big.BLOCK_M, big.BLOCK_N) == (128, 256)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_default_config_warp_specialized_tiles(dtype):
+    """The GEMM core's tiles above the small-M classes (16-bit dtypes): warp-specialized 128x256 (4
+    warps a group, 4 stages) unless 128x128 tiles (5 stages) keep over 2 % more of their last wave
+    busy; fp32 never specializes; the path without split-K never does."""
+    from tilefuse.ops.common.config import wave_use
+
+    assert wave_use(132, 132) == 1.0 and wave_use(133, 132) == 133 / 264 and wave_use(66, 132) == 0.5
+    seen = set()
+    for M in PARITY_MS:
+        for N, K in PARITY_NK:
+            cfg = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
+            plain = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=True)
+            assert plain.WARP_SPEC == 0
+            if dtype == torch.float32 or M <= 64:
+                assert cfg.WARP_SPEC == 0, (M, N, K, cfg)
+                continue
+            if cfg.WARP_SPEC:
+                assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_warps, cfg.num_stages, cfg.SPLIT_K) == (128, 256, 4, 4, 1)
+                use = wave_use(triton.cdiv(M, 128) * triton.cdiv(N, 256), 132)
+                assert use >= wave_use(triton.cdiv(M, 128) * triton.cdiv(N, 128), 132) - 0.02, (M, N, K)
+            elif cfg.BLOCK_M == 128:
+                assert (cfg.BLOCK_N, cfg.num_warps, cfg.num_stages) == (128, 4, 5), (M, N, K, cfg)
+            seen.add((cfg.BLOCK_N, cfg.WARP_SPEC))
+    if dtype != torch.float32:
+        assert seen == {(128, 0), (256, 1)}, seen
+        # 1000 x 14336: 448 tiles of 128x256 fill 85 % of their last wave, 896 of 128x128 97 %.
+        mid = default_config(1000, 14336, 4096, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
+        assert (mid.BLOCK_N, mid.WARP_SPEC, mid.num_stages) == (128, 0, 5)
+        wide = default_config(4096, 4096, 4096, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
+        assert (wide.BLOCK_N, wide.WARP_SPEC) == (256, 1)
+
+
+def test_matmul_warp_spec_tile_without_specialization_gets_the_consumer_warps(monkeypatch):
+    """A warp-specialized config that cannot specialize (the interpreter, or operands off the
+    descriptor path) runs with twice its warps: the two consumer groups' warps it would have had."""
+    from tilefuse.ops.common import gemm
+
+    seen = {}
+
+    class Fake:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: seen.update(kwargs)
+
+    monkeypatch.setattr(gemm, "matmul_kernel", Fake())
+    a = torch.zeros(8, 16, device=DEVICE)
+    b = torch.zeros(16, 8, device=DEVICE)
+    c = torch.zeros(8, 8, device=DEVICE)
+    monkeypatch.setenv("TILEFUSE_NO_TMA", "1")
+    matmul(a, b, c, CFG.replace(WARP_SPEC=1))
+    assert (seen["num_warps"], seen["WARP_SPEC"]) == (8, False)
+    matmul(a, b, c, CFG)
+    assert (seen["num_warps"], seen["WARP_SPEC"]) == (4, False)
+
+
 def test_stream_k_takes_no_split_k():
     with pytest.raises(ValueError, match="Config.STREAM_K=1 deals out K steps itself: it takes SPLIT_K=1"):
         CFG.replace(STREAM_K=1, SPLIT_K=2)

@@ -180,8 +180,13 @@ def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -
     return block_m, block_n, block_k, 4, stages
 
 
+def wave_use(tiles: int, programs: int) -> float:
+    """The share of ``programs`` busy over the waves ``tiles`` take (1.0: the last wave is full)."""
+    return tiles / (-(-tiles // programs) * programs)
+
+
 def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs: int):
-    """``(BM, BN, warps, stages, SPLIT_K, STREAM_K)`` for the GEMM core (see default_config)."""
+    """``(BM, BN, warps, stages, SPLIT_K, STREAM_K, WARP_SPEC)`` for the GEMM core (see default_config)."""
     steps = -(-K // block_k)
 
     def tiles(bm: int, bn: int) -> int:
@@ -205,19 +210,26 @@ def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs
             block_n = narrow(64)  # few 128-column tiles: more tiles rather than more slices
         stage = (block_m + block_n) * block_k * itemsize
         stages = max(3, min(_MAX_SMALL_M_STAGES, _STAGE_SMEM_BYTES // stage))
-        return block_m, block_n, 4, stages, split(block_m, block_n), 0
+        return block_m, block_n, 4, stages, split(block_m, block_n), 0, 0
+    wide_stages = 5 if itemsize <= 2 else 4  # 128x128 tiles of 16-bit values: 5 stages (160 KiB)
     if M <= 128 or tiles(128, narrow(128)) < programs // 2:
         # 64x128 tiles (4 warps, 4 stages) and K slices while they leave programs idle; 128x128 once
         # 64x128 tiles would need more than a wave.
         if M > 128 or tiles(64, narrow(128)) <= programs:
-            return 64, narrow(128), 4, 4, split(64, narrow(128)), 0
-        return 128, narrow(128), 4, 4, 1, 0
-    if M < 1000:
-        return 128, narrow(128), 4, 4, 1, 0
-    block_n = narrow(256)
-    if block_n == 256 and 2 * tiles(128, 256) < programs:
-        return 128, narrow(128), 4, 4, 1, 0
-    return 128, block_n, 8, 3, 1, 0
+            return 64, narrow(128), 4, 4, split(64, narrow(128)), 0, 0
+        return 128, narrow(128), 4, wide_stages, 1, 0, 0
+    if itemsize > 2:  # fp32 (tf32): the tiles of the path without split-K
+        if M < 1000:
+            return 128, narrow(128), 4, 4, 1, 0, 0
+        block_n = narrow(256)
+        if block_n == 256 and 2 * tiles(128, 256) < programs:
+            return 128, narrow(128), 4, 4, 1, 0, 0
+        return 128, block_n, 8, 3, 1, 0, 0
+    # 16-bit values: warp-specialized 128x256 tiles (4 warps a group, 4 stages) unless 128x128 tiles
+    # (4 warps, 5 stages) keep clearly more of the last wave busy.
+    if N >= 256 and wave_use(tiles(128, 256), programs) >= wave_use(tiles(128, narrow(128)), programs) - 0.02:
+        return 128, 256, 4, 4, 1, 0, 1
+    return 128, narrow(128), 4, wide_stages, 1, 0, 0
 
 
 def default_config(
@@ -245,8 +257,13 @@ def default_config(
     ``BLOCK_M`` = M rounded up to a power of two in [16, 64], 4 warps, as many stages as fit in 160
     KiB (3 to 6), 128 columns, or 64 where 128-column tiles are too few (16/32 rows: more than 4
     slices needed; 64 rows: under 3/4 of a wave); up to M = 128, and above while 128x128 tiles would
-    fill under half a wave, 64x128 (4 warps, 4 stages) unless those exceed a wave (then 128x128);
-    above, the tiles of the path without split-K. ``SPLIT_K`` (:func:`split_k_for`, at most 8):
+    fill under half a wave, 64x128 (4 warps, 4 stages) unless those exceed a wave (then 128x128).
+    Above, in 16-bit dtypes, from the sweep of warp-specialized tiles
+    (``gemm_sweep --warp-spec``, docs/perf/2026-12-01_h200_ws1_gemm_parity_warp_spec_bf16.csv):
+    warp-specialized 128x256 tiles (``WARP_SPEC = 1``, 4 warps a group, 4 stages), unless 128x128
+    tiles (4 warps, 5 stages, no specialization) keep more than 2 % more of their last wave busy
+    (:func:`wave_use`); fp32 keeps the tiles of the path without split-K. 128x128 tiles of 16-bit
+    values take 5 stages everywhere here. ``SPLIT_K`` (:func:`split_k_for`, at most 8):
     the most slices per tile that keep ``tiles x SPLIT_K`` within one wave of GEMM programs and
     ``MIN_SLICE_STEPS`` K steps per slice. ``STREAM_K`` stays 0: no stream-K config won a shape of
     that sweep.
@@ -281,10 +298,10 @@ def default_config(
                          f"{comm_sms} communication programs")
     max_k = 32 if dtype.itemsize >= 4 else 64
     block_k = _pow2_between(K, 16, max_k)
-    split, stream = 1, 0
+    split, stream, warp_spec = 1, 0, 0
     if split_k:
-        block_m, block_n, warps, stages, split, stream = _split_k_tiles(M, N, K, block_k, dtype.itemsize,
-                                                                        gemm_sms)
+        block_m, block_n, warps, stages, split, stream, warp_spec = _split_k_tiles(
+            M, N, K, block_k, dtype.itemsize, gemm_sms)
     else:
         # Tile classes from the GEMM-core sweep on an H200 (docs/perf/2026-11-30_h200_ws1_gemm_sweep_bf16.csv):
         # 4 stages beat 3 for every tile but 128x256 (which has no room for a fourth); 128x256 wins
@@ -315,6 +332,7 @@ def default_config(
         COMM_SMS=comm_sms,
         SPLIT_K=split,
         STREAM_K=stream,
+        WARP_SPEC=warp_spec,
     )
 
 

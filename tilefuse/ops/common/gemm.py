@@ -444,11 +444,16 @@ def _padded(t: torch.Tensor, unit_dim: int) -> torch.Tensor:
 
 
 # Below this many rows of A, operands off the tensor-descriptor path stay where they are (pointer
-# path): the GEMM reads B about once, and a padded copy triples B's traffic. Measured on an H200
-# with K = 3500 (rows of 7000 bytes), default configs, against torch.matmul: unpadded 0.57x at
-# M = 16 (padded 0.46x), but 0.36x at M = 64 and 0.08x at M = 128, where the padded copy gives
-# about 0.46x (docs/perf/2026-11-30_h200_ws1_gemm_parity_default*.csv).
-PAD_MIN_M = 64
+# path): the GEMM reads B about once, and a padded copy triples B's traffic. For the GEMM core,
+# whose pointer path loads aligned vectors (ALIGN), measured on an H200 with K = 3500 (rows of 7000
+# bytes), bf16, against torch.matmul: unpadded 0.71x / 0.62x / 1.10x at M = 64 / 128 / 333, padded
+# 0.46x / 0.52x / 0.96x; at M = 512 padded 1.01x (1.14x warp-specialized), unpadded 0.78x
+# (docs/perf/2026-12-01_h200_ws1_gemm_parity_warp_spec_bf16.csv; between 333 and 512 not measured).
+PAD_MIN_M = 384
+# The same for the op variants' own kernels, whose pointer path loads one element at a time:
+# unpadded 0.57x at M = 16 (padded 0.46x), but 0.36x at M = 64 and 0.08x at M = 128, where the
+# padded copy gives about 0.46x (docs/perf/2026-11-30_h200_ws1_gemm_parity_default*.csv).
+UNALIGNED_PAD_MIN_M = 64
 
 
 def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -471,16 +476,17 @@ def warp_specialized(config, use_tma: bool, device: torch.device) -> bool:
             and device.type == "cuda" and not _interpreting())
 
 
-def tma_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
+def tma_operands(a: torch.Tensor, b: torch.Tensor, min_m: int) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
     """``(a, b, use_tma, b_kmajor)``: the operands on the tensor-descriptor path where the device has
     it, copying an operand whose strides or alignment do not fit (a leading dimension that is not a
-    multiple of 16 bytes, say) into a padded buffer when A has at least ``PAD_MIN_M`` rows. One extra
+    multiple of 16 bytes, say) into a padded buffer when A has at least ``min_m`` rows (``PAD_MIN_M``
+    for the GEMM core, ``UNALIGNED_PAD_MIN_M`` for the variants' own kernels). One extra
     read and write of that operand buys the fast path; the pointer path measured under half of
     torch.matmul's speed on such shapes at M = 4100."""
     use_tma, b_kmajor = gemm_layout(a, b)
     if use_tma or _env_flag("TILEFUSE_NO_TMA") or not _tma_device(a.device) or _interpreting():
         return a, b, use_tma, b_kmajor
-    if a.shape[0] < PAD_MIN_M:
+    if a.shape[0] < min_m:
         return a, b, use_tma, b_kmajor
     if a.numel() == 0 or b.numel() == 0:
         return a, b, use_tma, b_kmajor
@@ -578,11 +584,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         return c
     if K == 0:
         return c.zero_()
-    a, b, use_tma, b_kmajor = tma_operands(a, b)
+    a, b, use_tma, b_kmajor = tma_operands(a, b, PAD_MIN_M)
     if use_tma:
         ensure_triton_allocator()
     split, stream = config.SPLIT_K, bool(config.STREAM_K)
     warp_spec = warp_specialized(config, use_tma, a.device)
+    # A warp-specialized tile run without it gets the warps its two consumer groups would have had.
+    warps = 2 * config.num_warps if config.WARP_SPEC and not warp_spec else config.num_warps
     num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
     slots = split
     if stream:
@@ -607,6 +615,6 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         SPLIT=split > 1, STREAM=stream, SUB_M=sub_m, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
         ALIGN=1 if use_tma else pointer_align(a, b), WARP_SPEC=warp_spec,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        num_warps=min(warps, 16), num_stages=config.num_stages,
     )
     return c

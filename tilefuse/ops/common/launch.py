@@ -720,7 +720,7 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
     (``GemmCall.a``/``b`` are then the copies; launchers must pass those, not their arguments).
     """
     from .checks import check_dtypes, check_inner_dim, check_matrix, check_same_device
-    from .gemm import ensure_triton_allocator, gemm_layout, tma_operands
+    from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, gemm_layout, tma_operands
 
     heap = op_heap(op, group)
     check_matrix(op, "a", a)
@@ -733,7 +733,7 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
     N = b.shape[1]
     cfg = resolve_config(op, config, tile_m or M, tile_n or N, K, a.dtype, heap, comm=comm)
     if pad:
-        a, b, use_tma, b_kmajor = tma_operands(a, b)
+        a, b, use_tma, b_kmajor = tma_operands(a, b, UNALIGNED_PAD_MIN_M)
     else:
         use_tma, b_kmajor = gemm_layout(a, b)
     if use_tma:
