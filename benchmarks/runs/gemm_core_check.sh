@@ -11,6 +11,7 @@ export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 tests/test_gemm_reduce_scatter.py;tests/test_gemm_all_reduce.py" \
     bash "$(dirname "$0")/gpu_tests.sh" > "$R/tests.log" 2>&1 )
 stamp tests $? >> "$R/tests.log"
+END=$(( T0 + ${BUDGET_S:-400} ))
 SMI=$(clocks "$R/clocks.csv")
 step parity_default 130 "$PY" -m benchmarks gemm_sweep --grid parity --default-only --dtypes bf16,fp16 \
     --budget-s 120 --csv "$R/gemm_parity_default.csv"
