@@ -272,7 +272,8 @@ class Case:
         """The variant's fused kernel: the GEMM (or none, K = 0) and the partial stores (to the owners,
         or all to this rank's heap)."""
         call, heap = self.call, self.call.heap
-        meta = _no_k_meta(call.gemm.gemm_meta) if no_k else call.gemm.gemm_meta
+        gemm_meta = call.gemm.gemm_meta_ws if self.op == "gemm_reduce_scatter" else call.gemm.gemm_meta
+        meta = _no_k_meta(gemm_meta) if no_k else gemm_meta
         bases = self.local_bases if local else heap.heap_bases
         n = programs or self.programs
         ctl = oplaunch.ctl(heap)

@@ -89,7 +89,8 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
                 continue
             cfg = base.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk if dtype.itemsize < 4 else min(bk, 32),
                                num_warps=warps, num_stages=stages, COMM_SMS=comm_sms,
-                               GEMM_SMS=num_sms - comm_sms if not interpreter else base.GEMM_SMS)
+                               GEMM_SMS=num_sms - comm_sms if not interpreter else base.GEMM_SMS,
+                               WARP_SPEC=0)  # the default's own tile may specialize; these as listed
             if cfg not in out:
                 out.append(cfg)
     flat = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=False)

@@ -12,6 +12,16 @@ _NUM_WARPS = (1, 2, 4, 8, 16)
 MAX_SPLIT_K = 16
 # Variants whose kernels take SPLIT_K > 1: those whose GEMM is ops.common.gemm.matmul.
 SPLIT_K_VARIANTS = ("bulk_sync",)
+# Variants whose tile loops can be warp-specialized (Config.WARP_SPEC): the GEMM core's, and the
+# fused loops that set no per-tile flag (a flag released by one consumer group could be seen before
+# the other group's half of the tile is stored). gemm_all_reduce's fused_sequential does not: its
+# one-shot form flags its tiles, and Triton 3.7's warp specialization fails on its two-shot loop.
+WARP_SPEC_VARIANTS = {
+    "gemm_all_scatter": ("bulk_sync", "fused_sequential"),
+    "all_gather_gemm": ("bulk_sync",),
+    "gemm_reduce_scatter": ("bulk_sync", "fused_sequential"),
+    "gemm_all_reduce": ("bulk_sync",),
+}
 # Tensor-descriptor (TMA) boxes hold at most 256 elements per dimension.
 _MAX_BLOCK = 256
 
@@ -37,8 +47,10 @@ class Config:
     ``WARP_SPEC`` (0 or 1, default 0): the GEMM core's tile loop is warp-specialized (Triton's
     ``warp_specialize``: on Hopper a producer warp group issues the tensor-descriptor loads while
     two consumer warp groups multiply, 12 warps in all for ``num_warps = 4``). It changes how the
-    kernel is compiled, not its sums. Honoured where ``SPLIT_K_VARIANTS`` take ``SPLIT_K``, and only
-    with ``SPLIT_K = 1``, ``STREAM_K = 0`` and operands on the descriptor path; a no-op elsewhere.
+    kernel is compiled, not its sums. Honoured with ``SPLIT_K = 1``, ``STREAM_K = 0`` and operands on
+    the descriptor path, on NVIDIA GPUs, by the GEMM core (so ``bulk_sync``) and by the variants whose
+    tile loops set no per-tile flag (``WARP_SPEC_VARIANTS``); elsewhere the tiles run unspecialized
+    with twice the warps and at most 3 stages (:func:`launch_shape`).
     """
 
     BLOCK_M: int
@@ -249,7 +261,11 @@ def default_config(
     64x128 (4 warps, 4 stages) up to M = 128, 128x128 (4 warps, 4 stages) below M = 1000,
     128x256 (8 warps, 3 stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles
     would leave over half the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3
-    stages: shared memory).
+    stages: shared memory). The 128x256 tile of 16-bit dtypes is written as warp-specialized (4
+    warps a group, 4 stages, ``WARP_SPEC = 1``): the kernels that can specialize run it so (0.973-0.988x
+    of torch.matmul at M = 4096 against 0.950-0.982x for 8 warps and 3 stages in the GEMM core,
+    docs/perf/2026-12-01_h200_ws1_gemm_parity_warp_spec_bf16.csv), the others as before, 8 warps and 3
+    stages (:func:`launch_shape`).
 
     GPU, with split-K (small M with large K had too few tiles for the multiprocessors), from the
     parity sweep of the GEMM core on an H200 (``benchmarks/gemm_sweep.py --grid parity``,
@@ -319,6 +335,10 @@ def default_config(
         # nearly full wave of 128x256 tiles still beats a full one of 128x128: same sweep).
         if block_n == 256 and 2 * triton.cdiv(M, block_m) * triton.cdiv(N, block_n) < gemm_sms:
             block_n, warps, stages = 128, 4, 4
+        if block_n == 256 and dtype.itemsize <= 2:
+            # Warp-specialized where the kernel can (two 4-warp consumer groups, 4 stages); elsewhere it
+            # runs as before, 8 warps and 3 stages (launch_shape): the same tiles, so the same bits.
+            warps, stages, warp_spec = 4, 4, 1
     if dtype.itemsize >= 4 and stages > 3 and not (split_k and M <= 64):
         stages = 3  # fp32 tiles take twice the shared memory (the small-M stages count bytes already)
     return Config(
@@ -334,6 +354,22 @@ def default_config(
         STREAM_K=stream,
         WARP_SPEC=warp_spec,
     )
+
+
+def launch_shape(config: Config, specialized: bool) -> tuple[int, int]:
+    """``(num_warps, num_stages)`` a kernel launches ``config`` with. As given, unless the config
+    asks for warp specialization (``WARP_SPEC``) and the kernel does not specialize: then the warps
+    of the two consumer groups it would have had (twice ``num_warps``, at most 16) and at most 3
+    stages (the shared memory that 8 warps' 128x256 tile leaves)."""
+    if not config.WARP_SPEC or specialized:
+        return config.num_warps, config.num_stages
+    return min(16, 2 * config.num_warps), min(3, config.num_stages)
+
+
+def side_warps(config: Config) -> int:
+    """Warps of the kernels beside the GEMM's tile loop (reductions, copies): those of its
+    unspecialized launch, whatever ``WARP_SPEC`` asks."""
+    return launch_shape(config, False)[0]
 
 
 def check_split_k(op: str, variant: str, config: Config) -> None:

@@ -44,7 +44,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.world import on_reset
-from .config import stream_k_slots
+from .config import launch_shape, stream_k_slots
 
 # ---------------------------------------------------------------------------------------------
 # Device-side helpers
@@ -589,8 +589,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         ensure_triton_allocator()
     split, stream = config.SPLIT_K, bool(config.STREAM_K)
     warp_spec = warp_specialized(config, use_tma, a.device)
-    # A warp-specialized tile run without it gets the warps its two consumer groups would have had.
-    warps = 2 * config.num_warps if config.WARP_SPEC and not warp_spec else config.num_warps
+    warps, stages = launch_shape(config, warp_spec)
     num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
     slots = split
     if stream:
@@ -615,6 +614,6 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         SPLIT=split > 1, STREAM=stream, SUB_M=sub_m, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
         ALIGN=1 if use_tma else pointer_align(a, b), WARP_SPEC=warp_spec,
-        num_warps=min(warps, 16), num_stages=config.num_stages,
+        num_warps=warps, num_stages=stages,
     )
     return c

@@ -37,7 +37,7 @@ from ...runtime import world as _world
 from ...runtime.plans import Plan, Recorder
 from ...runtime.world import CollectiveCall, check_current_device, on_reset, on_shutdown
 from .checks import check_out_tensor
-from .config import Config, check_config_fits, default_config
+from .config import Config, check_config_fits, default_config, launch_shape
 
 log = logging.getLogger("tilefuse")
 
@@ -686,6 +686,8 @@ class GemmCall:
     config: Config
     use_tma: bool
     b_kmajor: bool
+    # The launcher's kernel takes WARP_SPEC and its tile loop sets no flags (Config.WARP_SPEC).
+    specialize: bool = False
 
     @property
     def gemm_args(self) -> tuple:
@@ -694,12 +696,27 @@ class GemmCall:
         return (a, b, self.M, self.N, self.K, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
 
     @property
+    def warp_spec(self) -> bool:
+        """Whether the GEMM's tile loop runs warp-specialized (:func:`gemm.warp_specialized`)."""
+        if not (self.specialize and self.config.WARP_SPEC):
+            return False
+        from .gemm import warp_specialized
+
+        return warp_specialized(self.config, self.use_tma, self.a.device)
+
+    @property
     def gemm_meta(self) -> dict:
-        """Constexprs and launch options of the GEMM part."""
+        """Constexprs and launch options of the GEMM part, for a kernel that takes no ``WARP_SPEC``
+        (a warp-specialized config then runs unspecialized: :func:`config.launch_shape`)."""
         c = self.config
+        warps, stages = launch_shape(c, self.warp_spec)
         return dict(BLOCK_M=c.BLOCK_M, BLOCK_N=c.BLOCK_N, BLOCK_K=c.BLOCK_K, GROUP_M=c.GROUP_M,
-                    USE_TMA=self.use_tma, B_KMAJOR=self.b_kmajor, num_warps=c.num_warps,
-                    num_stages=c.num_stages)
+                    USE_TMA=self.use_tma, B_KMAJOR=self.b_kmajor, num_warps=warps, num_stages=stages)
+
+    @property
+    def gemm_meta_ws(self) -> dict:
+        """:attr:`gemm_meta` and ``WARP_SPEC``, for the kernels that take it."""
+        return dict(self.gemm_meta, WARP_SPEC=self.warp_spec)
 
     def key(self, variant: str, *extra) -> tuple:
         """The call's signature: what every rank must agree on (checked by the begin kernel)."""
@@ -712,7 +729,7 @@ class GemmCall:
 
 
 def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None = None,
-                 tile_n: int | None = None, pad: bool = True) -> GemmCall:
+                 tile_n: int | None = None, pad: bool = True, specialize: bool = False) -> GemmCall:
     """Check ``a [M, K]`` and ``b [K, N]`` for ``op`` and resolve the config and GEMM layout.
 
     ``tile_m``/``tile_n`` override the M and N the config heuristic sees (e.g. per-shard sizes).
@@ -738,7 +755,7 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
         use_tma, b_kmajor = gemm_layout(a, b)
     if use_tma:
         ensure_triton_allocator()
-    return GemmCall(op, heap, a, b, M, N, K, cfg, use_tma, b_kmajor)
+    return GemmCall(op, heap, a, b, M, N, K, cfg, use_tma, b_kmajor, specialize)
 
 
 _VERIFIED_OUT: set = set()

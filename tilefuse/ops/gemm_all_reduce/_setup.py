@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import hw
-from ..common.config import check_split_k, narrow_decode
+from ..common.config import WARP_SPEC_VARIANTS, check_split_k, narrow_decode, side_warps
 from ..common.launch import GemmCall, begin, ctl, new_output, op_heap, prepare_gemm, workspace
 
 OP = "gemm_all_reduce"
@@ -105,7 +105,7 @@ class Call:
     def sub_m(self) -> int:
         """Rows per reduction block: about 32 fp32 elements per thread, a power of two <= BLOCK_M."""
         cfg = self.gemm.config
-        return max(1, min(cfg.BLOCK_M, 1024 * cfg.num_warps // cfg.BLOCK_N))
+        return max(1, min(cfg.BLOCK_M, 1024 * side_warps(cfg) // cfg.BLOCK_N))
 
     @property
     def program_counts(self) -> tuple[int, int]:
@@ -154,7 +154,7 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
     if not isinstance(two_shot, bool):
         raise TypeError(f"{OP}: two_shot must be True or False, got {type(two_shot).__name__}")
     heap = op_heap(OP, group)
-    call = prepare_gemm(OP, a, b, group, config, comm=comm)
+    call = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
     check_split_k(OP, variant, call.config)  # only bulk_sync splits K
     if config is None:
         call = dataclasses.replace(call, config=default_tiles(call.config, call.M, call.N, a.dtype, comm=comm,

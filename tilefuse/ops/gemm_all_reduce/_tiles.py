@@ -20,6 +20,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
+from ..common.config import side_warps
 from ..common.flags import tile_acquire
 from ..common.gemm import gemm_operands, gemm_tile, tile_coords, tile_offsets
 from ..common.reduce import block_offsets, push_partial, slot_ptr
@@ -141,5 +142,5 @@ def launch_reduce(call, programs: int, *, pull: bool, wait: bool) -> None:
     flags = call.stage if call.flags is None else call.flags  # a never-read stand-in without WAIT
     reduce_kernel[(programs,)](
         call.stage, flags, *call.out_args, call.gemm.M, call.gemm.N, *call.stage_args, *call.dist_args,
-        num_warps=call.config.num_warps, **call.reduce_meta(programs, pull=pull, wait=wait),
+        num_warps=side_warps(call.config), **call.reduce_meta(programs, pull=pull, wait=wait),
     )

@@ -23,6 +23,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
+from ..common.config import side_warps
 from ..common.flags import tile_acquire, tile_release
 from ..common.gemm import gemm_operands, gemm_tile, tile_coords, tile_offsets
 from ..common.reduce import block_offsets, owner_at, push_partial, slot_ptr
@@ -263,7 +264,7 @@ def launch_barriered(call, programs: int, *, pull: bool) -> None:
     cfg, heap = call.config, call.heap
     mid_barrier(heap, 0)  # every partial is in place
     common = dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M,
-                  NUM_PROGRAMS=programs, num_warps=cfg.num_warps)
+                  NUM_PROGRAMS=programs, num_warps=side_warps(cfg))
     reduce_owned_kernel[(programs,)](
         call.stage, call.stage, *call.out_args, call.gemm.M, call.gemm.N, *call.stage_args, *call.dist_args,
         PULL=pull, HAS_BIAS=call.bias is not None, **common,
@@ -283,5 +284,5 @@ def launch_comm(call, reducers: int, gatherers: int) -> None:
     comm_two_shot_kernel[(reducers + gatherers,)](
         call.stage, call.flags, *call.out_args, call.gemm.M, call.gemm.N, *call.stage_args, *call.dist_args,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, REDUCERS=reducers,
-        GATHERERS=gatherers, HAS_BIAS=call.bias is not None, num_warps=cfg.num_warps,
+        GATHERERS=gatherers, HAS_BIAS=call.bias is not None, num_warps=side_warps(cfg),
     )

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..common.config import check_split_k
+from ..common.config import WARP_SPEC_VARIANTS, check_split_k
 from ..common.launch import GemmCall, begin, check_out, prepare_gemm, workspace
 
 OP = "gemm_all_scatter"
@@ -41,7 +41,8 @@ class Call:
 
 def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = False) -> Call:
     """Check the operands, get the result buffer and flags, and begin the call."""
-    g: GemmCall = prepare_gemm(OP, a, b, group, config, comm=comm)
+    g: GemmCall = prepare_gemm(OP, a, b, group, config, comm=comm,
+                               specialize=variant in WARP_SPEC_VARIANTS[OP])
     check_split_k(OP, variant, g.config)  # only bulk_sync splits K
     heap = g.heap
     W, r = heap.world_size, heap.rank

@@ -28,14 +28,15 @@ def _fused_kernel(
     heap_bases, ctl_ptr, cur_rank, world,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
 ):
     _, live = P.call_epoch(ctl_ptr)
     if live:
         compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                       c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
                       heap_bases, cur_rank, world, 0, tl.program_id(0),
-                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True, RELEASE=False)
+                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True, RELEASE=False,
+                      WARP_SPEC=WARP_SPEC)
 
 
 @collective(OP)
@@ -50,7 +51,7 @@ def fused_sequential(a, b, *, config=None, group=None, out=None):
     _fused_kernel[(programs,)](
         *g.gemm_args, call.c_block, call.c_block.stride(0), call.c_block.stride(1),
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
-        NUM_PROGRAMS=programs, **g.gemm_meta,
+        NUM_PROGRAMS=programs, **g.gemm_meta_ws,
     )
     mid_barrier(heap, 0)  # every peer's tiles have landed in c
     return call.result()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ..common.checks import check_divisible, check_matrix
-from ..common.config import check_split_k
+from ..common.config import WARP_SPEC_VARIANTS, check_split_k, side_warps
 from ..common.launch import GemmCall, begin, ctl, new_output, op_heap, prepare_gemm, workspace
 
 OP = "gemm_reduce_scatter"
@@ -42,7 +42,7 @@ class Call:
     def sub_m(self) -> int:
         """Rows per reduction block: about 32 fp32 elements per thread, a power of two <= BLOCK_M."""
         cfg = self.gemm.config
-        return max(1, min(cfg.BLOCK_M, 1024 * cfg.num_warps // cfg.BLOCK_N))
+        return max(1, min(cfg.BLOCK_M, 1024 * side_warps(cfg) // cfg.BLOCK_N))
 
     @property
     def empty(self) -> bool:
@@ -90,7 +90,9 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running
     W = heap.world_size
     check_divisible(OP, "M (rows of a)", a.shape[0], W, "the world size")
     rows = a.shape[0] // W
-    call = prepare_gemm(OP, a, b, group, config, comm=comm, tile_m=max(rows, 1))
+    # The epilogue-sum form of fused_sequential flags its tiles: it does not specialize.
+    call = prepare_gemm(OP, a, b, group, config, comm=comm, tile_m=max(rows, 1),
+                        specialize=variant in WARP_SPEC_VARIANTS[OP])
     check_split_k(OP, variant, call.config)  # only bulk_sync splits K
     if call.K == 0 and call.use_tma:
         # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.

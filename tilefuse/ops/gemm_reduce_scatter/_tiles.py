@@ -34,6 +34,7 @@ def produce_partials(
     pid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
+    WARP_SPEC: tl.constexpr = False,
 ):
     """Compute this rank's partial of every tile and store it into the owner's slot ``cur_rank``.
 
@@ -41,7 +42,8 @@ def produce_partials(
 
     Tile t = step * tiles_per_owner + j (owner ``owner_at(step)``, tile j of its block) goes to
     program t % NUM_PROGRAMS. With ``RELEASE`` the owner's flag (cur_rank, j) is set to ``epoch``
-    after the store.
+    after the store. ``WARP_SPEC``: each owner's tile loop is warp-specialized (``Config.WARP_SPEC``;
+    never with RELEASE).
     """
     rows = M // world
     num_pid_m = tl.cdiv(rows, BLOCK_M)
@@ -56,7 +58,7 @@ def produce_partials(
         a_op, b_op = gemm_operands(a_owner, b_ptr, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                    BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
         first = (pid + NUM_PROGRAMS - (step * tiles_per_owner) % NUM_PROGRAMS) % NUM_PROGRAMS
-        for j in range(first, tiles_per_owner, NUM_PROGRAMS):
+        for j in tl.range(first, tiles_per_owner, NUM_PROGRAMS, warp_specialize=WARP_SPEC):
             pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
             acc = gemm_tile(a_op, b_op, pid_m, pid_n, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                             BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32

@@ -11,6 +11,7 @@ so the result is the same on every run.
 
 from __future__ import annotations
 
+from ..common.config import side_warps
 from ..common.gemm import matmul
 from ..common.launch import collective, mid_barrier
 from ._setup import OP, finish, setup
@@ -32,6 +33,6 @@ def bulk_sync(a, b, *, config=None, group=None):
         call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
         *call.dist_args,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
-        PULL=True, WAIT=False, num_warps=cfg.num_warps,
+        PULL=True, WAIT=False, num_warps=side_warps(cfg),
     )
     return finish(call)

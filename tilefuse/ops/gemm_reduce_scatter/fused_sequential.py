@@ -27,6 +27,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
+from ..common.config import side_warps
 from ..common.launch import collective, ctl, mid_barrier
 from ._setup import OP, finish, setup
 from ._tiles import produce_and_sum, produce_partials, reduce_kernel
@@ -42,14 +43,15 @@ def _fused_kernel(
     heap_bases, ctl_ptr, cur_rank, world,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
 ):
     _, live = P.call_epoch(ctl_ptr)
     if live:
         produce_partials(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                          stage_ptr, stage_ptr, stride_slot, stride_sm, stride_sn,
                          heap_bases, cur_rank, world, 0, tl.program_id(0),
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False)
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False,
+                         WARP_SPEC=WARP_SPEC)
 
 
 @collective(OP)
@@ -64,7 +66,7 @@ def fused_sequential(a, b, *, config=None, group=None):
     _fused_kernel[(programs,)](
         *call.gemm.gemm_args, call.stage, *call.stage_args,
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
-        NUM_PROGRAMS=programs, **call.gemm.gemm_meta,
+        NUM_PROGRAMS=programs, **call.gemm.gemm_meta_ws,
     )
     mid_barrier(heap, 0)  # every rank's partials have landed in our slots
     reduce_kernel[(programs,)](
@@ -72,7 +74,7 @@ def fused_sequential(a, b, *, config=None, group=None):
         call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
         *call.dist_args,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
-        PULL=False, WAIT=False, num_warps=cfg.num_warps,
+        PULL=False, WAIT=False, num_warps=side_warps(cfg),
     )
     return finish(call)
 

@@ -17,6 +17,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
+from ..common.config import side_warps
 from ..common.launch import ForkedStreams, collective, ctl
 from ._setup import OP, finish, setup
 from ._tiles import produce_partials, reduce_kernel
@@ -64,7 +65,7 @@ def producer_consumer(a, b, *, config=None, group=None):
             call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
             *call.dist_args,
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=comm_programs,
-            PULL=False, WAIT=True, num_warps=cfg.num_warps,
+            PULL=False, WAIT=True, num_warps=side_warps(cfg),
         )
     streams.join()
     return finish(call)
