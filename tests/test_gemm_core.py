@@ -418,8 +418,9 @@ def job_ops_wide_tile_bits(ctx):
     K = 512
     sms = torch.cuda.get_device_properties(ctx.device).multi_processor_count
     for op in SPLIT_OPS:
-        # Per-rank GEMM sizes large enough for 128x256 tiles (gemm_reduce_scatter's heuristic sees M / W).
-        M, N = (2048 * ctx.world, 8192) if op == "gemm_reduce_scatter" else (2048, 8192)
+        # Per-rank GEMMs of 8 x 9 tiles of 128x256, enough to keep that tile (gemm_reduce_scatter's
+        # heuristic sees M / W rows), and outputs that fit the tests' 64 MiB heaps.
+        M, N = (1024 * ctx.world, 2304) if op == "gemm_reduce_scatter" else (1024, 2304)
         cfg = default_config(M // ctx.world if op == "gemm_reduce_scatter" else M, N, K, torch.bfloat16,
                              num_sms=sms, interpreter=False, comm=False)
         assert (cfg.BLOCK_N, cfg.WARP_SPEC) == (256, 1), cfg

@@ -14,13 +14,13 @@ MAX_SPLIT_K = 16
 SPLIT_K_VARIANTS = ("bulk_sync",)
 # Variants whose tile loops can be warp-specialized (Config.WARP_SPEC): the GEMM core's, and the
 # fused loops that set no per-tile flag (a flag released by one consumer group could be seen before
-# the other group's half of the tile is stored). gemm_all_reduce's fused_sequential does not: its
-# one-shot form flags its tiles, and Triton 3.7's warp specialization fails on its two-shot loop.
+# the other group's half of the tile is stored). gemm_all_reduce's fused_sequential specializes in its
+# two-shot form only (the one-shot form flags its tiles).
 WARP_SPEC_VARIANTS = {
     "gemm_all_scatter": ("bulk_sync", "fused_sequential"),
     "all_gather_gemm": ("bulk_sync",),
     "gemm_reduce_scatter": ("bulk_sync", "fused_sequential"),
-    "gemm_all_reduce": ("bulk_sync",),
+    "gemm_all_reduce": ("bulk_sync", "fused_sequential"),
 }
 # Tensor-descriptor (TMA) boxes hold at most 256 elements per dimension.
 _MAX_BLOCK = 256

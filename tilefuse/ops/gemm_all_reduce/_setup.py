@@ -160,6 +160,8 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
         call = dataclasses.replace(call, config=default_tiles(call.config, call.M, call.N, a.dtype, comm=comm,
                                                               interpreter=hw.interpreting()))
     two_shot = two_shot or bool(call.config.TWO_SHOT)  # a tuned config may choose the algorithm
+    if variant == "fused_sequential" and not two_shot:  # the one-shot form flags its tiles
+        call = dataclasses.replace(call, specialize=False)
     if bias is not None:
         check_bias(OP, bias, a, b)
         bias = bias.contiguous()

@@ -50,10 +50,14 @@ def produce_owned(
     pid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
+    WARP_SPEC: tl.constexpr = False,
 ):
     """Compute this rank's partial of every owner's tiles and store each into the owner's slot
     ``cur_rank`` (owners cur_rank + 1, cur_rank + 2, ..., itself last, so that at any moment the
     ranks push to different owners). With ``RELEASE`` the owner's ``flags[0, cur_rank, j]`` follows.
+    Tiles past a short block's end multiply zeros and store nothing (masked; their flags, released
+    all the same, are never waited for): the loop body has no branch, which warp specialization
+    (``WARP_SPEC``, ``Config.WARP_SPEC``; never with ``RELEASE``) needs.
     """
     num_pid_m = tl.cdiv(tl.cdiv(M, world), BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -69,16 +73,14 @@ def produce_owned(
                                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
             block = my_slot + tl.cast(first, tl.int64) * stride_sm
             start = (pid + NUM_PROGRAMS - (step * tiles_per_owner) % NUM_PROGRAMS) % NUM_PROGRAMS
-            for j in range(start, tiles_per_owner, NUM_PROGRAMS):
+            for j in tl.range(start, tiles_per_owner, NUM_PROGRAMS, warp_specialize=WARP_SPEC):
                 pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
-                if pid_m * BLOCK_M < count:  # tiles past a short block's end: nothing to send
-                    acc = gemm_tile(a_op, b_op, pid_m, pid_n, count, N, K, stride_am, stride_ak, stride_bk,
-                                    stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
-                    offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-                    # Release (with RELEASE): pairs with the first acquire in reduce_owned (WAIT) on `owner`.
-                    push_partial(block, acc.to(stage_ptr.dtype.element_ty), offs_m, offs_n, count, N, stride_sm,
-                                 stride_sn, flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner,
-                                 heap_bases, RELEASE)
+                acc = gemm_tile(a_op, b_op, pid_m, pid_n, count, N, K, stride_am, stride_ak, stride_bk,
+                                stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
+                offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+                push_partial(block, acc.to(stage_ptr.dtype.element_ty), offs_m, offs_n, count, N, stride_sm,
+                             stride_sn, flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner,
+                             heap_bases, RELEASE)
 
 
 @triton.jit

@@ -41,7 +41,7 @@ def _fused_kernel(
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
-    HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, SUM: tl.constexpr = True,
+    HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, WARP_SPEC: tl.constexpr = False, SUM: tl.constexpr = True,
 ):
     """``SUM=False``: the GEMM and the partial stores only, no flags (``benchmarks.breakdown`` times the
     parts)."""
@@ -52,7 +52,8 @@ def _fused_kernel(
             produce_owned(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                           stage_ptr, stage_ptr, stride_slot, stride_sm, stride_sn,
                           heap_bases, cur_rank, world, 0, pid,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False)
+                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False,
+                          WARP_SPEC=WARP_SPEC)
         else:
             produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                           stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
@@ -79,7 +80,7 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None, two_shot=False
         *call.gemm.gemm_args, call.stage, call.stage if call.two_shot else call.flags, *call.stage_args,
         *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
         NUM_PROGRAMS=programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None, TWO_SHOT=call.two_shot,
-        **call.gemm.gemm_meta,
+        **call.gemm.gemm_meta_ws,
     )
     if call.two_shot:  # barrier, owners sum their rows, barrier, everyone pulls the sums
         launch_barriered(call, programs, pull=False)
