@@ -180,10 +180,18 @@ def test_matmul_pointer_path_aligned_loads(K, dtype, align, monkeypatch):
     assert torch.equal(c, plain)
 
 
-def test_matmul_warp_spec_config_is_a_compile_hint():
-    """``WARP_SPEC = 1`` is honoured only where it can be (descriptor path, no split K, a GPU), and
-    never changes the result: the bits of the same config without it."""
+def test_matmul_warp_spec_config_is_a_compile_hint(monkeypatch):
+    """``WARP_SPEC = 1`` is honoured only where it can be (descriptor path, no split K, a GPU, and
+    ``TILEFUSE_NO_WARP_SPEC`` unset), and never changes the result: the bits of the same config
+    without it."""
+    from tilefuse.ops.common import gemm
     from tilefuse.ops.common.gemm import warp_specialized
+
+    with monkeypatch.context() as m:
+        m.setattr(gemm, "_interpreting", lambda: False)
+        assert warp_specialized(CFG.replace(WARP_SPEC=1), True, torch.device("cuda"))
+        m.setenv("TILEFUSE_NO_WARP_SPEC", "1")
+        assert not warp_specialized(CFG.replace(WARP_SPEC=1), True, torch.device("cuda"))
 
     cfg = CFG.replace(WARP_SPEC=1)
     gpu = torch.device("cuda")

@@ -469,11 +469,12 @@ def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 def warp_specialized(config, use_tma: bool, device: torch.device) -> bool:
-    """Whether the GEMM core runs ``config`` warp-specialized: ``Config.WARP_SPEC`` asks for it, the
-    operands are on the descriptor path, no K is split, and the device is an NVIDIA GPU (the
-    interpreter has no warps)."""
+    """Whether a tile loop runs ``config`` warp-specialized: ``Config.WARP_SPEC`` asks for it, the
+    operands are on the descriptor path, no K is split, the device is an NVIDIA GPU (the
+    interpreter has no warps) and ``TILEFUSE_NO_WARP_SPEC`` is not set (then every kernel runs the
+    config unspecialized: :func:`config.launch_shape`)."""
     return (bool(config.WARP_SPEC) and use_tma and config.SPLIT_K == 1 and not config.STREAM_K
-            and device.type == "cuda" and not _interpreting())
+            and device.type == "cuda" and not _interpreting() and not _env_flag("TILEFUSE_NO_WARP_SPEC"))
 
 
 def tma_operands(a: torch.Tensor, b: torch.Tensor, min_m: int) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:

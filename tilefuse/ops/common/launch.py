@@ -76,19 +76,19 @@ def collective(op: str):
     return wrap
 
 
-def env_reader(first: str, second: str):
-    """``read() -> (value, value)``: the raw values of two environment variables, read without
+def env_reader(*names: str):
+    """``read() -> (value, ...)``: the raw values of the environment variables ``names``, read without
     ``os.environ``'s per-lookup encoding (from the mapping it wraps, where the platform has one):
     cheap enough for every call, and a change takes effect at the next call."""
     data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
     if isinstance(data, dict) and encode is not None:
-        k1, k2 = encode(first), encode(second)
-        return lambda: (data.get(k1), data.get(k2))
-    return lambda: (os.environ.get(first), os.environ.get(second))
+        keys = tuple(encode(n) for n in names)
+        return lambda: tuple(data.get(k) for k in keys)
+    return lambda: tuple(os.environ.get(n) for n in names)
 
 
 # Environment switches the launchers read on every call: part of the call signature.
-_plan_env = env_reader("TILEFUSE_NO_TMA", "TILEFUSE_DEBUG_POISON")
+_plan_env = env_reader("TILEFUSE_NO_TMA", "TILEFUSE_DEBUG_POISON", "TILEFUSE_NO_WARP_SPEC")
 
 
 def plan_key(tag, args: tuple, kwargs: dict) -> tuple | None:
