@@ -412,38 +412,41 @@ def test_ops_bulk_sync_split_k(pools, world, cases):
 
 
 def job_ops_wide_tile_bits(ctx):
-    """Every op's variants with their default configs on a shape whose default tile is the wide
-    128x256 one, which bulk_sync (the GEMM core) and the flag-free fused loops run warp-specialized
-    and the other variants with 8 warps: the same bits from every variant, and right against the
-    reference."""
+    """Every op's variants with a warp-specialized 128x256 config (``WARP_SPEC = 1``), which bulk_sync
+    (the GEMM core) and the flag-free fused loops run specialized and the other variants with 8 warps
+    (``launch_shape``): right against the reference, and, where the op promises it, the same bits from
+    every variant (gemm_all_reduce's two-shot fused_sequential included)."""
     from ophelpers import assert_matches, randn
 
     import tilefuse
     import tilefuse.ops.gemm_all_reduce  # noqa: F401  (registers the op)
     from tilefuse.ops import registry
-    from tilefuse.ops.common.config import default_config
 
     K = 512
     sms = torch.cuda.get_device_properties(ctx.device).multi_processor_count
+    wide = Config(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4,
+                  GEMM_SMS=sms, COMM_SMS=0, WARP_SPEC=1)
     for op in SPLIT_OPS:
-        # Per-rank GEMMs of 8 x 9 tiles of 128x256, enough to keep that tile (gemm_reduce_scatter's
-        # heuristic sees M / W rows), and outputs that fit the tests' 64 MiB heaps.
+        # Per-rank GEMMs of 8 x 9 tiles of 128x256; outputs that fit the tests' 64 MiB heaps.
         M, N = (1024 * ctx.world, 2304) if op == "gemm_reduce_scatter" else (1024, 2304)
-        cfg = default_config(M // ctx.world if op == "gemm_reduce_scatter" else M, N, K, torch.bfloat16,
-                             num_sms=sms, interpreter=False, comm=False)
-        assert (cfg.BLOCK_N, cfg.WARP_SPEC) == (256, 1), cfg
         a = randn((M, K), torch.bfloat16, ctx.device, seed=11 + ctx.rank, scale=ctx.rank + 1)
         b = randn((K, N), torch.bfloat16, ctx.device, seed=21 + ctx.rank)
         ref = registry.get(op, "reference")(a, b)
         first = None
-        for variant in ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized"):
-            got = registry.get(op, variant)(a, b)
+        runs = [(v, {}) for v in ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")]
+        if op == "gemm_all_reduce":
+            runs.append(("fused_sequential", {"two_shot": True}))
+        for variant, kwargs in runs:
+            comm = variant in ("producer_consumer", "wg_specialized")
+            cfg = wide.replace(GEMM_SMS=sms - 16, COMM_SMS=16) if comm else wide
+            got = registry.get(op, variant)(a, b, config=cfg, **kwargs)
             tilefuse.synchronize()
-            assert_matches(got, ref, torch.bfloat16, K, True, f"{op} {variant}", scale=ctx.world * (ctx.world + 1) / 2)
+            what = f"{op} {variant} {kwargs}"
+            assert_matches(got, ref, torch.bfloat16, K, True, what, scale=ctx.world * (ctx.world + 1) / 2)
             if op in ("gemm_reduce_scatter", "gemm_all_reduce"):  # their contract: the same bits
                 if first is None:
                     first = got
-                assert torch.equal(got, first), f"{op}: {variant} differs from bulk_sync"
+                assert torch.equal(got, first), f"{what} differs from bulk_sync"
     tilefuse.barrier()
     return True
 
@@ -465,8 +468,8 @@ def test_launch_shape_of_a_warp_specialized_config():
     assert launch_shape(wide.replace(WARP_SPEC=0), False) == (4, 4)
     assert side_warps(wide) == 8 and side_warps(CFG) == 4
     big = default_config(8192, 8192, 8192, torch.bfloat16, num_sms=132, interpreter=False, comm=True)
-    assert (big.BLOCK_N, big.num_warps, big.num_stages, big.WARP_SPEC) == (256, 4, 4, 1)
-    assert launch_shape(big, False) == (8, 3)  # what every variant ran before warp specialization
+    assert launch_shape(big.replace(num_warps=4, num_stages=4, WARP_SPEC=1), False) == \
+        (big.num_warps, big.num_stages)  # the variants' default wide tile, unspecialized
     fp32 = default_config(8192, 8192, 8192, torch.float32, num_sms=132, interpreter=False, comm=False)
     assert (fp32.num_warps, fp32.num_stages, fp32.WARP_SPEC) == (8, 3, 0)
 
@@ -574,7 +577,7 @@ def test_config_validation_names_the_field(field, value, error):
 def test_default_config_heuristic():
     big = default_config(8192, 8192, 8192, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
     assert (big.BLOCK_M, big.BLOCK_N, big.BLOCK_K, big.GROUP_M) == (128, 256, 64, 8)
-    assert (big.num_warps, big.num_stages, big.GEMM_SMS, big.COMM_SMS, big.WARP_SPEC) == (4, 4, 132, 0, 1)
+    assert (big.num_warps, big.num_stages, big.GEMM_SMS, big.COMM_SMS, big.WARP_SPEC) == (8, 3, 132, 0, 0)
 
     comm = default_config(8192, 8192, 8192, torch.bfloat16, num_sms=132, interpreter=False, comm=True)
     assert comm.COMM_SMS == 16 and comm.GEMM_SMS == 116
@@ -661,7 +664,7 @@ def test_default_config_split_k_rule(dtype):
 def test_default_config_warp_specialized_tiles(dtype):
     """The GEMM core's tiles above the small-M classes (16-bit dtypes): warp-specialized 128x256 (4
     warps a group, 4 stages) unless 128x128 tiles (5 stages) keep over 2 % more of their last wave
-    busy; fp32 never specializes; without split-K only the wide 128x256 tile does."""
+    busy; fp32 never specializes; the configs without split-K (the variants') never do."""
     from tilefuse.ops.common.config import wave_use
 
     assert wave_use(132, 132) == 1.0 and wave_use(133, 132) == 133 / 264 and wave_use(66, 132) == 0.5
@@ -670,7 +673,7 @@ def test_default_config_warp_specialized_tiles(dtype):
         for N, K in PARITY_NK:
             cfg = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
             plain = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=True)
-            assert plain.WARP_SPEC == int(plain.BLOCK_N == 256 and dtype != torch.float32), (M, N, K, plain)
+            assert plain.WARP_SPEC == 0, (M, N, K, plain)
             if dtype == torch.float32 or M <= 64:
                 assert cfg.WARP_SPEC == 0, (M, N, K, cfg)
                 continue

@@ -9,7 +9,7 @@ import torch
 
 import tilefuse
 from tilefuse.ops import dispatch, registry
-from tilefuse.ops.common.config import Config, default_config
+from tilefuse.ops.common.config import WARP_SPEC_VARIANTS, Config, default_config
 from tilefuse.runtime import hw
 from tilefuse.tuning import rules, tuner
 
@@ -102,6 +102,15 @@ def test_tuner_tries_decode_tiles_at_small_m(M):
     assert all(bm <= max(top, 128) for bm, _ in tiles), "no tile taller than M needs past 128"
     big = tuner.candidate_configs("fused_sequential", 4096, 8192, 4096, torch.bfloat16, 132, False, False)
     assert min(c.BLOCK_M for c in big) == 64, "large M keeps the large-tile search"
+    assert not any(c.WARP_SPEC for c in big), "no op named: no warp-specialized candidate"
+    for op, variants in WARP_SPEC_VARIANTS.items():
+        for variant in tilefuse.VARIANTS:
+            got = tuner.candidate_configs(variant, 4096, 8192, 4096, torch.bfloat16, 132, False, False, op=op)
+            ws = [c for c in got if c.WARP_SPEC]
+            if variant in variants:
+                assert ws and ws[0] == got[1] and (ws[0].BLOCK_N, ws[0].num_warps) == (256, 4), (op, variant)
+            else:
+                assert not ws, (op, variant)
 
 
 def test_tuner_search_space_stays_bounded_and_has_two_shot_twins():

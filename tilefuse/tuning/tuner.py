@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 import tilefuse
 from tilefuse.ops import registry
-from tilefuse.ops.common.config import Config, default_config
+from tilefuse.ops.common.config import WARP_SPEC_VARIANTS, Config, default_config
 from tilefuse.runtime import hw
 from tilefuse.tuning import autotune, cache, rules, tables, timing
 from tilefuse.tuning.buckets import m_bucket
@@ -50,6 +50,9 @@ COMM_VARIANTS = rules.COMM_VARIANTS
 TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (256, 128, 64, 8, 3),
          (64, 128, 64, 4, 4)]
 INTERPRETER_TILES = [(32, 32, 32, 4, 1), (64, 64, 64, 4, 1)]
+# The warp-specialized 128x256 tile (4 warps a group, 4 stages), tried second for 16-bit dtypes above
+# SMALL_M by the variants whose loops specialize (config.WARP_SPEC_VARIANTS).
+WARP_SPEC_TILE = (128, 256, 64, 4, 4)
 SMALL_M = 256  # up to this M (decode, small batches) the tiles come from small_m_tiles
 SMALL_M_SPLITS = [8, 16]  # COMM_SMS tried at small M: little to move, the GEMM keeps most programs
 SPLITS = [8, 16, 32]
@@ -83,6 +86,11 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
         if quick:
             tiles, splits = tiles[:2], splits[:2]
     out = [base]
+    if not interpreter and M > SMALL_M and dtype.itemsize <= 2 and variant in WARP_SPEC_VARIANTS.get(op, ()):
+        bm, bn, bk, warps, stages = WARP_SPEC_TILE
+        ws = base.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, WARP_SPEC=1)
+        if ws not in out:
+            out.append(ws)
     for bm, bn, bk, warps, stages in tiles:
         for comm_sms in splits:
             if comm_sms >= num_sms:

@@ -261,11 +261,11 @@ def default_config(
     64x128 (4 warps, 4 stages) up to M = 128, 128x128 (4 warps, 4 stages) below M = 1000,
     128x256 (8 warps, 3 stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles
     would leave over half the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3
-    stages: shared memory). The 128x256 tile of 16-bit dtypes is written as warp-specialized (4
-    warps a group, 4 stages, ``WARP_SPEC = 1``): the kernels that can specialize run it so (0.973-0.988x
-    of torch.matmul at M = 4096 against 0.950-0.982x for 8 warps and 3 stages in the GEMM core,
-    docs/perf/2026-12-01_h200_ws1_gemm_parity_warp_spec_bf16.csv), the others as before, 8 warps and 3
-    stages (:func:`launch_shape`).
+    stages: shared memory). No warp specialization here: in the GEMM core at world 1 the
+    warp-specialized 128x256 tile measured 0.973-0.988x of torch.matmul at M = 4096 against
+    0.950-0.982x (docs/perf/2026-12-01_h200_ws1_gemm_parity_warp_spec_bf16.csv), but as the default of
+    the variants at world 2 it measured no better, A/B in one run (docs/PERF.md, "Warp-specialized
+    tiles at world 2"): a tuned table may still choose it (``WARP_SPEC = 1``).
 
     GPU, with split-K (small M with large K had too few tiles for the multiprocessors), from the
     parity sweep of the GEMM core on an H200 (``benchmarks/gemm_sweep.py --grid parity``,
@@ -335,10 +335,6 @@ def default_config(
         # nearly full wave of 128x256 tiles still beats a full one of 128x128: same sweep).
         if block_n == 256 and 2 * triton.cdiv(M, block_m) * triton.cdiv(N, block_n) < gemm_sms:
             block_n, warps, stages = 128, 4, 4
-        if block_n == 256 and dtype.itemsize <= 2:
-            # Warp-specialized where the kernel can (two 4-warp consumer groups, 4 stages); elsewhere it
-            # runs as before, 8 warps and 3 stages (launch_shape): the same tiles, so the same bits.
-            warps, stages, warp_spec = 4, 4, 1
     if dtype.itemsize >= 4 and stages > 3 and not (split_k and M <= 64):
         stages = 3  # fp32 tiles take twice the shared memory (the small-M stages count bytes already)
     return Config(
