@@ -47,8 +47,10 @@ log = logging.getLogger("tilefuse")
 
 COMM_VARIANTS = rules.COMM_VARIANTS
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), most promising first.
-TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (256, 128, 64, 8, 3),
-         (64, 128, 64, 4, 4)]
+# 128x128 with 5 stages: 0.88-0.94x of torch.matmul in the GEMM core at M = 512-1024 where 4 stages
+# gave 0.79-0.90x (docs/perf/2026-12-01_h200_ws1_gemm_parity_warp_spec_bf16.csv).
+TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 128, 64, 4, 5),
+         (256, 128, 64, 8, 3), (64, 128, 64, 4, 4)]
 INTERPRETER_TILES = [(32, 32, 32, 4, 1), (64, 64, 64, 4, 1)]
 # The warp-specialized 128x256 tile (4 warps a group, 4 stages), tried second for 16-bit dtypes above
 # SMALL_M by the variants whose loops specialize (config.WARP_SPEC_VARIANTS).
