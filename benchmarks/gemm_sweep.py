@@ -7,12 +7,14 @@ Linear weight (``w.t()``, column-major) as in the TP layers.
 
     python -m benchmarks gemm_sweep --grid parity --default-only --dtypes bf16,fp16 --csv parity.csv
     python -m benchmarks gemm_sweep --grid parity --max-m 1024 --csv sweep.csv     # candidates too
+    python -m benchmarks gemm_sweep --grid parity --warp-spec --ms 512,4096          # warp-specialized tiles
 
 Grids: ``parity`` (M in 16..8192, small M with large K, M not a multiple of the tile, N and K that
 are not multiples of 128: the GEMM-core parity target), ``classic`` (the shapes the tile classes
 were first chosen on) and ``smoke`` (tiny shapes, for the CPU interpreter). ``--default-only`` times
 the config ``default_config(..., split_k=True)`` picks for an untuned shape; otherwise every
-candidate of :func:`candidates` (tile shapes x warps/stages x ``SPLIT_K`` or stream-K) is timed too,
+candidate of :func:`candidates` (tile shapes x warps/stages x ``SPLIT_K`` or stream-K; with
+``--warp-spec`` those of :func:`warp_spec_candidates`, ``--no-split`` :func:`no_split_candidates`) is timed too,
 next to the default, and where K's rows are off the descriptor path (not multiples of 16 bytes) the
 default with the other choice of copying them onto it (:func:`padding`).
 
