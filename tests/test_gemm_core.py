@@ -574,6 +574,15 @@ def test_config_validation_names_the_field(field, value, error):
         CFG.replace(**{field: value})
 
 
+@pytest.mark.parametrize("changes", [dict(num_warps=8), dict(BLOCK_M=32), dict(BLOCK_M=64, BLOCK_N=256)],
+                         ids=["8_warps", "32_rows", "64x256"])
+def test_warp_spec_config_takes_a_warp_group_and_a_tile_that_specializes(changes):
+    CFG.replace(WARP_SPEC=1)  # 64x64, 4 warps
+    Config.from_dict({**CFG.to_dict(), "BLOCK_M": 128, "BLOCK_N": 256, "WARP_SPEC": 1})
+    with pytest.raises(ValueError, match=r"Config.WARP_SPEC=1 takes num_warps=4"):
+        CFG.replace(WARP_SPEC=1, **changes)
+
+
 def test_default_config_heuristic():
     big = default_config(8192, 8192, 8192, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
     assert (big.BLOCK_M, big.BLOCK_N, big.BLOCK_K, big.GROUP_M) == (128, 256, 64, 8)

@@ -47,7 +47,8 @@ class Config:
     ``WARP_SPEC`` (0 or 1, default 0): the GEMM core's tile loop is warp-specialized (Triton's
     ``warp_specialize``: on Hopper a producer warp group issues the tensor-descriptor loads while
     two consumer warp groups multiply, 12 warps in all for ``num_warps = 4``). It changes how the
-    kernel is compiled, not its sums. Honoured with ``SPLIT_K = 1``, ``STREAM_K = 0`` and operands on
+    kernel is compiled, not its sums. It takes ``num_warps = 4`` and tiles with ``BLOCK_M >= 64``
+    and ``BLOCK_N <= 2 * BLOCK_M`` (64x256 does not compile specialized). Honoured with ``SPLIT_K = 1``, ``STREAM_K = 0`` and operands on
     the descriptor path, on NVIDIA GPUs, by the GEMM core (so ``bulk_sync``) and by the variants whose
     tile loops set no per-tile flag (``WARP_SPEC_VARIANTS``); elsewhere the tiles run unspecialized
     with twice the warps and at most 3 stages (:func:`launch_shape`).
@@ -93,6 +94,11 @@ class Config:
             raise ValueError(f"Config.STREAM_K must be 0 or 1, got {self.STREAM_K}")
         if self.WARP_SPEC not in (0, 1):
             raise ValueError(f"Config.WARP_SPEC must be 0 or 1, got {self.WARP_SPEC}")
+        if self.WARP_SPEC and (self.num_warps != 4 or self.BLOCK_M < 64 or self.BLOCK_N > 2 * self.BLOCK_M):
+            # Compiled for sm_90 with Triton 3.7: 64x64 to 256x128 specialize; 64x256 fails to compile.
+            raise ValueError(
+                f"Config.WARP_SPEC=1 takes num_warps=4 (the size of a warp group) and tiles with BLOCK_M >= 64 "
+                f"and BLOCK_N <= 2 * BLOCK_M, got num_warps={self.num_warps}, {self.BLOCK_M}x{self.BLOCK_N}")
         if self.STREAM_K and self.SPLIT_K > 1:
             raise ValueError(f"Config.STREAM_K=1 deals out K steps itself: it takes SPLIT_K=1, got {self.SPLIT_K}")
 
