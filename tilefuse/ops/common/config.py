@@ -48,7 +48,8 @@ class Config:
     ``warp_specialize``: on Hopper a producer warp group issues the tensor-descriptor loads while
     two consumer warp groups multiply, 12 warps in all for ``num_warps = 4``). It changes how the
     kernel is compiled, not its sums. It takes ``num_warps = 4`` and tiles with ``BLOCK_M >= 64``
-    and ``BLOCK_N <= 2 * BLOCK_M`` (64x256 does not compile specialized). Honoured with ``SPLIT_K = 1``, ``STREAM_K = 0`` and operands on
+    and ``BLOCK_N <= 2 * BLOCK_M`` (64x256 does not compile specialized). Honoured with
+    ``SPLIT_K = 1``, ``STREAM_K = 0`` and operands on
     the descriptor path, on NVIDIA GPUs, by the GEMM core (so ``bulk_sync``) and by the variants whose
     tile loops set no per-tile flag (``WARP_SPEC_VARIANTS``); elsewhere the tiles run unspecialized
     with twice the warps and at most 3 stages (:func:`launch_shape`).
