@@ -287,7 +287,8 @@ class Case:
 
             # The GEMM and the stores only (SUM=False): the summing is the reduce part's.
             _fused_kernel[(n,)](*_gemm_args(s, 0 if no_k else None), call.stage, call.stage, *call.stage_args,
-                                *call.out_args, bases, ctl, heap.rank, heap.world_size, NUM_PROGRAMS=n,
+                                *call.out_args, bases, ctl, heap.rank, heap.world_size, *call.enter_args,
+                                NUM_PROGRAMS=n,
                                 SUB_M=call.sub_m, HAS_BIAS=False, TWO_SHOT=False, SUM=False, **meta)
         return call.stage
 

@@ -3,6 +3,7 @@
     python -m benchmarks.host_overhead [--world 1,2] [--M 1,16,128,1024] [--N 4096] [--K 8192]
                                        [--calls 200] [--replays 100] [--csv host_overhead.csv]
     python -m benchmarks.host_overhead --smoke --world 2      # CPU ranks: tiny shapes, no graphs
+    python -m benchmarks.host_overhead --world 1 --begin-kernel  # and the one-kernel calls with a begin kernel
 
 Every rank calls ``op(a [M, K], b [K, N])`` (per-rank operands; gemm_reduce_scatter's M is rounded
 up to a multiple of the world size) with, per op, each registered variant, ``plain`` and ``auto``
@@ -38,7 +39,9 @@ world, mode, metric, value, device, commit, note``; a value is the maximum over 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import os
 import statistics
 import sys
 import time
@@ -99,12 +102,21 @@ def torch_baseline(op: str, a: torch.Tensor, b: torch.Tensor, world: int):
     raise ValueError(f"no torch baseline for {op}")
 
 
-def methods(op: str, world: int) -> dict:
+BEGIN_KERNEL = "+begin_kernel"  # a method name's suffix: timed with TILEFUSE_BEGIN_KERNEL=1
+
+
+def methods(op: str, world: int, begin_kernel: bool = False) -> dict:
     """``{name: fn(a, b)}`` timed for ``op``: the variants and plain (public function), the plain
-    path's registry entry and the torch baseline."""
+    path's registry entry and the torch baseline; with ``begin_kernel``, also ``fused_sequential``
+    and ``wg_specialized`` with the protocol's begin kernel launched before them
+    (``<variant>+begin_kernel``: ``TILEFUSE_BEGIN_KERNEL=1`` around that method's calls, captures
+    and replays)."""
     public = getattr(tilefuse, op)
     have = registry.variants(op)
     out = {v: (lambda a, b, v=v: public(a, b, variant=v)) for v in (*tilefuse.VARIANTS, "plain") if v in have}
+    if begin_kernel:
+        for v in ("fused_sequential", "wg_specialized"):
+            out[v + BEGIN_KERNEL] = out[v]
     out["auto"] = lambda a, b: public(a, b, variant="auto")
     if "plain" in have:
         entry = registry.get(op, "plain")
@@ -151,7 +163,24 @@ def _replay(ctx, graph, replays: int) -> dict:
     return {"host_us": statistics.median(host) * 1e6, "wall_us": start.elapsed_time(end) / replays * 1e3}
 
 
-def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs) -> list:
+@contextlib.contextmanager
+def _env(name: str, value: str | None):
+    """``os.environ[name] = value`` inside the block (None: nothing changes)."""
+    if value is None:
+        yield
+        return
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs, begin_kernel=False) -> list:
     dtype = DTYPES[dtype_name]
     W = ctx.world
     rows = []
@@ -168,47 +197,52 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs) -> list
             g = torch.Generator().manual_seed(1 + ctx.rank)
             a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
             b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
-            for name, fn in methods(op, W).items():
-                call = (lambda fn=fn, a=a, b=b: fn(a, b))
-                err = None
-                try:
-                    call()  # first call: shape exchange, workspaces, table lookup
-                    sync(ctx.device)
-                except Exception as e:  # recorded, and the run goes on
-                    err = e
-                if not _agree(ctx, err is None):
-                    record(op, name, M, "eager", {"error": float("nan")},
-                           error_text(err) if err else "failed on another rank")
-                    continue
-                note = ""
-                if name == "auto":
-                    from tilefuse.ops import dispatch
-
-                    note = f"auto runs {dispatch.choose_variant(op, a, b)}"
-                record(op, name, M, "eager", _eager(ctx, call, calls, warmup), note)
-                if not graphs_ok:
-                    continue
-                graph, err, code = None, None, 0
-                try:
-                    graph = capture_graph(ctx.device, call, warmup)
-                except Exception as e:
-                    err, code = e, 1
-                    try:
-                        sync(ctx.device)
-                    except Exception:
-                        code = 2  # the context is broken: no more captures
-                worst = _worst(ctx, code)
-                if worst:
-                    graphs_ok = worst < 2  # the same on every rank, so their calls stay matched
-                    record(op, name, M, "graph", {"error": float("nan")},
-                           error_text(err) if err else "capture failed on another rank")
-                    continue
-                record(op, name, M, "graph", _replay(ctx, graph, replays), note)
-                del graph
+            for name, fn in methods(op, W, begin_kernel).items():
+                with _env("TILEFUSE_BEGIN_KERNEL", "1" if name.endswith(BEGIN_KERNEL) else None):
+                    graphs_ok = _measure(ctx, record, op, name, M, fn, a, b, calls, replays, warmup, graphs_ok)
         sync(ctx.device)
         tilefuse.barrier()
         tilefuse.clear_workspaces()  # collective: this op's heap buffers go back before the next op
     return rows
+
+
+def _measure(ctx, record, op, name, M, fn, a, b, calls, replays, warmup, graphs_ok) -> bool:
+    """Time one method eagerly and (``graphs_ok``) in a graph; returns whether later captures may run."""
+    call = (lambda: fn(a, b))
+    err = None
+    try:
+        call()  # first call: shape exchange, workspaces, table lookup
+        sync(ctx.device)
+    except Exception as e:  # recorded, and the run goes on
+        err = e
+    if not _agree(ctx, err is None):
+        record(op, name, M, "eager", {"error": float("nan")}, error_text(err) if err else "failed on another rank")
+        return graphs_ok
+    note = ""
+    if name == "auto":
+        from tilefuse.ops import dispatch
+
+        note = f"auto runs {dispatch.choose_variant(op, a, b)}"
+    record(op, name, M, "eager", _eager(ctx, call, calls, warmup), note)
+    if not graphs_ok:
+        return graphs_ok
+    graph, err, code = None, None, 0
+    try:
+        graph = capture_graph(ctx.device, call, warmup)
+    except Exception as e:
+        err, code = e, 1
+        try:
+            sync(ctx.device)
+        except Exception:
+            code = 2  # the context is broken: no more captures
+    worst = _worst(ctx, code)
+    if worst:
+        record(op, name, M, "graph", {"error": float("nan")},
+               error_text(err) if err else "capture failed on another rank")
+        return worst < 2  # the same on every rank, so their calls stay matched
+    record(op, name, M, "graph", _replay(ctx, graph, replays), note)
+    del graph
+    return graphs_ok
 
 
 def merge(per_rank: list) -> list:
@@ -257,6 +291,9 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="CPU check of the plumbing: N=32, K=64, M 1,16, "
                    "2 calls, no graphs (timings mean nothing)")
     p.add_argument("--heap", type=int, default=None, help="heap bytes per rank (default: the launcher's)")
+    p.add_argument("--begin-kernel", action="store_true",
+                   help="also time fused_sequential and wg_specialized with the begin kernel launched first "
+                        "(rows <variant>+begin_kernel: TILEFUSE_BEGIN_KERNEL=1)")
     p.add_argument("--csv", default="host_overhead.csv")
     args = p.parse_args(argv)
     if args.smoke:
@@ -274,7 +311,7 @@ def main(argv=None) -> int:
     rows = []
     for world in (int(w) for w in args.world.split(",")):
         per_rank = launch(_job, world, ops, Ms, args.N, args.K, dtype, args.calls, args.replays, args.warmup,
-                          not args.no_graphs, heap_size=args.heap)
+                          not args.no_graphs, args.begin_kernel, heap_size=args.heap)
         got = merge(per_rank)
         print(f"host_overhead: world {world}, N={args.N}, K={args.K}, {dtype}, {device}")
         _print(got)

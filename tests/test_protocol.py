@@ -5,6 +5,7 @@ slower than the wait bound (poison, then reset), sequence numbers at the int64 w
 threads making calls on one rank. W = 2 and 3, CPU ranks (errors raise at the failing call there).
 """
 
+import os
 import threading
 import time
 
@@ -177,6 +178,39 @@ def test_async_error_report(pools, on_gpu):
     assert all(pools.run(2, job_async_report))
 
 
+def job_async_report_next_call(ctx, variant):
+    """Without a sync per call, a peer's failure recorded by a call is raised by this rank's next
+    call, found through the status words alone (a device sync that reads no record first): the
+    copy queued after a begun call, or the words a one-kernel call writes to the host itself."""
+    op = "gemm_all_reduce"
+    world.set_sync_errors(False)
+    _check(ctx, op, variant, 24, 40, 32, seed=53)
+    a, b = _operands(ctx, op, 24, 40, 32, seed=54)
+    if ctx.rank == 0:
+        with pytest.raises(TypeError):
+            registry.get(op, variant)(a.to(torch.int32), b)
+        torch.cuda.synchronize()
+        registry.get(op, variant)(a, b)  # its own failure is not recorded here: this call returns
+    else:
+        out = registry.get(op, variant)(a, b)
+        torch.cuda.synchronize()
+        assert torch.isnan(out).all(), "an aborted call's output must be NaN"
+        with pytest.raises(tilefuse.PeerCallError, match="failed on rank 0"):
+            registry.get(op, variant)(a, b)
+    torch.cuda.synchronize()
+    _check(ctx, op, variant, 24, 40, 32, seed=55)
+    world.set_sync_errors(True)
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("variant", ["bulk_sync", "wg_specialized"])
+def test_async_error_report_next_call(pools, on_gpu, variant):
+    if not on_gpu:
+        pytest.skip("the CPU backend raises at the failing call itself (kernels run synchronously)")
+    assert all(pools.run(2, job_async_report_next_call, variant))
+
+
 def job_wrap(ctx, start):
     """Sequence numbers just below the int64 wrap: calls across it stay paired and correct."""
     tilefuse.barrier()
@@ -247,3 +281,58 @@ def job_two_threads(ctx, calls):
 def test_two_threads(pools):
     out = pools.run(2, job_two_threads, 3)
     assert all(n == 6 for _, n in out), out
+
+
+ONE_KERNEL = [("gemm_all_scatter", "wg_specialized"), ("all_gather_gemm", "wg_specialized"),
+              ("gemm_reduce_scatter", "wg_specialized"), ("gemm_all_reduce", "wg_specialized"),
+              ("gemm_all_reduce", "fused_sequential")]
+
+
+def _entry_words(ctl) -> tuple:
+    return tuple(int(ctl[int(w)].item()) for w in (primitives.CTL_SEQ, primitives.CTL_GO, primitives.CTL_ENTER,
+                                                   primitives.CTL_EXIT, primitives.CTL_STATE))
+
+
+@sync_errors
+def job_one_kernel_calls(ctx):
+    """Calls whose one kernel begins them, between calls that launch the begin kernel: each call
+    moves the sequence number by one, a one-kernel call leaves ``GO`` at its number and its entry
+    counters at zero, every result is correct; then a mismatch between a one-kernel call and a
+    begun one raises on every rank, and the calls after it are correct."""
+    ctl = control_block()
+    words = []
+    for i in range(3):  # the first call of a shape creates its workspaces (device barriers), then plans record
+        for op, variant in ONE_KERNEL + [("gemm_all_reduce", "bulk_sync"), ("gemm_all_scatter", "fused_sequential")]:
+            before = _entry_words(ctl)[0]
+            _check(ctx, op, variant, 16, 24, 16, seed=60 + i)
+            seq, go, enter, exit_, state = _entry_words(ctl)
+            if i == 0:
+                continue
+            assert seq == before + 1, (op, variant, before, seq)
+            assert (enter, exit_, state) == (0, 0, 0), (op, variant, enter, exit_, state)
+            if (op, variant) in ONE_KERNEL:
+                assert go == seq, (op, variant, go, seq)
+            words.append(seq)
+    os.environ["TILEFUSE_BEGIN_KERNEL"] = "1"  # the begin kernel for every call: GO stays where it was
+    try:
+        for op, variant in ONE_KERNEL:
+            before, go_before = _entry_words(ctl)[:2]
+            _check(ctx, op, variant, 16, 24, 16, seed=63)
+            assert _entry_words(ctl)[:2] == (before + 1, go_before), (op, variant, before, _entry_words(ctl))
+    finally:
+        del os.environ["TILEFUSE_BEGIN_KERNEL"]
+    op = "gemm_all_reduce"
+    a, b = _operands(ctx, op, 16, 24, 16, seed=70)
+    with pytest.raises(tilefuse.CallMismatchError):  # one-shot fused_sequential against two-shot
+        registry.get(op, "fused_sequential")(a, b, two_shot=ctx.rank % 2 == 1)
+    for variant in ("fused_sequential", "bulk_sync", "wg_specialized"):
+        _check(ctx, op, variant, 16, 24, 16, seed=71)
+    assert _entry_words(ctl)[2:] == (0, 0, 0)
+    tilefuse.barrier()
+    return words
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_one_kernel_calls_keep_the_sequence(pools, world):
+    words = pools.run(world, job_one_kernel_calls)
+    assert all(w == words[0] for w in words), words  # the same sequence numbers on every rank

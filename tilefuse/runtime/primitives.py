@@ -41,6 +41,16 @@ Because every rank finished all its kernels of call ``seq - 1`` (stream order) b
 ``seq``, passing the begin kernel is also a barrier: no rank writes call ``seq``'s data into a peer
 that still reads call ``seq - 1``'s.
 
+*One-kernel calls begin themselves.* A call made of a single kernel (every ``wg_specialized``,
+gemm_all_reduce's one-shot ``fused_sequential``) launches no begin kernel: its programs start with
+:func:`call_enter` and end with :func:`call_exit`. Every program takes ``seq = ctl[SEQ] + 1`` (no one
+moves ``ctl[SEQ]`` before the kernel's end); the first program to take a ticket on ``ctl[ENTER]``
+runs steps 2-4 above and releases ``ctl[GO] = seq``; the others acquire ``ctl[GO]`` before touching
+anything shared. The last program to finish (a ticket on ``ctl[EXIT]``) re-arms both counters,
+stores ``ctl[SEQ] = seq`` and writes the status words the host reads (below) into page-locked host
+memory. The sequence, the pairing and the barrier are the same as with the begin kernel, and calls of
+both kinds mix freely; a call is one launch instead of two.
+
 *Flags.* Data flags are int64 words on the heap that hold the sequence number of the call that last
 wrote them. A producer writes its data, then *releases* the flag with ``signal(flag, seq)``
 (``atomic_xchg``, ``sem="release"``, ``scope="sys"``); a consumer *acquires* with
@@ -61,9 +71,9 @@ on every rank, and the host raises on each op call until the collective ``tilefu
 *The host's side* (``tilefuse.runtime.world``): a call whose argument checks fail still launches
 its begin kernel, with an error signature, so the call counts on every rank and the peers' copies
 abort with an error naming the failing rank. Error records reach the host without a device sync:
-after each call a copy of ``ctl[ERRORS]``/``ctl[POISON]`` is queued into pinned memory and read at
-the next call. On the CPU backend (kernels are synchronous) and with ``TILEFUSE_SYNC_ERRORS=1``
-errors raise at the failing call itself.
+after each call a copy of ``ctl[ERRORS]``/``ctl[POISON]`` is queued into pinned memory (a one-kernel
+call's last program writes them there itself) and read at the next call. On the CPU backend
+(kernels are synchronous) and with ``TILEFUSE_SYNC_ERRORS=1`` errors raise at the failing call itself.
 
 Timeline of one call on two ranks (flags of one tile shown)::
 
@@ -102,7 +112,11 @@ CTL_REC_ADDR = tl.constexpr(10)  # TIMEOUT: address of the flag in the waiting r
 CTL_REC_TARGET = tl.constexpr(11)  # TIMEOUT: value waited for; MISMATCH: this rank's signature
 CTL_REC_SEEN = tl.constexpr(12)  # TIMEOUT: value seen; MISMATCH/PEER_FAILED: the peer's signature
 CTL_REC_NS = tl.constexpr(13)  # TIMEOUT: nanoseconds waited
-CTL_FIXED = tl.constexpr(16)
+# Calls whose one kernel begins them itself (call_enter / call_exit):
+CTL_GO = tl.constexpr(14)  # the sequence number of the last such call whose begin is done
+CTL_ENTER = tl.constexpr(15)  # programs of the running kernel that entered it (0 between kernels)
+CTL_EXIT = tl.constexpr(16)  # programs of the running kernel that finished (0 between kernels)
+CTL_FIXED = tl.constexpr(24)
 CTL_PHASES = tl.constexpr(2)  # barriers inside one call (phase_barrier_kernel)
 
 # Error record kinds.
@@ -390,17 +404,12 @@ def _fill_nan(ptr, n, BLOCK: tl.constexpr):
         tl.store(ptr + offs, tl.full([BLOCK], float("nan"), ptr.dtype.element_ty), mask=offs < n)
 
 
-@kernel
-def call_begin_kernel(
-    ctl_ptr, heap_bases, cur_rank, world, sig, gen,
-    # outputs filled with NaN if the call aborts (contiguous; n_out = 0 for none)
-    out0_ptr, n_out0, out1_ptr, n_out1,
-    BLOCK: tl.constexpr,
-):
-    """The first kernel of every collective call (one program): pairing, signature check, barrier."""
+@triton.jit
+def _begin(ctl_ptr, heap_bases, cur_rank, world, sig, gen, seq, out0_ptr, n_out0, out1_ptr, n_out1,
+           BLOCK: tl.constexpr):
+    """Steps 2-4 of a call's begin for sequence number ``seq`` (one program): signatures, arrival
+    barrier, ``ctl[STATE]``, and the outputs filled with NaN if the call aborts."""
     zero = tl.zeros([], dtype=tl.int64)
-    seq = tl.load(ctl_ptr + CTL_SEQ) + 1
-    tl.store(ctl_ptr + CTL_SEQ, seq)
     live = (tl.load(ctl_ptr + CTL_POISON, volatile=True) == 0).to(tl.int32)  # 1: the call runs
     cur_gen = tl.load(ctl_ptr + CTL_GEN)
     if (live != 0) & (cur_gen != gen):
@@ -429,6 +438,63 @@ def call_begin_kernel(
     if live == 0:
         _fill_nan(out0_ptr, n_out0, BLOCK)
         _fill_nan(out1_ptr, n_out1, BLOCK)
+
+
+@kernel
+def call_begin_kernel(
+    ctl_ptr, heap_bases, cur_rank, world, sig, gen,
+    # outputs filled with NaN if the call aborts (contiguous; n_out = 0 for none)
+    out0_ptr, n_out0, out1_ptr, n_out1,
+    BLOCK: tl.constexpr,
+):
+    """The first kernel of every collective call (one program): pairing, signature check, barrier."""
+    seq = tl.load(ctl_ptr + CTL_SEQ) + 1
+    tl.store(ctl_ptr + CTL_SEQ, seq)
+    _begin(ctl_ptr, heap_bases, cur_rank, world, sig, gen, seq, out0_ptr, n_out0, out1_ptr, n_out1, BLOCK)
+
+
+@triton.jit
+def call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+               ENTER: tl.constexpr, BLOCK: tl.constexpr = 1024):
+    """``(seq, live)`` of the call, as :func:`call_epoch`; with ``ENTER`` the kernel begins the call
+    itself, in place of :func:`call_begin_kernel` (a call made of this one kernel: one launch less).
+
+    The call's sequence number is ``ctl[SEQ] + 1`` for every program: only the end of a call moves
+    ``ctl[SEQ]`` (here :func:`call_exit`, run last). The first program to enter (a ticket on
+    ``ctl[ENTER]``: whichever runs first, so no program waits on one that is not running) does the
+    begin's pairing, signature check and barrier and then releases ``ctl[GO] = seq``; the others
+    acquire it. Every program of the kernel must then call :func:`call_exit` with the same ``seq``.
+    """
+    if ENTER:
+        seq = tl.load(ctl_ptr + CTL_SEQ) + 1
+        if tl.atomic_add(ctl_ptr + CTL_ENTER, 1, sem="relaxed", scope="gpu") == 0:
+            _begin(ctl_ptr, heap_bases, cur_rank, world, sig, gen, seq, out0_ptr, n_out0, out1_ptr, n_out1, BLOCK)
+            # Release: pairs with the acquire below, in this kernel's other programs.
+            tl.atomic_xchg(ctl_ptr + CTL_GO, seq, sem="release", scope="gpu")
+        else:
+            # Acquire: pairs with the release above, in the program that entered first.
+            wait(ctl_ptr + CTL_GO, seq, cur_rank, cur_rank, ctl_ptr, heap_bases, world)
+        live = (tl.load(ctl_ptr + CTL_STATE, volatile=True) == 0) & \
+            (tl.load(ctl_ptr + CTL_POISON, volatile=True) == 0)
+    else:
+        seq, live = call_epoch(ctl_ptr)
+    return seq, live
+
+
+@triton.jit
+def call_exit(ctl_ptr, seq, status_ptr, NUM_PROGRAMS, ENTER: tl.constexpr):
+    """The end of a kernel that began its call with :func:`call_enter` (``ENTER``; nothing without):
+    the last of its ``NUM_PROGRAMS`` programs to finish re-arms the entry counters, moves
+    ``ctl[SEQ]`` to ``seq`` and copies ``ctl[POISON]``, ``ctl[ERRORS]`` into ``status_ptr[0:2]``
+    (the host's status words: page-locked host memory on a GPU, read at the next call)."""
+    if ENTER:
+        # Acquire-release: the last program sees every other program's writes (error records).
+        if tl.atomic_add(ctl_ptr + CTL_EXIT, 1, sem="acq_rel", scope="gpu") == NUM_PROGRAMS - 1:
+            tl.store(ctl_ptr + CTL_ENTER, 0)
+            tl.store(ctl_ptr + CTL_EXIT, 0)
+            tl.store(ctl_ptr + CTL_SEQ, seq)
+            tl.store(status_ptr, tl.load(ctl_ptr + CTL_POISON, volatile=True))
+            tl.store(status_ptr + 1, tl.load(ctl_ptr + CTL_ERRORS, volatile=True))
 
 
 @kernel

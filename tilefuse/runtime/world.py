@@ -9,7 +9,8 @@ described in :mod:`tilefuse.runtime.primitives`. This module is its host side:
   call whose argument checks fail still counted on every rank (it launches the begin kernel with
   the failure signature, then raises).
 - Error records reach the host without a device sync on a GPU: a copy of two control words is
-  queued into pinned memory after each call and read at the next one (a plain memory read through
+  queued into pinned memory after each call (a call made of one kernel that begins it itself writes
+  them there from that kernel: :meth:`CollectiveCall.enter_args`) and read at the next one (a plain memory read through
   a numpy view; the full record is read only when one of the two words is set). An error found that way is
   raised at the end of that next call, after its own kernels were launched, so that the ranks' calls
   stay paired (its result is discarded). On the CPU backend and with ``TILEFUSE_SYNC_ERRORS=1``
@@ -80,6 +81,7 @@ class _State:
     dummy: torch.Tensor  # float32[1]: the begin kernel's output argument when there is none
     status_host: torch.Tensor | None  # pinned int64[2]: POISON, ERRORS (GPU)
     sync_errors: bool
+    status_scratch: torch.Tensor | None = None  # int64[2] (CPU backend): where call_exit writes them
     gen: int = 1
     poisoned: str | None = None  # set once this host has seen the poison: the message to raise
     sigs: dict = field(default_factory=dict)  # signature key -> (hash, text)
@@ -223,8 +225,10 @@ def _init_group(size: int, group, backend: str) -> SymmetricHeap:
     dummy = torch.zeros(1, dtype=torch.float32, device=heap.device)
     on_gpu = heap.device.type == "cuda"
     status_host = torch.zeros(2, dtype=torch.int64, pin_memory=True) if on_gpu else None
+    status_scratch = None if on_gpu else torch.zeros(2, dtype=torch.int64)
     sync_errors = (not on_gpu) or os.environ.get("TILEFUSE_SYNC_ERRORS", "0") not in ("", "0")
-    st = _State(heap=heap, ctl=ctl, dummy=dummy, status_host=status_host, sync_errors=sync_errors,
+    st = _State(heap=heap, ctl=ctl, dummy=dummy, status_host=status_host, status_scratch=status_scratch,
+                sync_errors=sync_errors,
                 on_gpu=on_gpu, dev_index=heap.device.index if on_gpu else -1,
                 ctl_status=ctl[int(P.CTL_POISON):int(P.CTL_ERRORS) + 1],
                 status_np=status_host.numpy() if on_gpu else None, ctl_np=None if on_gpu else ctl.numpy(),
@@ -407,7 +411,7 @@ def constant_tensors() -> tuple:
     """Runtime tensors that are not on the heap but that launch plans may keep (``heap_bases`` and
     the begin kernel's stand-in output)."""
     st = _state()
-    return st.heap.heap_bases, st.dummy
+    return st.heap.heap_bases, st.dummy, _status_words(st)
 
 
 # ------------------------------------------------------------------------------------ errors
@@ -581,24 +585,37 @@ def _order_stream(st: _State, raw: int) -> None:
     order.stream, order.raw = stream, raw
 
 
-def _note_end(st: _State, capturing: bool) -> None:
+def _note_end(st: _State, capturing: bool, mirrored: bool = False) -> None:
+    """After a call's launches: queue the copy of the status words to the host (not needed when the
+    call's kernel wrote them itself, ``mirrored``)."""
     if not st.on_gpu:
         return
     if capturing:
         _ORDER.stream = _ORDER.raw = None  # the next eager call waits on nothing recorded in the graph
-    st.status_host.copy_(st.ctl_status, non_blocking=True)
+    if not mirrored:
+        st.status_host.copy_(st.ctl_status, non_blocking=True)
+
+
+def _begin_args(st: _State, sig: int, outputs: tuple) -> tuple:
+    """``sig, gen, out0, n_out0, out1, n_out1``: the begin's arguments (up to two contiguous
+    floating-point outputs, filled with NaN if the call aborts; the stand-in otherwise)."""
+    outs = [t for t in outputs if t is not None and t.is_contiguous() and t.dtype.is_floating_point]
+    o0 = outs[0] if outs else st.dummy
+    o1 = outs[1] if len(outs) > 1 else st.dummy
+    return sig, st.gen, o0, o0.numel() if outs else 0, o1, o1.numel() if len(outs) > 1 else 0
 
 
 def _launch_begin(st: _State, sig: int, outputs: tuple) -> None:
     heap = st.heap
-    outs = [t for t in outputs if t is not None and t.is_contiguous() and t.dtype.is_floating_point]
-    o0 = outs[0] if outs else st.dummy
-    o1 = outs[1] if len(outs) > 1 else st.dummy
-    P.call_begin_kernel[(1,)](
-        st.ctl, heap.heap_bases, heap.rank, heap.world_size, sig, st.gen,
-        o0, o0.numel() if outs else 0, o1, o1.numel() if len(outs) > 1 else 0,
-        BLOCK=_FILL_BLOCK, num_warps=1,
-    )
+    P.call_begin_kernel[(1,)](st.ctl, heap.heap_bases, heap.rank, heap.world_size, *_begin_args(st, sig, outputs),
+                              BLOCK=_FILL_BLOCK, num_warps=1)
+
+
+def _status_words(st: _State) -> torch.Tensor:
+    """Where a kernel that ends its call (``call_exit``) writes the status words: the host's
+    page-locked copy on a GPU (mapped into the device's address space), a scratch pair on the CPU
+    backend (which reads the control block itself)."""
+    return st.status_host if st.status_host is not None else st.status_scratch
 
 
 class CollectiveCall:
@@ -611,11 +628,12 @@ class CollectiveCall:
     on the CPU backend).
     """
 
-    __slots__ = ("op", "begun", "pending", "outer", "capturing", "stream", "st", "prev")
+    __slots__ = ("op", "begun", "mirrored", "pending", "outer", "capturing", "stream", "st", "prev")
 
     def __init__(self, op: str, st: _State | None = None):
         self.op = op
         self.begun = False
+        self.mirrored = False
         self.pending: Exception | None = None
         self.outer = None
         self.capturing = False
@@ -680,6 +698,21 @@ class CollectiveCall:
         if rec is not None:
             rec.host(_mark_begun)
 
+    def enter_args(self, key: tuple, outputs: tuple = ()) -> tuple:
+        """Arguments of a kernel that begins the call itself (``primitives.call_enter`` and
+        ``call_exit``, with ``ENTER``): ``sig, gen, out0, n_out0, out1, n_out1, status``, for the call
+        with signature ``key`` and ``outputs`` as in :meth:`begin`. Launch that kernel as the call's
+        only one, then call :meth:`entered`; a call that raises before that is counted as failed."""
+        st = _state()
+        return _begin_args(st, _signature(key)[0], outputs) + (_status_words(st),)
+
+    def entered(self) -> None:
+        """The kernel of :meth:`enter_args` is launched: it began the call and writes the status words."""
+        self.begun = self.mirrored = True
+        rec = plans.recorder()
+        if rec is not None:
+            rec.host(_mark_entered)
+
     def __exit__(self, exc_type, exc, tb):
         if self.outer is not None:
             return False
@@ -695,7 +728,7 @@ class CollectiveCall:
                 if st.sync_errors:
                     _collect(True, st)  # this rank's own failure record is not an error to raise
             if self.begun:
-                _note_end(st, self.capturing)
+                _note_end(st, self.capturing, self.mirrored)
             if exc is not None:
                 return False
             if st.sync_errors and not self.capturing and (st.on_gpu or _status_set(st)):
@@ -713,6 +746,10 @@ class CollectiveCall:
 
 def _mark_begun(replay) -> None:
     replay.call.begun = True
+
+
+def _mark_entered(replay) -> None:
+    replay.call.begun = replay.call.mirrored = True
 
 
 def in_call() -> bool:

@@ -9,7 +9,7 @@ import torch
 
 from ..common.config import check_split_k
 from ..common.gemm import ensure_triton_allocator, gemm_layout
-from ..common.launch import GemmCall, begin, new_output, prepare_gemm, workspace
+from ..common.launch import Entered, GemmCall, begin_call, new_output, prepare_gemm, workspace
 
 OP = "all_gather_gemm"
 
@@ -23,9 +23,10 @@ def setup(variant: str, a, b, config, group, *, comm: bool) -> GemmCall:
     return call
 
 
-def start(call: GemmCall, variant: str, return_gathered: bool, *outputs) -> None:
-    """Begin the call (pairing, signature check, barrier); ``outputs`` are NaN if it aborts."""
-    begin(call.key(variant, bool(return_gathered)), *outputs)
+def start(call: GemmCall, variant: str, return_gathered: bool, *outputs, one_kernel: bool = False) -> tuple | None:
+    """Begin the call (pairing, signature check, barrier); ``outputs`` are NaN if it aborts. With
+    ``one_kernel`` the call's one kernel begins it: returns its begin arguments (``launch.begin_call``)."""
+    return begin_call(call.key(variant, bool(return_gathered)), *outputs, one_kernel=one_kernel)
 
 
 def is_degenerate(call: GemmCall) -> bool:
@@ -77,7 +78,7 @@ def gemm_meta(call: GemmCall, lay: Layout) -> dict:
 
 
 @dataclass(frozen=True)
-class PushPlan:
+class PushPlan(Entered):
     """Everything a flagged push variant (producer_consumer, wg_specialized) launches with."""
 
     ag: torch.Tensor  # a_gathered [W*M_loc, K] on the heap
@@ -87,10 +88,12 @@ class PushPlan:
     lay: Layout
     num_chunks: int
     first: int  # 1: the local rows are not pushed to this rank itself (read from `a` directly)
+    enter: tuple | None = None  # the begin arguments of a kernel that begins the call itself
 
 
-def plan_push(call: GemmCall, variant: str, return_gathered: bool) -> PushPlan:
-    """Workspace, layout and output of one call of a flagged push variant; begins the call."""
+def plan_push(call: GemmCall, variant: str, return_gathered: bool, *, one_kernel: bool = False) -> PushPlan:
+    """Workspace, layout and output of one call of a flagged push variant; begins the call (or, with
+    ``one_kernel``, hands its kernel the begin: :attr:`PushPlan.enter_args`)."""
     heap, cfg = call.heap, call.config
     r, M_loc = heap.rank, call.M
     ws = gathered_workspace(call, variant, flags=True)
@@ -99,9 +102,9 @@ def plan_push(call: GemmCall, variant: str, return_gathered: bool) -> PushPlan:
     # The local rows go to this rank's own a_gathered only when something reads them there.
     first = 1 if lay.local_direct and not return_gathered else 0
     c = new_output((heap.world_size * M_loc, call.N), call.a.dtype, call.a.device)
-    start(call, variant, return_gathered, c)
+    entry = start(call, variant, return_gathered, c, one_kernel=one_kernel)
     return PushPlan(ag=ag, flags=ws.flags, own=ag[r * M_loc:(r + 1) * M_loc], c=c, lay=lay,
-                    num_chunks=-(-M_loc // cfg.BLOCK_M), first=first)
+                    num_chunks=-(-M_loc // cfg.BLOCK_M), first=first, enter=entry)
 
 
 def finish(call: GemmCall, c: torch.Tensor, gathered, return_gathered: bool):

@@ -2,7 +2,7 @@
 
     programs 0 .. C-1     : | push chunk -> rank r-1, release its flag there | chunk -> r-2 | ... |
     programs C .. C+G-1   : | local shard tiles (from a) | source r+1: acquire chunk flag, K loop | ...
-    stream: | begin | one kernel |
+    stream: | one kernel, which begins the call itself |
 
 C = COMM_SMS, G = GEMM_SMS. The pushers copy this rank's shard, BLOCK_M rows at a time, into row
 block r of every rank's ``a_gathered`` and release the per-(source, chunk) flag on the receiver
@@ -42,12 +42,14 @@ def _wg_kernel(
     # int64 flags [W, num_chunks] and this rank's row of them (symmetric addresses)
     flags_ptr, own_flags_ptr,
     M_loc, N, K,
-    heap_bases, ctl_ptr, cur_rank, world,
+    # distributed; the call's begin (this kernel begins the call)
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     COMM_PROGRAMS: tl.constexpr, GEMM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr,
-    B_KMAJOR: tl.constexpr, LOCAL_DIRECT: tl.constexpr, FIRST: tl.constexpr,
+    B_KMAJOR: tl.constexpr, LOCAL_DIRECT: tl.constexpr, FIRST: tl.constexpr, ENTER: tl.constexpr,
 ):
-    epoch, live = P.call_epoch(ctl_ptr)
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     pid = tl.program_id(0)
     if live:
         if pid < COMM_PROGRAMS:
@@ -59,6 +61,7 @@ def _wg_kernel(
                           stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr,
                           cur_rank, world, epoch, pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K,
                           GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT)
+    P.call_exit(ctl_ptr, epoch, status_ptr, COMM_PROGRAMS + GEMM_PROGRAMS, ENTER)
 
 
 @collective(OP)
@@ -70,14 +73,16 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     heap, cfg = call.heap, call.config
     W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
-    p = plan_push(call, "wg_specialized", return_gathered)  # begins: every peer is done with a_gathered
+    # The kernel begins the call: every peer is done with a_gathered before anything is pushed.
+    p = plan_push(call, "wg_specialized", return_gathered, one_kernel=True)
     # Not capped by the chunks or tiles (programs without one exit): one compiled kernel per config.
     comm_programs, gemm_programs = cfg.COMM_SMS, cfg.GEMM_SMS
     _wg_kernel[(comm_programs + gemm_programs,)](
         a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.own,
         b, b.stride(0), b.stride(1), p.c, p.c.stride(0), p.c.stride(1), p.flags, p.flags[r * p.num_chunks:],
-        M_loc, N, K, heap.heap_bases, ctl(heap), r, W,
+        M_loc, N, K, heap.heap_bases, ctl(heap), r, W, *p.enter_args,
         COMM_PROGRAMS=comm_programs, GEMM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct,
-        FIRST=p.first, **gemm_meta(call, p.lay),
+        FIRST=p.first, ENTER=p.enter is not None, **gemm_meta(call, p.lay),
     )
+    p.entered()
     return finish(call, p.c, p.ag.clone() if return_gathered else None, return_gathered)

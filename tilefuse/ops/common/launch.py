@@ -88,7 +88,8 @@ def env_reader(*names: str):
 
 
 # Environment switches the launchers read on every call: part of the call signature.
-_plan_env = env_reader("TILEFUSE_NO_TMA", "TILEFUSE_DEBUG_POISON", "TILEFUSE_NO_WARP_SPEC")
+_plan_env = env_reader("TILEFUSE_NO_TMA", "TILEFUSE_DEBUG_POISON", "TILEFUSE_NO_WARP_SPEC", "TILEFUSE_BEGIN_KERNEL")
+_begin_env = env_reader("TILEFUSE_BEGIN_KERNEL")
 
 
 def plan_key(tag, args: tuple, kwargs: dict) -> tuple | None:
@@ -267,6 +268,48 @@ def begin(key: tuple, *outputs) -> None:
     """Launch the current call's begin kernel (pairing, signature check, barrier); ``outputs`` are
     filled with NaN if the call aborts. Call it after the checks and allocations, before any launch."""
     _world.current_call().begin(key, outputs)
+
+
+def begin_call(key: tuple, *outputs, one_kernel: bool = False) -> tuple | None:
+    """Begin the current call (:func:`begin`), or, for a call made of ``one_kernel`` that begins it
+    itself (``primitives.call_enter`` with ``ENTER``: one launch less), return that kernel's begin
+    arguments (pass :func:`enter_args` of the result, then call :func:`launched` after the launch).
+    ``TILEFUSE_BEGIN_KERNEL=1`` launches the begin kernel for every call (a switch for comparisons)."""
+    if one_kernel and _begin_env()[0] in (None, "", "0"):
+        return _world.current_call().enter_args(key, outputs)
+    begin(key, *outputs)
+    return None
+
+
+def enter_args(entry: tuple | None) -> tuple:
+    """``sig, gen, out0, n_out0, out1, n_out1, status`` for a kernel taking ``call_enter``'s
+    arguments: :func:`begin_call`'s, or never-read stand-ins when a begin kernel began the call
+    (``entry`` None: launch with ``ENTER=False``)."""
+    if entry is not None:
+        return entry
+    dummy = _world.constant_tensors()[1]
+    return (0, 0, dummy, 0, dummy, 0, dummy)
+
+
+def launched(entry: tuple | None) -> None:
+    """After launching the kernel given :func:`begin_call`'s ``entry``: that kernel began the call."""
+    if entry is not None:
+        _world.current_call().entered()
+
+
+class Entered:
+    """Mixin of an op's call record whose ``enter`` attribute holds :func:`begin_call`'s result."""
+
+    enter: tuple | None
+
+    @property
+    def enter_args(self) -> tuple:
+        """The begin arguments of the call's kernel (:func:`enter_args`)."""
+        return enter_args(self.enter)
+
+    def entered(self) -> None:
+        """After launching the kernel given :attr:`enter_args` (:func:`launched`)."""
+        launched(self.enter)
 
 
 def op_heap(op: str, group):

@@ -11,7 +11,7 @@ import torch
 
 from ...runtime import hw
 from ..common.config import WARP_SPEC_VARIANTS, check_split_k, narrow_decode, side_warps
-from ..common.launch import GemmCall, begin, ctl, new_output, op_heap, prepare_gemm, workspace
+from ..common.launch import Entered, GemmCall, begin, begin_call, ctl, new_output, op_heap, prepare_gemm, workspace
 
 OP = "gemm_all_reduce"
 
@@ -57,7 +57,7 @@ def default_tiles(cfg, M: int, N: int, dtype: torch.dtype, *, comm: bool, interp
 
 
 @dataclass
-class Call:
+class Call(Entered):
     """One checked call: the GEMM operands, this rank's output, the bias and the heap buffers."""
 
     gemm: GemmCall
@@ -67,6 +67,7 @@ class Call:
     flags: torch.Tensor | None  # int64 on the heap (producer_consumer, wg_specialized, one-shot
     # fused_sequential): one-shot [W, num_tiles], two-shot [2, W, tiles_per_owner]
     two_shot: bool = False
+    enter: tuple | None = None  # the begin arguments of a kernel that begins the call itself
 
     @property
     def heap(self):
@@ -144,8 +145,12 @@ class Call:
                     NUM_PROGRAMS=programs, PULL=pull, WAIT=wait, HAS_BIAS=self.bias is not None)
 
 
-def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flags: bool) -> Call:
+def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flags: bool,
+          one_kernel=lambda two_shot: False) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; allocate c; get the workspaces.
+
+    ``one_kernel(two_shot)``: whether the call of that algorithm is one kernel that begins the call
+    itself (:attr:`Call.enter_args`, then :meth:`Call.entered`); else this begins it.
 
     The stage has a's dtype and is shared by every variant and algorithm of one (dtype, M, N) (the
     begin kernel of each call is a barrier: no rank writes a call's partials into a peer still
@@ -191,5 +196,5 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
         ws = workspace(heap, (OP, variant, "two_shot" if two_shot else "one_shot", W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
                        lambda h: {"flags": h.zeros(shape, dtype=torch.int64)}, 8 * math.prod(shape))
         result.flags = ws.flags
-    begin(key, c)
+    result.enter = begin_call(key, c, one_kernel=one_kernel(two_shot))
     return result

@@ -3,7 +3,7 @@ and the program that made it then sums the W partials of that tile.
 
     program p:  | tile t: K loop | store to slot r of ranks r+1, ..., r, release flag (r, t) there | tile t + P ... |
                 | tile t: acquire flags (0, t) ... (W-1, t), sum slots 0 .. W-1 (+ bias) -> c | tile t + P ... |
-    rank r:     | begin | fused kernel |
+    rank r:     | fused kernel, which begins the call itself |
 
 Pushing a tile overlaps the K loops of the tiles other programs are computing. Every program sums
 the tiles it computed, once their W partials have landed: the same tile of the same program id on
@@ -36,16 +36,18 @@ def _fused_kernel(
     # stage [W, M, N] in the input dtype and flags [W, num_tiles] int64 (symmetric addresses; one-shot:
     # two-shot passes the stage for the flags, never read); output c [M, N] and bias [N], both local
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, bias_ptr, stride_cm, stride_cn,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world,
+    # distributed; the call's begin (one-shot: this kernel begins the call, ENTER)
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, WARP_SPEC: tl.constexpr = False, SUM: tl.constexpr = True,
+    ENTER: tl.constexpr = False,
 ):
     """``SUM=False``: the GEMM and the partial stores only, no flags (``benchmarks.breakdown`` times the
     parts)."""
-    epoch, live = P.call_epoch(ctl_ptr)
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     pid = tl.program_id(0)
     if live:
         if TWO_SHOT:
@@ -65,6 +67,7 @@ def _fused_kernel(
                              heap_bases, ctl_ptr, cur_rank, world, epoch, pid,
                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
                              HAS_BIAS=HAS_BIAS)
+    P.call_exit(ctl_ptr, epoch, status_ptr, NUM_PROGRAMS, ENTER)
 
 
 @collective(OP)
@@ -72,16 +75,18 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None, two_shot=False
     """gemm_all_reduce as one fused persistent kernel (its programs push their partial tiles, then sum
     them once every rank's have landed); same contract as
     :func:`tilefuse.gemm_all_reduce`."""
-    call = setup("fused_sequential", a, b, config, group, bias, two_shot, comm=False, flags=not two_shot)
+    call = setup("fused_sequential", a, b, config, group, bias, two_shot, comm=False, flags=not two_shot,
+                 one_kernel=lambda two_shot: not two_shot)
     if call.empty:
         return call.c
     heap, programs = call.heap, call.all_programs
     _fused_kernel[(programs,)](
         *call.gemm.gemm_args, call.stage, call.stage if call.two_shot else call.flags, *call.stage_args,
-        *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
+        *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
         NUM_PROGRAMS=programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None, TWO_SHOT=call.two_shot,
-        **call.gemm.gemm_meta_ws,
+        ENTER=call.enter is not None, **call.gemm.gemm_meta_ws,
     )
+    call.entered()
     if call.two_shot:  # barrier, owners sum their rows, barrier, everyone pulls the sums
         launch_barriered(call, programs, pull=False)
     return call.c

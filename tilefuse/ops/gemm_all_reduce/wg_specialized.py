@@ -2,7 +2,7 @@
 
     programs 0 .. G-1      : | tile t: K loop | store to slot r of every rank, release flag (r, t) there | ...
     programs G .. G+C-1    : | tile t: acquire flags (0, t) ... (W-1, t), sum (+ bias) -> c | ...
-    stream: | begin | one kernel |
+    stream: | one kernel, which begins the call itself |
 
 G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every source's partial of every tile has
 been summed, so the kernel's end is the op's end: no completion handshake. All G+C programs must be
@@ -33,15 +33,16 @@ def _wg_kernel(
     # stage [W, M, N] (input dtype), flags [W, num_tiles] int64 (symmetric); output c [M, N] and
     # bias [N], both local
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, bias_ptr, stride_cm, stride_cn,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world,
+    # distributed; the call's begin (this kernel begins the call)
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, REDUCERS: tl.constexpr,
-    GATHERERS: tl.constexpr,
+    GATHERERS: tl.constexpr, ENTER: tl.constexpr,
 ):
-    epoch, live = P.call_epoch(ctl_ptr)
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     pid = tl.program_id(0)
     if live:
         if TWO_SHOT:
@@ -70,21 +71,25 @@ def _wg_kernel(
                              stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
                              heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True, HAS_BIAS=HAS_BIAS)
+    P.call_exit(ctl_ptr, epoch, status_ptr, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
 
 
 @collective(OP)
 def wg_specialized(a, b, *, config=None, group=None, bias=None, two_shot=False):
     """gemm_all_reduce as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_all_reduce`."""
-    call = setup("wg_specialized", a, b, config, group, bias, two_shot, comm=True, flags=True)
+    call = setup("wg_specialized", a, b, config, group, bias, two_shot, comm=True, flags=True,
+                 one_kernel=lambda two_shot: True)
     if call.empty:
         return call.c
     gemm_programs, comm_programs = call.program_counts
     reducers, gatherers = call.comm_split if call.two_shot else (comm_programs, 0)
     _wg_kernel[(gemm_programs + comm_programs,)](
         *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args, *call.out_args,
-        *call.dist_args,
+        *call.dist_args, *call.enter_args,
         GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=comm_programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None,
-        TWO_SHOT=call.two_shot, REDUCERS=reducers, GATHERERS=gatherers, **call.gemm.gemm_meta,
+        TWO_SHOT=call.two_shot, REDUCERS=reducers, GATHERERS=gatherers, ENTER=call.enter is not None,
+        **call.gemm.gemm_meta,
     )
+    call.entered()
     return call.c

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 import torch
 
 from ..common.config import WARP_SPEC_VARIANTS, check_split_k
-from ..common.launch import GemmCall, begin, check_out, prepare_gemm, workspace
+from ..common.launch import Entered, GemmCall, begin_call, check_out, prepare_gemm, workspace
 
 OP = "gemm_all_scatter"
 
 
 @dataclass
-class Call:
+class Call(Entered):
     """One checked, begun call: the GEMM operands, the result buffer and the flags."""
 
     gemm: GemmCall
@@ -22,6 +22,7 @@ class Call:
     flags: torch.Tensor | None  # int64 per-tile "ready" flags (flagged variants)
     done: torch.Tensor | None  # int64 [W, COMM_SMS] completion flags (wg_specialized)
     out: torch.Tensor | None  # the caller's `out`
+    enter: tuple | None = None  # the begin arguments of a kernel that begins the call itself
 
     @property
     def empty(self) -> bool:
@@ -39,8 +40,9 @@ class Call:
         return self.out
 
 
-def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = False) -> Call:
-    """Check the operands, get the result buffer and flags, and begin the call."""
+def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = False, one_kernel: bool = False) -> Call:
+    """Check the operands, get the result buffer and flags, and begin the call (``one_kernel``: a
+    non-empty call is one kernel that begins it itself, given :attr:`Call.enter_args`)."""
     g: GemmCall = prepare_gemm(OP, a, b, group, config, comm=comm,
                                specialize=variant in WARP_SPEC_VARIANTS[OP])
     check_split_k(OP, variant, g.config)  # only bulk_sync splits K
@@ -65,7 +67,8 @@ def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = F
             "flags_done": h.zeros((W, max(cfg.COMM_SMS, 1)), dtype=torch.int64),  # (source, program) done
         }, 8 * (g.num_tiles + W * cfg.COMM_SMS))
         flag_buf, done = ws.flags, ws.flags_done
-    begin(g.key(variant, c is out), c)
+    empty = g.M == 0 or g.N == 0 or g.K == 0
+    entry = begin_call(g.key(variant, c is out), c, one_kernel=one_kernel and not empty)
     if g.K == 0 and g.M and g.N:
         c.zero_()  # an empty sum (every rank's block is zero: nothing needs to move)
-    return Call(g, c, c[:, r * g.N:(r + 1) * g.N], flag_buf, done, out)
+    return Call(g, c, c[:, r * g.N:(r + 1) * g.N], flag_buf, done, out, entry)

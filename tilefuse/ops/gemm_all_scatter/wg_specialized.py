@@ -3,7 +3,7 @@
     programs 0 .. G-1        : | tile: K loop | store local, release flag | tile | ...
     programs G .. G+C-1      : | acquire flag | put tile to peers | ... | release done[r][c] on every rank |
     program  G+C-1 (last)    :                                          | acquire done[*][*] == seq |
-    stream: | begin | one kernel |
+    stream: | one kernel, which begins the call itself |
 
 G = GEMM_SMS, C = COMM_SMS. The completion handshake is inside the kernel: every movement program c
 of rank r releases flag ``done[r][c] = seq`` on every rank once its puts are issued, and the last
@@ -29,14 +29,15 @@ def _wg_kernel(
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # output: this rank's column block of c; int64 flag per tile; int64 done flags [W, C]
     c_ptr, stride_cm, stride_cn, flags_ptr, done_ptr,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world,
+    # distributed; the call's begin (this kernel begins the call)
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr,
-    B_KMAJOR: tl.constexpr,
+    B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
 ):
-    epoch, live = P.call_epoch(ctl_ptr)
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     if live:
         pid = tl.program_id(0)
         if pid < GEMM_PROGRAMS:
@@ -56,13 +57,14 @@ def _wg_kernel(
                 for j in range(0, world * COMM_PROGRAMS):
                     # Acquire: pairs with the release of done[j // C][j % C] by that rank's movement program.
                     tile_acquire(done_ptr + j, epoch, cur_rank, j // COMM_PROGRAMS, ctl_ptr, heap_bases, world)
+    P.call_exit(ctl_ptr, epoch, status_ptr, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
 
 
 @collective(OP)
 def wg_specialized(a, b, *, config=None, group=None, out=None):
     """gemm_all_scatter as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_all_scatter`."""
-    call = setup("wg_specialized", a, b, config, group, out, comm=True, flags=True)
+    call = setup("wg_specialized", a, b, config, group, out, comm=True, flags=True, one_kernel=True)
     if call.empty:
         return call.result()
     g, cfg = call.gemm, call.gemm.config
@@ -70,7 +72,8 @@ def wg_specialized(a, b, *, config=None, group=None, out=None):
     gemm_programs = cfg.GEMM_SMS  # not capped by the tiles: one kernel per config
     _wg_kernel[(gemm_programs + cfg.COMM_SMS,)](
         *g.gemm_args, c_block, c_block.stride(0), c_block.stride(1), call.flags, call.done,
-        heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
-        GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=cfg.COMM_SMS, **g.gemm_meta,
+        heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
+        GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=cfg.COMM_SMS, ENTER=call.enter is not None, **g.gemm_meta,
     )
+    call.entered()
     return call.result()

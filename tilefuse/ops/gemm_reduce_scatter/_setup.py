@@ -9,13 +9,13 @@ import torch
 
 from ..common.checks import check_divisible, check_matrix
 from ..common.config import WARP_SPEC_VARIANTS, check_split_k, side_warps
-from ..common.launch import GemmCall, begin, ctl, new_output, op_heap, prepare_gemm, workspace
+from ..common.launch import Entered, GemmCall, begin, begin_call, ctl, new_output, op_heap, prepare_gemm, workspace
 
 OP = "gemm_reduce_scatter"
 
 
 @dataclass
-class Call:
+class Call(Entered):
     """One checked call: the GEMM operands, this rank's output and the heap buffers."""
 
     gemm: GemmCall
@@ -24,6 +24,7 @@ class Call:
     stage: torch.Tensor  # [W, rows, N] in the input dtype, on the heap
     run: torch.Tensor | None  # [rows, N] fp32 running sum on the heap (flagged variants, W >= 3)
     flags: torch.Tensor | None  # [W, tiles_per_owner] int64 on the heap (flagged variants)
+    enter: tuple | None = None  # the begin arguments of a kernel that begins the call itself
 
     @property
     def heap(self):
@@ -73,7 +74,8 @@ class Call:
         return (heap.heap_bases, ctl(heap), heap.rank, heap.world_size)
 
 
-def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running_sum: bool | None = None) -> Call:
+def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running_sum: bool | None = None,
+          one_kernel: bool = False) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]``; allocate c; get the stage (and flags) workspace.
 
     The stage has a's dtype and is shared by every variant of one (dtype, rows, N) (the entry
@@ -81,7 +83,8 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running
     also get an fp32 running-sum buffer when W >= 3, shared by both per (rows, N): only the owner's
     reduction touches it, and one call's reduction ends before the next call's starts
     (``running_sum``, default ``flags``: fused_sequential's epilogue-sum form has flags and sums in
-    registers). The flags and their epoch belong to one variant and tile shape.
+    registers). The flags and their epoch belong to one variant and tile shape. ``one_kernel``: a
+    non-empty call is one kernel that begins it itself (:attr:`Call.enter_args`).
     """
     if running_sum is None:
         running_sum = flags
@@ -123,8 +126,8 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running
         ws = workspace(heap, (OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N),
                        lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles)
         flag_buf = ws.flags
-    begin(key, c)
-    return Call(call, rows, c, stage, run, flag_buf)
+    entry = begin_call(key, c, one_kernel=one_kernel)
+    return Call(call, rows, c, stage, run, flag_buf, entry)
 
 
 def finish(call: Call) -> torch.Tensor:

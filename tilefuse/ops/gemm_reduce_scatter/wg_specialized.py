@@ -2,7 +2,7 @@
 
     programs 0 .. G-1      : | tile: K loop | store to owner's slot r, release owner's flag | tile | ...
     programs G .. G+C-1    : | from r-1: acquire | from r-2: acquire, add | ... | own: acquire, add -> c |
-    stream: | begin | one kernel |
+    stream: | one kernel, which begins the call itself |
 
 G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every source's partial of every tile of
 this rank's rows has been summed, so the kernel's end is the op's end: no completion handshake. All
@@ -28,14 +28,15 @@ def _wg_kernel(
     # stage [W, rows, N] (input dtype), flags [W, tiles_per_owner] int64 (symmetric); the fp32
     # running sum run [rows, N] (W >= 3) and output c [rows, N], both local
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, run_ptr, c_ptr, stride_cm, stride_cn,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world,
+    # distributed; the call's begin (this kernel begins the call)
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
-    B_KMAJOR: tl.constexpr,
+    B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
 ):
-    epoch, live = P.call_epoch(ctl_ptr)
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     pid = tl.program_id(0)
     if live:
         if pid < GEMM_PROGRAMS:
@@ -50,21 +51,23 @@ def _wg_kernel(
                          stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
                          heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
                          BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True)
+    P.call_exit(ctl_ptr, epoch, status_ptr, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
 
 
 @collective(OP)
 def wg_specialized(a, b, *, config=None, group=None):
     """gemm_reduce_scatter as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_reduce_scatter`."""
-    call = setup("wg_specialized", a, b, config, group, comm=True, flags=True)
+    call = setup("wg_specialized", a, b, config, group, comm=True, flags=True, one_kernel=True)
     if call.empty:
         return call.c
     gemm_programs, comm_programs = call.program_counts
     _wg_kernel[(gemm_programs + comm_programs,)](
         *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args,
         call.run_arg, call.c, call.c.stride(0), call.c.stride(1),
-        *call.dist_args,
-        GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=comm_programs, SUB_M=call.sub_m,
+        *call.dist_args, *call.enter_args,
+        GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=comm_programs, SUB_M=call.sub_m, ENTER=call.enter is not None,
         **call.gemm.gemm_meta,
     )
+    call.entered()
     return finish(call)
