@@ -127,9 +127,14 @@ def job_heap_files(ctx):
 
     seen = {}
 
+    def mode(path):
+        try:  # a peer past the last exchange may unlink its file at any moment
+            return os.stat(path, follow_symlinks=False).st_mode & 0o777
+        except FileNotFoundError:
+            return None
+
     def hook(stage, paths):
-        seen[stage] = {p: (os.stat(p, follow_symlinks=False).st_mode & 0o777) if os.path.lexists(p) else None
-                       for p in paths}
+        seen[stage] = {p: mode(p) for p in paths}
 
     heapmod.RENDEZVOUS_HOOK = hook
     try:

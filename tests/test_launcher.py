@@ -116,6 +116,37 @@ def test_recorder_replays_torch_ops_and_launches_with_new_tensors(monkeypatch):
     assert log[0][2][0] is c1 and log[1][2][0].data_ptr() == ws[1].data_ptr()
 
 
+def test_replayed_launches_pass_device_tensors_as_addresses(monkeypatch):
+    """A replay hands Triton's launcher device tensors as their addresses (no per-launch pointer
+    query): the constants' recorded ones, the new call's own; other tensors stay tensors."""
+    from tilefuse.runtime import launcher, plans
+
+    log = []
+    k = FastKernel(_jit_stand_in(_kernel, log), do_not_specialize=["seq"])
+    k._fast = True
+    monkeypatch.setattr(launcher, "_current_stream", lambda: 7)
+    ws, host = torch.zeros(8), torch.zeros(2)
+    monkeypatch.setattr(plans, "_device_memory", lambda v: isinstance(v, torch.Tensor) and v is not host)
+
+    def call(a):
+        c = torch.empty(a.shape)
+        k[(2,)](c, a.shape[0], 5, BLOCK=16)
+        k[(2,)](ws, 8, 5, BLOCK=16)
+        k[(2,)](host, 2, 5, BLOCK=16)
+        return c
+
+    k[(2,)](torch.zeros(3), 3, 1, BLOCK=16)  # compiles the signature first
+    rec, c0 = _record(call, [torch.randn(3)])
+    assert rec.failure is None, rec.failure
+    plan = rec.plan(c0)
+    log.clear()
+    c1 = plan.run([torch.randn(3)], plans.Replay(None, 7, False))
+    assert [entry[0] for entry in log] == ["fast", "fast", "fast"]
+    assert log[0][2][0] == c1.data_ptr() and type(log[0][2][0]) is int and c1.data_ptr() != c0.data_ptr()
+    assert log[1][2][0] == ws.data_ptr() and type(log[1][2][0]) is int
+    assert log[2][2][0] is host
+
+
 def test_recorder_refuses_host_reads_and_unknown_tensors():
     rec, _ = _record(lambda a: a.sum().item(), [torch.randn(4)])
     assert rec.failure and "item" in rec.failure

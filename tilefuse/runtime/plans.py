@@ -363,7 +363,8 @@ class Recorder:
             fast = None
             if compiled is not None:
                 try:
-                    fast = (compiled, self._bind(values, {}))
+                    on_device = {i for i, v in enumerate(values) if _device_memory(v)}
+                    fast = (compiled, self._bind(values, {}), on_device)
                 except PlanNotPossible as err:
                     self.give_up(str(err))
                     return ret
@@ -470,6 +471,11 @@ def _torch_step(func, bound: _Bound, out_slots: list, single: bool):
     return torch_step
 
 
+def _device_memory(v) -> bool:
+    """Whether ``v`` is a tensor in device memory (launched by its address, :func:`_compile`)."""
+    return isinstance(v, torch.Tensor) and v.is_cuda
+
+
 def _compile(kind: str, payload):
     """One recorded step as a function ``step(slots, replay)``."""
     if kind == "host":
@@ -485,7 +491,7 @@ def _compile(kind: str, payload):
         return triton_step
     from . import launcher
 
-    compiled, vbound = fast
+    compiled, vbound, on_device = fast
     g0 = grid[0]
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
@@ -493,11 +499,21 @@ def _compile(kind: str, payload):
     run = compiled.run
     hooks = launcher.knobs_runtime()
     no_hook = launcher.no_hook
-    template, subs = vbound.args, vbound.subs
+    # Device tensors go to Triton's launcher as their addresses: it takes an int as the pointer
+    # itself, where for a tensor it calls data_ptr() and asks the driver whether the address is
+    # device memory, per pointer and launch. The constants are device tensors the plan keeps (and
+    # the recorded launch checked); the call's own tensors have the recorded call's devices (the
+    # call signature holds them). Other tensors (page-locked host memory) keep the checked path.
+    keep = [v for v in vbound.args if isinstance(v, torch.Tensor)]
+    template = [v.data_ptr() if _device_memory(v) else v for v in vbound.args]
+    ptr_subs = [(i, s) for i, s in vbound.subs if i in on_device]
+    obj_subs = [(i, s) for i, s in vbound.subs if i not in on_device]
 
-    def fast_step(slots, replay):
+    def fast_step(slots, replay, keep=keep):
         values = template.copy()
-        for i, s in subs:
+        for i, s in ptr_subs:
+            values[i] = slots[s].data_ptr()
+        for i, s in obj_subs:
             values[i] = slots[s]
         stream = replay.stream
         if stream is None:

@@ -499,9 +499,28 @@ def tma_operands(a: torch.Tensor, b: torch.Tensor, min_m: int) -> tuple[torch.Te
     return a, b, use_tma, b_kmajor
 
 
+_SCRATCH: dict = {}  # (device index, raw stream) -> int8 scratch reused by that stream's launches
+_SCRATCH_MIN = 1 << 16
+_SCRATCH_STREAMS = 64  # streams remembered at most (the cache is dropped beyond)
+
+
 def _cuda_scratch(size: int, alignment: int, stream):
-    """Global scratch that device-side tensor descriptors are written into (128 bytes each)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
+    """Global scratch that device-side tensor descriptors are written into (128 bytes each per program).
+
+    One buffer per (device, stream), reused by every launch on that stream: a kernel writes its
+    descriptors at its start and launches on one stream never overlap, so the next launch may
+    overwrite them (allocating a fresh tensor per launch cost a few microseconds of host time). A
+    CUDA graph capture gets a fresh tensor from the graph's pool instead: replays of two graphs may
+    run at the same time."""
+    if torch.cuda.is_current_stream_capturing():
+        return torch.empty(size, dtype=torch.int8, device="cuda")
+    key = (torch.cuda.current_device(), stream)
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.numel() < size:
+        if buf is None and len(_SCRATCH) >= _SCRATCH_STREAMS:
+            _SCRATCH.clear()
+        buf = _SCRATCH[key] = torch.empty(max(size, _SCRATCH_MIN), dtype=torch.int8, device="cuda")
+    return buf
 
 
 # triton.set_allocator stores the allocator in a ContextVar, so it is per thread/context: track
