@@ -285,7 +285,7 @@ def test_two_threads(pools):
 
 ONE_KERNEL = [("gemm_all_scatter", "wg_specialized"), ("all_gather_gemm", "wg_specialized"),
               ("gemm_reduce_scatter", "wg_specialized"), ("gemm_all_reduce", "wg_specialized"),
-              ("gemm_all_reduce", "fused_sequential")]
+              ("gemm_all_reduce", "fused_sequential"), ("gemm_all_scatter", "fused_sequential")]
 
 
 def _entry_words(ctl) -> tuple:
@@ -302,7 +302,7 @@ def job_one_kernel_calls(ctx):
     ctl = control_block()
     words = []
     for i in range(3):  # the first call of a shape creates its workspaces (device barriers), then plans record
-        for op, variant in ONE_KERNEL + [("gemm_all_reduce", "bulk_sync"), ("gemm_all_scatter", "fused_sequential")]:
+        for op, variant in ONE_KERNEL + [("gemm_all_reduce", "bulk_sync"), ("all_gather_gemm", "fused_sequential")]:
             before = _entry_words(ctl)[0]
             _check(ctx, op, variant, 16, 24, 16, seed=60 + i)
             seq, go, enter, exit_, state = _entry_words(ctl)

@@ -482,14 +482,35 @@ def call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0,
 
 
 @triton.jit
-def call_exit(ctl_ptr, seq, status_ptr, NUM_PROGRAMS, ENTER: tl.constexpr):
+def call_exit(ctl_ptr, heap_bases, cur_rank, world, seq, live, status_ptr, NUM_PROGRAMS,
+              ENTER: tl.constexpr, BARRIER: tl.constexpr = False):
     """The end of a kernel that began its call with :func:`call_enter` (``ENTER``; nothing without):
     the last of its ``NUM_PROGRAMS`` programs to finish re-arms the entry counters, moves
     ``ctl[SEQ]`` to ``seq`` and copies ``ctl[POISON]``, ``ctl[ERRORS]`` into ``status_ptr[0:2]``
-    (the host's status words: page-locked host memory on a GPU, read at the next call)."""
+    (the host's status words: page-locked host memory on a GPU, read at the next call).
+
+    ``BARRIER`` (a live call): that last program first passes a barrier with the other ranks
+    (``BAR`` phase 0), so that the kernel ends only once every rank's programs are done: what they
+    stored into this rank's heap is complete and visible (the barrier kernel a call would otherwise
+    launch after this one)."""
     if ENTER:
-        # Acquire-release: the last program sees every other program's writes (error records).
-        if tl.atomic_add(ctl_ptr + CTL_EXIT, 1, sem="acq_rel", scope="gpu") == NUM_PROGRAMS - 1:
+        # Acquire-release: the last program sees every other program's writes (error records, and
+        # with BARRIER their stores into peers, released again by the barrier's signal: system scope).
+        if BARRIER:
+            done = tl.atomic_add(ctl_ptr + CTL_EXIT, 1, sem="acq_rel", scope="sys")
+        else:
+            done = tl.atomic_add(ctl_ptr + CTL_EXIT, 1, sem="acq_rel", scope="gpu")
+        if done == NUM_PROGRAMS - 1:
+            if BARRIER:
+                if live:
+                    for i in range(0, world):
+                        peer = (cur_rank + i) % world
+                        # Release: pairs with the acquire below on rank `peer`.
+                        signal(_bar(ctl_ptr, 0, cur_rank, world), seq, cur_rank, peer, heap_bases)
+                    for i in range(0, world):
+                        src = (cur_rank + i) % world
+                        # Acquire: pairs with the release above on rank `src`.
+                        wait(_bar(ctl_ptr, 0, src, world), seq, cur_rank, src, ctl_ptr, heap_bases, world)
             tl.store(ctl_ptr + CTL_ENTER, 0)
             tl.store(ctl_ptr + CTL_EXIT, 0)
             tl.store(ctl_ptr + CTL_SEQ, seq)

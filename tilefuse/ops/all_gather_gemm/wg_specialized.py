@@ -61,7 +61,7 @@ def _wg_kernel(
                           stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr,
                           cur_rank, world, epoch, pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K,
                           GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT)
-    P.call_exit(ctl_ptr, epoch, status_ptr, COMM_PROGRAMS + GEMM_PROGRAMS, ENTER)
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, COMM_PROGRAMS + GEMM_PROGRAMS, ENTER)
 
 
 @collective(OP)

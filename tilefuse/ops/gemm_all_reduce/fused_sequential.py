@@ -67,7 +67,7 @@ def _fused_kernel(
                              heap_bases, ctl_ptr, cur_rank, world, epoch, pid,
                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
                              HAS_BIAS=HAS_BIAS)
-    P.call_exit(ctl_ptr, epoch, status_ptr, NUM_PROGRAMS, ENTER)
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER)
 
 
 @collective(OP)

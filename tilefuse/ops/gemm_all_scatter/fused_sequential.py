@@ -1,10 +1,13 @@
 """gemm_all_scatter, fused sequential: one persistent kernel computes a tile and pushes it at once.
 
     program p: | tile p: K loop | store local + put to peers | tile p+P: K loop | store + put | ...
-    stream:    | begin | fused kernel | barrier (all peers' tiles landed) |
+    stream:    | fused kernel: begins the call, ends with a barrier (all peers' tiles landed) |
 
 Communication of tile i overlaps the K loops of the tiles other programs are computing; there is no
-flag: the tile goes from registers straight to every peer's c.
+flag: the tile goes from registers straight to every peer's c. One launch: the kernel's first program
+begins the call (``call_enter``) and its last one passes the closing barrier with the other ranks
+(``call_exit`` with ``BARRIER``), where the call used to launch a begin kernel and a barrier kernel
+around it (``TILEFUSE_BEGIN_KERNEL=1`` still does).
 """
 
 from __future__ import annotations
@@ -24,25 +27,29 @@ def _fused_kernel(
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # output: this rank's column block of c (a symmetric address)
     c_ptr, stride_cm, stride_cn,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world,
+    # distributed; the call's begin (this kernel begins the call, ENTER)
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
+    ENTER: tl.constexpr,
 ):
-    _, live = P.call_epoch(ctl_ptr)
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     if live:
         compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                       c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
                       heap_bases, cur_rank, world, 0, tl.program_id(0),
                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True, RELEASE=False,
                       WARP_SPEC=WARP_SPEC)
+    # With ENTER the closing barrier (every peer's tiles have landed in c) is the last program's.
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER, BARRIER=True)
 
 
 @collective(OP)
 def fused_sequential(a, b, *, config=None, group=None, out=None):
     """gemm_all_scatter as one fused persistent kernel; same contract as :func:`tilefuse.gemm_all_scatter`."""
-    call = setup("fused_sequential", a, b, config, group, out, comm=False)
+    call = setup("fused_sequential", a, b, config, group, out, comm=False, one_kernel=True)
     if call.empty:
         return call.result()
     g, cfg = call.gemm, call.gemm.config
@@ -50,8 +57,10 @@ def fused_sequential(a, b, *, config=None, group=None, out=None):
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     _fused_kernel[(programs,)](
         *g.gemm_args, call.c_block, call.c_block.stride(0), call.c_block.stride(1),
-        heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
-        NUM_PROGRAMS=programs, **g.gemm_meta_ws,
+        heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
+        NUM_PROGRAMS=programs, ENTER=call.enter is not None, **g.gemm_meta_ws,
     )
-    mid_barrier(heap, 0)  # every peer's tiles have landed in c
+    call.entered()
+    if call.enter is None:
+        mid_barrier(heap, 0)  # every peer's tiles have landed in c
     return call.result()

@@ -57,7 +57,7 @@ def _wg_kernel(
                 for j in range(0, world * COMM_PROGRAMS):
                     # Acquire: pairs with the release of done[j // C][j % C] by that rank's movement program.
                     tile_acquire(done_ptr + j, epoch, cur_rank, j // COMM_PROGRAMS, ctl_ptr, heap_bases, world)
-    P.call_exit(ctl_ptr, epoch, status_ptr, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
 
 
 @collective(OP)

@@ -51,7 +51,7 @@ def _wg_kernel(
                          stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
                          heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
                          BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True)
-    P.call_exit(ctl_ptr, epoch, status_ptr, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
 
 
 @collective(OP)
