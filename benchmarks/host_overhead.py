@@ -39,9 +39,7 @@ world, mode, metric, value, device, commit, note``; a value is the maximum over 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
-import os
 import statistics
 import sys
 import time
@@ -53,7 +51,7 @@ import tilefuse
 from tilefuse.ops import registry
 
 from .common import commit_id, error_text, launch
-from .timing import capture_graph, sync
+from .timing import BEGIN_KERNEL, begin_kernel_env, capture_graph, sync
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric", "value", "device", "commit",
                "note"]
@@ -100,9 +98,6 @@ def torch_baseline(op: str, a: torch.Tensor, b: torch.Tensor, world: int):
         dist.all_reduce(part)
         return part
     raise ValueError(f"no torch baseline for {op}")
-
-
-BEGIN_KERNEL = "+begin_kernel"  # a method name's suffix: timed with TILEFUSE_BEGIN_KERNEL=1
 
 
 def methods(op: str, world: int, begin_kernel: bool = False) -> dict:
@@ -163,23 +158,6 @@ def _replay(ctx, graph, replays: int) -> dict:
     return {"host_us": statistics.median(host) * 1e6, "wall_us": start.elapsed_time(end) / replays * 1e3}
 
 
-@contextlib.contextmanager
-def _env(name: str, value: str | None):
-    """``os.environ[name] = value`` inside the block (None: nothing changes)."""
-    if value is None:
-        yield
-        return
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = old
-
-
 def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs, begin_kernel=False) -> list:
     dtype = DTYPES[dtype_name]
     W = ctx.world
@@ -198,7 +176,7 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs, begin_k
             a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
             b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
             for name, fn in methods(op, W, begin_kernel).items():
-                with _env("TILEFUSE_BEGIN_KERNEL", "1" if name.endswith(BEGIN_KERNEL) else None):
+                with begin_kernel_env(name):
                     graphs_ok = _measure(ctx, record, op, name, M, fn, a, b, calls, replays, warmup, graphs_ok)
         sync(ctx.device)
         tilefuse.barrier()

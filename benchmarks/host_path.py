@@ -2,6 +2,7 @@
 
     python -m benchmarks host_path [--ops all] [--M 1,16,128] [--N 128] [--K 128] [--calls 300]
                                    [--rounds 7] [--csv host_path.csv] [--real-launches] [--clock cpu]
+                                   [--begin-kernel]
 
 World 1, in this process. Every ``@kernel`` (:class:`tilefuse.runtime.launcher.FastKernel`) is
 switched to its compiled-launch path with a stand-in binary whose launch does nothing, and the
@@ -33,6 +34,8 @@ import sys
 import time
 
 import torch
+
+from .timing import BEGIN_KERNEL, begin_kernel_env
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "metric", "value", "device", "commit", "note"]
 
@@ -102,8 +105,9 @@ def noop_launches():
             k._compiled.update(compiled)
 
 
-def methods(op: str) -> dict:
-    """``{name: fn(a, b)}`` for ``op``."""
+def methods(op: str, begin_kernel: bool = False) -> dict:
+    """``{name: fn(a, b)}`` for ``op`` (with ``begin_kernel``, also ``fused_sequential`` and
+    ``wg_specialized`` with the begin kernel launched first: ``<variant>+begin_kernel``)."""
     import tilefuse
     from tilefuse.ops import registry
 
@@ -120,6 +124,9 @@ def methods(op: str) -> dict:
     for v in tilefuse.VARIANTS:
         if v in have:
             out[f"{v}_custom_op"] = (lambda a, b, v=v: custom(a, b, v, None, None))
+    if begin_kernel:
+        for v in ("fused_sequential", "wg_specialized"):
+            out[v + BEGIN_KERNEL] = out[v]
     return out
 
 
@@ -139,7 +146,7 @@ def _auto_note(op: str, a, b) -> str:
         return f"auto: {type(err).__name__}"
 
 
-def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name) -> list:
+def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_kernel=False) -> list:
     import tilefuse
     from tilefuse.ops import dispatch
 
@@ -155,14 +162,16 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name) -> lis
                 g = torch.Generator().manual_seed(1)
                 a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
                 b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
-                fns = {name: (lambda f=f, a=a, b=b: f(a, b)) for name, f in methods(op).items()}
-                for fn in fns.values():  # first calls: workspaces, decisions, plans
-                    for _ in range(3):
-                        fn()
+                fns = {name: (lambda f=f, a=a, b=b: f(a, b)) for name, f in methods(op, begin_kernel).items()}
+                for name, fn in fns.items():  # first calls: workspaces, decisions, plans
+                    with begin_kernel_env(name):
+                        for _ in range(3):
+                            fn()
                 times: dict = {name: [] for name in fns}
                 for _ in range(rounds):
                     for name, fn in fns.items():
-                        times[name].append(_per_call_us(fn, calls, clock))
+                        with begin_kernel_env(name):
+                            times[name].append(_per_call_us(fn, calls, clock))
                     if ctx.on_gpu:
                         torch.cuda.synchronize()
                 med = {name: statistics.median(ts) for name, ts in times.items()}
@@ -191,6 +200,9 @@ def main(argv=None) -> int:
     p.add_argument("--real-launches", action="store_true", help="launch the kernels (GPU only)")
     p.add_argument("--clock", choices=("wall", "cpu"), default=None,
                    help="wall: time.perf_counter (default on a GPU); cpu: time.thread_time (default on a CPU)")
+    p.add_argument("--begin-kernel", action="store_true",
+                   help="also fused_sequential and wg_specialized with the begin kernel launched first "
+                        "(<variant>+begin_kernel: TILEFUSE_BEGIN_KERNEL=1 around their calls)")
     p.add_argument("--csv", default="host_path.csv")
     args = p.parse_args(argv)
 
@@ -210,7 +222,7 @@ def main(argv=None) -> int:
     args.dtype = args.dtype or ("fp32" if on_cpu else "bf16")
     args.clock = args.clock or ("cpu" if on_cpu else "wall")
     [rows] = launch(_job, 1, ops, Ms, args.N, args.K, args.dtype, args.calls, args.rounds, args.real_launches,
-                    args.clock)
+                    args.clock, args.begin_kernel)
     device = "cpu" if on_cpu else torch.cuda.get_device_name()
     commit = commit_id()
     us = {(r["op"], r["M"], r["variant"]): r["value"] for r in rows if r["metric"] == "host_us"}

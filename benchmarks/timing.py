@@ -17,7 +17,9 @@ do not find their inputs in L2.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import statistics
 import time
 
@@ -201,3 +203,24 @@ def capture_graph(device: torch.device, fn, warmup: int):
         fn()
     sync(device)
     return graph
+
+
+BEGIN_KERNEL = "+begin_kernel"  # a method name's suffix: the method runs with TILEFUSE_BEGIN_KERNEL=1
+
+
+@contextlib.contextmanager
+def begin_kernel_env(name: str):
+    """``TILEFUSE_BEGIN_KERNEL=1`` inside the block when the method ``name`` ends with
+    :data:`BEGIN_KERNEL` (its calls launch the protocol's begin kernel; nothing changes otherwise)."""
+    if not name.endswith(BEGIN_KERNEL):
+        yield
+        return
+    old = os.environ.get("TILEFUSE_BEGIN_KERNEL")
+    os.environ["TILEFUSE_BEGIN_KERNEL"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["TILEFUSE_BEGIN_KERNEL"]
+        else:
+            os.environ["TILEFUSE_BEGIN_KERNEL"] = old
