@@ -58,6 +58,10 @@ GRIDS = {
     # the shapes where the fused variants, which take no SPLIT_K, had too few tiles for the SMs.
     "decode": [(M, N, K) for M in (1, 16, 64)
                for N, K in ((4096, 8192), (8192, 4096), (14336, 4096), (4096, 14336), (6144, 4096))],
+    # Small prefill chunks on the same layer shapes: M past the narrow decode tiles, where a fused
+    # variant (no SPLIT_K) still has few tiles per SM.
+    "small": [(M, N, K) for M in (128, 256)
+              for N, K in ((4096, 8192), (14336, 4096), (4096, 14336))],
     "smoke": [(10, 40, 512), (70, 24, 200)],
 }
 
@@ -103,19 +107,23 @@ def padding(pad: bool | None):
 
 
 def no_split_candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list:
-    """``SPLIT_K = 1`` configs for M <= 64 (:data:`NO_SPLIT_DECODE`) whose stages fit in 200 KiB of
-    shared memory; BLOCK_M is M rounded up to a power of two in [16, 64]."""
+    """``SPLIT_K = 1`` configs (:data:`NO_SPLIT_DECODE`) whose stages fit in 200 KiB of shared memory;
+    BLOCK_M is M rounded up to a power of two in [16, 64], and above M = 64 also 128 (up to 32
+    columns: narrower 128-row tiles than that are not in the list)."""
     import triton
 
     from tilefuse.ops.common.config import Config
 
-    bm = max(16, min(64, triton.next_power_of_2(M)))
+    bms = [max(16, min(64, triton.next_power_of_2(M)))] + ([128] if M > 64 else [])
     out = []
-    for bn, bk, stages in NO_SPLIT_DECODE:
-        if stages * (bm + bn) * bk * dtype.itemsize > 200 * 1024 or bk > max(64, triton.next_power_of_2(K)):
-            continue
-        out.append(Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=stages,
-                          GEMM_SMS=num_sms, COMM_SMS=0))
+    for bm in bms:
+        for bn, bk, stages in NO_SPLIT_DECODE:
+            if stages * (bm + bn) * bk * dtype.itemsize > 200 * 1024 or bk > max(64, triton.next_power_of_2(K)):
+                continue
+            if bm > 64 and bn < 32:
+                continue
+            out.append(Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=stages,
+                              GEMM_SMS=num_sms, COMM_SMS=0))
     return out
 
 
