@@ -330,8 +330,8 @@ def test_default_config_fills_the_device():
 
 
 def test_default_tiles_keep_the_narrow_decode_tiles():
-    """On a GPU, M <= 64 in a 16-bit dtype takes default_config's narrow decode tiles as they are (the
-    sweep measured their BLOCK_N best); fp32, larger M and the interpreter's tiles still fill the device."""
+    """On a GPU, M <= 256 in a 16-bit dtype takes default_config's swept tiles as they are (the
+    sweeps measured their BLOCK_N best); fp32, larger M and the interpreter's tiles still fill the device."""
     from tilefuse.ops.common.config import default_config
     from tilefuse.ops.gemm_all_reduce._setup import default_tiles, fill_device
 
@@ -340,9 +340,12 @@ def test_default_tiles_keep_the_narrow_decode_tiles():
         assert cfg.BLOCK_N == 64 and cfg.GEMM_SMS == 132, cfg  # 128 tiles: 70 % of a wave
         assert fill_device(cfg, M, 8192, comm=False).BLOCK_N == 32  # what the old path did
         assert default_tiles(cfg, M, 8192, torch.bfloat16, comm=False, interpreter=False) is cfg
-    cfg = default_config(65, 8192, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
-    got = default_tiles(cfg, 65, 8192, torch.bfloat16, comm=False, interpreter=False)
-    assert got == fill_device(cfg, 65, 8192, comm=False), got
+    for M in (65, 128, 256):
+        cfg = default_config(M, 8192, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
+        assert default_tiles(cfg, M, 8192, torch.bfloat16, comm=False, interpreter=False) is cfg
+    cfg = default_config(257, 1024, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
+    got = default_tiles(cfg, 257, 1024, torch.bfloat16, comm=False, interpreter=False)
+    assert got == fill_device(cfg, 257, 1024, comm=False) and got.BLOCK_N < cfg.BLOCK_N, got
     cfg = default_config(1, 8192, 4096, torch.float32, num_sms=132, interpreter=False, comm=False)
     got = default_tiles(cfg, 1, 8192, torch.float32, comm=False, interpreter=False)
     assert got == fill_device(cfg, 1, 8192, comm=False), got

@@ -630,6 +630,42 @@ def test_default_config_narrow_decode_tiles(dtype):
     assert (wide.BLOCK_N, wide.BLOCK_K) == (128, 128)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_default_config_small_m_tiles(dtype):
+    """Without split-K at 64 < M <= 256: the largest SMALL_M_TILES tile whose tiles keep
+    SMALL_M_WAVE_USE of their waves busy (else the best-filling one); on the six shapes of the sweep
+    (docs/perf/2026-12-01_h200_ws1_gemm_small_no_split_bf16.csv) that is the tile that measured best."""
+    from tilefuse.ops.common.config import SMALL_M_TILES, SMALL_M_WAVE_USE, wave_use
+
+    measured_best = {(128, 4096, 8192): (64, 64, 128, 6), (128, 14336, 4096): (128, 128, 64, 6),
+                     (128, 4096, 14336): (64, 64, 128, 6), (256, 4096, 8192): (64, 128, 128, 4),
+                     (256, 14336, 4096): (128, 128, 64, 6), (256, 4096, 14336): (64, 128, 128, 4)}
+    for (M, N, K), want in measured_best.items():
+        cfg = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=False)
+        assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages, cfg.num_warps) == (*want, 4), (M, N, K, cfg)
+    for comm in (False, True):
+        for M in (65, 100, 128, 129, 200, 256):
+            for N, K in ((4096, 8192), (8192, 4096), (14336, 4096), (1000, 8000), (64, 96)):
+                cfg = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=comm)
+                check_config_fits(cfg, 132)
+                assert cfg.SPLIT_K == 1 and not cfg.WARP_SPEC
+                stage_bytes = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * dtype.itemsize * cfg.num_stages
+                assert stage_bytes <= 200 * 1024, (M, N, K, cfg)
+                cols = max(16, triton.next_power_of_2(N))  # a tile is never wider than N rounded up
+                uses = [wave_use(triton.cdiv(M, bm) * triton.cdiv(N, min(bn, cols)), cfg.GEMM_SMS)
+                        for bm, bn, _, _ in SMALL_M_TILES]
+                shapes = [(bm, min(bn, cols)) for bm, bn, _, _ in SMALL_M_TILES]
+                i = shapes.index((cfg.BLOCK_M, cfg.BLOCK_N))
+                if uses[i] >= SMALL_M_WAVE_USE:  # the largest that fills enough
+                    assert all(u < SMALL_M_WAVE_USE for u in uses[:i]), (M, N, cfg, uses)
+                else:  # none fills enough: none fills more
+                    assert uses[i] == max(uses), (M, N, cfg, uses)
+    fp32 = default_config(128, 4096, 8192, torch.float32, num_sms=132, interpreter=False, comm=False)
+    assert (fp32.BLOCK_M, fp32.BLOCK_N) == (64, 128)  # fp32 keeps the tiles of before
+    interp = default_config(128, 4096, 8192, dtype, num_sms=132, interpreter=True, comm=False)
+    assert interp.BLOCK_N <= 64
+
+
 # The parity grid of benchmarks/gemm_sweep.py: small M with large K, ragged N and K.
 PARITY_MS = (16, 64, 128, 333, 512, 1000, 1024, 4096, 8192)
 PARITY_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (5000, 3500), (1000, 8000))

@@ -166,11 +166,44 @@ _DEFAULT_MAX_SPLIT = 8
 DECODE_WAVE_SHARE = 0.7  # without SPLIT_K at M <= 64: the widest tile that still fills this share of a wave
 
 
+SMALL_M_MAX = 256  # without SPLIT_K, 64 < M <= this: tiles from _small_m_tiles
+# (BLOCK_M, BLOCK_N, BLOCK_K, stages), 4 warps, largest first (at equal area the wider one):
+# the candidates that won a shape of the sweep of 128- and 256-row GEMMs without split-K.
+SMALL_M_TILES = ((128, 128, 64, 6), (64, 128, 128, 4), (128, 64, 128, 4), (64, 64, 128, 6))
+SMALL_M_WAVE_USE = 0.8  # the largest of SMALL_M_TILES whose tiles keep this share of their waves busy
+
+
 def narrow_decode(M: int, dtype: torch.dtype, interpreter: bool) -> bool:
-    """Whether :func:`default_config` without split-K takes its tiles from :func:`_narrow_decode_tiles`
-    (M <= 64 in a 16-bit dtype, on a GPU): tiles sized from a measured sweep, which callers must not
-    narrow further."""
-    return not interpreter and M <= 64 and dtype.itemsize <= 2
+    """Whether :func:`default_config` without split-K takes its tiles from a measured sweep
+    (:func:`_narrow_decode_tiles` up to M = 64, :func:`_small_m_tiles` up to ``SMALL_M_MAX``, in a
+    16-bit dtype, on a GPU), which callers must not narrow further."""
+    return not interpreter and M <= SMALL_M_MAX and dtype.itemsize <= 2
+
+
+def _small_m_tiles(M: int, N: int, K: int, programs: int) -> tuple:
+    """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for 64 < M <= ``SMALL_M_MAX`` without SPLIT_K
+    (the fused variants' small prefill chunks), 16-bit values.
+
+    From the sweep of ``benchmarks/gemm_sweep.py --grid small --no-split`` on an H200 (M = 128, 256
+    on three Llama-3 layer shapes; docs/perf/2026-12-01_h200_ws1_gemm_small_no_split_bf16.csv): with
+    one tile size for all, the best measured 0.79x of torch.matmul at worst; the best tile per
+    shape 0.84-1.00x, against 0.55-0.71x for the 64x128 and 128x128 4-stage tiles of before. The best
+    tile was, on each of the six shapes, the largest of :data:`SMALL_M_TILES` whose tiles keep
+    ``SMALL_M_WAVE_USE`` of their waves of GEMM programs busy (:func:`wave_use`): few tiles need
+    small ones to reach every SM, many tiles run best large (fewer re-reads of A and B). Deeper K
+    steps and more stages than the wider-M tiles: every tile has a long K loop to keep fed. Without
+    such a tile, the one that keeps the most of its waves busy.
+    """
+    best = None
+    for bm, bn, bk, stages in SMALL_M_TILES:
+        bn = _pow2_between(min(N, bn), 16, bn)
+        bk = _pow2_between(min(K, bk), 16, bk)
+        use = wave_use(-(-M // bm) * -(-N // bn), programs)
+        if use >= SMALL_M_WAVE_USE:
+            return bm, bn, bk, 4, stages
+        if best is None or use > best[0]:
+            best = (use, (bm, bn, bk, 4, stages))
+    return best[1]
 
 
 def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -> tuple:
@@ -265,7 +298,8 @@ def default_config(
 
     GPU, without split-K: tile classes by M, from sweeps of the GEMM core against torch.matmul on an
     H200: narrow tiles with deep K steps up to M = 64 in 16-bit dtypes (:func:`_narrow_decode_tiles`),
-    64x128 (4 warps, 4 stages) up to M = 128, 128x128 (4 warps, 4 stages) below M = 1000,
+    then up to M = 256 the tile of :func:`_small_m_tiles` that fills the SMs (16-bit dtypes; fp32:
+    64x128, 4 warps, 4 stages, up to M = 128), 128x128 (4 warps, 4 stages) below M = 1000,
     128x256 (8 warps, 3 stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles
     would leave over half the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3
     stages: shared memory). No warp specialization here: in the GEMM core at world 1 the
@@ -329,8 +363,10 @@ def default_config(
         # Tile classes from the GEMM-core sweep on an H200 (docs/perf/2026-11-30_h200_ws1_gemm_sweep_bf16.csv):
         # 4 stages beat 3 for every tile but 128x256 (which has no room for a fourth); 128x256 wins
         # from M ~ 1000, 128x128 in between, 64x128 for decode-size M.
-        if narrow_decode(M, dtype, interpreter):
+        if narrow_decode(M, dtype, interpreter) and M <= 64:
             block_m, block_n, block_k, warps, stages = _narrow_decode_tiles(M, N, K, dtype.itemsize, gemm_sms)
+        elif narrow_decode(M, dtype, interpreter):
+            block_m, block_n, block_k, warps, stages = _small_m_tiles(M, N, K, gemm_sms)
         elif M <= 128:
             block_m, block_n, warps, stages = _pow2_between(M, 16, 64), 128, 4, 4
         elif M < 1000:
