@@ -456,6 +456,43 @@ def test_ops_wide_tile_bits_with_warp_specialization(pools):
     assert all(pools.run(2, job_ops_wide_tile_bits))
 
 
+def job_ops_small_m_default_tiles(ctx):
+    """Every op's variants without a config at 64 < M <= 256 per rank, in bf16 (the swept small-M
+    tiles: 128-row tiles with 6 stages, 64-row tiles with 128-deep K steps): right against the
+    reference (the variants with communication programs may pick other tiles than those without:
+    no bit comparison between them)."""
+    from ophelpers import assert_matches, randn
+
+    import tilefuse
+    import tilefuse.ops.gemm_all_reduce  # noqa: F401  (registers the op)
+    from tilefuse.ops import registry
+    from tilefuse.ops.common.config import default_config
+
+    K = 1024
+    seen = set()
+    for op in SPLIT_OPS:
+        for M, N in ((128, 4096), (256, 4096), (128, 14336)):
+            rows = M * ctx.world if op == "gemm_reduce_scatter" else M
+            a = randn((rows, K), torch.bfloat16, ctx.device, seed=31 + ctx.rank, scale=ctx.rank + 1)
+            b = randn((K, N), torch.bfloat16, ctx.device, seed=41 + ctx.rank)
+            cfg = default_config(M, N, K, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
+            seen.add((cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages))
+            ref = registry.get(op, "reference")(a, b)
+            for variant in ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized"):
+                got = registry.get(op, variant)(a, b)
+                tilefuse.synchronize()
+                what = f"{op} {variant} M={M} N={N}"
+                assert_matches(got, ref, torch.bfloat16, K, True, what, scale=ctx.world * (ctx.world + 1) / 2)
+    tilefuse.barrier()
+    return sorted(seen)
+
+
+@pytest.mark.skipif(INTERPRET, reason="the small-M tiles are GPU defaults (the interpreter's tiles are narrower)")
+def test_ops_small_m_default_tiles(pools):
+    seen = pools.run(2, job_ops_small_m_default_tiles)[0]
+    assert len(seen) == 3, seen  # 64x64, 64x128 and 128x128 tiles
+
+
 def test_launch_shape_of_a_warp_specialized_config():
     """A WARP_SPEC config launches as given where the kernel specializes, else with its consumer
     groups' warps and at most 3 stages; the kernels beside the tile loop take the latter's warps."""
