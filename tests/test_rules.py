@@ -100,6 +100,11 @@ def test_tuner_tries_decode_tiles_at_small_m(M):
     want = {(bm, bn) for bm in (16, 32, 64) if bm <= top for bn in (64, 128)}
     assert want <= tiles, (M, sorted(tiles))
     assert all(bm <= max(top, 128) for bm, _ in tiles), "no tile taller than M needs past 128"
+    if M > 64:  # the swept small-M tiles, with their K steps and stages
+        from tilefuse.ops.common.config import SMALL_M_TILES
+
+        got = {(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.num_stages) for c in configs}
+        assert set(SMALL_M_TILES) <= got, (M, sorted(got))
     big = tuner.candidate_configs("fused_sequential", 4096, 8192, 4096, torch.bfloat16, 132, False, False)
     assert min(c.BLOCK_M for c in big) == 64, "large M keeps the large-tile search"
     assert not any(c.WARP_SPEC for c in big), "no op named: no warp-specialized candidate"

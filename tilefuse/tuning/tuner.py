@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 import tilefuse
 from tilefuse.ops import registry
-from tilefuse.ops.common.config import WARP_SPEC_VARIANTS, Config, default_config
+from tilefuse.ops.common.config import SMALL_M_TILES, WARP_SPEC_VARIANTS, Config, default_config
 from tilefuse.runtime import hw
 from tilefuse.tuning import autotune, cache, rules, tables, timing
 from tilefuse.tuning.buckets import m_bucket
@@ -61,11 +61,13 @@ SPLITS = [8, 16, 32]
 
 
 def small_m_tiles(M: int) -> list[tuple]:
-    """Decode-size tiles: BLOCK_M 64/32/16 (none above the smallest power of two >= M, at least 16)
+    """Decode-size tiles: above M = 64 first the swept small-M tiles (``config.SMALL_M_TILES``: deep K
+    steps, 4-6 stages); then BLOCK_M 64/32/16 (none above the smallest power of two >= M, at least 16)
     x BLOCK_N 128/64 (more column tiles keep more programs busy reading B), 4 warps, 4 stages; and
     128x128 above M = 64."""
     top = max(16, 1 << (M - 1).bit_length())
-    tiles = [(bm, bn, 64, 4, 4) for bm in (64, 32, 16) if bm <= top for bn in (128, 64)]
+    tiles = [(bm, bn, bk, 4, stages) for bm, bn, bk, stages in SMALL_M_TILES] if M > 64 else []
+    tiles += [(bm, bn, 64, 4, 4) for bm in (64, 32, 16) if bm <= top for bn in (128, 64)]
     if M > 64:
         tiles.append((128, 128, 64, 4, 4))
     return tiles
