@@ -10,8 +10,8 @@ described in :mod:`tilefuse.runtime.primitives`. This module is its host side:
   the failure signature, then raises).
 - Error records reach the host without a device sync on a GPU: a copy of two control words is
   queued into pinned memory after each call (a call made of one kernel that begins it itself writes
-  them there from that kernel: :meth:`CollectiveCall.enter_args`) and read at the next one (a plain memory read through
-  a numpy view; the full record is read only when one of the two words is set). An error found that way is
+  them there from that kernel: :meth:`CollectiveCall.enter_args`) and read at the next one (a plain
+  memory read through a numpy view; the full record is read only when one of the two words is set). An error found that way is
   raised at the end of that next call, after its own kernels were launched, so that the ranks' calls
   stay paired (its result is discarded). On the CPU backend and with ``TILEFUSE_SYNC_ERRORS=1``
   every call checks at its end and raises at the failing call itself.
@@ -408,8 +408,8 @@ def bump_generation() -> None:
 
 
 def constant_tensors() -> tuple:
-    """Runtime tensors that are not on the heap but that launch plans may keep (``heap_bases`` and
-    the begin kernel's stand-in output)."""
+    """Runtime tensors that are not on the heap but that launch plans may keep (``heap_bases``, the
+    begin kernel's stand-in output and the status words one-kernel calls write)."""
     st = _state()
     return st.heap.heap_bases, st.dummy, _status_words(st)
 
