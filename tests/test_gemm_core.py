@@ -703,6 +703,26 @@ def test_default_config_small_m_tiles(dtype):
     assert interp.BLOCK_N <= 64
 
 
+def test_default_config_split_k_takes_whole_tiles_at_small_m():
+    """The GEMM core's split-K default at M = 64 and 128 takes the variants' whole-K tiles where
+    they keep SPLIT_FREE_WAVE_USE of their waves busy: on the parity grid's shapes that is where
+    they measured faster (docs/perf/2026-12-01_h200_ws1_gemm_parity_small_m_*.csv), split-K where
+    the tiles are few."""
+    split_faster = {(64, 5000, 3500), (64, 1000, 8000), (128, 1000, 8000)}
+    for M in (64, 128):
+        for N, K in PARITY_NK:
+            cfg = default_config(M, N, K, torch.bfloat16, num_sms=132, interpreter=False, comm=False, split_k=True)
+            plain = default_config(M, N, K, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
+            whole = (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages, cfg.SPLIT_K) == \
+                (plain.BLOCK_M, plain.BLOCK_N, plain.BLOCK_K, plain.num_stages, 1)
+            assert whole == ((M, N, K) not in split_faster), (M, N, K, cfg)
+    for M in (16, 256, 1024):  # outside 64..128 the split-K rule as before
+        cfg = default_config(M, 1000, 8000, torch.bfloat16, num_sms=132, interpreter=False, comm=False, split_k=True)
+        assert cfg.BLOCK_K == 64, (M, cfg)
+    fp32 = default_config(128, 4096, 4096, torch.float32, num_sms=132, interpreter=False, comm=False, split_k=True)
+    assert fp32.BLOCK_K == 32
+
+
 # The parity grid of benchmarks/gemm_sweep.py: small M with large K, ragged N and K.
 PARITY_MS = (16, 64, 128, 333, 512, 1000, 1024, 4096, 8192)
 PARITY_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (5000, 3500), (1000, 8000))
@@ -713,6 +733,8 @@ def test_default_config_split_k_rule(dtype):
     """Every split the heuristic picks fits one wave of GEMM programs, keeps MIN_SLICE_STEPS K steps
     per slice and is at most 8; decode sizes take one row of tiles and split where tiles are few,
     large M does not split; no stream-K by default; without split_k nothing changes."""
+    from tilefuse.ops.common.config import _whole_tile_instead_of_split
+
     for comm in (False, True):
         for M in PARITY_MS:
             for N, K in PARITY_NK:
@@ -724,7 +746,10 @@ def test_default_config_split_k_rule(dtype):
                 if cfg.SPLIT_K > 1:
                     assert tiles * cfg.SPLIT_K <= cfg.GEMM_SMS, (M, N, K, cfg)
                     assert steps >= cfg.SPLIT_K * MIN_SLICE_STEPS, (M, N, K, cfg)
-                if M <= 64:
+                whole = _whole_tile_instead_of_split(M, N, K, dtype, cfg.GEMM_SMS, False)
+                if whole is not None:  # the variants' whole-K tile (its own test)
+                    assert cfg.SPLIT_K == 1 and (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K) == whole[:3], (M, N, K, cfg)
+                elif M <= 64:
                     assert cfg.BLOCK_M == max(16, triton.next_power_of_2(M)) and cfg.BLOCK_N in (64, 128)
                 if M >= 4096:
                     assert cfg.SPLIT_K == 1, (M, N, K, cfg)
@@ -736,8 +761,8 @@ def test_default_config_split_k_rule(dtype):
     assert decode.SPLIT_K == 4 and (decode.BLOCK_M, decode.BLOCK_N) == (16, 128)
     narrow = default_config(16, 1000, 8000, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
     assert (narrow.BLOCK_N, narrow.SPLIT_K) == (64, 8)  # 8 tiles of 128 would need 16 slices
-    down = default_config(128, 4096, 14336, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
-    assert (down.BLOCK_M, down.BLOCK_N, down.SPLIT_K) == (64, 128, 2)
+    down = default_config(128, 1000, 8000, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
+    assert (down.BLOCK_M, down.BLOCK_N, down.SPLIT_K) == (64, 128, 8)  # few tiles: K slices
     big = default_config(8192, 8192, 8192, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
     assert big.SPLIT_K == 1 and (big.BLOCK_M, big.BLOCK_N) == (128, 256)
 
@@ -756,7 +781,7 @@ def test_default_config_warp_specialized_tiles(dtype):
             cfg = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
             plain = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=True)
             assert plain.WARP_SPEC == 0, (M, N, K, plain)
-            if dtype == torch.float32 or M <= 64:
+            if dtype == torch.float32 or M <= 128:
                 assert cfg.WARP_SPEC == 0, (M, N, K, cfg)
                 continue
             if cfg.WARP_SPEC:

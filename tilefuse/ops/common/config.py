@@ -232,6 +232,28 @@ def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -
     return block_m, block_n, block_k, 4, stages
 
 
+SPLIT_FREE_WAVE_USE = 0.6  # with split-K at 64 <= M <= 128: the whole-K tiles while they keep this busy
+
+
+def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, programs: int,
+                                 interpreter: bool) -> tuple | None:
+    """For the GEMM core's split-K default at 64 <= M <= 128 (16-bit, GPU): the tile the variants run
+    without split-K (:func:`_narrow_decode_tiles`, :func:`_small_m_tiles`) while its tiles keep
+    ``SPLIT_FREE_WAVE_USE`` of their waves busy, else None (the split-K tiles).
+
+    Measured in one run (``bash benchmarks/runs/small_m_parity.sh``, the parity grid's M = 64 and 128,
+    docs/perf/2026-12-01_h200_ws1_gemm_parity_small_m_split.csv and ..._no_split.csv): the whole-K
+    tiles won 9 of the 12 shapes (median 0.915x of torch.matmul against 0.785x), the split-K tiles
+    where the tiles are few (N = 1000, and N = 5000 at M = 64: 24-59 % of a wave busy). With this
+    rule 10 of the 12 shapes run the faster of the two, the other two within 0.04 (128x1000x8000:
+    0.65x against 0.69x; 128x14336x4096: 0.93x against 0.95x)."""
+    if interpreter or dtype.itemsize > 2 or not 64 <= M <= 128:
+        return None
+    tile = _narrow_decode_tiles(M, N, K, dtype.itemsize, programs) if M <= 64 else _small_m_tiles(M, N, K, programs)
+    bm, bn = tile[0], tile[1]
+    return tile if wave_use(-(-M // bm) * -(-N // bn), programs) >= SPLIT_FREE_WAVE_USE else None
+
+
 def wave_use(tiles: int, programs: int) -> float:
     """The share of ``programs`` busy over the waves ``tiles`` take (1.0: the last wave is full)."""
     return tiles / (-(-tiles // programs) * programs)
@@ -308,7 +330,9 @@ def default_config(
     the variants at world 2 it measured no better, A/B in one run (docs/PERF.md, "Warp-specialized
     tiles at world 2"): a tuned table may still choose it (``WARP_SPEC = 1``).
 
-    GPU, with split-K (small M with large K had too few tiles for the multiprocessors), from the
+    GPU, with split-K: at 64 <= M <= 128 in 16-bit dtypes the tiles without split-K above where they
+    fill the SMs (:func:`_whole_tile_instead_of_split`); otherwise (small M with large K had too few
+    tiles for the multiprocessors), from the
     parity sweep of the GEMM core on an H200 (``benchmarks/gemm_sweep.py --grid parity``,
     docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv): up to M = 64 one row of tiles,
     ``BLOCK_M`` = M rounded up to a power of two in [16, 64], 4 warps, as many stages as fit in 160
@@ -356,7 +380,10 @@ def default_config(
     max_k = 32 if dtype.itemsize >= 4 else 64
     block_k = _pow2_between(K, 16, max_k)
     split, stream, warp_spec = 1, 0, 0
-    if split_k:
+    whole = _whole_tile_instead_of_split(M, N, K, dtype, gemm_sms, interpreter) if split_k else None
+    if whole is not None:
+        block_m, block_n, block_k, warps, stages = whole
+    elif split_k:
         block_m, block_n, warps, stages, split, stream, warp_spec = _split_k_tiles(
             M, N, K, block_k, dtype.itemsize, gemm_sms)
     else:
