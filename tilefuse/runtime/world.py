@@ -13,9 +13,8 @@ described in :mod:`tilefuse.runtime.primitives`. This module is its host side:
   them there from that kernel: :meth:`CollectiveCall.enter_args`) and read at the next one (a plain
   memory read through a numpy view; the full record is read only when one of the two words is set).
   An error found that way is raised at the end of that next call, after its own kernels were
-  launched, so that the ranks' calls
-  stay paired (its result is discarded). On the CPU backend and with ``TILEFUSE_SYNC_ERRORS=1``
-  every call checks at its end and raises at the failing call itself.
+  launched, so that the ranks' calls stay paired (its result is discarded). On the CPU backend and
+  with ``TILEFUSE_SYNC_ERRORS=1`` every call checks at its end and raises at the failing call itself.
 - A wait that timed out poisons the runtime on every rank: every op raises :class:`PoisonedError`
   until :func:`reset` (collective) re-zeros the control block and drops the workspaces.
 
