@@ -149,66 +149,43 @@ def test_slow_peer_poisons_then_reset(pools, world):
     assert max(t for _, t in out) < 30.0, out
 
 
-def job_async_report(ctx):
+def job_async_report(ctx, op, variant, next_call):
     """Without a sync per call (the GPU default) a peer's failed checks abort the call on every rank:
-    its output is NaN, never another call's data, and the error is raised at synchronize(); the next
-    calls are correct."""
-    op, variant = "all_gather_gemm", "wg_specialized"
+    its output is NaN, never another call's data, and the error is raised at synchronize() or
+    (``next_call``) by this rank's next call, found through the status words alone after a device
+    sync that reads no record (the copy queued after a begun call, or the words a one-kernel call
+    writes to the host itself); the calls after it are correct."""
     world.set_sync_errors(False)
     _check(ctx, op, variant, 24, 40, 32, seed=50)
     a, b = _operands(ctx, op, 24, 40, 32, seed=51)
+    call = registry.get(op, variant)
     if ctx.rank == 0:
         with pytest.raises(TypeError):
-            registry.get(op, variant)(a.to(torch.int32), b)
+            call(a.to(torch.int32), b)
+        torch.cuda.synchronize()
+        if next_call:
+            call(a, b)  # its own failure is not recorded here: this call returns
         tilefuse.synchronize()
     else:
-        out = registry.get(op, variant)(a, b)
+        out = call(a, b)
+        torch.cuda.synchronize()
         with pytest.raises(tilefuse.PeerCallError, match="failed on rank 0"):
-            tilefuse.synchronize()
+            call(a, b) if next_call else tilefuse.synchronize()  # the next call alone must raise it
         assert torch.isnan(out).all(), "an aborted call's output must be NaN"
+    torch.cuda.synchronize()
     _check(ctx, op, variant, 24, 40, 32, seed=52)
     world.set_sync_errors(True)
     tilefuse.barrier()
     return True
 
 
-def test_async_error_report(pools, on_gpu):
+@pytest.mark.parametrize("op, variant, next_call", [("all_gather_gemm", "wg_specialized", False),
+                                                    ("gemm_all_reduce", "bulk_sync", True),
+                                                    ("gemm_all_reduce", "wg_specialized", True)])
+def test_async_error_report(pools, on_gpu, op, variant, next_call):
     if not on_gpu:
         pytest.skip("the CPU backend raises at the failing call itself (kernels run synchronously)")
-    assert all(pools.run(2, job_async_report))
-
-
-def job_async_report_next_call(ctx, variant):
-    """Without a sync per call, a peer's failure recorded by a call is raised by this rank's next
-    call, found through the status words alone (a device sync that reads no record first): the
-    copy queued after a begun call, or the words a one-kernel call writes to the host itself."""
-    op = "gemm_all_reduce"
-    world.set_sync_errors(False)
-    _check(ctx, op, variant, 24, 40, 32, seed=53)
-    a, b = _operands(ctx, op, 24, 40, 32, seed=54)
-    if ctx.rank == 0:
-        with pytest.raises(TypeError):
-            registry.get(op, variant)(a.to(torch.int32), b)
-        torch.cuda.synchronize()
-        registry.get(op, variant)(a, b)  # its own failure is not recorded here: this call returns
-    else:
-        out = registry.get(op, variant)(a, b)
-        torch.cuda.synchronize()
-        assert torch.isnan(out).all(), "an aborted call's output must be NaN"
-        with pytest.raises(tilefuse.PeerCallError, match="failed on rank 0"):
-            registry.get(op, variant)(a, b)
-    torch.cuda.synchronize()
-    _check(ctx, op, variant, 24, 40, 32, seed=55)
-    world.set_sync_errors(True)
-    tilefuse.barrier()
-    return True
-
-
-@pytest.mark.parametrize("variant", ["bulk_sync", "wg_specialized"])
-def test_async_error_report_next_call(pools, on_gpu, variant):
-    if not on_gpu:
-        pytest.skip("the CPU backend raises at the failing call itself (kernels run synchronously)")
-    assert all(pools.run(2, job_async_report_next_call, variant))
+    assert all(pools.run(2, job_async_report, op, variant, next_call))
 
 
 def job_wrap(ctx, start):
