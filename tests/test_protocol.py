@@ -309,7 +309,7 @@ def job_one_kernel_calls(ctx):
     return words
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, 3, pytest.param(4, marks=pytest.mark.slow)])
 def test_one_kernel_calls_keep_the_sequence(pools, world):
     words = pools.run(world, job_one_kernel_calls)
     assert all(w == words[0] for w in words), words  # the same sequence numbers on every rank
