@@ -118,6 +118,7 @@ def job_slow_peer(ctx, bound_s, delay_s):
     tilefuse.barrier()
     old = tilefuse.set_wait_timeout(bound_s)
     a, b = _operands(ctx, op, 16, 24, 16, seed=10)
+    seq = int(control_block()[int(primitives.CTL_SEQ)].item()) + 1  # this call's sequence number
     t0 = time.monotonic()
     try:
         if ctx.rank == ctx.world - 1:
@@ -126,6 +127,8 @@ def job_slow_peer(ctx, bound_s, delay_s):
             registry.get(op, variant)(a, b)
             tilefuse.synchronize()  # on a GPU the error is reported here (no sync per call by default)
         first = type(info.value).__name__
+        if first == "WaitTimeoutError":  # it names the call (a one-kernel call: ctl[SEQ] lags by one)
+            assert f"call #{seq} " in str(info.value), (seq, str(info.value))
         with pytest.raises(tilefuse.PoisonedError, match="reset"):
             registry.get(op, variant)(a, b)
         with pytest.raises(tilefuse.PoisonedError):
