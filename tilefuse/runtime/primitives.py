@@ -42,14 +42,15 @@ Because every rank finished all its kernels of call ``seq - 1`` (stream order) b
 that still reads call ``seq - 1``'s.
 
 *One-kernel calls begin themselves.* A call made of a single kernel (every ``wg_specialized``,
-gemm_all_reduce's one-shot and gemm_all_scatter's ``fused_sequential``) launches no begin kernel: its programs start with
-:func:`call_enter` and end with :func:`call_exit`. Every program takes ``seq = ctl[SEQ] + 1`` (no one
-moves ``ctl[SEQ]`` before the kernel's end); the first program to take a ticket on ``ctl[ENTER]``
-runs steps 2-4 above and releases ``ctl[GO] = seq``; the others acquire ``ctl[GO]`` before touching
-anything shared. The last program to finish (a ticket on ``ctl[EXIT]``) re-arms both counters
-(for gemm_all_scatter first passing the closing barrier with the other ranks), stores
-``ctl[SEQ] = seq`` and writes the status words the host reads (below) into page-locked host memory. The sequence, the pairing and the barrier are the same as with the begin kernel, and calls of
-both kinds mix freely; a call is one launch instead of two.
+gemm_all_reduce's one-shot and gemm_all_scatter's ``fused_sequential``) launches no begin kernel:
+its programs start with :func:`call_enter` and end with :func:`call_exit`. Every program takes
+``seq = ctl[SEQ] + 1`` (no one moves ``ctl[SEQ]`` before the kernel's end); the first program to
+take a ticket on ``ctl[ENTER]`` runs steps 2-4 above and releases ``ctl[GO] = seq``; the others
+acquire ``ctl[GO]`` before touching anything shared. The last program to finish (a ticket on
+``ctl[EXIT]``) re-arms both counters (for gemm_all_scatter first passing the closing barrier with
+the other ranks), stores ``ctl[SEQ] = seq`` and writes the status words the host reads (below) into
+page-locked host memory. The sequence, the pairing and the barrier are the same as with the begin
+kernel, and calls of both kinds mix freely; a call is one launch instead of two.
 
 *Flags.* Data flags are int64 words on the heap that hold the sequence number of the call that last
 wrote them. A producer writes its data, then *releases* the flag with ``signal(flag, seq)``
