@@ -82,7 +82,7 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
         b, b.stride(0), b.stride(1), p.c, p.c.stride(0), p.c.stride(1), p.flags, p.flags[r * p.num_chunks:],
         M_loc, N, K, heap.heap_bases, ctl(heap), r, W, *p.enter_args,
         COMM_PROGRAMS=comm_programs, GEMM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct,
-        FIRST=p.first, ENTER=p.enter is not None, **gemm_meta(call, p.lay),
+        FIRST=p.first, ENTER=p.begins, **gemm_meta(call, p.lay),
     )
     p.entered()
     return finish(call, p.c, p.ag.clone() if return_gathered else None, return_gathered)

@@ -303,6 +303,11 @@ class Entered:
     enter: tuple | None
 
     @property
+    def begins(self) -> bool:
+        """Whether the call's kernel begins the call itself (its ``ENTER`` constexpr)."""
+        return self.enter is not None
+
+    @property
     def enter_args(self) -> tuple:
         """The begin arguments of the call's kernel (:func:`enter_args`)."""
         return enter_args(self.enter)

@@ -84,7 +84,7 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None, two_shot=False
         *call.gemm.gemm_args, call.stage, call.stage if call.two_shot else call.flags, *call.stage_args,
         *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
         NUM_PROGRAMS=programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None, TWO_SHOT=call.two_shot,
-        ENTER=call.enter is not None, **call.gemm.gemm_meta_ws,
+        ENTER=call.begins, **call.gemm.gemm_meta_ws,
     )
     call.entered()
     if call.two_shot:  # barrier, owners sum their rows, barrier, everyone pulls the sums

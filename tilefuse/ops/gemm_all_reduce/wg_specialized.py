@@ -88,7 +88,7 @@ def wg_specialized(a, b, *, config=None, group=None, bias=None, two_shot=False):
         *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args, *call.out_args,
         *call.dist_args, *call.enter_args,
         GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=comm_programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None,
-        TWO_SHOT=call.two_shot, REDUCERS=reducers, GATHERERS=gatherers, ENTER=call.enter is not None,
+        TWO_SHOT=call.two_shot, REDUCERS=reducers, GATHERERS=gatherers, ENTER=call.begins,
         **call.gemm.gemm_meta,
     )
     call.entered()

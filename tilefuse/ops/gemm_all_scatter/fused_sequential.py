@@ -58,9 +58,9 @@ def fused_sequential(a, b, *, config=None, group=None, out=None):
     _fused_kernel[(programs,)](
         *g.gemm_args, call.c_block, call.c_block.stride(0), call.c_block.stride(1),
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
-        NUM_PROGRAMS=programs, ENTER=call.enter is not None, **g.gemm_meta_ws,
+        NUM_PROGRAMS=programs, ENTER=call.begins, **g.gemm_meta_ws,
     )
     call.entered()
-    if call.enter is None:
+    if not call.begins:
         mid_barrier(heap, 0)  # every peer's tiles have landed in c
     return call.result()

@@ -73,7 +73,7 @@ def wg_specialized(a, b, *, config=None, group=None, out=None):
     _wg_kernel[(gemm_programs + cfg.COMM_SMS,)](
         *g.gemm_args, c_block, c_block.stride(0), c_block.stride(1), call.flags, call.done,
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
-        GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=cfg.COMM_SMS, ENTER=call.enter is not None, **g.gemm_meta,
+        GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=cfg.COMM_SMS, ENTER=call.begins, **g.gemm_meta,
     )
     call.entered()
     return call.result()

@@ -66,7 +66,7 @@ def wg_specialized(a, b, *, config=None, group=None):
         *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args,
         call.run_arg, call.c, call.c.stride(0), call.c.stride(1),
         *call.dist_args, *call.enter_args,
-        GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=comm_programs, SUB_M=call.sub_m, ENTER=call.enter is not None,
+        GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=comm_programs, SUB_M=call.sub_m, ENTER=call.begins,
         **call.gemm.gemm_meta,
     )
     call.entered()
