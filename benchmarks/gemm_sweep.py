@@ -68,15 +68,16 @@ GRIDS = {
 # Sweep candidates: (BLOCK_M, BLOCK_N, warps, stages) by M class; each with SPLIT_K candidates.
 SMALL_M_TILES = [(16, 64, 4, 6), (16, 128, 4, 6), (32, 128, 4, 6), (64, 64, 4, 6), (64, 128, 4, 4),
                  (64, 128, 4, 6), (64, 256, 8, 4)]
-LARGE_M_TILES = [(64, 128, 4, 4), (128, 128, 4, 4), (64, 256, 4, 4), (128, 256, 8, 3)]
+LARGE_M_TILES = [(64, 128, 4, 4), (128, 128, 4, 4), (64, 256, 4, 4), (128, 256, 8, 3), (128, 64, 4, 5),
+                 (64, 64, 4, 6)]
 # Without SPLIT_K at M <= 64 (what the fused variants can run): narrow tiles give every SM a tile,
 # deeper K steps keep each SM's loads in flight. (BLOCK_N, BLOCK_K, stages), 4 warps, BLOCK_M from M.
 NO_SPLIT_DECODE = [(bn, bk, st) for bn in (16, 32, 64, 128)
                    for bk, stages in ((64, (4, 6)), (128, (4, 6)), (256, (3, 4))) for st in stages]
 # Warp-specialized tiles (Config.WARP_SPEC = 1; 4 warps per group, one producer and two consumer
 # groups): (BLOCK_M, BLOCK_N, BLOCK_K, stages). 64x256 and 8-warp groups do not specialize.
-WARP_SPEC_TILES = [(64, 128, 64, 4), (128, 128, 64, 4), (128, 128, 64, 5), (128, 128, 128, 3),
-                   (128, 256, 64, 3), (128, 256, 64, 4), (256, 128, 64, 3)]
+WARP_SPEC_TILES = [(64, 128, 64, 4), (128, 64, 64, 5), (128, 64, 128, 4), (128, 128, 64, 4), (128, 128, 64, 5),
+                   (128, 128, 128, 3), (128, 256, 64, 3), (128, 256, 64, 4), (256, 128, 64, 3)]
 # 12 and 16 slices lost on every shape of docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv.
 SPLITS = (1, 2, 3, 4, 6, 8)
 
@@ -258,6 +259,7 @@ def main(argv=None) -> None:
                         help="time only the config default_config(..., split_k=True) picks")
     parser.add_argument("--max-m", type=int, default=None, help="leave out shapes with a larger M")
     parser.add_argument("--ms", default=None, help="comma-separated: only the grid's shapes with these M")
+    parser.add_argument("--ns", default=None, help="comma-separated: only the grid's shapes with these N")
     parser.add_argument("--no-split", action="store_true",
                         help="configs without SPLIT_K, as the fused variants run them: the default is "
                              "default_config(..., split_k=False), the candidates (M <= 64) narrow tiles and "
@@ -293,6 +295,9 @@ def main(argv=None) -> None:
     if args.ms:
         keep = {int(m) for m in args.ms.split(",") if m.strip()}
         shapes = [s for s in shapes if s[0] in keep]
+    if args.ns:
+        keep = {int(n) for n in args.ns.split(",") if n.strip()}
+        shapes = [s for s in shapes if s[1] in keep]
     if args.quick:
         shapes = shapes[:4]
     from tilefuse.ops.common import gemm
