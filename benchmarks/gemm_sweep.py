@@ -74,6 +74,9 @@ LARGE_M_TILES = [(64, 128, 4, 4), (128, 128, 4, 4), (64, 256, 4, 4), (128, 256, 
 # deeper K steps keep each SM's loads in flight. (BLOCK_N, BLOCK_K, stages), 4 warps, BLOCK_M from M.
 NO_SPLIT_DECODE = [(bn, bk, st) for bn in (16, 32, 64, 128)
                    for bk, stages in ((64, (4, 6)), (128, (4, 6)), (256, (3, 4))) for st in stages]
+# Without SPLIT_K past M = 256 (config.SMALL_M_MAX): 128-row tiles, (BLOCK_N, BLOCK_K, stages, warps).
+MID_M_NO_SPLIT = [(128, 64, 4, 4), (128, 64, 5, 4), (128, 64, 6, 4), (128, 128, 3, 4), (64, 64, 5, 4), (64, 128, 4, 4),
+                  (256, 64, 3, 8)]
 # Warp-specialized tiles (Config.WARP_SPEC = 1; 4 warps per group, one producer and two consumer
 # groups): (BLOCK_M, BLOCK_N, BLOCK_K, stages). 64x256 and 8-warp groups do not specialize.
 WARP_SPEC_TILES = [(64, 128, 64, 4), (128, 64, 64, 5), (128, 64, 128, 4), (128, 128, 64, 4), (128, 128, 64, 5),
@@ -110,13 +113,19 @@ def padding(pad: bool | None):
 def no_split_candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list:
     """``SPLIT_K = 1`` configs (:data:`NO_SPLIT_DECODE`) whose stages fit in 200 KiB of shared memory;
     BLOCK_M is M rounded up to a power of two in [16, 64], and above M = 64 also 128 (up to 32
-    columns: narrower 128-row tiles than that are not in the list)."""
+    columns: narrower 128-row tiles than that are not in the list). Past ``SMALL_M_MAX`` rows the
+    128-row tiles of :data:`MID_M_NO_SPLIT` instead."""
     import triton
 
-    from tilefuse.ops.common.config import Config
+    from tilefuse.ops.common.config import SMALL_M_MAX, Config
 
-    bms = [max(16, min(64, triton.next_power_of_2(M)))] + ([128] if M > 64 else [])
     out = []
+    if M > SMALL_M_MAX:  # past the small-M tiles: the 128-row tiles of the wider classes, stages swept
+        for bn, bk, stages, warps in MID_M_NO_SPLIT:
+            out.append(Config(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages,
+                              GEMM_SMS=num_sms, COMM_SMS=0))
+        return out
+    bms = [max(16, min(64, triton.next_power_of_2(M)))] + ([128] if M > 64 else [])
     for bm in bms:
         for bn, bk, stages in NO_SPLIT_DECODE:
             if stages * (bm + bn) * bk * dtype.itemsize > 200 * 1024 or bk > max(64, triton.next_power_of_2(K)):

@@ -29,6 +29,12 @@ from .launch import RankCtx
 
 DEFAULT_L2_BYTES = 64 << 20  # when the device does not report its L2 size
 FLUSH_BYTES = 256 << 20  # what do_bench writes to clear L2
+# GPU clock cycles a device-side spin runs before every call timed back to back (about 250 us at an
+# H200's 1.98 GHz): the host queues the call's launches meanwhile, so its events time the device's
+# work alone. Without it a call whose host work outlasts the GPU's (the L2 clear and the call) drains
+# the queue and its window includes host time: on a slow host the GEMM core at 128x4096x4096 once
+# measured 53 us against 21 us in an earlier run, the GPU mostly idle (docs/PERF.md, "Method").
+LEAD_CYCLES = 500_000
 
 
 def l2_bytes(device: torch.device) -> int:
@@ -124,6 +130,8 @@ def _event_medians(ctx: RankCtx, fns: list, *, warmup_ms: float, rep_ms: float, 
         for j in range(k):
             i = (r + j) % k
             s, e = events[r][i]
+            if not per_call:
+                torch.cuda._sleep(LEAD_CYCLES)
             _flush_l2(ctx.device)
             if per_call:
                 ctx.barrier()
@@ -144,13 +152,15 @@ def bench_interleaved(ctx: RankCtx, fns: list, *, warmup_ms: float = 25.0, rep_m
     """Median time in ms of every ``fns[i]()``, the calls interleaved one by one (cross-rank max).
 
     Repetition r calls every function once, in the order ``r, r+1, ...`` (rotated by one each
-    time), each call after an L2 clear and timed with CUDA events; with several ranks or
-    ``sync_each`` each call also starts on an idle GPU after a barrier. Drift and oscillation of the
-    GPU's clocks (an H200 at its power cap swings ±5 % with a period of about a second:
-    docs/PERF.md, "Method") then reach every function alike, where timing one function for 100 ms
-    and then the next hands each a different phase of the swing. ``rep_ms`` is each function's
-    share of the timed calls. ``host_ms``, if given, is a list of lists that receives each
-    function's host time per call (on the per-call-barrier path). Collective when ``ctx.world > 1``.
+    time), each call after an L2 clear and timed with CUDA events: back to back behind a device-side
+    spin (:data:`LEAD_CYCLES`) that lets the host queue it, so the time is the device's; with several
+    ranks or ``sync_each`` each call instead starts on an idle GPU after a barrier (host time
+    included). Drift and oscillation of the GPU's clocks (an H200 at its power cap swings ±5 % with
+    a period of about a second: docs/PERF.md, "Method") then reach every function alike, where
+    timing one function for 100 ms and then the next hands each a different phase of the swing.
+    ``rep_ms`` is each function's share of the timed calls. ``host_ms``, if given, is a list of
+    lists that receives each function's host time per call (on the per-call-barrier path).
+    Collective when ``ctx.world > 1``.
     """
     if not ctx.on_gpu:
         return [bench(ctx, fn, cpu_reps=cpu_reps) for fn in fns]
