@@ -458,7 +458,8 @@ def test_ops_wide_tile_bits_with_warp_specialization(pools):
 
 def job_ops_small_m_default_tiles(ctx):
     """Every op's variants without a config at 64 < M <= 256 per rank, in bf16 (the swept small-M
-    tiles: 128-row tiles with 6 stages, 64-row tiles with 128-deep K steps): right against the
+    tiles: 128-row tiles with 6 stages, 64-row tiles with 128-deep K steps), and at M = 333 (128x128
+    with MID_M_STAGES stages: the most shared memory of any default): right against the
     reference (the variants with communication programs may pick other tiles than those without:
     no bit comparison between them)."""
     from ophelpers import assert_matches, randn
@@ -471,7 +472,7 @@ def job_ops_small_m_default_tiles(ctx):
     K = 1024
     seen = set()
     for op in SPLIT_OPS:
-        for M, N in ((128, 4096), (256, 4096), (128, 14336)):
+        for M, N in ((128, 4096), (256, 4096), (128, 14336), (333, 4096)):
             rows = M * ctx.world if op == "gemm_reduce_scatter" else M
             a = randn((rows, K), torch.bfloat16, ctx.device, seed=31 + ctx.rank, scale=ctx.rank + 1)
             b = randn((K, N), torch.bfloat16, ctx.device, seed=41 + ctx.rank)
@@ -490,7 +491,7 @@ def job_ops_small_m_default_tiles(ctx):
 @pytest.mark.skipif(INTERPRET, reason="the small-M tiles are GPU defaults (the interpreter's tiles are narrower)")
 def test_ops_small_m_default_tiles(pools):
     seen = pools.run(2, job_ops_small_m_default_tiles)[0]
-    assert len(seen) == 3, seen  # 64x64, 64x128 and 128x128 tiles
+    assert len(seen) == 4, seen  # 64x64, 64x128 and 128x128 tiles, and past M = 256 128x128 with MID_M_STAGES
 
 
 def test_launch_shape_of_a_warp_specialized_config():
@@ -707,8 +708,9 @@ def test_default_config_split_k_takes_whole_tiles_at_small_m():
     """The GEMM core's split-K default at M = 64 and 128 takes the variants' whole-K tiles where
     they keep SPLIT_FREE_WAVE_USE of their waves busy: on the parity grid's shapes that is where
     they measured faster (docs/perf/2026-12-01_h200_ws1_gemm_parity_small_m_*.csv), split-K where
-    the tiles are few."""
-    split_faster = {(64, 5000, 3500), (64, 1000, 8000), (128, 1000, 8000)}
+    the tiles are few (and at 128x5000x3500, where the few-tile split measured faster:
+    docs/perf/2026-12-01_h200_ws1_gemm_few_tiles_bf16.csv)."""
+    split_faster = {(64, 5000, 3500), (64, 1000, 8000), (128, 1000, 8000), (128, 5000, 3500)}
     for M in (64, 128):
         for N, K in PARITY_NK:
             cfg = default_config(M, N, K, torch.bfloat16, num_sms=132, interpreter=False, comm=False, split_k=True)
@@ -721,6 +723,37 @@ def test_default_config_split_k_takes_whole_tiles_at_small_m():
         assert cfg.BLOCK_K == 64, (M, cfg)
     fp32 = default_config(128, 4096, 4096, torch.float32, num_sms=132, interpreter=False, comm=False, split_k=True)
     assert fp32.BLOCK_K == 32
+
+
+def test_default_config_few_tiles_split_into_a_wave():
+    """Past M = 64 where 128x128 tiles are few, the GEMM core's split-K default is the tile and K
+    split that won the few-tile sweep (docs/perf/2026-12-01_h200_ws1_gemm_few_tiles_bf16.csv):
+    128x128 in 2-4 slices from M = 333, 64x64 in 4 slices at 128x1000x8000, 128x128 in 3 slices at
+    128x5000x3500; tiles x slices never exceed a wave, nor slices 4."""
+    from tilefuse.ops.common.config import FEW_TILES_MAX_SPLIT
+
+    expect = {(128, 1000, 8000): (64, 64, 4), (128, 5000, 3500): (128, 128, 3), (333, 1000, 8000): (128, 128, 4),
+              (512, 1000, 8000): (128, 128, 4), (1000, 1000, 8000): (128, 128, 2), (1024, 1000, 8000): (128, 128, 2)}
+    for (M, N, K), tile in expect.items():
+        cfg = default_config(M, N, K, torch.bfloat16, num_sms=132, interpreter=False, comm=False, split_k=True)
+        assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.SPLIT_K) == tile, (M, N, K, cfg)
+        tiles = -(-M // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N)
+        assert tiles * cfg.SPLIT_K <= 132 and cfg.SPLIT_K <= FEW_TILES_MAX_SPLIT
+    many = default_config(1024, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False, split_k=True)
+    assert many.SPLIT_K == 1  # enough tiles: no split
+
+
+def test_default_config_mid_m_stages():
+    """128x128 tiles of 16-bit values take MID_M_STAGES stages below M = 1000, with and without
+    split-K (docs/perf/2026-12-01_h200_ws1_gemm_no_split_mid_bf16.csv); fp32 keeps fewer."""
+    from tilefuse.ops.common.config import MID_M_STAGES
+
+    for split_k in (False, True):
+        cfg = default_config(333, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False,
+                             split_k=split_k)
+        assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_stages) == (128, 128, MID_M_STAGES), cfg
+    fp32 = default_config(333, 4096, 4096, torch.float32, num_sms=132, interpreter=False, comm=False)
+    assert fp32.num_stages <= 4
 
 
 # The parity grid of benchmarks/gemm_sweep.py: small M with large K, ragged N and K.
@@ -762,7 +795,7 @@ def test_default_config_split_k_rule(dtype):
     narrow = default_config(16, 1000, 8000, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
     assert (narrow.BLOCK_N, narrow.SPLIT_K) == (64, 8)  # 8 tiles of 128 would need 16 slices
     down = default_config(128, 1000, 8000, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
-    assert (down.BLOCK_M, down.BLOCK_N, down.SPLIT_K) == (64, 128, 8)  # few tiles: K slices
+    assert (down.BLOCK_M, down.BLOCK_N, down.SPLIT_K) == (64, 64, 4)  # few tiles: K slices (FEW_TILES)
     big = default_config(8192, 8192, 8192, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
     assert big.SPLIT_K == 1 and (big.BLOCK_M, big.BLOCK_N) == (128, 256)
 
@@ -770,9 +803,9 @@ def test_default_config_split_k_rule(dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_default_config_warp_specialized_tiles(dtype):
     """The GEMM core's tiles above the small-M classes (16-bit dtypes): warp-specialized 128x256 (4
-    warps a group, 4 stages) unless 128x128 tiles (5 stages) keep over 2 % more of their last wave
-    busy; fp32 never specializes; the configs without split-K (the variants') never do."""
-    from tilefuse.ops.common.config import wave_use
+    warps a group, 4 stages) unless 128x128 tiles (MID_M_STAGES stages) keep over 2 % more of their
+    last wave busy; fp32 never specializes; the configs without split-K (the variants') never do."""
+    from tilefuse.ops.common.config import MID_M_STAGES, wave_use
 
     assert wave_use(132, 132) == 1.0 and wave_use(133, 132) == 133 / 264 and wave_use(66, 132) == 0.5
     seen = set()
@@ -788,14 +821,14 @@ def test_default_config_warp_specialized_tiles(dtype):
                 assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_warps, cfg.num_stages, cfg.SPLIT_K) == (128, 256, 4, 4, 1)
                 use = wave_use(triton.cdiv(M, 128) * triton.cdiv(N, 256), 132)
                 assert use >= wave_use(triton.cdiv(M, 128) * triton.cdiv(N, 128), 132) - 0.02, (M, N, K)
-            elif cfg.BLOCK_M == 128:
-                assert (cfg.BLOCK_N, cfg.num_warps, cfg.num_stages) == (128, 4, 5), (M, N, K, cfg)
+            elif cfg.BLOCK_M == 128 and cfg.SPLIT_K == 1:
+                assert (cfg.BLOCK_N, cfg.num_warps, cfg.num_stages) == (128, 4, MID_M_STAGES), (M, N, K, cfg)
             seen.add((cfg.BLOCK_N, cfg.WARP_SPEC))
     if dtype != torch.float32:
         assert seen == {(128, 0), (256, 1)}, seen
         # 1000 x 14336: 448 tiles of 128x256 fill 85 % of their last wave, 896 of 128x128 97 %.
         mid = default_config(1000, 14336, 4096, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
-        assert (mid.BLOCK_N, mid.WARP_SPEC, mid.num_stages) == (128, 0, 5)
+        assert (mid.BLOCK_N, mid.WARP_SPEC, mid.num_stages) == (128, 0, MID_M_STAGES)
         wide = default_config(4096, 4096, 4096, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
         assert (wide.BLOCK_N, wide.WARP_SPEC) == (256, 1)
 

@@ -232,7 +232,22 @@ def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -
     return block_m, block_n, block_k, 4, stages
 
 
-SPLIT_FREE_WAVE_USE = 0.6  # with split-K at 64 <= M <= 128: the whole-K tiles while they keep this busy
+# The GEMM core's split-K tiles past M = 64 where 128x128 tiles are few (under half a wave past M =
+# 128): (BLOCK_M, BLOCK_N, stages), 4 warps, largest first. From the sweep of the parity grid's
+# few-tile shapes (gemm_sweep --grid parity --ms 128,333,512,1000,1024 --ns 1000,5000,
+# docs/perf/2026-12-01_h200_ws1_gemm_few_tiles_bf16.csv): the winners split 128-row tiles (64-row ones
+# at M = 128 with N = 1000) into at most 4 K slices that together fill a wave; more slices lost.
+FEW_TILES = ((128, 128, 4), (128, 64, 5), (64, 128, 4), (64, 64, 6))
+FEW_TILES_MAX_SPLIT = 4
+FEW_TILES_FILL = 0.85
+
+# Stages of 128x128x64 tiles of 16-bit values past the small-M classes: 6 (192 KiB) measured 0.81-0.96x
+# of torch.matmul at M = 333 and 512 where 4 stages gave 0.72-0.86x and 5 stages 0.80-0.94x
+# (gemm_sweep --grid parity --no-split --ms 333,512 --ns 4096,5000,
+# docs/perf/2026-12-01_h200_ws1_gemm_no_split_mid_bf16.csv).
+MID_M_STAGES = 6
+
+SPLIT_FREE_WAVE_USE = 0.7  # with split-K at 64 <= M <= 128: the whole-K tiles while they keep this busy
 
 
 def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, programs: int,
@@ -246,7 +261,9 @@ def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, pro
     tiles won 9 of the 12 shapes (median 0.915x of torch.matmul against 0.785x), the split-K tiles
     where the tiles are few (N = 1000, and N = 5000 at M = 64: 24-59 % of a wave busy). With this
     rule 10 of the 12 shapes run the faster of the two, the other two within 0.04 (128x1000x8000:
-    0.65x against 0.69x; 128x14336x4096: 0.93x against 0.95x)."""
+    0.65x against 0.69x; 128x14336x4096: 0.93x against 0.95x). The threshold is 0.7, not 0.6, since
+    the few-tile split (``FEW_TILES``) measured 0.97x at 128x5000x3500, whose whole-K tiles keep 61 %
+    busy and measured 0.76-0.78x (docs/perf/2026-12-01_h200_ws1_gemm_few_tiles_bf16.csv)."""
     if interpreter or dtype.itemsize > 2 or not 64 <= M <= 128:
         return None
     tile = _narrow_decode_tiles(M, N, K, dtype.itemsize, programs) if M <= 64 else _small_m_tiles(M, N, K, programs)
@@ -285,13 +302,20 @@ def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs
         stage = (block_m + block_n) * block_k * itemsize
         stages = max(3, min(_MAX_SMALL_M_STAGES, _STAGE_SMEM_BYTES // stage))
         return block_m, block_n, 4, stages, split(block_m, block_n), 0, 0
-    wide_stages = 5 if itemsize <= 2 else 4  # 128x128 tiles of 16-bit values: 5 stages (160 KiB)
+    wide_stages = MID_M_STAGES if itemsize <= 2 else 4  # 128x128 tiles of 16-bit values: 6 stages (192 KiB)
     if M <= 128 or tiles(128, narrow(128)) < programs // 2:
-        # 64x128 tiles (4 warps, 4 stages) and K slices while they leave programs idle; 128x128 once
-        # 64x128 tiles would need more than a wave.
-        if M > 128 or tiles(64, narrow(128)) <= programs:
-            return 64, narrow(128), 4, 4, split(64, narrow(128)), 0, 0
-        return 128, narrow(128), 4, wide_stages, 1, 0, 0
+        # Few tiles: the largest of FEW_TILES whose tiles, each split into at most FEW_TILES_MAX_SPLIT
+        # K slices, keep FEW_TILES_FILL of a wave busy; else the one that keeps the most busy.
+        best = None
+        for bm, bn, stages in FEW_TILES:
+            bn = narrow(bn)
+            slices = min(FEW_TILES_MAX_SPLIT, split_k_for(tiles(bm, bn), steps, programs))
+            use = wave_use(tiles(bm, bn) * slices, programs)
+            if use >= FEW_TILES_FILL:
+                return bm, bn, 4, stages, slices, 0, 0
+            if best is None or use > best[0]:
+                best = (use, (bm, bn, 4, stages, slices, 0, 0))
+        return best[1]
     if itemsize > 2:  # fp32 (tf32): the tiles of the path without split-K
         if M < 1000:
             return 128, narrow(128), 4, 4, 1, 0, 0
@@ -300,7 +324,7 @@ def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs
             return 128, narrow(128), 4, 4, 1, 0, 0
         return 128, block_n, 8, 3, 1, 0, 0
     # 16-bit values: warp-specialized 128x256 tiles (4 warps a group, 4 stages) unless 128x128 tiles
-    # (4 warps, 5 stages) keep clearly more of the last wave busy.
+    # (4 warps, MID_M_STAGES stages) keep clearly more of the last wave busy.
     if N >= 256 and wave_use(tiles(128, 256), programs) >= wave_use(tiles(128, narrow(128)), programs) - 0.02:
         return 128, 256, 4, 4, 1, 0, 1
     return 128, narrow(128), 4, wide_stages, 1, 0, 0
@@ -321,7 +345,8 @@ def default_config(
     GPU, without split-K: tile classes by M, from sweeps of the GEMM core against torch.matmul on an
     H200: narrow tiles with deep K steps up to M = 64 in 16-bit dtypes (:func:`_narrow_decode_tiles`),
     then up to M = 256 the tile of :func:`_small_m_tiles` that fills the SMs (16-bit dtypes; fp32:
-    64x128, 4 warps, 4 stages, up to M = 128), 128x128 (4 warps, 4 stages) below M = 1000,
+    64x128, 4 warps, 4 stages, up to M = 128), 128x128 (4 warps, ``MID_M_STAGES`` stages in 16-bit
+    dtypes, 4 in fp32) below M = 1000,
     128x256 (8 warps, 3 stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles
     would leave over half the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3
     stages: shared memory). No warp specialization here: in the GEMM core at world 1 the
@@ -338,13 +363,14 @@ def default_config(
     ``BLOCK_M`` = M rounded up to a power of two in [16, 64], 4 warps, as many stages as fit in 160
     KiB (3 to 6), 128 columns, or 64 where 128-column tiles are too few (16/32 rows: more than 4
     slices needed; 64 rows: under 3/4 of a wave); up to M = 128, and above while 128x128 tiles would
-    fill under half a wave, 64x128 (4 warps, 4 stages) unless those exceed a wave (then 128x128).
+    fill under half a wave, the largest tile of ``FEW_TILES`` whose tiles split into at most
+    ``FEW_TILES_MAX_SPLIT`` K slices keep ``FEW_TILES_FILL`` of a wave busy.
     Above, in 16-bit dtypes, from the sweep of warp-specialized tiles
     (``gemm_sweep --warp-spec``, docs/perf/2026-12-01_h200_ws1_gemm_parity_warp_spec_bf16.csv):
     warp-specialized 128x256 tiles (``WARP_SPEC = 1``, 4 warps a group, 4 stages), unless 128x128
-    tiles (4 warps, 5 stages, no specialization) keep more than 2 % more of their last wave busy
+    tiles (4 warps, ``MID_M_STAGES`` stages, no specialization) keep more than 2 % more of their last wave busy
     (:func:`wave_use`); fp32 keeps the tiles of the path without split-K. 128x128 tiles of 16-bit
-    values take 5 stages everywhere here. ``SPLIT_K`` (:func:`split_k_for`, at most 8):
+    values take ``MID_M_STAGES`` stages everywhere here. ``SPLIT_K`` (:func:`split_k_for`, at most 8):
     the most slices per tile that keep ``tiles x SPLIT_K`` within one wave of GEMM programs and
     ``MIN_SLICE_STEPS`` K steps per slice. ``STREAM_K`` stays 0: no stream-K config won a shape of
     that sweep.
@@ -397,7 +423,7 @@ def default_config(
         elif M <= 128:
             block_m, block_n, warps, stages = _pow2_between(M, 16, 64), 128, 4, 4
         elif M < 1000:
-            block_m, block_n, warps, stages = 128, 128, 4, 4
+            block_m, block_n, warps, stages = 128, 128, 4, MID_M_STAGES if dtype.itemsize <= 2 else 4
         else:
             block_m, block_n, warps, stages = 128, 256, 8, 3
         block_n = _pow2_between(min(N, block_n), 16, block_n)
