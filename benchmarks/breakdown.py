@@ -281,7 +281,8 @@ class Case:
             from tilefuse.ops.gemm_reduce_scatter.fused_sequential import _fused_kernel
 
             _fused_kernel[(n,)](*_gemm_args(s, 0 if no_k else None), call.stage, *call.stage_args,
-                                bases, ctl, heap.rank, heap.world_size, NUM_PROGRAMS=n, **meta)
+                                bases, ctl, heap.rank, heap.world_size, *call.enter_args, NUM_PROGRAMS=n,
+                                ENTER=False, **meta)
         else:
             from tilefuse.ops.gemm_all_reduce.fused_sequential import _fused_kernel
 
@@ -301,7 +302,7 @@ class Case:
             n = min(self.programs, call.tiles_per_owner)
             reduce_kernel[(n,)](
                 call.stage, call.stage, call.run_arg, call.c, call.rows, call.gemm.N, *call.stage_args,
-                call.c.stride(0), call.c.stride(1), *call.dist_args,
+                call.c.stride(0), call.c.stride(1), *call.dist_args, call.status,
                 BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=n,
                 PULL=pull, WAIT=False, num_warps=cfg.num_warps,
             )

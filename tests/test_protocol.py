@@ -266,6 +266,10 @@ def test_two_threads(pools):
 ONE_KERNEL = [("gemm_all_scatter", "wg_specialized"), ("all_gather_gemm", "wg_specialized"),
               ("gemm_reduce_scatter", "wg_specialized"), ("gemm_all_reduce", "wg_specialized"),
               ("gemm_all_reduce", "fused_sequential"), ("gemm_all_scatter", "fused_sequential")]
+# Calls of several kernels whose first kernel begins them and whose last one ends them.
+KERNEL_BEGUN = [("gemm_all_scatter", "bulk_sync"), ("all_gather_gemm", "bulk_sync"),
+                ("gemm_reduce_scatter", "bulk_sync"), ("gemm_all_reduce", "bulk_sync"),
+                ("gemm_reduce_scatter", "fused_sequential")]
 
 
 def _entry_words(ctl) -> tuple:
@@ -275,14 +279,16 @@ def _entry_words(ctl) -> tuple:
 
 @sync_errors
 def job_one_kernel_calls(ctx):
-    """Calls whose one kernel begins them, between calls that launch the begin kernel: each call
-    moves the sequence number by one, a one-kernel call leaves ``GO`` at its number and its entry
-    counters at zero, every result is correct; then a mismatch between a one-kernel call and a
-    begun one raises on every rank, and the calls after it are correct."""
+    """Calls whose one kernel begins them, and calls of several kernels whose first kernel begins
+    them, between calls that launch the begin kernel: each call moves the sequence number by one, a
+    call that began itself leaves ``GO`` at its number and its entry counters at zero, every result
+    is correct; then a mismatch between a one-kernel call and a begun one, and one between two
+    calls of several kernels, raises on every rank, and the calls after it are correct."""
     ctl = control_block()
     words = []
     for i in range(3):  # the first call of a shape creates its workspaces (device barriers), then plans record
-        for op, variant in ONE_KERNEL + [("gemm_all_reduce", "bulk_sync"), ("all_gather_gemm", "fused_sequential")]:
+        for op, variant in ONE_KERNEL + KERNEL_BEGUN + [("gemm_all_reduce", "producer_consumer"),
+                                                        ("all_gather_gemm", "fused_sequential")]:
             before = _entry_words(ctl)[0]
             _check(ctx, op, variant, 16, 24, 16, seed=60 + i)
             seq, go, enter, exit_, state = _entry_words(ctl)
@@ -290,12 +296,12 @@ def job_one_kernel_calls(ctx):
                 continue
             assert seq == before + 1, (op, variant, before, seq)
             assert (enter, exit_, state) == (0, 0, 0), (op, variant, enter, exit_, state)
-            if (op, variant) in ONE_KERNEL:
+            if (op, variant) in ONE_KERNEL + KERNEL_BEGUN:
                 assert go == seq, (op, variant, go, seq)
             words.append(seq)
     os.environ["TILEFUSE_BEGIN_KERNEL"] = "1"  # the begin kernel for every call: GO stays where it was
     try:
-        for op, variant in ONE_KERNEL:
+        for op, variant in ONE_KERNEL + KERNEL_BEGUN:
             before, go_before = _entry_words(ctl)[:2]
             _check(ctx, op, variant, 16, 24, 16, seed=63)
             assert _entry_words(ctl)[:2] == (before + 1, go_before), (op, variant, before, _entry_words(ctl))
@@ -307,6 +313,12 @@ def job_one_kernel_calls(ctx):
         registry.get(op, "fused_sequential")(a, b, two_shot=ctx.rank % 2 == 1)
     for variant in ("fused_sequential", "bulk_sync", "wg_specialized"):
         _check(ctx, op, variant, 16, 24, 16, seed=71)
+    op = "gemm_reduce_scatter"
+    a, b = _operands(ctx, op, 16, 24, 16, seed=72)
+    with pytest.raises(tilefuse.CallMismatchError):  # two calls of several kernels, each begun by its GEMM
+        registry.get(op, "bulk_sync" if ctx.rank % 2 else "fused_sequential")(a, b)
+    for op, variant in KERNEL_BEGUN:
+        _check(ctx, op, variant, 16, 24, 16, seed=73)
     assert _entry_words(ctl)[2:] == (0, 0, 0)
     tilefuse.barrier()
     return words

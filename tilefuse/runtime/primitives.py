@@ -50,7 +50,12 @@ acquire ``ctl[GO]`` before touching anything shared. The last program to finish 
 ``ctl[EXIT]``) re-arms both counters (for gemm_all_scatter first passing the closing barrier with
 the other ranks), stores ``ctl[SEQ] = seq`` and writes the status words the host reads (below) into
 page-locked host memory. The sequence, the pairing and the barrier are the same as with the begin
-kernel, and calls of both kinds mix freely; a call is one launch instead of two.
+kernel, and calls of both kinds mix freely; a call is one launch instead of two. A call of several
+kernels whose first kernel is the op's own begins the same way (that kernel also ends with
+:func:`call_exit`, which moves ``ctl[SEQ]``, so the kernels after it read the call's number as
+usual), and its last kernel ends with :func:`call_exit` too, writing the status words: the begin
+kernel and the host's status copy are gone from those calls as well (the GEMM core's ``ENTER`` and
+``END``).
 
 *Flags.* Data flags are int64 words on the heap that hold the sequence number of the call that last
 wrote them. A producer writes its data, then *releases* the flag with ``signal(flag, seq)``
@@ -486,17 +491,19 @@ def call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0,
 
 @triton.jit
 def call_exit(ctl_ptr, heap_bases, cur_rank, world, seq, live, status_ptr, NUM_PROGRAMS,
-              ENTER: tl.constexpr, BARRIER: tl.constexpr = False):
-    """The end of a kernel that began its call with :func:`call_enter` (``ENTER``; nothing without):
-    the last of its ``NUM_PROGRAMS`` programs to finish re-arms the entry counters, moves
-    ``ctl[SEQ]`` to ``seq`` and copies ``ctl[POISON]``, ``ctl[ERRORS]`` into ``status_ptr[0:2]``
-    (the host's status words: page-locked host memory on a GPU, read at the next call).
+              END: tl.constexpr, BARRIER: tl.constexpr = False):
+    """The end of a kernel that ends its call (``END``; nothing without): a kernel that began the
+    call with :func:`call_enter` (``ENTER``), or the last kernel of a call whose first kernel did.
+    The last of its ``NUM_PROGRAMS`` programs to finish re-arms the entry counters, moves
+    ``ctl[SEQ]`` to ``seq`` (for a kernel after the first, the value it already holds) and copies
+    ``ctl[POISON]``, ``ctl[ERRORS]`` into ``status_ptr[0:2]`` (the host's status words: page-locked
+    host memory on a GPU, read at the next call).
 
     ``BARRIER`` (a live call): that last program first passes a barrier with the other ranks
     (``BAR`` phase 0), so that the kernel ends only once every rank's programs are done: what they
     stored into this rank's heap is complete and visible (the barrier kernel a call would otherwise
     launch after this one)."""
-    if ENTER:
+    if END:
         # Acquire-release: the last program sees every other program's writes (error records, and
         # with BARRIER their stores into peers, released again by the barrier's signal: system scope).
         if BARRIER:

@@ -706,12 +706,15 @@ class CollectiveCall:
         st = _state()
         return _begin_args(st, _signature(key)[0], outputs) + (_status_words(st),)
 
-    def entered(self) -> None:
-        """The kernel of :meth:`enter_args` is launched: it began the call and writes the status words."""
-        self.begun = self.mirrored = True
+    def entered(self, ends: bool = True) -> None:
+        """The kernel of :meth:`enter_args` is launched: it began the call, and (``ends``) it or a
+        later kernel given the same arguments ends it and writes the status words (``call_exit``).
+        A call of several kernels says so twice: after its first (``ends=False``) and its last."""
+        self.begun = True
+        self.mirrored = self.mirrored or ends
         rec = plans.recorder()
         if rec is not None:
-            rec.host(_mark_entered)
+            rec.host(_mark_entered if ends else _mark_begun)
 
     def __exit__(self, exc_type, exc, tb):
         if self.outer is not None:

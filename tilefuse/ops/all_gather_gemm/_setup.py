@@ -23,10 +23,10 @@ def setup(variant: str, a, b, config, group, *, comm: bool) -> GemmCall:
     return call
 
 
-def start(call: GemmCall, variant: str, return_gathered: bool, *outputs, one_kernel: bool = False) -> tuple | None:
+def start(call: GemmCall, variant: str, return_gathered: bool, *outputs, kernel_begins: bool = False) -> tuple | None:
     """Begin the call (pairing, signature check, barrier); ``outputs`` are NaN if it aborts. With
-    ``one_kernel`` the call's one kernel begins it: returns its begin arguments (``launch.begin_call``)."""
-    return begin_call(call.key(variant, bool(return_gathered)), *outputs, one_kernel=one_kernel)
+    ``kernel_begins`` the call's first kernel begins it: returns its begin arguments (``launch.begin_call``)."""
+    return begin_call(call.key(variant, bool(return_gathered)), *outputs, kernel_begins=kernel_begins)
 
 
 def is_degenerate(call: GemmCall) -> bool:
@@ -91,9 +91,9 @@ class PushPlan(Entered):
     enter: tuple | None = None  # the begin arguments of a kernel that begins the call itself
 
 
-def plan_push(call: GemmCall, variant: str, return_gathered: bool, *, one_kernel: bool = False) -> PushPlan:
+def plan_push(call: GemmCall, variant: str, return_gathered: bool, *, kernel_begins: bool = False) -> PushPlan:
     """Workspace, layout and output of one call of a flagged push variant; begins the call (or, with
-    ``one_kernel``, hands its kernel the begin: :attr:`PushPlan.enter_args`)."""
+    ``kernel_begins``, hands its kernel the begin: :attr:`PushPlan.enter_args`)."""
     heap, cfg = call.heap, call.config
     r, M_loc = heap.rank, call.M
     ws = gathered_workspace(call, variant, flags=True)
@@ -102,7 +102,7 @@ def plan_push(call: GemmCall, variant: str, return_gathered: bool, *, one_kernel
     # The local rows go to this rank's own a_gathered only when something reads them there.
     first = 1 if lay.local_direct and not return_gathered else 0
     c = new_output((heap.world_size * M_loc, call.N), call.a.dtype, call.a.device)
-    entry = start(call, variant, return_gathered, c, one_kernel=one_kernel)
+    entry = start(call, variant, return_gathered, c, kernel_begins=kernel_begins)
     return PushPlan(ag=ag, flags=ws.flags, own=ag[r * M_loc:(r + 1) * M_loc], c=c, lay=lay,
                     num_chunks=-(-M_loc // cfg.BLOCK_M), first=first, enter=entry)
 

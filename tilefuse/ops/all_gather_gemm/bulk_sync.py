@@ -1,10 +1,13 @@
 """all_gather_gemm, bulk-synchronous: gather all of A through the heap, then one plain GEMM.
 
-    stream: | begin | push own shard -> a_gathered on every rank | barrier | GEMM (a_gathered @ b) |
+    stream: | push own shard -> a_gathered on every rank; begins the call | barrier |
+            | GEMM (a_gathered @ b); ends the call |
 
-No overlap: the baseline shape of the algorithm in the same runtime. The begin kernel keeps peers
-from pushing the next call's rows while this rank's GEMM still reads the previous ones; the
-barrier makes every peer's rows visible before the GEMM. This variant also serves the other
+No overlap: the baseline shape of the algorithm in the same runtime. The begin (the push kernel's
+first program: ``call_enter``) keeps peers from pushing the next call's rows while this rank's GEMM
+still reads the previous ones; the barrier makes every peer's rows visible before the GEMM, whose
+last program ends the call (``call_exit``): no begin kernel, no status copy
+(``TILEFUSE_BEGIN_KERNEL=1`` brings the begin kernel back). This variant also serves the other
 variants' degenerate calls (``M_loc``, ``N`` or ``K`` zero).
 """
 
@@ -17,7 +20,7 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.gather import push_shard
 from ..common.gemm import matmul
-from ..common.launch import collective, ctl, mid_barrier
+from ..common.launch import collective, ctl, enter_args, launched, mid_barrier
 from ._setup import OP, finish, gathered_workspace, new_output, setup, start
 
 
@@ -28,16 +31,20 @@ def _all_gather_kernel(
     # this rank's row block of a_gathered (a symmetric address)
     ag_ptr, stride_gm, stride_gk,
     M_loc, K,
-    heap_bases, ctl_ptr, cur_rank, world,
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    # distributed; the call's begin (this kernel begins the call, ENTER)
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, ENTER: tl.constexpr,
 ):
     """Copy this rank's shard into its row block of a_gathered on every rank (itself first)."""
-    _, live = P.call_epoch(ctl_ptr)
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     if live:
         pid = tl.program_id(0)
         # No flags (SIGNAL=False): the barrier after this kernel publishes the rows; ag_ptr stands in.
         push_shard(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, ag_ptr, 0, M_loc, K,
                    cur_rank, world, heap_bases, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST=0, SIGNAL=False)
+    # With ENTER: ctl[SEQ] moves here, so the barrier and the GEMM read the call's number.
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER)
 
 
 @collective(OP)
@@ -53,13 +60,18 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
         return finish(call, c, torch.empty((W * M_loc, K), dtype=a.dtype, device=a.device), return_gathered)
     ag = gathered_workspace(call, "bulk_sync", flags=False).a_gathered
     own = ag[r * M_loc:(r + 1) * M_loc]
-    start(call, "bulk_sync", return_gathered, c)  # every peer's GEMM of the previous call is done with a_gathered
+    # The begin: every peer's GEMM of the previous call is done with a_gathered.
+    entry = start(call, "bulk_sync", return_gathered, c, kernel_begins=True)
+    args = enter_args(entry)
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     _all_gather_kernel[(programs,)](
         a, a.stride(0), a.stride(1), own, own.stride(0), own.stride(1), M_loc, K,
-        heap.heap_bases, ctl(heap), r, W,
-        BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, num_warps=4,
+        heap.heap_bases, ctl(heap), r, W, *args,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, ENTER=entry is not None, num_warps=4,
     )
+    launched(entry, ends=False)
     mid_barrier(heap, 0)  # every peer's shard has landed in a_gathered
-    matmul(ag, b, c, cfg, ctl(heap))  # nothing if the call was aborted
+    # Nothing if the call was aborted; the GEMM ends the call.
+    matmul(ag, b, c, cfg, ctl(heap), call=None if entry is None else (heap.heap_bases, r, W, *args))
+    launched(entry)
     return finish(call, c, ag.clone() if return_gathered else None, return_gathered)

@@ -74,7 +74,7 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
     heap, cfg = call.heap, call.config
     W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
     # The kernel begins the call: every peer is done with a_gathered before anything is pushed.
-    p = plan_push(call, "wg_specialized", return_gathered, one_kernel=True)
+    p = plan_push(call, "wg_specialized", return_gathered, kernel_begins=True)
     # Not capped by the chunks or tiles (programs without one exit): one compiled kernel per config.
     comm_programs, gemm_programs = cfg.COMM_SMS, cfg.GEMM_SMS
     _wg_kernel[(comm_programs + gemm_programs,)](

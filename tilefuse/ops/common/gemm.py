@@ -283,8 +283,9 @@ def matmul_kernel(
     M, N, K,
     # strides
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    # with IN_CALL: the control block of the collective call this GEMM belongs to
-    ctl_ptr,
+    # with IN_CALL: the control block of the collective call this GEMM belongs to; with ENTER or END
+    # the call's begin and end arguments (primitives.call_enter, call_exit), else never read
+    ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
     # with SPLIT or STREAM: fp32 partial slots [num_tiles, slots_per_tile, BM * BN], int32 count per
     # tile (zeros)
     partial_ptr, count_ptr,
@@ -294,6 +295,7 @@ def matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT: tl.constexpr, STREAM: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, IN_CALL: tl.constexpr, ALIGN: tl.constexpr = 1, WARP_SPEC: tl.constexpr = False,
+    ENTER: tl.constexpr = False, END: tl.constexpr = False,
 ):
     """Persistent C [M, N] = A [M, K] @ B [K, N] in one of three schedules.
 
@@ -305,7 +307,9 @@ def matmul_kernel(
     last of them (:func:`hand_in_slice`, :func:`store_slice_sum`: slices summed in K order,
     ``SUB_M`` rows at a time). ``split_k``, ``slots_per_tile`` and
     ``num_programs`` are runtime values, so shapes and splits share one compiled kernel per tile
-    config. With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives).
+    config. With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives);
+    with ``ENTER`` it begins the call itself (the call's first kernel: ``call_enter``), with ``END``
+    it ends it (its last: ``call_exit``; a kernel that begins a call also ends with it).
     ``ALIGN``: see :func:`gemm_tile_range`. ``WARP_SPEC`` (tiles schedule on the descriptor path
     only): the tile loop is warp-specialized (on Hopper, a producer warp group issues the loads and
     two consumer warp groups each multiply half of the tile's rows; the sums are those of the loop
@@ -317,7 +321,8 @@ def matmul_kernel(
     if SPLIT:
         num_work *= split_k
     if IN_CALL:
-        _, live = P.call_epoch(ctl_ptr)
+        seq, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                                 ENTER)
         num_work = tl.where(live, num_work, 0)
     a_op, b_op = gemm_operands(
         a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
@@ -367,6 +372,8 @@ def matmul_kernel(
             else:
                 offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
                 store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+    if IN_CALL:
+        P.call_exit(ctl_ptr, heap_bases, cur_rank, world, seq, live, status_ptr, num_programs, END)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -580,9 +587,13 @@ SPLIT_K_SCRATCH = SplitKScratch()
 on_reset(SPLIT_K_SCRATCH.clear)
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch.Tensor | None = None) -> torch.Tensor:
+def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch.Tensor | None = None, *,
+           call: tuple | None = None, enter: bool = False) -> torch.Tensor:
     """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
-    block) the GEMM is part of a collective call and does nothing if the call was aborted.
+    block) the GEMM is part of a collective call and does nothing if the call was aborted. With
+    ``call`` (``heap_bases, rank, world`` and the call's begin arguments, ``launch.enter_args`` of a
+    call whose kernels begin it) the GEMM begins the call (``enter``: it is the call's first kernel)
+    or ends it (it is the last).
 
     ``a [M, K]``, ``b [K, N]`` and ``c [M, N]`` on one device, at any strides (``c`` may be a
     column block of a wider matrix). fp32 accumulation, output cast to ``c.dtype``. Uses
@@ -600,11 +611,17 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         raise ValueError(
             f"matmul: shapes do not chain: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c {tuple(c.shape)}"
         )
-    if M == 0 or N == 0:
-        return c
-    if K == 0:
-        return c.zero_()
+    ends = call is not None and ctl is not None
+    if not ends:  # nothing to launch (a kernel that begins or ends a call runs, with no tiles or K steps)
+        if M == 0 or N == 0:
+            return c
+        if K == 0:
+            return c.zero_()
     a, b, use_tma, b_kmajor = tma_operands(a, b, PAD_MIN_M)
+    if min(M, N, K) == 0:
+        use_tma = b_kmajor = False  # a descriptor of an empty extent is not valid on every device
+        if K == 0:
+            c.zero_()  # an empty sum (stream-K would store no tile)
     if use_tma:
         ensure_triton_allocator()
     split, stream = config.SPLIT_K, bool(config.STREAM_K)
@@ -617,23 +634,26 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         num_programs = min(config.GEMM_SMS, num_tiles * steps)  # every range holds a K step or more
         slots = stream_k_slots(steps, num_tiles * steps, num_programs)
     else:
-        num_programs = min(config.GEMM_SMS, num_tiles * split)
+        num_programs = max(1, min(config.GEMM_SMS, num_tiles * split))
     # Rows of a tile summed at a time when slices are combined: about 32 fp32 values per thread.
     sub_m = min(config.BLOCK_M, max(1, 1024 * config.num_warps // config.BLOCK_N))
     if slots > 1:
         partials, counts = SPLIT_K_SCRATCH.get(c.device, num_tiles, slots * config.BLOCK_M * config.BLOCK_N)
     else:
         partials, counts = c, c  # never read
+    if call is None:
+        call = (c, 0, 1, 0, 0, c, 0, c, 0, c)  # never read
     matmul_kernel[(num_programs,)](
         a, b, c,
         M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        ctl if ctl is not None else c,
+        ctl if ctl is not None else c, *call,
         partials, counts,
         split, slots, num_programs,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         SPLIT=split > 1, STREAM=stream, SUB_M=sub_m, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
         ALIGN=1 if use_tma else pointer_align(a, b), WARP_SPEC=warp_spec,
+        ENTER=ends and enter, END=ends,
         num_warps=warps, num_stages=stages,
     )
     return c

@@ -270,12 +270,13 @@ def begin(key: tuple, *outputs) -> None:
     _world.current_call().begin(key, outputs)
 
 
-def begin_call(key: tuple, *outputs, one_kernel: bool = False) -> tuple | None:
-    """Begin the current call (:func:`begin`), or, for a call made of ``one_kernel`` that begins it
-    itself (``primitives.call_enter`` with ``ENTER``: one launch less), return that kernel's begin
-    arguments (pass :func:`enter_args` of the result, then call :func:`launched` after the launch).
+def begin_call(key: tuple, *outputs, kernel_begins: bool = False) -> tuple | None:
+    """Begin the current call (:func:`begin`), or, with ``kernel_begins`` (the call's first kernel
+    begins it itself: ``primitives.call_enter`` with ``ENTER``, one launch less), return that
+    kernel's begin arguments (pass :func:`enter_args` of the result to it and to the call's last
+    kernel, which ends the call, ``call_exit``; call :func:`launched` after the launches).
     ``TILEFUSE_BEGIN_KERNEL=1`` launches the begin kernel for every call (a switch for comparisons)."""
-    if one_kernel and _begin_env()[0] in (None, "", "0"):
+    if kernel_begins and _begin_env()[0] in (None, "", "0"):
         return _world.current_call().enter_args(key, outputs)
     begin(key, *outputs)
     return None
@@ -291,10 +292,13 @@ def enter_args(entry: tuple | None) -> tuple:
     return (0, 0, dummy, 0, dummy, 0, dummy)
 
 
-def launched(entry: tuple | None) -> None:
-    """After launching the kernel given :func:`begin_call`'s ``entry``: that kernel began the call."""
+def launched(entry: tuple | None, ends: bool = True) -> None:
+    """After launching the kernel given :func:`begin_call`'s ``entry``: that kernel began the call;
+    ``ends``: it (or, for a call of several kernels, the last one, also given ``entry``) ends the
+    call and writes its status words. A call of several kernels calls this after its first kernel
+    with ``ends=False`` and again after its last."""
     if entry is not None:
-        _world.current_call().entered()
+        _world.current_call().entered(ends)
 
 
 class Entered:
@@ -312,9 +316,15 @@ class Entered:
         """The begin arguments of the call's kernel (:func:`enter_args`)."""
         return enter_args(self.enter)
 
-    def entered(self) -> None:
+    @property
+    def status(self):
+        """Where the kernel that ends the call writes the status words (``call_exit``; a never-read
+        stand-in when a begin kernel began the call)."""
+        return self.enter_args[-1]
+
+    def entered(self, ends: bool = True) -> None:
         """After launching the kernel given :attr:`enter_args` (:func:`launched`)."""
-        launched(self.enter)
+        launched(self.enter, ends)
 
 
 def op_heap(op: str, group):

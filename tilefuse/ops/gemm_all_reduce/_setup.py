@@ -146,10 +146,10 @@ class Call(Entered):
 
 
 def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flags: bool,
-          one_kernel=lambda two_shot: False) -> Call:
+          kernel_begins=lambda two_shot: False) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; allocate c; get the workspaces.
 
-    ``one_kernel(two_shot)``: whether the call of that algorithm is one kernel that begins the call
+    ``kernel_begins(two_shot)``: whether the call of that algorithm is one kernel that begins the call
     itself (:attr:`Call.enter_args`, then :meth:`Call.entered`); else this begins it.
 
     The stage has a's dtype and is shared by every variant and algorithm of one (dtype, M, N) (the
@@ -196,5 +196,5 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
         ws = workspace(heap, (OP, variant, "two_shot" if two_shot else "one_shot", W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
                        lambda h: {"flags": h.zeros(shape, dtype=torch.int64)}, 8 * math.prod(shape))
         result.flags = ws.flags
-    result.enter = begin_call(key, c, one_kernel=one_kernel(two_shot))
+    result.enter = begin_call(key, c, kernel_begins=kernel_begins(two_shot))
     return result

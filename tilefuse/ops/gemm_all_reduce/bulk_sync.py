@@ -1,20 +1,24 @@
 """gemm_all_reduce, bulk-synchronous: the whole GEMM into the rank's own slot, a barrier, a pull-and-sum kernel.
 
-    rank r:  | begin | GEMM (all SMs): a @ b -> stage[r] (own heap, input dtype) | barrier |
-             | reduce: for each tile, stage[s] of rank s for s = 0, 1, ..., W-1, summed in fp32 (+ bias) -> c |
+    rank r:  | GEMM (all SMs): a @ b -> stage[r] (own heap, input dtype); begins the call | barrier |
+             | reduce: for each tile, stage[s] of rank s for s = 0, 1, ..., W-1, summed in fp32 (+ bias) -> c;
+               ends the call |
 
 No overlap: the baseline shape of the algorithm in the same runtime. Rank r's partial never leaves
 its heap before the barrier; every rank then reads every partial (remote loads) and sums the W of
-them in the fixed order 0, 1, ..., W-1, so the W copies of ``c`` have the same bits.
+them in the fixed order 0, 1, ..., W-1, so the W copies of ``c`` have the same bits. The GEMM's first
+program begins the call (``call_enter``) and the reduction's last one ends it (``call_exit``): no
+begin kernel, no status copy (``TILEFUSE_BEGIN_KERNEL=1`` brings the begin kernel back).
 
 Two-shot: after the first barrier each owner pulls and sums only its block of rows (into its c and
-its own slot), and after a second barrier every rank pulls the other owners' sums.
+its own slot), and after a second barrier every rank pulls the other owners' sums (a begin kernel
+begins that call).
 """
 
 from __future__ import annotations
 
 from ..common.gemm import matmul
-from ..common.launch import collective, mid_barrier
+from ..common.launch import collective, ctl, mid_barrier
 from ._setup import OP, setup
 from ._tiles import launch_reduce
 from ._two_shot import launch_barriered
@@ -23,13 +27,19 @@ from ._two_shot import launch_barriered
 @collective(OP)
 def bulk_sync(a, b, *, config=None, group=None, bias=None, two_shot=False):
     """gemm_all_reduce with no overlap; same contract as :func:`tilefuse.gemm_all_reduce`."""
-    call = setup("bulk_sync", a, b, config, group, bias, two_shot, comm=False, flags=False)
+    call = setup("bulk_sync", a, b, config, group, bias, two_shot, comm=False, flags=False,
+                 kernel_begins=lambda two_shot: not two_shot)
     if call.empty:
         return call.c
-    matmul(a, b, call.stage[call.heap.rank], call.config)  # fp32 accumulator, stored in a's dtype
+    heap = call.heap
+    proto = (heap.heap_bases, heap.rank, heap.world_size, *call.enter_args) if call.begins else None
+    # fp32 accumulator, stored in a's dtype; one-shot: its first program begins the call
+    matmul(a, b, call.stage[heap.rank], call.config, ctl(heap), call=proto, enter=True)
+    call.entered(ends=False)
     if call.two_shot:  # barrier, owners pull and sum their rows, barrier, everyone pulls the sums
         launch_barriered(call, call.all_programs, pull=True)
         return call.c
-    mid_barrier(call.heap, 0)  # every rank's partial is complete
-    launch_reduce(call, call.all_programs, pull=True, wait=False)
+    mid_barrier(heap, 0)  # every rank's partial is complete
+    launch_reduce(call, call.all_programs, pull=True, wait=False, end=call.begins)
+    call.entered()  # the reduction ends the call
     return call.c

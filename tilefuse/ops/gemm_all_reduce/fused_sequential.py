@@ -76,7 +76,7 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None, two_shot=False
     them once every rank's have landed); same contract as
     :func:`tilefuse.gemm_all_reduce`."""
     call = setup("fused_sequential", a, b, config, group, bias, two_shot, comm=False, flags=not two_shot,
-                 one_kernel=lambda two_shot: not two_shot)
+                 kernel_begins=lambda two_shot: not two_shot)
     if call.empty:
         return call.c
     heap, programs = call.heap, call.all_programs

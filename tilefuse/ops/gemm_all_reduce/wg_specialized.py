@@ -79,7 +79,7 @@ def wg_specialized(a, b, *, config=None, group=None, bias=None, two_shot=False):
     """gemm_all_reduce as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_all_reduce`."""
     call = setup("wg_specialized", a, b, config, group, bias, two_shot, comm=True, flags=True,
-                 one_kernel=lambda two_shot: True)
+                 kernel_begins=lambda two_shot: True)
     if call.empty:
         return call.c
     gemm_programs, comm_programs = call.program_counts

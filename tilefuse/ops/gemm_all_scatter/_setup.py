@@ -40,8 +40,9 @@ class Call(Entered):
         return self.out
 
 
-def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = False, one_kernel: bool = False) -> Call:
-    """Check the operands, get the result buffer and flags, and begin the call (``one_kernel``: a
+def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = False,
+          kernel_begins: bool = False) -> Call:
+    """Check the operands, get the result buffer and flags, and begin the call (``kernel_begins``: a
     non-empty call is one kernel that begins it itself, given :attr:`Call.enter_args`)."""
     g: GemmCall = prepare_gemm(OP, a, b, group, config, comm=comm,
                                specialize=variant in WARP_SPEC_VARIANTS[OP])
@@ -68,7 +69,7 @@ def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = F
         }, 8 * (g.num_tiles + W * cfg.COMM_SMS))
         flag_buf, done = ws.flags, ws.flags_done
     empty = g.M == 0 or g.N == 0 or g.K == 0
-    entry = begin_call(g.key(variant, c is out), c, one_kernel=one_kernel and not empty)
+    entry = begin_call(g.key(variant, c is out), c, kernel_begins=kernel_begins and not empty)
     if g.K == 0 and g.M and g.N:
         c.zero_()  # an empty sum (every rank's block is zero: nothing needs to move)
     return Call(g, c, c[:, r * g.N:(r + 1) * g.N], flag_buf, done, out, entry)

@@ -1,8 +1,12 @@
 """gemm_all_scatter, bulk-synchronous: the whole GEMM, then a scatter kernel, stream-ordered.
 
-    stream:  |begin| GEMM (all SMs) -> own block of c |scatter: own block -> every peer| barrier|
+    stream:  | GEMM (all SMs) -> own block of c; begins the call | scatter: own block -> every peer;
+             ends with a barrier (all peers' blocks landed) |
 
-No overlap: the baseline shape of the algorithm in the same runtime.
+No overlap: the baseline shape of the algorithm in the same runtime. Two launches: the GEMM's first
+program begins the call (``call_enter``) and the scatter kernel's last one passes the closing
+barrier (``call_exit`` with ``BARRIER``); at world 1 the GEMM is the whole call.
+``TILEFUSE_BEGIN_KERNEL=1`` launches the begin and barrier kernels around them instead.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ def _scatter_kernel(
     c_ptr,  # this rank's column block of c (a symmetric address)
     M, N,
     stride_cm, stride_cn,
-    heap_bases, ctl_ptr, cur_rank, world,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    heap_bases, ctl_ptr, cur_rank, world, status_ptr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_PROGRAMS: tl.constexpr, END: tl.constexpr,
 ):
-    """Copy this rank's [M, N] block of c into the same place on every peer, tile by tile."""
-    _, live = P.call_epoch(ctl_ptr)
+    """Copy this rank's [M, N] block of c into the same place on every peer, tile by tile; with
+    ``END`` the call ends here, after a barrier (every peer's block has landed in c)."""
+    seq, live = P.call_epoch(ctl_ptr)
     if live:
         pid = tl.program_id(0)
         num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -37,23 +42,29 @@ def _scatter_kernel(
             tile = load_tile(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]
             push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
                       FIRST=1)
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, seq, live, status_ptr, NUM_PROGRAMS, END, BARRIER=True)
 
 
 @collective(OP)
 def bulk_sync(a, b, *, config=None, group=None, out=None):
     """gemm_all_scatter with no overlap; same contract as :func:`tilefuse.gemm_all_scatter`."""
-    call = setup("bulk_sync", a, b, config, group, out, comm=False)
+    call = setup("bulk_sync", a, b, config, group, out, comm=False, kernel_begins=True)
     if call.empty:
         return call.result()
     g, cfg = call.gemm, call.gemm.config
     heap = g.heap
-    matmul(a, b, call.c_block, cfg)
-    if heap.world_size > 1:
+    proto = (heap.heap_bases, heap.rank, heap.world_size, *call.enter_args)
+    last = heap.world_size == 1
+    matmul(a, b, call.c_block, cfg, ctl(heap), call=proto if call.begins else None, enter=True)
+    call.entered(ends=last)
+    if not last:
         programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
         _scatter_kernel[(programs,)](
             call.c_block, g.M, g.N, call.c_block.stride(0), call.c_block.stride(1),
-            heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
-            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, NUM_PROGRAMS=programs, num_warps=4,
+            heap.heap_bases, ctl(heap), heap.rank, heap.world_size, proto[-1],
+            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, NUM_PROGRAMS=programs, END=call.begins, num_warps=4,
         )
-    mid_barrier(heap, 0)  # every peer's block has landed in c
+        call.entered()
+        if not call.begins:
+            mid_barrier(heap, 0)  # every peer's block has landed in c
     return call.result()

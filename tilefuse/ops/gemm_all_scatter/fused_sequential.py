@@ -49,7 +49,7 @@ def _fused_kernel(
 @collective(OP)
 def fused_sequential(a, b, *, config=None, group=None, out=None):
     """gemm_all_scatter as one fused persistent kernel; same contract as :func:`tilefuse.gemm_all_scatter`."""
-    call = setup("fused_sequential", a, b, config, group, out, comm=False, one_kernel=True)
+    call = setup("fused_sequential", a, b, config, group, out, comm=False, kernel_begins=True)
     if call.empty:
         return call.result()
     g, cfg = call.gemm, call.gemm.config

@@ -64,7 +64,7 @@ def _wg_kernel(
 def wg_specialized(a, b, *, config=None, group=None, out=None):
     """gemm_all_scatter as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_all_scatter`."""
-    call = setup("wg_specialized", a, b, config, group, out, comm=True, flags=True, one_kernel=True)
+    call = setup("wg_specialized", a, b, config, group, out, comm=True, flags=True, kernel_begins=True)
     if call.empty:
         return call.result()
     g, cfg = call.gemm, call.gemm.config

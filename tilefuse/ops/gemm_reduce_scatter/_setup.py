@@ -75,7 +75,7 @@ class Call(Entered):
 
 
 def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running_sum: bool | None = None,
-          one_kernel: bool = False) -> Call:
+          kernel_begins: bool = False) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]``; allocate c; get the stage (and flags) workspace.
 
     The stage has a's dtype and is shared by every variant of one (dtype, rows, N) (the entry
@@ -83,7 +83,7 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running
     also get an fp32 running-sum buffer when W >= 3, shared by both per (rows, N): only the owner's
     reduction touches it, and one call's reduction ends before the next call's starts
     (``running_sum``, default ``flags``: fused_sequential's epilogue-sum form has flags and sums in
-    registers). The flags and their epoch belong to one variant and tile shape. ``one_kernel``: a
+    registers). The flags and their epoch belong to one variant and tile shape. ``kernel_begins``: a
     non-empty call is one kernel that begins it itself (:attr:`Call.enter_args`).
     """
     if running_sum is None:
@@ -126,7 +126,7 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running
         ws = workspace(heap, (OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N),
                        lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles)
         flag_buf = ws.flags
-    entry = begin_call(key, c, one_kernel=one_kernel)
+    entry = begin_call(key, c, kernel_begins=kernel_begins)
     return Call(call, rows, c, stage, run, flag_buf, entry)
 
 

@@ -192,14 +192,16 @@ def reduce_kernel(
     stage_ptr, flags_ptr, run_ptr, c_ptr,
     rows, N,
     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-    heap_bases, ctl_ptr, cur_rank, world,
+    heap_bases, ctl_ptr, cur_rank, world, status_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, END: tl.constexpr = False,
 ):
-    """Standalone reduction: one persistent launch of :func:`reduce_owned`."""
+    """Standalone reduction: one persistent launch of :func:`reduce_owned`; with ``END`` the call's
+    last kernel (``call_exit``: it writes the status words)."""
     epoch, live = P.call_epoch(ctl_ptr)
     if live:
         reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, rows, N,
                      stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
                      heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
                      BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT)
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, END)

@@ -1,19 +1,21 @@
 """gemm_reduce_scatter, bulk-synchronous: the whole GEMM, a barrier, then a pull-and-sum kernel.
 
-    rank r:  | begin | GEMM (all SMs): a @ b -> stage [M, N] (input dtype) | barrier |
-             | reduce: for each tile of r's rows, sum stage[r-th row block] of every rank -> c |
+    rank r:  | GEMM (all SMs): a @ b -> stage [M, N] (input dtype); begins the call | barrier |
+             | reduce: for each tile of r's rows, sum stage[r-th row block] of every rank -> c; ends the call |
 
 No overlap: the baseline shape of the algorithm in the same runtime. Each rank's stage holds its
 whole partial, accumulated in fp32 and stored in the input dtype (slot o = owner o's rows); the owner
 pulls its slot from every peer and sums the W partials in fp32 in a fixed order (r-1, r-2, ..., r),
-so the result is the same on every run.
+so the result is the same on every run. The GEMM's first program begins the call (``call_enter``)
+and the reduction's last one ends it (``call_exit``): no begin kernel, no status copy
+(``TILEFUSE_BEGIN_KERNEL=1`` brings the begin kernel back).
 """
 
 from __future__ import annotations
 
 from ..common.config import side_warps
 from ..common.gemm import matmul
-from ..common.launch import collective, mid_barrier
+from ..common.launch import collective, ctl, mid_barrier
 from ._setup import OP, finish, setup
 from ._tiles import reduce_kernel
 
@@ -21,18 +23,22 @@ from ._tiles import reduce_kernel
 @collective(OP)
 def bulk_sync(a, b, *, config=None, group=None):
     """gemm_reduce_scatter with no overlap; same contract as :func:`tilefuse.gemm_reduce_scatter`."""
-    call = setup("bulk_sync", a, b, config, group, comm=False, flags=False)
+    call = setup("bulk_sync", a, b, config, group, comm=False, flags=False, kernel_begins=True)
     if call.empty:
         return call.c
-    cfg = call.config
-    matmul(a, b, call.stage.view(call.gemm.M, call.gemm.N), cfg)  # fp32 accumulator, stored in a's dtype
-    mid_barrier(call.heap, 0)  # every rank's partial is complete
+    cfg, heap = call.config, call.heap
+    proto = (heap.heap_bases, heap.rank, heap.world_size, *call.enter_args) if call.begins else None
+    # fp32 accumulator, stored in a's dtype; its first program begins the call
+    matmul(a, b, call.stage.view(call.gemm.M, call.gemm.N), cfg, ctl(heap), call=proto, enter=True)
+    call.entered(ends=False)
+    mid_barrier(heap, 0)  # every rank's partial is complete
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     reduce_kernel[(programs,)](
         call.stage, call.stage, call.run_arg, call.c,  # no flags: the barrier ordered the partials
         call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
-        *call.dist_args,
+        *call.dist_args, call.status,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
-        PULL=True, WAIT=False, num_warps=side_warps(cfg),
+        PULL=True, WAIT=False, END=call.begins, num_warps=side_warps(cfg),
     )
+    call.entered()  # the reduction ends the call
     return finish(call)

@@ -39,43 +39,49 @@ def _fused_kernel(
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # stage [W, rows, N] in the input dtype (a symmetric address)
     stage_ptr, stride_slot, stride_sm, stride_sn,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world,
+    # distributed; the call's begin (this kernel begins the call, ENTER)
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
+    ENTER: tl.constexpr,
 ):
-    _, live = P.call_epoch(ctl_ptr)
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     if live:
         produce_partials(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                          stage_ptr, stage_ptr, stride_slot, stride_sm, stride_sn,
                          heap_bases, cur_rank, world, 0, tl.program_id(0),
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False,
                          WARP_SPEC=WARP_SPEC)
+    # With ENTER: ctl[SEQ] moves here, so the barrier and the reduction read the call's number.
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER)
 
 
 @collective(OP)
 def fused_sequential(a, b, *, config=None, group=None):
     """gemm_reduce_scatter as one fused persistent kernel and a local reduction; same contract as
     :func:`tilefuse.gemm_reduce_scatter`."""
-    call = setup("fused_sequential", a, b, config, group, comm=False, flags=False)
+    call = setup("fused_sequential", a, b, config, group, comm=False, flags=False, kernel_begins=True)
     if call.empty:
         return call.c
     cfg, heap = call.config, call.heap
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     _fused_kernel[(programs,)](
         *call.gemm.gemm_args, call.stage, *call.stage_args,
-        heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
-        NUM_PROGRAMS=programs, **call.gemm.gemm_meta_ws,
+        heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
+        NUM_PROGRAMS=programs, ENTER=call.begins, **call.gemm.gemm_meta_ws,
     )
+    call.entered(ends=False)
     mid_barrier(heap, 0)  # every rank's partials have landed in our slots
     reduce_kernel[(programs,)](
         call.stage, call.stage, call.run_arg, call.c,  # no flags: the barrier ordered the partials
         call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
-        *call.dist_args,
+        *call.dist_args, call.status,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
-        PULL=False, WAIT=False, num_warps=side_warps(cfg),
+        PULL=False, WAIT=False, END=call.begins, num_warps=side_warps(cfg),
     )
+    call.entered()  # the reduction ends the call
     return finish(call)
 
 

@@ -63,7 +63,7 @@ def producer_consumer(a, b, *, config=None, group=None):
         reduce_kernel[(comm_programs,)](
             call.stage, call.flags, call.run_arg, call.c,
             call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
-            *call.dist_args,
+            *call.dist_args, call.status,
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=comm_programs,
             PULL=False, WAIT=True, num_warps=side_warps(cfg),
         )

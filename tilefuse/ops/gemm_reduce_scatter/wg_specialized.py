@@ -58,7 +58,7 @@ def _wg_kernel(
 def wg_specialized(a, b, *, config=None, group=None):
     """gemm_reduce_scatter as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_reduce_scatter`."""
-    call = setup("wg_specialized", a, b, config, group, comm=True, flags=True, one_kernel=True)
+    call = setup("wg_specialized", a, b, config, group, comm=True, flags=True, kernel_begins=True)
     if call.empty:
         return call.c
     gemm_programs, comm_programs = call.program_counts
