@@ -102,15 +102,15 @@ def torch_baseline(op: str, a: torch.Tensor, b: torch.Tensor, world: int):
 
 def methods(op: str, world: int, begin_kernel: bool = False) -> dict:
     """``{name: fn(a, b)}`` timed for ``op``: the variants and plain (public function), the plain
-    path's registry entry and the torch baseline; with ``begin_kernel``, also ``fused_sequential``
-    and ``wg_specialized`` with the protocol's begin kernel launched before them
+    path's registry entry and the torch baseline; with ``begin_kernel``, also ``bulk_sync``,
+    ``fused_sequential`` and ``wg_specialized`` with the protocol's begin kernel launched before them
     (``<variant>+begin_kernel``: ``TILEFUSE_BEGIN_KERNEL=1`` around that method's calls, captures
     and replays)."""
     public = getattr(tilefuse, op)
     have = registry.variants(op)
     out = {v: (lambda a, b, v=v: public(a, b, variant=v)) for v in (*tilefuse.VARIANTS, "plain") if v in have}
     if begin_kernel:
-        for v in ("fused_sequential", "wg_specialized"):
+        for v in ("bulk_sync", "fused_sequential", "wg_specialized"):
             out[v + BEGIN_KERNEL] = out[v]
     out["auto"] = lambda a, b: public(a, b, variant="auto")
     if "plain" in have:
@@ -270,7 +270,7 @@ def main(argv=None) -> int:
                    "2 calls, no graphs (timings mean nothing)")
     p.add_argument("--heap", type=int, default=None, help="heap bytes per rank (default: the launcher's)")
     p.add_argument("--begin-kernel", action="store_true",
-                   help="also time fused_sequential and wg_specialized with the begin kernel launched first "
+                   help="also time bulk_sync, fused_sequential and wg_specialized with the begin kernel launched first "
                         "(rows <variant>+begin_kernel: TILEFUSE_BEGIN_KERNEL=1)")
     p.add_argument("--csv", default="host_overhead.csv")
     args = p.parse_args(argv)

@@ -106,8 +106,9 @@ def noop_launches():
 
 
 def methods(op: str, begin_kernel: bool = False) -> dict:
-    """``{name: fn(a, b)}`` for ``op`` (with ``begin_kernel``, also ``fused_sequential`` and
-    ``wg_specialized`` with the begin kernel launched first: ``<variant>+begin_kernel``)."""
+    """``{name: fn(a, b)}`` for ``op`` (with ``begin_kernel``, also ``bulk_sync``,
+    ``fused_sequential`` and ``wg_specialized`` with the begin kernel launched first:
+    ``<variant>+begin_kernel``)."""
     import tilefuse
     from tilefuse.ops import registry
 
@@ -125,7 +126,7 @@ def methods(op: str, begin_kernel: bool = False) -> dict:
         if v in have:
             out[f"{v}_custom_op"] = (lambda a, b, v=v: custom(a, b, v, None, None))
     if begin_kernel:
-        for v in ("fused_sequential", "wg_specialized"):
+        for v in ("bulk_sync", "fused_sequential", "wg_specialized"):
             out[v + BEGIN_KERNEL] = out[v]
     return out
 
@@ -201,7 +202,7 @@ def main(argv=None) -> int:
     p.add_argument("--clock", choices=("wall", "cpu"), default=None,
                    help="wall: time.perf_counter (default on a GPU); cpu: time.thread_time (default on a CPU)")
     p.add_argument("--begin-kernel", action="store_true",
-                   help="also fused_sequential and wg_specialized with the begin kernel launched first "
+                   help="also bulk_sync, fused_sequential and wg_specialized with the begin kernel launched first "
                         "(<variant>+begin_kernel: TILEFUSE_BEGIN_KERNEL=1 around their calls)")
     p.add_argument("--csv", default="host_path.csv")
     args = p.parse_args(argv)
