@@ -47,9 +47,9 @@ log = logging.getLogger("tilefuse")
 
 COMM_VARIANTS = rules.COMM_VARIANTS
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), most promising first.
-# 128x128 with 5 stages: 0.88-0.94x of torch.matmul in the GEMM core at M = 512-1024 where 4 stages
-# gave 0.79-0.90x (docs/perf/2026-12-01_h200_ws1_gemm_parity_warp_spec_bf16.csv).
-TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 128, 64, 4, 5),
+# 128x128 with 6 stages: 0.81-0.96x of torch.matmul in the GEMM core at M = 333 and 512 where 5 stages
+# gave 0.80-0.94x and 4 stages 0.72-0.86x (docs/perf/2026-12-01_h200_ws1_gemm_no_split_mid_bf16.csv).
+TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 128, 64, 4, 6),
          (256, 128, 64, 8, 3), (64, 128, 64, 4, 4)]
 INTERPRETER_TILES = [(32, 32, 32, 4, 1), (64, 64, 64, 4, 1)]
 # The warp-specialized 128x256 tile (4 warps a group, 4 stages), tried second for 16-bit dtypes above
