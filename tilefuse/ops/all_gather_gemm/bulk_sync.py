@@ -20,7 +20,7 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.gather import push_shard
 from ..common.gemm import matmul
-from ..common.launch import collective, ctl, enter_args, launched, mid_barrier
+from ..common.launch import collective, ctl, enter_args, gemm_call_args, launched, mid_barrier
 from ._setup import OP, finish, gathered_workspace, new_output, setup, start
 
 
@@ -72,6 +72,6 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
     launched(entry, ends=False)
     mid_barrier(heap, 0)  # every peer's shard has landed in a_gathered
     # Nothing if the call was aborted; the GEMM ends the call.
-    matmul(ag, b, c, cfg, ctl(heap), call=None if entry is None else (heap.heap_bases, r, W, *args))
+    matmul(ag, b, c, cfg, ctl(heap), call=gemm_call_args(heap, entry))
     launched(entry)
     return finish(call, c, ag.clone() if return_gathered else None, return_gathered)

@@ -301,6 +301,15 @@ def launched(entry: tuple | None, ends: bool = True) -> None:
         _world.current_call().entered(ends)
 
 
+def gemm_call_args(heap, entry: tuple | None) -> tuple | None:
+    """The ``call`` argument of ``gemm.matmul`` in a call whose kernels begin it (``entry``:
+    :func:`begin_call`'s result): ``heap_bases, rank, world`` and the begin arguments; None when a
+    begin kernel began the call."""
+    if entry is None:
+        return None
+    return (heap.heap_bases, heap.rank, heap.world_size, *entry)
+
+
 class Entered:
     """Mixin of an op's call record whose ``enter`` attribute holds :func:`begin_call`'s result."""
 
@@ -315,6 +324,10 @@ class Entered:
     def enter_args(self) -> tuple:
         """The begin arguments of the call's kernel (:func:`enter_args`)."""
         return enter_args(self.enter)
+
+    def gemm_call_args(self, heap) -> tuple | None:
+        """The ``call`` argument of ``gemm.matmul`` (:func:`gemm_call_args`)."""
+        return gemm_call_args(heap, self.enter)
 
     @property
     def status(self):

@@ -32,9 +32,8 @@ def bulk_sync(a, b, *, config=None, group=None, bias=None, two_shot=False):
     if call.empty:
         return call.c
     heap = call.heap
-    proto = (heap.heap_bases, heap.rank, heap.world_size, *call.enter_args) if call.begins else None
     # fp32 accumulator, stored in a's dtype; one-shot: its first program begins the call
-    matmul(a, b, call.stage[heap.rank], call.config, ctl(heap), call=proto, enter=True)
+    matmul(a, b, call.stage[heap.rank], call.config, ctl(heap), call=call.gemm_call_args(heap), enter=True)
     call.entered(ends=False)
     if call.two_shot:  # barrier, owners pull and sum their rows, barrier, everyone pulls the sums
         launch_barriered(call, call.all_programs, pull=True)

@@ -53,15 +53,14 @@ def bulk_sync(a, b, *, config=None, group=None, out=None):
         return call.result()
     g, cfg = call.gemm, call.gemm.config
     heap = g.heap
-    proto = (heap.heap_bases, heap.rank, heap.world_size, *call.enter_args)
     last = heap.world_size == 1
-    matmul(a, b, call.c_block, cfg, ctl(heap), call=proto if call.begins else None, enter=True)
+    matmul(a, b, call.c_block, cfg, ctl(heap), call=call.gemm_call_args(heap), enter=True)
     call.entered(ends=last)
     if not last:
         programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
         _scatter_kernel[(programs,)](
             call.c_block, g.M, g.N, call.c_block.stride(0), call.c_block.stride(1),
-            heap.heap_bases, ctl(heap), heap.rank, heap.world_size, proto[-1],
+            heap.heap_bases, ctl(heap), heap.rank, heap.world_size, call.status,
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, NUM_PROGRAMS=programs, END=call.begins, num_warps=4,
         )
         call.entered()

@@ -27,9 +27,9 @@ def bulk_sync(a, b, *, config=None, group=None):
     if call.empty:
         return call.c
     cfg, heap = call.config, call.heap
-    proto = (heap.heap_bases, heap.rank, heap.world_size, *call.enter_args) if call.begins else None
     # fp32 accumulator, stored in a's dtype; its first program begins the call
-    matmul(a, b, call.stage.view(call.gemm.M, call.gemm.N), cfg, ctl(heap), call=proto, enter=True)
+    matmul(a, b, call.stage.view(call.gemm.M, call.gemm.N), cfg, ctl(heap), call=call.gemm_call_args(heap),
+           enter=True)
     call.entered(ends=False)
     mid_barrier(heap, 0)  # every rank's partial is complete
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
