@@ -296,16 +296,9 @@ class Case:
     def reduce(self, s: Operands, *, pull: bool):
         call = self.call
         if self.op == "gemm_reduce_scatter":
-            from tilefuse.ops.gemm_reduce_scatter._tiles import reduce_kernel
+            from tilefuse.ops.gemm_reduce_scatter._tiles import launch_reduce
 
-            cfg = call.config
-            n = min(self.programs, call.tiles_per_owner)
-            reduce_kernel[(n,)](
-                call.stage, call.stage, call.run_arg, call.c, call.rows, call.gemm.N, *call.stage_args,
-                call.c.stride(0), call.c.stride(1), *call.dist_args, call.status,
-                BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=n,
-                PULL=pull, WAIT=False, num_warps=cfg.num_warps,
-            )
+            launch_reduce(call, min(self.programs, call.tiles_per_owner), pull=pull, wait=False)
         else:
             from tilefuse.ops.gemm_all_reduce._tiles import launch_reduce
 

@@ -465,7 +465,7 @@ def call_begin_kernel(
 def call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
                ENTER: tl.constexpr, BLOCK: tl.constexpr = 1024):
     """``(seq, live)`` of the call, as :func:`call_epoch`; with ``ENTER`` the kernel begins the call
-    itself, in place of :func:`call_begin_kernel` (a call made of this one kernel: one launch less).
+    itself, in place of :func:`call_begin_kernel` (the call's first kernel: one launch less).
 
     The call's sequence number is ``ctl[SEQ] + 1`` for every program: only the end of a call moves
     ``ctl[SEQ]`` (here :func:`call_exit`, run last). The first program to enter (a ticket on

@@ -9,8 +9,8 @@ described in :mod:`tilefuse.runtime.primitives`. This module is its host side:
   call whose argument checks fail still counted on every rank (it launches the begin kernel with
   the failure signature, then raises).
 - Error records reach the host without a device sync on a GPU: a copy of two control words is
-  queued into pinned memory after each call (a call made of one kernel that begins it itself writes
-  them there from that kernel: :meth:`CollectiveCall.enter_args`) and read at the next one (a plain
+  queued into pinned memory after each call (a call whose kernels begin it themselves writes them
+  there from its last kernel: :meth:`CollectiveCall.enter_args`) and read at the next one (a plain
   memory read through a numpy view; the full record is read only when one of the two words is set).
   An error found that way is raised at the end of that next call, after its own kernels were
   launched, so that the ranks' calls stay paired (its result is discarded). On the CPU backend and

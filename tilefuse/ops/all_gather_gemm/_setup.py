@@ -93,7 +93,7 @@ class PushPlan(Entered):
 
 def plan_push(call: GemmCall, variant: str, return_gathered: bool, *, kernel_begins: bool = False) -> PushPlan:
     """Workspace, layout and output of one call of a flagged push variant; begins the call (or, with
-    ``kernel_begins``, hands its kernel the begin: :attr:`PushPlan.enter_args`)."""
+    ``kernel_begins``, hands its first kernel the begin: :attr:`PushPlan.enter_args`)."""
     heap, cfg = call.heap, call.config
     r, M_loc = heap.rank, call.M
     ws = gathered_workspace(call, variant, flags=True)

@@ -149,7 +149,7 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
           kernel_begins=lambda two_shot: False) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; allocate c; get the workspaces.
 
-    ``kernel_begins(two_shot)``: whether the call of that algorithm is one kernel that begins the call
+    ``kernel_begins(two_shot)``: whether the first kernel of that algorithm's call begins the call
     itself (:attr:`Call.enter_args`, then :meth:`Call.entered`); else this begins it.
 
     The stage has a's dtype and is shared by every variant and algorithm of one (dtype, M, N) (the

@@ -43,7 +43,7 @@ class Call(Entered):
 def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = False,
           kernel_begins: bool = False) -> Call:
     """Check the operands, get the result buffer and flags, and begin the call (``kernel_begins``: a
-    non-empty call is one kernel that begins it itself, given :attr:`Call.enter_args`)."""
+    non-empty call's first kernel begins it itself, given :attr:`Call.enter_args`)."""
     g: GemmCall = prepare_gemm(OP, a, b, group, config, comm=comm,
                                specialize=variant in WARP_SPEC_VARIANTS[OP])
     check_split_k(OP, variant, g.config)  # only bulk_sync splits K

@@ -84,7 +84,7 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running
     reduction touches it, and one call's reduction ends before the next call's starts
     (``running_sum``, default ``flags``: fused_sequential's epilogue-sum form has flags and sums in
     registers). The flags and their epoch belong to one variant and tile shape. ``kernel_begins``: a
-    non-empty call is one kernel that begins it itself (:attr:`Call.enter_args`).
+    non-empty call's first kernel begins it itself (:attr:`Call.enter_args`).
     """
     if running_sum is None:
         running_sum = flags

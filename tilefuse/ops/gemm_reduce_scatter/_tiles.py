@@ -17,6 +17,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
+from ..common.config import side_warps
 from ..common.flags import tile_acquire
 from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
 from ..common.reduce import accumulate_slot, block_offsets, owner_at, push_partial, slot_ptr, source_at, sum_slots
@@ -205,3 +206,19 @@ def reduce_kernel(
                      heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
                      BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT)
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, END)
+
+
+def launch_reduce(call, programs: int, *, pull: bool, wait: bool, end: bool = False) -> None:
+    """Launch :func:`reduce_kernel` for ``call`` (a :class:`._setup.Call`) on ``programs`` programs:
+    ``pull`` the partials from the peers' stages, or sum those pushed into this rank's; ``wait`` on
+    the per-tile flags (else a barrier ordered the partials); ``end``: as the call's last kernel,
+    whose first kernel began it."""
+    cfg = call.config
+    flags = call.flags if wait else call.stage  # a never-read stand-in without WAIT
+    reduce_kernel[(programs,)](
+        call.stage, flags, call.run_arg, call.c,
+        call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
+        *call.dist_args, call.status,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
+        PULL=pull, WAIT=wait, END=end, num_warps=side_warps(cfg),
+    )

@@ -13,11 +13,10 @@ and the reduction's last one ends it (``call_exit``): no begin kernel, no status
 
 from __future__ import annotations
 
-from ..common.config import side_warps
 from ..common.gemm import matmul
 from ..common.launch import collective, ctl, mid_barrier
 from ._setup import OP, finish, setup
-from ._tiles import reduce_kernel
+from ._tiles import launch_reduce
 
 
 @collective(OP)
@@ -33,12 +32,6 @@ def bulk_sync(a, b, *, config=None, group=None):
     call.entered(ends=False)
     mid_barrier(heap, 0)  # every rank's partial is complete
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
-    reduce_kernel[(programs,)](
-        call.stage, call.stage, call.run_arg, call.c,  # no flags: the barrier ordered the partials
-        call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
-        *call.dist_args, call.status,
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
-        PULL=True, WAIT=False, END=call.begins, num_warps=side_warps(cfg),
-    )
+    launch_reduce(call, programs, pull=True, wait=False, end=call.begins)  # the barrier ordered the partials
     call.entered()  # the reduction ends the call
     return finish(call)

@@ -27,10 +27,9 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.config import side_warps
 from ..common.launch import collective, ctl, mid_barrier
 from ._setup import OP, finish, setup
-from ._tiles import produce_and_sum, produce_partials, reduce_kernel
+from ._tiles import launch_reduce, produce_and_sum, produce_partials
 
 
 @kernel
@@ -74,13 +73,7 @@ def fused_sequential(a, b, *, config=None, group=None):
     )
     call.entered(ends=False)
     mid_barrier(heap, 0)  # every rank's partials have landed in our slots
-    reduce_kernel[(programs,)](
-        call.stage, call.stage, call.run_arg, call.c,  # no flags: the barrier ordered the partials
-        call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
-        *call.dist_args, call.status,
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
-        PULL=False, WAIT=False, END=call.begins, num_warps=side_warps(cfg),
-    )
+    launch_reduce(call, programs, pull=False, wait=False, end=call.begins)  # the barrier ordered the partials
     call.entered()  # the reduction ends the call
     return finish(call)
 

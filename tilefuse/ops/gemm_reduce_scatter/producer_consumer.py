@@ -17,10 +17,9 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.config import side_warps
 from ..common.launch import ForkedStreams, collective, ctl
 from ._setup import OP, finish, setup
-from ._tiles import produce_partials, reduce_kernel
+from ._tiles import launch_reduce, produce_partials
 
 
 @kernel
@@ -50,7 +49,7 @@ def producer_consumer(a, b, *, config=None, group=None):
     call = setup("producer_consumer", a, b, config, group, comm=True, flags=True)
     if call.empty:
         return call.c
-    cfg, heap = call.config, call.heap
+    heap = call.heap
     gemm_programs, comm_programs = call.program_counts
     streams = ForkedStreams(heap.device)  # the reduction's stream starts after the barrier
     # The GEMM waits on nothing: launched first, it cannot be blocked behind the spinning reduction.
@@ -60,12 +59,6 @@ def producer_consumer(a, b, *, config=None, group=None):
         NUM_PROGRAMS=gemm_programs, **call.gemm.gemm_meta,
     )
     with streams.side():
-        reduce_kernel[(comm_programs,)](
-            call.stage, call.flags, call.run_arg, call.c,
-            call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
-            *call.dist_args, call.status,
-            BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=comm_programs,
-            PULL=False, WAIT=True, num_warps=side_warps(cfg),
-        )
+        launch_reduce(call, comm_programs, pull=False, wait=True)
     streams.join()
     return finish(call)
