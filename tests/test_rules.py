@@ -1,4 +1,4 @@
-"""The tuners' shared rules: all_gather_gemm's copy-engine form is a candidate; its fused_sequential is
+"""The tuners' shared rules: the copy-engine forms are candidates; its fused_sequential is
 left out where it re-reads the peers' rows once per column tile; gemm_all_reduce's two-shot form is a
 candidate across ranks; decode-size tiles in the tuner's search; both search spaces stay bounded."""
 
@@ -21,12 +21,14 @@ def test_fused_all_gather_gemm_skipped_on_wide_n_at_world_2_only():
     assert rules.skip_reason("gemm_all_scatter", "fused_sequential", 14336, 2) is None
 
 
-def test_copy_engine_candidate_for_all_gather_gemm_producer_consumer():
+@pytest.mark.parametrize("op", ["all_gather_gemm", "gemm_all_scatter"])
+def test_copy_engine_candidate_for_producer_consumer(op):
     base = default_config(4096, 14336, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
-    (cfg,) = rules.extra_configs("all_gather_gemm", "producer_consumer", base, 132, 2)
+    (cfg,) = rules.extra_configs(op, "producer_consumer", base, 132, 2)
     assert cfg.COMM_SMS == 0 and cfg.GEMM_SMS == 131 and cfg.BLOCK_N == base.BLOCK_N
-    assert rules.extra_configs("all_gather_gemm", "producer_consumer", base, 132, 1) == []
-    assert rules.extra_configs("gemm_all_scatter", "producer_consumer", base, 132, 2) == []
+    assert rules.extra_configs(op, "producer_consumer", base, 132, 1) == []
+    assert rules.extra_configs(op, "wg_specialized", base, 132, 2) == []
+    assert rules.extra_configs("gemm_reduce_scatter", "producer_consumer", base, 132, 2) == []
 
 
 def test_two_shot_form_of_gemm_all_reduce_only_across_ranks():

@@ -456,6 +456,41 @@ class SymmetricHeap:
         raw = peer[off:off + span * t.element_size()]
         return raw.view(t.dtype).as_strided(t.shape, t.stride())
 
+    def copy_to_peer(self, t: torch.Tensor, rank: int) -> None:
+        """Copy the 2-D heap view ``t`` (unit column stride) into the same place of ``rank``'s heap,
+        queued on the current stream: on the GPU one copy-engine transfer (no SM), on the CPU a torch
+        copy. Ordered like a kernel on that stream; a peer sees the rows once a barrier or flag after
+        the copy in stream order says so. Recorded into a launch plan like a kernel launch."""
+        self.check_on_heap("copy_to_peer: t", t)
+        if t.dim() != 2 or (t.stride(1) != 1 and t.shape[1] > 1):
+            raise ValueError(f"copy_to_peer: t must be 2-D with unit column stride, got shape {tuple(t.shape)} "
+                             f"strides {t.stride()}")
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"copy_to_peer: rank {rank} is not in [0, {self.world_size})")
+        from . import plans
+
+        rec = plans.recorder()
+        if rec is not None:
+            rec.call(self._copy_to_peer, t, rank)
+        else:
+            self._copy_to_peer(t, rank)
+
+    def _copy_to_peer(self, t: torch.Tensor, rank: int) -> None:
+        if t.numel() == 0:
+            return
+        if self.device.type != "cuda":
+            self.peer_view(t, rank).copy_(t)
+            return
+        from . import dma
+
+        peer = self._maps.tensors[rank]
+        if peer is None:
+            raise RuntimeError("copy_to_peer: the heap was closed")
+        es = t.element_size()
+        pitch = t.stride(0) * es
+        dma.copy_rows(peer.data_ptr() + (t.data_ptr() - self.base), pitch, t.data_ptr(), pitch, t.shape[1] * es,
+                      t.shape[0], self.device)
+
     def offset_of(self, t: torch.Tensor) -> int:
         return t.data_ptr() - self.base
 

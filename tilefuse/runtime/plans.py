@@ -14,7 +14,9 @@ ordinary call and writes down, in order, what it did on the device side:
   operation that reads tensor data on the host (``item``, ``tolist``, ``bool(t)``) makes the call
   unplannable;
 * host steps its caller asks for (:meth:`Recorder.host`): stream forks and joins, workspace
-  use, the collective call's begin mark.
+  use, the collective call's begin mark;
+* host functions that queue device work by other means (:meth:`Recorder.call`: copy-engine
+  copies), replayed with the new call's tensors.
 
 Every tensor is either one of the call's (an argument, or made from one by a recorded operation:
 replayed with the new call's tensors) or a *constant* (workspaces, the control block), which the
@@ -377,6 +379,24 @@ class Recorder:
         if self.failure is None:
             self.steps.append(("host", fn, set(), False, []))
 
+    def call(self, fn, *args) -> None:
+        """Run ``fn(*args)`` now (its own torch operations unrecorded) and replay it with the new
+        call's tensors in their slots: device work queued by other means than a kernel launch or a
+        torch operation (a copy-engine transfer)."""
+        bound = None
+        if not self.paused and self.failure is None:
+            try:
+                bound = self._bind(args, {})
+            except PlanNotPossible as err:
+                self.give_up(str(err))
+        was, self.paused = self.paused, True
+        try:
+            fn(*args)
+        finally:
+            self.paused = was
+        if bound is not None and self.failure is None:
+            self.steps.append(("call", (fn, bound), bound.used, False, []))
+
     # -- the plan ------------------------------------------------------------------------------
 
     def plan(self, result) -> Plan | None:
@@ -482,6 +502,14 @@ def _compile(kind: str, payload):
         return lambda slots, replay, fn=payload: fn(replay)
     if kind == "torch":
         return _torch_step(*payload)
+    if kind == "call":
+        fn, bound = payload
+
+        def call_step(slots, replay):
+            args, _ = bound.fill(slots)
+            fn(*args)
+
+        return call_step
     kernel, grid, bound, fast = payload
     if fast is None:
         def triton_step(slots, replay):  # the interpreter, or a signature first compiled while recording

@@ -3,9 +3,10 @@
 Shared by first-call tuning (``tilefuse.ops.dispatch``) and the offline tuner (``tilefuse.tuning.tuner``)
 so both search the same space.
 
-- **all_gather_gemm's copy-engine form.** ``producer_consumer`` with ``COMM_SMS = 0`` moves the peers'
-  rows with DMA copies and leaves every SM but one to the GEMM (``ops/all_gather_gemm``): a candidate
-  of its own next to the SM-driven push.
+- **The copy-engine forms.** ``producer_consumer`` with ``COMM_SMS = 0`` moves rows with DMA copies
+  and leaves every SM but one to the GEMM: all_gather_gemm pulls the peers' rows, gemm_all_scatter
+  pushes its finished row chunks (``ops/all_gather_gemm``, ``ops/gemm_all_scatter``). A candidate of
+  its own next to the SM-driven form, from W = 2.
 - **gemm_all_reduce's two-shot algorithm.** ``Config.TWO_SHOT = 1`` (the op's ``two_shot=True``):
   partials go to the owner of their rows, the owner sums, every rank copies the sums. From W = 3 it
   sends less than one-shot (2(W-1)/W instead of W-1 times M x N per rank); at W = 2 it sends the same
@@ -71,11 +72,14 @@ def two_shot_form(op: str, variant: str, cfg: Config, num_sms: int, world: int) 
     return cfg.replace(TWO_SHOT=1)
 
 
+COPY_ENGINE_OPS = ("all_gather_gemm", "gemm_all_scatter")  # producer_consumer's COMM_SMS = 0 form
+
+
 def extra_configs(op: str, variant: str, base: Config, num_sms: int, world: int) -> list[Config]:
     """Configs tried besides ``base`` (a variant's default) that the search space has no axis for;
     at most ``MAX_EXTRA_CONFIGS``."""
     out = []
-    if op == "all_gather_gemm" and variant == "producer_consumer" and world > 1 and num_sms > 1:
+    if op in COPY_ENGINE_OPS and variant == "producer_consumer" and world > 1 and num_sms > 1:
         out.append(base.replace(COMM_SMS=0, GEMM_SMS=num_sms - 1))  # the copy-engine form
     two_shot = two_shot_form(op, variant, base, num_sms, world)
     if two_shot is not None:

@@ -78,7 +78,7 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
     """The search space of one variant for one shape (deduplicated, all fitting the device, at most
     ``rules.MAX_TUNER_CONFIGS``): the variant's default first, then tile sizes x warps/stages x
     GEMM/communication splits, then ``op``'s own forms at ``world`` (:mod:`tilefuse.tuning.rules`:
-    all_gather_gemm's copy-engine form, gemm_all_reduce's two-shot twins of the first few)."""
+    the copy-engine forms, gemm_all_reduce's two-shot twins of the first few)."""
     comm = variant in COMM_VARIANTS
     base = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=comm)
     if interpreter:

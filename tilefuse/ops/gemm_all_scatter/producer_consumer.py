@@ -6,14 +6,29 @@
 
 Flags are per tile, local to the rank (the producer and consumer run on the same GPU) and carry
 the call's sequence number. GEMM_SMS + COMM_SMS must fit on the device at once: the consumer spins.
+
+``COMM_SMS = 0`` pushes the rows with the GPU's copy engines instead, so the GEMM keeps every SM but
+one::
+
+    stream 1: | begin | GEMM (all GEMM_SMS programs): tile -> own block of c, release tile flag ...   |
+    stream 2:         | await band 1's flags | copy rows -> r+1, r+2, ... | await band 2 ... |
+    stream 1:                                                                       | join | barrier |
+
+The tiles of a band of GROUP_M row blocks have consecutive ids (the grouped swizzle), so a few
+bands at a time make one chunk of rows: a one-program kernel on stream 2 acquires the chunk's tile
+flags, and behind it in stream order one copy-engine transfer per peer writes the chunk's rows of
+this rank's column block into the peer's ``c`` (a 2-D copy: the block is strided). The closing
+barrier runs after the join, so every peer's transfers into this rank's ``c`` have completed.
 """
 
 from __future__ import annotations
 
 import triton.language as tl
 
+from ...runtime import hw
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
+from ..common.flags import tile_acquire
 from ..common.launch import ForkedStreams, collective, ctl, mid_barrier
 from ._setup import OP, setup
 from ._tiles import compute_tiles, push_ready_tiles
@@ -52,15 +67,63 @@ def _scatter_consumer_kernel(
                          epoch, tl.program_id(0), BLOCK_M, BLOCK_N, GROUP_M, NUM_PROGRAMS)
 
 
+@kernel
+def _await_tiles_kernel(flags_ptr, first, count, heap_bases, ctl_ptr, cur_rank, world):
+    """Acquire ``flags[first : first + count]`` on this rank, before the copies queued behind it."""
+    epoch, live = P.call_epoch(ctl_ptr)
+    if live:
+        for i in range(first, first + count):
+            # Acquire: pairs with the release in compute_tiles (RELEASE) on this rank.
+            tile_acquire(flags_ptr + i, epoch, cur_rank, cur_rank, ctl_ptr, heap_bases, world)
+
+
+COPIES = 4  # copy-engine chunks per call: the first chunk's rows move while the GEMM makes the rest
+
+
+def _push_with_copy_engines(call) -> None:
+    """Stream 2 of the copy-engine form: per chunk of row bands, await its tiles, copy it to every peer."""
+    g, cfg = call.gemm, call.gemm.config
+    heap = g.heap
+    W, r = heap.world_size, heap.rank
+    band_m = cfg.GROUP_M * cfg.BLOCK_M  # rows of one band of the grouped swizzle
+    tiles_n = -(-g.N // cfg.BLOCK_N)
+    bands = -(-g.M // band_m)
+    step = -(-bands // COPIES)
+    for lo in range(0, bands, step):
+        rows = slice(lo * band_m, min((lo + step) * band_m, g.M))
+        first = lo * cfg.GROUP_M * tiles_n
+        count = (-(-rows.stop // cfg.BLOCK_M) - lo * cfg.GROUP_M) * tiles_n
+        _await_tiles_kernel[(1,)](call.flags, first, count, heap.heap_bases, ctl(heap), r, W, num_warps=1)
+        for i in range(1, W):
+            heap.copy_to_peer(call.c_block[rows], (r + i) % W)
+
+
 @collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, out=None):
-    """gemm_all_scatter with GEMM and scatter kernels on two streams; same contract as
-    :func:`tilefuse.gemm_all_scatter`."""
-    call = setup("producer_consumer", a, b, config, group, out, comm=True, flags=True)
+    """gemm_all_scatter with GEMM and scatter kernels on two streams (or, with ``COMM_SMS = 0``, a
+    GEMM on every SM but one and copy engines); same contract as :func:`tilefuse.gemm_all_scatter`."""
+    engines = config is not None and getattr(config, "COMM_SMS", None) == 0
+    call = setup("producer_consumer", a, b, config, group, out, comm=not engines, flags=True)
     if call.empty:
         return call.result()
     g, cfg = call.gemm, call.gemm.config
     heap, c_block = g.heap, call.c_block
+    if engines:
+        # One multiprocessor stays free for the await kernels: they spin while the GEMM runs.
+        # Not capped by the tiles (programs without one exit): one compiled kernel per config.
+        gemm_programs = min(cfg.GEMM_SMS, hw.num_sms(heap.device) - 1)
+        streams = ForkedStreams(heap.device)  # the copies' stream starts after the begin kernel
+        _gemm_producer_kernel[(gemm_programs,)](
+            *g.gemm_args, c_block, c_block.stride(0), c_block.stride(1), call.flags,
+            heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
+            NUM_PROGRAMS=gemm_programs, **g.gemm_meta,
+        )
+        if heap.world_size > 1:
+            with streams.side():
+                _push_with_copy_engines(call)
+        streams.join()
+        mid_barrier(heap, 0)  # every peer's rows have landed in c
+        return call.result()
     # Not capped by the tiles (programs without one exit): one compiled kernel per config, not per shape.
     gemm_programs, comm_programs = cfg.GEMM_SMS, cfg.COMM_SMS
     streams = ForkedStreams(heap.device)  # the consumer's stream starts after the begin kernel
