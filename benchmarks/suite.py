@@ -75,6 +75,7 @@ from tilefuse.ops.common.collectives import all_gather_cat, all_reduce_sum, redu
 from tilefuse.ops.common.config import default_config
 from tilefuse.ops.common.gemm import matmul as tf_matmul
 from tilefuse.runtime import hw
+from tilefuse.tuning import rules
 from tilefuse.tuning.shapes import local_shapes, shape_sets
 
 from .checks import cuda_alive, error_text, poison_workspaces, rel_error, tolerance
@@ -90,8 +91,8 @@ CSV_COLUMNS = COLUMNS + ["set", "shape"]
 CONTROL = "plain_again"
 # ``--variants ...,core``: tilefuse's GEMM core alone (ops/common/gemm.matmul) on the gemm operands.
 CORE = "core"
-# ``--variants ...,pc_copy_engines``: all_gather_gemm's producer_consumer with COMM_SMS = 0 (rows moved
-# by copy engines, the GEMM on every SM but one), on the heuristic config.
+# ``--variants ...,pc_copy_engines``: producer_consumer with COMM_SMS = 0 (all_gather_gemm and
+# gemm_all_scatter: rows moved by copy engines, the GEMM on every SM but one), on the heuristic config.
 COPY_ENGINES = "pc_copy_engines"
 CUSTOM_SET = "custom"  # the set name of --shapes MxNxK entries
 GPU_SETS = "iris,llama3-8b,llama3-70b,decode"
@@ -246,11 +247,12 @@ class Case:
                 self.core_config = default_config(rows, self.N, self.K, self.dtype, num_sms=hw.num_sms(dev),
                                                   interpreter=hw.interpreting(), comm=False)
                 methods.append(Method(CORE, self.core, "gemm"))
-            elif v == COPY_ENGINES:  # all_gather_gemm producer_consumer with COMM_SMS = 0
+            elif v == COPY_ENGINES:  # producer_consumer with COMM_SMS = 0
                 dev = self.ctx.device
                 cfg = default_config(self.M, self.N, self.K, self.dtype, num_sms=hw.num_sms(dev),
                                      interpreter=hw.interpreting(), comm=False)
-                fn = functools.partial(registry.get(op, "producer_consumer"), config=cfg.replace(COMM_SMS=0))
+                fn = functools.partial(registry.get(op, "producer_consumer"), config=cfg.replace(COMM_SMS=0),
+                                       **out_kw)
                 methods.append(Method(COPY_ENGINES, lambda s, fn=fn: fn(s.a, s.b), "op"))
             elif v == "auto":
                 fn = functools.partial(getattr(tilefuse, op), variant="auto", **out_kw)
@@ -500,12 +502,12 @@ def tilefuse_variants(op: str, wanted: list | None) -> list:
     registered = registry.variants(op)
     if wanted is None:
         return [v for v in registered if v not in ("reference", "plain")] + ["auto"]
-    extra = ("auto", CONTROL, CORE) + ((COPY_ENGINES,) if op == "all_gather_gemm" else ())
+    extra = ("auto", CONTROL, CORE) + ((COPY_ENGINES,) if op in rules.COPY_ENGINE_OPS else ())
     missing = [v for v in wanted if v not in registered and v not in extra]
     if missing:
         print(f"{op}: not registered, skipped: {missing}", flush=True)
     return [v for v in wanted if (v in registered or v in extra) and v not in BASELINES
-            and (v != COPY_ENGINES or op == "all_gather_gemm")]
+            and (v != COPY_ENGINES or op in rules.COPY_ENGINE_OPS)]
 
 
 def run_rank(ctx, ops: list, shapes: dict, variants: list | None, dtype, args) -> dict:

@@ -235,6 +235,7 @@ KERNEL_LAUNCHES = {
     ("gemm_reduce_scatter", "fused_sequential"): 3,  # the fused GEMM, a barrier, the reduction
     ("gemm_all_scatter", "bulk_sync"): 2,  # the GEMM, the scatter (which ends with the barrier)
     ("all_gather_gemm", "bulk_sync"): 3,  # the push, a barrier, the GEMM
+    ("all_gather_gemm", "fused_sequential"): 2,  # the publish (which ends with the barrier), the fused GEMM
     ("gemm_reduce_scatter", "bulk_sync"): 3, ("gemm_all_reduce", "bulk_sync"): 3,  # GEMM, barrier, reduction
 }
 

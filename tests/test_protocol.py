@@ -269,7 +269,7 @@ ONE_KERNEL = [("gemm_all_scatter", "wg_specialized"), ("all_gather_gemm", "wg_sp
 # Calls of several kernels whose first kernel begins them and whose last one ends them.
 KERNEL_BEGUN = [("gemm_all_scatter", "bulk_sync"), ("all_gather_gemm", "bulk_sync"),
                 ("gemm_reduce_scatter", "bulk_sync"), ("gemm_all_reduce", "bulk_sync"),
-                ("gemm_reduce_scatter", "fused_sequential")]
+                ("gemm_reduce_scatter", "fused_sequential"), ("all_gather_gemm", "fused_sequential")]
 
 
 def _entry_words(ctl) -> tuple:
@@ -288,7 +288,7 @@ def job_one_kernel_calls(ctx):
     words = []
     for i in range(3):  # the first call of a shape creates its workspaces (device barriers), then plans record
         for op, variant in ONE_KERNEL + KERNEL_BEGUN + [("gemm_all_reduce", "producer_consumer"),
-                                                        ("all_gather_gemm", "fused_sequential")]:
+                                                        ("all_gather_gemm", "producer_consumer")]:
             before = _entry_words(ctl)[0]
             _check(ctx, op, variant, 16, 24, 16, seed=60 + i)
             seq, go, enter, exit_, state = _entry_words(ctl)

@@ -1,16 +1,20 @@
 """all_gather_gemm, fused sequential: one persistent GEMM that reads peers' A rows in its K loop.
 
-    stream:    | begin | copy a -> a_shard | barrier | fused kernel |
+    stream:    | publish: begin, copy a -> a_shard, barrier | fused kernel |
     program p: | local tiles: K loop on a_shard | source r+1 tiles: K loop on rank r+1's a_shard | ...
 
-Each rank publishes its shard in its own heap (``a_shard``); after the barrier every program
+Each rank publishes its shard in its own heap (``a_shard``): the publish kernel's first program
+begins the call (``call_enter``), its programs copy the rows, and its last program passes the
+barrier with the other ranks (``call_exit`` with ``BARRIER``), so a call is two launches
+(``TILEFUSE_BEGIN_KERNEL=1``: the begin and barrier kernels around it again). After the barrier every program
 computes its tiles source by source in ring order r, r+1, ..., loading A straight from the source
 rank's heap through a translated pointer (TMA descriptors work on any address). There is no flag:
 the barrier says every shard is in place. With ``return_gathered`` the program that computes a row
 block's first column tile also copies those A rows into the caller's ``a_gathered``.
 
-Cross-call safety: the shard is written after the begin kernel, which every rank passes only once
-every rank finished the previous call (the last one that read it).
+Cross-call safety: the shard is written after the begin, which every rank passes only once every
+rank finished the previous call (the last one that read it). The fused kernel waits on nothing, so
+the publish kernel's end of the call (``ctl[SEQ]``, the status words) is the call's.
 """
 
 from __future__ import annotations
@@ -19,10 +23,32 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import collective, ctl, mid_barrier, workspace
+from ..common.gather import copy_rows
+from ..common.launch import collective, ctl, enter_args, launched, mid_barrier, workspace
 from ._setup import OP, finish, gemm_meta, is_degenerate, layout, new_output, setup, start
 from ._tiles import first_tile, gemm_shard
 from .bulk_sync import bulk_sync
+
+
+@kernel
+def _publish_kernel(
+    # this rank's rows [M_loc, K] (any local tensor) and its a_shard (a heap tensor)
+    a_ptr, stride_am, stride_ak,
+    s_ptr, stride_sm, stride_sk,
+    M_loc, K,
+    # distributed; the call's begin (this kernel begins the call, ENTER)
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, ENTER: tl.constexpr,
+):
+    """Begin the call, copy ``a`` into ``a_shard``, and end with every rank's shard in place."""
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
+    if live:
+        for chunk in range(tl.program_id(0), tl.cdiv(M_loc, BLOCK_M), NUM_PROGRAMS):
+            copy_rows(s_ptr, stride_sm, stride_sk, a_ptr, stride_am, stride_ak, chunk, M_loc, K, BLOCK_M, BLOCK_K)
+    # With ENTER: ctl[SEQ] moves here (the fused kernel reads the call's number), after the barrier
+    # that publishes every rank's shard.
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER, BARRIER=True)
 
 
 @kernel
@@ -68,10 +94,18 @@ def fused_sequential(a, b, *, config=None, group=None, return_gathered=False):
     lay = layout(call, shard)
     c = new_output((W * M_loc, N), a.dtype, a.device)
     ag = new_output((W * M_loc, K), a.dtype, a.device) if return_gathered else c
-    start(call, "fused_sequential", return_gathered, c, ag if return_gathered else None)
-    shard.copy_(a)  # after the begin kernel: no peer still reads the previous call's shard
-    mid_barrier(heap, 0)  # every rank's shard is in its a_shard
+    entry = start(call, "fused_sequential", return_gathered, c, ag if return_gathered else None,
+                  kernel_begins=True)
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
+    # The copy comes after the begin: no peer still reads the previous call's shard.
+    _publish_kernel[(programs,)](
+        a, a.stride(0), a.stride(1), shard, shard.stride(0), shard.stride(1), M_loc, K,
+        heap.heap_bases, ctl(heap), r, W, *enter_args(entry),
+        BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, ENTER=entry is not None, num_warps=4,
+    )
+    launched(entry)
+    if entry is None:
+        mid_barrier(heap, 0)  # every rank's shard is in its a_shard
     _fused_kernel[(programs,)](
         shard, shard.stride(0), shard.stride(1), b, b.stride(0), b.stride(1),
         c, c.stride(0), c.stride(1), ag, ag.stride(0), ag.stride(1),

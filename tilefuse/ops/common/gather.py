@@ -26,7 +26,7 @@ def copy_rows(
 ):
     """``dst[chunk rows, :K] = src[chunk rows, :K]``; both pointers already point where they should
     (a local tensor, or a pointer translated into a peer's heap)."""
-    offs_m = chunk.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+    offs_m = tl.cast(chunk, tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
     offs_k = tl.arange(0, BLOCK_K)  # [BK]
     mask_m = offs_m < rows  # [BM]
     src_ptrs = src_ptr + offs_m[:, None] * stride_sm + offs_k[None, :] * stride_sk  # [BM, BK]
