@@ -3,6 +3,8 @@ the static inputs, every replay checked against the reference; capture on torch'
 on a user side stream; replays after clear_workspaces() abort and raise at the next check; two-stream
 eager calls. GPU only (the interpreter has no graphs)."""
 
+import functools
+
 import pytest
 import torch
 from ophelpers import randn
@@ -31,8 +33,10 @@ def _close(got, ref, what):
     torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=0.4, msg=lambda m: f"{what}: {m}")
 
 
-def job_capture_replay(ctx, op, variant, replays, side_stream):
+def job_capture_replay(ctx, op, variant, replays, side_stream, config=None):
     fn = registry.get(op, variant)
+    if config is not None:
+        fn = functools.partial(fn, config=tilefuse.Config(**config))
     a, b = _fresh(ctx, op, seed=1)
     static_a, static_b = a.clone(), b.clone()
     fn(static_a, static_b)  # eager: creates the workspaces
@@ -84,6 +88,16 @@ def test_capture_on_side_stream_world1_and_3(pools, on_gpu, op):
         pytest.skip("CUDA graphs need a GPU")
     assert all(pools.run(1, job_capture_replay, op, "wg_specialized", 10, True))
     assert all(pools.run(3, job_capture_replay, op, "producer_consumer", 10, True))
+
+
+@pytest.mark.parametrize("op", ["all_gather_gemm", "gemm_all_scatter"])
+@pytest.mark.parametrize("world", [2, 3])
+def test_capture_replay_copy_engine_forms(pools, on_gpu, op, world):
+    """producer_consumer with COMM_SMS = 0: the copy-engine transfers are captured with the kernels."""
+    if not on_gpu:
+        pytest.skip("CUDA graphs need a GPU")
+    cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=3, GEMM_SMS=16, COMM_SMS=0)
+    assert all(pools.run(world, job_capture_replay, op, "producer_consumer", 20, world == 3, cfg))
 
 
 def job_capture_needs_eager_call(ctx):
