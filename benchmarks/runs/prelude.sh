@@ -52,12 +52,13 @@ decode_steps() {
     return 0
 }
 # suite_w2 SETS CSV: the world-2 suite of the four ops on SETS, every variant and auto (and the
-# copy-engine form of all_gather_gemm), at most 50 s an op, each op only if it fits; appends to CSV.
+# copy-engine forms of all_gather_gemm and gemm_all_scatter), at most 50 s an op, each op only if it
+# fits; appends to CSV.
 suite_w2() {
     local op V
     for op in gemm_all_scatter all_gather_gemm gemm_reduce_scatter gemm_all_reduce; do
         V=bulk_sync,producer_consumer,fused_sequential,wg_specialized,auto
-        [[ $op == all_gather_gemm ]] && V=$V,pc_copy_engines
+        [[ $op == all_gather_gemm || $op == gemm_all_scatter ]] && V=$V,pc_copy_engines
         fits 50 "suite $op" && { timeout -k 5 50 "$PY" -m benchmarks suite --world 2 --ops "$op" --sets "$1" \
             --variants "$V" --csv "$2" --append --no-progress >> "$R/suite_w2.log" 2>&1
             stamp "suite w2 $op" $? >> "$R/suite_w2.log"; }

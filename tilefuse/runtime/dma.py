@@ -56,7 +56,8 @@ def copy_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, he
     if fn is None:
         raise RuntimeError("copy-engine copies need the CUDA runtime library (libcudart), which this process "
                            "has not loaded")
-    stream = torch.cuda.current_stream(device).cuda_stream
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = torch.cuda.current_stream(index).cuda_stream
     err = fn(dst, dst_pitch, src, src_pitch, width, height, _MEMCPY_DEFAULT, stream)
     if err != 0:
         raise RuntimeError(f"cudaMemcpy2DAsync failed with CUDA error {err} ({height} rows of {width} bytes, "

@@ -666,8 +666,11 @@ class ForkedStreams:
     ``with streams.side():`` and then ``join()`` (on the stream they forked from), so that the two
     kernels run at the same time. On the CPU every launch is synchronous, and all of this is a no-op
     (launch the producer first). Fork and join each record one of two events kept per device and make
-    the other stream wait on it (no new event or stream object per call). Under a plan recorder the
-    fork, the side block and the join are recorded as host steps.
+    the other stream wait on it (no new event or stream object per call). Streams are named
+    explicitly (the current one looked up once by device index, switched with ``set_stream``): torch's
+    stream context and events without a stream look the device up again through its availability
+    checks, several microseconds each. Under a plan recorder the fork, the side block and the join
+    are recorded as host steps.
     """
 
     def __init__(self, device: torch.device):
@@ -676,8 +679,9 @@ class ForkedStreams:
         self.rec_id = None
         if self.cuda:
             self.stream = _side_stream(device)
+            self.main = torch.cuda.current_stream(_device_index(device))
             fork, _ = _EVENTS[device]
-            fork.record()  # on the current stream: everything queued so far
+            fork.record(self.main)  # everything queued so far
             self.stream.wait_event(fork)
             rec = plans.recorder()
             if rec is not None:
@@ -690,16 +694,37 @@ class ForkedStreams:
         rec = plans.recorder()
         if rec is not None and self.rec_id is not None:
             return _RecordedSide(self, rec)
-        return torch.cuda.stream(self.stream)
+        return _OnStream(self.stream, self.main)
 
     def join(self) -> None:
         if self.cuda:
             _, joined = _EVENTS[self.device]
             joined.record(self.stream)
-            joined.wait()  # the current stream: the one forked from
+            self.main.wait_event(joined)  # the stream forked from
             rec = plans.recorder()
             if rec is not None and self.rec_id is not None:
                 rec.host(functools.partial(_replay_join, self.rec_id))
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+class _OnStream:
+    """``with``: ``stream`` is the current stream, then ``back`` again (both of the current device)."""
+
+    __slots__ = ("stream", "back")
+
+    def __init__(self, stream, back):
+        self.stream, self.back = stream, back
+
+    def __enter__(self):
+        torch.cuda.set_stream(self.stream)
+        return self
+
+    def __exit__(self, *exc):
+        torch.cuda.set_stream(self.back)
+        return False
 
 
 class _RecordedSide:
@@ -709,7 +734,7 @@ class _RecordedSide:
         self.streams, self.rec, self.ctx = streams, rec, None
 
     def __enter__(self):
-        self.ctx = torch.cuda.stream(self.streams.stream)
+        self.ctx = _OnStream(self.streams.stream, self.streams.main)
         self.ctx.__enter__()
         self.rec.host(functools.partial(_replay_side, self.streams.rec_id, True))
         return self
@@ -725,7 +750,8 @@ def _replay_fork(device: torch.device, rec_id, state) -> None:
 
 def _replay_side(rec_id, enter: bool, state) -> None:
     if enter:
-        ctx = torch.cuda.stream(state.objs[rec_id].stream)
+        streams = state.objs[rec_id]
+        ctx = _OnStream(streams.stream, streams.main)
         ctx.__enter__()
         state.objs[(rec_id, "side")] = ctx
     else:
