@@ -227,16 +227,17 @@ def job_plans_replay(ctx, ops, variants, calls):
 
 
 # Launches of a call at world 2-3 whose own kernels begin and end it (no begin kernel, no status
-# copy): one kernel, or the op's kernels and the barriers between them.
+# copy): one kernel, or the op's kernels (a barrier between them passed in the first one's last program).
 KERNEL_LAUNCHES = {
     **{(op, "wg_specialized"): 1 for op in ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter",
                                             "gemm_all_reduce")},
     ("gemm_all_scatter", "fused_sequential"): 1, ("gemm_all_reduce", "fused_sequential"): 1,
-    ("gemm_reduce_scatter", "fused_sequential"): 3,  # the fused GEMM, a barrier, the reduction
-    ("gemm_all_scatter", "bulk_sync"): 2,  # the GEMM, the scatter (which ends with the barrier)
-    ("all_gather_gemm", "bulk_sync"): 3,  # the push, a barrier, the GEMM
+    # Two launches, the first ending with the barrier between them (call_exit BARRIER):
+    ("gemm_reduce_scatter", "fused_sequential"): 2,  # the fused GEMM, the reduction
+    ("gemm_all_scatter", "bulk_sync"): 2,  # the GEMM, the scatter (which ends with the closing barrier)
+    ("all_gather_gemm", "bulk_sync"): 2,  # the push, the GEMM
     ("all_gather_gemm", "fused_sequential"): 2,  # the publish (which ends with the barrier), the fused GEMM
-    ("gemm_reduce_scatter", "bulk_sync"): 3, ("gemm_all_reduce", "bulk_sync"): 3,  # GEMM, barrier, reduction
+    ("gemm_reduce_scatter", "bulk_sync"): 2, ("gemm_all_reduce", "bulk_sync"): 2,  # the GEMM, the reduction
 }
 
 

@@ -1,13 +1,14 @@
 """all_gather_gemm, bulk-synchronous: gather all of A through the heap, then one plain GEMM.
 
-    stream: | push own shard -> a_gathered on every rank; begins the call | barrier |
+    stream: | push own shard -> a_gathered on every rank; begins the call, ends with the barrier |
             | GEMM (a_gathered @ b); ends the call |
 
 No overlap: the baseline shape of the algorithm in the same runtime. The begin (the push kernel's
 first program: ``call_enter``) keeps peers from pushing the next call's rows while this rank's GEMM
-still reads the previous ones; the barrier makes every peer's rows visible before the GEMM, whose
-last program ends the call (``call_exit``): no begin kernel, no status copy
-(``TILEFUSE_BEGIN_KERNEL=1`` brings the begin kernel back). This variant also serves the other
+still reads the previous ones; the barrier (the push kernel's last program: ``call_exit`` with
+``BARRIER``) makes every peer's rows visible before the GEMM, whose last program ends the call
+(``call_exit``): two launches, no begin kernel, no status copy (``TILEFUSE_BEGIN_KERNEL=1`` brings
+the begin and barrier kernels back). This variant also serves the other
 variants' degenerate calls (``M_loc``, ``N`` or ``K`` zero).
 """
 
@@ -43,8 +44,9 @@ def _all_gather_kernel(
         # No flags (SIGNAL=False): the barrier after this kernel publishes the rows; ag_ptr stands in.
         push_shard(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, ag_ptr, 0, M_loc, K,
                    cur_rank, world, heap_bases, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST=0, SIGNAL=False)
-    # With ENTER: ctl[SEQ] moves here, so the barrier and the GEMM read the call's number.
-    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER)
+    # With ENTER: ctl[SEQ] moves here, so the GEMM reads the call's number, after the barrier behind
+    # which every rank's rows have landed.
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER, BARRIER=True)
 
 
 @collective(OP)
@@ -70,7 +72,8 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
         BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, ENTER=entry is not None, num_warps=4,
     )
     launched(entry, ends=False)
-    mid_barrier(heap, 0)  # every peer's shard has landed in a_gathered
+    if entry is None:
+        mid_barrier(heap, 0)  # every peer's shard has landed in a_gathered
     # Nothing if the call was aborted; the GEMM ends the call.
     matmul(ag, b, c, cfg, ctl(heap), call=gemm_call_args(heap, entry))
     launched(entry)

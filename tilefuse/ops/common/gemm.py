@@ -295,7 +295,7 @@ def matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT: tl.constexpr, STREAM: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, IN_CALL: tl.constexpr, ALIGN: tl.constexpr = 1, WARP_SPEC: tl.constexpr = False,
-    ENTER: tl.constexpr = False, END: tl.constexpr = False,
+    ENTER: tl.constexpr = False, END: tl.constexpr = False, BARRIER: tl.constexpr = False,
 ):
     """Persistent C [M, N] = A [M, K] @ B [K, N] in one of three schedules.
 
@@ -309,11 +309,12 @@ def matmul_kernel(
     ``num_programs`` are runtime values, so shapes and splits share one compiled kernel per tile
     config. With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives);
     with ``ENTER`` it begins the call itself (the call's first kernel: ``call_enter``), with ``END``
-    it ends it (its last: ``call_exit``; a kernel that begins a call also ends with it).
-    ``ALIGN``: see :func:`gemm_tile_range`. ``WARP_SPEC`` (tiles schedule on the descriptor path
-    only): the tile loop is warp-specialized (on Hopper, a producer warp group issues the loads and
-    two consumer warp groups each multiply half of the tile's rows; the sums are those of the loop
-    without it, bit for bit)."""
+    it ends it (its last: ``call_exit``; a kernel that begins a call also ends with it), with
+    ``BARRIER`` too its last program passes a barrier with the other ranks (``call_exit``), in place
+    of a barrier kernel after it. ``ALIGN``: see :func:`gemm_tile_range`. ``WARP_SPEC`` (tiles
+    schedule on the descriptor path only): the tile loop is warp-specialized (on Hopper, a producer
+    warp group issues the loads and two consumer warp groups each multiply half of the tile's rows;
+    the sums are those of the loop without it, bit for bit)."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -373,7 +374,7 @@ def matmul_kernel(
                 offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
                 store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
     if IN_CALL:
-        P.call_exit(ctl_ptr, heap_bases, cur_rank, world, seq, live, status_ptr, num_programs, END)
+        P.call_exit(ctl_ptr, heap_bases, cur_rank, world, seq, live, status_ptr, num_programs, END, BARRIER=BARRIER)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -588,12 +589,13 @@ on_reset(SPLIT_K_SCRATCH.clear)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch.Tensor | None = None, *,
-           call: tuple | None = None, enter: bool = False) -> torch.Tensor:
+           call: tuple | None = None, enter: bool = False, barrier: bool = False) -> torch.Tensor:
     """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
     block) the GEMM is part of a collective call and does nothing if the call was aborted. With
     ``call`` (``heap_bases, rank, world`` and the call's begin arguments, ``launch.enter_args`` of a
     call whose kernels begin it) the GEMM begins the call (``enter``: it is the call's first kernel)
-    or ends it (it is the last).
+    or ends it (it is the last); ``barrier``: its last program then also passes a barrier with the
+    other ranks (what it stored into the heap is complete and visible on every rank after it).
 
     ``a [M, K]``, ``b [K, N]`` and ``c [M, N]`` on one device, at any strides (``c`` may be a
     column block of a wider matrix). fp32 accumulation, output cast to ``c.dtype``. Uses
@@ -653,7 +655,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         SPLIT=split > 1, STREAM=stream, SUB_M=sub_m, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
         ALIGN=1 if use_tma else pointer_align(a, b), WARP_SPEC=warp_spec,
-        ENTER=ends and enter, END=ends,
+        ENTER=ends and enter, END=ends, BARRIER=ends and barrier,
         num_warps=warps, num_stages=stages,
     )
     return c

@@ -33,12 +33,15 @@ def bulk_sync(a, b, *, config=None, group=None, bias=None, two_shot=False):
         return call.c
     heap = call.heap
     # fp32 accumulator, stored in a's dtype; one-shot: its first program begins the call
-    matmul(a, b, call.stage[heap.rank], call.config, ctl(heap), call=call.gemm_call_args(heap), enter=True)
+    # One-shot: the GEMM's last program passes the barrier after which every rank's partial is complete.
+    matmul(a, b, call.stage[heap.rank], call.config, ctl(heap), call=call.gemm_call_args(heap), enter=True,
+           barrier=True)
     call.entered(ends=False)
     if call.two_shot:  # barrier, owners pull and sum their rows, barrier, everyone pulls the sums
         launch_barriered(call, call.all_programs, pull=True)
         return call.c
-    mid_barrier(heap, 0)  # every rank's partial is complete
+    if not call.begins:
+        mid_barrier(heap, 0)  # every rank's partial is complete
     launch_reduce(call, call.all_programs, pull=True, wait=False, end=call.begins)
     call.entered()  # the reduction ends the call
     return call.c

@@ -26,11 +26,13 @@ def bulk_sync(a, b, *, config=None, group=None):
     if call.empty:
         return call.c
     cfg, heap = call.config, call.heap
-    # fp32 accumulator, stored in a's dtype; its first program begins the call
+    # fp32 accumulator, stored in a's dtype; its first program begins the call, its last passes the
+    # barrier after which every rank's partial is complete
     matmul(a, b, call.stage.view(call.gemm.M, call.gemm.N), cfg, ctl(heap), call=call.gemm_call_args(heap),
-           enter=True)
+           enter=True, barrier=True)
     call.entered(ends=False)
-    mid_barrier(heap, 0)  # every rank's partial is complete
+    if not call.begins:
+        mid_barrier(heap, 0)  # every rank's partial is complete
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     launch_reduce(call, programs, pull=True, wait=False, end=call.begins)  # the barrier ordered the partials
     call.entered()  # the reduction ends the call

@@ -1,7 +1,7 @@
 """gemm_reduce_scatter, fused sequential: each partial tile goes from registers to its owner's slot.
 
     program p:  | tile (owner r+1): K loop | store to owner's slot r | tile: K loop | store | ...
-    rank r:     | begin | fused kernel | barrier | reduce: sum the W slots of r's tiles -> c |
+    rank r:     | fused kernel: begin ... barrier | reduce: sum the W slots of r's tiles -> c |
 
 Pushing a tile overlaps the K loops of the tiles other programs are computing. The partials need no
 flags: the barrier after the kernel orders every rank's stores before the owner's local reduction,
@@ -53,8 +53,9 @@ def _fused_kernel(
                          heap_bases, cur_rank, world, 0, tl.program_id(0),
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False,
                          WARP_SPEC=WARP_SPEC)
-    # With ENTER: ctl[SEQ] moves here, so the barrier and the reduction read the call's number.
-    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER)
+    # With ENTER: ctl[SEQ] moves here, so the reduction reads the call's number, after the barrier
+    # behind which every rank's partials have landed in their owners' slots.
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER, BARRIER=True)
 
 
 @collective(OP)
@@ -72,7 +73,8 @@ def fused_sequential(a, b, *, config=None, group=None):
         NUM_PROGRAMS=programs, ENTER=call.begins, **call.gemm.gemm_meta_ws,
     )
     call.entered(ends=False)
-    mid_barrier(heap, 0)  # every rank's partials have landed in our slots
+    if not call.begins:
+        mid_barrier(heap, 0)  # every rank's partials have landed in our slots
     launch_reduce(call, programs, pull=False, wait=False, end=call.begins)  # the barrier ordered the partials
     call.entered()  # the reduction ends the call
     return finish(call)
