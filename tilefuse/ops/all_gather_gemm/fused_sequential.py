@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.gather import copy_rows
+from ..common.gather import copy_pieces
 from ..common.launch import collective, ctl, enter_args, launched, mid_barrier, workspace
 from ._setup import OP, finish, gemm_meta, is_degenerate, layout, new_output, setup, start
 from ._tiles import first_tile, gemm_shard
@@ -44,8 +44,8 @@ def _publish_kernel(
     epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
                                ENTER)
     if live:
-        for chunk in range(tl.program_id(0), tl.cdiv(M_loc, BLOCK_M), NUM_PROGRAMS):
-            copy_rows(s_ptr, stride_sm, stride_sk, a_ptr, stride_am, stride_ak, chunk, M_loc, K, BLOCK_M, BLOCK_K)
+        copy_pieces(s_ptr, stride_sm, stride_sk, a_ptr, stride_am, stride_ak, M_loc, K, tl.program_id(0), NUM_PROGRAMS,
+                    BLOCK_M, BLOCK_K)
     # With ENTER: ctl[SEQ] moves here (the fused kernel reads the call's number), after the barrier
     # that publishes every rank's shard.
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER, BARRIER=True)

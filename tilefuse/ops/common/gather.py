@@ -18,6 +18,37 @@ from .flags import tile_release
 
 
 @triton.jit
+def copy_tile(
+    dst_ptr, stride_dm, stride_dk,
+    src_ptr, stride_sm, stride_sk,
+    chunk, kt, rows, K,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """``dst[chunk rows, kt-th BLOCK_K columns] = src[...]``: one tile of a chunk (pointers as in
+    :func:`copy_rows`)."""
+    offs_m = tl.cast(chunk, tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+    offs_k = tl.cast(kt, tl.int64) * BLOCK_K + tl.arange(0, BLOCK_K)  # [BK]
+    mask = (offs_m < rows)[:, None] & (offs_k < K)[None, :]  # [BM, BK]
+    src = tl.load(src_ptr + offs_m[:, None] * stride_sm + offs_k[None, :] * stride_sk, mask=mask)
+    tl.store(dst_ptr + offs_m[:, None] * stride_dm + offs_k[None, :] * stride_dk, src, mask=mask)
+
+
+@triton.jit
+def copy_pieces(
+    dst_ptr, stride_dm, stride_dk,
+    src_ptr, stride_sm, stride_sk,
+    rows, K, prog, NUM_PROGRAMS,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    """``dst[:rows, :K] = src[:rows, :K]``, program ``prog`` of ``NUM_PROGRAMS`` taking every
+    NUM_PROGRAMS-th tile of BLOCK_M x BLOCK_K: a few rows still keep every program busy."""
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for unit in range(prog, tl.cdiv(rows, BLOCK_M) * k_tiles, NUM_PROGRAMS):
+        copy_tile(dst_ptr, stride_dm, stride_dk, src_ptr, stride_sm, stride_sk, unit // k_tiles, unit % k_tiles,
+                  rows, K, BLOCK_M, BLOCK_K)
+
+
+@triton.jit
 def copy_rows(
     dst_ptr, stride_dm, stride_dk,
     src_ptr, stride_sm, stride_sk,
@@ -60,15 +91,26 @@ def push_shard(
     """Program ``prog`` of ``NUM_PROGRAMS`` copies its share of the (target, chunk) pairs into ranks
     ``push_target(cur_rank, FIRST .. world-1)``, target-major (all chunks for the first target, then
     the next); with SIGNAL it releases ``flags[chunk] = epoch`` on the receiving rank after each
-    chunk. ``FIRST = 0`` includes the current rank."""
+    chunk. ``FIRST = 0`` includes the current rank. Without SIGNAL the units are the chunks' tiles of
+    BLOCK_K columns (nothing waits for a whole chunk): a shard of few chunks still keeps every program
+    busy."""
     num_chunks = tl.cdiv(rows, BLOCK_M)
-    for unit in range(prog, (world - FIRST) * num_chunks, NUM_PROGRAMS):
-        peer = push_target(cur_rank, FIRST + unit // num_chunks, world)
-        chunk = unit % num_chunks
-        peer_dst = P.translate(dst_ptr, cur_rank, peer, heap_bases)
-        copy_rows(peer_dst, stride_dm, stride_dk, src_ptr, stride_sm, stride_sk, chunk, rows, K,
-                  BLOCK_M, BLOCK_K)
-        if SIGNAL:
+    if SIGNAL:
+        for unit in range(prog, (world - FIRST) * num_chunks, NUM_PROGRAMS):
+            peer = push_target(cur_rank, FIRST + unit // num_chunks, world)
+            chunk = unit % num_chunks
+            peer_dst = P.translate(dst_ptr, cur_rank, peer, heap_bases)
+            copy_rows(peer_dst, stride_dm, stride_dk, src_ptr, stride_sm, stride_sk, chunk, rows, K,
+                      BLOCK_M, BLOCK_K)
             # Release: pairs with the acquire before the GEMM tiles of this chunk on rank `peer`
             # (all_gather_gemm._tiles.gemm_shard).
             tile_release(flags_ptr + chunk, epoch, cur_rank, peer, heap_bases)
+    else:
+        k_tiles = tl.cdiv(K, BLOCK_K)
+        pieces = num_chunks * k_tiles
+        for unit in range(prog, (world - FIRST) * pieces, NUM_PROGRAMS):
+            peer = push_target(cur_rank, FIRST + unit // pieces, world)
+            piece = unit % pieces
+            peer_dst = P.translate(dst_ptr, cur_rank, peer, heap_bases)
+            copy_tile(peer_dst, stride_dm, stride_dk, src_ptr, stride_sm, stride_sk, piece // k_tiles,
+                      piece % k_tiles, rows, K, BLOCK_M, BLOCK_K)
