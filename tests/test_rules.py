@@ -31,6 +31,16 @@ def test_copy_engine_candidate_for_producer_consumer(op):
     assert rules.extra_configs("gemm_reduce_scatter", "producer_consumer", base, 132, 2) == []
 
 
+def test_scatter_copy_engine_candidate_needs_the_cuda_runtime(monkeypatch):
+    """gemm_all_scatter's form issues 2-D copies through the CUDA runtime: without it no candidate."""
+    from tilefuse.runtime import dma
+
+    base = default_config(4096, 14336, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
+    monkeypatch.setattr(dma, "available", lambda: False)
+    assert rules.extra_configs("gemm_all_scatter", "producer_consumer", base, 132, 2) == []
+    assert len(rules.extra_configs("all_gather_gemm", "producer_consumer", base, 132, 2)) == 1
+
+
 def test_two_shot_form_of_gemm_all_reduce_only_across_ranks():
     base = default_config(4096, 8192, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
     for variant in ("bulk_sync", "fused_sequential"):

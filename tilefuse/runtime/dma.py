@@ -44,8 +44,9 @@ def _cudart():
 
 
 def available() -> bool:
-    """Whether 2-D copy-engine copies can be issued in this process."""
-    return torch.cuda.is_available() and _cudart() is not None
+    """Whether :func:`copy_rows` can run in this process: without CUDA always (the heap's CPU copies
+    do not use it), with CUDA when the runtime library torch loaded is found."""
+    return not torch.cuda.is_available() or _cudart() is not None
 
 
 def copy_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int,

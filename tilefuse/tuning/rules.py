@@ -32,6 +32,7 @@ variant and shape, most promising first.
 from __future__ import annotations
 
 from ..ops.common.config import Config
+from ..runtime import dma
 
 FUSED_AG_MAX_COLUMN_TILES = 2
 TWO_SHOT_OPS = ("gemm_all_reduce",)
@@ -79,7 +80,8 @@ def extra_configs(op: str, variant: str, base: Config, num_sms: int, world: int)
     """Configs tried besides ``base`` (a variant's default) that the search space has no axis for;
     at most ``MAX_EXTRA_CONFIGS``."""
     out = []
-    if op in COPY_ENGINE_OPS and variant == "producer_consumer" and world > 1 and num_sms > 1:
+    if op in COPY_ENGINE_OPS and variant == "producer_consumer" and world > 1 and num_sms > 1 and \
+            (op == "all_gather_gemm" or dma.available()):  # gemm_all_scatter's 2-D copies need the CUDA runtime
         out.append(base.replace(COMM_SMS=0, GEMM_SMS=num_sms - 1))  # the copy-engine form
     two_shot = two_shot_form(op, variant, base, num_sms, world)
     if two_shot is not None:

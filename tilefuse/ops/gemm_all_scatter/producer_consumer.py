@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from ...runtime import hw
+from ...runtime import dma, hw
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire
@@ -103,6 +103,9 @@ def producer_consumer(a, b, *, config=None, group=None, out=None):
     """gemm_all_scatter with GEMM and scatter kernels on two streams (or, with ``COMM_SMS = 0``, a
     GEMM on every SM but one and copy engines); same contract as :func:`tilefuse.gemm_all_scatter`."""
     engines = config is not None and getattr(config, "COMM_SMS", None) == 0
+    if engines and not dma.available():  # raised before the call begins: every rank alike
+        raise RuntimeError(f"{OP} producer_consumer with COMM_SMS = 0 needs the CUDA runtime's 2-D copies, and "
+                           "libcudart was not found in this process")
     call = setup("producer_consumer", a, b, config, group, out, comm=not engines, flags=True)
     if call.empty:
         return call.result()
