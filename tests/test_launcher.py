@@ -238,6 +238,9 @@ KERNEL_LAUNCHES = {
     ("all_gather_gemm", "bulk_sync"): 2,  # the push, the GEMM
     ("all_gather_gemm", "fused_sequential"): 2,  # the publish (which ends with the barrier), the fused GEMM
     ("gemm_reduce_scatter", "bulk_sync"): 2, ("gemm_all_reduce", "bulk_sync"): 2,  # the GEMM, the reduction
+    # Two kernels on two streams that begin and end the call together:
+    **{(op, "producer_consumer"): 2 for op in ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter",
+                                               "gemm_all_reduce")},
 }
 
 

@@ -28,10 +28,10 @@ def _operands(ctx, op, rows, n, k, seed):
     return a, b
 
 
-def _check(ctx, op, variant, rows, n, k, seed):
+def _check(ctx, op, variant, rows, n, k, seed, **kwargs):
     a, b = _operands(ctx, op, rows, n, k, seed)
     ref = registry.get(op, "reference")(a, b)
-    got = registry.get(op, variant)(a, b)
+    got = registry.get(op, variant)(a, b, **kwargs)
     assert_matches(got, ref, torch.float32, k, ctx.on_gpu, f"{op}/{variant}", scale=ctx.world)
 
 
@@ -266,10 +266,16 @@ def test_two_threads(pools):
 ONE_KERNEL = [("gemm_all_scatter", "wg_specialized"), ("all_gather_gemm", "wg_specialized"),
               ("gemm_reduce_scatter", "wg_specialized"), ("gemm_all_reduce", "wg_specialized"),
               ("gemm_all_reduce", "fused_sequential"), ("gemm_all_scatter", "fused_sequential")]
-# Calls of several kernels whose first kernel begins them and whose last one ends them.
+# Calls of several kernels that begin and end them: the first and the last one, or (producer_consumer)
+# two kernels on two streams together.
 KERNEL_BEGUN = [("gemm_all_scatter", "bulk_sync"), ("all_gather_gemm", "bulk_sync"),
                 ("gemm_reduce_scatter", "bulk_sync"), ("gemm_all_reduce", "bulk_sync"),
-                ("gemm_reduce_scatter", "fused_sequential"), ("all_gather_gemm", "fused_sequential")]
+                ("gemm_reduce_scatter", "fused_sequential"), ("all_gather_gemm", "fused_sequential"),
+                *((op, "producer_consumer") for op in ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter",
+                                                       "gemm_all_reduce"))]
+# Calls that still launch the begin kernel first: gemm_all_reduce's two-shot form.
+BEGIN_KERNEL = [("gemm_all_reduce", "producer_consumer", {"two_shot": True}),
+                ("gemm_all_reduce", "bulk_sync", {"two_shot": True})]
 
 
 def _entry_words(ctl) -> tuple:
@@ -282,21 +288,21 @@ def job_one_kernel_calls(ctx):
     """Calls whose one kernel begins them, and calls of several kernels whose first kernel begins
     them, between calls that launch the begin kernel: each call moves the sequence number by one, a
     call that began itself leaves ``GO`` at its number and its entry counters at zero, every result
-    is correct; then a mismatch between a one-kernel call and a begun one, and one between two
-    calls of several kernels, raises on every rank, and the calls after it are correct."""
+    is correct; then a mismatch between a one-kernel call and a begun one, one between two calls of
+    several kernels, and one between a call begun by two kernels on two streams and one begun by
+    its GEMM raises on every rank, and the calls after it are correct."""
     ctl = control_block()
     words = []
     for i in range(3):  # the first call of a shape creates its workspaces (device barriers), then plans record
-        for op, variant in ONE_KERNEL + KERNEL_BEGUN + [("gemm_all_reduce", "producer_consumer"),
-                                                        ("all_gather_gemm", "producer_consumer")]:
+        for op, variant, *kwargs in ONE_KERNEL + KERNEL_BEGUN + BEGIN_KERNEL:
             before = _entry_words(ctl)[0]
-            _check(ctx, op, variant, 16, 24, 16, seed=60 + i)
+            _check(ctx, op, variant, 16, 24, 16, seed=60 + i, **(kwargs[0] if kwargs else {}))
             seq, go, enter, exit_, state = _entry_words(ctl)
             if i == 0:
                 continue
             assert seq == before + 1, (op, variant, before, seq)
             assert (enter, exit_, state) == (0, 0, 0), (op, variant, enter, exit_, state)
-            if (op, variant) in ONE_KERNEL + KERNEL_BEGUN:
+            if not kwargs:  # begun by its own kernels: GO holds the call's number
                 assert go == seq, (op, variant, go, seq)
             words.append(seq)
     os.environ["TILEFUSE_BEGIN_KERNEL"] = "1"  # the begin kernel for every call: GO stays where it was
@@ -317,6 +323,10 @@ def job_one_kernel_calls(ctx):
     a, b = _operands(ctx, op, 16, 24, 16, seed=72)
     with pytest.raises(tilefuse.CallMismatchError):  # two calls of several kernels, each begun by its GEMM
         registry.get(op, "bulk_sync" if ctx.rank % 2 else "fused_sequential")(a, b)
+    op = "gemm_all_scatter"
+    a, b = _operands(ctx, op, 16, 24, 16, seed=74)
+    with pytest.raises(tilefuse.CallMismatchError):  # a call begun by two kernels on two streams, one by its GEMM
+        registry.get(op, "bulk_sync" if ctx.rank % 2 else "producer_consumer")(a, b)
     for op, variant in KERNEL_BEGUN:
         _check(ctx, op, variant, 16, 24, 16, seed=73)
     assert _entry_words(ctl)[2:] == (0, 0, 0)

@@ -1,9 +1,14 @@
 """all_gather_gemm, producer-consumer: a push kernel and a GEMM kernel on two streams at once.
 
-    stream 1: | begin | push (COMM_SMS programs): chunk -> rank r-1, release its flag there, ...  |
-    stream 2:           | GEMM (GEMM_SMS programs): local shard from a | source r+1: acquire chunk
-                        | flag, K loop | source r+2 ... |
-    stream 1:                                                                   | join |
+    stream 1: | push (COMM_SMS programs): chunk -> rank r-1, release its flag there, ...  |
+    stream 2: | GEMM (GEMM_SMS programs): local shard from a | source r+1: acquire chunk
+              | flag, K loop | source r+2 ... |
+    stream 1:                                                          | join |
+
+Both kernels begin the call together (``call_enter``: the first of their programs to run does the
+begin, the others wait for it, so no row is pushed before every peer is done with the previous
+call's) and end it together (``call_exit`` over the programs of both: the last writes the status
+words); ``TILEFUSE_BEGIN_KERNEL=1``: a begin kernel first.
 
 The push kernel writes this rank's shard, BLOCK_M rows at a time, into row block r of every rank's
 ``a_gathered`` and releases the per-(source, chunk) flag on the receiving rank (epoch-valued). The
@@ -45,13 +50,17 @@ def _push_kernel(
     # this rank's row block of a_gathered and its row of flags (symmetric addresses)
     ag_ptr, stride_gm, stride_gk, flags_ptr,
     M_loc, K,
-    heap_bases, ctl_ptr, cur_rank, world,
+    # distributed; the call's begin and end (with ENTER; exit_programs: those of both kernels)
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr, exit_programs,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FIRST: tl.constexpr,
+    ENTER: tl.constexpr,
 ):
-    epoch, live = P.call_epoch(ctl_ptr)
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     if live:
         push_shard(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, flags_ptr, epoch, M_loc, K,
                    cur_rank, world, heap_bases, tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, exit_programs, ENTER)
 
 
 @kernel
@@ -62,17 +71,19 @@ def _gemm_kernel(
     c_ptr, stride_cm, stride_cn,
     flags_ptr,
     M_loc, N, K,
-    heap_bases, ctl_ptr, cur_rank, world,
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr, exit_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
-    LOCAL_DIRECT: tl.constexpr,
+    LOCAL_DIRECT: tl.constexpr, ENTER: tl.constexpr,
 ):
-    epoch, live = P.call_epoch(ctl_ptr)
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     if live:
         gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
                       c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world,
                       epoch, tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
                       LOCAL_DIRECT)
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, exit_programs, ENTER)
 
 
 @kernel
@@ -114,7 +125,9 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     heap, cfg = call.heap, call.config
     W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
-    p = plan_push(call, "producer_consumer", return_gathered)  # begins: every peer is done with a_gathered
+    # The SM-driven form's kernels begin the call (the copy-engine form's begin kernel runs here): no
+    # row moves before every peer is done with a_gathered.
+    p = plan_push(call, "producer_consumer", return_gathered, kernel_begins=not engines)
     if engines:
         p.own.copy_(a)  # the rows the peers' copy engines pull
         if not p.lay.local_direct:  # the GEMM reads the local rows from a_gathered too
@@ -130,27 +143,30 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
         _gemm_kernel[(gemm_programs,)](
             a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),
             p.c, p.c.stride(0), p.c.stride(1), p.flags, M_loc, N, K,
-            heap.heap_bases, ctl(heap), r, W,
-            NUM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct, **gemm_meta(call, p.lay),
+            heap.heap_bases, ctl(heap), r, W, *p.enter_args, gemm_programs,
+            NUM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct, ENTER=False, **gemm_meta(call, p.lay),
         )
         streams.join()
         return finish(call, p.c, p.ag.clone() if return_gathered else None, return_gathered)
-    streams = ForkedStreams(heap.device)  # the GEMM's stream starts after the begin kernel
+    streams = ForkedStreams(heap.device)  # both kernels begin the call (or the begin kernel ran before)
     # Not capped by the chunks or tiles (programs without one exit): one compiled kernel per config.
     push_programs, gemm_programs = cfg.COMM_SMS, cfg.GEMM_SMS
-    if W > p.first:  # a world of one with the local rows read in place pushes nothing
+    pushes = W > p.first  # a world of one with the local rows read in place pushes nothing
+    total = gemm_programs + (push_programs if pushes else 0)  # the programs that end the call together
+    if pushes:
         _push_kernel[(push_programs,)](
             a, a.stride(0), a.stride(1), p.own, p.own.stride(0), p.own.stride(1), p.flags[r * p.num_chunks:],
-            M_loc, K, heap.heap_bases, ctl(heap), r, W,
+            M_loc, K, heap.heap_bases, ctl(heap), r, W, *p.enter_args, total,
             BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=push_programs, FIRST=p.first,
-            num_warps=4,
+            ENTER=p.begins, num_warps=4,
         )
     with streams.side():
         _gemm_kernel[(gemm_programs,)](
             a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),
             p.c, p.c.stride(0), p.c.stride(1), p.flags, M_loc, N, K,
-            heap.heap_bases, ctl(heap), r, W,
-            NUM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct, **gemm_meta(call, p.lay),
+            heap.heap_bases, ctl(heap), r, W, *p.enter_args, total,
+            NUM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct, ENTER=p.begins, **gemm_meta(call, p.lay),
         )
     streams.join()
+    p.entered()
     return finish(call, p.c, p.ag.clone() if return_gathered else None, return_gathered)

@@ -124,28 +124,34 @@ def reduce_kernel(
     stage_ptr, flags_ptr, c_ptr, bias_ptr, stride_cm, stride_cn,
     M, N,
     stride_slot, stride_sm, stride_sn,
-    heap_bases, ctl_ptr, cur_rank, world, status_ptr,
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr, exit_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, HAS_BIAS: tl.constexpr,
-    END: tl.constexpr = False,
+    END: tl.constexpr = False, ENTER: tl.constexpr = False,
 ):
     """Standalone reduction: one persistent launch of :func:`reduce_tiles`; with ``END`` the call's
-    last kernel (``call_exit``: it writes the status words)."""
-    epoch, live = P.call_epoch(ctl_ptr)
+    last kernel (``call_exit`` over ``exit_programs`` programs: it writes the status words), with
+    ``ENTER`` also one that begins it (``call_enter``: next to a GEMM kernel that begins it too)."""
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     if live:
         reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
                      stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
                      heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
                      BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT, HAS_BIAS)
-    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, END)
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, exit_programs, END)
 
 
-def launch_reduce(call, programs: int, *, pull: bool, wait: bool, end: bool = False) -> None:
+def launch_reduce(call, programs: int, *, pull: bool, wait: bool, end: bool = False, enter: bool = False,
+                  exit_programs: int | None = None) -> None:
     """Launch :func:`reduce_kernel` for ``call`` (a :class:`._setup.Call`) on ``programs`` programs
-    (``end``: as the call's last kernel, whose first kernel began it)."""
+    (``end``: as the call's last kernel, whose first kernel began it; ``enter`` too: beside a kernel
+    that begins and ends the call with it, ``exit_programs`` the programs of both, default
+    ``programs``)."""
     flags = call.stage if call.flags is None else call.flags  # a never-read stand-in without WAIT
     reduce_kernel[(programs,)](
         call.stage, flags, *call.out_args, call.gemm.M, call.gemm.N, *call.stage_args, *call.dist_args,
-        call.status, num_warps=side_warps(call.config), END=end,
+        *call.enter_args, programs if exit_programs is None else exit_programs,
+        num_warps=side_warps(call.config), END=end, ENTER=enter,
         **call.reduce_meta(programs, pull=pull, wait=wait),
     )

@@ -193,32 +193,37 @@ def reduce_kernel(
     stage_ptr, flags_ptr, run_ptr, c_ptr,
     rows, N,
     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-    heap_bases, ctl_ptr, cur_rank, world, status_ptr,
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr, exit_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, END: tl.constexpr = False,
+    ENTER: tl.constexpr = False,
 ):
     """Standalone reduction: one persistent launch of :func:`reduce_owned`; with ``END`` the call's
-    last kernel (``call_exit``: it writes the status words)."""
-    epoch, live = P.call_epoch(ctl_ptr)
+    last kernel (``call_exit`` over ``exit_programs`` programs: it writes the status words), with
+    ``ENTER`` also one that begins it (``call_enter``: next to a GEMM kernel that begins it too)."""
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     if live:
         reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, rows, N,
                      stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
                      heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
                      BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT)
-    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, END)
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, exit_programs, END)
 
 
-def launch_reduce(call, programs: int, *, pull: bool, wait: bool, end: bool = False) -> None:
+def launch_reduce(call, programs: int, *, pull: bool, wait: bool, end: bool = False, enter: bool = False,
+                  exit_programs: int | None = None) -> None:
     """Launch :func:`reduce_kernel` for ``call`` (a :class:`._setup.Call`) on ``programs`` programs:
     ``pull`` the partials from the peers' stages, or sum those pushed into this rank's; ``wait`` on
     the per-tile flags (else a barrier ordered the partials); ``end``: as the call's last kernel,
-    whose first kernel began it."""
+    whose first kernel began it; ``enter`` too: beside a kernel that begins and ends the call with it
+    (``exit_programs``: the programs of both, default ``programs``)."""
     cfg = call.config
     flags = call.flags if wait else call.stage  # a never-read stand-in without WAIT
     reduce_kernel[(programs,)](
         call.stage, flags, call.run_arg, call.c,
         call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
-        *call.dist_args, call.status,
+        *call.dist_args, *call.enter_args, programs if exit_programs is None else exit_programs,
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
-        PULL=pull, WAIT=wait, END=end, num_warps=side_warps(cfg),
+        PULL=pull, WAIT=wait, END=end, ENTER=enter, num_warps=side_warps(cfg),
     )
