@@ -55,7 +55,12 @@ kernels whose first kernel is the op's own begins the same way (that kernel also
 :func:`call_exit`, which moves ``ctl[SEQ]``, so the kernels after it read the call's number as
 usual), and its last kernel ends with :func:`call_exit` too, writing the status words: the begin
 kernel and the host's status copy are gone from those calls as well (the GEMM core's ``ENTER`` and
-``END``).
+``END``); a barrier between two such kernels is passed by the first one's last program
+(:func:`call_exit` with ``BARRIER``). Two kernels that run at the same time on two streams
+(``producer_consumer``) begin and end a call together: both take tickets on ``ctl[ENTER]`` (whichever
+program of either runs first does the begin) and both count their exits over the programs of both,
+so the last program of either ends the call. All of them must be resident at once, as their flags
+already require.
 
 *Flags.* Data flags are int64 words on the heap that hold the sequence number of the call that last
 wrote them. A producer writes its data, then *releases* the flag with ``signal(flag, seq)``
@@ -471,7 +476,8 @@ def call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0,
     ``ctl[SEQ]`` (here :func:`call_exit`, run last). The first program to enter (a ticket on
     ``ctl[ENTER]``: whichever runs first, so no program waits on one that is not running) does the
     begin's pairing, signature check and barrier and then releases ``ctl[GO] = seq``; the others
-    acquire it. Every program of the kernel must then call :func:`call_exit` with the same ``seq``.
+    acquire it. Every program of the kernel must then call :func:`call_exit` with the same ``seq``
+    (two kernels on two streams that begin a call together: over the programs of both).
     """
     if ENTER:
         seq = tl.load(ctl_ptr + CTL_SEQ) + 1
@@ -494,7 +500,8 @@ def call_exit(ctl_ptr, heap_bases, cur_rank, world, seq, live, status_ptr, NUM_P
               END: tl.constexpr, BARRIER: tl.constexpr = False):
     """The end of a kernel that ends its call (``END``; nothing without): a kernel that began the
     call with :func:`call_enter` (``ENTER``), or the last kernel of a call whose first kernel did.
-    The last of its ``NUM_PROGRAMS`` programs to finish re-arms the entry counters, moves
+    The last of ``NUM_PROGRAMS`` programs to finish (this kernel's, or those of two kernels that
+    began the call together) re-arms the entry counters, moves
     ``ctl[SEQ]`` to ``seq`` (for a kernel after the first, the value it already holds) and copies
     ``ctl[POISON]``, ``ctl[ERRORS]`` into ``status_ptr[0:2]`` (the host's status words: page-locked
     host memory on a GPU, read at the next call).
