@@ -11,9 +11,42 @@ plain GEMM, continued across sources.
 import triton
 import triton.language as tl
 
+from ...runtime import primitives as P
+from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire
-from ..common.gather import copy_rows
+from ..common.gather import copy_pieces, copy_rows, push_shard
 from ..common.gemm import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets
+
+
+@kernel
+def shard_kernel(
+    # this rank's rows [M_loc, K] (any local tensor)
+    a_ptr, stride_am, stride_ak,
+    # where they go (a symmetric address): row block r of a_gathered, or a_shard
+    dst_ptr, stride_dm, stride_dk,
+    M_loc, K,
+    # distributed; the call's begin (this kernel begins the call, ENTER)
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, ENTER: tl.constexpr,
+    EVERY_RANK: tl.constexpr,
+):
+    """The first kernel of bulk_sync and fused_sequential: begin the call (``ENTER``), copy this
+    rank's rows into ``dst`` on every rank (``EVERY_RANK``, bulk_sync's push into a_gathered) or on
+    this rank only (fused_sequential's a_shard, which the peers read in place), in tiles of BLOCK_M x
+    BLOCK_K over every program; the last program passes the barrier after which every rank's rows
+    are in place, and (with ENTER) moves ctl[SEQ], so the GEMM after it reads the call's number."""
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
+    if live:
+        if EVERY_RANK:
+            # No flags (SIGNAL=False): the barrier below publishes the rows; dst_ptr stands in.
+            push_shard(a_ptr, stride_am, stride_ak, dst_ptr, stride_dm, stride_dk, dst_ptr, 0, M_loc, K,
+                       cur_rank, world, heap_bases, tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST=0,
+                       SIGNAL=False)
+        else:
+            copy_pieces(dst_ptr, stride_dm, stride_dk, a_ptr, stride_am, stride_ak, M_loc, K, tl.program_id(0),
+                        NUM_PROGRAMS, BLOCK_M, BLOCK_K)
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER, BARRIER=True)
 
 
 @triton.jit

@@ -15,38 +15,11 @@ variants' degenerate calls (``M_loc``, ``N`` or ``K`` zero).
 from __future__ import annotations
 
 import torch
-import triton.language as tl
 
-from ...runtime import primitives as P
-from ...runtime.primitives import kernel
-from ..common.gather import push_shard
 from ..common.gemm import matmul
 from ..common.launch import collective, ctl, enter_args, gemm_call_args, launched, mid_barrier
 from ._setup import OP, finish, gathered_workspace, new_output, setup, start
-
-
-@kernel
-def _all_gather_kernel(
-    # this rank's shard [M_loc, K] (any local tensor)
-    a_ptr, stride_am, stride_ak,
-    # this rank's row block of a_gathered (a symmetric address)
-    ag_ptr, stride_gm, stride_gk,
-    M_loc, K,
-    # distributed; the call's begin (this kernel begins the call, ENTER)
-    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, ENTER: tl.constexpr,
-):
-    """Copy this rank's shard into its row block of a_gathered on every rank (itself first)."""
-    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
-                               ENTER)
-    if live:
-        pid = tl.program_id(0)
-        # No flags (SIGNAL=False): the barrier after this kernel publishes the rows; ag_ptr stands in.
-        push_shard(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, ag_ptr, 0, M_loc, K,
-                   cur_rank, world, heap_bases, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST=0, SIGNAL=False)
-    # With ENTER: ctl[SEQ] moves here, so the GEMM reads the call's number, after the barrier behind
-    # which every rank's rows have landed.
-    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER, BARRIER=True)
+from ._tiles import shard_kernel
 
 
 @collective(OP)
@@ -66,10 +39,11 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
     entry = start(call, "bulk_sync", return_gathered, c, kernel_begins=True)
     args = enter_args(entry)
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
-    _all_gather_kernel[(programs,)](
+    shard_kernel[(programs,)](
         a, a.stride(0), a.stride(1), own, own.stride(0), own.stride(1), M_loc, K,
         heap.heap_bases, ctl(heap), r, W, *args,
-        BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, ENTER=entry is not None, num_warps=4,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, ENTER=entry is not None, EVERY_RANK=True,
+        num_warps=4,
     )
     launched(entry, ends=False)
     if entry is None:

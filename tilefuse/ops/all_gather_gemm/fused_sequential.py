@@ -23,32 +23,10 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.gather import copy_pieces
 from ..common.launch import collective, ctl, enter_args, launched, mid_barrier, workspace
 from ._setup import OP, finish, gemm_meta, is_degenerate, layout, new_output, setup, start
-from ._tiles import first_tile, gemm_shard
+from ._tiles import first_tile, gemm_shard, shard_kernel
 from .bulk_sync import bulk_sync
-
-
-@kernel
-def _publish_kernel(
-    # this rank's rows [M_loc, K] (any local tensor) and its a_shard (a heap tensor)
-    a_ptr, stride_am, stride_ak,
-    s_ptr, stride_sm, stride_sk,
-    M_loc, K,
-    # distributed; the call's begin (this kernel begins the call, ENTER)
-    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, ENTER: tl.constexpr,
-):
-    """Begin the call, copy ``a`` into ``a_shard``, and end with every rank's shard in place."""
-    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
-                               ENTER)
-    if live:
-        copy_pieces(s_ptr, stride_sm, stride_sk, a_ptr, stride_am, stride_ak, M_loc, K, tl.program_id(0), NUM_PROGRAMS,
-                    BLOCK_M, BLOCK_K)
-    # With ENTER: ctl[SEQ] moves here (the fused kernel reads the call's number), after the barrier
-    # that publishes every rank's shard.
-    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER, BARRIER=True)
 
 
 @kernel
@@ -98,10 +76,11 @@ def fused_sequential(a, b, *, config=None, group=None, return_gathered=False):
                   kernel_begins=True)
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     # The copy comes after the begin: no peer still reads the previous call's shard.
-    _publish_kernel[(programs,)](
+    shard_kernel[(programs,)](
         a, a.stride(0), a.stride(1), shard, shard.stride(0), shard.stride(1), M_loc, K,
         heap.heap_bases, ctl(heap), r, W, *enter_args(entry),
-        BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, ENTER=entry is not None, num_warps=4,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, ENTER=entry is not None, EVERY_RANK=False,
+        num_warps=4,
     )
     launched(entry)
     if entry is None:

@@ -57,16 +57,9 @@ def copy_rows(
 ):
     """``dst[chunk rows, :K] = src[chunk rows, :K]``; both pointers already point where they should
     (a local tensor, or a pointer translated into a peer's heap)."""
-    offs_m = tl.cast(chunk, tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
-    offs_k = tl.arange(0, BLOCK_K)  # [BK]
-    mask_m = offs_m < rows  # [BM]
-    src_ptrs = src_ptr + offs_m[:, None] * stride_sm + offs_k[None, :] * stride_sk  # [BM, BK]
-    dst_ptrs = dst_ptr + offs_m[:, None] * stride_dm + offs_k[None, :] * stride_dk  # [BM, BK]
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        mask = mask_m[:, None] & (offs_k[None, :] < K - k * BLOCK_K)  # [BM, BK]
-        tl.store(dst_ptrs, tl.load(src_ptrs, mask=mask), mask=mask)
-        src_ptrs += BLOCK_K * stride_sk
-        dst_ptrs += BLOCK_K * stride_dk
+    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+        copy_tile(dst_ptr, stride_dm, stride_dk, src_ptr, stride_sm, stride_sk, chunk, kt, rows, K,
+                  BLOCK_M, BLOCK_K)
 
 
 @triton.jit
