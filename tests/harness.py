@@ -417,8 +417,10 @@ class Pools:
 # ---------------------------------------------------------------------------------------------
 
 
-def _group_worker(rank: int, world: int, port: int, env: dict, fn, args, results) -> None:
+def _group_worker(rank: int, world: int, port: int, env: dict, fn, args, results, stacks: tuple | None = None) -> None:
     _adopt_environment(env)
+    if stacks is not None:  # (path, seconds): every thread's stack into the file if still running then
+        faulthandler.dump_traceback_later(stacks[1], exit=False, file=open(stacks[0], "w"))  # noqa: SIM115
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         speed_up_interpreter()
     gc.freeze()
@@ -441,16 +443,22 @@ def run_group(fn, world: int, *args, timeout: float = 120.0, env: dict | None = 
     Unlike :class:`RankPool`, nothing is initialised but the process group (``fn`` calls
     ``tilefuse.init`` itself, or not), the processes end after ``fn``, and a rank may die: the
     result maps every rank to ``("ok", value)``, ``("error", traceback)``, ``("died", exitcode)``
-    or ``("timeout", None)``. ``env`` is added to each rank's environment before it imports
-    tilefuse (the cpu backend by default).
+    or ``("timeout", stacks)`` (the rank's Python stacks a few seconds before the deadline, where it
+    was stuck; None if it had not got that far). ``env`` is added to each rank's environment before it
+    imports tilefuse (the cpu backend by default).
     """
+    import tempfile
+
+    stack_dir = tempfile.mkdtemp(prefix="tilefuse-stacks-")
+    stack_after = max(1.0, timeout - 5.0)
     base = {"TILEFUSE_BACKEND": "cpu", "TRITON_INTERPRET": "1"} if TEST_DEVICE == "cpu" else {}
     ctx = process_context()
     results = ctx.Queue()
     port = _free_port()
     full_env = {**os.environ, **base, **(env or {})}
-    procs = [ctx.Process(target=_group_worker, args=(r, world, port, full_env, fn, args, results),
-                         daemon=True) for r in range(world)]
+    procs = [ctx.Process(target=_group_worker, daemon=True,
+                         args=(r, world, port, full_env, fn, args, results, (f"{stack_dir}/{r}.txt", stack_after)))
+             for r in range(world)]
     for p in procs:
         p.start()
     got: dict = {}
@@ -480,5 +488,13 @@ def run_group(fn, world: int, *args, timeout: float = 120.0, env: dict | None = 
                 p.kill()
                 p.join(timeout=5)
     for r in range(world):
-        got.setdefault(r, ("timeout", None))
+        if r not in got:
+            try:
+                with open(f"{stack_dir}/{r}.txt") as f:
+                    got[r] = ("timeout", f.read() or None)
+            except OSError:
+                got[r] = ("timeout", None)
+    import shutil
+
+    shutil.rmtree(stack_dir, ignore_errors=True)
     return got

@@ -64,6 +64,20 @@ def _report_process(rank, world):
             "env": os.environ.get("TILEFUSE_TEST_PROBE")}
 
 
+def _stuck_in_a_sleep(rank, world):
+    import time
+
+    time.sleep(60)
+
+
+def test_a_group_rank_past_its_deadline_reports_where_it_was_stuck():
+    """A test that times out says where: the rank's stacks, dumped a few seconds before the deadline."""
+    res = run_group(_stuck_in_a_sleep, 1, timeout=10)
+    status, stacks = res[0]
+    assert status == "timeout", res
+    assert stacks is not None and "_stuck_in_a_sleep" in stacks, stacks
+
+
 def test_group_processes_take_the_callers_environment_and_the_shortcuts(monkeypatch):
     # The forkserver started before this variable existed: a child sees it only if it is handed over.
     monkeypatch.setenv("TILEFUSE_TEST_PROBE", "late")
