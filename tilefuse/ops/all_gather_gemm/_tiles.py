@@ -16,6 +16,7 @@ from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire
 from ..common.gather import copy_pieces, copy_rows, push_shard
 from ..common.gemm import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets
+from ..common.launch import ctl, enter_args, launched, mid_barrier
 
 
 @kernel
@@ -47,6 +48,24 @@ def shard_kernel(
             copy_pieces(dst_ptr, stride_dm, stride_dk, a_ptr, stride_am, stride_ak, M_loc, K, tl.program_id(0),
                         NUM_PROGRAMS, BLOCK_M, BLOCK_K)
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER, BARRIER=True)
+
+
+def launch_shard(call, a, dst, entry, *, every_rank: bool, ends: bool) -> None:
+    """Launch :func:`shard_kernel` for ``call`` (a checked GemmCall): ``a``'s rows into ``dst`` (a
+    heap tensor) on every rank or on this one; ``entry``: the begin arguments of :func:`start` (None:
+    a begin kernel began the call, and a barrier kernel follows this one); ``ends``: nothing after it
+    ends the call."""
+    heap, cfg = call.heap, call.config
+    programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
+    shard_kernel[(programs,)](
+        a, a.stride(0), a.stride(1), dst, dst.stride(0), dst.stride(1), call.M, call.K,
+        heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *enter_args(entry),
+        BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, ENTER=entry is not None,
+        EVERY_RANK=every_rank, num_warps=4,
+    )
+    launched(entry, ends)
+    if entry is None:
+        mid_barrier(heap, 0)  # every rank's rows are in place
 
 
 @triton.jit

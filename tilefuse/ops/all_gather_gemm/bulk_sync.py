@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 
 from ..common.gemm import matmul
-from ..common.launch import collective, ctl, enter_args, gemm_call_args, launched, mid_barrier
+from ..common.launch import collective, ctl, gemm_call_args, launched
 from ._setup import OP, finish, gathered_workspace, new_output, setup, start
-from ._tiles import shard_kernel
+from ._tiles import launch_shard
 
 
 @collective(OP)
@@ -37,17 +37,7 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
     own = ag[r * M_loc:(r + 1) * M_loc]
     # The begin: every peer's GEMM of the previous call is done with a_gathered.
     entry = start(call, "bulk_sync", return_gathered, c, kernel_begins=True)
-    args = enter_args(entry)
-    programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
-    shard_kernel[(programs,)](
-        a, a.stride(0), a.stride(1), own, own.stride(0), own.stride(1), M_loc, K,
-        heap.heap_bases, ctl(heap), r, W, *args,
-        BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, ENTER=entry is not None, EVERY_RANK=True,
-        num_warps=4,
-    )
-    launched(entry, ends=False)
-    if entry is None:
-        mid_barrier(heap, 0)  # every peer's shard has landed in a_gathered
+    launch_shard(call, a, own, entry, every_rank=True, ends=False)  # then every shard is in a_gathered
     # Nothing if the call was aborted; the GEMM ends the call.
     matmul(ag, b, c, cfg, ctl(heap), call=gemm_call_args(heap, entry))
     launched(entry)

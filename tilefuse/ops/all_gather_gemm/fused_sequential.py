@@ -23,9 +23,9 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import collective, ctl, enter_args, launched, mid_barrier, workspace
+from ..common.launch import collective, ctl, workspace
 from ._setup import OP, finish, gemm_meta, is_degenerate, layout, new_output, setup, start
-from ._tiles import first_tile, gemm_shard, shard_kernel
+from ._tiles import first_tile, gemm_shard, launch_shard
 from .bulk_sync import bulk_sync
 
 
@@ -74,17 +74,10 @@ def fused_sequential(a, b, *, config=None, group=None, return_gathered=False):
     ag = new_output((W * M_loc, K), a.dtype, a.device) if return_gathered else c
     entry = start(call, "fused_sequential", return_gathered, c, ag if return_gathered else None,
                   kernel_begins=True)
+    # The copy comes after the begin: no peer still reads the previous call's shard. The fused kernel
+    # waits on nothing, so this kernel's end of the call is the call's.
+    launch_shard(call, a, shard, entry, every_rank=False, ends=True)
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
-    # The copy comes after the begin: no peer still reads the previous call's shard.
-    shard_kernel[(programs,)](
-        a, a.stride(0), a.stride(1), shard, shard.stride(0), shard.stride(1), M_loc, K,
-        heap.heap_bases, ctl(heap), r, W, *enter_args(entry),
-        BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=programs, ENTER=entry is not None, EVERY_RANK=False,
-        num_warps=4,
-    )
-    launched(entry)
-    if entry is None:
-        mid_barrier(heap, 0)  # every rank's shard is in its a_shard
     _fused_kernel[(programs,)](
         shard, shard.stride(0), shard.stride(1), b, b.stride(0), b.stride(1),
         c, c.stride(0), c.stride(1), ag, ag.stride(0), ag.stride(1),

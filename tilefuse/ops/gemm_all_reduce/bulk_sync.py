@@ -32,8 +32,8 @@ def bulk_sync(a, b, *, config=None, group=None, bias=None, two_shot=False):
     if call.empty:
         return call.c
     heap = call.heap
-    # fp32 accumulator, stored in a's dtype; one-shot: its first program begins the call
-    # One-shot: the GEMM's last program passes the barrier after which every rank's partial is complete.
+    # fp32 accumulator, stored in a's dtype. One-shot: the GEMM's first program begins the call and
+    # its last passes the barrier after which every rank's partial is complete.
     matmul(a, b, call.stage[heap.rank], call.config, ctl(heap), call=call.gemm_call_args(heap), enter=True,
            barrier=True)
     call.entered(ends=False)
