@@ -475,3 +475,51 @@ def job_scatter_copy_engine_replay(ctx, use_out):
 def test_scatter_copy_engine_form_replays(pools, use_out):
     for recorded, replays, why in pools.run(2, job_scatter_copy_engine_replay, use_out, timeout=600):
         assert (recorded, replays) == (1, 2), (recorded, replays, why)
+
+
+def job_raw_stream_forks(ctx, ops, calls):
+    """A replayed producer_consumer call forks its side stream and joins it back by raw handles (two
+    event records and two waits per call, no stream switch in torch), with correct results; the first
+    two calls (full path, recording) go through torch's streams and events."""
+    from ophelpers import assert_matches, poison_workspaces
+
+    from tilefuse.ops import registry
+    from tilefuse.runtime import cudart
+
+    counts = {"record": 0, "wait": 0, "set_stream": 0}
+    real = {"record": cudart.record, "wait": cudart.wait, "set_stream": torch.cuda.set_stream}
+
+    def counting(name):
+        def fn(*args):
+            counts[name] += 1
+            return real[name](*args)
+        return fn
+
+    tilefuse.clear_workspaces()
+    report = {}
+    try:
+        cudart.record, cudart.wait = counting("record"), counting("wait")
+        torch.cuda.set_stream = counting("set_stream")
+        for op in ops:
+            fn, ref = registry.get(op, "producer_consumer"), registry.get(op, "reference")
+            seen = []
+            for i in range(calls):
+                a, b = _operands(ctx, op, 24, 40, 32, seed=700 + i)
+                poison_workspaces()
+                before = dict(counts)
+                got = fn(a, b)
+                seen.append(tuple(counts[k] - before[k] for k in ("record", "wait", "set_stream")))
+                assert_matches(got, ref(a, b), torch.float32, 32, ctx.on_gpu, f"{op} call {i}", scale=ctx.world)
+            report[op] = seen
+    finally:
+        cudart.record, cudart.wait, torch.cuda.set_stream = real["record"], real["wait"], real["set_stream"]
+    return report
+
+
+def test_producer_consumer_replays_fork_by_raw_handles(pools, on_gpu):
+    if not on_gpu:
+        pytest.skip("CPU launches are synchronous: producer_consumer has no second stream to fork")
+    for report in pools.run(2, job_raw_stream_forks, OPS, 5, timeout=600):
+        for op, seen in report.items():
+            assert seen[0][:2] == (0, 0) and seen[0][2] >= 2, (op, seen)  # full path: torch's streams
+            assert seen[2:] == [(2, 2, 0)] * 3, (op, seen)  # replays: fork and join by raw handles

@@ -4,43 +4,24 @@ torch's ``copy_`` queues a copy-engine transfer only when both sides are contigu
 of a wider matrix (a column block of ``c``) would be copied by a kernel, on the SMs. Here such a
 block goes to the CUDA runtime's 2-D copy instead: one transfer of ``height`` rows of ``width``
 bytes, each side with its own row pitch, ordered in the stream like a kernel (and captured into a
-CUDA graph like one). The runtime library is the one torch loaded.
+CUDA graph like one). The runtime library is the one torch loaded (:mod:`tilefuse.runtime.cudart`).
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 
 import torch
+
+from . import cudart
 
 _MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction follows from the (unified) addresses
 
 
-@functools.cache
 def _cudart():
-    """The CUDA runtime torch has loaded (found in this process's memory map), or None."""
-    torch.cuda.init()
-    paths = []
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.rsplit(None, 1)[-1]
-                if "libcudart.so" in path and path not in paths:
-                    paths.append(path)
-    except OSError:
-        pass
-    for name in paths + ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]:
-        try:
-            lib = ctypes.CDLL(name)
-            fn = lib.cudaMemcpy2DAsync
-        except (OSError, AttributeError):
-            continue
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
-                       ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-        return fn
-    return None
+    """``cudaMemcpy2DAsync`` of the runtime library torch loaded, or None."""
+    vp, size = ctypes.c_void_p, ctypes.c_size_t
+    return cudart.function("cudaMemcpy2DAsync", ctypes.c_int, [vp, size, vp, size, size, size, ctypes.c_int, vp])
 
 
 def available() -> bool:

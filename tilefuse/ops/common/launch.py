@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...runtime import control_block, get_heap, hostsync, hw, is_initialized, plans
+from ...runtime import control_block, cudart, get_heap, hostsync, hw, is_initialized, plans
+from ...runtime import launcher as _launcher
 from ...runtime import world as _world
 from ...runtime.plans import Plan, Recorder
 from ...runtime.world import CollectiveCall, check_current_device, on_reset, on_shutdown
@@ -669,14 +670,20 @@ class ForkedStreams:
     the other stream wait on it (no new event or stream object per call). Streams are named
     explicitly (the current one looked up once by device index, switched with ``set_stream``): torch's
     stream context and events without a stream look the device up again through its availability
-    checks, several microseconds each. Under a plan recorder the fork, the side block and the join
-    are recorded as host steps.
+    checks, several microseconds each.
+
+    Under a plan recorder the fork, the side block and the join are recorded as host steps
+    (:class:`_Fork`). A replay whose side block holds only kernel launches forks and joins by raw
+    handles instead: two CUDA runtime calls each (:mod:`tilefuse.runtime.cudart`), and the side
+    block's launches go to the side stream by its handle, with no stream switch in torch; other side
+    blocks (torch operations, copy-engine copies, which run on torch's current stream) replay the
+    path above.
     """
 
     def __init__(self, device: torch.device):
         self.device = device
         self.cuda = device.type == "cuda"
-        self.rec_id = None
+        self.fork = None
         if self.cuda:
             self.stream = _side_stream(device)
             self.main = torch.cuda.current_stream(_device_index(device))
@@ -685,14 +692,14 @@ class ForkedStreams:
             self.stream.wait_event(fork)
             rec = plans.recorder()
             if rec is not None:
-                self.rec_id = object()
-                rec.host(functools.partial(_replay_fork, device, self.rec_id))
+                self.fork = _Fork(device, self.stream.cuda_stream)
+                rec.host(self.fork.replay_fork)
 
     def side(self):
         if not self.cuda:
             return contextlib.nullcontext()
         rec = plans.recorder()
-        if rec is not None and self.rec_id is not None:
+        if rec is not None and self.fork is not None:
             return _RecordedSide(self, rec)
         return _OnStream(self.stream, self.main)
 
@@ -702,8 +709,8 @@ class ForkedStreams:
             joined.record(self.stream)
             self.main.wait_event(joined)  # the stream forked from
             rec = plans.recorder()
-            if rec is not None and self.rec_id is not None:
-                rec.host(functools.partial(_replay_join, self.rec_id))
+            if rec is not None and self.fork is not None:
+                rec.host(self.fork.replay_join)
 
 
 def _device_index(device: torch.device) -> int:
@@ -728,39 +735,81 @@ class _OnStream:
 
 
 class _RecordedSide:
-    """``with streams.side():`` while recording: entered as usual, and recorded."""
+    """``with streams.side():`` while recording: entered as usual, and recorded. On the way out it
+    tells the fork whether its replays may go by raw handles (only fast kernel launches inside)."""
 
     def __init__(self, streams: ForkedStreams, rec):
-        self.streams, self.rec, self.ctx = streams, rec, None
+        self.streams, self.rec, self.ctx, self.first = streams, rec, None, 0
 
     def __enter__(self):
         self.ctx = _OnStream(self.streams.stream, self.streams.main)
         self.ctx.__enter__()
-        self.rec.host(functools.partial(_replay_side, self.streams.rec_id, True))
+        self.rec.host(self.streams.fork.replay_enter)
+        self.first = len(self.rec.steps)
         return self
 
     def __exit__(self, *exc):
-        self.rec.host(functools.partial(_replay_side, self.streams.rec_id, False))
+        inside = self.rec.steps[self.first:]
+        self.streams.fork.raw = cudart.events_available() and all(
+            kind == "launch" and payload[3] is not None for kind, payload, *_ in inside)
+        self.rec.host(self.streams.fork.replay_exit)
         return self.ctx.__exit__(*exc)
 
 
-def _replay_fork(device: torch.device, rec_id, state) -> None:
-    state.objs[rec_id] = ForkedStreams(device)
+_RAW_EVENTS: dict = {}  # device index -> (fork, join) raw event handles
 
 
-def _replay_side(rec_id, enter: bool, state) -> None:
-    if enter:
-        streams = state.objs[rec_id]
+class _Fork:
+    """A recorded fork, side block and join, as host steps of a plan (``replay_*(state)``: the
+    :class:`tilefuse.runtime.plans.Replay`). ``raw``: replays fork, launch and join by raw handles."""
+
+    __slots__ = ("device", "index", "side", "raw")
+
+    def __init__(self, device: torch.device, side: int):
+        self.device, self.index, self.side, self.raw = device, _device_index(device), side, False
+
+    def _events(self) -> tuple:
+        ev = _RAW_EVENTS.get(self.index)
+        if ev is None:
+            ev = _RAW_EVENTS[self.index] = (cudart.new_event(self.index), cudart.new_event(self.index))
+        return ev
+
+    def replay_fork(self, state) -> None:
+        if self.raw:
+            main = state.stream
+            if main is None:
+                main = state.stream = _launcher._current_stream()
+            fork = self._events()[0]
+            cudart.record(fork, main)
+            cudart.wait(self.side, fork)
+            state.objs[self] = main
+        else:
+            state.objs[self] = ForkedStreams(self.device)
+
+    def replay_enter(self, state) -> None:
+        if self.raw:
+            state.stream = self.side  # the side block's launches
+            return
+        streams = state.objs[self]
         ctx = _OnStream(streams.stream, streams.main)
         ctx.__enter__()
-        state.objs[(rec_id, "side")] = ctx
-    else:
-        state.objs.pop((rec_id, "side")).__exit__(None, None, None)
-    state.stream = None  # the launch stream is looked up again
+        state.objs[(self, "side")] = ctx
+        state.stream = None  # the launch stream is looked up again
 
+    def replay_exit(self, state) -> None:
+        if self.raw:
+            state.stream = state.objs[self]
+            return
+        state.objs.pop((self, "side")).__exit__(None, None, None)
+        state.stream = None
 
-def _replay_join(rec_id, state) -> None:
-    state.objs[rec_id].join()
+    def replay_join(self, state) -> None:
+        if self.raw:
+            joined = self._events()[1]
+            cudart.record(joined, self.side)
+            cudart.wait(state.objs.pop(self), joined)
+        else:
+            state.objs.pop(self).join()
 
 
 def _close_streams(state) -> None:
