@@ -1,8 +1,12 @@
 """Where an op call's host time goes: cProfile of many back-to-back calls at world 1 (from a call
 signature's third call on, a fused variant replays its launch plan; the launch-plan counts close
-the output).
+the output). ``--steps``: instead of cProfile, each step of the variant's launch plan timed on its
+own (mean host us per call over ``--calls`` replays, perf_counter around every step), and the rest
+of the call (the entry point, the collective call's bookkeeping, the plan lookup) as the difference
+to the whole call.
 
     python -m benchmarks.host_profile [--op all_gather_gemm] [--variant wg_specialized] [--M 16]
+    python -m benchmarks.host_profile --steps --op OP[,OP...] --variant V[,V...] [--M 16]
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ def main(argv=None) -> None:
     parser.add_argument("--K", type=int, default=4096)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--top", type=int, default=35)
+    parser.add_argument("--steps", action="store_true", help="time the launch plan's steps, not cProfile")
     args = parser.parse_args(argv)
 
     import torch
@@ -40,6 +45,18 @@ def main(argv=None) -> None:
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float16
     a = torch.randn(args.M, args.K, device=dev, dtype=dtype)
     b = torch.randn(args.N, args.K, device=dev, dtype=dtype).t()
+    if args.steps:  # --op and --variant may be comma-separated lists here
+        for op in args.op.split(","):
+            for variant in args.variant.split(","):
+                fn = registry.get(op, variant)
+                for _ in range(5):
+                    fn(a, b)
+                tilefuse.synchronize()
+                print(f"{op} {variant} M={args.M} N={args.N} K={args.K}", flush=True)
+                _time_steps(fn, a, b, args.calls)
+        tilefuse.shutdown()
+        dist.destroy_process_group()
+        return
     fns = {"variant": registry.get(args.op, args.variant), "plain": registry.get(args.op, "plain"),
            "public": getattr(tilefuse, args.op)}
     for name, fn in fns.items():
@@ -67,6 +84,40 @@ def main(argv=None) -> None:
     print(f"launch plans: {launch.plan_stats()}")
     tilefuse.shutdown()
     dist.destroy_process_group()
+
+
+def _time_steps(fn, a, b, calls: int) -> None:
+    """Mean host us per call of each step of ``fn``'s launch plan, and of the whole call."""
+    import tilefuse
+
+    plan = fn.plan_for((a, b), {})
+    if plan is None:
+        print("no launch plan for this call signature: nothing to take apart")
+        return
+    spent = [0] * len(plan.steps)
+
+    def timed(i, step):
+        def run(slots, replay):
+            t0 = time.perf_counter_ns()
+            step(slots, replay)
+            spent[i] += time.perf_counter_ns() - t0
+        return run
+
+    original = plan.steps
+    plan.steps = [timed(i, s) for i, s in enumerate(original)]
+    try:
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn(a, b)
+        whole = (time.perf_counter_ns() - t0) / calls / 1e3
+        tilefuse.synchronize()
+    finally:
+        plan.steps = original
+    steps = [t / calls / 1e3 for t in spent]
+    for step, us in zip(original, steps):
+        print(f"  {us:7.2f} us  {getattr(step, 'label', step)}")
+    print(f"  {whole - sum(steps):7.2f} us  (the rest: entry point, collective call, plan lookup, timers)")
+    print(f"  {whole:7.2f} us  whole call")
 
 
 if __name__ == "__main__":

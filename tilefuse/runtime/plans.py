@@ -497,9 +497,25 @@ def _device_memory(v) -> bool:
 
 
 def _compile(kind: str, payload):
-    """One recorded step as a function ``step(slots, replay)``."""
+    """One recorded step as a function ``step(slots, replay)``, its ``label`` saying what it does."""
+    step = _compile_step(kind, payload)
+    if kind == "launch":
+        step.label = f"launch {getattr(payload[0], '__name__', payload[0])}"
+    elif kind == "torch":
+        step.label = f"torch {_func_name(payload[0])}"
+    else:
+        fn = payload if kind == "host" else payload[0]
+        fn = getattr(fn, "func", fn)  # a partial
+        step.label = f"{kind} {getattr(fn, '__qualname__', fn)}"
+    return step
+
+
+def _compile_step(kind: str, payload):
     if kind == "host":
-        return lambda slots, replay, fn=payload: fn(replay)
+        def host_step(slots, replay, fn=payload):
+            fn(replay)
+
+        return host_step
     if kind == "torch":
         return _torch_step(*payload)
     if kind == "call":
