@@ -90,9 +90,10 @@ def _time_steps(fn, a, b, calls: int) -> None:
     """Mean host us per call of each step of ``fn``'s launch plan, and of the whole call."""
     import tilefuse
 
-    plan = fn.plan_for((a, b), {})
+    plan_for = getattr(fn, "plan_for", None)  # plain and reference have no launch plans
+    plan = plan_for((a, b), {}) if plan_for is not None else None
     if plan is None:
-        print("no launch plan for this call signature: nothing to take apart")
+        print("  no launch plan for this call signature: nothing to take apart")
         return
     spent = [0] * len(plan.steps)
 
