@@ -54,6 +54,7 @@ def main(argv=None) -> None:
                 tilefuse.synchronize()
                 print(f"{op} {variant} M={args.M} N={args.N} K={args.K}", flush=True)
                 _time_steps(fn, a, b, args.calls)
+        _time_parts(args.op.split(",")[0], args.variant.split(",")[0], a, b)
         tilefuse.shutdown()
         dist.destroy_process_group()
         return
@@ -119,6 +120,54 @@ def _time_steps(fn, a, b, calls: int) -> None:
         print(f"  {us:7.2f} us  {getattr(step, 'label', step)}")
     print(f"  {whole - sum(steps):7.2f} us  (the rest: entry point, collective call, plan lookup, timers)")
     print(f"  {whole:7.2f} us  whole call")
+
+
+def _time_parts(op: str, variant: str, a, b, n: int = 20000) -> None:
+    """Mean host us of the pieces a replayed call is made of (the "rest" above), each alone."""
+    import torch
+
+    import tilefuse
+    from tilefuse.ops import registry
+    from tilefuse.ops.common import launch
+    from tilefuse.runtime import cudart, world
+
+    fn = registry.get(op, variant)
+    public = getattr(tilefuse, op)
+    key = launch.plan_key(fn, (a, b), {})
+    idx = a.device.index or 0
+    parts = {
+        f"public tilefuse.{op}(a, b, variant={variant!r})": lambda: public(a, b, variant=variant),
+        f"registry {op}.{variant}(a, b)": lambda: fn(a, b),
+        "plan_key": lambda: launch.plan_key(fn, (a, b), {}),
+        "plan lookup (dict get of the key)": lambda: launch._PLANS.get(key),
+        "CollectiveCall enter + exit, nothing inside": lambda: world.CollectiveCall(op).__enter__().__exit__(
+            None, None, None),
+        "world.in_call()": world.in_call,
+        "torch.empty(M, N)": lambda: torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device),
+        "a.device": lambda: a.device,
+        "a.data_ptr()": a.data_ptr,
+    }
+    if a.is_cuda:
+        parts.update({
+            "torch.cuda.current_device()": torch.cuda.current_device,
+            "torch.cuda.is_current_stream_capturing()": torch.cuda.is_current_stream_capturing,
+            "torch._C._cuda_getCurrentRawStream(i)": lambda: torch._C._cuda_getCurrentRawStream(idx),
+            "torch.cuda.current_stream(i)": lambda: torch.cuda.current_stream(idx),
+        })
+        if cudart.events_available():
+            ev, raw = cudart.new_event(idx), torch._C._cuda_getCurrentRawStream(idx)
+            parts["cudart.record + cudart.wait (same stream)"] = lambda: (cudart.record(ev, raw), cudart.wait(raw, ev))
+    print("parts of a call, each alone:")
+    for name, f in parts.items():
+        for _ in range(200):
+            f()
+        reps = n if "(a, b" not in name else max(n // 50, 50)
+        t0 = time.perf_counter_ns()
+        for _ in range(reps):
+            f()
+        us = (time.perf_counter_ns() - t0) / reps / 1e3
+        tilefuse.synchronize()
+        print(f"  {us:7.2f} us  {name}")
 
 
 if __name__ == "__main__":
