@@ -84,7 +84,8 @@ def env_reader(*names: str):
     data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
     if isinstance(data, dict) and encode is not None:
         keys = tuple(encode(n) for n in names)
-        return lambda: tuple(data.get(k) for k in keys)
+        get = data.get
+        return lambda: tuple(map(get, keys))
     return lambda: tuple(os.environ.get(n) for n in names)
 
 
