@@ -81,6 +81,11 @@ MID_M_NO_SPLIT = [(128, 64, 4, 4), (128, 64, 5, 4), (128, 64, 6, 4), (128, 128, 
 # groups): (BLOCK_M, BLOCK_N, BLOCK_K, stages). 64x256 and 8-warp groups do not specialize.
 WARP_SPEC_TILES = [(64, 128, 64, 4), (128, 64, 64, 5), (128, 64, 128, 4), (128, 128, 64, 4), (128, 128, 64, 5),
                    (128, 128, 128, 3), (128, 256, 64, 3), (128, 256, 64, 4), (256, 128, 64, 3)]
+# The default config's tiles loop flattened, its tiles stored through a descriptor of C, both
+# (matmul's flatten, tma_store; they apply where the default has no split-K, stream-K or warp
+# specialization): --epilogue.
+EPILOGUES = [("+flatten", {"flatten": True}), ("+tma_store", {"tma_store": True}),
+             ("+flatten+tma_store", {"flatten": True, "tma_store": True})]
 # 12 and 16 slices lost on every shape of docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv.
 SPLITS = (1, 2, 3, 4, 6, 8)
 
@@ -190,22 +195,22 @@ def candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int, interpr
 
 
 def _warm_chunk(items: list, deadline: float = float("inf")) -> int:
-    """Run ``matmul`` once for every ``(M, N, K, dtype name, config dict, pad)`` (in a spawned process), so
-    that its kernels land in Triton's on-disk cache, until ``time.time()`` passes ``deadline``;
-    returns the count run."""
+    """Run ``matmul`` once for every ``(M, N, K, dtype name, config dict, pad, matmul keywords)`` (in a
+    spawned process), so that its kernels land in Triton's on-disk cache, until ``time.time()`` passes
+    ``deadline``; returns the count run."""
     from tilefuse.ops.common.config import Config
     from tilefuse.ops.common.gemm import matmul
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     done = 0
-    for M, N, K, dtype_name, cfg, pad in items:
+    for M, N, K, dtype_name, cfg, pad, kw in items:
         if time.time() > deadline:
             break
         dtype = getattr(torch, dtype_name)
         a = torch.empty(M, K, device=device, dtype=dtype).normal_()
         w = torch.empty(N, K, device=device, dtype=dtype).normal_()
         with padding(pad):
-            matmul(a, w.t(), torch.empty(M, N, device=device, dtype=dtype), Config.from_dict(cfg))
+            matmul(a, w.t(), torch.empty(M, N, device=device, dtype=dtype), Config.from_dict(cfg), **kw)
         done += 1
     if device == "cuda":
         torch.cuda.synchronize()
@@ -276,6 +281,9 @@ def main(argv=None) -> None:
     parser.add_argument("--warp-spec", action="store_true",
                         help="the candidates are warp-specialized tiles (Config.WARP_SPEC) and the same tiles "
                              "without it (GPU)")
+    parser.add_argument("--epilogue", action="store_true",
+                        help="the candidates are the default config with the tiles loop flattened, with tiles "
+                             "stored through a descriptor of C, and both (matmul's flatten, tma_store; GPU)")
     parser.add_argument("--quick", action="store_true", help="the first 4 shapes, the first 3 candidates")
     parser.add_argument("--rep-ms", type=float, default=60.0, help="each method's share of timed calls")
     parser.add_argument("--max-reps", type=int, default=400)
@@ -316,8 +324,10 @@ def main(argv=None) -> None:
         for M, N, K in shapes:
             default = default_config(M, N, K, dtype, num_sms=sms, interpreter=interpreter, comm=False,
                                      split_k=not args.no_split)
-            configs = [("default", default, None)]
-            if not args.default_only:
+            configs = [("default", default, None, {})]
+            if args.epilogue and not interpreter:
+                configs += [(f"default{tag}", default, None, kw) for tag, kw in EPILOGUES]
+            elif not args.default_only:
                 if args.warp_spec and not interpreter:
                     pool = warp_spec_candidates(M, N, K, dtype, sms)
                 elif args.no_split and not interpreter:
@@ -325,17 +335,17 @@ def main(argv=None) -> None:
                 else:
                     pool = candidates(M, N, K, dtype, sms, interpreter)
                 extra = [cfg for cfg in pool if cfg != default]
-                configs += [(label(cfg), cfg, None) for cfg in extra[: 3 if args.quick else None]]
+                configs += [(label(cfg), cfg, None, {}) for cfg in extra[: 3 if args.quick else None]]
                 if on_gpu and (K * dtype.itemsize) % 16:  # rows off the descriptor path: the other choice
                     flipped = M < gemm.PAD_MIN_M
-                    configs.append((label(default, flipped), default, flipped))
+                    configs.append((label(default, flipped), default, flipped, {}))
             plans[(dtype, (M, N, K))] = configs
     procs = args.warm_procs
     if procs is None:
         procs = min(16, max(1, (os.cpu_count() or 2) // 2))
     if on_gpu and procs > 0:
-        items = [(M, N, K, str(dtype).removeprefix("torch."), cfg.to_dict(), pad)
-                 for (dtype, (M, N, K)), configs in plans.items() for _, cfg, pad in configs]
+        items = [(M, N, K, str(dtype).removeprefix("torch."), cfg.to_dict(), pad, kw)
+                 for (dtype, (M, N, K)), configs in plans.items() for _, cfg, pad, kw in configs]
         print(f"gemm_sweep: compiling {len(items)} configs in {procs} processes", flush=True)
         count, took = warm_compile(items, procs, seconds=args.budget_s / 2)
         print(f"gemm_sweep: ran {count} of them in {took:.1f} s", flush=True)
@@ -361,15 +371,15 @@ def main(argv=None) -> None:
             configs = plans[(dtype, (M, N, K))]
             default = configs[0][1]
             best, default_ratio = None, float("nan")
-            for name, cfg, pad in configs:
+            for name, cfg, pad, kw in configs:
                 try:
                     with padding(pad):
-                        matmul(a, b, c, cfg)  # compile, and check the result once
+                        matmul(a, b, c, cfg, **kw)  # compile, and check the result once
                         err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
                         if not err <= (2e-2 if dtype == torch.bfloat16 else 1e-2):
                             raise AssertionError(f"relative error {err:.2e}")
                         t, t_ref = bench_interleaved(
-                            ctx, [lambda cfg=cfg, a=a, b=b, c=c: matmul(a, b, c, cfg),
+                            ctx, [lambda cfg=cfg, a=a, b=b, c=c, kw=kw: matmul(a, b, c, cfg, **kw),
                                   lambda a=a, b=b: torch.matmul(a, b)],
                             rep_ms=args.rep_ms, max_reps=args.max_reps)
                 except Exception as err:  # out of shared memory for this tile, a wrong result, ...
@@ -387,7 +397,7 @@ def main(argv=None) -> None:
                     table.append(dict(dtype=str(dtype).removeprefix("torch."), shape=f"{M}x{N}x{K}",
                                       config=label(cfg), torch_ms=t_ref, ms=t, ratio=ratio))
                 if best is None or ratio > best[1]:
-                    best = (label(cfg, pad), ratio)
+                    best = (name if kw else label(cfg, pad), ratio)
             if not args.default_only and best is not None:
                 ratios.setdefault((dtype, "best"), []).append(best[1])
                 rows.append(dict(row(OP, "best", M, N, K, dtype, 1, "ratio", best[1]), config=best[0]))

@@ -210,6 +210,34 @@ def test_matmul_warp_spec_config_is_a_compile_hint(monkeypatch):
     assert torch.equal(got, matmul(a, b, torch.empty_like(got), CFG))
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "column_block", "misaligned"])
+def test_matmul_flattened_loop_and_descriptor_stores_keep_the_bits(layout):
+    """``flatten`` and ``tma_store`` (the tiles schedule's loop flattened, tiles stored through a
+    descriptor of C) give the bits of the plain tiles loop, with ragged edges, in a column block of a
+    wider C (stored through a descriptor of its strides) and where C's rows are not 16-byte aligned
+    (then stored by pointers); the columns around the block stay untouched."""
+    M, N, K = 200, 72, 96
+    gen = _gen(11)
+    dtype = torch.float16
+    a = _randn((M, K), dtype, gen)
+    b = _randn((N, K), dtype, gen).t()
+    width = {"contiguous": N, "column_block": 3 * N, "misaligned": N + 1}[layout]
+    first = {"contiguous": 0, "column_block": N, "misaligned": 1}[layout]
+
+    def run(**kw):
+        full = torch.full((M, width), NAN, dtype=dtype, device=DEVICE)
+        matmul(a, b, full[:, first:first + N], CFG, **kw)
+        return full
+
+    plain = run(flatten=False, tma_store=False)
+    _assert_matches(plain[:, first:first + N], a, b, dtype)
+    for kw in ({"flatten": True}, {"tma_store": True}, {"flatten": True, "tma_store": True}):
+        got = run(**kw)
+        assert torch.equal(got[:, first:first + N], plain[:, first:first + N]), kw
+        outside = torch.cat([got[:, :first], got[:, first + N:]], dim=1)
+        assert torch.isnan(outside).all(), f"{kw}: matmul wrote outside its block of C"
+
+
 def test_matmul_default_config():
     M, N, K = 96, 80, 72
     gen = _gen(2)
@@ -951,8 +979,9 @@ def test_gemm_sweep_warm_chunk_runs_each_config():
     from benchmarks import gemm_sweep
 
     cfgs = [CFG.replace(SPLIT_K=2), CFG.replace(STREAM_K=1), CFG]
-    assert gemm_sweep._warm_chunk([(20, 40, 96, "float16", cfg.to_dict(), pad)
-                                   for cfg, pad in zip(cfgs, (None, True, False))]) == 3
+    kws = ({}, {}, {"flatten": True, "tma_store": True})
+    assert gemm_sweep._warm_chunk([(20, 40, 96, "float16", cfg.to_dict(), pad, kw)
+                                   for cfg, pad, kw in zip(cfgs, (None, True, False), kws)]) == 3
     from tilefuse.ops.common import gemm
 
     saved = gemm.PAD_MIN_M

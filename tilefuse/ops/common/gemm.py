@@ -296,6 +296,7 @@ def matmul_kernel(
     SPLIT: tl.constexpr, STREAM: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, IN_CALL: tl.constexpr, ALIGN: tl.constexpr = 1, WARP_SPEC: tl.constexpr = False,
     ENTER: tl.constexpr = False, END: tl.constexpr = False, BARRIER: tl.constexpr = False,
+    FLATTEN: tl.constexpr = False, TMA_STORE: tl.constexpr = False,
 ):
     """Persistent C [M, N] = A [M, K] @ B [K, N] in one of three schedules.
 
@@ -314,7 +315,11 @@ def matmul_kernel(
     of a barrier kernel after it. ``ALIGN``: see :func:`gemm_tile_range`. ``WARP_SPEC`` (tiles
     schedule on the descriptor path only): the tile loop is warp-specialized (on Hopper, a producer
     warp group issues the loads and two consumer warp groups each multiply half of the tile's rows;
-    the sums are those of the loop without it, bit for bit)."""
+    the sums are those of the loop without it, bit for bit). Tiles schedule without split or
+    specialization: ``FLATTEN`` asks Triton to flatten the tile and K loops into one pipelined loop
+    (the next tile's first loads are issued before this tile's epilogue; the epilogue's coordinates
+    come from a counter of their own so that they do not wait on the next tile's), ``TMA_STORE``
+    stores each tile through a tensor descriptor of C (row-major C, 16-byte aligned rows)."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -356,6 +361,24 @@ def matmul_kernel(
                     store_slice_sum(slots, n, tile_id, count_ptr, c_ptr, pid_m, pid_n, M, N,
                                     stride_cm, stride_cn, BLOCK_M, BLOCK_N, SUB_M)
             g += k_hi - k_lo
+    elif FLATTEN or TMA_STORE:  # whole tiles, one after another, without specialization
+        if TMA_STORE:
+            c_op = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                             block_shape=[BLOCK_M, BLOCK_N])
+        work_c = pid - num_programs  # the epilogue's tile, one step behind the loads' (see above)
+        for work_id in tl.range(pid, num_work, num_programs, flatten=FLATTEN):
+            pid_m, pid_n = tile_coords(work_id, num_pid_m, num_pid_n, GROUP_M)
+            acc = gemm_tile(
+                a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
+            )  # [BM, BN] fp32
+            work_c += num_programs
+            pid_m_c, pid_n_c = tile_coords(work_c, num_pid_m, num_pid_n, GROUP_M)
+            if TMA_STORE:
+                c_op.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+            else:
+                offs_m, offs_n = tile_offsets(pid_m_c, pid_n_c, BLOCK_M, BLOCK_N)
+                store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
     else:
         for work_id in tl.range(pid, num_work, num_programs, warp_specialize=WARP_SPEC):
             tile_id, s, k_lo, k_hi = split_k_work(work_id, K, split_k, BLOCK_K, SPLIT)
@@ -588,8 +611,15 @@ SPLIT_K_SCRATCH = SplitKScratch()
 on_reset(SPLIT_K_SCRATCH.clear)
 
 
+# The tiles schedule's loop flattened / its tiles stored through a descriptor of C (matmul_kernel's
+# FLATTEN, TMA_STORE): what matmul does when its caller does not say.
+FLATTEN_TILES = False
+TMA_STORE_TILES = False
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch.Tensor | None = None, *,
-           call: tuple | None = None, enter: bool = False, barrier: bool = False) -> torch.Tensor:
+           call: tuple | None = None, enter: bool = False, barrier: bool = False,
+           flatten: bool | None = None, tma_store: bool | None = None) -> torch.Tensor:
     """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
     block) the GEMM is part of a collective call and does nothing if the call was aborted. With
     ``call`` (``heap_bases, rank, world`` and the call's begin arguments, ``launch.enter_args`` of a
@@ -605,7 +635,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     sums the fp32 partials in slice order (deterministic: the same bits on every run, though not
     those of ``SPLIT_K = 1``) and stores the tile, using the stream's :class:`SplitKScratch`. With
     ``STREAM_K = 1`` the K steps of all tiles are dealt out evenly over the ``GEMM_SMS`` programs
-    (stream-K), and tiles shared by several programs are finished the same way.
+    (stream-K), and tiles shared by several programs are finished the same way. ``flatten`` and
+    ``tma_store`` (None: :data:`FLATTEN_TILES`, :data:`TMA_STORE_TILES`) apply to whole tiles
+    without split-K, stream-K or warp specialization: matmul_kernel's ``FLATTEN`` and ``TMA_STORE``
+    (the latter where ``c`` is row-major with 16-byte aligned rows and the operands are on the
+    descriptor path). Neither changes the sums.
     """
     M, K = a.shape
     N = b.shape[1]
@@ -643,6 +677,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         partials, counts = SPLIT_K_SCRATCH.get(c.device, num_tiles, slots * config.BLOCK_M * config.BLOCK_N)
     else:
         partials, counts = c, c  # never read
+    tiles_only = not (split > 1 or stream or warp_spec)
+    flatten = tiles_only and (FLATTEN_TILES if flatten is None else flatten)
+    tma_store = tiles_only and use_tma and (TMA_STORE_TILES if tma_store is None else tma_store) and \
+        c.stride(1) == 1 and (c.stride(0) * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0
     if call is None:
         call = (c, 0, 1, 0, 0, c, 0, c, 0, c)  # never read
     matmul_kernel[(num_programs,)](
@@ -655,7 +693,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         SPLIT=split > 1, STREAM=stream, SUB_M=sub_m, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
         ALIGN=1 if use_tma else pointer_align(a, b), WARP_SPEC=warp_spec,
-        ENTER=ends and enter, END=ends, BARRIER=ends and barrier,
+        ENTER=ends and enter, END=ends, BARRIER=ends and barrier, FLATTEN=flatten, TMA_STORE=tma_store,
         num_warps=warps, num_stages=stages,
     )
     return c
