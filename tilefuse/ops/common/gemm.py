@@ -270,6 +270,38 @@ def load_tile(ptr, offs_m, offs_n, M, N, stride_m, stride_n):
     return tl.load(ptrs, mask=mask, other=0.0)
 
 
+@triton.jit
+def _whole_tiles(
+    a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    pid, num_work, num_programs,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr,
+    FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr,
+):
+    """Tiles pid, pid + num_programs, ... of C, each over all of K (matmul_kernel's ``FLATTEN`` and
+    ``TMA_STORE`` forms of its tiles schedule). The epilogue's tile comes from a counter of its own,
+    one step behind the loads' (the same values): with the loops flattened, the next tile's loads
+    then do not wait on this tile's store."""
+    if TMA_STORE:
+        c_op = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    work_c = pid - num_programs
+    for work_id in tl.range(pid, num_work, num_programs, flatten=FLATTEN):
+        pid_m, pid_n = tile_coords(work_id, num_pid_m, num_pid_n, GROUP_M)
+        acc = gemm_tile(
+            a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+            BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
+        )  # [BM, BN] fp32
+        work_c += num_programs
+        pid_m_c, pid_n_c = tile_coords(work_c, num_pid_m, num_pid_n, GROUP_M)
+        if TMA_STORE:
+            c_op.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+        else:
+            offs_m, offs_n = tile_offsets(pid_m_c, pid_n_c, BLOCK_M, BLOCK_N)
+            store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+
+
 # ---------------------------------------------------------------------------------------------
 # Plain persistent GEMM
 # ---------------------------------------------------------------------------------------------
@@ -361,24 +393,14 @@ def matmul_kernel(
                     store_slice_sum(slots, n, tile_id, count_ptr, c_ptr, pid_m, pid_n, M, N,
                                     stride_cm, stride_cn, BLOCK_M, BLOCK_N, SUB_M)
             g += k_hi - k_lo
-    elif FLATTEN or TMA_STORE:  # whole tiles, one after another, without specialization
-        if TMA_STORE:
-            c_op = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
-                                             block_shape=[BLOCK_M, BLOCK_N])
-        work_c = pid - num_programs  # the epilogue's tile, one step behind the loads' (see above)
-        for work_id in tl.range(pid, num_work, num_programs, flatten=FLATTEN):
-            pid_m, pid_n = tile_coords(work_id, num_pid_m, num_pid_n, GROUP_M)
-            acc = gemm_tile(
-                a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
-            )  # [BM, BN] fp32
-            work_c += num_programs
-            pid_m_c, pid_n_c = tile_coords(work_c, num_pid_m, num_pid_n, GROUP_M)
-            if TMA_STORE:
-                c_op.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
-            else:
-                offs_m, offs_n = tile_offsets(pid_m_c, pid_n_c, BLOCK_M, BLOCK_N)
-                store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+    elif FLATTEN:  # (each condition one constexpr: Triton drops the branches not taken)
+        _whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                     pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
+                     True, TMA_STORE)
+    elif TMA_STORE:
+        _whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                     pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
+                     False, True)
     else:
         for work_id in tl.range(pid, num_work, num_programs, warp_specialize=WARP_SPEC):
             tile_id, s, k_lo, k_hi = split_k_work(work_id, K, split_k, BLOCK_K, SPLIT)
@@ -611,15 +633,9 @@ SPLIT_K_SCRATCH = SplitKScratch()
 on_reset(SPLIT_K_SCRATCH.clear)
 
 
-# The tiles schedule's loop flattened / its tiles stored through a descriptor of C (matmul_kernel's
-# FLATTEN, TMA_STORE): what matmul does when its caller does not say.
-FLATTEN_TILES = False
-TMA_STORE_TILES = False
-
-
 def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch.Tensor | None = None, *,
            call: tuple | None = None, enter: bool = False, barrier: bool = False,
-           flatten: bool | None = None, tma_store: bool | None = None) -> torch.Tensor:
+           flatten: bool | None = None, tma_store: bool = False) -> torch.Tensor:
     """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
     block) the GEMM is part of a collective call and does nothing if the call was aborted. With
     ``call`` (``heap_bases, rank, world`` and the call's begin arguments, ``launch.enter_args`` of a
@@ -636,10 +652,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     those of ``SPLIT_K = 1``) and stores the tile, using the stream's :class:`SplitKScratch`. With
     ``STREAM_K = 1`` the K steps of all tiles are dealt out evenly over the ``GEMM_SMS`` programs
     (stream-K), and tiles shared by several programs are finished the same way. ``flatten`` and
-    ``tma_store`` (None: :data:`FLATTEN_TILES`, :data:`TMA_STORE_TILES`) apply to whole tiles
-    without split-K, stream-K or warp specialization: matmul_kernel's ``FLATTEN`` and ``TMA_STORE``
-    (the latter where ``c`` is row-major with 16-byte aligned rows and the operands are on the
-    descriptor path). Neither changes the sums.
+    ``tma_store`` apply to whole tiles without split-K, stream-K or warp specialization:
+    matmul_kernel's ``FLATTEN`` and ``TMA_STORE`` (the latter where ``c`` is row-major with 16-byte
+    aligned rows and the operands are on the descriptor path). Neither changes the sums. ``flatten``
+    None (the default): flattened where some program has more than one tile (measured in
+    docs/PERF.md, "GEMM core": 3-5 % faster at M = 1000 with N = 6144 or 14336, one tile a program
+    gains nothing and lost a third on the pointer path); ``tma_store`` is off by default (it measured
+    no faster, and slower on 64x64 tiles).
     """
     M, K = a.shape
     N = b.shape[1]
@@ -678,9 +697,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     else:
         partials, counts = c, c  # never read
     tiles_only = not (split > 1 or stream or warp_spec)
-    flatten = tiles_only and (FLATTEN_TILES if flatten is None else flatten)
-    tma_store = tiles_only and use_tma and (TMA_STORE_TILES if tma_store is None else tma_store) and \
-        c.stride(1) == 1 and (c.stride(0) * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0
+    flatten = tiles_only and (num_tiles > num_programs if flatten is None else flatten)
+    tma_store = tiles_only and use_tma and tma_store and c.stride(1) == 1 and \
+        (c.stride(0) * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0
     if call is None:
         call = (c, 0, 1, 0, 0, c, 0, c, 0, c)  # never read
     matmul_kernel[(num_programs,)](
