@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One GPU: the flattened tile loops (the GEMM core where a program has more than one tile, and the
-# fused_sequential loops of gemm_all_scatter and gemm_all_reduce) tested and their fusion tax measured.
+# One GPU: the GEMM core's flattened tile loop (where a program has more than one tile) tested, and the
+# fusion tax of the variants that run it (bulk_sync) next to fused_sequential.
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/tile_loops_check.sh      (from the repository root)
-# 1. The GEMM core's tests, and the op, launcher and graph tests of the ops whose loops changed, ranks
-#    sharing the GPU (TESTS_S per group, default 200 s).
+# 1. The GEMM core's tests, and op, launcher and graph tests, ranks sharing the GPU (TESTS_S per
+#    group, default 200 s).
 # 2. The world-1 suite on the 8192-row shapes (Llama-3-8B set; gemm_all_reduce: 8192x4096x4096 and
 #    8192x4096x14336): bulk_sync (the GEMM core) and fused_sequential against plain, with the
 #    plain_again control, each op only if it fits in BUDGET_S (default 560 s).

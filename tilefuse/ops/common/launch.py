@@ -865,12 +865,6 @@ class GemmCall:
         """:attr:`gemm_meta` and ``WARP_SPEC``, for the kernels that take it."""
         return dict(self.gemm_meta, WARP_SPEC=self.warp_spec)
 
-    def flatten(self, programs: int) -> bool:
-        """Whether a tile loop over ``programs`` programs is flattened (its kernel's ``FLATTEN``): as
-        the GEMM core decides (:func:`gemm.matmul`), where some program has more than one tile and the
-        loop is not warp-specialized."""
-        return not self.warp_spec and self.num_tiles > programs
-
     def key(self, variant: str, *extra) -> tuple:
         """The call's signature: what every rank must agree on (checked by the begin kernel)."""
         return (self.op, variant, tuple(self.a.shape), tuple(self.b.shape), self.a.dtype, self.config) + extra

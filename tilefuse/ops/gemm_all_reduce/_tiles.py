@@ -38,11 +38,9 @@ def produce_tiles(
     pid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
-    FLATTEN: tl.constexpr = False,
 ):
     """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ... and store each into slot
-    ``cur_rank`` of every rank (ranks cur_rank + 1, cur_rank + 2, ..., itself last); ``FLATTEN``: the
-    tile and K loops flattened into one pipelined loop (``GemmCall.flatten``).
+    ``cur_rank`` of every rank (ranks cur_rank + 1, cur_rank + 2, ..., itself last).
 
     The fp32 accumulator is rounded to the stage's dtype once and the same values go to every rank.
     With ``RELEASE`` each destination's flag (cur_rank, t) is set to ``epoch`` after its store.
@@ -53,7 +51,7 @@ def produce_tiles(
     my_slot = slot_ptr(stage_ptr, cur_rank, stride_slot)
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-    for t in tl.range(pid, num_tiles, NUM_PROGRAMS, flatten=FLATTEN):
+    for t in range(pid, num_tiles, NUM_PROGRAMS):
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
         acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32

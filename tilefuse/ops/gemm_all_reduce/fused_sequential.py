@@ -42,7 +42,7 @@ def _fused_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, WARP_SPEC: tl.constexpr = False, SUM: tl.constexpr = True,
-    ENTER: tl.constexpr = False, FLATTEN: tl.constexpr = False,
+    ENTER: tl.constexpr = False,
 ):
     """``SUM=False``: the GEMM and the partial stores only, no flags (``benchmarks.breakdown`` times the
     parts)."""
@@ -60,8 +60,7 @@ def _fused_kernel(
             produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                           stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
                           heap_bases, cur_rank, world, epoch, pid,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=SUM,
-                          FLATTEN=FLATTEN)
+                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=SUM)
             if SUM:  # the tiles this program produced (the same ids on every rank): it waits only on other ranks
                 reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
                              stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
@@ -85,7 +84,7 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None, two_shot=False
         *call.gemm.gemm_args, call.stage, call.stage if call.two_shot else call.flags, *call.stage_args,
         *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
         NUM_PROGRAMS=programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None, TWO_SHOT=call.two_shot,
-        ENTER=call.begins, FLATTEN=not call.two_shot and call.gemm.flatten(programs), **call.gemm.gemm_meta_ws,
+        ENTER=call.begins, **call.gemm.gemm_meta_ws,
     )
     call.entered()
     if call.two_shot:  # barrier, owners sum their rows, barrier, everyone pulls the sums

@@ -27,17 +27,16 @@ def compute_tiles(
     pid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
-    PUSH: tl.constexpr, RELEASE: tl.constexpr, WARP_SPEC: tl.constexpr = False, FLATTEN: tl.constexpr = False,
+    PUSH: tl.constexpr, RELEASE: tl.constexpr, WARP_SPEC: tl.constexpr = False,
 ):
     """Tiles pid, pid + NUM_PROGRAMS, ...: K loop, store into the own block; with PUSH also store
     into every peer's c from registers; with RELEASE set the tile's local flag to ``epoch``.
-    ``WARP_SPEC``: the tile loop is warp-specialized (``Config.WARP_SPEC``; never with RELEASE).
-    ``FLATTEN``: the tile and K loops are flattened into one pipelined loop (``GemmCall.flatten``)."""
+    ``WARP_SPEC``: the tile loop is warp-specialized (``Config.WARP_SPEC``; never with RELEASE)."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-    for tile_id in tl.range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS, warp_specialize=WARP_SPEC, flatten=FLATTEN):
+    for tile_id in tl.range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS, warp_specialize=WARP_SPEC):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32

@@ -32,7 +32,7 @@ def _fused_kernel(
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
-    ENTER: tl.constexpr, FLATTEN: tl.constexpr = False,
+    ENTER: tl.constexpr,
 ):
     epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
                                ENTER)
@@ -41,7 +41,7 @@ def _fused_kernel(
                       c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
                       heap_bases, cur_rank, world, 0, tl.program_id(0),
                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True, RELEASE=False,
-                      WARP_SPEC=WARP_SPEC, FLATTEN=FLATTEN)
+                      WARP_SPEC=WARP_SPEC)
     # With ENTER the closing barrier (every peer's tiles have landed in c) is the last program's.
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER, BARRIER=True)
 
@@ -58,7 +58,7 @@ def fused_sequential(a, b, *, config=None, group=None, out=None):
     _fused_kernel[(programs,)](
         *g.gemm_args, call.c_block, call.c_block.stride(0), call.c_block.stride(1),
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
-        NUM_PROGRAMS=programs, ENTER=call.begins, FLATTEN=g.flatten(programs), **g.gemm_meta_ws,
+        NUM_PROGRAMS=programs, ENTER=call.begins, **g.gemm_meta_ws,
     )
     call.entered()
     if not call.begins:
