@@ -655,10 +655,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     ``tma_store`` apply to whole tiles without split-K, stream-K or warp specialization:
     matmul_kernel's ``FLATTEN`` and ``TMA_STORE`` (the latter where ``c`` is row-major with 16-byte
     aligned rows and the operands are on the descriptor path). Neither changes the sums. ``flatten``
-    None (the default): flattened where some program has more than one tile (measured in
-    docs/PERF.md, "GEMM core": 3-5 % faster at M = 1000 with N = 6144 or 14336, one tile a program
-    gains nothing and lost a third on the pointer path); ``tma_store`` is off by default (it measured
-    no faster, and slower on 64x64 tiles). The op variants' own tile loops are not flattened: with a
+    None (the default): flattened for 128-row tiles on the descriptor path (measured in
+    docs/PERF.md, "GEMM core": 2-5 % faster where programs have several tiles, M = 333-1024 with N =
+    6144 or 14336; with one tile a program within the noise there, and a third slower on the pointer
+    path). The choice follows the config and the operands' path only, never the shape: new shapes of
+    a config launch the kernel already compiled. ``tma_store`` is off by default (it measured no
+    faster, and slower on 64x64 tiles). The op variants' own tile loops are not flattened: with a
     loop over destination ranks in the tile loop (gemm_all_reduce's push of its partials) the
     flattened form measured 0.27x plain where the loop as it is measures 0.81-0.94x.
     """
@@ -699,7 +701,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     else:
         partials, counts = c, c  # never read
     tiles_only = not (split > 1 or stream or warp_spec)
-    flatten = tiles_only and (num_tiles > num_programs if flatten is None else flatten)
+    flatten = tiles_only and (use_tma and config.BLOCK_M >= 128 if flatten is None else flatten)
     tma_store = tiles_only and use_tma and tma_store and c.stride(1) == 1 and \
         (c.stride(0) * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0
     if call is None:
