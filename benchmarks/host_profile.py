@@ -54,7 +54,7 @@ def main(argv=None) -> None:
                 tilefuse.synchronize()
                 print(f"{op} {variant} M={args.M} N={args.N} K={args.K}", flush=True)
                 _time_steps(fn, a, b, args.calls)
-        _time_parts(args.op.split(",")[0], args.variant.split(",")[0], a, b)
+        _time_parts(args.op.split(",")[0], args.variant.split(",")[0], a, b, args.calls)
         tilefuse.shutdown()
         dist.destroy_process_group()
         return
@@ -122,8 +122,9 @@ def _time_steps(fn, a, b, calls: int) -> None:
     print(f"  {whole:7.2f} us  whole call")
 
 
-def _time_parts(op: str, variant: str, a, b, n: int = 20000) -> None:
-    """Mean host us of the pieces a replayed call is made of (the "rest" above), each alone."""
+def _time_parts(op: str, variant: str, a, b, calls: int, n: int = 20000) -> None:
+    """Mean host us of the pieces a replayed call is made of (the "rest" above), each alone: ``n``
+    times each (200 first, untimed), whole op calls ``calls`` times (5 first)."""
     import torch
 
     import tilefuse
@@ -159,9 +160,10 @@ def _time_parts(op: str, variant: str, a, b, n: int = 20000) -> None:
             parts["cudart.record + cudart.wait (same stream)"] = lambda: (cudart.record(ev, raw), cudart.wait(raw, ev))
     print("parts of a call, each alone:")
     for name, f in parts.items():
-        for _ in range(200):
+        whole = "(a, b" in name
+        for _ in range(5 if whole else 200):
             f()
-        reps = n if "(a, b" not in name else max(n // 50, 50)
+        reps = calls if whole else n
         t0 = time.perf_counter_ns()
         for _ in range(reps):
             f()

@@ -663,3 +663,23 @@ def test_bandwidth_all_peers_and_the_all_gather_are_checked_and_summarized(pools
     text = "\n".join(summary.bandwidth_summary(csv))
     assert "all peers: bus bandwidth" in text and f"put_all/{coll}" in text and "store_all" in text
     assert "bandwidth all peers 16K" in text
+
+
+def test_host_profile_steps_times_each_plan_step(tmp_path):
+    """benchmarks.host_profile --steps on a CPU rank: each replayed plan step of a fused variant with
+    its label, the rest of the call and the whole; a variant without a plan says so; then the parts
+    of a call timed alone."""
+    env = dict(os.environ, TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1", PYTHONPATH=str(REPO),
+               MASTER_PORT=str(29600 + os.getpid() % 300))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.host_profile", "--steps", "--op", "gemm_all_reduce",
+                           "--variant", "wg_specialized,plain", "--M", "8", "--N", "32", "--K", "32", "--calls", "2"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    wg = out.split("gemm_all_reduce wg_specialized")[1].split("gemm_all_reduce plain")[0]
+    assert "launch _wg_kernel" in wg and "torch empty" in wg and "whole call" in wg and "(the rest:" in wg
+    assert "no launch plan" in out.split("gemm_all_reduce plain")[1].split("parts of a call")[0]
+    parts = out.split("parts of a call, each alone:")[1]
+    for name in ("plan_key", "CollectiveCall enter + exit", "torch.empty(M, N)",
+                 "registry gemm_all_reduce.wg_specialized(a, b)"):
+        assert name in parts, (name, parts)
