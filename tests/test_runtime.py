@@ -437,3 +437,16 @@ def test_harness_fails_fast_on_a_result_it_cannot_send(pools):
 
 def job_device_is_usable(ctx):
     return bool(torch.ones(1, device=ctx.device).sum().item() == 1)
+
+
+def test_cuda_runtime_calls_are_off_without_a_gpu():
+    """Without a GPU no CUDA runtime is looked for: raw-handle forks and 2-D copies report themselves
+    unavailable (the heap's CPU copies need neither) instead of raising."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the GPU tests use the runtime library")
+    from tilefuse.runtime import cudart, dma
+
+    assert cudart.library() is None
+    assert cudart.function("cudaEventRecord", None, []) is None
+    assert not cudart.events_available()
+    assert dma.available()

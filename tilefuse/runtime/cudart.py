@@ -20,7 +20,10 @@ _EVENT_DISABLE_TIMING = 2  # cudaEventDisableTiming: ordering only, the cheapest
 
 @functools.cache
 def library():
-    """The CUDA runtime torch has loaded (found in this process's memory map), or None."""
+    """The CUDA runtime torch has loaded (found in this process's memory map), or None (also
+    without a usable GPU)."""
+    if not torch.cuda.is_available():
+        return None
     torch.cuda.init()
     paths = []
     try:
