@@ -523,3 +523,21 @@ def test_producer_consumer_replays_fork_by_raw_handles(pools, on_gpu):
         for op, seen in report.items():
             assert seen[0][:2] == (0, 0) and seen[0][2] >= 2, (op, seen)  # full path: torch's streams
             assert seen[2:] == [(2, 2, 0)] * 3, (op, seen)  # replays: fork and join by raw handles
+
+
+def test_recorder_says_whether_a_block_holds_only_fast_launches():
+    """What a producer_consumer recording asks of its side block before its replays may fork by raw
+    handles: only launches through a compiled launcher since the mark (a torch operation, a host step
+    or a launch without a compiled binary runs on torch's current stream)."""
+    from tilefuse.runtime.plans import Recorder
+
+    rec = Recorder([], lambda t: True, "test")
+    rec.steps.append(("torch", None, set(), False, []))
+    start = rec.mark()
+    assert rec.fast_launches_since(start)  # nothing since the mark
+    rec.steps.append(("launch", ("kernel", (1,), None, ("compiled", None, set())), set(), False, []))
+    assert rec.fast_launches_since(start) and not rec.fast_launches_since(0)
+    for other in (("launch", ("kernel", (1,), None, None)), ("torch", None), ("host", None), ("call", None)):
+        rec.steps.append(other + (set(), False, []))
+        assert not rec.fast_launches_since(start), other
+        rec.steps.pop()

@@ -379,6 +379,16 @@ class Recorder:
         if self.failure is None:
             self.steps.append(("host", fn, set(), False, []))
 
+    def mark(self) -> int:
+        """A position in the recording, for :meth:`fast_launches_since`."""
+        return len(self.steps)
+
+    def fast_launches_since(self, mark: int) -> bool:
+        """Whether every step recorded since ``mark`` is a kernel launch replayed through its compiled
+        launcher, with the stream the replay names (no torch operation, host step or other launch,
+        which would run on torch's current stream)."""
+        return all(kind == "launch" and payload[3] is not None for kind, payload, *_ in self.steps[mark:])
+
     def call(self, fn, *args) -> None:
         """Run ``fn(*args)`` now (its own torch operations unrecorded) and replay it with the new
         call's tensors in their slots: device work queued by other means than a kernel launch or a

@@ -746,13 +746,11 @@ class _RecordedSide:
         self.ctx = _OnStream(self.streams.stream, self.streams.main)
         self.ctx.__enter__()
         self.rec.host(self.streams.fork.replay_enter)
-        self.first = len(self.rec.steps)
+        self.first = self.rec.mark()
         return self
 
     def __exit__(self, *exc):
-        inside = self.rec.steps[self.first:]
-        self.streams.fork.raw = cudart.events_available() and all(
-            kind == "launch" and payload[3] is not None for kind, payload, *_ in inside)
+        self.streams.fork.raw = cudart.events_available() and self.rec.fast_launches_since(self.first)
         self.rec.host(self.streams.fork.replay_exit)
         return self.ctx.__exit__(*exc)
 
