@@ -17,8 +17,7 @@ begins that call).
 
 from __future__ import annotations
 
-from ..common.gemm import matmul
-from ..common.launch import collective, ctl, mid_barrier
+from ..common.launch import collective
 from ._setup import OP, setup
 from ._tiles import launch_reduce
 from ._two_shot import launch_barriered
@@ -32,16 +31,12 @@ def bulk_sync(a, b, *, config=None, group=None, bias=None, two_shot=False):
     if call.empty:
         return call.c
     heap = call.heap
-    # fp32 accumulator, stored in a's dtype. One-shot: the GEMM's first program begins the call and
-    # its last passes the barrier after which every rank's partial is complete.
-    matmul(a, b, call.stage[heap.rank], call.config, ctl(heap), call=call.gemm_call_args(heap), enter=True,
-           barrier=True)
-    call.entered(ends=False)
+    # fp32 accumulator, stored in a's dtype. One-shot: the GEMM begins the call and every rank's
+    # partial is complete after it.
+    call.first_gemm(heap, a, b, call.stage[heap.rank], call.config, barrier=not call.two_shot)
     if call.two_shot:  # barrier, owners pull and sum their rows, barrier, everyone pulls the sums
         launch_barriered(call, call.all_programs, pull=True)
         return call.c
-    if not call.begins:
-        mid_barrier(heap, 0)  # every rank's partial is complete
     launch_reduce(call, call.all_programs, pull=True, wait=False, end=call.begins)
     call.entered()  # the reduction ends the call
     return call.c

@@ -16,7 +16,7 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.comm import push_tile, row_major_tile
-from ..common.gemm import load_tile, matmul, tile_offsets
+from ..common.gemm import load_tile, tile_offsets
 from ..common.launch import collective, ctl, mid_barrier
 from ._setup import OP, setup
 
@@ -54,8 +54,7 @@ def bulk_sync(a, b, *, config=None, group=None, out=None):
     g, cfg = call.gemm, call.gemm.config
     heap = g.heap
     last = heap.world_size == 1
-    matmul(a, b, call.c_block, cfg, ctl(heap), call=call.gemm_call_args(heap), enter=True)
-    call.entered(ends=last)
+    call.first_gemm(heap, a, b, call.c_block, cfg, barrier=False, ends=last)
     if not last:
         programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
         _scatter_kernel[(programs,)](

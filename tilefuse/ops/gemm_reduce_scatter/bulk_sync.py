@@ -13,8 +13,7 @@ and the reduction's last one ends it (``call_exit``): no begin kernel, no status
 
 from __future__ import annotations
 
-from ..common.gemm import matmul
-from ..common.launch import collective, ctl, mid_barrier
+from ..common.launch import collective
 from ._setup import OP, finish, setup
 from ._tiles import launch_reduce
 
@@ -26,13 +25,9 @@ def bulk_sync(a, b, *, config=None, group=None):
     if call.empty:
         return call.c
     cfg, heap = call.config, call.heap
-    # fp32 accumulator, stored in a's dtype; its first program begins the call, its last passes the
-    # barrier after which every rank's partial is complete
-    matmul(a, b, call.stage.view(call.gemm.M, call.gemm.N), cfg, ctl(heap), call=call.gemm_call_args(heap),
-           enter=True, barrier=True)
-    call.entered(ends=False)
-    if not call.begins:
-        mid_barrier(heap, 0)  # every rank's partial is complete
+    # fp32 accumulator, stored in a's dtype; the GEMM begins the call and every rank's partial is
+    # complete after it
+    call.first_gemm(heap, a, b, call.stage.view(call.gemm.M, call.gemm.N), cfg, barrier=True)
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     launch_reduce(call, programs, pull=True, wait=False, end=call.begins)  # the barrier ordered the partials
     call.entered()  # the reduction ends the call
