@@ -8,6 +8,7 @@ Linear weight (``w.t()``, column-major) as in the TP layers.
     python -m benchmarks gemm_sweep --grid parity --default-only --dtypes bf16,fp16 --csv parity.csv
     python -m benchmarks gemm_sweep --grid parity --max-m 1024 --csv sweep.csv     # candidates too
     python -m benchmarks gemm_sweep --grid parity --warp-spec --ms 512,4096          # warp-specialized tiles
+    python -m benchmarks gemm_sweep --grid parity --stream-k --ms 333,512             # stream-K forms
 
 Grids: ``parity`` (M in 16..8192, small M with large K, M not a multiple of the tile, N and K that
 are not multiples of 128: the GEMM-core parity target), ``classic`` (the shapes the tile classes
@@ -24,7 +25,8 @@ on-disk cache then serves the timing process), so compile time does not eat the 
 CSV (``--csv``, long format, ``benchmarks.results`` columns plus ``config``, written shape by shape so
 that a run cut short keeps what it measured): per shape and config the
 ``ms`` of the Triton GEMM, ``torch_ms`` of torch.matmul in the same round and ``ratio`` =
-torch_ms / ms (above 1: faster than torch.matmul); per dtype and method (``default``, and ``best``
+torch_ms / ms (above 1: faster than torch.matmul), and on a GPU the compiled kernel's ``regs`` (per
+thread), ``spills`` and ``smem`` (bytes); per dtype and method (``default``, and ``best``
 per shape in a sweep) the ``ratio_median`` and ``ratio_worst`` over the grid (shape ``all``).
 """
 
@@ -86,6 +88,10 @@ WARP_SPEC_TILES = [(64, 128, 64, 4), (128, 64, 64, 5), (128, 64, 128, 4), (128, 
 # flatten, tma_store; they apply where the default has no split-K, stream-K or warp
 # specialization): --epilogue.
 EPILOGUES = [("+flatten", {"flatten": True}), ("-flatten", {"flatten": False}), ("+tma_store", {"tma_store": True})]
+# Stream-K against whole tiles (--stream-k): 128-row tiles (BLOCK_N, BLOCK_K, warps, stages), each timed
+# as whole tiles, as stream-K after the waves it fills but the last two (matmul's default), and as
+# stream-K over all tiles (``-whole``: matmul's stream_whole=False).
+STREAM_K_TILES = [(128, 64, 4, 4), (128, 64, 4, 6), (128, 64, 8, 4), (256, 64, 8, 3), (256, 64, 4, 4)]
 # 12 and 16 slices lost on every shape of docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv.
 SPLITS = (1, 2, 3, 4, 6, 8)
 
@@ -140,6 +146,50 @@ def no_split_candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int
             out.append(Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=stages,
                               GEMM_SMS=num_sms, COMM_SMS=0))
     return out
+
+
+def stream_k_candidates(num_sms: int) -> list:
+    """``(name suffix, config, matmul keywords)`` of :data:`STREAM_K_TILES`: each tile whole, as
+    stream-K, and as stream-K over all tiles (256-column tiles with 4 warps: warp-specialized where
+    they are whole)."""
+    from tilefuse.ops.common.config import Config
+
+    out = []
+    for bn, bk, warps, stages in STREAM_K_TILES:
+        whole = Config(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages,
+                       GEMM_SMS=num_sms, COMM_SMS=0, WARP_SPEC=int(bn == 256 and warps == 4))
+        stream = whole.replace(STREAM_K=1, WARP_SPEC=0)
+        out += [("", whole, {}), ("", stream, {}), ("-whole", stream, {"stream_whole": False})]
+    return out
+
+
+def kernel_info(fn) -> dict:
+    """Registers per thread, spilled registers and shared memory bytes of the GEMM-core kernel that
+    ``fn()`` launches (its last launch; empty where they cannot be read, e.g. in the interpreter)."""
+    from tilefuse.ops.common import gemm
+
+    kern, seen = gemm.matmul_kernel, []
+    run = kern._run
+
+    def spy(grid, args, kwargs):
+        out = run(grid, args, kwargs)
+        seen.append(out[0])
+        return out
+
+    kern._run = spy
+    try:
+        fn()
+    finally:
+        del kern._run
+    compiled = seen[-1] if seen else None
+    info = {}
+    for metric, get in (("regs", lambda k: k.n_regs), ("spills", lambda k: k.n_spills),
+                        ("smem", lambda k: k.metadata.shared)):
+        try:
+            info[metric] = float(get(compiled))
+        except Exception:  # noqa: BLE001 - the interpreter's kernels have none of these
+            pass
+    return info
 
 
 def warp_spec_candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int) -> list:
@@ -285,6 +335,9 @@ def main(argv=None) -> None:
                         help="the candidates are the default config with the tiles loop flattened, not "
                              "flattened, and with tiles stored through a descriptor of C (matmul's flatten, "
                              "tma_store; GPU)")
+    parser.add_argument("--stream-k", action="store_true",
+                        help="the candidates are 128-row tiles whole, as stream-K after the waves they fill but "
+                             "the last two, and as stream-K over all tiles (GPU)")
     parser.add_argument("--quick", action="store_true", help="the first 4 shapes, the first 3 candidates")
     parser.add_argument("--rep-ms", type=float, default=60.0, help="each method's share of timed calls")
     parser.add_argument("--max-reps", type=int, default=400)
@@ -328,6 +381,8 @@ def main(argv=None) -> None:
             configs = [("default", default, None, {})]
             if args.epilogue and not interpreter:
                 configs += [(f"default{tag}", default, None, kw) for tag, kw in EPILOGUES]
+            elif args.stream_k and not interpreter:
+                configs += [(label(cfg) + tag, cfg, None, kw) for tag, cfg, kw in stream_k_candidates(sms)]
             elif not args.default_only:
                 if args.warp_spec and not interpreter:
                     pool = warp_spec_candidates(M, N, K, dtype, sms)
@@ -375,7 +430,8 @@ def main(argv=None) -> None:
             for name, cfg, pad, kw in configs:
                 try:
                     with padding(pad):
-                        matmul(a, b, c, cfg, **kw)  # compile, and check the result once
+                        # compile, and check the result once
+                        built = kernel_info(lambda cfg=cfg, kw=kw, a=a, b=b, c=c: matmul(a, b, c, cfg, **kw))
                         err = ((c.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
                         if not err <= (2e-2 if dtype == torch.bfloat16 else 1e-2):
                             raise AssertionError(f"relative error {err:.2e}")
@@ -390,7 +446,7 @@ def main(argv=None) -> None:
                         ratios.setdefault((dtype, "default"), []).append(float("nan"))
                     continue
                 ratio = t_ref / t
-                for metric, value in (("ms", t), ("torch_ms", t_ref), ("ratio", ratio)):
+                for metric, value in (("ms", t), ("torch_ms", t_ref), ("ratio", ratio), *built.items()):
                     rows.append(dict(row(OP, name, M, N, K, dtype, 1, metric, value), config=label(cfg, pad)))
                 if name == "default":
                     default_ratio = ratio

@@ -36,6 +36,7 @@ from tilefuse.ops.common.config import (  # noqa: E402
     check_split_k,
     split_k_for,
     stream_k_slots,
+    stream_k_whole_tiles,
 )
 from tilefuse.ops.common.gemm import (  # noqa: E402
     SPLIT_K_SCRATCH,
@@ -302,6 +303,45 @@ def test_matmul_stream_k(dtype, shape, programs, path):
     assert _counts_are_zero(), "a tile's count was left behind"
     again = torch.full((M, N), NAN, dtype=dtype, device=DEVICE)
     assert torch.equal(matmul(a, b, again, cfg), c), "stream-K results differ between runs"
+
+
+def test_stream_k_whole_tiles_leave_one_to_two_waves():
+    """Tiles computed whole before stream-K: all of them when they fill whole waves, none under two
+    waves, else all but one to two waves' worth."""
+    assert stream_k_whole_tiles(264, 132) == 264
+    assert stream_k_whole_tiles(144, 132) == 0
+    assert stream_k_whole_tiles(96, 132) == 0
+    assert stream_k_whole_tiles(336, 132) == 132
+    assert stream_k_whole_tiles(896, 132) == 660
+    for tiles in range(1, 60):
+        for programs in range(1, 12):
+            whole = stream_k_whole_tiles(tiles, programs)
+            left = tiles - whole
+            assert whole % programs == 0 and 0 <= whole <= tiles, (tiles, programs)
+            assert left == 0 or (tiles % programs and (whole == 0 or programs < left < 2 * programs)), \
+                (tiles, programs, whole)
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole_waves_first", "all_dealt_out"])
+def test_matmul_stream_k_after_whole_waves(whole, path):
+    """Stream-K on 20 tiles over 3 programs: 15 tiles whole first, the K steps of the other 5 dealt
+    out; or all 20 dealt out. Against an fp64
+    reference, into a column block of a NaN matrix; counts left at zero; the same bits twice."""
+    M, N, K, programs = 250, 300, 96, 3
+    gen = _gen(17)
+    a = _padded_view(M, K, torch.float16, gen)
+    b = _padded_view(K, N, torch.float16, gen)
+    c_full = torch.full((M, 2 * N), NAN, dtype=torch.float16, device=DEVICE)
+    c = c_full[:, N:]
+    cfg = CFG.replace(BLOCK_K=32, GEMM_SMS=programs, STREAM_K=1)
+    assert matmul(a, b, c, cfg, stream_whole=whole) is c
+    _assert_matches(c, a, b, torch.float16)
+    assert torch.isnan(c_full[:, :N]).all(), "matmul wrote outside its column block of C"
+    assert _counts_are_zero(), "a tile's count was left behind"
+    again = torch.full((M, N), NAN, dtype=torch.float16, device=DEVICE)
+    assert torch.equal(matmul(a, b, again, cfg, stream_whole=whole), c), "stream-K results differ between runs"
+    tiles = triton.cdiv(M, 64) * triton.cdiv(N, 64)
+    assert (tiles, stream_k_whole_tiles(tiles, programs)) == (20, 15)
 
 
 @pytest.mark.parametrize("mode", [dict(SPLIT_K=3), dict(STREAM_K=1)], ids=["split", "stream"])

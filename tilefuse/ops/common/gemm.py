@@ -44,7 +44,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.world import on_reset
-from .config import launch_shape, stream_k_slots
+from .config import launch_shape, stream_k_slots, stream_k_whole_tiles
 
 # ---------------------------------------------------------------------------------------------
 # Device-side helpers
@@ -321,8 +321,9 @@ def matmul_kernel(
     # with SPLIT or STREAM: fp32 partial slots [num_tiles, slots_per_tile, BM * BN], int32 count per
     # tile (zeros)
     partial_ptr, count_ptr,
-    # schedule: K slices per tile (SPLIT), partial slots per tile, programs of the launch
-    split_k, slots_per_tile, num_programs,
+    # schedule: K slices per tile (SPLIT), partial slots per tile, programs of the launch, tiles
+    # computed whole before stream-K deals out the K steps of the others (STREAM)
+    split_k, slots_per_tile, num_programs, dp_tiles,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT: tl.constexpr, STREAM: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
@@ -332,26 +333,24 @@ def matmul_kernel(
 ):
     """Persistent C [M, N] = A [M, K] @ B [K, N] in one of three schedules.
 
-    Tiles (neither flag): program pid computes tiles pid, pid + num_programs, ... . ``SPLIT``
-    (``split_k > 1``): the work items are the tiles' ``split_k`` K slices, taken the same way.
-    ``STREAM`` (stream-K): the K steps of all tiles, tile after tile, are dealt out in
-    ``num_programs`` contiguous ranges of (nearly) equal length, one per program; a tile that a
-    range covers whole is stored directly, a tile shared by several ranges is finished by the
-    last of them (:func:`hand_in_slice`, :func:`store_slice_sum`: slices summed in K order,
-    ``SUB_M`` rows at a time). ``split_k``, ``slots_per_tile`` and
-    ``num_programs`` are runtime values, so shapes and splits share one compiled kernel per tile
-    config. With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives);
-    with ``ENTER`` it begins the call itself (the call's first kernel: ``call_enter``), with ``END``
-    it ends it (its last: ``call_exit``; a kernel that begins a call also ends with it), with
-    ``BARRIER`` too its last program passes a barrier with the other ranks (``call_exit``), in place
-    of a barrier kernel after it. ``ALIGN``: see :func:`gemm_tile_range`. ``WARP_SPEC`` (tiles
-    schedule on the descriptor path only): the tile loop is warp-specialized (on Hopper, a producer
-    warp group issues the loads and two consumer warp groups each multiply half of the tile's rows;
-    the sums are those of the loop without it, bit for bit). Tiles schedule without split or
-    specialization: ``FLATTEN`` asks Triton to flatten the tile and K loops into one pipelined loop
-    (the next tile's first loads are issued before this tile's epilogue; the epilogue's coordinates
-    come from a counter of their own so that they do not wait on the next tile's), ``TMA_STORE``
-    stores each tile through a tensor descriptor of C (row-major C, 16-byte aligned rows)."""
+    Tiles (neither flag): program pid computes tiles pid, pid + num_programs, ... . ``SPLIT`` (``split_k > 1``): the
+    work items are the tiles' ``split_k`` K slices, taken the same way. ``STREAM`` (stream-K): the first
+    ``dp_tiles`` tiles as in the tiles schedule (whole waves of them), then the K steps of the other tiles, tile
+    after tile, are dealt out in ``num_programs`` contiguous ranges of (nearly) equal length, one per program; a
+    tile that a range covers whole is stored directly, a tile shared by several ranges is finished by the last of
+    them (:func:`hand_in_slice`, :func:`store_slice_sum`: slices summed in K order, ``SUB_M`` rows at a time).
+    ``split_k``, ``slots_per_tile``, ``num_programs`` and ``dp_tiles`` are runtime values, so shapes and splits
+    share one compiled kernel per tile config. With ``IN_CALL`` it does nothing when its collective call was aborted
+    (runtime.primitives); with ``ENTER`` it begins the call itself (the call's first kernel: ``call_enter``), with
+    ``END`` it ends it (its last: ``call_exit``; a kernel that begins a call also ends with it), with ``BARRIER``
+    too its last program passes a barrier with the other ranks (``call_exit``), in place of a barrier kernel after
+    it. ``ALIGN``: see :func:`gemm_tile_range`. ``WARP_SPEC`` (tiles schedule on the descriptor path only): the tile
+    loop is warp-specialized (on Hopper, a producer warp group issues the loads and two consumer warp groups each
+    multiply half of the tile's rows; the sums are those of the loop without it, bit for bit). Tiles schedule
+    without split or specialization: ``FLATTEN`` asks Triton to flatten the tile and K loops into one pipelined loop
+    (the next tile's first loads are issued before this tile's epilogue; the epilogue's coordinates come from a
+    counter of their own so that they do not wait on the next tile's; with ``STREAM``, the loop of its whole tiles),
+    ``TMA_STORE`` stores each tile through a tensor descriptor of C (row-major C, 16-byte aligned rows)."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -367,15 +366,21 @@ def matmul_kernel(
         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
     )
     if STREAM:
+        # The waves of tiles that fill every program go first, whole (dp_tiles of them); then the
+        # K steps of the tiles left are dealt out.
+        dp = tl.minimum(dp_tiles, num_work)
+        _whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                     pid, dp, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
+                     FLATTEN, False)
         steps = tl.cdiv(K, BLOCK_K)
-        total = num_work.to(tl.int64) * steps  # K steps of all tiles (0 if the call was aborted)
+        total = (num_work - dp).to(tl.int64) * steps  # K steps of the tiles left (0 if the call was aborted)
         hi = (pid + 1) * total // num_programs
         g = pid * total // num_programs
         while g < hi:
-            tile_id = (g // steps).to(tl.int32)
-            k_lo = (g - tile_id.to(tl.int64) * steps).to(tl.int32)
+            t = (g // steps).to(tl.int32)  # the t-th tile left: its partial slots and count are the t-th
+            k_lo = (g - t.to(tl.int64) * steps).to(tl.int32)
             k_hi = tl.minimum(steps, k_lo + (hi - g)).to(tl.int32)
-            pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+            pid_m, pid_n = tile_coords(dp + t, num_pid_m, num_pid_n, GROUP_M)
             acc = gemm_tile_range(
                 a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
                 BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
@@ -384,13 +389,13 @@ def matmul_kernel(
                 offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
                 store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
             else:  # shared with the neighbouring ranges: the last of them to finish stores it
-                first = stream_k_owner(tile_id.to(tl.int64) * steps, total, num_programs)
-                last = stream_k_owner(tile_id.to(tl.int64) * steps + steps - 1, total, num_programs)
+                first = stream_k_owner(t.to(tl.int64) * steps, total, num_programs)
+                last = stream_k_owner(t.to(tl.int64) * steps + steps - 1, total, num_programs)
                 n = last - first + 1
-                slots, done = hand_in_slice(acc, tile_id, pid - first, n, slots_per_tile,
+                slots, done = hand_in_slice(acc, t, pid - first, n, slots_per_tile,
                                             partial_ptr, count_ptr, BLOCK_M, BLOCK_N)
                 if done:
-                    store_slice_sum(slots, n, tile_id, count_ptr, c_ptr, pid_m, pid_n, M, N,
+                    store_slice_sum(slots, n, t, count_ptr, c_ptr, pid_m, pid_n, M, N,
                                     stride_cm, stride_cn, BLOCK_M, BLOCK_N, SUB_M)
             g += k_hi - k_lo
     elif FLATTEN:  # (each condition one constexpr: Triton drops the branches not taken)
@@ -635,7 +640,7 @@ on_reset(SPLIT_K_SCRATCH.clear)
 
 def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch.Tensor | None = None, *,
            call: tuple | None = None, enter: bool = False, barrier: bool = False,
-           flatten: bool | None = None, tma_store: bool = False) -> torch.Tensor:
+           flatten: bool | None = None, tma_store: bool = False, stream_whole: bool = True) -> torch.Tensor:
     """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
     block) the GEMM is part of a collective call and does nothing if the call was aborted. With
     ``call`` (``heap_bases, rank, world`` and the call's begin arguments, ``launch.enter_args`` of a
@@ -650,9 +655,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     split into ``SPLIT_K`` slices computed by different programs; the last slice of a tile to finish
     sums the fp32 partials in slice order (deterministic: the same bits on every run, though not
     those of ``SPLIT_K = 1``) and stores the tile, using the stream's :class:`SplitKScratch`. With
-    ``STREAM_K = 1`` the K steps of all tiles are dealt out evenly over the ``GEMM_SMS`` programs
-    (stream-K), and tiles shared by several programs are finished the same way. ``flatten`` and
-    ``tma_store`` apply to whole tiles without split-K, stream-K or warp specialization:
+    ``STREAM_K = 1`` the tiles that fill whole waves of the ``GEMM_SMS`` programs but the last two
+    (:func:`~.config.stream_k_whole_tiles`; none with ``stream_whole=False``) are computed whole,
+    then the K steps of the others are dealt out evenly over the programs (stream-K), and tiles
+    shared by several programs are finished the same way. ``flatten`` applies to whole tiles
+    without split-K or warp specialization (with stream-K, to its whole tiles), ``tma_store`` to
+    whole tiles without split-K, stream-K or warp specialization:
     matmul_kernel's ``FLATTEN`` and ``TMA_STORE`` (the latter where ``c`` is row-major with 16-byte
     aligned rows and the operands are on the descriptor path). Neither changes the sums. ``flatten``
     None (the default): flattened for 128-row tiles on the descriptor path (measured in
@@ -687,21 +695,23 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     warp_spec = warp_specialized(config, use_tma, a.device)
     warps, stages = launch_shape(config, warp_spec)
     num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
-    slots = split
+    slots, dp_tiles, scratch_tiles = split, 0, num_tiles
     if stream:
         steps = triton.cdiv(K, config.BLOCK_K)
         num_programs = min(config.GEMM_SMS, num_tiles * steps)  # every range holds a K step or more
-        slots = stream_k_slots(steps, num_tiles * steps, num_programs)
+        dp_tiles = stream_k_whole_tiles(num_tiles, num_programs) if stream_whole else 0
+        scratch_tiles = num_tiles - dp_tiles
+        slots = stream_k_slots(steps, scratch_tiles * steps, num_programs) if scratch_tiles else 1
     else:
         num_programs = max(1, min(config.GEMM_SMS, num_tiles * split))
     # Rows of a tile summed at a time when slices are combined: about 32 fp32 values per thread.
     sub_m = min(config.BLOCK_M, max(1, 1024 * config.num_warps // config.BLOCK_N))
     if slots > 1:
-        partials, counts = SPLIT_K_SCRATCH.get(c.device, num_tiles, slots * config.BLOCK_M * config.BLOCK_N)
+        partials, counts = SPLIT_K_SCRATCH.get(c.device, scratch_tiles, slots * config.BLOCK_M * config.BLOCK_N)
     else:
         partials, counts = c, c  # never read
     tiles_only = not (split > 1 or stream or warp_spec)
-    flatten = tiles_only and (use_tma and config.BLOCK_M >= 128 if flatten is None else flatten)
+    flatten = (tiles_only or stream) and (use_tma and config.BLOCK_M >= 128 if flatten is None else flatten)
     tma_store = tiles_only and use_tma and tma_store and c.stride(1) == 1 and \
         (c.stride(0) * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0
     if call is None:
@@ -712,7 +722,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         ctl if ctl is not None else c, *call,
         partials, counts,
-        split, slots, num_programs,
+        split, slots, num_programs, dp_tiles,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         SPLIT=split > 1, STREAM=stream, SUB_M=sub_m, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
         ALIGN=1 if use_tma else pointer_align(a, b), WARP_SPEC=warp_spec,
