@@ -374,12 +374,17 @@ def matmul_kernel(
                      FLATTEN, False)
         steps = tl.cdiv(K, BLOCK_K)
         total = (num_work - dp).to(tl.int64) * steps  # K steps of the tiles left (0 if the call was aborted)
+        lo = pid * total // num_programs  # this program's K steps: [lo, hi) of the tiles left
         hi = (pid + 1) * total // num_programs
-        g = pid * total // num_programs
-        while g < hi:
-            t = (g // steps).to(tl.int32)  # the t-th tile left: its partial slots and count are the t-th
-            k_lo = (g - t.to(tl.int64) * steps).to(tl.int32)
-            k_hi = tl.minimum(steps, k_lo + (hi - g)).to(tl.int32)
+        t_first = (lo // steps).to(tl.int32)
+        # The tiles the range touches, one segment each: a counted loop (a while loop over the
+        # segments measured its K loops a third slower: docs/PERF.md, "GEMM core").
+        segments = tl.where(hi > lo, ((hi - 1) // steps).to(tl.int32) - t_first + 1, 0)
+        for i in range(0, segments):
+            t = t_first + i  # the t-th tile left: its partial slots and count are the t-th
+            start = t.to(tl.int64) * steps
+            k_lo = (tl.maximum(lo, start) - start).to(tl.int32)
+            k_hi = (tl.minimum(hi, start + steps) - start).to(tl.int32)
             pid_m, pid_n = tile_coords(dp + t, num_pid_m, num_pid_n, GROUP_M)
             acc = gemm_tile_range(
                 a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
@@ -389,15 +394,14 @@ def matmul_kernel(
                 offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
                 store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
             else:  # shared with the neighbouring ranges: the last of them to finish stores it
-                first = stream_k_owner(t.to(tl.int64) * steps, total, num_programs)
-                last = stream_k_owner(t.to(tl.int64) * steps + steps - 1, total, num_programs)
+                first = stream_k_owner(start, total, num_programs)
+                last = stream_k_owner(start + steps - 1, total, num_programs)
                 n = last - first + 1
                 slots, done = hand_in_slice(acc, t, pid - first, n, slots_per_tile,
                                             partial_ptr, count_ptr, BLOCK_M, BLOCK_N)
                 if done:
                     store_slice_sum(slots, n, t, count_ptr, c_ptr, pid_m, pid_n, M, N,
                                     stride_cm, stride_cn, BLOCK_M, BLOCK_N, SUB_M)
-            g += k_hi - k_lo
     elif FLATTEN:  # (each condition one constexpr: Triton drops the branches not taken)
         _whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                      pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
