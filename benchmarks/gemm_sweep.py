@@ -8,7 +8,7 @@ Linear weight (``w.t()``, column-major) as in the TP layers.
     python -m benchmarks gemm_sweep --grid parity --default-only --dtypes bf16,fp16 --csv parity.csv
     python -m benchmarks gemm_sweep --grid parity --max-m 1024 --csv sweep.csv     # candidates too
     python -m benchmarks gemm_sweep --grid parity --warp-spec --ms 512,4096          # warp-specialized tiles
-    python -m benchmarks gemm_sweep --grid parity --stream-k --ms 333,512             # stream-K forms
+    python -m benchmarks gemm_sweep --grid parity --stream-k --ms 333,512             # part-idle last waves
 
 Grids: ``parity`` (M in 16..8192, small M with large K, M not a multiple of the tile, N and K that
 are not multiples of 128: the GEMM-core parity target), ``classic`` (the shapes the tile classes
@@ -88,10 +88,11 @@ WARP_SPEC_TILES = [(64, 128, 64, 4), (128, 64, 64, 5), (128, 64, 128, 4), (128, 
 # flatten, tma_store; they apply where the default has no split-K, stream-K or warp
 # specialization): --epilogue.
 EPILOGUES = [("+flatten", {"flatten": True}), ("-flatten", {"flatten": False}), ("+tma_store", {"tma_store": True})]
-# Stream-K against whole tiles (--stream-k): 128-row tiles (BLOCK_N, BLOCK_K, warps, stages), each timed
-# as whole tiles, as stream-K after the waves it fills but the last two (matmul's default), and as
-# stream-K over all tiles (``-whole``: matmul's stream_whole=False).
-STREAM_K_TILES = [(128, 64, 4, 4), (128, 64, 4, 6), (128, 64, 8, 4), (256, 64, 8, 3), (256, 64, 4, 4)]
+# Part-idle last waves (--stream-k): 128-row tiles (BLOCK_N, BLOCK_K, warps, stages), each timed whole,
+# as stream-K after the waves it fills but the last two, and with the tiles past its whole waves
+# split in SPLIT_K slices (matmul's split-K).
+STREAM_K_TILES = [(128, 64, 4, 6), (128, 64, 8, 4), (256, 64, 8, 3)]
+STREAM_K_SPLITS = (2, 3, 4, 8)
 # 12 and 16 slices lost on every shape of docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv.
 SPLITS = (1, 2, 3, 4, 6, 8)
 
@@ -149,17 +150,15 @@ def no_split_candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int
 
 
 def stream_k_candidates(num_sms: int) -> list:
-    """``(name suffix, config, matmul keywords)`` of :data:`STREAM_K_TILES`: each tile whole, as
-    stream-K, and as stream-K over all tiles (256-column tiles with 4 warps: warp-specialized where
-    they are whole)."""
+    """Configs of :data:`STREAM_K_TILES`: each tile whole, as stream-K, and split-K with each of
+    :data:`STREAM_K_SPLITS` (the tiles past the whole waves split)."""
     from tilefuse.ops.common.config import Config
 
     out = []
     for bn, bk, warps, stages in STREAM_K_TILES:
         whole = Config(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages,
-                       GEMM_SMS=num_sms, COMM_SMS=0, WARP_SPEC=int(bn == 256 and warps == 4))
-        stream = whole.replace(STREAM_K=1, WARP_SPEC=0)
-        out += [("", whole, {}), ("", stream, {}), ("-whole", stream, {"stream_whole": False})]
+                       GEMM_SMS=num_sms, COMM_SMS=0)
+        out += [whole, whole.replace(STREAM_K=1)] + [whole.replace(SPLIT_K=k) for k in STREAM_K_SPLITS]
     return out
 
 
@@ -337,7 +336,7 @@ def main(argv=None) -> None:
                              "tma_store; GPU)")
     parser.add_argument("--stream-k", action="store_true",
                         help="the candidates are 128-row tiles whole, as stream-K after the waves they fill but "
-                             "the last two, and as stream-K over all tiles (GPU)")
+                             "the last two, and split-K past the waves they fill (GPU)")
     parser.add_argument("--quick", action="store_true", help="the first 4 shapes, the first 3 candidates")
     parser.add_argument("--rep-ms", type=float, default=60.0, help="each method's share of timed calls")
     parser.add_argument("--max-reps", type=int, default=400)
@@ -382,7 +381,7 @@ def main(argv=None) -> None:
             if args.epilogue and not interpreter:
                 configs += [(f"default{tag}", default, None, kw) for tag, kw in EPILOGUES]
             elif args.stream_k and not interpreter:
-                configs += [(label(cfg) + tag, cfg, None, kw) for tag, cfg, kw in stream_k_candidates(sms)]
+                configs += [(label(cfg), cfg, None, {}) for cfg in stream_k_candidates(sms)]
             elif not args.default_only:
                 if args.warp_spec and not interpreter:
                     pool = warp_spec_candidates(M, N, K, dtype, sms)

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# One GPU: stream-K after whole waves of tiles, tested and timed against whole tiles.
+# One GPU: stream-K and split-K past the whole waves of tiles, tested and timed against whole tiles.
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/stream_k_check.sh      (from the repository root)
-# 1. The GEMM core's stream-K tests (TESTS_S, default 150 s).
+# 1. The GEMM core's stream-K and split-K tests (TESTS_S, default 150 s).
 # 2. gemm_sweep --stream-k on the parity grid's M = MS (default 128,333,512,1000) and N = NS
-#    (default 1000,4096,6144,14336): each 128-row tile whole, as stream-K after whole waves, and as
-#    stream-K over all tiles, with each kernel's registers and spills (SWEEP_S, default 330 s).
+#    (default 1000,4096,6144,14336): each 128-row tile whole, as stream-K after whole waves, and
+#    split-K past its whole waves, with each kernel's registers and spills (SWEEP_S, default 330 s).
 # Files under $R: tests/, gemm_stream_k_bf16.csv.
 . "$(dirname "$0")/prelude.sh"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
-( OUT=$R/tests LIMIT_S=${TESTS_S:-150} PER_TEST=120 PYTEST_ARGS="-k stream" \
-    GROUPS_SPEC="tests/test_gemm_core.py" bash "$(dirname "$0")/gpu_tests.sh" > "$R/tests.log" 2>&1 )
+mkdir -p "$R/tests"
+TILEFUSE_TEST_DEVICE=cuda timeout -k 5 "${TESTS_S:-150}" "$PY" -m pytest tests/test_gemm_core.py -q -rfE \
+    -p no:cacheprovider -k "stream or split" > "$R/tests/tests_summary.txt" 2>&1
 stamp tests $? >> "$R/tests.log"
 SMI=$(clocks "$R/clocks.csv")
 timeout -k 5 $(( ${SWEEP_S:-330} + 20 )) "$PY" -m benchmarks gemm_sweep --grid parity --stream-k \
