@@ -31,6 +31,7 @@ from tilefuse.ops.common import (  # noqa: E402
 )
 from tilefuse.ops.common.config import (  # noqa: E402
     MAX_SPLIT_K,
+    MID_M_STAGES,
     MIN_SLICE_STEPS,
     SPLIT_K_VARIANTS,
     check_split_k,
@@ -305,26 +306,6 @@ def test_matmul_stream_k(dtype, shape, programs, path):
     assert torch.equal(matmul(a, b, again, cfg), c), "stream-K results differ between runs"
 
 
-@pytest.mark.parametrize("programs", [3, 5, 7], ids=lambda p: f"programs{p}")
-def test_matmul_split_k_after_whole_waves(programs, path):
-    """SPLIT_K = 3 on 20 tiles: the tiles that fill whole waves of the programs whole (18 of 3
-    programs, all 20 of 5, 14 of 7), the K steps of each other tile in 3 slices. Against an fp64
-    reference, into a column block of a NaN matrix; counts left at zero; the same bits twice."""
-    M, N, K = 250, 300, 96
-    gen = _gen(programs)
-    a = _padded_view(M, K, torch.float16, gen)
-    b = _padded_view(K, N, torch.float16, gen)
-    c_full = torch.full((M, 2 * N), NAN, dtype=torch.float16, device=DEVICE)
-    c = c_full[:, N:]
-    cfg = _split_cfg(3, 32, programs)
-    assert matmul(a, b, c, cfg) is c
-    _assert_matches(c, a, b, torch.float16)
-    assert torch.isnan(c_full[:, :N]).all(), "matmul wrote outside its column block of C"
-    assert _counts_are_zero(), "a tile's count was left behind"
-    again = torch.full((M, N), NAN, dtype=torch.float16, device=DEVICE)
-    assert torch.equal(matmul(a, b, again, cfg), c), "split-K results differ between runs"
-
-
 def test_stream_k_whole_tiles_leave_one_to_two_waves():
     """Tiles computed whole before stream-K: all of them when they fill whole waves, none under two
     waves, else all but one to two waves' worth."""
@@ -390,14 +371,13 @@ def test_stream_k_slots_bound_the_ranges_per_tile():
 
 
 def test_matmul_split_k_programs_and_tiles():
-    """One program for every slice of every tile, and fewer programs (more than the 4 tiles, so that
-    every tile is split); the sum of the slices does not depend on which program finishes a tile
-    last (fixed order)."""
+    """One program for every slice of every tile, and one program for all of them; the sum of the
+    slices does not depend on which program finishes a tile last (fixed order)."""
     M, N, K = 70, 90, 160
     gen = _gen(3)
     a, b = _randn((M, K), torch.float32, gen), _randn((K, N), torch.float32, gen)
     results = []
-    for programs in (2 * 2 * 4, 7, 5):
+    for programs in (1, 2 * 2 * 4, 7):
         c = torch.full((M, N), NAN, device=DEVICE)
         matmul(a, b, c, _split_cfg(4, 32, programs))
         _assert_matches(c, a, b, torch.float32)
@@ -888,6 +868,10 @@ def test_default_config_split_k_rule(dtype):
     assert (narrow.BLOCK_N, narrow.SPLIT_K) == (64, 8)  # 8 tiles of 128 would need 16 slices
     down = default_config(128, 1000, 8000, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
     assert (down.BLOCK_M, down.BLOCK_N, down.SPLIT_K) == (64, 64, 4)  # few tiles: K slices (FEW_TILES)
+    few = default_config(512, 1000, 8000, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
+    assert (few.BLOCK_M, few.BLOCK_N, few.SPLIT_K) == (128, 128, 4)
+    if dtype.itemsize <= 2:
+        assert few.num_stages == MID_M_STAGES  # 128x128 slices of 16-bit values: the mid-M stages
     big = default_config(8192, 8192, 8192, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
     assert big.SPLIT_K == 1 and (big.BLOCK_M, big.BLOCK_N) == (128, 256)
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# One GPU: stream-K and split-K past the whole waves of tiles, tested and timed against whole tiles.
+# One GPU: stream-K after whole waves of tiles, and split-K, tested and timed against whole tiles.
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/stream_k_check.sh      (from the repository root)
 # 1. The GEMM core's stream-K and split-K tests (TESTS_S, default 150 s).
 # 2. gemm_sweep --stream-k on the parity grid's M = MS (default 128,333,512,1000) and N = NS
 #    (default 1000,4096,6144,14336): each 128-row tile whole, as stream-K after whole waves, and
-#    split-K past its whole waves, with each kernel's registers and spills (SWEEP_S, default 330 s).
+#    split-K, with each kernel's registers and spills (SWEEP_S, default 330 s).
 # Files under $R: tests/, gemm_stream_k_bf16.csv.
 . "$(dirname "$0")/prelude.sh"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}

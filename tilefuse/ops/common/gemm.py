@@ -10,9 +10,8 @@ in schedule and communication. A kernel that computes ``C = A @ B`` tile by tile
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
         store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
 
-Split-K, for shapes whose tiles leave multiprocessors idle (too few tiles, small M and large K, or
-a part-idle last wave): the tiles that fill whole waves are work items whole, and a work item of
-each other tile is one of its ``split_k`` K slices. :func:`split_k_work` maps it to ``(tile, slice, k_lo,
+Split-K, for shapes with too few tiles to occupy the multiprocessors (small M, large K): a work item
+is one of ``split_k`` K slices of a tile. :func:`split_k_work` maps it to ``(tile, slice, k_lo,
 k_hi)``, :func:`gemm_tile_range` computes the slice's fp32 partial, :func:`hand_in_slice` stores it
 and tells the one program whose slice completes the tile to finish it, and :func:`store_slice_sum`
 sums the partials (in slice order: deterministic) into the tile of C; the other slices' programs
@@ -170,27 +169,22 @@ def gemm_tile_range(
 
 
 @triton.jit
-def split_k_work(work_id, K, split_k, whole_tiles, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
+def split_k_work(work_id, K, split_k, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
     """Work item ``work_id`` of a split-K schedule -> ``(tile_id, slice, k_lo, k_hi)``.
 
-    ``SPLIT`` (constexpr) is ``split_k > 1``; without it a work item is a whole tile. With it the
-    first ``whole_tiles`` work items are tiles 0, 1, ... whole (slice 0 of 1), and the items after
-    them the ``split_k`` K slices of each later tile, tile by tile (``work_id = whole_tiles +
-    (tile_id - whole_tiles) * split_k + slice``), so programs that run at the same time take the
-    slices of the same tiles and finish them together. Slice s gets the K steps ``[s * steps //
-    split_k, (s + 1) * steps // split_k)`` of the ``steps = cdiv(K, BLOCK_K)`` (sizes differ by at
-    most one step; a slice may be empty when steps < split_k).
+    ``SPLIT`` (constexpr) is ``split_k > 1``; without it a work item is a whole tile. Work items are
+    numbered tile by tile (``work_id = tile_id * split_k + slice``), so programs that run at the same
+    time take the slices of the same tiles and finish them together. Slice s gets the K steps
+    ``[s * steps // split_k, (s + 1) * steps // split_k)`` of the ``steps = cdiv(K, BLOCK_K)``
+    (sizes differ by at most one step; a slice may be empty when steps < split_k).
     """
-    steps = tl.cdiv(K, BLOCK_K)
     if SPLIT:
-        whole = work_id < whole_tiles
-        u = tl.maximum(work_id - whole_tiles, 0)
-        tile_id = tl.where(whole, work_id, whole_tiles + u // split_k)
-        s = tl.where(whole, 0, u % split_k)
-        n = tl.where(whole, 1, split_k)
-        return tile_id, s, s * steps // n, (s + 1) * steps // n
+        tile_id = work_id // split_k
+        s = work_id % split_k
+        steps = tl.cdiv(K, BLOCK_K)
+        return tile_id, s, s * steps // split_k, (s + 1) * steps // split_k
     else:
-        return work_id, 0, 0, steps
+        return work_id, 0, 0, tl.cdiv(K, BLOCK_K)
 
 
 @triton.jit
@@ -238,17 +232,8 @@ def store_slice_sum(
     for r in range(0, tl.cdiv(tl.minimum(BLOCK_M, M - pid_m * BLOCK_M), SUB_M)):
         offs = (r * SUB_M + sub)[:, None] * BLOCK_N + cols[None, :]  # [SUB_M, BN] within a slot
         total = tl.load(slots + offs, cache_modifier=".cg")  # [SUB_M, BN]
-        # Four slots' loads in flight at once (slots past the last read the last one again and add
-        # nothing), summed in slot order.
-        for j in range(1, n, 4):
-            x1 = tl.load(slots + tl.minimum(j, n - 1) * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
-            x2 = tl.load(slots + tl.minimum(j + 1, n - 1) * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
-            x3 = tl.load(slots + tl.minimum(j + 2, n - 1) * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
-            x4 = tl.load(slots + tl.minimum(j + 3, n - 1) * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
-            total += x1
-            total += tl.where(j + 1 < n, x2, 0.0)
-            total += tl.where(j + 2 < n, x3, 0.0)
-            total += tl.where(j + 3 < n, x4, 0.0)
+        for j in range(1, n):
+            total += tl.load(slots + j * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
         offs_m = pid_m.to(tl.int64) * BLOCK_M + r * SUB_M + sub  # [SUB_M]
         store_tile(c_ptr, total, offs_m, offs_n, M, N, stride_cm, stride_cn)
     tl.store(count_ptr + tile_id, 0)
@@ -337,7 +322,7 @@ def matmul_kernel(
     # tile (zeros)
     partial_ptr, count_ptr,
     # schedule: K slices per tile (SPLIT), partial slots per tile, programs of the launch, tiles
-    # computed whole before the others are split (SPLIT) or their K steps dealt out (STREAM)
+    # computed whole before stream-K deals out the K steps of the others (STREAM)
     split_k, slots_per_tile, num_programs, dp_tiles,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -371,7 +356,7 @@ def matmul_kernel(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_work = num_pid_m * num_pid_n
     if SPLIT:
-        num_work = dp_tiles + (num_work - dp_tiles) * split_k
+        num_work *= split_k
     if IN_CALL:
         seq, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
                                  ENTER)
@@ -426,23 +411,18 @@ def matmul_kernel(
                      False, True)
     else:
         for work_id in tl.range(pid, num_work, num_programs, warp_specialize=WARP_SPEC):
-            tile_id, s, k_lo, k_hi = split_k_work(work_id, K, split_k, dp_tiles, BLOCK_K, SPLIT)
+            tile_id, s, k_lo, k_hi = split_k_work(work_id, K, split_k, BLOCK_K, SPLIT)
             pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
             acc = gemm_tile_range(
                 a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
                 BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
             )  # [BM, BN] fp32
             if SPLIT:
-                if tile_id >= dp_tiles:  # one of split_k slices: the t-th split tile's slots and count
-                    t = tile_id - dp_tiles
-                    slots, done = hand_in_slice(acc, t, s, split_k, split_k, partial_ptr, count_ptr,
-                                                BLOCK_M, BLOCK_N)
-                    if done:
-                        store_slice_sum(slots, split_k, t, count_ptr, c_ptr, pid_m, pid_n, M, N,
-                                        stride_cm, stride_cn, BLOCK_M, BLOCK_N, SUB_M)
-                else:
-                    offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-                    store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+                slots, done = hand_in_slice(acc, tile_id, s, split_k, split_k, partial_ptr, count_ptr,
+                                            BLOCK_M, BLOCK_N)
+                if done:
+                    store_slice_sum(slots, split_k, tile_id, count_ptr, c_ptr, pid_m, pid_n, M, N,
+                                    stride_cm, stride_cn, BLOCK_M, BLOCK_N, SUB_M)
             else:
                 offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
                 store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
@@ -674,9 +654,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     ``a [M, K]``, ``b [K, N]`` and ``c [M, N]`` on one device, at any strides (``c`` may be a
     column block of a wider matrix). fp32 accumulation, output cast to ``c.dtype``. Uses
     ``config``'s ``BLOCK_*``, ``GROUP_M``, ``num_warps``, ``num_stages``, ``SPLIT_K`` and ``GEMM_SMS``
-    programs (fewer when there are fewer work items). With ``SPLIT_K > 1`` the tiles that fill whole
-    waves of the programs are computed whole and each other tile's K steps are split into
-    ``SPLIT_K`` slices computed by different programs; the last slice of a tile to finish
+    programs (fewer when there are fewer work items). With ``SPLIT_K > 1`` each tile's K steps are
+    split into ``SPLIT_K`` slices computed by different programs; the last slice of a tile to finish
     sums the fp32 partials in slice order (deterministic: the same bits on every run, though not
     those of ``SPLIT_K = 1``) and stores the tile, using the stream's :class:`SplitKScratch`. With
     ``STREAM_K = 1`` the tiles that fill whole waves of the ``GEMM_SMS`` programs but the last two
@@ -727,15 +706,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         scratch_tiles = num_tiles - dp_tiles
         slots = stream_k_slots(steps, scratch_tiles * steps, num_programs) if scratch_tiles else 1
     else:
-        if split > 1:  # the tiles that fill whole waves are not split
-            dp_tiles = num_tiles - num_tiles % config.GEMM_SMS
-            scratch_tiles = num_tiles - dp_tiles
-        num_programs = max(1, min(config.GEMM_SMS, dp_tiles + scratch_tiles * split))
+        num_programs = max(1, min(config.GEMM_SMS, num_tiles * split))
     # Rows of a tile summed at a time when slices are combined: about 32 fp32 values per thread.
     sub_m = min(config.BLOCK_M, max(1, 1024 * config.num_warps // config.BLOCK_N))
     if slots > 1:
-        partials, counts = SPLIT_K_SCRATCH.get(c.device, max(1, scratch_tiles),
-                                               slots * config.BLOCK_M * config.BLOCK_N)
+        partials, counts = SPLIT_K_SCRATCH.get(c.device, scratch_tiles, slots * config.BLOCK_M * config.BLOCK_N)
     else:
         partials, counts = c, c  # never read
     tiles_only = not (split > 1 or stream or warp_spec)
