@@ -154,9 +154,10 @@ def split_k_for(tiles: int, steps: int, programs: int) -> int:
 
 def stream_k_whole_tiles(num_tiles: int, programs: int) -> int:
     """Tiles a stream-K launch of ``programs`` programs computes whole, before it deals out the K
-    steps of the rest: all of them when they fill whole waves; else all but the last two waves'
-    worth (the rest is between one and two waves of tiles, so that every range covers more than one
-    tile's steps and no tile is shared by more than a few ranges); none under two waves."""
+    steps of the rest: all of them when they fill whole waves; else the whole waves but the last
+    (the rest is then more than one and less than two waves of tiles, so that every range covers
+    more than one tile's steps and no tile is shared by more than a few ranges); none under two
+    waves."""
     if num_tiles % programs == 0:
         return num_tiles
     waves = num_tiles // programs

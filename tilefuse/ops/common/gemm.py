@@ -318,8 +318,8 @@ def matmul_kernel(
     # with IN_CALL: the control block of the collective call this GEMM belongs to; with ENTER or END
     # the call's begin and end arguments (primitives.call_enter, call_exit), else never read
     ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
-    # with SPLIT or STREAM: fp32 partial slots [num_tiles, slots_per_tile, BM * BN], int32 count per
-    # tile (zeros)
+    # with SPLIT or STREAM: fp32 partial slots [tiles split or dealt out, slots_per_tile, BM * BN],
+    # int32 count per such tile (zeros)
     partial_ptr, count_ptr,
     # schedule: K slices per tile (SPLIT), partial slots per tile, programs of the launch, tiles
     # computed whole before stream-K deals out the K steps of the others (STREAM)
@@ -333,24 +333,28 @@ def matmul_kernel(
 ):
     """Persistent C [M, N] = A [M, K] @ B [K, N] in one of three schedules.
 
-    Tiles (neither flag): program pid computes tiles pid, pid + num_programs, ... . ``SPLIT`` (``split_k > 1``): the
-    work items are the tiles' ``split_k`` K slices, taken the same way. ``STREAM`` (stream-K): the first
-    ``dp_tiles`` tiles as in the tiles schedule (whole waves of them), then the K steps of the other tiles, tile
-    after tile, are dealt out in ``num_programs`` contiguous ranges of (nearly) equal length, one per program; a
-    tile that a range covers whole is stored directly, a tile shared by several ranges is finished by the last of
-    them (:func:`hand_in_slice`, :func:`store_slice_sum`: slices summed in K order, ``SUB_M`` rows at a time).
-    ``split_k``, ``slots_per_tile``, ``num_programs`` and ``dp_tiles`` are runtime values, so shapes and splits
-    share one compiled kernel per tile config. With ``IN_CALL`` it does nothing when its collective call was aborted
-    (runtime.primitives); with ``ENTER`` it begins the call itself (the call's first kernel: ``call_enter``), with
-    ``END`` it ends it (its last: ``call_exit``; a kernel that begins a call also ends with it), with ``BARRIER``
-    too its last program passes a barrier with the other ranks (``call_exit``), in place of a barrier kernel after
-    it. ``ALIGN``: see :func:`gemm_tile_range`. ``WARP_SPEC`` (tiles schedule on the descriptor path only): the tile
-    loop is warp-specialized (on Hopper, a producer warp group issues the loads and two consumer warp groups each
-    multiply half of the tile's rows; the sums are those of the loop without it, bit for bit). Tiles schedule
-    without split or specialization: ``FLATTEN`` asks Triton to flatten the tile and K loops into one pipelined loop
-    (the next tile's first loads are issued before this tile's epilogue; the epilogue's coordinates come from a
-    counter of their own so that they do not wait on the next tile's; with ``STREAM``, the loop of its whole tiles),
-    ``TMA_STORE`` stores each tile through a tensor descriptor of C (row-major C, 16-byte aligned rows)."""
+    Tiles (neither flag): program pid computes tiles pid, pid + num_programs, ... . ``SPLIT``
+    (``split_k > 1``): the work items are the tiles' ``split_k`` K slices, taken the same way.
+    ``STREAM`` (stream-K): the first ``dp_tiles`` tiles as in the tiles schedule (whole waves of
+    them), then the K steps of the other tiles, tile after tile, are dealt out in ``num_programs``
+    contiguous ranges of (nearly) equal length, one per program; a tile that a range covers whole is
+    stored directly, a tile shared by several ranges is finished by the last of them
+    (:func:`hand_in_slice`, :func:`store_slice_sum`: slices summed in K order, ``SUB_M`` rows at a
+    time). ``split_k``, ``slots_per_tile``, ``num_programs`` and ``dp_tiles`` are runtime values, so
+    shapes and splits share one compiled kernel per tile config. With ``IN_CALL`` it does nothing
+    when its collective call was aborted (runtime.primitives); with ``ENTER`` it begins the call
+    itself (the call's first kernel: ``call_enter``), with ``END`` it ends it (its last:
+    ``call_exit``; a kernel that begins a call also ends with it), with ``BARRIER`` too its last
+    program passes a barrier with the other ranks (``call_exit``), in place of a barrier kernel
+    after it. ``ALIGN``: see :func:`gemm_tile_range`. ``WARP_SPEC`` (tiles schedule on the
+    descriptor path only): the tile loop is warp-specialized (on Hopper, a producer warp group
+    issues the loads and two consumer warp groups each multiply half of the tile's rows; the sums
+    are those of the loop without it, bit for bit). Tiles schedule without split or specialization:
+    ``FLATTEN`` asks Triton to flatten the tile and K loops into one pipelined loop (the next tile's
+    first loads are issued before this tile's epilogue; the epilogue's coordinates come from a
+    counter of their own so that they do not wait on the next tile's; with ``STREAM``, the loop of
+    its whole tiles), ``TMA_STORE`` stores each tile through a tensor descriptor of C (row-major C,
+    16-byte aligned rows)."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -658,7 +662,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     split into ``SPLIT_K`` slices computed by different programs; the last slice of a tile to finish
     sums the fp32 partials in slice order (deterministic: the same bits on every run, though not
     those of ``SPLIT_K = 1``) and stores the tile, using the stream's :class:`SplitKScratch`. With
-    ``STREAM_K = 1`` the tiles that fill whole waves of the ``GEMM_SMS`` programs but the last two
+    ``STREAM_K = 1`` the whole waves of tiles of the ``GEMM_SMS`` programs but the last
     (:func:`~.config.stream_k_whole_tiles`; none with ``stream_whole=False``) are computed whole,
     then the K steps of the others are dealt out evenly over the programs (stream-K), and tiles
     shared by several programs are finished the same way. ``flatten`` applies to whole tiles
