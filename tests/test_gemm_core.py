@@ -872,6 +872,11 @@ def test_default_config_split_k_rule(dtype):
     assert (few.BLOCK_M, few.BLOCK_N, few.SPLIT_K) == (128, 128, 4)
     if dtype.itemsize <= 2:
         assert few.num_stages == MID_M_STAGES  # 128x128 slices of 16-bit values: the mid-M stages
+    # K's rows off the descriptor path (3500 values of 2 bytes): the 4 stages measured there
+    ragged = default_config(128, 5000, 3500, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
+    assert (ragged.BLOCK_M, ragged.BLOCK_N, ragged.SPLIT_K) == (128, 128, 3)
+    if dtype.itemsize == 2:
+        assert ragged.num_stages == 4
     big = default_config(8192, 8192, 8192, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
     assert big.SPLIT_K == 1 and (big.BLOCK_M, big.BLOCK_N) == (128, 256)
 

@@ -249,9 +249,10 @@ def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -
 # few-tile shapes (gemm_sweep --grid parity --ms 128,333,512,1000,1024 --ns 1000,5000,
 # docs/perf/2026-12-01_h200_ws1_gemm_few_tiles_bf16.csv): the winners split 128-row tiles (64-row ones
 # at M = 128 with N = 1000) into at most 4 K slices that together fill a wave; more slices lost.
-# The 128x128 tiles of 16-bit values take MID_M_STAGES stages: 6 measured 5-12 % faster than 4 with
-# 2-4 K slices at M = 333-1000, N = 1000, K = 8000 (gemm_sweep --stream-k,
-# docs/perf/2026-12-01_h200_ws1_gemm_stream_k_split_bf16.csv).
+# The 128x128 tiles of 16-bit values take MID_M_STAGES stages where K's rows are on the descriptor
+# path (16-byte multiples): 6 measured 5-12 % faster than 4 with 2-4 K slices at M = 333-1000,
+# N = 1000, K = 8000 (gemm_sweep --stream-k, docs/perf/2026-12-01_h200_ws1_gemm_stream_k_split_bf16.csv);
+# off it (K = 3500) only 4 stages were measured.
 FEW_TILES = ((128, 128, 4), (128, 64, 5), (64, 128, 4), (64, 64, 6))
 FEW_TILES_MAX_SPLIT = 4
 FEW_TILES_FILL = 0.85
@@ -323,7 +324,7 @@ def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs
         # K slices, keep FEW_TILES_FILL of a wave busy; else the one that keeps the most busy.
         best = None
         for bm, bn, stages in FEW_TILES:
-            if (bm, bn) == (128, 128):
+            if (bm, bn) == (128, 128) and (K * itemsize) % 16 == 0:  # measured on the descriptor path only
                 stages = wide_stages
             bn = narrow(bn)
             slices = min(FEW_TILES_MAX_SPLIT, split_k_for(tiles(bm, bn), steps, programs))
