@@ -89,7 +89,7 @@ WARP_SPEC_TILES = [(64, 128, 64, 4), (128, 64, 64, 5), (128, 64, 128, 4), (128, 
 # specialization): --epilogue.
 EPILOGUES = [("+flatten", {"flatten": True}), ("-flatten", {"flatten": False}), ("+tma_store", {"tma_store": True})]
 # Part-idle last waves (--stream-k): 128-row tiles (BLOCK_N, BLOCK_K, warps, stages), each timed whole,
-# as stream-K after the waves it fills but the last two, and split-K.
+# as stream-K (after its whole waves of tiles but the last: config.stream_k_whole_tiles), and split-K.
 STREAM_K_TILES = [(128, 64, 4, 6), (128, 64, 8, 4), (256, 64, 8, 3)]
 STREAM_K_SPLITS = (2, 3, 4, 8)
 # 12 and 16 slices lost on every shape of docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv.
@@ -334,8 +334,7 @@ def main(argv=None) -> None:
                              "flattened, and with tiles stored through a descriptor of C (matmul's flatten, "
                              "tma_store; GPU)")
     parser.add_argument("--stream-k", action="store_true",
-                        help="the candidates are 128-row tiles whole, as stream-K after the waves they fill but "
-                             "the last two, and split-K (GPU)")
+                        help="the candidates are 128-row tiles whole, as stream-K and as split-K (GPU)")
     parser.add_argument("--quick", action="store_true", help="the first 4 shapes, the first 3 candidates")
     parser.add_argument("--rep-ms", type=float, default=60.0, help="each method's share of timed calls")
     parser.add_argument("--max-reps", type=int, default=400)
