@@ -8,7 +8,10 @@ the arguments: Llama-3-8B's shapes by default, no download) and parallelizes two
 * ``torch``: torch's own ``ColwiseParallel`` / ``RowwiseParallel`` / ``PrepareModuleInput``;
 * ``torch_async_tp`` (``--async-tp``, GPUs with NCCL): torch's styles compiled with Inductor's
   micro-pipelined TP (``_micro_pipeline_tp``: fused all-gather / reduce-scatter matmuls on symmetric
-  memory).
+  memory);
+* ``tilefuse_compiled`` (``--compile``, sequence-parallel layout): tilefuse's styles under
+  ``torch.compile`` (Inductor on GPUs, ``aot_eager`` on CPU ranks), so that the norms, rotary
+  embeddings and activations around the fused ops are compiled as in torch's async-TP.
 
 Two layouts:
 
@@ -174,7 +177,7 @@ def _rank_main(ctx, args) -> list:
         """``got`` against the unsharded stack's ``ref``; tilefuse must agree, torch's is recorded."""
         err = rel_error(got, ref)
         add(layout, M, method, f"rel_err_{what}", err, "against the unsharded layers")
-        if method == "tilefuse" and not err <= tol:
+        if method.startswith("tilefuse") and not err <= tol:
             raise AssertionError(f"{layout} M={M}: tilefuse's {what} differs from the unsharded layers': "
                                  f"relative error {err:.3g} > {tol:g}")
 
@@ -232,6 +235,8 @@ def _rank_main(ctx, args) -> list:
             check(layout, T, method, "output", y, y_ref)
             check(layout, T, method, "input_grad", dx, dx_ref)
         fns = {m: step(model) for m, model in models.items()}
+        if args.compile:
+            fns.update(_compiled(ctx, models["tilefuse"], step, add, check, layout, T, y_ref, dx_ref))
         if args.async_tp and "torch" in models:
             fns.update(_async_tp(ctx, models["torch"], step, add, layout, T))
         for method, ms in zip(fns, bench_interleaved(ctx, list(fns.values()), **reps)):
@@ -261,6 +266,23 @@ def _rank_main(ctx, args) -> list:
                     add(layout, M, method, "ms", ms, "forward, CUDA graph replay" if method.endswith("_graph")
                         else "forward, eager")
     return rows if ctx.rank == 0 else []
+
+
+def _compiled(ctx, model, step, add, check, layout, T, y_ref, dx_ref) -> dict:
+    """tilefuse's styles under torch.compile (Inductor on GPUs, aot_eager on CPU ranks), checked like
+    the eager layers; a row ``graphs`` says how many graphs Dynamo made (1: no graph break)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("inductor" if ctx.on_gpu else "aot_eager")
+    run = step(torch.compile(model, backend=counter))
+    y, dx = run()
+    check(layout, T, "tilefuse_compiled", "output", y, y_ref)
+    check(layout, T, "tilefuse_compiled", "input_grad", dx, dx_ref)
+    run()  # fresh inputs of the same shapes: no recompile expected
+    add(layout, T, "tilefuse_compiled", "graphs", float(counter.frame_count),
+        "graphs Dynamo compiled for forward + backward, two calls (1: no graph break, no recompile)")
+    return {"tilefuse_compiled": run}
 
 
 def _async_tp(ctx, torch_model, step, add, layout, T) -> dict:
@@ -300,6 +322,8 @@ def parse_args(argv=None):
     p.add_argument("--mlp-input", default="fused", choices=("fused", "gather"),
                    help="SP layout: gate/up as all_gather_gemm (fused) or local GEMMs behind one all-gather")
     p.add_argument("--async-tp", action="store_true", help="also time torch's styles with micro-pipelined TP")
+    p.add_argument("--compile", action="store_true",
+                   help="also time tilefuse's styles under torch.compile (sequence-parallel layout)")
     p.add_argument("--heap", default=None, help="tilefuse heap bytes per rank, e.g. 8G (default: tilefuse's)")
     p.add_argument("--warmup-ms", type=float, default=100.0)
     p.add_argument("--rep-ms", type=float, default=500.0)
@@ -315,6 +339,7 @@ def parse_args(argv=None):
         for key, value in SMOKE.items():
             setattr(args, key, value)
         args.cpu_reps = 1
+        args.compile = True
     args.decode = [int(m) for m in str(args.decode).split(",") if m.strip()]
     args.layouts = [s.strip() for s in args.layouts.split(",") if s.strip()]
     unknown = set(args.layouts) - {"sequence_parallel", "decode"}

@@ -388,7 +388,8 @@ def test_bad_inputs(pools):
 
 @pytest.mark.slow
 def test_tp_llama_example_smoke(tmp_path, on_gpu):
-    """The example's --smoke mode: two CPU ranks, tiny config, both styles, a CSV with every method."""
+    """The example's --smoke mode: two CPU ranks, tiny config, both styles and tilefuse's compiled (one
+    graph for the two decoder layers' forward + backward over two calls), a CSV with every method."""
     if on_gpu:
         pytest.skip("the smoke mode runs CPU ranks; the GPU run is the example's normal mode")
     if not HAVE_TRANSFORMERS:
@@ -401,7 +402,10 @@ def test_tp_llama_example_smoke(tmp_path, on_gpu):
     text = out.read_text().splitlines()
     assert text[0].startswith("layout,"), text[:2]
     methods = {line.split(",")[2] for line in text[1:]}
-    assert {"tilefuse", "torch"} <= methods, methods
+    assert {"tilefuse", "torch", "tilefuse_compiled"} <= methods, methods
+    graphs = [line.split(",") for line in text[1:] if line.split(",")[2] == "tilefuse_compiled"
+              and line.split(",")[10] == "graphs"]
+    assert [float(row[11]) for row in graphs] == [1.0], graphs
 
 
 # ---------------------------------------------------------------------------------------------

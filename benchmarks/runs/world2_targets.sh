@@ -11,9 +11,9 @@
 #   and the host cost and graph replay of every op x variant at M = 1, 16 next to torch.matmul +
 #   NCCL (the graph target at decode sizes).
 # PART=2: examples/tp_llama.py (Llama-3-8B layers: sequence-parallel forward + backward at T = 8192
-#   against torch's styles and async-TP, the replicated decode step in a CUDA graph), gemm_all_reduce
-#   at decode sizes eager and in graphs, the suite on the Llama-3-70B TP-2 set, and the held-out auto
-#   run.
+#   against torch's styles and async-TP, tilefuse's eager and compiled, the replicated decode step in
+#   a CUDA graph), gemm_all_reduce at decode sizes eager and in graphs, the suite on the Llama-3-70B
+#   TP-2 set, and the held-out auto run.
 . "$(dirname "$0")/prelude.sh"
 END=$(( T0 + ${TOTAL_S:-570} ))
 if (( $(gpus) < 2 )); then echo "needs two GPUs (have $(gpus))" >&2; exit 2; fi
@@ -36,7 +36,7 @@ tests/test_gemm_all_reduce.py;tests/test_protocol.py tests/test_launcher.py;test
         --csv "$R/host_overhead_w2.csv"
     ;;
 2)
-    step tp_llama 200 torchrun --nproc-per-node 2 examples/tp_llama.py --layers 2 --async-tp \
+    step tp_llama 230 torchrun --nproc-per-node 2 examples/tp_llama.py --layers 2 --async-tp --compile \
         --csv "$R/tp_llama_w2.csv"
     step allreduce_decode 70 "$PY" -m benchmarks.allreduce_decode --world 2 --M 1,16,64,256,1024 \
         --csv "$R/allreduce_decode_w2.csv"
