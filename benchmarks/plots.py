@@ -11,6 +11,11 @@
     the same groups, bars ``t_method / t_ideal`` with ``t_ideal = max(t_gemm, t_comm)``: 1 (the
     dashed line) is perfect overlap, the plain path sits near ``ideal_speedup``; lower is better.
 
+``python -m benchmarks.plots --host-overhead CSV [...] --out DIR`` plots ``benchmarks.host_overhead``
+CSVs instead: ``host_overhead_w<W>.png``, one row of panels per op, eager host µs per call (left)
+and wall µs per replayed call inside a CUDA graph (right), one group per M, one bar per method
+(plain and torch.matmul + the collective first).
+
 ``python -m benchmarks.plots --table TABLE.json [...] --out DIR`` plots tuner tables instead:
 ``tuned_<op>_<arch>_ws<W>.png``, one group per tuned shape, one bar per variant: the plain path's
 time over the variant's best candidate (second-pass time where it reached the second pass), and a
@@ -198,16 +203,78 @@ def plot_tables(paths, out_dir) -> list:
     return written
 
 
+HOST_METHODS_FIRST = ("plain", "torch")
+# Forms that host_overhead times for comparison only, left out of the plot: the variants with the begin
+# kernel (names ending so), plain through the custom op and through the registry entry.
+HOST_LEFT_OUT = ("plain_custom_op", "plain_entry")
+HOST_LEFT_OUT_SUFFIX = "+begin_kernel"
+
+
+def plot_host_overhead(paths, out_dir, plt=None) -> list:
+    """One figure per world size of ``benchmarks.host_overhead`` CSVs; returns the PNG paths."""
+    import pandas as pd
+
+    plt = plt or _pyplot()
+    if plt is None:
+        print("plots skipped: matplotlib is not installed", file=sys.stderr, flush=True)
+        return []
+    frame = pd.concat([pd.read_csv(p, dtype={"note": str}) for p in paths], ignore_index=True)
+    names = frame["variant"].astype(str)
+    frame = frame[~names.isin(HOST_LEFT_OUT) & ~names.str.endswith(HOST_LEFT_OUT_SUFFIX)]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for world, part in frame.groupby("world", sort=True):
+        ops = list(dict.fromkeys(part["op"]))
+        fig, axes = plt.subplots(len(ops), 2, figsize=(16, 3.6 * len(ops)), squeeze=False)
+        for row, op in enumerate(ops):
+            sub = part[part["op"] == op]
+            ms = sorted(dict.fromkeys(int(m) for m in sub["M"]))
+            names = list(dict.fromkeys(sub["variant"]))
+            methods = [m for m in HOST_METHODS_FIRST if m in names] + \
+                [m for m in names if m not in HOST_METHODS_FIRST]
+            for col, (mode, metric, what) in enumerate((("eager", "host_us", "eager host µs per call"),
+                                                         ("graph", "wall_us", "µs per call replayed in a CUDA graph"))):
+                ax = axes[row][col]
+                width = 0.8 / max(1, len(methods))
+                for j, method in enumerate(methods):
+                    vals = []
+                    for M in ms:
+                        hit = sub[(sub["M"] == M) & (sub["variant"] == method) & (sub["mode"] == mode)
+                                  & (sub["metric"] == metric)]
+                        vals.append(float(hit["value"].iloc[-1]) if not hit.empty else float("nan"))
+                    ax.bar([x - 0.4 + width * (j + 0.5) for x in range(len(ms))], vals, width, label=method)
+                ax.set_xticks(range(len(ms)))
+                ax.set_xticklabels([f"M = {M}" for M in ms], fontsize=8)
+                ax.set_ylabel("µs")
+                ax.set_title(f"{op}, world {world}: {what}", fontsize=9)
+                if col == 1:
+                    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        facts = part.iloc[0]
+        fig.suptitle(f"host cost and graph replay, world {world}: {facts.get('device', '')}, "
+                     f"N = {facts.get('N', '')}, K = {facts.get('K', '')}, {facts.get('dtype', '')}, "
+                     f"commit {facts.get('commit', '')}", fontsize=10)
+        fig.tight_layout()
+        path = out_dir / f"host_overhead_w{world}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("csv", nargs="?", help="a CSV written by benchmarks.suite")
     parser.add_argument("--table", nargs="+", default=[], help="tuner tables (JSON) to plot instead")
+    parser.add_argument("--host-overhead", nargs="+", default=[],
+                        help="benchmarks.host_overhead CSVs to plot instead")
     parser.add_argument("--out", default="bench_out/plots", help="folder for the PNG files")
     args = parser.parse_args(argv)
-    if not args.csv and not args.table:
-        parser.error("give a suite CSV or --table TABLE.json ...")
+    if not args.csv and not args.table and not args.host_overhead:
+        parser.error("give a suite CSV, --table TABLE.json ... or --host-overhead CSV ...")
     paths = make_plots(args.csv, args.out) if args.csv else []
     paths += plot_tables(args.table, args.out)
+    paths += plot_host_overhead(args.host_overhead, args.out) if args.host_overhead else []
     for path in paths:
         print(path)
     return 0

@@ -323,6 +323,42 @@ def test_host_overhead_smoke_writes_every_method(tmp_path):
         assert set(got.index) == {"host_us", "wall_us"} and (got > 0).all(), name
 
 
+def test_host_overhead_plot_one_figure_per_world(tmp_path):
+    """plots --host-overhead: a figure per world size from host_overhead CSVs, the comparison-only forms
+    (begin kernel, plain's custom op and entry) left out; nothing without matplotlib."""
+    if plots._pyplot() is None:
+        pytest.skip("matplotlib is not installed")
+    rows = []
+    for world in (1, 2):
+        for op in ("gemm_all_scatter", "gemm_all_reduce"):
+            for variant in ("plain", "torch", "bulk_sync", "bulk_sync+begin_kernel", "plain_entry", "auto"):
+                for M in (1, 16):
+                    for mode in ("eager", "graph"):
+                        for metric in ("host_us", "wall_us"):
+                            rows.append(dict(op=op, variant=variant, M=M, N=64, K=32, dtype="bf16", world=world,
+                                             mode=mode, metric=metric, value=10.0 + M, device="cpu", commit="x",
+                                             note=""))
+    csv = tmp_path / "host.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    seen = []
+    real = plots._pyplot()
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def subplots(self, *args, **kwargs):
+            fig, axes = real.subplots(*args, **kwargs)
+            seen.append(axes)
+            return fig, axes
+
+    paths = plots.plot_host_overhead([csv], tmp_path / "out", plt=Spy())
+    assert sorted(p.name for p in paths) == ["host_overhead_w1.png", "host_overhead_w2.png"]
+    assert all(p.stat().st_size > 0 for p in paths)
+    labels = {t.get_text() for axes in seen for t in axes[0][1].get_legend().get_texts()}
+    assert labels == {"plain", "torch", "bulk_sync", "auto"}, labels
+
+
 def test_run_scripts_parse_and_keep_nvlink_multicast_off():
     scripts = sorted((REPO / "benchmarks" / "runs").glob("*.sh"))
     assert len(scripts) >= 5
