@@ -480,6 +480,38 @@ def test_ops_bulk_sync_split_k(pools, world, cases):
     assert all(pools.run(world, job_ops_split_k, cases))
 
 
+def job_ops_split_k_empty(ctx):
+    """Every op's bulk_sync with a stream-K and a split-K config where there is nothing to split: K = 0
+    (the result is zeros) and no rows; the GEMM that begins and ends the call still runs on every
+    rank, so the call neither raises nor hangs."""
+    from ophelpers import poison_workspaces
+
+    import tilefuse
+    import tilefuse.ops.gemm_all_reduce  # noqa: F401  (registers the op)
+    from tilefuse.ops import registry
+
+    for op in SPLIT_OPS:
+        for M, K in ((4 * ctx.world, 0), (0, 40)):
+            a = torch.randn(M, K, device=ctx.device)
+            b = torch.randn(K, 24, device=ctx.device)
+            ref = registry.get(op, "reference")(a, b)
+            for split, stream in ((1, 1), (2, 0)):
+                cfg = Config(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=1,
+                             GEMM_SMS=3, COMM_SMS=0, SPLIT_K=split, STREAM_K=stream)
+                poison_workspaces()
+                got = registry.get(op, "bulk_sync")(a, b, config=cfg)
+                tilefuse.synchronize()
+                what = f"{op} bulk_sync M={M} K={K} SPLIT_K={split} STREAM_K={stream}"
+                assert got.shape == ref.shape, (what, tuple(got.shape), tuple(ref.shape))
+                assert torch.equal(got, torch.zeros_like(got)), what
+    tilefuse.barrier()
+    return True
+
+
+def test_ops_bulk_sync_split_k_nothing_to_split(pools):
+    assert all(pools.run(2, job_ops_split_k_empty))
+
+
 def job_ops_wide_tile_bits(ctx):
     """Every op's variants with a warp-specialized 128x256 config (``WARP_SPEC = 1``), which bulk_sync
     (the GEMM core) and the flag-free fused loops run specialized and the other variants with 8 warps

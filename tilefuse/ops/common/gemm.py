@@ -705,7 +705,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     slots, dp_tiles, scratch_tiles = split, 0, num_tiles
     if stream:
         steps = triton.cdiv(K, config.BLOCK_K)
-        num_programs = min(config.GEMM_SMS, num_tiles * steps)  # every range holds a K step or more
+        # Every range holds a K step or more; one program where there is none (K = 0, or no tiles: a
+        # kernel that begins or ends a collective call still runs).
+        num_programs = max(1, min(config.GEMM_SMS, num_tiles * steps))
         dp_tiles = stream_k_whole_tiles(num_tiles, num_programs) if stream_whole else 0
         scratch_tiles = num_tiles - dp_tiles
         slots = stream_k_slots(steps, scratch_tiles * steps, num_programs) if scratch_tiles else 1
