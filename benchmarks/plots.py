@@ -89,17 +89,23 @@ def _value(part, shape, method, metric):
     return float(hit["value"].iloc[-1])
 
 
+def _grouped_bars(ax, groups: int, methods, values) -> list:
+    """Bars of ``values[method][i]`` on ``ax``, one group per i, one bar per method; returns the
+    groups' x positions."""
+    width = 0.8 / max(1, len(methods))
+    xs = list(range(groups))
+    for j, method in enumerate(methods):
+        ax.bar([x - 0.4 + width * (j + 0.5) for x in xs], values[method], width, label=method)
+    return xs
+
+
 def _bars(plt, shapes, methods, values, title, ylabel, ideal_ticks=None):
     """One grouped bar chart; ``values[method][i]`` is the bar of shape i."""
     import math
 
-    width = 0.8 / max(1, len(methods))
     fig_w = min(24.0, max(8.0, 0.3 * len(shapes) * (len(methods) + 1) + 2.0))
     fig, ax = plt.subplots(figsize=(fig_w, 4.8))
-    xs = list(range(len(shapes)))
-    for j, method in enumerate(methods):
-        offs = [x - 0.4 + width * (j + 0.5) for x in xs]
-        ax.bar(offs, values[method], width, label=method)
+    xs = _grouped_bars(ax, len(shapes), methods, values)
     if ideal_ticks is not None:
         for x, v in zip(xs, ideal_ticks):
             if not math.isnan(v):
@@ -236,15 +242,14 @@ def plot_host_overhead(paths, out_dir, plt=None) -> list:
             for col, (mode, metric, what) in enumerate((("eager", "host_us", "eager host µs per call"),
                                                          ("graph", "wall_us", "µs per call replayed in a CUDA graph"))):
                 ax = axes[row][col]
-                width = 0.8 / max(1, len(methods))
-                for j, method in enumerate(methods):
-                    vals = []
+                values = {}
+                for method in methods:
+                    values[method] = []
                     for M in ms:
                         hit = sub[(sub["M"] == M) & (sub["variant"] == method) & (sub["mode"] == mode)
                                   & (sub["metric"] == metric)]
-                        vals.append(float(hit["value"].iloc[-1]) if not hit.empty else float("nan"))
-                    ax.bar([x - 0.4 + width * (j + 0.5) for x in range(len(ms))], vals, width, label=method)
-                ax.set_xticks(range(len(ms)))
+                        values[method].append(float(hit["value"].iloc[-1]) if not hit.empty else float("nan"))
+                ax.set_xticks(_grouped_bars(ax, len(ms), methods, values))
                 ax.set_xticklabels([f"M = {M}" for M in ms], fontsize=8)
                 ax.set_ylabel("µs")
                 ax.set_title(f"{op}, world {world}: {what}", fontsize=9)
