@@ -323,6 +323,35 @@ def test_host_overhead_smoke_writes_every_method(tmp_path):
         assert set(got.index) == {"host_us", "wall_us"} and (got > 0).all(), name
 
 
+def test_decode_gemm_smoke_checks_and_times_every_method(tmp_path, monkeypatch):
+    """benchmarks.decode_gemm --smoke in the interpreter: torch, the GEMM core, the read of the
+    weight and both split-K candidates each get ms and ratio rows (ratio = torch's ms over the
+    method's); a candidate that computes a wrong result is recorded as an error, not timed."""
+    from benchmarks import decode_gemm
+
+    csv = tmp_path / "decode.csv"
+    assert decode_gemm.main(["--smoke", "--csv", str(csv)]) == 0
+    df = pd.read_csv(csv, dtype={"note": str})
+    assert set(df["M"]) == {1, 5} and (df["metric"] != "error").all()
+    methods = {"torch", "core", "read"} | {decode_gemm.label(c) for c in decode_gemm.candidates(1, smoke=True)}
+    for M in (1, 5):
+        at = df[df["M"] == M]
+        assert set(at["variant"]) == methods
+        ms = at[at["metric"] == "ms"].set_index("variant")["value"]
+        ratio = at[at["metric"] == "ratio"].set_index("variant")["value"]
+        for name in methods:
+            assert ms[name] > 0 and ratio[name] == pytest.approx(ms["torch"] / ms[name])
+
+    real = decode_gemm.splitk
+    monkeypatch.setattr(decode_gemm, "splitk", lambda a, b, ws, cfg: real(a, b, ws, cfg) * (2 if cfg[3] == 3 else 1))
+    assert decode_gemm.main(["--smoke", "--csv", str(csv)]) == 0
+    df = pd.read_csv(csv, dtype={"note": str})
+    bad = decode_gemm.label(decode_gemm.candidates(1, smoke=True)[1])
+    errors = df[df["metric"] == "error"]
+    assert set(errors["variant"]) == {bad} and errors["note"].str.contains("relative error").all()
+    assert bad not in set(df[df["metric"] == "ms"]["variant"])
+
+
 def test_host_overhead_plot_one_figure_per_world(tmp_path):
     """plots --host-overhead: a figure per world size from host_overhead CSVs, the comparison-only forms
     (begin kernel, plain's custom op and entry) left out; nothing without matplotlib."""
