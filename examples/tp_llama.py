@@ -184,6 +184,12 @@ def _rank_main(ctx, args) -> list:
     def build(layout, M):
         """The parallelized copies; torch's may fail where its collectives cannot run (gloo on GPUs)."""
         models = {"tilefuse": parallelized(full, mesh, plans[(layout, "tilefuse")])}
+        if ctx.on_gpu and dist.get_backend() != "nccl":
+            # Ranks sharing a GPU use gloo, whose collectives on CUDA tensors can kill the process
+            # under DTensor (see the sequence-parallel layout below): torch's styles are not run.
+            add(layout, M, "torch", "ms", float("nan"), "not run: torch's styles need NCCL on GPUs (ranks "
+                "sharing a GPU use gloo)")
+            return models
         try:
             models["torch"] = parallelized(full, mesh, plans[(layout, "torch")])
         except Exception as err:
@@ -204,7 +210,16 @@ def _rank_main(ctx, args) -> list:
         return outs
 
     reps = dict(cpu_reps=args.cpu_reps, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
-    if "sequence_parallel" in args.layouts:
+    if "sequence_parallel" in args.layouts and ctx.on_gpu and dist.get_backend() != "nccl":
+        # Ranks sharing a GPU use gloo, and DTensor's sequence-parallel redistributions (the inputs of
+        # the norms and attention) kill the processes with a segmentation fault under gloo on CUDA
+        # tensors (torch 2.11; tests/test_styles.py skips them likewise): say so instead.
+        why = "not run: the sequence-parallel layout needs one GPU per rank (NCCL); ranks sharing a GPU use gloo"
+        for method in ("tilefuse", "torch") + (("tilefuse_compiled",) if args.compile else ()):
+            add("sequence_parallel", args.tokens, method, "ms", float("nan"), why)
+        if ctx.rank == 0:
+            print(f"tp_llama: sequence_parallel {why}", file=sys.stderr, flush=True)
+    elif "sequence_parallel" in args.layouts:
         layout, T = "sequence_parallel", args.tokens
         if T % W:
             raise ValueError(f"--tokens {T} must be divisible by the world size {W}")
@@ -255,7 +270,13 @@ def _rank_main(ctx, args) -> list:
                 for method, y in outs.items():
                     check(layout, M, method, "output", y, y_ref)
                 fns = {m: (lambda model=model, x=x, pos=pos: model(x, pos)) for m, model in models.items()}
-                if ctx.on_gpu:
+                if ctx.on_gpu and dist.get_backend() != "nccl" and args.variant in ("auto", "plain"):
+                    # Ranks sharing a GPU: the plain path's gloo collectives go through the host, which a
+                    # CUDA graph cannot capture (auto runs it where the table says plain).
+                    add(layout, M, "tilefuse_graph", "ms", float("nan"), f"not run: variant {args.variant!r} "
+                        "may run the plain path, whose gloo collectives a graph cannot capture (ranks sharing "
+                        "a GPU); name a fused variant (--variant)")
+                elif ctx.on_gpu:
                     fns["tilefuse_graph"] = _graph(ctx, fns["tilefuse"])
                     if "torch" in models and dist.get_backend() == "nccl":
                         fns["torch_graph"] = _graph(ctx, fns["torch"])
