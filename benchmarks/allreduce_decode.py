@@ -23,6 +23,8 @@ symm_one_shot       torch.matmul into a torch symmetric-memory buffer
                     (``torch.distributed._symmetric_memory.empty`` + ``rendezvous``), then
                     ``torch.ops.symm_mem.one_shot_all_reduce``; skipped (an ``error`` row) where
                     torch's symmetric memory is unavailable
+gemm                torch.matmul alone, no all-reduce: what a call would cost if communication
+                    were free (not the op's result, so not checked)
 ==================  ==========================================================================
 
 Per (M, method): one checked call (relative error against the fp32 reference, and whether the
@@ -71,8 +73,8 @@ CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
 TWO_SHOT = tuple(f"{v}.two_shot" for v in VARIANTS)
-METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot")
-DEFAULT_METHODS = VARIANTS + ("auto", "plain", "symm_one_shot")  # two-shot: at W = 2 it moves as much
+METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot", "gemm")
+DEFAULT_METHODS = VARIANTS + ("auto", "plain", "symm_one_shot", "gemm")  # two-shot: at W = 2 it moves as much
 
 
 def _agree(ctx, ok: bool) -> bool:
@@ -131,6 +133,8 @@ def _method(ctx, name: str, M: int, N: int, dtype):
         return lambda a, b: plain_ops.gemm_all_reduce(a, b)
     if name == "symm_one_shot":
         return SymmOneShot(ctx, M, N, dtype)
+    if name == "gemm":  # the floor: no communication at all
+        return lambda a, b: torch.matmul(a, b)
     raise ValueError(f"unknown method {name!r}; methods are {METHODS}")
 
 
@@ -219,8 +223,9 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs) -> l
             if note is not None:
                 record(name, M, "eager", "error", float("nan"), note)
                 continue
-            for metric, value in _check(ctx, c, ref).items():
-                record(name, M, "check", metric, value)
+            if name != "gemm":  # the local partial alone is not the op's result
+                for metric, value in _check(ctx, c, ref).items():
+                    record(name, M, "check", metric, value)
             del c
             graph = None
             if graphs:

@@ -372,6 +372,8 @@ def test_benchmark_smoke(tmp_path):
         assert checks[(method, "rel_error")] < 1e-2, (method, checks)
         assert checks[(method, "same_bits")] == 1.0, (method, checks)
         assert any(r["variant"] == method and r["metric"] == "us_per_call" for r in rows), method
+    assert any(r["variant"] == "gemm" and r["metric"] == "us_per_call" for r in rows)
+    assert not any(r["variant"] == "gemm" and r["mode"] == "check" for r in rows)  # not the op's result
     assert ("symm_one_shot", "rel_error") in checks or any(
         r["variant"] == "symm_one_shot" and r["metric"] == "error" for r in rows)
     assert {r["op"] for r in rows} == {OP} and {r["world"] for r in rows} == {"1"}
