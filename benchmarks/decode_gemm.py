@@ -15,7 +15,10 @@ clear, device time only (``benchmarks.timing.bench_interleaved``):
 - candidate configs of :func:`splitk_kernel`: ``(BM, BN, BK, SPLIT, warps, stages)``, one program
   per ``[BM, BN]`` tile and K slice (``cdiv(M, BM) * cdiv(N, BN) * SPLIT`` programs, several per
   multiprocessor), pointer loads pipelined ``stages`` deep, K slices summed with fp32 atomics. The
-  atomics make it an upper bound on the speed of a deterministic form, not a shipped kernel.
+  atomics make it an upper bound on the speed of a deterministic form, not a shipped kernel;
+- with ``--core-candidates``: the GEMM core on such schedules (``core_<BM>x<BN>x<BK>_k<SPLIT>...``:
+  ``SPLIT_K`` slices summed in order by the last one, ``GEMM_SMS`` = one program per work item), on
+  the descriptor path and (``_ptr``) the pointer path.
 
 Each candidate is checked against torch.matmul first (relative error <= 2e-2) and recorded as
 ``error`` if it fails or does not fit. ``--smoke`` runs tiny shapes with fp16 in Triton's
@@ -26,7 +29,9 @@ interpreter (the timings mean nothing there). CSV: ``benchmarks.results`` column
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
+import os
 import time
 
 import torch
@@ -99,6 +104,41 @@ def candidates(M: int, smoke: bool = False) -> list:
         (64,) if M <= 64 else (64, 128), (32, 64, 128), (128, 256), (1, 2, 4), ((4, 3), (8, 3)))]
 
 
+def core_candidates(M: int, smoke: bool = False) -> list:
+    """The same schedules run by the GEMM core (``matmul``, deterministic slices): one program per
+    work item (``GEMM_SMS`` = tiles x ``SPLIT_K``, several per multiprocessor)."""
+    if smoke:
+        return [(16, 32, 64, 2, 4, 2)]
+    bm = 16 if M <= 16 else 64
+    return [(bm, bn, 256 if M <= 16 else 128, sp, 4, 3) for bn in (32, 64) for sp in (1, 2, 4)]
+
+
+def core_config(cfg: tuple, M: int, N: int):
+    """The GEMM core's Config of ``cfg``, one program per work item."""
+    from tilefuse.ops.common.config import Config
+
+    bm, bn, bk, split, warps, stages = cfg
+    work = -(-M // bm) * -(-N // bn) * split
+    return Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=warps, num_stages=stages,
+                  GEMM_SMS=work, COMM_SMS=0, SPLIT_K=split)
+
+
+@contextlib.contextmanager
+def no_tma(on: bool):
+    """``TILEFUSE_NO_TMA=1`` inside the block when ``on`` (the GEMM core's pointer path)."""
+    old = os.environ.get("TILEFUSE_NO_TMA")
+    if on:
+        os.environ["TILEFUSE_NO_TMA"] = "1"
+    try:
+        yield
+    finally:
+        if on:
+            if old is None:
+                os.environ.pop("TILEFUSE_NO_TMA", None)
+            else:
+                os.environ["TILEFUSE_NO_TMA"] = old
+
+
 def label(cfg: tuple) -> str:
     bm, bn, bk, split, warps, stages = cfg
     return f"splitk_{bm}x{bn}x{bk}_k{split}_w{warps}_s{stages}"
@@ -118,6 +158,9 @@ def main(argv=None) -> int:
                    help="comma-separated NxK")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--budget-s", type=float, default=240.0, help="no new shape after this many seconds")
+    p.add_argument("--core-candidates", action="store_true",
+                   help="also the GEMM core on the same schedules, one program per work item, on the "
+                        "descriptor and the pointer path")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, fp16, two candidates (the interpreter)")
     args = p.parse_args(argv)
     from tilefuse.ops.common.config import default_config
@@ -173,6 +216,24 @@ def main(argv=None) -> int:
                                     note=f"{type(e).__name__}: {e}"[:300]))
                     continue
                 fns[label(cfg)] = lambda cfg=cfg, a=a, b=b, ws=ws: splitk(a, b, ws, cfg)
+            for cfg in core_candidates(M, args.smoke) if args.core_candidates or args.smoke else []:
+                ccfg = core_config(cfg, M, N)
+                for ptr in (False, True):
+                    name = "core_" + label(cfg).removeprefix("splitk_") + ("_ptr" if ptr else "")
+                    try:
+                        with no_tma(ptr):
+                            err = ((matmul(a, b, c, ccfg).float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+                        if not err <= 2e-2:
+                            raise AssertionError(f"relative error {err:.2e}")
+                    except Exception as e:  # out of shared memory for this tile, a wrong result, ...
+                        rows.append(row(OP, name, M, N, K, dtype, 1, "error", float("nan"),
+                                        note=f"{type(e).__name__}: {e}"[:300]))
+                        continue
+
+                    def run(a=a, b=b, c=c, ccfg=ccfg, ptr=ptr):
+                        with no_tma(ptr):
+                            matmul(a, b, c, ccfg)
+                    fns[name] = run
             names = list(fns)
             times = bench_interleaved(ctx, [fns[n] for n in names], rep_ms=15, max_reps=200)
             t_torch = times[0]
@@ -184,10 +245,13 @@ def main(argv=None) -> int:
                                 note=_kernel_names(fns["torch"])[:300]))
             write_csv(rows, args.csv, info, append=not first, columns=COLUMNS)
             first = False
-            best = min(zip(times[3:], names[3:]), default=(float("nan"), "none"))
+            best = min(((t, n) for t, n in zip(times, names) if n.startswith("splitk")), default=(float("nan"), "none"))
+            core_best = min(((t, n) for t, n in zip(times, names) if n.startswith("core_")), default=None)
             print(f"M={M} {N}x{K}: torch {t_torch * 1e3:.1f} us, core {times[1] * 1e3:.1f}, "
                   f"read of w {times[2] * 1e3:.1f} ({N * K * w.element_size() / times[2] / 1e6:.0f} GB/s), "
-                  f"best splitk {best[0] * 1e3:.1f} ({best[1]}, {t_torch / best[0]:.2f}x torch)", flush=True)
+                  f"best splitk {best[0] * 1e3:.1f} ({best[1]}, {t_torch / best[0]:.2f}x torch)"
+                  + (f", best core schedule {core_best[0] * 1e3:.1f} ({core_best[1]}, "
+                     f"{t_torch / core_best[0]:.2f}x torch)" if core_best else ""), flush=True)
     return 0
 
 

@@ -325,8 +325,9 @@ def test_host_overhead_smoke_writes_every_method(tmp_path):
 
 def test_decode_gemm_smoke_checks_and_times_every_method(tmp_path, monkeypatch):
     """benchmarks.decode_gemm --smoke in the interpreter: torch, the GEMM core, the read of the
-    weight and both split-K candidates each get ms and ratio rows (ratio = torch's ms over the
-    method's); a candidate that computes a wrong result is recorded as an error, not timed."""
+    weight, both split-K candidates and the GEMM core on a candidate's schedule (descriptor and
+    pointer path) each get ms and ratio rows (ratio = torch's ms over the method's); a candidate that
+    computes a wrong result is recorded as an error, not timed."""
     from benchmarks import decode_gemm
 
     csv = tmp_path / "decode.csv"
@@ -334,6 +335,8 @@ def test_decode_gemm_smoke_checks_and_times_every_method(tmp_path, monkeypatch):
     df = pd.read_csv(csv, dtype={"note": str})
     assert set(df["M"]) == {1, 5} and (df["metric"] != "error").all()
     methods = {"torch", "core", "read"} | {decode_gemm.label(c) for c in decode_gemm.candidates(1, smoke=True)}
+    methods |= {"core_" + decode_gemm.label(c).removeprefix("splitk_") + tail
+                for c in decode_gemm.core_candidates(1, smoke=True) for tail in ("", "_ptr")}
     for M in (1, 5):
         at = df[df["M"] == M]
         assert set(at["variant"]) == methods
