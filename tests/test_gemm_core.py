@@ -35,6 +35,7 @@ from tilefuse.ops.common.config import (  # noqa: E402
     MIN_SLICE_STEPS,
     SPLIT_K_VARIANTS,
     check_split_k,
+    pointer_tiles,
     split_k_for,
     stream_k_slots,
     stream_k_whole_tiles,
@@ -180,6 +181,52 @@ def test_matmul_pointer_path_aligned_loads(K, dtype, align, monkeypatch):
     plain = torch.full((M, N), NAN, dtype=dtype, device=DEVICE)
     matmul(a, b, plain, CFG)
     assert torch.equal(c, plain)
+
+
+def test_matmul_decode_tiles_load_through_pointers(monkeypatch):
+    """16-row tiles with 256-deep K steps of 16-bit values (``config.pointer_tiles``: the decode tiles)
+    run the pointer path although their operands fit descriptors, whole or split in K, with ragged
+    M, N and K, right against the reference; other tiles of the same operands keep the descriptors.
+    The default config picks them up to M = 16 where K's rows are 16-byte multiples, and not past
+    M = 16, off that path or in fp32."""
+    from tilefuse.ops.common import gemm
+
+    seen = []
+    real = gemm.matmul_kernel
+
+    class Spy:
+        jit_fn = real.jit_fn
+
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen.append(kw["USE_TMA"])
+                return real[grid](*args, **kw)
+            return launch
+
+    monkeypatch.setattr(gemm, "matmul_kernel", Spy())
+    M, N, K = 5, 72, 520  # rows of 1040 bytes: descriptors fit
+    gen = _gen(16)
+    dtype = torch.float16
+    a = _randn((M, K), dtype, gen)
+    b = _randn((N, K), dtype, gen).t()
+    assert gemm_layout(a, b) == (True, True)
+    decode = Config(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3, GEMM_SMS=4,
+                    COMM_SMS=0)
+    for cfg in (decode, decode.replace(SPLIT_K=2)):
+        assert pointer_tiles(cfg, dtype)
+        _assert_matches(matmul(a, b, torch.full((M, N), NAN, dtype=dtype, device=DEVICE), cfg), a, b, dtype)
+    other = decode.replace(BLOCK_K=64)
+    assert not pointer_tiles(other, dtype) and not pointer_tiles(decode, torch.float32)
+    _assert_matches(matmul(a, b, torch.full((M, N), NAN, dtype=dtype, device=DEVICE), other), a, b, dtype)
+    assert seen == [False, False, True], seen
+
+    for m in (1, 16):
+        cfg = default_config(m, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False,
+                             split_k=True)
+        assert pointer_tiles(cfg, torch.bfloat16) and (cfg.BLOCK_N, cfg.BLOCK_K, cfg.SPLIT_K) == (64, 256, 2), cfg
+    for args in ((32, 4096, 4096, torch.bfloat16), (16, 5000, 3500, torch.bfloat16), (16, 4096, 4096, torch.float32)):
+        cfg = default_config(*args, num_sms=132, interpreter=False, comm=False, split_k=True)
+        assert not pointer_tiles(cfg, args[3]), (args, cfg)
 
 
 def test_matmul_warp_spec_config_is_a_compile_hint(monkeypatch):
@@ -822,7 +869,7 @@ def test_default_config_split_k_takes_whole_tiles_at_small_m():
             whole = (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages, cfg.SPLIT_K) == \
                 (plain.BLOCK_M, plain.BLOCK_N, plain.BLOCK_K, plain.num_stages, 1)
             assert whole == ((M, N, K) not in split_faster), (M, N, K, cfg)
-    for M in (16, 256, 1024):  # outside 64..128 the split-K rule as before
+    for M in (32, 256, 1024):  # outside 64..128 (and past the pointer-loaded decode tiles) as before
         cfg = default_config(M, 1000, 8000, torch.bfloat16, num_sms=132, interpreter=False, comm=False, split_k=True)
         assert cfg.BLOCK_K == 64, (M, cfg)
     fp32 = default_config(128, 4096, 4096, torch.float32, num_sms=132, interpreter=False, comm=False, split_k=True)
@@ -895,7 +942,13 @@ def test_default_config_split_k_rule(dtype):
                 plain = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=comm)
                 assert plain.SPLIT_K == 1 and plain.STREAM_K == 0
     decode = default_config(16, 4096, 4096, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
-    assert decode.SPLIT_K == 4 and (decode.BLOCK_M, decode.BLOCK_N) == (16, 128)
+    if dtype.itemsize == 2:  # the pointer-loaded decode tiles, split within a wave
+        assert (decode.BLOCK_M, decode.BLOCK_N, decode.BLOCK_K, decode.num_stages, decode.SPLIT_K) == \
+            (16, 64, 256, 3, 2), decode
+        assert pointer_tiles(decode, dtype)
+    else:
+        assert decode.SPLIT_K == 4 and (decode.BLOCK_M, decode.BLOCK_N) == (16, 128)
+        assert not pointer_tiles(decode, dtype)
     narrow = default_config(16, 1000, 8000, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
     assert (narrow.BLOCK_N, narrow.SPLIT_K) == (64, 8)  # 8 tiles of 128 would need 16 slices
     down = default_config(128, 1000, 8000, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)

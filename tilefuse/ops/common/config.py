@@ -254,6 +254,15 @@ def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -
 # N = 1000, K = 8000 (gemm_sweep --stream-k, docs/perf/2026-12-01_h200_ws1_gemm_stream_k_split_bf16.csv);
 # off it (K = 3500) only 4 stages were measured.
 FEW_TILES = ((128, 128, 4), (128, 64, 5), (64, 128, 4), (64, 64, 6))
+
+# The GEMM core's split-K tiles up to M = 16, 16-bit values, where K's rows are 16-byte multiples:
+# 16 x POINTER_DECODE_N tiles with POINTER_DECODE_K-deep K steps and POINTER_DECODE_STAGES stages, 4
+# warps, loaded through pointers (:func:`pointer_tiles`), split by the one-wave rule (split_k_for).
+# Measured on an H200 at M = 1 and 16 on five Llama-3 layer shapes (python -m benchmarks.decode_gemm
+# --core-candidates, docs/perf/2026-12-01_h200_ws1_decode_gemm_core_m1_m16_bf16.csv): 0.98-1.07x of
+# torch.matmul against 0.89-0.96x for the 16x128x64 6-stage descriptor tiles of before; the same
+# tiles through descriptors measured 0.84-1.00x, 32-column tiles within 0-3 % of 64-column ones.
+POINTER_DECODE_N, POINTER_DECODE_K, POINTER_DECODE_STAGES = 64, 256, 3
 FEW_TILES_MAX_SPLIT = 4
 FEW_TILES_FILL = 0.85
 
@@ -285,6 +294,14 @@ def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, pro
     tile = _narrow_decode_tiles(M, N, K, dtype.itemsize, programs) if M <= 64 else _small_m_tiles(M, N, K, programs)
     bm, bn = tile[0], tile[1]
     return tile if wave_use(-(-M // bm) * -(-N // bn), programs) >= SPLIT_FREE_WAVE_USE else None
+
+
+def pointer_tiles(config: Config, dtype: torch.dtype) -> bool:
+    """Whether the GEMM core loads ``config``'s tiles through pointers even where tensor descriptors
+    fit: 16-row tiles with K steps of 256 or more of 16-bit values (the decode tiles of
+    ``POINTER_DECODE_*``, where pointer loads measured 3-10 % faster than descriptors on the same
+    tiles). A rule of the config and dtype, never of the shape."""
+    return config.BLOCK_M == 16 and config.BLOCK_K >= POINTER_DECODE_K and dtype.itemsize == 2
 
 
 def wave_use(tiles: int, programs: int) -> float:
@@ -373,8 +390,11 @@ def default_config(
     the variants at world 2 it measured no better, A/B in one run (docs/PERF.md, "Warp-specialized
     tiles at world 2"): a tuned table may still choose it (``WARP_SPEC = 1``).
 
-    GPU, with split-K: at 64 <= M <= 128 in 16-bit dtypes the tiles without split-K above where they
-    fill the SMs (:func:`_whole_tile_instead_of_split`); otherwise (small M with large K had too few
+    GPU, with split-K: up to M = 16 in 16-bit dtypes with K's rows 16-byte multiples, 16 x 64 tiles
+    with 256-deep K steps and 3 stages loaded through pointers (``POINTER_DECODE_*``,
+    :func:`pointer_tiles`), split by the rule below; at 64 <= M <= 128 in 16-bit dtypes the tiles
+    without split-K above where they fill the SMs (:func:`_whole_tile_instead_of_split`); otherwise
+    (small M with large K had too few
     tiles for the multiprocessors), from the
     parity sweep of the GEMM core on an H200 (``benchmarks/gemm_sweep.py --grid parity``,
     docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv): up to M = 64 one row of tiles,
@@ -427,6 +447,12 @@ def default_config(
     whole = _whole_tile_instead_of_split(M, N, K, dtype, gemm_sms, interpreter) if split_k else None
     if whole is not None:
         block_m, block_n, block_k, warps, stages = whole
+    elif split_k and M <= 16 and dtype.itemsize == 2 and (K * dtype.itemsize) % 16 == 0:
+        # Decode sizes whose K rows suit either path: the pointer-loaded decode tiles.
+        block_m, warps, stages = 16, 4, POINTER_DECODE_STAGES
+        block_n = _pow2_between(min(N, POINTER_DECODE_N), 16, POINTER_DECODE_N)
+        block_k = _pow2_between(K, 16, POINTER_DECODE_K)
+        split = min(_DEFAULT_MAX_SPLIT, split_k_for(-(-N // block_n), -(-K // block_k), gemm_sms))
     elif split_k:
         block_m, block_n, warps, stages, split, stream, warp_spec = _split_k_tiles(
             M, N, K, block_k, dtype.itemsize, gemm_sms)

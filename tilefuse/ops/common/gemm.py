@@ -44,7 +44,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.world import on_reset
-from .config import launch_shape, stream_k_slots, stream_k_whole_tiles
+from .config import launch_shape, pointer_tiles, stream_k_slots, stream_k_whole_tiles
 
 # ---------------------------------------------------------------------------------------------
 # Device-side helpers
@@ -675,7 +675,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     6144 or 14336; with one tile a program within the noise there, and a third slower on the pointer
     path). The choice follows the config and the operands' path only, never the shape: new shapes of
     a config launch the kernel already compiled. ``tma_store`` is off by default (it measured no
-    faster, and slower on 64x64 tiles). The op variants' own tile loops are not flattened: with a
+    faster, and slower on 64x64 tiles). Operands go on the descriptor path where they fit
+    (:func:`tma_operands`), except for the 16-row decode tiles of :func:`~.config.pointer_tiles`,
+    which load through pointers (3-10 % faster there). The op variants' own tile loops are not flattened: with a
     loop over destination ranks in the tile loop (gemm_all_reduce's push of its partials) the
     flattened form measured 0.27x plain where the loop as it is measures 0.81-0.94x.
     """
@@ -691,7 +693,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
             return c
         if K == 0:
             return c.zero_()
-    a, b, use_tma, b_kmajor = tma_operands(a, b, PAD_MIN_M)
+    if pointer_tiles(config, a.dtype):  # the decode tiles: pointer loads measured faster
+        use_tma = b_kmajor = False
+    else:
+        a, b, use_tma, b_kmajor = tma_operands(a, b, PAD_MIN_M)
     if min(M, N, K) == 0:
         use_tma = b_kmajor = False  # a descriptor of an empty extent is not valid on every device
         if K == 0:
