@@ -445,8 +445,9 @@ def test_matmul_split_k_scratch_grows_per_stream():
 
 
 def test_matmul_default_split_k_config():
-    """default_config(split_k=True) splits a few tiles over the programs, and matmul runs it."""
-    M, N, K = 16, 48, 512
+    """default_config(split_k=True) splits a few tiles over the programs, and matmul runs it (K deep
+    enough for the GPU's 256-deep decode K steps to split)."""
+    M, N, K = 16, 48, 4096
     num_sms = 8 if INTERPRET else torch.cuda.get_device_properties(DEVICE).multi_processor_count
     cfg = default_config(M, N, K, torch.float16, num_sms=num_sms, interpreter=INTERPRET, comm=False, split_k=True)
     assert cfg.SPLIT_K > 1
