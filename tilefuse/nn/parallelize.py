@@ -75,6 +75,29 @@ LLAMA_PLAN = MappingProxyType({
 })
 
 
+def refuse_gloo_on_cuda(device_mesh, what: str) -> None:
+    """Raise RuntimeError where ``device_mesh`` is a CUDA mesh over a gloo group (ranks sharing a GPU):
+    torch's DTensor redistributions of the sequence-parallel layout kill the processes there with a
+    segmentation fault (torch 2.11; ``tests/test_styles.py`` skips those cases on one GPU), which no
+    caller can catch. Every rank applies the plan, so every rank raises."""
+    if device_mesh.device_type == "cuda" and dist.get_backend(device_mesh.get_group()) == "gloo":
+        raise RuntimeError(f"{what}: the sequence-parallel layout's gathers run through torch's DTensor, "
+                           "which crashes the process under gloo on CUDA tensors (ranks sharing a GPU use "
+                           "gloo); run it with one GPU per rank and NCCL")
+
+
+def _gather_sequence(**layouts):
+    """torch's ``PrepareModuleInput`` with ``layouts``, refusing a mesh where it would crash."""
+    from torch.distributed.tensor.parallel import PrepareModuleInput
+
+    class GatherSequence(PrepareModuleInput):
+        def _apply(self, module, device_mesh):
+            refuse_gloo_on_cuda(device_mesh, "llama_sequence_parallel_plan")
+            return super()._apply(module, device_mesh)
+
+    return GatherSequence(**layouts)
+
+
 def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1, mlp_input: str = "fused") -> dict:
     """A ``parallelize_module`` plan for one HF ``LlamaDecoderLayer`` in the sequence-parallel layout.
 
@@ -87,24 +110,25 @@ def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1, m
     reduce-scatters with ``gemm_reduce_scatter``. The MLP's down runs ``gemm_reduce_scatter``; its
     gate/up, with ``mlp_input="fused"`` (default), run ``all_gather_gemm`` on this rank's tokens (each
     gathers them, overlapped with its GEMM), with ``mlp_input="gather"`` local GEMMs behind one
-    all-gather of the MLP's input, as the attention does (torch's plan).
+    all-gather of the MLP's input, as the attention does (torch's plan). Applied to a CUDA mesh over a
+    gloo group (ranks sharing a GPU) the plan raises (:func:`refuse_gloo_on_cuda`) where torch's
+    gathers would crash the processes.
     """
     if mlp_input not in ("fused", "gather"):
         raise ValueError(f"llama_sequence_parallel_plan: mlp_input must be 'fused' or 'gather', got {mlp_input!r}")
     from torch.distributed.tensor import Shard
-    from torch.distributed.tensor.parallel import PrepareModuleInput
 
     seq = Shard(sequence_dim)
     plan = {
-        "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": seq},
-                                        desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+        "self_attn": _gather_sequence(input_kwarg_layouts={"hidden_states": seq},
+                                      desired_input_kwarg_layouts={"hidden_states": Replicate()}),
         "self_attn.q_proj": ColwiseParallel(variant=variant),
         "self_attn.k_proj": ColwiseParallel(variant=variant),
         "self_attn.v_proj": ColwiseParallel(variant=variant),
         "self_attn.o_proj": RowwiseParallel(output_layouts=seq, variant=variant),
     }
     if mlp_input == "gather":
-        plan["mlp"] = PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
+        plan["mlp"] = _gather_sequence(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
     gate_up_input = seq if mlp_input == "fused" else Replicate()
     plan.update({
         "mlp.gate_proj": ColwiseParallel(input_layouts=gate_up_input, variant=variant),
