@@ -254,6 +254,8 @@ def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -
 # N = 1000, K = 8000 (gemm_sweep --stream-k, docs/perf/2026-12-01_h200_ws1_gemm_stream_k_split_bf16.csv);
 # off it (K = 3500) only 4 stages were measured.
 FEW_TILES = ((128, 128, 4), (128, 64, 5), (64, 128, 4), (64, 64, 6))
+FEW_TILES_MAX_SPLIT = 4
+FEW_TILES_FILL = 0.85
 
 # The GEMM core's split-K tiles up to M = 16, 16-bit values, where K's rows are 16-byte multiples:
 # 16 x POINTER_DECODE_N tiles with POINTER_DECODE_K-deep K steps and POINTER_DECODE_STAGES stages, 4
@@ -263,8 +265,6 @@ FEW_TILES = ((128, 128, 4), (128, 64, 5), (64, 128, 4), (64, 64, 6))
 # torch.matmul against 0.89-0.96x for the 16x128x64 6-stage descriptor tiles of before; the same
 # tiles through descriptors measured 0.84-1.00x, 32-column tiles within 0-3 % of 64-column ones.
 POINTER_DECODE_N, POINTER_DECODE_K, POINTER_DECODE_STAGES = 64, 256, 3
-FEW_TILES_MAX_SPLIT = 4
-FEW_TILES_FILL = 0.85
 
 # Stages of 128x128x64 tiles of 16-bit values past the small-M classes: 6 (192 KiB) measured 0.81-0.96x
 # of torch.matmul at M = 333 and 512 where 4 stages gave 0.72-0.86x and 5 stages 0.80-0.94x
