@@ -36,7 +36,9 @@ START=$(date +%s)
 pids=()
 for i in "${!GROUPS_LIST[@]}"; do
     # shellcheck disable=SC2086
-    timeout -k 10 "$LIMIT_S" "$PY" -m pytest ${GROUPS_LIST[i]} -q -rfE -p no:cacheprovider --durations=8 \
+    # -v: each test's outcome on a line of its own as it ends, so a group cut off by LIMIT_S still
+    # names the tests that failed before the cut (its summary never comes).
+    timeout -k 10 "$LIMIT_S" "$PY" -m pytest ${GROUPS_LIST[i]} -v -rfE -p no:cacheprovider --durations=8 \
         ${timeout_args[@]+"${timeout_args[@]}"} ${PYTEST_ARGS:-} > "$OUT/tests_$i.log" 2>&1 &
     pids+=($!)
 done
@@ -73,6 +75,11 @@ done
         fi
         echo "--- group $i [${GROUPS_LIST[i]}]: $what"
         grep -E '^(FAILED|ERROR) |[0-9]+ (passed|failed|error)' "$OUT/tests_$i.log" | tail -n 25
+        if [[ $what == "TIMED OUT" ]]; then
+            echo "    before the cut: $(grep -cE ' PASSED' "$OUT/tests_$i.log") passed, $(grep -cE ' SKIPPED' \
+                "$OUT/tests_$i.log") skipped; failed:"
+            grep -E ' (FAILED|ERROR)( |$)' "$OUT/tests_$i.log" | grep -vE '^(FAILED|ERROR) ' | head -n 20
+        fi
     done
 } > "$OUT/tests_summary.txt"
 cat "$OUT/tests_summary.txt"
