@@ -300,7 +300,8 @@ def pointer_tiles(config: Config, dtype: torch.dtype) -> bool:
     """Whether the GEMM core loads ``config``'s tiles through pointers even where tensor descriptors
     fit: 16-row tiles with K steps of 256 or more of 16-bit values (the decode tiles of
     ``POINTER_DECODE_*``, where pointer loads measured 3-10 % faster than descriptors on the same
-    tiles). A rule of the config and dtype, never of the shape."""
+    tiles). A rule of the config and dtype, never of the shape; ``gemm.matmul`` applies it where B is
+    a Linear weight's layout (column-major, 16-byte aligned rows), the one measured."""
     return config.BLOCK_M == 16 and config.BLOCK_K >= POINTER_DECODE_K and dtype.itemsize == 2
 
 

@@ -676,10 +676,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     path). The choice follows the config and the operands' path only, never the shape: new shapes of
     a config launch the kernel already compiled. ``tma_store`` is off by default (it measured no
     faster, and slower on 64x64 tiles). Operands go on the descriptor path where they fit
-    (:func:`tma_operands`), except for the 16-row decode tiles of :func:`~.config.pointer_tiles`,
-    which load through pointers (3-10 % faster there). The op variants' own tile loops are not flattened: with a
-    loop over destination ranks in the tile loop (gemm_all_reduce's push of its partials) the
-    flattened form measured 0.27x plain where the loop as it is measures 0.81-0.94x.
+    (:func:`tma_operands`), except for the 16-row decode tiles of :func:`~.config.pointer_tiles` on a
+    Linear weight (column-major B, rows of A and B 16-byte aligned: :func:`pointer_align` 8), which
+    load through pointers (3-10 % faster there; only that layout was measured). The op variants' own
+    tile loops are not flattened: with a loop over destination ranks in the tile loop
+    (gemm_all_reduce's push of its partials) the flattened form measured 0.27x plain where the loop as
+    it is measures 0.81-0.94x.
     """
     M, K = a.shape
     N = b.shape[1]
@@ -693,7 +695,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
             return c
         if K == 0:
             return c.zero_()
-    if pointer_tiles(config, a.dtype):  # the decode tiles: pointer loads measured faster
+    if pointer_tiles(config, a.dtype) and pointer_align(a, b) == 8:
+        # The decode tiles, on a Linear weight (column-major B) with 16-byte aligned rows: where pointer
+        # loads measured faster; other layouts keep the descriptors.
         use_tma = b_kmajor = False
     else:
         a, b, use_tma, b_kmajor = tma_operands(a, b, PAD_MIN_M)
