@@ -695,12 +695,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
             return c
         if K == 0:
             return c.zero_()
-    if pointer_tiles(config, a.dtype) and pointer_align(a, b) == 8:
+    align = pointer_align(a, b) if pointer_tiles(config, a.dtype) else 1
+    if align == 8:
         # The decode tiles, on a Linear weight (column-major B) with 16-byte aligned rows: where pointer
         # loads measured faster; other layouts keep the descriptors.
         use_tma = b_kmajor = False
     else:
         a, b, use_tma, b_kmajor = tma_operands(a, b, PAD_MIN_M)
+        align = 1 if use_tma else pointer_align(a, b)  # of the operands the kernel gets (maybe padded)
     if min(M, N, K) == 0:
         use_tma = b_kmajor = False  # a descriptor of an empty extent is not valid on every device
         if K == 0:
@@ -743,7 +745,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         split, slots, num_programs, dp_tiles,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         SPLIT=split > 1, STREAM=stream, SUB_M=sub_m, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
-        ALIGN=1 if use_tma else pointer_align(a, b), WARP_SPEC=warp_spec,
+        ALIGN=1 if use_tma else align, WARP_SPEC=warp_spec,
         ENTER=ends and enter, END=ends, BARRIER=ends and barrier, FLATTEN=flatten, TMA_STORE=tma_store,
         num_warps=warps, num_stages=stages,
     )
