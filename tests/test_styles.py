@@ -367,8 +367,8 @@ def job_bad_inputs(ctx):
     class GlooCuda:
         device_type = "cuda"
 
-        def get_group(self):
-            return mesh.get_group()
+        def get_all_groups(self):  # a mesh of any number of dimensions: every group is looked at
+            return mesh.get_all_groups()
 
     for gather in ("self_attn", "mlp"):
         style = llama_sequence_parallel_plan(mlp_input="gather")[gather]

@@ -80,7 +80,7 @@ def refuse_gloo_on_cuda(device_mesh, what: str) -> None:
     torch's DTensor redistributions of the sequence-parallel layout kill the processes there with a
     segmentation fault (torch 2.11; ``tests/test_styles.py`` skips those cases on one GPU), which no
     caller can catch. Every rank applies the plan, so every rank raises."""
-    if device_mesh.device_type == "cuda" and dist.get_backend(device_mesh.get_group()) == "gloo":
+    if device_mesh.device_type == "cuda" and any(dist.get_backend(g) == "gloo" for g in device_mesh.get_all_groups()):
         raise RuntimeError(f"{what}: the sequence-parallel layout's gathers run through torch's DTensor, "
                            "which crashes the process under gloo on CUDA tensors (ranks sharing a GPU use "
                            "gloo); run it with one GPU per rank and NCCL")
