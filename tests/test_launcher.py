@@ -541,3 +541,66 @@ def test_recorder_says_whether_a_block_holds_only_fast_launches():
         rec.steps.append(other + (set(), False, []))
         assert not rec.fast_launches_since(start), other
         rec.steps.pop()
+
+
+def job_decode_tiles_through_pointers(ctx, variants):
+    """Every op's ``variants`` with the 16-row decode tiles (``config.pointer_tiles``) on a Linear
+    weight (column-major b, K and leading strides multiples of 16) read their operands through
+    pointers; with K a multiple of 8 only, or a row-major b, the same config keeps the descriptors.
+    Results right against the reference at ragged M and N, poisoned workspaces. Returns, per op and
+    variant, the paths the calls took (``use_tma`` of each operand decision made for those tiles)."""
+    import importlib
+
+    from ophelpers import assert_matches, poison_workspaces, randn
+
+    from tilefuse.ops import registry
+    from tilefuse.ops.common import gemm
+    from tilefuse.ops.common.config import pointer_tiles
+
+    dtype = torch.float16
+    cfg = tilefuse.Config(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3,
+                          GEMM_SMS=3, COMM_SMS=2)
+    assert pointer_tiles(cfg, dtype)
+    taken = []
+    real = gemm.operand_path
+
+    def spy(a, b, config, **kw):
+        out = real(a, b, config, **kw)
+        if pointer_tiles(config, a.dtype):
+            taken.append(out[2])
+        return out
+
+    agg_setup = importlib.import_module("tilefuse.ops.all_gather_gemm._setup")
+    gemm.operand_path = agg_setup.operand_path = spy
+    tilefuse.clear_workspaces()
+    report = {}
+    try:
+        for op in OPS:
+            for variant in variants:
+                fn, ref = registry.get(op, variant), registry.get(op, "reference")
+                for case, K in (("linear", 512), ("linear", 520), ("row-major", 512)):
+                    rows = 5 * ctx.world if op == "gemm_reduce_scatter" else 5
+                    a = randn((rows, K), dtype, ctx.device, seed=900 + K + (0 if op == "gemm_all_scatter" else ctx.rank))
+                    w = randn((72, K), dtype, ctx.device, seed=901 + K + ctx.rank)  # a Linear weight [N, K]
+                    b = w.t() if case == "linear" else w.t().contiguous()
+                    del taken[:]
+                    poison_workspaces()
+                    got = fn(a, b, config=cfg)
+                    assert_matches(got, ref(a, b), dtype, K, ctx.on_gpu, f"{op}/{variant} {case} K={K}",
+                                   scale=ctx.world)
+                    report[op, variant, case, K] = list(taken)
+    finally:
+        gemm.operand_path = agg_setup.operand_path = real
+    return report
+
+
+@pytest.mark.parametrize("variants", [("fused_sequential", "producer_consumer"),
+                                      pytest.param(("bulk_sync", "wg_specialized"), marks=pytest.mark.slow)])
+def test_decode_tiles_load_through_pointers_in_every_op(pools, variants):
+    for report in pools.run(2, job_decode_tiles_through_pointers, variants, timeout=900):
+        for (op, variant, case, K), paths in report.items():
+            # bulk_sync's GEMM is the core's matmul, which takes ALIGN: K = 520 (8-aligned) suffices there,
+            # and its decision (the last) is the one its kernel runs on.
+            pointer = case == "linear" and (K % 16 == 0 or variant == "bulk_sync")
+            decisive = paths[-1:] if variant == "bulk_sync" else paths
+            assert paths and set(decisive) == {not pointer}, (op, variant, case, K, paths)

@@ -533,6 +533,29 @@ def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
     return 1
 
 
+def operand_path(a: torch.Tensor, b: torch.Tensor, config, *, min_m: int, pad: bool = True,
+                 takes_align: bool = True):
+    """``(a, b, use_tma, b_kmajor, align)``: how a kernel with ``config``'s tiles reads ``a @ b``.
+
+    The 16-row decode tiles of :func:`~.config.pointer_tiles` on a Linear weight (column-major B,
+    rows of A and B 16-byte aligned: :func:`pointer_align` 8) load through pointers, where they
+    measured 3-10 % faster than through descriptors in the GEMM core (docs/PERF.md, "GEMM core");
+    ``TILEFUSE_NO_POINTER_DECODE=1`` keeps them on descriptors (for A/B runs). Every other config
+    takes the descriptor path where the operands fit it, with ``pad`` copying an operand that does
+    not fit when A has at least ``min_m`` rows (:func:`tma_operands`). ``align``: ``ALIGN`` of
+    :func:`gemm_tile_range` for the pointer path (1 on descriptors). A kernel that takes no ``ALIGN``
+    (``takes_align=False``: the variants' own) gets the decode tiles' pointer path only where K and
+    the leading strides are multiples of 16, which Triton's specialization of integer arguments sees."""
+    if pointer_tiles(config, a.dtype) and not _env_flag("TILEFUSE_NO_POINTER_DECODE") and pointer_align(a, b) == 8 \
+            and (takes_align or a.shape[1] % 16 == a.stride(0) % 16 == b.stride(1) % 16 == 0):
+        return a, b, False, False, 8
+    if pad:
+        a, b, use_tma, b_kmajor = tma_operands(a, b, min_m)
+    else:
+        use_tma, b_kmajor = gemm_layout(a, b)
+    return a, b, use_tma, b_kmajor, 1 if use_tma else pointer_align(a, b)
+
+
 def warp_specialized(config, use_tma: bool, device: torch.device) -> bool:
     """Whether a tile loop runs ``config`` warp-specialized: ``Config.WARP_SPEC`` asks for it, the
     operands are on the descriptor path, no K is split, the device is an NVIDIA GPU (the
@@ -675,10 +698,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     6144 or 14336; with one tile a program within the noise there, and a third slower on the pointer
     path). The choice follows the config and the operands' path only, never the shape: new shapes of
     a config launch the kernel already compiled. ``tma_store`` is off by default (it measured no
-    faster, and slower on 64x64 tiles). Operands go on the descriptor path where they fit
-    (:func:`tma_operands`), except for the 16-row decode tiles of :func:`~.config.pointer_tiles` on a
-    Linear weight (column-major B, rows of A and B 16-byte aligned: :func:`pointer_align` 8), which
-    load through pointers (3-10 % faster there; only that layout was measured). The op variants' own
+    faster, and slower on 64x64 tiles). The operands' path: :func:`operand_path` (descriptors where
+    they fit, but the 16-row decode tiles on a Linear weight load through pointers). The op variants' own
     tile loops are not flattened: with a loop over destination ranks in the tile loop
     (gemm_all_reduce's push of its partials) the flattened form measured 0.27x plain where the loop as
     it is measures 0.81-0.94x.
@@ -695,14 +716,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
             return c
         if K == 0:
             return c.zero_()
-    align = pointer_align(a, b) if pointer_tiles(config, a.dtype) else 1
-    if align == 8:
-        # The decode tiles, on a Linear weight (column-major B) with 16-byte aligned rows: where pointer
-        # loads measured faster; other layouts keep the descriptors.
-        use_tma = b_kmajor = False
-    else:
-        a, b, use_tma, b_kmajor = tma_operands(a, b, PAD_MIN_M)
-        align = 1 if use_tma else pointer_align(a, b)  # of the operands the kernel gets (maybe padded)
+    a, b, use_tma, b_kmajor, align = operand_path(a, b, config, min_m=PAD_MIN_M)
     if min(M, N, K) == 0:
         use_tma = b_kmajor = False  # a descriptor of an empty extent is not valid on every device
         if K == 0:
