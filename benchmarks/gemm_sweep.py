@@ -335,6 +335,8 @@ def main(argv=None) -> None:
                              "tma_store; GPU)")
     parser.add_argument("--stream-k", action="store_true",
                         help="the candidates are 128-row tiles whole, as stream-K and as split-K (GPU)")
+    parser.add_argument("--torch-kernels", action="store_true",
+                        help="record the kernels torch.matmul launches per shape (metric 'kernels', names in note)")
     parser.add_argument("--quick", action="store_true", help="the first 4 shapes, the first 3 candidates")
     parser.add_argument("--rep-ms", type=float, default=60.0, help="each method's share of timed calls")
     parser.add_argument("--max-reps", type=int, default=400)
@@ -452,6 +454,12 @@ def main(argv=None) -> None:
                                       config=label(cfg), torch_ms=t_ref, ms=t, ratio=ratio))
                 if best is None or ratio > best[1]:
                     best = (name if kw else label(cfg, pad), ratio)
+            if args.torch_kernels and on_gpu:
+                from .auto_ab import _kernels
+
+                names = ";".join(name for name, _, _ in _kernels(lambda a=a, b=b: torch.matmul(a, b), calls=2))
+                rows.append(dict(row(OP, "torch", M, N, K, dtype, 1, "kernels", float("nan"), note=names[:300]),
+                                 config=""))
             if not args.default_only and best is not None:
                 ratios.setdefault((dtype, "best"), []).append(best[1])
                 rows.append(dict(row(OP, "best", M, N, K, dtype, 1, "ratio", best[1]), config=best[0]))
