@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ..common.config import check_split_k
-from ..common.gemm import ensure_triton_allocator, gemm_layout, operand_path
+from ..common.gemm import ensure_triton_allocator, gemm_layout
 from ..common.launch import Entered, GemmCall, begin_call, new_output, prepare_gemm, workspace
 
 OP = "all_gather_gemm"
@@ -64,9 +64,8 @@ class Layout:
 
 
 def layout(call: GemmCall, heap_a: torch.Tensor) -> Layout:
-    """The operand path for A rows read from ``heap_a`` (a contiguous heap buffer) and for ``b``
-    (:func:`..common.gemm.operand_path`: descriptors where they fit, the decode tiles through pointers)."""
-    _, _, use_tma, b_kmajor, _ = operand_path(heap_a, call.b, call.config, min_m=0, pad=False, takes_align=False)
+    """The operand path for A rows read from ``heap_a`` (a contiguous heap buffer) and for ``b``."""
+    use_tma, b_kmajor = gemm_layout(heap_a, call.b)
     if use_tma:
         ensure_triton_allocator()
     local_direct = (not use_tma) or gemm_layout(call.a, call.b)[0]

@@ -533,26 +533,19 @@ def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
     return 1
 
 
-def operand_path(a: torch.Tensor, b: torch.Tensor, config, *, min_m: int, pad: bool = True,
-                 takes_align: bool = True):
-    """``(a, b, use_tma, b_kmajor, align)``: how a kernel with ``config``'s tiles reads ``a @ b``.
+def operand_path(a: torch.Tensor, b: torch.Tensor, config, *, min_m: int):
+    """``(a, b, use_tma, b_kmajor, align)``: how the GEMM core with ``config``'s tiles reads ``a @ b``.
 
     The 16-row decode tiles of :func:`~.config.pointer_tiles` on a Linear weight (column-major B,
     rows of A and B 16-byte aligned: :func:`pointer_align` 8) load through pointers, where they
-    measured 3-10 % faster than through descriptors in the GEMM core (docs/PERF.md, "GEMM core");
-    ``TILEFUSE_NO_POINTER_DECODE=1`` keeps them on descriptors (for A/B runs). Every other config
-    takes the descriptor path where the operands fit it, with ``pad`` copying an operand that does
-    not fit when A has at least ``min_m`` rows (:func:`tma_operands`). ``align``: ``ALIGN`` of
-    :func:`gemm_tile_range` for the pointer path (1 on descriptors). A kernel that takes no ``ALIGN``
-    (``takes_align=False``: the variants' own) gets the decode tiles' pointer path only where K and
-    the leading strides are multiples of 16, which Triton's specialization of integer arguments sees."""
-    if pointer_tiles(config, a.dtype) and not _env_flag("TILEFUSE_NO_POINTER_DECODE") and pointer_align(a, b) == 8 \
-            and (takes_align or a.shape[1] % 16 == a.stride(0) % 16 == b.stride(1) % 16 == 0):
+    measured 3-10 % faster than through descriptors (docs/PERF.md, "GEMM core"; in the op variants'
+    own tile loops the two paths measured alike, so those keep the descriptors). Every other config
+    takes the descriptor path where the operands fit it, copying an operand that does not fit when A
+    has at least ``min_m`` rows (:func:`tma_operands`). ``align``: ``ALIGN`` of
+    :func:`gemm_tile_range` for the pointer path (1 on descriptors)."""
+    if pointer_tiles(config, a.dtype) and pointer_align(a, b) == 8:
         return a, b, False, False, 8
-    if pad:
-        a, b, use_tma, b_kmajor = tma_operands(a, b, min_m)
-    else:
-        use_tma, b_kmajor = gemm_layout(a, b)
+    a, b, use_tma, b_kmajor = tma_operands(a, b, min_m)
     return a, b, use_tma, b_kmajor, 1 if use_tma else pointer_align(a, b)
 
 

@@ -892,13 +892,10 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
 
     ``tile_m``/``tile_n`` override the M and N the config heuristic sees (e.g. per-shard sizes).
     With ``pad``, operands whose strides keep them off the tensor-descriptor path are copied onto it
-    (``GemmCall.a``/``b`` are then the copies; launchers must pass those, not their arguments). The
-    16-row decode tiles on a Linear weight whose K and strides are multiples of 16 stay on the pointer
-    path (:func:`.gemm.operand_path`: the variants' kernels take no ``ALIGN``; Triton's specialization
-    of such integers gives their loads the same width).
+    (``GemmCall.a``/``b`` are then the copies; launchers must pass those, not their arguments).
     """
     from .checks import check_dtypes, check_inner_dim, check_matrix, check_same_device
-    from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, operand_path
+    from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, gemm_layout, tma_operands
 
     heap = op_heap(op, group)
     check_matrix(op, "a", a)
@@ -910,7 +907,10 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
     M, K = a.shape
     N = b.shape[1]
     cfg = resolve_config(op, config, tile_m or M, tile_n or N, K, a.dtype, heap, comm=comm)
-    a, b, use_tma, b_kmajor, _ = operand_path(a, b, cfg, min_m=UNALIGNED_PAD_MIN_M, pad=pad, takes_align=False)
+    if pad:
+        a, b, use_tma, b_kmajor = tma_operands(a, b, UNALIGNED_PAD_MIN_M)
+    else:
+        use_tma, b_kmajor = gemm_layout(a, b)
     if use_tma:
         ensure_triton_allocator()
     return GemmCall(op, heap, a, b, M, N, K, cfg, use_tma, b_kmajor, specialize)
