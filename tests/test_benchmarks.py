@@ -355,6 +355,38 @@ def test_decode_gemm_smoke_checks_and_times_every_method(tmp_path, monkeypatch):
     assert bad not in set(df[df["metric"] == "ms"]["variant"])
 
 
+def test_composite_tiles_smoke_checks_and_times_every_candidate(tmp_path, monkeypatch):
+    """benchmarks.composite_tiles --smoke in the interpreter: tiles of two blocks (32 + 16 columns
+    over ragged M and N) compute the product right (no error rows: every candidate was checked
+    against torch.matmul on NaN-filled outputs), and torch, the GEMM core and each candidate get ms
+    and ratio rows; a candidate with a wrong result is recorded as an error, not timed."""
+    from benchmarks import composite_tiles
+
+    csv = tmp_path / "composite.csv"
+    assert composite_tiles.main(["--smoke", "--csv", str(csv)]) == 0
+    df = pd.read_csv(csv, dtype={"note": str})
+    assert set(df["M"]) == {37, 5} and (df["metric"] != "error").all()
+    names = [composite_tiles.label(c) for c in composite_tiles.candidates(smoke=True)]
+    for M in (37, 5):
+        at = df[df["M"] == M]
+        ms = at[at["metric"] == "ms"].set_index("variant")["value"]
+        ratio = at[at["metric"] == "ratio"].set_index("variant")["value"]
+        assert set(ms.index) == {"torch", "core", *names}
+        for name in ms.index:
+            assert ms[name] > 0 and ratio[name] == pytest.approx(ms["torch"] / ms[name])
+    tiles = df[(df["metric"] == "tiles") & (df["M"] == 37)].set_index("variant")["value"]
+    assert tiles[names[0]] == 2 * 2  # 37 rows in 32-row tiles, 72 columns in 48-wide ones
+
+    real = composite_tiles.composite
+    monkeypatch.setattr(composite_tiles, "composite",
+                        lambda a, b, c, cand, programs: real(a, b, c, cand, programs) * (2 if cand[1] == 16 else 1))
+    assert composite_tiles.main(["--smoke", "--csv", str(csv)]) == 0
+    df = pd.read_csv(csv, dtype={"note": str})
+    errors = df[df["metric"] == "error"]
+    assert set(errors["variant"]) == {names[1]} and errors["note"].str.contains("relative error").all()
+    assert names[1] not in set(df[df["metric"] == "ms"]["variant"])
+
+
 def test_host_overhead_plot_one_figure_per_world(tmp_path):
     """plots --host-overhead: a figure per world size from host_overhead CSVs, the comparison-only forms
     (begin kernel, plain's custom op and entry) left out; nothing without matplotlib."""
