@@ -363,19 +363,24 @@ def job_bad_inputs(ctx):
         assert tilefuse.get_heap(sub).world_size == 1 and tilefuse.get_heap().world_size == ctx.world
         tilefuse.shutdown(group=sub)
     # The sequence-parallel plan refuses a CUDA mesh over gloo (ranks sharing a GPU), where torch's
-    # gathers would kill the processes; a mesh of this run's device goes through.
+    # gathers would kill the processes; this run's own mesh goes through unless it is one (ranks
+    # sharing a GPU in a GPU run), where it is refused the same way.
     class GlooCuda:
         device_type = "cuda"
 
         def get_all_groups(self):  # a mesh of any number of dimensions: every group is looked at
             return mesh.get_all_groups()
 
+    refused = r"llama_sequence_parallel_plan: .* crashes the process under gloo on CUDA"
+    gloo = torch.distributed.get_backend(mesh.get_group()) == "gloo"
     for gather in ("self_attn", "mlp"):
         style = llama_sequence_parallel_plan(mlp_input="gather")[gather]
-        if torch.distributed.get_backend(mesh.get_group()) == "gloo":
-            raises(RuntimeError, r"llama_sequence_parallel_plan: .* crashes the process under gloo on CUDA",
-                   style._apply, nn.Identity(), GlooCuda())
-        style._apply(nn.Identity(), mesh)
+        if gloo:
+            raises(RuntimeError, refused, style._apply, nn.Identity(), GlooCuda())
+        if gloo and mesh.device_type == "cuda":
+            raises(RuntimeError, refused, style._apply, nn.Identity(), mesh)
+        else:
+            style._apply(nn.Identity(), mesh)
     raises(ValueError, r"'rowwise_seq' is not a style of torch's / HF's meaning", style_from_name, "rowwise_seq")
     raises(ValueError, r"entry 'norm': 'sequence_parallel' is not a style", from_hf_plan,
            {"norm": "sequence_parallel"})
