@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from harness import TEST_DEVICE
+from ophelpers import needs_working_interpreter
 
 import tilefuse
 from tilefuse.ops import dispatch
@@ -644,6 +645,7 @@ def test_a_graph_pick_must_win_again_in_its_confirmation_round(pools, world):
     assert {(v, g, c) for v, g, _, c, _ in res} == {("plain", "plain", None)}, res
 
 
+@needs_working_interpreter
 @pytest.mark.slow
 def test_heldout_benchmark_smoke(tmp_path):
     """benchmarks/heldout.py on CPU ranks: auto's result is checked, every method timed, the CSV written."""

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from ophelpers import needs_working_interpreter
 
 from benchmarks import checks, launch, plots, results, suite, timing
 from tilefuse.ops import registry
@@ -52,19 +53,7 @@ def test_derived_metrics_follow_their_definitions():
     assert suite.comm_bytes("gemm_all_reduce", 64, 32, 16, 4, 2) == pytest.approx(2 * 64 * 32 * 2 * 3 / 4)
 
 
-def _interpreter_breaks_on_numpy() -> bool:
-    """Triton 3.6's interpreter turns 1-element arrays into loop bounds with int(), which NumPy 2.5 refuses."""
-    import numpy
-    import triton
-
-    def version(mod):
-        return tuple(int(x) for x in mod.__version__.split(".")[:2])
-
-    return version(triton) < (3, 7) and version(numpy) >= (2, 5)
-
-
-@pytest.mark.skipif(_interpreter_breaks_on_numpy(), reason="Triton < 3.7 interpreter with NumPy >= 2.5 "
-                    "(int() of a 1-element array): the CPU suite needs the Makefile's triton 3.7.1")
+@needs_working_interpreter
 @pytest.mark.slow
 def test_world2_cli_writes_checked_rows_table_and_plots(tmp_path):
     """The CLI at world 2 on the tiny set: every method ok, torch_fused skipped with its reason."""
@@ -297,6 +286,7 @@ def test_launcher_reports_a_failing_rank_and_does_not_wait_for_a_stuck_one():
         launch.launch(_fails_on_rank_1, 0, "never runs")
 
 
+@needs_working_interpreter
 @pytest.mark.slow
 def test_host_overhead_smoke_writes_every_method(tmp_path):
     """benchmarks.host_overhead --smoke at world 2 on CPU ranks: every variant, plain through the
@@ -765,27 +755,11 @@ def test_bandwidth_all_peers_and_the_all_gather_are_checked_and_summarized(pools
     assert "bandwidth all peers 16K" in text
 
 
-def _interpreter_loops_over_int_arguments() -> bool:
-    """Whether Triton's interpreter can run ``range(0, n)`` over a kernel's int argument ``n``: Triton
-    3.6's interpreter hands such an argument over as a 1-element array and converts it with ``int()``,
-    which NumPy 2.5 refuses (seen on the GPU image: triton 3.6.0, numpy 2.5.2, in the begin of every
-    call); Triton 3.7 squeezes it first."""
-    import numpy
-    import triton
-
-    def version(text: str) -> tuple:
-        return tuple(int(p) for p in text.split(".")[:2])
-
-    return version(triton.__version__) >= (3, 7) or version(numpy.__version__) < (2, 5)
-
-
+@needs_working_interpreter
 def test_host_profile_steps_times_each_plan_step(tmp_path):
     """benchmarks.host_profile --steps on a CPU rank: each replayed plan step of a fused variant with
     its label, the rest of the call and the whole; a variant without a plan says so; then the parts
     of a call timed alone."""
-    if not _interpreter_loops_over_int_arguments():
-        pytest.skip("Triton 3.6's interpreter with NumPy >= 2.5 cannot loop over a kernel's int argument "
-                    "(fixed in Triton 3.7): this CPU-rank test needs the interpreter")
     env = dict(os.environ, TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1", PYTHONPATH=str(REPO),
                MASTER_PORT=str(29600 + os.getpid() % 300))
     proc = subprocess.run([sys.executable, "-m", "benchmarks.host_profile", "--steps", "--op", "gemm_all_reduce",

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from ophelpers import needs_working_interpreter
 
 import tilefuse
 from tilefuse.ops import dispatch, registry
@@ -529,6 +530,7 @@ def _run_module(args, env_extra, cwd, timeout=600):
                           timeout=timeout)
 
 
+@needs_working_interpreter
 @pytest.mark.slow
 def test_tuner_cli_writes_the_user_cache_by_default_and_tables_with_out(tmp_path):
     from tilefuse.tuning import cache
