@@ -31,7 +31,7 @@ import triton.language as tl
 
 from tilefuse.ops.common.gemm import store_tile, tile_coords
 
-from .results import COLUMNS, parse_dtype, row, run_info, write_csv
+from .results import COLUMNS, parse_dtype, row, write_csv
 
 OP = "composite_tiles"
 
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     from tilefuse.ops.common.config import default_config
     from tilefuse.ops.common.gemm import ensure_triton_allocator, matmul
 
-    from .gemm_sweep import _ctx, settle
+    from .gemm_sweep import start_one_process
     from .timing import bench_interleaved
 
     on_gpu = torch.cuda.is_available()
@@ -121,12 +121,8 @@ def main(argv=None) -> int:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s.strip()]
         dtype = parse_dtype(args.dtype)
     ensure_triton_allocator()
-    ctx = _ctx(device)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if on_gpu else 4
-    info = run_info(device)
+    ctx, sms, info = start_one_process(device)
     t0 = time.monotonic()
-    if on_gpu:
-        settle(device)
     first = True
     for M, N, K in shapes:
         if time.monotonic() - t0 > args.budget_s:

@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .results import COLUMNS, parse_dtype, row, run_info, write_csv
+from .results import COLUMNS, parse_dtype, row, write_csv
 
 OP = "decode_gemm"
 
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     from tilefuse.ops.common.config import default_config
     from tilefuse.ops.common.gemm import matmul
 
-    from .gemm_sweep import _ctx, settle
+    from .gemm_sweep import start_one_process
     from .timing import bench_interleaved
 
     on_gpu = torch.cuda.is_available()
@@ -179,12 +179,8 @@ def main(argv=None) -> int:
         ms = [int(x) for x in args.ms.split(",") if x.strip()]
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s.strip()]
         dtype = parse_dtype(args.dtype)
-    ctx = _ctx(device)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if on_gpu else 4
-    info = run_info(device)
+    ctx, sms, info = start_one_process(device)
     t0 = time.monotonic()
-    if on_gpu:
-        settle(device)
     first = True
     for M in ms:
         for N, K in shapes:

@@ -289,6 +289,17 @@ def _ctx(device: torch.device):
     return RankCtx(rank=0, world=1, device=device, heap=None, pg_backend="none", host_group=None)
 
 
+def start_one_process(device: torch.device) -> tuple:
+    """``(ctx, sms, info)`` of a one-process GEMM benchmark on ``device``: its rank context, the
+    multiprocessors (4 in the interpreter) and the run facts; a GPU is settled first (:func:`settle`)."""
+    on_gpu = device.type == "cuda"
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if on_gpu else 4
+    info = run_info(device)
+    if on_gpu:
+        settle(device)
+    return _ctx(device), sms, info
+
+
 def settle(device: torch.device, seconds: float = 2.0) -> None:
     """Keep the GPU busy with torch.matmul for ``seconds`` before the first timed shape: the first
     dozen shapes of a run, timed right after the compiling processes, once measured the GEMM core up
