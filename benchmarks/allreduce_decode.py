@@ -25,6 +25,9 @@ symm_one_shot       torch.matmul into a torch symmetric-memory buffer
                     torch's symmetric memory is unavailable
 gemm                torch.matmul alone, no all-reduce: what a call would cost if communication
                     were free (not the op's result, so not checked)
+fused_sequential    fused_sequential with every program waiting for the call's begin before its
++begin_before_gemm  K loop (``TILEFUSE_BEGIN_BEFORE_GEMM=1`` around its calls and its capture;
+                    the shipped form begins the call beside the K loops); only by name
 ==================  ==========================================================================
 
 Per (M, method): one checked call (relative error against the fp32 reference, and whether the
@@ -66,14 +69,15 @@ from tilefuse.ops.gemm_all_reduce import ENTRY_POINTS, OP, gemm_all_reduce
 from tilefuse.tuning.autotune import cuda_ms_per_call
 
 from .common import commit_id, error_text, is_main_process, launch
-from .timing import capture_graph, sync
+from .timing import BEGIN_BEFORE_GEMM, capture_graph, switch_env, sync
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric", "value", "device", "commit",
                "note"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
 TWO_SHOT = tuple(f"{v}.two_shot" for v in VARIANTS)
-METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot", "gemm")
+BEFORE_GEMM = "fused_sequential" + BEGIN_BEFORE_GEMM
+METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot", "gemm", BEFORE_GEMM)
 DEFAULT_METHODS = VARIANTS + ("auto", "plain", "symm_one_shot", "gemm")  # two-shot: at W = 2 it moves as much
 
 
@@ -119,8 +123,8 @@ class SymmOneShot:
 
 def _method(ctx, name: str, M: int, N: int, dtype):
     """The callable ``(a, b) -> c`` of method ``name`` (raises if it cannot run here)."""
-    if name in VARIANTS:
-        fn = ENTRY_POINTS[name]
+    if name in VARIANTS or name == BEFORE_GEMM:
+        fn = ENTRY_POINTS[name.removesuffix(BEGIN_BEFORE_GEMM)]
         return lambda a, b: fn(a, b)
     if name in TWO_SHOT:
         fn = ENTRY_POINTS[name.removesuffix(".two_shot")]
@@ -219,7 +223,8 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs) -> l
                 record(name, M, "eager", "error", float("nan"), note)
                 continue
             call = (lambda fn=fn, a=a, b=b: fn(a, b))
-            c, note = _try(ctx, call)  # first call: workspaces, rendezvous, table lookup
+            with switch_env(name):
+                c, note = _try(ctx, call)  # first call: workspaces, rendezvous, table lookup
             if note is not None:
                 record(name, M, "eager", "error", float("nan"), note)
                 continue
@@ -229,7 +234,8 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs) -> l
             del c
             graph = None
             if graphs:
-                graph, note = _try(ctx, lambda call=call: capture_graph(ctx.device, call, warmup))
+                with switch_env(name):
+                    graph, note = _try(ctx, lambda call=call: capture_graph(ctx.device, call, warmup))
                 if note is not None:
                     record(name, M, "graph", "error", float("nan"), note)
             ready[name] = (call, graph)
@@ -238,9 +244,11 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs) -> l
             order = list(ready) if r % 2 == 0 else list(reversed(ready))
             for name in order:
                 call, graph = ready[name]
-                for _ in range(warmup):
-                    call()
-                times.setdefault((name, "eager"), []).append(_max_over_ranks(ctx, _time_eager(ctx, call, calls)))
+                with switch_env(name):
+                    for _ in range(warmup):
+                        call()
+                    eager_us = _time_eager(ctx, call, calls)
+                times.setdefault((name, "eager"), []).append(_max_over_ranks(ctx, eager_us))
                 if graph is not None:
                     times.setdefault((name, "graph"), []).append(_max_over_ranks(ctx, _time_graph(ctx, graph, calls)))
         for (name, mode), values in times.items():
@@ -263,7 +271,7 @@ def _print(rows: list) -> None:
     for (M, name, mode), us in sorted(t.items()):
         plain = t.get((M, "plain", mode))
         ratio = f"  plain/this {plain / us:5.2f}x" if plain else ""
-        print(f"M={M:<5d} {name:26s} {mode:5s} {us:10.1f} us{ratio}")
+        print(f"M={M:<5d} {name:34s} {mode:5s} {us:10.1f} us{ratio}")
     for r in rows:
         if r["metric"] == "error":
             print(f"M={r['M']:<5d} {r['variant']:26s} {r['mode']}: ERROR {r['note'][:160]}")

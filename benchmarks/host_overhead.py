@@ -51,7 +51,7 @@ import tilefuse
 from tilefuse.ops import registry
 
 from .common import commit_id, error_text, launch
-from .timing import BEGIN_KERNEL, begin_kernel_env, capture_graph, sync
+from .timing import BEGIN_BEFORE_GEMM, BEGIN_KERNEL, capture_graph, switch_env, sync
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric", "value", "device", "commit",
                "note"]
@@ -100,18 +100,22 @@ def torch_baseline(op: str, a: torch.Tensor, b: torch.Tensor, world: int):
     raise ValueError(f"no torch baseline for {op}")
 
 
-def methods(op: str, world: int, begin_kernel: bool = False) -> dict:
+def methods(op: str, world: int, begin_kernel: bool = False, begin_before_gemm: bool = False) -> dict:
     """``{name: fn(a, b)}`` timed for ``op``: the variants and plain (public function), the plain
     path's registry entry and the torch baseline; with ``begin_kernel``, also ``bulk_sync``,
     ``fused_sequential`` and ``wg_specialized`` with the protocol's begin kernel launched before them
     (``<variant>+begin_kernel``: ``TILEFUSE_BEGIN_KERNEL=1`` around that method's calls, captures
-    and replays)."""
+    and replays); with ``begin_before_gemm``, the fused_sequential calls that begin beside their K
+    loops (gemm_all_reduce, gemm_all_scatter) also with the begin first
+    (``fused_sequential+begin_before_gemm``: ``TILEFUSE_BEGIN_BEFORE_GEMM=1``)."""
     public = getattr(tilefuse, op)
     have = registry.variants(op)
     out = {v: (lambda a, b, v=v: public(a, b, variant=v)) for v in (*tilefuse.VARIANTS, "plain") if v in have}
     if begin_kernel:
         for v in ("bulk_sync", "fused_sequential", "wg_specialized"):
             out[v + BEGIN_KERNEL] = out[v]
+    if begin_before_gemm and op in ("gemm_all_reduce", "gemm_all_scatter"):
+        out["fused_sequential" + BEGIN_BEFORE_GEMM] = out["fused_sequential"]
     out["auto"] = lambda a, b: public(a, b, variant="auto")
     if "plain" in have:
         entry = registry.get(op, "plain")
@@ -158,7 +162,8 @@ def _replay(ctx, graph, replays: int) -> dict:
     return {"host_us": statistics.median(host) * 1e6, "wall_us": start.elapsed_time(end) / replays * 1e3}
 
 
-def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs, begin_kernel=False) -> list:
+def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs, begin_kernel=False,
+         begin_before_gemm=False) -> list:
     dtype = DTYPES[dtype_name]
     W = ctx.world
     rows = []
@@ -175,8 +180,8 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs, begin_k
             g = torch.Generator().manual_seed(1 + ctx.rank)
             a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
             b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
-            for name, fn in methods(op, W, begin_kernel).items():
-                with begin_kernel_env(name):
+            for name, fn in methods(op, W, begin_kernel, begin_before_gemm).items():
+                with switch_env(name):
                     graphs_ok = _measure(ctx, record, op, name, M, fn, a, b, calls, replays, warmup, graphs_ok)
         sync(ctx.device)
         tilefuse.barrier()
@@ -272,6 +277,9 @@ def main(argv=None) -> int:
     p.add_argument("--begin-kernel", action="store_true",
                    help="also time bulk_sync, fused_sequential and wg_specialized with the begin kernel launched first "
                         "(rows <variant>+begin_kernel: TILEFUSE_BEGIN_KERNEL=1)")
+    p.add_argument("--begin-before-gemm", action="store_true",
+                   help="also time the fused_sequential calls that begin beside their K loops with the begin first "
+                        "(rows fused_sequential+begin_before_gemm: TILEFUSE_BEGIN_BEFORE_GEMM=1)")
     p.add_argument("--csv", default="host_overhead.csv")
     args = p.parse_args(argv)
     if args.smoke:
@@ -289,7 +297,7 @@ def main(argv=None) -> int:
     rows = []
     for world in (int(w) for w in args.world.split(",")):
         per_rank = launch(_job, world, ops, Ms, args.N, args.K, dtype, args.calls, args.replays, args.warmup,
-                          not args.no_graphs, args.begin_kernel, heap_size=args.heap)
+                          not args.no_graphs, args.begin_kernel, args.begin_before_gemm, heap_size=args.heap)
         got = merge(per_rank)
         print(f"host_overhead: world {world}, N={args.N}, K={args.K}, {dtype}, {device}")
         _print(got)

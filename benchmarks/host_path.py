@@ -35,7 +35,7 @@ import time
 
 import torch
 
-from .timing import BEGIN_KERNEL, begin_kernel_env
+from .timing import BEGIN_KERNEL, switch_env
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "metric", "value", "device", "commit", "note"]
 
@@ -165,13 +165,13 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_
                 b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
                 fns = {name: (lambda f=f, a=a, b=b: f(a, b)) for name, f in methods(op, begin_kernel).items()}
                 for name, fn in fns.items():  # first calls: workspaces, decisions, plans
-                    with begin_kernel_env(name):
+                    with switch_env(name):
                         for _ in range(3):
                             fn()
                 times: dict = {name: [] for name in fns}
                 for _ in range(rounds):
                     for name, fn in fns.items():
-                        with begin_kernel_env(name):
+                        with switch_env(name):
                             times[name].append(_per_call_us(fn, calls, clock))
                     if ctx.on_gpu:
                         torch.cuda.synchronize()

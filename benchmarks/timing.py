@@ -216,21 +216,26 @@ def capture_graph(device: torch.device, fn, warmup: int):
 
 
 BEGIN_KERNEL = "+begin_kernel"  # a method name's suffix: the method runs with TILEFUSE_BEGIN_KERNEL=1
+BEGIN_BEFORE_GEMM = "+begin_before_gemm"  # ... with TILEFUSE_BEGIN_BEFORE_GEMM=1
+SWITCHES = {BEGIN_KERNEL: "TILEFUSE_BEGIN_KERNEL", BEGIN_BEFORE_GEMM: "TILEFUSE_BEGIN_BEFORE_GEMM"}
 
 
 @contextlib.contextmanager
-def begin_kernel_env(name: str):
-    """``TILEFUSE_BEGIN_KERNEL=1`` inside the block when the method ``name`` ends with
-    :data:`BEGIN_KERNEL` (its calls launch the protocol's begin kernel; nothing changes otherwise)."""
-    if not name.endswith(BEGIN_KERNEL):
+def switch_env(name: str):
+    """The environment switch of the method ``name``'s suffix set to 1 inside the block
+    (:data:`SWITCHES`: ``+begin_kernel``, its calls launch the protocol's begin kernel;
+    ``+begin_before_gemm``, every program of a kernel that begins its call waits for the begin
+    before its K loop); nothing changes for a name without one."""
+    var = next((v for suffix, v in SWITCHES.items() if name.endswith(suffix)), None)
+    if var is None:
         yield
         return
-    old = os.environ.get("TILEFUSE_BEGIN_KERNEL")
-    os.environ["TILEFUSE_BEGIN_KERNEL"] = "1"
+    old = os.environ.get(var)
+    os.environ[var] = "1"
     try:
         yield
     finally:
         if old is None:
-            del os.environ["TILEFUSE_BEGIN_KERNEL"]
+            del os.environ[var]
         else:
-            os.environ["TILEFUSE_BEGIN_KERNEL"] = old
+            os.environ[var] = old

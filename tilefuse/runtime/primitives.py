@@ -62,6 +62,15 @@ program of either runs first does the begin) and both count their exits over the
 so the last program of either ends the call. All of them must be resident at once, as their flags
 already require.
 
+*Beginning beside the work.* A one-kernel call whose programs start with work that touches nothing
+shared (the ``fused_sequential`` of gemm_all_reduce, one-shot, and of gemm_all_scatter: K loops
+over the caller's ``a`` and ``b``) need not wait for the begin first: :func:`call_enter_aside` gives the begin to program 0, and
+every other program runs its first K loop and then calls :func:`call_ready` (acquire ``ctl[GO]``,
+read the call's state) before it stores anything, so the begin's round overlaps the GEMM instead of
+preceding it (``TILEFUSE_BEGIN_BEFORE_GEMM=1``: every program waits for the begin first, as with
+:func:`call_enter`; set it alike on every rank, since it also moves tiles between programs). An
+aborted call's programs skip their stores; the begin fills the outputs with NaN as usual.
+
 *Flags.* Data flags are int64 words on the heap that hold the sequence number of the call that last
 wrote them. A producer writes its data, then *releases* the flag with ``signal(flag, seq)``
 (``atomic_xchg``, ``sem="release"``, ``scope="sys"``); a consumer *acquires* with
@@ -493,6 +502,40 @@ def call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0,
     else:
         seq, live = call_epoch(ctl_ptr)
     return seq, live
+
+
+@triton.jit
+def call_enter_aside(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                     BLOCK: tl.constexpr = 1024):
+    """The call's sequence number, for a kernel that begins the call beside its work: program 0 does
+    the begin (pairing, signature check, barrier) and releases ``ctl[GO] = seq`` while the other
+    programs go on with what touches nothing shared (a GEMM's K loop over the caller's tensors); each
+    of them calls :func:`call_ready` before its first access to the heap or the outputs, and learns
+    there whether the call runs. Program 0 runs first in the interpreter's program order, so no
+    program waits on one that has not run; on a GPU all programs must be resident. The kernel ends
+    with :func:`call_exit` (``END``), as after :func:`call_enter`.
+
+    Against :func:`call_enter`, where every program waits for the begin before any work, the begin's
+    latency (its cross-GPU round included) leaves the critical path as long as the programs' first
+    K loop outlasts it; a kernel whose tiles do not fill its programs gives program 0 none (the
+    caller rotates the tile numbering by one), so that no tile waits behind the begin."""
+    seq = tl.load(ctl_ptr + CTL_SEQ) + 1
+    if tl.program_id(0) == 0:
+        _begin(ctl_ptr, heap_bases, cur_rank, world, sig, gen, seq, out0_ptr, n_out0, out1_ptr, n_out1, BLOCK)
+        # Release: pairs with the acquire in call_ready, in this kernel's other programs.
+        tl.atomic_xchg(ctl_ptr + CTL_GO, seq, sem="release", scope="gpu")
+    return seq
+
+
+@triton.jit
+def call_ready(ctl_ptr, heap_bases, cur_rank, world, seq):
+    """Whether call ``seq`` runs, once its begin is done (:func:`call_enter_aside`): False if it
+    was aborted or the runtime is poisoned (the program must then touch nothing shared). Cheap
+    after the program's first call: the flag is already there."""
+    # Acquire: pairs with the release in call_enter_aside, in program 0.
+    ok = wait(ctl_ptr + CTL_GO, seq, cur_rank, cur_rank, ctl_ptr, heap_bases, world)
+    return ok & (tl.load(ctl_ptr + CTL_STATE, volatile=True) == 0) & \
+        (tl.load(ctl_ptr + CTL_POISON, volatile=True) == 0)
 
 
 @triton.jit

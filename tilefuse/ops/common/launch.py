@@ -90,8 +90,10 @@ def env_reader(*names: str):
 
 
 # Environment switches the launchers read on every call: part of the call signature.
-_plan_env = env_reader("TILEFUSE_NO_TMA", "TILEFUSE_DEBUG_POISON", "TILEFUSE_NO_WARP_SPEC", "TILEFUSE_BEGIN_KERNEL")
+_plan_env = env_reader("TILEFUSE_NO_TMA", "TILEFUSE_DEBUG_POISON", "TILEFUSE_NO_WARP_SPEC", "TILEFUSE_BEGIN_KERNEL",
+                       "TILEFUSE_BEGIN_BEFORE_GEMM")
 _begin_env = env_reader("TILEFUSE_BEGIN_KERNEL")
+_begin_before_env = env_reader("TILEFUSE_BEGIN_BEFORE_GEMM")
 
 
 def plan_key(tag, args: tuple, kwargs: dict) -> tuple | None:
@@ -282,6 +284,13 @@ def begin_call(key: tuple, *outputs, kernel_begins: bool = False) -> tuple | Non
         return _world.current_call().enter_args(key, outputs)
     begin(key, *outputs)
     return None
+
+
+def begin_aside() -> bool:
+    """Whether a kernel that begins its call itself and can do so beside its first K loop does
+    (``primitives.call_enter_aside``); ``TILEFUSE_BEGIN_BEFORE_GEMM=1`` makes every program wait for
+    the begin first (``call_enter``: a switch for comparisons)."""
+    return _begin_before_env()[0] in (None, "", "0")
 
 
 def enter_args(entry: tuple | None) -> tuple:

@@ -38,12 +38,17 @@ def produce_tiles(
     pid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
+    ctl_ptr=None, GATE: tl.constexpr = False,
 ):
     """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ... and store each into slot
     ``cur_rank`` of every rank (ranks cur_rank + 1, cur_rank + 2, ..., itself last).
 
     The fp32 accumulator is rounded to the stage's dtype once and the same values go to every rank.
     With ``RELEASE`` each destination's flag (cur_rank, t) is set to ``epoch`` after its store.
+    ``GATE`` (a kernel that began the call with ``call_enter_aside``): each tile's K loop runs
+    before the call's begin is known to be done; its stores wait for it (``call_ready``) and are
+    skipped if the call does not run. Returns whether the call runs (true without ``GATE``, and for
+    a program without a tile).
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -51,17 +56,25 @@ def produce_tiles(
     my_slot = slot_ptr(stage_ptr, cur_rank, stride_slot)
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
+    if GATE:
+        live = epoch == epoch  # a tensor: reassigned in the loop
+    else:
+        live = True  # no branch in the loop
     for t in range(pid, num_tiles, NUM_PROGRAMS):
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
         acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
         part = acc.to(stage_ptr.dtype.element_ty)  # [BM, BN], rounded once
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        for i in range(0, world):
-            dst = (cur_rank + 1 + i) % world
-            # Release (with RELEASE): pairs with the acquire in reduce_tiles (WAIT) on rank `dst`.
-            push_partial(my_slot, part, offs_m, offs_n, M, N, stride_sm, stride_sn,
-                         flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases, RELEASE)
+        if GATE:
+            live = P.call_ready(ctl_ptr, heap_bases, cur_rank, world, epoch)
+        if live:
+            for i in range(0, world):
+                dst = (cur_rank + 1 + i) % world
+                # Release (with RELEASE): pairs with the acquire in reduce_tiles (WAIT) on rank `dst`.
+                push_partial(my_slot, part, offs_m, offs_n, M, N, stride_sm, stride_sn,
+                             flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases, RELEASE)
+    return live
 
 
 @triton.jit

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import collective, ctl
+from ..common.launch import begin_aside, collective, ctl
 from ._setup import OP, setup
 from ._tiles import produce_tiles, reduce_tiles
 from ._two_shot import launch_barriered, produce_owned
@@ -42,31 +42,48 @@ def _fused_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, WARP_SPEC: tl.constexpr = False, SUM: tl.constexpr = True,
-    ENTER: tl.constexpr = False,
+    ENTER: tl.constexpr = False, ASIDE: tl.constexpr = False,
 ):
     """``SUM=False``: the GEMM and the partial stores only, no flags (``benchmarks.breakdown`` times the
-    parts)."""
-    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
-                               ENTER)
+    parts). ``ASIDE`` (one-shot, with ``ENTER``): program 0 begins the call while the others run
+    their first K loop (``call_enter_aside``); tile t goes to program ``(t + 1) % NUM_PROGRAMS``, so
+    program 0 has none while the tiles do not fill the programs."""
     pid = tl.program_id(0)
-    if live:
-        if TWO_SHOT:
-            produce_owned(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          stage_ptr, stage_ptr, stride_slot, stride_sm, stride_sn,
-                          heap_bases, cur_rank, world, 0, pid,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False,
-                          WARP_SPEC=WARP_SPEC)
-        else:
-            produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                          heap_bases, cur_rank, world, epoch, pid,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=SUM)
-            if SUM:  # the tiles this program produced (the same ids on every rank): it waits only on other ranks
-                reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
-                             stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                             heap_bases, ctl_ptr, cur_rank, world, epoch, pid,
-                             BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
-                             HAS_BIAS=HAS_BIAS)
+    if ASIDE:
+        epoch = P.call_enter_aside(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
+                                   n_out1)
+        first = (pid + NUM_PROGRAMS - 1) % NUM_PROGRAMS  # the same on every rank: the sum's waits pair up
+        live = produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                             stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                             heap_bases, cur_rank, world, epoch, first,
+                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
+                             ctl_ptr=ctl_ptr, GATE=True)
+        if live:
+            reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
+                         stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                         heap_bases, ctl_ptr, cur_rank, world, epoch, first,
+                         BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True, HAS_BIAS=HAS_BIAS)
+    else:
+        epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
+                                   n_out1, ENTER)
+        if live:
+            if TWO_SHOT:
+                produce_owned(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                              stage_ptr, stage_ptr, stride_slot, stride_sm, stride_sn,
+                              heap_bases, cur_rank, world, 0, pid,
+                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False,
+                              WARP_SPEC=WARP_SPEC)
+            else:
+                produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                              stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                              heap_bases, cur_rank, world, epoch, pid,
+                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=SUM)
+                if SUM:  # the tiles this program produced (the same ids on every rank): it waits only on other ranks
+                    reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
+                                 stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                                 heap_bases, ctl_ptr, cur_rank, world, epoch, pid,
+                                 BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
+                                 HAS_BIAS=HAS_BIAS)
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER)
 
 
@@ -84,7 +101,7 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None, two_shot=False
         *call.gemm.gemm_args, call.stage, call.stage if call.two_shot else call.flags, *call.stage_args,
         *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
         NUM_PROGRAMS=programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None, TWO_SHOT=call.two_shot,
-        ENTER=call.begins, **call.gemm.gemm_meta_ws,
+        ENTER=call.begins, ASIDE=call.begins and begin_aside(), **call.gemm.gemm_meta_ws,
     )
     call.entered()
     if call.two_shot:  # barrier, owners sum their rows, barrier, everyone pulls the sums

@@ -10,6 +10,7 @@ first tiles made are the first moved.
 import triton
 import triton.language as tl
 
+from ...runtime import primitives as P
 from ..common.comm import push_tile
 from ..common.flags import tile_acquire, tile_release
 from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
@@ -28,26 +29,38 @@ def compute_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     PUSH: tl.constexpr, RELEASE: tl.constexpr, WARP_SPEC: tl.constexpr = False,
+    ctl_ptr=None, GATE: tl.constexpr = False,
 ):
     """Tiles pid, pid + NUM_PROGRAMS, ...: K loop, store into the own block; with PUSH also store
     into every peer's c from registers; with RELEASE set the tile's local flag to ``epoch``.
-    ``WARP_SPEC``: the tile loop is warp-specialized (``Config.WARP_SPEC``; never with RELEASE)."""
+    ``WARP_SPEC``: the tile loop is warp-specialized (``Config.WARP_SPEC``; never with RELEASE or
+    GATE). ``GATE`` (a kernel that began the call with ``call_enter_aside``): each tile's stores wait
+    for the call's begin (``call_ready``), after its K loop, and are skipped if the call does not
+    run. Returns whether the call runs (true without ``GATE``, and for a program without a tile)."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
+    if GATE:
+        live = epoch == epoch  # a tensor: reassigned in the loop
+    else:
+        live = True  # no branch in the loop
     for tile_id in tl.range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS, warp_specialize=WARP_SPEC):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
-        if PUSH:
-            push_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
-                      FIRST=1)
-        if RELEASE:
-            # Release: pairs with the acquire in push_ready_tiles on this rank.
-            tile_release(flags_ptr + tile_id, epoch, cur_rank, cur_rank, heap_bases)
+        if GATE:
+            live = P.call_ready(ctl_ptr, heap_bases, cur_rank, world, epoch)
+        if live:
+            store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+            if PUSH:
+                push_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
+                          FIRST=1)
+            if RELEASE:
+                # Release: pairs with the acquire in push_ready_tiles on this rank.
+                tile_release(flags_ptr + tile_id, epoch, cur_rank, cur_rank, heap_bases)
+    return live
 
 
 @triton.jit

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import collective, ctl, mid_barrier
+from ..common.launch import begin_aside, collective, ctl, mid_barrier
 from ._setup import OP, setup
 from ._tiles import compute_tiles
 
@@ -32,16 +32,31 @@ def _fused_kernel(
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
-    ENTER: tl.constexpr,
+    ENTER: tl.constexpr, ASIDE: tl.constexpr = False,
 ):
-    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
-                               ENTER)
-    if live:
-        compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                      c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
-                      heap_bases, cur_rank, world, 0, tl.program_id(0),
-                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True, RELEASE=False,
-                      WARP_SPEC=WARP_SPEC)
+    """``ASIDE`` (with ``ENTER``, without ``WARP_SPEC``): program 0 begins the call while the others
+    run their first K loop (``call_enter_aside``); tile t goes to program ``(t + 1) % NUM_PROGRAMS``,
+    so program 0 has none while the tiles do not fill the programs."""
+    if ASIDE:
+        epoch = P.call_enter_aside(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
+                                   n_out1)
+        live = compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                             c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
+                             heap_bases, cur_rank, world, epoch, (tl.program_id(0) + NUM_PROGRAMS - 1) % NUM_PROGRAMS,
+                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True,
+                             RELEASE=False, ctl_ptr=ctl_ptr, GATE=True)
+        # The closing barrier needs the call's state on every program (one without a tile has not
+        # waited for the begin yet): ranks pass it only for a call that runs.
+        live = P.call_ready(ctl_ptr, heap_bases, cur_rank, world, epoch)
+    else:
+        epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
+                                   n_out1, ENTER)
+        if live:
+            compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                          c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
+                          heap_bases, cur_rank, world, 0, tl.program_id(0),
+                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True,
+                          RELEASE=False, WARP_SPEC=WARP_SPEC)
     # With ENTER the closing barrier (every peer's tiles have landed in c) is the last program's.
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER, BARRIER=True)
 
@@ -58,7 +73,8 @@ def fused_sequential(a, b, *, config=None, group=None, out=None):
     _fused_kernel[(programs,)](
         *g.gemm_args, call.c_block, call.c_block.stride(0), call.c_block.stride(1),
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
-        NUM_PROGRAMS=programs, ENTER=call.begins, **g.gemm_meta_ws,
+        NUM_PROGRAMS=programs, ENTER=call.begins, ASIDE=call.begins and not g.warp_spec and begin_aside(),
+        **g.gemm_meta_ws,
     )
     call.entered()
     if not call.begins:

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One GPU: the one-kernel fused_sequential calls (gemm_all_reduce one-shot, gemm_all_scatter) that
+# begin beside their K loops, against the same calls begun before them (TILEFUSE_BEGIN_BEFORE_GEMM=1),
+# world 1 at decode sizes, in CUDA graphs and eagerly; then the tests that cover the change, ranks
+# sharing the GPU. About nine minutes.
+#   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/begin_aside_check.sh      (from the repository root)
+source "$(dirname "$0")/prelude.sh"
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+END=$(( T0 + ${LIMIT_S:-570} ))
+for NK in ${SHAPES:-4096x8192 4096x4096}; do
+    step "allreduce_decode_w1_$NK" 120 "$PY" -m benchmarks.allreduce_decode --world 1 --M 1,16,64,256 \
+        --N "${NK%x*}" --K "${NK#*x}" --methods fused_sequential,fused_sequential+begin_before_gemm,plain,gemm \
+        --rounds 7 --calls 100 --csv "$R/allreduce_decode_w1_$NK.csv"
+done
+step host_overhead_w1 150 "$PY" -m benchmarks host_overhead --world 1 --ops gemm_all_scatter,gemm_all_reduce \
+    --M 1,16,128 --begin-before-gemm --calls 200 --replays 200 --csv "$R/host_overhead_w1.csv"
+LEFT=$(( END - $(date +%s) - 10 ))
+if (( LEFT > 60 )); then
+    ( OUT=$R/tests LIMIT_S=$LEFT PER_TEST=$(( LEFT - 10 )) PYTEST_ADDOPTS='-m "not slow"' \
+        GROUPS_SPEC="tests/test_protocol.py;tests/test_gemm_all_reduce.py;tests/test_gemm_all_scatter.py tests/test_graphs.py" \
+        bash "$(dirname "$0")/gpu_tests.sh" > "$R/tests.log" 2>&1 )
+fi
+pack
+grep -h "^==\|Error\|FAIL" "$R"/*.log | cut -c1-200
+tail -5 "$R/tests/tests_summary.txt" 2>/dev/null
