@@ -75,7 +75,7 @@ LARGE_M_TILES = [(64, 128, 4, 4), (128, 128, 4, 4), (64, 256, 4, 4), (128, 256, 
 # Without SPLIT_K at M <= 64 (what the fused variants can run): narrow tiles give every SM a tile,
 # deeper K steps keep each SM's loads in flight. (BLOCK_N, BLOCK_K, stages), 4 warps, BLOCK_M from M.
 NO_SPLIT_DECODE = [(bn, bk, st) for bn in (16, 32, 64, 128)
-                   for bk, stages in ((64, (4, 6)), (128, (4, 6)), (256, (3, 4)), (512, (2, 3))) for st in stages]
+                   for bk, stages in ((64, (4, 6)), (128, (4, 6)), (256, (3, 4))) for st in stages]
 # Without SPLIT_K past M = 256 (config.SMALL_M_MAX): 128-row tiles, (BLOCK_N, BLOCK_K, stages, warps).
 MID_M_NO_SPLIT = [(128, 64, 4, 4), (128, 64, 5, 4), (128, 64, 6, 4), (128, 128, 3, 4), (64, 64, 5, 4), (64, 128, 4, 4),
                   (256, 64, 3, 8)]
