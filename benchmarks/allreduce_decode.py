@@ -25,9 +25,9 @@ symm_one_shot       torch.matmul into a torch symmetric-memory buffer
                     torch's symmetric memory is unavailable
 gemm                torch.matmul alone, no all-reduce: what a call would cost if communication
                     were free (not the op's result, so not checked)
-fused_sequential    fused_sequential with every program waiting for the call's begin before its
-+begin_before_gemm  K loop (``TILEFUSE_BEGIN_BEFORE_GEMM=1`` around its calls and its capture;
-                    the shipped form begins the call beside the K loops); only by name
+fused_sequential    fused_sequential (wg_specialized) with every program waiting for the call's
++begin_before_gemm  begin before its K loop (``TILEFUSE_BEGIN_BEFORE_GEMM=1`` around its calls and
+(wg_specialized...) its capture; the shipped form begins the call beside the K loops); by name
 ==================  ==========================================================================
 
 Per (M, method): one checked call (relative error against the fp32 reference, and whether the
@@ -76,8 +76,8 @@ CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
 TWO_SHOT = tuple(f"{v}.two_shot" for v in VARIANTS)
-BEFORE_GEMM = "fused_sequential" + BEGIN_BEFORE_GEMM
-METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot", "gemm", BEFORE_GEMM)
+BEFORE_GEMM = tuple(v + BEGIN_BEFORE_GEMM for v in ("fused_sequential", "wg_specialized"))
+METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot", "gemm") + BEFORE_GEMM
 DEFAULT_METHODS = VARIANTS + ("auto", "plain", "symm_one_shot", "gemm")  # two-shot: at W = 2 it moves as much
 
 
@@ -123,7 +123,7 @@ class SymmOneShot:
 
 def _method(ctx, name: str, M: int, N: int, dtype):
     """The callable ``(a, b) -> c`` of method ``name`` (raises if it cannot run here)."""
-    if name in VARIANTS or name == BEFORE_GEMM:
+    if name in VARIANTS or name in BEFORE_GEMM:
         fn = ENTRY_POINTS[name.removesuffix(BEGIN_BEFORE_GEMM)]
         return lambda a, b: fn(a, b)
     if name in TWO_SHOT:

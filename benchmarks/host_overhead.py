@@ -100,22 +100,26 @@ def torch_baseline(op: str, a: torch.Tensor, b: torch.Tensor, world: int):
     raise ValueError(f"no torch baseline for {op}")
 
 
+# The calls whose kernel begins them beside its K loops (primitives.call_enter_aside).
+ASIDE = {"gemm_all_reduce": ("fused_sequential", "wg_specialized"), "gemm_all_scatter": ("fused_sequential",)}
+
+
 def methods(op: str, world: int, begin_kernel: bool = False, begin_before_gemm: bool = False) -> dict:
     """``{name: fn(a, b)}`` timed for ``op``: the variants and plain (public function), the plain
     path's registry entry and the torch baseline; with ``begin_kernel``, also ``bulk_sync``,
     ``fused_sequential`` and ``wg_specialized`` with the protocol's begin kernel launched before them
     (``<variant>+begin_kernel``: ``TILEFUSE_BEGIN_KERNEL=1`` around that method's calls, captures
-    and replays); with ``begin_before_gemm``, the fused_sequential calls that begin beside their K
-    loops (gemm_all_reduce, gemm_all_scatter) also with the begin first
-    (``fused_sequential+begin_before_gemm``: ``TILEFUSE_BEGIN_BEFORE_GEMM=1``)."""
+    and replays); with ``begin_before_gemm``, the calls that begin beside their K loops
+    (:data:`ASIDE`) also with the begin first (``<variant>+begin_before_gemm``:
+    ``TILEFUSE_BEGIN_BEFORE_GEMM=1``)."""
     public = getattr(tilefuse, op)
     have = registry.variants(op)
     out = {v: (lambda a, b, v=v: public(a, b, variant=v)) for v in (*tilefuse.VARIANTS, "plain") if v in have}
     if begin_kernel:
         for v in ("bulk_sync", "fused_sequential", "wg_specialized"):
             out[v + BEGIN_KERNEL] = out[v]
-    if begin_before_gemm and op in ("gemm_all_reduce", "gemm_all_scatter"):
-        out["fused_sequential" + BEGIN_BEFORE_GEMM] = out["fused_sequential"]
+    for v in ASIDE.get(op, ()) if begin_before_gemm else ():
+        out[v + BEGIN_BEFORE_GEMM] = out[v]
     out["auto"] = lambda a, b: public(a, b, variant="auto")
     if "plain" in have:
         entry = registry.get(op, "plain")
@@ -278,8 +282,8 @@ def main(argv=None) -> int:
                    help="also time bulk_sync, fused_sequential and wg_specialized with the begin kernel launched first "
                         "(rows <variant>+begin_kernel: TILEFUSE_BEGIN_KERNEL=1)")
     p.add_argument("--begin-before-gemm", action="store_true",
-                   help="also time the fused_sequential calls that begin beside their K loops with the begin first "
-                        "(rows fused_sequential+begin_before_gemm: TILEFUSE_BEGIN_BEFORE_GEMM=1)")
+                   help="also time the calls that begin beside their K loops with the begin first "
+                        "(rows <variant>+begin_before_gemm: TILEFUSE_BEGIN_BEFORE_GEMM=1)")
     p.add_argument("--csv", default="host_overhead.csv")
     args = p.parse_args(argv)
     if args.smoke:

@@ -337,22 +337,24 @@ def job_one_kernel_calls(ctx):
 # Small tiles (32 x 64: 4 tiles of a 37 x 72 output) on 6 programs, then on 2.
 ASIDE_CONFIGS = [dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=16, GROUP_M=2, num_warps=1, num_stages=1, GEMM_SMS=s, COMM_SMS=s)
                  for s in (3, 1)]
+ASIDE_CALLS = [("gemm_all_reduce", "fused_sequential"), ("gemm_all_reduce", "wg_specialized"),
+               ("gemm_all_scatter", "fused_sequential")]
 
 
 @sync_errors
 def job_begin_aside(ctx):
-    """The one-kernel fused_sequential calls that begin beside their K loops (program 0 begins the
-    call, the others wait for it only before their first store), and the same calls begun before the
-    K loops (``TILEFUSE_BEGIN_BEFORE_GEMM=1``): with fewer tiles than programs (program 0 has none)
-    and more, a different rank late each call. Both forms give the reference's result with the same
-    bits; then the calls after a mismatch of the aside form are correct."""
-    variant = "fused_sequential"
+    """The one-kernel calls that begin beside their K loops (program 0 begins the call, the other GEMM
+    programs wait for it only before their first store, a reducer before its first flag), and the
+    same calls begun before the K loops (``TILEFUSE_BEGIN_BEFORE_GEMM=1``): with fewer tiles than
+    programs (program 0 has none) and more, a different rank late each call. Both forms give the
+    reference's result with the same bits; then the calls after a mismatch of the aside form are
+    correct."""
     bits = {}
-    for op in ("gemm_all_reduce", "gemm_all_scatter"):
+    for op, variant in ASIDE_CALLS:
         for i, config in enumerate(ASIDE_CONFIGS):
             cfg = tilefuse.Config(**config)
-            for mix in ("aside", "before"):
-                if mix == "before":
+            for form in ("aside", "before"):
+                if form == "before":
                     os.environ["TILEFUSE_BEGIN_BEFORE_GEMM"] = "1"
                 try:
                     for call in range(2):
@@ -362,17 +364,16 @@ def job_begin_aside(ctx):
                         got = registry.get(op, variant)(a, b, config=cfg)
                         tilefuse.synchronize()
                         assert_matches(got, registry.get(op, "reference")(a, b), torch.float32, 24, ctx.on_gpu,
-                                       f"{op} {mix} {config} call {call}", scale=ctx.world)
-                        bits.setdefault((op, i, call), []).append(got.contiguous().view(torch.int32))
+                                       f"{op}/{variant} {form} {config} call {call}", scale=ctx.world)
+                        bits.setdefault((op, variant, i, call), []).append(got.contiguous().view(torch.int32))
                 finally:
                     os.environ.pop("TILEFUSE_BEGIN_BEFORE_GEMM", None)
     for key, outs in bits.items():
         assert all(torch.equal(outs[0], x) for x in outs[1:]), key
-    for op in ("gemm_all_reduce", "gemm_all_scatter"):  # the aside form against a two-kernel call: aborted
+    for op, variant in ASIDE_CALLS:  # the aside form against a call of two kernels: aborted on every rank
         a, b = _operands(ctx, op, 37, 72, 24, seed=90)
         with pytest.raises(tilefuse.CallMismatchError):
             registry.get(op, "bulk_sync" if ctx.rank % 2 else variant)(a, b, config=tilefuse.Config(**ASIDE_CONFIGS[0]))
-    for op in ("gemm_all_reduce", "gemm_all_scatter"):
         _check(ctx, op, variant, 37, 72, 24, seed=91)
     tilefuse.barrier()
     return True

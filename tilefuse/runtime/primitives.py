@@ -63,10 +63,11 @@ so the last program of either ends the call. All of them must be resident at onc
 already require.
 
 *Beginning beside the work.* A one-kernel call whose programs start with work that touches nothing
-shared (the ``fused_sequential`` of gemm_all_reduce, one-shot, and of gemm_all_scatter: K loops
-over the caller's ``a`` and ``b``) need not wait for the begin first: :func:`call_enter_aside` gives the begin to program 0, and
-every other program runs its first K loop and then calls :func:`call_ready` (acquire ``ctl[GO]``,
-read the call's state) before it stores anything, so the begin's round overlaps the GEMM instead of
+shared (gemm_all_reduce's one-shot ``fused_sequential`` and ``wg_specialized``, gemm_all_scatter's
+``fused_sequential``: K loops over the caller's ``a`` and ``b``) need not wait for the begin first:
+:func:`call_enter_aside` gives the begin to program 0, and every other GEMM program runs its first K
+loop and then calls :func:`call_ready` (acquire ``ctl[GO]``, read the call's state) before it stores
+anything, a reducer before its first flag, so the begin's round overlaps the GEMM instead of
 preceding it (``TILEFUSE_BEGIN_BEFORE_GEMM=1``: every program waits for the begin first, as with
 :func:`call_enter`; set it alike on every rank, since it also moves tiles between programs). An
 aborted call's programs skip their stores; the begin fills the outputs with NaN as usual.

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import collective
+from ..common.launch import begin_aside, collective
 from ._setup import OP, setup
 from ._tiles import produce_tiles, reduce_tiles
 from ._two_shot import comm_two_shot, produce_owned
@@ -39,38 +39,61 @@ def _wg_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, REDUCERS: tl.constexpr,
-    GATHERERS: tl.constexpr, ENTER: tl.constexpr,
+    GATHERERS: tl.constexpr, ENTER: tl.constexpr, ASIDE: tl.constexpr = False,
 ):
-    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
-                               ENTER)
+    """``ASIDE`` (one-shot, with ``ENTER``): program 0 begins the call while the other producers run
+    their first K loop (``call_enter_aside``; tile t goes to producer ``(t + 1) % GEMM_PROGRAMS``, so
+    program 0 has none while the tiles do not fill the producers); the reducers wait for the begin
+    before their first flag."""
     pid = tl.program_id(0)
-    if live:
-        if TWO_SHOT:
-            if pid < GEMM_PROGRAMS:
-                produce_owned(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                              stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                              heap_bases, cur_rank, world, epoch, pid,
-                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
-            else:
-                # Summing programs wait on producers, gathering programs (the highest ids) on other ranks'
-                # summing programs.
-                comm_two_shot(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
-                              stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                              heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
-                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, REDUCERS, GATHERERS, HAS_BIAS)
+    if ASIDE:
+        epoch = P.call_enter_aside(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
+                                   n_out1)
+        if pid < GEMM_PROGRAMS:
+            live = produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                 stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                                 heap_bases, cur_rank, world, epoch, (pid + GEMM_PROGRAMS - 1) % GEMM_PROGRAMS,
+                                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
+                                 ctl_ptr=ctl_ptr, GATE=True)
         else:
-            if pid < GEMM_PROGRAMS:
-                # Producers wait on nothing.
-                produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                              stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                              heap_bases, cur_rank, world, epoch, pid,
-                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
-            else:
-                # Reducers wait only on producers: lower program ids here, or other ranks.
+            # An aborted call's flags never come: the reducers learn the call's state first.
+            live = P.call_ready(ctl_ptr, heap_bases, cur_rank, world, epoch)
+            if live:
                 reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
                              stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
                              heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True, HAS_BIAS=HAS_BIAS)
+    else:
+        epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
+                                   n_out1, ENTER)
+        if live:
+            if TWO_SHOT:
+                if pid < GEMM_PROGRAMS:
+                    produce_owned(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                  stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                                  heap_bases, cur_rank, world, epoch, pid,
+                                  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
+                else:
+                    # Summing programs wait on producers, gathering programs (the highest ids) on other ranks'
+                    # summing programs.
+                    comm_two_shot(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
+                                  stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                                  heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
+                                  BLOCK_M, BLOCK_N, SUB_M, GROUP_M, REDUCERS, GATHERERS, HAS_BIAS)
+            else:
+                if pid < GEMM_PROGRAMS:
+                    # Producers wait on nothing.
+                    produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                  stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                                  heap_bases, cur_rank, world, epoch, pid,
+                                  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
+                else:
+                    # Reducers wait only on producers: lower program ids here, or other ranks.
+                    reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
+                                 stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                                 heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
+                                 BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True,
+                                 HAS_BIAS=HAS_BIAS)
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
 
 
@@ -89,7 +112,7 @@ def wg_specialized(a, b, *, config=None, group=None, bias=None, two_shot=False):
         *call.dist_args, *call.enter_args,
         GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=comm_programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None,
         TWO_SHOT=call.two_shot, REDUCERS=reducers, GATHERERS=gatherers, ENTER=call.begins,
-        **call.gemm.gemm_meta,
+        ASIDE=call.begins and not call.two_shot and begin_aside(), **call.gemm.gemm_meta,
     )
     call.entered()
     return call.c
