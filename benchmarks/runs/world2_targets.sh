@@ -12,8 +12,8 @@
 #   NCCL (the graph target at decode sizes).
 # PART=2: examples/tp_llama.py (Llama-3-8B layers: sequence-parallel forward + backward at T = 8192
 #   against torch's styles and async-TP, tilefuse's eager and compiled, the replicated decode step in
-#   a CUDA graph), gemm_all_reduce at decode sizes eager and in graphs, the suite on the Llama-3-70B
-#   TP-2 set, and the held-out auto run.
+#   a CUDA graph), gemm_all_reduce at decode sizes eager and in graphs (its one-kernel calls also
+#   begun before their K loops), the suite on the Llama-3-70B TP-2 set, and the held-out auto run.
 . "$(dirname "$0")/prelude.sh"
 END=$(( T0 + ${TOTAL_S:-570} ))
 if (( $(gpus) < 2 )); then echo "needs two GPUs (have $(gpus))" >&2; exit 2; fi
@@ -38,8 +38,11 @@ tests/test_gemm_all_reduce.py;tests/test_protocol.py tests/test_launcher.py;test
 2)
     step tp_llama 230 torchrun --nproc-per-node 2 examples/tp_llama.py --layers 2 --async-tp --compile \
         --csv "$R/tp_llama_w2.csv"
-    step allreduce_decode 70 "$PY" -m benchmarks.allreduce_decode --world 2 --M 1,16,64,256,1024 \
-        --csv "$R/allreduce_decode_w2.csv"
+    # With the one-kernel calls begun before their K loops beside them (the begin's cross-GPU round on
+    # the critical path, as before commit 1875862).
+    step allreduce_decode 85 "$PY" -m benchmarks.allreduce_decode --world 2 --M 1,16,64,256,1024 \
+        --methods bulk_sync,producer_consumer,fused_sequential,wg_specialized,auto,plain,symm_one_shot,gemm,\
+fused_sequential+begin_before_gemm,wg_specialized+begin_before_gemm --csv "$R/allreduce_decode_w2.csv"
     SMI=$(clocks "$R/clocks.csv")
     suite_w2 llama3-70b "$R/suite_w2_70b.csv"
     [[ -n $SMI ]] && kill "$SMI"
