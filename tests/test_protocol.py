@@ -334,8 +334,10 @@ def job_one_kernel_calls(ctx):
     return words
 
 
-# Small tiles (32 x 64: 4 tiles of a 37 x 72 output) on 6 programs, then on 2.
-ASIDE_CONFIGS = [dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=16, GROUP_M=2, num_warps=1, num_stages=1, GEMM_SMS=s, COMM_SMS=s)
+# Small tiles (32 x 64: 4 tiles of a 37 x 72 output) on 6 programs, then on 2. Two warps: the reduction's
+# blocks are whole tiles, so that gemm_all_reduce's fused_sequential sums each tile in its epilogue
+# where it has one tile a program (the first config).
+ASIDE_CONFIGS = [dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=16, GROUP_M=2, num_warps=2, num_stages=1, GEMM_SMS=s, COMM_SMS=s)
                  for s in (3, 1)]
 ASIDE_CALLS = [("gemm_all_reduce", "fused_sequential"), ("gemm_all_reduce", "wg_specialized"),
                ("gemm_all_scatter", "fused_sequential")]
@@ -346,7 +348,8 @@ def job_begin_aside(ctx):
     """The one-kernel calls that begin beside their K loops (program 0 begins the call, the other GEMM
     programs wait for it only before their first store, a reducer before its first flag), and the
     same calls begun before the K loops (``TILEFUSE_BEGIN_BEFORE_GEMM=1``): with fewer tiles than
-    programs (program 0 has none) and more, a different rank late each call. Both forms give the
+    programs (program 0 has none; gemm_all_reduce's fused_sequential sums each tile in its epilogue,
+    its own partial from registers) and more, a different rank late each call. Both forms give the
     reference's result with the same bits; then the calls after a mismatch of the aside form are
     correct."""
     bits = {}

@@ -108,6 +108,13 @@ class Call(Entered):
         cfg = self.gemm.config
         return max(1, min(cfg.BLOCK_M, 1024 * side_warps(cfg) // cfg.BLOCK_N))
 
+    def one_tile_sum(self, programs: int) -> bool:
+        """Whether a one-shot kernel of ``programs`` programs sums each tile in its epilogue, its own
+        partial from registers (``_tiles.produce_and_sum``): every program has at most one tile, and
+        the reduction's blocks are whole tiles (``sub_m``), so that the sum holds no more registers
+        than the reduction pass does."""
+        return self.num_tiles <= programs and self.sub_m == self.gemm.config.BLOCK_M
+
     @property
     def program_counts(self) -> tuple[int, int]:
         """(GEMM programs, reduction programs): the config's split. Not capped by the tiles (programs

@@ -78,6 +78,77 @@ def produce_tiles(
 
 
 @triton.jit
+def produce_and_sum(
+    # GEMM operands (the order of GemmCall.gemm_args)
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    # stage [W, M, N] (input dtype) and flags [W, num_tiles] int64 (symmetric addresses); output
+    # c [M, N] and bias [N], both local
+    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, bias_ptr, stride_cm, stride_cn,
+    # distributed
+    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    # the first tile of this program among NUM_PROGRAMS programs
+    pid,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, HAS_BIAS: tl.constexpr,
+    GATE: tl.constexpr,
+):
+    """:func:`produce_tiles` and :func:`reduce_tiles` tile by tile, this rank's own partial taken
+    from registers: tile t's partial goes to slot ``cur_rank`` of every other rank (release (r, t)
+    there), then the peers' flags of t are acquired and ``((s_0 + s_1) + ...) + bias`` goes to c,
+    with ``s_cur_rank`` the registers' partial (rounded to the stage's dtype as a staged one is: the
+    same bits as the two loops). The own partial never goes through the stage and no own flag is
+    released or acquired (at world 1 the call is the GEMM and the store of c). Meant for one tile a
+    program (tiles <= NUM_PROGRAMS), where the two loops' order is the same; a program's later tiles
+    would wait on the peers' same tile before starting. ``GATE``: as in :func:`produce_tiles`.
+    Returns whether the call runs."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    my_slot = slot_ptr(stage_ptr, cur_rank, stride_slot)
+    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                               BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
+    if GATE:
+        live = epoch == epoch  # a tensor: reassigned in the loop
+    else:
+        live = True  # no branch in the loop
+    for t in range(pid, num_tiles, NUM_PROGRAMS):
+        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
+        part = acc.to(stage_ptr.dtype.element_ty)  # [BM, BN], rounded once
+        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        if GATE:
+            live = P.call_ready(ctl_ptr, heap_bases, cur_rank, world, epoch)
+        if live:
+            for i in range(1, world):
+                dst = (cur_rank + i) % world
+                # Release: pairs with the acquire below on rank `dst`.
+                push_partial(my_slot, part, offs_m, offs_n, M, N, stride_sm, stride_sn,
+                             flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases, RELEASE=True)
+            for i in range(1, world):
+                src = (cur_rank + i) % world
+                # Acquire: pairs with the release above on rank `src`.
+                tile_acquire(flags_ptr + src * num_tiles + t, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
+            offs = offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN] int32
+            mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
+            own = part.to(tl.float32)  # [BM, BN]
+            # Start from s_0 itself (0.0 + -0.0 would be +0.0); sources in the order 0, 1, ..., W-1.
+            total = tl.where(cur_rank == 0, own,
+                             load_partial(stage_ptr, 0, offs, mask & (cur_rank != 0), heap_bases, cur_rank,
+                                          stride_slot, PULL=False))  # [BM, BN]
+            for src in range(1, world):
+                total += tl.where(src == cur_rank, own,
+                                  load_partial(stage_ptr, src, offs, mask & (src != cur_rank), heap_bases, cur_rank,
+                                               stride_slot, PULL=False))
+            if HAS_BIAS:
+                bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
+                total += bias[None, :]
+            c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [BM, BN]
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+    return live
+
+
+@triton.jit
 def load_partial(stage_ptr, src, offs, mask, heap_bases, cur_rank, stride_slot, PULL: tl.constexpr):
     """Source ``src``'s partial of a block, converted to fp32 (zero outside ``mask``)."""
     if PULL:

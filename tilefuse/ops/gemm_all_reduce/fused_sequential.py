@@ -25,7 +25,7 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import begin_aside, collective, ctl
 from ._setup import OP, setup
-from ._tiles import produce_tiles, reduce_tiles
+from ._tiles import produce_and_sum, produce_tiles, reduce_tiles
 from ._two_shot import launch_barriered, produce_owned
 
 
@@ -42,27 +42,37 @@ def _fused_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, WARP_SPEC: tl.constexpr = False, SUM: tl.constexpr = True,
-    ENTER: tl.constexpr = False, ASIDE: tl.constexpr = False,
+    ENTER: tl.constexpr = False, ASIDE: tl.constexpr = False, OWN_SUM: tl.constexpr = False,
 ):
     """``SUM=False``: the GEMM and the partial stores only, no flags (``benchmarks.breakdown`` times the
     parts). ``ASIDE`` (one-shot, with ``ENTER``): program 0 begins the call while the others run
     their first K loop (``call_enter_aside``); tile t goes to program ``(t + 1) % NUM_PROGRAMS``, so
-    program 0 has none while the tiles do not fill the programs."""
+    program 0 has none while the tiles do not fill the programs. ``OWN_SUM`` (with ``ASIDE``; one
+    tile a program): each tile is summed right after it is pushed, this rank's partial taken from
+    registers (``produce_and_sum``)."""
     pid = tl.program_id(0)
     if ASIDE:
         epoch = P.call_enter_aside(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
                                    n_out1)
         first = (pid + NUM_PROGRAMS - 1) % NUM_PROGRAMS  # the same on every rank: the sum's waits pair up
-        live = produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                             stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                             heap_bases, cur_rank, world, epoch, first,
-                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
-                             ctl_ptr=ctl_ptr, GATE=True)
-        if live:
-            reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
-                         stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                         heap_bases, ctl_ptr, cur_rank, world, epoch, first,
-                         BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True, HAS_BIAS=HAS_BIAS)
+        if OWN_SUM:
+            live = produce_and_sum(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                   stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                                   c_ptr, bias_ptr, stride_cm, stride_cn, heap_bases, ctl_ptr, cur_rank, world, epoch,
+                                   first, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR,
+                                   HAS_BIAS, GATE=True)
+        else:
+            live = produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                 stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                                 heap_bases, cur_rank, world, epoch, first,
+                                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
+                                 ctl_ptr=ctl_ptr, GATE=True)
+            if live:
+                reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
+                             stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                             heap_bases, ctl_ptr, cur_rank, world, epoch, first,
+                             BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
+                             HAS_BIAS=HAS_BIAS)
     else:
         epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
                                    n_out1, ENTER)
@@ -97,11 +107,12 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None, two_shot=False
     if call.empty:
         return call.c
     heap, programs = call.heap, call.all_programs
+    aside = call.begins and begin_aside()
     _fused_kernel[(programs,)](
         *call.gemm.gemm_args, call.stage, call.stage if call.two_shot else call.flags, *call.stage_args,
         *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
         NUM_PROGRAMS=programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None, TWO_SHOT=call.two_shot,
-        ENTER=call.begins, ASIDE=call.begins and begin_aside(), **call.gemm.gemm_meta_ws,
+        ENTER=call.begins, ASIDE=aside, OWN_SUM=aside and call.one_tile_sum(programs), **call.gemm.gemm_meta_ws,
     )
     call.entered()
     if call.two_shot:  # barrier, owners sum their rows, barrier, everyone pulls the sums
