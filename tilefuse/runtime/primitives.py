@@ -540,6 +540,26 @@ def call_ready(ctl_ptr, heap_bases, cur_rank, world, seq):
 
 
 @triton.jit
+def gate_start(seq, GATE: tl.constexpr):
+    """The ``live`` a gated loop starts from: True, as a tensor with ``GATE`` (the loop reassigns it
+    from :func:`gate`), else as a constant (the loop's ``if live`` then costs no branch)."""
+    if GATE:
+        return seq == seq
+    else:
+        return True
+
+
+@triton.jit
+def gate(live, ctl_ptr, heap_bases, cur_rank, world, seq, GATE: tl.constexpr):
+    """``GATE``: :func:`call_ready` (before a program's store into anything shared, in a kernel begun
+    with :func:`call_enter_aside`); else ``live`` as it was."""
+    if GATE:
+        return call_ready(ctl_ptr, heap_bases, cur_rank, world, seq)
+    else:
+        return live
+
+
+@triton.jit
 def call_exit(ctl_ptr, heap_bases, cur_rank, world, seq, live, status_ptr, NUM_PROGRAMS,
               END: tl.constexpr, BARRIER: tl.constexpr = False):
     """The end of a kernel that ends its call (``END``; nothing without): a kernel that began the

@@ -110,7 +110,7 @@ class Call(Entered):
 
     def one_tile_sum(self, programs: int) -> bool:
         """Whether a one-shot kernel of ``programs`` programs sums each tile in its epilogue, its own
-        partial from registers (``_tiles.produce_and_sum``): every program has at most one tile, and
+        partial from registers (``_tiles.produce_tiles`` with ``SUM_HERE``): every program has at most one tile, and
         the reduction's blocks are whole tiles (``sub_m``), so that the sum holds no more registers
         than the reduction pass does."""
         return self.num_tiles <= programs and self.sub_m == self.gemm.config.BLOCK_M

@@ -39,6 +39,9 @@ def produce_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
     ctl_ptr=None, GATE: tl.constexpr = False,
+    # with SUM_HERE: output c [M, N] and bias [N], both local
+    c_ptr=None, bias_ptr=None, stride_cm=0, stride_cn=0, HAS_BIAS: tl.constexpr = False,
+    SUM_HERE: tl.constexpr = False,
 ):
     """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ... and store each into slot
     ``cur_rank`` of every rank (ranks cur_rank + 1, cur_rank + 2, ..., itself last).
@@ -49,6 +52,12 @@ def produce_tiles(
     before the call's begin is known to be done; its stores wait for it (``call_ready``) and are
     skipped if the call does not run. Returns whether the call runs (true without ``GATE``, and for
     a program without a tile).
+
+    ``SUM_HERE`` (with ``RELEASE``): :func:`reduce_tiles` of each tile right after its push, this
+    rank's own partial taken from registers (:func:`sum_tile_with_own`): the partial goes to every
+    other rank only, and no own flag is released or acquired (at world 1 the call is the GEMM and
+    the store of c). Meant for one tile a program (tiles <= NUM_PROGRAMS), where the order of the
+    two loops is the same; a program's later tiles would wait on the peers' same tile first.
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -56,96 +65,67 @@ def produce_tiles(
     my_slot = slot_ptr(stage_ptr, cur_rank, stride_slot)
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-    if GATE:
-        live = epoch == epoch  # a tensor: reassigned in the loop
+    if SUM_HERE:
+        pushes = world - 1  # the own partial stays in registers
     else:
-        live = True  # no branch in the loop
+        pushes = world
+    live = P.gate_start(epoch, GATE)
     for t in range(pid, num_tiles, NUM_PROGRAMS):
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
         acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
         part = acc.to(stage_ptr.dtype.element_ty)  # [BM, BN], rounded once
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        if GATE:
-            live = P.call_ready(ctl_ptr, heap_bases, cur_rank, world, epoch)
+        live = P.gate(live, ctl_ptr, heap_bases, cur_rank, world, epoch, GATE)
         if live:
-            for i in range(0, world):
+            for i in range(0, pushes):
                 dst = (cur_rank + 1 + i) % world
-                # Release (with RELEASE): pairs with the acquire in reduce_tiles (WAIT) on rank `dst`.
+                # Release (with RELEASE): pairs with the acquire in reduce_tiles (WAIT) on rank `dst`,
+                # or in sum_tile_with_own there.
                 push_partial(my_slot, part, offs_m, offs_n, M, N, stride_sm, stride_sn,
                              flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases, RELEASE)
+            if SUM_HERE:
+                sum_tile_with_own(part, stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N, num_tiles, t, offs_m, offs_n,
+                                  stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                                  heap_bases, ctl_ptr, cur_rank, world, epoch, HAS_BIAS)
     return live
 
 
 @triton.jit
-def produce_and_sum(
-    # GEMM operands (the order of GemmCall.gemm_args)
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # stage [W, M, N] (input dtype) and flags [W, num_tiles] int64 (symmetric addresses); output
-    # c [M, N] and bias [N], both local
-    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, bias_ptr, stride_cm, stride_cn,
+def sum_tile_with_own(
+    # this rank's partial of tile t [BM, BN] (the stage's dtype), at rows offs_m, columns offs_n
+    part,
+    # stage [W, M, N] (input dtype), flags [W, num_tiles] (push layout), output c [M, N], bias [N]
+    stage_ptr, flags_ptr, c_ptr, bias_ptr,
+    M, N, num_tiles, t, offs_m, offs_n,
+    stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
     # distributed
     heap_bases, ctl_ptr, cur_rank, world, epoch,
-    # the first tile of this program among NUM_PROGRAMS programs
-    pid,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, HAS_BIAS: tl.constexpr,
-    GATE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
 ):
-    """:func:`produce_tiles` and :func:`reduce_tiles` tile by tile, this rank's own partial taken
-    from registers: tile t's partial goes to slot ``cur_rank`` of every other rank (release (r, t)
-    there), then the peers' flags of t are acquired and ``((s_0 + s_1) + ...) + bias`` goes to c,
-    with ``s_cur_rank`` the registers' partial (rounded to the stage's dtype as a staged one is: the
-    same bits as the two loops). The own partial never goes through the stage and no own flag is
-    released or acquired (at world 1 the call is the GEMM and the store of c). Meant for one tile a
-    program (tiles <= NUM_PROGRAMS), where the two loops' order is the same; a program's later tiles
-    would wait on the peers' same tile before starting. ``GATE``: as in :func:`produce_tiles`.
-    Returns whether the call runs."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
-    my_slot = slot_ptr(stage_ptr, cur_rank, stride_slot)
-    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                               BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-    if GATE:
-        live = epoch == epoch  # a tensor: reassigned in the loop
-    else:
-        live = True  # no branch in the loop
-    for t in range(pid, num_tiles, NUM_PROGRAMS):
-        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
-        part = acc.to(stage_ptr.dtype.element_ty)  # [BM, BN], rounded once
-        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        if GATE:
-            live = P.call_ready(ctl_ptr, heap_bases, cur_rank, world, epoch)
-        if live:
-            for i in range(1, world):
-                dst = (cur_rank + i) % world
-                # Release: pairs with the acquire below on rank `dst`.
-                push_partial(my_slot, part, offs_m, offs_n, M, N, stride_sm, stride_sn,
-                             flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases, RELEASE=True)
-            for i in range(1, world):
-                src = (cur_rank + i) % world
-                # Acquire: pairs with the release above on rank `src`.
-                tile_acquire(flags_ptr + src * num_tiles + t, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
-            offs = offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN] int32
-            mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
-            own = part.to(tl.float32)  # [BM, BN]
-            # Start from s_0 itself (0.0 + -0.0 would be +0.0); sources in the order 0, 1, ..., W-1.
-            total = tl.where(cur_rank == 0, own,
-                             load_partial(stage_ptr, 0, offs, mask & (cur_rank != 0), heap_bases, cur_rank,
-                                          stride_slot, PULL=False))  # [BM, BN]
-            for src in range(1, world):
-                total += tl.where(src == cur_rank, own,
-                                  load_partial(stage_ptr, src, offs, mask & (src != cur_rank), heap_bases, cur_rank,
-                                               stride_slot, PULL=False))
-            if HAS_BIAS:
-                bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
-                total += bias[None, :]
-            c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [BM, BN]
-            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
-    return live
+    """:func:`reduce_tiles` of one tile whose own partial is in registers: acquire the other
+    sources' flags of tile t, then ``((s_0 + s_1) + ...) + bias`` into c, sources in the order 0,
+    1, ..., W-1 with ``s_cur_rank`` = ``part`` (rounded as a staged partial is: the same bits)."""
+    for i in range(1, world):
+        src = (cur_rank + i) % world
+        # Acquire: pairs with the release in produce_tiles (SUM_HERE) on rank `src`.
+        tile_acquire(flags_ptr + src * num_tiles + t, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
+    offs = offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN] int32
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
+    own = part.to(tl.float32)  # [BM, BN]
+    # Start from s_0 itself (0.0 + -0.0 would be +0.0).
+    total = tl.where(cur_rank == 0, own,
+                     load_partial(stage_ptr, 0, offs, mask & (cur_rank != 0), heap_bases, cur_rank, stride_slot,
+                                  PULL=False))  # [BM, BN]
+    for src in range(1, world):
+        total += tl.where(src == cur_rank, own,
+                          load_partial(stage_ptr, src, offs, mask & (src != cur_rank), heap_bases, cur_rank,
+                                       stride_slot, PULL=False))
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
+        total += bias[None, :]
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [BM, BN]
+    tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

@@ -25,7 +25,7 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import begin_aside, collective, ctl
 from ._setup import OP, setup
-from ._tiles import produce_and_sum, produce_tiles, reduce_tiles
+from ._tiles import produce_tiles, reduce_tiles
 from ._two_shot import launch_barriered, produce_owned
 
 
@@ -49,24 +49,19 @@ def _fused_kernel(
     their first K loop (``call_enter_aside``); tile t goes to program ``(t + 1) % NUM_PROGRAMS``, so
     program 0 has none while the tiles do not fill the programs. ``OWN_SUM`` (with ``ASIDE``; one
     tile a program): each tile is summed right after it is pushed, this rank's partial taken from
-    registers (``produce_and_sum``)."""
+    registers (``produce_tiles`` with ``SUM_HERE``)."""
     pid = tl.program_id(0)
     if ASIDE:
         epoch = P.call_enter_aside(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
                                    n_out1)
         first = (pid + NUM_PROGRAMS - 1) % NUM_PROGRAMS  # the same on every rank: the sum's waits pair up
-        if OWN_SUM:
-            live = produce_and_sum(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                   stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                                   c_ptr, bias_ptr, stride_cm, stride_cn, heap_bases, ctl_ptr, cur_rank, world, epoch,
-                                   first, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR,
-                                   HAS_BIAS, GATE=True)
-        else:
-            live = produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                 stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                                 heap_bases, cur_rank, world, epoch, first,
-                                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
-                                 ctl_ptr=ctl_ptr, GATE=True)
+        live = produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                             stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                             heap_bases, cur_rank, world, epoch, first,
+                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
+                             ctl_ptr=ctl_ptr, GATE=True, c_ptr=c_ptr, bias_ptr=bias_ptr, stride_cm=stride_cm,
+                             stride_cn=stride_cn, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM)
+        if not OWN_SUM:
             if live:
                 reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
                              stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,

@@ -55,45 +55,38 @@ def _wg_kernel(
                                  heap_bases, cur_rank, world, epoch, (pid + GEMM_PROGRAMS - 1) % GEMM_PROGRAMS,
                                  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
                                  ctl_ptr=ctl_ptr, GATE=True)
-        else:
-            # An aborted call's flags never come: the reducers learn the call's state first.
+        else:  # an aborted call's flags never come: the reducers learn the call's state first
             live = P.call_ready(ctl_ptr, heap_bases, cur_rank, world, epoch)
-            if live:
-                reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
-                             stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                             heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
-                             BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True, HAS_BIAS=HAS_BIAS)
     else:
         epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
                                    n_out1, ENTER)
-        if live:
-            if TWO_SHOT:
-                if pid < GEMM_PROGRAMS:
-                    produce_owned(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                  stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                                  heap_bases, cur_rank, world, epoch, pid,
-                                  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
-                else:
-                    # Summing programs wait on producers, gathering programs (the highest ids) on other ranks'
-                    # summing programs.
-                    comm_two_shot(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
-                                  stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                                  heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
-                                  BLOCK_M, BLOCK_N, SUB_M, GROUP_M, REDUCERS, GATHERERS, HAS_BIAS)
+    if live:
+        if TWO_SHOT:
+            if pid < GEMM_PROGRAMS:
+                produce_owned(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                              stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                              heap_bases, cur_rank, world, epoch, pid,
+                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
             else:
-                if pid < GEMM_PROGRAMS:
-                    # Producers wait on nothing.
-                    produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                  stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                                  heap_bases, cur_rank, world, epoch, pid,
-                                  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
-                else:
-                    # Reducers wait only on producers: lower program ids here, or other ranks.
-                    reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
-                                 stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                                 heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
-                                 BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True,
-                                 HAS_BIAS=HAS_BIAS)
+                # Summing programs wait on producers, gathering programs (the highest ids) on other ranks'
+                # summing programs.
+                comm_two_shot(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
+                              stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                              heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
+                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, REDUCERS, GATHERERS, HAS_BIAS)
+        elif pid < GEMM_PROGRAMS:
+            if not ASIDE:  # (aside, the producers are done)
+                # Producers wait on nothing.
+                produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                              stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+                              heap_bases, cur_rank, world, epoch, pid,
+                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
+        else:
+            # Reducers wait only on producers: lower program ids here, or other ranks.
+            reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
+                         stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                         heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
+                         BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True, HAS_BIAS=HAS_BIAS)
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
 
 

@@ -41,17 +41,13 @@ def compute_tiles(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-    if GATE:
-        live = epoch == epoch  # a tensor: reassigned in the loop
-    else:
-        live = True  # no branch in the loop
+    live = P.gate_start(epoch, GATE)
     for tile_id in tl.range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS, warp_specialize=WARP_SPEC):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        if GATE:
-            live = P.call_ready(ctl_ptr, heap_bases, cur_rank, world, epoch)
+        live = P.gate(live, ctl_ptr, heap_bases, cur_rank, world, epoch, GATE)
         if live:
             store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
             if PUSH:
