@@ -3,15 +3,16 @@ and the program that made it then sums the W partials of that tile.
 
     program p:  | tile t: K loop | store to slot r of ranks r+1, ..., r, release flag (r, t) there | tile t + P ... |
                 | tile t: acquire flags (0, t) ... (W-1, t), sum slots 0 .. W-1 (+ bias) -> c | tile t + P ... |
-    rank r:     | fused kernel, which begins the call itself |
+    rank r:     | fused kernel: program 0 begins the call while the others run their first K loop |
 
 Pushing a tile overlaps the K loops of the tiles other programs are computing. Every program sums
 the tiles it computed, once their W partials have landed: the same tile of the same program id on
 every rank, so a program waits only on programs of other ranks (and the interpreter, which runs a
 rank's programs one after another, makes progress). The sum reads only this rank's heap, in fp32 in
 the order 0, 1, ..., W-1 (the same bits on every rank). A partial travels in the input dtype: the
-epilogue rounds the fp32 tile once. One kernel after the begin kernel: no barrier and no separate
-reduction launch.
+epilogue rounds the fp32 tile once. One kernel, no barrier and no separate reduction launch; where
+every program has at most one tile, the sum follows each push and takes this rank's own partial from
+registers (no own staging).
 
 Two-shot: each tile goes to its owner only; barrier; each owner sums its rows (into its c and its
 own slot); barrier; every rank pulls the other owners' sums.

@@ -4,10 +4,12 @@
     stream:    | fused kernel: begins the call, ends with a barrier (all peers' tiles landed) |
 
 Communication of tile i overlaps the K loops of the tiles other programs are computing; there is no
-flag: the tile goes from registers straight to every peer's c. One launch: the kernel's first program
-begins the call (``call_enter``) and its last one passes the closing barrier with the other ranks
-(``call_exit`` with ``BARRIER``), where the call used to launch a begin kernel and a barrier kernel
-around it (``TILEFUSE_BEGIN_KERNEL=1`` still does).
+flag: the tile goes from registers straight to every peer's c. One launch: the kernel's program 0
+begins the call while the others run their first K loop, waiting for the begin only before their
+first store (``call_enter_aside``; with a warp-specialized tile loop the first program to run begins
+it and the others wait first, ``call_enter``), and its last program passes the closing barrier with
+the other ranks (``call_exit`` with ``BARRIER``), where the call used to launch a begin kernel and a
+barrier kernel around it (``TILEFUSE_BEGIN_KERNEL=1`` still does).
 """
 
 from __future__ import annotations
