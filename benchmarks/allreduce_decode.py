@@ -2,7 +2,8 @@
 eagerly and inside CUDA graphs.
 
     python -m benchmarks.allreduce_decode [--world 1,2] [--M 1,16,64,256,1024,8192] [--N 8192] [--K 8192]
-                                          [--dtype bf16] [--calls 40] [--rounds 3] [--csv allreduce_decode.csv]
+                                          [--dtype bf16] [--calls 40] [--rounds 3] [--weights 1]
+                                          [--csv allreduce_decode.csv]
     python -m benchmarks.allreduce_decode --smoke --world 2     # CPU ranks: tiny shapes, no graphs
 
 Every rank holds ``a [M, K/W]`` and ``b [K/W, N]`` (its K shard of the row-parallel linear) and
@@ -44,6 +45,11 @@ graph       us_per_call    one call captured in a ``torch.cuda.CUDAGraph`` after
 check       rel_error      ``max|c - ref| / max|ref|`` against fp32 matmul + fp32 all-reduce
 check       same_bits      1 if every rank's result has the same bits as rank 0's, else 0
 ==========  =============  ====================================================================
+
+With ``--weights n`` a timed call runs the method on n different ``b`` in turn (a graph captures the
+n calls) and the time is divided by n: as in a model's decode step, where each layer's weight is read
+once, no call finds its weight left in L2 by the call before (with one weight, a B of 64 MiB is
+partly in the H200's 50 MiB L2 at every back-to-back call or replay).
 
 A timing value is the median over rounds of the maximum over ranks. A method that raises gets an
 ``error`` row whose note is the error, and the run goes on (ranks agree on every failure first, so
@@ -198,7 +204,7 @@ def _try(ctx, fn):
     return None, error_text(err) if err is not None else "failed on another rank"
 
 
-def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs) -> list:
+def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs, weights=1) -> list:
     dtype = DTYPES[dtype_name]
     W = ctx.world
     if K % W:
@@ -215,6 +221,9 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs) -> l
         g = torch.Generator().manual_seed(1 + ctx.rank)
         a = (torch.randn(M, k_loc, generator=g) / k_loc**0.5).to(ctx.device, dtype)
         b = torch.randn(k_loc, N, generator=g).to(ctx.device, dtype)
+        # With several weights a timed call runs the method on each in turn, as a model's step reads
+        # each layer's weight once: none of them is left in L2 by the call before.
+        bs = [b] + [torch.randn(k_loc, N, generator=g).to(ctx.device, dtype) for _ in range(weights - 1)]
         ref = _reference(a, b)
         ready = {}  # name -> (eager call, graph or None)
         for name in methods:
@@ -233,12 +242,13 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs) -> l
                     record(name, M, "check", metric, value)
             del c
             graph = None
+            timed = call if weights == 1 else (lambda fn=fn, a=a, bs=bs: [fn(a, x) for x in bs])
             if graphs:
                 with switch_env(name):
-                    graph, note = _try(ctx, lambda call=call: capture_graph(ctx.device, call, warmup))
+                    graph, note = _try(ctx, lambda timed=timed: capture_graph(ctx.device, timed, warmup))
                 if note is not None:
                     record(name, M, "graph", "error", float("nan"), note)
-            ready[name] = (call, graph)
+            ready[name] = (timed, graph)
         times: dict = {}
         for r in range(rounds):
             order = list(ready) if r % 2 == 0 else list(reversed(ready))
@@ -247,12 +257,14 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs) -> l
                 with switch_env(name):
                     for _ in range(warmup):
                         call()
-                    eager_us = _time_eager(ctx, call, calls)
+                    eager_us = _time_eager(ctx, call, calls) / weights
                 times.setdefault((name, "eager"), []).append(_max_over_ranks(ctx, eager_us))
                 if graph is not None:
-                    times.setdefault((name, "graph"), []).append(_max_over_ranks(ctx, _time_graph(ctx, graph, calls)))
+                    graph_us = _time_graph(ctx, graph, calls) / weights
+                    times.setdefault((name, "graph"), []).append(_max_over_ranks(ctx, graph_us))
         for (name, mode), values in times.items():
-            record(name, M, mode, "us_per_call", statistics.median(values))
+            record(name, M, mode, "us_per_call", statistics.median(values),
+                   f"{weights} weights in turn" if weights > 1 else "")
         del ready
         sync(ctx.device)
         tilefuse.barrier()
@@ -289,6 +301,9 @@ def main(argv=None) -> int:
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help="comma-separated, of " + ",".join(METHODS) + "; or all (default: all but the two-shot ones)")
     p.add_argument("--calls", type=int, default=40, help="back-to-back calls (or replays) per timing")
+    p.add_argument("--weights", type=int, default=1,
+                   help="weights (b) a timed call cycles through, each once (default 1: the same b every call, "
+                        "part of it left in L2 by the call before)")
     p.add_argument("--rounds", type=int, default=3, help="timings per method, interleaved between methods")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--no-graphs", action="store_true", help="eager only")
@@ -318,7 +333,7 @@ def main(argv=None) -> int:
     for world in worlds:
         heap = args.heap or heap_bytes(Ms, args.N, world, DTYPES[dtype])
         per_rank = launch(_job, world, Ms, args.N, args.K, dtype, methods, args.calls, args.rounds, args.warmup,
-                          not args.no_graphs, heap_size=heap)
+                          not args.no_graphs, args.weights, heap_size=heap)
         if not is_main_process():
             continue  # under torchrun: rank 0 reports
         got = per_rank[0]  # every value is already the maximum (or the agreement) over ranks
