@@ -356,22 +356,25 @@ def test_default_tiles_keep_the_narrow_decode_tiles():
 
 @pytest.mark.slow
 def test_benchmark_smoke(tmp_path):
-    """benchmarks.allreduce_decode --smoke (one rank: a spawn per rank costs more than the rest): every
-    method ran (torch's one-shot all-reduce only where torch's symmetric memory works), with small
+    """benchmarks.allreduce_decode --smoke (one rank: a spawn per rank costs more than the rest), each
+    timed call cycling through two weights: every method ran (torch's one-shot all-reduce only where
+    torch's symmetric memory works, the one-kernel calls begun before their K loops too), with small
     errors."""
     out = tmp_path / "allreduce_decode.csv"
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cmd = [sys.executable, "-m", "benchmarks.allreduce_decode", "--smoke", "--world", "1", "--M", "5", "--methods",
-           "all", "--csv", str(out)]
+           "all", "--weights", "2", "--csv", str(out)]
     proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
     checks = {(r["variant"], r["metric"]): float(r["value"]) for r in rows if r["mode"] == "check"}
-    for method in VARIANTS + tuple(f"{v}.two_shot" for v in VARIANTS) + ("auto", "plain"):
+    before = ("fused_sequential+begin_before_gemm", "wg_specialized+begin_before_gemm")
+    for method in VARIANTS + tuple(f"{v}.two_shot" for v in VARIANTS) + ("auto", "plain") + before:
         assert checks[(method, "rel_error")] < 1e-2, (method, checks)
         assert checks[(method, "same_bits")] == 1.0, (method, checks)
         assert any(r["variant"] == method and r["metric"] == "us_per_call" for r in rows), method
+    assert all(r["note"] == "2 weights in turn" for r in rows if r["metric"] == "us_per_call")
     assert any(r["variant"] == "gemm" and r["metric"] == "us_per_call" for r in rows)
     assert not any(r["variant"] == "gemm" and r["mode"] == "check" for r in rows)  # not the op's result
     assert ("symm_one_shot", "rel_error") in checks or any(
