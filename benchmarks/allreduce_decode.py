@@ -321,6 +321,8 @@ def main(argv=None) -> int:
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         p.error(f"unknown method(s) {unknown}; methods are {list(METHODS)}")
+    if args.weights < 1:
+        p.error(f"--weights must be at least 1, got {args.weights}")
     Ms = [int(m) for m in args.M.split(",")]
     worlds = [int(w) for w in args.world.split(",")]
     for world in worlds:

@@ -363,7 +363,7 @@ def job_bad_inputs(ctx):
         assert tilefuse.get_heap(sub).world_size == 1 and tilefuse.get_heap().world_size == ctx.world
         tilefuse.shutdown(group=sub)
     # The sequence-parallel plan refuses a CUDA mesh over gloo (ranks sharing a GPU), where torch's
-    # gathers would kill the processes; this run's own mesh goes through unless it is one (ranks
+    # gathers would kill the processes; the test's own mesh goes through unless it is one (ranks
     # sharing a GPU in a GPU run), where it is refused the same way.
     class GlooCuda:
         device_type = "cuda"

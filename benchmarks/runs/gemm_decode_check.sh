@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU: decode-size GEMMs against the read of their weight (torch.matmul, the GEMM core, split-K
-# candidates), the GEMM-core parity grid with today's default configs (bf16), and the replicated
+# candidates), the GEMM-core parity grid with the current default configs (bf16), and the replicated
 # decode step of examples/tp_llama.py with two ranks sharing the GPU (gloo: tilefuse's styles against
 # the unsharded layers, eager and in a CUDA graph; the timings mean nothing). The sequence-parallel
 # layout and its compiled form need one GPU per rank (world2_targets.sh PART=2). About 6 minutes.

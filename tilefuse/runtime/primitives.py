@@ -412,12 +412,16 @@ def wait(flag_ptr, target, cur_rank, src_rank, ctl_ptr, heap_bases, world, AHEAD
 
 
 @triton.jit
+def _live(ctl_ptr):
+    """Whether the current call runs: not aborted (``ctl[STATE]``) and the runtime not poisoned."""
+    return (tl.load(ctl_ptr + CTL_STATE, volatile=True) == 0) & (tl.load(ctl_ptr + CTL_POISON, volatile=True) == 0)
+
+
+@triton.jit
 def call_epoch(ctl_ptr):
     """``(seq, live)`` of the current call: its sequence number (the value its flags carry) and
     whether it runs (False: aborted or poisoned; the kernel must then do nothing)."""
-    seq = tl.load(ctl_ptr + CTL_SEQ)
-    live = (tl.load(ctl_ptr + CTL_STATE) == 0) & (tl.load(ctl_ptr + CTL_POISON, volatile=True) == 0)
-    return seq, live
+    return tl.load(ctl_ptr + CTL_SEQ), _live(ctl_ptr)
 
 
 @triton.jit
@@ -498,8 +502,7 @@ def call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0,
         else:
             # Acquire: pairs with the release above, in the program that entered first.
             wait(ctl_ptr + CTL_GO, seq, cur_rank, cur_rank, ctl_ptr, heap_bases, world)
-        live = (tl.load(ctl_ptr + CTL_STATE, volatile=True) == 0) & \
-            (tl.load(ctl_ptr + CTL_POISON, volatile=True) == 0)
+        live = _live(ctl_ptr)
     else:
         seq, live = call_epoch(ctl_ptr)
     return seq, live
@@ -535,8 +538,7 @@ def call_ready(ctl_ptr, heap_bases, cur_rank, world, seq):
     after the program's first call: the flag is already there."""
     # Acquire: pairs with the release in call_enter_aside, in program 0.
     ok = wait(ctl_ptr + CTL_GO, seq, cur_rank, cur_rank, ctl_ptr, heap_bases, world)
-    return ok & (tl.load(ctl_ptr + CTL_STATE, volatile=True) == 0) & \
-        (tl.load(ctl_ptr + CTL_POISON, volatile=True) == 0)
+    return ok & _live(ctl_ptr)
 
 
 @triton.jit

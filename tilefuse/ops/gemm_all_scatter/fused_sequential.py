@@ -42,13 +42,13 @@ def _fused_kernel(
     if ASIDE:
         epoch = P.call_enter_aside(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
                                    n_out1)
-        live = compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                             c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
-                             heap_bases, cur_rank, world, epoch, (tl.program_id(0) + NUM_PROGRAMS - 1) % NUM_PROGRAMS,
-                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True,
-                             RELEASE=False, ctl_ptr=ctl_ptr, GATE=True)
-        # The closing barrier needs the call's state on every program (one without a tile has not
-        # waited for the begin yet): ranks pass it only for a call that runs.
+        compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                      c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
+                      heap_bases, cur_rank, world, epoch, (tl.program_id(0) + NUM_PROGRAMS - 1) % NUM_PROGRAMS,
+                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True,
+                      RELEASE=False, ctl_ptr=ctl_ptr, GATE=True)
+        # The closing barrier needs the call's state on every program, also one without a tile (it
+        # has not waited for the begin): ranks pass it only for a call that runs.
         live = P.call_ready(ctl_ptr, heap_bases, cur_rank, world, epoch)
     else:
         epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
