@@ -261,7 +261,8 @@ class Case:
         heap = self.call.heap
         self.local_bases = _local_bases(heap)
         cfg = self.call.config
-        tiles = (self.W * self.call.tiles_per_owner if self.op == "gemm_reduce_scatter" else self.call.num_tiles)
+        tiles = (self.W * self.call.tiles_per_owner if self.op == "gemm_reduce_scatter"
+                 else self.call.num_tiles * cfg.SPLIT_K)  # work items: K slices of tiles
         self.programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, tiles)
         self.core_config = cfg.replace(GEMM_SMS=cfg.GEMM_SMS + cfg.COMM_SMS, COMM_SMS=0)
 
@@ -289,8 +290,8 @@ class Case:
             # The GEMM and the stores only (SUM=False): the summing is the reduce part's.
             _fused_kernel[(n,)](*_gemm_args(s, 0 if no_k else None), call.stage, call.stage, *call.stage_args,
                                 *call.out_args, bases, ctl, heap.rank, heap.world_size, *call.enter_args,
-                                NUM_PROGRAMS=n,
-                                SUB_M=call.sub_m, HAS_BIAS=False, TWO_SHOT=False, SUM=False, **meta)
+                                *call.split_args, NUM_PROGRAMS=n, SUB_M=call.sub_m, HAS_BIAS=False, TWO_SHOT=False,
+                                SUM=False, **call.split_meta, **meta)
         return call.stage
 
     def reduce(self, s: Operands, *, pull: bool):

@@ -137,6 +137,63 @@ def job_variants_bit_identical(ctx, M, N, K, dtype_list, config, bias):
     return outs
 
 
+# fused_sequential splitting K within one wave: 2x2 tiles x 2 slices on 8 programs (one slice each;
+# 4 steps of 16 over K = 56: slices of 2 steps), and 1x2 tiles x 3 slices on 7 programs (2 steps over
+# K = 24: one slice of each tile is empty; one program without a slice). Two warps: a 32x64 fp32 sum
+# fits (BLOCK_M x BLOCK_N <= 1024 x warps).
+SPLIT_CFGS = (dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=16, GROUP_M=2, num_warps=2, num_stages=1, GEMM_SMS=8,
+                   COMM_SMS=0, SPLIT_K=2),
+              dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=1, num_warps=1, num_stages=1, GEMM_SMS=7,
+                   COMM_SMS=0, SPLIT_K=3))
+
+
+def job_split_k(ctx, shapes, calls):
+    """gemm_all_reduce's fused_sequential with K split into slices (one a program), begun beside and
+    before its K loops, with a bias and a late rank each call: the reference's result, and the bits
+    of bulk_sync on the same config (whose GEMM core splits K alike). Calls follow each other on the
+    same split-K scratch: a slice count left behind would make the next call's tiles wrong. Then the
+    configs it refuses, on every rank alike."""
+    dtype = torch.float32  # exact in the interpreter: a change of summation order shows
+    outs = []
+    for config, (M, N, K) in zip(SPLIT_CFGS, shapes):
+        cfg = tilefuse.Config(**config)
+        for form in ("aside", "before"):
+            if form == "before":
+                os.environ["TILEFUSE_BEGIN_BEFORE_GEMM"] = "1"
+            try:
+                for call in range(calls):
+                    a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=300 + call, bias=True)
+                    poison_workspaces()
+                    if ctx.rank == call % ctx.world:
+                        time.sleep(0.2)
+                    got = _get("fused_sequential")(a, b, config=cfg, bias=c_bias)
+                    want = _get("bulk_sync")(a, b, config=cfg, bias=c_bias)
+                    tilefuse.synchronize()
+                    what = f"split {config['SPLIT_K']} {form} M={M} N={N} K={K} call {call}"
+                    _check(ctx, got, _get("reference")(a, b, bias=c_bias), dtype, K, what)
+                    differ = (_bits(got) != _bits(want)).sum().item()
+                    assert differ == 0, f"{what}: differs from bulk_sync in {differ} of {got.numel()} elements"
+                    outs.append(got)
+            finally:
+                os.environ.pop("TILEFUSE_BEGIN_BEFORE_GEMM", None)
+    a, b, _ = _inputs(ctx, 37, 72, 56, dtype, seed=9)
+    cfg = tilefuse.Config(**SPLIT_CFGS[0])
+    with pytest.raises(ValueError, match=r"one-shot algorithm only"):
+        _get("fused_sequential")(a, b, config=cfg, two_shot=True)
+    with pytest.raises(ValueError, match=r"4 tiles x 3 slices exceed GEMM_SMS \+ COMM_SMS = 8"):
+        _get("fused_sequential")(a, b, config=cfg.replace(SPLIT_K=3))
+    with pytest.raises(ValueError, match=r"at most 1024 x num_warps = 1024"):
+        _get("fused_sequential")(a, b, config=cfg.replace(num_warps=1))
+    for variant in ("producer_consumer", "wg_specialized"):
+        with pytest.raises(ValueError, match=r"computes whole tiles"):
+            _get(variant)(a, b, config=cfg.replace(GEMM_SMS=6, COMM_SMS=2))
+    got = _get("fused_sequential")(a, b, config=cfg)  # the refusals left nothing behind
+    tilefuse.synchronize()
+    _check(ctx, got, _get("reference")(a, b), dtype, 56, "after the refused configs")
+    tilefuse.barrier()
+    return outs
+
+
 def job_ragged_k_shards(ctx, k_per_rank, M, N):
     """K shards of different sizes per rank (one of them empty), an empty M and N, plain, the public
     entry point with a named variant; then variant="auto" (equal K shards)."""
@@ -293,6 +350,28 @@ def test_two_shot(pools, variant, on_gpu, world):
     results = pools.run(world, job_against_reference, variant, [(37, 72, 56), (2, 40, 24)], calls=2, late=True,
                         dtype_list=dtypes(on_gpu)[:1], two_shot=True)
     _same_bits_on_every_rank(results, f"{variant} two-shot")
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_fused_sequential_splits_k(pools, world):
+    results = pools.run(world, job_split_k, [(37, 72, 56), (5, 40, 24)], 2)
+    _same_bits_on_every_rank(results, f"split K, W={world}")
+
+
+def test_fused_sequential_takes_the_split_decode_tiles():
+    """On a GPU, up to M = 16 in 16-bit dtypes with K's rows 16-byte multiples, fused_sequential takes
+    the GEMM core's split decode tiles where they split K (one slice a program); elsewhere none."""
+    from tilefuse.ops.common.config import decode_split_config
+
+    for M, N, K in ((1, 4096, 4096), (16, 4096, 8192), (1, 4096, 2048)):
+        cfg = decode_split_config(M, N, K, torch.bfloat16, num_sms=132, interpreter=False)
+        assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages, cfg.SPLIT_K) == (16, 64, 256, 3, 2), cfg
+        assert -(-N // cfg.BLOCK_N) * cfg.SPLIT_K <= cfg.GEMM_SMS + cfg.COMM_SMS == 132
+    assert decode_split_config(1, 8192, 4096, torch.bfloat16, num_sms=132, interpreter=False) is None  # 128 tiles
+    assert decode_split_config(17, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=False) is None
+    assert decode_split_config(1, 4096, 4096, torch.float32, num_sms=132, interpreter=False) is None
+    assert decode_split_config(1, 4096, 4100 - 1, torch.bfloat16, num_sms=132, interpreter=False) is None
+    assert decode_split_config(1, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=True) is None
 
 
 def test_ragged_k_shards_empty_plain_and_public(pools):

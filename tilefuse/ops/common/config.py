@@ -12,6 +12,9 @@ _NUM_WARPS = (1, 2, 4, 8, 16)
 MAX_SPLIT_K = 16
 # Variants whose kernels take SPLIT_K > 1: those whose GEMM is ops.common.gemm.matmul.
 SPLIT_K_VARIANTS = ("bulk_sync",)
+# (op, variant) whose own kernel takes SPLIT_K > 1 where every program has at most one K slice (the
+# op's set-up checks that): the slice that completes a tile sums the slices and runs its epilogue.
+ONE_WAVE_SPLIT_K = (("gemm_all_reduce", "fused_sequential"),)
 # Variants whose tile loops can be warp-specialized (Config.WARP_SPEC): the GEMM core's, and the
 # fused loops that set no per-tile flag (a flag released by one consumer group could be seen before
 # the other group's half of the tile is stored). gemm_all_reduce's fused_sequential specializes in its
@@ -39,8 +42,9 @@ class Config:
     many slices computed by different programs; the last slice of a tile to finish sums the fp32
     partials in slice order and runs the tile's epilogue, once (``ops.common.gemm``). Where it is
     supported: the GEMM core (``ops.common.gemm.matmul``) and so every ``bulk_sync`` variant, whose
-    GEMM is that kernel (``SPLIT_K_VARIANTS``). The fused variants' kernels split no tile: they take
-    only ``SPLIT_K = 1``. ``STREAM_K`` (0 or 1, default 0; with ``SPLIT_K = 1`` only): stream-K in
+    GEMM is that kernel (``SPLIT_K_VARIANTS``), and gemm_all_reduce's one-shot ``fused_sequential``
+    where the slices fill at most one wave of its programs (``ONE_WAVE_SPLIT_K``). The other fused
+    variants' kernels split no tile: they take only ``SPLIT_K = 1``. ``STREAM_K`` (0 or 1, default 0; with ``SPLIT_K = 1`` only): stream-K in
     the same kernels, the K steps of all tiles dealt out evenly over the ``GEMM_SMS`` programs, so
     that a tile count just above a multiple of the programs leaves none idle.
 
@@ -493,6 +497,19 @@ def default_config(
     )
 
 
+def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int,
+                        interpreter: bool) -> Config | None:
+    """The GEMM core's split-K decode config (:func:`default_config` with ``split_k``: 16 x
+    ``POINTER_DECODE_N`` tiles loaded through pointers, K split into slices that fill one wave of
+    ``num_sms`` programs) where it splits K, for a kernel of one work item a program that takes
+    ``SPLIT_K`` (``ONE_WAVE_SPLIT_K``); else None. GPU, M <= 16, 16-bit values, K's rows 16-byte
+    multiples."""
+    if interpreter or M > 16 or dtype.itemsize != 2 or (K * dtype.itemsize) % 16:
+        return None
+    config = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=False, comm=False, split_k=True)
+    return config if config.SPLIT_K > 1 and pointer_tiles(config, dtype) else None
+
+
 def launch_shape(config: Config, specialized: bool) -> tuple[int, int]:
     """``(num_warps, num_stages)`` a kernel launches ``config`` with. As given, unless the config
     asks for warp specialization (``WARP_SPEC``) and the kernel does not specialize: then the warps
@@ -511,7 +528,10 @@ def side_warps(config: Config) -> int:
 
 def check_split_k(op: str, variant: str, config: Config) -> None:
     """Raise ValueError if ``config`` splits K (``SPLIT_K > 1`` or ``STREAM_K``) for a variant whose
-    kernels do not (``SPLIT_K_VARIANTS``)."""
+    kernels do not (``SPLIT_K_VARIANTS``; ``SPLIT_K > 1`` also ``ONE_WAVE_SPLIT_K``, whose set-up
+    checks the rest)."""
+    if config.SPLIT_K > 1 and not config.STREAM_K and (op, variant) in ONE_WAVE_SPLIT_K:
+        return
     if (config.SPLIT_K > 1 or config.STREAM_K) and variant not in SPLIT_K_VARIANTS:
         what = f"SPLIT_K={config.SPLIT_K}" if config.SPLIT_K > 1 else "STREAM_K=1"
         raise ValueError(

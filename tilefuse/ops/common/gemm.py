@@ -240,6 +240,23 @@ def store_slice_sum(
 
 
 @triton.jit
+def slice_sum(
+    slots, n, tile_id, count_ptr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """The fp32 sum ``slot 0 + slot 1 + ... + slot n-1`` [BM, BN] of a tile whose last slice this
+    program handed in (:func:`hand_in_slice`), the same values :func:`store_slice_sum` stores, for
+    a kernel that does more with the tile than store it (small tiles: the sum and a loaded slot fit
+    in registers); sets the tile's count back to 0 for the next launch on the stream."""
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
+    total = tl.load(slots + offs, cache_modifier=".cg")  # [BM, BN]
+    for j in range(1, n):
+        total += tl.load(slots + j * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
+    tl.store(count_ptr + tile_id, 0)
+    return total
+
+
+@triton.jit
 def stream_k_owner(g, total, units):
     """The stream-K work unit whose range holds global K step ``g`` (int64) of ``total``: unit u has
     the steps ``[u * total // units, (u + 1) * total // units)``."""

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import hw
-from ..common.config import WARP_SPEC_VARIANTS, check_split_k, narrow_decode, side_warps
+from ..common.config import WARP_SPEC_VARIANTS, check_split_k, decode_split_config, narrow_decode, side_warps
+from ..common.gemm import SPLIT_K_SCRATCH, UNALIGNED_PAD_MIN_M, operand_path
 from ..common.launch import Entered, GemmCall, begin, begin_call, ctl, new_output, op_heap, prepare_gemm, workspace
 
 OP = "gemm_all_reduce"
@@ -68,6 +69,7 @@ class Call(Entered):
     # fused_sequential): one-shot [W, num_tiles], two-shot [2, W, tiles_per_owner]
     two_shot: bool = False
     enter: tuple | None = None  # the begin arguments of a kernel that begins the call itself
+    align: int = 1  # gemm_tile_range's ALIGN (operands on the pointer path: ops.common.gemm.operand_path)
 
     @property
     def heap(self):
@@ -110,10 +112,12 @@ class Call(Entered):
 
     def one_tile_sum(self, programs: int) -> bool:
         """Whether a one-shot kernel of ``programs`` programs sums each tile in its epilogue, its own
-        partial from registers (``_tiles.produce_tiles`` with ``SUM_HERE``): every program has at most one tile, and
-        the reduction's blocks are whole tiles (``sub_m``), so that the sum holds no more registers
-        than the reduction pass does."""
-        return self.num_tiles <= programs and self.sub_m == self.gemm.config.BLOCK_M
+        partial from registers (``_tiles.produce_tiles`` with ``SUM_HERE``): every program has at most
+        one work item (a tile, or with ``SPLIT_K`` one of its K slices), and the reduction's blocks
+        are whole tiles (``sub_m``), so that the sum holds no more registers than the reduction pass
+        does."""
+        cfg = self.gemm.config
+        return self.num_tiles * cfg.SPLIT_K <= programs and self.sub_m == cfg.BLOCK_M
 
     @property
     def program_counts(self) -> tuple[int, int]:
@@ -145,11 +149,45 @@ class Call(Entered):
         heap = self.heap
         return (heap.heap_bases, ctl(heap), heap.rank, heap.world_size)
 
+    @property
+    def split_args(self) -> tuple:
+        """``split_k, partials, counts`` of a kernel that takes ``SPLIT`` (the stream's split-K
+        scratch, :class:`~..common.gemm.SplitKScratch`; the stage as a never-read stand-in without)."""
+        cfg = self.config
+        if cfg.SPLIT_K == 1:
+            return (1, self.stage, self.stage)
+        parts, counts = SPLIT_K_SCRATCH.get(self.c.device, self.num_tiles, cfg.SPLIT_K * cfg.BLOCK_M * cfg.BLOCK_N)
+        return (cfg.SPLIT_K, parts, counts)
+
+    @property
+    def split_meta(self) -> dict:
+        """``SPLIT`` and ``ALIGN`` of a kernel that takes them."""
+        return dict(SPLIT=self.config.SPLIT_K > 1, ALIGN=self.align)
+
     def reduce_meta(self, programs: int, *, pull: bool, wait: bool) -> dict:
         """Constexprs and launch options of the reduction (reduce_tiles)."""
         cfg = self.config
         return dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=self.sub_m, GROUP_M=cfg.GROUP_M,
                     NUM_PROGRAMS=programs, PULL=pull, WAIT=wait, HAS_BIAS=self.bias is not None)
+
+
+def check_one_wave_split(call: GemmCall, two_shot: bool) -> None:
+    """Raise ValueError unless fused_sequential can split ``call``'s K (``Config.SPLIT_K > 1``): the
+    one-shot algorithm, every program at most one K slice of a tile, and tiles whose fp32 sum fits
+    in a program's registers (the reduction's whole-tile blocks: :attr:`Call.sub_m`)."""
+    cfg = call.config
+    if two_shot:
+        raise ValueError(f"{OP}: fused_sequential splits K (SPLIT_K={cfg.SPLIT_K}) in the one-shot algorithm "
+                         "only; use SPLIT_K=1 with two_shot")
+    programs = cfg.GEMM_SMS + cfg.COMM_SMS
+    if call.num_tiles * cfg.SPLIT_K > programs:
+        raise ValueError(f"{OP}: fused_sequential with SPLIT_K={cfg.SPLIT_K} needs a K slice a program: "
+                         f"{call.num_tiles} tiles x {cfg.SPLIT_K} slices exceed GEMM_SMS + COMM_SMS = {programs}; "
+                         "use fewer slices or larger tiles")
+    if cfg.BLOCK_M * cfg.BLOCK_N > 1024 * side_warps(cfg):
+        raise ValueError(f"{OP}: fused_sequential with SPLIT_K={cfg.SPLIT_K} sums a whole tile in registers: "
+                         f"BLOCK_M x BLOCK_N = {cfg.BLOCK_M * cfg.BLOCK_N} must be at most 1024 x num_warps = "
+                         f"{1024 * side_warps(cfg)}")
 
 
 def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flags: bool,
@@ -167,11 +205,22 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
         raise TypeError(f"{OP}: two_shot must be True or False, got {type(two_shot).__name__}")
     heap = op_heap(OP, group)
     call = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
-    check_split_k(OP, variant, call.config)  # only bulk_sync splits K
+    check_split_k(OP, variant, call.config)  # bulk_sync, and fused_sequential within one wave (below)
     if config is None:
-        call = dataclasses.replace(call, config=default_tiles(call.config, call.M, call.N, a.dtype, comm=comm,
-                                                              interpreter=hw.interpreting()))
+        split = None
+        if variant == "fused_sequential" and not two_shot:  # the GEMM core's split decode tiles, if any
+            cfg = call.config
+            split = decode_split_config(call.M, call.N, call.K, a.dtype, num_sms=cfg.GEMM_SMS + cfg.COMM_SMS,
+                                        interpreter=hw.interpreting())
+        call = dataclasses.replace(call, config=split or default_tiles(
+            call.config, call.M, call.N, a.dtype, comm=comm, interpreter=hw.interpreting()))
     two_shot = two_shot or bool(call.config.TWO_SHOT)  # a tuned config may choose the algorithm
+    align = 1
+    if call.config.SPLIT_K > 1 and variant == "fused_sequential":
+        check_one_wave_split(call, two_shot)
+        # The GEMM core's operand path for the config (its split decode tiles load through pointers).
+        a_op, b_op, use_tma, b_kmajor, align = operand_path(call.a, call.b, call.config, min_m=UNALIGNED_PAD_MIN_M)
+        call = dataclasses.replace(call, a=a_op, b=b_op, use_tma=use_tma, b_kmajor=b_kmajor)
     if variant == "fused_sequential" and not two_shot:  # the one-shot form flags its tiles
         call = dataclasses.replace(call, specialize=False)
     if bias is not None:
@@ -188,7 +237,7 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
     key = (OP, variant, M, N, str(a.dtype), (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None, two_shot)
     if M == 0 or N == 0:
         begin(key)
-        return Call(call, c, bias, None, None, two_shot)
+        return Call(call, c, bias, None, None, two_shot, align=align)
     if two_shot and comm and W > 1 and cfg.COMM_SMS < 2:
         raise ValueError(f"{OP}: two_shot with {variant} needs COMM_SMS >= 2 (summing and gathering programs), "
                          f"got {cfg.COMM_SMS}")
@@ -197,7 +246,7 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
                          "slot with 32-bit offsets); split the call")
     stage = workspace(heap, (OP, "stage", a.dtype, W, M, N),
                       lambda h: {"stage": h.empty((W, M, N), dtype=a.dtype)}, W * M * N * a.element_size()).stage
-    result = Call(call, c, bias, stage, None, two_shot)
+    result = Call(call, c, bias, stage, None, two_shot, align=align)
     if flags:
         shape = (2, W, result.tiles_per_owner) if two_shot else (W, call.num_tiles)
         ws = workspace(heap, (OP, variant, "two_shot" if two_shot else "one_shot", W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),

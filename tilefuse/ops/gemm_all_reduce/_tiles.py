@@ -22,7 +22,8 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import side_warps
 from ..common.flags import tile_acquire
-from ..common.gemm import gemm_operands, gemm_tile, tile_coords, tile_offsets
+from ..common.gemm import (gemm_operands, gemm_tile_range, hand_in_slice, slice_sum, split_k_work, tile_coords,
+                           tile_offsets)
 from ..common.reduce import block_offsets, push_partial, slot_ptr
 
 
@@ -42,6 +43,9 @@ def produce_tiles(
     # with SUM_HERE: output c [M, N] and bias [N], both local
     c_ptr=None, bias_ptr=None, stride_cm=0, stride_cn=0, HAS_BIAS: tl.constexpr = False,
     SUM_HERE: tl.constexpr = False,
+    # with SPLIT: K slices per tile, and the split-K scratch (ops.common.gemm.SplitKScratch)
+    split_k=1, partial_ptr=None, count_ptr=None, SPLIT: tl.constexpr = False,
+    ALIGN: tl.constexpr = 1,
 ):
     """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ... and store each into slot
     ``cur_rank`` of every rank (ranks cur_rank + 1, cur_rank + 2, ..., itself last).
@@ -58,6 +62,13 @@ def produce_tiles(
     other rank only, and no own flag is released or acquired (at world 1 the call is the GEMM and
     the store of c). Meant for one tile a program (tiles <= NUM_PROGRAMS), where the order of the
     two loops is the same; a program's later tiles would wait on the peers' same tile first.
+
+    ``SPLIT`` (``split_k > 1``; with ``SUM_HERE``, one work item a program): the work items are the
+    tiles' ``split_k`` K slices (:func:`~..common.gemm.split_k_work`); a program hands its slice in
+    (:func:`~..common.gemm.hand_in_slice`, local scratch), and the one that hands in a tile's last
+    slice sums the slices in slice order (the GEMM core's bits for the same config) and pushes and
+    sums the tile. Slices are handed in whether or not the call runs, so that the scratch's counts
+    are back at zero after every launch. ``ALIGN``: :func:`~..common.gemm.gemm_tile_range`'s.
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -69,25 +80,35 @@ def produce_tiles(
         pushes = world - 1  # the own partial stays in registers
     else:
         pushes = world
+    num_work = num_tiles
+    if SPLIT:
+        num_work = num_tiles * split_k
     live = P.gate_start(epoch, GATE)
-    for t in range(pid, num_tiles, NUM_PROGRAMS):
+    for w in range(pid, num_work, NUM_PROGRAMS):
+        t, s, k_lo, k_hi = split_k_work(w, K, split_k, BLOCK_K, SPLIT)
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
-        part = acc.to(stage_ptr.dtype.element_ty)  # [BM, BN], rounded once
-        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        live = P.gate(live, ctl_ptr, heap_bases, cur_rank, world, epoch, GATE)
-        if live:
-            for i in range(0, pushes):
-                dst = (cur_rank + 1 + i) % world
-                # Release (with RELEASE): pairs with the acquire in reduce_tiles (WAIT) on rank `dst`,
-                # or in sum_tile_with_own there.
-                push_partial(my_slot, part, offs_m, offs_n, M, N, stride_sm, stride_sn,
-                             flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases, RELEASE)
-            if SUM_HERE:
-                sum_tile_with_own(part, stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N, num_tiles, t, offs_m, offs_n,
-                                  stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                                  heap_bases, ctl_ptr, cur_rank, world, epoch, HAS_BIAS)
+        acc = gemm_tile_range(a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk,
+                              stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN)  # [BM, BN] fp32
+        finish = True
+        if SPLIT:
+            slots, finish = hand_in_slice(acc, t, s, split_k, split_k, partial_ptr, count_ptr, BLOCK_M, BLOCK_N)
+            if finish:
+                acc = slice_sum(slots, split_k, t, count_ptr, BLOCK_M, BLOCK_N)
+        if finish:
+            part = acc.to(stage_ptr.dtype.element_ty)  # [BM, BN], rounded once
+            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+            live = P.gate(live, ctl_ptr, heap_bases, cur_rank, world, epoch, GATE)
+            if live:
+                for i in range(0, pushes):
+                    dst = (cur_rank + 1 + i) % world
+                    # Release (with RELEASE): pairs with the acquire in reduce_tiles (WAIT) on rank `dst`,
+                    # or in sum_tile_with_own there.
+                    push_partial(my_slot, part, offs_m, offs_n, M, N, stride_sm, stride_sn,
+                                 flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases, RELEASE)
+                if SUM_HERE:
+                    sum_tile_with_own(part, stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N, num_tiles, t, offs_m,
+                                      offs_n, stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                                      heap_bases, ctl_ptr, cur_rank, world, epoch, HAS_BIAS)
     return live
 
 

@@ -39,18 +39,23 @@ def _fused_kernel(
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, bias_ptr, stride_cm, stride_cn,
     # distributed; the call's begin (one-shot: this kernel begins the call, ENTER)
     heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
+    # with SPLIT: K slices per tile and the split-K scratch (fp32 slots, int32 counts), else never read
+    split_k, partial_ptr, count_ptr,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, WARP_SPEC: tl.constexpr = False, SUM: tl.constexpr = True,
     ENTER: tl.constexpr = False, ASIDE: tl.constexpr = False, OWN_SUM: tl.constexpr = False,
+    SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1,
 ):
     """``SUM=False``: the GEMM and the partial stores only, no flags (``benchmarks.breakdown`` times the
     parts). ``ASIDE`` (one-shot, with ``ENTER``): program 0 begins the call while the others run
     their first K loop (``call_enter_aside``); tile t goes to program ``(t + 1) % NUM_PROGRAMS``, so
-    program 0 has none while the tiles do not fill the programs. ``OWN_SUM`` (with ``ASIDE``; one
-    tile a program): each tile is summed right after it is pushed, this rank's partial taken from
-    registers (``produce_tiles`` with ``SUM_HERE``)."""
+    program 0 has none while the tiles do not fill the programs. ``OWN_SUM`` (one-shot; one tile a
+    program): each tile is summed right after it is pushed, this rank's partial taken from registers
+    (``produce_tiles`` with ``SUM_HERE``). ``SPLIT`` (with ``OWN_SUM``; one work item a program): each
+    tile's K steps are split into ``split_k`` slices, and the program that hands in a tile's last
+    slice sums them, pushes the tile and sums it (``produce_tiles`` with ``SPLIT``)."""
     pid = tl.program_id(0)
     if ASIDE:
         epoch = P.call_enter_aside(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
@@ -61,7 +66,8 @@ def _fused_kernel(
                              heap_bases, cur_rank, world, epoch, first,
                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
                              ctl_ptr=ctl_ptr, GATE=True, c_ptr=c_ptr, bias_ptr=bias_ptr, stride_cm=stride_cm,
-                             stride_cn=stride_cn, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM)
+                             stride_cn=stride_cn, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, split_k=split_k,
+                             partial_ptr=partial_ptr, count_ptr=count_ptr, SPLIT=SPLIT, ALIGN=ALIGN)
         if not OWN_SUM:
             if live:
                 reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
@@ -83,8 +89,11 @@ def _fused_kernel(
                 produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                               stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
                               heap_bases, cur_rank, world, epoch, pid,
-                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=SUM)
-                if SUM:  # the tiles this program produced (the same ids on every rank): it waits only on other ranks
+                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=SUM,
+                              ctl_ptr=ctl_ptr, c_ptr=c_ptr, bias_ptr=bias_ptr, stride_cm=stride_cm,
+                              stride_cn=stride_cn, HAS_BIAS=HAS_BIAS, SUM_HERE=SUM and OWN_SUM, split_k=split_k,
+                              partial_ptr=partial_ptr, count_ptr=count_ptr, SPLIT=SPLIT, ALIGN=ALIGN)
+                if SUM and not OWN_SUM:  # the tiles this program produced (the same ids on every rank)
                     reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
                                  stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
                                  heap_bases, ctl_ptr, cur_rank, world, epoch, pid,
@@ -106,9 +115,10 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None, two_shot=False
     aside = call.begins and begin_aside()
     _fused_kernel[(programs,)](
         *call.gemm.gemm_args, call.stage, call.stage if call.two_shot else call.flags, *call.stage_args,
-        *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
+        *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args, *call.split_args,
         NUM_PROGRAMS=programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None, TWO_SHOT=call.two_shot,
-        ENTER=call.begins, ASIDE=aside, OWN_SUM=aside and call.one_tile_sum(programs), **call.gemm.gemm_meta_ws,
+        ENTER=call.begins, ASIDE=aside, OWN_SUM=not call.two_shot and call.one_tile_sum(programs),
+        **call.split_meta, **call.gemm.gemm_meta_ws,
     )
     call.entered()
     if call.two_shot:  # barrier, owners sum their rows, barrier, everyone pulls the sums
