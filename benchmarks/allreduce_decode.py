@@ -29,6 +29,9 @@ gemm                torch.matmul alone, no all-reduce: what a call would cost if
 fused_sequential    fused_sequential (wg_specialized) with every program waiting for the call's
 +begin_before_gemm  begin before its K loop (``TILEFUSE_BEGIN_BEFORE_GEMM=1`` around its calls and
 (wg_specialized...) its capture; the shipped form begins the call beside the K loops); by name
+fused_sequential    fused_sequential on the tiles it takes without split-K (whole K a tile),
+.whole_k            passed as its config: where the default splits K (decode sizes on a GPU), the
+                    form of before; by name
 ==================  ==========================================================================
 
 Per (M, method): one checked call (relative error against the fp32 reference, and whether the
@@ -45,6 +48,9 @@ graph       us_per_call    one call captured in a ``torch.cuda.CUDAGraph`` after
 check       rel_error      ``max|c - ref| / max|ref|`` against fp32 matmul + fp32 all-reduce
 check       same_bits      1 if every rank's result has the same bits as rank 0's, else 0
 ==========  =============  ====================================================================
+
+With ``--linear-weights`` every ``b`` is the transpose of a ``torch.nn.Linear`` weight ``[N, K/W]``
+(column-major, as tilefuse's row-parallel layers pass it); by default a row-major ``[K/W, N]``.
 
 With ``--weights n`` a timed call runs the method on n different ``b`` in turn (a graph captures the
 n calls) and the time is divided by n: as in a model's decode step, where each layer's weight is read
@@ -83,7 +89,8 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
 TWO_SHOT = tuple(f"{v}.two_shot" for v in VARIANTS)
 BEFORE_GEMM = tuple(v + BEGIN_BEFORE_GEMM for v in ("fused_sequential", "wg_specialized"))
-METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot", "gemm") + BEFORE_GEMM
+WHOLE_K = "fused_sequential.whole_k"
+METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot", "gemm") + BEFORE_GEMM + (WHOLE_K,)
 DEFAULT_METHODS = VARIANTS + ("auto", "plain", "symm_one_shot", "gemm")  # two-shot: at W = 2 it moves as much
 
 
@@ -127,7 +134,19 @@ class SymmOneShot:
         return self.op(self.buf, "sum", self.group_name)
 
 
-def _method(ctx, name: str, M: int, N: int, dtype):
+def whole_k_config(ctx, M: int, N: int, k_loc: int, dtype) -> tilefuse.Config:
+    """The config gemm_all_reduce's fused_sequential takes without a caller's config where it does not
+    split K (``_setup.default_tiles`` of the default config)."""
+    from tilefuse.ops.common.config import default_config
+    from tilefuse.ops.gemm_all_reduce._setup import default_tiles
+    from tilefuse.runtime import hw
+
+    interp = hw.interpreting()
+    cfg = default_config(M, N, k_loc, dtype, num_sms=hw.num_sms(ctx.device), interpreter=interp, comm=False)
+    return default_tiles(cfg, M, N, dtype, comm=False, interpreter=interp)
+
+
+def _method(ctx, name: str, M: int, N: int, k_loc: int, dtype):
     """The callable ``(a, b) -> c`` of method ``name`` (raises if it cannot run here)."""
     if name in VARIANTS or name in BEFORE_GEMM:
         fn = ENTRY_POINTS[name.removesuffix(BEGIN_BEFORE_GEMM)]
@@ -135,6 +154,10 @@ def _method(ctx, name: str, M: int, N: int, dtype):
     if name in TWO_SHOT:
         fn = ENTRY_POINTS[name.removesuffix(".two_shot")]
         return lambda a, b: fn(a, b, two_shot=True)
+    if name == WHOLE_K:
+        cfg = whole_k_config(ctx, M, N, k_loc, dtype)
+        fn = ENTRY_POINTS["fused_sequential"]
+        return lambda a, b: fn(a, b, config=cfg)
     if name == "auto":
         if OP not in registry.OPS:
             raise RuntimeError(f"variant='auto' needs {OP!r} in tilefuse.ops.registry.OPS")
@@ -204,7 +227,7 @@ def _try(ctx, fn):
     return None, error_text(err) if err is not None else "failed on another rank"
 
 
-def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs, weights=1) -> list:
+def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs, weights=1, linear=False) -> list:
     dtype = DTYPES[dtype_name]
     W = ctx.world
     if K % W:
@@ -220,14 +243,20 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs, weig
     for M in Ms:
         g = torch.Generator().manual_seed(1 + ctx.rank)
         a = (torch.randn(M, k_loc, generator=g) / k_loc**0.5).to(ctx.device, dtype)
-        b = torch.randn(k_loc, N, generator=g).to(ctx.device, dtype)
+
+        def weight(g=g):  # [K/W, N]: row-major, or a Linear weight's transpose
+            if linear:
+                return torch.randn(N, k_loc, generator=g).to(ctx.device, dtype).t()
+            return torch.randn(k_loc, N, generator=g).to(ctx.device, dtype)
+
+        b = weight()
         # With several weights a timed call runs the method on each in turn, as a model's step reads
         # each layer's weight once: none of them is left in L2 by the call before.
-        bs = [b] + [torch.randn(k_loc, N, generator=g).to(ctx.device, dtype) for _ in range(weights - 1)]
+        bs = [b] + [weight() for _ in range(weights - 1)]
         ref = _reference(a, b)
         ready = {}  # name -> (eager call, graph or None)
         for name in methods:
-            fn, note = _try(ctx, lambda name=name, M=M: _method(ctx, name, M, N, dtype))
+            fn, note = _try(ctx, lambda name=name, M=M: _method(ctx, name, M, N, k_loc, dtype))
             if note is not None:
                 record(name, M, "eager", "error", float("nan"), note)
                 continue
@@ -263,8 +292,8 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs, weig
                     graph_us = _time_graph(ctx, graph, calls) / weights
                     times.setdefault((name, "graph"), []).append(_max_over_ranks(ctx, graph_us))
         for (name, mode), values in times.items():
-            record(name, M, mode, "us_per_call", statistics.median(values),
-                   f"{weights} weights in turn" if weights > 1 else "")
+            notes = ([f"{weights} weights in turn"] if weights > 1 else []) + (["Linear weights"] if linear else [])
+            record(name, M, mode, "us_per_call", statistics.median(values), "; ".join(notes))
         del ready
         sync(ctx.device)
         tilefuse.barrier()
@@ -304,6 +333,8 @@ def main(argv=None) -> int:
     p.add_argument("--weights", type=int, default=1,
                    help="weights (b) a timed call cycles through, each once (default 1: the same b every call, "
                         "part of it left in L2 by the call before)")
+    p.add_argument("--linear-weights", action="store_true",
+                   help="b is the transpose of a Linear weight [N, K/W] (column-major), not a row-major [K/W, N]")
     p.add_argument("--rounds", type=int, default=3, help="timings per method, interleaved between methods")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--no-graphs", action="store_true", help="eager only")
@@ -335,11 +366,12 @@ def main(argv=None) -> int:
     for world in worlds:
         heap = args.heap or heap_bytes(Ms, args.N, world, DTYPES[dtype])
         per_rank = launch(_job, world, Ms, args.N, args.K, dtype, methods, args.calls, args.rounds, args.warmup,
-                          not args.no_graphs, args.weights, heap_size=heap)
+                          not args.no_graphs, args.weights, args.linear_weights, heap_size=heap)
         if not is_main_process():
             continue  # under torchrun: rank 0 reports
         got = per_rank[0]  # every value is already the maximum (or the agreement) over ranks
-        print(f"allreduce_decode: world {world}, N={args.N}, K={args.K} (K/W per rank), {dtype}, {device}")
+        layout = "Linear weights" if args.linear_weights else "row-major b"
+        print(f"allreduce_decode: world {world}, N={args.N}, K={args.K} (K/W per rank), {dtype}, {layout}, {device}")
         _print(got)
         rows += got
     if not is_main_process():

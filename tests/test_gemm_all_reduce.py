@@ -194,6 +194,52 @@ def job_split_k(ctx, shapes, calls):
     return outs
 
 
+def job_split_decode_default(ctx, replays):
+    """GPU: without a caller's config fused_sequential takes the GEMM core's split decode tiles at M <= 16
+    (one K slice a program), on a Linear weight (pointer loads) and a row-major b (descriptors): the
+    reference's result, bulk_sync's bits on the same config, then CUDA graph replays on fresh inputs."""
+    from tilefuse.ops.common.config import decode_split_config
+    from tilefuse.runtime import hw
+
+    N, K, dtype = 1024, 2048, torch.bfloat16
+    fn = _get("fused_sequential")
+    outs = []
+    for M in (1, 16):
+        cfg = decode_split_config(M, N, K, dtype, num_sms=hw.num_sms(ctx.device), interpreter=False)
+        assert cfg is not None and cfg.SPLIT_K > 1, cfg
+        for linear in (True, False):
+            inputs = functools.partial(_inputs, ctx, M, N, K, dtype, b_transposed=linear, bias=True)
+            a, b, c_bias = inputs(40)
+            poison_workspaces()
+            got = fn(a, b, bias=c_bias)
+            want = _get("bulk_sync")(a, b, config=cfg, bias=c_bias)
+            tilefuse.synchronize()
+            what = f"split decode M={M} linear={linear}"
+            _check(ctx, got, _get("reference")(a, b, bias=c_bias), dtype, K, what)
+            assert torch.equal(_bits(got), _bits(want)), f"{what}: differs from bulk_sync on the same config"
+            static = [x.clone() for x in (a, b, c_bias)]
+            fn(*static[:2], bias=static[2])
+            torch.cuda.synchronize()
+            tilefuse.barrier()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                static_out = fn(*static[:2], bias=static[2])
+            tilefuse.barrier()
+            for i in range(replays):
+                fresh = inputs(50 + i)
+                for x, y in zip(static, fresh):
+                    x.copy_(y)
+                g.replay()
+                torch.cuda.synchronize()
+                _check(ctx, static_out, _get("reference")(fresh[0], fresh[1], bias=fresh[2]), dtype, K,
+                       f"{what} replay {i}")
+                outs.append(static_out.clone())
+            tilefuse.synchronize()
+            tilefuse.barrier()
+            del g
+    return outs
+
+
 def job_ragged_k_shards(ctx, k_per_rank, M, N):
     """K shards of different sizes per rank (one of them empty), an empty M and N, plain, the public
     entry point with a named variant; then variant="auto" (equal K shards)."""
@@ -356,6 +402,13 @@ def test_two_shot(pools, variant, on_gpu, world):
 def test_fused_sequential_splits_k(pools, world):
     results = pools.run(world, job_split_k, [(37, 72, 56), (5, 40, 24)], 2)
     _same_bits_on_every_rank(results, f"split K, W={world}")
+
+
+def test_split_decode_default_and_graphs(pools, on_gpu):
+    if not on_gpu:
+        pytest.skip("the split decode tiles are a GPU default (the interpreter's tiles split nothing)")
+    results = pools.run(2, job_split_decode_default, 3)
+    _same_bits_on_every_rank(results, "split decode tiles")
 
 
 def test_fused_sequential_takes_the_split_decode_tiles():

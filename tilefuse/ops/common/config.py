@@ -44,7 +44,8 @@ class Config:
     supported: the GEMM core (``ops.common.gemm.matmul``) and so every ``bulk_sync`` variant, whose
     GEMM is that kernel (``SPLIT_K_VARIANTS``), and gemm_all_reduce's one-shot ``fused_sequential``
     where the slices fill at most one wave of its programs (``ONE_WAVE_SPLIT_K``). The other fused
-    variants' kernels split no tile: they take only ``SPLIT_K = 1``. ``STREAM_K`` (0 or 1, default 0; with ``SPLIT_K = 1`` only): stream-K in
+    variants' kernels split no tile: they take only ``SPLIT_K = 1``. ``STREAM_K`` (0 or 1, default
+    0; with ``SPLIT_K = 1`` only): stream-K in
     the same kernels, the K steps of all tiles dealt out evenly over the ``GEMM_SMS`` programs, so
     that a tile count just above a multiple of the programs leaves none idle.
 

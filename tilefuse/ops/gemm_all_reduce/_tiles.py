@@ -22,8 +22,15 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import side_warps
 from ..common.flags import tile_acquire
-from ..common.gemm import (gemm_operands, gemm_tile_range, hand_in_slice, slice_sum, split_k_work, tile_coords,
-                           tile_offsets)
+from ..common.gemm import (
+    gemm_operands,
+    gemm_tile_range,
+    hand_in_slice,
+    slice_sum,
+    split_k_work,
+    tile_coords,
+    tile_offsets,
+)
 from ..common.reduce import block_offsets, push_partial, slot_ptr
 
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One GPU, world 1: gemm_all_reduce's fused_sequential on the GEMM core's split decode tiles (K split
+# into slices, one a program) against the whole-K tiles it took before (fused_sequential.whole_k), at
+# decode sizes in CUDA graphs and eagerly, on Linear weights (pointer loads) and at K = 8192 on a
+# row-major b (descriptors); then the tests that cover it, ranks sharing the GPU. About nine minutes.
+#   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/split_decode_check.sh      (from the repository root)
+source "$(dirname "$0")/prelude.sh"
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+END=$(( T0 + ${LIMIT_S:-570} ))
+METHODS=fused_sequential,fused_sequential.whole_k,plain,gemm
+for NK in ${SHAPES:-4096x8192 4096x4096}; do
+    step "allreduce_decode_w1_linear_$NK" 110 "$PY" -m benchmarks.allreduce_decode --world 1 --M 1,16,64 \
+        --N "${NK%x*}" --K "${NK#*x}" --methods "$METHODS" --linear-weights \
+        --rounds 7 --calls 100 --csv "$R/allreduce_decode_w1_linear_$NK.csv"
+done
+step allreduce_decode_w1_row_major_4096x8192 90 "$PY" -m benchmarks.allreduce_decode --world 1 --M 1,16 \
+    --N 4096 --K 8192 --methods "$METHODS" --rounds 7 --calls 100 --csv "$R/allreduce_decode_w1_row_major_4096x8192.csv"
+LEFT=$(( END - $(date +%s) - 10 ))
+if (( LEFT > 60 )); then
+    ( OUT=$R/tests LIMIT_S=$LEFT PER_TEST=$(( LEFT - 10 )) PYTEST_ADDOPTS='-m "not slow"' \
+        GROUPS_SPEC="tests/test_gemm_all_reduce.py;tests/test_protocol.py;tests/test_graphs.py" \
+        bash "$(dirname "$0")/gpu_tests.sh" > "$R/tests.log" 2>&1 )
+fi
+pack
+grep -h "^==\|Error\|FAIL" "$R"/*.log | cut -c1-200
+tail -5 "$R/tests/tests_summary.txt" 2>/dev/null
