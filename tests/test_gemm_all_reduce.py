@@ -194,6 +194,31 @@ def job_split_k(ctx, shapes, calls):
     return outs
 
 
+def job_split_k_planned(ctx, calls):
+    """A call that splits K keeps the launcher's lean path: from the third call of a signature on, its
+    launch plan replays (the split-K scratch is a constant the plan may keep), with correct results;
+    fused_sequential and bulk_sync (the GEMM core's split)."""
+    from tilefuse.ops.common import launch
+
+    cfg = tilefuse.Config(**SPLIT_CFGS[0])
+    tilefuse.clear_workspaces()  # and every plan: earlier tests in this pool may have made these signatures
+    report = {}
+    for variant in ("fused_sequential", "bulk_sync"):
+        fn = _get(variant)
+        before = launch.plan_stats()
+        for i in range(calls):
+            a, b, _ = _inputs(ctx, 37, 72, 56, torch.float32, seed=400 + i)
+            poison_workspaces()
+            got = fn(a, b, config=cfg)
+            tilefuse.synchronize()
+            _check(ctx, got, _get("reference")(a, b), torch.float32, 56, f"{variant} split call {i}")
+        after = launch.plan_stats()
+        report[variant] = (after["replays"] - before["replays"], fn.plan_for((a, b), {"config": cfg}) is not None,
+                           after["last_failure"])
+    tilefuse.barrier()
+    return report
+
+
 def job_split_decode_default(ctx, replays):
     """GPU: without a caller's config fused_sequential takes the GEMM core's split decode tiles at M <= 16
     (one K slice a program), on a Linear weight (pointer loads) and a row-major b (descriptors): the
@@ -402,6 +427,12 @@ def test_two_shot(pools, variant, on_gpu, world):
 def test_fused_sequential_splits_k(pools, world):
     results = pools.run(world, job_split_k, [(37, 72, 56), (5, 40, 24)], 2)
     _same_bits_on_every_rank(results, f"split K, W={world}")
+
+
+def test_split_k_calls_replay_their_plans(pools):
+    for report in pools.run(2, job_split_k_planned, 4):
+        for variant, (replays, planned, why) in report.items():
+            assert planned and replays == 2, (variant, replays, why)
 
 
 def test_split_decode_default_and_graphs(pools, on_gpu):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -498,6 +499,7 @@ def default_config(
     )
 
 
+@functools.lru_cache(maxsize=4096)  # on every call without a config that no launch plan serves
 def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int,
                         interpreter: bool) -> Config | None:
     """The GEMM core's split-K decode config (:func:`default_config` with ``split_k``: 16 x

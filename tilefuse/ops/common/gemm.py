@@ -649,7 +649,9 @@ class SplitKScratch:
     per call; launches on different streams get different sets. A call inside a CUDA graph capture
     gets a fresh zeroed set instead (the memset is part of the graph), never a cached one: a graph
     may be replayed on any stream. :func:`tilefuse.reset` drops the cache (a launch of an aborted
-    call may stop between a tile's slices and leave a count behind).
+    call may stop between a tile's slices and leave a count behind). A launch plan keeps the set it
+    was recorded with (:meth:`owns`), whatever stream replays it: an op's calls on one group do not
+    run at the same time on two streams (they share the group's heap workspaces and side stream).
     """
 
     def __init__(self):
@@ -669,6 +671,10 @@ class SplitKScratch:
             counts = torch.zeros(triton.next_power_of_2(num_tiles), dtype=torch.int32, device=device)
         self._sets[key] = (parts, counts)
         return parts, counts
+
+    def owns(self, t: torch.Tensor) -> bool:
+        """Whether ``t`` is one of the cached sets' tensors (a launch plan may keep it)."""
+        return any(t is x for pair in self._sets.values() for x in pair)
 
     def clear(self) -> None:
         self._sets.clear()

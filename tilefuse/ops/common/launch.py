@@ -156,9 +156,12 @@ def _extent(t: torch.Tensor) -> tuple[int, int]:
 
 
 def _constant_ok(inputs: list):
-    """What a plan may keep: runtime tensors, and tensors on the heap as mapped here (this rank's, or
-    a peer's: the copy-engine pulls read peers' buffers) whose heap offsets overlap none of the
-    call's own heap tensors (an ``out`` written in place)."""
+    """What a plan may keep: runtime tensors, the split-K scratch (:class:`.gemm.SplitKScratch`), and
+    tensors on the heap as mapped here (this rank's, or a peer's: the copy-engine pulls read peers'
+    buffers) whose heap offsets overlap none of the call's own heap tensors (an ``out`` written in
+    place)."""
+    from .gemm import SPLIT_K_SCRATCH
+
     heap = get_heap()
     runtime = _world.constant_tensors()
     maps = getattr(getattr(heap, "_maps", None), "tensors", None) or [None]
@@ -166,7 +169,7 @@ def _constant_ok(inputs: list):
     mine = [(lo - heap.base, hi - heap.base) for lo, hi in (_extent(t) for t in inputs if heap.is_on_heap(t))]
 
     def ok(t: torch.Tensor) -> bool:
-        if any(t is r for r in runtime):
+        if any(t is r for r in runtime) or SPLIT_K_SCRATCH.owns(t):
             return True
         if t.device != heap.device:
             return False
