@@ -197,8 +197,10 @@ def job_split_k(ctx, shapes, calls):
 def job_split_k_planned(ctx, calls):
     """A call that splits K keeps the launcher's lean path: from the third call of a signature on, its
     launch plan replays (the split-K scratch is a constant the plan may keep), with correct results;
-    fused_sequential and bulk_sync (the GEMM core's split)."""
+    fused_sequential and bulk_sync (the GEMM core's split). Where the recording call is the one that
+    makes the scratch, a later call records instead."""
     from tilefuse.ops.common import launch
+    from tilefuse.ops.common.gemm import SPLIT_K_SCRATCH
 
     cfg = tilefuse.Config(**SPLIT_CFGS[0])
     tilefuse.clear_workspaces()  # and every plan: earlier tests in this pool may have made these signatures
@@ -213,8 +215,23 @@ def job_split_k_planned(ctx, calls):
             tilefuse.synchronize()
             _check(ctx, got, _get("reference")(a, b), torch.float32, 56, f"{variant} split call {i}")
         after = launch.plan_stats()
-        report[variant] = (after["replays"] - before["replays"], fn.plan_for((a, b), {"config": cfg}) is not None,
-                           after["last_failure"])
+        plan = fn.plan_for((a, b), {"config": cfg})
+        report[variant] = (after["replays"] - before["replays"], plan is not None, after["last_failure"])
+        steps = len(plan.steps) if plan is not None else -1
+        # The call that records the plan makes the stream's scratch (as a CUDA graph's warm-up on a
+        # new stream does): it gives up and a later call records, so that the plan keeps the scratch
+        # and its replays allocate nothing (the same steps as the plan recorded with the scratch there).
+        tilefuse.clear_workspaces()
+        fn(a, b, config=cfg)  # the signature's first call: the full host path, not recorded
+        SPLIT_K_SCRATCH.clear()
+        retried = launch.plan_stats()["retried"]
+        for i in range(3):
+            got = fn(a, b, config=cfg)
+            tilefuse.synchronize()
+            _check(ctx, got, _get("reference")(a, b), torch.float32, 56, f"{variant} split, scratch made, call {i}")
+        again = fn.plan_for((a, b), {"config": cfg})
+        assert launch.plan_stats()["retried"] == retried + 1, launch.plan_stats()
+        assert again is not None and len(again.steps) == steps, (variant, steps, again and len(again.steps))
     tilefuse.barrier()
     return report
 
