@@ -43,6 +43,10 @@ tests/test_gemm_all_reduce.py;tests/test_protocol.py tests/test_launcher.py;test
     step allreduce_decode 85 "$PY" -m benchmarks.allreduce_decode --world 2 --M 1,16,64,256,1024 \
         --methods bulk_sync,producer_consumer,fused_sequential,wg_specialized,auto,plain,symm_one_shot,gemm,\
 fused_sequential+begin_before_gemm,wg_specialized+begin_before_gemm --csv "$R/allreduce_decode_w2.csv"
+    # fused_sequential splitting K at M <= 16 against the whole-K tiles it took before, on Linear weights.
+    step allreduce_decode_split_k 60 "$PY" -m benchmarks.allreduce_decode --world 2 --M 1,4,16 --linear-weights \
+        --methods fused_sequential,fused_sequential.whole_k,plain,symm_one_shot --rounds 5 \
+        --csv "$R/allreduce_decode_w2_split_k.csv"
     SMI=$(clocks "$R/clocks.csv")
     suite_w2 llama3-70b "$R/suite_w2_70b.csv"
     [[ -n $SMI ]] && kill "$SMI"
