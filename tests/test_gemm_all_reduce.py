@@ -237,16 +237,17 @@ def job_split_k_planned(ctx, calls):
 
 
 def job_split_decode_default(ctx, replays):
-    """GPU: without a caller's config fused_sequential takes the GEMM core's split decode tiles at M <= 16
-    (one K slice a program), on a Linear weight (pointer loads) and a row-major b (descriptors): the
-    reference's result, bulk_sync's bits on the same config, then CUDA graph replays on fresh inputs."""
+    """GPU: without a caller's config fused_sequential takes the GEMM core's split-K tiles at M <= 64
+    (one K slice a program: at M = 1 and 16 two slices of 16 x 64 tiles, pointer loads on a Linear
+    weight and descriptors on a row-major b; at M = 32 eight slices of 32 x 64 tiles): the reference's
+    result, bulk_sync's bits on the same config, then CUDA graph replays on fresh inputs."""
     from tilefuse.ops.common.config import decode_split_config
     from tilefuse.runtime import hw
 
     N, K, dtype = 1024, 2048, torch.bfloat16
     fn = _get("fused_sequential")
     outs = []
-    for M in (1, 16):
+    for M in (1, 16, 32):
         cfg = decode_split_config(M, N, K, dtype, num_sms=hw.num_sms(ctx.device), interpreter=False)
         assert cfg is not None and cfg.SPLIT_K > 1, cfg
         for linear in (True, False):
@@ -460,18 +461,23 @@ def test_split_decode_default_and_graphs(pools, on_gpu):
 
 
 def test_fused_sequential_takes_the_split_decode_tiles():
-    """On a GPU, up to M = 16 in 16-bit dtypes with K's rows 16-byte multiples, fused_sequential takes
-    the GEMM core's split decode tiles where they split K (one slice a program); elsewhere none."""
+    """On a GPU, up to M = 64 in 16-bit dtypes, fused_sequential takes the GEMM core's split-K tiles
+    where they split K, one slice a program, and a tile's sum fits in registers; elsewhere none."""
     from tilefuse.ops.common.config import decode_split_config
 
-    for M, N, K in ((1, 4096, 4096), (16, 4096, 8192), (1, 4096, 2048)):
+    cases = {(1, 4096, 4096): (16, 64, 256, 3, 2), (16, 4096, 8192): (16, 64, 256, 3, 2),
+             (1, 4096, 2048): (16, 64, 256, 3, 2), (32, 4096, 4096): (32, 128, 64, 6, 4),
+             (48, 4096, 8192): (64, 64, 64, 6, 2),
+             (1, 4096, 4099): (16, 128, 64, 6, 4)}  # rows of K not 16-byte multiples: not the pointer tiles
+    for (M, N, K), tiles in cases.items():
         cfg = decode_split_config(M, N, K, torch.bfloat16, num_sms=132, interpreter=False)
-        assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages, cfg.SPLIT_K) == (16, 64, 256, 3, 2), cfg
-        assert -(-N // cfg.BLOCK_N) * cfg.SPLIT_K <= cfg.GEMM_SMS + cfg.COMM_SMS == 132
+        assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages, cfg.SPLIT_K) == tiles, (M, N, K, cfg)
+        assert -(-M // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N) * cfg.SPLIT_K <= cfg.GEMM_SMS + cfg.COMM_SMS == 132
+        assert cfg.BLOCK_M * cfg.BLOCK_N <= 1024 * cfg.num_warps
     assert decode_split_config(1, 8192, 4096, torch.bfloat16, num_sms=132, interpreter=False) is None  # 128 tiles
-    assert decode_split_config(17, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=False) is None
+    assert decode_split_config(64, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=False) is None  # whole K
+    assert decode_split_config(65, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=False) is None
     assert decode_split_config(1, 4096, 4096, torch.float32, num_sms=132, interpreter=False) is None
-    assert decode_split_config(1, 4096, 4100 - 1, torch.bfloat16, num_sms=132, interpreter=False) is None
     assert decode_split_config(1, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=True) is None
 
 

@@ -499,18 +499,28 @@ def default_config(
     )
 
 
+# Rows up to which a kernel of one work item a program takes the GEMM core's split-K config
+# (decode_split_config).
+DECODE_SPLIT_MAX_M = 64
+
+
 @functools.lru_cache(maxsize=4096)  # on every call without a config that no launch plan serves
 def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int,
                         interpreter: bool) -> Config | None:
-    """The GEMM core's split-K decode config (:func:`default_config` with ``split_k``: 16 x
-    ``POINTER_DECODE_N`` tiles loaded through pointers, K split into slices that fill one wave of
-    ``num_sms`` programs) where it splits K, for a kernel of one work item a program that takes
-    ``SPLIT_K`` (``ONE_WAVE_SPLIT_K``); else None. GPU, M <= 16, 16-bit values, K's rows 16-byte
-    multiples."""
-    if interpreter or M > 16 or dtype.itemsize != 2 or (K * dtype.itemsize) % 16:
+    """The GEMM core's split-K config (:func:`default_config` with ``split_k``; up to M = 16 the 16 x
+    ``POINTER_DECODE_N`` tiles loaded through pointers, to 64 rows the tiles of :func:`_split_k_tiles`,
+    K split into slices that fill one wave of ``num_sms`` programs) where it splits K, for a kernel
+    of one work item a program that takes ``SPLIT_K`` (``ONE_WAVE_SPLIT_K``) and sums a tile in
+    registers (``BLOCK_M * BLOCK_N <= 1024 * num_warps``); else None. GPU, M <= ``DECODE_SPLIT_MAX_M``,
+    16-bit values."""
+    if interpreter or M > DECODE_SPLIT_MAX_M or dtype.itemsize != 2:
         return None
     config = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=False, comm=False, split_k=True)
-    return config if config.SPLIT_K > 1 and pointer_tiles(config, dtype) else None
+    tiles = -(-M // config.BLOCK_M) * -(-N // config.BLOCK_N)
+    if (config.SPLIT_K > 1 and tiles * config.SPLIT_K <= num_sms
+            and config.BLOCK_M * config.BLOCK_N <= 1024 * config.num_warps):
+        return config
+    return None
 
 
 def launch_shape(config: Config, specialized: bool) -> tuple[int, int]:
