@@ -239,7 +239,7 @@ def job_split_k_planned(ctx, calls):
 def job_split_decode_default(ctx, replays):
     """GPU: without a caller's config fused_sequential takes the GEMM core's split-K tiles at M <= 64
     (one K slice a program: at M = 1 and 16 two slices of 16 x 64 tiles, pointer loads on a Linear
-    weight and descriptors on a row-major b; at M = 32 eight slices of 32 x 64 tiles): the reference's
+    weight and descriptors on a row-major b; at M = 48 seven slices of 64 x 64 tiles): the reference's
     result, bulk_sync's bits on the same config, then CUDA graph replays on fresh inputs."""
     from tilefuse.ops.common.config import decode_split_config
     from tilefuse.runtime import hw
@@ -247,7 +247,7 @@ def job_split_decode_default(ctx, replays):
     N, K, dtype = 1024, 2048, torch.bfloat16
     fn = _get("fused_sequential")
     outs = []
-    for M in (1, 16, 32):
+    for M in (1, 16, 48):
         cfg = decode_split_config(M, N, K, dtype, num_sms=hw.num_sms(ctx.device), interpreter=False)
         assert cfg is not None and cfg.SPLIT_K > 1, cfg
         for linear in (True, False):
@@ -466,8 +466,8 @@ def test_fused_sequential_takes_the_split_decode_tiles():
     from tilefuse.ops.common.config import decode_split_config
 
     cases = {(1, 4096, 4096): (16, 64, 256, 3, 2), (16, 4096, 8192): (16, 64, 256, 3, 2),
-             (1, 4096, 2048): (16, 64, 256, 3, 2), (32, 4096, 4096): (32, 128, 64, 6, 4),
-             (48, 4096, 8192): (64, 64, 64, 6, 2),
+             (1, 4096, 2048): (16, 64, 256, 3, 2), (48, 4096, 8192): (64, 64, 64, 6, 2),
+             (33, 4096, 4096): (64, 64, 64, 6, 2),
              (1, 4096, 4099): (16, 128, 64, 6, 4)}  # rows of K not 16-byte multiples: not the pointer tiles
     for (M, N, K), tiles in cases.items():
         cfg = decode_split_config(M, N, K, torch.bfloat16, num_sms=132, interpreter=False)
@@ -476,6 +476,8 @@ def test_fused_sequential_takes_the_split_decode_tiles():
         assert cfg.BLOCK_M * cfg.BLOCK_N <= 1024 * cfg.num_warps
     assert decode_split_config(1, 8192, 4096, torch.bfloat16, num_sms=132, interpreter=False) is None  # 128 tiles
     assert decode_split_config(64, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=False) is None  # whole K
+    for M in (17, 32):  # the 32-row split tiles measured slower than the whole-K ones
+        assert decode_split_config(M, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=False) is None
     assert decode_split_config(65, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=False) is None
     assert decode_split_config(1, 4096, 4096, torch.float32, num_sms=132, interpreter=False) is None
     assert decode_split_config(1, 4096, 4096, torch.bfloat16, num_sms=132, interpreter=True) is None

@@ -500,8 +500,13 @@ def default_config(
 
 
 # Rows up to which a kernel of one work item a program takes the GEMM core's split-K config
-# (decode_split_config).
+# (decode_split_config), and the tile heights it takes. Measured in gemm_all_reduce's
+# fused_sequential on an H200 against the whole-K tiles (N = 4096, K = 4096 and 8192, bf16, CUDA graph
+# replays; docs/perf/2026-12-01_h200_ws1_allreduce_decode_split_k_*.csv): the 16-row tiles 0.4-5.7 us
+# faster at M = 1-16, the 64-row ones 1.2 and 3.8 us faster at M = 48, the 32-row ones (32 x 128,
+# 4 slices) 0.3-2.1 us slower at M = 24 and 32.
 DECODE_SPLIT_MAX_M = 64
+DECODE_SPLIT_BLOCK_M = (16, 64)
 
 
 @functools.lru_cache(maxsize=4096)  # on every call without a config that no launch plan serves
@@ -509,15 +514,15 @@ def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: 
                         interpreter: bool) -> Config | None:
     """The GEMM core's split-K config (:func:`default_config` with ``split_k``; up to M = 16 the 16 x
     ``POINTER_DECODE_N`` tiles loaded through pointers, to 64 rows the tiles of :func:`_split_k_tiles`,
-    K split into slices that fill one wave of ``num_sms`` programs) where it splits K, for a kernel
-    of one work item a program that takes ``SPLIT_K`` (``ONE_WAVE_SPLIT_K``) and sums a tile in
-    registers (``BLOCK_M * BLOCK_N <= 1024 * num_warps``); else None. GPU, M <= ``DECODE_SPLIT_MAX_M``,
-    16-bit values."""
+    K split into slices that fill one wave of ``num_sms`` programs) where it splits K with tiles of
+    ``DECODE_SPLIT_BLOCK_M`` rows, for a kernel of one work item a program that takes ``SPLIT_K``
+    (``ONE_WAVE_SPLIT_K``) and sums a tile in registers (``BLOCK_M * BLOCK_N <= 1024 * num_warps``);
+    else None. GPU, M <= ``DECODE_SPLIT_MAX_M``, 16-bit values."""
     if interpreter or M > DECODE_SPLIT_MAX_M or dtype.itemsize != 2:
         return None
     config = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=False, comm=False, split_k=True)
     tiles = -(-M // config.BLOCK_M) * -(-N // config.BLOCK_N)
-    if (config.SPLIT_K > 1 and tiles * config.SPLIT_K <= num_sms
+    if (config.SPLIT_K > 1 and config.BLOCK_M in DECODE_SPLIT_BLOCK_M and tiles * config.SPLIT_K <= num_sms
             and config.BLOCK_M * config.BLOCK_N <= 1024 * config.num_warps):
         return config
     return None
