@@ -15,12 +15,7 @@ for NK in ${SHAPES:-4096x8192 4096x4096}; do
 done
 step host_overhead_w1 150 "$PY" -m benchmarks host_overhead --world 1 --ops gemm_all_scatter,gemm_all_reduce \
     --M 1,16,128 --begin-before-gemm --calls 200 --replays 200 --csv "$R/host_overhead_w1.csv"
-LEFT=$(( END - $(date +%s) - 10 ))
-if (( LEFT > 60 )); then
-    ( OUT=$R/tests LIMIT_S=$LEFT PER_TEST=$(( LEFT - 10 )) PYTEST_ADDOPTS='-m "not slow"' \
-        GROUPS_SPEC="tests/test_protocol.py;tests/test_gemm_all_reduce.py;tests/test_gemm_all_scatter.py tests/test_graphs.py;tests/test_styles.py" \
-        bash "$(dirname "$0")/gpu_tests.sh" > "$R/tests.log" 2>&1 )
-fi
+tests_in_rest "tests/test_protocol.py;tests/test_gemm_all_reduce.py;tests/test_gemm_all_scatter.py tests/test_graphs.py;tests/test_styles.py"
 pack
 grep -h "^==\|Error\|FAIL" "$R"/*.log | cut -c1-200
 tail -5 "$R/tests/tests_summary.txt" 2>/dev/null

@@ -26,12 +26,7 @@ if [[ ${ROW_MAJOR:-1} == 1 ]]; then
         --N 4096 --K 8192 --methods "$METHODS" --rounds 7 --calls 100 \
         --csv "$R/allreduce_decode_w1_row_major_4096x8192.csv"
 fi
-LEFT=$(( END - $(date +%s) - 10 ))
-if (( LEFT > 60 )); then
-    ( OUT=$R/tests LIMIT_S=$LEFT PER_TEST=$(( LEFT - 10 )) PYTEST_ADDOPTS='-m "not slow"' \
-        GROUPS_SPEC="${TESTS:-tests/test_gemm_all_reduce.py;tests/test_protocol.py;tests/test_graphs.py}" \
-        bash "$(dirname "$0")/gpu_tests.sh" > "$R/tests.log" 2>&1 )
-fi
+tests_in_rest "${TESTS:-tests/test_gemm_all_reduce.py;tests/test_protocol.py;tests/test_graphs.py}"
 pack
 grep -h "^==\|Error\|FAIL" "$R"/*.log | cut -c1-200
 tail -5 "$R/tests/tests_summary.txt" 2>/dev/null
