@@ -151,8 +151,8 @@ def job_split_k(ctx, shapes, calls):
     """gemm_all_reduce's fused_sequential with K split into slices (one a program), begun beside and
     before its K loops, with a bias and a late rank each call: the reference's result, and the bits
     of bulk_sync on the same config (whose GEMM core splits K alike). Calls follow each other on the
-    same split-K scratch: a slice count left behind would make the next call's tiles wrong. Then the
-    configs it refuses, on every rank alike."""
+    same split-K scratch: a slice count left behind would make the next call's tiles wrong. Then K
+    shards of different sizes, and the configs it refuses, on every rank alike."""
     dtype = torch.float32  # exact in the interpreter: a change of summation order shows
     outs = []
     for config, (M, N, K) in zip(SPLIT_CFGS, shapes):
@@ -176,8 +176,19 @@ def job_split_k(ctx, shapes, calls):
                     outs.append(got)
             finally:
                 os.environ.pop("TILEFUSE_BEGIN_BEFORE_GEMM", None)
-    a, b, _ = _inputs(ctx, 37, 72, 56, dtype, seed=9)
+    # K shards of different sizes (as the GPU default's slices, which follow M and N only, meet them):
+    # 4 steps over 2 slices, 1 step (one slice empty), none.
     cfg = tilefuse.Config(**SPLIT_CFGS[0])
+    k_here = (56, 9, 0)[ctx.rank % 3]
+    a, b, c_bias = _inputs(ctx, 37, 72, k_here, dtype, seed=310, bias=True)
+    poison_workspaces()
+    got = _get("fused_sequential")(a, b, config=cfg, bias=c_bias)
+    want = _get("bulk_sync")(a, b, config=cfg, bias=c_bias)
+    tilefuse.synchronize()
+    _check(ctx, got, _get("reference")(a, b, bias=c_bias), dtype, 56, "split K over ragged K shards")
+    assert torch.equal(_bits(got), _bits(want)), "split K over ragged K shards: differs from bulk_sync"
+    outs.append(got)
+    a, b, _ = _inputs(ctx, 37, 72, 56, dtype, seed=9)
     with pytest.raises(ValueError, match=r"one-shot algorithm only"):
         _get("fused_sequential")(a, b, config=cfg, two_shot=True)
     with pytest.raises(ValueError, match=r"4 tiles x 3 slices exceed GEMM_SMS \+ COMM_SMS = 8"):
@@ -462,13 +473,15 @@ def test_split_decode_default_and_graphs(pools, on_gpu):
 
 def test_fused_sequential_takes_the_split_decode_tiles():
     """On a GPU, up to M = 64 in 16-bit dtypes, fused_sequential takes the GEMM core's split-K tiles
-    where they split K, one slice a program, and a tile's sum fits in registers; elsewhere none."""
+    where they split K, one slice a program, and a tile's sum fits in registers; elsewhere none. The
+    tiles and slices follow M and N only, so that ranks with K shards of different sizes agree on
+    them (K sets BLOCK_K)."""
     from tilefuse.ops.common.config import decode_split_config
 
     cases = {(1, 4096, 4096): (16, 64, 256, 3, 2), (16, 4096, 8192): (16, 64, 256, 3, 2),
              (1, 4096, 2048): (16, 64, 256, 3, 2), (48, 4096, 8192): (64, 64, 64, 6, 2),
-             (33, 4096, 4096): (64, 64, 64, 6, 2),
-             (1, 4096, 4099): (16, 128, 64, 6, 4)}  # rows of K not 16-byte multiples: not the pointer tiles
+             (33, 4096, 4096): (64, 64, 64, 6, 2), (1, 1024, 2048): (16, 64, 256, 3, 8),
+             (1, 4096, 4099): (16, 64, 256, 3, 2), (1, 4096, 100): (16, 64, 128, 3, 2)}
     for (M, N, K), tiles in cases.items():
         cfg = decode_split_config(M, N, K, torch.bfloat16, num_sms=132, interpreter=False)
         assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages, cfg.SPLIT_K) == tiles, (M, N, K, cfg)

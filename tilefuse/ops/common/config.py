@@ -507,25 +507,32 @@ def default_config(
 # 4 slices) 0.3-2.1 us slower at M = 24 and 32.
 DECODE_SPLIT_MAX_M = 64
 DECODE_SPLIT_BLOCK_M = (16, 64)
+# The K that decode_split_config decides tiles and slices for: long enough that only the wave limits
+# the slices, so that neither depends on a rank's K shard.
+_DECODE_SPLIT_REF_K = 1 << 20
 
 
 @functools.lru_cache(maxsize=4096)  # on every call without a config that no launch plan serves
 def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int,
                         interpreter: bool) -> Config | None:
-    """The GEMM core's split-K config (:func:`default_config` with ``split_k``; up to M = 16 the 16 x
-    ``POINTER_DECODE_N`` tiles loaded through pointers, to 64 rows the tiles of :func:`_split_k_tiles`,
-    K split into slices that fill one wave of ``num_sms`` programs) where it splits K with tiles of
-    ``DECODE_SPLIT_BLOCK_M`` rows, for a kernel of one work item a program that takes ``SPLIT_K``
-    (``ONE_WAVE_SPLIT_K``) and sums a tile in registers (``BLOCK_M * BLOCK_N <= 1024 * num_warps``);
-    else None. GPU, M <= ``DECODE_SPLIT_MAX_M``, 16-bit values."""
+    """The GEMM core's split-K tiles (:func:`default_config` with ``split_k``: up to M = 16 the 16 x
+    ``POINTER_DECODE_N`` tiles loaded through pointers, to 64 rows the tiles of :func:`_split_k_tiles`)
+    with ``SPLIT_K`` the most K slices that fill one wave of ``num_sms`` programs, where that is 2 or
+    more, the tiles have ``DECODE_SPLIT_BLOCK_M`` rows and a tile's sum fits in registers
+    (``BLOCK_M * BLOCK_N <= 1024 * num_warps``): for a kernel of one work item a program that takes
+    ``SPLIT_K`` (``ONE_WAVE_SPLIT_K``); else None. GPU, M <= ``DECODE_SPLIT_MAX_M``, 16-bit values.
+
+    Tiles and slices follow M and N only (ranks whose K shards differ must agree on the tile grid);
+    ``K`` sets ``BLOCK_K`` (at most the tiles' own). A short K leaves some slices a step or none."""
     if interpreter or M > DECODE_SPLIT_MAX_M or dtype.itemsize != 2:
         return None
-    config = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=False, comm=False, split_k=True)
+    config = default_config(M, N, _DECODE_SPLIT_REF_K, dtype, num_sms=num_sms, interpreter=False, comm=False,
+                            split_k=True)
     tiles = -(-M // config.BLOCK_M) * -(-N // config.BLOCK_N)
-    if (config.SPLIT_K > 1 and config.BLOCK_M in DECODE_SPLIT_BLOCK_M and tiles * config.SPLIT_K <= num_sms
+    if not (config.SPLIT_K > 1 and config.BLOCK_M in DECODE_SPLIT_BLOCK_M and tiles * config.SPLIT_K <= num_sms
             and config.BLOCK_M * config.BLOCK_N <= 1024 * config.num_warps):
-        return config
-    return None
+        return None
+    return dataclasses.replace(config, BLOCK_K=_pow2_between(K, 16, config.BLOCK_K))
 
 
 def launch_shape(config: Config, specialized: bool) -> tuple[int, int]:
