@@ -191,3 +191,30 @@ def job_all_reduce_bias(ctx, variants_):
 
 def test_all_reduce_bias_compiles_and_differentiates(pools):
     assert all(pools.run(2, job_all_reduce_bias, ["wg_specialized", "plain", "auto"]))
+
+
+def job_split_k_config(ctx):
+    """gemm_all_reduce's fused_sequential with a config that splits K, compiled (fullgraph: the config
+    is an argument of the custom op), forward and backward, against the fp32 computation."""
+    from test_gemm_all_reduce import SPLIT_CFGS
+
+    cfg = tilefuse.Config(**SPLIT_CFGS[0])
+    cnt = _counter(ctx)
+    compiled = torch.compile(lambda a, b: tilefuse.gemm_all_reduce(a, b, variant="fused_sequential", config=cfg),
+                             fullgraph=True, backend=cnt)
+    for step in range(STEPS):
+        a, b, dc = make_inputs(ctx, "gemm_all_reduce", torch.float32, seed=40 + step)
+        ref = reference(ctx, "gemm_all_reduce", a, b, dc)
+        a.requires_grad_()
+        b.requires_grad_()
+        c = compiled(a, b)
+        (c * dc).sum().backward()
+        check_grads(ctx, f"rank {ctx.rank} compiled split-K fused_sequential, step {step}", torch.float32,
+                    (c.detach(), a.grad, b.grad), ref)
+        assert cnt.frame_count == 1, f"{cnt.frame_count} graphs after step {step} (recompiled)"
+    tilefuse.barrier()
+    return True
+
+
+def test_split_k_config_compiles(pools):
+    assert all(pools.run(2, job_split_k_config))
