@@ -152,7 +152,8 @@ def job_split_k(ctx, shapes, calls):
     before its K loops, with a bias and a late rank each call: the reference's result, and the bits
     of bulk_sync on the same config (whose GEMM core splits K alike). Calls follow each other on the
     same split-K scratch: a slice count left behind would make the next call's tiles wrong. Then K
-    shards of different sizes, and the configs it refuses, on every rank alike."""
+    shards of different sizes, a call aborted on every rank and the calls after it, and the configs it
+    refuses, on every rank alike."""
     dtype = torch.float32  # exact in the interpreter: a change of summation order shows
     outs = []
     for config, (M, N, K) in zip(SPLIT_CFGS, shapes):
@@ -188,6 +189,16 @@ def job_split_k(ctx, shapes, calls):
     _check(ctx, got, _get("reference")(a, b, bias=c_bias), dtype, 56, "split K over ragged K shards")
     assert torch.equal(_bits(got), _bits(want)), "split K over ragged K shards: differs from bulk_sync"
     outs.append(got)
+    # A split call aborted on every rank (a mismatch: bulk_sync on the odd ranks): its slices are still
+    # handed in and summed, so the scratch's counts are back at zero and the next calls are right.
+    a, b, _ = _inputs(ctx, 37, 72, 56, dtype, seed=320)
+    with pytest.raises(tilefuse.CallMismatchError):
+        _get("bulk_sync" if ctx.rank % 2 else "fused_sequential")(a, b, config=cfg)
+    for call in range(2):
+        a, b, _ = _inputs(ctx, 37, 72, 56, dtype, seed=321 + call)
+        got = _get("fused_sequential")(a, b, config=cfg)
+        tilefuse.synchronize()
+        _check(ctx, got, _get("reference")(a, b), dtype, 56, f"split call {call} after an aborted one")
     a, b, _ = _inputs(ctx, 37, 72, 56, dtype, seed=9)
     with pytest.raises(ValueError, match=r"one-shot algorithm only"):
         _get("fused_sequential")(a, b, config=cfg, two_shot=True)
