@@ -54,9 +54,9 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     tile sizes and the GEMM_SMS/COMM_SMS split (the same on every rank). Heap workspace per rank,
     allocated on the first call of a shape: ``W*M*N*itemsize`` bytes of staging (one per dtype and
     shape, shared by the variants), plus ``8*W*tiles`` bytes of flags for producer_consumer,
-    wg_specialized and one-shot fused_sequential. fused_sequential splitting K (``Config.SPLIT_K``; the default at decode sizes on
-    a GPU) also keeps ``4*SPLIT_K*BLOCK_M*BLOCK_N`` bytes a tile of fp32 slices in ordinary device
-    memory, one set per stream.
+    wg_specialized and one-shot fused_sequential. fused_sequential splitting K (``Config.SPLIT_K``;
+    the default at decode sizes on a GPU) also keeps ``4*SPLIT_K*BLOCK_M*BLOCK_N`` bytes a tile of
+    fp32 slices in ordinary device memory, one set per stream.
 
     Returns once every rank's partial has been summed into ``c`` (stream-ordered on a GPU: complete
     for any later work on the current stream). Collective: every rank must make the same calls in
