@@ -519,7 +519,7 @@ def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: 
     ``POINTER_DECODE_N`` tiles loaded through pointers, to 64 rows the tiles of :func:`_split_k_tiles`)
     with ``SPLIT_K`` the most K slices that fill one wave of ``num_sms`` programs, where that is 2 or
     more, the tiles have ``DECODE_SPLIT_BLOCK_M`` rows and a tile's sum fits in registers
-    (``BLOCK_M * BLOCK_N <= 1024 * num_warps``): for a kernel of one work item a program that takes
+    (:func:`sum_rows`): for a kernel of one work item a program that takes
     ``SPLIT_K`` (``ONE_WAVE_SPLIT_K``); else None. GPU, M <= ``DECODE_SPLIT_MAX_M``, 16-bit values.
 
     Tiles and slices follow M and N only (ranks whose K shards differ must agree on the tile grid);
@@ -530,7 +530,7 @@ def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: 
                             split_k=True)
     tiles = -(-M // config.BLOCK_M) * -(-N // config.BLOCK_N)
     if not (config.SPLIT_K > 1 and config.BLOCK_M in DECODE_SPLIT_BLOCK_M and tiles * config.SPLIT_K <= num_sms
-            and config.BLOCK_M * config.BLOCK_N <= 1024 * config.num_warps):
+            and sum_rows(config) == config.BLOCK_M):
         return None
     return dataclasses.replace(config, BLOCK_K=_pow2_between(K, 16, config.BLOCK_K))
 
@@ -549,6 +549,13 @@ def side_warps(config: Config) -> int:
     """Warps of the kernels beside the GEMM's tile loop (reductions, copies): those of its
     unspecialized launch, whatever ``WARP_SPEC`` asks."""
     return launch_shape(config, False)[0]
+
+
+def sum_rows(config: Config) -> int:
+    """Rows of a ``[rows, BLOCK_N]`` fp32 block a reduction sums at once: about 32 values a thread of
+    the kernel's unspecialized warps (:func:`side_warps`), at most ``BLOCK_M``. A tile's whole fp32
+    sum fits in a program's registers where it is ``BLOCK_M``."""
+    return max(1, min(config.BLOCK_M, 1024 * side_warps(config) // config.BLOCK_N))
 
 
 def check_split_k(op: str, variant: str, config: Config) -> None:

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import hw
-from ..common.config import WARP_SPEC_VARIANTS, check_split_k, decode_split_config, narrow_decode, side_warps
+from ..common.config import (
+    WARP_SPEC_VARIANTS,
+    check_split_k,
+    decode_split_config,
+    narrow_decode,
+    side_warps,
+    sum_rows,
+)
 from ..common.gemm import SPLIT_K_SCRATCH, UNALIGNED_PAD_MIN_M, operand_path
 from ..common.launch import Entered, GemmCall, begin, begin_call, ctl, new_output, op_heap, prepare_gemm, workspace
 
@@ -106,9 +113,8 @@ class Call(Entered):
 
     @property
     def sub_m(self) -> int:
-        """Rows per reduction block: about 32 fp32 elements per thread, a power of two <= BLOCK_M."""
-        cfg = self.gemm.config
-        return max(1, min(cfg.BLOCK_M, 1024 * side_warps(cfg) // cfg.BLOCK_N))
+        """Rows per reduction block (:func:`~..common.config.sum_rows`)."""
+        return sum_rows(self.gemm.config)
 
     def one_tile_sum(self, programs: int) -> bool:
         """Whether a one-shot kernel of ``programs`` programs sums each tile in its epilogue, its own
@@ -184,7 +190,7 @@ def check_one_wave_split(call: GemmCall, two_shot: bool) -> None:
         raise ValueError(f"{OP}: fused_sequential with SPLIT_K={cfg.SPLIT_K} needs a K slice a program: "
                          f"{call.num_tiles} tiles x {cfg.SPLIT_K} slices exceed GEMM_SMS + COMM_SMS = {programs}; "
                          "use fewer slices or larger tiles")
-    if cfg.BLOCK_M * cfg.BLOCK_N > 1024 * side_warps(cfg):
+    if sum_rows(cfg) < cfg.BLOCK_M:
         raise ValueError(f"{OP}: fused_sequential with SPLIT_K={cfg.SPLIT_K} sums a whole tile in registers: "
                          f"BLOCK_M x BLOCK_N = {cfg.BLOCK_M * cfg.BLOCK_N} must be at most 1024 x num_warps = "
                          f"{1024 * side_warps(cfg)}")
