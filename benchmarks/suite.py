@@ -158,6 +158,7 @@ def auto_note(op: str, a: torch.Tensor, b: torch.Tensor) -> str:
     what this rank's tables and cache would pick."""
     choice = dispatch.choose(op, a, b)
     form = " two-shot" if getattr(choice.config, "TWO_SHOT", 0) else ""
+    form += " epilogue-sum" if getattr(choice.config, "EPILOGUE_SUM", 0) else ""
     return f"auto -> {choice.variant}{form} ({choice.source})"
 
 

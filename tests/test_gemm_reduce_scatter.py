@@ -11,7 +11,8 @@ from ophelpers import assert_matches, dtypes, flagged_first, poison_workspaces, 
 import tilefuse
 from tilefuse.ops import registry
 from tilefuse.ops.common import launch
-from tilefuse.ops.gemm_reduce_scatter.fused_sequential import EPILOGUE_FORM, fused_sequential_epilogue
+from tilefuse.ops.gemm_reduce_scatter._setup import EPILOGUE_FORM
+from tilefuse.ops.gemm_reduce_scatter.fused_sequential import fused_sequential_epilogue
 
 OP = "gemm_reduce_scatter"
 # (rows per rank, N, K_loc), M = W * rows: ragged in every dimension; rows smaller than one block;
@@ -231,3 +232,44 @@ def test_epilogue_form_epochs_late_rank_back_to_back(pools, on_gpu):
 
 def test_registered():
     assert set(tilefuse.VARIANTS) <= set(registry.variants(OP))
+
+
+def job_epilogue_sum_config(ctx):
+    """``Config.EPILOGUE_SUM = 1`` selects fused_sequential's epilogue-sum form through the public op:
+    the staged form's bits, on the form's flags; a rank on the other form
+    is a mismatch that aborts the call on every rank, and the calls after it are correct; the other
+    variants and ops refuse the field on every rank, before any communication."""
+    M, N, K = ctx.world * 37, 72, 24
+    staged = tilefuse.Config(**SMALL_CFG)
+    summed = staged.replace(EPILOGUE_SUM=1)
+    a, b = _inputs(ctx, M, N, K, torch.float32, seed=41)
+    ref = registry.get(OP, "reference")(a, b)
+    poison_workspaces()
+    want = tilefuse.gemm_reduce_scatter(a, b, variant="fused_sequential", config=staged)
+    flags_key = (OP, EPILOGUE_FORM, 37, N, staged.BLOCK_M, staged.BLOCK_N)
+    assert flags_key not in launch.workspace_keys()
+    poison_workspaces()
+    got = tilefuse.gemm_reduce_scatter(a, b, variant="fused_sequential", config=summed)
+    tilefuse.synchronize()
+    assert flags_key in launch.workspace_keys(), "the call did not take the epilogue-sum form's flags"
+    _check(ctx, got, ref, torch.float32, K, "EPILOGUE_SUM=1")
+    assert torch.equal(_bits(got), _bits(want)), "the epilogue-sum form and the staged form differ"
+    with pytest.raises(tilefuse.CallMismatchError):
+        tilefuse.gemm_reduce_scatter(a, b, variant="fused_sequential", config=summed if ctx.rank % 2 else staged)
+    for call in range(2):
+        a, b = _inputs(ctx, M, N, K, torch.float32, seed=42 + call)
+        got = tilefuse.gemm_reduce_scatter(a, b, variant="fused_sequential", config=summed)
+        tilefuse.synchronize()
+        _check(ctx, got, registry.get(OP, "reference")(a, b), torch.float32, K, f"after the mismatch, call {call}")
+    for variant in ("bulk_sync", "producer_consumer", "wg_specialized"):
+        with pytest.raises(ValueError, match="EPILOGUE_SUM"):
+            tilefuse.gemm_reduce_scatter(a, b, variant=variant, config=summed)
+    with pytest.raises(ValueError, match="EPILOGUE_SUM"):
+        tilefuse.gemm_all_reduce(a, b, variant="fused_sequential", config=summed)
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_epilogue_sum_config_selects_the_form(pools, world):
+    assert all(pools.run(world, job_epilogue_sum_config))

@@ -56,6 +56,19 @@ def test_two_shot_form_of_gemm_all_reduce_only_across_ranks():
     assert rules.two_shot_form("gemm_all_reduce", "wg_specialized", tiny, 2, 2) is None, "no room for both"
 
 
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_epilogue_sum_form_of_gemm_reduce_scatter_fused_sequential_only(world):
+    base = default_config(4096, 8192, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
+    (cfg,) = rules.extra_configs("gemm_reduce_scatter", "fused_sequential", base, 132, world)
+    assert cfg == base.replace(EPILOGUE_SUM=1)
+    for op, variant in [("gemm_reduce_scatter", "bulk_sync"), ("gemm_all_scatter", "fused_sequential"),
+                        ("gemm_all_reduce", "fused_sequential")]:
+        assert not any(c.EPILOGUE_SUM for c in rules.extra_configs(op, variant, base, 132, world)), (op, variant)
+    configs = tuner.candidate_configs("fused_sequential", 4096, 8192, 4096, torch.bfloat16, 132, False, False,
+                                      op="gemm_reduce_scatter", world=world)
+    assert sum(c.EPILOGUE_SUM for c in configs) == 1
+
+
 def test_config_two_shot_round_trips_and_old_entries_stay_valid():
     cfg = default_config(64, 64, 64, torch.float16, num_sms=8, interpreter=True, comm=True).replace(TWO_SHOT=1)
     assert Config.from_dict(cfg.to_dict()) == cfg
@@ -66,6 +79,10 @@ def test_config_two_shot_round_trips_and_old_entries_stay_valid():
         cfg.replace(TWO_SHOT=2)
     with pytest.raises(TypeError, match="TWO_SHOT must be an int"):
         cfg.replace(TWO_SHOT=True)
+    summed = cfg.replace(TWO_SHOT=0, EPILOGUE_SUM=1)  # the same for gemm_reduce_scatter's epilogue-sum form
+    assert Config.from_dict(summed.to_dict()) == summed and Config.from_dict(old).EPILOGUE_SUM == 0
+    with pytest.raises(ValueError, match="EPILOGUE_SUM must be 0 or 1"):
+        cfg.replace(EPILOGUE_SUM=2)
 
 
 def _first_call_candidates(monkeypatch, op, world, num_sms, M=4096, N=8192, K=4096):

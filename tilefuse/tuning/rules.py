@@ -13,6 +13,11 @@ so both search the same space.
   bytes in one more step but each rank sums only its own rows. Nothing measured says where it wins,
   so both tuners time it next to one-shot at every W >= 2 (:func:`two_shot_form`); the tuners' margin
   over plain keeps a tie from switching.
+- **gemm_reduce_scatter's epilogue-sum form.** ``fused_sequential`` with ``Config.EPILOGUE_SUM = 1``
+  computes a rank's own tiles last and adds the peers' partials in their epilogue: no reduction
+  pass, no barrier, no own staging, but flagged tile loops that are not warp-specialized. Where
+  that trade wins is measured per shape, so both tuners time it next to the staged form at every W
+  (at world 1 it is the GEMM and the store of c).
 - **all_gather_gemm's ``fused_sequential`` on wide N.** Each of its tiles loads its A rows straight
   from the source rank's heap inside the K loop, so rank s's shard crosses the link once per column
   tile, ``cdiv(N, BLOCK_N)`` times, with no reuse (peer reads are not kept in this GPU's L2). On two
@@ -31,7 +36,7 @@ variant and shape, most promising first.
 
 from __future__ import annotations
 
-from ..ops.common.config import Config
+from ..ops.common.config import EPILOGUE_SUM_FORMS, Config
 from ..runtime import dma
 
 FUSED_AG_MAX_COLUMN_TILES = 2
@@ -86,4 +91,6 @@ def extra_configs(op: str, variant: str, base: Config, num_sms: int, world: int)
     two_shot = two_shot_form(op, variant, base, num_sms, world)
     if two_shot is not None:
         out.append(two_shot)
+    if (op, variant) in EPILOGUE_SUM_FORMS:
+        out.append(base.replace(EPILOGUE_SUM=1))  # a warp-specialized tile runs unspecialized there
     return out[:MAX_EXTRA_CONFIGS]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..common.config import check_split_k
+from ..common.config import check_variant_config
 from ..common.gemm import ensure_triton_allocator, gemm_layout
 from ..common.launch import Entered, GemmCall, begin_call, new_output, prepare_gemm, workspace
 
@@ -19,7 +19,7 @@ def setup(variant: str, a, b, config, group, *, comm: bool) -> GemmCall:
     # No padded copies: the variants read `a` where it is (the shard travels anyway) and decide its
     # operand path themselves (`layout`).
     call = prepare_gemm(OP, a, b, group, config, comm=comm, pad=False)
-    check_split_k(OP, variant, call.config)  # only bulk_sync splits K
+    check_variant_config(OP, variant, call.config)  # only bulk_sync splits K
     return call
 
 

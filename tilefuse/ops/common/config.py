@@ -20,6 +20,8 @@ ONE_WAVE_SPLIT_K = (("gemm_all_reduce", "fused_sequential"),)
 # fused loops that set no per-tile flag (a flag released by one consumer group could be seen before
 # the other group's half of the tile is stored). gemm_all_reduce's fused_sequential specializes in its
 # two-shot form only (the one-shot form flags its tiles).
+# (op, variant) whose kernel sums each tile in its epilogue with Config.EPILOGUE_SUM = 1.
+EPILOGUE_SUM_FORMS = (("gemm_reduce_scatter", "fused_sequential"),)
 WARP_SPEC_VARIANTS = {
     "gemm_all_scatter": ("bulk_sync", "fused_sequential"),
     "all_gather_gemm": ("bulk_sync",),
@@ -59,6 +61,12 @@ class Config:
     the descriptor path, on NVIDIA GPUs, by the GEMM core (so ``bulk_sync``) and by the variants whose
     tile loops set no per-tile flag (``WARP_SPEC_VARIANTS``); elsewhere the tiles run unspecialized
     with twice the warps and at most 3 stages (:func:`launch_shape`).
+
+    ``EPILOGUE_SUM`` (0 or 1, default 0): gemm_reduce_scatter's ``fused_sequential`` in its
+    epilogue-sum form (``EPILOGUE_SUM_FORMS``): a rank computes its own tiles last and adds the peers'
+    partials in their epilogue, its own partial from registers: one launch, no reduction pass, no
+    own staging. Its tile loops set per-tile flags, so they are not warp-specialized. Other
+    variants refuse it (:func:`check_variant_config`).
     """
 
     BLOCK_M: int
@@ -73,6 +81,7 @@ class Config:
     SPLIT_K: int = 1
     STREAM_K: int = 0
     WARP_SPEC: int = 0
+    EPILOGUE_SUM: int = 0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -99,6 +108,8 @@ class Config:
             raise ValueError(f"Config.SPLIT_K must be in [1, {MAX_SPLIT_K}], got {self.SPLIT_K}")
         if self.STREAM_K not in (0, 1):
             raise ValueError(f"Config.STREAM_K must be 0 or 1, got {self.STREAM_K}")
+        if self.EPILOGUE_SUM not in (0, 1):
+            raise ValueError(f"Config.EPILOGUE_SUM must be 0 or 1, got {self.EPILOGUE_SUM}")
         if self.WARP_SPEC not in (0, 1):
             raise ValueError(f"Config.WARP_SPEC must be 0 or 1, got {self.WARP_SPEC}")
         if self.WARP_SPEC and (self.num_warps != 4 or self.BLOCK_M < 64 or self.BLOCK_N > 2 * self.BLOCK_M):
@@ -570,6 +581,16 @@ def check_split_k(op: str, variant: str, config: Config) -> None:
             f"{op}: Config.{what} is for the variants whose GEMM is the split-K core "
             f"({', '.join(SPLIT_K_VARIANTS)}); {variant} computes whole tiles: use SPLIT_K=1, STREAM_K=0"
         )
+
+
+def check_variant_config(op: str, variant: str, config: Config) -> None:
+    """Raise ValueError if ``config`` asks ``variant`` of ``op`` for a form its kernels lack: K split
+    (:func:`check_split_k`), or the epilogue sum (``EPILOGUE_SUM_FORMS``)."""
+    check_split_k(op, variant, config)
+    if config.EPILOGUE_SUM and (op, variant) not in EPILOGUE_SUM_FORMS:
+        forms = ", ".join(f"{o} {v}" for o, v in EPILOGUE_SUM_FORMS)
+        raise ValueError(f"{op}: Config.EPILOGUE_SUM=1 selects the epilogue-sum form of {forms}; "
+                         f"{variant} has none: use EPILOGUE_SUM=0")
 
 
 def check_config_fits(config: Config, num_sms: int, where: str = "this device") -> None:

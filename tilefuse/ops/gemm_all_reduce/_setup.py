@@ -12,7 +12,7 @@ import torch
 from ...runtime import hw
 from ..common.config import (
     WARP_SPEC_VARIANTS,
-    check_split_k,
+    check_variant_config,
     decode_split_config,
     narrow_decode,
     side_warps,
@@ -211,7 +211,7 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
         raise TypeError(f"{OP}: two_shot must be True or False, got {type(two_shot).__name__}")
     heap = op_heap(OP, group)
     call = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
-    check_split_k(OP, variant, call.config)  # bulk_sync, and fused_sequential within one wave (below)
+    check_variant_config(OP, variant, call.config)  # split K: bulk_sync, and fused_sequential within one wave
     if config is None:
         split = None
         if variant == "fused_sequential" and not two_shot:  # the GEMM core's split decode tiles, if any

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..common.config import WARP_SPEC_VARIANTS, check_split_k
+from ..common.config import WARP_SPEC_VARIANTS, check_variant_config
 from ..common.launch import Entered, GemmCall, begin_call, check_out, prepare_gemm, workspace
 
 OP = "gemm_all_scatter"
@@ -46,7 +46,7 @@ def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = F
     non-empty call's first kernel begins it itself, given :attr:`Call.enter_args`)."""
     g: GemmCall = prepare_gemm(OP, a, b, group, config, comm=comm,
                                specialize=variant in WARP_SPEC_VARIANTS[OP])
-    check_split_k(OP, variant, g.config)  # only bulk_sync splits K
+    check_variant_config(OP, variant, g.config)  # only bulk_sync splits K
     heap = g.heap
     W, r = heap.world_size, heap.rank
     shape = (g.M, W * g.N)

@@ -8,10 +8,13 @@ from dataclasses import dataclass
 import torch
 
 from ..common.checks import check_divisible, check_matrix
-from ..common.config import WARP_SPEC_VARIANTS, check_split_k, side_warps
+from ..common.config import WARP_SPEC_VARIANTS, check_variant_config, side_warps
 from ..common.launch import Entered, GemmCall, begin, begin_call, ctl, new_output, op_heap, prepare_gemm, workspace
 
 OP = "gemm_reduce_scatter"
+# fused_sequential's epilogue-sum form (Config.EPILOGUE_SUM): the variant name its signature and
+# flags workspace go by.
+EPILOGUE_FORM = "fused_sequential_epilogue"
 
 
 @dataclass
@@ -75,28 +78,37 @@ class Call(Entered):
 
 
 def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running_sum: bool | None = None,
-          kernel_begins: bool = False) -> Call:
+          kernel_begins: bool = False, epilogue_sum: bool = False) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]``; allocate c; get the stage (and flags) workspace.
 
     The stage has a's dtype and is shared by every variant of one (dtype, rows, N) (the entry
     barrier of each call makes that safe). The flagged variants, which sum while partials arrive,
     also get an fp32 running-sum buffer when W >= 3, shared by both per (rows, N): only the owner's
     reduction touches it, and one call's reduction ends before the next call's starts
-    (``running_sum``, default ``flags``: fused_sequential's epilogue-sum form has flags and sums in
-    registers). The flags and their epoch belong to one variant and tile shape. ``kernel_begins``: a
-    non-empty call's first kernel begins it itself (:attr:`Call.enter_args`).
+    (``running_sum``, default ``flags``). The flags and their epoch belong to one variant and tile
+    shape. ``kernel_begins``: a non-empty call's first kernel begins it itself
+    (:attr:`Call.enter_args`).
+
+    fused_sequential's epilogue-sum form (its config's ``EPILOGUE_SUM``, or ``epilogue_sum`` on
+    any config) flags its tiles and sums them in registers: it gets flags and no running sum, its
+    tile loops are not warp-specialized, and its signature and flags are those of
+    :data:`EPILOGUE_FORM`.
     """
-    if running_sum is None:
-        running_sum = flags
     heap = op_heap(OP, group)
     check_matrix(OP, "a", a)
     W = heap.world_size
     check_divisible(OP, "M (rows of a)", a.shape[0], W, "the world size")
     rows = a.shape[0] // W
-    # The epilogue-sum form of fused_sequential flags its tiles: it does not specialize.
     call = prepare_gemm(OP, a, b, group, config, comm=comm, tile_m=max(rows, 1),
                         specialize=variant in WARP_SPEC_VARIANTS[OP])
-    check_split_k(OP, variant, call.config)  # only bulk_sync splits K
+    if epilogue_sum and not call.config.EPILOGUE_SUM:
+        call = dataclasses.replace(call, config=call.config.replace(EPILOGUE_SUM=1))
+    check_variant_config(OP, variant, call.config)  # only bulk_sync splits K; the epilogue sum as above
+    if call.config.EPILOGUE_SUM:
+        variant, flags, running_sum = EPILOGUE_FORM, True, False
+        call = dataclasses.replace(call, specialize=False)
+    if running_sum is None:
+        running_sum = flags
     if call.K == 0 and call.use_tma:
         # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
         call = dataclasses.replace(call, use_tma=False, b_kmajor=False)

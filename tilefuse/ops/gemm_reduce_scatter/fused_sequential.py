@@ -8,17 +8,19 @@ flags: the barrier after the kernel orders every rank's stores before the owner'
 which sums slots r-1, r-2, ..., r in fp32 (the same bits on every run). A partial travels in the
 input dtype: the epilogue rounds the fp32 tile when it stores it.
 
-The epilogue-sum form (:func:`fused_sequential_epilogue`) sums in the kernel instead::
+The epilogue-sum form (``Config.EPILOGUE_SUM = 1``; :func:`fused_sequential_epilogue` on the
+default config) sums in the kernel instead::
 
     program p:  | peers' tiles: K loop | push to owner's slot r, release | ... | own tile j: K loop |
                 | acquire (r-1, j), ..., (r+1, j) | s_0 + ... + own -> c | ...
-    rank r:     | begin | fused kernel |
+    rank r:     | fused kernel: begin ... |
 
 Rank r computes its own tiles last, about (W-1)/W of the kernel after its peers pushed their
 partials of them, and adds those partials in the epilogue of each own tile: the own partial never
 goes through the stage, and neither the reduction kernel (a read of W slots, a write of c) nor the
-barrier before it runs. Same bits as the staged form. Per (source, tile) flags on the owner, as
-producer_consumer's.
+barrier before it runs: one launch, whose first program to run begins the call. Same bits as the
+staged form. Per (source, tile) flags on the owner, as producer_consumer's; so its tile loops are
+not warp-specialized. At world 1 the call is the GEMM and the store of c.
 """
 
 from __future__ import annotations
@@ -60,13 +62,36 @@ def _fused_kernel(
 
 @collective(OP)
 def fused_sequential(a, b, *, config=None, group=None):
-    """gemm_reduce_scatter as one fused persistent kernel and a local reduction; same contract as
-    :func:`tilefuse.gemm_reduce_scatter`."""
-    call = setup("fused_sequential", a, b, config, group, comm=False, flags=False, kernel_begins=True)
+    """gemm_reduce_scatter as one fused persistent kernel and a local reduction, or with
+    ``config.EPILOGUE_SUM`` one kernel that sums in the epilogue of the own tiles (the module
+    docstring); same contract as :func:`tilefuse.gemm_reduce_scatter`."""
+    return _fused_sequential(a, b, config, group, epilogue_sum=False)
+
+
+@collective(OP)
+def fused_sequential_epilogue(a, b, *, config=None, group=None):
+    """:func:`fused_sequential` in its epilogue-sum form on any config (without one: the default
+    tiles with ``EPILOGUE_SUM = 1``)."""
+    return _fused_sequential(a, b, config, group, epilogue_sum=True)
+
+
+def _fused_sequential(a, b, config, group, *, epilogue_sum: bool):
+    call = setup("fused_sequential", a, b, config, group, comm=False, flags=False, kernel_begins=True,
+                 epilogue_sum=epilogue_sum)
     if call.empty:
         return call.c
     cfg, heap = call.config, call.heap
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
+    if cfg.EPILOGUE_SUM:
+        # Its programs wait on other ranks' programs: all of them must be resident at once (at most
+        # one per multiprocessor, checked against the device), as with the flagged variants.
+        _fused_sum_kernel[(programs,)](
+            *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args, call.c, call.c.stride(0),
+            call.c.stride(1), heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
+            NUM_PROGRAMS=programs, ENTER=call.begins, **call.gemm.gemm_meta,
+        )
+        call.entered()
+        return finish(call)
     _fused_kernel[(programs,)](
         *call.gemm.gemm_args, call.stage, *call.stage_args,
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
@@ -87,38 +112,17 @@ def _fused_sum_kernel(
     # stage [W, rows, N] (input dtype) and flags [W, tiles_per_owner] int64 (symmetric addresses);
     # output c [rows, N] (local)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, stride_cm, stride_cn,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world,
+    # distributed; the call's begin (this kernel begins the call, ENTER)
+    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
 ):
-    epoch, live = P.call_epoch(ctl_ptr)
+    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
+                               ENTER)
     if live:
         produce_and_sum(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, stride_cm, stride_cn,
                         heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR)
-
-
-EPILOGUE_FORM = "fused_sequential_epilogue"  # its signature and flags workspace name
-
-
-@collective(OP)
-def fused_sequential_epilogue(a, b, *, config=None, group=None):
-    """gemm_reduce_scatter as one fused persistent kernel whose own tiles sum the peers' partials in
-    their epilogue (the module docstring); same contract as :func:`tilefuse.gemm_reduce_scatter`.
-
-    Its programs (``GEMM_SMS + COMM_SMS``, at most one per multiprocessor) wait on other ranks'
-    programs, so all of them must be resident at once, as with the flagged variants."""
-    call = setup(EPILOGUE_FORM, a, b, config, group, comm=False, flags=True, running_sum=False)
-    if call.empty:
-        return call.c
-    cfg, heap = call.config, call.heap
-    programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
-    _fused_sum_kernel[(programs,)](
-        *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args, call.c, call.c.stride(0), call.c.stride(1),
-        heap.heap_bases, ctl(heap), heap.rank, heap.world_size,
-        NUM_PROGRAMS=programs, **call.gemm.gemm_meta,
-    )
-    return finish(call)
+    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER)
