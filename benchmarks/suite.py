@@ -72,8 +72,9 @@ import tilefuse
 from tilefuse.ops import dispatch, registry
 from tilefuse.ops.common import launch as oplaunch
 from tilefuse.ops.common.collectives import all_gather_cat, all_reduce_sum, reduce_scatter_rows
-from tilefuse.ops.common.config import default_config
+from tilefuse.ops.common.config import EPILOGUE_SUM_FORMS, default_config
 from tilefuse.ops.common.gemm import matmul as tf_matmul
+from tilefuse.ops.gemm_reduce_scatter.fused_sequential import fused_sequential_epilogue
 from tilefuse.runtime import hw
 from tilefuse.tuning import rules
 from tilefuse.tuning.shapes import local_shapes, shape_sets
@@ -94,6 +95,11 @@ CORE = "core"
 # ``--variants ...,pc_copy_engines``: producer_consumer with COMM_SMS = 0 (all_gather_gemm and
 # gemm_all_scatter: rows moved by copy engines, the GEMM on every SM but one), on the heuristic config.
 COPY_ENGINES = "pc_copy_engines"
+# ``--variants ...,fs_epilogue_sum``: gemm_reduce_scatter's fused_sequential in its epilogue-sum form
+# (Config.EPILOGUE_SUM = 1), on the variant's default tiles.
+EPILOGUE_SUM = "fs_epilogue_sum"
+# (op, extra method) pairs: the methods above that only some ops have.
+OP_METHODS = {COPY_ENGINES: rules.COPY_ENGINE_OPS, EPILOGUE_SUM: tuple(op for op, _ in EPILOGUE_SUM_FORMS)}
 CUSTOM_SET = "custom"  # the set name of --shapes MxNxK entries
 GPU_SETS = "iris,llama3-8b,llama3-70b,decode"
 CPU_SETS = "tiny"
@@ -255,6 +261,9 @@ class Case:
                 fn = functools.partial(registry.get(op, "producer_consumer"), config=cfg.replace(COMM_SMS=0),
                                        **out_kw)
                 methods.append(Method(COPY_ENGINES, lambda s, fn=fn: fn(s.a, s.b), "op"))
+            elif v == EPILOGUE_SUM:  # the variant's own default config, with EPILOGUE_SUM = 1
+                fn = functools.partial(fused_sequential_epilogue, **out_kw)
+                methods.append(Method(EPILOGUE_SUM, lambda s, fn=fn: fn(s.a, s.b), "op"))
             elif v == "auto":
                 fn = functools.partial(getattr(tilefuse, op), variant="auto", **out_kw)
                 # The note is filled in once auto has run (run_shape): its first call decides the bucket.
@@ -503,12 +512,11 @@ def tilefuse_variants(op: str, wanted: list | None) -> list:
     registered = registry.variants(op)
     if wanted is None:
         return [v for v in registered if v not in ("reference", "plain")] + ["auto"]
-    extra = ("auto", CONTROL, CORE) + ((COPY_ENGINES,) if op in rules.COPY_ENGINE_OPS else ())
+    extra = ("auto", CONTROL, CORE) + tuple(m for m, ops in OP_METHODS.items() if op in ops)
     missing = [v for v in wanted if v not in registered and v not in extra]
     if missing:
         print(f"{op}: not registered, skipped: {missing}", flush=True)
-    return [v for v in wanted if (v in registered or v in extra) and v not in BASELINES
-            and (v != COPY_ENGINES or op in rules.COPY_ENGINE_OPS)]
+    return [v for v in wanted if (v in registered or v in extra) and v not in BASELINES]
 
 
 def run_rank(ctx, ops: list, shapes: dict, variants: list | None, dtype, args) -> dict:

@@ -81,17 +81,20 @@ def produce_and_sum(
     # this program among NUM_PROGRAMS programs
     pid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
 ):
     """:func:`produce_partials` whose last step sums instead of staging: the owner's reduction in
     the epilogue of its own tiles.
 
     Steps 0 .. W-2 push this rank's partial of owner ``owner_at(step)``'s tiles into the owner's slot
     ``cur_rank`` and release the owner's flag (cur_rank, j). The last step computes this rank's own
-    tiles; the epilogue of tile j acquires the flag of each source in the order r-1, r-2, ..., r+1,
-    adds their slots in fp32 and adds its own partial (rounded to the stage's dtype first, as a
-    staged one is) last: ``((s_0 + s_1) + ...) + own``, the bits of :func:`reduce_owned`, stored
-    straight into ``c``. The own partial is never staged and no reduction pass or barrier follows.
+    tiles; the epilogue of tile j stores its own partial (rounded to the stage's dtype, as a staged
+    one is) into ``c``, acquires the flag of each source in the order r-1, r-2, ..., r+1, and sums
+    the tile in [SUB_M, BN] blocks: the sources' slots in fp32, then the own partial read back from
+    ``c``: ``((s_0 + s_1) + ...) + own``, the bits of :func:`reduce_owned`, stored into ``c``. (A
+    whole tile's fp32 sum beside the own partial would not fit in registers at 128 x 256.) At world
+    1 the epilogue is the store of the own partial. The own partial is never staged and no
+    reduction pass or barrier follows.
 
     Tile j of owner o goes to program ``(o * tiles_per_owner + j) % NUM_PROGRAMS`` on every rank, so
     the program that sums a tile waits only on the same program id of other ranks, which pushes all
@@ -121,23 +124,24 @@ def produce_and_sum(
                              flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases,
                              RELEASE=True)
             else:
-                total = part.to(tl.float32)  # [BM, BN]; W = 1: the own partial alone
+                store_tile(c_ptr, part, offs_m, offs_n, rows, N, stride_cm, stride_cn)  # W = 1: the result
                 if world > 1:
-                    src = source_at(cur_rank, 0, world)
-                    # Acquire: pairs with the release above on rank `src`.
-                    tile_acquire(flags_ptr + src * tiles_per_owner + j, epoch, cur_rank, src, ctl_ptr, heap_bases,
-                                 world)
-                    total = load_tile(slot_ptr(stage_ptr, src, stride_slot), offs_m, offs_n, rows, N,
-                                      stride_sm, stride_sn).to(tl.float32)  # start from s_0 itself
-                    for i in range(1, world - 1):
+                    for i in range(0, world - 1):
                         src = source_at(cur_rank, i, world)
                         # Acquire: pairs with the release above on rank `src`.
                         tile_acquire(flags_ptr + src * tiles_per_owner + j, epoch, cur_rank, src, ctl_ptr,
                                      heap_bases, world)
-                        total += load_tile(slot_ptr(stage_ptr, src, stride_slot), offs_m, offs_n, rows, N,
-                                           stride_sm, stride_sn).to(tl.float32)
-                    total += part.to(tl.float32)
-                store_tile(c_ptr, total, offs_m, offs_n, rows, N, stride_cm, stride_cn)
+                    tl.debug_barrier()  # the own partial in c, stored by all of the program's threads
+                    for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, rows - pid_m * BLOCK_M), SUB_M)):
+                        bm, bn = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)  # [SUB_M], [BN]
+                        # Start from s_0 itself (0.0 + -0.0 would be +0.0).
+                        total = load_tile(slot_ptr(stage_ptr, source_at(cur_rank, 0, world), stride_slot), bm, bn,
+                                          rows, N, stride_sm, stride_sn).to(tl.float32)  # [SUB_M, BN]
+                        for i in range(1, world - 1):
+                            total += load_tile(slot_ptr(stage_ptr, source_at(cur_rank, i, world), stride_slot),
+                                               bm, bn, rows, N, stride_sm, stride_sn).to(tl.float32)
+                        total += load_tile(c_ptr, bm, bn, rows, N, stride_cm, stride_cn).to(tl.float32)  # own
+                        store_tile(c_ptr, total, bm, bn, rows, N, stride_cm, stride_cn)
 
 
 @triton.jit

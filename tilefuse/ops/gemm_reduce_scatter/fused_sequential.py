@@ -88,7 +88,7 @@ def _fused_sequential(a, b, config, group, *, epilogue_sum: bool):
         _fused_sum_kernel[(programs,)](
             *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args, call.c, call.c.stride(0),
             call.c.stride(1), heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
-            NUM_PROGRAMS=programs, ENTER=call.begins, **call.gemm.gemm_meta,
+            NUM_PROGRAMS=programs, SUB_M=call.sub_m, ENTER=call.begins, **call.gemm.gemm_meta,
         )
         call.entered()
         return finish(call)
@@ -116,7 +116,8 @@ def _fused_sum_kernel(
     heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    ENTER: tl.constexpr,
 ):
     epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
                                ENTER)
@@ -124,5 +125,5 @@ def _fused_sum_kernel(
         produce_and_sum(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, stride_cm, stride_cn,
                         heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
-                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR)
+                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, SUB_M, USE_TMA, B_KMAJOR)
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER)
