@@ -161,12 +161,13 @@ def stream_k_candidates(num_sms: int) -> list:
     return out
 
 
-def kernel_info(fn) -> dict:
-    """Registers per thread, spilled registers and shared memory bytes of the GEMM-core kernel that
-    ``fn()`` launches (its last launch; empty where they cannot be read, e.g. in the interpreter)."""
+def kernel_info(fn, kern=None) -> dict:
+    """Registers per thread, spilled registers and shared memory bytes of the kernel ``kern``
+    (default: the GEMM core's) that ``fn()`` launches (its last launch; empty where they cannot be
+    read, e.g. in the interpreter)."""
     from tilefuse.ops.common import gemm
 
-    kern, seen = gemm.matmul_kernel, []
+    kern, seen = kern or gemm.matmul_kernel, []
     run = kern._run
 
     def spy(grid, args, kwargs):
