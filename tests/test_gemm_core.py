@@ -733,7 +733,7 @@ def test_load_store_tile_strides_masks_and_cast():
 def test_config_round_trip_and_replace():
     d = CFG.to_dict()
     assert list(d) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages",
-                       "GEMM_SMS", "COMM_SMS", "TWO_SHOT", "SPLIT_K", "STREAM_K", "WARP_SPEC"]
+                       "GEMM_SMS", "COMM_SMS", "TWO_SHOT", "SPLIT_K", "STREAM_K", "WARP_SPEC", "EPILOGUE_SUM"]
     assert Config.from_dict(d) == CFG
     del d["SPLIT_K"]  # tables written before the field existed
     assert Config.from_dict(d).SPLIT_K == 1
@@ -764,6 +764,7 @@ def test_config_round_trip_and_replace():
     ("SPLIT_K", 2.0, TypeError),
     ("STREAM_K", 2, ValueError),
     ("WARP_SPEC", 2, ValueError),
+    ("EPILOGUE_SUM", 2, ValueError),
     ("BLOCK_M", 64.0, TypeError),
     ("num_warps", True, TypeError),
 ])
