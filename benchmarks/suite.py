@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import importlib
 import os
 import statistics
 import sys
@@ -74,7 +75,6 @@ from tilefuse.ops.common import launch as oplaunch
 from tilefuse.ops.common.collectives import all_gather_cat, all_reduce_sum, reduce_scatter_rows
 from tilefuse.ops.common.config import EPILOGUE_SUM_FORMS, default_config
 from tilefuse.ops.common.gemm import matmul as tf_matmul
-from tilefuse.ops.gemm_reduce_scatter.fused_sequential import fused_sequential_epilogue
 from tilefuse.runtime import hw
 from tilefuse.tuning import rules
 from tilefuse.tuning.shapes import local_shapes, shape_sets
@@ -95,8 +95,8 @@ CORE = "core"
 # ``--variants ...,pc_copy_engines``: producer_consumer with COMM_SMS = 0 (all_gather_gemm and
 # gemm_all_scatter: rows moved by copy engines, the GEMM on every SM but one), on the heuristic config.
 COPY_ENGINES = "pc_copy_engines"
-# ``--variants ...,fs_epilogue_sum``: gemm_reduce_scatter's fused_sequential in its epilogue-sum form
-# (Config.EPILOGUE_SUM = 1), on the variant's default tiles.
+# ``--variants ...,fs_epilogue_sum``: fused_sequential summing each tile in its epilogue
+# (Config.EPILOGUE_SUM = 1; gemm_reduce_scatter, gemm_all_reduce), on the variant's default tiles.
 EPILOGUE_SUM = "fs_epilogue_sum"
 # (op, extra method) pairs: the methods above that only some ops have.
 OP_METHODS = {COPY_ENGINES: rules.COPY_ENGINE_OPS, EPILOGUE_SUM: tuple(op for op, _ in EPILOGUE_SUM_FORMS)}
@@ -262,7 +262,8 @@ class Case:
                                        **out_kw)
                 methods.append(Method(COPY_ENGINES, lambda s, fn=fn: fn(s.a, s.b), "op"))
             elif v == EPILOGUE_SUM:  # the variant's own default config, with EPILOGUE_SUM = 1
-                fn = functools.partial(fused_sequential_epilogue, **out_kw)
+                module = importlib.import_module(f"tilefuse.ops.{op}.fused_sequential")
+                fn = functools.partial(module.fused_sequential_epilogue, **out_kw)
                 methods.append(Method(EPILOGUE_SUM, lambda s, fn=fn: fn(s.a, s.b), "op"))
             elif v == "auto":
                 fn = functools.partial(getattr(tilefuse, op), variant="auto", **out_kw)

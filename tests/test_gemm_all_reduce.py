@@ -15,6 +15,7 @@ from ophelpers import assert_matches, dtypes, flagged_first, poison_workspaces, 
 
 import tilefuse
 from tilefuse.ops import registry
+from tilefuse.ops.common import launch
 
 OP = "gemm_all_reduce"
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
@@ -216,12 +217,81 @@ def job_split_k(ctx, shapes, calls):
     return outs
 
 
+# fused_sequential's epilogue sum (Config.EPILOGUE_SUM) at several tiles a program: 16x32 tiles whose
+# fp32 sum fits in registers (9 tiles of a 37x72 output on 3 programs), and 32x64 tiles summed in two
+# [16, 64] blocks through c (4 tiles on 2 programs).
+EPILOGUE_CFGS = (dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=1, num_warps=1, num_stages=1, GEMM_SMS=3,
+                      COMM_SMS=0, EPILOGUE_SUM=1),
+                 dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=16, GROUP_M=2, num_warps=1, num_stages=1, GEMM_SMS=2,
+                      COMM_SMS=0, EPILOGUE_SUM=1))
+
+
+def job_epilogue_sum(ctx, calls):
+    """gemm_all_reduce's fused_sequential with ``Config.EPILOGUE_SUM``: every tile summed right after
+    its push, the own partial never staged, at several tiles a program (whole-tile sums, and sums in
+    blocks through c), begun beside and before the K loops, with and without a bias, a different rank
+    late each call: the reference's result and the bits of the staged form and of bulk_sync. Then a
+    call aborted on every rank and the calls after it, and the refusals (two-shot, the communication
+    variants), on every rank."""
+    dtype = torch.float32  # exact in the interpreter: a change of summation order shows
+    M, N, K = 37, 72, 24
+    outs = []
+    for config in EPILOGUE_CFGS:
+        cfg = tilefuse.Config(**config)
+        staged = cfg.replace(EPILOGUE_SUM=0)
+        for form in ("aside", "before"):
+            if form == "before":
+                os.environ["TILEFUSE_BEGIN_BEFORE_GEMM"] = "1"
+            try:
+                for call in range(calls):
+                    a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=400 + call, bias=True)
+                    kw = {"bias": c_bias} if call % 2 == 0 else {}
+                    poison_workspaces()
+                    if ctx.rank == call % ctx.world:
+                        time.sleep(0.2)
+                    got = _get("fused_sequential")(a, b, config=cfg, **kw)
+                    tilefuse.synchronize()
+                    what = f"epilogue sum {config['BLOCK_M']}x{config['BLOCK_N']} {form} call {call}"
+                    stage = [ws.buffers["stage"] for k, ws in zip(launch.workspace_keys(), launch.workspaces())
+                             if k == (OP, "stage", dtype, ctx.world, M, N)]
+                    assert len(stage) == 1 and torch.isnan(stage[0][ctx.rank]).all(), \
+                        f"{what}: the own partial went through the stage"
+                    _check(ctx, got, _get("reference")(a, b, **kw), dtype, K, what)
+                    for variant, c in (("fused_sequential", staged), ("bulk_sync", staged)):
+                        want = _get(variant)(a, b, config=c, **kw)
+                        tilefuse.synchronize()
+                        differ = (_bits(got) != _bits(want)).sum().item()
+                        assert differ == 0, f"{what}: differs from {variant} in {differ} of {got.numel()} elements"
+                    outs.append(got)
+            finally:
+                os.environ.pop("TILEFUSE_BEGIN_BEFORE_GEMM", None)
+    cfg = tilefuse.Config(**EPILOGUE_CFGS[1])
+    a, b, _ = _inputs(ctx, M, N, K, dtype, seed=420)
+    if ctx.world > 1:
+        with pytest.raises(tilefuse.CallMismatchError):
+            _get("bulk_sync" if ctx.rank % 2 else "fused_sequential")(
+                a, b, config=cfg.replace(EPILOGUE_SUM=ctx.rank % 2 ^ 1))
+    for call in range(2):
+        a, b, _ = _inputs(ctx, M, N, K, dtype, seed=421 + call)
+        got = _get("fused_sequential")(a, b, config=cfg)
+        tilefuse.synchronize()
+        _check(ctx, got, _get("reference")(a, b), dtype, K, f"epilogue sum call {call} after an aborted one")
+    with pytest.raises(ValueError, match=r"one-shot only"):
+        _get("fused_sequential")(a, b, config=cfg, two_shot=True)
+    with pytest.raises(ValueError, match=r"one-shot only"):
+        _get("fused_sequential")(a, b, config=cfg.replace(TWO_SHOT=1))
+    for variant in ("bulk_sync", "producer_consumer", "wg_specialized"):
+        with pytest.raises(ValueError, match=r"EPILOGUE_SUM"):
+            _get(variant)(a, b, config=cfg.replace(GEMM_SMS=1, COMM_SMS=1))
+    tilefuse.barrier()
+    return outs
+
+
 def job_split_k_planned(ctx, calls):
     """A call that splits K keeps the launcher's lean path: from the third call of a signature on, its
     launch plan replays (the split-K scratch is a constant the plan may keep), with correct results;
     fused_sequential and bulk_sync (the GEMM core's split). Where the recording call is the one that
     makes the scratch, a later call records instead."""
-    from tilefuse.ops.common import launch
     from tilefuse.ops.common.gemm import SPLIT_K_SCRATCH
 
     cfg = tilefuse.Config(**SPLIT_CFGS[0])
@@ -467,6 +537,12 @@ def test_two_shot(pools, variant, on_gpu, world):
 def test_fused_sequential_splits_k(pools, world):
     results = pools.run(world, job_split_k, [(37, 72, 56), (5, 40, 24)], 2)
     _same_bits_on_every_rank(results, f"split K, W={world}")
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_fused_sequential_epilogue_sum(pools, world):
+    results = pools.run(world, job_epilogue_sum, 2)
+    _same_bits_on_every_rank(results, f"epilogue sum, W={world}")
 
 
 def test_split_k_calls_replay_their_plans(pools):

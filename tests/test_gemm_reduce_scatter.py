@@ -238,7 +238,7 @@ def job_epilogue_sum_config(ctx):
     """``Config.EPILOGUE_SUM = 1`` selects fused_sequential's epilogue-sum form through the public op:
     the staged form's bits, on the form's flags; a rank on the other form
     is a mismatch that aborts the call on every rank, and the calls after it are correct; the other
-    variants and ops refuse the field on every rank, before any communication."""
+    variants, and the ops without the form, refuse the field on every rank, before any communication."""
     rows, N, K = 29, 72, 24  # a shape of its own: no other test made the form's flags for it
     M = ctx.world * rows
     staged = tilefuse.Config(**SMALL_CFG)
@@ -265,8 +265,9 @@ def job_epilogue_sum_config(ctx):
     for variant in ("bulk_sync", "producer_consumer", "wg_specialized"):
         with pytest.raises(ValueError, match="EPILOGUE_SUM"):
             tilefuse.gemm_reduce_scatter(a, b, variant=variant, config=summed)
-    with pytest.raises(ValueError, match="EPILOGUE_SUM"):
-        tilefuse.gemm_all_reduce(a, b, variant="fused_sequential", config=summed)
+    for op in ("gemm_all_scatter", "all_gather_gemm"):
+        with pytest.raises(ValueError, match="EPILOGUE_SUM"):
+            getattr(tilefuse, op)(a, b, variant="fused_sequential", config=summed)
     tilefuse.barrier()
     return True
 

@@ -142,12 +142,14 @@ def test_two_stream_calls(pools, on_gpu):
     assert all(pools.run(2, job_two_streams, 8))
 
 
+@pytest.mark.parametrize("op", ["gemm_reduce_scatter", "gemm_all_reduce"])
 @pytest.mark.parametrize("world", [1, 2, 3])
-def test_capture_replay_epilogue_sum_form(pools, on_gpu, world):
-    """gemm_reduce_scatter's fused_sequential with Config.EPILOGUE_SUM = 1: one kernel that begins the
-    call and waits on per-tile flags, captured and replayed (at world 3 on a side stream)."""
+def test_capture_replay_epilogue_sum_form(pools, on_gpu, op, world):
+    """fused_sequential with Config.EPILOGUE_SUM = 1: one kernel that begins the call and waits on
+    per-tile flags, captured and replayed (at world 3 on a side stream); 64x64 tiles on 4 warps sum
+    in blocks through c, several a program."""
     if not on_gpu:
         pytest.skip("CUDA graphs need a GPU")
     cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=3, GEMM_SMS=16, COMM_SMS=0,
                EPILOGUE_SUM=1)
-    assert all(pools.run(world, job_capture_replay, "gemm_reduce_scatter", "fused_sequential", 20, world == 3, cfg))
+    assert all(pools.run(world, job_capture_replay, op, "fused_sequential", 20, world == 3, cfg))

@@ -44,7 +44,7 @@ def test_scatter_copy_engine_candidate_needs_the_cuda_runtime(monkeypatch):
 def test_two_shot_form_of_gemm_all_reduce_only_across_ranks():
     base = default_config(4096, 8192, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
     for variant in ("bulk_sync", "fused_sequential"):
-        (cfg,) = rules.extra_configs("gemm_all_reduce", variant, base, 132, 2)
+        cfg = rules.extra_configs("gemm_all_reduce", variant, base, 132, 2)[0]  # (fused_sequential: + its epilogue sum)
         assert cfg == base.replace(TWO_SHOT=1)
     for variant in rules.COMM_VARIANTS:  # summing and gathering programs, taken from the GEMM's
         (cfg,) = rules.extra_configs("gemm_all_reduce", variant, base, 132, 4)
@@ -57,16 +57,20 @@ def test_two_shot_form_of_gemm_all_reduce_only_across_ranks():
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
-def test_epilogue_sum_form_of_gemm_reduce_scatter_fused_sequential_only(world):
+def test_epilogue_sum_forms_of_fused_sequential_only(world):
     base = default_config(4096, 8192, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False)
     (cfg,) = rules.extra_configs("gemm_reduce_scatter", "fused_sequential", base, 132, world)
     assert cfg == base.replace(EPILOGUE_SUM=1)
+    extra = rules.extra_configs("gemm_all_reduce", "fused_sequential", base, 132, world)
+    assert extra[-1] == base.replace(EPILOGUE_SUM=1) and len(extra) == (2 if world > 1 else 1)  # + two-shot
+    assert rules.two_shot_form("gemm_all_reduce", "fused_sequential", base.replace(EPILOGUE_SUM=1), 132, world) is None
     for op, variant in [("gemm_reduce_scatter", "bulk_sync"), ("gemm_all_scatter", "fused_sequential"),
-                        ("gemm_all_reduce", "fused_sequential")]:
+                        ("gemm_all_reduce", "wg_specialized"), ("all_gather_gemm", "fused_sequential")]:
         assert not any(c.EPILOGUE_SUM for c in rules.extra_configs(op, variant, base, 132, world)), (op, variant)
-    configs = tuner.candidate_configs("fused_sequential", 4096, 8192, 4096, torch.bfloat16, 132, False, False,
-                                      op="gemm_reduce_scatter", world=world)
-    assert sum(c.EPILOGUE_SUM for c in configs) == 1
+    for op in ("gemm_reduce_scatter", "gemm_all_reduce"):
+        configs = tuner.candidate_configs("fused_sequential", 4096, 8192, 4096, torch.bfloat16, 132, False, False,
+                                          op=op, world=world)
+        assert sum(c.EPILOGUE_SUM for c in configs) == 1 and not any(c.EPILOGUE_SUM and c.TWO_SHOT for c in configs)
 
 
 def test_config_two_shot_round_trips_and_old_entries_stay_valid():

@@ -13,11 +13,14 @@ so both search the same space.
   bytes in one more step but each rank sums only its own rows. Nothing measured says where it wins,
   so both tuners time it next to one-shot at every W >= 2 (:func:`two_shot_form`); the tuners' margin
   over plain keeps a tie from switching.
-- **gemm_reduce_scatter's epilogue-sum form.** ``fused_sequential`` with ``Config.EPILOGUE_SUM = 1``
-  computes a rank's own tiles last and adds the peers' partials in their epilogue: no reduction
-  pass, no barrier, no own staging, but flagged tile loops that are not warp-specialized. Where
-  that trade wins is measured per shape, so both tuners time it next to the staged form at every W
-  (at world 1 it is the GEMM and the store of c).
+- **The epilogue-sum forms.** ``fused_sequential`` with ``Config.EPILOGUE_SUM = 1`` sums each tile
+  in the epilogue that made it, its own partial never staged: gemm_reduce_scatter computes a rank's
+  own tiles last and adds the peers' partials there (no reduction pass, no barrier);
+  gemm_all_reduce's one-shot form sums each tile right after its push, once the peers' same tile
+  has landed (a wait per tile where the staged form sums after all of a program's tiles). Their
+  tile loops set flags and are not warp-specialized. Where that trade wins is measured per shape,
+  so both tuners time them next to the staged forms at every W (at world 1 each is the GEMM and the
+  store of c).
 - **all_gather_gemm's ``fused_sequential`` on wide N.** Each of its tiles loads its A rows straight
   from the source rank's heap inside the K loop, so rank s's shard crosses the link once per column
   tile, ``cdiv(N, BLOCK_N)`` times, with no reuse (peer reads are not kept in this GPU's L2). On two
@@ -67,8 +70,8 @@ def two_shot_form(op: str, variant: str, cfg: Config, num_sms: int, world: int) 
     programs): a config with fewer gets ``max(2, num_sms // 8)`` of them, as a variant's default does,
     taken from its GEMM programs. None if the device has too few programs for both.
     """
-    if op not in TWO_SHOT_OPS or world < TWO_SHOT_MIN_WORLD or cfg.TWO_SHOT:
-        return None
+    if op not in TWO_SHOT_OPS or world < TWO_SHOT_MIN_WORLD or cfg.TWO_SHOT or cfg.EPILOGUE_SUM:
+        return None  # (the epilogue sum is one-shot only)
     if variant in COMM_VARIANTS and cfg.COMM_SMS < 2:
         comm = max(2, num_sms // 8)
         gemm = min(cfg.GEMM_SMS, num_sms - comm)

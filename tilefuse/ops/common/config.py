@@ -21,7 +21,7 @@ ONE_WAVE_SPLIT_K = (("gemm_all_reduce", "fused_sequential"),)
 # the other group's half of the tile is stored). gemm_all_reduce's fused_sequential specializes in its
 # two-shot form only (the one-shot form flags its tiles).
 # (op, variant) whose kernel sums each tile in its epilogue with Config.EPILOGUE_SUM = 1.
-EPILOGUE_SUM_FORMS = (("gemm_reduce_scatter", "fused_sequential"),)
+EPILOGUE_SUM_FORMS = (("gemm_reduce_scatter", "fused_sequential"), ("gemm_all_reduce", "fused_sequential"))
 WARP_SPEC_VARIANTS = {
     "gemm_all_scatter": ("bulk_sync", "fused_sequential"),
     "all_gather_gemm": ("bulk_sync",),
@@ -62,11 +62,13 @@ class Config:
     tile loops set no per-tile flag (``WARP_SPEC_VARIANTS``); elsewhere the tiles run unspecialized
     with twice the warps and at most 3 stages (:func:`launch_shape`).
 
-    ``EPILOGUE_SUM`` (0 or 1, default 0): gemm_reduce_scatter's ``fused_sequential`` in its
-    epilogue-sum form (``EPILOGUE_SUM_FORMS``): a rank computes its own tiles last and adds the peers'
-    partials in their epilogue, its own partial from registers: one launch, no reduction pass, no
-    own staging. Its tile loops set per-tile flags, so they are not warp-specialized. Other
-    variants refuse it (:func:`check_variant_config`).
+    ``EPILOGUE_SUM`` (0 or 1, default 0): ``fused_sequential`` sums each tile in the epilogue that
+    made it, its own partial from registers, never staged (``EPILOGUE_SUM_FORMS``): in
+    gemm_reduce_scatter a rank computes its own tiles last and adds the peers' partials there (one
+    launch, no reduction pass); in gemm_all_reduce's one-shot form each tile is summed right after
+    its push, once the peers' same tile has landed, at any tile count (without it only where every
+    program has one tile). Their tile loops set per-tile flags, so they are not warp-specialized.
+    Other variants, and two-shot, refuse it (:func:`check_variant_config`).
     """
 
     BLOCK_M: int

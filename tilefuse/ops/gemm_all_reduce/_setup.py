@@ -116,14 +116,22 @@ class Call(Entered):
         """Rows per reduction block (:func:`~..common.config.sum_rows`)."""
         return sum_rows(self.gemm.config)
 
-    def one_tile_sum(self, programs: int) -> bool:
+    def own_sum(self, programs: int) -> bool:
         """Whether a one-shot kernel of ``programs`` programs sums each tile in its epilogue, its own
-        partial from registers (``_tiles.produce_tiles`` with ``SUM_HERE``): every program has at most
-        one work item (a tile, or with ``SPLIT_K`` one of its K slices), and the reduction's blocks
-        are whole tiles (``sub_m``), so that the sum holds no more registers than the reduction pass
-        does."""
+        partial from registers (``_tiles.produce_tiles`` with ``SUM_HERE``): the config asks for it
+        (``EPILOGUE_SUM``), or every program has at most one work item (a tile, or with ``SPLIT_K``
+        one of its K slices) and the reduction's blocks are whole tiles (``sub_m``), so that the sum
+        holds no more registers than the reduction pass does."""
         cfg = self.gemm.config
-        return self.num_tiles * cfg.SPLIT_K <= programs and self.sub_m == cfg.BLOCK_M
+        if self.two_shot:
+            return False
+        return bool(cfg.EPILOGUE_SUM) or (self.num_tiles * cfg.SPLIT_K <= programs and self.sub_m == cfg.BLOCK_M)
+
+    @property
+    def sum_blocks(self) -> bool:
+        """Whether an epilogue sum (:meth:`own_sum`) goes in ``[sub_m, BN]`` blocks through c: a
+        tile's whole fp32 sum would not fit beside the own partial."""
+        return self.sub_m < self.gemm.config.BLOCK_M
 
     @property
     def program_counts(self) -> tuple[int, int]:
@@ -197,8 +205,9 @@ def check_one_wave_split(call: GemmCall, two_shot: bool) -> None:
 
 
 def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flags: bool,
-          kernel_begins=lambda two_shot: False) -> Call:
+          kernel_begins=lambda two_shot: False, epilogue_sum: bool = False) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; allocate c; get the workspaces.
+    ``epilogue_sum``: the resolved config (the default's too) with ``EPILOGUE_SUM = 1``.
 
     ``kernel_begins(two_shot)``: whether the first kernel of that algorithm's call begins the call
     itself (:attr:`Call.enter_args`, then :meth:`Call.entered`); else this begins it.
@@ -220,7 +229,12 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
                                         interpreter=hw.interpreting())
         call = dataclasses.replace(call, config=split or default_tiles(
             call.config, call.M, call.N, a.dtype, comm=comm, interpreter=hw.interpreting()))
+    if epilogue_sum and not call.config.EPILOGUE_SUM:
+        call = dataclasses.replace(call, config=call.config.replace(EPILOGUE_SUM=1))
     two_shot = two_shot or bool(call.config.TWO_SHOT)  # a tuned config may choose the algorithm
+    if two_shot and call.config.EPILOGUE_SUM:
+        raise ValueError(f"{OP}: Config.EPILOGUE_SUM=1 (each tile summed in its epilogue) is one-shot only; "
+                         "two-shot sums each owner's rows after a barrier")
     align = 1
     if call.config.SPLIT_K > 1 and variant == "fused_sequential":
         check_one_wave_split(call, two_shot)

@@ -28,6 +28,7 @@ from ..common.gemm import (
     hand_in_slice,
     slice_sum,
     split_k_work,
+    store_tile,
     tile_coords,
     tile_offsets,
 )
@@ -52,7 +53,7 @@ def produce_tiles(
     SUM_HERE: tl.constexpr = False,
     # with SPLIT: K slices per tile, and the split-K scratch (ops.common.gemm.SplitKScratch)
     split_k=1, partial_ptr=None, count_ptr=None, SPLIT: tl.constexpr = False,
-    ALIGN: tl.constexpr = 1,
+    ALIGN: tl.constexpr = 1, SUM_BLOCKS: tl.constexpr = False, SUB_M: tl.constexpr = 1,
 ):
     """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ... and store each into slot
     ``cur_rank`` of every rank (ranks cur_rank + 1, cur_rank + 2, ..., itself last).
@@ -67,8 +68,11 @@ def produce_tiles(
     ``SUM_HERE`` (with ``RELEASE``): :func:`reduce_tiles` of each tile right after its push, this
     rank's own partial taken from registers (:func:`sum_tile_with_own`): the partial goes to every
     other rank only, and no own flag is released or acquired (at world 1 the call is the GEMM and
-    the store of c). Meant for one tile a program (tiles <= NUM_PROGRAMS), where the order of the
-    two loops is the same; a program's later tiles would wait on the peers' same tile first.
+    the store of c). With one tile a program (tiles <= NUM_PROGRAMS) the order is that of the two
+    loops; with more (``Config.EPILOGUE_SUM``) each tile waits on the peers' same tile right after
+    its push, which the peers' same program computes at about the same time. ``SUM_BLOCKS``: the
+    tile's fp32 sum does not fit beside the own partial, so the sum goes in ``[SUB_M, BN]`` blocks
+    with the own partial read back from c (:func:`sum_tile_in_blocks`).
 
     ``SPLIT`` (``split_k > 1``; with ``SUM_HERE``, one work item a program): the work items are the
     tiles' ``split_k`` K slices (:func:`~..common.gemm.split_k_work`); a program hands its slice in
@@ -113,9 +117,15 @@ def produce_tiles(
                     push_partial(my_slot, part, offs_m, offs_n, M, N, stride_sm, stride_sn,
                                  flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases, RELEASE)
                 if SUM_HERE:
-                    sum_tile_with_own(part, stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N, num_tiles, t, offs_m,
-                                      offs_n, stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                                      heap_bases, ctl_ptr, cur_rank, world, epoch, HAS_BIAS)
+                    if SUM_BLOCKS:
+                        sum_tile_in_blocks(part, stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N, num_tiles, t, pid_m,
+                                           pid_n, offs_m, offs_n, stride_slot, stride_sm, stride_sn, stride_cm,
+                                           stride_cn, heap_bases, ctl_ptr, cur_rank, world, epoch,
+                                           BLOCK_M, BLOCK_N, SUB_M, HAS_BIAS)
+                    else:
+                        sum_tile_with_own(part, stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N, num_tiles, t, offs_m,
+                                          offs_n, stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                                          heap_bases, ctl_ptr, cur_rank, world, epoch, HAS_BIAS)
     return live
 
 
@@ -154,6 +164,51 @@ def sum_tile_with_own(
         total += bias[None, :]
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [BM, BN]
     tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def sum_tile_in_blocks(
+    # this rank's partial of tile t [BM, BN] (the stage's dtype), tile (pid_m, pid_n) at rows offs_m,
+    # columns offs_n
+    part,
+    # stage [W, M, N] (input dtype), flags [W, num_tiles] (push layout), output c [M, N], bias [N]
+    stage_ptr, flags_ptr, c_ptr, bias_ptr,
+    M, N, num_tiles, t, pid_m, pid_n, offs_m, offs_n,
+    stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+    # distributed
+    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, HAS_BIAS: tl.constexpr,
+):
+    """:func:`sum_tile_with_own` for a tile whose whole fp32 sum does not fit beside the own partial:
+    the own partial goes into c first; then, once the other sources' flags of tile t are acquired,
+    ``[SUB_M, BN]`` blocks sum the sources in the order 0, 1, ..., W-1, the own one read back from c
+    (the same values: the same bits), add the bias and store into c. At world 1 without a bias the
+    first store is the result."""
+    store_tile(c_ptr, part, offs_m, offs_n, M, N, stride_cm, stride_cn)
+    if (world > 1) | HAS_BIAS:
+        for i in range(1, world):
+            src = (cur_rank + i) % world
+            # Acquire: pairs with the release in produce_tiles (SUM_HERE) on rank `src`.
+            tile_acquire(flags_ptr + src * num_tiles + t, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
+        tl.debug_barrier()  # the own partial in c, stored by all of the program's threads
+        for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, M - pid_m * BLOCK_M), SUB_M)):
+            bm, bn = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)  # [SUB_M], [BN]
+            offs = bm[:, None] * stride_sm + bn[None, :] * stride_sn  # [SUB_M, BN] int32
+            mask = (bm[:, None] < M) & (bn[None, :] < N)  # [SUB_M, BN]
+            c_ptrs = c_ptr + bm[:, None] * stride_cm + bn[None, :] * stride_cn  # [SUB_M, BN]
+            own = tl.load(c_ptrs, mask=mask, other=0.0).to(tl.float32)
+            # Start from s_0 itself (0.0 + -0.0 would be +0.0).
+            total = tl.where(cur_rank == 0, own,
+                             load_partial(stage_ptr, 0, offs, mask & (cur_rank != 0), heap_bases, cur_rank,
+                                          stride_slot, PULL=False))  # [SUB_M, BN]
+            for src in range(1, world):
+                total += tl.where(src == cur_rank, own,
+                                  load_partial(stage_ptr, src, offs, mask & (src != cur_rank), heap_bases, cur_rank,
+                                               stride_slot, PULL=False))
+            if HAS_BIAS:
+                bias = tl.load(bias_ptr + bn, mask=bn < N, other=0.0).to(tl.float32)  # [BN]
+                total += bias[None, :]
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

@@ -46,14 +46,15 @@ def _fused_kernel(
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, WARP_SPEC: tl.constexpr = False, SUM: tl.constexpr = True,
     ENTER: tl.constexpr = False, ASIDE: tl.constexpr = False, OWN_SUM: tl.constexpr = False,
-    SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1,
+    SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1, SUM_BLOCKS: tl.constexpr = False,
 ):
     """``SUM=False``: the GEMM and the partial stores only, no flags (``benchmarks.breakdown`` times the
     parts). ``ASIDE`` (one-shot, with ``ENTER``): program 0 begins the call while the others run
     their first K loop (``call_enter_aside``); tile t goes to program ``(t + 1) % NUM_PROGRAMS``, so
     program 0 has none while the tiles do not fill the programs. ``OWN_SUM`` (one-shot; one tile a
-    program): each tile is summed right after it is pushed, this rank's partial taken from registers
-    (``produce_tiles`` with ``SUM_HERE``). ``SPLIT`` (with ``OWN_SUM``; one work item a program): each
+    program, or ``Config.EPILOGUE_SUM``): each tile is summed right after it is pushed, this rank's
+    partial taken from registers (``produce_tiles`` with ``SUM_HERE``; ``SUM_BLOCKS``: in
+    ``[SUB_M, BN]`` blocks through c). ``SPLIT`` (with ``OWN_SUM``; one work item a program): each
     tile's K steps are split into ``split_k`` slices, and the program that hands in a tile's last
     slice sums them, pushes the tile and sums it (``produce_tiles`` with ``SPLIT``)."""
     pid = tl.program_id(0)
@@ -67,7 +68,8 @@ def _fused_kernel(
                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
                              ctl_ptr=ctl_ptr, GATE=True, c_ptr=c_ptr, bias_ptr=bias_ptr, stride_cm=stride_cm,
                              stride_cn=stride_cn, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, split_k=split_k,
-                             partial_ptr=partial_ptr, count_ptr=count_ptr, SPLIT=SPLIT, ALIGN=ALIGN)
+                             partial_ptr=partial_ptr, count_ptr=count_ptr, SPLIT=SPLIT, ALIGN=ALIGN,
+                             SUM_BLOCKS=SUM_BLOCKS, SUB_M=SUB_M)
         if not OWN_SUM:
             if live:
                 reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
@@ -92,7 +94,8 @@ def _fused_kernel(
                               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=SUM,
                               ctl_ptr=ctl_ptr, c_ptr=c_ptr, bias_ptr=bias_ptr, stride_cm=stride_cm,
                               stride_cn=stride_cn, HAS_BIAS=HAS_BIAS, SUM_HERE=SUM and OWN_SUM, split_k=split_k,
-                              partial_ptr=partial_ptr, count_ptr=count_ptr, SPLIT=SPLIT, ALIGN=ALIGN)
+                              partial_ptr=partial_ptr, count_ptr=count_ptr, SPLIT=SPLIT, ALIGN=ALIGN,
+                              SUM_BLOCKS=SUM_BLOCKS, SUB_M=SUB_M)
                 if SUM and not OWN_SUM:  # the tiles this program produced (the same ids on every rank)
                     reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
                                  stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
@@ -105,10 +108,21 @@ def _fused_kernel(
 @collective(OP)
 def fused_sequential(a, b, *, config=None, group=None, bias=None, two_shot=False):
     """gemm_all_reduce as one fused persistent kernel (its programs push their partial tiles, then sum
-    them once every rank's have landed); same contract as
-    :func:`tilefuse.gemm_all_reduce`."""
+    them once every rank's have landed; with ``config.EPILOGUE_SUM`` each right after its push); same
+    contract as :func:`tilefuse.gemm_all_reduce`."""
+    return _fused_sequential(a, b, config, group, bias, two_shot, epilogue_sum=False)
+
+
+@collective(OP)
+def fused_sequential_epilogue(a, b, *, config=None, group=None, bias=None):
+    """:func:`fused_sequential` (one-shot) summing every tile in its epilogue on any config (without
+    one: the default tiles with ``EPILOGUE_SUM = 1``)."""
+    return _fused_sequential(a, b, config, group, bias, False, epilogue_sum=True)
+
+
+def _fused_sequential(a, b, config, group, bias, two_shot, *, epilogue_sum: bool):
     call = setup("fused_sequential", a, b, config, group, bias, two_shot, comm=False, flags=not two_shot,
-                 kernel_begins=lambda two_shot: not two_shot)
+                 kernel_begins=lambda two_shot: not two_shot, epilogue_sum=epilogue_sum)
     if call.empty:
         return call.c
     heap, programs = call.heap, call.all_programs
@@ -117,7 +131,7 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None, two_shot=False
         *call.gemm.gemm_args, call.stage, call.stage if call.two_shot else call.flags, *call.stage_args,
         *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args, *call.split_args,
         NUM_PROGRAMS=programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None, TWO_SHOT=call.two_shot,
-        ENTER=call.begins, ASIDE=aside, OWN_SUM=not call.two_shot and call.one_tile_sum(programs),
+        ENTER=call.begins, ASIDE=aside, OWN_SUM=call.own_sum(programs), SUM_BLOCKS=call.sum_blocks,
         **call.split_meta, **call.gemm.gemm_meta_ws,
     )
     call.entered()
