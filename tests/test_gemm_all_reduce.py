@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from unittest import mock
 
 import pytest
 import torch
@@ -60,6 +61,11 @@ def _check(ctx, got, ref, dtype, K, what):
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """The raw bits of t (torch.equal alone would take -0.0 for +0.0 and fail on NaN)."""
     return t.contiguous().view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def _begun(form: str):
+    """The one-kernel calls begun beside their K loops ("aside", the default) or before them."""
+    return mock.patch.dict(os.environ, {"TILEFUSE_BEGIN_BEFORE_GEMM": "1"} if form == "before" else {})
 
 
 def _same_bits_on_every_rank(results, what):
@@ -160,9 +166,7 @@ def job_split_k(ctx, shapes, calls):
     for config, (M, N, K) in zip(SPLIT_CFGS, shapes):
         cfg = tilefuse.Config(**config)
         for form in ("aside", "before"):
-            if form == "before":
-                os.environ["TILEFUSE_BEGIN_BEFORE_GEMM"] = "1"
-            try:
+            with _begun(form):
                 for call in range(calls):
                     a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=300 + call, bias=True)
                     poison_workspaces()
@@ -176,8 +180,6 @@ def job_split_k(ctx, shapes, calls):
                     differ = (_bits(got) != _bits(want)).sum().item()
                     assert differ == 0, f"{what}: differs from bulk_sync in {differ} of {got.numel()} elements"
                     outs.append(got)
-            finally:
-                os.environ.pop("TILEFUSE_BEGIN_BEFORE_GEMM", None)
     # K shards of different sizes (as the GPU default's slices, which follow M and N only, meet them):
     # 4 steps over 2 slices, 1 step (one slice empty), none.
     cfg = tilefuse.Config(**SPLIT_CFGS[0])
@@ -240,9 +242,7 @@ def job_epilogue_sum(ctx, calls):
         cfg = tilefuse.Config(**config)
         staged = cfg.replace(EPILOGUE_SUM=0)
         for form in ("aside", "before"):
-            if form == "before":
-                os.environ["TILEFUSE_BEGIN_BEFORE_GEMM"] = "1"
-            try:
+            with _begun(form):
                 for call in range(calls):
                     a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=400 + call, bias=True)
                     kw = {"bias": c_bias} if call % 2 == 0 else {}
@@ -263,8 +263,6 @@ def job_epilogue_sum(ctx, calls):
                         differ = (_bits(got) != _bits(want)).sum().item()
                         assert differ == 0, f"{what}: differs from {variant} in {differ} of {got.numel()} elements"
                     outs.append(got)
-            finally:
-                os.environ.pop("TILEFUSE_BEGIN_BEFORE_GEMM", None)
     cfg = tilefuse.Config(**EPILOGUE_CFGS[1])
     a, b, _ = _inputs(ctx, M, N, K, dtype, seed=420)
     if ctx.world > 1:

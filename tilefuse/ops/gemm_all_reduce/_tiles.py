@@ -150,11 +150,21 @@ def sum_tile_with_own(
         tile_acquire(flags_ptr + src * num_tiles + t, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
     offs = offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN] int32
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
-    own = part.to(tl.float32)  # [BM, BN]
+    total = sum_with_own(part.to(tl.float32), stage_ptr, bias_ptr, offs, offs_n, mask, N, heap_bases, cur_rank,
+                         world, stride_slot, HAS_BIAS)  # [BM, BN]
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [BM, BN]
+    tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def sum_with_own(own, stage_ptr, bias_ptr, offs, offs_n, mask, N, heap_bases, cur_rank, world, stride_slot,
+                 HAS_BIAS: tl.constexpr):
+    """``((s_0 + s_1) + ...) + bias`` in fp32 of a block at ``offs`` (``mask``; columns ``offs_n``),
+    sources in the order 0, 1, ..., W-1 from this rank's slots, ``s_cur_rank`` = ``own`` (fp32)."""
     # Start from s_0 itself (0.0 + -0.0 would be +0.0).
     total = tl.where(cur_rank == 0, own,
                      load_partial(stage_ptr, 0, offs, mask & (cur_rank != 0), heap_bases, cur_rank, stride_slot,
-                                  PULL=False))  # [BM, BN]
+                                  PULL=False))
     for src in range(1, world):
         total += tl.where(src == cur_rank, own,
                           load_partial(stage_ptr, src, offs, mask & (src != cur_rank), heap_bases, cur_rank,
@@ -162,8 +172,7 @@ def sum_tile_with_own(
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
         total += bias[None, :]
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [BM, BN]
-    tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+    return total
 
 
 @triton.jit
@@ -197,17 +206,8 @@ def sum_tile_in_blocks(
             mask = (bm[:, None] < M) & (bn[None, :] < N)  # [SUB_M, BN]
             c_ptrs = c_ptr + bm[:, None] * stride_cm + bn[None, :] * stride_cn  # [SUB_M, BN]
             own = tl.load(c_ptrs, mask=mask, other=0.0).to(tl.float32)
-            # Start from s_0 itself (0.0 + -0.0 would be +0.0).
-            total = tl.where(cur_rank == 0, own,
-                             load_partial(stage_ptr, 0, offs, mask & (cur_rank != 0), heap_bases, cur_rank,
-                                          stride_slot, PULL=False))  # [SUB_M, BN]
-            for src in range(1, world):
-                total += tl.where(src == cur_rank, own,
-                                  load_partial(stage_ptr, src, offs, mask & (src != cur_rank), heap_bases, cur_rank,
-                                               stride_slot, PULL=False))
-            if HAS_BIAS:
-                bias = tl.load(bias_ptr + bn, mask=bn < N, other=0.0).to(tl.float32)  # [BN]
-                total += bias[None, :]
+            total = sum_with_own(own, stage_ptr, bias_ptr, offs, bn, mask, N, heap_bases, cur_rank, world,
+                                 stride_slot, HAS_BIAS)  # [SUB_M, BN]
             tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
 
 
