@@ -33,8 +33,8 @@ reduce              the reduction pass alone, every partial in this rank's stage
 reduce_pull         the reduction pass reading the peers' stages (bulk_sync's): link reads
 empty_call          the op with M = 0: the host path and the begin kernel (pairing, the cross-GPU
                     barrier), nothing else
-whole               the variant as a user calls it (``variant`` = each of ``--variants``; for grs also
-                    ``fused_sequential_epilogue``, the form that sums in the epilogue of the own tiles)
+whole               the variant as a user calls it (``variant`` = each of ``--variants``; also
+                    ``fused_sequential_epilogue``: fused_sequential with ``Config.EPILOGUE_SUM``)
 ==================  =================================================================================
 
 Derived rows (``variant`` = ``derived``, device time): ``gemm_tax = core - matmul``, ``stage_tax =
@@ -59,6 +59,7 @@ import argparse
 import dataclasses
 import functools
 import gc
+import importlib
 import math
 import os
 import statistics
@@ -329,8 +330,8 @@ class Case:
                 Part("reduce_pull", "bulk_sync", functools.partial(self.reduce, pull=True)),
                 Part("empty_call", v, self.empty_call)]
         for name in variants:
-            if name == EPILOGUE:
-                from tilefuse.ops.gemm_reduce_scatter.fused_sequential import fused_sequential_epilogue as fn
+            if name == EPILOGUE:  # the op's fused_sequential with Config.EPILOGUE_SUM on its default tiles
+                fn = importlib.import_module(f"tilefuse.ops.{op}.fused_sequential").fused_sequential_epilogue
             else:
                 fn = registry.get(op, name)
             out.append(Part("whole", name, lambda s, fn=fn: fn(s.a, s.b), checked=True))
@@ -437,7 +438,7 @@ def run_shape(ctx, op: str, name: str, M: int, N: int, K: int, dtype, variants: 
 
     case = Case(ctx, op, M, N, K, dtype, args.push_programs)
     case.setup_parts()
-    wanted = [v for v in variants if op == "gemm_reduce_scatter" or v != EPILOGUE]
+    wanted = list(variants)
     parts = case.parts(wanted)
 
     # Check the whole calls: inputs of their own, poisoned workspaces, the op's reference.
@@ -630,7 +631,8 @@ def parse_options(argv=None, on_gpu: bool | None = None) -> argparse.Namespace:
                              "(default: all of those; --smoke: one tiny shape)")
     parser.add_argument("--world", type=int, default=2, help="ranks to spawn (ignored under torchrun)")
     parser.add_argument("--variants", default=",".join(registry.VARIANTS + (EPILOGUE,)),
-                        help="whole variants timed (comma-separated; fused_sequential_epilogue is grs only)")
+                        help="whole variants timed (comma-separated; fused_sequential_epilogue: fused_sequential "
+                             "with Config.EPILOGUE_SUM)")
     parser.add_argument("--push-programs", default=None,
                         help="program counts of the push@P parts (default 16,33,66 on a GPU, 1 on the CPU)")
     parser.add_argument("--dtype", default=None, help="bfloat16 (default on a GPU) or float16 (default on the CPU)")
