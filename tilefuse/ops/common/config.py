@@ -16,12 +16,12 @@ SPLIT_K_VARIANTS = ("bulk_sync",)
 # (op, variant) whose own kernel takes SPLIT_K > 1 where every program has at most one K slice (the
 # op's set-up checks that): the slice that completes a tile sums the slices and runs its epilogue.
 ONE_WAVE_SPLIT_K = (("gemm_all_reduce", "fused_sequential"),)
+# (op, variant) whose kernel sums each tile in its epilogue with Config.EPILOGUE_SUM = 1.
+EPILOGUE_SUM_FORMS = (("gemm_reduce_scatter", "fused_sequential"), ("gemm_all_reduce", "fused_sequential"))
 # Variants whose tile loops can be warp-specialized (Config.WARP_SPEC): the GEMM core's, and the
 # fused loops that set no per-tile flag (a flag released by one consumer group could be seen before
 # the other group's half of the tile is stored). gemm_all_reduce's fused_sequential specializes in its
 # two-shot form only (the one-shot form flags its tiles).
-# (op, variant) whose kernel sums each tile in its epilogue with Config.EPILOGUE_SUM = 1.
-EPILOGUE_SUM_FORMS = (("gemm_reduce_scatter", "fused_sequential"), ("gemm_all_reduce", "fused_sequential"))
 WARP_SPEC_VARIANTS = {
     "gemm_all_scatter": ("bulk_sync", "fused_sequential"),
     "all_gather_gemm": ("bulk_sync",),

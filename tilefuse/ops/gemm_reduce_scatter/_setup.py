@@ -90,8 +90,8 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running
     (:attr:`Call.enter_args`).
 
     fused_sequential's epilogue-sum form (its config's ``EPILOGUE_SUM``, or ``epilogue_sum`` on
-    any config) flags its tiles and sums them in registers: it gets flags and no running sum, its
-    tile loops are not warp-specialized, and its signature and flags are those of
+    any config) flags its tiles and sums the own ones in their epilogue: it gets flags and no
+    running sum, its tile loops are not warp-specialized, and its signature and flags are those of
     :data:`EPILOGUE_FORM`.
     """
     heap = op_heap(OP, group)
