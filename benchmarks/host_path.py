@@ -13,7 +13,9 @@ CPU this is the only way to see the host path (the interpreter would run the ker
 ``--real-launches`` keeps the real kernels (host time then includes the driver's launch cost).
 
 Methods per op: ``plain`` (public function, ``variant="plain"``), ``plain_entry`` (the registry's
-plain entry point), each registered variant through the public function, ``auto`` (public function,
+plain entry point), each registered variant through the public function, ``fused_sequential_entry``
+and ``fs_epilogue_sum_entry`` (fused_sequential's entry point, staged and with ``Config.EPILOGUE_SUM``,
+where the op has that form), ``auto`` (public function,
 ``variant="auto"``; the note says what auto resolved to) and ``<variant>_custom_op``
 (``torch.ops.tilefuse.<op>``: the dispatcher's cost on top). Timing: ``--rounds`` rounds, methods
 interleaved in each, every method timed over ``--calls`` back-to-back calls per round; the value is
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import importlib
 import statistics
 import sys
 import time
@@ -111,6 +114,7 @@ def methods(op: str, begin_kernel: bool = False) -> dict:
     ``<variant>+begin_kernel``)."""
     import tilefuse
     from tilefuse.ops import registry
+    from tilefuse.ops.common.config import EPILOGUE_SUM_FORMS
 
     public = getattr(tilefuse, op)
     have = registry.variants(op)
@@ -119,6 +123,12 @@ def methods(op: str, begin_kernel: bool = False) -> dict:
     for v in tilefuse.VARIANTS:
         if v in have:
             out[v] = (lambda a, b, v=v: public(a, b, variant=v))
+    if (op, "fused_sequential") in EPILOGUE_SUM_FORMS:
+        # fused_sequential's entry point, staged and with Config.EPILOGUE_SUM on its default tiles (one
+        # launch for gemm_reduce_scatter), both without the public function's dispatch
+        module = importlib.import_module(f"tilefuse.ops.{op}.fused_sequential")
+        out["fused_sequential_entry"] = module.fused_sequential
+        out["fs_epilogue_sum_entry"] = module.fused_sequential_epilogue
     out["auto"] = lambda a, b: public(a, b, variant="auto")
     custom = getattr(torch.ops.tilefuse, op)
     out["plain_custom_op"] = lambda a, b: custom(a, b, "plain", None, None)
