@@ -144,16 +144,22 @@ def sum_tile_with_own(
     """:func:`reduce_tiles` of one tile whose own partial is in registers: acquire the other
     sources' flags of tile t, then ``((s_0 + s_1) + ...) + bias`` into c, sources in the order 0,
     1, ..., W-1 with ``s_cur_rank`` = ``part`` (rounded as a staged partial is: the same bits)."""
-    for i in range(1, world):
-        src = (cur_rank + i) % world
-        # Acquire: pairs with the release in produce_tiles (SUM_HERE) on rank `src`.
-        tile_acquire(flags_ptr + src * num_tiles + t, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
+    acquire_others(flags_ptr, num_tiles, t, epoch, cur_rank, world, ctl_ptr, heap_bases)
     offs = offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN] int32
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
     total = sum_with_own(part.to(tl.float32), stage_ptr, bias_ptr, offs, offs_n, mask, N, heap_bases, cur_rank,
                          world, stride_slot, HAS_BIAS)  # [BM, BN]
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [BM, BN]
     tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def acquire_others(flags_ptr, num_tiles, t, epoch, cur_rank, world, ctl_ptr, heap_bases):
+    """Wait until every other source's partial of tile t is in this rank's stage (push layout)."""
+    for i in range(1, world):
+        src = (cur_rank + i) % world
+        # Acquire: pairs with the release in produce_tiles (SUM_HERE) on rank `src`.
+        tile_acquire(flags_ptr + src * num_tiles + t, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
 
 
 @triton.jit
@@ -195,10 +201,7 @@ def sum_tile_in_blocks(
     first store is the result."""
     store_tile(c_ptr, part, offs_m, offs_n, M, N, stride_cm, stride_cn)
     if (world > 1) | HAS_BIAS:
-        for i in range(1, world):
-            src = (cur_rank + i) % world
-            # Acquire: pairs with the release in produce_tiles (SUM_HERE) on rank `src`.
-            tile_acquire(flags_ptr + src * num_tiles + t, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
+        acquire_others(flags_ptr, num_tiles, t, epoch, cur_rank, world, ctl_ptr, heap_bases)
         tl.debug_barrier()  # the own partial in c, stored by all of the program's threads
         for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, M - pid_m * BLOCK_M), SUB_M)):
             bm, bn = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)  # [SUB_M], [BN]

@@ -20,7 +20,16 @@ from ...runtime.primitives import kernel
 from ..common.config import side_warps
 from ..common.flags import tile_acquire
 from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
-from ..common.reduce import accumulate_slot, block_offsets, owner_at, push_partial, slot_ptr, source_at, sum_slots
+from ..common.reduce import (
+    accumulate_slot,
+    block_offsets,
+    owner_at,
+    push_partial,
+    slot_ptr,
+    source_at,
+    sum_first_slots,
+    sum_slots,
+)
 
 
 @triton.jit
@@ -134,12 +143,8 @@ def produce_and_sum(
                     tl.debug_barrier()  # the own partial in c, stored by all of the program's threads
                     for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, rows - pid_m * BLOCK_M), SUB_M)):
                         bm, bn = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)  # [SUB_M], [BN]
-                        # Start from s_0 itself (0.0 + -0.0 would be +0.0).
-                        total = load_tile(slot_ptr(stage_ptr, source_at(cur_rank, 0, world), stride_slot), bm, bn,
-                                          rows, N, stride_sm, stride_sn).to(tl.float32)  # [SUB_M, BN]
-                        for i in range(1, world - 1):
-                            total += load_tile(slot_ptr(stage_ptr, source_at(cur_rank, i, world), stride_slot),
-                                               bm, bn, rows, N, stride_sm, stride_sn).to(tl.float32)
+                        total = sum_first_slots(stage_ptr, bm, bn, rows, N, stride_slot, stride_sm, stride_sn,
+                                                heap_bases, cur_rank, world, world - 1, PULL=False)  # [SUB_M, BN]
                         total += load_tile(c_ptr, bm, bn, rows, N, stride_cm, stride_cn).to(tl.float32)  # own
                         store_tile(c_ptr, total, bm, bn, rows, N, stride_cm, stride_cn)
 
