@@ -139,6 +139,69 @@ def test_copy_engine_form(pools, world, a_column_major):
                          late_rank=world - 1, a_column_major=a_column_major, only_dtype=torch.float32))
 
 
+def job_flattened_local_tiles(ctx, variant):
+    """128-row tiles on the descriptor path: the tile loops without flags (fused_sequential's, the push
+    variants' local shard read from ``a``) run on the GEMM core's flattened loop, fused_sequential's
+    not where it also copies rows into a_gathered; the same bits as the loops not flattened."""
+    from unittest import mock
+
+    from tilefuse.ops.all_gather_gemm import _setup, _tiles
+    from tilefuse.runtime import plans
+
+    cfg = tilefuse.Config(BLOCK_M=128, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=1,
+                          GEMM_SMS=3, COMM_SMS=2)
+    fn = registry.get(OP, variant)
+    a, b = _inputs(ctx, 160, 72, 64, torch.float16, seed=21)  # two chunks, the second ragged
+    call = _setup.setup(variant, a, b, cfg, None, comm=True)
+    lay = _setup.layout(call, a)
+    assert lay.use_tma and lay.local_direct, "the interpreter and sm_90 take the descriptor path here"
+    assert _setup.gemm_meta(call, lay)["FLATTEN"]
+    assert not _setup.gemm_meta(call, lay, flatten=False)["FLATTEN"]
+    assert not _setup.gemm_meta(call, _setup.Layout(False, lay.b_kmajor, True))["FLATTEN"]  # pointer path
+    call64 = _setup.setup(variant, a, b, cfg.replace(BLOCK_M=64), None, comm=True)
+    assert not _setup.gemm_meta(call64, _setup.layout(call64, a))["FLATTEN"]
+    ref_c, ref_ag = registry.get(OP, "reference")(a, b, return_gathered=True)
+    rule, real = _setup.flattened_loop, _tiles.whole_tiles
+    runs = {}
+    for flat in (False, True):
+        plans.clear_plans()  # no plan recorded with the other choice replays
+        calls = []
+
+        def counted(*args, _calls=calls, **kwargs):
+            _calls.append(1)
+            return real(*args, **kwargs)
+
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(mock.patch.object(_setup, "flattened_loop",
+                                                  lambda c, t, _flat=flat: _flat and rule(c, t)))
+            if not ctx.on_gpu:  # the interpreter runs the kernels' Python: count the flattened loops
+                stack.enter_context(mock.patch.object(_tiles, "whole_tiles", counted))
+            poison_workspaces()
+            c = fn(a, b, config=cfg)
+            tilefuse.synchronize()
+            plain_calls = len(calls)
+            c2, ag = fn(a, b, config=cfg, return_gathered=True)
+            tilefuse.synchronize()
+        runs[flat] = (c, c2)
+        assert torch.equal(ag, ref_ag), f"{variant} flatten={flat}: a_gathered differs from the all-gather"
+        assert_matches(c, ref_c, torch.float16, 64, ctx.on_gpu, f"{variant} flatten={flat}", scale=ctx.world)
+        if not ctx.on_gpu:
+            gathered_calls = len(calls) - plain_calls
+            assert (plain_calls > 0) == flat, (variant, flat, plain_calls)
+            # fused_sequential copying rows into a_gathered keeps its loop; the push variants' local
+            # tiles (read from `a` in both calls) are flattened
+            assert (gathered_calls > 0) == (flat and variant != "fused_sequential"), (variant, flat, gathered_calls)
+    assert torch.equal(runs[True][0], runs[False][0]), f"{variant}: the flattened loop changed the bits"
+    assert torch.equal(runs[True][1], runs[False][1]), f"{variant}: the flattened loop changed the bits"
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("variant", ["fused_sequential", "producer_consumer", "wg_specialized"])
+def test_flattened_local_tiles(pools, variant):
+    assert all(pools.run(2, job_flattened_local_tiles, variant))
+
+
 def job_mismatched_m_loc(ctx, variant):
     M_loc = 20 + ctx.rank  # a shape no rank has verified before
     a, b = _inputs(ctx, M_loc, 16, 16, torch.float32, seed=7)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ..common.config import check_variant_config
-from ..common.gemm import ensure_triton_allocator, gemm_layout
+from ..common.gemm import ensure_triton_allocator, flattened_loop, gemm_layout
 from ..common.launch import Entered, GemmCall, begin_call, new_output, prepare_gemm, workspace
 
 OP = "all_gather_gemm"
@@ -72,9 +72,13 @@ def layout(call: GemmCall, heap_a: torch.Tensor) -> Layout:
     return Layout(use_tma, b_kmajor, local_direct)
 
 
-def gemm_meta(call: GemmCall, lay: Layout) -> dict:
-    """Constexprs and launch options of the GEMM part, on the layout decided by :func:`layout`."""
-    return dict(call.gemm_meta, USE_TMA=lay.use_tma, B_KMAJOR=lay.b_kmajor)
+def gemm_meta(call: GemmCall, lay: Layout, *, flatten: bool = True) -> dict:
+    """Constexprs and launch options of the GEMM part, on the layout decided by :func:`layout`.
+    ``FLATTEN``: the tile loops without flags (fused_sequential's, without ``flatten=False`` where it
+    also copies rows; the push variants' local shard read from ``a``) run flattened where the GEMM
+    core's would (:func:`~..common.gemm.flattened_loop`)."""
+    return dict(call.gemm_meta, USE_TMA=lay.use_tma, B_KMAJOR=lay.b_kmajor,
+                FLATTEN=flatten and flattened_loop(call.config, lay.use_tma))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire
 from ..common.gather import copy_pieces, copy_rows, push_shard
-from ..common.gemm import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets
+from ..common.gemm import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets, whole_tiles
 from ..common.launch import ctl, enter_args, launched, mid_barrier
 
 
@@ -90,28 +90,38 @@ def gemm_shard(
     first, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WAIT: tl.constexpr, GATHER: tl.constexpr,
+    FLATTEN: tl.constexpr = False,
 ):
-    """Tiles first, first + NUM_PROGRAMS, ... of one source's [M_loc, N] block of C."""
+    """Tiles first, first + NUM_PROGRAMS, ... of one source's [M_loc, N] block of C.
+
+    ``FLATTEN`` (only where neither ``WAIT`` nor ``GATHER``: a loop with nothing but the GEMM in it)
+    runs the tiles on the GEMM core's flattened loop (``common.gemm.whole_tiles``): the next tile's
+    first loads are issued before this tile's epilogue. The sums are the same."""
     num_pid_m = tl.cdiv(M_loc, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-    for t in range(first, num_pid_m * num_pid_n, NUM_PROGRAMS):
-        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-        ok = True
-        if WAIT:
-            # Acquire: pairs with the release after chunk pid_m in push_shard (common.gather) on
-            # rank src_rank.
-            ok = tile_acquire(flags_ptr + pid_m, epoch, cur_rank, src_rank, ctl_ptr, heap_bases, world)
-        if ok:
-            acc = gemm_tile(a_op, b_op, pid_m, pid_n, M_loc, N, K, stride_am, stride_ak, stride_bk,
-                            stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
-            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-            store_tile(c_ptr, acc, offs_m, offs_n, M_loc, N, stride_cm, stride_cn)
-            if GATHER:
-                if pid_n == 0:
-                    copy_rows(g_ptr, stride_gm, stride_gk, a_ptr, stride_am, stride_ak, pid_m, M_loc, K,
-                              BLOCK_M, BLOCK_K)
+    if FLATTEN:
+        whole_tiles(a_op, b_op, c_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                    first, num_pid_m * num_pid_n, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
+                    B_KMAJOR, 1, True, False)
+    else:
+        for t in range(first, num_pid_m * num_pid_n, NUM_PROGRAMS):
+            pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+            ok = True
+            if WAIT:
+                # Acquire: pairs with the release after chunk pid_m in push_shard (common.gather) on
+                # rank src_rank.
+                ok = tile_acquire(flags_ptr + pid_m, epoch, cur_rank, src_rank, ctl_ptr, heap_bases, world)
+            if ok:
+                acc = gemm_tile(a_op, b_op, pid_m, pid_n, M_loc, N, K, stride_am, stride_ak, stride_bk,
+                                stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
+                offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+                store_tile(c_ptr, acc, offs_m, offs_n, M_loc, N, stride_cm, stride_cn)
+                if GATHER:
+                    if pid_n == 0:
+                        copy_rows(g_ptr, stride_gm, stride_gk, a_ptr, stride_am, stride_ak, pid_m, M_loc, K,
+                                  BLOCK_M, BLOCK_K)
 
 
 @triton.jit
@@ -121,10 +131,10 @@ def _gemm_source(
     c_ptr, stride_cm, stride_cn, flags_ptr,
     M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world, epoch, pid, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, DIRECT: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, DIRECT: tl.constexpr, FLATTEN: tl.constexpr,
 ):
-    """Source step i of gemm_gathered: from ``a`` without waiting (DIRECT), else from the gathered
-    buffer after each chunk's flag."""
+    """Source step i of gemm_gathered: from ``a`` without waiting (DIRECT; flattened with
+    ``FLATTEN``), else from the gathered buffer after each chunk's flag."""
     num_chunks = tl.cdiv(M_loc, BLOCK_M)
     src = (cur_rank + i) % world
     rows = tl.cast(src, tl.int64) * M_loc
@@ -135,7 +145,8 @@ def _gemm_source(
         gemm_shard(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_src, stride_cm, stride_cn,
                    a_ptr, stride_am, stride_ak, flags_src, epoch, src, cur_rank, ctl_ptr, heap_bases, world,
                    M_loc, N, K, first, NUM_PROGRAMS,
-                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=False)
+                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=False,
+                   FLATTEN=FLATTEN)
     else:
         gemm_shard(ag_ptr + rows * stride_gm, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
                    c_src, stride_cm, stride_cn, ag_ptr, stride_gm, stride_gk,
@@ -158,18 +169,18 @@ def gemm_gathered(
     heap_bases, ctl_ptr, cur_rank, world, epoch,
     pid, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, LOCAL_DIRECT: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, LOCAL_DIRECT: tl.constexpr, FLATTEN: tl.constexpr,
 ):
     """Program pid's share of C = gathered A @ B, each tile after its A chunk's flag (consumer side).
 
     Sources in ring order r, r+1, ...; with LOCAL_DIRECT the local shard's tiles read ``a`` itself
-    and wait for nothing.
+    and wait for nothing (on the flattened loop with ``FLATTEN``: :func:`gemm_shard`).
     """
     _gemm_source(0, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
                  c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world, epoch,
-                 pid, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT)
+                 pid, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN)
     for i in range(1, world):
         _gemm_source(i, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
                      stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr,
                      cur_rank, world, epoch, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
-                     B_KMAJOR, False)
+                     B_KMAJOR, False, False)

@@ -41,6 +41,7 @@ def _fused_kernel(
     heap_bases, ctl_ptr, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, GATHER: tl.constexpr,
+    FLATTEN: tl.constexpr,
 ):
     pid = tl.program_id(0)
     tiles_per_source = tl.cdiv(M_loc, BLOCK_M) * tl.cdiv(N, BLOCK_N)
@@ -55,7 +56,8 @@ def _fused_kernel(
                    # no flags (WAIT=False): the barrier published A
                    s_ptr, 0, src, cur_rank, ctl_ptr, heap_bases, world,
                    M_loc, N, K, first_tile(pid, i, tiles_per_source, NUM_PROGRAMS), NUM_PROGRAMS,
-                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=GATHER)
+                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=GATHER,
+                   FLATTEN=FLATTEN)
 
 
 @collective(OP)
@@ -82,6 +84,6 @@ def fused_sequential(a, b, *, config=None, group=None, return_gathered=False):
         shard, shard.stride(0), shard.stride(1), b, b.stride(0), b.stride(1),
         c, c.stride(0), c.stride(1), ag, ag.stride(0), ag.stride(1),
         M_loc, N, K, heap.heap_bases, ctl(heap), r, W,
-        NUM_PROGRAMS=programs, GATHER=return_gathered, **gemm_meta(call, lay),
+        NUM_PROGRAMS=programs, GATHER=return_gathered, **gemm_meta(call, lay, flatten=not return_gathered),
     )
     return finish(call, c, ag if return_gathered else None, return_gathered)

@@ -289,7 +289,7 @@ def load_tile(ptr, offs_m, offs_n, M, N, stride_m, stride_n):
 
 
 @triton.jit
-def _whole_tiles(
+def whole_tiles(
     a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     pid, num_work, num_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -391,7 +391,7 @@ def matmul_kernel(
         # The waves of tiles that fill every program go first, whole (dp_tiles of them); then the
         # K steps of the tiles left are dealt out.
         dp = tl.minimum(dp_tiles, num_work)
-        _whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+        whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                      pid, dp, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
                      FLATTEN, False)
         steps = tl.cdiv(K, BLOCK_K)
@@ -424,11 +424,11 @@ def matmul_kernel(
                     store_slice_sum(slots, n, t, count_ptr, c_ptr, pid_m, pid_n, M, N,
                                     stride_cm, stride_cn, BLOCK_M, BLOCK_N, SUB_M)
     elif FLATTEN:  # (each condition one constexpr: Triton drops the branches not taken)
-        _whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+        whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                      pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
                      True, TMA_STORE)
     elif TMA_STORE:
-        _whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+        whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                      pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
                      False, True)
     else:
@@ -574,6 +574,15 @@ def warp_specialized(config, use_tma: bool, device: torch.device) -> bool:
     config unspecialized: :func:`config.launch_shape`)."""
     return (bool(config.WARP_SPEC) and use_tma and config.SPLIT_K == 1 and not config.STREAM_K
             and device.type == "cuda" and not _interpreting() and not _env_flag("TILEFUSE_NO_WARP_SPEC"))
+
+
+def flattened_loop(config, use_tma: bool) -> bool:
+    """Whether a loop of whole tiles (no split K, no warp specialization, no flag in its body) is
+    flattened (:func:`whole_tiles`' ``FLATTEN``): 128-row tiles on the descriptor path. A rule of the
+    config and the operands' path, never the shape, so new shapes of a config launch the kernel
+    already compiled (measured for the GEMM core in docs/PERF.md, "GEMM core"). ``TILEFUSE_NO_FLATTEN``
+    set: no loop is flattened (the switch of an A/B measurement)."""
+    return bool(use_tma) and config.BLOCK_M >= 128 and not _env_flag("TILEFUSE_NO_FLATTEN")
 
 
 def tma_operands(a: torch.Tensor, b: torch.Tensor, min_m: int) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
@@ -766,7 +775,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     else:
         partials, counts = c, c  # never read
     tiles_only = not (split > 1 or stream or warp_spec)
-    flatten = (tiles_only or stream) and (use_tma and config.BLOCK_M >= 128 if flatten is None else flatten)
+    flatten = (tiles_only or stream) and (flattened_loop(config, use_tma) if flatten is None else flatten)
     tma_store = tiles_only and use_tma and tma_store and c.stride(1) == 1 and \
         (c.stride(0) * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0
     if call is None:

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One GPU, world 1: all_gather_gemm's tile loops without flags (fused_sequential's, the push variants'
+# local shard read from `a`) on the GEMM core's flattened loop, against the same loops not flattened
+# (TILEFUSE_NO_FLATTEN=1, which also stops the GEMM core's, so bulk_sync moves with it); then the tests
+# that cover them, ranks sharing the GPU.
+#   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/agg_flatten_check.sh      (from the repository root)
+# 1. The world-1 suite of all_gather_gemm on SHAPES (default 8192x6144x4096 and 8192x28672x4096, the
+#    Llama-3-8B qkv and gate-up shapes at 8192 tokens): every variant, the copy-engine form and the
+#    plain_again control, flattened, not flattened, flattened again (SUITE_S seconds each, default 100).
+# 2. The tests of TESTS (default: all_gather_gemm, program counts, the GEMM core's flattened-loop test)
+#    in the rest of LIMIT_S (default 570 s).
+# Files under $R: suite_w1_flat.csv, suite_w1_noflat.csv, tests/.
+source "$(dirname "$0")/prelude.sh"
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+END=$(( T0 + ${LIMIT_S:-570} ))
+SHAPES=${SHAPES:-8192x6144x4096,8192x28672x4096}
+V=bulk_sync,producer_consumer,pc_copy_engines,fused_sequential,wg_specialized,plain_again
+suite() {  # suite NAME CSV [ENV...]
+    local name=$1 csv=$2
+    shift 2
+    step "$name" "${SUITE_S:-100}" env "$@" "$PY" -m benchmarks world1 --ops all_gather_gemm --shapes "$SHAPES" \
+        --variants "$V" --csv "$csv" --append --no-progress
+}
+suite suite_flat_1 "$R/suite_w1_flat.csv"
+suite suite_noflat "$R/suite_w1_noflat.csv" TILEFUSE_NO_FLATTEN=1
+suite suite_flat_2 "$R/suite_w1_flat.csv"
+tests_in_rest "${TESTS:-tests/test_all_gather_gemm.py;tests/test_program_counts.py tests/test_gemm_core.py::test_matmul_flattened_loop_and_descriptor_stores_keep_the_bits}"
+pack
+grep -h "^==\|Error\|FAIL" "$R"/*.log | cut -c1-200
+tail -5 "$R/tests/tests_summary.txt" 2>/dev/null
+for f in "$R"/suite_w1_*.csv; do echo "# $f"; "$PY" -m benchmarks summary --markdown "$f" 2>&1 | tail -n 20; done
