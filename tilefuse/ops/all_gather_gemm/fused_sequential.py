@@ -19,6 +19,7 @@ the publish kernel's end of the call (``ctl[SEQ]``, the status words) is the cal
 
 from __future__ import annotations
 
+import triton
 import triton.language as tl
 
 from ...runtime import primitives as P
@@ -27,6 +28,29 @@ from ..common.launch import collective, ctl, workspace
 from ._setup import OP, finish, gemm_meta, is_degenerate, layout, new_output, setup, start
 from ._tiles import first_tile, gemm_shard, launch_shard
 from .bulk_sync import bulk_sync
+
+
+@triton.jit
+def _source(
+    i, pid, s_ptr, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
+    g_ptr, stride_gm, stride_gk, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, GATHER: tl.constexpr,
+    FLATTEN: tl.constexpr,
+):
+    """Program pid's tiles of source step i: rank (cur_rank + i)'s shard, read in place."""
+    src = (cur_rank + i) % world
+    rows = tl.cast(src, tl.int64) * M_loc
+    a_src = P.translate(s_ptr, cur_rank, src, heap_bases)
+    tiles_per_source = tl.cdiv(M_loc, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    gemm_shard(a_src, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn,
+               c_ptr + rows * stride_cm, stride_cm, stride_cn,
+               g_ptr + rows * stride_gm, stride_gm, stride_gk,
+               # no flags (WAIT=False): the barrier published A
+               s_ptr, 0, src, cur_rank, ctl_ptr, heap_bases, world,
+               M_loc, N, K, first_tile(pid, i, tiles_per_source, NUM_PROGRAMS), NUM_PROGRAMS,
+               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=GATHER,
+               FLATTEN=FLATTEN)
 
 
 @kernel
@@ -44,20 +68,18 @@ def _fused_kernel(
     FLATTEN: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    tiles_per_source = tl.cdiv(M_loc, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     _, live = P.call_epoch(ctl_ptr)
-    for i in range(0, tl.where(live, world, 0)):
-        src = (cur_rank + i) % world
-        rows = tl.cast(src, tl.int64) * M_loc
-        a_src = P.translate(s_ptr, cur_rank, src, heap_bases)  # rank src's shard, read in place
-        gemm_shard(a_src, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn,
-                   c_ptr + rows * stride_cm, stride_cm, stride_cn,
-                   g_ptr + rows * stride_gm, stride_gm, stride_gk,
-                   # no flags (WAIT=False): the barrier published A
-                   s_ptr, 0, src, cur_rank, ctl_ptr, heap_bases, world,
-                   M_loc, N, K, first_tile(pid, i, tiles_per_source, NUM_PROGRAMS), NUM_PROGRAMS,
-                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=GATHER,
-                   FLATTEN=FLATTEN)
+    # The local source outside the loop over the peers: Triton flattens a tile loop only where no
+    # other loop encloses it (nested in the loop over sources, the compiled kernel was the one not
+    # flattened, and measured so).
+    if live:
+        _source(0, pid, s_ptr, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
+                g_ptr, stride_gm, stride_gk, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world,
+                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, GATHER, FLATTEN)
+    for i in range(1, tl.where(live, world, 1)):
+        _source(i, pid, s_ptr, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
+                g_ptr, stride_gm, stride_gk, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world,
+                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, GATHER, FLATTEN)
 
 
 @collective(OP)
