@@ -202,6 +202,70 @@ def test_flattened_local_tiles(pools, variant):
     assert all(pools.run(2, job_flattened_local_tiles, variant))
 
 
+def job_copy_engine_rows_beside_gemm(ctx):
+    """The copy-engine form queues this rank's own rows, the barrier and the pulls on the side stream
+    (beside the GEMM) where `a` is contiguous and read in place, and copies the rows before the GEMM
+    otherwise; results right both ways."""
+    from unittest import mock
+
+    pc = importlib.import_module("tilefuse.ops.all_gather_gemm.producer_consumer")  # the module
+    cfg = tilefuse.Config(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=1,
+                          GEMM_SMS=4, COMM_SMS=0)
+    events = []
+    side = [False]
+
+    class Streams(pc.ForkedStreams):
+        def side(self):
+            inner = super().side()
+
+            @contextlib.contextmanager
+            def marked():
+                side[0] = True
+                try:
+                    with inner:
+                        yield
+                finally:
+                    side[0] = False
+
+            return marked()
+
+    real_copy = torch.Tensor.copy_
+
+    def copy_(dst, src, *args, **kwargs):
+        events.append(("copy", side[0], dst.data_ptr(), src.data_ptr()))
+        return real_copy(dst, src, *args, **kwargs)
+
+    def barrier(heap, phase):
+        events.append(("barrier", side[0]))
+        return real_barrier(heap, phase)
+
+    real_barrier = pc.mid_barrier
+    for column_major in (False, True):
+        a, b = _inputs(ctx, 40, 24, 32, torch.float32, seed=31 + column_major)
+        if column_major:
+            a = a.t().contiguous().t()
+        ref = registry.get(OP, "reference")(a, b)
+        events.clear()
+        with mock.patch.object(pc, "ForkedStreams", Streams), mock.patch.object(pc, "mid_barrier", barrier), \
+                mock.patch.object(torch.Tensor, "copy_", copy_):
+            poison_workspaces()
+            c = pc.producer_consumer(a, b, config=cfg)
+            tilefuse.synchronize()
+        assert_matches(c, ref, torch.float32, 32, ctx.on_gpu, f"copy engines, column-major a {column_major}",
+                       scale=ctx.world)
+        own = [e for e in events if e[0] == "copy" and e[3] == a.data_ptr()]
+        assert len(own) == 1, events
+        assert own[0][1] == (not column_major), (column_major, events)
+        assert ("barrier", True) in events, events
+        assert any(e[0] == "copy" and e[1] and e[3] != a.data_ptr() for e in events), events  # the pulls
+    tilefuse.barrier()
+    return True
+
+
+def test_copy_engine_rows_beside_gemm(pools):
+    assert all(pools.run(2, job_copy_engine_rows_beside_gemm))
+
+
 def job_mismatched_m_loc(ctx, variant):
     M_loc = 20 + ctx.rank  # a shape no rank has verified before
     a, b = _inputs(ctx, M_loc, 16, 16, torch.float32, seed=7)

@@ -6,7 +6,8 @@
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/agg_flatten_check.sh      (from the repository root)
 # 1. The world-1 suite of all_gather_gemm on SHAPES (default 8192x6144x4096 and 8192x28672x4096, the
 #    Llama-3-8B qkv and gate-up shapes at 8192 tokens): every variant, the copy-engine form and the
-#    plain_again control, flattened, not flattened, flattened again (SUITE_S seconds each, default 100).
+#    plain_again control, flattened, not flattened (AB=0 leaves this one out), flattened again
+#    (SUITE_S seconds each, default 100).
 # 2. The tests of TESTS (default: all_gather_gemm, program counts, the GEMM core's flattened-loop test)
 #    in the rest of LIMIT_S (default 570 s).
 # Files under $R: suite_w1_flat.csv, suite_w1_noflat.csv, tests/.
@@ -22,7 +23,7 @@ suite() {  # suite NAME CSV [ENV...]
         --variants "$V" --csv "$csv" --append --no-progress
 }
 suite suite_flat_1 "$R/suite_w1_flat.csv"
-suite suite_noflat "$R/suite_w1_noflat.csv" TILEFUSE_NO_FLATTEN=1
+[[ ${AB:-1} == 1 ]] && suite suite_noflat "$R/suite_w1_noflat.csv" TILEFUSE_NO_FLATTEN=1
 suite suite_flat_2 "$R/suite_w1_flat.csv"
 tests_in_rest "${TESTS:-tests/test_all_gather_gemm.py;tests/test_program_counts.py tests/test_gemm_core.py::test_matmul_flattened_loop_and_descriptor_stores_keep_the_bits}"
 pack
