@@ -20,18 +20,13 @@ In the interpreter the push kernel is launched first: it waits on nothing.
 
 ``COMM_SMS = 0`` moves the rows with the GPU's copy engines instead, so the GEMM keeps every SM::
 
-    stream 1: | begin | GEMM (every SM but one): local shard from a | source r+1: acquire ... |
-    stream 2:         | a -> own row block of a_gathered | barrier | copy rank r+1's rows (chunk) |
-                      | release | next chunk ... | rank r+2 ... |
+    stream 1: | begin | a -> own row block of a_gathered | barrier | GEMM (all GEMM_SMS programs) ... |
+    stream 2:                                             | copy rank r+1's rows (chunk) | release |
+                                                          | next chunk ... | rank r+2 ... |
 
-Each rank copies its rows into its own ``a_gathered`` and passes a barrier with the peers (every
-rank's rows in place), then pulls every peer's row block out of the peer's ``a_gathered`` (a
-peer-to-peer copy of mapped heap memory, done by a DMA engine), a few chunks per peer; after each
-chunk a one-program kernel, stream-ordered behind the copy, releases that chunk's flags for the GEMM
-on stream 1. All of that runs beside the GEMM, whose local tiles read ``a`` and wait for nothing; the
-multiprocessor the GEMM leaves free runs the barrier and release kernels. Where the GEMM cannot read
-``a`` in place, or ``a`` is not contiguous (its copy is then a kernel, not a copy engine's), the
-rows are copied on stream 1 before the GEMM.
+Each rank pulls every peer's row block out of the peer's ``a_gathered`` (a peer-to-peer copy of
+mapped heap memory, done by a DMA engine), a few chunks per peer; after each chunk a one-program
+kernel, stream-ordered behind the copy, releases that chunk's flags for the GEMM on stream 1.
 """
 
 from __future__ import annotations
@@ -134,21 +129,13 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
     # row moves before every peer is done with a_gathered.
     p = plan_push(call, "producer_consumer", return_gathered, kernel_begins=not engines)
     if engines:
-        # The rows the peers' copy engines pull go into this rank's a_gathered beside the GEMM, by a
-        # copy engine, where the GEMM reads its local rows from `a` and `a` is contiguous (a plain
-        # memory copy); otherwise before it, by a copy kernel with every SM (and the GEMM reads the
-        # local rows from a_gathered, after their flags).
-        aside = p.lay.local_direct and a.is_contiguous()
-        if not aside:
-            p.own.copy_(a)
-            if not p.lay.local_direct:
-                _release_rows_kernel[(1,)](p.flags, r * p.num_chunks, p.num_chunks, heap.heap_bases, ctl(heap),
-                                           r, W, num_warps=1)
+        p.own.copy_(a)  # the rows the peers' copy engines pull
+        if not p.lay.local_direct:  # the GEMM reads the local rows from a_gathered too
+            _release_rows_kernel[(1,)](p.flags, r * p.num_chunks, p.num_chunks, heap.heap_bases, ctl(heap), r, W,
+                                       num_warps=1)
+        mid_barrier(heap, 0)  # every rank's own rows are in place
         streams = ForkedStreams(heap.device)
-        with streams.side():  # the peers' rows after their flags: everything here runs beside the GEMM
-            if aside:
-                p.own.copy_(a)
-            mid_barrier(heap, 0)  # every rank's own rows are in place
+        with streams.side():
             _pull_with_copy_engines(call, p)
         # One multiprocessor stays free for the release kernels: the GEMM programs spin on their flags.
         # Not capped by the tiles (programs without one exit): one compiled kernel per config.
