@@ -1,14 +1,21 @@
 """all_gather_gemm, workgroup-specialized: one kernel whose programs split into pushers and GEMM programs.
 
     programs 0 .. C-1     : | push chunk -> rank r-1, release its flag there | chunk -> r-2 | ... |
-    programs C .. C+G-1   : | local shard tiles (from a) | source r+1: acquire chunk flag, K loop | ...
+                            | its share of the local shard's tiles (from a) |
+    programs C .. C+G-1   : | their share of the local shard's tiles (from a) | source r+1: acquire
+                            | chunk flag, K loop | ...
     stream: | one kernel, which begins the call itself |
 
 C = COMM_SMS, G = GEMM_SMS. The pushers copy this rank's shard, BLOCK_M rows at a time, into row
 block r of every rank's ``a_gathered`` and release the per-(source, chunk) flag on the receiver
 (epoch-valued); the GEMM programs walk the sources in ring order r, r+1, ... and acquire a chunk's
-flag before a tile's K loop. No completion handshake is needed: a rank's kernel ends only after its
-GEMM programs acquired every chunk of every source, and its own pushes are done when it ends.
+flag before a tile's K loop. The local shard's tiles, read from ``a`` where it fits the GEMM's
+operand path, wait for nothing: they are dealt out over all C + G programs, the pushers computing
+theirs once their pushes are done (at world 1, where nothing is pushed, the GEMM then has every
+program); the peers' tiles go to the G GEMM programs. (Where ``a`` is pushed to this rank as well
+and its tiles wait on flags, only the GEMM programs compute.) No completion handshake is needed: a
+rank's kernel ends only after its GEMM programs acquired every chunk of every source, and its own
+pushes are done when it ends.
 
 Why the pushers have the LOWER program ids: Triton's interpreter runs the programs of a launch one
 after another in pid order, and a GEMM program waits on flags released by *other ranks'* pushers.
@@ -27,7 +34,7 @@ from ...runtime.primitives import kernel
 from ..common.gather import push_shard
 from ..common.launch import collective, ctl
 from ._setup import OP, finish, gemm_meta, is_degenerate, plan_push, setup
-from ._tiles import gemm_gathered
+from ._tiles import gemm_gathered, gemm_local
 from .bulk_sync import bulk_sync
 
 
@@ -57,11 +64,22 @@ def _wg_kernel(
             push_shard(a_ptr, stride_am, stride_ak, own_ptr, stride_gm, stride_gk, own_flags_ptr, epoch,
                        M_loc, K, cur_rank, world, heap_bases, pid, COMM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST,
                        SIGNAL=True)
+            if LOCAL_DIRECT:  # then its share of the local shard's tiles, which wait for nothing
+                gemm_local(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
+                           M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world, pid, COMM_PROGRAMS + GEMM_PROGRAMS,
+                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, FLATTEN)
         else:
+            # The local shard's tiles are dealt out over every program (the pushers take theirs after
+            # pushing) where they wait for nothing; the peers' over the GEMM programs.
+            local_pid = pid - COMM_PROGRAMS
+            local_programs = GEMM_PROGRAMS
+            if LOCAL_DIRECT:
+                local_pid = pid
+                local_programs = COMM_PROGRAMS + GEMM_PROGRAMS
             gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
                           stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr,
-                          cur_rank, world, epoch, pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K,
-                          GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN)
+                          cur_rank, world, epoch, pid - COMM_PROGRAMS, GEMM_PROGRAMS, local_pid, local_programs,
+                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN)
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, COMM_PROGRAMS + GEMM_PROGRAMS, ENTER)
 
 
