@@ -202,6 +202,31 @@ def test_flattened_local_tiles(pools, variant):
     assert all(pools.run(2, job_flattened_local_tiles, variant))
 
 
+def job_large_tiles(ctx, variant):
+    """The 128x256 tiles the variants take at thousands of rows (8 warps, 3 stages), against the
+    reference: on a GPU the kernels compile as for a real shape (shared memory and registers within
+    the device's), every program with work (local tiles for the pushers too)."""
+    cfg = tilefuse.Config(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3,
+                          GEMM_SMS=3, COMM_SMS=2)
+    a, b = _inputs(ctx, 300, 520, 128, torch.bfloat16 if ctx.on_gpu else torch.float32, seed=41)
+    ref_c, ref_ag = registry.get(OP, "reference")(a, b, return_gathered=True)
+    for gathered in (False, True):
+        poison_workspaces()
+        got = registry.get(OP, variant)(a, b, config=cfg, return_gathered=gathered)
+        tilefuse.synchronize()
+        if gathered:
+            got, ag = got
+            assert torch.equal(ag, ref_ag), f"{variant}: a_gathered differs from the all-gather"
+        assert_matches(got, ref_c, a.dtype, 128, ctx.on_gpu, f"{variant} 128x256 tiles", scale=ctx.world)
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("variant", flagged_first(tilefuse.VARIANTS))
+def test_large_tiles(pools, variant):
+    assert all(pools.run(2, job_large_tiles, variant))
+
+
 def job_mismatched_m_loc(ctx, variant):
     M_loc = 20 + ctx.rank  # a shape no rank has verified before
     a, b = _inputs(ctx, M_loc, 16, 16, torch.float32, seed=7)

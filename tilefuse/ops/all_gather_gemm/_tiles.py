@@ -167,22 +167,23 @@ def gemm_gathered(
     flags_ptr,
     M_loc, N, K,
     heap_bases, ctl_ptr, cur_rank, world, epoch,
-    pid, NUM_PROGRAMS, local_pid, local_programs,
+    pid, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, LOCAL_DIRECT: tl.constexpr, FLATTEN: tl.constexpr,
+    WITH_LOCAL: tl.constexpr = True,
 ):
     """Program pid's share of C = gathered A @ B, each tile after its A chunk's flag (consumer side).
 
     Sources in ring order r, r+1, ...; with LOCAL_DIRECT the local shard's tiles read ``a`` itself
-    and wait for nothing (on the flattened loop with ``FLATTEN``: :func:`gemm_shard`). The local
-    source's tiles are dealt out as program ``local_pid`` of ``local_programs`` (``pid`` of
-    ``NUM_PROGRAMS`` where no other program takes some: wg_specialized's pushers do,
-    :func:`gemm_local`), the peers' as program pid of NUM_PROGRAMS.
+    and wait for nothing (on the flattened loop with ``FLATTEN``: :func:`gemm_shard`). Without
+    ``WITH_LOCAL`` the local source is left to the caller (:func:`gemm_local`: wg_specialized deals
+    its tiles out over the pushers too).
     """
-    _gemm_source(0, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
-                 c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world, epoch,
-                 local_pid, local_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT,
-                 FLATTEN)
+    if WITH_LOCAL:
+        _gemm_source(0, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
+                     c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world,
+                     epoch, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT,
+                     FLATTEN)
     for i in range(1, world):
         _gemm_source(i, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
                      stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr,
@@ -198,8 +199,8 @@ def gemm_local(
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, FLATTEN: tl.constexpr,
 ):
     """Tiles pid, pid + num_programs, ... of the local shard's row block of C, read from ``a``: no
-    flag, nothing waited for (the share of :func:`gemm_gathered`'s local source that programs other
-    than its GEMM programs take)."""
+    flag, nothing waited for (:func:`gemm_gathered`'s local source, for a caller that deals it out
+    over other programs than the peers' tiles)."""
     _gemm_source(0, a_ptr, stride_am, stride_ak, a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn,
                  c_ptr, stride_cm, stride_cn, ctl_ptr, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world, 0,
                  pid, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, True, FLATTEN)

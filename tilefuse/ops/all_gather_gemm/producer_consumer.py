@@ -81,8 +81,8 @@ def _gemm_kernel(
     if live:
         gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
                       c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world,
-                      epoch, tl.program_id(0), NUM_PROGRAMS, tl.program_id(0), NUM_PROGRAMS,
-                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN)
+                      epoch, tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
+                      LOCAL_DIRECT, FLATTEN)
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, exit_programs, ENTER)
 
 

@@ -13,9 +13,11 @@ flag before a tile's K loop. The local shard's tiles, read from ``a`` where it f
 operand path, wait for nothing: they are dealt out over all C + G programs, the pushers computing
 theirs once their pushes are done (at world 1, where nothing is pushed, the GEMM then has every
 program); the peers' tiles go to the G GEMM programs. (Where ``a`` is pushed to this rank as well
-and its tiles wait on flags, only the GEMM programs compute.) No completion handshake is needed: a
-rank's kernel ends only after its GEMM programs acquired every chunk of every source, and its own
-pushes are done when it ends.
+and its tiles wait on flags, only the GEMM programs compute.) The local tiles have one call site, so
+the kernel holds one flattened tile loop: with two (the pushers' and the GEMM programs'), Triton 3.6
+gave the 128x256 tiles 295 KB of shared memory, over the H200's 227 KB. No completion handshake is
+needed: a rank's kernel ends only after its GEMM programs acquired every chunk of every source, and
+its own pushes are done when it ends.
 
 Why the pushers have the LOWER program ids: Triton's interpreter runs the programs of a launch one
 after another in pid order, and a GEMM program waits on flags released by *other ranks'* pushers.
@@ -64,22 +66,17 @@ def _wg_kernel(
             push_shard(a_ptr, stride_am, stride_ak, own_ptr, stride_gm, stride_gk, own_flags_ptr, epoch,
                        M_loc, K, cur_rank, world, heap_bases, pid, COMM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST,
                        SIGNAL=True)
-            if LOCAL_DIRECT:  # then its share of the local shard's tiles, which wait for nothing
-                gemm_local(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-                           M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world, pid, COMM_PROGRAMS + GEMM_PROGRAMS,
-                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, FLATTEN)
-        else:
-            # The local shard's tiles are dealt out over every program (the pushers take theirs after
-            # pushing) where they wait for nothing; the peers' over the GEMM programs.
-            local_pid = pid - COMM_PROGRAMS
-            local_programs = GEMM_PROGRAMS
-            if LOCAL_DIRECT:
-                local_pid = pid
-                local_programs = COMM_PROGRAMS + GEMM_PROGRAMS
+        if LOCAL_DIRECT:
+            # The local shard's tiles wait for nothing: dealt out over every program, the pushers
+            # taking theirs once their pushes are done. One call site: one tile loop in the kernel.
+            gemm_local(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
+                       M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world, pid, COMM_PROGRAMS + GEMM_PROGRAMS,
+                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, FLATTEN)
+        if pid >= COMM_PROGRAMS:
             gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
                           stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr,
-                          cur_rank, world, epoch, pid - COMM_PROGRAMS, GEMM_PROGRAMS, local_pid, local_programs,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN)
+                          cur_rank, world, epoch, pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K,
+                          GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN, WITH_LOCAL=not LOCAL_DIRECT)
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, COMM_PROGRAMS + GEMM_PROGRAMS, ENTER)
 
 
