@@ -140,9 +140,10 @@ def test_copy_engine_form(pools, world, a_column_major):
 
 
 def job_flattened_local_tiles(ctx, variant):
-    """128-row tiles on the descriptor path: the tile loops without flags (fused_sequential's, the push
-    variants' local shard read from ``a``) run on the GEMM core's flattened loop, fused_sequential's
-    not where it also copies rows into a_gathered; the same bits as the loops not flattened."""
+    """128-row tiles on the descriptor path: the tile loops without flags (fused_sequential's,
+    producer_consumer's local shard read from ``a``) run on the GEMM core's flattened loop,
+    fused_sequential's not where it also copies rows into a_gathered; the same bits as the loops not
+    flattened. (wg_specialized's local tiles are taken one at a time: test_local_tiles_claimed.)"""
     from unittest import mock
 
     from tilefuse.ops.all_gather_gemm import _setup, _tiles
@@ -197,7 +198,7 @@ def job_flattened_local_tiles(ctx, variant):
     return True
 
 
-@pytest.mark.parametrize("variant", ["fused_sequential", "producer_consumer", "wg_specialized"])
+@pytest.mark.parametrize("variant", ["fused_sequential", "producer_consumer"])
 def test_flattened_local_tiles(pools, variant):
     assert all(pools.run(2, job_flattened_local_tiles, variant))
 
@@ -225,6 +226,40 @@ def job_large_tiles(ctx, variant):
 @pytest.mark.parametrize("variant", flagged_first(tilefuse.VARIANTS))
 def test_large_tiles(pools, variant):
     assert all(pools.run(2, job_large_tiles, variant))
+
+
+def job_local_tiles_claimed(ctx):
+    """wg_specialized takes the local shard's tiles from a counter, every program (the pushers after
+    pushing): the counter is back at zero after every call, and calls right at world 1, 2 and 3 with
+    more tiles than programs and fewer."""
+    from tilefuse.ops.all_gather_gemm import _setup
+
+    fn = registry.get(OP, "wg_specialized")
+    cfg = tilefuse.Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=1,
+                          GEMM_SMS=3, COMM_SMS=2)
+    for M_loc, N, K in ((70, 40, 24), (10, 16, 16)):  # 20 local tiles for 5 programs; one tile
+        for call in range(3):
+            a, b = _inputs(ctx, M_loc, N, K, torch.float32, seed=60 + call)
+            ref_c, ref_ag = registry.get(OP, "reference")(a, b, return_gathered=True)
+            poison_workspaces()
+            gathered = call == 1
+            got = fn(a, b, config=cfg, return_gathered=gathered)
+            tilefuse.synchronize()
+            if gathered:
+                got, ag = got
+                assert torch.equal(ag, ref_ag)
+            assert_matches(got, ref_c, torch.float32, K, ctx.on_gpu, f"{M_loc}x{N}x{K} call {call}",
+                           scale=ctx.world)
+            g = _setup.setup("wg_specialized", a, b, cfg, None, comm=True)
+            claims = _setup.gathered_workspace(g, "wg_specialized", flags=True).claims
+            assert claims.item() == 0, f"call {call}: the claim counter was left at {claims.item()}"
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_local_tiles_claimed(pools, world):
+    assert all(pools.run(world, job_local_tiles_claimed))
 
 
 def job_mismatched_m_loc(ctx, variant):

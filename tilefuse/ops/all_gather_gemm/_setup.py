@@ -47,9 +47,11 @@ def gathered_workspace(call: GemmCall, variant: str, *, flags: bool):
         buffers = {"a_gathered": h.empty((W * call.M, call.K), dtype=dtype)}
         if flags:
             buffers["flags"] = h.zeros(W * num_chunks, dtype=torch.int64)
+            # wg_specialized's count of local tiles taken (zero between calls: _tiles.claim_local_tiles)
+            buffers["claims"] = h.zeros(1, dtype=torch.int32)
         return buffers
 
-    nbytes = W * call.M * call.K * call.a.element_size() + (8 * W * num_chunks if flags else 0)
+    nbytes = W * call.M * call.K * call.a.element_size() + (8 * W * num_chunks + 4 if flags else 0)
     return workspace(heap, key, make, nbytes)
 
 
@@ -87,6 +89,7 @@ class PushPlan(Entered):
 
     ag: torch.Tensor  # a_gathered [W*M_loc, K] on the heap
     flags: torch.Tensor  # int32 [W * num_chunks], entry (source, chunk)
+    claims: torch.Tensor  # int32 [1]: local tiles taken in this call (wg_specialized), zero between calls
     own: torch.Tensor  # this rank's row block of ag
     c: torch.Tensor  # the output [W*M_loc, N]
     lay: Layout
@@ -107,7 +110,7 @@ def plan_push(call: GemmCall, variant: str, return_gathered: bool, *, kernel_beg
     first = 1 if lay.local_direct and not return_gathered else 0
     c = new_output((heap.world_size * M_loc, call.N), call.a.dtype, call.a.device)
     entry = start(call, variant, return_gathered, c, kernel_begins=kernel_begins)
-    return PushPlan(ag=ag, flags=ws.flags, own=ag[r * M_loc:(r + 1) * M_loc], c=c, lay=lay,
+    return PushPlan(ag=ag, flags=ws.flags, claims=ws.claims, own=ag[r * M_loc:(r + 1) * M_loc], c=c, lay=lay,
                     num_chunks=-(-M_loc // cfg.BLOCK_M), first=first, enter=entry)
 
 

@@ -176,8 +176,8 @@ def gemm_gathered(
 
     Sources in ring order r, r+1, ...; with LOCAL_DIRECT the local shard's tiles read ``a`` itself
     and wait for nothing (on the flattened loop with ``FLATTEN``: :func:`gemm_shard`). Without
-    ``WITH_LOCAL`` the local source is left to the caller (:func:`gemm_local`: wg_specialized deals
-    its tiles out over the pushers too).
+    ``WITH_LOCAL`` the local source is left to the caller (wg_specialized's programs take its tiles
+    from a counter, the pushers too: :func:`claim_local_tiles`).
     """
     if WITH_LOCAL:
         _gemm_source(0, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
@@ -191,16 +191,36 @@ def gemm_gathered(
                      B_KMAJOR, False, False)
 
 
+
 @triton.jit
-def gemm_local(
+def claim_local_tiles(
     a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-    M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world, pid, num_programs,
+    # int32 [1] on this rank: local tiles taken so far in this call (0 between calls)
+    claims_ptr, num_claimers,
+    M_loc, N, K, cur_rank,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, FLATTEN: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
 ):
-    """Tiles pid, pid + num_programs, ... of the local shard's row block of C, read from ``a``: no
-    flag, nothing waited for (:func:`gemm_gathered`'s local source, for a caller that deals it out
-    over other programs than the peers' tiles)."""
-    _gemm_source(0, a_ptr, stride_am, stride_ak, a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn,
-                 c_ptr, stride_cm, stride_cn, ctl_ptr, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world, 0,
-                 pid, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, True, FLATTEN)
+    """The local shard's row block of C, read from ``a`` (no flag), tile after tile as the calling
+    program takes them from a counter shared by ``num_claimers`` programs: whoever is free takes
+    the next tile, so programs that join late (wg_specialized's pushers, once their pushes are done)
+    take only what nobody has started. Every claimer claims until it gets none, so a call makes
+    exactly ``tiles + num_claimers`` claims, and the one that makes the last sets the counter back
+    to zero for the next call (every other claim of the call came before it)."""
+    num_pid_m = tl.cdiv(M_loc, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    total = num_pid_m * num_pid_n
+    c_src = c_ptr + tl.cast(cur_rank, tl.int64) * M_loc * stride_cm
+    a_op, b_op = gemm_operands(a_ptr, b_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                               BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
+    # Relaxed: the counter only hands out tile numbers; no data is published through it.
+    t = tl.atomic_add(claims_ptr, 1, sem="relaxed", scope="gpu")
+    while t < total:
+        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
+        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        store_tile(c_src, acc, offs_m, offs_n, M_loc, N, stride_cm, stride_cn)
+        t = tl.atomic_add(claims_ptr, 1, sem="relaxed", scope="gpu")
+    if t == total + num_claimers - 1:  # the call's last claim
+        tl.atomic_xchg(claims_ptr, 0, sem="relaxed", scope="gpu")

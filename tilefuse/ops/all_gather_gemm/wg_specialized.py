@@ -1,8 +1,8 @@
 """all_gather_gemm, workgroup-specialized: one kernel whose programs split into pushers and GEMM programs.
 
     programs 0 .. C-1     : | push chunk -> rank r-1, release its flag there | chunk -> r-2 | ... |
-                            | its share of the local shard's tiles (from a) |
-    programs C .. C+G-1   : | their share of the local shard's tiles (from a) | source r+1: acquire
+                            | local shard tiles left (from a), taken one by one |
+    programs C .. C+G-1   : | local shard tiles (from a), taken one by one | source r+1: acquire
                             | chunk flag, K loop | ...
     stream: | one kernel, which begins the call itself |
 
@@ -10,14 +10,16 @@ C = COMM_SMS, G = GEMM_SMS. The pushers copy this rank's shard, BLOCK_M rows at 
 block r of every rank's ``a_gathered`` and release the per-(source, chunk) flag on the receiver
 (epoch-valued); the GEMM programs walk the sources in ring order r, r+1, ... and acquire a chunk's
 flag before a tile's K loop. The local shard's tiles, read from ``a`` where it fits the GEMM's
-operand path, wait for nothing: they are dealt out over all C + G programs, the pushers computing
-theirs once their pushes are done (at world 1, where nothing is pushed, the GEMM then has every
-program); the peers' tiles go to the G GEMM programs. (Where ``a`` is pushed to this rank as well
-and its tiles wait on flags, only the GEMM programs compute.) The local tiles have one call site, so
-the kernel holds one flattened tile loop: with two (the pushers' and the GEMM programs'), Triton 3.6
-gave the 128x256 tiles 295 KB of shared memory, over the H200's 227 KB. No completion handshake is
-needed: a rank's kernel ends only after its GEMM programs acquired every chunk of every source, and
-its own pushes are done when it ends.
+operand path, wait for nothing: every program takes them one at a time from a counter
+(``_tiles.claim_local_tiles``), the GEMM programs at once, the pushers once their pushes are done, so
+the pushers' SMs join the GEMM when the shard is out and take only tiles nobody has started (at world
+1, where nothing is pushed, the GEMM has every program; where the pushes take long, the GEMM programs
+have taken every local tile by then). The peers' tiles go to the G GEMM programs, dealt out as
+before. (Where ``a`` is pushed to this rank as well and its tiles wait on flags, only the GEMM
+programs compute.) The local tiles have one call site: with two tile loops for them (the pushers'
+and the GEMM programs', flattened), Triton 3.6 gave 128x256 tiles 295 KB of shared memory, over the
+H200's 227 KB. No completion handshake is needed: a rank's kernel ends only after its GEMM programs
+acquired every chunk of every source, and its own pushes are done when it ends.
 
 Why the pushers have the LOWER program ids: Triton's interpreter runs the programs of a launch one
 after another in pid order, and a GEMM program waits on flags released by *other ranks'* pushers.
@@ -36,7 +38,7 @@ from ...runtime.primitives import kernel
 from ..common.gather import push_shard
 from ..common.launch import collective, ctl
 from ._setup import OP, finish, gemm_meta, is_degenerate, plan_push, setup
-from ._tiles import gemm_gathered, gemm_local
+from ._tiles import claim_local_tiles, gemm_gathered
 from .bulk_sync import bulk_sync
 
 
@@ -48,8 +50,9 @@ def _wg_kernel(
     ag_ptr, stride_gm, stride_gk, own_ptr,
     b_ptr, stride_bk, stride_bn,
     c_ptr, stride_cm, stride_cn,
-    # int64 flags [W, num_chunks] and this rank's row of them (symmetric addresses)
-    flags_ptr, own_flags_ptr,
+    # int64 flags [W, num_chunks] and this rank's row of them (symmetric addresses); int32 [1] count
+    # of local tiles taken (LOCAL_DIRECT)
+    flags_ptr, own_flags_ptr, claims_ptr,
     M_loc, N, K,
     # distributed; the call's begin (this kernel begins the call)
     heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
@@ -67,11 +70,11 @@ def _wg_kernel(
                        M_loc, K, cur_rank, world, heap_bases, pid, COMM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST,
                        SIGNAL=True)
         if LOCAL_DIRECT:
-            # The local shard's tiles wait for nothing: dealt out over every program, the pushers
-            # taking theirs once their pushes are done. One call site: one tile loop in the kernel.
-            gemm_local(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-                       M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world, pid, COMM_PROGRAMS + GEMM_PROGRAMS,
-                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, FLATTEN)
+            # The local shard's tiles wait for nothing: every program takes them from a counter,
+            # the pushers once their pushes are done (only what nobody has started).
+            claim_local_tiles(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm,
+                              stride_cn, claims_ptr, COMM_PROGRAMS + GEMM_PROGRAMS, M_loc, N, K, cur_rank,
+                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR)
         if pid >= COMM_PROGRAMS:
             gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
                           stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr,
@@ -96,6 +99,7 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
     _wg_kernel[(comm_programs + gemm_programs,)](
         a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.own,
         b, b.stride(0), b.stride(1), p.c, p.c.stride(0), p.c.stride(1), p.flags, p.flags[r * p.num_chunks:],
+        p.claims,
         M_loc, N, K, heap.heap_bases, ctl(heap), r, W, *p.enter_args,
         COMM_PROGRAMS=comm_programs, GEMM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct,
         FIRST=p.first, ENTER=p.begins, **gemm_meta(call, p.lay),
