@@ -102,7 +102,7 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
         p.claims,
         M_loc, N, K, heap.heap_bases, ctl(heap), r, W, *p.enter_args,
         COMM_PROGRAMS=comm_programs, GEMM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct,
-        FIRST=p.first, ENTER=p.begins, **gemm_meta(call, p.lay),
+        FIRST=p.first, ENTER=p.begins, **gemm_meta(call, p.lay, flatten=False),  # no loop without flags to flatten
     )
     p.entered()
     return finish(call, p.c, p.ag.clone() if return_gathered else None, return_gathered)
