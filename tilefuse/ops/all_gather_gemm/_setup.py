@@ -89,7 +89,7 @@ class PushPlan(Entered):
     """Everything a flagged push variant (producer_consumer, wg_specialized) launches with."""
 
     ag: torch.Tensor  # a_gathered [W*M_loc, K] on the heap
-    flags: torch.Tensor  # int32 [W * num_chunks], entry (source, chunk)
+    flags: torch.Tensor  # int64 [W * num_chunks], entry (source, chunk)
     claims: torch.Tensor  # int32 [1]: local tiles taken in this call (wg_specialized), zero between calls
     own: torch.Tensor  # this rank's row block of ag
     c: torch.Tensor  # the output [W*M_loc, N]

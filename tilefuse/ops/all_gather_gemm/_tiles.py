@@ -191,7 +191,6 @@ def gemm_gathered(
                      B_KMAJOR, False, False)
 
 
-
 @triton.jit
 def claim_local_tiles(
     a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,

@@ -16,9 +16,9 @@ the pushers' SMs join the GEMM when the shard is out and take only tiles nobody 
 1, where nothing is pushed, the GEMM has every program; where the pushes take long, the GEMM programs
 have taken every local tile by then). The peers' tiles go to the G GEMM programs, dealt out as
 before. (Where ``a`` is pushed to this rank as well and its tiles wait on flags, only the GEMM
-programs compute.) The local tiles have one call site: with two tile loops for them (the pushers'
-and the GEMM programs', flattened), Triton 3.6 gave 128x256 tiles 295 KB of shared memory, over the
-H200's 227 KB. No completion handshake is needed: a rank's kernel ends only after its GEMM programs
+programs compute.) The local tiles have one call site for every program: two tile loops in one
+kernel can each get shared memory of their own (Triton 3.6 gave two flattened 128x256 loops 295 KB,
+over the H200's 227 KB). No completion handshake is needed: a rank's kernel ends only after its GEMM programs
 acquired every chunk of every source, and its own pushes are done when it ends.
 
 Why the pushers have the LOWER program ids: Triton's interpreter runs the programs of a launch one
