@@ -15,7 +15,7 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire
 from ..common.gather import copy_pieces, copy_rows, push_shard
-from ..common.gemm import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets, whole_tiles
+from ..common.gemm import claimed_tiles, gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets, whole_tiles
 from ..common.launch import ctl, enter_args, launched, mid_barrier
 
 
@@ -201,25 +201,11 @@ def claim_local_tiles(
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
 ):
     """The local shard's row block of C, read from ``a`` (no flag), tile after tile as the calling
-    program takes them from a counter shared by ``num_claimers`` programs: whoever is free takes
-    the next tile, so programs that join late (wg_specialized's pushers, once their pushes are done)
-    take only what nobody has started. Every claimer claims until it gets none, so a call makes
-    exactly ``tiles + num_claimers`` claims, and the one that makes the last sets the counter back
-    to zero for the next call (every other claim of the call came before it)."""
-    num_pid_m = tl.cdiv(M_loc, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    total = num_pid_m * num_pid_n
+    program takes them from a counter shared by ``num_claimers`` programs (``common.gemm.claimed_tiles``):
+    programs that join late (wg_specialized's pushers, once their pushes are done) take only what
+    nobody has started."""
     c_src = c_ptr + tl.cast(cur_rank, tl.int64) * M_loc * stride_cm
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-    # Relaxed: the counter only hands out tile numbers; no data is published through it.
-    t = tl.atomic_add(claims_ptr, 1, sem="relaxed", scope="gpu")
-    while t < total:
-        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
-        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        store_tile(c_src, acc, offs_m, offs_n, M_loc, N, stride_cm, stride_cn)
-        t = tl.atomic_add(claims_ptr, 1, sem="relaxed", scope="gpu")
-    if t == total + num_claimers - 1:  # the call's last claim
-        tl.atomic_xchg(claims_ptr, 0, sem="relaxed", scope="gpu")
+    claimed_tiles(a_op, b_op, c_src, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  claims_ptr, num_claimers, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR)

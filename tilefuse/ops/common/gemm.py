@@ -320,6 +320,36 @@ def whole_tiles(
             store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
 
 
+@triton.jit
+def claimed_tiles(
+    a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    # int32 [1]: tiles taken so far in this launch (0 before it, and left at 0 after it)
+    claims_ptr, num_claimers,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+):
+    """Tiles of C, each over all of K, taken one at a time from a counter shared by ``num_claimers``
+    programs of the launch: whoever is free takes the next tile (in :func:`tile_coords` order), so
+    programs that start late take only what nobody has started. Every claimer claims until it gets
+    none, so a launch makes exactly ``tiles + num_claimers`` claims, and the one that makes the last
+    sets the counter back to zero for the next launch (every other claim came before it). The loop is
+    a while loop over claimed tiles: not flattened."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    total = num_pid_m * num_pid_n
+    # Relaxed: the counter only hands out tile numbers; no data is published through it.
+    t = tl.atomic_add(claims_ptr, 1, sem="relaxed", scope="gpu")
+    while t < total:
+        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
+        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+        t = tl.atomic_add(claims_ptr, 1, sem="relaxed", scope="gpu")
+    if t == total + num_claimers - 1:  # the launch's last claim
+        tl.atomic_xchg(claims_ptr, 0, sem="relaxed", scope="gpu")
+
+
 # ---------------------------------------------------------------------------------------------
 # Plain persistent GEMM
 # ---------------------------------------------------------------------------------------------
