@@ -73,11 +73,12 @@ import tilefuse
 from tilefuse.ops import dispatch, registry
 from tilefuse.ops.common import launch as oplaunch
 from tilefuse.ops.common.collectives import all_gather_cat, all_reduce_sum, reduce_scatter_rows
-from tilefuse.ops.common.config import EPILOGUE_SUM_FORMS, default_config
+from tilefuse.ops.common.config import EPILOGUE_SUM_FORMS, WARP_SPEC_VARIANTS, default_config
 from tilefuse.ops.common.gemm import matmul as tf_matmul
 from tilefuse.runtime import hw
 from tilefuse.tuning import rules
 from tilefuse.tuning.shapes import local_shapes, shape_sets
+from tilefuse.tuning.tuner import WARP_SPEC_TILE
 
 from .checks import cuda_alive, error_text, poison_workspaces, rel_error, tolerance
 from .launch import is_main_process, launch, under_torchrun
@@ -98,8 +99,16 @@ COPY_ENGINES = "pc_copy_engines"
 # ``--variants ...,fs_epilogue_sum``: fused_sequential summing each tile in its epilogue
 # (Config.EPILOGUE_SUM = 1; gemm_reduce_scatter, gemm_all_reduce), on the variant's default tiles.
 EPILOGUE_SUM = "fs_epilogue_sum"
+# ``--variants ...,bulk_sync.ws``: a variant that honours Config.WARP_SPEC (config.WARP_SPEC_VARIANTS;
+# gemm_all_reduce's fused_sequential only two-shot, so not here) on its default config with the
+# tuner's warp-specialized tile (128x256, 4 warps a group, 4 stages, WARP_SPEC = 1).
+WARP_SPEC_SUFFIX = ".ws"
+WARP_SPEC_METHODS = {f"{v}{WARP_SPEC_SUFFIX}": tuple(op for op, vs in WARP_SPEC_VARIANTS.items() if v in vs
+                                                     and not (op == "gemm_all_reduce" and v == "fused_sequential"))
+                     for v in ("bulk_sync", "fused_sequential")}
 # (op, extra method) pairs: the methods above that only some ops have.
-OP_METHODS = {COPY_ENGINES: rules.COPY_ENGINE_OPS, EPILOGUE_SUM: tuple(op for op, _ in EPILOGUE_SUM_FORMS)}
+OP_METHODS = {COPY_ENGINES: rules.COPY_ENGINE_OPS, EPILOGUE_SUM: tuple(op for op, _ in EPILOGUE_SUM_FORMS),
+              **WARP_SPEC_METHODS}
 CUSTOM_SET = "custom"  # the set name of --shapes MxNxK entries
 GPU_SETS = "iris,llama3-8b,llama3-70b,decode"
 CPU_SETS = "tiny"
@@ -265,6 +274,15 @@ class Case:
                 module = importlib.import_module(f"tilefuse.ops.{op}.fused_sequential")
                 fn = functools.partial(module.fused_sequential_epilogue, **out_kw)
                 methods.append(Method(EPILOGUE_SUM, lambda s, fn=fn: fn(s.a, s.b), "op"))
+            elif v in WARP_SPEC_METHODS:  # the variant's default config on the warp-specialized tile
+                dev = self.ctx.device
+                cfg = default_config(self.M, self.N, self.K, self.dtype, num_sms=hw.num_sms(dev),
+                                     interpreter=hw.interpreting(), comm=False)
+                bm, bn, bk, warps, stages = WARP_SPEC_TILE
+                cfg = cfg.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
+                                  SPLIT_K=1, STREAM_K=0, WARP_SPEC=1)
+                fn = functools.partial(registry.get(op, v[:-len(WARP_SPEC_SUFFIX)]), config=cfg, **out_kw)
+                methods.append(Method(v, lambda s, fn=fn: fn(s.a, s.b), "op"))
             elif v == "auto":
                 fn = functools.partial(getattr(tilefuse, op), variant="auto", **out_kw)
                 # The note is filled in once auto has run (run_shape): its first call decides the bucket.

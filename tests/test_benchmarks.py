@@ -178,6 +178,21 @@ def test_suite_control_method_is_accepted_in_place():
     assert got == ["auto", suite.CONTROL, "bulk_sync"]
 
 
+def test_suite_warp_spec_methods(tmp_path):
+    """``<variant>.ws``: offered where the variant honours WARP_SPEC (gemm_all_reduce's one-shot
+    fused_sequential does not), and run on the warp-specialized tile, checked against the reference."""
+    got = suite.tilefuse_variants("gemm_all_reduce", ["fused_sequential.ws", "bulk_sync.ws"])
+    assert got == ["bulk_sync.ws"]
+    csv = tmp_path / "ws.csv"
+    rc = suite.main(["--ops", "gemm_reduce_scatter", "--sets", "tiny", "--shapes", "tiny-b", "--world", "1",
+                     "--variants", "fused_sequential.ws,bulk_sync.ws", "--csv", str(csv), "--no-progress"])
+    assert rc == 0
+    df = pd.read_csv(csv)
+    for method in ("fused_sequential.ws", "bulk_sync.ws"):
+        assert _value(df, "gemm_reduce_scatter", "tiny-b", method, "ok") == 1.0
+        assert _value(df, "gemm_reduce_scatter", "tiny-b", method, "ms") > 0
+
+
 def test_tp_mlp_times_tilefuse_plain_module_and_torch_tp(tmp_path):
     csv = tmp_path / "tp.csv"
     env = dict(os.environ, TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1", PYTHONPATH=str(REPO))

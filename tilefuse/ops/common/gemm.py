@@ -784,7 +784,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     if use_tma:
         ensure_triton_allocator()
     split, stream = config.SPLIT_K, bool(config.STREAM_K)
-    warp_spec = warp_specialized(config, use_tma, a.device)
+    # A GEMM that begins its call or passes the closing barrier cannot be specialized (Triton declines
+    # a kernel with else branches: launch.GemmCall.kernel_may_begin); it then runs with the
+    # unspecialized launch shape, not the specialized one's 4 warps.
+    warp_spec = warp_specialized(config, use_tma, a.device) and not (ends and (enter or barrier))
     warps, stages = launch_shape(config, warp_spec)
     num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
     slots, dp_tiles, scratch_tiles = split, 0, num_tiles

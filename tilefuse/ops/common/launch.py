@@ -875,6 +875,18 @@ class GemmCall:
         return warp_specialized(self.config, self.use_tma, self.a.device)
 
     @property
+    def kernel_may_begin(self) -> bool:
+        """Whether the call's kernels may begin and end it themselves (``primitives.call_enter``,
+        ``call_exit``): not where the tile loop is to run warp-specialized (``Config.WARP_SPEC`` on a
+        launcher that takes it). Triton's Hopper warp specialization (3.6 and 3.7) gives up, without
+        a word, on a kernel holding any ``if`` with an ``else`` branch, and the begin's ticket, its
+        bounded waits and the closing barrier have them: the kernel then ran its specialized launch
+        shape (4 warps for a 128x256 tile) unspecialized. Such a call is begun by the begin kernel and
+        its barriers are kernels of their own (checked for sm_90 in tests/test_warp_spec_compile.py).
+        Decided on the config, not the device, so CPU ranks take the same path as the GPU."""
+        return not (self.specialize and self.config.WARP_SPEC)
+
+    @property
     def gemm_meta(self) -> dict:
         """Constexprs and launch options of the GEMM part, for a kernel that takes no ``WARP_SPEC``
         (a warp-specialized config then runs unspecialized: :func:`config.launch_shape`)."""

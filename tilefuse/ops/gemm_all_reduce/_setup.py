@@ -272,5 +272,5 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
         ws = workspace(heap, (OP, variant, "two_shot" if two_shot else "one_shot", W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
                        lambda h: {"flags": h.zeros(shape, dtype=torch.int64)}, 8 * math.prod(shape))
         result.flags = ws.flags
-    result.enter = begin_call(key, c, kernel_begins=kernel_begins(two_shot))
+    result.enter = begin_call(key, c, kernel_begins=kernel_begins(two_shot) and call.kernel_may_begin)
     return result

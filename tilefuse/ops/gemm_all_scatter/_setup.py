@@ -69,7 +69,7 @@ def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = F
         }, 8 * (g.num_tiles + W * cfg.COMM_SMS))
         flag_buf, done = ws.flags, ws.flags_done
     empty = g.M == 0 or g.N == 0 or g.K == 0
-    entry = begin_call(g.key(variant, c is out), c, kernel_begins=kernel_begins and not empty)
+    entry = begin_call(g.key(variant, c is out), c, kernel_begins=kernel_begins and not empty and g.kernel_may_begin)
     if g.K == 0 and g.M and g.N:
         c.zero_()  # an empty sum (every rank's block is zero: nothing needs to move)
     return Call(g, c, c[:, r * g.N:(r + 1) * g.N], flag_buf, done, out, entry)

@@ -138,7 +138,7 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running
         ws = workspace(heap, (OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N),
                        lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles)
         flag_buf = ws.flags
-    entry = begin_call(key, c, kernel_begins=kernel_begins)
+    entry = begin_call(key, c, kernel_begins=kernel_begins and call.kernel_may_begin)
     return Call(call, rows, c, stage, run, flag_buf, entry)
 
 
