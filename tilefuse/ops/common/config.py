@@ -60,7 +60,9 @@ class Config:
     ``SPLIT_K = 1``, ``STREAM_K = 0`` and operands on
     the descriptor path, on NVIDIA GPUs, by the GEMM core (so ``bulk_sync``) and by the variants whose
     tile loops set no per-tile flag (``WARP_SPEC_VARIANTS``); elsewhere the tiles run unspecialized
-    with twice the warps and at most 3 stages (:func:`launch_shape`).
+    with twice the warps and at most 3 stages (:func:`launch_shape`). Their calls are begun by the
+    begin kernel (``launch.GemmCall.kernel_may_begin``: Triton does not specialize a kernel that
+    begins its call).
 
     ``EPILOGUE_SUM`` (0 or 1, default 0): ``fused_sequential`` sums each tile in the epilogue that
     made it, its own partial from registers, never staged (``EPILOGUE_SUM_FORMS``): in
