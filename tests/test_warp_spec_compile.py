@@ -99,11 +99,38 @@ def job_record_launches(ctx):
     return records
 
 
-def compile_for_hopper(record) -> tuple[bool, str]:
-    """Compile one recorded launch for sm_90; returns (the loop was warp-specialized, TTGIR summary)."""
-    import importlib
-
+def _ttgir(src, target, options: dict) -> str:
+    """The TTGIR of ``src`` for ``target``: Triton's pipeline up to that stage only (the LLVM and ptxas
+    stages, most of a compile, decide nothing here); the whole ``triton.compile`` where this Triton's
+    internals differ from 3.6's and 3.7's."""
     import triton
+    from triton._C.libtriton import ir
+    from triton.compiler.compiler import make_backend
+
+    try:
+        backend = make_backend(target)
+        opts = backend.parse_options(dict(options, **src.parse_options()))
+        stages: dict = {}
+        backend.add_stages(stages, opts, src.language)
+        context = ir.context()
+        ir.load_dialects(context)
+        backend.load_dialects(context)
+        module = src.make_ir(target, opts, backend.get_codegen_implementation(opts), backend.get_module_map(),
+                             context)
+        metadata = {"hash": "0", "target": target, **opts.__dict__}
+        for ext in ("ttir", "ttgir"):
+            module = stages[ext](module, metadata)
+        return str(module)
+    except (AttributeError, KeyError, TypeError, ImportError):
+        return triton.compile(src, target=target, options=options).asm["ttgir"]
+
+
+def compile_for_hopper(record) -> tuple[bool, str]:
+    """Compile one recorded launch for sm_90 up to TTGIR; returns (the loop was warp-specialized, the
+    kernel's warps outside any specialized partition)."""
+    import importlib
+    import re
+
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -121,9 +148,9 @@ def compile_for_hopper(record) -> tuple[bool, str]:
             signature[arg] = "i1"
         else:
             signature[arg] = "fp32"
-    kernel = triton.compile(ASTSource(jit, signature, constants), target=GPUTarget("cuda", 90, 32), options=options)
-    ttgir = kernel.asm["ttgir"]
-    return "ttg.warp_specialize" in ttgir, f"{kernel.metadata.num_warps} warps, {kernel.metadata.shared} B shared"
+    ttgir = _ttgir(ASTSource(jit, signature, constants), GPUTarget("cuda", 90, 32), options)
+    warps = re.search(r'"ttg.num-warps" = (\d+)', ttgir)
+    return "ttg.warp_specialize" in ttgir, f"ttg.num-warps {warps.group(1) if warps else '?'}"
 
 
 def _hopper_compiler() -> str:
