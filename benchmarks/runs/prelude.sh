@@ -54,13 +54,15 @@ decode_steps() {
 # suite_w2 SETS CSV [SECONDS]: the world-2 suite of the four ops on SETS, every variant and auto (and
 # the copy-engine forms of all_gather_gemm and gemm_all_scatter, the epilogue sums of
 # gemm_reduce_scatter and gemm_all_reduce), at most SECONDS (default 50) an op,
-# each op only if it fits; appends to CSV.
+# each op only if it fits; appends to CSV. SUITE_EXTRA: more methods for every op, e.g.
+# bulk_sync.ws,fused_sequential.ws (the suite skips, saying so, those an op does not have).
 suite_w2() {
     local op V limit=${3:-50}
     for op in gemm_all_scatter all_gather_gemm gemm_reduce_scatter gemm_all_reduce; do
         V=bulk_sync,producer_consumer,fused_sequential,wg_specialized,auto
         [[ $op == all_gather_gemm || $op == gemm_all_scatter ]] && V=$V,pc_copy_engines
         [[ $op == gemm_reduce_scatter || $op == gemm_all_reduce ]] && V=$V,fs_epilogue_sum
+        [[ -n ${SUITE_EXTRA:-} ]] && V=$V,$SUITE_EXTRA
         fits "$limit" "suite $op" && { timeout -k 5 "$limit" "$PY" -m benchmarks suite --world 2 --ops "$op" --sets "$1" \
             --variants "$V" --csv "$2" --append --no-progress >> "$R/suite_w2.log" 2>&1
             stamp "suite w2 $op" $? >> "$R/suite_w2.log"; }
