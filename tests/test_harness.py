@@ -70,6 +70,7 @@ def _stuck_in_a_sleep(rank, world):
     time.sleep(60)
 
 
+@pytest.mark.slow  # it waits out a 10 s deadline: the harness's own check, kept out of `make test`'s budget
 def test_a_group_rank_past_its_deadline_reports_where_it_was_stuck():
     """A test that times out says where: the rank's stacks, dumped a few seconds before the deadline."""
     res = run_group(_stuck_in_a_sleep, 1, timeout=10)
