@@ -573,11 +573,26 @@ def job_ops_wide_tile_bits(ctx):
     (the GEMM core) and the flag-free fused loops run specialized and the other variants with 8 warps
     (``launch_shape``): right against the reference, and, where the op promises it, the same bits from
     every variant (gemm_all_reduce's two-shot fused_sequential included)."""
+    import warnings
+
     from ophelpers import assert_matches, randn
 
     import tilefuse
     import tilefuse.ops.gemm_all_reduce  # noqa: F401  (registers the op)
     from tilefuse.ops import registry
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _wide_tile_runs(ctx, assert_matches, randn, registry)
+    # Every kernel these configs specialize compiled specialized (launcher.check_specialized).
+    said = [str(w.message) for w in seen if "did not warp-specialize" in str(w.message)]
+    assert not said, said
+    tilefuse.barrier()
+    return True
+
+
+def _wide_tile_runs(ctx, assert_matches, randn, registry):
+    import tilefuse
 
     K = 512
     sms = torch.cuda.get_device_properties(ctx.device).multi_processor_count
@@ -604,8 +619,6 @@ def job_ops_wide_tile_bits(ctx):
                 if first is None:
                     first = got
                 assert torch.equal(got, first), f"{what} differs from bulk_sync"
-    tilefuse.barrier()
-    return True
 
 
 @pytest.mark.skipif(INTERPRET, reason="warp specialization is compiled for GPUs: the interpreter has no warps")

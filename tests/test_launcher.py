@@ -67,6 +67,40 @@ def test_fast_path_binds_and_caches_by_signature(monkeypatch):
     assert log[1][2] == (x, 32, 6, 16, 3) and log[2][1] == (2, 3, 1)
 
 
+def _ws_kernel(x_ptr, n, BLOCK: "constexpr", WARP_SPEC: "constexpr" = False):  # noqa: F821
+    pass
+
+
+@pytest.mark.parametrize("compiled_warps, warns", [(12, False), (4, True)])
+def test_a_launch_asking_warp_specialization_warns_when_triton_declined(monkeypatch, compiled_warps, warns):
+    """The first launch of a signature with WARP_SPEC checks the compiled warps: a kernel Triton did
+    not specialize has the launch's 4, and the user is told (once per signature); launches without
+    WARP_SPEC are not checked."""
+    import warnings
+
+    from tilefuse.runtime import launcher
+
+    log = []
+    jit = _jit_stand_in(_ws_kernel, log)
+    compiled = jit[(1,)]()  # the stand-in's binary
+    compiled.metadata = types.SimpleNamespace(num_warps=compiled_warps)
+    log.clear()
+    k = FastKernel(jit)
+    k._fast = True
+    monkeypatch.setattr(launcher, "_current_stream", lambda: 7)
+    x = torch.zeros(64)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        k[(4,)](x, 32, BLOCK=16, WARP_SPEC=True, num_warps=4)
+        k[(4,)](x, 32, BLOCK=16, WARP_SPEC=True, num_warps=4)  # same signature: not checked again
+        k[(4,)](x, 32, BLOCK=16, WARP_SPEC=False, num_warps=8)  # no WARP_SPEC: not checked
+    said = [str(w.message) for w in seen if "did not warp-specialize" in str(w.message)]
+    assert len(said) == (1 if warns else 0), said
+    if warns:
+        assert "_ws_kernel" in said[0] and "4 warps" in said[0]
+    assert launcher.check_specialized("k", 4, types.SimpleNamespace()) is True  # nothing to read: no verdict
+
+
 # ---------------------------------------------------------------------------------------------
 # Launch plans: the recorder on its own (no ranks)
 # ---------------------------------------------------------------------------------------------

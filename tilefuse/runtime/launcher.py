@@ -112,6 +112,9 @@ class FastKernel:
             compiled = self.jit_fn[grid](*args, **kwargs)  # compiles (or finds) the binary, and launches
             if compiled is not None and hasattr(compiled, "run"):
                 self._compiled[key] = compiled
+                spec = self._index.get("WARP_SPEC")
+                if spec is not None and values[spec]:
+                    check_specialized(self.jit_fn.fn.__name__, kwargs.get("num_warps", 4), compiled)
             return compiled, None, None
         stream = _current_stream()
         g0 = grid[0]
@@ -125,6 +128,24 @@ class FastKernel:
             meta = compiled.launch_metadata(grid, stream, *values)
         compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *values)
         return compiled, compiled, values
+
+
+def check_specialized(name: str, num_warps: int, compiled) -> bool:
+    """Whether a kernel launched with ``WARP_SPEC`` (a warp-specialized tile loop) came out
+    specialized: its compiled warps exceed the launch's ``num_warps`` (the partitions' warp groups
+    are added). Warns when not: Triton's Hopper pass skips a kernel it cannot specialize without a
+    word, and the tile then runs unspecialized on the launch shape meant for the specialized loop
+    (4 warps for a 128x256 accumulator: about 6x slower, docs/PERF.md). Called at the first launch of
+    each argument signature."""
+    got = getattr(getattr(compiled, "metadata", None), "num_warps", None)
+    if got is None or got > num_warps:
+        return True
+    import warnings
+
+    warnings.warn(f"tilefuse: Triton did not warp-specialize {name} (compiled with {got} warps for a "
+                  f"{num_warps}-warp launch asking WARP_SPEC); it runs unspecialized and slow. Use a config "
+                  "without WARP_SPEC, or report this with your Triton version.", RuntimeWarning, stacklevel=3)
+    return False
 
 
 @functools.cache
