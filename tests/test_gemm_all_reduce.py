@@ -531,7 +531,7 @@ def test_two_shot(pools, variant, on_gpu, world):
     _same_bits_on_every_rank(results, f"{variant} two-shot")
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_fused_sequential_splits_k(pools, world):
     results = pools.run(world, job_split_k, [(37, 72, 56), (5, 40, 24)], 2)
     _same_bits_on_every_rank(results, f"split K, W={world}")

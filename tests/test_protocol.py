@@ -382,12 +382,12 @@ def job_begin_aside(ctx):
     return True
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_begin_aside_of_the_k_loops(pools, world):
     assert all(pools.run(world, job_begin_aside))
 
 
-@pytest.mark.parametrize("world", [2, 3, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def test_one_kernel_calls_keep_the_sequence(pools, world):
     words = pools.run(world, job_one_kernel_calls)
     assert all(w == words[0] for w in words), words  # the same sequence numbers on every rank
