@@ -143,7 +143,7 @@ def job_flattened_local_tiles(ctx, variant):
     """128-row tiles on the descriptor path: the tile loops without flags (fused_sequential's,
     producer_consumer's local shard read from ``a``) run on the GEMM core's flattened loop,
     fused_sequential's not where it also copies rows into a_gathered; the same bits as the loops not
-    flattened. (wg_specialized's local tiles are taken one at a time: test_local_tiles_claimed.)"""
+    flattened. (wg_specialized's local tiles: test_local_tiles_claimed.)"""
     from unittest import mock
 
     from tilefuse.ops.all_gather_gemm import _setup, _tiles
@@ -229,15 +229,19 @@ def test_large_tiles(pools, variant):
 
 
 def job_local_tiles_claimed(ctx):
-    """wg_specialized takes the local shard's tiles from a counter, every program (the pushers after
-    pushing): the counter is back at zero after every call, and calls right at world 1, 2 and 3 with
-    more tiles than programs and fewer."""
+    """wg_specialized shares the local shard's tiles among every program: each GEMM program's dealt
+    share (flattened with 128-row tiles), then the rest from a counter, the pushers after pushing.
+    The counter is back at zero after every call, and calls are right at world 1, 2 and 3 with more
+    tiles than programs (some dealt, some claimed) and fewer (all claimed)."""
     from tilefuse.ops.all_gather_gemm import _setup
 
     fn = registry.get(OP, "wg_specialized")
-    cfg = tilefuse.Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=1,
-                          GEMM_SMS=3, COMM_SMS=2)
-    for M_loc, N, K in ((70, 40, 24), (10, 16, 16)):  # 20 local tiles for 5 programs; one tile
+    small = tilefuse.Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=1,
+                            GEMM_SMS=3, COMM_SMS=2)
+    wide = small.replace(BLOCK_M=128)
+    # 20 local tiles for 5 programs (12 dealt); one tile; 9 tiles of 128 rows, the last row block
+    # ragged (3 dealt, flattened)
+    for cfg, (M_loc, N, K) in ((small, (70, 40, 24)), (small, (10, 16, 16)), (wide, (300, 40, 24))):
         for call in range(3):
             a, b = _inputs(ctx, M_loc, N, K, torch.float32, seed=60 + call)
             ref_c, ref_ag = registry.get(OP, "reference")(a, b, return_gathered=True)
@@ -251,6 +255,8 @@ def job_local_tiles_claimed(ctx):
             assert_matches(got, ref_c, torch.float32, K, ctx.on_gpu, f"{M_loc}x{N}x{K} call {call}",
                            scale=ctx.world)
             g = _setup.setup("wg_specialized", a, b, cfg, None, comm=True)
+            lay = _setup.layout(g, a)
+            assert _setup.gemm_meta(g, lay)["FLATTEN"] == (cfg is wide and lay.use_tma)
             claims = _setup.gathered_workspace(g, "wg_specialized", flags=True).claims
             assert claims.item() == 0, f"call {call}: the claim counter was left at {claims.item()}"
     tilefuse.barrier()

@@ -78,8 +78,8 @@ def gemm_meta(call: GemmCall, lay: Layout, *, flatten: bool = True) -> dict:
     """Constexprs and launch options of the GEMM part, on the layout decided by :func:`layout`.
     ``FLATTEN``: the tile loops without flags (fused_sequential's, without ``flatten=False`` where it
     also copies rows; producer_consumer's local shard read from ``a``) run flattened where the GEMM
-    core's would (:func:`~..common.gemm.flattened_loop`). wg_specialized passes ``flatten=False``: its
-    local tiles are taken one at a time (``_tiles.claim_local_tiles``)."""
+    core's would (:func:`~..common.gemm.flattened_loop`), and so do wg_specialized's GEMM programs'
+    dealt shares of the local tiles (``_tiles.claim_local_tiles``)."""
     return dict(call.gemm_meta, USE_TMA=lay.use_tma, B_KMAJOR=lay.b_kmajor,
                 FLATTEN=flatten and flattened_loop(call.config, lay.use_tma))
 

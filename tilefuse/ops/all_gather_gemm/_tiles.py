@@ -196,16 +196,20 @@ def claim_local_tiles(
     a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
     # int32 [1] on this rank: local tiles taken so far in this call (0 between calls)
     claims_ptr, num_claimers,
+    # this program among the dealt_programs that start on the tiles at once (< 0: one that joins late)
+    dealt_pid, dealt_programs,
     M_loc, N, K, cur_rank,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, FLATTEN: tl.constexpr,
 ):
-    """The local shard's row block of C, read from ``a`` (no flag), tile after tile as the calling
-    program takes them from a counter shared by ``num_claimers`` programs (``common.gemm.claimed_tiles``):
-    programs that join late (wg_specialized's pushers, once their pushes are done) take only what
-    nobody has started."""
+    """The local shard's row block of C, read from ``a`` (no flag), shared by ``num_claimers``
+    programs (``common.gemm.claimed_tiles``): each of the ``dealt_programs`` that start at once
+    (wg_specialized's GEMM programs) computes an even share dealt out beforehand (flattened with
+    ``FLATTEN``), then every program takes the rest tile after tile from a counter, so that programs
+    that join late (the pushers, once their pushes are done) take only what nobody has started."""
     c_src = c_ptr + tl.cast(cur_rank, tl.int64) * M_loc * stride_cm
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
     claimed_tiles(a_op, b_op, c_src, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  claims_ptr, num_claimers, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR)
+                  claims_ptr, num_claimers, dealt_pid, dealt_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
+                  B_KMAJOR, FLATTEN)

@@ -2,24 +2,27 @@
 
     programs 0 .. C-1     : | push chunk -> rank r-1, release its flag there | chunk -> r-2 | ... |
                             | local shard tiles left (from a), taken one by one |
-    programs C .. C+G-1   : | local shard tiles (from a), taken one by one | source r+1: acquire
-                            | chunk flag, K loop | ...
+    programs C .. C+G-1   : | local shard tiles (from a): a dealt share, then taken one by one |
+                            | source r+1: acquire chunk flag, K loop | ...
     stream: | one kernel, which begins the call itself |
 
 C = COMM_SMS, G = GEMM_SMS. The pushers copy this rank's shard, BLOCK_M rows at a time, into row
 block r of every rank's ``a_gathered`` and release the per-(source, chunk) flag on the receiver
 (epoch-valued); the GEMM programs walk the sources in ring order r, r+1, ... and acquire a chunk's
 flag before a tile's K loop. The local shard's tiles, read from ``a`` where it fits the GEMM's
-operand path, wait for nothing: every program takes them one at a time from a counter
-(``_tiles.claim_local_tiles``), the GEMM programs at once, the pushers once their pushes are done, so
-the pushers' SMs join the GEMM when the shard is out and take only tiles nobody has started (at world
-1, where nothing is pushed, the GEMM has every program; where the pushes take long, the GEMM programs
-have taken every local tile by then). The peers' tiles go to the G GEMM programs, dealt out as
-before. (Where ``a`` is pushed to this rank as well and its tiles wait on flags, only the GEMM
-programs compute.) The local tiles have one call site for every program: two tile loops in one
-kernel can each get shared memory of their own (Triton 3.6 gave two flattened 128x256 loops 295 KB,
-over the H200's 227 KB). No completion handshake is needed: a rank's kernel ends only after its GEMM programs
-acquired every chunk of every source, and its own pushes are done when it ends.
+operand path, wait for nothing, and all C + G programs share them (``_tiles.claim_local_tiles``):
+each GEMM program first computes an even share of them (``tiles // (C + G)``) dealt out beforehand,
+on the GEMM core's flattened loop where the core's would be; then every program takes the rest one
+at a time from a counter, the GEMM programs once their share is done, the pushers once their pushes
+are. So the pushers' SMs join the GEMM when the shard is out and take only tiles nobody has started
+(at world 1, where nothing is pushed, the GEMM has every program; where the pushes take long, the
+GEMM programs have taken every local tile by then). The peers' tiles go to the G GEMM programs,
+dealt out as before. (Where ``a`` is pushed to this rank as well and its tiles wait on flags, only
+the GEMM programs compute.) Only the dealt share's loop is flattened: two flattened 128x256 loops
+in one kernel can each get shared memory of their own (Triton 3.6 gave two 295 KB, over the H200's
+227 KB; this kernel compiles to 180 KB with Triton 3.7, 152 KB with 3.6). No completion handshake
+is needed: a rank's kernel ends only after its GEMM programs acquired every chunk of every source,
+and its own pushes are done when it ends.
 
 Why the pushers have the LOWER program ids: Triton's interpreter runs the programs of a launch one
 after another in pid order, and a GEMM program waits on flags released by *other ranks'* pushers.
@@ -73,8 +76,9 @@ def _wg_kernel(
             # The local shard's tiles wait for nothing: every program takes them from a counter,
             # the pushers once their pushes are done (only what nobody has started).
             claim_local_tiles(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm,
-                              stride_cn, claims_ptr, COMM_PROGRAMS + GEMM_PROGRAMS, M_loc, N, K, cur_rank,
-                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR)
+                              stride_cn, claims_ptr, COMM_PROGRAMS + GEMM_PROGRAMS, pid - COMM_PROGRAMS,
+                              GEMM_PROGRAMS, M_loc, N, K, cur_rank, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
+                              B_KMAJOR, FLATTEN)
         if pid >= COMM_PROGRAMS:
             gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
                           stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr,
@@ -102,7 +106,7 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
         p.claims,
         M_loc, N, K, heap.heap_bases, ctl(heap), r, W, *p.enter_args,
         COMM_PROGRAMS=comm_programs, GEMM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct,
-        FIRST=p.first, ENTER=p.begins, **gemm_meta(call, p.lay, flatten=False),  # no loop without flags to flatten
+        FIRST=p.first, ENTER=p.begins, **gemm_meta(call, p.lay),  # the GEMM programs' dealt local tiles
     )
     p.entered()
     return finish(call, p.c, p.ag.clone() if return_gathered else None, return_gathered)

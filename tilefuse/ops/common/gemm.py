@@ -325,27 +325,40 @@ def claimed_tiles(
     a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     # int32 [1]: tiles taken so far in this launch (0 before it, and left at 0 after it)
     claims_ptr, num_claimers,
+    # this program among the dealt_programs that start at once (< 0: a program that joins late)
+    dealt_pid, dealt_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
+    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, FLATTEN: tl.constexpr,
 ):
-    """Tiles of C, each over all of K, taken one at a time from a counter shared by ``num_claimers``
-    programs of the launch: whoever is free takes the next tile (in :func:`tile_coords` order), so
-    programs that start late take only what nobody has started. Every claimer claims until it gets
-    none, so a launch makes exactly ``tiles + num_claimers`` claims, and the one that makes the last
-    sets the counter back to zero for the next launch (every other claim came before it). The loop is
-    a while loop over claimed tiles: not flattened."""
+    """Tiles of C, each over all of K, shared by ``num_claimers`` programs of the launch, some of
+    which may start late.
+
+    Each claimer's even share, ``total // num_claimers`` tiles, is dealt out beforehand to each of
+    the ``dealt_programs`` programs that start at once (program ``dealt_pid`` takes tiles dealt_pid,
+    dealt_pid + dealt_programs, ...: :func:`whole_tiles`, flattened with ``FLATTEN``). The rest are
+    taken one at a time from a counter: whoever is free takes the next tile (in :func:`tile_coords`
+    order), so programs that join late take only what nobody has started, and none has more than
+    its share while another idles. Every claimer claims until it gets none, so a launch makes
+    exactly ``total - dealt + num_claimers`` claims, and the one that makes the last sets the counter
+    back to zero for the next launch (every other claim came before it). The claimed loop is a while
+    loop: not flattened."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     total = num_pid_m * num_pid_n
+    dealt = (total // num_claimers) * dealt_programs
+    # A late program's range is empty.
+    whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                tl.where(dealt_pid >= 0, dealt_pid, dealt), dealt, dealt_programs, BLOCK_M, BLOCK_N, BLOCK_K,
+                GROUP_M, USE_TMA, B_KMAJOR, 1, FLATTEN, False)
     # Relaxed: the counter only hands out tile numbers; no data is published through it.
-    t = tl.atomic_add(claims_ptr, 1, sem="relaxed", scope="gpu")
+    t = dealt + tl.atomic_add(claims_ptr, 1, sem="relaxed", scope="gpu")
     while t < total:
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
         acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
         store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
-        t = tl.atomic_add(claims_ptr, 1, sem="relaxed", scope="gpu")
+        t = dealt + tl.atomic_add(claims_ptr, 1, sem="relaxed", scope="gpu")
     if t == total + num_claimers - 1:  # the launch's last claim
         tl.atomic_xchg(claims_ptr, 0, sem="relaxed", scope="gpu")
 
