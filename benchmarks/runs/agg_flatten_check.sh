@@ -8,14 +8,18 @@
 #    Llama-3-8B qkv and gate-up shapes at 8192 tokens): every variant, the copy-engine form and the
 #    plain_again control, flattened, not flattened (AB=0 leaves this one out), flattened again
 #    (SUITE_S seconds each, default 100).
+#    BASE=<dir>: the middle run imports tilefuse from <dir> instead (a copy of the package at another
+#    commit: `mkdir <dir> && git archive <sha> tilefuse | tar x -C <dir>`; BASE_COMMIT=<sha> records
+#    it), with CSV suite_w1_base.csv.
+#    VARIANTS: the methods (default every variant, the copy-engine form and plain_again).
 # 2. The tests of TESTS (default: all_gather_gemm, program counts, the GEMM core's flattened-loop test)
 #    in the rest of LIMIT_S (default 570 s).
-# Files under $R: suite_w1_flat.csv, suite_w1_noflat.csv, tests/.
+# Files under $R: suite_w1_flat.csv, suite_w1_noflat.csv (or suite_w1_base.csv), tests/.
 source "$(dirname "$0")/prelude.sh"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 END=$(( T0 + ${LIMIT_S:-570} ))
 SHAPES=${SHAPES:-8192x6144x4096,8192x28672x4096}
-V=bulk_sync,producer_consumer,pc_copy_engines,fused_sequential,wg_specialized,plain_again
+V=${VARIANTS:-bulk_sync,producer_consumer,pc_copy_engines,fused_sequential,wg_specialized,plain_again}
 suite() {  # suite NAME CSV [ENV...]
     local name=$1 csv=$2
     shift 2
@@ -23,7 +27,12 @@ suite() {  # suite NAME CSV [ENV...]
         --variants "$V" --csv "$csv" --append --no-progress
 }
 suite suite_flat_1 "$R/suite_w1_flat.csv"
-[[ ${AB:-1} == 1 ]] && suite suite_noflat "$R/suite_w1_noflat.csv" TILEFUSE_NO_FLATTEN=1
+if [[ -n ${BASE:-} ]]; then
+    suite suite_base "$R/suite_w1_base.csv" PYTHONPATH="$BASE:$PYTHONPATH" \
+        TILEFUSE_COMMIT="${BASE_COMMIT:-${TILEFUSE_COMMIT:-}}"
+elif [[ ${AB:-1} == 1 ]]; then
+    suite suite_noflat "$R/suite_w1_noflat.csv" TILEFUSE_NO_FLATTEN=1
+fi
 suite suite_flat_2 "$R/suite_w1_flat.csv"
 tests_in_rest "${TESTS:-tests/test_all_gather_gemm.py;tests/test_program_counts.py tests/test_gemm_core.py::test_matmul_flattened_loop_and_descriptor_stores_keep_the_bits}"
 pack
