@@ -20,7 +20,7 @@ export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 END=$(( T0 + ${LIMIT_S:-570} ))
 SHAPES=${SHAPES:-8192x6144x4096,8192x28672x4096}
 V=${VARIANTS:-bulk_sync,producer_consumer,pc_copy_engines,fused_sequential,wg_specialized,plain_again}
-suite() {  # suite NAME CSV [ENV...]
+suite() {  # suite NAME CSV [env ARGUMENTS...]
     local name=$1 csv=$2
     shift 2
     step "$name" "${SUITE_S:-100}" env "$@" "$PY" -m benchmarks world1 --ops all_gather_gemm --shapes "$SHAPES" \
@@ -28,7 +28,10 @@ suite() {  # suite NAME CSV [ENV...]
 }
 suite suite_flat_1 "$R/suite_w1_flat.csv"
 if [[ -n ${BASE:-} ]]; then
-    suite suite_base "$R/suite_w1_base.csv" PYTHONPATH="$BASE:$PYTHONPATH" \
+    # Run from inside BASE: a Python started with -m puts its working directory first on the path.
+    B=$(cd "$BASE" && pwd)
+    [[ $PY == */* && $PY != /* ]] && PY=$(pwd)/$PY
+    suite suite_base "$(cd "$R" && pwd)/suite_w1_base.csv" -C "$B" PYTHONPATH="$B:$(pwd)" \
         TILEFUSE_COMMIT="${BASE_COMMIT:-${TILEFUSE_COMMIT:-}}"
 elif [[ ${AB:-1} == 1 ]]; then
     suite suite_noflat "$R/suite_w1_noflat.csv" TILEFUSE_NO_FLATTEN=1
