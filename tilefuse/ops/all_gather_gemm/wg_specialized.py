@@ -73,8 +73,8 @@ def _wg_kernel(
                        M_loc, K, cur_rank, world, heap_bases, pid, COMM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST,
                        SIGNAL=True)
         if LOCAL_DIRECT:
-            # The local shard's tiles wait for nothing: every program takes them from a counter,
-            # the pushers once their pushes are done (only what nobody has started).
+            # The local shard's tiles wait for nothing: a GEMM program computes its dealt share, then
+            # every program takes the rest from a counter, the pushers once their pushes are done.
             claim_local_tiles(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm,
                               stride_cn, claims_ptr, COMM_PROGRAMS + GEMM_PROGRAMS, pid - COMM_PROGRAMS,
                               GEMM_PROGRAMS, M_loc, N, K, cur_rank, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
