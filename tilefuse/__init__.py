@@ -24,6 +24,7 @@ from .runtime import (  # noqa: E402
     CallMismatchError,
     HeapFullError,
     PeerCallError,
+    PeerExitedError,
     PoisonedError,
     StaleCallError,
     WaitTimeoutError,
@@ -68,7 +69,8 @@ def is_on_heap(t, group=None):
 from . import nn  # noqa: E402  (tensor-parallel layers on the ops; ops never import nn)
 
 __all__ = [
-    "CallMismatchError", "Config", "HeapFullError", "PeerCallError", "PoisonedError", "StaleCallError",
+    "CallMismatchError", "Config", "HeapFullError", "PeerCallError", "PeerExitedError", "PoisonedError",
+    "StaleCallError",
     "VARIANTS", "WaitTimeoutError", "__version__", "all_gather_gemm", "arange", "barrier", "clear_workspaces",
     "device_barrier", "empty", "full", "gemm_all_reduce", "gemm_all_scatter", "gemm_reduce_scatter", "get_heap",
     "init", "is_initialized", "is_on_heap", "nn", "randn", "reset", "set_wait_timeout", "shutdown",

@@ -13,6 +13,7 @@ from .heap import HeapFullError, SymmetricHeap  # noqa: E402
 from .world import (  # noqa: E402
     CallMismatchError,
     PeerCallError,
+    PeerExitedError,
     PoisonedError,
     StaleCallError,
     WaitTimeoutError,
@@ -31,7 +32,8 @@ from .world import (  # noqa: E402
 )
 
 __all__ = [
-    "CallMismatchError", "HeapFullError", "PeerCallError", "PoisonedError", "StaleCallError", "SymmetricHeap",
+    "CallMismatchError", "HeapFullError", "PeerCallError", "PeerExitedError", "PoisonedError", "StaleCallError",
+    "SymmetricHeap",
     "WaitTimeoutError", "barrier", "check_waits", "control_block", "device_barrier", "get_heap", "groups", "hw", "init",
     "is_initialized", "primitives", "reset", "set_wait_timeout", "shutdown", "synchronize",
 ]

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import select
 import threading
 from dataclasses import dataclass, field
 
@@ -60,6 +61,11 @@ class WaitTimeoutError(RuntimeError):
 
 class PoisonedError(RuntimeError):
     """A wait timed out on some rank: every op raises until the collective :func:`tilefuse.reset`."""
+
+
+class PeerExitedError(PoisonedError):
+    """A peer process of the group has exited: this rank's calls cannot complete (raised before any
+    kernel of the call is launched; every later call raises too)."""
 
 
 class CallMismatchError(ValueError):
@@ -84,6 +90,7 @@ class _State:
     status_scratch: torch.Tensor | None = None  # int64[2] (CPU backend): where call_exit writes them
     gen: int = 1
     poisoned: str | None = None  # set once this host has seen the poison: the message to raise
+    poison_error: type = PoisonedError  # what raises it (PeerExitedError once a peer has exited)
     sigs: dict = field(default_factory=dict)  # signature key -> (hash, text)
     texts: dict = field(default_factory=dict)  # hash -> text, for error messages
     on_gpu: bool = False
@@ -93,6 +100,8 @@ class _State:
     ctl_np: object = None  # numpy view of the control block (CPU backend: kernels are synchronous)
     group: object = None  # the process group this state serves (the heap's)
     name: str = ""  # that group's name (what the custom ops pass)
+    # (rank, pid, pidfd or -1) of each peer process this rank can watch (same pid namespace)
+    peers: tuple = ()
 
 
 _STATE: _State | None = None  # the default group's state: the first group initialised
@@ -238,6 +247,8 @@ def _init_group(size: int, group, backend: str) -> SymmetricHeap:
         # exchange (gloo) below does not wait for this device's queue.
         torch.cuda.synchronize(heap.device)
     heap.check_symmetric("tilefuse.init", ctl)
+    if heap.world_size > 1:
+        st.peers = _watch_peers(group, heap.rank)
     _STATES[group] = _NAMES[st.name] = st
     if _STATE is None:
         _STATE = st
@@ -259,9 +270,77 @@ def _init_group(size: int, group, backend: str) -> SymmetricHeap:
     return heap
 
 
+def _watch_peers(group, rank: int) -> tuple:
+    """``(rank, pid, pidfd)`` of each peer process in this rank's pid namespace (a host step over
+    ``group``). The ranks of a heap share a host (CUDA IPC, /dev/shm); a peer whose namespace differs
+    is not watched. ``pidfd`` is -1 where ``os.pidfd_open`` is missing (then the pid is probed)."""
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        ns = None
+    seen = hostsync.all_gather_object((os.getpid(), ns), group, what="tilefuse.init (process ids)")
+    peers = []
+    for r, (pid, their_ns) in enumerate(seen):
+        if r == rank or ns is None or their_ns != ns:
+            continue
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            fd = -1
+        peers.append((r, pid, fd))
+    return tuple(peers)
+
+
+def _exited_peer(st: _State) -> tuple | None:
+    """``(rank, pid)`` of a watched peer process that has exited, else None (one ``select`` on the
+    peers' pidfds: a pidfd reads ready once its process has exited)."""
+    fds = [fd for _, _, fd in st.peers if fd >= 0]
+    if fds:
+        ready = select.select(fds, [], [], 0)[0]
+        for r, pid, fd in st.peers:
+            if fd in ready:
+                return r, pid
+    for r, pid, fd in st.peers:
+        if fd < 0:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return r, pid
+            except OSError:
+                pass
+    return None
+
+
+def _check_peers(st: _State, op: str) -> None:
+    """Raise :class:`PeerExitedError` (and poison this rank's state) if a peer process has exited.
+
+    Checked on the host before a call launches anything: a kernel that stores into the memory of a
+    process that has exited does not fault on a GPU, it never finishes (measured on an H200: the
+    survivor's next call did not end in 30 s, where the device waits' bound was 5 s), so neither the
+    device waits' bound nor a later synchronize would report it."""
+    gone = _exited_peer(st)
+    if gone is None:
+        return
+    rank, pid = gone
+    st.poisoned = (f"tilefuse: rank {rank} (pid {pid}) of group {_describe_group(st.group)} has exited; "
+                   f"{op} and every later call on this rank raise (nothing was launched). A peer cannot "
+                   "rejoin a heap: restart the job")
+    st.poison_error = PeerExitedError
+    raise PeerExitedError(st.poisoned)
+
+
+def _close_peers(st: _State) -> None:
+    for _, _, fd in st.peers:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    st.peers = ()
+
+
 def _forget(st: _State) -> None:
     """Drop ``st`` from the registry (its heap is closed by the caller); the default goes last."""
     global _STATE
+    _close_peers(st)
     for reg, key in ((_STATES, st.group), (_NAMES, st.name)):
         if reg.get(key) is st:
             del reg[key]
@@ -660,7 +739,9 @@ class CollectiveCall:
                 self.capturing = torch.cuda.is_current_stream_capturing()
                 self.stream = _raw_stream(st.dev_index)
             if st.poisoned:
-                raise PoisonedError(st.poisoned)
+                raise st.poison_error(st.poisoned)
+            if st.peers and not self.capturing:
+                _check_peers(st, self.op)
             if _status_set(st):
                 err = _collect(False, st)
                 if isinstance(err, (WaitTimeoutError, PoisonedError)):
@@ -773,7 +854,7 @@ def synchronize(group=None) -> None:
     ``group``'s calls (default: the default group's)."""
     st = _state_of(group)
     if st.poisoned:
-        raise PoisonedError(st.poisoned)
+        raise st.poison_error(st.poisoned)
     err = _collect(True, st)
     if err is not None:
         raise err
@@ -829,7 +910,7 @@ def reset(group=None) -> None:
         if st.status_host is not None:
             st.status_host.zero_()
         _ORDER.stream = _ORDER.raw = None  # the device is idle: the next call waits on nothing
-        st.poisoned = None
+        st.poisoned, st.poison_error = None, PoisonedError
         if heap.device.type == "cuda":
             torch.cuda.synchronize(heap.device)
         hostsync.barrier(heap.group, what="tilefuse.reset: exit")
