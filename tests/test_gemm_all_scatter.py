@@ -83,6 +83,45 @@ def test_copy_engine_form(pools, world, use_out):
                          use_out=use_out, late_rank=world - 1))
 
 
+def job_result_buffers(ctx, variants):
+    """Where the result lives without a heap ``out``: this rank's block is stored straight into it and
+    the peers' blocks are copied from the heap. A default result is a fresh tensor off the heap that
+    the next call leaves alone; an ordinary contiguous ``out`` is the result itself; a strided one
+    (a transposed view) receives it. Ragged shape, NaN-poisoned outputs and workspaces."""
+    M, N, K = 100, 72, 56
+    dt = torch.float16 if ctx.on_gpu else torch.float32
+    for vi, variant in enumerate(variants):
+        fn = registry.get(OP, variant)
+        a, b = _inputs(ctx, M, N, K, dt, seed=300 + vi)
+        ref = registry.get(OP, "reference")(a, b)
+        poison_workspaces()
+        first = fn(a, b)
+        assert not ctx.heap.is_on_heap(first), f"{variant}: the default result is on the heap"
+        kept = first.clone()
+        tilefuse.synchronize()
+        assert_matches(first, ref, dt, K, ctx.on_gpu, f"{variant} default", scale=ctx.world)
+        a2, b2 = _inputs(ctx, M, N, K, dt, seed=400 + vi)
+        ref2 = registry.get(OP, "reference")(a2, b2)
+        for form in ("contiguous", "strided"):
+            if form == "contiguous":
+                out = torch.full((M, ctx.world * N), float("nan"), dtype=dt, device=ctx.device)
+            else:
+                out = torch.full((ctx.world * N, M), float("nan"), dtype=dt, device=ctx.device).t()
+            poison_workspaces()
+            got = fn(a2, b2, out=out)
+            tilefuse.synchronize()
+            assert got is out, f"{variant} {form} out"
+            assert_matches(out, ref2, dt, K, ctx.on_gpu, f"{variant} {form} out", scale=ctx.world)
+        assert torch.equal(first, kept), f"{variant}: a later call changed an earlier default result"
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_result_off_the_heap(pools, world):
+    assert all(pools.run(world, job_result_buffers, list(tilefuse.VARIANTS)))
+
+
 def job_no_comm_programs(ctx):
     """COMM_SMS = 0 is producer_consumer's copy-engine form only: the other flagged variant says so."""
     a, b = _inputs(ctx, 24, 8, 16, torch.float32, seed=9)

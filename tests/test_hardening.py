@@ -285,6 +285,65 @@ def test_a_rank_dying_mid_call_makes_the_survivor_raise_within_the_bound(variant
         assert value["s"] < 2 * bound + 15, value
 
 
+class _Work:
+    """Stands in for torch.cuda.Event: work behind the recorded event finishes after ``polls`` queries
+    (never: None)."""
+
+    def __init__(self, polls):
+        self.polls, self.queries, self.recorded = polls, 0, []
+
+    def __call__(self):  # torch.cuda.Event()
+        return self
+
+    def record(self, stream):
+        self.recorded.append(stream)
+
+    def query(self):
+        self.queries += 1
+        return self.polls is not None and self.queries > self.polls
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs os.pidfd_open (Linux 5.3+, Python 3.9+)")
+@pytest.mark.parametrize("finishes", [True, False])
+@pytest.mark.timeout(60)
+def test_host_wait_for_the_device_gives_up_once_a_peer_has_exited(monkeypatch, finishes):
+    """The host's wait for the device (synchronize, reset, shutdown) polls an event behind the last
+    call's stream. Work that finishes ends the wait; work that never does (on a GPU, a kernel storing
+    into an exited peer's memory) raises PeerExitedError naming the peer once the wait bound has passed
+    after the peer's exit, and poisons the rank's state. (On the CPU backend kernels are synchronous:
+    this checks the wait itself, with stand-ins for the event and the device sync.)"""
+    import tilefuse
+    from tilefuse.runtime import world as tf_world
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    fd = os.pidfd_open(child.pid)
+    work = _Work(polls=5 if finishes else None)
+    synced = []
+    monkeypatch.setattr(torch.cuda, "Event", work)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    monkeypatch.setattr(tf_world._ORDER, "stream", "last call's stream")
+    st = tf_world._State(heap=type("Heap", (), {"device": "cuda:0"})(), ctl=None, dummy=None, status_host=None,
+                         sync_errors=False, peers=((1, child.pid, fd),), wait_bound_s=0.3, group="tp")
+    try:
+        if finishes:
+            tf_world._wait_device(st, "waiting for this rank's device")  # the peer still runs
+            assert work.queries == 6 and synced == ["cuda:0"] and st.poisoned is None
+            return
+        child.kill()
+        child.wait()
+        t0 = time.monotonic()
+        with pytest.raises(tilefuse.PeerExitedError, match=rf"rank 1 \(pid {child.pid}\) of group 'tp' has exited; "
+                                                           r"waiting for this rank's device gave up"):
+            tf_world._wait_device(st, "waiting for this rank's device")
+        assert 0.3 <= time.monotonic() - t0 < 3.0, "gave up before the bound, or long after it"
+        assert work.recorded == ["last call's stream"] and not synced
+        assert st.poison_error is tilefuse.PeerExitedError and "has exited" in st.poisoned
+    finally:
+        child.kill()
+        child.wait()
+        os.close(fd)
+
+
 # ----------------------------------------------------------------------------- bounded host steps
 def job_missing_peer(ctx, bound):
     import torch.distributed as dist

@@ -395,7 +395,7 @@ def test_shutdown_gives_workspaces_back_and_a_new_heap_starts_clean():
             heap = tilefuse.init(heap_size=16 << 20)
             a = torch.randn(40, 24).to(torch.float16).to(heap.device)
             b = torch.randn(24, 16).to(torch.float16).to(heap.device)
-            got = tilefuse.gemm_all_scatter(a, b, variant="bulk_sync")
+            got = tilefuse.gemm_all_scatter(a, b, variant="wg_specialized")
             torch.testing.assert_close(got.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
             assert launch.workspaces(), "the op made a workspace"
             uids.append(heap.uid)

@@ -68,12 +68,14 @@ suite_w2() {
             stamp "suite w2 $op" $? >> "$R/suite_w2.log"; }
     done
 }
-# tests_in_rest SPEC: the GPU tests of SPEC (gpu_tests.sh's GROUPS_SPEC; not the slow set) in the time
-# left before $END, if a minute or more is; into $R/tests and $R/tests.log.
+# tests_in_rest SPEC: the GPU tests of SPEC (gpu_tests.sh's GROUPS_SPEC; not the slow set unless
+# TESTS_ADDOPTS says otherwise: '' runs it) in the time left before $END, if a minute or more is; into
+# $R/tests and $R/tests.log.
 tests_in_rest() {
     local left=$(( END - $(date +%s) - 10 ))
+    local addopts=${TESTS_ADDOPTS-'-m "not slow"'}  # TESTS_ADDOPTS='' runs the slow set of those files too
     (( left > 60 )) || { echo "== skipped tests: ${left} s left" | tee -a "$R/skipped.txt"; return 0; }
-    ( OUT=$R/tests LIMIT_S=$left PER_TEST=$(( left - 10 )) PYTEST_ADDOPTS='-m "not slow"' GROUPS_SPEC="$1" \
+    ( OUT=$R/tests LIMIT_S=$left PER_TEST=$(( left - 10 )) PYTEST_ADDOPTS="$addopts" GROUPS_SPEC="$1" \
         bash "$(dirname "${BASH_SOURCE[0]}")/gpu_tests.sh" > "$R/tests.log" 2>&1 )
 }
 # tests_beside_soak LIMIT_S SOAK_BUDGET_S: the multi-rank tests (not the slow set) and the 10,000-call

@@ -336,7 +336,7 @@ class SymmetricHeap:
             if start is not None:
                 self._allocator.mark_internal(start)
 
-    def close(self, *, internal: Iterable[torch.Tensor] = ()) -> None:
+    def close(self, *, internal: Iterable[torch.Tensor] = (), wait: bool = True) -> None:
         """Drop the peer mappings, then a bounded barrier (collective; idempotent).
 
         Every rank drops its mappings of its peers' heaps before the barrier, so no rank's memory
@@ -345,7 +345,8 @@ class SymmetricHeap:
         while any heap tensor does; those tensors stay valid here but peers no longer see them,
         and a :class:`LiveHeapTensorsWarning` says how many there are. Not counted: blocks marked
         with :meth:`mark_internal`, and ``internal``, tilefuse's own heap tensors that the caller
-        drops right after.
+        drops right after. ``wait=False``: do not wait for this device's queued work first (it will
+        not finish: a peer exited under it).
         """
         if self._closed:
             return
@@ -365,7 +366,7 @@ class SymmetricHeap:
                 "the heap",
                 LiveHeapTensorsWarning, stacklevel=3,
             )
-        on_gpu = self.device.type == "cuda"
+        on_gpu = self.device.type == "cuda" and wait
         if on_gpu:
             torch.cuda.synchronize(self.device)
         self._maps.tensors = [t if r == self.rank else None for r, t in enumerate(self._maps.tensors)]
@@ -456,30 +457,37 @@ class SymmetricHeap:
         raw = peer[off:off + span * t.element_size()]
         return raw.view(t.dtype).as_strided(t.shape, t.stride())
 
-    def copy_to_peer(self, t: torch.Tensor, rank: int) -> None:
+    def copy_to_peer(self, t: torch.Tensor, rank: int, src: torch.Tensor | None = None) -> None:
         """Copy the 2-D heap view ``t`` (unit column stride) into the same place of ``rank``'s heap,
         queued on the current stream: on the GPU one copy-engine transfer (no SM), on the CPU a torch
-        copy. Ordered like a kernel on that stream; a peer sees the rows once a barrier or flag after
-        the copy in stream order says so. Recorded into a launch plan like a kernel launch."""
+        copy. ``src``: copy this tensor of ``t``'s shape and dtype (unit column stride, any memory of
+        this device) there instead of ``t``'s own data. Ordered like a kernel on that stream; a peer
+        sees the rows once a barrier or flag after the copy in stream order says so. Recorded into a
+        launch plan like a kernel launch."""
         self.check_on_heap("copy_to_peer: t", t)
-        if t.dim() != 2 or (t.stride(1) != 1 and t.shape[1] > 1):
-            raise ValueError(f"copy_to_peer: t must be 2-D with unit column stride, got shape {tuple(t.shape)} "
-                             f"strides {t.stride()}")
+        src = t if src is None else src
+        for name, x in (("t", t), ("src", src)):
+            if x.dim() != 2 or (x.stride(1) != 1 and x.shape[1] > 1):
+                raise ValueError(f"copy_to_peer: {name} must be 2-D with unit column stride, got shape "
+                                 f"{tuple(x.shape)} strides {x.stride()}")
+        if src.shape != t.shape or src.dtype != t.dtype or src.device != t.device:
+            raise ValueError(f"copy_to_peer: src ({tuple(src.shape)}, {src.dtype}, {src.device}) must match t "
+                             f"({tuple(t.shape)}, {t.dtype}, {t.device})")
         if not 0 <= rank < self.world_size:
             raise ValueError(f"copy_to_peer: rank {rank} is not in [0, {self.world_size})")
         from . import plans
 
         rec = plans.recorder()
         if rec is not None:
-            rec.call(self._copy_to_peer, t, rank)
+            rec.call(self._copy_to_peer, t, rank, src)
         else:
-            self._copy_to_peer(t, rank)
+            self._copy_to_peer(t, rank, src)
 
-    def _copy_to_peer(self, t: torch.Tensor, rank: int) -> None:
+    def _copy_to_peer(self, t: torch.Tensor, rank: int, src: torch.Tensor) -> None:
         if t.numel() == 0:
             return
         if self.device.type != "cuda":
-            self.peer_view(t, rank).copy_(t)
+            self.peer_view(t, rank).copy_(src)
             return
         from . import dma
 
@@ -487,9 +495,8 @@ class SymmetricHeap:
         if peer is None:
             raise RuntimeError("copy_to_peer: the heap was closed")
         es = t.element_size()
-        pitch = t.stride(0) * es
-        dma.copy_rows(peer.data_ptr() + (t.data_ptr() - self.base), pitch, t.data_ptr(), pitch, t.shape[1] * es,
-                      t.shape[0], self.device)
+        dma.copy_rows(peer.data_ptr() + (t.data_ptr() - self.base), t.stride(0) * es, src.data_ptr(),
+                      src.stride(0) * es, t.shape[1] * es, t.shape[0], self.device)
 
     def offset_of(self, t: torch.Tensor) -> int:
         return t.data_ptr() - self.base

@@ -41,6 +41,7 @@ import hashlib
 import os
 import select
 import threading
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -102,6 +103,8 @@ class _State:
     name: str = ""  # that group's name (what the custom ops pass)
     # (rank, pid, pidfd or -1) of each peer process this rank can watch (same pid namespace)
     peers: tuple = ()
+    wait_bound_s: float = 0.0  # the device waits' bound (also how long a host wait outlives a peer's exit)
+    done_event: object = None  # torch.cuda.Event recorded by _wait_device (made on first use)
 
 
 _STATE: _State | None = None  # the default group's state: the first group initialised
@@ -241,7 +244,7 @@ def _init_group(size: int, group, backend: str) -> SymmetricHeap:
                 on_gpu=on_gpu, dev_index=heap.device.index if on_gpu else -1,
                 ctl_status=ctl[int(P.CTL_POISON):int(P.CTL_ERRORS) + 1],
                 status_np=status_host.numpy() if on_gpu else None, ctl_np=None if on_gpu else ctl.numpy(),
-                group=group, name=hostsync._group_name(group))
+                group=group, name=hostsync._group_name(group), wait_bound_s=bound_s)
     if on_gpu:
         # The control block's zeroing must land before any peer can signal into it: a host-only
         # exchange (gloo) below does not wait for this device's queue.
@@ -319,14 +322,46 @@ def _check_peers(st: _State, op: str) -> None:
     survivor's next call did not end in 30 s, where the device waits' bound was 5 s), so neither the
     device waits' bound nor a later synchronize would report it."""
     gone = _exited_peer(st)
-    if gone is None:
-        return
+    if gone is not None:
+        raise _peer_exited(st, gone, f"{op} and every later call on this rank raise (nothing was launched)")
+
+
+def _peer_exited(st: _State, gone: tuple, what: str) -> PeerExitedError:
+    """Poison this rank's state for the exited peer ``gone`` = (rank, pid); the error to raise."""
     rank, pid = gone
     st.poisoned = (f"tilefuse: rank {rank} (pid {pid}) of group {_describe_group(st.group)} has exited; "
-                   f"{op} and every later call on this rank raise (nothing was launched). A peer cannot "
-                   "rejoin a heap: restart the job")
+                   f"{what}. A peer cannot rejoin a heap: restart the job")
     st.poison_error = PeerExitedError
-    raise PeerExitedError(st.poisoned)
+    return PeerExitedError(st.poisoned)
+
+
+def _wait_device(st: _State, what: str) -> None:
+    """``torch.cuda.synchronize`` of the heap's device, bounded once a peer has exited.
+
+    Every eager call of every group runs after the one before it in stream order (``_order_stream``),
+    so an event recorded behind the last call's stream completes once all of tilefuse's work has.
+    While it has not, the watched peers are checked between polls: once one has exited and the work
+    is still not done ``wait_bound_s`` later (a kernel that stores into an exited process's memory
+    never finishes), this raises :class:`PeerExitedError` instead of waiting for ever. Then, or with
+    nothing to watch, the device-wide synchronize (other work of this process: not bounded here)."""
+    stream = _ORDER.stream
+    if st.peers and stream is not None:
+        if st.done_event is None:
+            st.done_event = torch.cuda.Event()
+        event = st.done_event
+        event.record(stream)
+        t0 = time.monotonic()
+        give_up = None
+        while not event.query():
+            now = time.monotonic()
+            gone = _exited_peer(st)
+            if gone is not None:
+                give_up = now + st.wait_bound_s if give_up is None else give_up
+                if now >= give_up:
+                    raise _peer_exited(st, gone, f"{what} gave up on this rank's unfinished device work "
+                                                 f"after {now - t0:.1f} s, and every later call raises")
+            time.sleep(min(1e-3, max(1e-5, (now - t0) / 8)))  # wakes within 1/8 of the wait so far
+    torch.cuda.synchronize(st.heap.device)
 
 
 def _close_peers(st: _State) -> None:
@@ -458,6 +493,7 @@ def set_wait_timeout(seconds: float, group=None) -> float:
         raise ValueError(f"set_wait_timeout: seconds must be positive, got {seconds}")
     old = int(st.ctl[int(P.CTL_BOUND_NS)].item()) / 1e9
     st.ctl[int(P.CTL_BOUND_NS)] = int(seconds * 1e9)
+    st.wait_bound_s = seconds
     return old
 
 
@@ -594,7 +630,7 @@ def _collect(sync: bool, st: _State | None = None) -> Exception | None:
         return RuntimeError("tilefuse: an error was recorded before this CUDA graph capture; "
                             "call tilefuse.synchronize() before capturing to see it")
     if on_gpu:
-        torch.cuda.synchronize(st.heap.device)
+        _wait_device(st, "waiting for this rank's device")
     elif not _status_set(st):
         return None
     rec = _read_record(st)
@@ -896,7 +932,7 @@ def reset(group=None) -> None:
     heap = st.heap
     with _LOCK, using(st):
         if heap.device.type == "cuda":
-            torch.cuda.synchronize(heap.device)
+            _wait_device(st, "tilefuse.reset")
         hostsync.reset(heap.group)
         hostsync.barrier(heap.group, what="tilefuse.reset: entry")
         plans.clear_plans()
@@ -964,14 +1000,19 @@ def shutdown(group=None) -> None:
 
 
 def _shutdown_one(st: _State) -> None:
+    stuck = False  # this rank's device work will not finish (a peer exited under it): do not wait for it
     try:
         with using(st):
             if st.heap.device.type == "cuda":
-                torch.cuda.synchronize(st.heap.device)
+                try:
+                    _wait_device(st, "tilefuse.shutdown")
+                except PeerExitedError:
+                    stuck = True
+                    raise
             st.ctl[int(P.CTL_GEN)] = -1  # a CUDA graph replayed after this aborts before touching memory
             plans.clear_plans()
             for hook in _SHUTDOWN_HOOKS:
                 hook()
     finally:
         _forget(st)
-        st.heap.close()
+        st.heap.close(wait=not stuck)

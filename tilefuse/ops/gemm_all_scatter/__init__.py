@@ -30,8 +30,9 @@ def gemm_all_scatter(a, b, *, variant: str = "auto", config=None, group=None, ou
     else the plain path: ``tilefuse/tuning/README.md``). ``config``: a :class:`tilefuse.Config`
     overriding tile sizes and the GEMM_SMS/COMM_SMS split. ``out``: optional ``[M, W*N_loc]`` tensor of
     the result's dtype and device: a contiguous heap tensor (same offset on every rank) is written in
-    place, any other tensor receives a copy of the op's heap buffer; without it the result is copied
-    into a fresh tensor (one extra read and write of c).
+    place, with nothing copied. Otherwise (a fresh tensor, or ``out`` when contiguous) this rank's
+    block is stored into the result directly and the peers' blocks, which land in the op's heap buffer,
+    are copied into it (a strided ``out`` receives a copy of the whole result).
 
     Returns once every rank's tiles have landed in this rank's result (stream-ordered on a GPU:
     the data is complete for any later work on the current stream). Collective: every rank must

@@ -1,4 +1,4 @@
-"""Host set-up shared by the gemm_all_scatter variants: checks, output buffer, workspace, begin."""
+"""Host set-up shared by the gemm_all_scatter variants: checks, result and heap buffers, workspace, begin."""
 
 from __future__ import annotations
 
@@ -7,18 +7,20 @@ from dataclasses import dataclass
 import torch
 
 from ..common.config import WARP_SPEC_VARIANTS, check_variant_config
-from ..common.launch import Entered, GemmCall, begin_call, check_out, prepare_gemm, workspace
+from ..common.launch import Entered, GemmCall, begin_call, check_out, new_output, prepare_gemm, workspace
 
 OP = "gemm_all_scatter"
 
 
 @dataclass
 class Call(Entered):
-    """One checked, begun call: the GEMM operands, the result buffer and the flags."""
+    """One checked, begun call: the GEMM operands, where the tiles go, and the flags."""
 
     gemm: GemmCall
-    c: torch.Tensor  # [M, W*N_loc]: `out`, or the op's heap buffer
-    c_block: torch.Tensor  # this rank's column block of c (where its tiles go on every rank)
+    c: torch.Tensor  # [M, W*N_loc] on the heap, where the peers' tiles land: `out`, or the op's buffer
+    c_block: torch.Tensor  # this rank's column block of c (where its tiles land on the peers)
+    dest: torch.Tensor  # [M, W*N_loc] the result, strided like c: c itself, or an ordinary tensor
+    own: torch.Tensor  # this rank's column block of dest (where its tiles are stored here)
     flags: torch.Tensor | None  # int64 per-tile "ready" flags (flagged variants)
     done: torch.Tensor | None  # int64 [W, COMM_SMS] completion flags (wg_specialized)
     out: torch.Tensor | None  # the caller's `out`
@@ -31,13 +33,18 @@ class Call(Entered):
         return g.M == 0 or g.N == 0 or g.K == 0
 
     def result(self) -> torch.Tensor:
-        """``out`` (written in place if it is a heap tensor, else it receives a copy of the heap
-        buffer), or a copy of the heap buffer (the next call reuses it)."""
-        if self.out is None:
-            return self.c.clone()
-        if self.out is not self.c:
-            self.out.copy_(self.c)
-        return self.out
+        """The result, once the call's kernels are queued: ``dest`` after the peers' column blocks
+        are copied into it from the heap (this rank's block is there already), then ``out`` if the
+        caller's ``out`` could not be ``dest`` (strided unlike c)."""
+        if self.dest is not self.c and not self.empty:
+            g = self.gemm
+            W, r = g.heap.world_size, g.heap.rank
+            for cols in (slice(0, r * g.N), slice((r + 1) * g.N, W * g.N)):  # the peers' blocks
+                if cols.start < cols.stop:
+                    self.dest[:, cols].copy_(self.c[:, cols])
+        if self.out is None or self.out is self.dest:
+            return self.dest
+        return self.out.copy_(self.dest)
 
 
 def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = False,
@@ -50,16 +57,23 @@ def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = F
     heap = g.heap
     W, r = heap.world_size, heap.rank
     shape = (g.M, W * g.N)
+    empty = g.M == 0 or g.N == 0 or g.K == 0
     if out is not None and check_out(OP, heap, out, shape, a.dtype):
-        c = out  # a heap tensor at the same offset on every rank: written in place
-    elif g.M == 0 or g.N == 0:
-        c = torch.empty(shape, dtype=a.dtype, device=a.device)  # nothing on the heap for an empty result
+        c = dest = out  # a heap tensor at the same offset on every rank: written in place
     else:
-        nbytes = g.M * W * g.N * a.element_size()
-        c = workspace(heap, (OP, "c", shape, a.dtype), lambda h: {"c": h.empty(shape, dtype=a.dtype)}, nbytes).c
+        # This rank's tiles go straight into the result; only the peers' blocks are copied out of
+        # the heap buffer they land in (none at world 1). The caller's `out` is the result when it is
+        # strided like the heap buffer (contiguous).
+        dest = out if out is not None and out.is_contiguous() else new_output(shape, a.dtype, a.device)
+        if empty or W == 1:
+            c = dest  # nothing lands from peers: no heap buffer
+        else:
+            nbytes = g.M * W * g.N * a.element_size()
+            c = workspace(heap, (OP, "c", shape, a.dtype), lambda h: {"c": h.empty(shape, dtype=a.dtype)},
+                          nbytes).c
     cfg = g.config
     flag_buf = done = None
-    if flags and not (g.M == 0 or g.N == 0 or g.K == 0):
+    if flags and not empty:
         # Everything the flag protocol depends on is in the key: tile counts and the number of
         # communication programs that report completion.
         key = (OP, variant, g.M, g.N, cfg.BLOCK_M, cfg.BLOCK_N, cfg.COMM_SMS)
@@ -68,8 +82,10 @@ def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = F
             "flags_done": h.zeros((W, max(cfg.COMM_SMS, 1)), dtype=torch.int64),  # (source, program) done
         }, 8 * (g.num_tiles + W * cfg.COMM_SMS))
         flag_buf, done = ws.flags, ws.flags_done
-    empty = g.M == 0 or g.N == 0 or g.K == 0
-    entry = begin_call(g.key(variant, c is out), c, kernel_begins=kernel_begins and not empty and g.kernel_may_begin)
+    # Both buffers are NaN if the call aborts: the peers' blocks are copied from c into dest after it.
+    entry = begin_call(g.key(variant, c is out), dest, c if c is not dest else None,
+                       kernel_begins=kernel_begins and not empty and g.kernel_may_begin)
     if g.K == 0 and g.M and g.N:
-        c.zero_()  # an empty sum (every rank's block is zero: nothing needs to move)
-    return Call(g, c, c[:, r * g.N:(r + 1) * g.N], flag_buf, done, out, entry)
+        dest.zero_()  # an empty sum (every rank's block is zero: nothing needs to move)
+    cols = slice(r * g.N, (r + 1) * g.N)
+    return Call(g, c, c[:, cols], dest, dest[:, cols], flag_buf, done, out, entry)

@@ -1,10 +1,11 @@
 """Device loops shared by the gemm_all_scatter variants.
 
 ``compute_tiles`` is the GEMM side (a program's share of the tiles of this rank's [M, N_loc] block,
-each stored into the rank's own column block of c, then optionally pushed to the peers or
-announced by a local flag); ``push_ready_tiles`` is the communication side (acquire a tile's flag,
-push the tile to every peer). Tile ids use the GEMM core's grouped swizzle on both sides, so the
-first tiles made are the first moved.
+each stored into the rank's own column block of the result, then optionally pushed to the peers' c
+or announced by a local flag); ``push_ready_tiles`` is the communication side (acquire a tile's
+flag, read the tile back from the result, push it to every peer). The result and c are strided
+alike; they are one tensor when the caller's ``out`` is a heap tensor (and at world 1). Tile ids
+use the GEMM core's grouped swizzle on both sides, so the first tiles made are the first moved.
 """
 
 import triton
@@ -20,8 +21,8 @@ from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_
 def compute_tiles(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # output: this rank's column block of c (a symmetric address); int64 flag per tile
-    c_ptr, stride_cm, stride_cn, flags_ptr,
+    # output: this rank's column block of the result, of c (a symmetric address); int64 flag per tile
+    o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr,
     # distributed
     heap_bases, cur_rank, world, epoch,
     # this program among NUM_PROGRAMS GEMM programs
@@ -31,8 +32,8 @@ def compute_tiles(
     PUSH: tl.constexpr, RELEASE: tl.constexpr, WARP_SPEC: tl.constexpr = False,
     ctl_ptr=None, GATE: tl.constexpr = False,
 ):
-    """Tiles pid, pid + NUM_PROGRAMS, ...: K loop, store into the own block; with PUSH also store
-    into every peer's c from registers; with RELEASE set the tile's local flag to ``epoch``.
+    """Tiles pid, pid + NUM_PROGRAMS, ...: K loop, store into the own block of the result; with PUSH
+    also store into every peer's c from registers; with RELEASE set the tile's local flag to ``epoch``.
     ``WARP_SPEC``: the tile loop is warp-specialized (``Config.WARP_SPEC``; never with RELEASE or
     GATE). ``GATE`` (a kernel that began the call with ``call_enter_aside``): each tile's stores wait
     for the call's begin (``call_ready``), after its K loop, and are skipped if the call does not
@@ -49,7 +50,7 @@ def compute_tiles(
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
         live = P.gate(live, ctl_ptr, heap_bases, cur_rank, world, epoch, GATE)
         if live:
-            store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+            store_tile(o_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
             if PUSH:
                 push_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
                           FIRST=1)
@@ -61,8 +62,8 @@ def compute_tiles(
 
 @triton.jit
 def push_ready_tiles(
-    # this rank's column block of c (a symmetric address); int64 flag per tile
-    c_ptr, flags_ptr,
+    # this rank's column block of the result, of c (a symmetric address); int64 flag per tile
+    o_ptr, c_ptr, flags_ptr,
     M, N,
     stride_cm, stride_cn,
     # distributed
@@ -71,7 +72,8 @@ def push_ready_tiles(
     cid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):
-    """Tiles cid, cid + NUM_PROGRAMS, ...: wait for the tile's flag, then push it to every peer."""
+    """Tiles cid, cid + NUM_PROGRAMS, ...: wait for the tile's flag, then push it from the result to
+    every peer's c."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     for tile_id in range(cid, num_pid_m * num_pid_n, NUM_PROGRAMS):
@@ -79,6 +81,6 @@ def push_ready_tiles(
         if tile_acquire(flags_ptr + tile_id, epoch, cur_rank, cur_rank, ctl_ptr, heap_bases, world):
             pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
             offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-            tile = load_tile(c_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]
+            tile = load_tile(o_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]
             push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
                       FIRST=1)

@@ -27,8 +27,8 @@ from ._tiles import compute_tiles
 def _fused_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # output: this rank's column block of c (a symmetric address)
-    c_ptr, stride_cm, stride_cn,
+    # output: this rank's column block of the result, of c (a symmetric address), strided alike
+    o_ptr, c_ptr, stride_cm, stride_cn,
     # distributed; the call's begin (this kernel begins the call, ENTER)
     heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
     # meta-parameters
@@ -43,7 +43,7 @@ def _fused_kernel(
         epoch = P.call_enter_aside(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
                                    n_out1)
         compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                      c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
+                      o_ptr, c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
                       heap_bases, cur_rank, world, epoch, (tl.program_id(0) + NUM_PROGRAMS - 1) % NUM_PROGRAMS,
                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True,
                       RELEASE=False, ctl_ptr=ctl_ptr, GATE=True)
@@ -55,7 +55,7 @@ def _fused_kernel(
                                    n_out1, ENTER)
         if live:
             compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
+                          o_ptr, c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
                           heap_bases, cur_rank, world, 0, tl.program_id(0),
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True,
                           RELEASE=False, WARP_SPEC=WARP_SPEC)
@@ -73,7 +73,7 @@ def fused_sequential(a, b, *, config=None, group=None, out=None):
     heap = g.heap
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     _fused_kernel[(programs,)](
-        *g.gemm_args, call.c_block, call.c_block.stride(0), call.c_block.stride(1),
+        *g.gemm_args, call.own, call.c_block, call.c_block.stride(0), call.c_block.stride(1),
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
         NUM_PROGRAMS=programs, ENTER=call.begins, ASIDE=call.begins and not g.warp_spec and begin_aside(),
         **g.gemm_meta_ws,

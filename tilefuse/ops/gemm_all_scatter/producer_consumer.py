@@ -1,6 +1,6 @@
 """gemm_all_scatter, producer-consumer: a GEMM kernel and a scatter kernel on two streams at once.
 
-    stream 1: | GEMM (GEMM_SMS programs): tile -> own block of c, release tile flag ...      |
+    stream 1: | GEMM (GEMM_SMS programs): tile -> own block of the result, release tile flag |
     stream 2: | scatter (COMM_SMS programs): acquire tile flag, put tile to peers ... barrier |
     stream 1:                                                                       | join |
 
@@ -14,14 +14,14 @@ launches and two stream switches (``TILEFUSE_BEGIN_KERNEL=1``: the begin and bar
 ``COMM_SMS = 0`` pushes the rows with the GPU's copy engines instead, so the GEMM keeps every SM but
 one::
 
-    stream 1: | begin | GEMM (all GEMM_SMS programs): tile -> own block of c, release tile flag ...   |
+    stream 1: | begin | GEMM (all GEMM_SMS programs): tile -> own block of the result, release flag |
     stream 2:         | await band 1's flags | copy rows -> r+1, r+2, ... | await band 2 ... |
     stream 1:                                                                       | join | barrier |
 
 The tiles of a band of GROUP_M row blocks have consecutive ids (the grouped swizzle), so a few
 bands at a time make one chunk of rows: a one-program kernel on stream 2 acquires the chunk's tile
 flags, and behind it in stream order one copy-engine transfer per peer writes the chunk's rows of
-this rank's column block into the peer's ``c`` (a 2-D copy: the block is strided). The closing
+this rank's column block of the result into the peer's ``c`` (a 2-D copy: the block is strided). The closing
 barrier runs after the join, so every peer's transfers into this rank's ``c`` have completed.
 """
 
@@ -42,8 +42,8 @@ from ._tiles import compute_tiles, push_ready_tiles
 def _gemm_producer_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # output: this rank's column block of c; one int64 flag per tile
-    c_ptr, stride_cm, stride_cn, flags_ptr,
+    # output: this rank's column block of the result, of c; one int64 flag per tile
+    o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr,
     # distributed; the call's begin and end (with ENTER; exit_programs: those of both kernels)
     heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr, exit_programs,
     # meta-parameters
@@ -54,14 +54,15 @@ def _gemm_producer_kernel(
                                ENTER)
     if live:
         compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                      c_ptr, stride_cm, stride_cn, flags_ptr, heap_bases, cur_rank, world, epoch, tl.program_id(0),
+                      o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr, heap_bases, cur_rank, world, epoch,
+                      tl.program_id(0),
                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=False, RELEASE=True)
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, exit_programs, ENTER, BARRIER=True)
 
 
 @kernel
 def _scatter_consumer_kernel(
-    c_ptr, flags_ptr,
+    o_ptr, c_ptr, flags_ptr,
     M, N,
     stride_cm, stride_cn,
     heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr, exit_programs,
@@ -71,7 +72,7 @@ def _scatter_consumer_kernel(
     epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
                                ENTER)
     if live:
-        push_ready_tiles(c_ptr, flags_ptr, M, N, stride_cm, stride_cn, heap_bases, ctl_ptr, cur_rank, world,
+        push_ready_tiles(o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn, heap_bases, ctl_ptr, cur_rank, world,
                          epoch, tl.program_id(0), BLOCK_M, BLOCK_N, GROUP_M, NUM_PROGRAMS)
     # The last program of either kernel passes the closing barrier: every peer's tiles are in c.
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, exit_programs, ENTER, BARRIER=True)
@@ -105,7 +106,7 @@ def _push_with_copy_engines(call) -> None:
         count = (-(-rows.stop // cfg.BLOCK_M) - lo * cfg.GROUP_M) * tiles_n
         _await_tiles_kernel[(1,)](call.flags, first, count, heap.heap_bases, ctl(heap), r, W, num_warps=1)
         for i in range(1, W):
-            heap.copy_to_peer(call.c_block[rows], (r + i) % W)
+            heap.copy_to_peer(call.c_block[rows], (r + i) % W, src=call.own[rows])
 
 
 @collective(OP)
@@ -128,7 +129,7 @@ def producer_consumer(a, b, *, config=None, group=None, out=None):
         gemm_programs = min(cfg.GEMM_SMS, hw.num_sms(heap.device) - 1)
         streams = ForkedStreams(heap.device)  # the copies' stream starts after the begin kernel
         _gemm_producer_kernel[(gemm_programs,)](
-            *g.gemm_args, c_block, c_block.stride(0), c_block.stride(1), call.flags,
+            *g.gemm_args, call.own, c_block, c_block.stride(0), c_block.stride(1), call.flags,
             heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args, gemm_programs,
             NUM_PROGRAMS=gemm_programs, ENTER=False, **g.gemm_meta,
         )
@@ -143,13 +144,13 @@ def producer_consumer(a, b, *, config=None, group=None, out=None):
     total = gemm_programs + comm_programs  # the programs that end the call together
     streams = ForkedStreams(heap.device)  # both kernels begin the call (or the begin kernel ran before)
     _gemm_producer_kernel[(gemm_programs,)](
-        *g.gemm_args, c_block, c_block.stride(0), c_block.stride(1), call.flags,
+        *g.gemm_args, call.own, c_block, c_block.stride(0), c_block.stride(1), call.flags,
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args, total,
         NUM_PROGRAMS=gemm_programs, ENTER=call.begins, **g.gemm_meta,
     )
     with streams.side():
         _scatter_consumer_kernel[(comm_programs,)](
-            c_block, call.flags, g.M, g.N, c_block.stride(0), c_block.stride(1),
+            call.own, c_block, call.flags, g.M, g.N, c_block.stride(0), c_block.stride(1),
             heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args, total,
             BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, GROUP_M=cfg.GROUP_M,
             NUM_PROGRAMS=comm_programs, ENTER=call.begins, num_warps=4,

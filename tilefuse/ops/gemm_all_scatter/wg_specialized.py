@@ -1,6 +1,6 @@
 """gemm_all_scatter, workgroup-specialized: one kernel whose programs split into producers and movers.
 
-    programs 0 .. G-1        : | tile: K loop | store local, release flag | tile | ...
+    programs 0 .. G-1        : | tile: K loop | store into the result, release flag | tile | ...
     programs G .. G+C-1      : | acquire flag | put tile to peers | ... | release done[r][c] on every rank |
     program  G+C-1 (last)    :                                          | acquire done[*][*] == seq |
     stream: | one kernel, which begins the call itself |
@@ -27,8 +27,8 @@ from ._tiles import compute_tiles, push_ready_tiles
 def _wg_kernel(
     # GEMM operands (the order of GemmCall.gemm_args)
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # output: this rank's column block of c; int64 flag per tile; int64 done flags [W, C]
-    c_ptr, stride_cm, stride_cn, flags_ptr, done_ptr,
+    # output: this rank's column block of the result, of c; int64 flag per tile; int64 done flags [W, C]
+    o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr, done_ptr,
     # distributed; the call's begin (this kernel begins the call)
     heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
     # meta-parameters
@@ -42,12 +42,12 @@ def _wg_kernel(
         pid = tl.program_id(0)
         if pid < GEMM_PROGRAMS:
             compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          c_ptr, stride_cm, stride_cn, flags_ptr, heap_bases, cur_rank, world, epoch, pid,
+                          o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr, heap_bases, cur_rank, world, epoch, pid,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR,
                           PUSH=False, RELEASE=True)
         else:
             cid = pid - GEMM_PROGRAMS
-            push_ready_tiles(c_ptr, flags_ptr, M, N, stride_cm, stride_cn, heap_bases, ctl_ptr, cur_rank, world,
+            push_ready_tiles(o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn, heap_bases, ctl_ptr, cur_rank, world,
                              epoch, cid, BLOCK_M, BLOCK_N, GROUP_M, COMM_PROGRAMS)
             for i in range(0, world):
                 # Release: pairs with the acquire of done[cur_rank][cid] below, on rank `peer`.
@@ -71,7 +71,7 @@ def wg_specialized(a, b, *, config=None, group=None, out=None):
     heap, c_block = g.heap, call.c_block
     gemm_programs = cfg.GEMM_SMS  # not capped by the tiles: one kernel per config
     _wg_kernel[(gemm_programs + cfg.COMM_SMS,)](
-        *g.gemm_args, c_block, c_block.stride(0), c_block.stride(1), call.flags, call.done,
+        *g.gemm_args, call.own, c_block, c_block.stride(0), c_block.stride(1), call.flags, call.done,
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
         GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=cfg.COMM_SMS, ENTER=call.begins, **g.gemm_meta,
     )
