@@ -228,6 +228,45 @@ def test_a_rank_dying_during_init_leaves_nothing_in_dev_shm(dying):
     assert left == [], f"left in /dev/shm: {left}"
 
 
+def group_die_before_watching_peers(rank, world):
+    import tilefuse
+    from tilefuse.runtime import heap as heapmod
+    from tilefuse.runtime import world as tf_world
+
+    closed = []
+    real_close = heapmod.SymmetricHeap.close
+
+    def close(self, **kwargs):
+        closed.append(self.rank)
+        return real_close(self, **kwargs)
+
+    heapmod.SymmetricHeap.close = close
+    if rank == 1:  # mapped, then gone before the step that exchanges the process ids
+        tf_world._watch_peers = lambda group, r: os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        tilefuse.init(heap_size=1 << 20)
+    except Exception as err:  # noqa: BLE001 - the message is the result
+        return {"error": f"{type(err).__name__}: {err}", "s": time.monotonic() - t0, "closed": closed,
+                "states": len(tf_world._STATES)}
+    return {"error": None, "s": time.monotonic() - t0, "closed": closed, "states": len(tf_world._STATES)}
+
+
+@cpu_only
+def test_a_rank_dying_at_init_s_last_host_steps_leaves_the_heap_closed():
+    """A peer gone after the heaps are mapped, before init's last host steps (the control block's
+    symmetry, the exchange of process ids): the survivor raises within the host bound and closes its
+    heap (peer mappings dropped, no state registered), where it used to leave it open."""
+    bound = 2.0
+    res = run_group(group_die_before_watching_peers, 2, timeout=60, env={"TILEFUSE_HOST_TIMEOUT": str(bound)})
+    assert res[1] == ("died", -signal.SIGKILL), res
+    status, value = res[0]
+    assert status == "ok", value
+    assert value["error"] is not None and "HostTimeoutError" in value["error"], value
+    assert value["closed"] == [0] and value["states"] == 0, value
+    assert value["s"] < 2 * bound + 5, value
+
+
 def group_rank_dies_mid_call(rank, world, variant, after_exit):
     import select
 

@@ -249,9 +249,14 @@ def _init_group(size: int, group, backend: str) -> SymmetricHeap:
         # The control block's zeroing must land before any peer can signal into it: a host-only
         # exchange (gloo) below does not wait for this device's queue.
         torch.cuda.synchronize(heap.device)
-    heap.check_symmetric("tilefuse.init", ctl)
-    if heap.world_size > 1:
-        st.peers = _watch_peers(group, heap.rank)
+    try:
+        heap.check_symmetric("tilefuse.init", ctl)
+        if heap.world_size > 1:
+            st.peers = _watch_peers(group, heap.rank)
+    except BaseException:  # a host step that failed or timed out: nothing of this heap stays open
+        _close_peers(st)
+        heap.close()
+        raise
     _STATES[group] = _NAMES[st.name] = st
     if _STATE is None:
         _STATE = st
