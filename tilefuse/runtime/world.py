@@ -347,8 +347,9 @@ def _wait_device(st: _State, what: str) -> None:
     so an event recorded behind the last call's stream completes once all of tilefuse's work has.
     While it has not, the watched peers are checked between polls: once one has exited and the work
     is still not done ``wait_bound_s`` later (a kernel that stores into an exited process's memory
-    never finishes), this raises :class:`PeerExitedError` instead of waiting for ever. Then, or with
-    nothing to watch, the device-wide synchronize (other work of this process: not bounded here)."""
+    never finishes), this raises :class:`PeerExitedError` instead of waiting for ever. Once the event
+    has completed (at once with no peer to watch), the device-wide synchronize: other work of this
+    process, not bounded here."""
     stream = _ORDER.stream
     if st.peers and stream is not None:
         if st.done_event is None:
@@ -365,7 +366,8 @@ def _wait_device(st: _State, what: str) -> None:
                 if now >= give_up:
                     raise _peer_exited(st, gone, f"{what} gave up on this rank's unfinished device work "
                                                  f"after {now - t0:.1f} s, and every later call raises")
-            time.sleep(min(1e-3, max(1e-5, (now - t0) / 8)))  # wakes within 1/8 of the wait so far
+            # Spins (yielding) for the first 0.1 ms, then wakes within 1/8 of the wait so far, 1 ms at most.
+            time.sleep(0.0 if now - t0 < 1e-4 else min(1e-3, (now - t0) / 8))
     torch.cuda.synchronize(st.heap.device)
 
 
