@@ -275,14 +275,17 @@ def job_decide_with_timer(ctx, first, finals, reps=2):
     from tilefuse.tuning import autotune
     from tilefuse.tuning import tuner as tune
 
-    every_config = tune.candidate_configs
+    every_config, queue_ms = tune.candidate_configs, autotune._queue_ms
     tune.candidate_configs = lambda *a, **k: every_config(*a, **k)[:1]
+    # The clock gives calls alone and back to back; on a GPU short calls would also ask it for device
+    # times (a CUDA-graph pick, not what this checks): off, as on the CPU.
+    autotune._queue_ms = lambda *a, **k: None
     clock, counts = _clock(first, finals[ctx.rank], reps)
     autotune.set_timer(clock)
     try:
         e = tune.tune_shape("gemm_all_scatter", 48, 40, 32, torch.float16, quick=True, reps=reps, keep=2, decide_s=0.0)
     finally:
-        tune.candidate_configs = every_config
+        tune.candidate_configs, autotune._queue_ms = every_config, queue_ms
         autotune.set_timer(None)
     return e, sorted(counts.items())
 
