@@ -359,13 +359,16 @@ def test_host_wait_for_the_device_gives_up_once_a_peer_has_exited(monkeypatch, f
     synced = []
     monkeypatch.setattr(torch.cuda, "Event", work)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
-    monkeypatch.setattr(tf_world._ORDER, "stream", "last call's stream")
+    # With no eager call since a capture (a replayed graph's work): behind the current stream.
+    monkeypatch.setattr(tf_world._ORDER, "stream", None if finishes else "last call's stream")
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "current stream")
     st = tf_world._State(heap=type("Heap", (), {"device": "cuda:0"})(), ctl=None, dummy=None, status_host=None,
                          sync_errors=False, peers=((1, child.pid, fd),), wait_bound_s=0.3, group="tp")
     try:
         if finishes:
             tf_world._wait_device(st, "waiting for this rank's device")  # the peer still runs
             assert work.queries == 6 and synced == ["cuda:0"] and st.poisoned is None
+            assert work.recorded == ["current stream"]
             return
         child.kill()
         child.wait()

@@ -344,14 +344,16 @@ def _wait_device(st: _State, what: str) -> None:
     """``torch.cuda.synchronize`` of the heap's device, bounded once a peer has exited.
 
     Every eager call of every group runs after the one before it in stream order (``_order_stream``),
-    so an event recorded behind the last call's stream completes once all of tilefuse's work has.
+    so an event recorded behind the last call's stream completes once all of tilefuse's work has
+    (with no eager call since the last capture or reset: behind the current stream, where CUDA graphs
+    are usually replayed).
     While it has not, the watched peers are checked between polls: once one has exited and the work
     is still not done ``wait_bound_s`` later (a kernel that stores into an exited process's memory
     never finishes), this raises :class:`PeerExitedError` instead of waiting for ever. Once the event
     has completed (at once with no peer to watch), the device-wide synchronize: other work of this
     process, not bounded here."""
-    stream = _ORDER.stream
-    if st.peers and stream is not None:
+    if st.peers:
+        stream = _ORDER.stream if _ORDER.stream is not None else torch.cuda.current_stream(st.heap.device)
         if st.done_event is None:
             st.done_event = torch.cuda.Event()
         event = st.done_event
