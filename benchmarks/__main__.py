@@ -47,6 +47,7 @@ MODES = {
     "allreduce-decode": Mode("allreduce_decode", "all-reduce at decode sizes"),
     "dispatch-cost": Mode("dispatch_cost", "what variant='auto' adds to a call over the plain path"),
     "auto-ab": Mode("auto_ab", "auto against the function it runs, in alternating rounds"),
+    "sync-cost": Mode("sync_cost", "tilefuse.synchronize's bounded wait against torch.cuda.synchronize"),
     "plots": Mode("plots", "PNG plots of a suite CSV or of tuned tables"),
     "summary": Mode("summary", "compact tables of an output folder (tests, bandwidth, suite CSVs)"),
     "table-from-csv": Mode("table_from_csv", "config tables from a suite CSV (heuristic configs, margin rule)"),
