@@ -530,7 +530,7 @@ def job_ops_split_k(ctx, cases):
 
 @pytest.mark.parametrize("world, cases", [
     (2, ((torch.float16, 2, 0), (torch.float32, 4, 0), (torch.float16, 1, 1))),
-    (3, ((torch.float16, 3, 0), (torch.float32, 2, 0), (torch.float32, 1, 1))),
+    pytest.param(3, ((torch.float16, 3, 0), (torch.float32, 2, 0), (torch.float32, 1, 1)), marks=pytest.mark.slow),
 ], ids=["W2", "W3"])
 def test_ops_bulk_sync_split_k(pools, world, cases):
     assert all(pools.run(world, job_ops_split_k, cases))
