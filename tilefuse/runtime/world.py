@@ -569,12 +569,13 @@ def _describe_sig(st: _State, value: int) -> str:
 
 
 def _read_record(st: _State) -> dict:
+    """The error record, the error count and the poison word: one device-to-host read on a GPU."""
     names = ("kind", "seq", "rank", "peer", "addr", "target", "seen", "ns")
-    first = int(P.CTL_REC_KIND)
-    vals = st.ctl[first:first + len(names)].tolist()
-    rec = dict(zip(names, vals))
-    rec["errors"] = int(st.ctl[int(P.CTL_ERRORS)].item())
-    rec["poison"] = int(st.ctl[int(P.CTL_POISON)].item())
+    lo, first = int(P.CTL_POISON), int(P.CTL_REC_KIND)
+    words = st.ctl[lo:first + len(names)].tolist()
+    rec = dict(zip(names, words[first - lo:]))
+    rec["errors"] = int(words[int(P.CTL_ERRORS) - lo])
+    rec["poison"] = int(words[0])
     return rec
 
 
