@@ -13,7 +13,8 @@
 # PART=2: examples/tp_llama.py (Llama-3-8B layers: sequence-parallel forward + backward at T = 8192
 #   against torch's styles and async-TP, tilefuse's eager and compiled, the replicated decode step in
 #   a CUDA graph), gemm_all_reduce at decode sizes eager and in graphs (its one-kernel calls also
-#   begun before their K loops), the suite on the Llama-3-70B TP-2 set, and the held-out auto run.
+#   begun before their K loops), gemm_all_scatter's default call (no heap out=) on the Llama-3-8B set,
+#   the suite on the Llama-3-70B TP-2 set, and the held-out auto run.
 . "$(dirname "$0")/prelude.sh"
 END=$(( T0 + ${TOTAL_S:-570} ))
 if (( $(gpus) < 2 )); then echo "needs two GPUs (have $(gpus))" >&2; exit 2; fi
@@ -47,6 +48,11 @@ fused_sequential+begin_before_gemm,wg_specialized+begin_before_gemm --csv "$R/al
     step allreduce_decode_split_k 60 "$PY" -m benchmarks.allreduce_decode --world 2 --M 1,4,16 --linear-weights \
         --methods fused_sequential,fused_sequential.whole_k,plain,symm_one_shot --rounds 5 \
         --csv "$R/allreduce_decode_w2_split_k.csv"
+    # gemm_all_scatter's default call (no heap out=: its own block stored into the result, the peer's
+    # copied out of the heap), which ColwiseParallel(output_layouts=Replicate()) makes.
+    step suite_gas_default 50 "$PY" -m benchmarks suite --world 2 --ops gemm_all_scatter --sets llama3-8b \
+        --variants bulk_sync,fused_sequential,wg_specialized,auto,plain_again --no-heap-out \
+        --csv "$R/suite_w2_gas_default.csv" --no-progress
     SMI=$(clocks "$R/clocks.csv")
     suite_w2 llama3-70b "$R/suite_w2_70b.csv"
     [[ -n $SMI ]] && kill "$SMI"
