@@ -385,6 +385,33 @@ def test_host_wait_for_the_device_gives_up_once_a_peer_has_exited(monkeypatch, f
         os.close(fd)
 
 
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs os.pidfd_open (Linux 5.3+, Python 3.9+)")
+def test_check_peers_before_work_that_is_not_a_call(monkeypatch):
+    """``tilefuse.check_peers()`` (to run before a CUDA graph replay, which no call check sees): nothing
+    while the peers run; PeerExitedError naming the peer once one has exited, and again after (poisoned)."""
+    import tilefuse
+    from tilefuse.runtime import world as tf_world
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    fd = os.pidfd_open(child.pid)
+    st = tf_world._State(heap=None, ctl=None, dummy=None, status_host=None, sync_errors=False,
+                         peers=((1, child.pid, fd),), group="tp")
+    monkeypatch.setattr(tf_world, "_state_of", lambda group=None: st)
+    try:
+        tilefuse.check_peers()
+        assert st.poisoned is None
+        child.kill()
+        child.wait()
+        for _ in range(2):
+            with pytest.raises(tilefuse.PeerExitedError,
+                               match=rf"rank 1 \(pid {child.pid}\) of group 'tp' has exited; tilefuse.check_peers"):
+                tilefuse.check_peers()
+    finally:
+        child.kill()
+        child.wait()
+        os.close(fd)
+
+
 # ----------------------------------------------------------------------------- bounded host steps
 def job_missing_peer(ctx, bound):
     import torch.distributed as dist

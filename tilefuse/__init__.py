@@ -29,6 +29,7 @@ from .runtime import (  # noqa: E402
     StaleCallError,
     WaitTimeoutError,
     barrier,
+    check_peers,
     device_barrier,
     get_heap,
     init,
@@ -71,7 +72,8 @@ from . import nn  # noqa: E402  (tensor-parallel layers on the ops; ops never im
 __all__ = [
     "CallMismatchError", "Config", "HeapFullError", "PeerCallError", "PeerExitedError", "PoisonedError",
     "StaleCallError",
-    "VARIANTS", "WaitTimeoutError", "__version__", "all_gather_gemm", "arange", "barrier", "clear_workspaces",
+    "VARIANTS", "WaitTimeoutError", "__version__", "all_gather_gemm", "arange", "barrier", "check_peers",
+    "clear_workspaces",
     "device_barrier", "empty", "full", "gemm_all_reduce", "gemm_all_scatter", "gemm_reduce_scatter", "get_heap",
     "init", "is_initialized", "is_on_heap", "nn", "randn", "reset", "set_wait_timeout", "shutdown",
     "synchronize", "zeros",

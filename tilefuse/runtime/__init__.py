@@ -18,6 +18,7 @@ from .world import (  # noqa: E402
     StaleCallError,
     WaitTimeoutError,
     barrier,
+    check_peers,
     check_waits,
     control_block,
     device_barrier,
@@ -34,6 +35,6 @@ from .world import (  # noqa: E402
 __all__ = [
     "CallMismatchError", "HeapFullError", "PeerCallError", "PeerExitedError", "PoisonedError", "StaleCallError",
     "SymmetricHeap",
-    "WaitTimeoutError", "barrier", "check_waits", "control_block", "device_barrier", "get_heap", "groups", "hw", "init",
-    "is_initialized", "primitives", "reset", "set_wait_timeout", "shutdown", "synchronize",
+    "WaitTimeoutError", "barrier", "check_peers", "check_waits", "control_block", "device_barrier", "get_heap",
+    "groups", "hw", "init", "is_initialized", "primitives", "reset", "set_wait_timeout", "shutdown", "synchronize",
 ]

@@ -910,6 +910,19 @@ def synchronize(group=None) -> None:
         raise err
 
 
+def check_peers(group=None) -> None:
+    """Raise :class:`PeerExitedError` if a peer process of ``group`` (default: the default group) has
+    exited, and poison this rank so every later call raises too: the check every eager op call makes
+    before launching anything, for work that does not go through a call, such as a CUDA graph replay
+    (run it before ``graph.replay()``; one ``select``, about a microsecond). Also raises an earlier
+    poisoning's error."""
+    st = _state_of(group)
+    if st.poisoned:
+        raise st.poison_error(st.poisoned)
+    if st.peers:
+        _check_peers(st, "tilefuse.check_peers")
+
+
 def barrier(group=None) -> None:
     """Host barrier over ``group`` (default: the default group): this rank's device work is finished
     and every rank of the group got here."""
