@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 import warnings
 from pathlib import Path
 
@@ -360,7 +361,8 @@ def test_host_wait_for_the_device_gives_up_once_a_peer_has_exited(monkeypatch, f
     monkeypatch.setattr(torch.cuda, "Event", work)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
     # With no eager call since a capture (a replayed graph's work): behind the current stream.
-    monkeypatch.setattr(tf_world._ORDER, "stream", None if finishes else "last call's stream")
+    last = types.SimpleNamespace(device="cuda:0")  # the last call's stream, on the heap's device
+    monkeypatch.setattr(tf_world._ORDER, "stream", None if finishes else last)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "current stream")
     st = tf_world._State(heap=type("Heap", (), {"device": "cuda:0"})(), ctl=None, dummy=None, status_host=None,
                          sync_errors=False, peers=((1, child.pid, fd),), wait_bound_s=0.3, group="tp")
@@ -377,7 +379,7 @@ def test_host_wait_for_the_device_gives_up_once_a_peer_has_exited(monkeypatch, f
                                                            r"waiting for this rank's device gave up"):
             tf_world._wait_device(st, "waiting for this rank's device")
         assert 0.3 <= time.monotonic() - t0 < 3.0, "gave up before the bound, or long after it"
-        assert work.recorded == ["last call's stream"] and not synced
+        assert work.recorded == [last] and not synced
         assert st.poison_error is tilefuse.PeerExitedError and "has exited" in st.poisoned
     finally:
         child.kill()

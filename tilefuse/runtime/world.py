@@ -353,7 +353,9 @@ def _wait_device(st: _State, what: str) -> None:
     has completed (at once with no peer to watch), the device-wide synchronize: other work of this
     process, not bounded here."""
     if st.peers:
-        stream = _ORDER.stream if _ORDER.stream is not None else torch.cuda.current_stream(st.heap.device)
+        stream = _ORDER.stream
+        if stream is None or stream.device != st.heap.device:  # (the event belongs to the heap's device)
+            stream = torch.cuda.current_stream(st.heap.device)
         if st.done_event is None:
             st.done_event = torch.cuda.Event()
         event = st.done_event
