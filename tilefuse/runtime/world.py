@@ -17,6 +17,12 @@ described in :mod:`tilefuse.runtime.primitives`. This module is its host side:
   with ``TILEFUSE_SYNC_ERRORS=1`` every call checks at its end and raises at the failing call itself.
 - A wait that timed out poisons the runtime on every rank: every op raises :class:`PoisonedError`
   until :func:`reset` (collective) re-zeros the control block and drops the workspaces.
+- A peer process that exits poisons this rank for good (:class:`PeerExitedError`): each call checks
+  the peers' pidfds before launching anything (:func:`check_peers` makes the same check for a CUDA
+  graph replay), and the host's waits for the device (:func:`synchronize`, :func:`reset`,
+  :func:`shutdown`) poll an event instead of blocking, giving up once a peer has exited and the work
+  is still not done after the wait bound (:func:`_wait_device`): on a GPU a kernel that stores into
+  an exited process's memory stalls, it does not fault.
 
 **Several process groups.** :func:`init` may be called for several groups (a data x tensor mesh's TP
 group beside the world, two TP groups of one model). Each group gets its own :class:`_State`: heap,
