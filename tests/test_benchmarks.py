@@ -392,6 +392,7 @@ def test_composite_tiles_smoke_checks_and_times_every_candidate(tmp_path, monkey
     assert names[1] not in set(df[df["metric"] == "ms"]["variant"])
 
 
+@pytest.mark.slow
 def test_host_overhead_plot_one_figure_per_world(tmp_path):
     """plots --host-overhead: a figure per world size from host_overhead CSVs, the comparison-only forms
     (begin kernel, plain's custom op and entry) left out; nothing without matplotlib."""
@@ -770,6 +771,7 @@ def test_bandwidth_all_peers_and_the_all_gather_are_checked_and_summarized(pools
     assert "bandwidth all peers 16K" in text
 
 
+@pytest.mark.slow
 @needs_working_interpreter
 def test_host_profile_steps_times_each_plan_step(tmp_path):
     """benchmarks.host_profile --steps on a CPU rank: each replayed plan step of a fused variant with
