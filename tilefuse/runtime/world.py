@@ -109,7 +109,9 @@ class _State:
     name: str = ""  # that group's name (what the custom ops pass)
     # (rank, pid, pidfd or -1) of each peer process this rank can watch (same pid namespace)
     peers: tuple = ()
-    wait_bound_s: float = 0.0  # the device waits' bound (also how long a host wait outlives a peer's exit)
+    # the device waits' bound, seconds: the host's copy of ctl[BOUND_NS] (also how long a host wait
+    # outlives a peer's exit)
+    wait_bound_s: float = 0.0
     done_event: object = None  # torch.cuda.Event recorded by _wait_device (made on first use)
 
 
@@ -337,6 +339,12 @@ def _check_peers(st: _State, op: str) -> None:
         raise _peer_exited(st, gone, f"{op} and every later call on this rank raise (nothing was launched)")
 
 
+def _raise_if_poisoned(st: _State) -> None:
+    """Raise the error this rank's state was poisoned with (PoisonedError, or PeerExitedError), if any."""
+    if st.poisoned:
+        raise st.poison_error(st.poisoned)
+
+
 def _peer_exited(st: _State, gone: tuple, what: str) -> PeerExitedError:
     """Poison this rank's state for the exited peer ``gone`` = (rank, pid); the error to raise."""
     rank, pid = gone
@@ -512,9 +520,8 @@ def set_wait_timeout(seconds: float, group=None) -> float:
     st = _state_of(group)
     if seconds <= 0:
         raise ValueError(f"set_wait_timeout: seconds must be positive, got {seconds}")
-    old = int(st.ctl[int(P.CTL_BOUND_NS)].item()) / 1e9
+    old, st.wait_bound_s = st.wait_bound_s, seconds  # the host's copy: no device read
     st.ctl[int(P.CTL_BOUND_NS)] = int(seconds * 1e9)
-    st.wait_bound_s = seconds
     return old
 
 
@@ -796,8 +803,7 @@ class CollectiveCall:
                     self._wrong_device(st)
                 self.capturing = torch.cuda.is_current_stream_capturing()
                 self.stream = _raw_stream(st.dev_index)
-            if st.poisoned:
-                raise st.poison_error(st.poisoned)
+            _raise_if_poisoned(st)
             if st.peers and not self.capturing:
                 _check_peers(st, self.op)
             if _status_set(st):
@@ -911,8 +917,7 @@ def synchronize(group=None) -> None:
     """Wait for this rank's device work, then report any error recorded on the device for
     ``group``'s calls (default: the default group's)."""
     st = _state_of(group)
-    if st.poisoned:
-        raise st.poison_error(st.poisoned)
+    _raise_if_poisoned(st)
     err = _collect(True, st)
     if err is not None:
         raise err
@@ -925,8 +930,7 @@ def check_peers(group=None) -> None:
     (run it before ``graph.replay()``; one ``select``, about a microsecond). Also raises an earlier
     poisoning's error."""
     st = _state_of(group)
-    if st.poisoned:
-        raise st.poison_error(st.poisoned)
+    _raise_if_poisoned(st)
     if st.peers:
         _check_peers(st, "tilefuse.check_peers")
 
@@ -973,10 +977,9 @@ def reset(group=None) -> None:
         plans.clear_plans()
         for hook in _RESET_HOOKS:
             hook()
-        bound = int(st.ctl[int(P.CTL_BOUND_NS)].item())
         st.ctl.zero_()
         st.gen += 1
-        st.ctl[int(P.CTL_BOUND_NS)] = bound
+        st.ctl[int(P.CTL_BOUND_NS)] = int(st.wait_bound_s * 1e9)
         st.ctl[int(P.CTL_GEN)] = st.gen
         if st.status_host is not None:
             st.status_host.zero_()
