@@ -2,7 +2,8 @@
 # One GPU, world 1: all_gather_gemm's tile loops without flags (fused_sequential's, the push variants'
 # local shard read from `a`) on the GEMM core's flattened loop, against the same loops not flattened
 # (TILEFUSE_NO_FLATTEN=1, which also stops the GEMM core's, so bulk_sync moves with it); then the tests
-# that cover them, ranks sharing the GPU.
+# that cover them, ranks sharing the GPU. With OPS and BASE it is the world-1 A/B of any op against a
+# copy of the package at another commit (gemm_all_scatter's result off the heap was measured so).
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/agg_flatten_check.sh      (from the repository root)
 # 1. The world-1 suite of all_gather_gemm on SHAPES (default 8192x6144x4096 and 8192x28672x4096, the
 #    Llama-3-8B qkv and gate-up shapes at 8192 tokens): every variant, the copy-engine form and the
