@@ -11,13 +11,21 @@ with the same arguments Triton would pass. The first launch of a signature goes 
 usual (compiling if needed). In Triton's interpreter every launch goes through Triton.
 
 While a launch plan is being recorded (:mod:`tilefuse.runtime.plans`), launches report to the
-recorder, which records each one with its compiled binary and bound argument list.
+recorder, which records each one with its compiled binary and bound argument list. A plan replays
+such a launch as a :class:`DirectLaunch` where it can: the kernel's parameter buffer packed once, the
+call's own pointers written into it, and one ``cuLaunchKernel`` through ctypes, the call Triton's
+launcher ends in, without its per-launch argument parsing and scratch lookup in Python.
+``TILEFUSE_TRITON_LAUNCHER=1`` (or :func:`set_direct_launches`) replays through Triton's launcher
+instead.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import inspect
+import os
+import re
 import threading
 
 from . import _env, plans
@@ -161,3 +169,195 @@ def no_hook(hook) -> bool:
     return hook is None or not getattr(hook, "calls", True)
 
 
+# -- direct launches ---------------------------------------------------------------------------------
+#
+# What Triton's CUDA launcher (3.6 and 3.7) passes a kernel: its arguments in order, less the
+# constexpr ones (declared constants and the values Triton specialised, such as an integer equal to
+# 1), each by value in its C type (pointers as 64-bit addresses, i1 as one byte, fp32 as a float),
+# then two pointers: the global scratch (allocated per launch through ``triton.set_allocator``'s
+# allocator when the kernel asks for some: device-side tensor descriptors) and the profiler's
+# scratch. A direct launch packs the same buffer once and checks it against the parameters the
+# compiled kernel declares (its PTX entry): any difference, or anything else it does not handle
+# (tuples, host tensor descriptors, fp16 scalars, clusters, cooperative or PDL launches, a profiler's
+# scratch), and the launch stays on Triton's path.
+
+_SCALAR_CTYPES = {
+    "i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
+    "u1": ctypes.c_uint8, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32,
+    "u64": ctypes.c_uint64, "fp32": ctypes.c_float, "f32": ctypes.c_float, "fp64": ctypes.c_double,
+}
+_PTX_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.([a-z]+)(\d+)\b[^,]*?(?:\[(\d+)\])?\s*(?:,|$)")
+GLOBAL_SCRATCH, PROFILE_SCRATCH = -1, -2  # layout indices of the two trailing pointers
+
+_DIRECT = [os.environ.get("TILEFUSE_TRITON_LAUNCHER", "0") in ("", "0")]
+
+
+def set_direct_launches(on: bool) -> bool:
+    """Whether plans replay their launches directly (:class:`DirectLaunch`; the default) or through
+    Triton's launcher; returns the previous setting. Read at each replayed launch."""
+    old, _DIRECT[0] = _DIRECT[0], bool(on)
+    return old
+
+
+def read_env() -> None:
+    """Take ``TILEFUSE_TRITON_LAUNCHER`` from the environment again (benchmarks switch it)."""
+    set_direct_launches(os.environ.get("TILEFUSE_TRITON_LAUNCHER", "0") in ("", "0"))
+
+
+def ptx_params(ptx: str, name: str) -> list[int] | None:
+    """Byte sizes of the parameters of the PTX entry ``name``, in order (None if not found)."""
+    m = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\((.*?)\)", ptx, re.S)
+    if m is None:
+        return None
+    sizes = []
+    for decl in m.group(1).split(","):
+        decl = decl.strip()
+        if not decl:
+            continue
+        found = _PTX_PARAM.search(decl + ",")
+        if found is None:
+            return None
+        _, bits, count = found.groups()
+        sizes.append(int(count) if count else int(bits) // 8)
+    return sizes
+
+
+def param_layout(signature: dict, ptx_sizes: list[int] | None) -> tuple[list, str]:
+    """The parameter buffer of a kernel of Triton ``signature`` (argument name -> Triton type, in
+    argument order) as ``[(argument index, ctype), ...]`` (index :data:`GLOBAL_SCRATCH` /
+    :data:`PROFILE_SCRATCH` for the trailing pointers), checked against the sizes the compiled kernel
+    declares; ``([], why)`` where a direct launch cannot make it."""
+    layout = []
+    for i, ty in enumerate(signature.values()):
+        if not isinstance(ty, str):
+            return [], f"argument {i} is a tuple"
+        if ty == "constexpr":
+            continue
+        if ty.startswith("*"):
+            layout.append((i, ctypes.c_uint64))
+        elif ty in _SCALAR_CTYPES:
+            layout.append((i, _SCALAR_CTYPES[ty]))
+        else:
+            return [], f"argument {i} has type {ty}"
+    layout += [(GLOBAL_SCRATCH, ctypes.c_uint64), (PROFILE_SCRATCH, ctypes.c_uint64)]
+    if ptx_sizes is None:
+        return [], "no PTX entry"
+    sizes = [ctypes.sizeof(c) for _, c in layout]
+    if sizes != ptx_sizes:
+        return [], f"parameters {sizes} where the kernel declares {ptx_sizes}"
+    return layout, ""
+
+
+@functools.cache
+def _driver():
+    """libcuda's cuLaunchKernel and cuGetErrorString, or None."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    vp, u = ctypes.c_void_p, ctypes.c_uint
+    launch = lib.cuLaunchKernel
+    launch.restype = ctypes.c_int
+    launch.argtypes = [vp, u, u, u, u, u, u, u, vp, vp, vp]
+    errstr = lib.cuGetErrorString
+    errstr.restype = ctypes.c_int
+    errstr.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    attribute = lib.cuPointerGetAttribute
+    attribute.restype = ctypes.c_int
+    attribute.argtypes = [vp, ctypes.c_int, ctypes.c_uint64]
+    return launch, errstr, attribute
+
+
+_CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 2
+
+
+def device_pointer(address: int) -> int | None:
+    """The device-side address of host or device memory at ``address`` (what Triton's launcher asks
+    the driver for each pointer it is given as a tensor), or None."""
+    drv = _driver()
+    if drv is None:
+        return None
+    out = ctypes.c_uint64()
+    if drv[2](ctypes.byref(out), _CU_POINTER_ATTRIBUTE_DEVICE_POINTER, address):
+        return None
+    return out.value
+
+
+class DirectLaunch:
+    """One kernel launch replayed by ``cuLaunchKernel`` on a parameter buffer packed at creation.
+
+    ``cell(i)`` is the ctypes value of argument ``i``: a replay writes the call's own pointers into
+    their cells, then calls the object with the grid and the stream's handle."""
+
+    __slots__ = ("name", "function", "block", "shared", "cells", "params", "params_at", "scratch")
+
+    def __init__(self, compiled, layout: list, values: list):
+        md = compiled.metadata
+        self.name = getattr(md, "name", "kernel")
+        self.function = compiled.function
+        self.block = 32 * md.num_warps
+        self.shared = md.shared
+        self.cells = {}
+        cells = []
+        for index, ctype in layout:
+            value = 0 if index < 0 else values[index]
+            cell = ctype(float(value) if ctype in (ctypes.c_float, ctypes.c_double) else int(value))
+            cells.append(cell)
+            self.cells[index] = cell
+        self.params = (ctypes.c_void_p * len(cells))(*[ctypes.addressof(c) for c in cells])
+        self.params_at = ctypes.addressof(self.params)
+        size = md.global_scratch_size
+        self.scratch = (size, md.global_scratch_align, self.cells[GLOBAL_SCRATCH]) if size else None
+
+    def cell(self, index: int):
+        return self.cells[index]
+
+    def __call__(self, g0: int, g1: int, g2: int, stream: int) -> None:
+        if g0 * g1 * g2 == 0:
+            return
+        if self.scratch is not None:
+            from triton.runtime import _allocation
+
+            size, align, cell = self.scratch
+            buf = _allocation._allocator.get()(size * g0 * g1 * g2, align, stream)
+            cell.value = buf.data_ptr()
+        launch, errstr, _ = _driver()
+        err = launch(self.function, g0, g1, g2, self.block, 1, 1, self.shared, stream, self.params_at, None)
+        if err:
+            text = ctypes.c_char_p()
+            errstr(err, ctypes.byref(text))
+            raise RuntimeError(f"tilefuse: launching {self.name} failed: CUDA error {err} "
+                               f"({(text.value or b'?').decode()})")
+
+
+def direct_available() -> bool:
+    """Whether this process can make direct launches (the CUDA driver library loads)."""
+    return not _env.interpreting() and _driver() is not None
+
+
+def direct_launch(compiled, values: list) -> tuple[DirectLaunch | None, str]:
+    """A :class:`DirectLaunch` of ``compiled`` with the argument ``values`` (device pointers as ints),
+    or ``(None, why not)``."""
+    if _driver() is None:
+        return None, "no libcuda"
+    md = getattr(compiled, "metadata", None)
+    if md is None or not hasattr(md, "name"):
+        return None, "not a compiled Triton kernel"
+    if getattr(md, "num_ctas", 1) != 1 or getattr(md, "launch_cooperative_grid", False) \
+            or getattr(md, "launch_pdl", False) or getattr(md, "profile_scratch_size", 0):
+        return None, "a cluster, cooperative, PDL or profiled launch"
+    src = getattr(compiled, "src", None)
+    signature = getattr(src, "signature", None)
+    if not isinstance(signature, dict) or len(signature) != len(values):
+        return None, "no signature of the launch's arguments"
+    asm = getattr(compiled, "asm", None) or {}
+    ptx = asm.get("ptx") if hasattr(asm, "get") else None
+    if isinstance(ptx, bytes):
+        ptx = ptx.decode()
+    layout, why = param_layout(signature, ptx_params(ptx, md.name) if ptx else None)
+    if why:
+        return None, why
+    for index, ctype in layout:
+        if index >= 0 and ctype is ctypes.c_uint64 and not isinstance(values[index], int):
+            return None, f"argument {index} is not an address"
+    return DirectLaunch(compiled, layout, values), ""
