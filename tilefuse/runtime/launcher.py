@@ -269,6 +269,7 @@ def _driver():
 
 
 _CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 2
+_CUDA_ERROR_INVALID_CONTEXT = 201
 
 
 def device_pointer(address: int) -> int | None:
@@ -323,6 +324,11 @@ class DirectLaunch:
             cell.value = buf.data_ptr()
         launch, errstr, _ = _driver()
         err = launch(self.function, g0, g1, g2, self.block, 1, 1, self.shared, stream, self.params_at, None)
+        if err == _CUDA_ERROR_INVALID_CONTEXT:  # a thread with no context current: make the device's
+            import torch  # primary context current, as Triton's launcher does, and launch again
+
+            torch.cuda.set_device(torch.cuda.current_device())
+            err = launch(self.function, g0, g1, g2, self.block, 1, 1, self.shared, stream, self.params_at, None)
         if err:
             text = ctypes.c_char_p()
             errstr(err, ctypes.byref(text))
