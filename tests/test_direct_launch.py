@@ -160,6 +160,16 @@ def job_direct_replays(ctx, calls):
             report[(op, variant)] = (plans.STATS["direct"] - before["direct"],
                                      plans.STATS["not_direct"] - before["not_direct"],
                                      plans.LAST_NOT_DIRECT[0], bool(torch.equal(got, again)))
+    if torch.cuda.current_device() == 0:  # (a fresh thread starts on GPU 0)
+        # A replay from a thread that never touched the GPU: the same plan, the same bits.
+        import threading
+
+        box = []
+        thread = threading.Thread(target=lambda: box.append(fn(a, b).clone()))
+        thread.start()
+        thread.join()
+        tilefuse.synchronize()
+        report["thread"] = (1, 0, "", bool(box) and bool(torch.equal(box[0], again)))
     return report
 
 
