@@ -169,7 +169,7 @@ def job_direct_replays(ctx, calls):
         thread.start()
         thread.join()
         tilefuse.synchronize()
-        report["thread"] = (1, 0, "", bool(box) and bool(torch.equal(box[0], again)))
+        report[("from a fresh thread", f"{op}/{variant}")] = (1, 0, "", bool(box) and bool(torch.equal(box[0], again)))
     return report
 
 
