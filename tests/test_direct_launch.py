@@ -69,6 +69,91 @@ def test_direct_launches_need_a_compiled_kernel(monkeypatch):
     assert direct is None and why
 
 
+def _kernel(x_ptr, ws_ptr, n, seq, flag, scale, BLOCK: constexpr):  # noqa: F821
+    pass
+
+
+_KERNEL_SIG = {"x_ptr": "*fp32", "ws_ptr": "*fp32", "n": "i32", "seq": "i64", "flag": "i1", "scale": "fp32",
+               "BLOCK": "constexpr"}
+_KERNEL_PTX = """.visible .entry _kernel(
+	.param .u64 .ptr .global .align 1 _kernel_param_0,
+	.param .u64 .ptr .global .align 1 _kernel_param_1,
+	.param .u32 _kernel_param_2,
+	.param .u64 _kernel_param_3,
+	.param .u8 _kernel_param_4,
+	.param .f32 _kernel_param_5,
+	.param .u64 .ptr .global .align 1 _kernel_param_6,
+	.param .u64 .ptr .global .align 1 _kernel_param_7
+)"""
+
+
+def test_a_plan_replays_its_launch_directly_with_the_new_calls_pointers(monkeypatch):
+    """The recorded launch becomes a direct one: the buffer holds the constants' addresses and the
+    scalars as recorded and, at each replay, the new call's own pointer; switched off, the replay goes
+    through Triton's launcher. A stand-in driver reads the buffer as the kernel would."""
+    import types
+
+    from test_launcher import _jit_stand_in, _record
+
+    from tilefuse.runtime import plans
+    from tilefuse.runtime.launcher import FastKernel
+
+    log, launches = [], []
+    jit = _jit_stand_in(_kernel, log)
+    compiled = jit[(1,)]()
+    compiled.metadata = types.SimpleNamespace(name="_kernel", num_warps=4, shared=1024, num_ctas=1,
+                                              launch_cooperative_grid=False, launch_pdl=False,
+                                              profile_scratch_size=0, global_scratch_size=0, global_scratch_align=1)
+    compiled.function = 0xF00
+    compiled.src = types.SimpleNamespace(signature=_KERNEL_SIG)
+    compiled.asm = {"ptx": _KERNEL_PTX}
+    log.clear()
+    kinds = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32, ctypes.c_int64, ctypes.c_int8, ctypes.c_float,
+             ctypes.c_uint64, ctypes.c_uint64]
+
+    def fake_launch(function, g0, g1, g2, bx, by, bz, shared, stream, params_at, extra):
+        cells = (ctypes.c_void_p * len(kinds)).from_address(params_at)
+        launches.append(((function, g0, g1, g2, bx, shared, stream),
+                         [kind.from_address(cells[i]).value for i, kind in enumerate(kinds)]))
+        return 0
+
+    monkeypatch.setattr(launcher, "_driver", lambda: (fake_launch, None, None))
+    monkeypatch.setattr(launcher, "direct_available", lambda: True)
+    monkeypatch.setattr(launcher, "_current_stream", lambda: 7)
+    monkeypatch.setattr(plans, "_device_memory", lambda v: isinstance(v, torch.Tensor))
+    monkeypatch.setattr(plans, "_device_address", lambda t: t.data_ptr())
+    k = FastKernel(jit, do_not_specialize=["seq"])
+    k._fast = True
+    ws = torch.zeros(8)
+
+    def call(a):
+        c = torch.empty(a.shape)
+        k[(3,)](c, ws, a.shape[0], 1234567890123, True, 0.5, BLOCK=16)
+        return c
+
+    k[(3,)](torch.zeros(5), ws, 5, 1234567890123, True, 0.5, BLOCK=16)  # compiles the signature first
+    rec, c0 = _record(call, [torch.randn(5)])
+    assert rec.failure is None, rec.failure
+    before = dict(plans.STATS)
+    plan = rec.plan(c0)
+    assert plans.STATS["direct"] == before["direct"] + 1, plans.LAST_NOT_DIRECT[0]
+    log.clear()
+    c1 = plan.run([torch.randn(5)], plans.Replay(None, 7, False))
+    c2 = plan.run([torch.randn(5)], plans.Replay(None, 7, False))
+    assert log == [] and len(launches) == 2
+    (fn, g0, g1, g2, bx, shared, stream), values = launches[0]
+    assert (fn, g0, g1, g2, bx, shared, stream) == (0xF00, 3, 1, 1, 128, 1024, 7)
+    assert values[0] == c1.data_ptr() != c0.data_ptr() and values[1] == ws.data_ptr()
+    assert values[2:6] == [5, 1234567890123, 1, 0.5] and values[6:] == [0, 0]
+    assert launches[1][1][0] == c2.data_ptr() and launches[1][1][1:] == values[1:]
+    old = launcher.set_direct_launches(False)
+    try:
+        c3 = plan.run([torch.randn(5)], plans.Replay(None, 7, False))
+    finally:
+        launcher.set_direct_launches(old)
+    assert len(launches) == 2 and log[0][0] == "fast" and log[0][2][0] == c3.data_ptr()
+
+
 def _compile_sample() -> dict:
     """Compiles a kernel with every kind of argument the ops pass for sm_90 (no GPU needed) and
     returns its signature, name and PTX parameter sizes."""

@@ -586,6 +586,8 @@ def _compile_step(kind: str, payload):
     direct = None
     if not obj_subs and launcher.direct_available():
         addressed = [_device_address(v) if isinstance(v, torch.Tensor) else v for v in template]
+        for i, _ in ptr_subs:
+            addressed[i] = 0  # the call's own: written at each replay
         direct, why = launcher.direct_launch(compiled, addressed)
         STATS["direct" if direct is not None else "not_direct"] += 1
         if direct is None:
