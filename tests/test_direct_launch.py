@@ -19,20 +19,17 @@ import torch
 
 from tilefuse.runtime import launcher
 
-# A PTX entry as Triton 3.6 / 3.7 writes one: pointers, i32, i64, i1, fp32, then the two scratch pointers.
-_PTX = """
-.visible .entry k(
-	.param .u64 .ptr .global .align 1 k_param_0,
-	.param .u32 k_param_1,
-	.param .u64 k_param_2,
-	.param .u8 k_param_3,
-	.param .f32 k_param_4,
-	.param .u64 .ptr .global .align 1 k_param_5,
-	.param .u64 .ptr .global .align 1 k_param_6
-)
-.maxntid 128, 1, 1
-{
-"""
+_PTR = ".u64 .ptr .global .align 1"
+
+
+def _ptx(name: str, params: list) -> str:
+    """A PTX entry as Triton 3.6 / 3.7 writes one, with parameters of the given PTX types."""
+    decls = ",\n".join(f"\t.param {ty} {name}_param_{i}" for i, ty in enumerate(params))
+    return f".visible .entry {name}(\n{decls}\n)\n.maxntid 128, 1, 1\n{{\n"
+
+
+# pointers, i32, i64, i1, fp32, then the two scratch pointers
+_PTX = _ptx("k", [_PTR, ".u32", ".u64", ".u8", ".f32", _PTR, _PTR])
 _SIG = {"x": "*bf16", "n": "i32", "seq": "i64", "flag": "i1", "one": "constexpr", "scale": "fp32",
         "BLOCK": "constexpr"}
 
@@ -75,16 +72,7 @@ def _kernel(x_ptr, ws_ptr, n, seq, flag, scale, BLOCK: constexpr):  # noqa: F821
 
 _KERNEL_SIG = {"x_ptr": "*fp32", "ws_ptr": "*fp32", "n": "i32", "seq": "i64", "flag": "i1", "scale": "fp32",
                "BLOCK": "constexpr"}
-_KERNEL_PTX = """.visible .entry _kernel(
-	.param .u64 .ptr .global .align 1 _kernel_param_0,
-	.param .u64 .ptr .global .align 1 _kernel_param_1,
-	.param .u32 _kernel_param_2,
-	.param .u64 _kernel_param_3,
-	.param .u8 _kernel_param_4,
-	.param .f32 _kernel_param_5,
-	.param .u64 .ptr .global .align 1 _kernel_param_6,
-	.param .u64 .ptr .global .align 1 _kernel_param_7
-)"""
+_KERNEL_PTX = _ptx("_kernel", [_PTR, _PTR, ".u32", ".u64", ".u8", ".f32", _PTR, _PTR])
 
 
 def test_a_plan_replays_its_launch_directly_with_the_new_calls_pointers(monkeypatch):
