@@ -59,6 +59,22 @@ def test_layout_refuses_what_it_cannot_pack(change, says):
     assert launcher.ptx_params(_PTX, "other") is None
 
 
+def test_driver_constants_are_cuda_h_s():
+    """The enum values the direct path hands the driver, against the CUDA header Triton ships."""
+    import re
+
+    import triton
+
+    header = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "include", "cuda.h")
+    if not os.path.exists(header):
+        pytest.skip("no cuda.h in this Triton")
+    text = open(header).read()
+    for name, value in (("CU_POINTER_ATTRIBUTE_DEVICE_POINTER", launcher._CU_POINTER_ATTRIBUTE_DEVICE_POINTER),
+                        ("CUDA_ERROR_INVALID_CONTEXT", launcher._CUDA_ERROR_INVALID_CONTEXT)):
+        found = re.search(rf"\b{name}\s*=\s*(\d+)", text)
+        assert found and int(found.group(1)) == value, (name, value)
+
+
 def test_direct_launches_need_a_compiled_kernel(monkeypatch):
     """Anything but a compiled Triton kernel (the stand-ins of the launcher tests) stays on Triton's path."""
     monkeypatch.setattr(launcher, "_driver", lambda: (None, None, None))

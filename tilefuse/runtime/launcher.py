@@ -268,7 +268,7 @@ def _driver():
     return launch, errstr, attribute
 
 
-_CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 2
+_CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
 _CUDA_ERROR_INVALID_CONTEXT = 201
 
 
