@@ -38,7 +38,7 @@ import time
 
 import torch
 
-from .timing import BEGIN_KERNEL, TRITON_LAUNCHER, switch_env
+from .timing import BEGIN_KERNEL, switch_env
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "metric", "value", "device", "commit", "note"]
 
@@ -108,11 +108,10 @@ def noop_launches():
             k._compiled.update(compiled)
 
 
-def methods(op: str, begin_kernel: bool = False, triton_launcher: bool = False) -> dict:
+def methods(op: str, begin_kernel: bool = False) -> dict:
     """``{name: fn(a, b)}`` for ``op`` (with ``begin_kernel``, also ``bulk_sync``,
     ``fused_sequential`` and ``wg_specialized`` with the begin kernel launched first:
-    ``<variant>+begin_kernel``; with ``triton_launcher``, every variant with its replayed launches
-    made by Triton's launcher: ``<variant>+triton_launcher``)."""
+    ``<variant>+begin_kernel``)."""
     import tilefuse
     from tilefuse.ops import registry
     from tilefuse.ops.common.config import EPILOGUE_SUM_FORMS
@@ -139,10 +138,6 @@ def methods(op: str, begin_kernel: bool = False, triton_launcher: bool = False) 
     if begin_kernel:
         for v in ("bulk_sync", "fused_sequential", "wg_specialized"):
             out[v + BEGIN_KERNEL] = out[v]
-    if triton_launcher:
-        for v in tilefuse.VARIANTS:
-            if v in have:
-                out[v + TRITON_LAUNCHER] = out[v]
     return out
 
 
@@ -162,8 +157,7 @@ def _auto_note(op: str, a, b) -> str:
         return f"auto: {type(err).__name__}"
 
 
-def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_kernel=False,
-         triton_launcher=False) -> list:
+def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_kernel=False) -> list:
     import tilefuse
     from tilefuse.ops import dispatch
 
@@ -179,8 +173,7 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_
                 g = torch.Generator().manual_seed(1)
                 a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
                 b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
-                fns = {name: (lambda f=f, a=a, b=b: f(a, b))
-                       for name, f in methods(op, begin_kernel, triton_launcher).items()}
+                fns = {name: (lambda f=f, a=a, b=b: f(a, b)) for name, f in methods(op, begin_kernel).items()}
                 for name, fn in fns.items():  # first calls: workspaces, decisions, plans
                     with switch_env(name):
                         for _ in range(3):
@@ -221,9 +214,6 @@ def main(argv=None) -> int:
     p.add_argument("--begin-kernel", action="store_true",
                    help="also bulk_sync, fused_sequential and wg_specialized with the begin kernel launched first "
                         "(<variant>+begin_kernel: TILEFUSE_BEGIN_KERNEL=1 around their calls)")
-    p.add_argument("--triton-launcher", action="store_true",
-                   help="also every variant with its replayed launches made by Triton's launcher instead of directly "
-                        "(<variant>+triton_launcher: TILEFUSE_TRITON_LAUNCHER=1 around their calls)")
     p.add_argument("--csv", default="host_path.csv")
     args = p.parse_args(argv)
 
@@ -243,7 +233,7 @@ def main(argv=None) -> int:
     args.dtype = args.dtype or ("fp32" if on_cpu else "bf16")
     args.clock = args.clock or ("cpu" if on_cpu else "wall")
     [rows] = launch(_job, 1, ops, Ms, args.N, args.K, args.dtype, args.calls, args.rounds, args.real_launches,
-                    args.clock, args.begin_kernel, args.triton_launcher)
+                    args.clock, args.begin_kernel)
     device = "cpu" if on_cpu else torch.cuda.get_device_name()
     commit = commit_id()
     us = {(r["op"], r["M"], r["variant"]): r["value"] for r in rows if r["metric"] == "host_us"}

@@ -217,9 +217,7 @@ def capture_graph(device: torch.device, fn, warmup: int):
 
 BEGIN_KERNEL = "+begin_kernel"  # a method name's suffix: the method runs with TILEFUSE_BEGIN_KERNEL=1
 BEGIN_BEFORE_GEMM = "+begin_before_gemm"  # ... with TILEFUSE_BEGIN_BEFORE_GEMM=1
-TRITON_LAUNCHER = "+triton_launcher"  # ... with TILEFUSE_TRITON_LAUNCHER=1 (plans replay through Triton's launcher)
-SWITCHES = {BEGIN_KERNEL: "TILEFUSE_BEGIN_KERNEL", BEGIN_BEFORE_GEMM: "TILEFUSE_BEGIN_BEFORE_GEMM",
-            TRITON_LAUNCHER: "TILEFUSE_TRITON_LAUNCHER"}
+SWITCHES = {BEGIN_KERNEL: "TILEFUSE_BEGIN_KERNEL", BEGIN_BEFORE_GEMM: "TILEFUSE_BEGIN_BEFORE_GEMM"}
 
 
 @contextlib.contextmanager
@@ -227,17 +225,13 @@ def switch_env(name: str):
     """The environment switch of the method ``name``'s suffix set to 1 inside the block
     (:data:`SWITCHES`: ``+begin_kernel``, its calls launch the protocol's begin kernel;
     ``+begin_before_gemm``, every program of a kernel that begins its call waits for the begin
-    before its K loop; ``+triton_launcher``, replayed launches go through Triton's launcher instead
-    of directly); nothing changes for a name without one."""
-    from tilefuse.runtime import launcher
-
+    before its K loop); nothing changes for a name without one."""
     var = next((v for suffix, v in SWITCHES.items() if name.endswith(suffix)), None)
     if var is None:
         yield
         return
     old = os.environ.get(var)
     os.environ[var] = "1"
-    launcher.read_env()
     try:
         yield
     finally:
@@ -245,4 +239,3 @@ def switch_env(name: str):
             del os.environ[var]
         else:
             os.environ[var] = old
-        launcher.read_env()

@@ -155,9 +155,8 @@ class _Mode(TorchFunctionMode):
 
 _REC = None  # the active Recorder (one at a time: recording happens inside a call, under its lock)
 _PLANS_LOCK = threading.Lock()
-STATS = {"recorded": 0, "replays": 0, "unplannable": 0, "retried": 0, "cleared": 0, "direct": 0, "not_direct": 0}
+STATS = {"recorded": 0, "replays": 0, "unplannable": 0, "retried": 0, "cleared": 0}
 LAST_FAILURE: list = [""]  # why the last recording gave up (for tests and logs)
-LAST_NOT_DIRECT: list = [""]  # why the last replayed launch made stays on Triton's launcher
 _ALL_PLANS: list = []  # every live Plan, so that clear_plans can mark them dead
 
 
@@ -580,47 +579,7 @@ def _compile_step(kind: str, payload):
             meta = compiled.launch_metadata(grid, stream, *values)
             run(g0, g1, g2, stream, function, packed, meta, enter, leave, *values)
 
-    # The direct form (launcher.DirectLaunch): the constants' addresses packed once, the call's own
-    # pointers written into their cells. Not where a call's tensor is in host memory, and not while
-    # a profiler listens to launches (it gets Triton's launch, with its metadata).
-    direct = None
-    if not obj_subs and launcher.direct_available():
-        addressed = [_device_address(v) if isinstance(v, torch.Tensor) else v for v in template]
-        for i, _ in ptr_subs:
-            addressed[i] = 0  # the call's own: written at each replay
-        direct, why = launcher.direct_launch(compiled, addressed)
-        STATS["direct" if direct is not None else "not_direct"] += 1
-        if direct is None:
-            LAST_NOT_DIRECT[0] = f"{getattr(kernel, '__name__', kernel)}: {why}"
-    if direct is None:
-        return fast_step
-    cells = [(direct.cell(i), s) for i, s in ptr_subs]
-    use_direct = launcher._DIRECT
-
-    def direct_step(slots, replay, keep=keep):
-        if not use_direct[0] or not (no_hook(hooks.launch_enter_hook) and no_hook(hooks.launch_exit_hook)):
-            return fast_step(slots, replay)
-        for cell, s in cells:
-            cell.value = slots[s].data_ptr()
-        stream = replay.stream
-        if stream is None:
-            stream = replay.stream = launcher._current_stream()
-        direct(g0, g1, g2, stream)
-
-    direct_step.direct = direct
-    return direct_step
-
-
-def _device_address(t: torch.Tensor):
-    """The address a kernel is given for ``t``, as Triton's launcher resolves it: its own for device
-    memory, the driver's device-side address of page-locked host memory; else ``t`` itself (no direct
-    launch then)."""
-    from . import launcher
-
-    if t.is_cuda:
-        return t.data_ptr()
-    address = launcher.device_pointer(t.data_ptr()) if t.is_pinned() else None
-    return t if address is None else address
+    return fast_step
 
 
 def new_plan(plan: Plan) -> Plan:
