@@ -193,6 +193,7 @@ def test_suite_warp_spec_methods(tmp_path):
         assert _value(df, "gemm_reduce_scatter", "tiny-b", method, "ms") > 0
 
 
+@pytest.mark.slow  # three timed layer stacks end to end (the GPU scripts run it)
 def test_tp_mlp_times_tilefuse_plain_module_and_torch_tp(tmp_path):
     csv = tmp_path / "tp.csv"
     env = dict(os.environ, TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1", PYTHONPATH=str(REPO))

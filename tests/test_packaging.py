@@ -104,6 +104,7 @@ def test_wheel_carries_data_license_and_honest_metadata(installed):
     assert any(r.startswith("pandas") and "extra ==" in r for r in required), required
 
 
+@pytest.mark.slow  # installs the wheel into a fresh environment and tunes there: the longest end-to-end run
 def test_installed_wheel_runs_the_tuner_and_loads_its_tables(installed, tmp_path):
     _, target = installed
     # `python -m tilefuse.tune` must keep working; `python -m tilefuse.tuning` too where the wheel has it.
