@@ -843,6 +843,14 @@ class CollectiveCall:
         if rec is not None:
             rec.host(_mark_begun)
 
+    def verdict(self) -> None:
+        """Wait for the device (a sync on a GPU) and raise what the call's begin recorded: a
+        mismatch with the peers' calls, a peer's failed checks, a wait that ran out. For work the
+        begin cannot gate, such as a torch collective launched after it."""
+        err = _collect(True, self.st or _state())
+        if err is not None:
+            raise err
+
     def enter_args(self, key: tuple, outputs: tuple = ()) -> tuple:
         """Arguments of a kernel that begins the call itself (``primitives.call_enter`` and
         ``call_exit``, with ``ENTER``): ``sig, gen, out0, n_out0, out1, n_out1, status``, for the call
