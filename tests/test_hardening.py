@@ -467,6 +467,46 @@ def test_a_missing_peer_at_a_host_step_raises_within_the_bound_naming_it(pools):
     assert all(out["after_reset"] == [0, 10, 20] for out in res)
 
 
+def job_first_call_shape_mismatch(ctx, bound):
+    """Ranks disagree on M where one rank calls its shape for the first time: that rank's workspace
+    host step gives up within the bound, the peer's call raises PeerCallError, and tilefuse.reset()
+    on every rank brings the calls back."""
+    import os
+
+    import tilefuse
+    from tilefuse.ops import registry
+
+    fn, ref = registry.get("gemm_all_reduce", "fused_sequential"), registry.get("gemm_all_reduce", "reference")
+    g = torch.Generator().manual_seed(3 + ctx.rank)
+    fn(torch.randn(4, 8, generator=g), torch.randn(8, 8, generator=g))
+    tilefuse.synchronize()
+    os.environ["TILEFUSE_HOST_TIMEOUT"] = str(bound)
+    t0 = time.monotonic()
+    try:
+        fn(torch.randn(4 + ctx.rank, 8, generator=g), torch.randn(8, 8, generator=g))  # rank 1: a new shape
+        tilefuse.synchronize()
+        raised = "nothing"
+    except (tilefuse.HostTimeoutError, tilefuse.PeerCallError) as err:
+        raised = type(err).__name__
+    finally:
+        del os.environ["TILEFUSE_HOST_TIMEOUT"]
+    took = time.monotonic() - t0
+    tilefuse.reset()
+    a, b = torch.randn(6, 8, generator=g), torch.randn(8, 8, generator=g)
+    ok = bool(torch.allclose(fn(a, b), ref(a, b), rtol=1e-3, atol=1e-3))
+    tilefuse.barrier()
+    return raised, took, ok
+
+
+def test_a_shape_mismatch_on_a_first_call_ends_within_the_host_bound(pools):
+    """The case the README names under "Different calls on different ranks": a shape one rank has
+    not called before makes it create a workspace, a host step its peer does not join."""
+    bound = 2.0
+    res = pools.run(2, job_first_call_shape_mismatch, bound)
+    assert [r[0] for r in res] == ["PeerCallError", "HostTimeoutError"], res
+    assert all(r[1] < bound + 5.0 for r in res) and all(r[2] for r in res), res
+
+
 def job_last_step_waits_for_every_read(ctx, delay):
     """Rank W-1 reads the step's keys ``delay`` s late; rank 0 (the store's host) times the step."""
     import pickle

@@ -23,6 +23,7 @@ from .ops.registry import VARIANTS  # noqa: E402
 from .runtime import (  # noqa: E402
     CallMismatchError,
     HeapFullError,
+    HostTimeoutError,
     PeerCallError,
     PeerExitedError,
     PoisonedError,
@@ -70,8 +71,8 @@ def is_on_heap(t, group=None):
 from . import nn  # noqa: E402  (tensor-parallel layers on the ops; ops never import nn)
 
 __all__ = [
-    "CallMismatchError", "Config", "HeapFullError", "PeerCallError", "PeerExitedError", "PoisonedError",
-    "StaleCallError",
+    "CallMismatchError", "Config", "HeapFullError", "HostTimeoutError", "PeerCallError", "PeerExitedError",
+    "PoisonedError", "StaleCallError",
     "VARIANTS", "WaitTimeoutError", "__version__", "all_gather_gemm", "arange", "barrier", "check_peers",
     "clear_workspaces",
     "device_barrier", "empty", "full", "gemm_all_reduce", "gemm_all_scatter", "gemm_reduce_scatter", "get_heap",

@@ -10,6 +10,7 @@ _env.configure()  # TRITON_INTERPRET must be set before the first @triton.jit mo
 
 from . import hw, primitives  # noqa: E402
 from .heap import HeapFullError, SymmetricHeap  # noqa: E402
+from .hostsync import HostTimeoutError  # noqa: E402
 from .world import (  # noqa: E402
     CallMismatchError,
     PeerCallError,
@@ -33,8 +34,8 @@ from .world import (  # noqa: E402
 )
 
 __all__ = [
-    "CallMismatchError", "HeapFullError", "PeerCallError", "PeerExitedError", "PoisonedError", "StaleCallError",
-    "SymmetricHeap",
+    "CallMismatchError", "HeapFullError", "HostTimeoutError", "PeerCallError", "PeerExitedError", "PoisonedError",
+    "StaleCallError", "SymmetricHeap",
     "WaitTimeoutError", "barrier", "check_peers", "check_waits", "control_block", "device_barrier", "get_heap",
     "groups", "hw", "init", "is_initialized", "primitives", "reset", "set_wait_timeout", "shutdown", "synchronize",
 ]
