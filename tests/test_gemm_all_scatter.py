@@ -234,3 +234,33 @@ def job_plain_bad_out(ctx):
 
 def test_plain_path_rejects_a_wrong_out(pools):
     assert all(pools.run(2, job_plain_bad_out))
+
+
+def job_out_overlapping_an_operand(ctx, variant):
+    """``out`` sharing memory with ``a`` (or ``b``) raises on every rank, also once a plan was recorded
+    for the same shapes and strides with an out of its own (the replay would skip the checks)."""
+    W, N = ctx.world, 8
+    cfg = None if variant == "plain" else tilefuse.Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=4,
+                                                         num_stages=1, GEMM_SMS=4, COMM_SMS=0)
+    kw = {} if cfg is None else {"config": cfg}
+    fn, ref = registry.get(OP, variant), registry.get(OP, "reference")
+    for i in range(3):  # the third call replays a plan (fused variants)
+        a = randn((48, W * N), torch.float16, ctx.device, seed=10 + i)  # [M, K] with K = W * N: out's shape
+        b = randn((W * N, N), torch.float16, ctx.device, seed=20 + i + ctx.rank)
+        out = torch.empty_like(a)
+        assert_matches(fn(a, b, out=out, **kw), ref(a, b), torch.float16, W * N, ctx.on_gpu, f"{variant} call {i}")
+    with pytest.raises(ValueError, match="out overlaps a"):
+        fn(a, b, out=a, **kw)
+    big = torch.zeros(W * N + 48, W * N, dtype=torch.float16, device=ctx.device)
+    b_in_big, out_in_big = big[:W * N, :N], big[W * N:]  # disjoint parts of one tensor: accepted
+    b_in_big.copy_(b)
+    assert_matches(fn(a, b_in_big, out=out_in_big, **kw), ref(a, b), torch.float16, W * N, ctx.on_gpu, "disjoint")
+    with pytest.raises(ValueError, match="out overlaps b"):
+        fn(a, big[:W * N, :N], out=big[:48], **kw)
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("variant", ["fused_sequential", "bulk_sync", "plain"])
+def test_out_overlapping_an_operand_is_refused(pools, variant):
+    assert all(pools.run(2, job_out_overlapping_an_operand, variant))

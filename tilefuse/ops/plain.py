@@ -85,7 +85,7 @@ def gemm_all_scatter(call, a, b, *, config=None, group=None, out=None):
     _checks(op, a, b)
     world = dist.get_world_size(group)
     if out is not None:  # any tensor of the result's shape, dtype and device (the heap is not needed)
-        check_out_tensor(op, out, (a.shape[0], world * b.shape[1]), a.dtype, a.device)
+        check_out_tensor(op, out, (a.shape[0], world * b.shape[1]), a.dtype, a.device, a=a, b=b)
     if world == 1:  # the product is the result: straight into out, no copy
         return a @ b if out is None else torch.matmul(a, b, out=out)
     _begin(call, op, *_key(a, b))

@@ -56,8 +56,9 @@ def check_divisible(op: str, name: str, value: int, by: int, what: str) -> None:
         raise ValueError(f"{op}: {name} = {value} must be divisible by {what} ({by})")
 
 
-def check_out_tensor(op: str, out, shape: tuple, dtype, device) -> None:
-    """``out`` is a tensor of exactly ``shape``, ``dtype`` and ``device`` (no silent cast or broadcast)."""
+def check_out_tensor(op: str, out, shape: tuple, dtype, device, **inputs: torch.Tensor) -> None:
+    """``out`` is a tensor of exactly ``shape``, ``dtype`` and ``device`` (no silent cast or broadcast)
+    whose memory overlaps none of ``inputs`` (the kernels would read what they already wrote)."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{op}: out must be a torch.Tensor, got {type(out).__name__}")
     if tuple(out.shape) != tuple(shape):
@@ -66,3 +67,25 @@ def check_out_tensor(op: str, out, shape: tuple, dtype, device) -> None:
         raise TypeError(f"{op}: out has dtype {out.dtype}, expected {dtype}")
     if out.device != device:
         raise ValueError(f"{op}: out is on {out.device}, expected {device} (the device of a and b)")
+    for name, t in inputs.items():
+        if overlaps(out, t):
+            raise ValueError(f"{op}: out overlaps {name} in memory (the call reads {name} while it writes out): "
+                             "pass an out of its own")
+
+
+def _span(t: torch.Tensor) -> tuple[int, int] | None:
+    """The byte range ``[start, end)`` that ``t``'s elements lie in (None: no elements)."""
+    if t.numel() == 0:
+        return None
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    start = t.data_ptr()
+    return start, start + (last + 1) * t.element_size()
+
+
+def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether ``x`` and ``y`` may share memory: their byte ranges intersect on one device (two
+    interleaved strided views count as overlapping)."""
+    if x.device != y.device:
+        return False
+    sx, sy = _span(x), _span(y)
+    return sx is not None and sy is not None and sx[0] < sy[1] and sy[0] < sx[1]

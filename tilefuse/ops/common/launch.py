@@ -37,7 +37,7 @@ from ...runtime import launcher as _launcher
 from ...runtime import world as _world
 from ...runtime.plans import Plan, Recorder
 from ...runtime.world import CollectiveCall, check_current_device, on_reset, on_shutdown
-from .checks import check_out_tensor
+from .checks import check_out_tensor, overlaps
 from .config import Config, check_config_fits, default_config, launch_shape
 
 log = logging.getLogger("tilefuse")
@@ -114,7 +114,11 @@ def plan_key(tag, args: tuple, kwargs: dict) -> tuple | None:
             key += (name, tv, v)
         elif tv in _TENSOR_TYPES:
             ptr = v.data_ptr()
-            off = _heap_offset(ptr, kwargs.get("group")) if name == "out" else 0
+            if name == "out":  # where it is written, and whether it overlaps an operand (a call that raises)
+                off = _heap_offset(ptr, kwargs.get("group"))
+                off = (off, any(type(t) in _TENSOR_TYPES and overlaps(v, t) for t in args))
+            else:
+                off = 0
             key += (name, v.shape, v.stride(), v.dtype, v.device, ptr & 15, off)
         elif tv is Config or name == "group":
             key += (name, v)
@@ -943,12 +947,12 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
 _VERIFIED_OUT: set = set()
 
 
-def check_out(op: str, heap, out, shape: tuple, dtype) -> bool:
-    """Check ``out`` (shape, dtype, device: no silent cast or broadcast); True when the kernels can
-    write it in place: a contiguous heap tensor at the same offset on every rank. Any other tensor
-    receives a copy of the result. The offset check is collective and runs once per (offset, shape);
-    later calls are free. (Every rank must pass the same kind of ``out``.)"""
-    check_out_tensor(op, out, shape, dtype, heap.device)
+def check_out(op: str, heap, out, shape: tuple, dtype, **inputs) -> bool:
+    """Check ``out`` (shape, dtype, device: no silent cast or broadcast; no overlap with ``inputs``);
+    True when the kernels can write it in place: a contiguous heap tensor at the same offset on every
+    rank. Any other tensor receives a copy of the result. The offset check is collective and runs
+    once per (offset, shape); later calls are free. (Every rank must pass the same kind of ``out``.)"""
+    check_out_tensor(op, out, shape, dtype, heap.device, **inputs)
     if not (heap.is_on_heap(out) and out.is_contiguous()):
         return False
     key = (heap.uid, heap.offset_of(out), tuple(out.shape), tuple(out.stride()))

@@ -58,7 +58,7 @@ def setup(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = F
     W, r = heap.world_size, heap.rank
     shape = (g.M, W * g.N)
     empty = g.M == 0 or g.N == 0 or g.K == 0
-    if out is not None and check_out(OP, heap, out, shape, a.dtype):
+    if out is not None and check_out(OP, heap, out, shape, a.dtype, a=a, b=b):
         c = dest = out  # a heap tensor at the same offset on every rank: written in place
     else:
         # This rank's tiles go straight into the result; only the peers' blocks are copied out of
