@@ -922,7 +922,7 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
     With ``pad``, operands whose strides keep them off the tensor-descriptor path are copied onto it
     (``GemmCall.a``/``b`` are then the copies; launchers must pass those, not their arguments).
     """
-    from .checks import check_dtypes, check_inner_dim, check_matrix, check_same_device
+    from .checks import check_dtypes, check_inner_dim, check_kernel_dtype, check_matrix, check_same_device
     from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, gemm_layout, tma_operands
 
     heap = op_heap(op, group)
@@ -931,6 +931,7 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
     check_same_device(op, a=a, b=b)
     check_on_device(op, heap, a=a)
     check_dtypes(op, a=a, b=b)
+    check_kernel_dtype(op, a.dtype)
     check_inner_dim(op, a, b)
     M, K = a.shape
     N = b.shape[1]
