@@ -111,6 +111,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # two processes racing on the cache file for seconds (make test's 5-minute budget)
 def test_two_concurrent_writers_lose_nothing(tmp_path):
     path = tmp_path / "autotune.json"
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -537,7 +537,7 @@ def test_fused_sequential_splits_k(pools, world):
     _same_bits_on_every_rank(results, f"split K, W={world}")
 
 
-@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), 2, 3])
+@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow), 3])
 def test_fused_sequential_epilogue_sum(pools, world):
     results = pools.run(world, job_epilogue_sum, 2)
     _same_bits_on_every_rank(results, f"epilogue sum, W={world}")

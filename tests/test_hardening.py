@@ -501,7 +501,7 @@ def job_first_call_shape_mismatch(ctx, bound):
 def test_a_shape_mismatch_on_a_first_call_ends_within_the_host_bound(pools):
     """The case the README names under "Different calls on different ranks": a shape one rank has
     not called before makes it create a workspace, a host step its peer does not join."""
-    bound = 2.0
+    bound = 1.0
     res = pools.run(2, job_first_call_shape_mismatch, bound)
     assert [r[0] for r in res] == ["PeerCallError", "HostTimeoutError"], res
     assert all(r[1] < bound + 5.0 for r in res) and all(r[2] for r in res), res
