@@ -502,6 +502,7 @@ def job_soak(ctx, opts, slow_rank, delay_s):
     return out["mine"], restored
 
 
+@pytest.mark.slow  # a timed soak on every rank (make test's 5-minute budget)
 def test_soak_budget_stops_every_rank_at_the_same_call(pools, tmp_path):
     """World 2, rank 1 slower per call (its clock and rank 0's differ): both ranks stop after the same
     call once the slowest clock is past the budget; a warm repeat makes no workspace, a new shape's

@@ -431,7 +431,7 @@ def job_begin_aside(ctx):
     return True
 
 
-@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("world", [pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)])
 def test_begin_aside_of_the_k_loops(pools, world):
     assert all(pools.run(world, job_begin_aside))
 

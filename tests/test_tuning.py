@@ -438,6 +438,7 @@ def job_tune_all_reduce_then_auto(ctx, argv, out_dir):
             (choice.variant, choice.config.TWO_SHOT if choice.config else None, choice.source))
 
 
+@pytest.mark.slow  # a whole tuner run (test_tiny_tune_end_to_end keeps one in make test)
 def test_tune_gemm_all_reduce_end_to_end_then_auto_reads_it(pools, tmp_path):
     """``tune --op gemm_all_reduce --out DIR`` at W = 2 on CPU ranks: each variant's default and its
     two-shot form are candidates; the two-shot wg_specialized wins (faked times); the table says so,
