@@ -1,0 +1,252 @@
+"""Host time of an op call relaunched as one CUDA graph with its pointers updated, against the eager call.
+
+    python -m benchmarks graph_relaunch [--ops all] [--variants producer_consumer,fused_sequential]
+                                        [--M 1,16] [--N 4096] [--K 8192] [--calls 200] [--rounds 7]
+                                        [--csv graph_relaunch.csv]
+
+World 1, one GPU. The question it answers: would a launch plan that replays its call as one graph
+launch (the call's kernels and its fork and join captured once, each call writing its own tensors'
+addresses into the kernel nodes) cost less host time than replaying the launches one by one? Per op,
+M and variant, one call is captured into a CUDA graph (``torch.cuda.CUDAGraph(keep_graph=True)``)
+after warm-up calls; its kernel nodes are read back through the driver (``cuGraphKernelNodeGetParams``,
+``cuFuncGetParamInfo`` for each parameter's offset and size). Methods, interleaved in ``--rounds``
+rounds of ``--calls`` back-to-back calls:
+
+- ``plain``: the public function with ``variant="plain"`` (torch.matmul at world 1);
+- ``eager``: the public function with the variant (its launch plan replays from the third call);
+- ``relaunch``: a fresh output (``torch.empty``), then for each kernel node that holds the address
+  of ``a``, ``b`` or the captured output, those parameters rewritten (``a`` and ``b`` with the same
+  tensors, the output with the fresh one) and ``cuGraphExecKernelNodeSetParams``, then
+  ``cuGraphLaunch`` on the current stream: the host work of such a replay without the collective
+  call's bookkeeping (its begin, its error checks), which every form shares;
+- ``graph_launch``: ``cuGraphLaunch`` alone (no update, no output): the floor of any graph form;
+- ``torch_replay``: ``CUDAGraph.replay()``.
+
+The value is the median over rounds of the mean time per call (``metric=host_us``, wall clock) and
+``ratio_plain``; ``kernel_nodes``, ``updated_nodes`` and ``nodes`` count the graph's nodes; ``match``
+is 1 where the relaunched output equals the eager call's bit for bit (0 otherwise: the numbers of a
+relaunch that did not compute the call are not a measurement of one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import statistics
+import struct
+import sys
+import time
+
+import torch
+
+from .host_path import CSV_COLUMNS, _per_call_us
+
+_KERNEL_NODE = 0  # CU_GRAPH_NODE_TYPE_KERNEL
+
+
+class _KernelNodeParams(ctypes.Structure):
+    """CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h)."""
+
+    _fields_ = [("func", ctypes.c_void_p), ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint),
+                ("blockDimZ", ctypes.c_uint), ("sharedMemBytes", ctypes.c_uint),
+                ("kernelParams", ctypes.POINTER(ctypes.c_void_p)), ("extra", ctypes.c_void_p),
+                ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]
+
+
+class _Driver:
+    """The few driver calls this needs, through ctypes."""
+
+    def __init__(self):
+        lib = ctypes.CDLL("libcuda.so.1")
+        vp, sz = ctypes.c_void_p, ctypes.c_size_t
+
+        def fn(name, *argtypes):
+            f = getattr(lib, name)
+            f.restype, f.argtypes = ctypes.c_int, list(argtypes)
+            return f
+
+        self.get_nodes = fn("cuGraphGetNodes", vp, ctypes.POINTER(vp), ctypes.POINTER(sz))
+        self.node_type = fn("cuGraphNodeGetType", vp, ctypes.POINTER(ctypes.c_int))
+        self.get_params = fn("cuGraphKernelNodeGetParams_v2", vp, ctypes.POINTER(_KernelNodeParams))
+        self.param_info = fn("cuFuncGetParamInfo", vp, sz, ctypes.POINTER(sz), ctypes.POINTER(sz))
+        self.set_params = fn("cuGraphExecKernelNodeSetParams_v2", vp, vp, ctypes.POINTER(_KernelNodeParams))
+        self.launch = fn("cuGraphLaunch", vp, vp)
+
+    @staticmethod
+    def check(err: int, what: str) -> None:
+        if err != 0:
+            raise RuntimeError(f"{what} failed with CUDA driver error {err}")
+
+
+class _Node:
+    """One kernel node's parameters, copied out of the graph into a buffer of ours, with the offsets
+    of the parameters that hold one of the watched addresses."""
+
+    def __init__(self, drv: _Driver, node: int, watched: dict):
+        self.node = ctypes.c_void_p(node)
+        p = _KernelNodeParams()
+        drv.check(drv.get_params(self.node, ctypes.byref(p)), "cuGraphKernelNodeGetParams")
+        infos = []
+        off, size = ctypes.c_size_t(), ctypes.c_size_t()
+        while drv.param_info(p.func, len(infos), ctypes.byref(off), ctypes.byref(size)) == 0:
+            infos.append((off.value, size.value))
+        total = max((o + s for o, s in infos), default=0)
+        self.buf = ctypes.create_string_buffer(max(total, 8))
+        self.slots: list = []  # (offset, name of the watched address)
+        for i, (o, s) in enumerate(infos):
+            ctypes.memmove(ctypes.addressof(self.buf) + o, p.kernelParams[i], s)
+            if s == 8:
+                (value,) = struct.unpack_from("Q", self.buf, o)
+                if value in watched:
+                    self.slots.append((o, watched[value]))
+        self.ptrs = (ctypes.c_void_p * max(len(infos), 1))(
+            *[ctypes.addressof(self.buf) + o for o, _ in infos])
+        p.kernelParams = ctypes.cast(self.ptrs, ctypes.POINTER(ctypes.c_void_p))
+        p.extra = None
+        self.params = p
+        self.params_ref = ctypes.byref(p)
+
+
+def _graph_nodes(drv: _Driver, graph: int) -> list:
+    n = ctypes.c_size_t(0)
+    drv.check(drv.get_nodes(ctypes.c_void_p(graph), None, ctypes.byref(n)), "cuGraphGetNodes")
+    nodes = (ctypes.c_void_p * max(n.value, 1))()
+    drv.check(drv.get_nodes(ctypes.c_void_p(graph), nodes, ctypes.byref(n)), "cuGraphGetNodes")
+    out = []
+    for i in range(n.value):
+        kind = ctypes.c_int()
+        drv.check(drv.node_type(ctypes.c_void_p(nodes[i]), ctypes.byref(kind)), "cuGraphNodeGetType")
+        out.append((nodes[i], kind.value))
+    return out
+
+
+def _capture(fn, a, b):
+    """``(graph, static output)``: one call of ``fn`` captured (instantiated, kept)."""
+    g = torch.cuda.CUDAGraph(keep_graph=True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn(a, b)  # warm on the capture's stream too
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        out = fn(a, b)
+    g.instantiate()
+    return g, out
+
+
+def _job(ctx, ops, variants, Ms, N, K, calls, rounds) -> list:
+    import tilefuse
+
+    if not ctx.on_gpu:
+        raise RuntimeError("graph_relaunch needs a GPU")
+    drv = _Driver()
+    rows = []
+    dtype = torch.bfloat16
+    with torch.no_grad():
+        for op in ops:
+            public = getattr(tilefuse, op)
+            for M in Ms:
+                gen = torch.Generator().manual_seed(1)
+                a = torch.randn(M, K, generator=gen).to(ctx.device, dtype)
+                b = torch.randn(K, N, generator=gen).to(ctx.device, dtype)
+                fns = {"plain": lambda a=a, b=b, public=public: public(a, b, variant="plain")}
+                counts = {}
+                for v in variants:
+                    call = (lambda a, b, v=v, public=public: public(a, b, variant=v))
+                    for _ in range(3):
+                        call(a, b)
+                    g, static = _capture(call, a, b)
+                    nodes = _graph_nodes(drv, g.raw_cuda_graph())
+                    exec_ = ctypes.c_void_p(g.raw_cuda_graph_exec())
+                    watched = {a.data_ptr(): "a", b.data_ptr(): "b", static.data_ptr(): "out"}
+                    knodes = [_Node(drv, n, watched) for n, kind in nodes if kind == _KERNEL_NODE]
+                    upd = [k for k in knodes if k.slots]
+                    shape, sdtype = tuple(static.shape), static.dtype
+                    addr = {"a": a.data_ptr(), "b": b.data_ptr()}
+
+                    def relaunch(upd=upd, exec_=exec_, shape=shape, sdtype=sdtype, addr=addr):
+                        out = torch.empty(shape, dtype=sdtype, device="cuda")
+                        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+                        addr["out"] = out.data_ptr()
+                        for k in upd:
+                            for off, name in k.slots:
+                                struct.pack_into("Q", k.buf, off, addr[name])
+                            drv.check(drv.set_params(exec_, k.node, k.params_ref), "cuGraphExecKernelNodeSetParams")
+                        drv.check(drv.launch(exec_, stream), "cuGraphLaunch")
+                        return out
+
+                    def graph_launch(exec_=exec_):
+                        drv.check(drv.launch(exec_, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
+                                  "cuGraphLaunch")
+
+                    want = call(a, b).clone()
+                    got = relaunch()
+                    torch.cuda.synchronize()
+                    counts[v] = {"nodes": len(nodes), "kernel_nodes": len(knodes), "updated_nodes": len(upd),
+                                 "match": int(torch.equal(want, got))}
+                    fns[f"{v}_eager"] = lambda call=call, a=a, b=b: call(a, b)
+                    fns[f"{v}_relaunch"] = relaunch
+                    fns[f"{v}_graph_launch"] = graph_launch
+                    fns[f"{v}_torch_replay"] = g.replay
+                    fns[f"_keep_{v}"] = (g, static)  # the graph and its output live as long as fns
+                timed = {k: f for k, f in fns.items() if not k.startswith("_keep_")}
+                times: dict = {name: [] for name in timed}
+                for _ in range(rounds):
+                    for name, fn in timed.items():
+                        times[name].append(_per_call_us(fn, calls, time.perf_counter))
+                    torch.cuda.synchronize()
+                med = {name: statistics.median(ts) for name, ts in times.items()}
+                for name, us in med.items():
+                    base = dict(op=op, variant=name, M=M, N=N, K=K, dtype="bf16", world=ctx.world, note="")
+                    rows.append({**base, "metric": "host_us", "value": us})
+                    rows.append({**base, "metric": "ratio_plain", "value": us / med["plain"]})
+                for v, c in counts.items():
+                    for metric, value in c.items():
+                        rows.append(dict(op=op, variant=v, M=M, N=N, K=K, dtype="bf16", world=ctx.world,
+                                         metric=metric, value=value, note=""))
+                del fns, timed
+                tilefuse.synchronize()
+            tilefuse.clear_workspaces()
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ops", default="all", help="comma-separated ops, or all")
+    p.add_argument("--variants", default="producer_consumer,fused_sequential")
+    p.add_argument("--M", default="1,16")
+    p.add_argument("--N", type=int, default=4096)
+    p.add_argument("--K", type=int, default=8192)
+    p.add_argument("--calls", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--csv", default="graph_relaunch.csv")
+    args = p.parse_args(argv)
+
+    from tilefuse.ops import registry
+
+    from .launch import launch, use_interpreter_without_gpu
+    from .results import commit_id
+
+    if use_interpreter_without_gpu():
+        p.error("graph_relaunch needs a GPU")
+    ops = list(registry.OPS) if args.ops == "all" else args.ops.split(",")
+    Ms = [int(m) for m in args.M.split(",")]
+    [rows] = launch(_job, 1, ops, args.variants.split(","), Ms, args.N, args.K, args.calls, args.rounds)
+    device, commit = torch.cuda.get_device_name(), commit_id()
+    print(f"graph_relaunch: world 1, N={args.N}, K={args.K}, bf16, {device}, commit {commit}")
+    for r in rows:
+        print(f"{r['op']:20s} M={r['M']:<5d} {r['variant']:34s} {r['metric']:14s} {r['value']:10.2f}")
+    with open(args.csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "device": device, "commit": commit})
+    print(f"wrote {len(rows)} rows to {args.csv}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
