@@ -66,9 +66,7 @@ metric, value, device, commit, note``; ``K`` is the full inner size (each rank h
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
-import sys
 import time
 
 import torch
@@ -81,6 +79,7 @@ from tilefuse.ops.gemm_all_reduce import ENTRY_POINTS, OP, gemm_all_reduce
 from tilefuse.tuning.autotune import cuda_ms_per_call
 
 from .common import commit_id, error_text, is_main_process, launch
+from .results import write_rows
 from .timing import BEGIN_BEFORE_GEMM, capture_graph, switch_env, sync
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric", "value", "device", "commit",
@@ -376,12 +375,7 @@ def main(argv=None) -> int:
         rows += got
     if not is_main_process():
         return 0
-    with open(args.csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, "device": device, "commit": commit})
-    print(f"wrote {len(rows)} rows to {args.csv}", file=sys.stderr)
+    write_rows(args.csv, rows, CSV_COLUMNS, device=device, commit=commit)
     return 0
 
 

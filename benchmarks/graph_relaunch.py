@@ -31,11 +31,9 @@ relaunch that did not compute the call are not a measurement of one).
 from __future__ import annotations
 
 import argparse
-import csv
 import ctypes
 import statistics
 import struct
-import sys
 import time
 
 import torch
@@ -228,7 +226,7 @@ def main(argv=None) -> int:
     from tilefuse.ops import registry
 
     from .launch import launch, use_interpreter_without_gpu
-    from .results import commit_id
+    from .results import commit_id, write_rows
 
     if use_interpreter_without_gpu():
         p.error("graph_relaunch needs a GPU")
@@ -239,12 +237,7 @@ def main(argv=None) -> int:
     print(f"graph_relaunch: world 1, N={args.N}, K={args.K}, bf16, {device}, commit {commit}")
     for r in rows:
         print(f"{r['op']:20s} M={r['M']:<5d} {r['variant']:34s} {r['metric']:14s} {r['value']:10.2f}")
-    with open(args.csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, "device": device, "commit": commit})
-    print(f"wrote {len(rows)} rows to {args.csv}", file=sys.stderr)
+    write_rows(args.csv, rows, CSV_COLUMNS, device=device, commit=commit)
     return 0
 
 

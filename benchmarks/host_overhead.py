@@ -39,9 +39,7 @@ world, mode, metric, value, device, commit, note``; a value is the maximum over 
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
-import sys
 import time
 
 import torch
@@ -51,6 +49,7 @@ import tilefuse
 from tilefuse.ops import registry
 
 from .common import commit_id, error_text, launch
+from .results import write_rows
 from .timing import BEGIN_BEFORE_GEMM, BEGIN_KERNEL, capture_graph, switch_env, sync
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric", "value", "device", "commit",
@@ -306,12 +305,7 @@ def main(argv=None) -> int:
         print(f"host_overhead: world {world}, N={args.N}, K={args.K}, {dtype}, {device}")
         _print(got)
         rows += got
-    with open(args.csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, "device": device, "commit": commit})
-    print(f"wrote {len(rows)} rows to {args.csv}", file=sys.stderr)
+    write_rows(args.csv, rows, CSV_COLUMNS, device=device, commit=commit)
     return 0
 
 

@@ -104,6 +104,21 @@ def write_csv(rows: list, path: str | os.PathLike, info: dict, append: bool = Fa
     frame.to_csv(path, mode="a" if exists else "w", header=not exists, index=False)
 
 
+def write_rows(path: str | os.PathLike, rows: list, columns: list, **facts) -> None:
+    """Write ``rows`` (dicts) to the CSV ``path`` with the columns ``columns``, each row completed
+    by ``facts`` (the device, the commit...), with the standard library only (no pandas), and say so
+    on stderr."""
+    import csv
+    import sys
+
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, **facts})
+    print(f"wrote {len(rows)} rows to {path}", file=sys.stderr)
+
+
 def _cell(value) -> str:
     if isinstance(value, float):
         if math.isnan(value):
