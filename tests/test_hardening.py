@@ -478,12 +478,16 @@ def job_first_call_shape_mismatch(ctx, bound):
 
     fn, ref = registry.get("gemm_all_reduce", "fused_sequential"), registry.get("gemm_all_reduce", "reference")
     g = torch.Generator().manual_seed(3 + ctx.rank)
-    fn(torch.randn(4, 8, generator=g), torch.randn(8, 8, generator=g))
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g).to(ctx.device)
+
+    fn(randn(4, 8), randn(8, 8))
     tilefuse.synchronize()
     os.environ["TILEFUSE_HOST_TIMEOUT"] = str(bound)
     t0 = time.monotonic()
     try:
-        fn(torch.randn(4 + ctx.rank, 8, generator=g), torch.randn(8, 8, generator=g))  # rank 1: a new shape
+        fn(randn(4 + ctx.rank, 8), randn(8, 8))  # rank 1: a new shape
         tilefuse.synchronize()
         raised = "nothing"
     except (tilefuse.HostTimeoutError, tilefuse.PeerCallError) as err:
@@ -492,7 +496,7 @@ def job_first_call_shape_mismatch(ctx, bound):
         del os.environ["TILEFUSE_HOST_TIMEOUT"]
     took = time.monotonic() - t0
     tilefuse.reset()
-    a, b = torch.randn(6, 8, generator=g), torch.randn(8, 8, generator=g)
+    a, b = randn(6, 8), randn(8, 8)
     ok = bool(torch.allclose(fn(a, b), ref(a, b), rtol=1e-3, atol=1e-3))
     tilefuse.barrier()
     return raised, took, ok
