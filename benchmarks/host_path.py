@@ -38,7 +38,7 @@ import time
 
 import torch
 
-from .timing import BEGIN_KERNEL, switch_env
+from .timing import BEGIN_KERNEL, NO_RELAUNCH, switch_env
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "metric", "value", "device", "commit", "note"]
 
@@ -108,10 +108,11 @@ def noop_launches():
             k._compiled.update(compiled)
 
 
-def methods(op: str, begin_kernel: bool = False) -> dict:
+def methods(op: str, begin_kernel: bool = False, no_relaunch: bool = False) -> dict:
     """``{name: fn(a, b)}`` for ``op`` (with ``begin_kernel``, also ``bulk_sync``,
     ``fused_sequential`` and ``wg_specialized`` with the begin kernel launched first:
-    ``<variant>+begin_kernel``)."""
+    ``<variant>+begin_kernel``; with ``no_relaunch``, every variant with its launch plans replayed
+    launch by launch, not as CUDA graphs: ``<variant>+no_relaunch``)."""
     import tilefuse
     from tilefuse.ops import registry
     from tilefuse.ops.common.config import EPILOGUE_SUM_FORMS
@@ -138,6 +139,10 @@ def methods(op: str, begin_kernel: bool = False) -> dict:
     if begin_kernel:
         for v in ("bulk_sync", "fused_sequential", "wg_specialized"):
             out[v + BEGIN_KERNEL] = out[v]
+    if no_relaunch:
+        for v in tilefuse.VARIANTS:
+            if v in have:
+                out[v + NO_RELAUNCH] = out[v]
     return out
 
 
@@ -157,7 +162,8 @@ def _auto_note(op: str, a, b) -> str:
         return f"auto: {type(err).__name__}"
 
 
-def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_kernel=False) -> list:
+def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_kernel=False,
+         no_relaunch=False) -> list:
     import tilefuse
     from tilefuse.ops import dispatch
 
@@ -173,7 +179,8 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_
                 g = torch.Generator().manual_seed(1)
                 a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
                 b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
-                fns = {name: (lambda f=f, a=a, b=b: f(a, b)) for name, f in methods(op, begin_kernel).items()}
+                fns = {name: (lambda f=f, a=a, b=b: f(a, b))
+                       for name, f in methods(op, begin_kernel, no_relaunch).items()}
                 for name, fn in fns.items():  # first calls: workspaces, decisions, plans
                     with switch_env(name):
                         for _ in range(3):
@@ -214,6 +221,9 @@ def main(argv=None) -> int:
     p.add_argument("--begin-kernel", action="store_true",
                    help="also bulk_sync, fused_sequential and wg_specialized with the begin kernel launched first "
                         "(<variant>+begin_kernel: TILEFUSE_BEGIN_KERNEL=1 around their calls)")
+    p.add_argument("--no-relaunch", action="store_true",
+                   help="also every variant with its launch plans replayed launch by launch, not as one CUDA graph "
+                        "(<variant>+no_relaunch: TILEFUSE_GRAPH_RELAUNCH=0 around their calls)")
     p.add_argument("--csv", default="host_path.csv")
     args = p.parse_args(argv)
 
@@ -233,7 +243,7 @@ def main(argv=None) -> int:
     args.dtype = args.dtype or ("fp32" if on_cpu else "bf16")
     args.clock = args.clock or ("cpu" if on_cpu else "wall")
     [rows] = launch(_job, 1, ops, Ms, args.N, args.K, args.dtype, args.calls, args.rounds, args.real_launches,
-                    args.clock, args.begin_kernel)
+                    args.clock, args.begin_kernel, args.no_relaunch)
     device = "cpu" if on_cpu else torch.cuda.get_device_name()
     commit = commit_id()
     us = {(r["op"], r["M"], r["variant"]): r["value"] for r in rows if r["metric"] == "host_us"}

@@ -2,6 +2,7 @@
 signature, Triton's own path for a new signature. (On GPUs every op test runs through it; here a
 stand-in for a Triton kernel records what would be launched.)"""
 
+import os
 import types
 
 import pytest
@@ -531,6 +532,8 @@ def job_raw_stream_forks(ctx, ops, calls):
 
     tilefuse.clear_workspaces()
     report = {}
+    relaunch = os.environ.get("TILEFUSE_GRAPH_RELAUNCH")
+    os.environ["TILEFUSE_GRAPH_RELAUNCH"] = "0"  # the plan's launches, not its graph form
     try:
         cudart.record, cudart.wait = counting("record"), counting("wait")
         torch.cuda.set_stream = counting("set_stream")
@@ -547,6 +550,10 @@ def job_raw_stream_forks(ctx, ops, calls):
             report[op] = seen
     finally:
         cudart.record, cudart.wait, torch.cuda.set_stream = real["record"], real["wait"], real["set_stream"]
+        if relaunch is None:
+            os.environ.pop("TILEFUSE_GRAPH_RELAUNCH", None)
+        else:
+            os.environ["TILEFUSE_GRAPH_RELAUNCH"] = relaunch
     return report
 
 

@@ -117,13 +117,19 @@ class Replay:
     def __init__(self, call, stream, capturing: bool):
         self.call, self.stream, self.capturing, self.objs = call, stream, capturing, {}
 
+    def close(self) -> None:
+        """Leave the side-stream blocks a failed replay left open (context managers kept under tuple
+        keys of ``objs``)."""
+        for key in [k for k in self.objs if type(k) is tuple]:
+            self.objs.pop(key).__exit__(None, None, None)
+
 
 class Plan:
     """A recorded call: ``run(inputs, replay)`` repeats it for new argument tensors (same signature).
     ``state``: the runtime state of the process group the call ran on (None: the default group's),
     set by the caller; a replay runs on it."""
 
-    __slots__ = ("steps", "n_slots", "n_inputs", "ret", "alive", "what", "launches", "state")
+    __slots__ = ("steps", "n_slots", "n_inputs", "ret", "alive", "what", "launches", "state", "graph")
 
     def __init__(self, steps: list, n_slots: int, n_inputs: int, ret, what: str, launches: int):
         self.steps, self.n_slots, self.n_inputs, self.ret = steps, n_slots, n_inputs, ret
@@ -131,13 +137,23 @@ class Plan:
         self.what = what
         self.launches = launches
         self.state = None
+        self.graph = None  # its graph form (tilefuse.runtime.relaunch): None not tried yet, False none
 
     def run(self, inputs: list, replay: Replay):
+        return _build(self.ret, self.run_slots(inputs, replay))
+
+    def run_slots(self, inputs: list, replay: Replay) -> list:
+        """Run the steps for ``inputs``; return every slot (the arguments, then what the steps made)."""
         slots = inputs + [None] * (self.n_slots - self.n_inputs)
         for step in self.steps:
             step(slots, replay)
         STATS["replays"] += 1
-        return _build(self.ret, slots)
+        return slots
+
+
+def build_result(template, slots: list):
+    """A plan's result (``Plan.ret``) from its slots."""
+    return _build(template, slots)
 
 
 class PlanNotPossible(Exception):
@@ -155,7 +171,8 @@ class _Mode(TorchFunctionMode):
 
 _REC = None  # the active Recorder (one at a time: recording happens inside a call, under its lock)
 _PLANS_LOCK = threading.Lock()
-STATS = {"recorded": 0, "replays": 0, "unplannable": 0, "retried": 0, "cleared": 0}
+STATS = {"recorded": 0, "replays": 0, "unplannable": 0, "retried": 0, "cleared": 0, "graph_forms": 0,
+         "relaunches": 0}
 LAST_FAILURE: list = [""]  # why the last recording gave up (for tests and logs)
 _ALL_PLANS: list = []  # every live Plan, so that clear_plans can mark them dead
 
@@ -509,6 +526,10 @@ def _device_memory(v) -> bool:
 def _compile(kind: str, payload):
     """One recorded step as a function ``step(slots, replay)``, its ``label`` saying what it does."""
     step = _compile_step(kind, payload)
+    step.kind = kind
+    # A host step marked ``in_graph`` (a stream fork or join) belongs in a plan's graph form with the
+    # launches; other host steps are bookkeeping, run on every call (tilefuse.runtime.relaunch).
+    step.in_graph = kind == "host" and bool(getattr(payload, "in_graph", False))
     if kind == "launch":
         step.label = f"launch {getattr(payload[0], '__name__', payload[0])}"
     elif kind == "torch":
@@ -596,6 +617,11 @@ def clear_plans() -> None:
         for plan in _ALL_PLANS:
             plan.alive = False
             plan.steps, plan.ret = (), None  # its constants (workspace views) are released now
+            if plan.graph:
+                from . import relaunch
+
+                relaunch.retire(plan.graph)  # destroyed after the next device synchronization
+            plan.graph = None
         _ALL_PLANS.clear()
     STATS["cleared"] += 1
     for hook in _CLEAR_HOOKS:

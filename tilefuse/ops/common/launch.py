@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...runtime import control_block, cudart, get_heap, hostsync, hw, is_initialized, plans
+from ...runtime import control_block, cudart, get_heap, hostsync, hw, is_initialized, plans, relaunch
 from ...runtime import launcher as _launcher
 from ...runtime import world as _world
 from ...runtime.plans import Plan, Recorder
@@ -248,10 +248,44 @@ def replay(plan: Plan, op: str, fn, args: tuple, kwargs: dict):
             _scratch_allocator()
         state = plans.Replay(call, call.stream, call.capturing)
         try:
-            return plan.run(_inputs(args, kwargs), state)
+            inputs = _inputs(args, kwargs)
+            form = plan.graph
+            if form is not False and not call.capturing:
+                setting = _relaunch_env()[0]
+                if form is None:
+                    if relaunch.wanted(plan, setting):
+                        form = _graph_form(plan, inputs, call)
+                    elif setting is None:
+                        plan.graph = False  # not under the default rule: not asked again
+                if form and setting != "0":
+                    return form.run(inputs, state)
+            return plan.run(inputs, state)
         finally:
             if state.objs:
-                _close_streams(state)
+                state.close()
+
+
+_relaunch_env = env_reader("TILEFUSE_GRAPH_RELAUNCH")
+_MAX_GRAPH_FORMS = 32  # live graph forms at most (each keeps a private memory pool of a few MiB)
+
+
+def _graph_form(plan: Plan, inputs: list, call):
+    """``plan``'s graph form, captured now (None when it cannot have one: ``plan.graph`` is then
+    False, and the call replays the plan as usual)."""
+    if relaunch.LIVE[0] >= _MAX_GRAPH_FORMS:
+        form, why = None, f"{_MAX_GRAPH_FORMS} graph forms are live"
+    else:
+        try:
+            form, why = relaunch.capture(plan, inputs, call)
+        except Exception as err:  # a capture that fails leaves the call to the plain replay
+            form, why = None, f"{type(err).__name__}: {err}"
+    if form is None:
+        plan.graph = False
+        relaunch.LAST_REFUSAL[0] = f"{plan.what}: {why}"
+        log.debug("tilefuse: %s has no graph form: %s", plan.what, why)
+        return None
+    plan.graph = form
+    return form
 
 
 _ENSURE_ALLOCATOR: list = []
@@ -621,6 +655,7 @@ def _drop_verified(uid: int) -> None:
 def _drop_workspaces() -> None:
     """Drop the workspaces of the active group's heap (:func:`tilefuse.runtime.world.using`)."""
     plans.clear_plans()
+    relaunch.release_all()
     if not is_initialized():
         _WORKSPACES.clear()
         _VERIFIED_OUT.clear()
@@ -644,6 +679,7 @@ _RETIRED: list = []  # (control block, workspaces) of closed heaps that captured
 def _drop_all() -> None:
     """At shutdown, for the active group's heap (the one that closes): drop its workspaces."""
     plans.clear_plans()
+    relaunch.release_all()
     if not is_initialized():
         return
     heap = get_heap()
@@ -840,10 +876,9 @@ class _Fork:
             state.objs.pop(self).join()
 
 
-def _close_streams(state) -> None:
-    """Leave side-stream blocks a failed replay left open."""
-    for key in [k for k in state.objs if type(k) is tuple]:
-        state.objs.pop(key).__exit__(None, None, None)
+# The fork, side block and join are stream operations: captured in a plan's graph form with its launches.
+for _step in (_Fork.replay_fork, _Fork.replay_enter, _Fork.replay_exit, _Fork.replay_join):
+    _step.in_graph = True
 
 
 @dataclass

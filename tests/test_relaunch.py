@@ -1,0 +1,179 @@
+"""Launch plans replayed as one CUDA graph launch (tilefuse.runtime.relaunch): which addresses a call
+rewrites, which plans get a graph form, and on a GPU, every op x variant relaunched with new tensors
+every call against the reference and, bit for bit, against the plan replayed launch by launch."""
+
+import os
+
+import pytest
+import torch
+
+import tilefuse
+from tilefuse.runtime import relaunch
+
+OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
+VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
+ENV = "TILEFUSE_GRAPH_RELAUNCH"
+
+
+def test_addresses_are_found_by_range_and_offset():
+    # slots 0, 1: the call's arguments; 2: a tensor the plan made (its output), 3: a view of it
+    ranges = [(0, 1000, 100), (1, 2000, 64), (2, 5000, 400), (3, 5100, 50)]
+    words = [1000, 1099, 1100, 2032, 5000, 5120, 5399, 7, 1 << 40]
+    found = relaunch.find_addresses(words, ranges, 2)
+    # the end of a range is outside it; inside two ranges the lower slot wins (a view's base); others skipped
+    assert found == [(0, 0, 0), (1, 0, 99), (3, 1, 32), (4, 2, 0), (5, 2, 120), (6, 2, 399)], found
+
+
+def test_overlapping_arguments_give_no_form():
+    assert relaunch.find_addresses([1000], [(0, 1000, 100), (1, 1050, 100)], 2) is None
+    assert relaunch.find_addresses([1000], [(0, 1000, 100), (1, 900, 101)], 2) is None
+    # touching, not overlapping; and a made tensor inside an argument (a view of it) is no conflict
+    assert relaunch.find_addresses([1100], [(0, 1000, 100), (1, 1100, 10)], 2) == [(0, 1, 0)]
+    assert relaunch.find_addresses([1010], [(0, 1000, 100), (1, 5000, 8), (2, 1008, 8)], 2) == [(0, 0, 10)]
+    # an empty tensor has no range
+    assert relaunch.find_addresses([1000], [(0, 1000, 0), (1, 1000, 8)], 2) == [(0, 1, 0)]
+
+
+def test_extent_covers_strided_views():
+    t = torch.empty(6, 8)
+    assert relaunch.extent(t) == 6 * 8 * 4
+    assert relaunch.extent(t.t()) == 6 * 8 * 4
+    assert relaunch.extent(t[:, 2:4]) == (5 * 8 + 1 + 1) * 4
+    assert relaunch.extent(t[1:1]) == 0
+    assert relaunch.extent(t[::2]) == (2 * 16 + 7 + 1) * 4
+    assert relaunch.extent(torch.empty(3, 1).expand(3, 5)) == 3 * 4
+
+
+def test_which_plans_get_a_form():
+    from tilefuse.runtime.plans import Plan
+
+    one, two = Plan([], 2, 2, None, "one", 1), Plan([], 2, 2, None, "two", 2)
+    assert [relaunch.wanted(p, None) for p in (one, two)] == [False, True]  # default: two launches or more
+    assert [relaunch.wanted(p, "1") for p in (one, two)] == [True, True]
+    assert [relaunch.wanted(p, "0") for p in (one, two)] == [False, False]
+    two.graph = False  # tried, and it could not have one
+    assert not relaunch.wanted(two, "1")
+
+
+def _operands(ctx, op, rows, n, k, seed, shift=False):
+    """The op's operands (gemm_all_scatter's ``a`` the same on every rank); with ``shift``, ``a``
+    is a view one row into a larger tensor (another address, a storage offset)."""
+    from ophelpers import randn
+
+    M = rows * ctx.world if op == "gemm_reduce_scatter" else rows
+    a = randn((M, k), torch.float32, ctx.device, seed=seed * 10 + (0 if op == "gemm_all_scatter" else ctx.rank))
+    b = randn((k, n), torch.float32, ctx.device, seed=seed * 10 + 5 + ctx.rank)
+    if shift:
+        big = torch.empty((M + 1, k), device=ctx.device)
+        big[1:] = a
+        a = big[1:]
+    return a, b
+
+
+def job_relaunch_every_variant(ctx, ops, variants, calls):
+    """Every op x variant, ``calls`` calls with new operands (every other one a view at an offset),
+    poisoned workspaces, graph forms for every plan: each result against the reference, and from the
+    fourth call on, bit for bit against the same call replayed launch by launch."""
+    from ophelpers import assert_matches, poison_workspaces
+
+    from tilefuse.ops import registry
+    from tilefuse.runtime import plans
+
+    old = os.environ.get(ENV)
+    os.environ[ENV] = "1"
+    tilefuse.clear_workspaces()  # and every plan
+    report = {}
+    try:
+        for op in ops:
+            for variant in variants:
+                fn, ref = registry.get(op, variant), registry.get(op, "reference")
+                before = plans.STATS["relaunches"]
+                for i in range(calls):
+                    a, b = _operands(ctx, op, 24, 40, 32, seed=800 + i, shift=i % 2 == 1)
+                    poison_workspaces()
+                    got = fn(a, b)
+                    what = f"{op}/{variant} call {i}"
+                    assert_matches(got, ref(a, b), torch.float32, 32, ctx.on_gpu, what, scale=ctx.world)
+                    if i >= 3:
+                        os.environ[ENV] = "0"
+                        try:
+                            again = fn(a, b)
+                        finally:
+                            os.environ[ENV] = "1"
+                        assert torch.equal(got, again), f"{what}: the graph form and the plan's launches differ"
+                plan = fn.plan_for((a, b), {})
+                form = None if plan is None else plan.graph
+                report[(op, variant)] = (plans.STATS["relaunches"] - before, type(form).__name__,
+                                         relaunch.LAST_REFUSAL[0])
+    finally:
+        if old is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = old
+        tilefuse.clear_workspaces()
+    return report
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_variant_relaunched_as_a_graph(pools, on_gpu, world):
+    if not on_gpu:
+        pytest.skip("CUDA graphs need a GPU")
+    for report in pools.run(world, job_relaunch_every_variant, OPS, VARIANTS, 6, timeout=900):
+        for (op, variant), (relaunches, form, why) in report.items():
+            if op == "gemm_all_scatter":
+                # without a heap out, the peers' column blocks are copied out of the heap by torch
+                # after the kernels: a graph of more nodes than launches, no form
+                assert form == "bool", (op, variant, form, why)
+            elif variant in ("producer_consumer", "bulk_sync"):  # the plans of several launches
+                assert form == "GraphForm", (op, variant, form, why)
+            # calls 2-5 replay; those whose plan has a form relaunch it
+            assert relaunches == (4 if form == "GraphForm" else 0), (op, variant, relaunches, form, why)
+
+
+def job_relaunch_overlapping_and_out(ctx):
+    """Arguments that overlap one another: no graph form, still correct. gemm_all_scatter into a
+    new ordinary ``out`` every call, relaunched (world 1: the result is ``out`` itself, no copy):
+    every result correct and in ``out``."""
+    from ophelpers import assert_matches
+
+    from tilefuse.ops import registry
+
+    old = os.environ.get(ENV)
+    os.environ[ENV] = "1"
+    tilefuse.clear_workspaces()
+    try:
+        op = "gemm_all_reduce"
+        fn, ref = registry.get(op, "bulk_sync"), registry.get(op, "reference")
+        forms = []
+        for i in range(5):
+            g = torch.Generator().manual_seed(900 + i + ctx.rank)
+            buf = torch.randn(40 * 32, generator=g).to(ctx.device)
+            a, b = buf[: 24 * 32].view(24, 32), buf[: 32 * 40].view(32, 40)  # the same memory, read twice
+            assert_matches(fn(a, b), ref(a, b), torch.float32, 32, ctx.on_gpu, f"overlapping call {i}",
+                           scale=ctx.world)
+            plan = fn.plan_for((a, b), {})
+            forms.append(None if plan is None else plan.graph)
+        op = "gemm_all_scatter"
+        fn, ref = registry.get(op, "producer_consumer"), registry.get(op, "reference")
+        for i in range(5):
+            a, b = _operands(ctx, op, 24, 40, 32, seed=950 + i)
+            out = torch.full((24, 40 * ctx.world), float("nan"), device=ctx.device)
+            got = fn(a, b, out=out)
+            assert got is out
+            assert_matches(out, ref(a, b), torch.float32, 32, ctx.on_gpu, f"{op} out call {i}")
+        plan = fn.plan_for((a, b), {"out": out})
+        return forms, None if plan is None else type(plan.graph).__name__
+    finally:
+        if old is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = old
+        tilefuse.clear_workspaces()
+
+
+def test_overlapping_arguments_and_new_outputs(pools, on_gpu):
+    if not on_gpu:
+        pytest.skip("CUDA graphs need a GPU")
+    for forms, out_form in pools.run(1, job_relaunch_overlapping_and_out, timeout=600):
+        assert forms[:2] == [None, None] and forms[2:] == [False] * 3, forms  # replays, without a form
+        assert out_form == "GraphForm", out_form

@@ -1,0 +1,311 @@
+"""Launch plans replayed as one CUDA graph launch: a plan's graph form.
+
+A replayed plan of several kernels (a producer-consumer call's two kernels with the fork and join
+between its streams; a bulk-synchronous call's GEMM and communication kernels) costs one driver
+launch per kernel and two runtime calls per fork or join, 8-20 us each on a busy host. Its graph
+form captures one replay of the plan into a CUDA graph, once per plan; every later call writes its
+own tensors' addresses into the kernel nodes that hold the captured ones
+(``cuGraphExecKernelNodeSetParams``) and launches the graph (``cuGraphLaunch``) on the call's
+stream. Measured in docs/PERF.md, "Host cost of an op call".
+
+What makes it safe:
+
+* The addresses a call changes are found by value: every 8-byte-aligned word of every kernel
+  node's parameters (Triton's arguments, and the structures torch's kernels take) that points into
+  one of the captured call's tensors (an argument, or a tensor the plan made from them: the output,
+  views) is rewritten for the new call as that tensor's address plus the same offset. Arguments that
+  overlapped one another in the captured call make the address ambiguous: no graph form then.
+* The graph may hold only the plan's kernel launches: exactly one kernel node per launch step and
+  no other node but empty ones. A torch operation of the plan that queued device work (a copy, a
+  fill) or a copy-engine step would add nodes: no graph form. The plan's torch operations are then
+  allocations and views, run eagerly on every call (fresh outputs), and its host steps (workspace
+  bookkeeping, the collective call's begin marks) run eagerly after the launch; the forks and joins
+  (``in_graph`` host steps) are part of the graph.
+* A graph form lives as long as its plan; when plans are cleared it is destroyed only once the
+  device has been synchronized (a launch may still be in flight).
+
+Which plans get one: :func:`wanted`. ``TILEFUSE_GRAPH_RELAUNCH=0`` turns graph forms off, ``=1``
+gives one to every plan with a launch (the tests' setting); unset, plans of two launches or more.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import struct
+import threading
+
+import torch
+
+from . import plans
+
+_KERNEL_NODE, _EMPTY_NODE = 0, 5  # CUgraphNodeType
+_MAX_MADE_BYTES = 8 << 20  # tensors a plan makes (its outputs) above this: no graph form (a copy stays with the graph)
+_RETIRED: list = []  # graph forms of cleared plans, destroyed after the next device synchronization
+LIVE = [0]  # graph forms of live plans
+LAST_REFUSAL = [""]  # why the last plan that was to get a graph form got none
+_LOCK = threading.Lock()
+
+
+class _KernelNodeParams(ctypes.Structure):
+    """CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h)."""
+
+    _fields_ = [("func", ctypes.c_void_p), ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint),
+                ("blockDimZ", ctypes.c_uint), ("sharedMemBytes", ctypes.c_uint),
+                ("kernelParams", ctypes.POINTER(ctypes.c_void_p)), ("extra", ctypes.c_void_p),
+                ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]
+
+
+class _Driver:
+    """The driver calls a graph form needs, through ctypes."""
+
+    def __init__(self, lib):
+        vp, sz = ctypes.c_void_p, ctypes.c_size_t
+
+        def fn(name, *argtypes, optional=False):
+            f = getattr(lib, name, None)
+            if f is None:
+                if optional:
+                    return None
+                raise AttributeError(name)
+            f.restype, f.argtypes = ctypes.c_int, list(argtypes)
+            return f
+
+        self.get_nodes = fn("cuGraphGetNodes", vp, ctypes.POINTER(vp), ctypes.POINTER(sz))
+        self.node_type = fn("cuGraphNodeGetType", vp, ctypes.POINTER(ctypes.c_int))
+        self.get_params = fn("cuGraphKernelNodeGetParams_v2", vp, ctypes.POINTER(_KernelNodeParams))
+        self.func_param = fn("cuFuncGetParamInfo", vp, sz, ctypes.POINTER(sz), ctypes.POINTER(sz))
+        self.kernel_param = fn("cuKernelGetParamInfo", vp, sz, ctypes.POINTER(sz), ctypes.POINTER(sz), optional=True)
+        self.set_params = fn("cuGraphExecKernelNodeSetParams_v2", vp, vp, ctypes.POINTER(_KernelNodeParams))
+        self.launch = fn("cuGraphLaunch", vp, vp)
+
+
+@functools.cache
+def driver() -> _Driver | None:
+    """The driver's calls, or None (no GPU, or a driver without them: CUDA 12.4 or later needed)."""
+    if not torch.cuda.is_available():
+        return None
+    try:
+        return _Driver(ctypes.CDLL("libcuda.so.1"))
+    except (OSError, AttributeError):
+        return None
+
+
+def _check(err: int, what: str) -> None:
+    if err != 0:
+        raise RuntimeError(f"tilefuse: {what} failed with CUDA driver error {err}")
+
+
+def wanted(plan, setting: str | None) -> bool:
+    """Whether ``plan`` is to get a graph form under ``TILEFUSE_GRAPH_RELAUNCH=setting``."""
+    if setting == "0" or plan.graph is False:
+        return False
+    return plan.launches >= (1 if setting == "1" else 2)
+
+
+def extent(t: torch.Tensor) -> int:
+    """Bytes from ``t``'s address to one past its last element (0 for an empty tensor)."""
+    if t.numel() == 0:
+        return 0
+    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def find_addresses(words: list, ranges: list, n_inputs: int) -> list | None:
+    """``[(word index, slot, offset)]`` for the ``words`` (8-byte values) that point into one of
+    ``ranges`` (``(slot, address, bytes)``, slots below ``n_inputs`` the call's arguments): the slot
+    of the lowest index whose range holds the word. None if two arguments' ranges overlap (the
+    address would be ambiguous in a later call)."""
+    spans = sorted((addr, addr + size, slot) for slot, addr, size in ranges if size > 0)
+    inputs = [(lo, hi) for lo, hi, slot in spans if slot < n_inputs]
+    for (_, hi0), (lo1, _) in zip(inputs, inputs[1:]):  # sorted by address: a neighbour overlaps if any does
+        if lo1 < hi0:
+            return None
+    found = []
+    for i, w in enumerate(words):
+        best = None
+        for lo, hi, slot in spans:
+            if lo > w:
+                break
+            if w < hi and (best is None or slot < best[0]):
+                best = (slot, w - lo)
+        if best is not None:
+            found.append((i, best[0], best[1]))
+    return found
+
+
+class _Node:
+    """A kernel node whose parameters hold the call's addresses: its parameters copied into a
+    buffer of ours, the words to rewrite, and the struct ``cuGraphExecKernelNodeSetParams`` reads."""
+
+    __slots__ = ("handle", "buf", "ptrs", "params", "ref", "words")
+
+    def __init__(self, handle, params: _KernelNodeParams, layout: list, buf, words: list):
+        self.handle, self.buf, self.words = handle, buf, words
+        base = ctypes.addressof(buf)
+        self.ptrs = (ctypes.c_void_p * max(len(layout), 1))(*[base + off for off, _ in layout])
+        params.kernelParams = ctypes.cast(self.ptrs, ctypes.POINTER(ctypes.c_void_p))
+        params.extra = None
+        self.params = params
+        self.ref = ctypes.byref(params)
+
+
+def _param_layout(drv: _Driver, p: _KernelNodeParams) -> list | None:
+    """``[(offset, size)]`` of the node's kernel parameters, or None where the driver cannot say."""
+    if p.func:
+        get, handle = drv.func_param, p.func
+    elif p.kern and drv.kernel_param is not None:
+        get, handle = drv.kernel_param, p.kern
+    else:
+        return None
+    out = []
+    off, size = ctypes.c_size_t(), ctypes.c_size_t()
+    while get(ctypes.c_void_p(handle), len(out), ctypes.byref(off), ctypes.byref(size)) == 0:
+        out.append((off.value, size.value))
+    return out
+
+
+def _nodes(drv: _Driver, graph: int) -> list:
+    n = ctypes.c_size_t(0)
+    _check(drv.get_nodes(ctypes.c_void_p(graph), None, ctypes.byref(n)), "cuGraphGetNodes")
+    handles = (ctypes.c_void_p * max(n.value, 1))()
+    _check(drv.get_nodes(ctypes.c_void_p(graph), handles, ctypes.byref(n)), "cuGraphGetNodes")
+    out = []
+    for i in range(n.value):
+        kind = ctypes.c_int()
+        _check(drv.node_type(ctypes.c_void_p(handles[i]), ctypes.byref(kind)), "cuGraphNodeGetType")
+        out.append((ctypes.c_void_p(handles[i]), kind.value))
+    return out
+
+
+class GraphForm:
+    """One plan captured as a CUDA graph (module docstring). ``run(inputs, replay)`` is the plan's
+    ``run``: the same result, one graph launch."""
+
+    __slots__ = ("plan", "graph", "exec", "nodes", "before", "after", "drv")
+
+    def __init__(self, plan, graph, nodes: list, drv: _Driver):
+        self.plan, self.graph, self.nodes, self.drv = plan, graph, nodes, drv
+        self.exec = ctypes.c_void_p(graph.raw_cuda_graph_exec())
+        self.before = [s for s in plan.steps if s.kind == "torch"]
+        self.after = [s for s in plan.steps if s.kind == "host" and not s.in_graph]
+
+    def run(self, inputs: list, replay):
+        plan = self.plan
+        slots = inputs + [None] * (plan.n_slots - plan.n_inputs)
+        for step in self.before:  # allocations and views (checked: no device work)
+            step(slots, replay)
+        stream = replay.stream
+        if stream is None:
+            from .launcher import _current_stream
+
+            stream = replay.stream = _current_stream()
+        drv, pack = self.drv, struct.pack_into
+        with _LOCK:  # the nodes' buffers are shared by every call of the plan
+            for node in self.nodes:
+                buf = node.buf
+                for off, slot, delta in node.words:
+                    pack("Q", buf, off, slots[slot].data_ptr() + delta)
+                _check(drv.set_params(self.exec, node.handle, node.ref), "cuGraphExecKernelNodeSetParams")
+            _check(drv.launch(self.exec, ctypes.c_void_p(stream)), "cuGraphLaunch")
+        for step in self.after:  # bookkeeping: workspace use, the call's begin marks
+            step(slots, replay)
+        plans.STATS["replays"] += 1
+        plans.STATS["relaunches"] += 1
+        return plans.build_result(plan.ret, slots)
+
+
+def capture(plan, inputs: list, call) -> tuple[GraphForm | None, str]:
+    """Capture one replay of ``plan`` for ``inputs`` (the call ``call`` is making: nothing runs, the
+    caller launches the form) and read its kernel nodes back: ``(form, "")``, or ``(None, why
+    not)``."""
+    drv = driver()
+    if drv is None:
+        return None, "the CUDA driver's graph-node calls are missing"
+    try:
+        graph = torch.cuda.CUDAGraph(keep_graph=True)
+    except TypeError:
+        return None, "this torch cannot keep a captured graph (CUDAGraph(keep_graph=True))"
+    _drop_retired()
+    # Captured on a stream of its own, which waits for the current one; capture_begin directly, not
+    # torch.cuda.graph(), which collects garbage (on this rank only: heap blocks held by cycles would
+    # come back on one rank) and empties torch's cache.
+    state = plans.Replay(call, None, False)  # not a user's capture: workspaces are not kept for it
+    current = torch.cuda.current_stream()
+    stream = _capture_stream(current.device)
+    stream.wait_stream(current)
+    with torch.cuda.stream(stream):
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            slots = plan.run_slots(inputs, state)
+        finally:
+            state.close()
+            graph.capture_end()
+    current.wait_stream(stream)
+    graph.instantiate()
+    ranges = []
+    made = 0
+    for s, t in enumerate(slots):
+        if isinstance(t, torch.Tensor) and t.is_cuda:
+            ranges.append((s, t.data_ptr(), extent(t)))
+            if s >= plan.n_inputs:
+                made += extent(t)
+    if made > _MAX_MADE_BYTES:
+        return None, f"the plan makes {made} bytes of tensors (a graph would keep a copy)"
+    nodes = _nodes(drv, graph.raw_cuda_graph())
+    kernels = [h for h, kind in nodes if kind == _KERNEL_NODE]
+    others = sorted({kind for _, kind in nodes if kind not in (_KERNEL_NODE, _EMPTY_NODE)})
+    launches = sum(1 for step in plan.steps if step.kind == "launch")
+    if others or len(kernels) != launches:
+        return None, f"the graph holds {len(kernels)} kernel nodes for {launches} launches, other node types {others}"
+    form_nodes = []
+    for handle in kernels:
+        p = _KernelNodeParams()
+        _check(drv.get_params(handle, ctypes.byref(p)), "cuGraphKernelNodeGetParams")
+        layout = _param_layout(drv, p)
+        if layout is None:
+            return None, "a kernel node's parameter layout is unknown"
+        size = max((off + n for off, n in layout), default=0)
+        buf = ctypes.create_string_buffer(max(size, 8))
+        at = []  # offsets of the 8-byte-aligned words inside parameters
+        for i, (off, n) in enumerate(layout):
+            ctypes.memmove(ctypes.addressof(buf) + off, p.kernelParams[i], n)
+            at += range(off + (-off % 8), off + n - 7, 8)
+        words = [struct.unpack_from("Q", buf, o)[0] for o in at]
+        found = find_addresses(words, ranges, plan.n_inputs)
+        if found is None:
+            return None, "arguments overlap one another"
+        if found:
+            form_nodes.append(_Node(handle, p, layout, buf, [(at[i], slot, delta) for i, slot, delta in found]))
+    plans.STATS["graph_forms"] += 1
+    LIVE[0] += 1
+    return GraphForm(plan, graph, form_nodes, drv), ""
+
+
+_CAPTURE_STREAMS: dict = {}
+
+
+def _capture_stream(device: torch.device):
+    stream = _CAPTURE_STREAMS.get(device)
+    if stream is None:
+        stream = _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
+    return stream
+
+
+def retire(form: GraphForm) -> None:
+    """``form``'s plan is cleared: destroy the graph once the device has been synchronized."""
+    LIVE[0] -= 1
+    _RETIRED.append(form)
+
+
+def _drop_retired() -> None:
+    if _RETIRED:
+        torch.cuda.synchronize()
+        _RETIRED.clear()
+
+
+def release_all() -> None:
+    """Destroy the retired graph forms now (after a device synchronization): shutdown, reset."""
+    if _RETIRED and torch.cuda.is_available():
+        _drop_retired()
+    _RETIRED.clear()
