@@ -582,3 +582,21 @@ def test_recorder_says_whether_a_block_holds_only_fast_launches():
         rec.steps.append(other + (set(), False, []))
         assert not rec.fast_launches_since(start), other
         rec.steps.pop()
+
+
+def test_environment_switches_read_as_strings(monkeypatch):
+    """The launchers' per-call switches read the environment's raw mapping (bytes on POSIX): they
+    must still compare as os.environ's strings, so that ``=0`` turns a switch off."""
+    from tilefuse.ops.common import launch
+
+    read = launch.env_reader("TILEFUSE_TEST_SWITCH", "TILEFUSE_TEST_UNSET")
+    monkeypatch.delenv("TILEFUSE_TEST_UNSET", raising=False)
+    monkeypatch.delenv("TILEFUSE_TEST_SWITCH", raising=False)
+    assert read() == (None, None)
+    for value in ("0", "1", ""):
+        monkeypatch.setenv("TILEFUSE_TEST_SWITCH", value)
+        assert read() == (value, None)
+    monkeypatch.setenv("TILEFUSE_BEGIN_BEFORE_GEMM", "0")
+    assert launch.begin_aside()
+    monkeypatch.setenv("TILEFUSE_BEGIN_BEFORE_GEMM", "1")
+    assert not launch.begin_aside()

@@ -142,12 +142,13 @@ class Plan:
     def run(self, inputs: list, replay: Replay):
         return _build(self.ret, self.run_slots(inputs, replay))
 
-    def run_slots(self, inputs: list, replay: Replay) -> list:
-        """Run the steps for ``inputs``; return every slot (the arguments, then what the steps made)."""
+    def run_slots(self, inputs: list, replay: Replay, count: bool = True) -> list:
+        """Run the steps for ``inputs``; return every slot (the arguments, then what the steps made).
+        ``count``: a replay (not the capture of one)."""
         slots = inputs + [None] * (self.n_slots - self.n_inputs)
         for step in self.steps:
             step(slots, replay)
-        STATS["replays"] += 1
+        STATS["replays"] += count
         return slots
 
 

@@ -237,7 +237,7 @@ def capture(plan, inputs: list, call) -> tuple[GraphForm | None, str]:
     with torch.cuda.stream(stream):
         graph.capture_begin(capture_error_mode="thread_local")
         try:
-            slots = plan.run_slots(inputs, state)
+            slots = plan.run_slots(inputs, state, count=False)
         finally:
             state.close()
             graph.capture_end()

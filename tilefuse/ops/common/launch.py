@@ -85,7 +85,15 @@ def env_reader(*names: str):
     if isinstance(data, dict) and encode is not None:
         keys = tuple(encode(n) for n in names)
         get = data.get
-        return lambda: tuple(map(get, keys))
+        n = len(keys)
+
+        def read():
+            values = tuple(map(get, keys))
+            if values.count(None) == n:  # the usual case: none set
+                return values
+            return tuple(v if v is None or type(v) is str else v.decode() for v in values)  # as os.environ gives
+
+        return read
     return lambda: tuple(os.environ.get(n) for n in names)
 
 
@@ -249,15 +257,9 @@ def replay(plan: Plan, op: str, fn, args: tuple, kwargs: dict):
         state = plans.Replay(call, call.stream, call.capturing)
         try:
             inputs = _inputs(args, kwargs)
-            form = plan.graph
-            if form is not False and not call.capturing:
-                setting = _relaunch_env()[0]
-                if form is None:
-                    if relaunch.wanted(plan, setting):
-                        form = _graph_form(plan, inputs, call)
-                    elif setting is None:
-                        plan.graph = False  # not under the default rule: not asked again
-                if form and setting != "0":
+            if plan.graph is not False and not call.capturing and relaunch.wanted(plan, _relaunch_env()[0]):
+                form = plan.graph or _graph_form(plan, inputs, call)
+                if form:
                     return form.run(inputs, state)
             return plan.run(inputs, state)
         finally:
