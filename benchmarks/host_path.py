@@ -38,7 +38,7 @@ import time
 
 import torch
 
-from .timing import BEGIN_KERNEL, NO_RELAUNCH, RELAUNCH, switch_env
+from .timing import BEGIN_KERNEL, NO_RELAUNCH, switch_env
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "metric", "value", "device", "commit", "note"]
 
@@ -112,8 +112,7 @@ def methods(op: str, begin_kernel: bool = False, no_relaunch: bool = False) -> d
     """``{name: fn(a, b)}`` for ``op`` (with ``begin_kernel``, also ``bulk_sync``,
     ``fused_sequential`` and ``wg_specialized`` with the begin kernel launched first:
     ``<variant>+begin_kernel``; with ``no_relaunch``, every variant with its launch plans replayed
-    launch by launch, not as CUDA graphs, ``<variant>+no_relaunch``, and with every plan replayed as
-    one, ``<variant>+relaunch``)."""
+    launch by launch, not as CUDA graphs: ``<variant>+no_relaunch``)."""
     import tilefuse
     from tilefuse.ops import registry
     from tilefuse.ops.common.config import EPILOGUE_SUM_FORMS
@@ -144,7 +143,6 @@ def methods(op: str, begin_kernel: bool = False, no_relaunch: bool = False) -> d
         for v in tilefuse.VARIANTS:
             if v in have:
                 out[v + NO_RELAUNCH] = out[v]
-                out[v + RELAUNCH] = out[v]
     return out
 
 
@@ -225,8 +223,7 @@ def main(argv=None) -> int:
                         "(<variant>+begin_kernel: TILEFUSE_BEGIN_KERNEL=1 around their calls)")
     p.add_argument("--no-relaunch", action="store_true",
                    help="also every variant with its launch plans replayed launch by launch, not as one CUDA graph "
-                        "(<variant>+no_relaunch: TILEFUSE_GRAPH_RELAUNCH=0 around their calls), and with "
-                        "every plan replayed as one (<variant>+relaunch: TILEFUSE_GRAPH_RELAUNCH=1)")
+                        "(<variant>+no_relaunch: TILEFUSE_GRAPH_RELAUNCH=0 around their calls)")
     p.add_argument("--csv", default="host_path.csv")
     args = p.parse_args(argv)
 

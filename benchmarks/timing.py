@@ -218,9 +218,8 @@ def capture_graph(device: torch.device, fn, warmup: int):
 BEGIN_KERNEL = "+begin_kernel"  # a method name's suffix: the method runs with TILEFUSE_BEGIN_KERNEL=1
 BEGIN_BEFORE_GEMM = "+begin_before_gemm"  # ... with TILEFUSE_BEGIN_BEFORE_GEMM=1
 NO_RELAUNCH = "+no_relaunch"  # ... with TILEFUSE_GRAPH_RELAUNCH=0: plans replay launch by launch
-RELAUNCH = "+relaunch"  # ... with TILEFUSE_GRAPH_RELAUNCH=1: plans of one launch replay as a CUDA graph too
 SWITCHES = {BEGIN_KERNEL: ("TILEFUSE_BEGIN_KERNEL", "1"), BEGIN_BEFORE_GEMM: ("TILEFUSE_BEGIN_BEFORE_GEMM", "1"),
-            NO_RELAUNCH: ("TILEFUSE_GRAPH_RELAUNCH", "0"), RELAUNCH: ("TILEFUSE_GRAPH_RELAUNCH", "1")}
+            NO_RELAUNCH: ("TILEFUSE_GRAPH_RELAUNCH", "0")}
 
 
 @contextlib.contextmanager
@@ -228,8 +227,7 @@ def switch_env(name: str):
     """The environment switch of the method ``name``'s suffix set inside the block
     (:data:`SWITCHES`: ``+begin_kernel``, its calls launch the protocol's begin kernel;
     ``+begin_before_gemm``, every program of a kernel that begins its call waits for the begin
-    before its K loop; ``+no_relaunch``, launch plans are not replayed as CUDA graphs; ``+relaunch``,
-    plans of one launch are too); nothing
+    before its K loop; ``+no_relaunch``, launch plans are not replayed as CUDA graphs); nothing
     changes for a name without one."""
     var, value = next((v for suffix, v in SWITCHES.items() if name.endswith(suffix)), (None, None))
     if var is None:

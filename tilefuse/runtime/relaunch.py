@@ -1,10 +1,9 @@
 """Launch plans replayed as one CUDA graph launch: a plan's graph form.
 
-A replayed plan of several kernels (a producer-consumer call's two kernels with the fork and join
-between its streams; a bulk-synchronous call's GEMM and communication kernels) costs one driver
-launch per kernel and two runtime calls per fork or join, 8-20 us each on a busy host. Its graph
-form captures one replay of the plan into a CUDA graph, once per plan; every later call writes its
-own tensors' addresses into the kernel nodes that hold the captured ones
+A replayed plan costs one driver launch per kernel (a kernel of 20-30 parameters: 8-20 us on a busy
+host) and two runtime calls per fork or join of a producer-consumer call's streams. Its graph form
+captures one replay of the plan into a CUDA graph, once per plan; every later call writes its own
+tensors' addresses into the kernel nodes that hold the captured ones
 (``cuGraphExecKernelNodeSetParams``) and launches the graph (``cuGraphLaunch``) on the call's
 stream. Measured in docs/PERF.md, "Host cost of an op call".
 
@@ -24,8 +23,9 @@ What makes it safe:
 * A graph form lives as long as its plan; when plans are cleared it is destroyed only once the
   device has been synchronized (a launch may still be in flight).
 
-Which plans get one: :func:`wanted`. ``TILEFUSE_GRAPH_RELAUNCH=0`` turns graph forms off, ``=1``
-gives one to every plan with a launch (the tests' setting); unset, plans of two launches or more.
+Which plans get one: every plan with a kernel launch that passes the checks above (a one-kernel
+call's graph launch also costs less host time than Triton's launcher: measured);
+``TILEFUSE_GRAPH_RELAUNCH=0`` turns graph forms off (plans then replay launch by launch).
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ import torch
 from . import plans
 
 _KERNEL_NODE, _EMPTY_NODE = 0, 5  # CUgraphNodeType
-_MAX_MADE_BYTES = 8 << 20  # tensors a plan makes (its outputs) above this: no graph form (a copy stays with the graph)
+# Tensors a plan makes (its outputs) above this: no graph form (the captured ones stay with the graph;
+# host time matters where the device's is short, that is for small outputs).
+_MAX_MADE_BYTES = 1 << 20
 _RETIRED: list = []  # graph forms of cleared plans, destroyed after the next device synchronization
 LIVE = [0]  # graph forms of live plans
 LAST_REFUSAL = [""]  # why the last plan that was to get a graph form got none
@@ -98,10 +100,9 @@ def _check(err: int, what: str) -> None:
 
 
 def wanted(plan, setting: str | None) -> bool:
-    """Whether ``plan`` is to get a graph form under ``TILEFUSE_GRAPH_RELAUNCH=setting``."""
-    if setting == "0" or plan.graph is False:
-        return False
-    return plan.launches >= (1 if setting == "1" else 2)
+    """Whether ``plan`` is to get (or use) a graph form under ``TILEFUSE_GRAPH_RELAUNCH=setting``:
+    every plan with a launch, unless the switch is ``0``."""
+    return setting != "0" and plan.graph is not False and plan.launches >= 1
 
 
 def extent(t: torch.Tensor) -> int:
@@ -244,12 +245,13 @@ def capture(plan, inputs: list, call) -> tuple[GraphForm | None, str]:
     current.wait_stream(stream)
     graph.instantiate()
     ranges = []
-    made = 0
+    made = {}  # storage address -> bytes, of the tensors the plan made
     for s, t in enumerate(slots):
         if isinstance(t, torch.Tensor) and t.is_cuda:
             ranges.append((s, t.data_ptr(), extent(t)))
             if s >= plan.n_inputs:
-                made += extent(t)
+                made[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    made = sum(made.values())
     if made > _MAX_MADE_BYTES:
         return None, f"the plan makes {made} bytes of tensors (a graph would keep a copy)"
     nodes = _nodes(drv, graph.raw_cuda_graph())
