@@ -183,3 +183,70 @@ def test_overlapping_arguments_and_new_outputs(pools, on_gpu):
     for forms, out_form in pools.run(1, job_relaunch_overlapping_and_out, timeout=600):
         assert forms[:2] == [None, None] and forms[2:] == [False] * 3, forms  # replays, without a form
         assert out_form == "GraphForm", out_form
+
+
+class _FakeGraph:
+    def raw_cuda_graph_exec(self):
+        return 0
+
+
+class _FakeDriver:
+    """Stands in for the driver: records what a relaunch writes and launches."""
+
+    def __init__(self, set_error: int = 0):
+        self.set_error, self.set_calls, self.launched = set_error, [], 0
+
+    def set_params(self, exec_, handle, ref):
+        self.set_calls.append(handle.value)
+        return self.set_error
+
+    def launch(self, exec_, stream):
+        self.launched += 1
+        return 0
+
+
+def _fake_form(driver, words):
+    """A graph form of a plan that returns its first argument, with one kernel node whose 16 bytes of
+    parameters hold the rewritten ``words`` ``(offset, slot, delta)``."""
+    import ctypes
+
+    from tilefuse.runtime import plans
+
+    plan = plans.Plan([], 2, 2, plans._Ref(0), "fake", 1)
+    buf = ctypes.create_string_buffer(16)
+    node = relaunch._Node(ctypes.c_void_p(7), relaunch._KernelNodeParams(), [(0, 8), (8, 8)], buf, words)
+    form = relaunch.GraphForm(plan, _FakeGraph(), [node], driver)
+    plan.graph = form
+    return plan, form, buf
+
+
+def test_a_relaunch_writes_the_call_addresses_then_launches():
+    import struct
+
+    from tilefuse.runtime import plans
+
+    drv = _FakeDriver()
+    plan, form, buf = _fake_form(drv, [(0, 1, 16), (8, 0, 0)])
+    a, b = torch.arange(4.0), torch.arange(8.0)
+    got = form.run([a, b], plans.Replay(None, 0, False))
+    assert got is a
+    assert struct.unpack_from("QQ", buf, 0) == (b.data_ptr() + 16, a.data_ptr())
+    assert drv.set_calls == [7] and drv.launched == 1
+
+
+def test_a_failed_relaunch_replays_the_plan_instead():
+    from tilefuse.runtime import plans
+
+    drv = _FakeDriver(set_error=999)
+    live, retired = relaunch.LIVE[0], list(relaunch._RETIRED)
+    try:
+        plan, form, _ = _fake_form(drv, [(0, 0, 0)])
+        a, b = torch.zeros(2), torch.ones(2)
+        replays = plans.STATS["replays"]
+        assert form.run([a, b], plans.Replay(None, 0, False)) is a  # the plan's own replay
+        assert drv.launched == 0 and plan.graph is False and plans.STATS["replays"] == replays + 1
+        assert "error 999" in relaunch.LAST_REFUSAL[0]
+        assert not relaunch.wanted(plan, "1")  # not asked again
+    finally:
+        relaunch.LIVE[0] = live
+        relaunch._RETIRED[:] = retired

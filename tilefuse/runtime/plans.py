@@ -531,7 +531,11 @@ def _compile(kind: str, payload):
     # A host step marked ``in_graph`` (a stream fork or join) belongs in a plan's graph form with the
     # launches; other host steps are bookkeeping, run on every call (tilefuse.runtime.relaunch).
     step.in_graph = kind == "host" and bool(getattr(payload, "in_graph", False))
+    step.programs = None
     if kind == "launch":
+        step.programs = 1
+        for g in payload[1]:  # the grid
+            step.programs *= g
         step.label = f"launch {getattr(payload[0], '__name__', payload[0])}"
     elif kind == "torch":
         step.label = f"torch {_func_name(payload[0])}"

@@ -218,12 +218,23 @@ class GraphForm:
             stream = replay.stream = _current_stream()
         drv, pack = self.drv, struct.pack_into
         with _LOCK:  # the nodes' buffers are shared by every call of the plan
+            err, what = 0, ""
             for node in self.nodes:
                 buf = node.buf
                 for off, slot, delta in node.words:
                     pack("Q", buf, off, slots[slot].data_ptr() + delta)
-                _check(drv.set_params(self.exec, node.handle, node.ref), "cuGraphExecKernelNodeSetParams")
-            _check(drv.launch(self.exec, ctypes.c_void_p(stream)), "cuGraphLaunch")
+                err = drv.set_params(self.exec, node.handle, node.ref)
+                if err:
+                    what = "cuGraphExecKernelNodeSetParams"
+                    break
+            if not err:
+                err = drv.launch(self.exec, ctypes.c_void_p(stream))
+                what = "cuGraphLaunch"
+        if err:  # nothing was launched: this call and the next replay the plan launch by launch
+            plan.graph = False
+            retire(self)
+            LAST_REFUSAL[0] = f"{plan.what}: {what} failed with CUDA driver error {err}"
+            return plan.run(inputs, replay)
         for step in self.after:  # bookkeeping: workspace use, the call's begin marks
             step(slots, replay)
         plans.STATS["replays"] += 1
@@ -272,7 +283,10 @@ def capture(plan, inputs: list, call) -> tuple[GraphForm | None, str]:
     nodes = _nodes(drv, graph.raw_cuda_graph())
     kernels = [h for h, kind in nodes if kind == _KERNEL_NODE]
     others = sorted({kind for _, kind in nodes if kind not in (_KERNEL_NODE, _EMPTY_NODE)})
-    launches = sum(1 for step in plan.steps if step.kind == "launch")
+    launches = [step for step in plan.steps if step.kind == "launch"]
+    if any(step.programs == 0 for step in launches):  # a launch of no programs adds no node: the count would lie
+        return None, "a launch of the plan has no programs"
+    launches = len(launches)
     if others or len(kernels) != launches:
         return None, (f"the graph holds {len(kernels)} kernel nodes for {launches} launches "
                       f"({', '.join(_kernel_name(drv, h) for h in kernels)}), other node types {others}")
