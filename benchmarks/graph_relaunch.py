@@ -40,84 +40,22 @@ import torch
 
 from .host_path import CSV_COLUMNS, _per_call_us
 
-_KERNEL_NODE = 0  # CU_GRAPH_NODE_TYPE_KERNEL
 
+def _watched_node(drv, handle, watched: list):
+    """A kernel node (:class:`tilefuse.runtime.relaunch._Node`) whose 8-byte parameters equal to one
+    of the ``watched`` addresses are rewritten: ``(offset, index in watched, 0)``."""
+    from tilefuse.runtime import relaunch
 
-class _KernelNodeParams(ctypes.Structure):
-    """CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h)."""
-
-    _fields_ = [("func", ctypes.c_void_p), ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
-                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint),
-                ("blockDimZ", ctypes.c_uint), ("sharedMemBytes", ctypes.c_uint),
-                ("kernelParams", ctypes.POINTER(ctypes.c_void_p)), ("extra", ctypes.c_void_p),
-                ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]
-
-
-class _Driver:
-    """The few driver calls this needs, through ctypes."""
-
-    def __init__(self):
-        lib = ctypes.CDLL("libcuda.so.1")
-        vp, sz = ctypes.c_void_p, ctypes.c_size_t
-
-        def fn(name, *argtypes):
-            f = getattr(lib, name)
-            f.restype, f.argtypes = ctypes.c_int, list(argtypes)
-            return f
-
-        self.get_nodes = fn("cuGraphGetNodes", vp, ctypes.POINTER(vp), ctypes.POINTER(sz))
-        self.node_type = fn("cuGraphNodeGetType", vp, ctypes.POINTER(ctypes.c_int))
-        self.get_params = fn("cuGraphKernelNodeGetParams_v2", vp, ctypes.POINTER(_KernelNodeParams))
-        self.param_info = fn("cuFuncGetParamInfo", vp, sz, ctypes.POINTER(sz), ctypes.POINTER(sz))
-        self.set_params = fn("cuGraphExecKernelNodeSetParams_v2", vp, vp, ctypes.POINTER(_KernelNodeParams))
-        self.launch = fn("cuGraphLaunch", vp, vp)
-
-    @staticmethod
-    def check(err: int, what: str) -> None:
-        if err != 0:
-            raise RuntimeError(f"{what} failed with CUDA driver error {err}")
-
-
-class _Node:
-    """One kernel node's parameters, copied out of the graph into a buffer of ours, with the offsets
-    of the parameters that hold one of the watched addresses."""
-
-    def __init__(self, drv: _Driver, node: int, watched: dict):
-        self.node = ctypes.c_void_p(node)
-        p = _KernelNodeParams()
-        drv.check(drv.get_params(self.node, ctypes.byref(p)), "cuGraphKernelNodeGetParams")
-        infos = []
-        off, size = ctypes.c_size_t(), ctypes.c_size_t()
-        while drv.param_info(p.func, len(infos), ctypes.byref(off), ctypes.byref(size)) == 0:
-            infos.append((off.value, size.value))
-        total = max((o + s for o, s in infos), default=0)
-        self.buf = ctypes.create_string_buffer(max(total, 8))
-        self.slots: list = []  # (offset, name of the watched address)
-        for i, (o, s) in enumerate(infos):
-            ctypes.memmove(ctypes.addressof(self.buf) + o, p.kernelParams[i], s)
-            if s == 8:
-                (value,) = struct.unpack_from("Q", self.buf, o)
-                if value in watched:
-                    self.slots.append((o, watched[value]))
-        self.ptrs = (ctypes.c_void_p * max(len(infos), 1))(
-            *[ctypes.addressof(self.buf) + o for o, _ in infos])
-        p.kernelParams = ctypes.cast(self.ptrs, ctypes.POINTER(ctypes.c_void_p))
-        p.extra = None
-        self.params = p
-        self.params_ref = ctypes.byref(p)
-
-
-def _graph_nodes(drv: _Driver, graph: int) -> list:
-    n = ctypes.c_size_t(0)
-    drv.check(drv.get_nodes(ctypes.c_void_p(graph), None, ctypes.byref(n)), "cuGraphGetNodes")
-    nodes = (ctypes.c_void_p * max(n.value, 1))()
-    drv.check(drv.get_nodes(ctypes.c_void_p(graph), nodes, ctypes.byref(n)), "cuGraphGetNodes")
-    out = []
-    for i in range(n.value):
-        kind = ctypes.c_int()
-        drv.check(drv.node_type(ctypes.c_void_p(nodes[i]), ctypes.byref(kind)), "cuGraphNodeGetType")
-        out.append((nodes[i], kind.value))
-    return out
+    p = relaunch._KernelNodeParams()
+    relaunch._check(drv.get_params(handle, ctypes.byref(p)), "cuGraphKernelNodeGetParams")
+    layout = relaunch._param_layout(drv, p)
+    buf = ctypes.create_string_buffer(max([o + n for o, n in layout] + [8]))
+    words = []
+    for i, (off, n) in enumerate(layout):
+        ctypes.memmove(ctypes.addressof(buf) + off, p.kernelParams[i], n)
+        if n == 8 and struct.unpack_from("Q", buf, off)[0] in watched:
+            words.append((off, watched.index(struct.unpack_from("Q", buf, off)[0]), 0))
+    return relaunch._Node(handle, p, layout, buf, words)
 
 
 def _capture(fn, a, b):
@@ -140,7 +78,9 @@ def _job(ctx, ops, variants, Ms, N, K, calls, rounds) -> list:
 
     if not ctx.on_gpu:
         raise RuntimeError("graph_relaunch needs a GPU")
-    drv = _Driver()
+    from tilefuse.runtime import relaunch
+
+    drv = relaunch.driver()
     rows = []
     dtype = torch.bfloat16
     with torch.no_grad():
@@ -157,36 +97,35 @@ def _job(ctx, ops, variants, Ms, N, K, calls, rounds) -> list:
                     for _ in range(3):
                         call(a, b)
                     g, static = _capture(call, a, b)
-                    nodes = _graph_nodes(drv, g.raw_cuda_graph())
+                    nodes = relaunch._nodes(drv, g.raw_cuda_graph())
                     exec_ = ctypes.c_void_p(g.raw_cuda_graph_exec())
-                    watched = {a.data_ptr(): "a", b.data_ptr(): "b", static.data_ptr(): "out"}
-                    knodes = [_Node(drv, n, watched) for n, kind in nodes if kind == _KERNEL_NODE]
-                    upd = [k for k in knodes if k.slots]
+                    watched = [a.data_ptr(), b.data_ptr(), static.data_ptr()]
+                    knodes = [_watched_node(drv, h, watched) for h, kind in nodes if kind == relaunch._KERNEL_NODE]
+                    upd = [k for k in knodes if k.words]
                     shape, sdtype = tuple(static.shape), static.dtype
-                    addr = {"a": a.data_ptr(), "b": b.data_ptr()}
 
-                    def relaunch(upd=upd, exec_=exec_, shape=shape, sdtype=sdtype, addr=addr):
+                    def relaunched(upd=upd, exec_=exec_, shape=shape, sdtype=sdtype, a=a, b=b):
                         out = torch.empty(shape, dtype=sdtype, device="cuda")
                         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-                        addr["out"] = out.data_ptr()
+                        addr = (a.data_ptr(), b.data_ptr(), out.data_ptr())
                         for k in upd:
-                            for off, name in k.slots:
-                                struct.pack_into("Q", k.buf, off, addr[name])
-                            drv.check(drv.set_params(exec_, k.node, k.params_ref), "cuGraphExecKernelNodeSetParams")
-                        drv.check(drv.launch(exec_, stream), "cuGraphLaunch")
+                            for off, i, _ in k.words:
+                                struct.pack_into("Q", k.buf, off, addr[i])
+                            relaunch._check(drv.set_params(exec_, k.handle, k.ref), "cuGraphExecKernelNodeSetParams")
+                        relaunch._check(drv.launch(exec_, stream), "cuGraphLaunch")
                         return out
 
                     def graph_launch(exec_=exec_):
-                        drv.check(drv.launch(exec_, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
-                                  "cuGraphLaunch")
+                        relaunch._check(drv.launch(exec_, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)),
+                                        "cuGraphLaunch")
 
                     want = call(a, b).clone()
-                    got = relaunch()
+                    got = relaunched()
                     torch.cuda.synchronize()
                     counts[v] = {"nodes": len(nodes), "kernel_nodes": len(knodes), "updated_nodes": len(upd),
                                  "match": int(torch.equal(want, got))}
                     fns[f"{v}_eager"] = lambda call=call, a=a, b=b: call(a, b)
-                    fns[f"{v}_relaunch"] = relaunch
+                    fns[f"{v}_relaunch"] = relaunched
                     fns[f"{v}_graph_launch"] = graph_launch
                     fns[f"{v}_torch_replay"] = g.replay
                     fns[f"_keep_{v}"] = (g, static)  # the graph and its output live as long as fns
