@@ -246,6 +246,8 @@ def test_a_failed_relaunch_replays_the_plan_instead():
         assert form.run([a, b], plans.Replay(None, 0, False)) is a  # the plan's own replay
         assert drv.launched == 0 and plan.graph is False and plans.STATS["replays"] == replays + 1
         assert "error 999" in relaunch.LAST_REFUSAL[0]
+        # retired: it keeps its graph until the next device synchronization, none of the plan's steps
+        assert relaunch._RETIRED[-1] is form and form.plan is None and not (form.before or form.after)
         assert not relaunch.wanted(plan, "1")  # not asked again
     finally:
         relaunch.LIVE[0] = live

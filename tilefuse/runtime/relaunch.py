@@ -207,9 +207,9 @@ class GraphForm:
         self.after = [s for s in plan.steps if s.kind == "host" and not s.in_graph]
 
     def run(self, inputs: list, replay):
-        plan = self.plan
+        plan, before, after, nodes = self.plan, self.before, self.after, self.nodes  # retire() clears them
         slots = inputs + [None] * (plan.n_slots - plan.n_inputs)
-        for step in self.before:  # allocations and views (checked: no device work)
+        for step in before:  # allocations and views (checked: no device work)
             step(slots, replay)
         stream = replay.stream
         if stream is None:
@@ -219,7 +219,7 @@ class GraphForm:
         drv, pack = self.drv, struct.pack_into
         with _LOCK:  # the nodes' buffers are shared by every call of the plan
             err, what = 0, ""
-            for node in self.nodes:
+            for node in nodes:
                 buf = node.buf
                 for off, slot, delta in node.words:
                     pack("Q", buf, off, slots[slot].data_ptr() + delta)
@@ -235,7 +235,7 @@ class GraphForm:
             retire(self)
             LAST_REFUSAL[0] = f"{plan.what}: {what} failed with CUDA driver error {err}"
             return plan.run(inputs, replay)
-        for step in self.after:  # bookkeeping: workspace use, the call's begin marks
+        for step in after:  # bookkeeping: workspace use, the call's begin marks
             step(slots, replay)
         plans.STATS["replays"] += 1
         plans.STATS["relaunches"] += 1
@@ -325,8 +325,11 @@ def _capture_stream(device: torch.device):
 
 
 def retire(form: GraphForm) -> None:
-    """``form``'s plan is cleared: destroy the graph once the device has been synchronized."""
+    """``form``'s plan is cleared: destroy the graph once the device has been synchronized. Its
+    steps go now: they hold the plan's constants (workspaces), which must be released on every rank
+    alike."""
     LIVE[0] -= 1
+    form.plan, form.before, form.after, form.nodes = None, (), (), ()
     _RETIRED.append(form)
 
 
