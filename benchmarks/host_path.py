@@ -20,7 +20,10 @@ where the op has that form), ``auto`` (public function,
 (``torch.ops.tilefuse.<op>``: the dispatcher's cost on top). Timing: ``--rounds`` rounds, methods
 interleaved in each, every method timed over ``--calls`` back-to-back calls per round; the value is
 the median over rounds of the mean time per call, in microseconds (``metric=host_us``), and
-``ratio_plain`` divides it by plain's. ``--clock``: ``wall`` (``time.perf_counter``, the default on a
+``ratio_plain`` divides it by plain's. With ``--real-launches`` every method then runs once more on
+new operands (other addresses) after the workspaces are poisoned, checked against the op's reference
+(``rel_err``, and ``ok`` = 1 within the dtype's tolerance; a wrong one is also printed).
+``--clock``: ``wall`` (``time.perf_counter``, the default on a
 GPU) or ``cpu`` (this thread's CPU time, ``time.thread_time``: the default on a CPU, where other
 processes sharing the cores would otherwise inflate the numbers at random). CSV columns: ``op,
 variant, M, N, K, dtype, world, metric, value, device, commit, note``.
@@ -162,6 +165,32 @@ def _auto_note(op: str, a, b) -> str:
         return f"auto: {type(err).__name__}"
 
 
+def _check_methods(ctx, op, M, N, K, dtype_name, names, begin_kernel, no_relaunch) -> list:
+    """Each timed method once more on new operands (other addresses: a replayed plan or its graph form
+    must use them), workspaces poisoned first, against the op's reference: ``rel_err`` and ``ok``
+    rows (1 within :func:`.checks.tolerance`)."""
+    from tilefuse.ops import registry
+
+    from .checks import poison_workspaces, rel_error, tolerance
+
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
+    b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
+    ref = registry.get(op, "reference")(a, b)
+    fns = methods(op, begin_kernel, no_relaunch)
+    rows = []
+    for name in names:
+        poison_workspaces()
+        with switch_env(name):
+            got = fns[name](a, b)
+        err = rel_error(got, ref)
+        base = dict(op=op, variant=name, M=M, N=N, K=K, dtype=dtype_name, world=ctx.world, note="new operands")
+        rows.append({**base, "metric": "rel_err", "value": err})
+        rows.append({**base, "metric": "ok", "value": int(err <= tolerance(dtype, ctx.on_gpu))})
+    return rows
+
+
 def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_kernel=False,
          no_relaunch=False) -> list:
     import tilefuse
@@ -193,6 +222,8 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_
                     if ctx.on_gpu:
                         torch.cuda.synchronize()
                 med = {name: statistics.median(ts) for name, ts in times.items()}
+                if real:
+                    rows += _check_methods(ctx, op, M, N, K, dtype_name, fns.keys(), begin_kernel, no_relaunch)
                 note = _auto_note(op, a, b)
                 for name, us in med.items():
                     base = dict(op=op, variant=name, M=M, N=N, K=K, dtype=dtype_name, world=ctx.world,
@@ -247,13 +278,16 @@ def main(argv=None) -> int:
     device = "cpu" if on_cpu else torch.cuda.get_device_name()
     commit = commit_id()
     us = {(r["op"], r["M"], r["variant"]): r["value"] for r in rows if r["metric"] == "host_us"}
-    notes = {(r["op"], r["M"]): r["note"] for r in rows if r["variant"] == "auto"}
+    notes = {(r["op"], r["M"]): r["note"] for r in rows if r["variant"] == "auto" and r["metric"] == "host_us"}
     print(f"host_path: world 1, N={args.N}, K={args.K}, {args.dtype}, {device}, "
           f"{'real' if args.real_launches else 'no-op'} launches, {args.clock} clock, commit {commit}")
     for (op, M, name), t in us.items():
         print(f"{op:20s} M={M:<5d} {name:28s} {t:8.1f} us  {t / us[(op, M, 'plain')]:5.2f}x plain")
     for (op, M), note in notes.items():
         print(f"{op:20s} M={M:<5d} {note}")
+    bad = [r for r in rows if r["metric"] == "ok" and not r["value"]]
+    for r in bad:
+        print(f"{r['op']:20s} M={r['M']:<5d} {r['variant']:28s} WRONG on new operands", file=sys.stderr)
     with open(args.csv, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()

@@ -793,3 +793,28 @@ def test_host_profile_steps_times_each_plan_step(tmp_path):
     for name in ("plan_key", "CollectiveCall enter + exit", "torch.empty(M, N)",
                  "registry gemm_all_reduce.wg_specialized(a, b)"):
         assert name in parts, (name, parts)
+
+
+def job_host_path_checks(ctx):
+    """host_path's check of every timed method on new operands, with one method that is wrong."""
+    from benchmarks import host_path
+
+    real = host_path.methods
+
+    def with_a_wrong_one(op, begin_kernel=False, no_relaunch=False):
+        out = real(op, begin_kernel, no_relaunch)
+        out["wrong"] = lambda a, b: out["plain"](a, b) * 2
+        return out
+
+    host_path.methods = with_a_wrong_one
+    try:
+        rows = host_path._check_methods(ctx, "gemm_all_reduce", 4, 8, 8, "fp32", ["plain", "bulk_sync", "wrong"],
+                                        False, False)
+    finally:
+        host_path.methods = real
+    return {r["variant"]: r["value"] for r in rows if r["metric"] == "ok"}
+
+
+def test_host_path_checks_every_method_on_new_operands(pools):
+    [ok] = pools.run(1, job_host_path_checks, timeout=120)
+    assert ok == {"plain": 1, "bulk_sync": 1, "wrong": 0}, ok
