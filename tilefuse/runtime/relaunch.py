@@ -25,9 +25,10 @@ What makes it safe:
 
 Which plans get one: with ``TILEFUSE_GRAPH_RELAUNCH=1``, every plan with a kernel launch that
 passes the checks above (a one-kernel call's graph launch also costs less host time than Triton's
-launcher: measured). Off by default: at world 1 measured and checked on a GPU, at world 2 and more
-not yet run with graph forms (the tests' outputs start as NaN there, ``TILEFUSE_DEBUG_POISON``: a
-fill kernel more in the graph than the plan's launches, so no form).
+launcher: measured). Off by default: at world 1 measured for every op and variant on a GPU but
+checked against the reference there for one, at world 2 and more not run yet with graph forms (the
+tests' outputs start as NaN there, ``TILEFUSE_DEBUG_POISON``: a fill kernel more in the graph than
+the plan's launches, so no form).
 """
 
 from __future__ import annotations
