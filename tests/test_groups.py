@@ -59,24 +59,30 @@ def _pairs(ctx, init: bool = True):
             dist.destroy_process_group(g)
 
 
-def _randn(shape, seed: int, scale: float = 1.0) -> torch.Tensor:
+def _randn(shape, seed: int, scale: float = 1.0, device=None) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(shape, generator=g) * scale).to(DTYPE)
+    return (torch.randn(shape, generator=g) * scale).to(DTYPE).to(device or "cpu")
 
 
-def _operands(op: str, world_size: int, seed: int) -> list:
-    """``(a, b)`` of every group rank for one call of ``op`` (rank r's A scaled by r + 1)."""
+def _device() -> torch.device:
+    """Where this rank's operands go: the default heap's device (the CPU without a heap)."""
+    return tilefuse.get_heap().device if tilefuse.is_initialized() else torch.device("cpu")
+
+
+def _operands(op: str, world_size: int, seed: int, device=None) -> list:
+    """``(a, b)`` of every group rank for one call of ``op`` (rank r's A scaled by r + 1), on
+    ``device`` (default: the CPU, where the reference is computed)."""
     M, N, K = SHAPE
-    shared_a, shared_b = _randn((M, K), seed), _randn((K, N), seed + 1)
+    shared_a, shared_b = _randn((M, K), seed, device=device), _randn((K, N), seed + 1, device=device)
     out = []
     for r in range(world_size):
         s = seed + 10 * (r + 1)
         if op == "gemm_all_scatter":  # a replicated, b this rank's column shard
-            out.append((shared_a, _randn((K, N), s)))
+            out.append((shared_a, _randn((K, N), s, device=device)))
         elif op == "all_gather_gemm":  # a this rank's row shard, b replicated
-            out.append((_randn((M, K), s, r + 1), shared_b))
+            out.append((_randn((M, K), s, r + 1, device=device), shared_b))
         else:  # a and b this rank's K shard
-            out.append((_randn((M, K), s, r + 1), _randn((K, N), s + 1)))
+            out.append((_randn((M, K), s, r + 1, device=device), _randn((K, N), s + 1, device=device)))
     return out
 
 
@@ -112,7 +118,7 @@ def _poison_all(ctx) -> None:
 
 
 def _call(op: str, variant: str, group, seed: int, rank: int, world_size: int, custom_op: bool = False):
-    a, b = _operands(op, world_size, seed)[rank]
+    a, b = _operands(op, world_size, seed, _device())[rank]
     if custom_op:  # what traced code and autograd run: the group travels as its name
         name = None if group is None else group.group_name
         return getattr(torch.ops.tilefuse, op)(a, b, variant, None, name)
@@ -123,7 +129,7 @@ def _check(op: str, got, group, seed: int, what: str) -> None:
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     ref = _reference(op, _operands(op, size, seed), rank)
     K = SHAPE[2] * (size if op in ("gemm_reduce_scatter", "gemm_all_reduce") else 1)
-    assert_matches(got, ref, DTYPE, K, False, what, scale=size * (size + 1) / 2)
+    assert_matches(got.cpu(), ref, DTYPE, K, got.is_cuda, what, scale=size * (size + 1) / 2)
 
 
 def job_interleaved(ctx):
@@ -156,7 +162,7 @@ def job_interleaved(ctx):
         assert stats["replays"] > replays, f"no launch plan replayed: {stats}"
         # The pair's own plan: its third call of a signature replays, on the pair's state.
         entry = registry.get("gemm_all_reduce", "fused_sequential")
-        a, b = _operands("gemm_all_reduce", 2, 3)[ctx.rank % 2]
+        a, b = _operands("gemm_all_reduce", 2, 3, _device())[ctx.rank % 2]
         for i in range(3):
             replays = launch.plan_stats()["replays"]
             _check("gemm_all_reduce", entry(a, b, group=pair), pair, 3, f"pair call {i} of one signature")
@@ -195,7 +201,7 @@ def job_uninitialised(ctx):
     """Every rank calls ops on its pair, which nobody initialised: each raises, naming the remedy."""
     with _pairs(ctx, init=False) as (pair, _):
         assert not tilefuse.is_initialized(pair)
-        a, b = _operands("gemm_all_reduce", 2, 5)[ctx.rank % 2]
+        a, b = _operands("gemm_all_reduce", 2, 5, _device())[ctx.rank % 2]
         remedy = r"not initialised for process group '.*' \(ranks \[\d, \d\]\) on global rank \d: call " \
                  r"tilefuse\.init\(group=\.\.\.\)"
         for variant in ("fused_sequential", "auto"):
@@ -280,9 +286,10 @@ def job_dp_tp_mesh(ctx):
     return errs
 
 
-def test_dp_tp_mesh_matches_torch_styles(pools):
+def test_dp_tp_mesh_matches_torch_styles(pools, on_gpu):
+    bound = 3e-2 if on_gpu else 1e-4  # on a GPU tilefuse's fp32 products use TF32, torch's by default do not
     for rank, errs in enumerate(pools.run(W, job_dp_tp_mesh)):
-        assert max(errs) < 1e-4, f"rank {rank}: max errors (y, dx, then parameter grads) {errs}"
+        assert max(errs) < bound, f"rank {rank}: max errors (y, dx, then parameter grads) {errs}"
 
 
 def test_every_op_has_the_fused_variant():
@@ -300,12 +307,12 @@ def _subgroup_default_job(rank, world):
         me = rank % 2
         got = {}
         for op in ("gemm_reduce_scatter", "gemm_all_reduce", "all_gather_gemm", "gemm_all_scatter"):
-            a, b = _operands(op, 2, 100 + 7 * (rank // 2))[me]
+            a, b = _operands(op, 2, 100 + 7 * (rank // 2), _device())[me]
             ref = registry.get(op, "reference")(a, b)
             for v in ("plain", FUSED[op]):
                 c = getattr(tilefuse, op)(a, b, variant=v)
                 got[(op, v)] = float((c.float() - ref.float()).norm() / ref.float().norm())
-        return got
+        return got, a.is_cuda
     finally:
         tilefuse.shutdown()
         dist.destroy_process_group(pair)
@@ -317,5 +324,6 @@ def test_torch_collective_paths_follow_the_default_group():
     res = run_group(_subgroup_default_job, W, timeout=180)
     for rank, (status, value) in sorted(res.items()):
         assert status == "ok", (rank, status, value)
-        for key, err in value.items():
-            assert err < 1e-4, (rank, key, err)
+        errs, on_gpu = value
+        for key, err in errs.items():
+            assert err < (5e-3 if on_gpu else 1e-4), (rank, key, err)  # TF32 on a GPU
