@@ -34,14 +34,16 @@ def test_overlapping_arguments_give_no_form():
     assert relaunch.find_addresses([1000], [(0, 1000, 0), (1, 1000, 8)], 2) == [(0, 1, 0)]
 
 
-def test_extent_covers_strided_views():
+def test_span_covers_strided_views():
+    from tilefuse.runtime.heap import span_bytes
+
     t = torch.empty(6, 8)
-    assert relaunch.extent(t) == 6 * 8 * 4
-    assert relaunch.extent(t.t()) == 6 * 8 * 4
-    assert relaunch.extent(t[:, 2:4]) == (5 * 8 + 1 + 1) * 4
-    assert relaunch.extent(t[1:1]) == 0
-    assert relaunch.extent(t[::2]) == (2 * 16 + 7 + 1) * 4
-    assert relaunch.extent(torch.empty(3, 1).expand(3, 5)) == 3 * 4
+    assert span_bytes(t) == 6 * 8 * 4
+    assert span_bytes(t.t()) == 6 * 8 * 4
+    assert span_bytes(t[:, 2:4]) == (5 * 8 + 1 + 1) * 4
+    assert span_bytes(t[1:1]) == 0
+    assert span_bytes(t[::2]) == (2 * 16 + 7 + 1) * 4
+    assert span_bytes(torch.empty(3, 1).expand(3, 5)) == 3 * 4
 
 
 def test_which_plans_get_a_form():

@@ -77,6 +77,14 @@ def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
 DEFAULT_HEAP_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}
 
 
+
+def span_bytes(t: torch.Tensor) -> int:
+    """Bytes from ``t``'s address to one past its last element (0 for a tensor without elements):
+    the memory a strided view can address."""
+    if t.numel() == 0:
+        return 0
+    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+
 class HeapFullError(MemoryError):
     """The symmetric heap has no free block large enough."""
 
@@ -439,9 +447,7 @@ class SymmetricHeap:
         if t.numel() == 0:
             return self.base <= t.data_ptr() < self.base + self.size
         lo = t.data_ptr()
-        span = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 1
-        hi = lo + span * t.element_size()
-        return self.base <= lo and hi <= self.base + self.size
+        return self.base <= lo and lo + span_bytes(t) <= self.base + self.size
 
     def peer_view(self, t: torch.Tensor, rank: int) -> torch.Tensor:
         """``rank``'s copy of the heap tensor ``t``, as mapped in this process (host-side access,
@@ -453,8 +459,7 @@ class SymmetricHeap:
         if peer is None:
             raise RuntimeError("peer_view: the heap was closed")
         off = self.offset_of(t)
-        span = sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1 if t.numel() else 0
-        raw = peer[off:off + span * t.element_size()]
+        raw = peer[off:off + span_bytes(t)]
         return raw.view(t.dtype).as_strided(t.shape, t.stride())
 
     def copy_to_peer(self, t: torch.Tensor, rank: int, src: torch.Tensor | None = None) -> None:

@@ -41,6 +41,7 @@ import threading
 import torch
 
 from . import plans
+from .heap import span_bytes
 
 _KERNEL_NODE, _EMPTY_NODE = 0, 5  # CUgraphNodeType
 # Tensors a plan makes (its outputs) above this: no graph form (the captured ones stay with the graph;
@@ -108,13 +109,6 @@ def wanted(plan, setting: str | None) -> bool:
     with the switch ``1``, every plan with a launch; off otherwise (the default, until graph forms
     have run the GPU suite at world 2 and more)."""
     return setting == "1" and plan.graph is not False and plan.launches >= 1
-
-
-def extent(t: torch.Tensor) -> int:
-    """Bytes from ``t``'s address to one past its last element (0 for an empty tensor)."""
-    if t.numel() == 0:
-        return 0
-    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
 def find_addresses(words: list, ranges: list, n_inputs: int) -> list | None:
@@ -275,7 +269,7 @@ def capture(plan, inputs: list, call) -> tuple[GraphForm | None, str]:
     made = {}  # storage address -> bytes, of the tensors the plan made
     for s, t in enumerate(slots):
         if isinstance(t, torch.Tensor) and t.is_cuda:
-            ranges.append((s, t.data_ptr(), extent(t)))
+            ranges.append((s, t.data_ptr(), span_bytes(t)))
             if s >= plan.n_inputs:
                 made[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
     made = sum(made.values())

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from ...runtime.heap import span_bytes
+
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -85,19 +87,10 @@ def check_out_tensor(op: str, out, shape: tuple, dtype, device, **inputs: torch.
                              "pass an out of its own")
 
 
-def _span(t: torch.Tensor) -> tuple[int, int] | None:
-    """The byte range ``[start, end)`` that ``t``'s elements lie in (None: no elements)."""
-    if t.numel() == 0:
-        return None
-    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-    start = t.data_ptr()
-    return start, start + (last + 1) * t.element_size()
-
-
 def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
     """Whether ``x`` and ``y`` may share memory: their byte ranges intersect on one device (two
-    interleaved strided views count as overlapping)."""
+    interleaved strided views count as overlapping; a tensor without elements overlaps nothing)."""
     if x.device != y.device:
         return False
-    sx, sy = _span(x), _span(y)
-    return sx is not None and sy is not None and sx[0] < sy[1] and sy[0] < sx[1]
+    nx, ny = span_bytes(x), span_bytes(y)
+    return nx > 0 and ny > 0 and x.data_ptr() < y.data_ptr() + ny and y.data_ptr() < x.data_ptr() + nx

@@ -35,6 +35,7 @@ import torch
 from ...runtime import control_block, cudart, get_heap, hostsync, hw, is_initialized, plans, relaunch
 from ...runtime import launcher as _launcher
 from ...runtime import world as _world
+from ...runtime.heap import span_bytes
 from ...runtime.plans import Plan, Recorder
 from ...runtime.world import CollectiveCall, check_current_device, on_reset, on_shutdown
 from .checks import check_out_tensor, overlaps
@@ -163,8 +164,7 @@ def _may_record(heap) -> bool:
 
 def _extent(t: torch.Tensor) -> tuple[int, int]:
     lo = t.data_ptr()
-    span = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 1 if t.numel() else 1
-    return lo, lo + span * t.element_size()
+    return lo, lo + (span_bytes(t) or t.element_size())  # an empty tensor: its address alone
 
 
 def _constant_ok(inputs: list):
