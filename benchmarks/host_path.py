@@ -41,6 +41,7 @@ import time
 
 import torch
 
+from .results import parse_dtype
 from .timing import BEGIN_KERNEL, NO_RELAUNCH, switch_env
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "metric", "value", "device", "commit", "note"]
@@ -173,7 +174,7 @@ def _check_methods(ctx, op, M, N, K, dtype_name, names, begin_kernel, no_relaunc
 
     from .checks import poison_workspaces, rel_error, tolerance
 
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
+    dtype = parse_dtype(dtype_name)
     g = torch.Generator().manual_seed(2)
     a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
     b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
@@ -196,7 +197,7 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_
     import tilefuse
     from tilefuse.ops import dispatch
 
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
+    dtype = parse_dtype(dtype_name)
     rows = []
     clock = time.thread_time if clock_name == "cpu" else time.perf_counter
     if not ctx.on_gpu:

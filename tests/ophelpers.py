@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 
 import pytest
 import torch
@@ -104,3 +106,19 @@ def assert_matches(got: torch.Tensor, ref: torch.Tensor, dtype, K: int, on_gpu: 
     rtol, atol = tolerance(dtype, K, on_gpu)
     torch.testing.assert_close(got.float(), ref.float(), rtol=rtol, atol=atol * scale,
                                msg=lambda m: f"{what}: {m}")
+
+
+@contextlib.contextmanager
+def environment(**values: str):
+    """The environment variables ``values`` set inside the block (a rank's job: tilefuse reads its
+    switches at each call), then restored, or removed where they were unset."""
+    old = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -2,7 +2,6 @@
 signature, Triton's own path for a new signature. (On GPUs every op test runs through it; here a
 stand-in for a Triton kernel records what would be launched.)"""
 
-import os
 import types
 
 import pytest
@@ -516,7 +515,7 @@ def job_raw_stream_forks(ctx, ops, calls):
     """A replayed producer_consumer call forks its side stream and joins it back by raw handles (two
     event records and two waits per call, no stream switch in torch), with correct results; the first
     two calls (full path, recording) go through torch's streams and events."""
-    from ophelpers import assert_matches, poison_workspaces
+    from ophelpers import assert_matches, environment, poison_workspaces
 
     from tilefuse.ops import registry
     from tilefuse.runtime import cudart
@@ -532,28 +531,25 @@ def job_raw_stream_forks(ctx, ops, calls):
 
     tilefuse.clear_workspaces()
     report = {}
-    relaunch = os.environ.get("TILEFUSE_GRAPH_RELAUNCH")
-    os.environ["TILEFUSE_GRAPH_RELAUNCH"] = "0"  # the plan's launches, not its graph form
-    try:
-        cudart.record, cudart.wait = counting("record"), counting("wait")
-        torch.cuda.set_stream = counting("set_stream")
-        for op in ops:
-            fn, ref = registry.get(op, "producer_consumer"), registry.get(op, "reference")
-            seen = []
-            for i in range(calls):
-                a, b = _operands(ctx, op, 24, 40, 32, seed=700 + i)
-                poison_workspaces()
-                before = dict(counts)
-                got = fn(a, b)
-                seen.append(tuple(counts[k] - before[k] for k in ("record", "wait", "set_stream")))
-                assert_matches(got, ref(a, b), torch.float32, 32, ctx.on_gpu, f"{op} call {i}", scale=ctx.world)
-            report[op] = seen
-    finally:
-        cudart.record, cudart.wait, torch.cuda.set_stream = real["record"], real["wait"], real["set_stream"]
-        if relaunch is None:
-            os.environ.pop("TILEFUSE_GRAPH_RELAUNCH", None)
-        else:
-            os.environ["TILEFUSE_GRAPH_RELAUNCH"] = relaunch
+    # the plan's launches, not its graph form (the default; said here so a run with the switch set holds)
+    with environment(TILEFUSE_GRAPH_RELAUNCH="0"):
+        try:
+            cudart.record, cudart.wait = counting("record"), counting("wait")
+            torch.cuda.set_stream = counting("set_stream")
+            for op in ops:
+                fn, ref = registry.get(op, "producer_consumer"), registry.get(op, "reference")
+                seen = []
+                for i in range(calls):
+                    a, b = _operands(ctx, op, 24, 40, 32, seed=700 + i)
+                    poison_workspaces()
+                    before = dict(counts)
+                    got = fn(a, b)
+                    seen.append(tuple(counts[k] - before[k] for k in ("record", "wait", "set_stream")))
+                    assert_matches(got, ref(a, b), torch.float32, 32, ctx.on_gpu, f"{op} call {i}",
+                                   scale=ctx.world)
+                report[op] = seen
+        finally:
+            cudart.record, cudart.wait, torch.cuda.set_stream = real["record"], real["wait"], real["set_stream"]
     return report
 
 

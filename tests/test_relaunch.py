@@ -2,8 +2,6 @@
 rewrites, which plans get a graph form, and on a GPU, every op x variant relaunched with new tensors
 every call against the reference and, bit for bit, against the plan replayed launch by launch."""
 
-import os
-
 import pytest
 import torch
 
@@ -76,19 +74,16 @@ def job_relaunch_every_variant(ctx, ops, variants, calls):
     """Every op x variant, ``calls`` calls with new operands (every other one a view at an offset),
     poisoned workspaces, graph forms for every plan: each result against the reference, and from the
     fourth call on, bit for bit against the same call replayed launch by launch."""
-    from ophelpers import assert_matches, poison_workspaces
+    from ophelpers import assert_matches, environment, poison_workspaces
 
     from tilefuse.ops import registry
     from tilefuse.runtime import plans
 
-    old, poison = os.environ.get(ENV), os.environ.get("TILEFUSE_DEBUG_POISON")
-    os.environ[ENV] = "1"
-    # Outputs made by torch.empty: the harness's NaN outputs (torch.full) are a fill kernel more in the
-    # graph than the plan's launches, and a plan with one gets no form. Workspaces are poisoned below.
-    os.environ["TILEFUSE_DEBUG_POISON"] = "0"
     tilefuse.clear_workspaces()  # and every plan
     report = {}
-    try:
+    # Outputs made by torch.empty: the harness's NaN outputs (torch.full) are a fill kernel more in the
+    # graph than the plan's launches, and a plan with one gets no form. Workspaces are poisoned below.
+    with environment(**{ENV: "1", "TILEFUSE_DEBUG_POISON": "0"}):
         for op in ops:
             for variant in variants:
                 fn, ref = registry.get(op, variant), registry.get(op, "reference")
@@ -100,23 +95,14 @@ def job_relaunch_every_variant(ctx, ops, variants, calls):
                     what = f"{op}/{variant} call {i}"
                     assert_matches(got, ref(a, b), torch.float32, 32, ctx.on_gpu, what, scale=ctx.world)
                     if i >= 3:
-                        os.environ[ENV] = "0"
-                        try:
+                        with environment(**{ENV: "0"}):
                             again = fn(a, b)
-                        finally:
-                            os.environ[ENV] = "1"
                         assert torch.equal(got, again), f"{what}: the graph form and the plan's launches differ"
                 plan = fn.plan_for((a, b), {})
                 form = None if plan is None else plan.graph
                 report[(op, variant)] = (plans.STATS["relaunches"] - before, type(form).__name__,
                                          relaunch.LAST_REFUSAL[0])
-    finally:
-        for name, value in ((ENV, old), ("TILEFUSE_DEBUG_POISON", poison)):
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        tilefuse.clear_workspaces()
+    tilefuse.clear_workspaces()
     return report
 
 
@@ -142,14 +128,12 @@ def job_relaunch_overlapping_and_out(ctx):
     """Arguments that overlap one another: no graph form, still correct. gemm_all_scatter into a
     new ordinary ``out`` every call, relaunched (world 1: the result is ``out`` itself, no copy):
     every result correct and in ``out``."""
-    from ophelpers import assert_matches
+    from ophelpers import assert_matches, environment
 
     from tilefuse.ops import registry
 
-    old = os.environ.get(ENV)
-    os.environ[ENV] = "1"
     tilefuse.clear_workspaces()
-    try:
+    with environment(**{ENV: "1"}):
         op = "gemm_all_reduce"
         fn, ref = registry.get(op, "bulk_sync"), registry.get(op, "reference")
         forms = []
@@ -170,13 +154,9 @@ def job_relaunch_overlapping_and_out(ctx):
             assert got is out
             assert_matches(out, ref(a, b), torch.float32, 32, ctx.on_gpu, f"{op} out call {i}")
         plan = fn.plan_for((a, b), {"out": out})
-        return forms, None if plan is None else type(plan.graph).__name__
-    finally:
-        if old is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = old
-        tilefuse.clear_workspaces()
+        form = None if plan is None else type(plan.graph).__name__
+    tilefuse.clear_workspaces()
+    return forms, form
 
 
 def test_overlapping_arguments_and_new_outputs(pools, on_gpu):

@@ -47,6 +47,7 @@ _KERNEL_NODE, _EMPTY_NODE = 0, 5  # CUgraphNodeType
 # Tensors a plan makes (its outputs) above this: no graph form (the captured ones stay with the graph;
 # host time matters where the device's is short, that is for small outputs).
 _MAX_MADE_BYTES = 1 << 20
+_MAX_FORMS = 32  # live graph forms at most (each keeps a private memory pool of a few MiB)
 _RETIRED: list = []  # graph forms of cleared plans, destroyed after the next device synchronization
 LIVE = [0]  # graph forms of live plans
 LAST_REFUSAL = [""]  # why the last plan that was to get a graph form got none
@@ -244,11 +245,13 @@ def capture(plan, inputs: list, call) -> tuple[GraphForm | None, str]:
     drv = driver()
     if drv is None:
         return None, "the CUDA driver's graph-node calls are missing"
+    if LIVE[0] >= _MAX_FORMS:
+        return None, f"{_MAX_FORMS} graph forms are live"
     try:
         graph = torch.cuda.CUDAGraph(keep_graph=True)
     except TypeError:
         return None, "this torch cannot keep a captured graph (CUDAGraph(keep_graph=True))"
-    _drop_retired()
+    _drop_retired(call)
     # Captured on a stream of its own, which waits for the current one; capture_begin directly, not
     # torch.cuda.graph(), which collects garbage (on this rank only: heap blocks held by cycles would
     # come back on one rank) and empties torch's cache.
@@ -328,14 +331,17 @@ def retire(form: GraphForm) -> None:
     _RETIRED.append(form)
 
 
-def _drop_retired() -> None:
+def _drop_retired(call) -> None:
+    """Destroy the retired graph forms once the device has finished every launch of them: the
+    runtime's bounded wait (it gives up, raising, once a peer has exited under the work)."""
     if _RETIRED:
-        torch.cuda.synchronize()
+        from . import world
+
+        world._wait_device(call.st or world._state(), "freeing the CUDA graphs of cleared launch plans")
         _RETIRED.clear()
 
 
 def release_all() -> None:
-    """Destroy the retired graph forms now (after a device synchronization): shutdown, reset."""
-    if _RETIRED and torch.cuda.is_available():
-        _drop_retired()
+    """Destroy the retired graph forms: at reset, shutdown and ``clear_workspaces``, each after its
+    wait for the device."""
     _RETIRED.clear()

@@ -268,19 +268,15 @@ def replay(plan: Plan, op: str, fn, args: tuple, kwargs: dict):
 
 
 _relaunch_env = env_reader("TILEFUSE_GRAPH_RELAUNCH")
-_MAX_GRAPH_FORMS = 32  # live graph forms at most (each keeps a private memory pool of a few MiB)
 
 
 def _graph_form(plan: Plan, inputs: list, call):
     """``plan``'s graph form, captured now (None when it cannot have one: ``plan.graph`` is then
     False, and the call replays the plan as usual)."""
-    if relaunch.LIVE[0] >= _MAX_GRAPH_FORMS:
-        form, why = None, f"{_MAX_GRAPH_FORMS} graph forms are live"
-    else:
-        try:
-            form, why = relaunch.capture(plan, inputs, call)
-        except Exception as err:  # a capture that fails leaves the call to the plain replay
-            form, why = None, f"{type(err).__name__}: {err}"
+    try:
+        form, why = relaunch.capture(plan, inputs, call)
+    except Exception as err:  # a capture that fails leaves the call to the plain replay
+        form, why = None, f"{type(err).__name__}: {err}"
     if form is None:
         plan.graph = False
         relaunch.LAST_REFUSAL[0] = f"{plan.what}: {why}"
@@ -302,10 +298,13 @@ def _scratch_allocator() -> None:
 
 
 def plan_stats() -> dict:
-    """Counts of launch plans: recorded, replays, unplannable signatures, soft retries, clears; and
-    ``live``, the signatures with a plan now; ``last_failure``, why the last unplannable one was."""
+    """Counts of launch plans: recorded, replays, unplannable signatures, soft retries, clears, graph
+    forms made and relaunches (``TILEFUSE_GRAPH_RELAUNCH=1``); and ``live``, the signatures with a
+    plan now; ``last_failure``, why the last unplannable one was; ``last_graph_refusal``, why the
+    last plan that was to get a graph form got none."""
     live = sum(1 for v in _PLANS.values() if type(v) is Plan)
-    return dict(plans.STATS, live=live, last_failure=plans.LAST_FAILURE[0])
+    return dict(plans.STATS, live=live, last_failure=plans.LAST_FAILURE[0],
+                last_graph_refusal=relaunch.LAST_REFUSAL[0])
 
 
 plans.on_clear(_PLANS.clear)
