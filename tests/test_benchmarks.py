@@ -815,6 +815,7 @@ def job_host_path_checks(ctx):
     return {r["variant"]: r["value"] for r in rows if r["metric"] == "ok"}
 
 
+@pytest.mark.slow
 def test_host_path_checks_every_method_on_new_operands(pools):
     [ok] = pools.run(1, job_host_path_checks, timeout=120)
     assert ok == {"plain": 1, "bulk_sync": 1, "wrong": 0}, ok

@@ -72,7 +72,7 @@ def test_non_default_config(pools, variant, on_gpu):
                          b_transposed=True))
 
 
-@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), 2, 3])
+@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("use_out", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_copy_engine_form(pools, world, use_out):
     """producer_consumer with COMM_SMS = 0: each chunk of finished row bands goes to the peers by copy
