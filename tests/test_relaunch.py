@@ -234,3 +234,22 @@ def test_a_failed_relaunch_replays_the_plan_instead():
     finally:
         relaunch.LIVE[0] = live
         relaunch._RETIRED[:] = retired
+
+
+def test_a_failed_capture_leaves_the_plan_its_launches_but_a_runtime_verdict_raises(monkeypatch):
+    from tilefuse.ops.common import launch
+    from tilefuse.runtime import plans, world
+
+    def failing(err):
+        def capture(plan, inputs, call):
+            raise err
+        return capture
+
+    plan = plans.Plan([], 1, 1, None, "fake", 1)
+    monkeypatch.setattr(relaunch, "capture", failing(RuntimeError("the capture broke")))
+    assert launch._graph_form(plan, [], None) is None and plan.graph is False
+    assert "the capture broke" in launch.plan_stats()["last_graph_refusal"]
+    plan = plans.Plan([], 1, 1, None, "fake", 1)
+    monkeypatch.setattr(relaunch, "capture", failing(world.PeerExitedError("rank 1 exited")))
+    with pytest.raises(world.PeerExitedError):  # not swallowed: the call fails as any call would
+        launch._graph_form(plan, [], None)

@@ -275,7 +275,9 @@ def _graph_form(plan: Plan, inputs: list, call):
     False, and the call replays the plan as usual)."""
     try:
         form, why = relaunch.capture(plan, inputs, call)
-    except Exception as err:  # a capture that fails leaves the call to the plain replay
+    except (_world.PoisonedError, _world.WaitTimeoutError):
+        raise  # the runtime's own verdict (a peer exited while retired graphs were freed): the call's error
+    except Exception as err:  # a capture that fails otherwise leaves the call to the plain replay
         form, why = None, f"{type(err).__name__}: {err}"
     if form is None:
         plan.graph = False
