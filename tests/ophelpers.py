@@ -109,11 +109,15 @@ def assert_matches(got: torch.Tensor, ref: torch.Tensor, dtype, K: int, on_gpu: 
 
 
 @contextlib.contextmanager
-def environment(**values: str):
-    """The environment variables ``values`` set inside the block (a rank's job: tilefuse reads its
-    switches at each call), then restored, or removed where they were unset."""
+def environment(**values):
+    """The environment variables ``values`` set inside the block (None: removed; a rank's job:
+    tilefuse reads its switches at each call), then restored, or removed where they were unset."""
     old = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
     try:
         yield
     finally:

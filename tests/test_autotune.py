@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from harness import TEST_DEVICE
-from ophelpers import needs_working_interpreter
+from ophelpers import environment, needs_working_interpreter
 
 import tilefuse
 from tilefuse.ops import dispatch
@@ -181,25 +181,15 @@ def test_sample_prefers_second_pass_times():
 @contextmanager
 def _env(**values):
     """Set (or, with None, remove) environment variables for the block, and start from no decisions."""
-    saved = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = str(v)
-    dispatch.clear()
-    tables.clear_cache()
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with environment(**values):
         dispatch.clear()
         tables.clear_cache()
-        autotune.set_timer(None)
+        try:
+            yield
+        finally:
+            dispatch.clear()
+            tables.clear_cache()
+            autotune.set_timer(None)
 
 
 @contextmanager
