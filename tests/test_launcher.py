@@ -150,6 +150,30 @@ def test_recorder_replays_torch_ops_and_launches_with_new_tensors(monkeypatch):
     assert log[0][2][0] is c1 and log[1][2][0].data_ptr() == ws[1].data_ptr()
 
 
+def test_tensors_made_from_nothing_are_the_only_steps_that_may_run_first():
+    """A plan's graph form makes the tensors made from no tensor (``torch.empty``, ``torch.full``)
+    before its graph launch; an operation reading a tensor (a call's, or a constant that a launch
+    before it may write) or writing one keeps its place."""
+    ws = torch.zeros(4, 8)
+
+    def call(a):
+        c = torch.full(a.shape, float("nan"))  # made from nothing: fresh
+        d = torch.empty(2)  # fresh
+        e = ws.clone()  # reads a constant
+        f = a * 2  # reads the call's tensor
+        c.copy_(f)  # writes
+        ws.zero_()  # writes a constant
+        return c, d, e
+
+    a0 = torch.randn(3, 8)
+    rec, out = _record(call, [a0])
+    assert rec.failure is None, rec.failure
+    plan = rec.plan(out)
+    got = [(step.label.split()[-1], step.fresh) for step in plan.steps]
+    assert got == [("full", True), ("empty", True), ("clone", False), ("mul", False), ("copy_", False),
+                   ("zero_", False)], got
+
+
 def test_replayed_launches_pass_device_tensors_as_addresses(monkeypatch):
     """A replay hands Triton's launcher device tensors as their addresses (no per-launch pointer
     query): the constants' recorded ones, the new call's own; other tensors stay tensors."""

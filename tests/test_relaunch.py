@@ -48,9 +48,9 @@ def test_which_plans_get_a_form():
     from tilefuse.runtime.plans import Plan
 
     none, one, two = (Plan([], 2, 2, None, str(n), n) for n in (0, 1, 2))
-    assert [relaunch.wanted(p, "1") for p in (none, one, two)] == [False, True, True]  # a plan with a launch
-    for off in (None, "0", ""):  # off unless asked for
-        assert [relaunch.wanted(p, off) for p in (none, one, two)] == [False, False, False]
+    for on in (None, "", "1"):  # on by default: every plan with a launch
+        assert [relaunch.wanted(p, on) for p in (none, one, two)] == [False, True, True]
+    assert [relaunch.wanted(p, "0") for p in (none, one, two)] == [False, False, False]
     two.graph = False  # tried, and it could not have one
     assert not relaunch.wanted(two, "1")
 
@@ -81,9 +81,9 @@ def job_relaunch_every_variant(ctx, ops, variants, calls):
 
     tilefuse.clear_workspaces()  # and every plan
     report = {}
-    # Outputs made by torch.empty: the harness's NaN outputs (torch.full) are a fill kernel more in the
-    # graph than the plan's launches, and a plan with one gets no form. Workspaces are poisoned below.
-    with environment(**{ENV: "1", "TILEFUSE_DEBUG_POISON": "0"}):
+    # The harness's NaN outputs (TILEFUSE_DEBUG_POISON): made before each graph launch, so a tile the
+    # graph leaves unwritten shows; workspaces are poisoned below.
+    with environment(**{ENV: "1", "TILEFUSE_DEBUG_POISON": "1"}):
         for op in ops:
             for variant in variants:
                 fn, ref = registry.get(op, variant), registry.get(op, "reference")

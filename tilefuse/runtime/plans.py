@@ -142,13 +142,12 @@ class Plan:
     def run(self, inputs: list, replay: Replay):
         return _build(self.ret, self.run_slots(inputs, replay))
 
-    def run_slots(self, inputs: list, replay: Replay, count: bool = True) -> list:
-        """Run the steps for ``inputs``; return every slot (the arguments, then what the steps made).
-        ``count``: a replay (not the capture of one)."""
+    def run_slots(self, inputs: list, replay: Replay) -> list:
+        """Run the steps for ``inputs``; return every slot (the arguments, then what the steps made)."""
         slots = inputs + [None] * (self.n_slots - self.n_inputs)
         for step in self.steps:
             step(slots, replay)
-        STATS["replays"] += count
+        STATS["replays"] += 1
         return slots
 
 
@@ -354,7 +353,8 @@ class Recorder:
                 return out
             in_ids = {id(x) for x in ins}
             out_slots = [None if id(o) in in_ids else self._new_slot(o) for o in outs]
-            self.steps.append(("torch", (func, bound, out_slots, isinstance(out, torch.Tensor)), bound.used,
+            fresh = not ins and not mutating and bool(outs)  # reads no tensor: may run ahead of the plan
+            self.steps.append(("torch", (func, bound, out_slots, isinstance(out, torch.Tensor), fresh), bound.used,
                                not mutating and bool(outs), out_slots))
         except PlanNotPossible as err:
             self.give_up(str(err))
@@ -525,9 +525,12 @@ def _device_memory(v) -> bool:
 
 
 def _compile(kind: str, payload):
-    """One recorded step as a function ``step(slots, replay)``, its ``label`` saying what it does."""
-    step = _compile_step(kind, payload)
+    """One recorded step as a function ``step(slots, replay)``, its ``label`` saying what it does,
+    ``fresh`` whether it is a torch operation that makes new tensors and reads none
+    (``torch.empty``, ``torch.full``): such a step may run before every other step of the plan."""
+    step = _compile_step(kind, payload[:4] if kind == "torch" else payload)
     step.kind = kind
+    step.fresh = kind == "torch" and payload[4]
     # A host step marked ``in_graph`` (a stream fork or join) belongs in a plan's graph form with the
     # launches; other host steps are bookkeeping, run on every call (tilefuse.runtime.relaunch).
     step.in_graph = kind == "host" and bool(getattr(payload, "in_graph", False))

@@ -23,12 +23,11 @@ What makes it safe:
 * A graph form lives as long as its plan; when plans are cleared it is destroyed only once the
   device has been synchronized (a launch may still be in flight).
 
-Which plans get one: with ``TILEFUSE_GRAPH_RELAUNCH=1``, every plan with a kernel launch that
-passes the checks above (a one-kernel call's graph launch also costs less host time than Triton's
-launcher: measured). Off by default: at world 1 measured for every op and variant on a GPU but
-checked against the reference there for one, at world 2 and more not run yet with graph forms (the
-tests' outputs start as NaN there, ``TILEFUSE_DEBUG_POISON``: a fill kernel more in the graph than
-the plan's launches, so no form).
+Which plans get one: every plan with a kernel launch that passes the checks above (a one-kernel
+call's graph launch also costs less host time than Triton's launcher: measured);
+``TILEFUSE_GRAPH_RELAUNCH=0`` turns graph forms off (plans replay launch by launch). Tensors a plan
+makes from nothing (its outputs: ``torch.empty``, or ``torch.full`` under ``TILEFUSE_DEBUG_POISON``)
+are made before the capture and before every graph launch, so their fills are no nodes of the graph.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ import threading
 
 import torch
 
-from . import plans
+from . import _env, plans
 from .heap import span_bytes
 
 _KERNEL_NODE, _EMPTY_NODE = 0, 5  # CUgraphNodeType
@@ -107,9 +106,8 @@ def _check(err: int, what: str) -> None:
 
 def wanted(plan, setting: str | None) -> bool:
     """Whether ``plan`` is to get (or use) a graph form under ``TILEFUSE_GRAPH_RELAUNCH=setting``:
-    with the switch ``1``, every plan with a launch; off otherwise (the default, until graph forms
-    have run the GPU suite at world 2 and more)."""
-    return setting == "1" and plan.graph is not False and plan.launches >= 1
+    every plan with a launch (the default), none with the switch ``0``."""
+    return setting != "0" and plan.graph is not False and plan.launches >= 1
 
 
 def find_addresses(words: list, ranges: list, n_inputs: int) -> list | None:
@@ -205,7 +203,7 @@ class GraphForm:
     def run(self, inputs: list, replay):
         plan, before, after, nodes = self.plan, self.before, self.after, self.nodes  # retire() clears them
         slots = inputs + [None] * (plan.n_slots - plan.n_inputs)
-        for step in before:  # allocations and views (checked: no device work)
+        for step in before:  # allocations and views (checked: no device work in the graph but made tensors' fills)
             step(slots, replay)
         stream = replay.stream
         if stream is None:
@@ -242,6 +240,10 @@ def capture(plan, inputs: list, call) -> tuple[GraphForm | None, str]:
     """Capture one replay of ``plan`` for ``inputs`` (the call ``call`` is making: nothing runs, the
     caller launches the form) and read its kernel nodes back: ``(form, "")``, or ``(None, why
     not)``."""
+    if _env.interpreting():
+        return None, "Triton's interpreter runs the kernels"
+    if not all(t.is_cuda for t in inputs if isinstance(t, torch.Tensor)):
+        return None, "a tensor of the call is not on a GPU"
     drv = driver()
     if drv is None:
         return None, "the CUDA driver's graph-node calls are missing"
@@ -256,13 +258,21 @@ def capture(plan, inputs: list, call) -> tuple[GraphForm | None, str]:
     # torch.cuda.graph(), which collects garbage (on this rank only: heap blocks held by cycles would
     # come back on one rank) and empties torch's cache.
     state = plans.Replay(call, None, False)  # not a user's capture: workspaces are not kept for it
+    # Tensors made from nothing (torch.empty; torch.full, a fill kernel, under TILEFUSE_DEBUG_POISON)
+    # are made before the capture, as every call of the form makes them before its graph launch.
     current = torch.cuda.current_stream()
     stream = _capture_stream(current.device)
     stream.wait_stream(current)
+    slots = inputs + [None] * (plan.n_slots - plan.n_inputs)
     with torch.cuda.stream(stream):
+        for step in plan.steps:
+            if step.fresh:
+                step(slots, state)
         graph.capture_begin(capture_error_mode="thread_local")
         try:
-            slots = plan.run_slots(inputs, state, count=False)
+            for step in plan.steps:
+                if not step.fresh:
+                    step(slots, state)
         finally:
             state.close()
             graph.capture_end()

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One H200: launch plans replayed as one CUDA graph (graph forms, on by default), measured and tested.
+#   bash benchmarks/runs/graph_forms_check.sh   (from the repository root; results in $OUT/run.tar.gz)
+# 1. host_path at world 1: every op x variant with graph forms (the default) and launch by launch
+#    (<variant>+no_relaunch), interleaved with plain, M = 1, 16, 128, N = 4096, K = 8192, bf16; every
+#    method then checked once on new operands against the reference (CSV host_path.csv).
+# 2. The whole test suite without the slow set (benchmarks/runs/gpu_tests.sh: ranks sharing the GPU at
+#    worlds 2-4; tests/test_relaunch.py expects a graph form for every plan but gemm_all_scatter's).
+# About nine minutes with a cold Triton cache.
+source "$(dirname "$0")/prelude.sh"
+END=$(( T0 + ${BUDGET_S:-570} ))
+step host_path 200 "$PY" -m benchmarks host_path --real-launches --no-relaunch --ops all --M 1,16,128 \
+    --N 4096 --K 8192 --calls 200 --rounds 7 --csv "$R/host_path.csv"
+left=$(( END - $(date +%s) - 15 ))
+OUT=$R LIMIT_S=$left PER_TEST=$(( left - 20 )) PYTEST_ADDOPTS="-m 'not slow'" bash benchmarks/runs/gpu_tests.sh \
+    > "$R/gpu_tests.log" 2>&1
+stamp gpu_tests $? >> "$R/gpu_tests.log"
+pack
+grep -h "^== \|^--- group\|passed\|failed" "$R"/*.log | cut -c1-200 | tail -60
