@@ -20,7 +20,10 @@ where the op has that form), ``auto`` (public function,
 (``torch.ops.tilefuse.<op>``: the dispatcher's cost on top). Timing: ``--rounds`` rounds, methods
 interleaved in each, every method timed over ``--calls`` back-to-back calls per round; the value is
 the median over rounds of the mean time per call, in microseconds (``metric=host_us``), and
-``ratio_plain`` divides it by plain's. With ``--real-launches`` every method then runs once more on
+``ratio_plain`` divides it by plain's; with real launches the device is synchronized before each
+method's calls (an earlier method's queued work never makes a later one wait), and ``done_us`` is
+the time per call until the device finished them (above ``host_us``: the GPU, not the host, bounds
+back-to-back calls). With ``--real-launches`` every method then runs once more on
 new operands (other addresses) after the workspaces are poisoned, checked against the op's reference
 (``rel_err``, and ``ok`` = 1 within the dtype's tolerance; a wrong one is also printed).
 ``--clock``: ``wall`` (``time.perf_counter``, the default on a
@@ -150,11 +153,20 @@ def methods(op: str, begin_kernel: bool = False, no_relaunch: bool = False) -> d
     return out
 
 
-def _per_call_us(fn, calls: int, clock) -> float:
+def _per_call_us(fn, calls: int, clock, sync=None) -> tuple[float, float | None]:
+    """Host µs per call of ``calls`` back-to-back calls, and with ``sync`` (a GPU) µs per call until
+    the device finished them. The device is idle at the start (``sync`` first): a method's host time
+    never includes waiting on a launch queue that an earlier method filled."""
+    if sync is not None:
+        sync()
     t0 = clock()
     for _ in range(calls):
         fn()
-    return (clock() - t0) / calls * 1e6
+    host = clock() - t0
+    if sync is None:
+        return host / calls * 1e6, None
+    sync()
+    return host / calls * 1e6, (clock() - t0) / calls * 1e6
 
 
 def _auto_note(op: str, a, b) -> str:
@@ -216,13 +228,13 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_
                         for _ in range(3):
                             fn()
                 times: dict = {name: [] for name in fns}
+                sync = torch.cuda.synchronize if ctx.on_gpu and real else None
                 for _ in range(rounds):
                     for name, fn in fns.items():
                         with switch_env(name):
-                            times[name].append(_per_call_us(fn, calls, clock))
-                    if ctx.on_gpu:
-                        torch.cuda.synchronize()
-                med = {name: statistics.median(ts) for name, ts in times.items()}
+                            times[name].append(_per_call_us(fn, calls, clock, sync))
+                med = {name: statistics.median(t[0] for t in ts) for name, ts in times.items()}
+                device = {name: statistics.median(t[1] for t in ts) for name, ts in times.items()} if sync else {}
                 if real:
                     rows += _check_methods(ctx, op, M, N, K, dtype_name, fns.keys(), begin_kernel, no_relaunch)
                 note = _auto_note(op, a, b)
@@ -231,6 +243,8 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_
                                 note=note if name == "auto" else "")
                     rows.append({**base, "metric": "host_us", "value": us})
                     rows.append({**base, "metric": "ratio_plain", "value": us / med["plain"]})
+                    if device:  # µs per call until the GPU finished: above host_us, the GPU was the bound
+                        rows.append({**base, "metric": "done_us", "value": device[name]})
             tilefuse.synchronize()
             tilefuse.clear_workspaces()
             dispatch.clear()
@@ -279,11 +293,13 @@ def main(argv=None) -> int:
     device = "cpu" if on_cpu else torch.cuda.get_device_name()
     commit = commit_id()
     us = {(r["op"], r["M"], r["variant"]): r["value"] for r in rows if r["metric"] == "host_us"}
+    done = {(r["op"], r["M"], r["variant"]): r["value"] for r in rows if r["metric"] == "done_us"}
     notes = {(r["op"], r["M"]): r["note"] for r in rows if r["variant"] == "auto" and r["metric"] == "host_us"}
     print(f"host_path: world 1, N={args.N}, K={args.K}, {args.dtype}, {device}, "
           f"{'real' if args.real_launches else 'no-op'} launches, {args.clock} clock, commit {commit}")
     for (op, M, name), t in us.items():
-        print(f"{op:20s} M={M:<5d} {name:28s} {t:8.1f} us  {t / us[(op, M, 'plain')]:5.2f}x plain")
+        print(f"{op:20s} M={M:<5d} {name:28s} {t:8.1f} us  {t / us[(op, M, 'plain')]:5.2f}x plain"
+              + (f"  done {done[(op, M, name)]:8.1f} us" if (op, M, name) in done else ""))
     for (op, M), note in notes.items():
         print(f"{op:20s} M={M:<5d} {note}")
     bad = [r for r in rows if r["metric"] == "ok" and not r["value"]]
