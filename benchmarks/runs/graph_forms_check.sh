@@ -4,16 +4,25 @@
 # 1. host_path at world 1: every op x variant with graph forms (the default) and launch by launch
 #    (<variant>+no_relaunch), interleaved with plain, M = 1, 16, 128, N = 4096, K = 8192, bf16; every
 #    method then checked once on new operands against the reference (CSV host_path.csv).
-# 2. The whole test suite without the slow set (benchmarks/runs/gpu_tests.sh: ranks sharing the GPU at
-#    worlds 2-4; tests/test_relaunch.py expects a graph form for every plan but gemm_all_scatter's).
+# 2. PART=1 (default): the whole test suite without the slow set (benchmarks/runs/gpu_tests.sh: ranks
+#    sharing the GPU at worlds 2-4; tests/test_relaunch.py expects a graph form for every plan but
+#    gemm_all_scatter's). PART=2: the slow set beside the 10,000-call soak at world 2 (shapes changing
+#    every call: graph forms made, retired and refused at their limit; memory must stay flat).
 # About nine minutes with a cold Triton cache.
 source "$(dirname "$0")/prelude.sh"
 END=$(( T0 + ${BUDGET_S:-570} ))
 step host_path 200 "$PY" -m benchmarks host_path --real-launches --no-relaunch --ops all --M 1,16,128 \
     --N 4096 --K 8192 --calls 200 --rounds 7 --csv "$R/host_path.csv"
 left=$(( END - $(date +%s) - 15 ))
-OUT=$R LIMIT_S=$left PER_TEST=$(( left - 20 )) PYTEST_ADDOPTS="-m 'not slow'" bash benchmarks/runs/gpu_tests.sh \
-    > "$R/gpu_tests.log" 2>&1
-stamp gpu_tests $? >> "$R/gpu_tests.log"
+if [[ ${PART:-1} == 2 ]]; then
+    tests_beside_soak "$left" $(( left - 60 )) slow
+    stamp "slow set beside the soak" 0 >> "$R/soak.log"
+    tail -n 30 "$R/tests/tests_summary.txt"
+    grep -h "^soak: [0-9]*/" "$R/soak.log" | cut -c1-900
+else
+    OUT=$R LIMIT_S=$left PER_TEST=$(( left - 20 )) PYTEST_ADDOPTS="-m 'not slow'" bash benchmarks/runs/gpu_tests.sh \
+        > "$R/gpu_tests.log" 2>&1
+    stamp gpu_tests $? >> "$R/gpu_tests.log"
+fi
 pack
 grep -h "^== \|^--- group\|passed\|failed" "$R"/*.log | cut -c1-200 | tail -60

@@ -78,10 +78,11 @@ tests_in_rest() {
     ( OUT=$R/tests LIMIT_S=$left PER_TEST=$(( left - 10 )) PYTEST_ADDOPTS="$addopts" GROUPS_SPEC="$1" \
         bash "$(dirname "${BASH_SOURCE[0]}")/gpu_tests.sh" > "$R/tests.log" 2>&1 )
 }
-# tests_beside_soak LIMIT_S SOAK_BUDGET_S: the multi-rank tests (not the slow set) and the 10,000-call
-# soak at one process per GPU side by side (neither timed), into $R/tests and $R/soak_w2.csv.
+# tests_beside_soak LIMIT_S SOAK_BUDGET_S [MARKERS]: the multi-rank tests (MARKERS, a pytest -m
+# expression, default "not slow") and the 10,000-call soak at one process per GPU (ranks sharing the
+# GPU on a machine of one) side by side (neither timed), into $R/tests and $R/soak_w2.csv.
 tests_beside_soak() {
-    ( OUT=$R/tests LIMIT_S=$1 PER_TEST=$(( $1 - 20 )) PYTEST_ADDOPTS='-m "not slow"' \
+    ( OUT=$R/tests LIMIT_S=$1 PER_TEST=$(( $1 - 20 )) PYTEST_ADDOPTS="-m '${3:-not slow}'" \
         bash "$(dirname "${BASH_SOURCE[0]}")/gpu_tests.sh" > "$R/tests.log" 2>&1 ) &
     ( timeout -k 10 $(( $2 + 30 )) "$PY" -m benchmarks soak --world 2 --calls 10000 --check-every 100 --variants all \
         --heap-size 1G --require-flat --budget-s "$2" --csv "$R/soak_w2.csv" --no-progress > "$R/soak.log" 2>&1
