@@ -301,7 +301,7 @@ def _scratch_allocator() -> None:
 
 def plan_stats() -> dict:
     """Counts of launch plans: recorded, replays, unplannable signatures, soft retries, clears, graph
-    forms made and relaunches (``TILEFUSE_GRAPH_RELAUNCH=1``); and ``live``, the signatures with a
+    forms made and relaunches (off with ``TILEFUSE_GRAPH_RELAUNCH=0``); and ``live``, the signatures with a
     plan now; ``last_failure``, why the last unplannable one was; ``last_graph_refusal``, why the
     last plan that was to get a graph form got none."""
     live = sum(1 for v in _PLANS.values() if type(v) is Plan)
