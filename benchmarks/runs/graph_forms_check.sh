@@ -8,9 +8,21 @@
 #    sharing the GPU at worlds 2-4; tests/test_relaunch.py expects a graph form for every plan but
 #    gemm_all_scatter's). PART=2: the slow set beside the 10,000-call soak at world 2 (shapes changing
 #    every call: graph forms made, retired and refused at their limit; memory must stay flat).
+#    PART=3 instead of both steps: host_overhead (eager host and wall us per call, and CUDA-graph
+#    replay, next to torch.matmul + the collective) at world 1, M = 1-1024, and at world 2 with the
+#    ranks sharing the GPU (gloo: host times only), M = 1, 16.
 # About nine minutes with a cold Triton cache.
 source "$(dirname "$0")/prelude.sh"
 END=$(( T0 + ${BUDGET_S:-570} ))
+if [[ ${PART:-1} == 3 ]]; then
+    step host_overhead_w1 240 "$PY" -m benchmarks host_overhead --world 1 --M 1,16,128,1024 --calls 200 \
+        --replays 200 --csv "$R/host_overhead_w1.csv"
+    step host_overhead_w2 240 "$PY" -m benchmarks host_overhead --world 2 --M 1,16 --calls 200 --replays 100 \
+        --csv "$R/host_overhead_w2_shared_gpu.csv"
+    pack
+    grep -h "^== \|ERROR\|error" "$R"/*.log | cut -c1-200 | tail -40
+    exit 0
+fi
 step host_path 200 "$PY" -m benchmarks host_path --real-launches --no-relaunch --ops all --M 1,16,128 \
     --N 4096 --K 8192 --calls 200 --rounds 7 --csv "$R/host_path.csv"
 left=$(( END - $(date +%s) - 15 ))
