@@ -224,7 +224,9 @@ def plot_host_overhead(paths, out_dir, plt=None) -> list:
     if plt is None:
         print("plots skipped: matplotlib is not installed", file=sys.stderr, flush=True)
         return []
-    frame = pd.concat([pd.read_csv(p, dtype={"note": str}) for p in paths], ignore_index=True)
+    from .results import read_csv
+
+    frame = pd.concat([read_csv(p) for p in paths], ignore_index=True)  # text columns as text: commit 63924e7
     names = frame["variant"].astype(str)
     frame = frame[~names.isin(HOST_LEFT_OUT) & ~names.str.endswith(HOST_LEFT_OUT_SUFFIX)]
     out_dir = Path(out_dir)

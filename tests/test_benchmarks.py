@@ -407,11 +407,11 @@ def test_host_overhead_plot_one_figure_per_world(tmp_path):
                     for mode in ("eager", "graph"):
                         for metric in ("host_us", "wall_us"):
                             rows.append(dict(op=op, variant=variant, M=M, N=64, K=32, dtype="bf16", world=world,
-                                             mode=mode, metric=metric, value=10.0 + M, device="cpu", commit="x",
-                                             note=""))
+                                             mode=mode, metric=metric, value=10.0 + M, device="cpu",
+                                             commit="63924e7", note=""))  # a commit that reads as a number
     csv = tmp_path / "host.csv"
     pd.DataFrame(rows).to_csv(csv, index=False)
-    seen = []
+    seen, figs = [], []
     real = plots._pyplot()
 
     class Spy:
@@ -421,6 +421,7 @@ def test_host_overhead_plot_one_figure_per_world(tmp_path):
         def subplots(self, *args, **kwargs):
             fig, axes = real.subplots(*args, **kwargs)
             seen.append(axes)
+            figs.append(fig)
             return fig, axes
 
     paths = plots.plot_host_overhead([csv], tmp_path / "out", plt=Spy())
@@ -428,6 +429,8 @@ def test_host_overhead_plot_one_figure_per_world(tmp_path):
     assert all(p.stat().st_size > 0 for p in paths)
     labels = {t.get_text() for axes in seen for t in axes[0][1].get_legend().get_texts()}
     assert labels == {"plain", "torch", "bulk_sync", "auto"}, labels
+    titles = [fig._suptitle.get_text() for fig in figs]
+    assert all(t.endswith("commit 63924e7") for t in titles), titles
 
 
 def test_run_scripts_parse_and_keep_nvlink_multicast_off():
