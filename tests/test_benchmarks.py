@@ -822,3 +822,16 @@ def job_host_path_checks(ctx):
 def test_host_path_checks_every_method_on_new_operands(pools):
     [ok] = pools.run(1, job_host_path_checks, timeout=120)
     assert ok == {"plain": 1, "bulk_sync": 1, "wrong": 0}, ok
+
+
+def test_peer_block_copy_checks_its_kernel_and_writes_both_methods(tmp_path):
+    """benchmarks.peer_block_copy: the kernel's copy is checked against the source before timing, and
+    both methods land in the CSV."""
+    from benchmarks import peer_block_copy
+
+    csv = tmp_path / "copy.csv"
+    assert peer_block_copy.main(["--world-sizes", "3", "--M", "5", "--N", "40", "--dtype", "fp32",
+                                 "--csv", str(csv)]) == 0
+    frame = pd.read_csv(csv)
+    assert set(frame["method"]) == {"kernel", "torch"} and set(frame["metric"]) == {"us", "GB/s"}
+    assert (frame["value"] > 0).all()

@@ -286,19 +286,20 @@ def job_plans_replay(ctx, ops, variants, calls):
 
 # Launches of a call at world 2-3 whose own kernels begin and end it (no begin kernel, no status
 # copy): one kernel, or the op's kernels (a barrier between them passed in the first one's last program).
+# gemm_all_scatter's default call (no heap `out`) adds one: the peers' blocks copied out of the heap.
 KERNEL_LAUNCHES = {
-    **{(op, "wg_specialized"): 1 for op in ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter",
-                                            "gemm_all_reduce")},
-    ("gemm_all_scatter", "fused_sequential"): 1, ("gemm_all_reduce", "fused_sequential"): 1,
+    **{(op, "wg_specialized"): 1 for op in ("all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")},
+    ("gemm_all_scatter", "wg_specialized"): 2, ("gemm_all_scatter", "fused_sequential"): 2,
+    ("gemm_all_reduce", "fused_sequential"): 1,
     # Two launches, the first ending with the barrier between them (call_exit BARRIER):
     ("gemm_reduce_scatter", "fused_sequential"): 2,  # the fused GEMM, the reduction
-    ("gemm_all_scatter", "bulk_sync"): 2,  # the GEMM, the scatter (which ends with the closing barrier)
+    ("gemm_all_scatter", "bulk_sync"): 3,  # the GEMM, the scatter (which ends with the closing barrier), the copy
     ("all_gather_gemm", "bulk_sync"): 2,  # the push, the GEMM
     ("all_gather_gemm", "fused_sequential"): 2,  # the publish (which ends with the barrier), the fused GEMM
     ("gemm_reduce_scatter", "bulk_sync"): 2, ("gemm_all_reduce", "bulk_sync"): 2,  # the GEMM, the reduction
     # Two kernels on two streams that begin and end the call together:
-    **{(op, "producer_consumer"): 2 for op in ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter",
-                                               "gemm_all_reduce")},
+    **{(op, "producer_consumer"): 2 for op in ("all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")},
+    ("gemm_all_scatter", "producer_consumer"): 3,
 }
 
 

@@ -115,11 +115,9 @@ def test_every_variant_relaunched_as_a_graph(pools, on_gpu, world):
                         in report.items()))
         problems = []
         for (op, variant), (relaunches, form, why) in report.items():
-            # gemm_all_scatter without a heap out: torch copies the peers' column blocks out of the
-            # heap after the kernels, kernel nodes the plan's launches are not: no form
-            want = "bool" if op == "gemm_all_scatter" else "GraphForm"
-            # calls 2-5 replay; those whose plan has a form relaunch it
-            if form != want or relaunches != (4 if form == "GraphForm" else 0):
+            # every plan has a form (gemm_all_scatter's copy of the peers' blocks out of the heap is a
+            # launch of its own); calls 2-5 replay it
+            if form != "GraphForm" or relaunches != 4:
                 problems.append((op, variant, form, relaunches, why))
         assert not problems, problems
 

@@ -11,6 +11,9 @@
 #    PART=3 instead of both steps: host_overhead (eager host and wall us per call, and CUDA-graph
 #    replay, next to torch.matmul + the collective) at world 1, M = 1-1024, and at world 2 with the
 #    ranks sharing the GPU (gloo: host times only), M = 1, 16.
+#    PART=4 instead: gemm_all_scatter's copy of the peers' blocks as a kernel (its plans' graph forms at
+#    world >= 2): peer_block_copy (the kernel against torch's copies), its tests, the launcher's,
+#    the graph and hardening tests (ranks sharing the GPU), then host_overhead for it at world 2.
 # About nine minutes with a cold Triton cache.
 source "$(dirname "$0")/prelude.sh"
 END=$(( T0 + ${BUDGET_S:-570} ))
@@ -21,6 +24,20 @@ if [[ ${PART:-1} == 3 ]]; then
         --csv "$R/host_overhead_w2_shared_gpu.csv"
     pack
     grep -h "^== \|ERROR\|error" "$R"/*.log | cut -c1-200 | tail -40
+    exit 0
+fi
+if [[ ${PART:-1} == 4 ]]; then
+    step peer_block_copy 100 "$PY" -m benchmarks peer_block_copy --world-sizes 2,4 --M 1,16,128,1024,8192 \
+        --N 4096,14336 --csv "$R/peer_block_copy.csv"
+    OUT=$R/tests LIMIT_S=260 PER_TEST=240 PYTEST_ADDOPTS="-m 'not slow'" GROUPS_SPEC="tests/test_gemm_all_scatter.py;\
+tests/test_launcher.py tests/test_relaunch.py;tests/test_graphs.py;tests/test_hardening.py" \
+        bash benchmarks/runs/gpu_tests.sh > "$R/tests.log" 2>&1
+    step host_overhead_gas_w2 90 "$PY" -m benchmarks host_overhead --world 2 --ops gemm_all_scatter --M 1,16 \
+        --calls 200 --no-graphs --csv "$R/host_overhead_gas_w2_shared_gpu.csv"
+    pack
+    tail -n 20 "$R/tests/tests_summary.txt"
+    grep -h "^== \|kernel/torch" "$R"/*.log | cut -c1-200 | tail -40
+    grep -v "ERROR" "$R/host_overhead_gas_w2.log" | grep "host" | cut -c1-150 | tail -20
     exit 0
 fi
 step host_path 200 "$PY" -m benchmarks host_path --real-launches --no-relaunch --ops all --M 1,16,128 \

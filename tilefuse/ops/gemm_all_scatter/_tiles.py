@@ -6,14 +6,18 @@ or announced by a local flag); ``push_ready_tiles`` is the communication side (a
 flag, read the tile back from the result, push it to every peer). The result and c are strided
 alike; they are one tensor when the caller's ``out`` is a heap tensor (and at world 1). Tile ids
 use the GEMM core's grouped swizzle on both sides, so the first tiles made are the first moved.
+``copy_peer_blocks`` is the kernel every variant launches last when they are two tensors: the
+peers' column blocks out of c into the result.
 """
 
 import triton
 import triton.language as tl
 
 from ...runtime import primitives as P
+from ...runtime.primitives import kernel
 from ..common.comm import push_tile
 from ..common.flags import tile_acquire, tile_release
+from ..common.gather import copy_pieces
 from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
 
 
@@ -84,3 +88,25 @@ def push_ready_tiles(
             tile = load_tile(o_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]
             push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
                       FIRST=1)
+
+
+# Tiles of the copy out of c: rows, columns. A kernel launch (not torch copies) so that a call's launch
+# plan holds only kernel launches and can be replayed as one CUDA graph (tilefuse.runtime.relaunch).
+COPY_BLOCK_M, COPY_BLOCK_N = 32, 128
+
+
+@kernel
+def copy_peer_blocks(
+    dst_ptr, stride_dm, stride_dn,  # the result [M, world * N]
+    src_ptr, stride_sm, stride_sn,  # c [M, world * N] on the heap, where the peers' blocks landed
+    M, N, cur_rank, world,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """``dst[:, peer block] = src[:, peer block]`` for every peer's [M, N] column block (not this
+    rank's, which the GEMM stored into ``dst`` itself); the programs share every block's tiles. Queued
+    after the call's last kernel, whose closing barrier saw every peer's block land in ``src``."""
+    prog, programs = tl.program_id(0), tl.num_programs(0)
+    for i in range(1, world):
+        col = tl.cast((cur_rank + i) % world, tl.int64) * N
+        copy_pieces(dst_ptr + col * stride_dn, stride_dm, stride_dn, src_ptr + col * stride_sn, stride_sm, stride_sn,
+                    M, N, prog, programs, BLOCK_M, BLOCK_N)
