@@ -203,7 +203,7 @@ class GraphForm:
     def run(self, inputs: list, replay):
         plan, before, after, nodes = self.plan, self.before, self.after, self.nodes  # retire() clears them
         slots = inputs + [None] * (plan.n_slots - plan.n_inputs)
-        for step in before:  # allocations and views (checked: no device work in the graph but made tensors' fills)
+        for step in before:  # allocations, views, fills of made tensors (the graph's own device work: checked)
             step(slots, replay)
         stream = replay.stream
         if stream is None:
