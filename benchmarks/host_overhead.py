@@ -48,13 +48,12 @@ import torch.distributed as dist
 import tilefuse
 from tilefuse.ops import registry
 
-from .common import commit_id, error_text, launch
+from .common import commit_id, error_text, launch, parse_dtype
 from .results import write_rows
 from .timing import BEGIN_BEFORE_GEMM, BEGIN_KERNEL, capture_graph, switch_env, sync
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric", "value", "device", "commit",
                "note"]
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def _worst(ctx, code: int) -> int:
@@ -167,7 +166,7 @@ def _replay(ctx, graph, replays: int) -> dict:
 
 def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs, begin_kernel=False,
          begin_before_gemm=False) -> list:
-    dtype = DTYPES[dtype_name]
+    dtype = parse_dtype(dtype_name)
     W = ctx.world
     rows = []
     graphs_ok = graphs and ctx.device.type == "cuda"
@@ -268,7 +267,7 @@ def main(argv=None) -> int:
     p.add_argument("--M", default="1,16,128,1024", help="rows of a, comma-separated")
     p.add_argument("--N", type=int, default=4096)
     p.add_argument("--K", type=int, default=8192)
-    p.add_argument("--dtype", default=None, choices=sorted(DTYPES), help="default bf16 on GPUs, fp16 on CPUs")
+    p.add_argument("--dtype", default=None, choices=("bf16", "fp16", "fp32"), help="default bf16 on GPUs, fp16 on CPUs")
     p.add_argument("--ops", default="all", help="comma-separated ops, or all")
     p.add_argument("--calls", type=int, default=200, help="timed eager calls per method")
     p.add_argument("--replays", type=int, default=100, help="timed graph replays per method")
