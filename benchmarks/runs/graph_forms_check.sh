@@ -5,8 +5,8 @@
 #    (<variant>+no_relaunch), interleaved with plain, M = 1, 16, 128, N = 4096, K = 8192, bf16; every
 #    method then checked once on new operands against the reference (CSV host_path.csv).
 # 2. PART=1 (default): the whole test suite without the slow set (benchmarks/runs/gpu_tests.sh: ranks
-#    sharing the GPU at worlds 2-4; tests/test_relaunch.py expects a graph form for every plan but
-#    gemm_all_scatter's). PART=2: the slow set beside the 10,000-call soak at world 2 (shapes changing
+#    sharing the GPU at worlds 2-4; tests/test_relaunch.py expects a graph form for every op x
+#    variant). PART=2: the slow set beside the 10,000-call soak at world 2 (shapes changing
 #    every call: graph forms made, retired and refused at their limit; memory must stay flat).
 #    PART=3 instead of both steps: host_overhead (eager host and wall us per call, and CUDA-graph
 #    replay, next to torch.matmul + the collective) at world 1, M = 1-1024, and at world 2 with the
