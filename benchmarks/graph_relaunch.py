@@ -42,20 +42,16 @@ from .host_path import CSV_COLUMNS, _per_call_us
 
 
 def _watched_node(drv, handle, watched: list):
-    """A kernel node (:class:`tilefuse.runtime.relaunch._Node`) whose 8-byte parameters equal to one
-    of the ``watched`` addresses are rewritten: ``(offset, index in watched, 0)``."""
+    """A kernel node (:class:`tilefuse.runtime.relaunch._Node`) whose 8-byte words equal to one of the
+    ``watched`` addresses are rewritten: ``(offset, index in watched, 0)``."""
     from tilefuse.runtime import relaunch
 
-    p = relaunch._KernelNodeParams()
-    relaunch._check(drv.get_params(handle, ctypes.byref(p)), "cuGraphKernelNodeGetParams")
-    layout = relaunch._param_layout(drv, p)
-    buf = ctypes.create_string_buffer(max([o + n for o, n in layout] + [8]))
-    words = []
-    for i, (off, n) in enumerate(layout):
-        ctypes.memmove(ctypes.addressof(buf) + off, p.kernelParams[i], n)
-        if n == 8 and struct.unpack_from("Q", buf, off)[0] in watched:
-            words.append((off, watched.index(struct.unpack_from("Q", buf, off)[0]), 0))
-    return relaunch._Node(handle, p, layout, buf, words)
+    read = relaunch.read_node(drv, handle)
+    if read is None:
+        raise RuntimeError("a kernel node's parameter layout is unknown")
+    p, layout, buf, at, words = read
+    hits = [(o, watched.index(w), 0) for o, w in zip(at, words) if w in watched]
+    return relaunch._Node(handle, p, layout, buf, hits)
 
 
 def _capture(fn, a, b):

@@ -251,3 +251,31 @@ def test_a_failed_capture_leaves_the_plan_its_launches_but_a_runtime_verdict_rai
     monkeypatch.setattr(relaunch, "capture", failing(world.PeerExitedError("rank 1 exited")))
     with pytest.raises(world.PeerExitedError):  # not swallowed: the call fails as any call would
         launch._graph_form(plan, [], None)
+
+
+def test_a_kernel_node_is_read_word_by_word():
+    """read_node: the node's parameters copied at the layout's offsets, and every 8-byte-aligned word
+    inside them (a 4-byte parameter holds none; a 16-byte structure two)."""
+    import ctypes
+    import struct
+
+    values = [ctypes.c_uint64(0x1000), ctypes.c_int32(7), (ctypes.c_uint64 * 2)(0x2000, 0x3000)]
+    layout = [(0, 8), (8, 4), (16, 16)]
+    ptrs = (ctypes.c_void_p * 3)(*[ctypes.addressof(v) for v in values])
+
+    class Driver:
+        def get_params(self, handle, ref):
+            p = ctypes.cast(ref, ctypes.POINTER(relaunch._KernelNodeParams)).contents
+            p.func, p.kernelParams = 1, ctypes.cast(ptrs, ctypes.POINTER(ctypes.c_void_p))
+            return 0
+
+        def func_param(self, func, i, off, size):
+            if i >= len(layout):
+                return 1
+            ctypes.cast(off, ctypes.POINTER(ctypes.c_size_t))[0], ctypes.cast(size, ctypes.POINTER(ctypes.c_size_t))[0] \
+                = layout[i]
+            return 0
+
+    p, got_layout, buf, at, words = relaunch.read_node(Driver(), ctypes.c_void_p(5))
+    assert got_layout == layout and at == [0, 16, 24] and words == [0x1000, 0x2000, 0x3000]
+    assert struct.unpack_from("i", buf, 8)[0] == 7

@@ -188,6 +188,23 @@ def _nodes(drv: _Driver, graph: int) -> list:
     return out
 
 
+def read_node(drv: _Driver, handle) -> tuple | None:
+    """A kernel node's parameters: ``(params, layout, buf, at, words)``, its parameters copied into
+    ``buf`` at ``layout``'s offsets, ``at`` the offsets of the 8-byte-aligned words inside them and
+    ``words`` their values; None when the layout cannot be read."""
+    p = _KernelNodeParams()
+    _check(drv.get_params(handle, ctypes.byref(p)), "cuGraphKernelNodeGetParams")
+    layout = _param_layout(drv, p)
+    if layout is None:
+        return None
+    buf = ctypes.create_string_buffer(max(max((off + n for off, n in layout), default=0), 8))
+    at = []
+    for i, (off, n) in enumerate(layout):
+        ctypes.memmove(ctypes.addressof(buf) + off, p.kernelParams[i], n)
+        at += range(off + (-off % 8), off + n - 7, 8)
+    return p, layout, buf, at, [struct.unpack_from("Q", buf, o)[0] for o in at]
+
+
 class GraphForm:
     """One plan captured as a CUDA graph (module docstring). ``run(inputs, replay)`` is the plan's
     ``run``: the same result, one graph launch."""
@@ -300,18 +317,10 @@ def capture(plan, inputs: list, call) -> tuple[GraphForm | None, str]:
                       f"({', '.join(_kernel_name(drv, h) for h in kernels)}), other node types {others}")
     form_nodes = []
     for handle in kernels:
-        p = _KernelNodeParams()
-        _check(drv.get_params(handle, ctypes.byref(p)), "cuGraphKernelNodeGetParams")
-        layout = _param_layout(drv, p)
-        if layout is None:
+        read = read_node(drv, handle)
+        if read is None:
             return None, "a kernel node's parameter layout is unknown"
-        size = max((off + n for off, n in layout), default=0)
-        buf = ctypes.create_string_buffer(max(size, 8))
-        at = []  # offsets of the 8-byte-aligned words inside parameters
-        for i, (off, n) in enumerate(layout):
-            ctypes.memmove(ctypes.addressof(buf) + off, p.kernelParams[i], n)
-            at += range(off + (-off % 8), off + n - 7, 8)
-        words = [struct.unpack_from("Q", buf, o)[0] for o in at]
+        p, layout, buf, at, words = read
         found = find_addresses(words, ranges, plan.n_inputs)
         if found is None:
             return None, "arguments overlap one another"
