@@ -272,8 +272,8 @@ def test_a_kernel_node_is_read_word_by_word():
         def func_param(self, func, i, off, size):
             if i >= len(layout):
                 return 1
-            ctypes.cast(off, ctypes.POINTER(ctypes.c_size_t))[0], ctypes.cast(size, ctypes.POINTER(ctypes.c_size_t))[0] \
-                = layout[i]
+            size_t = ctypes.POINTER(ctypes.c_size_t)
+            ctypes.cast(off, size_t)[0], ctypes.cast(size, size_t)[0] = layout[i]
             return 0
 
     p, got_layout, buf, at, words = relaunch.read_node(Driver(), ctypes.c_void_p(5))
