@@ -83,17 +83,26 @@ MID_M_NO_SPLIT = [(128, 64, 4, 4), (128, 64, 5, 4), (128, 64, 6, 4), (128, 128, 
 # groups): (BLOCK_M, BLOCK_N, BLOCK_K, stages). 64x256 and 8-warp groups do not specialize.
 WARP_SPEC_TILES = [(64, 128, 64, 4), (128, 64, 64, 5), (128, 64, 128, 4), (128, 128, 64, 4), (128, 128, 64, 5),
                    (128, 128, 128, 3), (128, 256, 64, 3), (128, 256, 64, 4), (256, 128, 64, 3)]
-# The default config with its tiles loop flattened, not flattened (matmul's own rule flattens it where
-# some program has more than one tile), and with its tiles stored through a descriptor of C (matmul's
-# flatten, tma_store; they apply where the default has no split-K, stream-K or warp
-# specialization): --epilogue.
-EPILOGUES = [("+flatten", {"flatten": True}), ("-flatten", {"flatten": False}), ("+tma_store", {"tma_store": True})]
+# The default config with its tiles loop flattened, not flattened (matmul's own rule flattens
+# unspecialized 128-row tiles on the descriptor path; it never flattens a warp-specialized loop), and
+# with its tiles stored through a descriptor of C, whole or in two halves of their columns (matmul's
+# flatten, tma_store; the stores apply where the default has no split-K or stream-K): --epilogue.
+EPILOGUES = [("+flatten", {"flatten": True}), ("-flatten", {"flatten": False}), ("+tma_store", {"tma_store": 1}),
+             ("+tma_store_halves", {"tma_store": 2})]
 # Part-idle last waves (--stream-k): 128-row tiles (BLOCK_N, BLOCK_K, warps, stages), each timed whole,
 # as stream-K (after its whole waves of tiles but the last: config.stream_k_whole_tiles), and split-K.
 STREAM_K_TILES = [(128, 64, 4, 6), (128, 64, 8, 4), (256, 64, 8, 3)]
 STREAM_K_SPLITS = (2, 3, 4, 8)
 # 12 and 16 slices lost on every shape of docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv.
 SPLITS = (1, 2, 3, 4, 6, 8)
+
+
+def epilogues(default) -> list:
+    """The entries of :data:`EPILOGUES` that change what ``default`` runs (none with split-K or
+    stream-K; no flattening of a warp-specialized loop)."""
+    if default.SPLIT_K > 1 or default.STREAM_K:
+        return []
+    return [(tag, kw) for tag, kw in EPILOGUES if not (default.WARP_SPEC and "flatten" in kw)]
 
 
 def label(cfg, pad: bool | None = None) -> str:
@@ -162,7 +171,8 @@ def stream_k_candidates(num_sms: int) -> list:
 
 
 def kernel_info(fn, kern=None) -> dict:
-    """Registers per thread, spilled registers and shared memory bytes of the kernel ``kern``
+    """Registers per thread, spilled registers, shared memory bytes and compiled warps (more than the
+    launch's where a loop was warp-specialized) of the kernel ``kern``
     (default: the GEMM core's) that ``fn()`` launches (its last launch; empty where they cannot be
     read, e.g. in the interpreter)."""
     from tilefuse.ops.common import gemm
@@ -183,7 +193,7 @@ def kernel_info(fn, kern=None) -> dict:
     compiled = seen[-1] if seen else None
     info = {}
     for metric, get in (("regs", lambda k: k.n_regs), ("spills", lambda k: k.n_spills),
-                        ("smem", lambda k: k.metadata.shared)):
+                        ("smem", lambda k: k.metadata.shared), ("warps", lambda k: k.metadata.num_warps)):
         try:
             info[metric] = float(get(compiled))
         except Exception:  # noqa: BLE001 - the interpreter's kernels have none of these
@@ -343,8 +353,8 @@ def main(argv=None) -> None:
                              "without it (GPU)")
     parser.add_argument("--epilogue", action="store_true",
                         help="the candidates are the default config with the tiles loop flattened, not "
-                             "flattened, and with tiles stored through a descriptor of C (matmul's flatten, "
-                             "tma_store; GPU)")
+                             "flattened, and with tiles stored through a descriptor of C, whole or in two "
+                             "halves (matmul's flatten, tma_store; where they change the default; GPU)")
     parser.add_argument("--stream-k", action="store_true",
                         help="the candidates are 128-row tiles whole, as stream-K and as split-K (GPU)")
     parser.add_argument("--torch-kernels", action="store_true",
@@ -391,7 +401,7 @@ def main(argv=None) -> None:
                                      split_k=not args.no_split)
             configs = [("default", default, None, {})]
             if args.epilogue and not interpreter:
-                configs += [(f"default{tag}", default, None, kw) for tag, kw in EPILOGUES]
+                configs += [(f"default{tag}", default, None, kw) for tag, kw in epilogues(default)]
             elif args.stream_k and not interpreter:
                 configs += [(label(cfg), cfg, None, {}) for cfg in stream_k_candidates(sms)]
             elif not args.default_only:

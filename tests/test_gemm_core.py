@@ -263,13 +263,17 @@ def test_matmul_warp_spec_config_is_a_compile_hint(monkeypatch):
     assert torch.equal(got, matmul(a, b, torch.empty_like(got), CFG))
 
 
+@pytest.mark.parametrize("warp_spec", [False, pytest.param(True, marks=pytest.mark.skipif(
+    INTERPRET, reason="the interpreter has no warps: a warp-specialized loop runs as the plain one"))])
 @pytest.mark.parametrize("layout", ["contiguous", "column_block", "misaligned"])
-def test_matmul_flattened_loop_and_descriptor_stores_keep_the_bits(layout):
+def test_matmul_flattened_loop_and_descriptor_stores_keep_the_bits(layout, warp_spec):
     """``flatten`` and ``tma_store`` (the tiles schedule's loop flattened, tiles stored through a
-    descriptor of C) give the bits of the plain tiles loop, with ragged edges, in a column block of a
-    wider C (stored through a descriptor of its strides) and where C's rows are not 16-byte aligned
-    (then stored by pointers); the columns around the block stay untouched."""
-    M, N, K = 200, 72, 96
+    descriptor of C, whole or in two halves) give the bits of the plain tiles loop, with ragged
+    edges, in a column block of a wider C (stored through a descriptor of its strides) and where C's
+    rows are not 16-byte aligned (then stored by pointers); the columns around the block stay
+    untouched. On a GPU also for a warp-specialized 128x256 loop (never flattened: ``flatten`` is
+    ignored there)."""
+    M, N, K = 200, 72 if not warp_spec else 520, 96
     gen = _gen(11)
     dtype = torch.float16
     a = _randn((M, K), dtype, gen)
@@ -277,14 +281,18 @@ def test_matmul_flattened_loop_and_descriptor_stores_keep_the_bits(layout):
     width = {"contiguous": N, "column_block": 3 * N, "misaligned": N + 1}[layout]
     first = {"contiguous": 0, "column_block": N, "misaligned": 1}[layout]
 
+    cfg = CFG if not warp_spec else CFG.replace(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=4, num_stages=3,
+                                                  WARP_SPEC=1)
+
     def run(**kw):
         full = torch.full((M, width), NAN, dtype=dtype, device=DEVICE)
-        matmul(a, b, full[:, first:first + N], CFG, **kw)
+        matmul(a, b, full[:, first:first + N], cfg, **kw)
         return full
 
-    plain = run(flatten=False, tma_store=False)
+    plain = run(flatten=False, tma_store=0)
     _assert_matches(plain[:, first:first + N], a, b, dtype)
-    for kw in ({"flatten": True}, {"tma_store": True}, {"flatten": True, "tma_store": True}):
+    for kw in ({"flatten": True}, {"tma_store": 1}, {"flatten": True, "tma_store": 1}, {"tma_store": 2},
+               {"flatten": True, "tma_store": 2}):
         got = run(**kw)
         assert torch.equal(got[:, first:first + N], plain[:, first:first + N]), kw
         outside = torch.cat([got[:, :first], got[:, first + N:]], dim=1)
@@ -1154,3 +1162,15 @@ def test_gemm_sweep_warm_chunk_runs_each_config():
     with gemm_sweep.padding(False):
         assert gemm.PAD_MIN_M > 2**40
     assert gemm.PAD_MIN_M == saved
+
+
+def test_gemm_sweep_epilogue_candidates_change_the_default():
+    """--epilogue times only the store and loop forms that change what the default runs: none with
+    split-K or stream-K, the descriptor stores but no flattening for a warp-specialized loop."""
+    from benchmarks import gemm_sweep
+
+    assert gemm_sweep.epilogues(CFG) == gemm_sweep.EPILOGUES
+    assert gemm_sweep.epilogues(CFG.replace(SPLIT_K=2)) == []
+    assert gemm_sweep.epilogues(CFG.replace(STREAM_K=1)) == []
+    ws = CFG.replace(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=4, WARP_SPEC=1)
+    assert [kw for _, kw in gemm_sweep.epilogues(ws)] == [{"tma_store": 1}, {"tma_store": 2}]

@@ -294,18 +294,20 @@ def whole_tiles(
     pid, num_work, num_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr,
-    FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr,
+    FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr, WARP_SPEC: tl.constexpr = False,
 ):
-    """Tiles pid, pid + num_programs, ... of C, each over all of K (matmul_kernel's ``FLATTEN`` and
-    ``TMA_STORE`` forms of its tiles schedule). The epilogue's tile comes from a counter of its own,
-    one step behind the loads' (the same values): with the loops flattened, the next tile's loads
-    then do not wait on this tile's store."""
+    """Tiles pid, pid + num_programs, ... of C, each over all of K (matmul_kernel's ``FLATTEN``,
+    ``TMA_STORE`` and warp-specialized forms of its tiles schedule). The epilogue's tile comes from a
+    counter of its own, one step behind the loads' (the same values): with the loops flattened, the
+    next tile's loads then do not wait on this tile's store. ``TMA_STORE`` 2 stores a tile through
+    the descriptor in two halves of ``BLOCK_N // 2`` columns (half the shared memory for the store)."""
     if TMA_STORE:
-        c_op = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+        c_op = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                         block_shape=[BLOCK_M, BLOCK_N // TMA_STORE])
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     work_c = pid - num_programs
-    for work_id in tl.range(pid, num_work, num_programs, flatten=FLATTEN):
+    for work_id in tl.range(pid, num_work, num_programs, flatten=FLATTEN, warp_specialize=WARP_SPEC):
         pid_m, pid_n = tile_coords(work_id, num_pid_m, num_pid_n, GROUP_M)
         acc = gemm_tile(
             a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
@@ -313,7 +315,12 @@ def whole_tiles(
         )  # [BM, BN] fp32
         work_c += num_programs
         pid_m_c, pid_n_c = tile_coords(work_c, num_pid_m, num_pid_n, GROUP_M)
-        if TMA_STORE:
+        if TMA_STORE == 2:
+            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))  # [BM, BN/2, 2]
+            left, right = tl.split(halves)  # [BM, BN/2] each
+            c_op.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], left.to(c_ptr.dtype.element_ty))
+            c_op.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N + BLOCK_N // 2], right.to(c_ptr.dtype.element_ty))
+        elif TMA_STORE:
             c_op.store([pid_m_c * BLOCK_M, pid_n_c * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
         else:
             offs_m, offs_n = tile_offsets(pid_m_c, pid_n_c, BLOCK_M, BLOCK_N)
@@ -410,12 +417,14 @@ def matmul_kernel(
     after it. ``ALIGN``: see :func:`gemm_tile_range`. ``WARP_SPEC`` (tiles schedule on the
     descriptor path only): the tile loop is warp-specialized (on Hopper, a producer warp group
     issues the loads and two consumer warp groups each multiply half of the tile's rows; the sums
-    are those of the loop without it, bit for bit). Tiles schedule without split or specialization:
+    are those of the loop without it, bit for bit). Tiles schedule without split (``FLATTEN``
+    also without specialization):
     ``FLATTEN`` asks Triton to flatten the tile and K loops into one pipelined loop (the next tile's
     first loads are issued before this tile's epilogue; the epilogue's coordinates come from a
     counter of their own so that they do not wait on the next tile's; with ``STREAM``, the loop of
     its whole tiles), ``TMA_STORE`` stores each tile through a tensor descriptor of C (row-major C,
-    16-byte aligned rows)."""
+    16-byte aligned rows; 2: in two halves of its columns); ``TMA_STORE`` with ``WARP_SPEC``: the
+    loop of :func:`whole_tiles` is the one specialized."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -469,11 +478,11 @@ def matmul_kernel(
     elif FLATTEN:  # (each condition one constexpr: Triton drops the branches not taken)
         whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                      pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
-                     True, TMA_STORE)
+                     True, TMA_STORE, WARP_SPEC)
     elif TMA_STORE:
         whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                      pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
-                     False, True)
+                     False, TMA_STORE, WARP_SPEC)
     else:
         for work_id in tl.range(pid, num_work, num_programs, warp_specialize=WARP_SPEC):
             tile_id, s, k_lo, k_hi = split_k_work(work_id, K, split_k, BLOCK_K, SPLIT)
@@ -628,6 +637,16 @@ def flattened_loop(config, use_tma: bool) -> bool:
     return bool(use_tma) and config.BLOCK_M >= 128 and not _env_flag("TILEFUSE_NO_FLATTEN")
 
 
+def descriptor_store(warp_spec: bool) -> int:
+    """How a loop of whole tiles stores them when the caller does not say (:func:`matmul`'s
+    ``tma_store``): by pointers (0). Stores through a descriptor of C measured no faster on the
+    unspecialized loops, and slower on 64x64 tiles (docs/PERF.md, "GEMM core").
+    ``TILEFUSE_TMA_STORE`` = 1 or 2 (whole tiles, or two halves of their columns) stores the
+    warp-specialized loops' tiles through a descriptor (the switch of an A/B measurement)."""
+    value = os.environ.get("TILEFUSE_TMA_STORE", "").strip()
+    return int(value) if warp_spec and value in ("1", "2") else 0
+
+
 def tma_operands(a: torch.Tensor, b: torch.Tensor, min_m: int) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
     """``(a, b, use_tma, b_kmajor)``: the operands on the tensor-descriptor path where the device has
     it, copying an operand whose strides or alignment do not fit (a leading dimension that is not a
@@ -743,7 +762,7 @@ on_reset(SPLIT_K_SCRATCH.clear)
 
 def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch.Tensor | None = None, *,
            call: tuple | None = None, enter: bool = False, barrier: bool = False,
-           flatten: bool | None = None, tma_store: bool = False, stream_whole: bool = True) -> torch.Tensor:
+           flatten: bool | None = None, tma_store: int | None = None, stream_whole: bool = True) -> torch.Tensor:
     """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
     block) the GEMM is part of a collective call and does nothing if the call was aborted. With
     ``call`` (``heap_bases, rank, world`` and the call's begin arguments, ``launch.enter_args`` of a
@@ -762,16 +781,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     (:func:`~.config.stream_k_whole_tiles`; none with ``stream_whole=False``) are computed whole,
     then the K steps of the others are dealt out evenly over the programs (stream-K), and tiles
     shared by several programs are finished the same way. ``flatten`` applies to whole tiles
-    without split-K or warp specialization (with stream-K, to its whole tiles), ``tma_store`` to
-    whole tiles without split-K, stream-K or warp specialization:
+    without split-K or warp specialization (with stream-K, to its whole tiles), ``tma_store`` (0, 1,
+    or 2: in two halves of a tile's columns; None: :func:`descriptor_store`) to whole tiles without
+    split-K or stream-K:
     matmul_kernel's ``FLATTEN`` and ``TMA_STORE`` (the latter where ``c`` is row-major with 16-byte
     aligned rows and the operands are on the descriptor path). Neither changes the sums. ``flatten``
     None (the default): flattened for 128-row tiles on the descriptor path (measured in
     docs/PERF.md, "GEMM core": 2-5 % faster where programs have several tiles, M = 333-1024 with N =
     6144 or 14336; with one tile a program within the noise there, and a third slower on the pointer
     path). The choice follows the config and the operands' path only, never the shape: new shapes of
-    a config launch the kernel already compiled. ``tma_store`` is off by default (it measured no
-    faster, and slower on 64x64 tiles). The operands' path: :func:`operand_path` (descriptors where
+    a config launch the kernel already compiled. The operands' path: :func:`operand_path` (descriptors where
     they fit, but the 16-row decode tiles on a Linear weight load through pointers). The op variants' own
     tile loops are not flattened: with a loop over destination ranks in the tile loop
     (gemm_all_reduce's push of its partials) the flattened form measured 0.27x plain where the loop as
@@ -779,6 +798,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     """
     M, K = a.shape
     N = b.shape[1]
+    if tma_store not in (None, 0, 1, 2):
+        raise ValueError(f"matmul: tma_store is None, 0, 1 or 2, got {tma_store!r}")
     if b.shape[0] != K or tuple(c.shape) != (M, N):
         raise ValueError(
             f"matmul: shapes do not chain: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c {tuple(c.shape)}"
@@ -821,9 +842,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     else:
         partials, counts = c, c  # never read
     tiles_only = not (split > 1 or stream or warp_spec)
+    # Never a warp-specialized loop: Triton (3.6, 3.7) compiles a flattened one unspecialized for sm_90.
     flatten = (tiles_only or stream) and (flattened_loop(config, use_tma) if flatten is None else flatten)
-    tma_store = tiles_only and use_tma and tma_store and c.stride(1) == 1 and \
-        (c.stride(0) * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0
+    if tma_store is None:
+        tma_store = descriptor_store(warp_spec)
+    tma_store = int(tma_store) if (tiles_only or warp_spec) and use_tma and c.stride(1) == 1 and \
+        (c.stride(0) * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0 else 0
     if call is None:
         call = (c, 0, 1, 0, 0, c, 0, c, 0, c)  # never read
     matmul_kernel[(num_programs,)](
