@@ -86,7 +86,8 @@ WARP_SPEC_TILES = [(64, 128, 64, 4), (128, 64, 64, 5), (128, 64, 128, 4), (128, 
 # The default config with its tiles loop flattened, not flattened (matmul's own rule flattens
 # unspecialized 128-row tiles on the descriptor path; it never flattens a warp-specialized loop), and
 # with its tiles stored through a descriptor of C, whole or in two halves of their columns (matmul's
-# flatten, tma_store; the stores apply where the default has no split-K or stream-K): --epilogue.
+# flatten, tma_store; the stores apply where the default has no split-K or stream-K, the halves and
+# the flattening not to a warp-specialized loop): --epilogue.
 EPILOGUES = [("+flatten", {"flatten": True}), ("-flatten", {"flatten": False}), ("+tma_store", {"tma_store": 1}),
              ("+tma_store_halves", {"tma_store": 2})]
 # Part-idle last waves (--stream-k): 128-row tiles (BLOCK_N, BLOCK_K, warps, stages), each timed whole,
@@ -98,11 +99,17 @@ SPLITS = (1, 2, 3, 4, 6, 8)
 
 
 def epilogues(default) -> list:
-    """The entries of :data:`EPILOGUES` that change what ``default`` runs (none with split-K or
-    stream-K; no flattening of a warp-specialized loop)."""
+    """``(tag, config, matmul keywords)``: the entries of :data:`EPILOGUES` that change what
+    ``default`` runs (none with split-K or stream-K). For a warp-specialized loop, which
+    :func:`matmul` neither flattens nor stores in halves, the whole-tile descriptor store, and with one
+    stage fewer (its store takes a stage's shared memory), with and without the store."""
     if default.SPLIT_K > 1 or default.STREAM_K:
         return []
-    return [(tag, kw) for tag, kw in EPILOGUES if not (default.WARP_SPEC and "flatten" in kw)]
+    if default.WARP_SPEC:
+        fewer = default.replace(num_stages=default.num_stages - 1)
+        return [("+tma_store", default, {"tma_store": 1}), (f"_s{fewer.num_stages}", fewer, {}),
+                (f"_s{fewer.num_stages}+tma_store", fewer, {"tma_store": 1})]
+    return [(tag, default, kw) for tag, kw in EPILOGUES]
 
 
 def label(cfg, pad: bool | None = None) -> str:
@@ -256,7 +263,8 @@ def candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int, interpr
 def _warm_chunk(items: list, deadline: float = float("inf")) -> int:
     """Run ``matmul`` once for every ``(M, N, K, dtype name, config dict, pad, matmul keywords)`` (in a
     spawned process), so that its kernels land in Triton's on-disk cache, until ``time.time()`` passes
-    ``deadline``; returns the count run."""
+    ``deadline``; returns the count run. A config that fails (it does not compile, say) is skipped:
+    the timing process records its error."""
     from tilefuse.ops.common.config import Config
     from tilefuse.ops.common.gemm import matmul
 
@@ -268,8 +276,11 @@ def _warm_chunk(items: list, deadline: float = float("inf")) -> int:
         dtype = getattr(torch, dtype_name)
         a = torch.empty(M, K, device=device, dtype=dtype).normal_()
         w = torch.empty(N, K, device=device, dtype=dtype).normal_()
-        with padding(pad):
-            matmul(a, w.t(), torch.empty(M, N, device=device, dtype=dtype), Config.from_dict(cfg), **kw)
+        try:
+            with padding(pad):
+                matmul(a, w.t(), torch.empty(M, N, device=device, dtype=dtype), Config.from_dict(cfg), **kw)
+        except Exception:  # noqa: BLE001 - recorded when the shape is timed
+            continue
         done += 1
     if device == "cuda":
         torch.cuda.synchronize()
@@ -401,7 +412,7 @@ def main(argv=None) -> None:
                                      split_k=not args.no_split)
             configs = [("default", default, None, {})]
             if args.epilogue and not interpreter:
-                configs += [(f"default{tag}", default, None, kw) for tag, kw in epilogues(default)]
+                configs += [(f"default{tag}", cfg, None, kw) for tag, cfg, kw in epilogues(default)]
             elif args.stream_k and not interpreter:
                 configs += [(label(cfg), cfg, None, {}) for cfg in stream_k_candidates(sms)]
             elif not args.default_only:

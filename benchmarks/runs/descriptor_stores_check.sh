@@ -6,7 +6,8 @@
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/descriptor_stores_check.sh      (from the repository root)
 # 1. The tests of the stores (the bits against the pointer stores, the warp-specialized loop included,
 #    and the sm_90 compile check), TESTS_S seconds (default 150).
-# 2. `gemm_sweep --grid parity --epilogue`, bf16 (SWEEP_S, default 240 s), then fp16 at M >= 512 in
+# 2. `gemm_sweep --grid parity --epilogue` (on the warp-specialized defaults: the whole-tile store, and
+#    one stage fewer with and without it), bf16 (SWEEP_S, default 240 s), then fp16 at M >= 512 in
 #    the rest of LIMIT_S (default 560 s).
 # Files under $R: tests/, sweep_bf16.csv, sweep_fp16.csv, clocks.csv.
 source "$(dirname "$0")/prelude.sh"

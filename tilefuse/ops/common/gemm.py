@@ -423,8 +423,8 @@ def matmul_kernel(
     first loads are issued before this tile's epilogue; the epilogue's coordinates come from a
     counter of their own so that they do not wait on the next tile's; with ``STREAM``, the loop of
     its whole tiles), ``TMA_STORE`` stores each tile through a tensor descriptor of C (row-major C,
-    16-byte aligned rows; 2: in two halves of its columns); ``TMA_STORE`` with ``WARP_SPEC``: the
-    loop of :func:`whole_tiles` is the one specialized."""
+    16-byte aligned rows; 2: in two halves of its columns, not under ``WARP_SPEC``); ``TMA_STORE``
+    with ``WARP_SPEC``: the loop of :func:`whole_tiles` is the one specialized."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -641,10 +641,9 @@ def descriptor_store(warp_spec: bool) -> int:
     """How a loop of whole tiles stores them when the caller does not say (:func:`matmul`'s
     ``tma_store``): by pointers (0). Stores through a descriptor of C measured no faster on the
     unspecialized loops, and slower on 64x64 tiles (docs/PERF.md, "GEMM core").
-    ``TILEFUSE_TMA_STORE`` = 1 or 2 (whole tiles, or two halves of their columns) stores the
-    warp-specialized loops' tiles through a descriptor (the switch of an A/B measurement)."""
-    value = os.environ.get("TILEFUSE_TMA_STORE", "").strip()
-    return int(value) if warp_spec and value in ("1", "2") else 0
+    ``TILEFUSE_TMA_STORE=1`` stores the warp-specialized loops' tiles through a descriptor (the
+    switch of an A/B measurement)."""
+    return int(warp_spec and _env_flag("TILEFUSE_TMA_STORE"))
 
 
 def tma_operands(a: torch.Tensor, b: torch.Tensor, min_m: int) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
@@ -782,8 +781,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     then the K steps of the others are dealt out evenly over the programs (stream-K), and tiles
     shared by several programs are finished the same way. ``flatten`` applies to whole tiles
     without split-K or warp specialization (with stream-K, to its whole tiles), ``tma_store`` (0, 1,
-    or 2: in two halves of a tile's columns; None: :func:`descriptor_store`) to whole tiles without
-    split-K or stream-K:
+    or 2: in two halves of a tile's columns, whole tiles in a warp-specialized loop; None:
+    :func:`descriptor_store`) to whole tiles without split-K or stream-K:
     matmul_kernel's ``FLATTEN`` and ``TMA_STORE`` (the latter where ``c`` is row-major with 16-byte
     aligned rows and the operands are on the descriptor path). Neither changes the sums. ``flatten``
     None (the default): flattened for 128-row tiles on the descriptor path (measured in
@@ -846,6 +845,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     flatten = (tiles_only or stream) and (flattened_loop(config, use_tma) if flatten is None else flatten)
     if tma_store is None:
         tma_store = descriptor_store(warp_spec)
+    if warp_spec and tma_store == 2:
+        # Triton 3.6's Hopper warp specialization fails on the split of a tile into halves (its data
+        # partition has no rule for tt.split): the specialized loop stores whole tiles.
+        tma_store = 1
     tma_store = int(tma_store) if (tiles_only or warp_spec) and use_tma and c.stride(1) == 1 and \
         (c.stride(0) * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0 else 0
     if call is None:
