@@ -637,15 +637,6 @@ def flattened_loop(config, use_tma: bool) -> bool:
     return bool(use_tma) and config.BLOCK_M >= 128 and not _env_flag("TILEFUSE_NO_FLATTEN")
 
 
-def descriptor_store(warp_spec: bool) -> int:
-    """How a loop of whole tiles stores them when the caller does not say (:func:`matmul`'s
-    ``tma_store``): by pointers (0). Stores through a descriptor of C measured no faster on the
-    unspecialized loops, and slower on 64x64 tiles (docs/PERF.md, "GEMM core").
-    ``TILEFUSE_TMA_STORE=1`` stores the warp-specialized loops' tiles through a descriptor (the
-    switch of an A/B measurement)."""
-    return int(warp_spec and _env_flag("TILEFUSE_TMA_STORE"))
-
-
 def tma_operands(a: torch.Tensor, b: torch.Tensor, min_m: int) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
     """``(a, b, use_tma, b_kmajor)``: the operands on the tensor-descriptor path where the device has
     it, copying an operand whose strides or alignment do not fit (a leading dimension that is not a
@@ -761,7 +752,7 @@ on_reset(SPLIT_K_SCRATCH.clear)
 
 def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch.Tensor | None = None, *,
            call: tuple | None = None, enter: bool = False, barrier: bool = False,
-           flatten: bool | None = None, tma_store: int | None = None, stream_whole: bool = True) -> torch.Tensor:
+           flatten: bool | None = None, tma_store: int = 0, stream_whole: bool = True) -> torch.Tensor:
     """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
     block) the GEMM is part of a collective call and does nothing if the call was aborted. With
     ``call`` (``heap_bases, rank, world`` and the call's begin arguments, ``launch.enter_args`` of a
@@ -781,15 +772,18 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     then the K steps of the others are dealt out evenly over the programs (stream-K), and tiles
     shared by several programs are finished the same way. ``flatten`` applies to whole tiles
     without split-K or warp specialization (with stream-K, to its whole tiles), ``tma_store`` (0, 1,
-    or 2: in two halves of a tile's columns, whole tiles in a warp-specialized loop; None:
-    :func:`descriptor_store`) to whole tiles without split-K or stream-K:
+    or 2: in two halves of a tile's columns, whole tiles in a warp-specialized loop) to whole tiles
+    without split-K or stream-K:
     matmul_kernel's ``FLATTEN`` and ``TMA_STORE`` (the latter where ``c`` is row-major with 16-byte
     aligned rows and the operands are on the descriptor path). Neither changes the sums. ``flatten``
     None (the default): flattened for 128-row tiles on the descriptor path (measured in
     docs/PERF.md, "GEMM core": 2-5 % faster where programs have several tiles, M = 333-1024 with N =
     6144 or 14336; with one tile a program within the noise there, and a third slower on the pointer
     path). The choice follows the config and the operands' path only, never the shape: new shapes of
-    a config launch the kernel already compiled. The operands' path: :func:`operand_path` (descriptors where
+    a config launch the kernel already compiled. ``tma_store`` is off by default: it measured no
+    faster on the unspecialized loops (whole or in halves), slower on 64x64 tiles, and 0.5-2 % slower
+    on the warp-specialized 128x256 loop, where it takes a stage's shared memory (docs/PERF.md,
+    "GEMM core"). The operands' path: :func:`operand_path` (descriptors where
     they fit, but the 16-row decode tiles on a Linear weight load through pointers). The op variants' own
     tile loops are not flattened: with a loop over destination ranks in the tile loop
     (gemm_all_reduce's push of its partials) the flattened form measured 0.27x plain where the loop as
@@ -797,8 +791,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     """
     M, K = a.shape
     N = b.shape[1]
-    if tma_store not in (None, 0, 1, 2):
-        raise ValueError(f"matmul: tma_store is None, 0, 1 or 2, got {tma_store!r}")
+    if tma_store not in (0, 1, 2):
+        raise ValueError(f"matmul: tma_store is 0, 1 or 2, got {tma_store!r}")
     if b.shape[0] != K or tuple(c.shape) != (M, N):
         raise ValueError(
             f"matmul: shapes do not chain: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c {tuple(c.shape)}"
@@ -843,8 +837,6 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     tiles_only = not (split > 1 or stream or warp_spec)
     # Never a warp-specialized loop: Triton (3.6, 3.7) compiles a flattened one unspecialized for sm_90.
     flatten = (tiles_only or stream) and (flattened_loop(config, use_tma) if flatten is None else flatten)
-    if tma_store is None:
-        tma_store = descriptor_store(warp_spec)
     if warp_spec and tma_store == 2:
         # Triton 3.6's Hopper warp specialization fails on the split of a tile into halves (its data
         # partition has no rule for tt.split): the specialized loop stores whole tiles.
