@@ -129,7 +129,7 @@ def _job(ctx, ops, variants, Ms, N, K, calls, rounds) -> list:
                 times: dict = {name: [] for name in timed}
                 for _ in range(rounds):
                     for name, fn in timed.items():
-                        times[name].append(_per_call_us(fn, calls, time.perf_counter))
+                        times[name].append(_per_call_us(fn, calls, time.perf_counter)[0])  # host µs
                     torch.cuda.synchronize()
                 med = {name: statistics.median(ts) for name, ts in times.items()}
                 for name, us in med.items():
