@@ -22,7 +22,8 @@ rounds of ``--calls`` back-to-back calls:
 - ``graph_launch``: ``cuGraphLaunch`` alone (no update, no output): the floor of any graph form;
 - ``torch_replay``: ``CUDAGraph.replay()``.
 
-The value is the median over rounds of the mean time per call (``metric=host_us``, wall clock) and
+The value is the median over rounds of the mean time per call (``metric=host_us``, wall clock; the
+device idle at the start of each method's calls; ``done_us``: until the device finished them) and
 ``ratio_plain``; ``kernel_nodes``, ``updated_nodes`` and ``nodes`` count the graph's nodes; ``match``
 is 1 where the relaunched output equals the eager call's bit for bit (0 otherwise: the numbers of a
 relaunch that did not compute the call are not a measurement of one).
@@ -32,13 +33,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import statistics
 import struct
 import time
 
 import torch
 
-from .host_path import CSV_COLUMNS, _per_call_us
+from .host_path import CSV_COLUMNS, interleaved_us
 
 
 def _watched_node(drv, handle, watched: list):
@@ -126,16 +126,12 @@ def _job(ctx, ops, variants, Ms, N, K, calls, rounds) -> list:
                     fns[f"{v}_torch_replay"] = g.replay
                     fns[f"_keep_{v}"] = (g, static)  # the graph and its output live as long as fns
                 timed = {k: f for k, f in fns.items() if not k.startswith("_keep_")}
-                times: dict = {name: [] for name in timed}
-                for _ in range(rounds):
-                    for name, fn in timed.items():
-                        times[name].append(_per_call_us(fn, calls, time.perf_counter)[0])  # host µs
-                    torch.cuda.synchronize()
-                med = {name: statistics.median(ts) for name, ts in times.items()}
+                med, done = interleaved_us(timed, calls, rounds, time.perf_counter, torch.cuda.synchronize)
                 for name, us in med.items():
                     base = dict(op=op, variant=name, M=M, N=N, K=K, dtype="bf16", world=ctx.world, note="")
                     rows.append({**base, "metric": "host_us", "value": us})
                     rows.append({**base, "metric": "ratio_plain", "value": us / med["plain"]})
+                    rows.append({**base, "metric": "done_us", "value": done[name]})
                 for v, c in counts.items():
                     for metric, value in c.items():
                         rows.append(dict(op=op, variant=v, M=M, N=N, K=K, dtype="bf16", world=ctx.world,

@@ -153,6 +153,21 @@ def methods(op: str, begin_kernel: bool = False, no_relaunch: bool = False) -> d
     return out
 
 
+def interleaved_us(fns: dict, calls: int, rounds: int, clock, sync=None, context=None) -> tuple[dict, dict]:
+    """``(host, done)``: per method of ``fns`` (name -> callable), the median over ``rounds`` rounds of
+    its host µs per call in ``calls`` back-to-back calls, and with ``sync`` (a GPU) of its µs per call
+    until the device finished them (``done`` is empty without). Each round runs every method in turn
+    (interleaved), each inside ``context(name)`` where given."""
+    times: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            with context(name) if context is not None else contextlib.nullcontext():
+                times[name].append(_per_call_us(fn, calls, clock, sync))
+    host = {name: statistics.median(t[0] for t in ts) for name, ts in times.items()}
+    done = {name: statistics.median(t[1] for t in ts) for name, ts in times.items()} if sync is not None else {}
+    return host, done
+
+
 def _per_call_us(fn, calls: int, clock, sync=None) -> tuple[float, float | None]:
     """Host µs per call of ``calls`` back-to-back calls, and with ``sync`` (a GPU) µs per call until
     the device finished them. The device is idle at the start (``sync`` first): a method's host time
@@ -227,14 +242,8 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_
                     with switch_env(name):
                         for _ in range(3):
                             fn()
-                times: dict = {name: [] for name in fns}
                 sync = torch.cuda.synchronize if ctx.on_gpu and real else None
-                for _ in range(rounds):
-                    for name, fn in fns.items():
-                        with switch_env(name):
-                            times[name].append(_per_call_us(fn, calls, clock, sync))
-                med = {name: statistics.median(t[0] for t in ts) for name, ts in times.items()}
-                device = {name: statistics.median(t[1] for t in ts) for name, ts in times.items()} if sync else {}
+                med, device = interleaved_us(fns, calls, rounds, clock, sync, context=switch_env)
                 if real:
                     rows += _check_methods(ctx, op, M, N, K, dtype_name, fns.keys(), begin_kernel, no_relaunch)
                 note = _auto_note(op, a, b)

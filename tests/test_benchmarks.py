@@ -7,6 +7,7 @@ metrics follow their definitions, and that the CSV and the plots come out.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
@@ -835,3 +836,37 @@ def test_peer_block_copy_checks_its_kernel_and_writes_both_methods(tmp_path):
     frame = pd.read_csv(csv)
     assert set(frame["method"]) == {"kernel", "torch"} and set(frame["metric"]) == {"us", "GB/s"}
     assert (frame["value"] > 0).all()
+
+
+def test_interleaved_us_medians_per_method_in_rounds():
+    """host_path.interleaved_us (host_path's and graph_relaunch's timer): methods run in turn each round,
+    inside their context; the host µs per call and, with a sync, the µs until done are medians over
+    rounds, floats per method (graph_relaunch divided the tuples of the per-call timer once)."""
+    from benchmarks.host_path import interleaved_us
+
+    now, order, entered = [0.0], [], []
+
+    def clock():
+        return now[0]
+
+    def method(name, cost):
+        def fn():
+            order.append(name)
+            now[0] += cost
+        return fn
+
+    def sync():
+        now[0] += 1e-6  # the device finishes 1 µs after the host
+
+    @contextlib.contextmanager
+    def context(name):
+        entered.append(name)
+        yield
+
+    fns = {"plain": method("plain", 2e-6), "fused": method("fused", 5e-6)}
+    host, done = interleaved_us(fns, calls=4, rounds=3, clock=clock, sync=sync, context=context)
+    assert order == (["plain"] * 4 + ["fused"] * 4) * 3 and entered == ["plain", "fused"] * 3
+    assert host == pytest.approx({"plain": 2.0, "fused": 5.0}) and all(type(v) is float for v in host.values())
+    assert done == pytest.approx({"plain": 2.25, "fused": 5.25})
+    host, done = interleaved_us(fns, calls=2, rounds=1, clock=clock)
+    assert host == pytest.approx({"plain": 2.0, "fused": 5.0}) and done == {}
