@@ -152,6 +152,7 @@ def suite_summary(csv: Path) -> list:
 
 MD_VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
 MD_OTHERS = ("auto", "plain_again", "core", "torch_fused")
+MD_BASELINES = ("plain", "gemm", "comm", "ideal")  # the columns before and after the methods
 
 
 def suite_markdown(csv: Path) -> list:
@@ -164,7 +165,10 @@ def suite_markdown(csv: Path) -> list:
     for op, g_op in df.groupby("op", sort=False):
         # Methods with a speedup or a failure on some shape (torch_fused skipped everywhere has no column).
         shown = g_op[(g_op.metric.isin(["speedup_vs_plain", "error"])) | ((g_op.metric == "ok") & (g_op.value != 1.0))]
-        methods = [m for m in MD_VARIANTS + MD_OTHERS if (shown.variant == m).any()]
+        # The variants' other forms (fs_epilogue_sum, pc_copy_engines, <variant>.ws, ...) after the four.
+        forms = [m for m in dict.fromkeys(shown.variant) if m not in MD_VARIANTS + MD_OTHERS + MD_BASELINES]
+        methods = [m for m in MD_VARIANTS if (shown.variant == m).any()] + forms + \
+            [m for m in MD_OTHERS if (shown.variant == m).any()]
         head = ["shape", "M×N×K", "gemm ms", "comm ms", "plain ms"] + methods + ["ideal"]
         lines = [f"**{op}**, world {g_op.world.iloc[0]}, {g_op.dtype.iloc[0]}, {g_op.device.iloc[0]}, "
                  f"commit `{g_op.commit.iloc[0]}` (`{csv.as_posix()}`)", "",
@@ -177,7 +181,7 @@ def suite_markdown(csv: Path) -> list:
 
             M, N, K = (int(g[c].iloc[0]) for c in ("M", "N", "K"))
             speed = {m: value(m, "speedup_vs_plain") for m in methods}
-            fine = [m for m in MD_VARIANTS if m in speed and not math.isnan(speed[m])]
+            fine = [m for m in MD_VARIANTS + tuple(forms) if m in speed and not math.isnan(speed[m])]
             best = max(fine, key=lambda m: speed[m], default=None)
             cells = [str(key[0]) if "shape" in g_op else "", f"{M}×{N}×{K}"]
             cells += [f"{value(m, 'ms'):.3f}" for m in ("gemm", "comm", "plain")]

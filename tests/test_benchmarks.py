@@ -870,3 +870,25 @@ def test_interleaved_us_medians_per_method_in_rounds():
     assert done == pytest.approx({"plain": 2.25, "fused": 5.25})
     host, done = interleaved_us(fns, calls=2, rounds=1, clock=clock)
     assert host == pytest.approx({"plain": 2.0, "fused": 5.0}) and done == {}
+
+
+def test_suite_markdown_shows_the_variants_other_forms(tmp_path):
+    """summary --markdown: a variant's other form (fs_epilogue_sum, <variant>.ws, ...) gets a column after
+    the four variants and can be the bold best; the baselines (plain, gemm, comm, ideal) are no method
+    columns."""
+    from benchmarks import summary
+
+    base = dict(op="gemm_reduce_scatter", shape="8b-o", M=64, N=32, K=16, dtype="bfloat16", world=1,
+                device="cpu", commit="abc1234", note="")
+    rows = [dict(base, variant=v, metric="ms", value=1.0) for v in ("gemm", "comm", "plain")]
+    rows += [dict(base, variant=v, metric="speedup_vs_plain", value=x)
+             for v, x in (("plain", 1.0), ("bulk_sync", 0.84), ("fused_sequential", 0.83), ("fs_epilogue_sum", 0.93),
+                          ("bulk_sync.ws", 0.82), ("plain_again", 1.0), ("ideal", 1.11))]
+    rows.append(dict(base, variant="ideal", metric="ideal_speedup", value=1.11))
+    csv = tmp_path / "suite.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    text = "\n".join(summary.suite_markdown(csv))
+    head = next(line for line in text.splitlines() if line.startswith("| shape"))
+    assert [c.strip() for c in head.strip("|").split("|")][5:] == [
+        "bulk_sync", "fused_sequential", "fs_epilogue_sum", "bulk_sync.ws", "plain_again", "ideal"]
+    assert "| **0.93** |" in text and "| 0.84 |" in text
