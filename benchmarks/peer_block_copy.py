@@ -19,7 +19,6 @@ import argparse
 import sys
 
 import torch
-import triton
 
 from .common import commit_id, launch, parse_dtype
 from .results import write_rows
@@ -29,16 +28,13 @@ CSV_COLUMNS = ["W", "M", "N", "dtype", "method", "metric", "value", "device", "c
 
 
 def _shape_rows(ctx, W: int, M: int, N: int, dtype_name: str) -> list:
-    from tilefuse.ops.gemm_all_scatter._setup import _COPY_PROGRAMS
-    from tilefuse.ops.gemm_all_scatter._tiles import COPY_BLOCK_M, COPY_BLOCK_N, copy_peer_blocks
+    from tilefuse.ops.gemm_all_scatter._tiles import launch_copy_peer_blocks
 
     src = torch.randn(M, W * N, device=ctx.device).to(parse_dtype(dtype_name))
     dst = torch.zeros_like(src)
-    programs = min((W - 1) * triton.cdiv(M, COPY_BLOCK_M) * triton.cdiv(N, COPY_BLOCK_N), _COPY_PROGRAMS)
 
     def kernel_copy():
-        copy_peer_blocks[(programs,)](dst, dst.stride(0), dst.stride(1), src, src.stride(0), src.stride(1), M, N,
-                                      0, W, BLOCK_M=COPY_BLOCK_M, BLOCK_N=COPY_BLOCK_N, num_warps=4)
+        launch_copy_peer_blocks(dst, src, M, N, 0, W)
 
     def torch_copy():  # rank 0: its own block is the first, the peers' are one range
         dst[:, N:].copy_(src[:, N:])

@@ -77,13 +77,13 @@ def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
 DEFAULT_HEAP_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}
 
 
-
 def span_bytes(t: torch.Tensor) -> int:
     """Bytes from ``t``'s address to one past its last element (0 for a tensor without elements):
     the memory a strided view can address."""
     if t.numel() == 0:
         return 0
     return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+
 
 class HeapFullError(MemoryError):
     """The symmetric heap has no free block large enough."""

@@ -5,14 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from ..common.config import WARP_SPEC_VARIANTS, check_variant_config
 from ..common.launch import Entered, GemmCall, begin_call, check_out, new_output, prepare_gemm, workspace
-from ._tiles import COPY_BLOCK_M, COPY_BLOCK_N, copy_peer_blocks
+from ._tiles import launch_copy_peer_blocks
 
 OP = "gemm_all_scatter"
-_COPY_PROGRAMS = 264  # programs of the copy out of the heap at most (two per multiprocessor of an H200)
 
 
 @dataclass
@@ -41,11 +39,7 @@ class Call(Entered):
         then ``out`` if the caller's ``out`` could not be ``dest`` (strided unlike c)."""
         if self.dest is not self.c and not self.empty:
             g = self.gemm
-            W = g.heap.world_size
-            tiles = (W - 1) * triton.cdiv(g.M, COPY_BLOCK_M) * triton.cdiv(g.N, COPY_BLOCK_N)
-            copy_peer_blocks[(min(tiles, _COPY_PROGRAMS),)](
-                self.dest, self.dest.stride(0), self.dest.stride(1), self.c, self.c.stride(0), self.c.stride(1),
-                g.M, g.N, g.heap.rank, W, BLOCK_M=COPY_BLOCK_M, BLOCK_N=COPY_BLOCK_N, num_warps=4)
+            launch_copy_peer_blocks(self.dest, self.c, g.M, g.N, g.heap.rank, g.heap.world_size)
         if self.out is None or self.out is self.dest:
             return self.dest
         return self.out.copy_(self.dest)

@@ -6,13 +6,14 @@ or announced by a local flag); ``push_ready_tiles`` is the communication side (a
 flag, read the tile back from the result, push it to every peer). The result and c are strided
 alike; they are one tensor when the caller's ``out`` is a heap tensor (and at world 1). Tile ids
 use the GEMM core's grouped swizzle on both sides, so the first tiles made are the first moved.
-``copy_peer_blocks`` is the kernel every variant launches last when they are two tensors: the
-peers' column blocks out of c into the result.
+``copy_peer_blocks`` is the kernel every variant launches last when they are two tensors
+(:func:`launch_copy_peer_blocks`): the peers' column blocks out of c into the result.
 """
 
 import triton
 import triton.language as tl
 
+from ...runtime import hw
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.comm import push_tile
@@ -110,3 +111,12 @@ def copy_peer_blocks(
         col = tl.cast((cur_rank + i) % world, tl.int64) * N
         copy_pieces(dst_ptr + col * stride_dn, stride_dm, stride_dn, src_ptr + col * stride_sn, stride_sm, stride_sn,
                     M, N, prog, programs, BLOCK_M, BLOCK_N)
+
+
+def launch_copy_peer_blocks(dst, src, M: int, N: int, rank: int, world: int) -> None:
+    """Queue :func:`copy_peer_blocks` (``dst`` and ``src`` [M, world * N]) on the current stream: one
+    program per tile, at most two per multiprocessor."""
+    tiles = (world - 1) * triton.cdiv(M, COPY_BLOCK_M) * triton.cdiv(N, COPY_BLOCK_N)
+    copy_peer_blocks[(max(1, min(tiles, 2 * hw.num_sms(dst.device))),)](
+        dst, dst.stride(0), dst.stride(1), src, src.stride(0), src.stride(1), M, N, rank, world,
+        BLOCK_M=COPY_BLOCK_M, BLOCK_N=COPY_BLOCK_N, num_warps=4)
