@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import struct
 import time
 
 import torch
@@ -102,13 +101,9 @@ def _job(ctx, ops, variants, Ms, N, K, calls, rounds) -> list:
 
                     def relaunched(upd=upd, exec_=exec_, shape=shape, sdtype=sdtype, a=a, b=b):
                         out = torch.empty(shape, dtype=sdtype, device="cuda")
-                        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-                        addr = (a.data_ptr(), b.data_ptr(), out.data_ptr())
-                        for k in upd:
-                            for off, i, _ in k.words:
-                                struct.pack_into("Q", k.buf, off, addr[i])
-                            relaunch._check(drv.set_params(exec_, k.handle, k.ref), "cuGraphExecKernelNodeSetParams")
-                        relaunch._check(drv.launch(exec_, stream), "cuGraphLaunch")
+                        err, what = relaunch.write_and_launch(drv, exec_, upd, (a, b, out),
+                                                              torch.cuda.current_stream().cuda_stream)
+                        relaunch._check(err, what)
                         return out
 
                     def graph_launch(exec_=exec_):

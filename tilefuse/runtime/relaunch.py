@@ -205,6 +205,22 @@ def read_node(drv: _Driver, handle) -> tuple | None:
     return p, layout, buf, at, [struct.unpack_from("Q", buf, o)[0] for o in at]
 
 
+def write_and_launch(drv: _Driver, exec_, nodes: list, slots, stream: int) -> tuple[int, str]:
+    """Write the call's addresses into the kernel nodes (each word ``(offset, slot, delta)`` becomes
+    ``slots[slot]``'s address plus ``delta``), then launch the graph ``exec_`` on ``stream``:
+    ``(0, "")``, or the driver's error and the call that failed (nothing launched then)."""
+    pack = struct.pack_into
+    for node in nodes:
+        buf = node.buf
+        for off, slot, delta in node.words:
+            pack("Q", buf, off, slots[slot].data_ptr() + delta)
+        err = drv.set_params(exec_, node.handle, node.ref)
+        if err:
+            return err, "cuGraphExecKernelNodeSetParams"
+    err = drv.launch(exec_, ctypes.c_void_p(stream))
+    return err, "cuGraphLaunch" if err else ""
+
+
 class GraphForm:
     """One plan captured as a CUDA graph (module docstring). ``run(inputs, replay)`` is the plan's
     ``run``: the same result, one graph launch."""
@@ -227,20 +243,8 @@ class GraphForm:
             from .launcher import _current_stream
 
             stream = replay.stream = _current_stream()
-        drv, pack = self.drv, struct.pack_into
         with _LOCK:  # the nodes' buffers are shared by every call of the plan
-            err, what = 0, ""
-            for node in nodes:
-                buf = node.buf
-                for off, slot, delta in node.words:
-                    pack("Q", buf, off, slots[slot].data_ptr() + delta)
-                err = drv.set_params(self.exec, node.handle, node.ref)
-                if err:
-                    what = "cuGraphExecKernelNodeSetParams"
-                    break
-            if not err:
-                err = drv.launch(self.exec, ctypes.c_void_p(stream))
-                what = "cuGraphLaunch"
+            err, what = write_and_launch(self.drv, self.exec, nodes, slots, stream)
         if err:  # nothing was launched: this call and the next replay the plan launch by launch
             plan.graph = False
             retire(self)
