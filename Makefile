@@ -28,8 +28,10 @@ $(STAMP): pyproject.toml
 demo: $(SETUP)
 	$(RUN) examples/demo.py
 
+PYTEST_MARK ?= not slow
+
 test: $(SETUP)
-	$(RUN) -m pytest -q -m "not slow"
+	$(RUN) -m pytest -q -m "$(PYTEST_MARK)"
 
 test-all: $(SETUP)
 	$(RUN) -m pytest -q

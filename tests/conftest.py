@@ -2,12 +2,13 @@
 
 import os
 
-from harness import TEST_DEVICE, Pools, speed_up_interpreter, start_forkserver
+from harness import TEST_DEVICE, Pools, install_fixed_order_dot, speed_up_interpreter, start_forkserver
 
 if TEST_DEVICE == "cpu":
     os.environ.setdefault("TILEFUSE_BACKEND", "cpu")
     os.environ["TRITON_INTERPRET"] = "1"
     speed_up_interpreter()  # for the tests that launch kernels in this process
+    install_fixed_order_dot()
 
 import pytest  # noqa: E402
 

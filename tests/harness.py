@@ -169,6 +169,54 @@ def speed_up_interpreter() -> bool:
     return True
 
 
+def install_fixed_order_dot() -> bool:
+    """Make the interpreter's ``tl.dot`` add over K in one fixed order, so its bits never depend on
+    the CPU's BLAS.
+
+    Triton's interpreter computes ``tl.dot`` as ``np.matmul``, and OpenBLAS picks its kernels by the
+    CPU it finds: on some of them (its Haswell sgemm, for one) an element's bits depend on the row it
+    sits in within the block. Variants that tile the same rows differently then give different bits,
+    and the suite's bit-identity verdicts would depend on the machine. Here every element is
+    ``(a[i, 0] * b[0, j] + a[i, 1] * b[1, j] + ...) + acc``, each product and each partial sum rounded
+    to the accumulator's float type in that order, whatever the element's position: the same bits on any
+    x86-64 CPU. Integer dots stay ``np.matmul`` (exact). Returns whether it is installed (not when
+    the interpreter lacks ``create_dot``, as other Triton versions may).
+    """
+    try:
+        from triton.runtime import interpreter as interp
+    except ImportError:
+        return False
+    builder = getattr(interp, "interpreter_builder", None)
+    real_dot = getattr(builder, "create_dot", None)
+    if real_dot is None:
+        return False
+    if getattr(real_dot, "_fixed_order", False):
+        return True
+    import numpy as np
+
+    def fixed_order_dot(a, b, d, input_precision, max_num_imprecise_acc):
+        acc = d.data
+        if not np.issubdtype(acc.dtype, np.floating):
+            return real_dot(a, b, d, input_precision, max_num_imprecise_acc)
+        a_data, b_data = a.data, b.data
+        if (a.dtype.primitive_bitwidth == 8 and a.dtype.is_floating()) or \
+                (b.dtype.primitive_bitwidth == 8 and b.dtype.is_floating()):  # float8: as Triton does
+            a_data = interp._convert_float(a_data, a.dtype, interp.tl.float16, None).view(np.float16)
+            b_data = interp._convert_float(b_data, b.dtype, interp.tl.float16, None).view(np.float16)
+        work = np.float64 if acc.dtype == np.float64 else np.float32
+        # [K, M, N] products, then a sum over the leading axis: numpy adds whole [M, N] slices one
+        # after another (k = 0, 1, ...), the same order for every element.
+        a_k = np.moveaxis(a_data.astype(work), -1, 0)[..., None]  # [K, (B,) M, 1]
+        b_k = np.moveaxis(b_data.astype(work), -2, 0)[..., None, :]  # [K, (B,) 1, N]
+        products = np.multiply(a_k, b_k)
+        total = np.add.reduce(products, axis=0) if products.shape[0] else np.zeros(acc.shape, work)
+        return interp.TensorHandle((total + acc.astype(work)).astype(acc.dtype), d.dtype.scalar)
+
+    fixed_order_dot._fixed_order = True
+    builder.create_dot = fixed_order_dot
+    return True
+
+
 def _adopt_environment(env: dict) -> None:
     """Make this process's environment ``env`` (the test process's, taken when it started us)."""
     os.environ.clear()
@@ -221,6 +269,7 @@ def _worker(rank: int, world: int, port: int, device_kind: str, env: dict, jobs,
         os.environ["TILEFUSE_BACKEND"] = "cpu"
         os.environ["TRITON_INTERPRET"] = "1"
         speed_up_interpreter()
+        install_fixed_order_dot()
     else:
         os.environ["TILEFUSE_BACKEND"] = "cuda"
     os.environ.setdefault("TILEFUSE_DEBUG_POISON", "1")  # new workspaces start as NaN
@@ -423,6 +472,7 @@ def _group_worker(rank: int, world: int, port: int, env: dict, fn, args, results
         faulthandler.dump_traceback_later(stacks[1], exit=False, file=open(stacks[0], "w"))  # noqa: SIM115
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         speed_up_interpreter()
+        install_fixed_order_dot()
     gc.freeze()
     try:
         import datetime

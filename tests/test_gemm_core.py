@@ -74,7 +74,9 @@ NAN = float("nan")
 
 # In the interpreter an out-of-bounds load reads whatever memory lies there; numpy then often warns
 # (overflow, invalid value). Make that a failure, so a kernel that reads past its operands shows.
-pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+# Bits of kernel results are compared across tilings here: `.ci/run` runs these again under a
+# second OpenBLAS core type (see harness.install_fixed_order_dot).
+pytestmark = [pytest.mark.filterwarnings("error::RuntimeWarning"), pytest.mark.bits]
 
 
 def _gen(seed: int) -> torch.Generator:

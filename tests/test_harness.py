@@ -11,7 +11,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from harness import TEST_DEVICE, run_group, speed_up_interpreter
+from harness import TEST_DEVICE, install_fixed_order_dot, run_group, speed_up_interpreter
 from triton.language import core as tl_core
 
 pytestmark = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="the shortcuts are for Triton's interpreter")
@@ -53,6 +53,38 @@ def test_interpreter_shortcuts_are_installed_and_change_no_result():
     assert torch.equal(out[5:], torch.full((3,), -1, dtype=torch.int32)), "a masked lane was written"
     # The launch put triton.language back as it found it.
     assert tl.core.is_builtin(tl.load) and tl.core.is_builtin(tl.tensor.__add__)
+
+
+@triton.jit
+def _dot_kernel(a_ptr, b_ptr, c_ptr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a = tl.load(a_ptr + rm[:, None] * BK + rk[None, :])  # [BM, BK]
+    b = tl.load(b_ptr + rk[:, None] * BN + rn[None, :])  # [BK, BN]
+    acc = tl.dot(a, b, tl.full((BM, BN), 0.5, tl.float32))  # [BM, BN]
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], acc)
+
+
+@pytest.mark.bits
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_interpreter_dot_bits_do_not_depend_on_position_or_blas(dtype):
+    """An element's bits are ``(a[i, 0] * b[0, j] + a[i, 1] * b[1, j] + ...) + 0.5``, rounded step by
+    step in fp32, wherever its row sits in the block: the same on every CPU (see install_fixed_order_dot).
+    np.matmul (OpenBLAS) fails this on CPUs whose sgemm kernels add in a row-dependent order."""
+    assert install_fixed_order_dot(), "the fixed-order dot no longer fits this Triton: see harness.py"
+    gen = torch.Generator().manual_seed(5)
+    BM, BN, BK = 32, 16, 64
+    a = torch.randn(BM, BK, generator=gen).to(dtype)
+    b = torch.randn(BK, BN, generator=gen).to(dtype)
+    want = torch.zeros(BM, BN)
+    for k in range(BK):
+        want = want + a[:, k, None].float() * b[None, k, :].float()
+    want = want + 0.5
+    for rows in (torch.arange(BM), torch.randperm(BM, generator=gen)):
+        c = torch.empty(BM, BN)
+        _dot_kernel[(1,)](a[rows].contiguous(), b, c, BM=BM, BN=BN, BK=BK)
+        assert torch.equal(c, want[rows]), (c - want[rows]).abs().max()
 
 
 def _report_process(rank, world):
