@@ -447,26 +447,6 @@ def test_run_scripts_parse_and_keep_nvlink_multicast_off():
             assert var in text, f"{script.name} neither sources prelude.sh nor sets {var}"
 
 
-def test_docs_cite_results_files_that_exist():
-    """Every docs/perf path the READMEs and PERF.md name is in the repository, and results files are
-    named by what they hold (date, device, world, what), not by the run that made them."""
-    import re
-
-    docs = [REPO / "README.md", REPO / "docs" / "PERF.md", REPO / "docs" / "BENCHMARKS.md",
-            *sorted((REPO / "tilefuse").glob("ops/*/README.md")), REPO / "tilefuse" / "configs" / "README.md"]
-    cited = set()
-    for doc in docs:
-        text = doc.read_text()
-        cited |= {m for m in re.findall(r"docs/perf/[\w./-]+\.(?:csv|log|txt|png)", text)}
-        if doc.name == "PERF.md":  # links relative to docs/
-            cited |= {"docs/" + m for m in re.findall(r"\]\((perf/[\w./-]+)\)", text)}
-    assert cited, "no results file cited"
-    missing = sorted(c for c in cited if not (REPO / c).exists())
-    assert not missing, f"cited but not in the repository: {missing}"
-    for path in (REPO / "docs" / "perf").rglob("*"):
-        assert not re.search(r"(^|_)(s\d+c\d+|run\d+|call\d+|session\d*)(_|\.|$)", path.name), path
-
-
 # ----------------------------------------------------------------------------- soak
 def _soak_opts(tmp_path, *extra) -> dict:
     from benchmarks import soak
