@@ -219,8 +219,8 @@ def job_cleared_state(ctx):
     # Eviction: a budget that holds either shape's workspaces, not both (the second's are 5/3 the first's).
     saved, launch.WORKSPACE_FRACTION = launch.WORKSPACE_FRACTION, 2.2 * launch.workspace_bytes() / ctx.heap.size
     try:
-        check(40, 13)  # another shape: evicts the first shape's workspaces
-        evicted = all(k not in launch.workspace_keys() for k in keys)
+        check(40, 13)  # another shape: evicts (some of) the first shape's workspaces
+        evicted = any(k not in launch.workspace_keys() for k in keys)
         check(24, 14, calls=3)  # the first shape again: its workspaces come back
         check(40, 17)
     finally:
