@@ -553,7 +553,7 @@ class GemmCall:
         ``call_exit``): not where the tile loop is to run warp-specialized (``Config.WARP_SPEC`` on a
         launcher that takes it). Triton's Hopper warp specialization (3.6 and 3.7) gives up, without
         a word, on a kernel holding any ``if`` with an ``else`` branch, and the begin's ticket, its
-        bounded waits and the closing barrier have them: the kernel then ran its specialized launch
+        bounded waits and the closing barrier have them: the kernel would run its specialized launch
         shape (4 warps for a 128x256 tile) unspecialized. Such a call is begun by the begin kernel and
         its barriers are kernels of their own (checked for sm_90 in tests/test_warp_spec_compile.py).
         Decided on the config, not the device, so CPU ranks take the same path as the GPU."""
