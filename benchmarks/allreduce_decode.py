@@ -26,9 +26,6 @@ symm_one_shot       torch.matmul into a torch symmetric-memory buffer
                     torch's symmetric memory is unavailable
 gemm                torch.matmul alone, no all-reduce: what a call would cost if communication
                     were free (not the op's result, so not checked)
-fused_sequential    fused_sequential (wg_specialized) with every program waiting for the call's
-+begin_before_gemm  begin before its K loop (``TILEFUSE_BEGIN_BEFORE_GEMM=1`` around its calls and
-(wg_specialized...) its capture; the shipped form begins the call beside the K loops); by name
 fused_sequential    fused_sequential on the tiles it takes without split-K (whole K a tile),
 .whole_k            passed as its config: where the default splits K (decode sizes on a GPU), the
                     form of before; by name
@@ -80,16 +77,15 @@ from tilefuse.tuning.autotune import cuda_ms_per_call
 
 from .common import commit_id, error_text, is_main_process, launch
 from .results import write_rows
-from .timing import BEGIN_BEFORE_GEMM, capture_graph, switch_env, sync
+from .timing import capture_graph, sync
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric", "value", "device", "commit",
                "note"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
 TWO_SHOT = tuple(f"{v}.two_shot" for v in VARIANTS)
-BEFORE_GEMM = tuple(v + BEGIN_BEFORE_GEMM for v in ("fused_sequential", "wg_specialized"))
 WHOLE_K = "fused_sequential.whole_k"
-METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot", "gemm") + BEFORE_GEMM + (WHOLE_K,)
+METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot", "gemm") + (WHOLE_K,)
 DEFAULT_METHODS = VARIANTS + ("auto", "plain", "symm_one_shot", "gemm")  # two-shot: at W = 2 it moves as much
 
 
@@ -147,8 +143,8 @@ def whole_k_config(ctx, M: int, N: int, k_loc: int, dtype) -> tilefuse.Config:
 
 def _method(ctx, name: str, M: int, N: int, k_loc: int, dtype):
     """The callable ``(a, b) -> c`` of method ``name`` (raises if it cannot run here)."""
-    if name in VARIANTS or name in BEFORE_GEMM:
-        fn = ENTRY_POINTS[name.removesuffix(BEGIN_BEFORE_GEMM)]
+    if name in VARIANTS:
+        fn = ENTRY_POINTS[name]
         return lambda a, b: fn(a, b)
     if name in TWO_SHOT:
         fn = ENTRY_POINTS[name.removesuffix(".two_shot")]
@@ -260,8 +256,7 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs, weig
                 record(name, M, "eager", "error", float("nan"), note)
                 continue
             call = (lambda fn=fn, a=a, b=b: fn(a, b))
-            with switch_env(name):
-                c, note = _try(ctx, call)  # first call: workspaces, rendezvous, table lookup
+            c, note = _try(ctx, call)  # first call: workspaces, rendezvous, table lookup
             if note is not None:
                 record(name, M, "eager", "error", float("nan"), note)
                 continue
@@ -272,8 +267,7 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs, weig
             graph = None
             timed = call if weights == 1 else (lambda fn=fn, a=a, bs=bs: [fn(a, x) for x in bs])
             if graphs:
-                with switch_env(name):
-                    graph, note = _try(ctx, lambda timed=timed: capture_graph(ctx.device, timed, warmup))
+                graph, note = _try(ctx, lambda timed=timed: capture_graph(ctx.device, timed, warmup))
                 if note is not None:
                     record(name, M, "graph", "error", float("nan"), note)
             ready[name] = (timed, graph)
@@ -282,10 +276,9 @@ def _job(ctx, Ms, N, K, dtype_name, methods, calls, rounds, warmup, graphs, weig
             order = list(ready) if r % 2 == 0 else list(reversed(ready))
             for name in order:
                 call, graph = ready[name]
-                with switch_env(name):
-                    for _ in range(warmup):
-                        call()
-                    eager_us = _time_eager(ctx, call, calls) / weights
+                for _ in range(warmup):
+                    call()
+                eager_us = _time_eager(ctx, call, calls) / weights
                 times.setdefault((name, "eager"), []).append(_max_over_ranks(ctx, eager_us))
                 if graph is not None:
                     graph_us = _time_graph(ctx, graph, calls) / weights

@@ -3,13 +3,11 @@
     python -m benchmarks.host_overhead [--world 1,2] [--M 1,16,128,1024] [--N 4096] [--K 8192]
                                        [--calls 200] [--replays 100] [--csv host_overhead.csv]
     python -m benchmarks.host_overhead --smoke --world 2      # CPU ranks: tiny shapes, no graphs
-    python -m benchmarks.host_overhead --world 1 --begin-kernel  # and the one-kernel calls with a begin kernel
 
 Every rank calls ``op(a [M, K], b [K, N])`` (per-rank operands; gemm_reduce_scatter's M is rounded
 up to a multiple of the world size) with, per op, each registered variant, ``plain`` and ``auto``
 through the public function (eager and without gradients, it calls the entry point straight away:
-see :func:`tilefuse.ops.library.call`; from a signature's third call on, a fused variant replays
-its launch plan: :mod:`tilefuse.ops.common.launch`; auto's rows' note says what it ran),
+see :func:`tilefuse.ops.library.call`; auto's rows' note says what it ran),
 ``plain_custom_op`` (``torch.ops.tilefuse.<op>``, what traced
 code and autograd run: the dispatcher's cost on top), ``plain_entry`` (the plain path's registry
 entry called directly, no public-function checks) and ``torch`` (torch.matmul
@@ -50,7 +48,7 @@ from tilefuse.ops import registry
 
 from .common import commit_id, error_text, launch, parse_dtype
 from .results import write_rows
-from .timing import BEGIN_BEFORE_GEMM, BEGIN_KERNEL, capture_graph, switch_env, sync
+from .timing import capture_graph, sync
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric", "value", "device", "commit",
                "note"]
@@ -98,26 +96,12 @@ def torch_baseline(op: str, a: torch.Tensor, b: torch.Tensor, world: int):
     raise ValueError(f"no torch baseline for {op}")
 
 
-# The calls whose kernel begins them beside its K loops (primitives.call_enter_aside).
-ASIDE = {"gemm_all_reduce": ("fused_sequential", "wg_specialized"), "gemm_all_scatter": ("fused_sequential",)}
-
-
-def methods(op: str, world: int, begin_kernel: bool = False, begin_before_gemm: bool = False) -> dict:
+def methods(op: str, world: int) -> dict:
     """``{name: fn(a, b)}`` timed for ``op``: the variants and plain (public function), the plain
-    path's registry entry and the torch baseline; with ``begin_kernel``, also ``bulk_sync``,
-    ``fused_sequential`` and ``wg_specialized`` with the protocol's begin kernel launched before them
-    (``<variant>+begin_kernel``: ``TILEFUSE_BEGIN_KERNEL=1`` around that method's calls, captures
-    and replays); with ``begin_before_gemm``, the calls that begin beside their K loops
-    (:data:`ASIDE`) also with the begin first (``<variant>+begin_before_gemm``:
-    ``TILEFUSE_BEGIN_BEFORE_GEMM=1``)."""
+    path's registry entry and the torch baseline."""
     public = getattr(tilefuse, op)
     have = registry.variants(op)
     out = {v: (lambda a, b, v=v: public(a, b, variant=v)) for v in (*tilefuse.VARIANTS, "plain") if v in have}
-    if begin_kernel:
-        for v in ("bulk_sync", "fused_sequential", "wg_specialized"):
-            out[v + BEGIN_KERNEL] = out[v]
-    for v in ASIDE.get(op, ()) if begin_before_gemm else ():
-        out[v + BEGIN_BEFORE_GEMM] = out[v]
     out["auto"] = lambda a, b: public(a, b, variant="auto")
     if "plain" in have:
         entry = registry.get(op, "plain")
@@ -164,8 +148,7 @@ def _replay(ctx, graph, replays: int) -> dict:
     return {"host_us": statistics.median(host) * 1e6, "wall_us": start.elapsed_time(end) / replays * 1e3}
 
 
-def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs, begin_kernel=False,
-         begin_before_gemm=False) -> list:
+def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs) -> list:
     dtype = parse_dtype(dtype_name)
     W = ctx.world
     rows = []
@@ -182,9 +165,8 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, replays, warmup, graphs, begin_k
             g = torch.Generator().manual_seed(1 + ctx.rank)
             a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
             b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
-            for name, fn in methods(op, W, begin_kernel, begin_before_gemm).items():
-                with switch_env(name):
-                    graphs_ok = _measure(ctx, record, op, name, M, fn, a, b, calls, replays, warmup, graphs_ok)
+            for name, fn in methods(op, W).items():
+                graphs_ok = _measure(ctx, record, op, name, M, fn, a, b, calls, replays, warmup, graphs_ok)
         sync(ctx.device)
         tilefuse.barrier()
         tilefuse.clear_workspaces()  # collective: this op's heap buffers go back before the next op
@@ -276,12 +258,6 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="CPU check of the plumbing: N=32, K=64, M 1,16, "
                    "2 calls, no graphs (timings mean nothing)")
     p.add_argument("--heap", type=int, default=None, help="heap bytes per rank (default: the launcher's)")
-    p.add_argument("--begin-kernel", action="store_true",
-                   help="also time bulk_sync, fused_sequential and wg_specialized with the begin kernel launched first "
-                        "(rows <variant>+begin_kernel: TILEFUSE_BEGIN_KERNEL=1)")
-    p.add_argument("--begin-before-gemm", action="store_true",
-                   help="also time the calls that begin beside their K loops with the begin first "
-                        "(rows <variant>+begin_before_gemm: TILEFUSE_BEGIN_BEFORE_GEMM=1)")
     p.add_argument("--csv", default="host_overhead.csv")
     args = p.parse_args(argv)
     if args.smoke:
@@ -299,7 +275,7 @@ def main(argv=None) -> int:
     rows = []
     for world in (int(w) for w in args.world.split(",")):
         per_rank = launch(_job, world, ops, Ms, args.N, args.K, dtype, args.calls, args.replays, args.warmup,
-                          not args.no_graphs, args.begin_kernel, args.begin_before_gemm, heap_size=args.heap)
+                          not args.no_graphs, heap_size=args.heap)
         got = merge(per_rank)
         print(f"host_overhead: world {world}, N={args.N}, K={args.K}, {dtype}, {device}")
         _print(got)

@@ -2,7 +2,6 @@
 
     python -m benchmarks host_path [--ops all] [--M 1,16,128] [--N 128] [--K 128] [--calls 300]
                                    [--rounds 7] [--csv host_path.csv] [--real-launches] [--clock cpu]
-                                   [--begin-kernel]
 
 World 1, in this process. Every ``@kernel`` (:class:`tilefuse.runtime.launcher.FastKernel`) is
 switched to its compiled-launch path with a stand-in binary whose launch does nothing, and the
@@ -45,7 +44,6 @@ import time
 import torch
 
 from .results import parse_dtype
-from .timing import BEGIN_KERNEL, NO_RELAUNCH, switch_env
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "metric", "value", "device", "commit", "note"]
 
@@ -115,11 +113,8 @@ def noop_launches():
             k._compiled.update(compiled)
 
 
-def methods(op: str, begin_kernel: bool = False, no_relaunch: bool = False) -> dict:
-    """``{name: fn(a, b)}`` for ``op`` (with ``begin_kernel``, also ``bulk_sync``,
-    ``fused_sequential`` and ``wg_specialized`` with the begin kernel launched first:
-    ``<variant>+begin_kernel``; with ``no_relaunch``, every variant with its launch plans replayed
-    launch by launch, not as CUDA graphs: ``<variant>+no_relaunch``)."""
+def methods(op: str) -> dict:
+    """``{name: fn(a, b)}`` for ``op``."""
     import tilefuse
     from tilefuse.ops import registry
     from tilefuse.ops.common.config import EPILOGUE_SUM_FORMS
@@ -143,13 +138,6 @@ def methods(op: str, begin_kernel: bool = False, no_relaunch: bool = False) -> d
     for v in tilefuse.VARIANTS:
         if v in have:
             out[f"{v}_custom_op"] = (lambda a, b, v=v: custom(a, b, v, None, None))
-    if begin_kernel:
-        for v in ("bulk_sync", "fused_sequential", "wg_specialized"):
-            out[v + BEGIN_KERNEL] = out[v]
-    if no_relaunch:
-        for v in tilefuse.VARIANTS:
-            if v in have:
-                out[v + NO_RELAUNCH] = out[v]
     return out
 
 
@@ -193,10 +181,9 @@ def _auto_note(op: str, a, b) -> str:
         return f"auto: {type(err).__name__}"
 
 
-def _check_methods(ctx, op, M, N, K, dtype_name, names, begin_kernel, no_relaunch) -> list:
-    """Each timed method once more on new operands (other addresses: a replayed plan or its graph form
-    must use them), workspaces poisoned first, against the op's reference: ``rel_err`` and ``ok``
-    rows (1 within :func:`.checks.tolerance`)."""
+def _check_methods(ctx, op, M, N, K, dtype_name, names) -> list:
+    """Each timed method once more on new operands (other addresses), workspaces poisoned first,
+    against the op's reference: ``rel_err`` and ``ok`` rows (1 within :func:`.checks.tolerance`)."""
     from tilefuse.ops import registry
 
     from .checks import poison_workspaces, rel_error, tolerance
@@ -206,12 +193,11 @@ def _check_methods(ctx, op, M, N, K, dtype_name, names, begin_kernel, no_relaunc
     a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
     b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
     ref = registry.get(op, "reference")(a, b)
-    fns = methods(op, begin_kernel, no_relaunch)
+    fns = methods(op)
     rows = []
     for name in names:
         poison_workspaces()
-        with switch_env(name):
-            got = fns[name](a, b)
+        got = fns[name](a, b)
         err = rel_error(got, ref)
         base = dict(op=op, variant=name, M=M, N=N, K=K, dtype=dtype_name, world=ctx.world, note="new operands")
         rows.append({**base, "metric": "rel_err", "value": err})
@@ -219,8 +205,7 @@ def _check_methods(ctx, op, M, N, K, dtype_name, names, begin_kernel, no_relaunc
     return rows
 
 
-def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_kernel=False,
-         no_relaunch=False) -> list:
+def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name) -> list:
     import tilefuse
     from tilefuse.ops import dispatch
 
@@ -236,16 +221,14 @@ def _job(ctx, ops, Ms, N, K, dtype_name, calls, rounds, real, clock_name, begin_
                 g = torch.Generator().manual_seed(1)
                 a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
                 b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
-                fns = {name: (lambda f=f, a=a, b=b: f(a, b))
-                       for name, f in methods(op, begin_kernel, no_relaunch).items()}
-                for name, fn in fns.items():  # first calls: workspaces, decisions, plans
-                    with switch_env(name):
-                        for _ in range(3):
-                            fn()
+                fns = {name: (lambda f=f, a=a, b=b: f(a, b)) for name, f in methods(op).items()}
+                for fn in fns.values():  # first calls: workspaces, decisions
+                    for _ in range(3):
+                        fn()
                 sync = torch.cuda.synchronize if ctx.on_gpu and real else None
-                med, device = interleaved_us(fns, calls, rounds, clock, sync, context=switch_env)
+                med, device = interleaved_us(fns, calls, rounds, clock, sync)
                 if real:
-                    rows += _check_methods(ctx, op, M, N, K, dtype_name, fns.keys(), begin_kernel, no_relaunch)
+                    rows += _check_methods(ctx, op, M, N, K, dtype_name, fns.keys())
                 note = _auto_note(op, a, b)
                 for name, us in med.items():
                     base = dict(op=op, variant=name, M=M, N=N, K=K, dtype=dtype_name, world=ctx.world,
@@ -273,12 +256,6 @@ def main(argv=None) -> int:
     p.add_argument("--real-launches", action="store_true", help="launch the kernels (GPU only)")
     p.add_argument("--clock", choices=("wall", "cpu"), default=None,
                    help="wall: time.perf_counter (default on a GPU); cpu: time.thread_time (default on a CPU)")
-    p.add_argument("--begin-kernel", action="store_true",
-                   help="also bulk_sync, fused_sequential and wg_specialized with the begin kernel launched first "
-                        "(<variant>+begin_kernel: TILEFUSE_BEGIN_KERNEL=1 around their calls)")
-    p.add_argument("--no-relaunch", action="store_true",
-                   help="also every variant with its launch plans replayed launch by launch, not as one CUDA graph "
-                        "(<variant>+no_relaunch: TILEFUSE_GRAPH_RELAUNCH=0 around their calls)")
     p.add_argument("--csv", default="host_path.csv")
     args = p.parse_args(argv)
 
@@ -298,7 +275,7 @@ def main(argv=None) -> int:
     args.dtype = args.dtype or ("fp32" if on_cpu else "bf16")
     args.clock = args.clock or ("cpu" if on_cpu else "wall")
     [rows] = launch(_job, 1, ops, Ms, args.N, args.K, args.dtype, args.calls, args.rounds, args.real_launches,
-                    args.clock, args.begin_kernel, args.no_relaunch)
+                    args.clock)
     device = "cpu" if on_cpu else torch.cuda.get_device_name()
     commit = commit_id()
     us = {(r["op"], r["M"], r["variant"]): r["value"] for r in rows if r["metric"] == "host_us"}

@@ -1,12 +1,9 @@
-"""Where an op call's host time goes: cProfile of many back-to-back calls at world 1 (from a call
-signature's third call on, a fused variant replays its launch plan; the launch-plan counts close
-the output). ``--steps``: instead of cProfile, each step of the variant's launch plan timed on its
-own (mean host us per call over ``--calls`` replays, perf_counter around every step), and the rest
-of the call (the entry point, the collective call's bookkeeping, the plan lookup) as the difference
-to the whole call.
+"""Where an op call's host time goes: cProfile of many back-to-back calls at world 1. ``--parts``:
+instead of cProfile, the pieces a call is made of (the entry points, the collective call's
+bookkeeping, an output allocation, device queries) each timed alone.
 
     python -m benchmarks.host_profile [--op all_gather_gemm] [--variant wg_specialized] [--M 16]
-    python -m benchmarks.host_profile --steps --op OP[,OP...] --variant V[,V...] [--M 16]
+    python -m benchmarks.host_profile --parts --op OP --variant V [--M 16]
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ def main(argv=None) -> None:
     parser.add_argument("--K", type=int, default=4096)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--top", type=int, default=35)
-    parser.add_argument("--steps", action="store_true", help="time the launch plan's steps, not cProfile")
+    parser.add_argument("--parts", action="store_true", help="time the parts of a call each alone, not cProfile")
     args = parser.parse_args(argv)
 
     import torch
@@ -45,16 +42,9 @@ def main(argv=None) -> None:
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float16
     a = torch.randn(args.M, args.K, device=dev, dtype=dtype)
     b = torch.randn(args.N, args.K, device=dev, dtype=dtype).t()
-    if args.steps:  # --op and --variant may be comma-separated lists here
-        for op in args.op.split(","):
-            for variant in args.variant.split(","):
-                fn = registry.get(op, variant)
-                for _ in range(5):
-                    fn(a, b)
-                tilefuse.synchronize()
-                print(f"{op} {variant} M={args.M} N={args.N} K={args.K}", flush=True)
-                _time_steps(fn, a, b, args.calls)
-        _time_parts(args.op.split(",")[0], args.variant.split(",")[0], a, b, args.calls)
+    if args.parts:
+        print(f"{args.op} {args.variant} M={args.M} N={args.N} K={args.K}", flush=True)
+        _time_parts(args.op, args.variant, a, b, args.calls)
         tilefuse.shutdown()
         dist.destroy_process_group()
         return
@@ -80,67 +70,25 @@ def main(argv=None) -> None:
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
     print(out.getvalue())
-    from tilefuse.ops.common import launch
-
-    print(f"launch plans: {launch.plan_stats()}")
     tilefuse.shutdown()
     dist.destroy_process_group()
 
 
-def _time_steps(fn, a, b, calls: int) -> None:
-    """Mean host us per call of each step of ``fn``'s launch plan, and of the whole call."""
-    import tilefuse
-
-    plan_for = getattr(fn, "plan_for", None)  # plain and reference have no launch plans
-    plan = plan_for((a, b), {}) if plan_for is not None else None
-    if plan is None:
-        print("  no launch plan for this call signature: nothing to take apart")
-        return
-    spent = [0] * len(plan.steps)
-
-    def timed(i, step):
-        def run(slots, replay):
-            t0 = time.perf_counter_ns()
-            step(slots, replay)
-            spent[i] += time.perf_counter_ns() - t0
-        return run
-
-    original = plan.steps
-    plan.steps = [timed(i, s) for i, s in enumerate(original)]
-    try:
-        t0 = time.perf_counter_ns()
-        for _ in range(calls):
-            fn(a, b)
-        whole = (time.perf_counter_ns() - t0) / calls / 1e3
-        tilefuse.synchronize()
-    finally:
-        plan.steps = original
-    steps = [t / calls / 1e3 for t in spent]
-    for step, us in zip(original, steps):
-        print(f"  {us:7.2f} us  {getattr(step, 'label', step)}")
-    print(f"  {whole - sum(steps):7.2f} us  (the rest: entry point, collective call, plan lookup, timers)")
-    print(f"  {whole:7.2f} us  whole call")
-
-
 def _time_parts(op: str, variant: str, a, b, calls: int, n: int = 20000) -> None:
-    """Mean host us of the pieces a replayed call is made of (the "rest" above), each alone: ``n``
-    times each (200 first, untimed), whole op calls ``calls`` times (5 first)."""
+    """Mean host us of the pieces a call is made of, each alone: ``n`` times each (200 first,
+    untimed), whole op calls ``calls`` times (5 first)."""
     import torch
 
     import tilefuse
     from tilefuse.ops import registry
-    from tilefuse.ops.common import launch
-    from tilefuse.runtime import cudart, world
+    from tilefuse.runtime import world
 
     fn = registry.get(op, variant)
     public = getattr(tilefuse, op)
-    key = launch.plan_key(fn, (a, b), {})
     idx = a.device.index or 0
     parts = {
         f"public tilefuse.{op}(a, b, variant={variant!r})": lambda: public(a, b, variant=variant),
         f"registry {op}.{variant}(a, b)": lambda: fn(a, b),
-        "plan_key": lambda: launch.plan_key(fn, (a, b), {}),
-        "plan lookup (dict get of the key)": lambda: launch._PLANS.get(key),
         "CollectiveCall enter + exit, nothing inside": lambda: world.CollectiveCall(op).__enter__().__exit__(
             None, None, None),
         "world.in_call()": world.in_call,
@@ -155,9 +103,6 @@ def _time_parts(op: str, variant: str, a, b, calls: int, n: int = 20000) -> None
             "torch._C._cuda_getCurrentRawStream(i)": lambda: torch._C._cuda_getCurrentRawStream(idx),
             "torch.cuda.current_stream(i)": lambda: torch.cuda.current_stream(idx),
         })
-        if cudart.events_available():
-            ev, raw = cudart.new_event(idx), torch._C._cuda_getCurrentRawStream(idx)
-            parts["cudart.record + cudart.wait (same stream)"] = lambda: (cudart.record(ev, raw), cudart.wait(raw, ev))
     print("parts of a call, each alone:")
     for name, f in parts.items():
         whole = "(a, b" in name

@@ -37,11 +37,10 @@ measured by wrapping them in the rank processes: tilefuse's host collectives
 (``hostsync.all_gather_object``: the workspace offset check), ``gc.collect`` (the workspace cache
 runs one before allocating), device barriers (``world.device_barrier``: before new buffers are
 reused) and Triton compiles (the JIT's compile hooks). Calls are classed ``new`` (the first call of
-its op, variant and shapes in the run), ``second`` (tilefuse records the call's launch plan then)
-or ``later``, and ``plain`` (torch.matmul + the collective) or ``fused`` (the other variants). On
-a GPU a call is timed from its first host step to its return (kernels run on asynchronously; their
-device time is small here and lands in a later call's host steps). The summary prints the mean per
-class and step on rank 0.
+its op, variant and shapes in the run), ``second`` or ``later``, and ``plain`` (torch.matmul + the
+collective) or ``fused`` (the other variants). On a GPU a call is timed from its first host step to
+its return (kernels run on asynchronously; their device time is small here and lands in a later
+call's host steps). The summary prints the mean per class and step on rank 0.
 
 Output: one long-format CSV (``metric, value, op, world, ...`` and the run facts) and a summary
 starting with ``soak:``. The exit status is 1 when a check failed or a call raised (the run stops
@@ -381,7 +380,7 @@ def run_soak(ctx, opts: dict) -> dict:
                 "seconds": time.perf_counter() - t0, "error": error, "stopped_by": stopped_by,
                 "workspace_budget": ws_budget(ctx.heap) if ws_budget is not None else float("nan"),
                 "heap_size": ctx.heap.size, "costs": costs.record(), "workspaces_made": clock.total_workspaces,
-                "compiles": clock.total_compiles, "plans": _plan_counts(), "budget_checks": budget.checks,
+                "compiles": clock.total_compiles, "budget_checks": budget.checks,
                 "budget_check_s": budget.seconds, "gc_objects": len(gc.get_objects()), **other, "final": final}
 
     clock.install()
@@ -528,21 +527,6 @@ def heap_bound_of(rec: dict) -> float:
     return max(warm["heap_bytes_used"], warm["heap_bytes_used"] - warm["workspace_bytes"] + rec["workspace_budget"])
 
 
-def _plan_counts() -> dict:
-    """This rank's launch-plan counts: recorded, replays, graph forms made, relaunches of them."""
-    from tilefuse.ops.common.launch import plan_stats
-
-    stats = plan_stats()
-    return {key: stats[key] for key in ("recorded", "replays", "graph_forms", "relaunches")}
-
-
-def _plans_text(plans: dict) -> str:
-    if not plans:
-        return "no plan counts"
-    return (f"{plans['recorded']} launch plans recorded, {plans['replays']} replays, {plans['graph_forms']} graph "
-            f"forms made, {plans['relaunches']} relaunches")
-
-
 def summarize(results: list, opts: dict, world: int, info: dict, final: bool = True) -> tuple[list, str, bool, bool]:
     """CSV rows, the summary text, whether every check passed and whether memory stayed flat.
 
@@ -577,8 +561,6 @@ def summarize(results: list, opts: dict, world: int, info: dict, final: bool = T
     add("calls_per_s", calls / seconds if seconds > 0 else float("nan"))
     add("workspaces_made", first["workspaces_made"])
     add("triton_compiles", first["compiles"])
-    for key, value in first.get("plans", {}).items():  # launch plans and their graph forms, rank 0
-        add(f"plans_{key}", value)
     add("budget_checks", first["budget_checks"])
     add("budget_check_s", first["budget_check_s"])
     for key in ("inputs_s", "check_s", "report_s"):
@@ -618,7 +600,7 @@ def summarize(results: list, opts: dict, world: int, info: dict, final: bool = T
     line = (f"soak: {calls}/{opts['calls']} calls ({why}), {rate:.1f} calls/s, {first['repeats']} repeats, "
             f"{first['distinct_shapes']} distinct shapes, {len(ops)} ops ({', '.join(ops)}), world {world} on "
             f"{info['device']}: checked {checked}, failed {shown_failed}; {first['workspaces_made']} workspaces made, "
-            f"{first['compiles']} Triton compiles, {_plans_text(first.get('plans', {}))}; "
+            f"{first['compiles']} Triton compiles; "
             f"after warm-up ({opts['warmup']} calls) torch allocated "
             f"{mem['torch_allocated_warm']} -> {mem['torch_allocated_end']} B, heap used "
             f"{mem['heap_bytes_used_warm']} -> {mem['heap_bytes_used_end']} B (bound {heap_bound} B: the rest at "

@@ -17,9 +17,7 @@ do not find their inputs in L2.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import statistics
 import time
 
@@ -213,32 +211,3 @@ def capture_graph(device: torch.device, fn, warmup: int):
         fn()
     sync(device)
     return graph
-
-
-BEGIN_KERNEL = "+begin_kernel"  # a method name's suffix: the method runs with TILEFUSE_BEGIN_KERNEL=1
-BEGIN_BEFORE_GEMM = "+begin_before_gemm"  # ... with TILEFUSE_BEGIN_BEFORE_GEMM=1
-NO_RELAUNCH = "+no_relaunch"  # ... with TILEFUSE_GRAPH_RELAUNCH=0: plans replay launch by launch
-SWITCHES = {BEGIN_KERNEL: ("TILEFUSE_BEGIN_KERNEL", "1"), BEGIN_BEFORE_GEMM: ("TILEFUSE_BEGIN_BEFORE_GEMM", "1"),
-            NO_RELAUNCH: ("TILEFUSE_GRAPH_RELAUNCH", "0")}
-
-
-@contextlib.contextmanager
-def switch_env(name: str):
-    """The environment switch of the method ``name``'s suffix set inside the block
-    (:data:`SWITCHES`: ``+begin_kernel``, its calls launch the protocol's begin kernel;
-    ``+begin_before_gemm``, every program of a kernel that begins its call waits for the begin
-    before its K loop; ``+no_relaunch``, launch plans are not replayed as CUDA graphs); nothing
-    changes for a name without one."""
-    var, value = next((v for suffix, v in SWITCHES.items() if name.endswith(suffix)), (None, None))
-    if var is None:
-        yield
-        return
-    old = os.environ.get(var)
-    os.environ[var] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[var]
-        else:
-            os.environ[var] = old

@@ -272,7 +272,6 @@ def _worker(rank: int, world: int, port: int, device_kind: str, env: dict, jobs,
         install_fixed_order_dot()
     else:
         os.environ["TILEFUSE_BACKEND"] = "cuda"
-    os.environ.setdefault("TILEFUSE_DEBUG_POISON", "1")  # new workspaces start as NaN
     # Errors recorded on the device raise at the failing call (a sync per call on GPUs; tests of the
     # asynchronous report turn it off), and no test tunes shapes or writes the user's cache.
     os.environ.setdefault("TILEFUSE_SYNC_ERRORS", "1")
@@ -289,6 +288,8 @@ def _worker(rank: int, world: int, port: int, device_kind: str, env: dict, jobs,
     if device_kind == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
     import tilefuse
+
+    tilefuse.runtime.set_debug_poison(True)  # new workspaces and outputs start as NaN
 
     gc.freeze()  # modules stay; the collections below only walk what jobs and the heap create
     try:

@@ -150,7 +150,6 @@ def job_flattened_local_tiles(ctx, variant):
     from unittest import mock
 
     from tilefuse.ops.all_gather_gemm import _setup, _tiles
-    from tilefuse.runtime import plans
 
     cfg = tilefuse.Config(BLOCK_M=128, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=1,
                           GEMM_SMS=3, COMM_SMS=2)
@@ -168,7 +167,6 @@ def job_flattened_local_tiles(ctx, variant):
     rule, real = _setup.flattened_loop, _tiles.whole_tiles
     runs = {}
     for flat in (False, True):
-        plans.clear_plans()  # no plan recorded with the other choice replays
         calls = []
 
         def counted(*args, _calls=calls, **kwargs):

@@ -759,22 +759,17 @@ def test_bandwidth_all_peers_and_the_all_gather_are_checked_and_summarized(pools
 
 @pytest.mark.slow
 @needs_working_interpreter
-def test_host_profile_steps_times_each_plan_step(tmp_path):
-    """benchmarks.host_profile --steps on a CPU rank: each replayed plan step of a fused variant with
-    its label, the rest of the call and the whole; a variant without a plan says so; then the parts
-    of a call timed alone."""
+def test_host_profile_times_the_parts_of_a_call(tmp_path):
+    """benchmarks.host_profile --parts on a CPU rank: the parts of a call, each timed alone."""
     env = dict(os.environ, TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1", PYTHONPATH=str(REPO),
                MASTER_PORT=str(29600 + os.getpid() % 300))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.host_profile", "--steps", "--op", "gemm_all_reduce",
-                           "--variant", "wg_specialized,plain", "--M", "8", "--N", "32", "--K", "32", "--calls", "2"],
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.host_profile", "--parts", "--op", "gemm_all_reduce",
+                           "--variant", "wg_specialized", "--M", "8", "--N", "32", "--K", "32", "--calls", "2"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
-    wg = out.split("gemm_all_reduce wg_specialized")[1].split("gemm_all_reduce plain")[0]
-    assert "launch _wg_kernel" in wg and "torch empty" in wg and "whole call" in wg and "(the rest:" in wg
-    assert "no launch plan" in out.split("gemm_all_reduce plain")[1].split("parts of a call")[0]
     parts = out.split("parts of a call, each alone:")[1]
-    for name in ("plan_key", "CollectiveCall enter + exit", "torch.empty(M, N)",
+    for name in ("CollectiveCall enter + exit", "torch.empty(M, N)",
                  "registry gemm_all_reduce.wg_specialized(a, b)"):
         assert name in parts, (name, parts)
 
@@ -785,15 +780,14 @@ def job_host_path_checks(ctx):
 
     real = host_path.methods
 
-    def with_a_wrong_one(op, begin_kernel=False, no_relaunch=False):
-        out = real(op, begin_kernel, no_relaunch)
+    def with_a_wrong_one(op):
+        out = real(op)
         out["wrong"] = lambda a, b: out["plain"](a, b) * 2
         return out
 
     host_path.methods = with_a_wrong_one
     try:
-        rows = host_path._check_methods(ctx, "gemm_all_reduce", 4, 8, 8, "fp32", ["plain", "bulk_sync", "wrong"],
-                                        False, False)
+        rows = host_path._check_methods(ctx, "gemm_all_reduce", 4, 8, 8, "fp32", ["plain", "bulk_sync", "wrong"])
     finally:
         host_path.methods = real
     return {r["variant"]: r["value"] for r in rows if r["metric"] == "ok"}
@@ -819,9 +813,9 @@ def test_peer_block_copy_checks_its_kernel_and_writes_both_methods(tmp_path):
 
 
 def test_interleaved_us_medians_per_method_in_rounds():
-    """host_path.interleaved_us (host_path's and graph_relaunch's timer): methods run in turn each round,
-    inside their context; the host µs per call and, with a sync, the µs until done are medians over
-    rounds, floats per method (graph_relaunch divided the tuples of the per-call timer once)."""
+    """host_path.interleaved_us (host_path's timer): methods run in turn each round, inside their
+    context; the host µs per call and, with a sync, the µs until done are medians over rounds, floats
+    per method."""
     from benchmarks.host_path import interleaved_us
 
     now, order, entered = [0.0], [], []

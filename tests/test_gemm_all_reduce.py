@@ -288,47 +288,6 @@ def job_epilogue_sum(ctx, calls):
     return outs
 
 
-def job_split_k_planned(ctx, calls):
-    """A call that splits K keeps the launcher's lean path: from the third call of a signature on, its
-    launch plan replays (the split-K scratch is a constant the plan may keep), with correct results;
-    fused_sequential and bulk_sync (the GEMM core's split). Where the recording call is the one that
-    makes the scratch, a later call records instead."""
-    from tilefuse.ops.common.gemm import SPLIT_K_SCRATCH
-
-    cfg = tilefuse.Config(**SPLIT_CFGS[0])
-    tilefuse.clear_workspaces()  # and every plan: earlier tests in this pool may have made these signatures
-    report = {}
-    for variant in ("fused_sequential", "bulk_sync"):
-        fn = _get(variant)
-        before = launch.plan_stats()
-        for i in range(calls):
-            a, b, _ = _inputs(ctx, 37, 72, 56, torch.float32, seed=400 + i)
-            poison_workspaces()
-            got = fn(a, b, config=cfg)
-            tilefuse.synchronize()
-            _check(ctx, got, _get("reference")(a, b), torch.float32, 56, f"{variant} split call {i}")
-        after = launch.plan_stats()
-        plan = fn.plan_for((a, b), {"config": cfg})
-        report[variant] = (after["replays"] - before["replays"], plan is not None, after["last_failure"])
-        steps = len(plan.steps) if plan is not None else -1
-        # The call that records the plan makes the stream's scratch (as a CUDA graph's warm-up on a
-        # new stream does): it gives up and a later call records, so that the plan keeps the scratch
-        # and its replays allocate nothing (the same steps as the plan recorded with the scratch there).
-        tilefuse.clear_workspaces()
-        fn(a, b, config=cfg)  # the signature's first call: the full host path, not recorded
-        SPLIT_K_SCRATCH.clear()
-        retried = launch.plan_stats()["retried"]
-        for i in range(3):
-            got = fn(a, b, config=cfg)
-            tilefuse.synchronize()
-            _check(ctx, got, _get("reference")(a, b), torch.float32, 56, f"{variant} split, scratch made, call {i}")
-        again = fn.plan_for((a, b), {"config": cfg})
-        assert launch.plan_stats()["retried"] == retried + 1, launch.plan_stats()
-        assert again is not None and len(again.steps) == steps, (variant, steps, again and len(again.steps))
-    tilefuse.barrier()
-    return report
-
-
 def job_split_decode_default(ctx, replays):
     """GPU: without a caller's config fused_sequential takes the GEMM core's split-K tiles at M <= 64
     (one K slice a program: at M = 1 and 16 two slices of 16 x 64 tiles, pointer loads on a Linear
@@ -546,12 +505,6 @@ def test_fused_sequential_epilogue_sum(pools, world):
     _same_bits_on_every_rank(results, f"epilogue sum, W={world}")
 
 
-def test_split_k_calls_replay_their_plans(pools):
-    for report in pools.run(2, job_split_k_planned, 4):
-        for variant, (replays, planned, why) in report.items():
-            assert planned and replays == 2, (variant, replays, why)
-
-
 def test_split_decode_default_and_graphs(pools, on_gpu):
     if not on_gpu:
         pytest.skip("the split decode tiles are a GPU default (the interpreter's tiles split nothing)")
@@ -647,8 +600,7 @@ def test_default_tiles_keep_the_narrow_decode_tiles():
 def test_benchmark_smoke(tmp_path):
     """benchmarks.allreduce_decode --smoke (one rank: a spawn per rank costs more than the rest), each
     timed call cycling through two weights: every method ran (torch's one-shot all-reduce only where
-    torch's symmetric memory works, the one-kernel calls begun before their K loops too), with small
-    errors."""
+    torch's symmetric memory works), with small errors."""
     out = tmp_path / "allreduce_decode.csv"
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cmd = [sys.executable, "-m", "benchmarks.allreduce_decode", "--smoke", "--world", "1", "--M", "5", "--methods",
@@ -658,8 +610,7 @@ def test_benchmark_smoke(tmp_path):
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
     checks = {(r["variant"], r["metric"]): float(r["value"]) for r in rows if r["mode"] == "check"}
-    before = ("fused_sequential+begin_before_gemm", "wg_specialized+begin_before_gemm")
-    for method in VARIANTS + tuple(f"{v}.two_shot" for v in VARIANTS) + ("auto", "plain") + before:
+    for method in VARIANTS + tuple(f"{v}.two_shot" for v in VARIANTS) + ("auto", "plain"):
         assert checks[(method, "rel_error")] < 1e-2, (method, checks)
         assert checks[(method, "same_bits")] == 1.0, (method, checks)
         assert any(r["variant"] == method and r["metric"] == "us_per_call" for r in rows), method

@@ -237,14 +237,14 @@ def test_plain_path_rejects_a_wrong_out(pools):
 
 
 def job_out_overlapping_an_operand(ctx, variant):
-    """``out`` sharing memory with ``a`` (or ``b``) raises on every rank, also once a plan was recorded
-    for the same shapes and strides with an out of its own (the replay would skip the checks)."""
+    """``out`` sharing memory with ``a`` (or ``b``) raises on every rank, also after calls of the same
+    shapes and strides with an out of its own."""
     W, N = ctx.world, 8
     cfg = None if variant == "plain" else tilefuse.Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=4,
                                                          num_stages=1, GEMM_SMS=4, COMM_SMS=0)
     kw = {} if cfg is None else {"config": cfg}
     fn, ref = registry.get(OP, variant), registry.get(OP, "reference")
-    for i in range(3):  # the third call replays a plan (fused variants)
+    for i in range(3):
         a = randn((48, W * N), torch.float16, ctx.device, seed=10 + i)  # [M, K] with K = W * N: out's shape
         b = randn((W * N, N), torch.float16, ctx.device, seed=20 + i + ctx.rank)
         out = torch.empty_like(a)

@@ -16,9 +16,7 @@ VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialize
 
 def job_many_shapes(ctx, shapes, budget_fraction):
     """Hundreds of distinct shapes through a small heap: no HeapFullError, bounded bytes, same keys."""
-    import os
-
-    os.environ["TILEFUSE_WORKSPACE_FRACTION"] = str(budget_fraction)
+    saved, launch.WORKSPACE_FRACTION = launch.WORKSPACE_FRACTION, budget_fraction
     try:
         heap = ctx.heap
         base_used = heap.bytes_used
@@ -41,7 +39,7 @@ def job_many_shapes(ctx, shapes, budget_fraction):
         assert heap.bytes_used <= base_used, (heap.bytes_used, base_used)
         return peak, keys
     finally:
-        os.environ.pop("TILEFUSE_WORKSPACE_FRACTION", None)
+        launch.WORKSPACE_FRACTION = saved
 
 
 def test_hundreds_of_shapes_stay_bounded(pools):

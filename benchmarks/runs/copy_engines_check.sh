@@ -6,8 +6,7 @@
 #    the protocol and launch-count tests), in parallel groups (TEST_GROUPS: ';'-separated instead).
 # 2. The world-1 suite of gemm_all_scatter and all_gather_gemm on the Llama-3-8B set: the copy-engine
 #    form's cost at world 1 next to the other variants (SUITE_SETS: other sets).
-# 3. host_path with real launches and --begin-kernel at M = 1, 16, 128 (host us per call; the
-#    +begin_kernel rows launch the begin and barrier kernels around the same kernels).
+# 3. host_path with real launches at M = 1, 16, 128 (host us per call).
 # 4. The GEMM core's parity grid in fp16, if it fits in BUDGET_S (default 565 s).
 # Files under $R: tests/, suite_w1.csv, host_path_real.csv, gemm_parity_default_fp16.csv, logs.
 . "$(dirname "$0")/prelude.sh"
@@ -23,7 +22,7 @@ for op in gemm_all_scatter all_gather_gemm; do
         --variants bulk_sync,producer_consumer,pc_copy_engines,fused_sequential --csv "$R/suite_w1.csv" --append \
         --no-progress
 done
-step host_path 90 "$PY" -m benchmarks host_path --real-launches --begin-kernel --M 1,16,128 --N 4096 --K 8192 \
+step host_path 90 "$PY" -m benchmarks host_path --real-launches --M 1,16,128 --N 4096 --K 8192 \
     --calls 100 --rounds 7 --csv "$R/host_path_real.csv"
 step parity_fp16 80 "$PY" -m benchmarks gemm_sweep --grid parity --default-only --dtypes fp16 --budget-s 65 \
     --csv "$R/gemm_parity_default_fp16.csv"

@@ -22,7 +22,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 PY=${PYTHON:-$(command -v python3 || command -v python)}
 LIMIT_S=${LIMIT_S:-480}
 PER_TEST=${PER_TEST:-240}
-SPEC=${GROUPS_SPEC:-"tests/test_gemm_core.py;tests/test_launcher.py tests/test_relaunch.py;\
+SPEC=${GROUPS_SPEC:-"tests/test_gemm_core.py;tests/test_launcher.py;\
 tests/test_runtime.py tests/test_gemm_all_scatter.py;\
 tests/test_all_gather_gemm.py;tests/test_gemm_reduce_scatter.py tests/test_workspaces.py;tests/test_gemm_all_reduce.py;\
 tests/test_protocol.py tests/test_graphs.py;tests/test_compile.py tests/test_autograd.py;\

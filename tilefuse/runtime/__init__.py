@@ -5,6 +5,7 @@
 """
 
 from . import _env
+from ._env import set_debug_poison
 
 _env.configure()  # TRITON_INTERPRET must be set before the first @triton.jit module is imported
 
@@ -37,5 +38,6 @@ __all__ = [
     "CallMismatchError", "HeapFullError", "HostTimeoutError", "PeerCallError", "PeerExitedError", "PoisonedError",
     "StaleCallError", "SymmetricHeap",
     "WaitTimeoutError", "barrier", "check_peers", "check_waits", "control_block", "device_barrier", "get_heap",
-    "groups", "hw", "init", "is_initialized", "primitives", "reset", "set_wait_timeout", "shutdown", "synchronize",
+    "groups", "hw", "init", "is_initialized", "primitives", "reset", "set_debug_poison", "set_wait_timeout", "shutdown",
+    "synchronize",
 ]

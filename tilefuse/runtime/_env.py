@@ -50,6 +50,21 @@ def host_timeout() -> float:
     return value
 
 
+_DEBUG_POISON = [False]
+
+
+def set_debug_poison(on: bool) -> bool:
+    """New workspaces and ordinary outputs start as NaN (``on``), so that a tile a variant forgets to
+    write shows (the test harness turns it on); returns the previous setting. Off by default."""
+    old, _DEBUG_POISON[0] = _DEBUG_POISON[0], bool(on)
+    return old
+
+
+def debug_poison() -> bool:
+    """Whether :func:`set_debug_poison` is on."""
+    return _DEBUG_POISON[0]
+
+
 def configure() -> None:
     """Turn the interpreter on for the cpu backend, before kernel modules are imported."""
     if requested_backend() == "cpu" and not interpreting():

@@ -467,8 +467,7 @@ class SymmetricHeap:
         queued on the current stream: on the GPU one copy-engine transfer (no SM), on the CPU a torch
         copy. ``src``: copy this tensor of ``t``'s shape and dtype (unit column stride, any memory of
         this device) there instead of ``t``'s own data. Ordered like a kernel on that stream; a peer
-        sees the rows once a barrier or flag after the copy in stream order says so. Recorded into a
-        launch plan like a kernel launch."""
+        sees the rows once a barrier or flag after the copy in stream order says so."""
         self.check_on_heap("copy_to_peer: t", t)
         src = t if src is None else src
         for name, x in (("t", t), ("src", src)):
@@ -480,15 +479,6 @@ class SymmetricHeap:
                              f"({tuple(t.shape)}, {t.dtype}, {t.device})")
         if not 0 <= rank < self.world_size:
             raise ValueError(f"copy_to_peer: rank {rank} is not in [0, {self.world_size})")
-        from . import plans
-
-        rec = plans.recorder()
-        if rec is not None:
-            rec.call(self._copy_to_peer, t, rank, src)
-        else:
-            self._copy_to_peer(t, rank, src)
-
-    def _copy_to_peer(self, t: torch.Tensor, rank: int, src: torch.Tensor) -> None:
         if t.numel() == 0:
             return
         if self.device.type != "cuda":

@@ -1,26 +1,22 @@
 """A lower-overhead launch of tilefuse's Triton kernels on a GPU.
 
-``kernel[grid](*args, **kwargs)`` through Triton's ``JITFunction.run`` binds and
-specialises every argument, hashes a cache key, re-checks the kernel's global constants and builds
-launch metadata on every call: tens of microseconds per launch on the H200 host, several launches
-per op call. :class:`FastKernel` keeps, per kernel, the compiled binary for each *argument
-signature* it has seen (the facts Triton specialises on: dtypes, 16-byte alignment of pointers,
-integer widths and divisibility by 16 or equality to 1 where Triton looks at them, the constexpr
-values and the launch options) and launches it directly through the compiled kernel's launcher,
-with the same arguments Triton would pass. The first launch of a signature goes through Triton as
-usual (compiling if needed). In Triton's interpreter every launch goes through Triton.
-
-While a launch plan is being recorded (:mod:`tilefuse.runtime.plans`), launches report to the
-recorder, which records each one with its compiled binary and bound argument list.
+``kernel[grid](*args, **kwargs)`` through Triton's ``JITFunction.run`` binds and specialises every
+argument, hashes a cache key, re-checks the kernel's global constants and builds launch metadata on
+every call: tens of microseconds of host time per launch, several launches per op call.
+:class:`FastKernel` keeps, per kernel, the compiled binary for each *argument signature* it has
+seen (the facts Triton specialises on: dtypes, 16-byte alignment of pointers, integer widths and
+divisibility by 16 or equality to 1 where Triton looks at them, the constexpr values and the launch
+options) and launches it directly through the compiled kernel's launcher, with the same arguments
+Triton would pass. The first launch of a signature goes through Triton as usual (compiling if
+needed). In Triton's interpreter every launch goes through Triton.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import threading
 
-from . import _env, plans
+from . import _env
 
 _NO_DEFAULT = inspect.Parameter.empty
 
@@ -52,15 +48,9 @@ class FastKernel:
         return getattr(self.jit_fn, name)
 
     def __getitem__(self, grid):
-        rec = plans._REC
-        if rec is not None and rec.thread == threading.get_ident():
-            return functools.partial(rec.launch, self, grid)
         if not self._fast:
             return self.jit_fn[grid]
         return functools.partial(self._launch, grid)
-
-    def _launch(self, grid, *args, **kwargs):
-        return self._run(grid, args, kwargs)[0]
 
     def _values(self, args: tuple, kwargs: dict) -> list | None:
         values = list(args) + [_NO_DEFAULT] * (len(self._names) - len(args))
@@ -94,20 +84,17 @@ class FastKernel:
         options = tuple(sorted((k, v) for k, v in kwargs.items() if k not in self._index))
         return tuple(key), options
 
-    def _run(self, grid, args: tuple, kwargs: dict) -> tuple:
-        """Launch; returns ``(Triton's return value, compiled kernel, bound argument list)``, the last
-        two None when the launch went through Triton's own path (which then compiled or found the
-        binary: the next launch of the signature is fast)."""
-        if not self._fast:
-            return self.jit_fn[grid](*args, **kwargs), None, None
+    def _launch(self, grid, *args, **kwargs):
+        """Launch; returns the compiled kernel, as Triton does. A signature not seen before goes
+        through Triton's own path (which compiles or finds the binary: its next launch is fast)."""
         values = self._values(args, kwargs)
         if values is None:
-            return self.jit_fn[grid](*args, **kwargs), None, None
+            return self.jit_fn[grid](*args, **kwargs)
         try:
             key = self._signature(values, kwargs)
             compiled = self._compiled.get(key)
         except TypeError:  # an unhashable argument
-            return self.jit_fn[grid](*args, **kwargs), None, None
+            return self.jit_fn[grid](*args, **kwargs)
         if compiled is None:
             compiled = self.jit_fn[grid](*args, **kwargs)  # compiles (or finds) the binary, and launches
             if compiled is not None and hasattr(compiled, "run"):
@@ -115,7 +102,7 @@ class FastKernel:
                 spec = self._index.get("WARP_SPEC")
                 if spec is not None and values[spec]:
                     check_specialized(self.jit_fn.fn.__name__, kwargs.get("num_warps", 4), compiled)
-            return compiled, None, None
+            return compiled
         stream = _current_stream()
         g0 = grid[0]
         g1 = grid[1] if len(grid) > 1 else 1
@@ -127,7 +114,7 @@ class FastKernel:
         else:
             meta = compiled.launch_metadata(grid, stream, *values)
         compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *values)
-        return compiled, compiled, values
+        return compiled
 
 
 def check_specialized(name: str, num_warps: int, compiled) -> bool:
@@ -135,7 +122,7 @@ def check_specialized(name: str, num_warps: int, compiled) -> bool:
     specialized: its compiled warps exceed the launch's ``num_warps`` (the partitions' warp groups
     are added). Warns when not: Triton's Hopper pass skips a kernel it cannot specialize without a
     word, and the tile then runs unspecialized on the launch shape meant for the specialized loop
-    (4 warps for a 128x256 accumulator: about 6x slower, docs/PERF.md). Called at the first launch of
+    (4 warps for a 128x256 accumulator: several times slower). Called at the first launch of
     each argument signature."""
     got = getattr(getattr(compiled, "metadata", None), "num_warps", None)
     if got is None or got > num_warps:

@@ -68,9 +68,8 @@ shared (gemm_all_reduce's one-shot ``fused_sequential`` and ``wg_specialized``, 
 :func:`call_enter_aside` gives the begin to program 0, and every other GEMM program runs its first K
 loop and then calls :func:`call_ready` (acquire ``ctl[GO]``, read the call's state) before it stores
 anything, a reducer before its first flag, so the begin's round overlaps the GEMM instead of
-preceding it (``TILEFUSE_BEGIN_BEFORE_GEMM=1``: every program waits for the begin first, as with
-:func:`call_enter`; set it alike on every rank, since it also moves tiles between programs). An
-aborted call's programs skip their stores; the begin fills the outputs with NaN as usual.
+preceding it. An aborted call's programs skip their stores; the begin fills the outputs with NaN
+as usual.
 
 *Flags.* Data flags are int64 words on the heap that hold the sequence number of the call that last
 wrote them. A producer writes its data, then *releases* the flag with ``signal(flag, seq)``

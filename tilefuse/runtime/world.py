@@ -28,13 +28,12 @@ described in :mod:`tilefuse.runtime.primitives`. This module is its host side:
 group beside the world, two TP groups of one model). Each group gets its own :class:`_State`: heap,
 control block (so its own call sequence numbers and epochs), signatures and error words; the first
 group initialised is the *default* one, which ``group=None`` means. An op call runs on one group's
-state: the ``@collective`` wrapper resolves the call's group once (:func:`state_for`, a dictionary
-lookup; a replayed launch plan keeps the state it was recorded on) and hands the state to
-:class:`CollectiveCall`, which makes it this thread's *active* state for the call; :func:`_state`
-(and so :func:`get_heap`, :func:`control_block` and everything a launcher asks the runtime) returns
-the active state, else the default. ``group=None`` calls set nothing. :func:`reset` and
-:func:`tilefuse.clear_workspaces` act on the group they are given; :func:`shutdown` closes every
-group's heap, the default group's last. Calls of all groups share one
+state: the ``@collective`` wrapper resolves the call's group once (:func:`call_state`, a dictionary
+lookup) and hands the state to :class:`CollectiveCall`, which makes it this thread's *active* state
+for the call; :func:`_state` (and so :func:`get_heap`, :func:`control_block` and everything a
+launcher asks the runtime) returns the active state, else the default. ``group=None`` calls set
+nothing. :func:`reset` and :func:`tilefuse.clear_workspaces` act on the group they are given;
+:func:`shutdown` closes every group's heap, the default group's last. Calls of all groups share one
 lock and one stream order (calls on different streams run one after another in the order the host
 made them, whatever their group), so device scratch shared by all groups is never used by two calls
 at once.
@@ -53,7 +52,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from . import _env, hostsync, plans
+from . import _env, hostsync
 from . import primitives as P
 from .heap import SymmetricHeap, resolve_heap_size
 
@@ -331,9 +330,8 @@ def _check_peers(st: _State, op: str) -> None:
     """Raise :class:`PeerExitedError` (and poison this rank's state) if a peer process has exited.
 
     Checked on the host before a call launches anything: a kernel that stores into the memory of a
-    process that has exited does not fault on a GPU, it never finishes (measured on an H200: the
-    survivor's next call did not end in 30 s, where the device waits' bound was 5 s), so neither the
-    device waits' bound nor a later synchronize would report it."""
+    process that has exited does not fault on a GPU, it never finishes, so neither the device waits'
+    bound nor a later synchronize would report it."""
     gone = _exited_peer(st)
     if gone is not None:
         raise _peer_exited(st, gone, f"{op} and every later call on this rank raise (nothing was launched)")
@@ -464,6 +462,17 @@ def state_for(group, what: str = "tilefuse") -> _State:
     )
 
 
+def call_state(group, what: str = "tilefuse") -> _State | None:
+    """The state an op call on ``group`` runs on, to hand to :class:`CollectiveCall`: ``group``'s; for
+    None the default group's where this thread has another state active (inside :func:`using`), else
+    None (the default, which needs nothing set). Raises where tilefuse is not initialised."""
+    if group is not None:
+        return state_for(group, what)
+    if _STATE is None:
+        raise RuntimeError(f"{what}: tilefuse is not initialised on this rank: call tilefuse.init() first")
+    return _STATE if _TLS.state is not None else None
+
+
 @contextlib.contextmanager
 def using(target):
     """Make ``target`` (a state, or a process group: :func:`state_for`) this thread's active state
@@ -542,19 +551,16 @@ def generation() -> int:
 
 
 def bump_generation() -> None:
-    """Calls launched for an earlier generation (CUDA graph replays) abort from now on (stream-ordered).
-    Launch plans carry the generation in their begin kernel's arguments: they are dropped."""
+    """Calls launched for an earlier generation (CUDA graph replays) abort from now on (stream-ordered)."""
     st = _state()
-    plans.clear_plans()
     st.gen += 1
     st.ctl[int(P.CTL_GEN)] = st.gen
 
 
-def constant_tensors() -> tuple:
-    """Runtime tensors that are not on the heap but that launch plans may keep (``heap_bases``, the
-    begin kernel's stand-in output and the status words one-kernel calls write)."""
-    st = _state()
-    return st.heap.heap_bases, st.dummy, _status_words(st)
+def stand_in() -> torch.Tensor:
+    """A float32[1] device tensor that kernels never read: the pointer argument of a begin or an
+    output that a call does not have."""
+    return _state().dummy
 
 
 # ------------------------------------------------------------------------------------ errors
@@ -839,9 +845,6 @@ class CollectiveCall:
         st = _state()
         _launch_begin(st, _signature(key)[0], outputs)
         self.begun = True
-        rec = plans.recorder()
-        if rec is not None:
-            rec.host(_mark_begun)
 
     def verdict(self) -> None:
         """Wait for the device (a sync on a GPU) and raise what the call's begin recorded: a
@@ -865,9 +868,6 @@ class CollectiveCall:
         A call of several kernels says so twice: after its first (``ends=False``) and its last."""
         self.begun = True
         self.mirrored = self.mirrored or ends
-        rec = plans.recorder()
-        if rec is not None:
-            rec.host(_mark_entered if ends else _mark_begun)
 
     def __exit__(self, exc_type, exc, tb):
         if self.outer is not None:
@@ -898,14 +898,6 @@ class CollectiveCall:
             if self.st is not None:
                 _TLS.state = self.prev
             _LOCK.release()
-
-
-def _mark_begun(replay) -> None:
-    replay.call.begun = True
-
-
-def _mark_entered(replay) -> None:
-    replay.call.begun = replay.call.mirrored = True
 
 
 def in_call() -> bool:
@@ -982,7 +974,6 @@ def reset(group=None) -> None:
             _wait_device(st, "tilefuse.reset")
         hostsync.reset(heap.group)
         hostsync.barrier(heap.group, what="tilefuse.reset: entry")
-        plans.clear_plans()
         for hook in _RESET_HOOKS:
             hook()
         st.ctl.zero_()
@@ -1056,7 +1047,6 @@ def _shutdown_one(st: _State) -> None:
                     stuck = True
                     raise
             st.ctl[int(P.CTL_GEN)] = -1  # a CUDA graph replayed after this aborts before touching memory
-            plans.clear_plans()
             for hook in _SHUTDOWN_HOOKS:
                 hook()
     finally:

@@ -42,7 +42,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ...runtime import plans
 from ...runtime import primitives as P
 from ...runtime.world import on_reset
 from .config import launch_shape, pointer_tiles, stream_k_slots, stream_k_whole_tiles
@@ -727,15 +726,11 @@ class SplitKScratch:
                     torch.zeros(num_tiles, dtype=torch.int32, device=device))
         key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
         parts, counts = self._sets.get(key, (None, None))
-        made = False
         if parts is None or parts.numel() < n_part:
-            parts, made = torch.empty(triton.next_power_of_2(n_part), dtype=torch.float32, device=device), True
+            parts = torch.empty(triton.next_power_of_2(n_part), dtype=torch.float32, device=device)
         if counts is None or counts.numel() < num_tiles:
-            counts, made = torch.zeros(triton.next_power_of_2(num_tiles), dtype=torch.int32, device=device), True
+            counts = torch.zeros(triton.next_power_of_2(num_tiles), dtype=torch.int32, device=device)
         self._sets[key] = (parts, counts)
-        rec = plans.recorder()
-        if made and rec is not None:  # a plan would allocate a fresh set at every replay: record a later call
-            rec.give_up("the split-K scratch of this stream was made (first use only)", retry=True)
         return parts, counts
 
     def owns(self, t: torch.Tensor) -> bool:

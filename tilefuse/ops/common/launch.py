@@ -1,23 +1,12 @@
-"""Host-side plumbing shared by every variant launcher: heap lookup, config, workspaces, streams,
-launch plans.
+"""Host-side plumbing shared by every variant launcher: heap lookup, config, workspaces, streams.
 
 A launcher is decorated with :func:`collective` (the host part of the call runs inside a
 :class:`tilefuse.runtime.world.CollectiveCall`, on the state of the call's ``group``: its heap,
-control block and epochs; ``group=None`` is the default group's) and does: ``heap = op_heap(op, group)`` -> checks ->
-``cfg = resolve_config(...)`` -> ``ws = workspace(...)`` (heap buffers allocated once per shape,
-collectively, and reused) -> ``begin(signature, outputs)`` -> launches. Kernels read the call's
-sequence number from the control block (``ctl(heap)``): nothing on the host counts epochs.
-
-**Launch plans** (:mod:`tilefuse.runtime.plans`). :func:`collective` keys each call on its call
-signature (:func:`plan_key`: shapes, strides, dtypes, devices and 16-byte alignment of the tensor
-arguments, ``out``'s heap offset, config, group, the other keyword arguments, and the environment
-switches the launchers read). The first call of a signature runs as described above (it may create
-workspaces or verify ``out`` collectively); the second runs the same way under a recorder; from the
-third on the recorded plan replays: the collective call's own bookkeeping, then the recorded torch
-operations and launches with the new call's tensors, nothing else. Releasing or evicting a
-workspace, ``reset``, ``shutdown`` and a generation bump drop every plan. A call that cannot be
-recorded (its launcher reads tensor data on the host, launches a kernel outside ``FastKernel``...)
-keeps the full host path; ``plan_stats()`` counts both.
+control block and epochs; ``group=None`` is the default group's) and does, on every call:
+``heap = op_heap(op, group)`` -> checks -> ``cfg = resolve_config(...)`` (cached per shape) ->
+``ws = workspace(...)`` (heap buffers allocated once per shape, collectively, and reused) ->
+``begin(signature, outputs)`` -> launches. Kernels read the call's sequence number from the control
+block (``ctl(heap)``): nothing on the host counts epochs.
 """
 
 from __future__ import annotations
@@ -25,54 +14,33 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import logging
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
 
-from ...runtime import control_block, cudart, get_heap, hostsync, hw, is_initialized, plans, relaunch
-from ...runtime import launcher as _launcher
+from ...runtime import _env, control_block, get_heap, hostsync, hw, is_initialized
 from ...runtime import world as _world
-from ...runtime.heap import span_bytes
-from ...runtime.plans import Plan, Recorder
 from ...runtime.world import CollectiveCall, check_current_device, on_reset, on_shutdown
-from .checks import check_out_tensor, overlaps
+from .checks import check_out_tensor
 from .config import Config, check_config_fits, default_config, launch_shape
-
-log = logging.getLogger("tilefuse")
-
-_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
-_PLANS: dict = {}  # (entry point, call signature) -> Plan, or calls made without one, or _NEVER
-_NEVER = -1  # the signature's calls cannot be recorded: they keep the full host path
-_MAX_ATTEMPTS = 4  # recordings of one signature that may give up softly (a workspace created meanwhile...)
-_MAX_PLANS = 4096
 
 
 def collective(op: str):
-    """Decorator of a variant's entry point: its host part runs as one collective call, replayed
-    from its launch plan once the call signature was recorded (module docstring)."""
+    """Decorator of a variant's entry point: its host part runs as one collective call on the state
+    of the call's ``group`` keyword (calls paired across ranks, one at a time per process, errors
+    reported: :class:`CollectiveCall`). A call made inside another (a variant handing a degenerate
+    call to another) is part of that call."""
 
     def wrap(fn):
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            if _world.in_call():  # a variant handing a degenerate call to another: part of that call
+            if _world.in_call():
                 return fn(*args, **kwargs)
-            key = plan_key(run, args, kwargs)
-            hit = _PLANS.get(key) if key is not None else None
-            if type(hit) is Plan:
-                return replay(hit, op, fn, args, kwargs)
-            return _full_call(op, fn, key, hit, args, kwargs)
+            with CollectiveCall(op, _world.call_state(kwargs.get("group"), op)):
+                return fn(*args, **kwargs)
 
-        def plan_for(args, kwargs) -> Plan | None:
-            """The live plan of this call signature, if one was recorded."""
-            key = plan_key(run, args, kwargs)
-            hit = _PLANS.get(key) if key is not None else None
-            return hit if type(hit) is Plan and hit.alive else None
-
-        run.plan_for = plan_for
-        run.raw = fn
         return run
 
     return wrap
@@ -98,220 +66,6 @@ def env_reader(*names: str):
     return lambda: tuple(os.environ.get(n) for n in names)
 
 
-# Environment switches the launchers read on every call: part of the call signature.
-_plan_env = env_reader("TILEFUSE_NO_TMA", "TILEFUSE_DEBUG_POISON", "TILEFUSE_NO_WARP_SPEC", "TILEFUSE_BEGIN_KERNEL",
-                       "TILEFUSE_BEGIN_BEFORE_GEMM")
-_begin_env = env_reader("TILEFUSE_BEGIN_KERNEL")
-_begin_before_env = env_reader("TILEFUSE_BEGIN_BEFORE_GEMM")
-
-
-def plan_key(tag, args: tuple, kwargs: dict) -> tuple | None:
-    """The call signature of ``args``/``kwargs`` under ``tag`` (None: not a call plans can serve).
-
-    Tensors contribute shape, strides, dtype, device and the 16-byte alignment of their data
-    pointer (what Triton specialises on); a tensor passed as ``out`` also its heap offset (where it
-    is written in place, checked once per offset). Config, group, None, bools, ints and strings
-    contribute their value (and type); anything else makes the call unplannable."""
-    key = [tag]
-    for t in args:
-        if type(t) not in _TENSOR_TYPES:
-            return None
-        key += (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
-    for name, v in kwargs.items():
-        tv = type(v)
-        if v is None or tv is bool or tv is int or tv is str:
-            key += (name, tv, v)
-        elif tv in _TENSOR_TYPES:
-            ptr = v.data_ptr()
-            if name == "out":  # where it is written, and whether it overlaps an operand (a call that raises)
-                off = _heap_offset(ptr, kwargs.get("group"))
-                off = (off, any(type(t) in _TENSOR_TYPES and overlaps(v, t) for t in args))
-            else:
-                off = 0
-            key += (name, v.shape, v.stride(), v.dtype, v.device, ptr & 15, off)
-        elif tv is Config or name == "group":
-            key += (name, v)
-        else:
-            return None
-    key.append(_plan_env())
-    return tuple(key)
-
-
-def _heap_offset(ptr: int, group) -> int:
-    """``ptr``'s offset in the heap of ``group`` (None: the default group's); -1 off that heap."""
-    st = _world.find_state(group)
-    if st is None:
-        return -2  # not initialised: the call raises, naming the op
-    off = ptr - st.heap.base
-    return off if 0 <= off < st.heap.size else -1
-
-
-def _inputs(args: tuple, kwargs: dict) -> list:
-    """The call's tensors in slot order: positional, then keyword in order."""
-    inputs = list(args)
-    for v in kwargs.values():
-        if type(v) in _TENSOR_TYPES:
-            inputs.append(v)
-    return inputs
-
-
-def _may_record(heap) -> bool:
-    """Not while a CUDA graph captures, torch.compile traces or another torch function mode watches."""
-    if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled():
-        return False
-    return not (heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
-
-
-def _extent(t: torch.Tensor) -> tuple[int, int]:
-    lo = t.data_ptr()
-    return lo, lo + (span_bytes(t) or t.element_size())  # an empty tensor: its address alone
-
-
-def _constant_ok(inputs: list):
-    """What a plan may keep: runtime tensors, the split-K scratch (:class:`.gemm.SplitKScratch`), and
-    tensors on the heap as mapped here (this rank's, or a peer's: the copy-engine pulls read peers'
-    buffers) whose heap offsets overlap none of the call's own heap tensors (an ``out`` written in
-    place)."""
-    from .gemm import SPLIT_K_SCRATCH
-
-    heap = get_heap()
-    runtime = _world.constant_tensors()
-    maps = getattr(getattr(heap, "_maps", None), "tensors", None) or [None]
-    bases = [heap.base if m is None else m.data_ptr() for m in maps]
-    mine = [(lo - heap.base, hi - heap.base) for lo, hi in (_extent(t) for t in inputs if heap.is_on_heap(t))]
-
-    def ok(t: torch.Tensor) -> bool:
-        if any(t is r for r in runtime) or SPLIT_K_SCRATCH.owns(t):
-            return True
-        if t.device != heap.device:
-            return False
-        lo, hi = _extent(t)
-        for base in bases:  # the mapping it lies in, and its offsets there
-            if base <= lo and hi <= base + heap.size:
-                lo, hi = lo - base, hi - base
-                return not any(lo < h and l_ < hi for l_, h in mine)
-        return False
-
-    return ok
-
-
-def _full_call(op: str, fn, key, hit, args: tuple, kwargs: dict):
-    """The call through the launcher's full host path; recorded when the signature is due."""
-    group = kwargs.get("group")
-    st = _world.state_for(group, op) if group is not None else None  # None: the default group's
-    if st is None and _world._TLS.state is not None:  # inside world.using(): None is still the default
-        st = _world._STATE
-    if st is None and not is_initialized():
-        raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
-    seen = hit if type(hit) is int else 0
-    record = key is not None and seen >= 1 and _may_record(st.heap if st is not None else get_heap())
-    out = plan = rec = None
-    cleared = plans.STATS["cleared"]  # plans dropped meanwhile (another thread): this one goes too
-    try:
-        with CollectiveCall(op, st):
-            if not record:
-                out = fn(*args, **kwargs)
-            else:
-                inputs = _inputs(args, kwargs)
-                rec = Recorder(inputs, _constant_ok(inputs), f"{op}.{fn.__name__}")
-                with rec:
-                    out = fn(*args, **kwargs)
-    except BaseException:
-        # The exception's traceback keeps this frame: nothing in it may keep heap blocks alive on
-        # this rank only (the ranks' allocators must stay in step).
-        if rec is not None:
-            rec.release()
-        out = rec = None
-        raise
-    if rec is not None:  # a plan only from a call that completed without error
-        plan = rec.plan(out) if plans.STATS["cleared"] == cleared else None
-        rec.release()
-    if key is None or seen == _NEVER:
-        return out
-    if len(_PLANS) >= _MAX_PLANS:  # ever-new signatures (a server's changing token counts): stay bounded
-        plans.clear_plans()
-    if plan is not None:
-        plan.state = st  # its replays run on the same group's state
-        _PLANS[key] = plans.new_plan(plan)
-    elif rec is not None and (not rec.retry or seen >= _MAX_ATTEMPTS):
-        _PLANS[key] = _NEVER
-        plans.STATS["unplannable"] += 1
-        plans.LAST_FAILURE[0] = f"{rec.what}: {rec.failure}"
-        log.debug("tilefuse: %s keeps the full host path: %s", rec.what, rec.failure)
-    else:
-        if rec is not None:
-            plans.STATS["retried"] += 1
-        _PLANS[key] = seen + 1
-    return out
-
-
-def replay(plan: Plan, op: str, fn, args: tuple, kwargs: dict):
-    """Run the call through ``plan`` (``fn``: the launcher's own body, run instead if the plan was
-    dropped meanwhile), on the state of the group it was recorded for."""
-    with CollectiveCall(op, plan.state) as call:
-        if not plan.alive:
-            return fn(*args, **kwargs)
-        if call.stream is not None:
-            # Triton's scratch allocator is per thread: this thread's first call may be a replay.
-            _scratch_allocator()
-        state = plans.Replay(call, call.stream, call.capturing)
-        try:
-            inputs = _inputs(args, kwargs)
-            if plan.graph is not False and not call.capturing and relaunch.wanted(plan, _relaunch_env()[0]):
-                form = plan.graph or _graph_form(plan, inputs, call)
-                if form:
-                    return form.run(inputs, state)
-            return plan.run(inputs, state)
-        finally:
-            if state.objs:
-                state.close()
-
-
-_relaunch_env = env_reader("TILEFUSE_GRAPH_RELAUNCH")
-
-
-def _graph_form(plan: Plan, inputs: list, call):
-    """``plan``'s graph form, captured now (None when it cannot have one: ``plan.graph`` is then
-    False, and the call replays the plan as usual)."""
-    try:
-        form, why = relaunch.capture(plan, inputs, call)
-    except (_world.PoisonedError, _world.WaitTimeoutError):
-        raise  # the runtime's own verdict (a peer exited while retired graphs were freed): the call's error
-    except Exception as err:  # a capture that fails otherwise leaves the call to the plain replay
-        form, why = None, f"{type(err).__name__}: {err}"
-    if form is None:
-        plan.graph = False
-        relaunch.LAST_REFUSAL[0] = f"{plan.what}: {why}"
-        log.debug("tilefuse: %s has no graph form: %s", plan.what, why)
-        return None
-    plan.graph = form
-    return form
-
-
-_ENSURE_ALLOCATOR: list = []
-
-
-def _scratch_allocator() -> None:
-    if not _ENSURE_ALLOCATOR:
-        from .gemm import ensure_triton_allocator
-
-        _ENSURE_ALLOCATOR.append(ensure_triton_allocator)
-    _ENSURE_ALLOCATOR[0]()
-
-
-def plan_stats() -> dict:
-    """Counts of launch plans: recorded, replays, unplannable signatures, soft retries, clears, graph
-    forms made and relaunches (off with ``TILEFUSE_GRAPH_RELAUNCH=0``); and ``live``, the signatures with a
-    plan now; ``last_failure``, why the last unplannable one was; ``last_graph_refusal``, why the
-    last plan that was to get a graph form got none."""
-    live = sum(1 for v in _PLANS.values() if type(v) is Plan)
-    return dict(plans.STATS, live=live, last_failure=plans.LAST_FAILURE[0],
-                last_graph_refusal=relaunch.LAST_REFUSAL[0])
-
-
-plans.on_clear(_PLANS.clear)
-
-
 def begin(key: tuple, *outputs) -> None:
     """Launch the current call's begin kernel (pairing, signature check, barrier); ``outputs`` are
     filled with NaN if the call aborts. Call it after the checks and allocations, before any launch."""
@@ -322,19 +76,11 @@ def begin_call(key: tuple, *outputs, kernel_begins: bool = False) -> tuple | Non
     """Begin the current call (:func:`begin`), or, with ``kernel_begins`` (the call's first kernel
     begins it itself: ``primitives.call_enter`` with ``ENTER``, one launch less), return that
     kernel's begin arguments (pass :func:`enter_args` of the result to it and to the call's last
-    kernel, which ends the call, ``call_exit``; call :func:`launched` after the launches).
-    ``TILEFUSE_BEGIN_KERNEL=1`` launches the begin kernel for every call (a switch for comparisons)."""
-    if kernel_begins and _begin_env()[0] in (None, "", "0"):
+    kernel, which ends the call, ``call_exit``; call :func:`launched` after the launches)."""
+    if kernel_begins:
         return _world.current_call().enter_args(key, outputs)
     begin(key, *outputs)
     return None
-
-
-def begin_aside() -> bool:
-    """Whether a kernel that begins its call itself and can do so beside its first K loop does
-    (``primitives.call_enter_aside``); ``TILEFUSE_BEGIN_BEFORE_GEMM=1`` makes every program wait for
-    the begin first (``call_enter``: a switch for comparisons)."""
-    return _begin_before_env()[0] in (None, "", "0")
 
 
 def enter_args(entry: tuple | None) -> tuple:
@@ -343,7 +89,7 @@ def enter_args(entry: tuple | None) -> tuple:
     (``entry`` None: launch with ``ENTER=False``)."""
     if entry is not None:
         return entry
-    dummy = _world.constant_tensors()[1]
+    dummy = _world.stand_in()
     return (0, 0, dummy, 0, dummy, 0, dummy)
 
 
@@ -474,11 +220,15 @@ _WORKSPACES: OrderedDict = OrderedDict()  # least recently used first
 _KEPT_FOR_GRAPHS: list = []  # (heap uid, workspace) of captured graphs, dropped from the cache
 
 
+# The fraction of a heap that cached workspaces may hold; the rest stays free for the caller's own
+# heap tensors (``out=`` buffers). Set it alike on every rank.
+WORKSPACE_FRACTION = 0.75
+
+
 def workspace_budget(heap) -> int:
-    """Bytes of ``heap`` the cached workspaces on it may hold: ``TILEFUSE_WORKSPACE_FRACTION`` (default
-    0.75) of the heap; beyond it the least recently used workspaces are released (on every rank alike)."""
-    frac = float(os.environ.get("TILEFUSE_WORKSPACE_FRACTION", "0.75"))
-    return int(heap.size * frac)
+    """Bytes of ``heap`` the cached workspaces on it may hold (:data:`WORKSPACE_FRACTION` of it);
+    beyond it the least recently used workspaces are released (on every rank alike)."""
+    return int(heap.size * WORKSPACE_FRACTION)
 
 
 def workspace_bytes(heap=None) -> int:
@@ -502,9 +252,9 @@ def workspaces(heap=None) -> list:
 
 
 def debug_poison() -> bool:
-    """``TILEFUSE_DEBUG_POISON=1`` (the test harness sets it): new workspaces and outputs start as NaN,
-    so a tile that a variant forgets to write shows."""
-    return os.environ.get("TILEFUSE_DEBUG_POISON", "0") not in ("", "0")
+    """Whether new workspaces and outputs start as NaN, so that a tile a variant forgets to write
+    shows (``tilefuse.runtime.set_debug_poison``: the test harness turns it on)."""
+    return _env.debug_poison()
 
 
 def new_output(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -527,23 +277,18 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
     rank runs ``gc.collect()`` and allocates once more (no collection otherwise). Before new buffers
     are touched, one device barrier makes sure no peer still uses the memory they reuse. Least
     recently used workspaces beyond :func:`workspace_budget` are released first (every rank makes the
-    same calls, so every rank releases the same ones). With
-    ``TILEFUSE_DEBUG_POISON=1`` new floating-point buffers start as NaN. Inside a CUDA graph capture
+    same calls, so every rank releases the same ones). Under :func:`debug_poison` new floating-point
+    buffers start as NaN. Inside a CUDA graph capture
     a missing workspace is an error (make one eager call of the shape first); one that is used there
     is kept until shutdown.
     """
     full_key = (heap.uid,) + key  # not id(heap): a later heap may reuse the address of a closed one
     ws = _WORKSPACES.get(full_key)
-    rec = plans.recorder()
     if ws is not None:
         _WORKSPACES.move_to_end(full_key)
         if not ws.captured and _capturing(heap):
             ws.captured = True
-        if rec is not None:  # a replay uses it the same way: LRU order, kept for graphs
-            rec.host(functools.partial(_touch, full_key, ws))
         return ws
-    if rec is not None:
-        rec.give_up("a workspace was created (collective, first use only)", retry=True)
     if _capturing(heap):
         raise RuntimeError(
             f"{key[0]}: a CUDA graph capture needs this call's heap workspace {key[1:]}, which does not exist "
@@ -591,7 +336,7 @@ def _allocate(heap, key: tuple, make) -> dict:
         return make(heap)
     except MemoryError as err:
         raise type(err)(f"{err}\n(tilefuse keeps one workspace per call shape: tilefuse.clear_workspaces() "
-                        "releases them all, TILEFUSE_WORKSPACE_FRACTION bounds them)") from err
+                        "releases them all, and at most WORKSPACE_FRACTION of the heap is kept)") from err
 
 
 _DIVERGED = "heap allocations diverged"  # SymmetricHeap.check_symmetric's error for offsets that differ
@@ -609,21 +354,11 @@ def _check_offsets(heap, key: tuple, buffers: dict) -> tuple | None:
     return None
 
 
-def _touch(full_key: tuple, ws: Workspace, state) -> None:
-    """A plan's use of a cached workspace: LRU order as the full path keeps it, and kept for CUDA
-    graphs when used inside a capture."""
-    if _WORKSPACES.get(full_key) is ws:
-        _WORKSPACES.move_to_end(full_key)
-    if state.capturing and not ws.captured:
-        ws.captured = True
-
-
 def _evict(heap, nbytes: int) -> None:
     budget = workspace_budget(heap)
     for full_key in _heap_keys(heap.uid):
         if workspace_bytes(heap) + nbytes <= budget:
             return
-        plans.clear_plans()  # plans keep the workspaces they use: they go first
         ws = _WORKSPACES.pop(full_key)
         if ws.captured:
             _KEPT_FOR_GRAPHS.append((heap.uid, ws))
@@ -631,12 +366,11 @@ def _evict(heap, nbytes: int) -> None:
 
 def clear_workspaces(group=None) -> None:
     """Release every cached workspace of ``group``'s heap (default: the default group's; collective:
-    call it on every rank of the group); launch plans go with them. Waits for this rank's device work
+    call it on every rank of the group). Waits for this rank's device work
     and for every rank of the group, so no queued kernel still uses them. CUDA graphs captured before
     abort when replayed (their error is reported at the next call); their buffers stay allocated
     until shutdown. Other groups' workspaces stay."""
     if group is None and not is_initialized():
-        plans.clear_plans()
         _WORKSPACES.clear()
         return
     with _world.using(_world.state_for(group, "tilefuse.clear_workspaces")) as st:
@@ -657,8 +391,6 @@ def _drop_verified(uid: int) -> None:
 
 def _drop_workspaces() -> None:
     """Drop the workspaces of the active group's heap (:func:`tilefuse.runtime.world.using`)."""
-    plans.clear_plans()
-    relaunch.release_all()
     if not is_initialized():
         _WORKSPACES.clear()
         _VERIFIED_OUT.clear()
@@ -681,8 +413,6 @@ _RETIRED: list = []  # (control block, workspaces) of closed heaps that captured
 
 def _drop_all() -> None:
     """At shutdown, for the active group's heap (the one that closes): drop its workspaces."""
-    plans.clear_plans()
-    relaunch.release_all()
     if not is_initialized():
         return
     heap = get_heap()
@@ -740,36 +470,21 @@ class ForkedStreams:
     explicitly (the current one looked up once by device index, switched with ``set_stream``): torch's
     stream context and events without a stream look the device up again through its availability
     checks, several microseconds each.
-
-    Under a plan recorder the fork, the side block and the join are recorded as host steps
-    (:class:`_Fork`). A replay whose side block holds only kernel launches forks and joins by raw
-    handles instead: two CUDA runtime calls each (:mod:`tilefuse.runtime.cudart`), and the side
-    block's launches go to the side stream by its handle, with no stream switch in torch; other side
-    blocks (torch operations, copy-engine copies, which run on torch's current stream) replay the
-    path above.
     """
 
     def __init__(self, device: torch.device):
         self.device = device
         self.cuda = device.type == "cuda"
-        self.fork = None
         if self.cuda:
             self.stream = _side_stream(device)
             self.main = torch.cuda.current_stream(_device_index(device))
             fork, _ = _EVENTS[device]
             fork.record(self.main)  # everything queued so far
             self.stream.wait_event(fork)
-            rec = plans.recorder()
-            if rec is not None:
-                self.fork = _Fork(device, self.stream.cuda_stream)
-                rec.host(self.fork.replay_fork)
 
     def side(self):
         if not self.cuda:
             return contextlib.nullcontext()
-        rec = plans.recorder()
-        if rec is not None and self.fork is not None:
-            return _RecordedSide(self, rec)
         return _OnStream(self.stream, self.main)
 
     def join(self) -> None:
@@ -777,9 +492,6 @@ class ForkedStreams:
             _, joined = _EVENTS[self.device]
             joined.record(self.stream)
             self.main.wait_event(joined)  # the stream forked from
-            rec = plans.recorder()
-            if rec is not None and self.fork is not None:
-                rec.host(self.fork.replay_join)
 
 
 def _device_index(device: torch.device) -> int:
@@ -801,87 +513,6 @@ class _OnStream:
     def __exit__(self, *exc):
         torch.cuda.set_stream(self.back)
         return False
-
-
-class _RecordedSide:
-    """``with streams.side():`` while recording: entered as usual, and recorded. On the way out it
-    tells the fork whether its replays may go by raw handles (only fast kernel launches inside)."""
-
-    def __init__(self, streams: ForkedStreams, rec):
-        self.streams, self.rec, self.ctx, self.first = streams, rec, None, 0
-
-    def __enter__(self):
-        self.ctx = _OnStream(self.streams.stream, self.streams.main)
-        self.ctx.__enter__()
-        self.rec.host(self.streams.fork.replay_enter)
-        self.first = self.rec.mark()
-        return self
-
-    def __exit__(self, *exc):
-        self.streams.fork.raw = cudart.events_available() and self.rec.fast_launches_since(self.first)
-        self.rec.host(self.streams.fork.replay_exit)
-        return self.ctx.__exit__(*exc)
-
-
-_RAW_EVENTS: dict = {}  # device index -> (fork, join) raw event handles
-
-
-class _Fork:
-    """A recorded fork, side block and join, as host steps of a plan (``replay_*(state)``: the
-    :class:`tilefuse.runtime.plans.Replay`). ``raw``: replays fork, launch and join by raw handles."""
-
-    __slots__ = ("device", "index", "side", "raw")
-
-    def __init__(self, device: torch.device, side: int):
-        self.device, self.index, self.side, self.raw = device, _device_index(device), side, False
-
-    def _events(self) -> tuple:
-        ev = _RAW_EVENTS.get(self.index)
-        if ev is None:
-            ev = _RAW_EVENTS[self.index] = (cudart.new_event(self.index), cudart.new_event(self.index))
-        return ev
-
-    def replay_fork(self, state) -> None:
-        if self.raw:
-            main = state.stream
-            if main is None:
-                main = state.stream = _launcher._current_stream()
-            fork = self._events()[0]
-            cudart.record(fork, main)
-            cudart.wait(self.side, fork)
-            state.objs[self] = main
-        else:
-            state.objs[self] = ForkedStreams(self.device)
-
-    def replay_enter(self, state) -> None:
-        if self.raw:
-            state.stream = self.side  # the side block's launches
-            return
-        streams = state.objs[self]
-        ctx = _OnStream(streams.stream, streams.main)
-        ctx.__enter__()
-        state.objs[(self, "side")] = ctx
-        state.stream = None  # the launch stream is looked up again
-
-    def replay_exit(self, state) -> None:
-        if self.raw:
-            state.stream = state.objs[self]
-            return
-        state.objs.pop((self, "side")).__exit__(None, None, None)
-        state.stream = None
-
-    def replay_join(self, state) -> None:
-        if self.raw:
-            joined = self._events()[1]
-            cudart.record(joined, self.side)
-            cudart.wait(state.objs.pop(self), joined)
-        else:
-            state.objs.pop(self).join()
-
-
-# The fork, side block and join are stream operations: captured in a plan's graph form with its launches.
-for _step in (_Fork.replay_fork, _Fork.replay_enter, _Fork.replay_exit, _Fork.replay_join):
-    _step.in_graph = True
 
 
 @dataclass
@@ -922,7 +553,7 @@ class GemmCall:
         ``call_exit``): not where the tile loop is to run warp-specialized (``Config.WARP_SPEC`` on a
         launcher that takes it). Triton's Hopper warp specialization (3.6 and 3.7) gives up, without
         a word, on a kernel holding any ``if`` with an ``else`` branch, and the begin's ticket, its
-        bounded waits and the closing barrier have them: the kernel then ran its specialized launch
+        bounded waits and the closing barrier have them: the kernel would run its specialized launch
         shape (4 warps for a 128x256 tile) unspecialized. Such a call is begun by the begin kernel and
         its barriers are kernels of their own (checked for sm_90 in tests/test_warp_spec_compile.py).
         Decided on the config, not the device, so CPU ranks take the same path as the GPU."""
@@ -996,9 +627,6 @@ def check_out(op: str, heap, out, shape: tuple, dtype, **inputs) -> bool:
         return False
     key = (heap.uid, heap.offset_of(out), tuple(out.shape), tuple(out.stride()))
     if key not in _VERIFIED_OUT:
-        rec = plans.recorder()
-        if rec is not None:
-            rec.give_up("out was verified (collective, once per offset)", retry=True)
         heap.check_symmetric(f"{op}: out", out)
         if len(_VERIFIED_OUT) > 4096:
             _VERIFIED_OUT.clear()

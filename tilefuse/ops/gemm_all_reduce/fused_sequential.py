@@ -24,7 +24,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import begin_aside, collective, ctl
+from ..common.launch import collective, ctl
 from ._setup import OP, setup
 from ._tiles import produce_tiles, reduce_tiles
 from ._two_shot import launch_barriered, produce_owned
@@ -126,7 +126,7 @@ def _fused_sequential(a, b, config, group, bias, two_shot, *, epilogue_sum: bool
     if call.empty:
         return call.c
     heap, programs = call.heap, call.all_programs
-    aside = call.begins and begin_aside()
+    aside = call.begins
     _fused_kernel[(programs,)](
         *call.gemm.gemm_args, call.stage, call.stage if call.two_shot else call.flags, *call.stage_args,
         *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args, *call.split_args,

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import begin_aside, collective
+from ..common.launch import collective
 from ._setup import OP, setup
 from ._tiles import produce_tiles, reduce_tiles
 from ._two_shot import comm_two_shot, produce_owned
@@ -105,7 +105,7 @@ def wg_specialized(a, b, *, config=None, group=None, bias=None, two_shot=False):
         *call.dist_args, *call.enter_args,
         GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=comm_programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None,
         TWO_SHOT=call.two_shot, REDUCERS=reducers, GATHERERS=gatherers, ENTER=call.begins,
-        ASIDE=call.begins and not call.two_shot and begin_aside(), **call.gemm.gemm_meta,
+        ASIDE=call.begins and not call.two_shot, **call.gemm.gemm_meta,
     )
     call.entered()
     return call.c

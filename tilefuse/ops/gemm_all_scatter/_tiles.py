@@ -91,8 +91,7 @@ def push_ready_tiles(
                       FIRST=1)
 
 
-# Tiles of the copy out of c: rows, columns. A kernel launch (not torch copies) so that a call's launch
-# plan holds only kernel launches and can be replayed as one CUDA graph (tilefuse.runtime.relaunch).
+# Tiles of the copy out of c: rows, columns.
 COPY_BLOCK_M, COPY_BLOCK_N = 32, 128
 
 

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import begin_aside, collective, ctl, mid_barrier
+from ..common.launch import collective, ctl, mid_barrier
 from ._setup import OP, setup
 from ._tiles import compute_tiles
 
@@ -75,7 +75,7 @@ def fused_sequential(a, b, *, config=None, group=None, out=None):
     _fused_kernel[(programs,)](
         *g.gemm_args, call.own, call.c_block, call.c_block.stride(0), call.c_block.stride(1),
         heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args,
-        NUM_PROGRAMS=programs, ENTER=call.begins, ASIDE=call.begins and not g.warp_spec and begin_aside(),
+        NUM_PROGRAMS=programs, ENTER=call.begins, ASIDE=call.begins and not g.warp_spec,
         **g.gemm_meta_ws,
     )
     call.entered()
