@@ -57,9 +57,10 @@ import torch.distributed as dist
 
 from ..runtime import get_heap, is_initialized
 from . import registry
-from .common.checks import check_divisible, check_dtypes, check_inner_dim, check_matrix, check_same_device
+from .common.checks import check_divisible
 from .common.config import Config
 from .dispatch import run_auto
+from .plain import check_operands
 
 NAMESPACE = "tilefuse"
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(Config))
@@ -178,14 +179,6 @@ class OpSpec:
     bias: bool = False  # the op takes an optional ``bias [N]`` added to the output (last schema argument)
 
 
-def _check_operands(op: str, a, b) -> None:
-    check_matrix(op, "a", a)
-    check_matrix(op, "b", b)
-    check_same_device(op, a=a, b=b)
-    check_dtypes(op, a=a, b=b)
-    check_inner_dim(op, a, b)
-
-
 def _ops():
     return torch.ops.tilefuse
 
@@ -242,7 +235,7 @@ SPECS: dict[str, OpSpec] = {
 
 
 def _fake_out(spec: OpSpec, a, b, group, bias=None):
-    _check_operands(spec.name, a, b)
+    check_operands(spec.name, a, b)
     W = world_size(group)
     if spec.check is not None:
         spec.check(spec.name, a, b, W)
