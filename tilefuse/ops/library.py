@@ -428,8 +428,8 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
 
     An eager call that needs no gradient and that nothing traces (:func:`_direct`) runs the entry
     point straight away, as the op's real implementation would: the custom op's Python dispatch
-    costs about 35 us per call on a CPU host (``benchmarks.host_overhead``: ``plain`` against
-    ``plain_custom_op``), as much as the plain path's own host work at decode sizes.
+    costs about as much host time as the plain path's own host work at decode sizes
+    (``benchmarks.host_overhead`` compares ``plain`` with ``plain_custom_op``).
     """
     if not isinstance(variant, str):
         raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")

@@ -152,7 +152,7 @@ def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CAL
     On a GPU: a lead-in call, then a device synchronize. The lead-in is collective, so it ends on
     every rank's device at about the same moment, and the host leaves the synchronize a few
     microseconds later on every rank; a host barrier alone releases the ranks up to its polling
-    interval apart (0.1-20 ms with a store), and the rank released first then waits inside its
+    interval apart, and the rank released first then waits inside its
     collective for the other, a wait the events would count. Then ``call_ms``: one call on the idle
     device, timed with events from before its launch, so the host's work before and between its
     kernels counts (what a caller who synchronizes after each call sees); ``block_ms``: the mean of
