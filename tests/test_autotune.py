@@ -151,7 +151,7 @@ def test_cost_model_needs_every_neighbour_to_agree():
 
 
 def test_cost_model_leave_one_out_on_the_shipped_tables():
-    """The shipped tables' held-out shapes: the model's picks never lose to plain (README numbers)."""
+    """The shipped tables' held-out shapes: the model's picks never lose to plain."""
     for op in ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter"):
         for world in (1, 2):
             data = costmodel.samples(op, "nvidia-h200", world, "bfloat16")

@@ -149,8 +149,11 @@ def _call_facts(op: str, a, b, group) -> tuple:
     world = dist.get_world_size(grp)
     (M, K), N = a.shape, b.shape[1]
     dtype, arch = _dtype_name(a.dtype), hw.arch_name(heap.device)
-    bkey = (op, arch, world, dtype, N, K, m_bucket(M), grp, heap.uid, _dirs(), tables.generation())
-    return grp, arch, world, dtype, M, N, K, bkey
+    return grp, arch, world, dtype, M, N, K, _bucket_key(op, arch, world, dtype, M, N, K, grp, heap)
+
+
+def _bucket_key(op, arch, world, dtype, M, N, K, grp, heap) -> tuple:
+    return (op, arch, world, dtype, N, K, m_bucket(M), grp, heap.uid, _dirs(), tables.generation())
 
 
 def _candidates(op: str, a, b, grp, kwargs: dict, model: tables.Choice | None) -> list:
