@@ -151,7 +151,7 @@ def test_cost_model_needs_every_neighbour_to_agree():
 
 
 def test_cost_model_leave_one_out_on_the_shipped_tables():
-    """The shipped tables' held-out shapes: the model's picks never lose to plain (README numbers)."""
+    """The shipped tables' held-out shapes: the model's picks never lose to plain."""
     for op in ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter"):
         for world in (1, 2):
             data = costmodel.samples(op, "nvidia-h200", world, "bfloat16")
@@ -179,14 +179,19 @@ def test_sample_prefers_second_pass_times():
 
 
 @contextmanager
-def _env(**values):
-    """Set (or, with None, remove) environment variables for the block, and start from no decisions."""
+def _env(budget_s: float | None = None, **values):
+    """Set (or, with None, remove) environment variables for the block, and first-call tuning's
+    budget (``autotune.BUDGET_S``) where given; start from no decisions."""
+    budget = autotune.BUDGET_S
     with environment(**values):
         dispatch.clear()
         tables.clear_cache()
+        if budget_s is not None:
+            autotune.BUDGET_S = budget_s
         try:
             yield
         finally:
+            autotune.BUDGET_S = budget
             dispatch.clear()
             tables.clear_cache()
             autotune.set_timer(None)
@@ -227,7 +232,7 @@ def job_tune_with_fake_times(ctx, cache_dirs, per_rank_ms, rank1_decides=None, s
     optionally rank 1's own decision rule is replaced (rank 0's decision must still win)."""
     times = per_rank_ms[ctx.rank]
     real_decide = autotune.decide
-    with _env(TILEFUSE_AUTOTUNE="1", TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dirs[ctx.rank],
+    with _env(TILEFUSE_AUTOTUNE="1", budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dirs[ctx.rank],
               TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
         autotune.set_timer(lambda name: times.get(name.split("#")[0], 5.0))
         if rank1_decides is not None and ctx.rank == 1:
@@ -283,7 +288,7 @@ def job_auto_without_tuning(ctx, cache_dir, config_dir, autotune_mode, shape=SHA
     if table is not None:
         config_dir = str(Path(config_dir) / f"r{ctx.rank}")
         _write_table(ctx, Path(config_dir), table)
-    with _env(TILEFUSE_AUTOTUNE=autotune_mode, TILEFUSE_AUTOTUNE_MIN_MS=None, TILEFUSE_CACHE_DIR=cache_dir,
+    with _env(TILEFUSE_AUTOTUNE=autotune_mode, TILEFUSE_CACHE_DIR=cache_dir,
               TILEFUSE_CONFIG_DIR=config_dir), _counting_tunes() as tunes:
         autotune.set_timer(lambda name: 0.01)
         a, b = _operands(ctx, *shape)
@@ -327,7 +332,7 @@ def job_cache_on_one_rank_only(ctx, cache_dirs, mode, seeded_rank, seeded_varian
     """Rank ``seeded_rank`` alone has a cache entry (``seeded_variant``, under its device's arch)."""
     if ctx.rank == seeded_rank:
         _seed_cache(Path(cache_dirs[ctx.rank]), seeded_variant, hw.arch_name(ctx.device), ctx.world)
-    with _env(TILEFUSE_AUTOTUNE=mode, TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dirs[ctx.rank],
+    with _env(TILEFUSE_AUTOTUNE=mode, budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dirs[ctx.rank],
               TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
         autotune.set_timer(lambda name: {"plain": 1.0, "wg_specialized": 0.5}.get(name.split("#")[0], 3.0))
         a, b = _operands(ctx, *SHAPE)
@@ -406,7 +411,7 @@ def test_no_tuning_while_compiling_or_capturing(pools, tmp_path):
 
 
 def job_tune_and_report(ctx, cache_dir):
-    with _env(TILEFUSE_AUTOTUNE="1", TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dir,
+    with _env(TILEFUSE_AUTOTUNE="1", budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dir,
               TILEFUSE_CONFIG_DIR=None):
         autotune.set_timer(lambda name: {"plain": 1.0, "fused_sequential": 0.6}.get(name.split("#")[0], 3.0))
         a, b = _operands(ctx, *SHAPE)
@@ -493,9 +498,6 @@ def test_bad_env_values_are_clear_errors(monkeypatch):
     monkeypatch.setenv("TILEFUSE_AUTOTUNE", "sometimes")
     with pytest.raises(ValueError, match="TILEFUSE_AUTOTUNE"):
         autotune.mode()
-    monkeypatch.setenv("TILEFUSE_AUTOTUNE_BUDGET", "-1")
-    with pytest.raises(ValueError, match="TILEFUSE_AUTOTUNE_BUDGET"):
-        autotune.budget_s()
 
 
 def test_decide_keeps_plain_within_the_margin():
@@ -548,9 +550,9 @@ def job_tune_stand_ins(ctx, first: dict, later: dict | None = None):
 
     out = torch.ones(4, 4)
     cands = [autotune.Candidate(n, n, None, lambda: out) for n in ("plain", "bulk_sync", "fused_sequential")]
-    with _env(TILEFUSE_AUTOTUNE_BUDGET="0"):
+    with _env():
         autotune.set_timer(clock)
-        res = autotune.tune(cands, device=torch.device("cpu"), group=ctx.heap.group, what="stand-ins")
+        res = autotune.tune(cands, device=torch.device("cpu"), group=ctx.heap.group, what="stand-ins", budget=0.0)
     return res.variant, res.times, res.block, res.confirmed, sorted(counts.items())
 
 
@@ -605,9 +607,10 @@ def job_graph_stand_ins(ctx, first: dict, later: dict):
 
     out = torch.ones(4, 4)
     cands = [autotune.Candidate(n, n, None, lambda: out) for n in ("plain", "bulk_sync", "fused_sequential")]
-    with _env(TILEFUSE_AUTOTUNE_BUDGET="0"):
+    with _env():
         autotune.set_timer(clock, device_timing=True)
-        res = autotune.tune(cands, device=torch.device("cpu"), group=ctx.heap.group, what="graph stand-ins")
+        res = autotune.tune(cands, device=torch.device("cpu"), group=ctx.heap.group, what="graph stand-ins",
+                            budget=0.0)
     return res.variant, res.graph_variant, res.device, res.graph_confirmed, dict(counts)
 
 
@@ -665,7 +668,7 @@ def test_heldout_benchmark_smoke(tmp_path):
 def job_default_mode_threshold(ctx, cache_dir, plain_ms):
     """The default mode as on a GPU: one plain call timed (max over ranks) decides whether to tune."""
     real = dispatch._times_mean_something
-    with _env(TILEFUSE_AUTOTUNE=None, TILEFUSE_AUTOTUNE_MIN_MS="0.2", TILEFUSE_AUTOTUNE_BUDGET="0",
+    with _env(TILEFUSE_AUTOTUNE=None, budget_s=0.0,
               TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
         dispatch._times_mean_something = lambda device: True
         # rank 1 is the slow one: the maximum over ranks decides
@@ -733,7 +736,7 @@ def job_tune_two_shot(ctx, cache_dir):
     g = torch.Generator().manual_seed(ctx.rank)  # each rank its own K shard
     a = torch.randn(M, K, generator=g).to(torch.float16).to(ctx.device)
     b = (torch.randn(K, N, generator=g) / K ** 0.5).to(torch.float16).to(ctx.device)
-    with _env(TILEFUSE_AUTOTUNE="1", TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dir,
+    with _env(TILEFUSE_AUTOTUNE="1", budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dir,
               TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
         autotune.set_timer(lambda name: {"plain": 1.0, "wg_specialized#1": 0.5}.get(name, 3.0))
         tilefuse.clear_workspaces()
@@ -780,7 +783,7 @@ def job_suite_auto_note(ctx, cache_dir):
     args = Namespace(reps=1, warmup_ms=1.0, rep_ms=1.0, sync_each=False, no_heap_out=True)
     M, N, K = SHAPE
     entry = {"M": M, "N": N, "K": K, "set": "test", "name": "note"}
-    with _env(TILEFUSE_AUTOTUNE="1", TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dir,
+    with _env(TILEFUSE_AUTOTUNE="1", budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dir,
               TILEFUSE_CONFIG_DIR=None):
         autotune.set_timer(lambda name: {"plain": 1.0, "fused_sequential": 0.5}.get(name.split("#")[0], 3.0))
         before = suite.auto_note(OP, *_operands(ctx, M, N, K))
@@ -843,7 +846,7 @@ def job_graph_choice(ctx, cache_dir, device_fused_ms):
             return {"plain": 1.0, "fused_sequential": device_fused_ms}.get(base, 3.0)
         return {"plain": 1.0, "fused_sequential": 0.5}.get(base, 3.0)
 
-    with _env(TILEFUSE_AUTOTUNE="1", TILEFUSE_AUTOTUNE_BUDGET="0", TILEFUSE_CACHE_DIR=cache_dir,
+    with _env(TILEFUSE_AUTOTUNE="1", budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dir,
               TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
         autotune.set_timer(clock, device_timing=True)
         a, b = _operands(ctx, *SHAPE)

@@ -332,9 +332,9 @@ def test_strided_and_misaligned_operands(pools, op, variant):
 def test_environment_switches_read_as_strings(monkeypatch):
     """Per-call switches read the environment's raw mapping (bytes on POSIX): they must still
     compare as os.environ's strings, so that ``=0`` turns a switch off."""
-    from tilefuse.ops.common import launch
+    from tilefuse.runtime import _env
 
-    read = launch.env_reader("TILEFUSE_TEST_SWITCH", "TILEFUSE_TEST_UNSET")
+    read = _env.env_reader("TILEFUSE_TEST_SWITCH", "TILEFUSE_TEST_UNSET")
     monkeypatch.delenv("TILEFUSE_TEST_UNSET", raising=False)
     monkeypatch.delenv("TILEFUSE_TEST_SWITCH", raising=False)
     assert read() == (None, None)

@@ -68,55 +68,6 @@ def job_one_sided_error(ctx, op, variant):
     return kind
 
 
-def job_paired_plain(ctx, op):
-    """Plain calls with TILEFUSE_PAIR_PLAIN=1: ranks that disagree on the shape raise
-    CallMismatchError, a check that fails on one rank raises there and PeerCallError on the peers,
-    no collective runs for either, and the next calls are correct; without the switch a plain call
-    launches no begin."""
-    import os
-
-    from tilefuse.runtime import world as _w
-
-    begins = [0]
-    real = _w._launch_begin
-
-    def counting(*args, **kwargs):
-        begins[0] += 1
-        return real(*args, **kwargs)
-
-    _w._launch_begin = counting
-    os.environ["TILEFUSE_PAIR_PLAIN"] = "1"
-    try:
-        _check(ctx, op, "plain", 16, 24, 16, seed=1)
-        assert begins[0] == 1, begins
-        a, b = _operands(ctx, op, 16 + 8 * (ctx.rank % 2), 24, 16, seed=2)  # every other rank: more rows
-        with pytest.raises(tilefuse.CallMismatchError, match="differs between ranks"):
-            registry.get(op, "plain")(a, b)
-        _check(ctx, op, "plain", 16, 24, 16, seed=3)
-        a, b = _operands(ctx, op, 16, 24, 16, seed=4)
-        if ctx.rank == 0:
-            a = a.to(torch.int32)  # a bad dtype on one rank only
-        with pytest.raises((TypeError, tilefuse.PeerCallError)) as info:
-            registry.get(op, "plain")(a, b)
-        kind = type(info.value).__name__
-        _check(ctx, op, "plain", 16, 24, 16, seed=5)
-        del os.environ["TILEFUSE_PAIR_PLAIN"]
-        before = begins[0]
-        _check(ctx, op, "plain", 16, 24, 16, seed=6)
-        assert begins[0] == before, "an unpaired plain call launched a begin"
-        tilefuse.barrier()
-        return kind
-    finally:
-        os.environ.pop("TILEFUSE_PAIR_PLAIN", None)
-        _w._launch_begin = real
-
-
-@pytest.mark.parametrize("op", OPS + ("gemm_all_reduce",))
-def test_plain_calls_paired_on_request(pools, op):
-    kinds = pools.run(3 if op == "gemm_all_reduce" else 2, job_paired_plain, op)
-    assert kinds[0] == "TypeError" and set(kinds[1:]) == {"PeerCallError"}, kinds
-
-
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("op", OPS)
 def test_one_sided_argument_error(pools, world, op):

@@ -174,16 +174,20 @@ def job_tune_then_auto(ctx, out_dir):
     from tilefuse.tuning import tuner as tune
 
     entry = tune.tune_shape("gemm_all_scatter", 48, 40, 32, torch.float16, quick=True, reps=2, keep=2)
-    path = tune.write_table(Path(out_dir), "gemm_all_scatter", [entry], reps=2)
-    tables.validate_table(json.loads(path.read_text()), path)
+    path = tune.write_table(Path(out_dir), "gemm_all_scatter", [entry], reps=2, commit="c0ffee1")
+    data = json.loads(path.read_text())
+    tables.validate_table(data, path)
     variant, source, cfg = job_auto_uses_table(ctx, out_dir, 48, 40, 32)
-    return entry["variant"], entry.get("config"), variant, source, cfg, len(entry["candidates"])
+    return (entry["variant"], entry.get("config"), variant, source, cfg, len(entry["candidates"]),
+            data["provenance"]["commit"], tune._commit())
 
 
 def test_tiny_tune_end_to_end(pools, tmp_path):
-    [(tuned, tuned_cfg, auto, source, cfg, n)] = pools.run(1, job_tune_then_auto, str(tmp_path))
+    [(tuned, tuned_cfg, auto, source, cfg, n, commit, own)] = pools.run(1, job_tune_then_auto, str(tmp_path))
     assert n >= 4, "every variant was tried"
     assert source.startswith("exact") and auto == tuned and cfg == tuned_cfg
+    assert commit == "c0ffee1", "the table names the commit it was given"
+    assert own == "unknown" or len(own) >= 7, own  # git rev-parse of the checkout, where there is one
 
 
 def test_shipped_tables_follow_the_schema():

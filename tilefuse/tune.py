@@ -1,7 +1,7 @@
-"""``python -m tilefuse.tune``: the tuner's older name; the tuner is :mod:`tilefuse.tuning.tuner`
-(``python -m tilefuse.tuning``), re-exported here."""
+"""``python -m tilefuse.tune``: the tuner (:mod:`tilefuse.tuning.tuner`, also ``python -m tilefuse.tuning``),
+re-exported here."""
 
-from tilefuse.tuning.tuner import *  # noqa: F403  (the tuner's functions under their old module name)
+from tilefuse.tuning.tuner import *  # noqa: F403  (the tuner's functions under this module's name too)
 from tilefuse.tuning.tuner import main
 
 if __name__ == "__main__":

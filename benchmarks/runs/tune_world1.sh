@@ -11,7 +11,7 @@
 for op in ${OPS:-gemm_all_scatter all_gather_gemm gemm_reduce_scatter gemm_all_reduce}; do
     CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout -k 10 "${TUNE_S:-85}" "$PY" -m tilefuse.tune --op "$op" \
         --shapes "${SETS:-llama3-8b,llama3-70b,iris,decode}" --quick --budget-s "${BUDGET_S:-65}" \
-        --out tilefuse/configs >> "$R/tune_w1.log" 2>&1
+        --out tilefuse/configs ${TILEFUSE_COMMIT:+--commit "$TILEFUSE_COMMIT"} >> "$R/tune_w1.log" 2>&1
     stamp "tune w1 $op" $? | tee -a "$R/tune_w1.log"
 done
 cp -r tilefuse/configs "$R/configs"

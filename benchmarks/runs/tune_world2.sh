@@ -13,7 +13,7 @@ W=${WORLD:-2}
 if (( $(gpus) < W )); then echo "world $W needs $W GPUs (have $(gpus))" >&2; exit 2; fi
 for op in ${OPS:-gemm_all_scatter all_gather_gemm gemm_reduce_scatter gemm_all_reduce}; do
     timeout -k 10 "${TUNE_S:-75}" torchrun --nproc-per-node "$W" -m tilefuse.tune --op "$op" \
-        --shapes "${SETS:-llama3-8b,iris}" --quick --budget-s "${BUDGET_S:-50}" --out tilefuse/configs \
+        --shapes "${SETS:-llama3-8b,iris}" --quick --budget-s "${BUDGET_S:-50}" --out tilefuse/configs ${TILEFUSE_COMMIT:+--commit "$TILEFUSE_COMMIT"} \
         >> "$R/tune_w$W.log" 2>&1
     stamp "tune w$W $op" $? | tee -a "$R/tune_w$W.log"
 done

@@ -52,12 +52,13 @@ def world_of(group, who: str) -> tuple[int, int]:
     return dist.get_world_size(group), dist.get_rank(group)
 
 
-def _check_input(who: str, x, weight: torch.Tensor, bias, features: int, what: str) -> None:
+def check_input(who: str, x, weight: torch.Tensor, bias, features: int, what: str) -> None:
+    """The checks of a linear's input ``x [..., features]`` against its local ``weight`` and ``bias``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{who}: input must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() < 2:
         raise ValueError(f"{who}: input must have a token dimension and a feature dimension "
-                         f"([tokens, ..., features]), got shape {tuple(x.shape)}")
+                         f"([..., features], at least 2-D), got shape {tuple(x.shape)}")
     if x.shape[-1] != features:
         raise ValueError(f"{who}: input has {x.shape[-1]} features in its last dimension, "
                          f"expected {features} ({what})")
@@ -115,7 +116,7 @@ def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     """
     who = "ColumnParallelLinear"
     world, _ = world_of(group, who)
-    _check_input(who, x, weight, bias, weight.shape[1], "in_features")
+    check_input(who, x, weight, bias, weight.shape[1], "in_features")
     lead = x.shape[:-1]
     # The weight gradient needs every rank's tokens: the op keeps its gathered input for it.
     keep = torch.is_grad_enabled() and weight.requires_grad
@@ -141,7 +142,7 @@ def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     if not isinstance(variant, str):
         raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
     world, _ = world_of(group, who)
-    _check_input(who, x, weight, bias, weight.shape[1], "in_features / world size")
+    check_input(who, x, weight, bias, weight.shape[1], "in_features / world size")
     if x.shape[0] % world != 0:
         raise ValueError(f"{who}: the token dimension (dim 0 of the input, size {x.shape[0]}) must be "
                          f"divisible by the world size ({world}): the forward reduce-scatters the "

@@ -66,14 +66,10 @@ from ..ops import library
 from ..ops.gemm_all_reduce import gemm_all_reduce
 from ..ops.library import group_name
 from ..runtime import get_heap, groups, init, is_initialized
-from .functional import column_parallel_linear, row_parallel_linear
+from .functional import check_input, column_parallel_linear, row_parallel_linear
 
 __all__ = ["ColwiseParallel", "RowwiseParallel", "TPLinearPlan", "tp_group", "tp_mesh"]
 
-
-# ---------------------------------------------------------------------------------------------
-# The mesh's group and tilefuse's heap
-# ---------------------------------------------------------------------------------------------
 
 
 TP_DIM = "tp"  # the mesh dimension the styles use on a multi-dimensional mesh
@@ -111,10 +107,6 @@ def tp_group(device_mesh, who: str = "tilefuse.nn"):
     init(heap_size=get_heap().size if is_initialized() else None, group=group)
     return group
 
-
-# ---------------------------------------------------------------------------------------------
-# What a parallelized linear keeps
-# ---------------------------------------------------------------------------------------------
 
 
 class TPLinearPlan:
@@ -190,19 +182,6 @@ def _output(plan: TPLinearPlan, y: torch.Tensor):
     return DTensor.from_local(y, plan.mesh, (out,), run_check=False)
 
 
-def _check_features(who: str, x: torch.Tensor, features: int, what: str) -> None:
-    if x.dim() < 2:
-        raise ValueError(f"{who}: input must have token and feature dimensions ([..., tokens, features]), got "
-                         f"shape {tuple(x.shape)}")
-    if x.shape[-1] != features:
-        raise ValueError(f"{who}: input has {x.shape[-1]} features in its last dimension, expected {features} "
-                         f"({what})")
-
-
-# ---------------------------------------------------------------------------------------------
-# Autograd for the replicated layouts
-# ---------------------------------------------------------------------------------------------
-
 
 class _ColumnReplicated(torch.autograd.Function):
     """Colwise linear of a replicated ``x [M, in]`` with ``w [n, in]`` (``n = out/W``).
@@ -268,10 +247,6 @@ def _tokens_first(x: torch.Tensor, d: int) -> torch.Tensor:
     return x if d == 0 else x.movedim(d, 0)
 
 
-# ---------------------------------------------------------------------------------------------
-# The forwards
-# ---------------------------------------------------------------------------------------------
-
 
 def colwise_forward(module: nn.Linear, x) -> torch.Tensor:
     """Forward of a linear parallelized by :class:`ColwiseParallel` (see the module docstring)."""
@@ -279,7 +254,7 @@ def colwise_forward(module: nn.Linear, x) -> torch.Tensor:
     who = "ColwiseParallel"
     x, partial_grad = _input(who, plan, x)
     w, b = _local(module.weight), _local(module.bias)
-    _check_features(who, x, w.shape[1], "in_features")
+    check_input(who, x, w, b, w.shape[1], "in_features")
     if isinstance(plan.input_layout, Replicate):
         gather = isinstance(plan.output_layout, Replicate)
         lead = x.shape[:-1]
@@ -303,10 +278,10 @@ def rowwise_forward(module: nn.Linear, x) -> torch.Tensor:
     x, _ = _input(who, plan, x)
     w, b = _local(module.weight), _local(module.bias)
     if isinstance(plan.input_layout, Replicate):
-        _check_features(who, x, w.shape[1] * plan.world, "in_features")
+        check_input(who, x, w, b, w.shape[1] * plan.world, "in_features")
         x = _SplitFeatures.apply(x, plan.group_name, plan.world, plan.rank)
     else:
-        _check_features(who, x, w.shape[1], "in_features / mesh size: the input's feature shard")
+        check_input(who, x, w, b, w.shape[1], "in_features / mesh size: the input's feature shard")
     if isinstance(plan.output_layout, Replicate):
         lead = x.shape[:-1]
         y = gemm_all_reduce(x.reshape(-1, x.shape[-1]).contiguous(), w.t(), variant=plan.variant,
@@ -358,10 +333,6 @@ def _swap_class(module: nn.Linear, base: type, who: str) -> None:
     module.__class__ = _SUBCLASSES[key]
 
 
-# ---------------------------------------------------------------------------------------------
-# The styles
-# ---------------------------------------------------------------------------------------------
-
 
 def _distribute(param: torch.Tensor, mesh, group, layout, src: int | None) -> DTensor:
     """``param`` (the full tensor) as a DTensor with ``layout`` on ``mesh``, on the heap's device.
@@ -390,6 +361,16 @@ class _TilefuseStyle:
     KIND = ""
     LINEAR: type = nn.Linear
     SHARDS: tuple = ()  # (weight placement, bias placement)
+
+    def _take(self, variant, inputs: tuple[type, ...], outputs: tuple[type, ...]) -> str:
+        """Check the layouts torch's constructor set and keep ``variant``; returns the style's name."""
+        who = type(self).__name__
+        _check_placement(who, "input_layouts", self.input_layouts[0], inputs)
+        _check_placement(who, "output_layouts", self.output_layouts[0], outputs)
+        if not isinstance(variant, str):
+            raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
+        self.variant = variant
+        return who
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
         who = type(self).__name__
@@ -450,9 +431,7 @@ class ColwiseParallel(_TilefuseStyle, _TorchColwise):
     def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
                  variant: str = "auto"):
         super().__init__(input_layouts=input_layouts, output_layouts=output_layouts, use_local_output=use_local_output)
-        who = "ColwiseParallel"
-        _check_placement(who, "input_layouts", self.input_layouts[0], (Replicate, Shard))
-        _check_placement(who, "output_layouts", self.output_layouts[0], (Shard, Replicate))
+        who = self._take(variant, (Replicate, Shard), (Shard, Replicate))
         out = self.output_layouts[0]
         if isinstance(out, Shard) and out.dim != -1:
             raise ValueError(f"{who}: output_layouts Shard({out.dim}): a colwise output is sharded along its last "
@@ -460,9 +439,6 @@ class ColwiseParallel(_TilefuseStyle, _TorchColwise):
         if isinstance(out, Replicate) and isinstance(self.input_layouts[0], Shard):
             raise ValueError(f"{who}: input_layouts {self.input_layouts[0]} with output_layouts Replicate() is not "
                              "supported: gather the tokens (Replicate() input) or keep the output Shard(-1)")
-        if not isinstance(variant, str):
-            raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
-        self.variant = variant
 
 
 class RowwiseParallel(_TilefuseStyle, _TorchRowwise):
@@ -489,13 +465,8 @@ class RowwiseParallel(_TilefuseStyle, _TorchRowwise):
     def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
                  variant: str = "auto"):
         super().__init__(input_layouts=input_layouts, output_layouts=output_layouts, use_local_output=use_local_output)
-        who = "RowwiseParallel"
-        _check_placement(who, "input_layouts", self.input_layouts[0], (Shard, Replicate))
-        _check_placement(who, "output_layouts", self.output_layouts[0], (Replicate, Shard))
+        who = self._take(variant, (Shard, Replicate), (Replicate, Shard))
         inp = self.input_layouts[0]
         if isinstance(inp, Shard) and inp.dim != -1:
             raise ValueError(f"{who}: input_layouts Shard({inp.dim}): a rowwise input is sharded along its last "
                              "(feature) dimension; pass Shard(-1) (or Replicate())")
-        if not isinstance(variant, str):
-            raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
-        self.variant = variant

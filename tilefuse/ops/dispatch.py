@@ -9,7 +9,7 @@ a bucket decides it, in this order:
 2. **cache**: the user's decision cache (:mod:`tilefuse.tuning.cache`, ``TILEFUSE_CACHE_DIR``);
 3. **tuned**: first-call tuning (:mod:`tilefuse.tuning.autotune`) of plain and each variant on the
    call's own operands, remembered in the cache. ``TILEFUSE_AUTOTUNE`` unset: only on a GPU and only
-   if one plain call (timed once, max over ranks) takes at least ``TILEFUSE_AUTOTUNE_MIN_MS``
+   if one plain call (timed once, max over ranks) takes at least ``autotune.MIN_PLAIN_MS``
    (0.2 ms); ``=1``: always (in Triton's interpreter too, where the times mean nothing); ``=0``: never;
 4. **model**: the cost model (:mod:`tilefuse.tuning.costmodel`) fitted on the tables' measurements,
    if it predicts a variant at least 5 % faster than plain;
@@ -21,8 +21,7 @@ whose cache differs follows rank 0), and if rank 0 saw nothing, they tune togeth
 or all take rank 0's model answer. The decision is then remembered per bucket in memory (later
 calls in the bucket make no exchange) and per call signature (op, shapes, dtype, device, group,
 table generation, table and cache directories): a call seen before is one dictionary lookup, then
-the chosen variant's entry point, which replays its launch plan
-(:mod:`tilefuse.ops.common.launch`), or the plain path; nothing is bucketed or looked up in tables,
+the chosen variant's entry point or the plain path; nothing is bucketed or looked up in tables,
 and the two directories are read without ``os.environ``'s per-lookup encoding.
 Ranks whose K shards differ (gemm_reduce_scatter, gemm_all_reduce) still reach one decision: rank
 0's, for its own shape.
@@ -39,12 +38,11 @@ import logging
 import torch
 import torch.distributed as dist
 
-from ..runtime import get_heap, hw, is_initialized
+from ..runtime import _env, get_heap, hw, is_initialized
 from ..runtime.world import on_shutdown
 from ..tuning import autotune, cache, costmodel, rules, tables
 from ..tuning.buckets import bucket_name, m_bucket
 from . import registry
-from .common import launch
 from .common.config import Config, default_config
 
 log = logging.getLogger("tilefuse")
@@ -115,16 +113,8 @@ def _decode(view) -> tables.Choice | None:
 def choose(op: str, a, b, group=None) -> tables.Choice:
     """What ``variant="auto"`` runs (or would run) for ``op(a, b)``, without communicating: the
     bucket's decision if this process made it, else this rank's table, cache and model view."""
-    if not is_initialized():
-        raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
-    heap = get_heap(group)  # the group's own heap (a clear error if it was never initialised)
-    grp = group if group is not None else heap.group
-    world = dist.get_world_size(grp)
-    M, K = a.shape
-    N = b.shape[1]
-    dtype = _dtype_name(a.dtype)
-    arch = hw.arch_name(heap.device)
-    hit = _BUCKETS.get(_bucket_key(op, arch, world, dtype, M, N, K, grp, heap))
+    grp, arch, world, dtype, M, N, K, bkey = _call_facts(op, a, b, group)
+    hit = _BUCKETS.get(bkey)
     if hit is not None:
         return hit
     return (_local_view(op, arch, world, M, N, K, dtype) or _model_view(op, arch, world, M, N, K, dtype)
@@ -137,7 +127,7 @@ def choose_variant(op: str, a, b, group=None) -> str:
 
 _BUCKETS: dict = {}  # bucket key -> Choice, made collectively (the same on every rank)
 _RESOLVED: dict = {}  # call signature -> (variant, entry point, config)
-_dirs = launch.env_reader("TILEFUSE_CONFIG_DIR", "TILEFUSE_CACHE_DIR")
+_dirs = _env.env_reader("TILEFUSE_CONFIG_DIR", "TILEFUSE_CACHE_DIR")
 
 
 def clear() -> None:
@@ -148,6 +138,18 @@ def clear() -> None:
 
 
 on_shutdown(_RESOLVED.clear)  # its keys leave the heap out: a later heap starts from the buckets
+
+
+def _call_facts(op: str, a, b, group) -> tuple:
+    """``(group, arch, world, dtype name, M, N, K, bucket key)`` of a call ``op(a, b)``."""
+    if not is_initialized():
+        raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
+    heap = get_heap(group)  # the group's own heap (a clear error if it was never initialised)
+    grp = group if group is not None else heap.group
+    world = dist.get_world_size(grp)
+    (M, K), N = a.shape, b.shape[1]
+    dtype, arch = _dtype_name(a.dtype), hw.arch_name(heap.device)
+    return grp, arch, world, dtype, M, N, K, _bucket_key(op, arch, world, dtype, M, N, K, grp, heap)
 
 
 def _bucket_key(op, arch, world, dtype, M, N, K, grp, heap) -> tuple:
@@ -214,16 +216,7 @@ def decide(op: str, a, b, group=None, kwargs: dict | None = None) -> tables.Choi
 
 def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
     """``(choice, remembered)``: a call under capture or tracing gets plain, not remembered."""
-    if not is_initialized():
-        raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
-    heap = get_heap(group)  # the group's own heap (a clear error if it was never initialised)
-    grp = group if group is not None else heap.group
-    world = dist.get_world_size(grp)
-    M, K = a.shape
-    N = b.shape[1]
-    dtype = _dtype_name(a.dtype)
-    arch = hw.arch_name(heap.device)
-    bkey = _bucket_key(op, arch, world, dtype, M, N, K, grp, heap)
+    grp, arch, world, dtype, M, N, K, bkey = _call_facts(op, a, b, group)
     hit = _BUCKETS.get(bkey)
     if hit is not None:
         return hit, True
@@ -232,7 +225,7 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
     try:
         mine = {"view": _encode(_local_view(op, arch, world, M, N, K, dtype)),
                 "model": _encode(_model_view(op, arch, world, M, N, K, dtype)), "mode": autotune.mode(),
-                "min_ms": autotune.min_plain_ms(), "error": None}
+                "error": None}
     except (ValueError, OSError) as err:  # a malformed table, a bad setting: every rank raises, none waits
         mine = {"error": f"{type(err).__name__}: {err}"}
     views = autotune.all_gather(mine, grp, what=f"auto {op}: decision views")
@@ -250,10 +243,10 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
         if not tune and _times_mean_something(a.device):
             plain = registry.get(op, tables.PLAIN)
             plain_ms = autotune.time_plain(lambda: plain(a, b, group=grp, **(kwargs or {})), a.device, grp)
-            tune = plain_ms >= lead["min_ms"]
+            tune = plain_ms >= autotune.MIN_PLAIN_MS
             if not tune:
                 log.debug("tilefuse: auto %s %dx%dx%d: plain takes %.3g ms < %.3g ms: not tuned", op, M, N, K,
-                          plain_ms, lead["min_ms"])
+                          plain_ms, autotune.MIN_PLAIN_MS)
         if tune:
             choice = _tune(op, a, b, grp, kwargs or {}, arch, world, dtype, M, N, K, _decode(lead["model"]))
     if choice is None:
@@ -278,10 +271,9 @@ GRAPH_MIN_M = 512  # below it, a fused choice with no device-time measurement ru
 def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
     """What runs inside a CUDA graph: the choice's measured graph pick (:meth:`tables.Choice.for_graphs`);
     without one, the choice itself from ``GRAPH_MIN_M`` rows, else plain. A fused variant's eager win
-    at small M is mostly host work, which a graph does not pay (gemm_all_reduce at M <= 64 on two
-    H200s: fused 46-52 us against plain's 31-39 us per replay, docs/PERF.md), and a choice that
-    carries no graph pick was never timed on device work alone (a table entry or cache entry from
-    before graph picks, or the cost model's prediction from larger shapes)."""
+    at small M is mostly host work, which a graph does not pay, and a choice that carries no graph
+    pick was never timed on device work alone (a table or cache entry without a ``graph`` pick, or
+    the cost model's prediction from larger shapes)."""
     if choice.graph is not None or choice.variant == tables.PLAIN or M >= GRAPH_MIN_M:
         return choice.for_graphs()
     return tables.Choice(tables.PLAIN, None, f"{choice.source}; inside CUDA graphs plain: M < {GRAPH_MIN_M} and no "
@@ -314,7 +306,7 @@ def run_auto(op: str, a, b, config, group, **kwargs):
 
     A call signature seen before costs one dictionary lookup on a key of shapes, dtype, device and
     group (and whether a CUDA graph is being captured: inside graphs the bucket's graph choice
-    runs); the chosen variant's entry point then replays its launch plan (or the plain path runs)."""
+    runs); then the chosen variant's entry point (or the plain path) runs."""
     graphs = a.is_cuda and _graph_capture()
     hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs(), graphs))
     variant, fn, chosen_config = hit if hit is not None else _resolve(op, a, b, group, kwargs, graphs)[:3]

@@ -57,9 +57,10 @@ import torch.distributed as dist
 
 from ..runtime import get_heap, is_initialized
 from . import registry
-from .common.checks import check_divisible, check_dtypes, check_inner_dim, check_matrix, check_same_device
+from .common.checks import check_divisible
 from .common.config import Config
 from .dispatch import run_auto
+from .plain import check_operands
 
 NAMESPACE = "tilefuse"
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(Config))
@@ -178,14 +179,6 @@ class OpSpec:
     bias: bool = False  # the op takes an optional ``bias [N]`` added to the output (last schema argument)
 
 
-def _check_operands(op: str, a, b) -> None:
-    check_matrix(op, "a", a)
-    check_matrix(op, "b", b)
-    check_same_device(op, a=a, b=b)
-    check_dtypes(op, a=a, b=b)
-    check_inner_dim(op, a, b)
-
-
 def _ops():
     return torch.ops.tilefuse
 
@@ -242,7 +235,7 @@ SPECS: dict[str, OpSpec] = {
 
 
 def _fake_out(spec: OpSpec, a, b, group, bias=None):
-    _check_operands(spec.name, a, b)
+    check_operands(spec.name, a, b)
     W = world_size(group)
     if spec.check is not None:
         spec.check(spec.name, a, b, W)
@@ -435,8 +428,8 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
 
     An eager call that needs no gradient and that nothing traces (:func:`_direct`) runs the entry
     point straight away, as the op's real implementation would: the custom op's Python dispatch
-    costs about 35 us per call on a CPU host (``benchmarks.host_overhead``: ``plain`` against
-    ``plain_custom_op``), as much as the plain path's own host work at decode sizes.
+    costs about as much host time as the plain path's own host work at decode sizes
+    (``benchmarks.host_overhead`` compares ``plain`` with ``plain_custom_op``).
     """
     if not isinstance(variant, str):
         raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")

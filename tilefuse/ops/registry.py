@@ -29,7 +29,3 @@ def get(op: str, variant: str):
 def variants(op: str) -> dict:
     """Every registered variant of ``op``, reference first."""
     return dict(_TABLE.get(op, {}))
-
-
-def table() -> dict:
-    return {op: dict(v) for op, v in _TABLE.items()}

@@ -1,4 +1,8 @@
-"""Process-wide facts decided before any kernel module is imported.
+"""The user's settings (``TILEFUSE_*`` environment variables) and process-wide facts decided before
+any kernel module is imported.
+
+Every setting tilefuse reads is parsed here, and a value out of range raises a ``ValueError`` that
+names the variable and what it accepts (the README's "Settings" table lists them).
 
 Triton decides at decoration time whether a ``@triton.jit`` function runs compiled or in its
 interpreter, so ``TRITON_INTERPRET=1`` must be in ``os.environ`` before the first module that
@@ -13,11 +17,20 @@ import math
 import os
 
 _BACKENDS = ("cuda", "cpu")
+MAX_TIMEOUT_S = 86400.0  # a day: longer bounds overflow the device's nanosecond deadline arithmetic
+MAX_HEAP_BYTES = 1 << 40
+_ON = ("1", "on", "true", "yes")
+_OFF = ("0", "off", "false", "no")
+DEFAULT_HOST_TIMEOUT_S = 60.0
+
+
+def _text(name: str) -> str:
+    return os.environ.get(name, "").strip()
 
 
 def requested_backend() -> str:
     """``cuda`` when a GPU is usable, ``cpu`` otherwise; ``TILEFUSE_BACKEND`` overrides."""
-    forced = os.environ.get("TILEFUSE_BACKEND", "").strip().lower()
+    forced = _text("TILEFUSE_BACKEND").lower()
     if forced:
         if forced not in _BACKENDS:
             raise ValueError(f"TILEFUSE_BACKEND={forced!r}: expected one of {_BACKENDS}")
@@ -32,22 +45,94 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-DEFAULT_HOST_TIMEOUT_S = 60.0
+def seconds(name: str, default: float) -> float:
+    """The setting ``name`` as seconds in (0, ``MAX_TIMEOUT_S``]; ``default`` when unset."""
+    text = _text(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0 < value <= MAX_TIMEOUT_S):  # nan and inf fail here too
+        raise ValueError(f"{name}={text!r}: expected a number of seconds in (0, {MAX_TIMEOUT_S:g}]")
+    return value
+
+
+def switch(name: str, default: bool = False) -> bool:
+    """The on/off setting ``name``: 1/on/true/yes or 0/off/false/no; ``default`` when unset."""
+    text = _text(name).lower()
+    if not text:
+        return default
+    if text in _ON or text in _OFF:
+        return text in _ON
+    raise ValueError(f"{name}={text!r}: expected 1 (on) or 0 (off)")
 
 
 def host_timeout() -> float:
     """Seconds a host-side collective step of tilefuse waits for its peers: ``TILEFUSE_HOST_TIMEOUT``,
     else 60."""
-    text = os.environ.get("TILEFUSE_HOST_TIMEOUT", "").strip()
+    return seconds("TILEFUSE_HOST_TIMEOUT", DEFAULT_HOST_TIMEOUT_S)
+
+
+def wait_timeout(default: float) -> float:
+    """Seconds a device wait waits: ``TILEFUSE_WAIT_TIMEOUT``, else ``default`` (the backend's)."""
+    return seconds("TILEFUSE_WAIT_TIMEOUT", default)
+
+
+def sync_errors() -> bool:
+    """``TILEFUSE_SYNC_ERRORS``: whether a GPU call checks its errors at its end (a device sync)."""
+    return switch("TILEFUSE_SYNC_ERRORS")
+
+
+def heap_size() -> int | None:
+    """``TILEFUSE_HEAP_SIZE`` in bytes (a byte count, or a number with K/M/G/T: ``512M``, ``4G``),
+    at most ``MAX_HEAP_BYTES``; None when unset."""
+    text = _text("TILEFUSE_HEAP_SIZE")
     if not text:
-        return DEFAULT_HOST_TIMEOUT_S
+        return None
+    number, mult = text.lower(), 1
+    if number and number[-1] in "kmgt":
+        number, mult = number[:-1], 1 << (10 * ("kmgt".index(number[-1]) + 1))
     try:
-        value = float(text)
+        value = float(number) * mult
     except ValueError:
-        raise ValueError(f"TILEFUSE_HOST_TIMEOUT={text!r} is not a number of seconds") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"TILEFUSE_HOST_TIMEOUT={text!r} must be a positive, finite number of seconds")
-    return value
+        value = math.nan
+    if not (1 <= value <= MAX_HEAP_BYTES):
+        raise ValueError(f"TILEFUSE_HEAP_SIZE={text!r} is not a size: expected a byte count or a number with "
+                         "K/M/G/T (e.g. 512M, 4G), at most 1T")
+    return int(value)
+
+
+def autotune_mode() -> str:
+    """``TILEFUSE_AUTOTUNE``: ``"0"`` never tune, ``"1"`` tune every uncovered shape, ``"auto"``
+    (unset) tune on a GPU where the plain path is slow enough to be worth it."""
+    text = _text("TILEFUSE_AUTOTUNE").lower()
+    if text in ("", "auto"):
+        return "auto"
+    if text in _ON or text in _OFF:
+        return "1" if text in _ON else "0"
+    raise ValueError(f"TILEFUSE_AUTOTUNE={text!r}: use 0 (off), 1 (tune every uncovered shape) or leave it unset")
+
+
+def env_reader(*names: str):
+    """``read() -> (value, ...)``: the raw values of the environment variables ``names``, read without
+    ``os.environ``'s per-lookup encoding (from the mapping it wraps, where the platform has one):
+    cheap enough for every call, and a change takes effect at the next call."""
+    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
+    if isinstance(data, dict) and encode is not None:
+        keys = tuple(encode(n) for n in names)
+        get = data.get
+        n = len(keys)
+
+        def read():
+            values = tuple(map(get, keys))
+            if values.count(None) == n:  # the usual case: none set
+                return values
+            return tuple(v if v is None or type(v) is str else v.decode() for v in values)  # as os.environ gives
+
+        return read
+    return lambda: tuple(os.environ.get(n) for n in names)
 
 
 _DEBUG_POISON = [False]

@@ -1,52 +1,25 @@
 """First-call tuning: the collective protocol that times a few candidates on a call's own operands.
 
 Used by :mod:`tilefuse.ops.dispatch` for an (arch, W, op, dtype, N, K, M bucket) that no table or
-cache covers. Every rank runs the same steps in the same order (the candidates are collective ops,
-so a rank that called a candidate one time more than its peers would hang them):
+cache covers, and by the offline tuner (:mod:`tilefuse.tuning.tuner`: :func:`screen` to shortlist,
+then :func:`tune` for the decision). Every rank runs the same steps in the same order: the
+candidates are collective ops, so a rank that called a candidate one time more than its peers
+would hang them. The steps (``tilefuse/tuning/README.md``, "First-call tuning", tells them in full):
 
-1. Warm-up and check: each candidate is called once (compiling its kernels) and its result compared
-   with the plain path's; a candidate that raises or disagrees on any rank is dropped on every rank
-   (one exchange of the ranks' outcomes, which also carries each candidate's time for one call; a
-   dropped candidate's reason names the rank that failed it).
-   Those times set the repetition counts: as many as fit the budget (rank 0's
-   ``TILEFUSE_AUTOTUNE_BUDGET``, default 1 s; ``ROUND_SHARE`` of it for step 2, the rest for step
-   3), at least ``MIN_REPS`` and at most ``MAX_REPS``. Compilation is outside the budget.
-2. Timing: repetition r samples every candidate once, starting with candidate r mod n, after one
-   host barrier. A sample (:func:`_measure`) on a GPU is a lead-in call and a device synchronize
-   (the collective lead-in ends on all ranks together, so the timed calls start aligned: a host
-   barrier releases ranks up to its polling interval apart, and that wait would land inside the
-   first rank's collective), then two CUDA-event times: **call**, one call on the idle device with
-   its host work before and between kernels included (a caller that synchronizes after every
-   call), and **block**, per call of ``BLOCK_CALLS`` calls queued back to back (max(host, device):
-   a model's layers; 1 call where a warm-up call took ``LONG_CALL_S``). Off a GPU the host clock
-   times one call, which stands for both. Per candidate and kind: the median over the samples, and
-   the median's relative uncertainty (from the interquartile range); one exchange, maximum over the
-   ranks (the slowest rank finishes a collective op).
-3. Decision (:func:`decide`): a fused candidate qualifies only if it beats plain on *both* times by
-   ``max(MARGIN, 2 x the combined uncertainty of the two medians)`` (``MARGIN`` = 2 %); of those,
-   the one with the best worse-of-two ratio. Every rank applies the rule, then an exchange hands
-   rank 0's answer to every rank. If that is a fused candidate, a confirmation round times plain and
-   it alone (fresh samples, the same rule, rank 0's answer again): it is kept only if it wins again,
-   else plain. So a pick that won by noise, or on device time while its host work makes each call
-   slower, stays plain.
-4. Inside CUDA graphs: where the plain path's call is short (under ``LONG_CALL_S``, on a GPU), each
-   sample also times **device**, per call of ``BLOCK_CALLS`` calls queued behind a device sleep
-   longer than the host takes to queue them (no host gap between kernels, as in a graph's replay).
-   The graph pick is the candidate that beats plain on device time by ``max(GRAPH_MARGIN, 2 x the
-   uncertainty)`` (5 %), rank 0's answer again; a fused graph pick is confirmed as in step 3 (plain
-   and it alone, fresh device-time samples, the same rule: it is kept only if it wins again, else
-   plain); ``variant="auto"`` runs it while a graph is being captured. A fused variant can win
-   eagerly by having less host work than torch.matmul + NCCL and lose inside a graph, where nobody
-   pays host work. For longer calls both picks are the same.
+1. Warm-up and check (:func:`_warm_up`): each candidate is called once (compiling its kernels) and
+   compared with the plain path; one that raises or disagrees on any rank is dropped on every rank.
+   Its time for one call sets the repetition counts within the budget (``BUDGET_S`` for first-call
+   tuning, ``ROUND_SHARE`` of it for step 2); compilation is outside the budget.
+2. Timing (:func:`_timed_round`, :func:`_measure`): interleaved, aligned samples of every candidate,
+   one call alone and calls back to back; medians and their uncertainty, maximum over the ranks.
+3. Decision (:func:`decide`), rank 0's answer for every rank, and a confirmation round that a fused
+   pick must win again.
+4. Inside CUDA graphs (short calls on a GPU): a second pick on device time alone, ``GRAPH_MARGIN``,
+   confirmed the same way.
 
-The offline tuner (:mod:`tilefuse.tuning.tuner`) uses the same pieces: :func:`screen` (steps 1 and 2
-over its whole search space, no decision) to shortlist, then :func:`tune` over plain and the
-shortlist, with its own budget, for the decision it writes into a table.
-
-Host exchanges and barriers use ``tilefuse.runtime.hostsync`` (bounded: ``EXCHANGE_TIMEOUT_S``, a
-missing rank is named) on the op's group; without it, ``torch.distributed``'s object collectives
-and barrier (bounded by the group's timeout).
-Tests can replace the clock with :func:`set_timer`; the protocol stays the same.
+Host exchanges and barriers go through :mod:`tilefuse.runtime.hostsync` (bounded:
+``EXCHANGE_TIMEOUT_S``, a missing rank is named) on the op's group. Tests replace the clock with
+:func:`set_timer`; the protocol stays the same.
 """
 
 from __future__ import annotations
@@ -54,7 +27,6 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -62,49 +34,23 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from ..runtime import _env, hostsync
+
 log = logging.getLogger("tilefuse")
 
 MARGIN = 0.02  # a fused variant replaces plain only if at least this much faster
 MIN_REPS = 3
 MAX_REPS = 25
 ROUND_SHARE = 0.6  # of the budget for the round of every candidate; the rest confirms the pick
-DEFAULT_BUDGET_S = 1.0
-DEFAULT_MIN_PLAIN_MS = 0.2  # default mode: only calls whose plain path takes at least this long tune
+BUDGET_S = 1.0  # seconds of timed calls per first-call tuning (rank 0's value); compiling is outside it
+MIN_PLAIN_MS = 0.2  # TILEFUSE_AUTOTUNE unset: only calls whose plain path takes at least this long tune
 EXCHANGE_TIMEOUT_S = 120.0
 
 
 def mode() -> str:
     """``TILEFUSE_AUTOTUNE``: ``"0"`` never tune, ``"1"`` tune every uncovered shape, ``"auto"``
-    (unset) tune on a GPU when the plain path takes at least ``TILEFUSE_AUTOTUNE_MIN_MS``."""
-    raw = os.environ.get("TILEFUSE_AUTOTUNE", "").strip().lower()
-    if raw in ("", "auto"):
-        return "auto"
-    if raw in ("0", "off", "false", "no"):
-        return "0"
-    if raw in ("1", "on", "true", "yes"):
-        return "1"
-    raise ValueError(f"TILEFUSE_AUTOTUNE={raw!r}: use 0 (off), 1 (tune every uncovered shape) or leave it unset")
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "")
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name}={raw!r} must be a finite number >= 0")
-    return value
-
-
-def budget_s() -> float:
-    return _env_float("TILEFUSE_AUTOTUNE_BUDGET", DEFAULT_BUDGET_S)
-
-
-def min_plain_ms() -> float:
-    return _env_float("TILEFUSE_AUTOTUNE_MIN_MS", DEFAULT_MIN_PLAIN_MS)
+    (unset) tune on a GPU when the plain path takes at least ``MIN_PLAIN_MS``."""
+    return _env.autotune_mode()
 
 
 _TIMER: list = [None, False]  # the replacement clock, and whether it takes the sample's kind
@@ -131,34 +77,16 @@ def set_timer(timer, *, device_timing: bool = False) -> None:
     _TIMER[0], _TIMER[1] = timer, takes_kind
 
 
-def _hostsync():
-    try:
-        from ..runtime import hostsync
-    except ImportError:
-        return None
-    return hostsync if hasattr(hostsync, "all_gather_object") else None
-
-
 def all_gather(obj, group, *, what: str) -> list:
     """Every rank's ``obj`` in group-rank order (``[obj]`` at world 1)."""
     if dist.get_world_size(group) == 1:
         return [obj]
-    hostsync = _hostsync()
-    if hostsync is not None:
-        return list(hostsync.all_gather_object(obj, group, what=what, timeout=EXCHANGE_TIMEOUT_S))
-    out: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(out, obj, group=group)
-    return out
+    return list(hostsync.all_gather_object(obj, group, what=what, timeout=EXCHANGE_TIMEOUT_S))
 
 
 def _barrier(group, what: str) -> None:
-    if dist.get_world_size(group) == 1:
-        return
-    hostsync = _hostsync()
-    if hostsync is not None and hasattr(hostsync, "barrier"):
+    if dist.get_world_size(group) > 1:
         hostsync.barrier(group, what=what, timeout=EXCHANGE_TIMEOUT_S)
-    else:
-        dist.barrier(group=group)
 
 
 BLOCK_CALLS = 3  # calls per back-to-back block on a GPU ...
@@ -224,7 +152,7 @@ def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CAL
     On a GPU: a lead-in call, then a device synchronize. The lead-in is collective, so it ends on
     every rank's device at about the same moment, and the host leaves the synchronize a few
     microseconds later on every rank; a host barrier alone releases the ranks up to its polling
-    interval apart (0.1-20 ms with a store), and the rank released first then waits inside its
+    interval apart, and the rank released first then waits inside its
     collective for the other, a wait the events would count. Then ``call_ms``: one call on the idle
     device, timed with events from before its launch, so the host's work before and between its
     kernels counts (what a caller who synchronizes after each call sees); ``block_ms``: the mean of
@@ -266,25 +194,13 @@ def _calls_per_sample(device: torch.device, block_calls: int) -> int:
 
 
 def time_plain(call, device: torch.device, group) -> float:
-    """One warm-up call, then one timed call (``call_ms`` of :func:`_measure`, aligned by a lead-in
-    call on a GPU): the maximum over the ranks (ms)."""
+    """One warm-up call, then one call timed alone (``call_ms`` of :func:`_measure`, aligned by its
+    lead-in call on a GPU): the maximum over the ranks (ms)."""
     call()
     _sync(device)
     _barrier(group, "autotune: plain time")
-    if device.type == "cuda":
-        call()
-        torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        ms = start.elapsed_time(end)
-    else:
-        t0 = time.perf_counter()
-        call()
-        ms = (time.perf_counter() - t0) * 1e3
-    return max(all_gather(_fake("plain", "call", ms), group, what="autotune: plain time"))
+    ms = _measure("plain", call, device, block_calls=1)[0]
+    return max(all_gather(ms, group, what="autotune: plain time"))
 
 
 @dataclass(frozen=True)
@@ -443,7 +359,7 @@ def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str
             c.call()
             _sync(device)
             call_s[c.name] = time.perf_counter() - t1
-    mine = {"outcome": outcome, "call_s": call_s, "budget_s": budget_s() if budget is None else float(budget),
+    mine = {"outcome": outcome, "call_s": call_s, "budget_s": BUDGET_S if budget is None else float(budget),
             "warm_up_s": time.perf_counter() - t0}
     views = all_gather(mine, group, what=f"autotune {what}: warm-up")
     dropped = {}
@@ -486,7 +402,7 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
          margin: float = MARGIN) -> Result:
     """Run the protocol above over ``candidates`` (plain first); collective over ``group``.
 
-    ``budget``: seconds of timed calls (rank 0's value; default ``TILEFUSE_AUTOTUNE_BUDGET``);
+    ``budget``: seconds of timed calls (rank 0's value; default ``BUDGET_S``);
     ``margin``: the smallest win a candidate needs over plain (:func:`decide`)."""
     rank = dist.get_rank(group)
     # 1. warm-up (compiles), check against plain, each candidate's time for one call

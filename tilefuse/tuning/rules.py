@@ -23,13 +23,12 @@ so both search the same space.
   store of c).
 - **all_gather_gemm's ``fused_sequential`` on wide N.** Each of its tiles loads its A rows straight
   from the source rank's heap inside the K loop, so rank s's shard crosses the link once per column
-  tile, ``cdiv(N, BLOCK_N)`` times, with no reuse (peer reads are not kept in this GPU's L2). On two
-  H200s it ran at 0.23-0.32x of the plain path on the Llama-3-8B shapes (56 and 12 column tiles;
-  ``docs/perf/2026-11-30_h200x2_ws2_suite_llama3-8b.csv``). The tuners skip it above
+  tile, ``cdiv(N, BLOCK_N)`` times, with no reuse (peer reads are not kept in this GPU's L2): with
+  many column tiles it is link-bound, far slower than the plain path. The tuners skip it above
   ``FUSED_AG_MAX_COLUMN_TILES`` column tiles of 256; at W = 1 nothing crosses a link and it stays.
 
 Bounds. First-call tuning times every candidate inside a budget of about a second per M bucket
-(``TILEFUSE_AUTOTUNE_BUDGET``) and compiles each one first, outside it: its list is plain, each
+(``autotune.BUDGET_S``) and compiles each one first, outside it: its list is plain, each
 variant's default, at most ``MAX_EXTRA_CONFIGS`` extra configs per variant and the cost model's pick,
 at most ``MAX_FIRST_CALL_CANDIDATES`` in all (``tests/test_rules.py`` counts them for every op and
 W). The offline tuner's search (``tuner.candidate_configs``: tile sizes, small-M tiles for decode,

@@ -175,8 +175,7 @@ def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -
     """The table's choice for this call, or None when no table covers it.
 
     Remembered per call signature for the life of the process, so that an op call makes no
-    file-system request and scans no table (measured on the H200 machine: 23 us a call uncached,
-    1.7 us cached). A table rewritten by hand while a process runs is seen after
+    file-system request and scans no table. A table rewritten by hand while a process runs is seen after
     :func:`clear_cache`; :func:`write_table` clears the cache itself.
     """
     key = (op, arch, world, M, N, K, dtype, os.environ.get("TILEFUSE_CONFIG_DIR", ""), str(SHIPPED_DIR))

@@ -9,7 +9,6 @@ every rank reaches the same answer.
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 
@@ -23,10 +22,10 @@ def cross_rank_max(value: float, group, *, what: str = "tilefuse.tune: cross-ran
     return max(autotune.all_gather(value, group, what=what))
 
 
-# A GPU held at its power limit (an H200 at 700 W under large GEMMs) dips to ~1200 MHz about 0.8 s after
-# a load starts, when its power reading reaches the cap, then holds 1400-1700 MHz (docs/PERF.md, session
-# 3): a method timed in that dip looks 10-15 % slower than in steady use.
-SETTLE_S = float(os.environ.get("TILEFUSE_SETTLE_S", "1.5"))
+# A GPU held at its power limit dips in clock speed about a second after a load starts, when its power
+# reading reaches the cap, then holds a steady clock: a method timed in that dip looks slower than in
+# steady use. SETTLE_S runs past the dip.
+SETTLE_S = 1.5
 
 
 def settle(fn, *, device: torch.device, seconds: float = SETTLE_S, agree=None, max_calls: int = 2000) -> int:

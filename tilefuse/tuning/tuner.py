@@ -46,9 +46,8 @@ from tilefuse.tuning.timing import Budget, cross_rank_max, settle
 log = logging.getLogger("tilefuse")
 
 COMM_VARIANTS = rules.COMM_VARIANTS
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), most promising first.
-# 128x128 with 6 stages: 0.81-0.96x of torch.matmul in the GEMM core at M = 333 and 512 where 5 stages
-# gave 0.80-0.94x and 4 stages 0.72-0.86x (docs/perf/2026-12-01_h200_ws1_gemm_no_split_mid_bf16.csv).
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), most promising first. 128x128 is tried with 4 and
+# with 6 stages: which pipeline depth wins depends on M.
 TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 128, 64, 4, 6),
          (256, 128, 64, 8, 3), (64, 128, 64, 4, 4)]
 INTERPRETER_TILES = [(32, 32, 32, 4, 1), (64, 64, 64, 4, 1)]
@@ -280,8 +279,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
 
 
 def _commit() -> str:
-    if os.environ.get("TILEFUSE_COMMIT"):  # a copy of the checkout without .git (a device machine)
-        return os.environ["TILEFUSE_COMMIT"]
+    """The checkout's commit (``git rev-parse``), or ``unknown`` where there is no git checkout."""
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or "unknown"
@@ -290,13 +288,15 @@ def _commit() -> str:
 
 
 def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margin: float = autotune.MARGIN,
-                decide_s: float = DECIDE_S, left_out: list | None = None) -> Path:
+                decide_s: float = DECIDE_S, left_out: list | None = None, commit: str | None = None) -> Path:
+    """Merge ``entries`` into the config table of ``op`` under ``out_dir``; ``commit`` names the code
+    that tuned them in the provenance (default: the checkout's, from git)."""
     heap = tilefuse.get_heap()
     on_gpu = heap.device.type == "cuda"
     provenance = {
         "device": torch.cuda.get_device_name(heap.device) if on_gpu else "cpu (interpreter)",
         "world_size": heap.world_size, "torch": torch.__version__, "triton": __import__("triton").__version__,
-        "commit": _commit(), "date": datetime.date.today().isoformat(),
+        "commit": commit or _commit(), "date": datetime.date.today().isoformat(),
         "timing": "tilefuse.tune, first-call tuning's samples and rule (tilefuse.tuning.autotune): each sample a "
                   "collective lead-in call, then one call alone (CUDA events from before its launch, host work "
                   "included) and calls back to back; medians, max over ranks; inputs rotated over sets larger "
@@ -352,6 +352,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--margin", type=float, default=autotune.MARGIN,
                    help="the smallest win over the plain path, alone and back to back, that a variant needs "
                         "(fraction; twice the measured uncertainty where that is larger)")
+    p.add_argument("--commit", default=None,
+                   help="the commit recorded in a table's provenance (default: git rev-parse of this checkout; "
+                        "give it where the checkout has no .git)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="seconds for the whole run of this op (from the start of the command, after imports): "
                         "shapes are tuned in order while the next one is expected to fit; the table or cache "
@@ -385,7 +388,7 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
         M, N, K = (int(x) for x in s.lower().split("x"))
         shapes.append({"name": s, "M": M, "N": N, "K": K})
     seen, unique = set(), []
-    for s in shapes:  # sets can name one shape twice (iris-4096x14336 is Llama-3-8B's down projection)
+    for s in shapes:  # two sets can name one shape
         if (s["M"], s["N"], s["K"]) not in seen:
             seen.add((s["M"], s["N"], s["K"]))
             unique.append(s)
@@ -416,10 +419,10 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
                 path = write_cache(args.op, [e], margin=args.margin)
             else:
                 path = write_table(Path(args.out), args.op, entries, reps=args.reps, margin=args.margin,
-                                   decide_s=args.decide_s)
+                                   decide_s=args.decide_s, commit=args.commit)
     if rank == 0 and left_out and entries and args.out is not None:
         path = write_table(Path(args.out), args.op, entries, reps=args.reps, margin=args.margin,
-                           decide_s=args.decide_s, left_out=left_out)
+                           decide_s=args.decide_s, left_out=left_out, commit=args.commit)
     if rank == 0 and path is not None:
         print(f"wrote {path}", flush=True)
     tilefuse.barrier()

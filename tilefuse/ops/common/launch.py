@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import os
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -44,26 +43,6 @@ def collective(op: str):
         return run
 
     return wrap
-
-
-def env_reader(*names: str):
-    """``read() -> (value, ...)``: the raw values of the environment variables ``names``, read without
-    ``os.environ``'s per-lookup encoding (from the mapping it wraps, where the platform has one):
-    cheap enough for every call, and a change takes effect at the next call."""
-    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
-    if isinstance(data, dict) and encode is not None:
-        keys = tuple(encode(n) for n in names)
-        get = data.get
-        n = len(keys)
-
-        def read():
-            values = tuple(map(get, keys))
-            if values.count(None) == n:  # the usual case: none set
-                return values
-            return tuple(v if v is None or type(v) is str else v.decode() for v in values)  # as os.environ gives
-
-        return read
-    return lambda: tuple(os.environ.get(n) for n in names)
 
 
 def begin(key: tuple, *outputs) -> None:
