@@ -44,7 +44,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import hostsync
+from . import _env, hostsync
 
 ALIGNMENT = 256
 SHM_DIR = "/dev/shm"
@@ -93,26 +93,11 @@ class LiveHeapTensorsWarning(UserWarning):
     """A heap was closed while tensors on it were still referenced (they stay valid, rank-local)."""
 
 
-def _parse_size(text: str) -> int:
-    text = text.strip().lower()
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    mult = 1
-    if text and text[-1] in "kmgt":
-        mult = units[text[-1]]
-        text = text[:-1]
-    elif text.endswith(("kb", "mb", "gb", "tb", "ib")):
-        raise ValueError("TILEFUSE_HEAP_SIZE takes a byte count or a number with K/M/G/T")
-    try:
-        return int(float(text) * mult)
-    except ValueError as err:
-        raise ValueError(f"TILEFUSE_HEAP_SIZE={text!r} is not a size (e.g. 512M, 4G)") from err
-
-
 def resolve_heap_size(heap_size: int | None, backend: str) -> int:
     """Heap size from the argument, else ``TILEFUSE_HEAP_SIZE``, else the backend's default."""
     if heap_size is None:
-        env = os.environ.get("TILEFUSE_HEAP_SIZE")
-        heap_size = _parse_size(env) if env else DEFAULT_HEAP_BYTES[backend]
+        env = _env.heap_size()
+        heap_size = env if env is not None else DEFAULT_HEAP_BYTES[backend]
     heap_size = int(heap_size)
     if heap_size < ALIGNMENT:
         raise ValueError(f"heap_size must be at least {ALIGNMENT} bytes, got {heap_size}")

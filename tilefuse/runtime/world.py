@@ -168,16 +168,7 @@ def check_current_device(what: str, device: torch.device) -> None:
 
 def wait_timeout_s(backend: str) -> float:
     """The device wait bound: ``TILEFUSE_WAIT_TIMEOUT`` seconds, else 30 s on a GPU and 60 s on the CPU."""
-    text = os.environ.get("TILEFUSE_WAIT_TIMEOUT", "").strip()
-    if not text:
-        return DEFAULT_WAIT_TIMEOUT_S[backend]
-    try:
-        value = float(text)
-    except ValueError as err:
-        raise ValueError(f"TILEFUSE_WAIT_TIMEOUT={text!r} is not a number of seconds") from err
-    if value <= 0:
-        raise ValueError(f"TILEFUSE_WAIT_TIMEOUT must be positive, got {value}")
-    return value
+    return _env.wait_timeout(DEFAULT_WAIT_TIMEOUT_S[backend])
 
 
 def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
@@ -245,7 +236,7 @@ def _init_group(size: int, group, backend: str) -> SymmetricHeap:
     on_gpu = heap.device.type == "cuda"
     status_host = torch.zeros(2, dtype=torch.int64, pin_memory=True) if on_gpu else None
     status_scratch = None if on_gpu else torch.zeros(2, dtype=torch.int64)
-    sync_errors = (not on_gpu) or os.environ.get("TILEFUSE_SYNC_ERRORS", "0") not in ("", "0")
+    sync_errors = (not on_gpu) or _env.sync_errors()
     st = _State(heap=heap, ctl=ctl, dummy=dummy, status_host=status_host, status_scratch=status_scratch,
                 sync_errors=sync_errors,
                 on_gpu=on_gpu, dev_index=heap.device.index if on_gpu else -1,
