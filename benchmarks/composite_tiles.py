@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tilefuse.ops.common.gemm import store_tile, tile_coords
+from tilefuse.ops.common.tiles import store_tile, tile_coords
 
 from .results import COLUMNS, parse_dtype, row, write_csv
 

@@ -293,7 +293,7 @@ def job_split_k_planned(ctx, calls):
     launch plan replays (the split-K scratch is a constant the plan may keep), with correct results;
     fused_sequential and bulk_sync (the GEMM core's split). Where the recording call is the one that
     makes the scratch, a later call records instead."""
-    from tilefuse.ops.common.gemm import SPLIT_K_SCRATCH
+    from tilefuse.ops.common.split_k import SPLIT_K_SCRATCH
 
     cfg = tilefuse.Config(**SPLIT_CFGS[0])
     tilefuse.clear_workspaces()  # and every plan: earlier tests in this pool may have made these signatures

@@ -18,8 +18,9 @@ from ..common.config import (
     side_warps,
     sum_rows,
 )
-from ..common.gemm import SPLIT_K_SCRATCH, UNALIGNED_PAD_MIN_M, operand_path
+from ..common.gemm import UNALIGNED_PAD_MIN_M, operand_path
 from ..common.launch import Entered, GemmCall, begin, begin_call, ctl, new_output, op_heap, prepare_gemm, workspace
+from ..common.split_k import SPLIT_K_SCRATCH
 
 OP = "gemm_all_reduce"
 
@@ -166,7 +167,7 @@ class Call(Entered):
     @property
     def split_args(self) -> tuple:
         """``split_k, partials, counts`` of a kernel that takes ``SPLIT`` (the stream's split-K
-        scratch, :class:`~..common.gemm.SplitKScratch`; the stage as a never-read stand-in without)."""
+        scratch, :class:`~..common.split_k.SplitKScratch`; the stage as a never-read stand-in without)."""
         cfg = self.config
         if cfg.SPLIT_K == 1:
             return (1, self.stage, self.stage)

@@ -22,17 +22,9 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import side_warps
 from ..common.flags import tile_acquire
-from ..common.gemm import (
-    gemm_operands,
-    gemm_tile_range,
-    hand_in_slice,
-    slice_sum,
-    split_k_work,
-    store_tile,
-    tile_coords,
-    tile_offsets,
-)
 from ..common.reduce import block_offsets, push_partial, slot_ptr
+from ..common.split_k import hand_in_slice, slice_sum, split_k_work
+from ..common.tiles import gemm_operands, gemm_tile_range, store_tile, tile_coords, tile_offsets
 
 
 @triton.jit

@@ -25,8 +25,8 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import side_warps
 from ..common.flags import tile_acquire, tile_release
-from ..common.gemm import gemm_operands, gemm_tile, tile_coords, tile_offsets
 from ..common.reduce import block_offsets, owner_at, push_partial, slot_ptr
+from ..common.tiles import gemm_operands, gemm_tile, tile_coords, tile_offsets
 from ._tiles import load_partial
 
 

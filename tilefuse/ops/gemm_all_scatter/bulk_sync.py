@@ -16,8 +16,8 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.comm import push_tile, row_major_tile
-from ..common.gemm import load_tile, tile_offsets
 from ..common.launch import collective, ctl, mid_barrier
+from ..common.tiles import load_tile, tile_offsets
 from ._setup import OP, setup
 
 

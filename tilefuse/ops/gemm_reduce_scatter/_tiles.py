@@ -19,7 +19,6 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import side_warps
 from ..common.flags import tile_acquire
-from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
 from ..common.reduce import (
     accumulate_slot,
     block_offsets,
@@ -30,6 +29,7 @@ from ..common.reduce import (
     sum_first_slots,
     sum_slots,
 )
+from ..common.tiles import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
 
 
 @triton.jit
