@@ -280,7 +280,7 @@ class Case:
                                      interpreter=hw.interpreting(), comm=False)
                 bm, bn, bk, warps, stages = WARP_SPEC_TILE
                 cfg = cfg.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
-                                  SPLIT_K=1, STREAM_K=0, WARP_SPEC=1)
+                                  SPLIT_K=1, WARP_SPEC=1)
                 fn = functools.partial(registry.get(op, v[:-len(WARP_SPEC_SUFFIX)]), config=cfg, **out_kw)
                 methods.append(Method(v, lambda s, fn=fn: fn(s.a, s.b), "op"))
             elif v == "auto":

@@ -62,7 +62,7 @@ def job_record_launches(ctx):
     from tilefuse.runtime import launcher
 
     def as_on_hopper(config, use_tma, device):  # the device-independent part of warp_specialized
-        return bool(config.WARP_SPEC) and use_tma and config.SPLIT_K == 1 and not config.STREAM_K
+        return bool(config.WARP_SPEC) and use_tma and config.SPLIT_K == 1
 
     records, case_now = [], [None]
     saved_getitem, saved_ws = launcher.FastKernel.__getitem__, gemm.warp_specialized
