@@ -107,7 +107,8 @@ def epilogues(default) -> list:
 
 
 def label(cfg, pad: bool | None = None) -> str:
-    """``BMxBNxBK_wW_sS[_kSPLIT][_pad|_nopad]``, as in the CSV's ``config`` column (``_pad`` / ``_nopad``: operands off the descriptor path copied onto it, or not,
+    """``BMxBNxBK_wW_sS[_kSPLIT][_pad|_nopad]``, as in the CSV's ``config`` column (``_pad`` /
+    ``_nopad``: operands off the descriptor path copied onto it, or not,
     against ``PAD_MIN_M``)."""
     text = f"{cfg.BLOCK_M}x{cfg.BLOCK_N}x{cfg.BLOCK_K}_w{cfg.num_warps}_s{cfg.num_stages}"
     text += f"_k{cfg.SPLIT_K}" if cfg.SPLIT_K > 1 else ""
