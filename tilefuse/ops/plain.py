@@ -128,8 +128,7 @@ for _op, _fn in (("gemm_all_scatter", gemm_all_scatter), ("all_gather_gemm", all
 
 
 @_pairable("gemm_all_reduce")
-def gemm_all_reduce(call, a, b, *, config=None, group=None, bias=None, two_shot=False):
-    # two_shot is tilefuse's algorithm choice: NCCL (or gloo) picks its own here.
+def gemm_all_reduce(call, a, b, *, config=None, group=None, bias=None):
     op = "gemm_all_reduce"
     _checks(op, a, b)
     if bias is not None:
