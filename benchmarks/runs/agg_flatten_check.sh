@@ -23,7 +23,7 @@ source "$(dirname "$0")/prelude.sh"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 END=$(( T0 + ${LIMIT_S:-570} ))
 SHAPES=${SHAPES:-8192x6144x4096,8192x28672x4096}
-V=${VARIANTS:-bulk_sync,producer_consumer,pc_copy_engines,fused_sequential,wg_specialized,plain_again}
+V=${VARIANTS:-bulk_sync,producer_consumer,copy_engine,fused_sequential,wg_specialized,plain_again}
 suite() {  # suite NAME CSV [env ARGUMENTS...]
     local name=$1 csv=$2
     shift 2

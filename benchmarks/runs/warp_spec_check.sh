@@ -19,8 +19,8 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
         V=bulk_sync,bulk_sync.ws,fused_sequential,fused_sequential.ws,plain_again
         S=8192x6144x4096,8192x28672x4096
         [[ $op == all_gather_gemm ]] && V=bulk_sync,bulk_sync.ws,fused_sequential,plain_again
-        [[ $op == gemm_reduce_scatter || $op == gemm_all_reduce ]] && { V=$V,fs_epilogue_sum; S=8192x4096x4096,8192x4096x14336; }
-        [[ $op == gemm_all_reduce ]] && V=bulk_sync,bulk_sync.ws,fused_sequential,fs_epilogue_sum,plain_again
+        [[ $op == gemm_reduce_scatter || $op == gemm_all_reduce ]] && { S=8192x4096x4096,8192x4096x14336; }
+        [[ $op == gemm_all_reduce ]] && V=bulk_sync,bulk_sync.ws,fused_sequential,plain_again
         step "suite_${op}_$round" "${SUITE_S:-45}" "$PY" -m benchmarks world1 --ops "$op" --shapes "$S" --variants "$V" \
             --csv "$R/suite_w1.csv" --append --no-progress
     done
