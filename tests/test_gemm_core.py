@@ -490,7 +490,7 @@ def job_ops_wide_tile_bits(ctx):
     """Every op's variants with a warp-specialized 128x256 config (``WARP_SPEC = 1``), which bulk_sync
     (the GEMM core) and the flag-free fused loops run specialized and the other variants with 8 warps
     (``launch_shape``): right against the reference, and, where the op promises it, the same bits from
-    every variant (gemm_all_reduce's two-shot fused_sequential included)."""
+    every variant."""
     import warnings
 
     from ophelpers import assert_matches, randn
@@ -524,8 +524,6 @@ def _wide_tile_runs(ctx, assert_matches, randn, registry):
         ref = registry.get(op, "reference")(a, b)
         first = None
         runs = [(v, {}) for v in ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")]
-        if op == "gemm_all_reduce":
-            runs.append(("fused_sequential", {"two_shot": True}))
         for variant, kwargs in runs:
             comm = variant in ("producer_consumer", "wg_specialized")
             cfg = wide.replace(GEMM_SMS=sms - 16, COMM_SMS=16) if comm else wide

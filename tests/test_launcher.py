@@ -474,8 +474,8 @@ def test_strided_and_misaligned_operands(pools, op, variant):
 
 
 def job_copy_engine_replay(ctx):
-    """all_gather_gemm's copy-engine form (COMM_SMS = 0: rows pulled from the peers' heaps, then their
-    flags released) records and replays like the others; results and the gathered A correct."""
+    """all_gather_gemm's copy_engine form (rows pulled from the peers' heaps, then their flags
+    released) records and replays like the others; results and the gathered A correct."""
     from ophelpers import assert_matches, poison_workspaces
 
     from tilefuse.ops import registry
@@ -483,7 +483,7 @@ def job_copy_engine_replay(ctx):
     from tilefuse.ops.common.config import Config
 
     op = "all_gather_gemm"
-    fn, ref = registry.get(op, "producer_consumer"), registry.get(op, "reference")
+    fn, ref = registry.get(op, "copy_engine"), registry.get(op, "reference")
     cfg = Config(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=1, GEMM_SMS=4, COMM_SMS=0)
     tilefuse.clear_workspaces()
     before = launch.plan_stats()
@@ -499,40 +499,6 @@ def job_copy_engine_replay(ctx):
 
 def test_copy_engine_form_replays(pools):
     for recorded, replays, why in pools.run(2, job_copy_engine_replay, timeout=600):
-        assert (recorded, replays) == (1, 2), (recorded, replays, why)
-
-
-def job_scatter_copy_engine_replay(ctx, use_out):
-    """gemm_all_scatter's copy-engine form (COMM_SMS = 0: finished row chunks pushed into the peers'
-    ``c`` by 2-D copies) records and replays; with a heap ``out`` the copies' targets come from it."""
-    from ophelpers import assert_matches, poison_workspaces
-
-    from tilefuse.ops import registry
-    from tilefuse.ops.common import launch
-    from tilefuse.ops.common.config import Config
-
-    op = "gemm_all_scatter"
-    fn, ref = registry.get(op, "producer_consumer"), registry.get(op, "reference")
-    cfg = Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=4, num_stages=1, GEMM_SMS=4, COMM_SMS=0)
-    tilefuse.clear_workspaces()
-    out = tilefuse.empty(40, 24 * ctx.world, dtype=torch.float32) if use_out else None
-    before = launch.plan_stats()
-    for i in range(4):
-        a, b = _operands(ctx, op, 40, 24, 32, seed=600 + i)
-        poison_workspaces()
-        if out is not None:
-            out.fill_(float("nan"))
-            tilefuse.barrier()
-        c = fn(a, b, config=cfg, out=out)
-        assert_matches(c, ref(a, b), torch.float32, 32, ctx.on_gpu, f"copy engines call {i}", scale=ctx.world)
-    after = launch.plan_stats()
-    tilefuse.barrier()
-    return after["recorded"] - before["recorded"], after["replays"] - before["replays"], after["last_failure"]
-
-
-@pytest.mark.parametrize("use_out", [False, True])
-def test_scatter_copy_engine_form_replays(pools, use_out):
-    for recorded, replays, why in pools.run(2, job_scatter_copy_engine_replay, use_out, timeout=600):
         assert (recorded, replays) == (1, 2), (recorded, replays, why)
 
 
