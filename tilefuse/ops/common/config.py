@@ -145,13 +145,8 @@ def split_k_for(tiles: int, steps: int, programs: int) -> int:
     return split
 
 
-# Most K slices default_config picks: more slices than this run slower on small-M shapes.
-_DEFAULT_MAX_SPLIT = 8
-
-
+_DEFAULT_MAX_SPLIT = 8  # most K slices default_config picks: more run slower on small-M shapes
 DECODE_WAVE_SHARE = 0.7  # without SPLIT_K at M <= 64: the widest tile that still fills this share of a wave
-
-
 SMALL_M_MAX = 256  # without SPLIT_K, 64 < M <= this: tiles from _small_m_tiles
 # (BLOCK_M, BLOCK_N, BLOCK_K, stages), 4 warps, largest first (at equal area the wider one).
 SMALL_M_TILES = ((128, 128, 64, 6), (64, 128, 128, 4), (128, 64, 128, 4), (64, 64, 128, 6))
