@@ -8,8 +8,9 @@ begins the call (``call_enter``), its programs copy the rows, and its last progr
 barrier with the other ranks (``call_exit`` with ``BARRIER``), so a call is two launches. After the
 barrier every program computes its tiles source by source in ring order r, r+1, ..., loading A
 straight from the source rank's heap through a translated pointer (TMA descriptors work on any
-address). There is no flag: the barrier says every shard is in place. With ``return_gathered`` the program that computes a row
-block's first column tile also copies those A rows into the caller's ``a_gathered``.
+address). There is no flag: the barrier says every shard is in place. With ``return_gathered`` the
+program that computes a row block's first column tile also copies those A rows into the caller's
+``a_gathered``.
 
 Cross-call safety: the shard is written after the begin, which every rank passes only once every
 rank finished the previous call (the last one that read it). The fused kernel waits on nothing, so

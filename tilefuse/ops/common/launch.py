@@ -99,8 +99,7 @@ def env_reader(*names: str):
 
 
 # Environment switches the launchers read on every call: part of the call signature.
-_plan_env = env_reader("TILEFUSE_NO_TMA", "TILEFUSE_DEBUG_POISON", "TILEFUSE_NO_WARP_SPEC", "TILEFUSE_BEGIN_KERNEL",
-                       "TILEFUSE_BEGIN_BEFORE_GEMM")
+_plan_env = env_reader("TILEFUSE_DEBUG_POISON", "TILEFUSE_BEGIN_KERNEL", "TILEFUSE_BEGIN_BEFORE_GEMM")
 _begin_env = env_reader("TILEFUSE_BEGIN_KERNEL")
 _begin_before_env = env_reader("TILEFUSE_BEGIN_BEFORE_GEMM")
 
