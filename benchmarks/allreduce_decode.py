@@ -12,10 +12,7 @@ gets ``all_reduce(a @ b)`` ``[M, N]``. Methods:
 ==================  ==========================================================================
 method              what runs
 ==================  ==========================================================================
-bulk_sync ...       the four tilefuse variants' entry points (one-shot: partials pushed to all)
-bulk_sync.two_shot  the same with ``two_shot=True`` (partials to their row owner, owners sum,
-...                 everyone copies the sums); only with ``--methods all`` or by name (at W = 2
-                    two-shot sends as much as one-shot)
+bulk_sync ...       the four tilefuse variants' entry points (partials pushed to all)
 auto                ``tilefuse.gemm_all_reduce(a, b)`` (``variant="auto"``; needs the op in the
                     registry)
 plain               torch.matmul + ``torch.distributed.all_reduce`` (NCCL when every rank has a
@@ -83,10 +80,9 @@ CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric
                "note"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
-TWO_SHOT = tuple(f"{v}.two_shot" for v in VARIANTS)
 WHOLE_K = "fused_sequential.whole_k"
-METHODS = VARIANTS + TWO_SHOT + ("auto", "plain", "symm_one_shot", "gemm") + (WHOLE_K,)
-DEFAULT_METHODS = VARIANTS + ("auto", "plain", "symm_one_shot", "gemm")  # two-shot: at W = 2 it moves as much
+METHODS = VARIANTS + ("auto", "plain", "symm_one_shot", "gemm") + (WHOLE_K,)
+DEFAULT_METHODS = VARIANTS + ("auto", "plain", "symm_one_shot", "gemm")
 
 
 def _agree(ctx, ok: bool) -> bool:
@@ -146,9 +142,6 @@ def _method(ctx, name: str, M: int, N: int, k_loc: int, dtype):
     if name in VARIANTS:
         fn = ENTRY_POINTS[name]
         return lambda a, b: fn(a, b)
-    if name in TWO_SHOT:
-        fn = ENTRY_POINTS[name.removesuffix(".two_shot")]
-        return lambda a, b: fn(a, b, two_shot=True)
     if name == WHOLE_K:
         cfg = whole_k_config(ctx, M, N, k_loc, dtype)
         fn = ENTRY_POINTS["fused_sequential"]
@@ -308,7 +301,7 @@ def _print(rows: list) -> None:
     for r in rows:
         if r["metric"] == "error":
             print(f"M={r['M']:<5d} {r['variant']:26s} {r['mode']}: ERROR {r['note'][:160]}")
-        elif r["metric"] == "same_bits" and r["value"] != 1.0 and r["variant"] in VARIANTS + TWO_SHOT:
+        elif r["metric"] == "same_bits" and r["value"] != 1.0 and r["variant"] in VARIANTS:
             print(f"M={r['M']:<5d} {r['variant']:26s} results differ between ranks")
 
 
@@ -320,7 +313,8 @@ def main(argv=None) -> int:
     p.add_argument("--K", type=int, default=8192, help="full inner size; each rank holds K/W")
     p.add_argument("--dtype", default=None, choices=sorted(DTYPES), help="default bf16 on GPUs, fp16 on CPUs")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help="comma-separated, of " + ",".join(METHODS) + "; or all (default: all but the two-shot ones)")
+                   help="comma-separated, of " + ",".join(METHODS) + "; or all (default: "
+                        + ",".join(DEFAULT_METHODS) + ")")
     p.add_argument("--calls", type=int, default=40, help="back-to-back calls (or replays) per timing")
     p.add_argument("--weights", type=int, default=1,
                    help="weights (b) a timed call cycles through, each once (default 1: the same b every call, "

@@ -3,7 +3,7 @@
     python -m benchmarks.auto_ab --op all_gather_gemm --shape 8192x8192x28672 [--rounds 8] [--profile]
 
 The suite, timing methods one after the other, measured auto 3-7 % slower than the plain path on
-large shapes where auto *runs* the plain path (docs/PERF.md, "Method"). This times, on the same
+large shapes where auto *runs* the plain path (docs/RESULTS.md, "Method"). This times, on the same
 inputs, in ``--rounds`` rounds of alternating order (median of do_bench per round, as the suite did
 then; it now interleaves calls, which is what removed the gap: this tool shows the round-by-round
 picture that found it):

@@ -33,8 +33,7 @@ reduce              the reduction pass alone, every partial in this rank's stage
 reduce_pull         the reduction pass reading the peers' stages (bulk_sync's): link reads
 empty_call          the op with M = 0: the host path and the begin kernel (pairing, the cross-GPU
                     barrier), nothing else
-whole               the variant as a user calls it (``variant`` = each of ``--variants``; also
-                    ``fused_sequential_epilogue``: fused_sequential with ``Config.EPILOGUE_SUM``)
+whole               the variant as a user calls it (``variant`` = each of ``--variants``)
 ==================  =================================================================================
 
 Derived rows (``variant`` = ``derived``, device time): ``gemm_tax = core - matmul``, ``stage_tax =
@@ -59,7 +58,6 @@ import argparse
 import dataclasses
 import functools
 import gc
-import importlib
 import math
 import os
 import statistics
@@ -94,7 +92,6 @@ GPU_SHAPES = {"8b-o": (8192, 4096, 2048), "8b-down": (8192, 4096, 7168), "70b-o"
               "70b-down": (8192, 8192, 14336), "iris-4096x12288": (8192, 4096, 6144),
               "iris-3584x14336": (8192, 3584, 7168)}
 SMOKE_SHAPES = {"smoke": (48, 48, 24)}  # M divisible by W = 1..4
-EPILOGUE = "fused_sequential_epilogue"
 PARTS_VARIANT = "fused_sequential"  # whose kernels and config the parts use
 DERIVED = "derived"
 
@@ -153,7 +150,7 @@ def models(op: str, M: int, N: int, K: int, W: int, itemsize: int, roof: Roof) -
         "reduce_pull": (max(roof.hbm(reduce_bytes), roof.link(sent)), "max(HBM, link reads)"),
     }
     ideal = max(gemm, nccl)
-    for v in registry.VARIANTS + (EPILOGUE,):
+    for v in registry.VARIANTS:
         out[v] = (ideal, "max(matmul, nccl): perfect overlap")
     return out
 
@@ -291,7 +288,7 @@ class Case:
             # The GEMM and the stores only (SUM=False): the summing is the reduce part's.
             _fused_kernel[(n,)](*_gemm_args(s, 0 if no_k else None), call.stage, call.stage, *call.stage_args,
                                 *call.out_args, bases, ctl, heap.rank, heap.world_size, *call.enter_args,
-                                *call.split_args, NUM_PROGRAMS=n, SUB_M=call.sub_m, HAS_BIAS=False, TWO_SHOT=False,
+                                *call.split_args, NUM_PROGRAMS=n, SUB_M=call.sub_m, HAS_BIAS=False,
                                 SUM=False, **call.split_meta, **meta)
         return call.stage
 
@@ -330,10 +327,7 @@ class Case:
                 Part("reduce_pull", "bulk_sync", functools.partial(self.reduce, pull=True)),
                 Part("empty_call", v, self.empty_call)]
         for name in variants:
-            if name == EPILOGUE:  # the op's fused_sequential with Config.EPILOGUE_SUM on its default tiles
-                fn = importlib.import_module(f"tilefuse.ops.{op}.fused_sequential").fused_sequential_epilogue
-            else:
-                fn = registry.get(op, name)
+            fn = registry.get(op, name)
             out.append(Part("whole", name, lambda s, fn=fn: fn(s.a, s.b), checked=True))
         return out
 
@@ -630,9 +624,8 @@ def parse_options(argv=None, on_gpu: bool | None = None) -> argparse.Namespace:
                         help=f"per-rank MxNxK (or name=MxNxK, or a name of {sorted(GPU_SHAPES)}), comma-separated "
                              "(default: all of those; --smoke: one tiny shape)")
     parser.add_argument("--world", type=int, default=2, help="ranks to spawn (ignored under torchrun)")
-    parser.add_argument("--variants", default=",".join(registry.VARIANTS + (EPILOGUE,)),
-                        help="whole variants timed (comma-separated; fused_sequential_epilogue: fused_sequential "
-                             "with Config.EPILOGUE_SUM)")
+    parser.add_argument("--variants", default=",".join(registry.VARIANTS),
+                        help="whole variants timed (comma-separated)")
     parser.add_argument("--push-programs", default=None,
                         help="program counts of the push@P parts (default 16,33,66 on a GPU, 1 on the CPU)")
     parser.add_argument("--dtype", default=None, help="bfloat16 (default on a GPU) or float16 (default on the CPU)")
@@ -657,9 +650,9 @@ def parse_options(argv=None, on_gpu: bool | None = None) -> argparse.Namespace:
     if unknown or not args.ops:
         parser.error(f"--ops: unknown {unknown}; choose from {list(OPS)}")
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    bad = sorted(set(args.variants) - set(registry.VARIANTS) - {EPILOGUE})
+    bad = sorted(set(args.variants) - set(registry.VARIANTS))
     if bad:
-        parser.error(f"--variants: unknown {bad}; choose from {list(registry.VARIANTS) + [EPILOGUE]}")
+        parser.error(f"--variants: unknown {bad}; choose from {list(registry.VARIANTS)}")
     try:
         args.shapes = parse_shapes(args.shapes, args.smoke or not on_gpu)
         args.dtype = parse_dtype(args.dtype or ("bfloat16" if on_gpu else "float16"))

@@ -6,7 +6,7 @@ towards cuBLAS on the mid-size shapes where cuBLAS runs such tiles.
 
 Triton's blocks are powers of two. On the parity grid's shapes where the GEMM core is slowest against
 torch.matmul (M = 333-512), cuBLAS runs tiles 88, 168 or 192 wide that come to about one wave of the
-multiprocessors (docs/PERF.md, "GEMM core": 4 x 32 tiles of 88 x 192 at 333x6144x4096, where the core
+multiprocessors (docs/RESULTS.md, "GEMM core": 4 x 32 tiles of 88 x 192 at 333x6144x4096, where the core
 runs 72 tiles of 128 x 256). A tile ``BLOCK_M x (BN1 + BN2)`` here keeps two fp32 accumulators,
 ``[BM, BN1]`` and ``[BM, BN2]``, that share each ``[BM, BK]`` block of A: 128 + 64 = 192 columns,
 128 + 32 = 160, 64 + 32 = 96. Each candidate is a persistent kernel of its own (:func:`composite_kernel`:
@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tilefuse.ops.common.gemm import store_tile, tile_coords
+from tilefuse.ops.common.tiles import store_tile, tile_coords
 
 from .results import COLUMNS, parse_dtype, row, write_csv
 

@@ -29,9 +29,7 @@ interpreter (the timings mean nothing there). CSV: ``benchmarks.results`` column
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
-import os
 import time
 
 import torch
@@ -123,22 +121,6 @@ def core_config(cfg: tuple, M: int, N: int):
                   GEMM_SMS=work, COMM_SMS=0, SPLIT_K=split)
 
 
-@contextlib.contextmanager
-def no_tma(on: bool):
-    """``TILEFUSE_NO_TMA=1`` inside the block when ``on`` (the GEMM core's pointer path)."""
-    old = os.environ.get("TILEFUSE_NO_TMA")
-    if on:
-        os.environ["TILEFUSE_NO_TMA"] = "1"
-    try:
-        yield
-    finally:
-        if on:
-            if old is None:
-                os.environ.pop("TILEFUSE_NO_TMA", None)
-            else:
-                os.environ["TILEFUSE_NO_TMA"] = old
-
-
 def label(cfg: tuple) -> str:
     bm, bn, bk, split, warps, stages = cfg
     return f"splitk_{bm}x{bn}x{bk}_k{split}_w{warps}_s{stages}"
@@ -217,8 +199,8 @@ def main(argv=None) -> int:
                 for ptr in (False, True):
                     name = "core_" + label(cfg).removeprefix("splitk_") + ("_ptr" if ptr else "")
                     try:
-                        with no_tma(ptr):
-                            err = ((matmul(a, b, c, ccfg).float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+                        err = ((matmul(a, b, c, ccfg, tma=not ptr).float() - ref).norm()
+                               / ref.norm().clamp_min(1e-30)).item()
                         if not err <= 2e-2:
                             raise AssertionError(f"relative error {err:.2e}")
                     except Exception as e:  # out of shared memory for this tile, a wrong result, ...
@@ -227,8 +209,7 @@ def main(argv=None) -> int:
                         continue
 
                     def run(a=a, b=b, c=c, ccfg=ccfg, ptr=ptr):
-                        with no_tma(ptr):
-                            matmul(a, b, c, ccfg)
+                        matmul(a, b, c, ccfg, tma=not ptr)
                     fns[name] = run
             names = list(fns)
             times = bench_interleaved(ctx, [fns[n] for n in names], rep_ms=15, max_reps=200)

@@ -2,7 +2,7 @@
 
     python -m benchmarks.dispatch_cost [--calls 20000] [--shape 16x32x64]
 
-At decode sizes a call's host work is comparable to its kernel (docs/PERF.md, "One H200, world 1"), so the
+At decode sizes a call's host work is comparable to its kernel (docs/RESULTS.md, "One H200, world 1"), so the
 dispatcher's cost matters there. This times, on the host clock, ``--calls`` back-to-back calls of:
 torch.matmul alone, each op's plain path (``tilefuse.ops.registry``), and the public op with
 ``variant="auto"`` (the tables choose plain at world 1), and prints microseconds per call. On a GPU

@@ -8,13 +8,12 @@ Linear weight (``w.t()``, column-major) as in the TP layers.
     python -m benchmarks gemm_sweep --grid parity --default-only --dtypes bf16,fp16 --csv parity.csv
     python -m benchmarks gemm_sweep --grid parity --max-m 1024 --csv sweep.csv     # candidates too
     python -m benchmarks gemm_sweep --grid parity --warp-spec --ms 512,4096          # warp-specialized tiles
-    python -m benchmarks gemm_sweep --grid parity --stream-k --ms 333,512             # part-idle last waves
 
 Grids: ``parity`` (M in 16..8192, small M with large K, M not a multiple of the tile, N and K that
 are not multiples of 128: the GEMM-core parity target), ``classic`` (the shapes the tile classes
 were first chosen on) and ``smoke`` (tiny shapes, for the CPU interpreter). ``--default-only`` times
 the config ``default_config(..., split_k=True)`` picks for an untuned shape; otherwise every
-candidate of :func:`candidates` (tile shapes x warps/stages x ``SPLIT_K`` or stream-K; with
+candidate of :func:`candidates` (tile shapes x warps/stages x ``SPLIT_K``; with
 ``--warp-spec`` those of :func:`warp_spec_candidates`, ``--no-split`` :func:`no_split_candidates`) is timed too,
 next to the default, and where K's rows are off the descriptor path (not multiples of 16 bytes) the
 default with the other choice of copying them onto it (:func:`padding`).
@@ -86,24 +85,19 @@ WARP_SPEC_TILES = [(64, 128, 64, 4), (128, 64, 64, 5), (128, 64, 128, 4), (128, 
 # The default config with its tiles loop flattened, not flattened (matmul's own rule flattens
 # unspecialized 128-row tiles on the descriptor path; it never flattens a warp-specialized loop), and
 # with its tiles stored through a descriptor of C, whole or in two halves of their columns (matmul's
-# flatten, tma_store; the stores apply where the default has no split-K or stream-K, the halves and
+# flatten, tma_store; the stores apply where the default has no split-K, the halves and
 # the flattening not to a warp-specialized loop): --epilogue.
 EPILOGUES = [("+flatten", {"flatten": True}), ("-flatten", {"flatten": False}), ("+tma_store", {"tma_store": 1}),
              ("+tma_store_halves", {"tma_store": 2})]
-# Part-idle last waves (--stream-k): 128-row tiles (BLOCK_N, BLOCK_K, warps, stages), each timed whole,
-# as stream-K (after its whole waves of tiles but the last: config.stream_k_whole_tiles), and split-K.
-STREAM_K_TILES = [(128, 64, 4, 6), (128, 64, 8, 4), (256, 64, 8, 3)]
-STREAM_K_SPLITS = (2, 3, 4, 8)
-# 12 and 16 slices lost on every shape of docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv.
 SPLITS = (1, 2, 3, 4, 6, 8)
 
 
 def epilogues(default) -> list:
     """``(tag, config, matmul keywords)``: the entries of :data:`EPILOGUES` that change what
-    ``default`` runs (none with split-K or stream-K). For a warp-specialized loop, which
+    ``default`` runs (none with split-K). For a warp-specialized loop, which
     :func:`matmul` neither flattens nor stores in halves, the whole-tile descriptor store, and with one
     stage fewer (its store takes a stage's shared memory), with and without the store."""
-    if default.SPLIT_K > 1 or default.STREAM_K:
+    if default.SPLIT_K > 1:
         return []
     if default.WARP_SPEC:
         fewer = default.replace(num_stages=default.num_stages - 1)
@@ -113,11 +107,11 @@ def epilogues(default) -> list:
 
 
 def label(cfg, pad: bool | None = None) -> str:
-    """``BMxBNxBK_wW_sS[_kSPLIT][_sk][_pad|_nopad]``, as in the CSV's ``config`` column (``_sk``:
-    stream-K; ``_pad`` / ``_nopad``: operands off the descriptor path copied onto it, or not,
+    """``BMxBNxBK_wW_sS[_kSPLIT][_pad|_nopad]``, as in the CSV's ``config`` column (``_pad`` /
+    ``_nopad``: operands off the descriptor path copied onto it, or not,
     against ``PAD_MIN_M``)."""
     text = f"{cfg.BLOCK_M}x{cfg.BLOCK_N}x{cfg.BLOCK_K}_w{cfg.num_warps}_s{cfg.num_stages}"
-    text += (f"_k{cfg.SPLIT_K}" if cfg.SPLIT_K > 1 else "") + ("_sk" if cfg.STREAM_K else "")
+    text += f"_k{cfg.SPLIT_K}" if cfg.SPLIT_K > 1 else ""
     text += "_ws" if cfg.WARP_SPEC else ""
     return text + ("" if pad is None else "_pad" if pad else "_nopad")
 
@@ -161,19 +155,6 @@ def no_split_candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int
                 continue
             out.append(Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=stages,
                               GEMM_SMS=num_sms, COMM_SMS=0))
-    return out
-
-
-def stream_k_candidates(num_sms: int) -> list:
-    """Configs of :data:`STREAM_K_TILES`: each tile whole, as stream-K, and split-K with each of
-    :data:`STREAM_K_SPLITS`."""
-    from tilefuse.ops.common.config import Config
-
-    out = []
-    for bn, bk, warps, stages in STREAM_K_TILES:
-        whole = Config(BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages,
-                       GEMM_SMS=num_sms, COMM_SMS=0)
-        out += [whole, whole.replace(STREAM_K=1)] + [whole.replace(SPLIT_K=k) for k in STREAM_K_SPLITS]
     return out
 
 
@@ -231,8 +212,7 @@ def warp_spec_candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: in
 def candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int, interpreter: bool) -> list:
     """Configs tried for one shape besides the default: tiles of M's class (M <= 64: the small-M tiles
     whose BLOCK_M is at most M rounded up), each with the SPLIT_K values that keep ``tiles x SPLIT_K``
-    within two waves and at least ``MIN_SLICE_STEPS`` K steps per slice, and with stream-K where the
-    tiles leave a wave part-idle."""
+    within two waves and at least ``MIN_SLICE_STEPS`` K steps per slice."""
     import triton
 
     from tilefuse.ops.common.config import MIN_SLICE_STEPS, Config
@@ -255,8 +235,6 @@ def candidates(M: int, N: int, K: int, dtype: torch.dtype, num_sms: int, interpr
                 continue
             out.append(Config(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, GROUP_M=8, num_warps=warps,
                               num_stages=stages, GEMM_SMS=programs, COMM_SMS=0, SPLIT_K=split))
-        if tiles % programs:  # stream-K evens out a part-idle last wave
-            out.append(out[-1].replace(SPLIT_K=1, STREAM_K=1))
     return out
 
 
@@ -366,8 +344,6 @@ def main(argv=None) -> None:
                         help="the candidates are the default config with the tiles loop flattened, not "
                              "flattened, and with tiles stored through a descriptor of C, whole or in two "
                              "halves (matmul's flatten, tma_store; where they change the default; GPU)")
-    parser.add_argument("--stream-k", action="store_true",
-                        help="the candidates are 128-row tiles whole, as stream-K and as split-K (GPU)")
     parser.add_argument("--torch-kernels", action="store_true",
                         help="record the kernels torch.matmul launches per shape (metric 'kernels', names in note)")
     parser.add_argument("--quick", action="store_true", help="the first 4 shapes, the first 3 candidates")
@@ -413,8 +389,6 @@ def main(argv=None) -> None:
             configs = [("default", default, None, {})]
             if args.epilogue and not interpreter:
                 configs += [(f"default{tag}", cfg, None, kw) for tag, cfg, kw in epilogues(default)]
-            elif args.stream_k and not interpreter:
-                configs += [(label(cfg), cfg, None, {}) for cfg in stream_k_candidates(sms)]
             elif not args.default_only:
                 if args.warp_spec and not interpreter:
                     pool = warp_spec_candidates(M, N, K, dtype, sms)

@@ -12,9 +12,9 @@ CPU this is the only way to see the host path (the interpreter would run the ker
 ``--real-launches`` keeps the real kernels (host time then includes the driver's launch cost).
 
 Methods per op: ``plain`` (public function, ``variant="plain"``), ``plain_entry`` (the registry's
-plain entry point), each registered variant through the public function, ``fused_sequential_entry``
-and ``fs_epilogue_sum_entry`` (fused_sequential's entry point, staged and with ``Config.EPILOGUE_SUM``,
-where the op has that form), ``auto`` (public function,
+plain entry point), each registered variant and named form through the public function,
+``fused_sequential_entry`` (fused_sequential's entry point, without the public function's dispatch),
+``auto`` (public function,
 ``variant="auto"``; the note says what auto resolved to) and ``<variant>_custom_op``
 (``torch.ops.tilefuse.<op>``: the dispatcher's cost on top). Timing: ``--rounds`` rounds, methods
 interleaved in each, every method timed over ``--calls`` back-to-back calls per round; the value is
@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import importlib
 import statistics
 import sys
 import time
@@ -117,21 +116,15 @@ def methods(op: str) -> dict:
     """``{name: fn(a, b)}`` for ``op``."""
     import tilefuse
     from tilefuse.ops import registry
-    from tilefuse.ops.common.config import EPILOGUE_SUM_FORMS
 
     public = getattr(tilefuse, op)
     have = registry.variants(op)
     entry = registry.get(op, "plain")
     out = {"plain": lambda a, b: public(a, b, variant="plain"), "plain_entry": lambda a, b: entry(a, b)}
-    for v in tilefuse.VARIANTS:
+    for v in registry.tunable(op):
         if v in have:
             out[v] = (lambda a, b, v=v: public(a, b, variant=v))
-    if (op, "fused_sequential") in EPILOGUE_SUM_FORMS:
-        # fused_sequential's entry point, staged and with Config.EPILOGUE_SUM on its default tiles (one
-        # launch for gemm_reduce_scatter), both without the public function's dispatch
-        module = importlib.import_module(f"tilefuse.ops.{op}.fused_sequential")
-        out["fused_sequential_entry"] = module.fused_sequential
-        out["fs_epilogue_sum_entry"] = module.fused_sequential_epilogue
+    out["fused_sequential_entry"] = registry.get(op, "fused_sequential")  # without the public function's dispatch
     out["auto"] = lambda a, b: public(a, b, variant="auto")
     custom = getattr(torch.ops.tilefuse, op)
     out["plain_custom_op"] = lambda a, b: custom(a, b, "plain", None, None)

@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import importlib
 import os
 import statistics
 import sys
@@ -73,10 +72,9 @@ import tilefuse
 from tilefuse.ops import dispatch, registry
 from tilefuse.ops.common import launch as oplaunch
 from tilefuse.ops.common.collectives import all_gather_cat, all_reduce_sum, reduce_scatter_rows
-from tilefuse.ops.common.config import EPILOGUE_SUM_FORMS, WARP_SPEC_VARIANTS, default_config
+from tilefuse.ops.common.config import WARP_SPEC_VARIANTS, default_config
 from tilefuse.ops.common.gemm import matmul as tf_matmul
 from tilefuse.runtime import hw
-from tilefuse.tuning import rules
 from tilefuse.tuning.shapes import local_shapes, shape_sets
 from tilefuse.tuning.tuner import WARP_SPEC_TILE
 
@@ -93,22 +91,18 @@ CSV_COLUMNS = COLUMNS + ["set", "shape"]
 CONTROL = "plain_again"
 # ``--variants ...,core``: tilefuse's GEMM core alone (ops/common/gemm.matmul) on the gemm operands.
 CORE = "core"
-# ``--variants ...,pc_copy_engines``: producer_consumer with COMM_SMS = 0 (all_gather_gemm and
-# gemm_all_scatter: rows moved by copy engines, the GEMM on every SM but one), on the heuristic config.
-COPY_ENGINES = "pc_copy_engines"
-# ``--variants ...,fs_epilogue_sum``: fused_sequential summing each tile in its epilogue
-# (Config.EPILOGUE_SUM = 1; gemm_reduce_scatter, gemm_all_reduce), on the variant's default tiles.
-EPILOGUE_SUM = "fs_epilogue_sum"
-# ``--variants ...,bulk_sync.ws``: a variant that honours Config.WARP_SPEC (config.WARP_SPEC_VARIANTS;
-# gemm_all_reduce's fused_sequential only two-shot, so not here) on its default config with the
-# tuner's warp-specialized tile (128x256, 4 warps a group, 4 stages, WARP_SPEC = 1).
+# ``--variants ...,copy_engine``: the named forms of a variant (registry.FORMS; all_gather_gemm's
+# copy_engine: rows moved by copy engines, the GEMM on every SM but one), on their default config.
+FORM_METHODS = {form: tuple(op for op, forms in registry.FORMS.items() if form in forms)
+                for forms in registry.FORMS.values() for form in forms}
+# ``--variants ...,bulk_sync.ws``: a variant that honours Config.WARP_SPEC (config.WARP_SPEC_VARIANTS)
+# on its default config with the tuner's warp-specialized tile (128x256, 4 warps a group, 4 stages,
+# WARP_SPEC = 1).
 WARP_SPEC_SUFFIX = ".ws"
-WARP_SPEC_METHODS = {f"{v}{WARP_SPEC_SUFFIX}": tuple(op for op, vs in WARP_SPEC_VARIANTS.items() if v in vs
-                                                     and not (op == "gemm_all_reduce" and v == "fused_sequential"))
+WARP_SPEC_METHODS = {f"{v}{WARP_SPEC_SUFFIX}": tuple(op for op, vs in WARP_SPEC_VARIANTS.items() if v in vs)
                      for v in ("bulk_sync", "fused_sequential")}
 # (op, extra method) pairs: the methods above that only some ops have.
-OP_METHODS = {COPY_ENGINES: rules.COPY_ENGINE_OPS, EPILOGUE_SUM: tuple(op for op, _ in EPILOGUE_SUM_FORMS),
-              **WARP_SPEC_METHODS}
+OP_METHODS = {**FORM_METHODS, **WARP_SPEC_METHODS}
 CUSTOM_SET = "custom"  # the set name of --shapes MxNxK entries
 GPU_SETS = "iris,llama3-8b,llama3-70b,decode"
 CPU_SETS = "tiny"
@@ -168,13 +162,11 @@ class Method:
 
 def auto_note(op: str, a: torch.Tensor, b: torch.Tensor) -> str:
     """What ``variant="auto"`` runs for ``op(a, b)`` and where the decision came from, e.g.
-    ``auto -> wg_specialized two-shot (tuned (saved in ...))``. Ask after auto's calls: the first call
+    ``auto -> wg_specialized (tuned (saved in ...))``. Ask after auto's calls: the first call
     of a bucket decides it (a table, the cache, first-call tuning), so before it this can only say
     what this rank's tables and cache would pick."""
     choice = dispatch.choose(op, a, b)
-    form = " two-shot" if getattr(choice.config, "TWO_SHOT", 0) else ""
-    form += " epilogue-sum" if getattr(choice.config, "EPILOGUE_SUM", 0) else ""
-    return f"auto -> {choice.variant}{form} ({choice.source})"
+    return f"auto -> {choice.variant} ({choice.source})"
 
 
 class Case:
@@ -263,24 +255,16 @@ class Case:
                 self.core_config = default_config(rows, self.N, self.K, self.dtype, num_sms=hw.num_sms(dev),
                                                   interpreter=hw.interpreting(), comm=False)
                 methods.append(Method(CORE, self.core, "gemm"))
-            elif v == COPY_ENGINES:  # producer_consumer with COMM_SMS = 0
-                dev = self.ctx.device
-                cfg = default_config(self.M, self.N, self.K, self.dtype, num_sms=hw.num_sms(dev),
-                                     interpreter=hw.interpreting(), comm=False)
-                fn = functools.partial(registry.get(op, "producer_consumer"), config=cfg.replace(COMM_SMS=0),
-                                       **out_kw)
-                methods.append(Method(COPY_ENGINES, lambda s, fn=fn: fn(s.a, s.b), "op"))
-            elif v == EPILOGUE_SUM:  # the variant's own default config, with EPILOGUE_SUM = 1
-                module = importlib.import_module(f"tilefuse.ops.{op}.fused_sequential")
-                fn = functools.partial(module.fused_sequential_epilogue, **out_kw)
-                methods.append(Method(EPILOGUE_SUM, lambda s, fn=fn: fn(s.a, s.b), "op"))
+            elif v in FORM_METHODS:  # a named form on its default config
+                fn = functools.partial(registry.get(op, v), **out_kw)
+                methods.append(Method(v, lambda s, fn=fn: fn(s.a, s.b), "op"))
             elif v in WARP_SPEC_METHODS:  # the variant's default config on the warp-specialized tile
                 dev = self.ctx.device
                 cfg = default_config(self.M, self.N, self.K, self.dtype, num_sms=hw.num_sms(dev),
                                      interpreter=hw.interpreting(), comm=False)
                 bm, bn, bk, warps, stages = WARP_SPEC_TILE
                 cfg = cfg.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
-                                  SPLIT_K=1, STREAM_K=0, WARP_SPEC=1)
+                                  SPLIT_K=1, WARP_SPEC=1)
                 fn = functools.partial(registry.get(op, v[:-len(WARP_SPEC_SUFFIX)]), config=cfg, **out_kw)
                 methods.append(Method(v, lambda s, fn=fn: fn(s.a, s.b), "op"))
             elif v == "auto":
@@ -436,7 +420,7 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
     del chk, refs
 
     # Time: the methods' calls interleaved one by one (bench_interleaved), after the GPU's clocks
-    # settle under this shape's GEMM (docs/PERF.md, "Method"); --reps rounds of that.
+    # settle under this shape's GEMM (docs/RESULTS.md, "Method"); --reps rounds of that.
     cycle = Cycle(case.sets)
     settle(ctx, lambda: case.gemm(cycle()))
     kw = dict(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, cpu_reps=1, sync_each=args.sync_each)

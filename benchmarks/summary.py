@@ -1,7 +1,7 @@
 """Short summary of a folder of benchmark outputs: test outcome, bandwidth, suite results.
 
     python -m benchmarks summary OUT_DIR
-    python -m benchmarks summary --markdown SUITE.csv    # the tables of docs/PERF.md
+    python -m benchmarks summary --markdown SUITE.csv    # the tables of docs/RESULTS.md
 
 Reads ``tests.log``, ``bandwidth.csv``, every ``soak*.csv`` and every ``suite*.csv`` where present;
 prints compact tables (a device run returns only the tail of its output, so this is what must fit).
@@ -165,7 +165,7 @@ def suite_markdown(csv: Path) -> list:
     for op, g_op in df.groupby("op", sort=False):
         # Methods with a speedup or a failure on some shape (torch_fused skipped everywhere has no column).
         shown = g_op[(g_op.metric.isin(["speedup_vs_plain", "error"])) | ((g_op.metric == "ok") & (g_op.value != 1.0))]
-        # The variants' other forms (fs_epilogue_sum, pc_copy_engines, <variant>.ws, ...) after the four.
+        # The variants' other forms (copy_engine, <variant>.ws, ...) after the four.
         forms = [m for m in dict.fromkeys(shown.variant) if m not in MD_VARIANTS + MD_OTHERS + MD_BASELINES]
         methods = [m for m in MD_VARIANTS if (shown.variant == m).any()] + forms + \
             [m for m in MD_OTHERS if (shown.variant == m).any()]

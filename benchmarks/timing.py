@@ -10,7 +10,7 @@ with the host clock: correctness smoke only.
 
 :func:`bench_interleaved` times several functions with their calls interleaved one by one (what the
 suite uses: the clock of a GPU at its power cap swings, and fixed timing slots would meet fixed
-phases of the swing; docs/PERF.md, "Method"), and :func:`settle` runs a function until the clocks
+phases of the swing; docs/RESULTS.md, "Method"), and :func:`settle` runs a function until the clocks
 have settled before timing starts. :func:`rotating` builds enough input sets that consecutive calls
 do not find their inputs in L2.
 """
@@ -31,7 +31,7 @@ FLUSH_BYTES = 256 << 20  # what do_bench writes to clear L2
 # H200's 1.98 GHz): the host queues the call's launches meanwhile, so its events time the device's
 # work alone. Without it a call whose host work outlasts the GPU's (the L2 clear and the call) drains
 # the queue and its window includes host time: on a slow host the GEMM core at 128x4096x4096 once
-# measured 53 us against 21 us in an earlier run, the GPU mostly idle (docs/PERF.md, "Method").
+# measured 53 us against 21 us in an earlier run, the GPU mostly idle (docs/RESULTS.md, "Method").
 LEAD_CYCLES = 500_000
 
 
@@ -154,7 +154,7 @@ def bench_interleaved(ctx: RankCtx, fns: list, *, warmup_ms: float = 25.0, rep_m
     spin (:data:`LEAD_CYCLES`) that lets the host queue it, so the time is the device's; with several
     ranks or ``sync_each`` each call instead starts on an idle GPU after a barrier (host time
     included). Drift and oscillation of the GPU's clocks (an H200 at its power cap swings ±5 % with
-    a period of about a second: docs/PERF.md, "Method") then reach every function alike, where
+    a period of about a second: docs/RESULTS.md, "Method") then reach every function alike, where
     timing one function for 100 ms and then the next hands each a different phase of the swing.
     ``rep_ms`` is each function's share of the timed calls. ``host_ms``, if given, is a list of
     lists that receives each function's host time per call (on the per-call-barrier path).

@@ -58,7 +58,7 @@ def _rank_job(ctx, size: str, variant: str):
     err = rel_error(par(x_loc), ref_y)
     methods = {"plain": step(plain, x_full, dy_full), "par": step(par, x_loc, dy_loc),
                "tp": step(torch_tp, x_loc, dy_loc)}
-    settle(ctx, methods["plain"])  # steady clocks first (docs/PERF.md, "Method")
+    settle(ctx, methods["plain"])  # steady clocks first (docs/RESULTS.md, "Method")
     rounds = [bench_interleaved(ctx, list(methods.values())) for _ in range(2)]  # calls interleaved
     t_plain, t_par, t_tp = (statistics.median(r[i] for r in rounds) for i in range(3))
     flops = 3 * 2 * tokens * hidden * inter * 3  # three GEMMs, forward + two backward GEMMs each

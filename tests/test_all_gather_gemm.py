@@ -134,12 +134,14 @@ def test_non_default_config(pools, variant):
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("a_column_major", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_copy_engine_form(pools, world, a_column_major):
-    """producer_consumer with COMM_SMS = 0: peers' rows come by copy engine, chunk by chunk, while the
-    GEMM waits on each chunk's flag; a late rank; a_gathered returned on alternate calls."""
+    """The copy_engine form: peers' rows come by copy engine, chunk by chunk, while the GEMM waits on
+    each chunk's flag; a late rank; a_gathered returned on alternate calls; its default config too."""
     cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=1,
                GEMM_SMS=4, COMM_SMS=0)
-    assert all(pools.run(world, job_against_reference, "producer_consumer", [(70, 24, 40)], calls=3, config=cfg,
+    assert all(pools.run(world, job_against_reference, "copy_engine", [(70, 24, 40)], calls=3, config=cfg,
                          late_rank=world - 1, a_column_major=a_column_major, only_dtype=torch.float32))
+    assert all(pools.run(world, job_against_reference, "copy_engine", [(40, 24, 24)], calls=1,
+                         only_dtype=torch.float32))
 
 
 def job_flattened_local_tiles(ctx, variant):
@@ -304,8 +306,9 @@ def job_bad_input(ctx):
         fn(a[0], b, variant="wg_specialized")
     cfg = tilefuse.Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=4, num_stages=1,
                           GEMM_SMS=4, COMM_SMS=0)
-    with pytest.raises(ValueError, match="COMM_SMS"):
-        fn(a, b, variant="wg_specialized", config=cfg)
+    for variant in ("producer_consumer", "wg_specialized"):  # the copy engines are a form of their own
+        with pytest.raises(ValueError, match="COMM_SMS"):
+            fn(a, b, variant=variant, config=cfg)
     with pytest.raises(ValueError, match="exceeds"):
         fn(a, b, variant="producer_consumer", config=cfg.replace(GEMM_SMS=10_000, COMM_SMS=1))
     with pytest.raises(TypeError, match="Config"):

@@ -706,63 +706,50 @@ def test_a_bad_setting_on_one_rank_is_an_error_on_every_rank(pools, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# gemm_all_reduce's two-shot algorithm as a tuned choice
+# all_gather_gemm's copy_engine form as a tuned choice
 # ---------------------------------------------------------------------------------------------
 
 
-def test_a_two_shot_config_round_trips_through_the_cache(tmp_path):
+def test_a_named_form_round_trips_through_the_cache(tmp_path):
     from tilefuse.ops.common.config import Config
 
-    cfg = Config(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, num_warps=4, num_stages=1, GEMM_SMS=4,
-                 COMM_SMS=2, TWO_SHOT=1)
-    key = cache.entry_key("cpu", 3, "gemm_all_reduce", "float16", 48, 24, m_bucket(40))
-    path = cache.put({key: {"variant": "producer_consumer", "config": cfg.to_dict()}}, tmp_path / "autotune.json")
-    assert Config.from_dict(cache.load(path)[key]["config"]) == cfg
-    bad = dict(cfg.to_dict(), TWO_SHOT=2)
+    cfg = Config(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, num_warps=4, num_stages=1, GEMM_SMS=4, COMM_SMS=0)
+    key = cache.entry_key("cpu", 2, "all_gather_gemm", "float16", 48, 24, m_bucket(40))
+    path = cache.put({key: {"variant": "copy_engine", "config": cfg.to_dict()}}, tmp_path / "autotune.json")
+    entry = cache.load(path)[key]
+    assert entry["variant"] == "copy_engine" and Config.from_dict(entry["config"]) == cfg
     with pytest.raises(ValueError, match="malformed"):
-        cache.put({key: {"variant": "producer_consumer", "config": bad}}, path)
+        cache.put({key: {"variant": "pc_copy_engines", "config": cfg.to_dict()}}, path)
 
 
-def _all_reduce_algorithms(variant: str) -> list:
-    from tilefuse.ops.common import launch
-
-    return sorted({k[2] for k in launch.workspace_keys() if k[:2] == ("gemm_all_reduce", variant)})
-
-
-def job_tune_two_shot(ctx, cache_dir):
-    """First-call tuning of gemm_all_reduce where wg_specialized's two-shot form is the fastest: auto
-    runs two-shot, the cache keeps it, and a later process (decisions forgotten, tuning off) reads it."""
+def job_tune_copy_engine(ctx, cache_dir):
+    """First-call tuning of all_gather_gemm where the copy_engine form is the fastest: auto runs it,
+    the cache keeps it, and a later process (decisions forgotten, tuning off) reads it."""
     M, N, K = 40, 48, 24
-    g = torch.Generator().manual_seed(ctx.rank)  # each rank its own K shard
+    g = torch.Generator().manual_seed(ctx.rank)
     a = torch.randn(M, K, generator=g).to(torch.float16).to(ctx.device)
     b = (torch.randn(K, N, generator=g) / K ** 0.5).to(torch.float16).to(ctx.device)
     with _env(TILEFUSE_AUTOTUNE="1", budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dir,
               TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
-        autotune.set_timer(lambda name: {"plain": 1.0, "wg_specialized#1": 0.5}.get(name, 3.0))
-        tilefuse.clear_workspaces()
-        tilefuse.gemm_all_reduce(a, b)  # tunes: every candidate runs
-        tilefuse.clear_workspaces()
-        got = tilefuse.gemm_all_reduce(a, b)
-        ref = tilefuse.gemm_all_reduce(a, b, variant="reference")
+        autotune.set_timer(lambda name: {"plain": 1.0, "copy_engine": 0.5}.get(name, 3.0))
+        tilefuse.all_gather_gemm(a, b)  # tunes: every candidate runs
+        got = tilefuse.all_gather_gemm(a, b)
+        ref = tilefuse.all_gather_gemm(a, b, variant="reference")
         torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=5e-2)
-        tuned = dispatch.choose("gemm_all_reduce", a, b)
-        ran = _all_reduce_algorithms("wg_specialized")
+        tuned = dispatch.choose("all_gather_gemm", a, b)
     with _env(TILEFUSE_AUTOTUNE="0", TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=None):
-        cached = dispatch.decide("gemm_all_reduce", a, b)
-    return (tunes, tuned.variant, tuned.config.TWO_SHOT, tuned.source.split(" ")[0], ran, cached.variant,
-            cached.config.TWO_SHOT, cached.source.split(" ")[0])
+        cached = dispatch.decide("all_gather_gemm", a, b)
+    return tunes, tuned.variant, tuned.source.split(" ")[0], cached.variant, cached.source.split(" ")[0]
 
 
-@pytest.mark.slow  # nine candidates at W = 2 in the interpreter (about a minute on 2 busy cores)
-def test_first_call_tuning_can_choose_two_shot(pools, tmp_path):
-    res = pools.run(2, job_tune_two_shot, str(tmp_path))
-    for tunes, variant, two_shot, source, ran, c_variant, c_two_shot, c_source in res:
-        assert len(tunes) == 1 and "wg_specialized#1" in tunes[0] and "bulk_sync#1" in tunes[0], tunes
-        assert (variant, two_shot, source) == ("wg_specialized", 1, "tuned"), res
-        assert ran == ["two_shot"], "auto ran the two-shot algorithm"
-        assert (c_variant, c_two_shot, c_source) == ("wg_specialized", 1, "cache"), res
+@pytest.mark.slow  # six candidates at W = 2 in the interpreter
+def test_first_call_tuning_can_choose_a_named_form(pools, tmp_path):
+    res = pools.run(2, job_tune_copy_engine, str(tmp_path))
+    for tunes, variant, source, c_variant, c_source in res:
+        assert len(tunes) == 1 and "copy_engine" in tunes[0], tunes
+        assert (variant, source, c_variant, c_source) == ("copy_engine", "tuned", "copy_engine", "cache"), res
     [entry] = json.loads((tmp_path / "autotune.json").read_text())["entries"].values()
-    assert entry["variant"] == "wg_specialized" and entry["config"]["TWO_SHOT"] == 1
+    assert entry["variant"] == "copy_engine"
 
 
 # ---------------------------------------------------------------------------------------------

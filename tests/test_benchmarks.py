@@ -641,22 +641,22 @@ def job_breakdown(ctx, argv):
 
 
 def test_breakdown_smoke_times_every_part_and_checks_the_whole_calls(pools, tmp_path, on_gpu):
-    """--smoke at world 2 on gemm_reduce_scatter: every part timed, the whole calls (the epilogue-sum
-    form too) checked against the reference, derived rows, roofline rows, the CSV as returned.
+    """--smoke at world 2 on gemm_reduce_scatter: every part timed, the whole calls (two variants)
+    checked against the reference, derived rows, roofline rows, the CSV as returned.
     On a GPU the derived rows are of device times, and each whole variant adds its host_exposed row."""
     from benchmarks import breakdown
 
     csv = tmp_path / "breakdown.csv"
-    argv = ["--smoke", "--ops", "gemm_reduce_scatter", "--variants", f"fused_sequential,{breakdown.EPILOGUE}",
+    argv = ["--smoke", "--ops", "gemm_reduce_scatter", "--variants", "fused_sequential,bulk_sync",
             "--push-programs", "1", "--min-reps", "1", "--max-reps", "2", "--csv", str(csv)]
     rows = pools.run(2, job_breakdown, argv)[0]
     df = pd.DataFrame(rows)
     assert (df["metric"] != "error").all(), df[df["metric"] == "error"]["note"].tolist()
     assert set(df["component"]) == BREAKDOWN_PARTS | ({"host_exposed"} if on_gpu else set())
     whole = df[df["component"] == "whole"]
-    assert set(whole["variant"]) == {"fused_sequential", breakdown.EPILOGUE}
+    assert set(whole["variant"]) == {"fused_sequential", "bulk_sync"}
     ok = df[df["metric"] == "ok"]
-    assert set(ok["variant"]) == {"plain", "fused_sequential", breakdown.EPILOGUE} and (ok["value"] == 1.0).all()
+    assert set(ok["variant"]) == {"plain", "fused_sequential", "bulk_sync"} and (ok["value"] == 1.0).all()
     timed = df[(df["metric"] == "ms") & (df["variant"] != breakdown.DERIVED)]
     assert set(timed["component"]) == BREAKDOWN_PARTS - {"gemm_tax", "stage_tax", "push_exposed"}
     assert (timed["value"] > 0).all() and timed["value"].map(math.isfinite).all()
@@ -670,7 +670,7 @@ def test_breakdown_smoke_times_every_part_and_checks_the_whole_calls(pools, tmp_
                                                     - src[("gemm_stage_local", "fused_sequential")])
     exposed = df[df["component"] == "host_exposed"]
     if on_gpu:
-        assert set(exposed["variant"]) == {"fused_sequential", breakdown.EPILOGUE}, exposed
+        assert set(exposed["variant"]) == {"fused_sequential", "bulk_sync"}, exposed
         for r in exposed.itertuples():
             assert r.metric == "device_ms" and r.value == pytest.approx(ms[("whole", r.variant)]
                                                                         - src[("whole", r.variant)])
@@ -681,7 +681,7 @@ def test_breakdown_smoke_times_every_part_and_checks_the_whole_calls(pools, tmp_
     on_disk = pd.read_csv(csv, dtype={"note": str})
     assert list(on_disk.columns) == breakdown.CSV_COLUMNS and len(on_disk) == len(df)
     text = breakdown.compact(csv)
-    assert "push_exp" in text and breakdown.EPILOGUE in text and "smoke" in text
+    assert "push_exp" in text and "bulk_sync" in text and "smoke" in text
 
 
 def test_breakdown_options_reject_bad_input(capsys):
@@ -847,7 +847,7 @@ def test_interleaved_us_medians_per_method_in_rounds():
 
 
 def test_suite_markdown_shows_the_variants_other_forms(tmp_path):
-    """summary --markdown: a variant's other form (fs_epilogue_sum, <variant>.ws, ...) gets a column after
+    """summary --markdown: a variant's other form (copy_engine, <variant>.ws, ...) gets a column after
     the four variants and can be the bold best; the baselines (plain, gemm, comm, ideal) are no method
     columns."""
     from benchmarks import summary
@@ -856,7 +856,7 @@ def test_suite_markdown_shows_the_variants_other_forms(tmp_path):
                 device="cpu", commit="abc1234", note="")
     rows = [dict(base, variant=v, metric="ms", value=1.0) for v in ("gemm", "comm", "plain")]
     rows += [dict(base, variant=v, metric="speedup_vs_plain", value=x)
-             for v, x in (("plain", 1.0), ("bulk_sync", 0.84), ("fused_sequential", 0.83), ("fs_epilogue_sum", 0.93),
+             for v, x in (("plain", 1.0), ("bulk_sync", 0.84), ("fused_sequential", 0.83), ("copy_engine", 0.93),
                           ("bulk_sync.ws", 0.82), ("plain_again", 1.0), ("ideal", 1.11))]
     rows.append(dict(base, variant="ideal", metric="ideal_speedup", value=1.11))
     csv = tmp_path / "suite.csv"
@@ -864,5 +864,5 @@ def test_suite_markdown_shows_the_variants_other_forms(tmp_path):
     text = "\n".join(summary.suite_markdown(csv))
     head = next(line for line in text.splitlines() if line.startswith("| shape"))
     assert [c.strip() for c in head.strip("|").split("|")][5:] == [
-        "bulk_sync", "fused_sequential", "fs_epilogue_sum", "bulk_sync.ws", "plain_again", "ideal"]
+        "bulk_sync", "fused_sequential", "copy_engine", "bulk_sync.ws", "plain_again", "ideal"]
     assert "| **0.93** |" in text and "| 0.84 |" in text

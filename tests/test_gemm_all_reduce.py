@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from unittest import mock
 
 import pytest
 import torch
@@ -16,7 +15,6 @@ from ophelpers import assert_matches, dtypes, flagged_first, poison_workspaces, 
 
 import tilefuse
 from tilefuse.ops import registry
-from tilefuse.ops.common import launch
 
 OP = "gemm_all_reduce"
 # Bits of kernel results are compared across tilings here: `.ci/run` runs these again under a
@@ -66,11 +64,6 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view({2: torch.int16, 4: torch.int32}[t.element_size()])
 
 
-def _begun(form: str):
-    """The one-kernel calls begun beside their K loops ("aside", the default) or before them."""
-    return mock.patch.dict(os.environ, {"TILEFUSE_BEGIN_BEFORE_GEMM": "1"} if form == "before" else {})
-
-
 def _same_bits_on_every_rank(results, what):
     """``results``: per rank, a list of tensors (one per call); rank 0's are compared to everyone's."""
     first = results[0]
@@ -82,7 +75,7 @@ def _same_bits_on_every_rank(results, what):
 
 
 def job_against_reference(ctx, variant, shapes, calls, config=None, late=False, b_transposed=False,
-                          dtype_list=None, bias=False, two_shot=False):
+                          dtype_list=None, bias=False):
     """Returns every result, for the cross-rank bit comparison."""
     fn = _get(variant)
     cfg = tilefuse.Config(**config) if config else None
@@ -96,9 +89,9 @@ def job_against_reference(ctx, variant, shapes, calls, config=None, late=False, 
                 poison_workspaces()
                 if late and ctx.rank == call % ctx.world:
                     time.sleep(0.2)  # the others must wait for this rank's partials
-                got = fn(a, b, config=cfg, bias=c_bias, two_shot=two_shot)
+                got = fn(a, b, config=cfg, bias=c_bias)
                 tilefuse.synchronize()
-                _check(ctx, got, ref, dtype, K, f"{variant} two_shot={two_shot} M={M} N={N} K={K} {dtype} call {call}")
+                _check(ctx, got, ref, dtype, K, f"{variant} M={M} N={N} K={K} {dtype} call {call}")
                 outs.append(got)
     tilefuse.barrier()
     return outs
@@ -124,7 +117,7 @@ def job_back_to_back(ctx, variant, M, N, K, calls):
 
 
 def job_variants_bit_identical(ctx, M, N, K, dtype_list, config, bias):
-    """Every variant, one-shot and two-shot, gives the very bits of every other (one summation
+    """Every variant gives the very bits of every other (one summation
     order, one rounding of the partials, the bias added in fp32 after the sum); returns them all."""
     cfg = tilefuse.Config(**config)
     outs = []
@@ -133,12 +126,11 @@ def job_variants_bit_identical(ctx, M, N, K, dtype_list, config, bias):
         ref = _get("reference")(a, b, bias=c_bias)
         got = {}
         for variant in VARIANTS:
-            for two_shot in (False, True):
-                poison_workspaces()
-                got[variant, two_shot] = _get(variant)(a, b, config=cfg, bias=c_bias, two_shot=two_shot)
-                tilefuse.synchronize()
-                _check(ctx, got[variant, two_shot], ref, dtype, K, f"{variant} two_shot={two_shot} {dtype}")
-        first = (VARIANTS[0], False)
+            poison_workspaces()
+            got[variant] = _get(variant)(a, b, config=cfg, bias=c_bias)
+            tilefuse.synchronize()
+            _check(ctx, got[variant], ref, dtype, K, f"{variant} {dtype}")
+        first = VARIANTS[0]
         for key, value in got.items():
             differ = (_bits(value) != _bits(got[first])).sum().item()
             assert differ == 0, f"{dtype}: {key} and {first} differ in {differ} of {ref.numel()} elements"
@@ -158,31 +150,28 @@ SPLIT_CFGS = (dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=16, GROUP_M=2, num_warps=2, n
 
 
 def job_split_k(ctx, shapes, calls):
-    """gemm_all_reduce's fused_sequential with K split into slices (one a program), begun beside and
-    before its K loops, with a bias and a late rank each call: the reference's result, and the bits
-    of bulk_sync on the same config (whose GEMM core splits K alike). Calls follow each other on the
-    same split-K scratch: a slice count left behind would make the next call's tiles wrong. Then K
-    shards of different sizes, a call aborted on every rank and the calls after it, and the configs it
-    refuses, on every rank alike."""
+    """gemm_all_reduce's fused_sequential with K split into slices (one a program), with a bias and a
+    late rank each call: the reference's result, and the bits of bulk_sync on the same config (whose
+    GEMM core splits K alike). Calls follow each other on the same split-K scratch: a slice count left
+    behind would make the next call's tiles wrong. Then K shards of different sizes, a call aborted
+    on every rank and the calls after it, and the configs it refuses, on every rank alike."""
     dtype = torch.float32  # exact in the interpreter: a change of summation order shows
     outs = []
     for config, (M, N, K) in zip(SPLIT_CFGS, shapes):
         cfg = tilefuse.Config(**config)
-        for form in ("aside", "before"):
-            with _begun(form):
-                for call in range(calls):
-                    a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=300 + call, bias=True)
-                    poison_workspaces()
-                    if ctx.rank == call % ctx.world:
-                        time.sleep(0.2)
-                    got = _get("fused_sequential")(a, b, config=cfg, bias=c_bias)
-                    want = _get("bulk_sync")(a, b, config=cfg, bias=c_bias)
-                    tilefuse.synchronize()
-                    what = f"split {config['SPLIT_K']} {form} M={M} N={N} K={K} call {call}"
-                    _check(ctx, got, _get("reference")(a, b, bias=c_bias), dtype, K, what)
-                    differ = (_bits(got) != _bits(want)).sum().item()
-                    assert differ == 0, f"{what}: differs from bulk_sync in {differ} of {got.numel()} elements"
-                    outs.append(got)
+        for call in range(calls):
+            a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=300 + call, bias=True)
+            poison_workspaces()
+            if ctx.rank == call % ctx.world:
+                time.sleep(0.2)
+            got = _get("fused_sequential")(a, b, config=cfg, bias=c_bias)
+            want = _get("bulk_sync")(a, b, config=cfg, bias=c_bias)
+            tilefuse.synchronize()
+            what = f"split {config['SPLIT_K']} M={M} N={N} K={K} call {call}"
+            _check(ctx, got, _get("reference")(a, b, bias=c_bias), dtype, K, what)
+            differ = (_bits(got) != _bits(want)).sum().item()
+            assert differ == 0, f"{what}: differs from bulk_sync in {differ} of {got.numel()} elements"
+            outs.append(got)
     # K shards of different sizes (as the GPU default's slices, which follow M and N only, meet them):
     # 4 steps over 2 slices, 1 step (one slice empty), none.
     cfg = tilefuse.Config(**SPLIT_CFGS[0])
@@ -206,8 +195,6 @@ def job_split_k(ctx, shapes, calls):
         tilefuse.synchronize()
         _check(ctx, got, _get("reference")(a, b), dtype, 56, f"split call {call} after an aborted one")
     a, b, _ = _inputs(ctx, 37, 72, 56, dtype, seed=9)
-    with pytest.raises(ValueError, match=r"one-shot algorithm only"):
-        _get("fused_sequential")(a, b, config=cfg, two_shot=True)
     with pytest.raises(ValueError, match=r"4 tiles x 3 slices exceed GEMM_SMS \+ COMM_SMS = 8"):
         _get("fused_sequential")(a, b, config=cfg.replace(SPLIT_K=3))
     with pytest.raises(ValueError, match=r"at most 1024 x num_warps = 1024"):
@@ -222,70 +209,6 @@ def job_split_k(ctx, shapes, calls):
     return outs
 
 
-# fused_sequential's epilogue sum (Config.EPILOGUE_SUM) at several tiles a program: 16x32 tiles whose
-# fp32 sum fits in registers (9 tiles of a 37x72 output on 3 programs), and 32x64 tiles summed in two
-# [16, 64] blocks through c (4 tiles on 2 programs).
-EPILOGUE_CFGS = (dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=1, num_warps=1, num_stages=1, GEMM_SMS=3,
-                      COMM_SMS=0, EPILOGUE_SUM=1),
-                 dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=16, GROUP_M=2, num_warps=1, num_stages=1, GEMM_SMS=2,
-                      COMM_SMS=0, EPILOGUE_SUM=1))
-
-
-def job_epilogue_sum(ctx, calls):
-    """gemm_all_reduce's fused_sequential with ``Config.EPILOGUE_SUM``: every tile summed right after
-    its push, the own partial never staged, at several tiles a program (whole-tile sums, and sums in
-    blocks through c), begun beside and before the K loops, with and without a bias, a different rank
-    late each call: the reference's result and the bits of the staged form and of bulk_sync. Then a
-    call aborted on every rank and the calls after it, and the refusals (two-shot, the communication
-    variants), on every rank."""
-    dtype = torch.float32  # exact in the interpreter: a change of summation order shows
-    M, N, K = 37, 72, 24
-    outs = []
-    for config in EPILOGUE_CFGS:
-        cfg = tilefuse.Config(**config)
-        staged = cfg.replace(EPILOGUE_SUM=0)
-        for form in ("aside", "before"):
-            with _begun(form):
-                for call in range(calls):
-                    a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=400 + call, bias=True)
-                    kw = {"bias": c_bias} if call % 2 == 0 else {}
-                    poison_workspaces()
-                    if ctx.rank == call % ctx.world:
-                        time.sleep(0.2)
-                    got = _get("fused_sequential")(a, b, config=cfg, **kw)
-                    tilefuse.synchronize()
-                    what = f"epilogue sum {config['BLOCK_M']}x{config['BLOCK_N']} {form} call {call}"
-                    stage = [ws.buffers["stage"] for k, ws in zip(launch.workspace_keys(), launch.workspaces())
-                             if k == (OP, "stage", dtype, ctx.world, M, N)]
-                    assert len(stage) == 1 and torch.isnan(stage[0][ctx.rank]).all(), \
-                        f"{what}: the own partial went through the stage"
-                    _check(ctx, got, _get("reference")(a, b, **kw), dtype, K, what)
-                    for variant, c in (("fused_sequential", staged), ("bulk_sync", staged)):
-                        want = _get(variant)(a, b, config=c, **kw)
-                        tilefuse.synchronize()
-                        differ = (_bits(got) != _bits(want)).sum().item()
-                        assert differ == 0, f"{what}: differs from {variant} in {differ} of {got.numel()} elements"
-                    outs.append(got)
-    cfg = tilefuse.Config(**EPILOGUE_CFGS[1])
-    a, b, _ = _inputs(ctx, M, N, K, dtype, seed=420)
-    if ctx.world > 1:
-        with pytest.raises(tilefuse.CallMismatchError):
-            _get("bulk_sync" if ctx.rank % 2 else "fused_sequential")(
-                a, b, config=cfg.replace(EPILOGUE_SUM=ctx.rank % 2 ^ 1))
-    for call in range(2):
-        a, b, _ = _inputs(ctx, M, N, K, dtype, seed=421 + call)
-        got = _get("fused_sequential")(a, b, config=cfg)
-        tilefuse.synchronize()
-        _check(ctx, got, _get("reference")(a, b), dtype, K, f"epilogue sum call {call} after an aborted one")
-    with pytest.raises(ValueError, match=r"one-shot only"):
-        _get("fused_sequential")(a, b, config=cfg, two_shot=True)
-    with pytest.raises(ValueError, match=r"one-shot only"):
-        _get("fused_sequential")(a, b, config=cfg.replace(TWO_SHOT=1))
-    for variant in ("bulk_sync", "producer_consumer", "wg_specialized"):
-        with pytest.raises(ValueError, match=r"EPILOGUE_SUM"):
-            _get(variant)(a, b, config=cfg.replace(GEMM_SMS=1, COMM_SMS=1))
-    tilefuse.barrier()
-    return outs
 
 
 def job_split_decode_default(ctx, replays):
@@ -417,9 +340,9 @@ def job_one_sided_error(ctx, variant):
     return kind
 
 
-def job_graph_replay(ctx, variant, replays, two_shot=False):
+def job_graph_replay(ctx, variant, replays):
     """Capture one call after an eager one; replay with new inputs copied into the static ones."""
-    fn = functools.partial(_get(variant), two_shot=two_shot)
+    fn = _get(variant)
     M, N, K = 72, 136, 96
     dtype = torch.bfloat16
     a, b, c_bias = _inputs(ctx, M, N, K, dtype, seed=1, bias=True)
@@ -483,26 +406,12 @@ def test_variants_bit_identical(pools, world, on_gpu):
     _same_bits_on_every_rank(results, f"W={world}")
 
 
-@pytest.mark.parametrize("world", [3, pytest.param(4, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_two_shot(pools, variant, on_gpu, world):
-    """Two-shot at W = 3 and 4: uneven owner blocks (37 rows: 13, 13, 11 or 10, 10, 10, 7), fewer rows
-    than ranks (2: owners without rows), several calls with a late rank (flags of both phases reused)."""
-    results = pools.run(world, job_against_reference, variant, [(37, 72, 56), (2, 40, 24)], calls=2, late=True,
-                        dtype_list=dtypes(on_gpu)[:1], two_shot=True)
-    _same_bits_on_every_rank(results, f"{variant} two-shot")
-
-
 @pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_fused_sequential_splits_k(pools, world):
     results = pools.run(world, job_split_k, [(37, 72, 56), (5, 40, 24)], 2)
     _same_bits_on_every_rank(results, f"split K, W={world}")
 
 
-@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow), 3])
-def test_fused_sequential_epilogue_sum(pools, world):
-    results = pools.run(world, job_epilogue_sum, 2)
-    _same_bits_on_every_rank(results, f"epilogue sum, W={world}")
 
 
 def test_split_decode_default_and_graphs(pools, on_gpu):
@@ -550,13 +459,12 @@ def test_one_sided_error(pools):
     assert kinds == ["TypeError", "PeerCallError"], kinds
 
 
-@pytest.mark.parametrize("variant,two_shot", [(v, False) for v in VARIANTS] + [("producer_consumer", True),
-                                                                              ("wg_specialized", True)])
-def test_graph_replay(pools, on_gpu, variant, two_shot):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_graph_replay(pools, on_gpu, variant):
     if not on_gpu:
         pytest.skip("CUDA graphs need a GPU")
-    results = pools.run(2, job_graph_replay, variant, 20, two_shot)
-    _same_bits_on_every_rank(results, f"{variant} two_shot={two_shot} graph replays")
+    results = pools.run(2, job_graph_replay, variant, 20)
+    _same_bits_on_every_rank(results, f"{variant} graph replays")
 
 
 def test_default_config_fills_the_device():
@@ -610,7 +518,7 @@ def test_benchmark_smoke(tmp_path):
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
     checks = {(r["variant"], r["metric"]): float(r["value"]) for r in rows if r["mode"] == "check"}
-    for method in VARIANTS + tuple(f"{v}.two_shot" for v in VARIANTS) + ("auto", "plain"):
+    for method in VARIANTS + ("auto", "plain"):
         assert checks[(method, "rel_error")] < 1e-2, (method, checks)
         assert checks[(method, "same_bits")] == 1.0, (method, checks)
         assert any(r["variant"] == method and r["metric"] == "us_per_call" for r in rows), method

@@ -72,17 +72,6 @@ def test_non_default_config(pools, variant, on_gpu):
                          b_transposed=True))
 
 
-@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("use_out", [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_copy_engine_form(pools, world, use_out):
-    """producer_consumer with COMM_SMS = 0: each chunk of finished row bands goes to the peers by copy
-    engine after its tile flags; ragged M, N and K (a short last band), a late rank, three calls."""
-    cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=1,
-               GEMM_SMS=4, COMM_SMS=0)
-    assert all(pools.run(world, job_against_reference, "producer_consumer", [(150, 40, 24)], calls=3, config=cfg,
-                         use_out=use_out, late_rank=world - 1))
-
-
 def job_result_buffers(ctx, variants):
     """Where the result lives without a heap ``out``: this rank's block is stored straight into it and
     the peers' blocks are copied from the heap. A default result is a fresh tensor off the heap that
@@ -123,19 +112,21 @@ def test_result_off_the_heap(pools, world):
 
 
 def job_no_comm_programs(ctx):
-    """COMM_SMS = 0 is producer_consumer's copy-engine form only: the other flagged variant says so."""
+    """The variants with communication programs refuse COMM_SMS = 0 on every rank, and a call after
+    the refusals is right."""
     a, b = _inputs(ctx, 24, 8, 16, torch.float32, seed=9)
     cfg = tilefuse.Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=4, num_stages=1,
                           GEMM_SMS=4, COMM_SMS=0)
-    with pytest.raises(ValueError, match="COMM_SMS"):
-        registry.get(OP, "wg_specialized")(a, b, config=cfg)
-    got = registry.get(OP, "producer_consumer")(a, b, config=cfg)
+    for variant in ("producer_consumer", "wg_specialized"):
+        with pytest.raises(ValueError, match="COMM_SMS"):
+            registry.get(OP, variant)(a, b, config=cfg)
+    got = registry.get(OP, "producer_consumer")(a, b, config=cfg.replace(COMM_SMS=2))
     assert_matches(got, registry.get(OP, "reference")(a, b), torch.float32, 16, ctx.on_gpu, "after", scale=2)
     tilefuse.barrier()
     return True
 
 
-def test_no_comm_programs_only_in_producer_consumer(pools):
+def test_comm_variants_refuse_no_comm_programs(pools):
     assert all(pools.run(2, job_no_comm_programs))
 
 

@@ -35,19 +35,12 @@ from tilefuse.ops.common.config import (  # noqa: E402
     MIN_SLICE_STEPS,
     ONE_WAVE_SPLIT_K,
     SPLIT_K_VARIANTS,
-    check_split_k,
+    check_variant_config,
     pointer_tiles,
     split_k_for,
-    stream_k_slots,
-    stream_k_whole_tiles,
 )
-from tilefuse.ops.common.gemm import (  # noqa: E402
-    SPLIT_K_SCRATCH,
-    load_tile,
-    store_tile,
-    tile_coords,
-    tile_offsets,
-)
+from tilefuse.ops.common.split_k import SPLIT_K_SCRATCH  # noqa: E402
+from tilefuse.ops.common.tiles import load_tile, store_tile, tile_coords, tile_offsets  # noqa: E402
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 DEVICE = "cpu" if INTERPRET else "cuda"
@@ -107,11 +100,8 @@ def _assert_matches(out, a, b, dtype):
 
 
 @pytest.fixture(params=["tma", "pointer"])
-def path(request, monkeypatch):
-    if request.param == "pointer":
-        monkeypatch.setenv("TILEFUSE_NO_TMA", "1")
-    else:
-        monkeypatch.delenv("TILEFUSE_NO_TMA", raising=False)
+def path(request):
+    """The operands' path: "pointer" runs matmul with ``tma=False``."""
     return request.param
 
 
@@ -135,10 +125,10 @@ def test_matmul(dtype, shape, b_layout, storage, path):
         c = c_full[:, N:2 * N]
 
     use_tma, b_kmajor = gemm_layout(a, b)
-    assert use_tma == (path == "tma")
-    assert b_kmajor == (use_tma and b_layout == "col")
+    assert use_tma
+    assert b_kmajor == (b_layout == "col")
 
-    assert matmul(a, b, c, CFG) is c
+    assert matmul(a, b, c, CFG, tma=path == "tma") is c
     _assert_matches(c, a, b, dtype)
     if storage == "views":
         assert torch.isnan(c_full[:, :N]).all() and torch.isnan(c_full[:, 2 * N:]).all(), \
@@ -153,14 +143,14 @@ def test_matmul_column_major_a_and_misaligned_views(path):
     b = _randn((K, N), torch.float16, gen)
     assert gemm_layout(a_col, b) == (False, False)
     c = torch.full((M, N), NAN, dtype=torch.float16, device=DEVICE)
-    _assert_matches(matmul(a_col, b, c, CFG), a_col, b, torch.float16)
+    _assert_matches(matmul(a_col, b, c, CFG, tma=path == "tma"), a_col, b, torch.float16)
 
     a_off = _randn((M, K + 1), torch.float16, gen)[:, 1:]  # base 2 bytes past a 16-byte boundary
     assert gemm_layout(a_off, b) == (False, False)
     b_odd = _randn((K, N + 1), torch.float16, gen)[:, :N]  # row stride 82 bytes
     assert gemm_layout(a_col.contiguous(), b_odd) == (False, False)
     c.fill_(NAN)
-    _assert_matches(matmul(a_off, b_odd, c, CFG), a_off, b_odd, torch.float16)
+    _assert_matches(matmul(a_off, b_odd, c, CFG, tma=path == "tma"), a_off, b_odd, torch.float16)
 
 
 @pytest.mark.parametrize("K, dtype, align", [(60, torch.float16, 4), (58, torch.float32, 2), (59, torch.float16, 1)])
@@ -236,24 +226,21 @@ def test_matmul_decode_tiles_load_through_pointers(monkeypatch):
 
 
 def test_matmul_warp_spec_config_is_a_compile_hint(monkeypatch):
-    """``WARP_SPEC = 1`` is honoured only where it can be (descriptor path, no split K, a GPU, and
-    ``TILEFUSE_NO_WARP_SPEC`` unset), and never changes the result: the bits of the same config
-    without it."""
+    """``WARP_SPEC = 1`` is honoured only where it can be (descriptor path, no split K, a GPU), and
+    never changes the result: the bits of the same config without it."""
     from tilefuse.ops.common import gemm
     from tilefuse.ops.common.gemm import warp_specialized
 
     with monkeypatch.context() as m:
         m.setattr(gemm, "_interpreting", lambda: False)
         assert warp_specialized(CFG.replace(WARP_SPEC=1), True, torch.device("cuda"))
-        m.setenv("TILEFUSE_NO_WARP_SPEC", "1")
-        assert not warp_specialized(CFG.replace(WARP_SPEC=1), True, torch.device("cuda"))
+        assert not warp_specialized(CFG.replace(WARP_SPEC=1), True, torch.device("cpu"))
 
     cfg = CFG.replace(WARP_SPEC=1)
     gpu = torch.device("cuda")
     assert warp_specialized(cfg, True, gpu) is (not INTERPRET)
     assert not warp_specialized(cfg, False, gpu)
     assert not warp_specialized(cfg.replace(SPLIT_K=2), True, gpu)
-    assert not warp_specialized(cfg.replace(STREAM_K=1), True, gpu)
     assert not warp_specialized(CFG, True, gpu)
     M, N, K = 200, 160, 96
     gen = _gen(7)
@@ -346,89 +333,15 @@ def test_matmul_split_k(dtype, shape, split, path):
     assert torch.equal(matmul(a, b, again, cfg), c), "split-K results differ between runs"
 
 
-@pytest.mark.parametrize("programs", [3, 7])
-@pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=lambda d: str(d).removeprefix("torch."))
-def test_matmul_stream_k(dtype, shape, programs, path):
-    """Stream-K (K steps of all tiles dealt out over the programs, ranges cutting tiles anywhere)
-    against an fp64 reference, into a column block of a NaN matrix; the same bits on a second run."""
-    M, N, K, block_k = shape
-    gen = _gen(hash((M, N, K, programs)) % 2**31)
-    a = _padded_view(M, K, dtype, gen)
-    b = _padded_view(K, N, dtype, gen)
-    c_full = torch.full((M, 2 * N), NAN, dtype=dtype, device=DEVICE)
-    c = c_full[:, N:]
-    cfg = CFG.replace(BLOCK_K=block_k, GEMM_SMS=programs, STREAM_K=1)
-    assert matmul(a, b, c, cfg) is c
-    _assert_matches(c, a, b, dtype)
-    assert torch.isnan(c_full[:, :N]).all(), "matmul wrote outside its column block of C"
-    assert _counts_are_zero(), "a tile's count was left behind"
-    again = torch.full((M, N), NAN, dtype=dtype, device=DEVICE)
-    assert torch.equal(matmul(a, b, again, cfg), c), "stream-K results differ between runs"
-
-
-def test_stream_k_whole_tiles_leave_one_to_two_waves():
-    """Tiles computed whole before stream-K: all of them when they fill whole waves, none under two
-    waves, else all but one to two waves' worth."""
-    assert stream_k_whole_tiles(264, 132) == 264
-    assert stream_k_whole_tiles(144, 132) == 0
-    assert stream_k_whole_tiles(96, 132) == 0
-    assert stream_k_whole_tiles(336, 132) == 132
-    assert stream_k_whole_tiles(896, 132) == 660
-    for tiles in range(1, 60):
-        for programs in range(1, 12):
-            whole = stream_k_whole_tiles(tiles, programs)
-            left = tiles - whole
-            assert whole % programs == 0 and 0 <= whole <= tiles, (tiles, programs)
-            assert left == 0 or (tiles % programs and (whole == 0 or programs < left < 2 * programs)), \
-                (tiles, programs, whole)
-
-
-@pytest.mark.parametrize("whole", [True, False], ids=["whole_waves_first", "all_dealt_out"])
-def test_matmul_stream_k_after_whole_waves(whole, path):
-    """Stream-K on 20 tiles over 3 programs: 15 tiles whole first, the K steps of the other 5 dealt
-    out; or all 20 dealt out. Against an fp64
-    reference, into a column block of a NaN matrix; counts left at zero; the same bits twice."""
-    M, N, K, programs = 250, 300, 96, 3
-    gen = _gen(17)
-    a = _padded_view(M, K, torch.float16, gen)
-    b = _padded_view(K, N, torch.float16, gen)
-    c_full = torch.full((M, 2 * N), NAN, dtype=torch.float16, device=DEVICE)
-    c = c_full[:, N:]
-    cfg = CFG.replace(BLOCK_K=32, GEMM_SMS=programs, STREAM_K=1)
-    assert matmul(a, b, c, cfg, stream_whole=whole) is c
-    _assert_matches(c, a, b, torch.float16)
-    assert torch.isnan(c_full[:, :N]).all(), "matmul wrote outside its column block of C"
-    assert _counts_are_zero(), "a tile's count was left behind"
-    again = torch.full((M, N), NAN, dtype=torch.float16, device=DEVICE)
-    assert torch.equal(matmul(a, b, again, cfg, stream_whole=whole), c), "stream-K results differ between runs"
-    tiles = triton.cdiv(M, 64) * triton.cdiv(N, 64)
-    assert (tiles, stream_k_whole_tiles(tiles, programs)) == (20, 15)
-
-
-@pytest.mark.parametrize("mode", [dict(SPLIT_K=3), dict(STREAM_K=1)], ids=["split", "stream"])
-def test_matmul_split_tiles_summed_in_row_blocks(mode):
+def test_matmul_split_tiles_summed_in_row_blocks():
     """One warp: the last slice sums a 64x64 tile in [16, 64] row blocks (1024 * warps // BLOCK_N),
     the ragged last row of tiles in fewer of them."""
     M, N, K = 100, 70, 200
     gen = _gen(6)
     a, b = _randn((M, K), torch.float16, gen), _randn((K, N), torch.float16, gen)
     c = torch.full((M, N), NAN, dtype=torch.float16, device=DEVICE)
-    _assert_matches(matmul(a, b, c, CFG.replace(BLOCK_K=32, num_warps=1, GEMM_SMS=5, **mode)), a, b, torch.float16)
+    _assert_matches(matmul(a, b, c, CFG.replace(BLOCK_K=32, num_warps=1, GEMM_SMS=5, SPLIT_K=3)), a, b, torch.float16)
     assert _counts_are_zero()
-
-
-def test_stream_k_slots_bound_the_ranges_per_tile():
-    """No tile is touched by more ranges than stream_k_slots says (brute force over small cases)."""
-    for tiles in range(1, 7):
-        for steps in range(1, 9):
-            total = tiles * steps
-            for units in range(1, total + 1):
-                starts = [u * total // units for u in range(units + 1)]
-                touching = max(
-                    sum(1 for u in range(units) if starts[u] < (t + 1) * steps and starts[u + 1] > t * steps)
-                    for t in range(tiles))
-                assert touching <= stream_k_slots(steps, total, units), (tiles, steps, units)
 
 
 def test_matmul_split_k_programs_and_tiles():
@@ -482,13 +395,10 @@ def test_matmul_degenerate_and_mismatched_shapes():
                torch.empty(8, 5, device=DEVICE), CFG)
 
 
-def test_gemm_layout_env_override(monkeypatch):
+def test_gemm_layout_row_and_column_major_b():
     a = torch.randn(32, 32, device=DEVICE)
-    monkeypatch.delenv("TILEFUSE_NO_TMA", raising=False)
     assert gemm_layout(a, a) == (True, False)
     assert gemm_layout(a, a.t()) == (True, True)
-    monkeypatch.setenv("TILEFUSE_NO_TMA", "1")
-    assert gemm_layout(a, a) == (False, False)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -499,7 +409,7 @@ SPLIT_OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm
 
 
 def job_ops_split_k(ctx, cases):
-    """Every op's bulk_sync with ``(dtype, SPLIT_K, STREAM_K)`` in ``cases`` against its reference
+    """Every op's bulk_sync with ``(dtype, SPLIT_K)`` in ``cases`` against its reference
     (NaN-poisoned workspaces and outputs), and every other variant refusing the split config on
     every rank."""
     from ophelpers import assert_matches, poison_workspaces, randn
@@ -512,18 +422,18 @@ def job_ops_split_k(ctx, cases):
     M, N, K = 48, 40, 200
     seed = 0
     for op in SPLIT_OPS:
-        for dtype, split, stream in cases:
+        for dtype, split in cases:
             seed += 1
             # Every rank's operands differ, rank r's A scaled by (r + 1): a misrouted block shows.
             a = randn((M, K), dtype, ctx.device, seed=seed * 100 + ctx.rank + 1, scale=ctx.rank + 1)
             b = randn((K, N), dtype, ctx.device, seed=seed * 100 + 50 + ctx.rank)
             ref = registry.get(op, "reference")(a, b)
             cfg = Config(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=1,
-                         GEMM_SMS=3, COMM_SMS=0, SPLIT_K=split, STREAM_K=stream)
+                         GEMM_SMS=3, COMM_SMS=0, SPLIT_K=split)
             poison_workspaces()
             got = registry.get(op, "bulk_sync")(a, b, config=cfg)
             tilefuse.synchronize()
-            assert_matches(got, ref, dtype, K, ctx.on_gpu, f"{op} bulk_sync SPLIT_K={split} STREAM_K={stream} {dtype}",
+            assert_matches(got, ref, dtype, K, ctx.on_gpu, f"{op} bulk_sync SPLIT_K={split} {dtype}",
                            scale=ctx.world * (ctx.world + 1) / 2)
         for variant in ("producer_consumer", "fused_sequential", "wg_specialized"):
             # gemm_all_reduce's fused_sequential splits K where the slices fit one wave (not here:
@@ -531,23 +441,21 @@ def job_ops_split_k(ctx, cases):
             why = ("fused_sequential with SPLIT_K=2 needs a K slice a program" if (op, variant) in ONE_WAVE_SPLIT_K
                    else f"Config.SPLIT_K=2 is for .*{variant} computes whole")
             with pytest.raises(ValueError, match=f"^{op}: {why}"):
-                registry.get(op, variant)(a, b, config=cfg.replace(SPLIT_K=2, STREAM_K=0, COMM_SMS=2))
-            with pytest.raises(ValueError, match=f"^{op}: Config.STREAM_K=1 is for .*{variant} computes whole"):
-                registry.get(op, variant)(a, b, config=cfg.replace(SPLIT_K=1, STREAM_K=1, COMM_SMS=2))
+                registry.get(op, variant)(a, b, config=cfg.replace(SPLIT_K=2, COMM_SMS=2))
     tilefuse.barrier()
     return True
 
 
 @pytest.mark.parametrize("world, cases", [
-    (2, ((torch.float16, 2, 0), (torch.float32, 4, 0), (torch.float16, 1, 1))),
-    pytest.param(3, ((torch.float16, 3, 0), (torch.float32, 2, 0), (torch.float32, 1, 1)), marks=pytest.mark.slow),
+    (2, ((torch.float16, 2), (torch.float32, 4))),
+    pytest.param(3, ((torch.float16, 3), (torch.float32, 2)), marks=pytest.mark.slow),
 ], ids=["W2", "W3"])
 def test_ops_bulk_sync_split_k(pools, world, cases):
     assert all(pools.run(world, job_ops_split_k, cases))
 
 
 def job_ops_split_k_empty(ctx):
-    """Every op's bulk_sync with a stream-K and a split-K config where there is nothing to split: K = 0
+    """Every op's bulk_sync with a split-K config where there is nothing to split: K = 0
     (the result is zeros) and no rows; the GEMM that begins and ends the call still runs on every
     rank, so the call neither raises nor hangs."""
     from ophelpers import poison_workspaces
@@ -561,13 +469,13 @@ def job_ops_split_k_empty(ctx):
             a = torch.randn(M, K, device=ctx.device)
             b = torch.randn(K, 24, device=ctx.device)
             ref = registry.get(op, "reference")(a, b)
-            for split, stream in ((1, 1), (2, 0)):
+            for split in (1, 2):
                 cfg = Config(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=1,
-                             GEMM_SMS=3, COMM_SMS=0, SPLIT_K=split, STREAM_K=stream)
+                             GEMM_SMS=3, COMM_SMS=0, SPLIT_K=split)
                 poison_workspaces()
                 got = registry.get(op, "bulk_sync")(a, b, config=cfg)
                 tilefuse.synchronize()
-                what = f"{op} bulk_sync M={M} K={K} SPLIT_K={split} STREAM_K={stream}"
+                what = f"{op} bulk_sync M={M} K={K} SPLIT_K={split}"
                 assert got.shape == ref.shape, (what, tuple(got.shape), tuple(ref.shape))
                 assert torch.equal(got, torch.zeros_like(got)), what
     tilefuse.barrier()
@@ -582,7 +490,7 @@ def job_ops_wide_tile_bits(ctx):
     """Every op's variants with a warp-specialized 128x256 config (``WARP_SPEC = 1``), which bulk_sync
     (the GEMM core) and the flag-free fused loops run specialized and the other variants with 8 warps
     (``launch_shape``): right against the reference, and, where the op promises it, the same bits from
-    every variant (gemm_all_reduce's two-shot fused_sequential included)."""
+    every variant."""
     import warnings
 
     from ophelpers import assert_matches, randn
@@ -616,8 +524,6 @@ def _wide_tile_runs(ctx, assert_matches, randn, registry):
         ref = registry.get(op, "reference")(a, b)
         first = None
         runs = [(v, {}) for v in ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")]
-        if op == "gemm_all_reduce":
-            runs.append(("fused_sequential", {"two_shot": True}))
         for variant, kwargs in runs:
             comm = variant in ("producer_consumer", "wg_specialized")
             cfg = wide.replace(GEMM_SMS=sms - 16, COMM_SMS=16) if comm else wide
@@ -756,9 +662,9 @@ def test_load_store_tile_strides_masks_and_cast():
 def test_config_round_trip_and_replace():
     d = CFG.to_dict()
     assert list(d) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages",
-                       "GEMM_SMS", "COMM_SMS", "TWO_SHOT", "SPLIT_K", "STREAM_K", "WARP_SPEC", "EPILOGUE_SUM"]
+                       "GEMM_SMS", "COMM_SMS", "SPLIT_K", "WARP_SPEC"]
     assert Config.from_dict(d) == CFG
-    del d["SPLIT_K"]  # tables written before the field existed
+    del d["SPLIT_K"]  # a field with a default may be left out
     assert Config.from_dict(d).SPLIT_K == 1
     d["SPLIT_K"] = 1
     assert CFG.replace(COMM_SMS=2).COMM_SMS == 2 and CFG.COMM_SMS == 0
@@ -785,9 +691,7 @@ def test_config_round_trip_and_replace():
     ("SPLIT_K", 0, ValueError),
     ("SPLIT_K", MAX_SPLIT_K + 1, ValueError),
     ("SPLIT_K", 2.0, TypeError),
-    ("STREAM_K", 2, ValueError),
     ("WARP_SPEC", 2, ValueError),
-    ("EPILOGUE_SUM", 2, ValueError),
     ("BLOCK_M", 64.0, TypeError),
     ("num_warps", True, TypeError),
 ])
@@ -959,7 +863,7 @@ def test_default_config_split_k_rule(dtype):
                 check_config_fits(cfg, 132)
                 tiles = triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N)
                 steps = triton.cdiv(K, cfg.BLOCK_K)
-                assert cfg.STREAM_K == 0 and cfg.SPLIT_K <= 8, (M, N, K, cfg)
+                assert cfg.SPLIT_K <= 8, (M, N, K, cfg)
                 if cfg.SPLIT_K > 1:
                     assert tiles * cfg.SPLIT_K <= cfg.GEMM_SMS, (M, N, K, cfg)
                     assert steps >= cfg.SPLIT_K * MIN_SLICE_STEPS, (M, N, K, cfg)
@@ -973,7 +877,7 @@ def test_default_config_split_k_rule(dtype):
                 stage_bytes = (cfg.BLOCK_M + cfg.BLOCK_N) * cfg.BLOCK_K * dtype.itemsize * cfg.num_stages
                 assert stage_bytes <= 200 * 1024, (M, N, K, cfg)
                 plain = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=comm)
-                assert plain.SPLIT_K == 1 and plain.STREAM_K == 0
+                assert plain.SPLIT_K == 1
     decode = default_config(16, 4096, 4096, dtype, num_sms=132, interpreter=False, comm=False, split_k=True)
     if dtype.itemsize == 2:  # the pointer-loaded decode tiles, split within a wave
         assert (decode.BLOCK_M, decode.BLOCK_N, decode.BLOCK_K, decode.num_stages, decode.SPLIT_K) == \
@@ -1047,16 +951,10 @@ def test_matmul_warp_spec_tile_without_specialization_gets_the_consumer_warps(mo
     a = torch.zeros(8, 16, device=DEVICE)
     b = torch.zeros(16, 8, device=DEVICE)
     c = torch.zeros(8, 8, device=DEVICE)
-    monkeypatch.setenv("TILEFUSE_NO_TMA", "1")
-    matmul(a, b, c, CFG.replace(WARP_SPEC=1))
+    matmul(a, b, c, CFG.replace(WARP_SPEC=1), tma=False)
     assert (seen["num_warps"], seen["WARP_SPEC"]) == (8, False)
-    matmul(a, b, c, CFG)
+    matmul(a, b, c, CFG, tma=False)
     assert (seen["num_warps"], seen["WARP_SPEC"]) == (4, False)
-
-
-def test_stream_k_takes_no_split_k():
-    with pytest.raises(ValueError, match="Config.STREAM_K=1 deals out K steps itself: it takes SPLIT_K=1"):
-        CFG.replace(STREAM_K=1, SPLIT_K=2)
 
 
 def test_split_k_for():
@@ -1068,20 +966,16 @@ def test_split_k_for():
     assert split_k_for(tiles=1, steps=2 * MIN_SLICE_STEPS + 1, programs=132) == 2  # slices keep their steps
 
 
-def test_check_split_k():
-    check_split_k("op", "fused_sequential", CFG)
+def test_check_variant_config():
+    check_variant_config("op", "fused_sequential", CFG)
     for variant in SPLIT_K_VARIANTS:
-        check_split_k("op", variant, CFG.replace(SPLIT_K=3))
+        check_variant_config("op", variant, CFG.replace(SPLIT_K=3))
     with pytest.raises(ValueError, match="^gemm_all_scatter: Config.SPLIT_K=3 is for .*wg_specialized computes"):
-        check_split_k("gemm_all_scatter", "wg_specialized", CFG.replace(SPLIT_K=3))
-    with pytest.raises(ValueError, match="^op: Config.STREAM_K=1 is for .*fused_sequential computes"):
-        check_split_k("op", "fused_sequential", CFG.replace(STREAM_K=1))
+        check_variant_config("gemm_all_scatter", "wg_specialized", CFG.replace(SPLIT_K=3))
     for op, variant in ONE_WAVE_SPLIT_K:  # split-K in the variant's own kernel (its set-up checks the rest)
-        check_split_k(op, variant, CFG.replace(SPLIT_K=3))
-        with pytest.raises(ValueError, match=f"^{op}: Config.STREAM_K=1 is for .*{variant} computes"):
-            check_split_k(op, variant, CFG.replace(STREAM_K=1))
+        check_variant_config(op, variant, CFG.replace(SPLIT_K=3))
     with pytest.raises(ValueError, match="^gemm_reduce_scatter: Config.SPLIT_K=3 is for .*fused_sequential computes"):
-        check_split_k("gemm_reduce_scatter", "fused_sequential", CFG.replace(SPLIT_K=3))
+        check_variant_config("gemm_reduce_scatter", "fused_sequential", CFG.replace(SPLIT_K=3))
 
 
 def test_check_config_fits():
@@ -1152,7 +1046,7 @@ def test_gemm_sweep_warm_chunk_runs_each_config():
     """The compile-ahead worker of gemm_sweep runs matmul for every (shape, config) it is handed."""
     from benchmarks import gemm_sweep
 
-    cfgs = [CFG.replace(SPLIT_K=2), CFG.replace(STREAM_K=1), CFG]
+    cfgs = [CFG.replace(SPLIT_K=2), CFG.replace(BLOCK_K=32), CFG]
     kws = ({}, {}, {"flatten": True, "tma_store": True})
     assert gemm_sweep._warm_chunk([(20, 40, 96, "float16", cfg.to_dict(), pad, kw)
                                    for cfg, pad, kw in zip(cfgs, (None, True, False), kws)]) == 3
@@ -1168,12 +1062,11 @@ def test_gemm_sweep_warm_chunk_runs_each_config():
 
 def test_gemm_sweep_epilogue_candidates_change_the_default():
     """--epilogue times only the store and loop forms that change what the default runs: none with
-    split-K or stream-K, the descriptor stores but no flattening for a warp-specialized loop."""
+    split-K, the descriptor stores but no flattening for a warp-specialized loop."""
     from benchmarks import gemm_sweep
 
     assert [(tag, kw) for tag, cfg, kw in gemm_sweep.epilogues(CFG) if cfg == CFG] == gemm_sweep.EPILOGUES
     assert gemm_sweep.epilogues(CFG.replace(SPLIT_K=2)) == []
-    assert gemm_sweep.epilogues(CFG.replace(STREAM_K=1)) == []
     ws = CFG.replace(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=4, num_stages=4, WARP_SPEC=1)
     assert [(cfg.num_stages, kw) for _, cfg, kw in gemm_sweep.epilogues(ws)] == [
         (4, {"tma_store": 1}), (3, {}), (3, {"tma_store": 1})]

@@ -1,6 +1,5 @@
 """gemm_reduce_scatter: every variant against the reference, W = 1..4, ragged shapes, epochs, determinism,
-bit-identical results across variants, staging in the input dtype; fused_sequential's epilogue-sum form
-likewise."""
+bit-identical results across variants, staging in the input dtype."""
 
 import time
 
@@ -11,8 +10,6 @@ from ophelpers import assert_matches, dtypes, flagged_first, poison_workspaces, 
 import tilefuse
 from tilefuse.ops import registry
 from tilefuse.ops.common import launch
-from tilefuse.ops.gemm_reduce_scatter._setup import EPILOGUE_FORM
-from tilefuse.ops.gemm_reduce_scatter.fused_sequential import fused_sequential_epilogue
 
 OP = "gemm_reduce_scatter"
 # Bits of kernel results are compared across tilings here: `.ci/run` runs these again under a
@@ -25,11 +22,6 @@ SHAPES = [(37, 72, 56), (5, 40, 24), (64, 64, 64)]
 # so that the reduction works through a tile in two [16, 64] blocks.
 SMALL_CFG = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=16, GROUP_M=2, num_warps=1, num_stages=1,
                  GEMM_SMS=3, COMM_SMS=3)
-
-
-def _entry(variant: str):
-    """The registered variant, or fused_sequential's epilogue-sum form (not a registry variant)."""
-    return fused_sequential_epilogue if variant == EPILOGUE_FORM else registry.get(OP, variant)
 
 
 def _inputs(ctx, M, N, K, dtype, seed, b_transposed=False):
@@ -50,7 +42,7 @@ def _check(ctx, got, ref, dtype, K, what):
 
 def job_against_reference(ctx, variant, shapes, calls, config=None, late=False, b_transposed=False,
                           dtype_list=None):
-    fn = _entry(variant)
+    fn = registry.get(OP, variant)
     cfg = tilefuse.Config(**config) if config else None
     seed = 0
     for rows, N, K in shapes:
@@ -80,7 +72,7 @@ def job_back_to_back(ctx, variant, rows, N, K, calls):
     inputs.append(inputs[0])
     refs = [registry.get(OP, "reference")(a, b) for a, b in inputs]
     poison_workspaces()
-    fn = _entry(variant)
+    fn = registry.get(OP, variant)
     outs = [fn(a, b) for a, b in inputs]
     tilefuse.synchronize()
     for i, (got, ref) in enumerate(zip(outs, refs)):
@@ -113,7 +105,7 @@ def job_variants_bit_identical(ctx, variants, rows, N, K, dtype_list, config):
         outs = {}
         for variant in variants:
             poison_workspaces()
-            outs[variant] = _entry(variant)(a, b, config=cfg)
+            outs[variant] = registry.get(OP, variant)(a, b, config=cfg)
             tilefuse.synchronize()
             _check(ctx, outs[variant], ref, dtype, K, f"{variant} {dtype}")
         first = variants[0]
@@ -138,7 +130,7 @@ def job_ragged_k_shards(ctx, variants, rows, N, k_per_rank):
     ref = registry.get(OP, "reference")(a, b)
     empty_a = torch.zeros((0, K), dtype=dtype, device=ctx.device)
     for variant in variants:
-        fn = _entry(variant)
+        fn = registry.get(OP, variant)
         poison_workspaces()
         got = fn(a, b)
         tilefuse.synchronize()
@@ -158,7 +150,7 @@ def job_bad_input(ctx, variants):
     a = torch.zeros((ctx.world * 5 + 1, 8), dtype=torch.float16, device=dev)
     b = torch.zeros((8, 16), dtype=torch.float16, device=dev)
     for variant in variants + ["reference"]:
-        fn = _entry(variant)
+        fn = registry.get(OP, variant)
         with pytest.raises(ValueError, match=r"divisible by the world size"):
             fn(a, b)
         if variant == "reference":
@@ -201,80 +193,18 @@ def test_non_default_config(pools, variant):
 @pytest.mark.parametrize("world", [2, 3])
 def test_variants_bit_identical(pools, world, on_gpu):
     """At W = 3 the running sum takes an intermediate step (s0 + s1 into the fp32 buffer, then + s2):
-    keeping it in fp16 rounds twice and changes bits; fp32 shows a change of summation order. The
-    epilogue-sum form adds in registers in the same order."""
-    assert all(pools.run(world, job_variants_bit_identical, list(tilefuse.VARIANTS) + [EPILOGUE_FORM], 37, 72, 56,
+    keeping it in fp16 rounds twice and changes bits; fp32 shows a change of summation order."""
+    assert all(pools.run(world, job_variants_bit_identical, list(tilefuse.VARIANTS), 37, 72, 56,
                          dtypes(on_gpu), SMALL_CFG))
 
 
 def test_ragged_k_shards_and_empty(pools):
-    assert all(pools.run(3, job_ragged_k_shards, list(tilefuse.VARIANTS) + [EPILOGUE_FORM], 21, 40, [0, 24, 40]))
+    assert all(pools.run(3, job_ragged_k_shards, list(tilefuse.VARIANTS), 21, 40, [0, 24, 40]))
 
 
 def test_bad_input_raises_on_every_rank(pools):
-    assert all(pools.run(3, job_bad_input, list(tilefuse.VARIANTS) + [EPILOGUE_FORM]))
-
-
-@pytest.mark.parametrize("world", [2, 3])
-def test_epilogue_form_matches_reference(pools, world):
-    """The owner sums in the epilogue of its own tiles: ragged shapes; and several programs whose
-    tiles per owner are no multiple of the program count (a tile's summing program waits on the
-    same program id of the other ranks), a column-major b."""
-    assert all(pools.run(world, job_against_reference, EPILOGUE_FORM, SHAPES, calls=1))
-    assert all(pools.run(world, job_against_reference, EPILOGUE_FORM, [(37, 72, 24)], calls=1,
-                         config=dict(SMALL_CFG, GEMM_SMS=4, COMM_SMS=1), b_transposed=True))
-
-
-def test_epilogue_form_epochs_late_rank_back_to_back(pools, on_gpu):
-    """Consumers really wait (a different rank late each call, stale flags, NaN stage), and calls
-    queued back to back give the same bits on the same inputs."""
-    assert all(pools.run(3, job_against_reference, EPILOGUE_FORM, [SHAPES[0]], calls=4, late=True,
-                         dtype_list=dtypes(on_gpu)[:1]))
-    assert all(pools.run(3, job_back_to_back, EPILOGUE_FORM, 37, 40, 24, calls=4))
+    assert all(pools.run(3, job_bad_input, list(tilefuse.VARIANTS)))
 
 
 def test_registered():
     assert set(tilefuse.VARIANTS) <= set(registry.variants(OP))
-
-
-def job_epilogue_sum_config(ctx):
-    """``Config.EPILOGUE_SUM = 1`` selects fused_sequential's epilogue-sum form through the public op:
-    the staged form's bits, on the form's flags; a rank on the other form
-    is a mismatch that aborts the call on every rank, and the calls after it are correct; the other
-    variants, and the ops without the form, refuse the field on every rank, before any communication."""
-    rows, N, K = 29, 72, 24  # a shape of its own: no other test made the form's flags for it
-    M = ctx.world * rows
-    staged = tilefuse.Config(**SMALL_CFG)
-    summed = staged.replace(EPILOGUE_SUM=1)
-    a, b = _inputs(ctx, M, N, K, torch.float32, seed=41)
-    ref = registry.get(OP, "reference")(a, b)
-    poison_workspaces()
-    want = tilefuse.gemm_reduce_scatter(a, b, variant="fused_sequential", config=staged)
-    flags_key = (OP, EPILOGUE_FORM, rows, N, staged.BLOCK_M, staged.BLOCK_N)
-    assert flags_key not in launch.workspace_keys()
-    poison_workspaces()
-    got = tilefuse.gemm_reduce_scatter(a, b, variant="fused_sequential", config=summed)
-    tilefuse.synchronize()
-    assert flags_key in launch.workspace_keys(), "the call did not take the epilogue-sum form's flags"
-    _check(ctx, got, ref, torch.float32, K, "EPILOGUE_SUM=1")
-    assert torch.equal(_bits(got), _bits(want)), "the epilogue-sum form and the staged form differ"
-    with pytest.raises(tilefuse.CallMismatchError):
-        tilefuse.gemm_reduce_scatter(a, b, variant="fused_sequential", config=summed if ctx.rank % 2 else staged)
-    for call in range(2):
-        a, b = _inputs(ctx, M, N, K, torch.float32, seed=42 + call)
-        got = tilefuse.gemm_reduce_scatter(a, b, variant="fused_sequential", config=summed)
-        tilefuse.synchronize()
-        _check(ctx, got, registry.get(OP, "reference")(a, b), torch.float32, K, f"after the mismatch, call {call}")
-    for variant in ("bulk_sync", "producer_consumer", "wg_specialized"):
-        with pytest.raises(ValueError, match="EPILOGUE_SUM"):
-            tilefuse.gemm_reduce_scatter(a, b, variant=variant, config=summed)
-    for op in ("gemm_all_scatter", "all_gather_gemm"):
-        with pytest.raises(ValueError, match="EPILOGUE_SUM"):
-            getattr(tilefuse, op)(a, b, variant="fused_sequential", config=summed)
-    tilefuse.barrier()
-    return True
-
-
-@pytest.mark.parametrize("world", [2, 3])
-def test_epilogue_sum_config_selects_the_form(pools, world):
-    assert all(pools.run(world, job_epilogue_sum_config))

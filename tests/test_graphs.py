@@ -90,14 +90,13 @@ def test_capture_on_side_stream_world1_and_3(pools, on_gpu, op):
     assert all(pools.run(3, job_capture_replay, op, "producer_consumer", 10, True))
 
 
-@pytest.mark.parametrize("op", ["all_gather_gemm", "gemm_all_scatter"])
 @pytest.mark.parametrize("world", [2, 3])
-def test_capture_replay_copy_engine_forms(pools, on_gpu, op, world):
-    """producer_consumer with COMM_SMS = 0: the copy-engine transfers are captured with the kernels."""
+def test_capture_replay_copy_engine_form(pools, on_gpu, world):
+    """all_gather_gemm's copy_engine form: the copy-engine transfers are captured with the kernels."""
     if not on_gpu:
         pytest.skip("CUDA graphs need a GPU")
     cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=3, GEMM_SMS=16, COMM_SMS=0)
-    assert all(pools.run(world, job_capture_replay, op, "producer_consumer", 20, world == 3, cfg))
+    assert all(pools.run(world, job_capture_replay, "all_gather_gemm", "copy_engine", 20, world == 3, cfg))
 
 
 def job_capture_needs_eager_call(ctx):
@@ -140,16 +139,3 @@ def test_two_stream_calls(pools, on_gpu):
     if not on_gpu:
         pytest.skip("CUDA graphs need a GPU")
     assert all(pools.run(2, job_two_streams, 8))
-
-
-@pytest.mark.parametrize("op", ["gemm_reduce_scatter", "gemm_all_reduce"])
-@pytest.mark.parametrize("world", [1, 2, 3])
-def test_capture_replay_epilogue_sum_form(pools, on_gpu, op, world):
-    """fused_sequential with Config.EPILOGUE_SUM = 1: one kernel that begins the call and waits on
-    per-tile flags, captured and replayed (at world 3 on a side stream); 64x64 tiles on 4 warps sum
-    in blocks through c, several a program."""
-    if not on_gpu:
-        pytest.skip("CUDA graphs need a GPU")
-    cfg = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=3, GEMM_SMS=16, COMM_SMS=0,
-               EPILOGUE_SUM=1)
-    assert all(pools.run(world, job_capture_replay, op, "fused_sequential", 20, world == 3, cfg))

@@ -103,12 +103,10 @@ def _spy_launches():
 
 
 def _forms(op):
-    """(variant, extra keyword arguments, COMM_SMS) of every launch form of ``op``."""
-    forms = [(v, {}, 2) for v in VARIANTS]
-    if op == "gemm_all_reduce":
-        forms += [(v, {"two_shot": True}, 2) for v in VARIANTS]
+    """(variant or named form, COMM_SMS) of every launch form of ``op``."""
+    forms = [(v, 2) for v in VARIANTS]
     if op == "all_gather_gemm":
-        forms.append(("producer_consumer", {}, 0))  # the copy-engine form
+        forms.append(("copy_engine", 0))
     return forms
 
 
@@ -127,21 +125,21 @@ def job_one_kernel_per_config(ctx, ops):
     try:
         for op in ops:
             ref_fn = registry.get(op, "reference")
-            for variant, extra, comm in _forms(op):
+            for variant, comm in _forms(op):
                 cfg = Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=8, num_warps=4, num_stages=1,
                              GEMM_SMS=gemm_sms, COMM_SMS=comm)
                 fn = registry.get(op, variant)
-                kernels = seen.setdefault((op, variant, tuple(extra), comm), {})
+                kernels = seen.setdefault((op, variant, comm), {})
                 for i, (rows, n) in enumerate(SHAPES):
                     m = rows * ctx.world if op == "gemm_reduce_scatter" else rows
                     a = randn((m, 24), torch.float32, ctx.device, seed=10 * i + ctx.rank)
                     b = randn((24, n), torch.float32, ctx.device, seed=10 * i + 5 + ctx.rank)
                     poison_workspaces()
                     log.clear()
-                    got = fn(a, b, config=cfg, **extra)
+                    got = fn(a, b, config=cfg)
                     ref = ref_fn(a, b)
                     assert_matches(got, ref, torch.float32, 24, ctx.on_gpu,
-                                   f"{op}/{variant} {extra} COMM_SMS={comm} rows={rows} N={n}", scale=ctx.world)
+                                   f"{op}/{variant} COMM_SMS={comm} rows={rows} N={n}", scale=ctx.world)
                     launched = {}
                     for name, grid, meta in log:
                         core = name.endswith(".matmul_kernel")

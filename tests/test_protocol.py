@@ -272,9 +272,8 @@ KERNEL_BEGUN = [("gemm_all_scatter", "bulk_sync"), ("all_gather_gemm", "bulk_syn
                 ("gemm_reduce_scatter", "fused_sequential"), ("all_gather_gemm", "fused_sequential"),
                 *((op, "producer_consumer") for op in ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter",
                                                        "gemm_all_reduce"))]
-# Calls that still launch the begin kernel first: gemm_all_reduce's two-shot form.
-BEGIN_KERNEL = [("gemm_all_reduce", "producer_consumer", {"two_shot": True}),
-                ("gemm_all_reduce", "bulk_sync", {"two_shot": True})]
+# Calls that still launch the begin kernel first: all_gather_gemm's copy_engine form.
+BEGIN_KERNEL = [("all_gather_gemm", "copy_engine", {})]
 
 
 def _entry_words(ctl) -> tuple:
@@ -304,10 +303,10 @@ def job_one_kernel_calls(ctx):
             if not kwargs:  # begun by its own kernels: GO holds the call's number
                 assert go == seq, (op, variant, go, seq)
             words.append(seq)
-    op = "gemm_all_reduce"
+    op = "all_gather_gemm"
     a, b = _operands(ctx, op, 16, 24, 16, seed=70)
-    with pytest.raises(tilefuse.CallMismatchError):  # one-shot fused_sequential against two-shot
-        registry.get(op, "fused_sequential")(a, b, two_shot=ctx.rank % 2 == 1)
+    with pytest.raises(tilefuse.CallMismatchError):  # begun by its kernels against begun by the begin kernel
+        registry.get(op, "producer_consumer" if ctx.rank % 2 else "copy_engine")(a, b)
     for variant in ("fused_sequential", "bulk_sync", "wg_specialized"):
         _check(ctx, op, variant, 16, 24, 16, seed=71)
     op = "gemm_reduce_scatter"

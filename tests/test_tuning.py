@@ -122,15 +122,15 @@ def test_auto_runs_plain_where_the_table_says_so(pools, tmp_path, on_gpu):
     assert variant == "plain" and source.startswith("exact")
     [(variant, _, cfg)] = pools.run(1, job_auto_uses_table, str(tmp_path), 64, 64, 64)
     defaults = {f.name: f.default for f in dataclasses.fields(Config) if f.default is not dataclasses.MISSING}
-    assert variant == "wg_specialized" and cfg == {**defaults, **CFG} and cfg["TWO_SHOT"] == 0, \
-        "a table without the fields that have defaults (TWO_SHOT, SPLIT_K, ...): their defaults"
+    assert variant == "wg_specialized" and cfg == {**defaults, **CFG} and cfg["SPLIT_K"] == 1, \
+        "a table without the fields that have defaults (SPLIT_K, WARP_SPEC): their defaults"
     [(variant, source, _)] = pools.run(1, job_auto_uses_table, str(tmp_path), 8, 512, 16)
     assert source.startswith("default") and variant == "plain", "nothing measured: the plain path"
 
 
-def job_auto_two_shot_from_table(ctx, table_dir):
-    """gemm_all_reduce under auto where the table's entry sets TWO_SHOT: the two-shot algorithm runs
-    (its flags are the ones allocated), and its result matches the reference."""
+def job_auto_named_form_from_table(ctx, table_dir):
+    """all_gather_gemm under auto where the table names its copy_engine form: the form runs (its
+    workspace is the one allocated), and its result matches the reference."""
     import os
 
     from tilefuse.ops.common import launch
@@ -141,31 +141,24 @@ def job_auto_two_shot_from_table(ctx, table_dir):
         a = torch.randn(40, 24, generator=g).to(torch.float16).to(ctx.device)
         b = (torch.randn(24, 48, generator=g) / 5).to(torch.float16).to(ctx.device)
         tilefuse.clear_workspaces()
-        choice = dispatch.choose("gemm_all_reduce", a, b)
+        choice = dispatch.choose("all_gather_gemm", a, b)
         for _ in range(2):
-            got = tilefuse.gemm_all_reduce(a, b)
-        ref = tilefuse.gemm_all_reduce(a, b, variant="reference")
+            got = tilefuse.all_gather_gemm(a, b)
+        ref = tilefuse.all_gather_gemm(a, b, variant="reference")
         torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=5e-2)
-        algorithms = {k[2] for k in launch.workspace_keys() if k[:2] == ("gemm_all_reduce", "wg_specialized")}
-        refused = None
-        try:
-            tilefuse.gemm_all_scatter(a, b[:, :16].contiguous(), variant="bulk_sync", config=choice.config)
-        except ValueError as err:
-            refused = str(err)
-        return choice.config.TWO_SHOT, sorted(algorithms), refused
+        used = sorted({k[1] for k in launch.workspace_keys() if k[0] == "all_gather_gemm"})
+        return choice.variant, used
     finally:
         del os.environ["TILEFUSE_CONFIG_DIR"]
 
 
-def test_a_table_entry_chooses_two_shot_for_auto(pools, tmp_path, on_gpu):
+def test_a_table_entry_chooses_a_named_form_for_auto(pools, tmp_path, on_gpu):
     arch = hw.arch_name(torch.device("cuda", 0)) if on_gpu else "cpu"
-    cfg = dict(CFG, COMM_SMS=2, TWO_SHOT=1)
-    _write(tmp_path, _table([_entry(40, 48, 24, config=cfg)], op="gemm_all_reduce", arch=arch, world=2),
-           op="gemm_all_reduce", arch=arch, world=2)
-    res = pools.run(2, job_auto_two_shot_from_table, str(tmp_path))
-    for two_shot, algorithms, refused in res:
-        assert two_shot == 1 and algorithms == ["two_shot"], res
-        assert refused is not None and "TWO_SHOT" in refused, "another op refuses a two-shot config"
+    cfg = dict(CFG, GEMM_SMS=4, COMM_SMS=0)
+    _write(tmp_path, _table([_entry(40, 48, 24, variant="copy_engine", config=cfg)], op="all_gather_gemm",
+                            arch=arch, world=2), op="all_gather_gemm", arch=arch, world=2)
+    for variant, used in pools.run(2, job_auto_named_form_from_table, str(tmp_path)):
+        assert variant == "copy_engine" and used == ["copy_engine"], (variant, used)
 
 
 def job_tune_then_auto(ctx, out_dir):
@@ -363,7 +356,7 @@ def test_budget_estimates_from_the_shapes_done(monkeypatch):
 
 def job_tune_cli(ctx, argv, first_configs=1, timer=None, skew_s=0.0):
     """``python -m tilefuse.tune ARGV`` on this rank (tuner.run), with each variant's search cut to its
-    first ``first_configs`` configs and its two-shot forms' first, autotune's clock replaced by
+    first ``first_configs`` configs, autotune's clock replaced by
     ``timer(name)`` and, on rank 1, the budget's clock running ``skew_s`` seconds ahead per reading.
     Returns the tuned shapes, those left out, the file written (rank 0) and what rank 0 printed."""
     import contextlib
@@ -376,7 +369,7 @@ def job_tune_cli(ctx, argv, first_configs=1, timer=None, skew_s=0.0):
 
     def cut(*a, **k):
         configs = every_config(*a, **k)
-        return configs[:first_configs] + [c for c in configs if c.TWO_SHOT][:1]
+        return configs[:first_configs]
 
     def clock():
         reads[0] += 1
@@ -419,7 +412,7 @@ def test_a_budget_stop_writes_the_shapes_done_and_the_ranks_agree(pools, tmp_pat
 def job_tune_all_reduce_then_auto(ctx, argv, out_dir):
     import os
 
-    tuned, left_out, path, _ = job_tune_cli(ctx, argv, 1, lambda name: {"plain": 1.0, "wg_specialized#1": 0.6}
+    tuned, left_out, path, _ = job_tune_cli(ctx, argv, 1, lambda name: {"plain": 1.0, "wg_specialized": 0.6}
                                             .get(name, 3.0))
     table = tables.table_path(out_dir, "gemm_all_reduce", hw.arch_name(ctx.device), ctx.world)
     [entry] = tables.validate_table(json.loads(table.read_text()), table)
@@ -439,27 +432,26 @@ def job_tune_all_reduce_then_auto(ctx, argv, out_dir):
         dispatch.clear()
         tables.clear_cache()
     return (tuned, left_out, path, str(table), entry,
-            (choice.variant, choice.config.TWO_SHOT if choice.config else None, choice.source))
+            (choice.variant, choice.config is not None, choice.source))
 
 
 @pytest.mark.slow  # a whole tuner run (test_tiny_tune_end_to_end keeps one in make test)
 def test_tune_gemm_all_reduce_end_to_end_then_auto_reads_it(pools, tmp_path):
-    """``tune --op gemm_all_reduce --out DIR`` at W = 2 on CPU ranks: each variant's default and its
-    two-shot form are candidates; the two-shot wg_specialized wins (faked times); the table says so,
-    and auto reads the table and runs it."""
+    """``tune --op gemm_all_reduce --out DIR`` at W = 2 on CPU ranks: each variant's default is a
+    candidate; wg_specialized wins (faked times); the table says so, and auto reads the table and
+    runs it."""
     argv = ["--op", "gemm_all_reduce", "--shapes", "", "--shape", "40x48x24", "--dtype", "float16", "--reps", "2",
             "--decide-s", "0", "--out", str(tmp_path)]
     res = pools.run(2, job_tune_all_reduce_then_auto, argv, str(tmp_path))
     for rank, (tuned, left_out, path, table, entry, auto) in enumerate(res):
         assert tuned == [(40, 48, 24)] and left_out == []
         assert path == (table if rank == 0 else None), "rank 0 writes the table"
-        names = {c["name"]: c["config"]["TWO_SHOT"] for c in entry["candidates"]}
-        assert {n: names.get(n) for n in ("wg_specialized", "wg_specialized#1", "bulk_sync#1")} == {
-            "wg_specialized": 0, "wg_specialized#1": 1, "bulk_sync#1": 1}, names
-        assert entry["variant"] == "wg_specialized" and entry["config"]["TWO_SHOT"] == 1, entry["decision"]
+        names = {c["name"] for c in entry["candidates"]}
+        assert set(tilefuse.VARIANTS) <= names, names
+        assert entry["variant"] == "wg_specialized" and entry["config"]["COMM_SMS"] >= 1, entry["decision"]
         assert [r["round"] for r in entry["decision"]["rounds"]] == ["decision", "confirmation"]
-        variant, two_shot, source = auto
-        assert (variant, two_shot) == ("wg_specialized", 1) and source.startswith("exact"), auto
+        variant, has_config, source = auto
+        assert (variant, has_config) == ("wg_specialized", True) and source.startswith("exact"), auto
 
 
 def test_merged_table_entries_keep_the_run_that_tuned_them(tmp_path):

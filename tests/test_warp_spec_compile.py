@@ -24,8 +24,7 @@ import pytest
 import torch
 
 WS = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, WARP_SPEC=1)
-# (op, variant, kwargs): every variant in config.WARP_SPEC_VARIANTS, gemm_all_reduce's fused_sequential
-# in its two-shot form (its one-shot form flags its tiles and runs unspecialized).
+# (op, variant, kwargs): every variant in config.WARP_SPEC_VARIANTS.
 CASES = [
     ("gemm_all_scatter", "bulk_sync", {}),
     ("gemm_all_scatter", "fused_sequential", {}),
@@ -33,7 +32,6 @@ CASES = [
     ("gemm_reduce_scatter", "bulk_sync", {}),
     ("gemm_reduce_scatter", "fused_sequential", {}),
     ("gemm_all_reduce", "bulk_sync", {}),
-    ("gemm_all_reduce", "fused_sequential", {"two_shot": True}),
 ]
 _DTYPES = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32", "int64": "*i64", "int32": "*i32",
            "uint8": "*u8", "int8": "*i8"}
@@ -62,7 +60,7 @@ def job_record_launches(ctx):
     from tilefuse.runtime import launcher
 
     def as_on_hopper(config, use_tma, device):  # the device-independent part of warp_specialized
-        return bool(config.WARP_SPEC) and use_tma and config.SPLIT_K == 1 and not config.STREAM_K
+        return bool(config.WARP_SPEC) and use_tma and config.SPLIT_K == 1
 
     records, case_now = [], [None]
     saved_getitem, saved_ws = launcher.FastKernel.__getitem__, gemm.warp_specialized
@@ -85,7 +83,7 @@ def job_record_launches(ctx):
     try:
         cfg = Config(GEMM_SMS=4, COMM_SMS=0, **WS)
         for op, variant, kwargs in CASES:
-            case_now[0] = f"{op}.{variant}{'.two_shot' if kwargs else ''}"
+            case_now[0] = f"{op}.{variant}"
             M, N, K = 256, 256, 64
             a = torch.randn(M, K, dtype=torch.float16, device=ctx.device)  # fp16: the interpreter's bf16 is wrong
             b = torch.randn(K, N, dtype=torch.float16, device=ctx.device)
@@ -171,7 +169,7 @@ def test_warp_specialized_configs_compile_specialized(pools, tmp_path):
         pytest.skip(why)
     records = pools.run(1, job_record_launches)[0]
     cases = {r[0] for r in records}
-    expected = {f"{op}.{v}{'.two_shot' if kw else ''}" for op, v, kw in CASES}
+    expected = {f"{op}.{v}" for op, v, kw in CASES}
     assert cases == expected, f"no warp-specialized launch recorded for {sorted(expected - cases)}"
     path = tmp_path / "launches.json"
     path.write_text(json.dumps(records))

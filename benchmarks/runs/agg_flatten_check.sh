@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # One GPU, world 1: all_gather_gemm's tile loops without flags (fused_sequential's, the push variants'
-# local shard read from `a`) on the GEMM core's flattened loop, against the same loops not flattened
-# (TILEFUSE_NO_FLATTEN=1, which also stops the GEMM core's, so bulk_sync moves with it); then the tests
-# that cover them, ranks sharing the GPU. With OPS and BASE it is the world-1 A/B of any op against a
+# local shard read from `a`) on the GEMM core's flattened loop, timed twice; then the tests that
+# cover them, ranks sharing the GPU. With OPS and BASE it is the world-1 A/B of any op against a
 # copy of the package at another commit (gemm_all_scatter's result off the heap was measured so).
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/agg_flatten_check.sh      (from the repository root)
 # 1. The world-1 suite of all_gather_gemm on SHAPES (default 8192x6144x4096 and 8192x28672x4096, the
 #    Llama-3-8B qkv and gate-up shapes at 8192 tokens): every variant, the copy-engine form and the
-#    plain_again control, flattened, not flattened (AB=0 leaves this one out), flattened again
+#    plain_again control, flattened, twice (with BASE: the base package between the two)
 #    (SUITE_S seconds each, default 100).
 #    BASE=<dir>: the middle run imports tilefuse from <dir> instead (a copy of the package at another
 #    commit: `mkdir <dir> && git archive <sha> tilefuse | tar x -C <dir>`; BASE_COMMIT=<sha> records
@@ -18,12 +17,12 @@
 #    seconds, default 60), here and, with BASE, from the copy: host_path.csv, host_path_base.csv.
 # 2. The tests of TESTS (default: all_gather_gemm, program counts, the GEMM core's flattened-loop test)
 #    in the rest of LIMIT_S (default 570 s).
-# Files under $R: suite_w1_flat.csv, suite_w1_noflat.csv (or suite_w1_base.csv), tests/.
+# Files under $R: suite_w1_flat.csv (and suite_w1_base.csv), tests/.
 source "$(dirname "$0")/prelude.sh"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 END=$(( T0 + ${LIMIT_S:-570} ))
 SHAPES=${SHAPES:-8192x6144x4096,8192x28672x4096}
-V=${VARIANTS:-bulk_sync,producer_consumer,pc_copy_engines,fused_sequential,wg_specialized,plain_again}
+V=${VARIANTS:-bulk_sync,producer_consumer,copy_engine,fused_sequential,wg_specialized,plain_again}
 suite() {  # suite NAME CSV [env ARGUMENTS...]
     local name=$1 csv=$2
     shift 2
@@ -43,8 +42,6 @@ if [[ -n ${BASE:-} ]]; then
     [[ $PY == */* && $PY != /* ]] && PY=$(pwd)/$PY
     IN_BASE=(-C "$B" PYTHONPATH="$B:$(pwd)" TILEFUSE_COMMIT="${BASE_COMMIT:-${TILEFUSE_COMMIT:-}}")
     suite suite_base "$(cd "$R" && pwd)/suite_w1_base.csv" "${IN_BASE[@]}"
-elif [[ ${AB:-1} == 1 ]]; then
-    suite suite_noflat "$R/suite_w1_noflat.csv" TILEFUSE_NO_FLATTEN=1
 fi
 suite suite_flat_2 "$R/suite_w1_flat.csv"
 if [[ -n ${HOST_OPS:-} ]]; then

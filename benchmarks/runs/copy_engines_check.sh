@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One GPU: the copy-engine forms (producer_consumer with COMM_SMS = 0) of gemm_all_scatter and
-# all_gather_gemm, and all_gather_gemm's two-launch fused_sequential, tested and measured.
+# One GPU: all_gather_gemm's copy_engine form next to gemm_all_scatter's and all_gather_gemm's
+# variants, and all_gather_gemm's two-launch fused_sequential, tested and measured.
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/copy_engines_check.sh     (from the repository root)
 # 1. Test files on the GPU, ranks sharing it (copy-engine forms eager, replayed and in CUDA graphs;
 #    the protocol and launch-count tests), in parallel groups (TEST_GROUPS: ';'-separated instead).
@@ -19,7 +19,7 @@ tests/test_launcher.py tests/test_protocol.py;tests/test_all_gather_gemm.py;test
 stamp tests $? >> "$R/tests.log"
 for op in gemm_all_scatter all_gather_gemm; do
     step "suite_$op" 75 "$PY" -m benchmarks suite --world 1 --ops "$op" --sets "${SUITE_SETS:-llama3-8b}" \
-        --variants bulk_sync,producer_consumer,pc_copy_engines,fused_sequential --csv "$R/suite_w1.csv" --append \
+        --variants bulk_sync,producer_consumer,copy_engine,fused_sequential --csv "$R/suite_w1.csv" --append \
         --no-progress
 done
 step host_path 90 "$PY" -m benchmarks host_path --real-launches --M 1,16,128 --N 4096 --K 8192 \

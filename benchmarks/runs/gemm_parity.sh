@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GEMM core against torch.matmul on one GPU: the parity grid (M 16..8192, small M with large K,
 # N and K not multiples of 128) with the configs default_config(..., split_k=True) picks, bf16 and
-# fp16; then, in the time left, a sweep of candidate configs (tiles x SPLIT_K or stream-K, copying
+# fp16; then, in the time left, a sweep of candidate configs (tiles x SPLIT_K, copying
 # misaligned operands or not) in bf16 at the M of SWEEP_MS (default 128,333,512,1000: where the
 # defaults are furthest from torch.matmul), the data the defaults are chosen from. At most 150 s on
 # an H200; for the whole sweep: python -m benchmarks gemm_sweep --grid parity --max-m 1024 --budget-s 500.

@@ -60,8 +60,7 @@ suite_w2() {
     local op V limit=${3:-50}
     for op in gemm_all_scatter all_gather_gemm gemm_reduce_scatter gemm_all_reduce; do
         V=bulk_sync,producer_consumer,fused_sequential,wg_specialized,auto
-        [[ $op == all_gather_gemm || $op == gemm_all_scatter ]] && V=$V,pc_copy_engines
-        [[ $op == gemm_reduce_scatter || $op == gemm_all_reduce ]] && V=$V,fs_epilogue_sum
+        [[ $op == all_gather_gemm ]] && V=$V,copy_engine
         [[ -n ${SUITE_EXTRA:-} ]] && V=$V,$SUITE_EXTRA
         fits "$limit" "suite $op" && { timeout -k 5 "$limit" "$PY" -m benchmarks suite --world 2 --ops "$op" --sets "$1" \
             --variants "$V" --csv "$2" --append --no-progress >> "$R/suite_w2.log" 2>&1

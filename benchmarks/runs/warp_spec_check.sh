@@ -4,7 +4,7 @@
 # that Triton specializes the tile loop) against their default tiles, the epilogue-sum forms and the
 # plain_again control; then the tests that cover them, ranks sharing the GPU.
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/warp_spec_check.sh      (from the repository root)
-# 1. The world-1 suite, op by op, on each op's 8192-row shapes of docs/PERF.md's world-1 tables
+# 1. The world-1 suite, op by op, on each op's 8192-row shapes of docs/RESULTS.md's world-1 tables
 #    (gemm_all_scatter and all_gather_gemm 8192x6144x4096 and 8192x28672x4096, gemm_reduce_scatter and
 #    gemm_all_reduce 8192x4096x4096 and 8192x4096x14336), ROUNDS times (default 2), SUITE_S seconds an
 #    op (default 45).
@@ -19,8 +19,8 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
         V=bulk_sync,bulk_sync.ws,fused_sequential,fused_sequential.ws,plain_again
         S=8192x6144x4096,8192x28672x4096
         [[ $op == all_gather_gemm ]] && V=bulk_sync,bulk_sync.ws,fused_sequential,plain_again
-        [[ $op == gemm_reduce_scatter || $op == gemm_all_reduce ]] && { V=$V,fs_epilogue_sum; S=8192x4096x4096,8192x4096x14336; }
-        [[ $op == gemm_all_reduce ]] && V=bulk_sync,bulk_sync.ws,fused_sequential,fs_epilogue_sum,plain_again
+        [[ $op == gemm_reduce_scatter || $op == gemm_all_reduce ]] && { S=8192x4096x4096,8192x4096x14336; }
+        [[ $op == gemm_all_reduce ]] && V=bulk_sync,bulk_sync.ws,fused_sequential,plain_again
         step "suite_${op}_$round" "${SUITE_S:-45}" "$PY" -m benchmarks world1 --ops "$op" --shapes "$S" --variants "$V" \
             --csv "$R/suite_w1.csv" --append --no-progress
     done

@@ -14,7 +14,7 @@ for op in gemm_all_scatter all_gather_gemm gemm_reduce_scatter gemm_all_reduce; 
     S=8192x6144x4096,8192x28672x4096
     extra=()
     [[ $op == gemm_all_scatter ]] && extra=(--no-heap-out)
-    [[ $op == gemm_reduce_scatter || $op == gemm_all_reduce ]] && { V=$V,fs_epilogue_sum; S=8192x4096x4096,8192x4096x14336; }
+    [[ $op == gemm_reduce_scatter || $op == gemm_all_reduce ]] && { S=8192x4096x4096,8192x4096x14336; }
     step "suite_$op" "${SUITE_S:-60}" "$PY" -m benchmarks world1 --ops "$op" --shapes "$S" --variants "$V" \
         "${extra[@]}" --csv "$R/suite_w1.csv" --append --no-progress
 done

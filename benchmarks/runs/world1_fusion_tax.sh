@@ -3,7 +3,7 @@
 # are chosen from. In order, each step only if it fits in BUDGET_S (default 560 s):
 # 1. the GPU-only protocol tests of asynchronous error reports, ranks sharing the GPU;
 # 2. the GEMM core's parity grid with its default configs (bf16);
-# 3. the shapes with few tiles (N = 1000 and 5000 at M = 128-1024): split-K, stream-K and narrower tiles,
+# 3. the shapes with few tiles (N = 1000 and 5000 at M = 128-1024): split-K and narrower tiles,
 #    then warp-specialized tiles;
 # 4. the variants' tiles without split-K at M = 333 and 512 (N = 4096, 5000);
 # 5. the world-1 suite, op by op: the Llama-3-8B and decode sets (gemm_all_reduce: decode and two

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The world-1 suite on one GPU: every op, shape set and variant, auto and the plain_again control,
 # with the GPU's clocks sampled; then the Llama-3-8B TP MLP at world 1 and the plots. About 5 min on
-# an H200 (docs/PERF.md, "One H200, world 1").
+# an H200 (docs/RESULTS.md, "One H200, world 1").
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/world1_suite.sh
 # Knobs: OPS (default all), SETS (default iris,llama3-8b,llama3-70b,decode), VARIANTS, SUITE_S (cap, s).
 . "$(dirname "$0")/prelude.sh"

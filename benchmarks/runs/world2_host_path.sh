@@ -22,7 +22,7 @@ grep -h "FAILED\|== tests\|passed\|failed" "$R"/tests_*.log > "$R/tests_summary.
 SMI=$(clocks "$R/clocks.csv")
 for op in all_gather_gemm gemm_all_scatter gemm_reduce_scatter; do
     V=bulk_sync,producer_consumer,fused_sequential,wg_specialized,auto
-    [[ $op == all_gather_gemm || $op == gemm_all_scatter ]] && V=$V,pc_copy_engines
+    [[ $op == all_gather_gemm ]] && V=$V,copy_engine
     timeout -k 5 40 "$PY" -m benchmarks suite --world 2 --ops "$op" --sets llama3-8b --variants "$V" \
         --csv "$R/suite_w2.csv" --append --no-progress >> "$R/suite_w2.log" 2>&1
     stamp "suite w2 $op" $? >> "$R/suite_w2.log"

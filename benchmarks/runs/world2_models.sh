@@ -22,7 +22,7 @@ timeout -k 10 170 torchrun --nproc-per-node 2 examples/tp_llama.py --layers 2 --
 stamp tp_llama $? >> "$R/tp_llama.log"
 for op in gemm_all_scatter all_gather_gemm gemm_reduce_scatter gemm_all_reduce; do
     V=bulk_sync,producer_consumer,fused_sequential,wg_specialized,auto
-    [[ $op == all_gather_gemm || $op == gemm_all_scatter ]] && V=$V,pc_copy_engines
+    [[ $op == all_gather_gemm ]] && V=$V,copy_engine
     timeout -k 10 55 "$PY" -m benchmarks suite --world 2 --ops "$op" --sets llama3-70b,iris --variants "$V" \
         --csv "$R/suite_w2_70b_iris.csv" --append --no-progress >> "$R/suite_w2.log" 2>&1
     stamp "suite w2 $op" $? >> "$R/suite_w2.log"

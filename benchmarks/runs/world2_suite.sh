@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The world-2 suite on two GPUs (one rank per GPU, NCCL): each op in its own process, appending to
 # one CSV, with the GPUs' clocks sampled; then the Llama-3-8B TP MLP at world 2 and the plots
-# (docs/PERF.md, "Two H200s over NVLink, world 2"). For nvidia-h200-x2; about 5 min.
+# (docs/RESULTS.md, "Two H200s over NVLink, world 2"). For nvidia-h200-x2; about 5 min.
 #   TILEFUSE_COMMIT=<sha> bash benchmarks/runs/world2_suite.sh
 # Knobs: WORLD (default 2), SETS (default llama3-8b,iris), VARIANTS, SUITE_S (cap per op, s).
 . "$(dirname "$0")/prelude.sh"

@@ -43,7 +43,7 @@ from ..runtime.world import on_shutdown
 from ..tuning import autotune, cache, costmodel, rules, tables
 from ..tuning.buckets import bucket_name, m_bucket
 from . import registry
-from .common.config import Config, default_config
+from .common.config import Config
 
 log = logging.getLogger("tilefuse")
 
@@ -160,19 +160,14 @@ def _candidates(op: str, a, b, grp, kwargs: dict, model: tables.Choice | None) -
     def bind(fn, **kw):
         return lambda: fn(a, b, group=grp, **kw, **kwargs)
 
-    heap = get_heap(grp)
-    world, sms = heap.world_size, hw.num_sms(heap.device)
-    M, K = a.shape
+    world = get_heap(grp).world_size
     N = b.shape[1]
     plain = registry.get(op, tables.PLAIN)
     out = [autotune.Candidate("plain", tables.PLAIN, None, bind(plain))]
-    for variant in registry.VARIANTS:
+    for variant in registry.tunable(op):
         if variant in registry.variants(op) and rules.skip_reason(op, variant, N, world) is None:
             fn = registry.get(op, variant)
             out.append(autotune.Candidate(variant, variant, None, bind(fn, config=None)))
-            base = default_config(M, N, K, a.dtype, num_sms=sms, interpreter=hw.interpreting(), comm=False)
-            for i, cfg in enumerate(rules.extra_configs(op, variant, base, sms, world)):
-                out.append(autotune.Candidate(f"{variant}#{i + 1}", variant, cfg, bind(fn, config=cfg)))
     if model is not None and model.config is not None and model.variant in registry.variants(op):
         fn = registry.get(op, model.variant)
         out.append(autotune.Candidate(f"{model.variant}#model", model.variant, model.config,

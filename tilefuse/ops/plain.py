@@ -80,8 +80,7 @@ for _op, _fn in (("gemm_all_scatter", gemm_all_scatter), ("all_gather_gemm", all
     registry.register(_op, "plain", _fn)
 
 
-def gemm_all_reduce(a, b, *, config=None, group=None, bias=None, two_shot=False):
-    # two_shot is tilefuse's algorithm choice: NCCL (or gloo) picks its own here.
+def gemm_all_reduce(a, b, *, config=None, group=None, bias=None):
     op = "gemm_all_reduce"
     check_operands(op, a, b)
     group = op_group(group)

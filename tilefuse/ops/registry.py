@@ -7,11 +7,19 @@ from __future__ import annotations
 
 OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
+# Named forms of a variant with an algorithm of their own (a file of their own in the op's folder):
+# tables, tuning and ``variant=`` take them like the four.
+FORMS = {"all_gather_gemm": ("copy_engine",)}
 _TABLE: dict[str, dict[str, object]] = {}
 
 
+def tunable(op: str) -> tuple:
+    """The variants and named forms of ``op`` that tables and tuning may choose."""
+    return VARIANTS + FORMS.get(op, ())
+
+
 def register(op: str, variant: str, fn) -> None:
-    if op not in OPS or variant not in VARIANTS + ("reference", "plain"):
+    if op not in OPS or variant not in tunable(op) + ("reference", "plain"):
         raise ValueError(f"unknown op/variant {op}/{variant}")
     _TABLE.setdefault(op, {})[variant] = fn
 

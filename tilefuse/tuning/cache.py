@@ -34,7 +34,7 @@ SCHEMA_VERSION = 1
 FILE_NAME = "autotune.json"
 LOCK_TIMEOUT_S = 10.0
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-_VARIANTS = ("plain", "bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
+_VARIANTS = ("plain", "bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", "copy_engine")
 
 
 class CacheDirError(ValueError):

@@ -25,7 +25,7 @@ SCHEMA_VERSION = 1
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "configs"
 PLAIN = "plain"  # torch.matmul + torch.distributed collective
 _DTYPES = ("float16", "bfloat16", "float32")
-_VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", PLAIN)
+_VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", "copy_engine", PLAIN)
 
 
 class TableError(ValueError):

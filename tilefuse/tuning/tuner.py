@@ -76,8 +76,7 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
                       quick: bool, *, op: str = "", world: int = 1) -> list[Config]:
     """The search space of one variant for one shape (deduplicated, all fitting the device, at most
     ``rules.MAX_TUNER_CONFIGS``): the variant's default first, then tile sizes x warps/stages x
-    GEMM/communication splits, then ``op``'s own forms at ``world`` (:mod:`tilefuse.tuning.rules`:
-    the copy-engine forms, gemm_all_reduce's two-shot twins of the first few)."""
+    GEMM/communication splits."""
     comm = variant in COMM_VARIANTS
     base = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=comm)
     if interpreter:
@@ -104,12 +103,7 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
                                WARP_SPEC=0)  # the default's own tile may specialize; these as listed
             if cfg not in out:
                 out.append(cfg)
-    flat = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=False)
-    extra = [c for c in rules.extra_configs(op, variant, flat, num_sms, world) if c not in out]
-    twins = [t for t in (rules.two_shot_form(op, variant, c, num_sms, world)
-                         for c in out[:rules.TUNER_TWO_SHOT_TWINS]) if t is not None]
-    extra += [t for t in twins if t not in extra]
-    return out[:rules.MAX_TUNER_CONFIGS - len(extra)] + extra
+    return out[:rules.MAX_TUNER_CONFIGS]
 
 
 def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: int):
@@ -195,7 +189,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
 
     plain = registry.get(op, tables.PLAIN)
     space = {}  # name -> (variant, config), in search order
-    for variant in registry.VARIANTS:
+    for variant in registry.tunable(op):
         if variant not in registry.variants(op) or rules.skip_reason(op, variant, N, world):
             continue
         configs = candidate_configs(variant, M, N, K, dtype, num_sms, interpreter, quick, op=op, world=world)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import library, registry
 from .bulk_sync import bulk_sync
+from .copy_engine import copy_engine
 from .fused_sequential import fused_sequential
 from .producer_consumer import producer_consumer
 from .reference import reference
@@ -12,7 +13,7 @@ from .wg_specialized import wg_specialized
 OP = "all_gather_gemm"
 for _name, _fn in (("reference", reference), ("bulk_sync", bulk_sync),
                    ("producer_consumer", producer_consumer), ("fused_sequential", fused_sequential),
-                   ("wg_specialized", wg_specialized)):
+                   ("wg_specialized", wg_specialized), ("copy_engine", copy_engine)):
     registry.register(OP, _name, _fn)
 
 
@@ -27,7 +28,8 @@ def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, ret
     or fp32 (fp32 runs the tensor cores in tf32 on GPUs); fp32 accumulation, result in the input
     dtype.
 
-    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (all_gather + torch.matmul) or
+    ``variant``: one of ``tilefuse.VARIANTS``, ``"copy_engine"`` (producer_consumer's form whose
+    rows are pulled by the copy engines), ``"reference"`` (all_gather + torch.matmul) or
     ``"auto"``. ``config``: a :class:`tilefuse.Config` overriding tile sizes and the
     GEMM_SMS/COMM_SMS split. With ``return_gathered=True`` it returns ``(c, a_gathered)``,
     ``a_gathered [W*M_loc, K]`` bit-identical to the all-gather (the backward pass needs it).

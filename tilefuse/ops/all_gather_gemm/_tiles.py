@@ -15,8 +15,8 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire
 from ..common.gather import copy_pieces, copy_rows, push_shard
-from ..common.gemm import claimed_tiles, gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets, whole_tiles
 from ..common.launch import ctl, enter_args, launched, mid_barrier
+from ..common.tiles import claimed_tiles, gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets, whole_tiles
 
 
 @kernel

@@ -7,8 +7,7 @@ No overlap: the baseline shape of the algorithm in the same runtime. The begin (
 first program: ``call_enter``) keeps peers from pushing the next call's rows while this rank's GEMM
 still reads the previous ones; the barrier (the push kernel's last program: ``call_exit`` with
 ``BARRIER``) makes every peer's rows visible before the GEMM, whose last program ends the call
-(``call_exit``): two launches, no begin kernel, no status copy (``TILEFUSE_BEGIN_KERNEL=1`` brings
-the begin and barrier kernels back). This variant also serves the other
+(``call_exit``): two launches, no begin kernel, no status copy. This variant also serves the other
 variants' degenerate calls (``M_loc``, ``N`` or ``K`` zero).
 """
 

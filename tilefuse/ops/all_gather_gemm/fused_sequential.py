@@ -5,12 +5,12 @@
 
 Each rank publishes its shard in its own heap (``a_shard``): the publish kernel's first program
 begins the call (``call_enter``), its programs copy the rows, and its last program passes the
-barrier with the other ranks (``call_exit`` with ``BARRIER``), so a call is two launches
-(``TILEFUSE_BEGIN_KERNEL=1``: the begin and barrier kernels around it again). After the barrier every program
-computes its tiles source by source in ring order r, r+1, ..., loading A straight from the source
-rank's heap through a translated pointer (TMA descriptors work on any address). There is no flag:
-the barrier says every shard is in place. With ``return_gathered`` the program that computes a row
-block's first column tile also copies those A rows into the caller's ``a_gathered``.
+barrier with the other ranks (``call_exit`` with ``BARRIER``), so a call is two launches. After the
+barrier every program computes its tiles source by source in ring order r, r+1, ..., loading A
+straight from the source rank's heap through a translated pointer (TMA descriptors work on any
+address). There is no flag: the barrier says every shard is in place. With ``return_gathered`` the
+program that computes a row block's first column tile also copies those A rows into the caller's
+``a_gathered``.
 
 Cross-call safety: the shard is written after the begin, which every rank passes only once every
 rank finished the previous call (the last one that read it). The fused kernel waits on nothing, so
@@ -70,8 +70,7 @@ def _fused_kernel(
     pid = tl.program_id(0)
     _, live = P.call_epoch(ctl_ptr)
     # The local source outside the loop over the peers: Triton flattens a tile loop only where no
-    # other loop encloses it (nested in the loop over sources, the compiled kernel was the one not
-    # flattened, and measured so).
+    # other loop encloses it (nested in the loop over sources, the loop compiles unflattened).
     if live:
         _source(0, pid, s_ptr, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
                 g_ptr, stride_gm, stride_gk, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world,

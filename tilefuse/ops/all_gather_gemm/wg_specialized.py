@@ -17,7 +17,7 @@ at a time from a counter, the GEMM programs once their share is done, the pusher
 are. So the pushers' SMs join the GEMM when the shard is out and take only tiles nobody has started
 (at world 1, where nothing is pushed, the GEMM has every program; where the pushes take long, the
 GEMM programs have taken every local tile by then). The peers' tiles go to the G GEMM programs,
-dealt out as before. (Where ``a`` is pushed to this rank as well and its tiles wait on flags, only
+dealt out as the local ones are. (Where ``a`` is pushed to this rank as well and its tiles wait on flags, only
 the GEMM programs compute.) Only the dealt share's loop is flattened: two flattened 128x256 loops
 in one kernel can each get shared memory of their own (Triton 3.6 gave two 295 KB, over the H200's
 227 KB; this kernel compiles to 180 KB with Triton 3.7, 152 KB with 3.6). No completion handshake

@@ -46,7 +46,7 @@ def check_dtypes(op: str, **tensors: torch.Tensor) -> None:
 
 def check_kernel_dtype(op: str, dtype) -> None:
     """The kernels can compute in ``dtype`` here: Triton's interpreter (the CPU backend) computes
-    bfloat16 wrong (measured with triton 3.7.1: relative errors of 1e9), so there it is refused
+    bfloat16 wrong (relative errors of 1e9 with Triton 3.7), so there it is refused
     rather than returned wrong; the plain path (torch) takes it."""
     if dtype == torch.bfloat16:
         from ...runtime import _env

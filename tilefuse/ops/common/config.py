@@ -16,17 +16,14 @@ SPLIT_K_VARIANTS = ("bulk_sync",)
 # (op, variant) whose own kernel takes SPLIT_K > 1 where every program has at most one K slice (the
 # op's set-up checks that): the slice that completes a tile sums the slices and runs its epilogue.
 ONE_WAVE_SPLIT_K = (("gemm_all_reduce", "fused_sequential"),)
-# (op, variant) whose kernel sums each tile in its epilogue with Config.EPILOGUE_SUM = 1.
-EPILOGUE_SUM_FORMS = (("gemm_reduce_scatter", "fused_sequential"), ("gemm_all_reduce", "fused_sequential"))
 # Variants whose tile loops can be warp-specialized (Config.WARP_SPEC): the GEMM core's, and the
 # fused loops that set no per-tile flag (a flag released by one consumer group could be seen before
-# the other group's half of the tile is stored). gemm_all_reduce's fused_sequential specializes in its
-# two-shot form only (the one-shot form flags its tiles).
+# the other group's half of the tile is stored).
 WARP_SPEC_VARIANTS = {
     "gemm_all_scatter": ("bulk_sync", "fused_sequential"),
     "all_gather_gemm": ("bulk_sync",),
     "gemm_reduce_scatter": ("bulk_sync", "fused_sequential"),
-    "gemm_all_reduce": ("bulk_sync", "fused_sequential"),
+    "gemm_all_reduce": ("bulk_sync",),
 }
 # Tensor-descriptor (TMA) boxes hold at most 256 elements per dimension.
 _MAX_BLOCK = 256
@@ -37,40 +34,26 @@ class Config:
     """Tile shape, launch parameters and the split of the multiprocessors between GEMM and communication.
 
     ``GEMM_SMS`` programs compute tiles; ``COMM_SMS`` programs move data (0 for variants without
-    communication programs). Blocks are powers of two in [16, 256]. ``TWO_SHOT`` (0 or 1, default 0):
-    gemm_all_reduce's two-shot algorithm (its ``two_shot=True``), so that a tuned table or cache
-    entry can choose it; the other ops refuse a config that sets it.
+    communication programs). Blocks are powers of two in [16, 256].
 
     ``SPLIT_K`` (1 to ``MAX_SPLIT_K``, default 1): each output tile's K steps are split into that
     many slices computed by different programs; the last slice of a tile to finish sums the fp32
-    partials in slice order and runs the tile's epilogue, once (``ops.common.gemm``). Where it is
+    partials in slice order and runs the tile's epilogue, once (``ops.common.split_k``). Where it is
     supported: the GEMM core (``ops.common.gemm.matmul``) and so every ``bulk_sync`` variant, whose
-    GEMM is that kernel (``SPLIT_K_VARIANTS``), and gemm_all_reduce's one-shot ``fused_sequential``
-    where the slices fill at most one wave of its programs (``ONE_WAVE_SPLIT_K``). The other fused
-    variants' kernels split no tile: they take only ``SPLIT_K = 1``. ``STREAM_K`` (0 or 1, default
-    0; with ``SPLIT_K = 1`` only): stream-K in
-    the same kernels, the K steps of all tiles dealt out evenly over the ``GEMM_SMS`` programs, so
-    that a tile count just above a multiple of the programs leaves none idle.
+    GEMM is that kernel (``SPLIT_K_VARIANTS``), and gemm_all_reduce's ``fused_sequential`` where the
+    slices fill at most one wave of its programs (``ONE_WAVE_SPLIT_K``). The other fused variants'
+    kernels split no tile: they take only ``SPLIT_K = 1``.
 
     ``WARP_SPEC`` (0 or 1, default 0): the GEMM core's tile loop is warp-specialized (Triton's
     ``warp_specialize``: on Hopper a producer warp group issues the tensor-descriptor loads while
     two consumer warp groups multiply, 12 warps in all for ``num_warps = 4``). It changes how the
     kernel is compiled, not its sums. It takes ``num_warps = 4`` and tiles with ``BLOCK_M >= 64``
     and ``BLOCK_N <= 2 * BLOCK_M`` (64x256 does not compile specialized). Honoured with
-    ``SPLIT_K = 1``, ``STREAM_K = 0`` and operands on
-    the descriptor path, on NVIDIA GPUs, by the GEMM core (so ``bulk_sync``) and by the variants whose
-    tile loops set no per-tile flag (``WARP_SPEC_VARIANTS``); elsewhere the tiles run unspecialized
-    with twice the warps and at most 3 stages (:func:`launch_shape`). Their calls are begun by the
-    begin kernel (``launch.GemmCall.kernel_may_begin``: Triton does not specialize a kernel that
-    begins its call).
-
-    ``EPILOGUE_SUM`` (0 or 1, default 0): ``fused_sequential`` sums each tile in the epilogue that
-    made it, its own partial from registers, never staged (``EPILOGUE_SUM_FORMS``): in
-    gemm_reduce_scatter a rank computes its own tiles last and adds the peers' partials there (one
-    launch, no reduction pass); in gemm_all_reduce's one-shot form each tile is summed right after
-    its push, once the peers' same tile has landed, at any tile count (without it only where every
-    program has one tile). Their tile loops set per-tile flags, so they are not warp-specialized.
-    Other variants, and two-shot, refuse it (:func:`check_variant_config`).
+    ``SPLIT_K = 1`` and operands on the descriptor path, on NVIDIA GPUs, by the GEMM core (so
+    ``bulk_sync``) and by the variants whose tile loops set no per-tile flag
+    (``WARP_SPEC_VARIANTS``); elsewhere the tiles run unspecialized with twice the warps and at most
+    3 stages (:func:`launch_shape`). Their calls are begun by the begin kernel
+    (``launch.GemmCall.kernel_may_begin``: Triton does not specialize a kernel that begins its call).
     """
 
     BLOCK_M: int
@@ -81,11 +64,8 @@ class Config:
     num_stages: int
     GEMM_SMS: int
     COMM_SMS: int
-    TWO_SHOT: int = 0
     SPLIT_K: int = 1
-    STREAM_K: int = 0
     WARP_SPEC: int = 0
-    EPILOGUE_SUM: int = 0
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -106,23 +86,15 @@ class Config:
             raise ValueError(f"Config.GEMM_SMS must be >= 1, got {self.GEMM_SMS}")
         if self.COMM_SMS < 0:
             raise ValueError(f"Config.COMM_SMS must be >= 0, got {self.COMM_SMS}")
-        if self.TWO_SHOT not in (0, 1):
-            raise ValueError(f"Config.TWO_SHOT must be 0 or 1, got {self.TWO_SHOT}")
         if not 1 <= self.SPLIT_K <= MAX_SPLIT_K:
             raise ValueError(f"Config.SPLIT_K must be in [1, {MAX_SPLIT_K}], got {self.SPLIT_K}")
-        if self.STREAM_K not in (0, 1):
-            raise ValueError(f"Config.STREAM_K must be 0 or 1, got {self.STREAM_K}")
-        if self.EPILOGUE_SUM not in (0, 1):
-            raise ValueError(f"Config.EPILOGUE_SUM must be 0 or 1, got {self.EPILOGUE_SUM}")
         if self.WARP_SPEC not in (0, 1):
             raise ValueError(f"Config.WARP_SPEC must be 0 or 1, got {self.WARP_SPEC}")
         if self.WARP_SPEC and (self.num_warps != 4 or self.BLOCK_M < 64 or self.BLOCK_N > 2 * self.BLOCK_M):
-            # Compiled for sm_90 with Triton 3.7: 64x64 to 256x128 specialize; 64x256 fails to compile.
+            # For sm_90 with Triton 3.7: 64x64 to 256x128 specialize; 64x256 fails to compile.
             raise ValueError(
                 f"Config.WARP_SPEC=1 takes num_warps=4 (the size of a warp group) and tiles with BLOCK_M >= 64 "
                 f"and BLOCK_N <= 2 * BLOCK_M, got num_warps={self.num_warps}, {self.BLOCK_M}x{self.BLOCK_N}")
-        if self.STREAM_K and self.SPLIT_K > 1:
-            raise ValueError(f"Config.STREAM_K=1 deals out K steps itself: it takes SPLIT_K=1, got {self.SPLIT_K}")
 
     def replace(self, **changes) -> Config:
         """A copy with some fields changed (validated again)."""
@@ -136,8 +108,8 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: dict) -> Config:
-        """Inverse of :meth:`to_dict`; every field without a default is required (tables written
-        before a field with a default existed stay valid) and unknown keys are an error."""
+        """Inverse of :meth:`to_dict`; every field without a default is required and unknown keys are
+        an error."""
         unknown = sorted(set(d) - _FIELD_NAMES)
         missing = sorted(_REQUIRED - set(d))
         if unknown:
@@ -173,41 +145,16 @@ def split_k_for(tiles: int, steps: int, programs: int) -> int:
     return split
 
 
-def stream_k_whole_tiles(num_tiles: int, programs: int) -> int:
-    """Tiles a stream-K launch of ``programs`` programs computes whole, before it deals out the K
-    steps of the rest: all of them when they fill whole waves; else the whole waves but the last
-    (the rest is then more than one and less than two waves of tiles, so that every range covers
-    more than one tile's steps and no tile is shared by more than a few ranges); none under two
-    waves."""
-    if num_tiles % programs == 0:
-        return num_tiles
-    waves = num_tiles // programs
-    return (waves - 1) * programs if waves >= 2 else 0
-
-
-def stream_k_slots(steps: int, total: int, units: int) -> int:
-    """Partial slots a tile of ``steps`` K steps needs when ``total`` steps are dealt out over ``units``
-    ranges: the most ranges that can touch one tile (every range holds at least ``total // units``)."""
-    return min(units, -(-(steps - 1) // (total // units)) + 1)
-
-
-# Most K slices default_config picks: on an H200 every small-M shape ran faster at 8 slices or
-# fewer than at 12 or 16 (docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv).
-_DEFAULT_MAX_SPLIT = 8
-
-
+_DEFAULT_MAX_SPLIT = 8  # most K slices default_config picks: more run slower on small-M shapes
 DECODE_WAVE_SHARE = 0.7  # without SPLIT_K at M <= 64: the widest tile that still fills this share of a wave
-
-
 SMALL_M_MAX = 256  # without SPLIT_K, 64 < M <= this: tiles from _small_m_tiles
-# (BLOCK_M, BLOCK_N, BLOCK_K, stages), 4 warps, largest first (at equal area the wider one):
-# the candidates that won a shape of the sweep of 128- and 256-row GEMMs without split-K.
+# (BLOCK_M, BLOCK_N, BLOCK_K, stages), 4 warps, largest first (at equal area the wider one).
 SMALL_M_TILES = ((128, 128, 64, 6), (64, 128, 128, 4), (128, 64, 128, 4), (64, 64, 128, 6))
 SMALL_M_WAVE_USE = 0.8  # the largest of SMALL_M_TILES whose tiles keep this share of their waves busy
 
 
 def narrow_decode(M: int, dtype: torch.dtype, interpreter: bool) -> bool:
-    """Whether :func:`default_config` without split-K takes its tiles from a measured sweep
+    """Whether :func:`default_config` without split-K takes its small-M tile classes
     (:func:`_narrow_decode_tiles` up to M = 64, :func:`_small_m_tiles` up to ``SMALL_M_MAX``, in a
     16-bit dtype, on a GPU), which callers must not narrow further."""
     return not interpreter and M <= SMALL_M_MAX and dtype.itemsize <= 2
@@ -217,15 +164,11 @@ def _small_m_tiles(M: int, N: int, K: int, programs: int) -> tuple:
     """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for 64 < M <= ``SMALL_M_MAX`` without SPLIT_K
     (the fused variants' small prefill chunks), 16-bit values.
 
-    From the sweep of ``benchmarks/gemm_sweep.py --grid small --no-split`` on an H200 (M = 128, 256
-    on three Llama-3 layer shapes; docs/perf/2026-12-01_h200_ws1_gemm_small_no_split_bf16.csv): with
-    one tile size for all, the best measured 0.79x of torch.matmul at worst; the best tile per
-    shape 0.84-1.00x, against 0.55-0.71x for the 64x128 and 128x128 4-stage tiles of before. The best
-    tile was, on each of the six shapes, the largest of :data:`SMALL_M_TILES` whose tiles keep
-    ``SMALL_M_WAVE_USE`` of their waves of GEMM programs busy (:func:`wave_use`): few tiles need
-    small ones to reach every SM, many tiles run best large (fewer re-reads of A and B). Deeper K
-    steps and more stages than the wider-M tiles: every tile has a long K loop to keep fed. Without
-    such a tile, the one that keeps the most of its waves busy.
+    The largest of :data:`SMALL_M_TILES` whose tiles keep ``SMALL_M_WAVE_USE`` of their waves of
+    GEMM programs busy (:func:`wave_use`): few tiles need small ones to reach every SM, many tiles
+    run best large (fewer re-reads of A and B). Deeper K steps and more stages than the wider-M
+    tiles: every tile has a long K loop to keep fed. Without such a tile, the one that keeps the
+    most of its waves busy.
     """
     best = None
     for bm, bn, bk, stages in SMALL_M_TILES:
@@ -243,12 +186,9 @@ def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -
     """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for M <= 64 without SPLIT_K (the fused variants).
 
     A decode-size GEMM streams B once: every SM must have a tile, and each needs many bytes in
-    flight. From the sweep of ``benchmarks/gemm_sweep.py --grid decode --no-split`` on an H200
-    (docs/perf/2026-11-30_h200_ws1_gemm_decode_no_split_bf16.csv; torch.matmul / GEMM core, median
-    over 15 shapes: 0.56 with the 128-column tiles, 0.94 with the best tile per shape): BLOCK_N is the
-    widest of 128, 64, 32, 16 whose tiles fill ``DECODE_WAVE_SHARE`` of a wave of GEMM programs,
-    BLOCK_K 256 with 4 stages (3, or 128 with 6 or 4, where the stages would exceed 200 KiB of
-    shared memory), 4 warps; BLOCK_M is M rounded up to a power of two in [16, 64].
+    flight. BLOCK_N is the widest of 128, 64, 32, 16 whose tiles fill ``DECODE_WAVE_SHARE`` of a
+    wave of GEMM programs, BLOCK_K 256 with 4 stages (3, or 128 with 6 or 4, where the stages would
+    exceed 200 KiB of shared memory), 4 warps; BLOCK_M is M rounded up to a power of two in [16, 64].
     """
     block_m = _pow2_between(M, 16, 64)
     rows = -(-M // block_m)
@@ -266,31 +206,20 @@ def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -
 
 
 # The GEMM core's split-K tiles past M = 64 where 128x128 tiles are few (under half a wave past M =
-# 128): (BLOCK_M, BLOCK_N, stages), 4 warps, largest first. From the sweep of the parity grid's
-# few-tile shapes (gemm_sweep --grid parity --ms 128,333,512,1000,1024 --ns 1000,5000,
-# docs/perf/2026-12-01_h200_ws1_gemm_few_tiles_bf16.csv): the winners split 128-row tiles (64-row ones
-# at M = 128 with N = 1000) into at most 4 K slices that together fill a wave; more slices lost.
-# The 128x128 tiles of 16-bit values take MID_M_STAGES stages where K's rows are on the descriptor
-# path (16-byte multiples): 6 measured 5-12 % faster than 4 with 2-4 K slices at M = 333-1000,
-# N = 1000, K = 8000 (gemm_sweep --stream-k, docs/perf/2026-12-01_h200_ws1_gemm_stream_k_split_bf16.csv);
-# off it (K = 3500) only 4 stages were measured.
+# 128): (BLOCK_M, BLOCK_N, stages), 4 warps, largest first, each split into at most FEW_TILES_MAX_SPLIT
+# K slices that together fill a wave. The 128x128 tiles of 16-bit values take MID_M_STAGES stages
+# where K's rows are on the descriptor path (16-byte multiples).
 FEW_TILES = ((128, 128, 4), (128, 64, 5), (64, 128, 4), (64, 64, 6))
 FEW_TILES_MAX_SPLIT = 4
 FEW_TILES_FILL = 0.85
 
 # The GEMM core's split-K tiles up to M = 16, 16-bit values, where K's rows are 16-byte multiples:
 # 16 x POINTER_DECODE_N tiles with POINTER_DECODE_K-deep K steps and POINTER_DECODE_STAGES stages, 4
-# warps, loaded through pointers (:func:`pointer_tiles`), split by the one-wave rule (split_k_for).
-# Measured on an H200 at M = 1 and 16 on five Llama-3 layer shapes (python -m benchmarks.decode_gemm
-# --core-candidates, docs/perf/2026-12-01_h200_ws1_decode_gemm_core_m1_m16_bf16.csv): 0.98-1.07x of
-# torch.matmul against 0.89-0.96x for the 16x128x64 6-stage descriptor tiles of before; the same
-# tiles through descriptors measured 0.84-1.00x, 32-column tiles within 0-3 % of 64-column ones.
+# warps, loaded through pointers (:func:`pointer_tiles`: faster there than descriptors on the same
+# tiles), split by the one-wave rule (split_k_for).
 POINTER_DECODE_N, POINTER_DECODE_K, POINTER_DECODE_STAGES = 64, 256, 3
 
-# Stages of 128x128x64 tiles of 16-bit values past the small-M classes: 6 (192 KiB) measured 0.81-0.96x
-# of torch.matmul at M = 333 and 512 where 4 stages gave 0.72-0.86x and 5 stages 0.80-0.94x
-# (gemm_sweep --grid parity --no-split --ms 333,512 --ns 4096,5000,
-# docs/perf/2026-12-01_h200_ws1_gemm_no_split_mid_bf16.csv).
+# Stages of 128x128x64 tiles of 16-bit values past the small-M classes (192 KiB of shared memory).
 MID_M_STAGES = 6
 
 SPLIT_FREE_WAVE_USE = 0.7  # with split-K at 64 <= M <= 128: the whole-K tiles while they keep this busy
@@ -300,16 +229,8 @@ def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, pro
                                  interpreter: bool) -> tuple | None:
     """For the GEMM core's split-K default at 64 <= M <= 128 (16-bit, GPU): the tile the variants run
     without split-K (:func:`_narrow_decode_tiles`, :func:`_small_m_tiles`) while its tiles keep
-    ``SPLIT_FREE_WAVE_USE`` of their waves busy, else None (the split-K tiles).
-
-    Measured in one run (``bash benchmarks/runs/small_m_parity.sh``, the parity grid's M = 64 and 128,
-    docs/perf/2026-12-01_h200_ws1_gemm_parity_small_m_split.csv and ..._no_split.csv): the whole-K
-    tiles won 9 of the 12 shapes (median 0.915x of torch.matmul against 0.785x), the split-K tiles
-    where the tiles are few (N = 1000, and N = 5000 at M = 64: 24-59 % of a wave busy). With this
-    rule 10 of the 12 shapes run the faster of the two, the other two within 0.04 (128x1000x8000:
-    0.65x against 0.69x; 128x14336x4096: 0.93x against 0.95x). The threshold is 0.7, not 0.6, since
-    the few-tile split (``FEW_TILES``) measured 0.97x at 128x5000x3500, whose whole-K tiles keep 61 %
-    busy and measured 0.76-0.78x (docs/perf/2026-12-01_h200_ws1_gemm_few_tiles_bf16.csv)."""
+    ``SPLIT_FREE_WAVE_USE`` of their waves busy, else None (the split-K tiles): whole-K tiles that
+    fill the SMs beat split ones, split ones win where the tiles are few."""
     if interpreter or dtype.itemsize > 2 or not 64 <= M <= 128:
         return None
     tile = _narrow_decode_tiles(M, N, K, dtype.itemsize, programs) if M <= 64 else _small_m_tiles(M, N, K, programs)
@@ -320,9 +241,8 @@ def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, pro
 def pointer_tiles(config: Config, dtype: torch.dtype) -> bool:
     """Whether the GEMM core loads ``config``'s tiles through pointers even where tensor descriptors
     fit: 16-row tiles with K steps of 256 or more of 16-bit values (the decode tiles of
-    ``POINTER_DECODE_*``, where pointer loads measured 3-10 % faster than descriptors on the same
-    tiles). A rule of the config and dtype, never of the shape; ``gemm.matmul`` applies it where B is
-    a Linear weight's layout (column-major, 16-byte aligned rows), the one measured."""
+    ``POINTER_DECODE_*``). A rule of the config and dtype, never of the shape; ``gemm.matmul`` applies
+    it where B is a Linear weight's layout (column-major, 16-byte aligned rows)."""
     return config.BLOCK_M == 16 and config.BLOCK_K >= POINTER_DECODE_K and dtype.itemsize == 2
 
 
@@ -332,7 +252,7 @@ def wave_use(tiles: int, programs: int) -> float:
 
 
 def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs: int):
-    """``(BM, BN, warps, stages, SPLIT_K, STREAM_K, WARP_SPEC)`` for the GEMM core (see default_config)."""
+    """``(BM, BN, warps, stages, SPLIT_K, WARP_SPEC)`` for the GEMM core (see default_config)."""
     steps = -(-K // block_k)
 
     def tiles(bm: int, bn: int) -> int:
@@ -356,35 +276,35 @@ def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs
             block_n = narrow(64)  # few 128-column tiles: more tiles rather than more slices
         stage = (block_m + block_n) * block_k * itemsize
         stages = max(3, min(_MAX_SMALL_M_STAGES, _STAGE_SMEM_BYTES // stage))
-        return block_m, block_n, 4, stages, split(block_m, block_n), 0, 0
+        return block_m, block_n, 4, stages, split(block_m, block_n), 0
     wide_stages = MID_M_STAGES if itemsize <= 2 else 4  # 128x128 tiles of 16-bit values: 6 stages (192 KiB)
     if M <= 128 or tiles(128, narrow(128)) < programs // 2:
         # Few tiles: the largest of FEW_TILES whose tiles, each split into at most FEW_TILES_MAX_SPLIT
         # K slices, keep FEW_TILES_FILL of a wave busy; else the one that keeps the most busy.
         best = None
         for bm, bn, stages in FEW_TILES:
-            if (bm, bn) == (128, 128) and (K * itemsize) % 16 == 0:  # measured on the descriptor path only
+            if (bm, bn) == (128, 128) and (K * itemsize) % 16 == 0:  # the descriptor path only
                 stages = wide_stages
             bn = narrow(bn)
             slices = min(FEW_TILES_MAX_SPLIT, split_k_for(tiles(bm, bn), steps, programs))
             use = wave_use(tiles(bm, bn) * slices, programs)
             if use >= FEW_TILES_FILL:
-                return bm, bn, 4, stages, slices, 0, 0
+                return bm, bn, 4, stages, slices, 0
             if best is None or use > best[0]:
-                best = (use, (bm, bn, 4, stages, slices, 0, 0))
+                best = (use, (bm, bn, 4, stages, slices, 0))
         return best[1]
     if itemsize > 2:  # fp32 (tf32): the tiles of the path without split-K
         if M < 1000:
-            return 128, narrow(128), 4, 4, 1, 0, 0
+            return 128, narrow(128), 4, 4, 1, 0
         block_n = narrow(256)
         if block_n == 256 and 2 * tiles(128, 256) < programs:
-            return 128, narrow(128), 4, 4, 1, 0, 0
-        return 128, block_n, 8, 3, 1, 0, 0
+            return 128, narrow(128), 4, 4, 1, 0
+        return 128, block_n, 8, 3, 1, 0
     # 16-bit values: warp-specialized 128x256 tiles (4 warps a group, 4 stages) unless 128x128 tiles
     # (4 warps, MID_M_STAGES stages) keep clearly more of the last wave busy.
     if N >= 256 and wave_use(tiles(128, 256), programs) >= wave_use(tiles(128, narrow(128)), programs) - 0.02:
-        return 128, 256, 4, 4, 1, 0, 1
-    return 128, narrow(128), 4, wide_stages, 1, 0, 0
+        return 128, 256, 4, 4, 1, 1
+    return 128, narrow(128), 4, wide_stages, 1, 0
 
 
 def default_config(
@@ -399,41 +319,30 @@ def default_config(
     ``ops.common.gemm.matmul``, and the variants in ``SPLIT_K_VARIANTS``); without it ``SPLIT_K``
     is 1 and the tiles are those below.
 
-    GPU, without split-K: tile classes by M, from sweeps of the GEMM core against torch.matmul on an
-    H200: narrow tiles with deep K steps up to M = 64 in 16-bit dtypes (:func:`_narrow_decode_tiles`),
-    then up to M = 256 the tile of :func:`_small_m_tiles` that fills the SMs (16-bit dtypes; fp32:
-    64x128, 4 warps, 4 stages, up to M = 128), 128x128 (4 warps, ``MID_M_STAGES`` stages in 16-bit
-    dtypes, 4 in fp32) below M = 1000,
-    128x256 (8 warps, 3 stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles
-    would leave over half the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3
-    stages: shared memory). No warp specialization here: in the GEMM core at world 1 the
-    warp-specialized 128x256 tile measured 0.973-0.988x of torch.matmul at M = 4096 against
-    0.950-0.982x (docs/perf/2026-12-01_h200_ws1_gemm_parity_warp_spec_bf16.csv), but as the default of
-    the variants at world 2 it measured no better, A/B in one run (docs/PERF.md, "Warp-specialized
-    tiles at world 2"): a tuned table may still choose it (``WARP_SPEC = 1``).
+    GPU, without split-K: tile classes by M: narrow tiles with deep K steps up to M = 64 in 16-bit
+    dtypes (:func:`_narrow_decode_tiles`), then up to M = 256 the tile of :func:`_small_m_tiles`
+    that fills the SMs (16-bit dtypes; fp32: 64x128, 4 warps, 4 stages, up to M = 128), 128x128 (4
+    warps, ``MID_M_STAGES`` stages in 16-bit dtypes, 4 in fp32) below M = 1000, 128x256 (8 warps, 3
+    stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles would leave over half
+    the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3 stages: shared memory).
+    No warp specialization here (it buys the variants nothing at world 2); a tuned table may still
+    choose it (``WARP_SPEC = 1``).
 
     GPU, with split-K: up to M = 16 in 16-bit dtypes with K's rows 16-byte multiples, 16 x 64 tiles
     with 256-deep K steps and 3 stages loaded through pointers (``POINTER_DECODE_*``,
     :func:`pointer_tiles`), split by the rule below; at 64 <= M <= 128 in 16-bit dtypes the tiles
     without split-K above where they fill the SMs (:func:`_whole_tile_instead_of_split`); otherwise
-    (small M with large K had too few
-    tiles for the multiprocessors), from the
-    parity sweep of the GEMM core on an H200 (``benchmarks/gemm_sweep.py --grid parity``,
-    docs/perf/2026-11-30_h200_ws1_gemm_parity_sweep_bf16.csv): up to M = 64 one row of tiles,
-    ``BLOCK_M`` = M rounded up to a power of two in [16, 64], 4 warps, as many stages as fit in 160
-    KiB (3 to 6), 128 columns, or 64 where 128-column tiles are too few (16/32 rows: more than 4
-    slices needed; 64 rows: under 3/4 of a wave); up to M = 128, and above while 128x128 tiles would
-    fill under half a wave, the largest tile of ``FEW_TILES`` whose tiles split into at most
-    ``FEW_TILES_MAX_SPLIT`` K slices keep ``FEW_TILES_FILL`` of a wave busy.
-    Above, in 16-bit dtypes, from the sweep of warp-specialized tiles
-    (``gemm_sweep --warp-spec``, docs/perf/2026-12-01_h200_ws1_gemm_parity_warp_spec_bf16.csv):
-    warp-specialized 128x256 tiles (``WARP_SPEC = 1``, 4 warps a group, 4 stages), unless 128x128
-    tiles (4 warps, ``MID_M_STAGES`` stages, no specialization) keep more than 2 % more of their last wave busy
-    (:func:`wave_use`); fp32 keeps the tiles of the path without split-K. 128x128 tiles of 16-bit
-    values take ``MID_M_STAGES`` stages everywhere here. ``SPLIT_K`` (:func:`split_k_for`, at most 8):
-    the most slices per tile that keep ``tiles x SPLIT_K`` within one wave of GEMM programs and
-    ``MIN_SLICE_STEPS`` K steps per slice. ``STREAM_K`` stays 0: no stream-K config won a shape of
-    that sweep.
+    up to M = 64 one row of tiles, ``BLOCK_M`` = M rounded up to a power of two in [16, 64], 4
+    warps, as many stages as fit in 160 KiB (3 to 6), 128 columns, or 64 where 128-column tiles are
+    too few (16/32 rows: more than 4 slices needed; 64 rows: under 3/4 of a wave); up to M = 128,
+    and above while 128x128 tiles would fill under half a wave, the largest tile of ``FEW_TILES``
+    whose tiles split into at most ``FEW_TILES_MAX_SPLIT`` K slices keep ``FEW_TILES_FILL`` of a
+    wave busy. Above, in 16-bit dtypes: warp-specialized 128x256 tiles (``WARP_SPEC = 1``, 4 warps
+    a group, 4 stages), unless 128x128 tiles (4 warps, ``MID_M_STAGES`` stages, no specialization)
+    keep more than 2 % more of their last wave busy (:func:`wave_use`); fp32 keeps the tiles of the
+    path without split-K. ``SPLIT_K`` (:func:`split_k_for`, at most 8): the most slices per tile
+    that keep ``tiles x SPLIT_K`` within one wave of GEMM programs and ``MIN_SLICE_STEPS`` K steps
+    per slice.
 
     Interpreter: at most 64-wide blocks (the cost grows with the number of interpreted operations) and
     a handful of programs; with ``split_k`` the same slice rule over those programs.
@@ -465,7 +374,7 @@ def default_config(
                          f"{comm_sms} communication programs")
     max_k = 32 if dtype.itemsize >= 4 else 64
     block_k = _pow2_between(K, 16, max_k)
-    split, stream, warp_spec = 1, 0, 0
+    split, warp_spec = 1, 0
     whole = _whole_tile_instead_of_split(M, N, K, dtype, gemm_sms, interpreter) if split_k else None
     if whole is not None:
         block_m, block_n, block_k, warps, stages = whole
@@ -476,12 +385,10 @@ def default_config(
         block_k = _pow2_between(K, 16, POINTER_DECODE_K)
         split = min(_DEFAULT_MAX_SPLIT, split_k_for(-(-N // block_n), -(-K // block_k), gemm_sms))
     elif split_k:
-        block_m, block_n, warps, stages, split, stream, warp_spec = _split_k_tiles(
+        block_m, block_n, warps, stages, split, warp_spec = _split_k_tiles(
             M, N, K, block_k, dtype.itemsize, gemm_sms)
     else:
-        # Tile classes from the GEMM-core sweep on an H200 (docs/perf/2026-11-30_h200_ws1_gemm_sweep_bf16.csv):
-        # 4 stages beat 3 for every tile but 128x256 (which has no room for a fourth); 128x256 wins
-        # from M ~ 1000, 128x128 in between, 64x128 for decode-size M.
+        # 4 stages for every tile but 128x256 (which has no room for a fourth).
         if narrow_decode(M, dtype, interpreter) and M <= 64:
             block_m, block_n, block_k, warps, stages = _narrow_decode_tiles(M, N, K, dtype.itemsize, gemm_sms)
         elif narrow_decode(M, dtype, interpreter):
@@ -494,7 +401,7 @@ def default_config(
             block_m, block_n, warps, stages = 128, 256, 8, 3
         block_n = _pow2_between(min(N, block_n), 16, block_n)
         # Under half as many tiles as GEMM programs: halve the wide tile so more programs get work (a
-        # nearly full wave of 128x256 tiles still beats a full one of 128x128: same sweep).
+        # nearly full wave of 128x256 tiles still beats a full one of 128x128).
         if block_n == 256 and 2 * triton.cdiv(M, block_m) * triton.cdiv(N, block_n) < gemm_sms:
             block_n, warps, stages = 128, 4, 4
     if dtype.itemsize >= 4 and stages > 3 and not (split_k and M <= 64):
@@ -509,17 +416,12 @@ def default_config(
         GEMM_SMS=gemm_sms,
         COMM_SMS=comm_sms,
         SPLIT_K=split,
-        STREAM_K=stream,
         WARP_SPEC=warp_spec,
     )
 
 
 # Rows up to which a kernel of one work item a program takes the GEMM core's split-K config
-# (decode_split_config), and the tile heights it takes. Measured in gemm_all_reduce's
-# fused_sequential on an H200 against the whole-K tiles (N = 4096, K = 4096 and 8192, bf16, CUDA graph
-# replays; docs/perf/2026-12-01_h200_ws1_allreduce_decode_split_k_*.csv): the 16-row tiles 0.4-5.7 us
-# faster at M = 1-16, the 64-row ones 1.2 and 3.8 us faster at M = 48, the 32-row ones (32 x 128,
-# 4 slices) 0.3-2.1 us slower at M = 24 and 32.
+# (decode_split_config), and the tile heights it takes (32-row tiles split slower than whole-K ones).
 DECODE_SPLIT_MAX_M = 64
 DECODE_SPLIT_BLOCK_M = (16, 64)
 # The K that decode_split_config decides tiles and slices for: long enough that only the wave limits
@@ -573,28 +475,14 @@ def sum_rows(config: Config) -> int:
     return max(1, min(config.BLOCK_M, 1024 * side_warps(config) // config.BLOCK_N))
 
 
-def check_split_k(op: str, variant: str, config: Config) -> None:
-    """Raise ValueError if ``config`` splits K (``SPLIT_K > 1`` or ``STREAM_K``) for a variant whose
-    kernels do not (``SPLIT_K_VARIANTS``; ``SPLIT_K > 1`` also ``ONE_WAVE_SPLIT_K``, whose set-up
-    checks the rest)."""
-    if config.SPLIT_K > 1 and not config.STREAM_K and (op, variant) in ONE_WAVE_SPLIT_K:
-        return
-    if (config.SPLIT_K > 1 or config.STREAM_K) and variant not in SPLIT_K_VARIANTS:
-        what = f"SPLIT_K={config.SPLIT_K}" if config.SPLIT_K > 1 else "STREAM_K=1"
-        raise ValueError(
-            f"{op}: Config.{what} is for the variants whose GEMM is the split-K core "
-            f"({', '.join(SPLIT_K_VARIANTS)}); {variant} computes whole tiles: use SPLIT_K=1, STREAM_K=0"
-        )
-
-
 def check_variant_config(op: str, variant: str, config: Config) -> None:
-    """Raise ValueError if ``config`` asks ``variant`` of ``op`` for a form its kernels lack: K split
-    (:func:`check_split_k`), or the epilogue sum (``EPILOGUE_SUM_FORMS``)."""
-    check_split_k(op, variant, config)
-    if config.EPILOGUE_SUM and (op, variant) not in EPILOGUE_SUM_FORMS:
-        forms = ", ".join(f"{o} {v}" for o, v in EPILOGUE_SUM_FORMS)
-        raise ValueError(f"{op}: Config.EPILOGUE_SUM=1 selects the epilogue-sum form of {forms}; "
-                         f"{variant} has none: use EPILOGUE_SUM=0")
+    """Raise ValueError if ``config`` splits K (``SPLIT_K > 1``) for a variant whose kernels do not
+    (``SPLIT_K_VARIANTS``; also ``ONE_WAVE_SPLIT_K``, whose set-up checks the rest)."""
+    if config.SPLIT_K > 1 and variant not in SPLIT_K_VARIANTS and (op, variant) not in ONE_WAVE_SPLIT_K:
+        raise ValueError(
+            f"{op}: Config.SPLIT_K={config.SPLIT_K} is for the variants whose GEMM is the split-K core "
+            f"({', '.join(SPLIT_K_VARIANTS)}); {variant} computes whole tiles: use SPLIT_K=1"
+        )
 
 
 def check_config_fits(config: Config, num_sms: int, where: str = "this device") -> None:

@@ -167,8 +167,6 @@ def resolve_config(op: str, config: Config | None, M: int, N: int, K: int, dtype
     if comm and config.COMM_SMS < 1:
         raise ValueError(f"{op}: this variant needs COMM_SMS >= 1 communication programs, "
                          f"got {config.COMM_SMS}")
-    if config.TWO_SHOT and op != "gemm_all_reduce":
-        raise ValueError(f"{op}: Config.TWO_SHOT=1 selects gemm_all_reduce's two-shot algorithm; {op} has none")
     check_config_fits(config, sms)
     return config
 

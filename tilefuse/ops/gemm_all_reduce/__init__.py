@@ -1,8 +1,6 @@
-"""gemm_all_reduce: ``c = all_reduce(a @ b)``, bit-identical on every rank (one-shot: partials pushed to all)."""
+"""gemm_all_reduce: ``c = all_reduce(a @ b)``, bit-identical on every rank (partials pushed to all)."""
 
 from __future__ import annotations
-
-import torch
 
 from .. import library, registry
 from .bulk_sync import bulk_sync
@@ -19,7 +17,7 @@ if OP in registry.OPS:  # the registry lists the op (tilefuse.ops.registry.OPS)
         registry.register(OP, _name, _fn)
 
 
-def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bias=None, two_shot: bool = False):
+def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bias=None):
     """GEMM over a K shard, summed over ranks, on every rank: ``all_reduce(a @ b) (+ bias)``.
 
     The row-parallel linear of inference tensor parallelism. Every rank of ``group`` (default: the
@@ -40,13 +38,8 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     It is an argument of the ``torch.library`` custom op: ``torch.compile`` traces it, and its
     gradient is the output gradient summed over rows (on every rank).
 
-    ``two_shot``: the algorithm of the four variants. False (default), one-shot: every rank pushes
-    each partial tile into every rank's heap and sums all W partials itself (fewest steps: decode
-    sizes). True, two-shot: each partial tile goes to the owner of its rows (blocks of cdiv(M, W)
-    rows), the owner sums, and every rank copies the other owners' sums: about 2(W-1)/W of ``M*N``
-    elements sent per rank instead of (W-1) (the same at W = 2, less from W = 3 on), in more steps.
-    Both give the same bits. The reference and plain paths ignore it. Two-shot calls run outside the
-    custom op; where autograd needs a gradient the custom op (one-shot, the same bits) runs instead.
+    The algorithm is one-shot: every rank pushes each partial tile into every rank's heap and sums
+    all W partials itself (one exchange; (W-1)·M·N elements sent per rank).
 
     ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (fp32 torch.matmul + all-reduce),
     ``"plain"`` (torch.matmul + torch.distributed all-reduce) or ``"auto"`` (the tuned table, the
@@ -54,7 +47,7 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     tile sizes and the GEMM_SMS/COMM_SMS split (the same on every rank). Heap workspace per rank,
     allocated on the first call of a shape: ``W*M*N*itemsize`` bytes of staging (one per dtype and
     shape, shared by the variants), plus ``8*W*tiles`` bytes of flags for producer_consumer,
-    wg_specialized and one-shot fused_sequential. fused_sequential splitting K (``Config.SPLIT_K``;
+    wg_specialized and fused_sequential. fused_sequential splitting K (``Config.SPLIT_K``;
     the default at decode sizes on a GPU) also keeps ``4*SPLIT_K*BLOCK_M*BLOCK_N`` bytes a tile of
     fp32 slices in ordinary device memory, one set per stream.
 
@@ -62,15 +55,12 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     for any later work on the current stream). Collective: every rank must make the same calls in
     the same order. CUDA graphs: make one eager call of the shape first, then capture.
     """
-    if OP in library.SPECS:  # the torch.library custom op (traceable, differentiable; one-shot)
-        if not two_shot or (torch.is_grad_enabled()
-                            and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (a, b, bias))):
-            return library.call(OP, a, b, variant=variant, config=config, group=group, bias=bias)
+    if OP in library.SPECS:  # the torch.library custom op (traceable, differentiable)
+        return library.call(OP, a, b, variant=variant, config=config, group=group, bias=bias)
     if not isinstance(variant, str):
         raise TypeError(f"{OP}: variant must be a string, got {type(variant).__name__}")
-    kwargs = {"bias": bias, "two_shot": True} if two_shot else {"bias": bias}
     if variant == "auto":
         from ..dispatch import run_auto
 
-        return run_auto(OP, a, b, config, group, **kwargs)
-    return registry.get(OP, variant)(a, b, config=config, group=group, **kwargs)
+        return run_auto(OP, a, b, config, group, bias=bias)
+    return registry.get(OP, variant)(a, b, config=config, group=group, bias=bias)

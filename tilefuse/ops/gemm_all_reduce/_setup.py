@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from dataclasses import dataclass
 
 import torch
@@ -18,8 +17,9 @@ from ..common.config import (
     side_warps,
     sum_rows,
 )
-from ..common.gemm import SPLIT_K_SCRATCH, UNALIGNED_PAD_MIN_M, operand_path
+from ..common.gemm import UNALIGNED_PAD_MIN_M, operand_path
 from ..common.launch import Entered, GemmCall, begin, begin_call, ctl, new_output, op_heap, prepare_gemm, workspace
+from ..common.split_k import SPLIT_K_SCRATCH
 
 OP = "gemm_all_reduce"
 
@@ -56,9 +56,8 @@ def fill_device(cfg, M: int, N: int, *, comm: bool):
 
 def default_tiles(cfg, M: int, N: int, dtype: torch.dtype, *, comm: bool, interpreter: bool):
     """The tiles of a call without a caller's config: the narrow decode tiles as they are (their
-    BLOCK_N is the measured best: halving it, 64 to 32 columns at N = 8192, measured 0.77-0.84x
-    against 0.90-0.92x of cuBLAS, docs/perf/2026-11-30_h200_ws1_gemm_decode_no_split_bf16.csv),
-    else :func:`fill_device`."""
+    BLOCK_N already fills the device; narrower tiles read B less efficiently), else
+    :func:`fill_device`."""
     if narrow_decode(M, dtype, interpreter):
         return cfg
     return fill_device(cfg, M, N, comm=comm)
@@ -72,9 +71,7 @@ class Call(Entered):
     c: torch.Tensor  # [M, N], an ordinary tensor
     bias: torch.Tensor | None  # [N], contiguous, or None
     stage: torch.Tensor | None  # [W, M, N] in the input dtype, on the heap (None: empty call)
-    flags: torch.Tensor | None  # int64 on the heap (producer_consumer, wg_specialized, one-shot
-    # fused_sequential): one-shot [W, num_tiles], two-shot [2, W, tiles_per_owner]
-    two_shot: bool = False
+    flags: torch.Tensor | None  # [W, num_tiles] int64 on the heap (every variant but bulk_sync)
     enter: tuple | None = None  # the begin arguments of a kernel that begins the call itself
     align: int = 1  # gemm_tile_range's ALIGN (operands on the pointer path: ops.common.gemm.operand_path)
 
@@ -96,42 +93,18 @@ class Call(Entered):
         return self.gemm.num_tiles
 
     @property
-    def tiles_per_owner(self) -> int:
-        """Two-shot: tiles of one owner's block of cdiv(M, W) rows."""
-        cfg = self.gemm.config
-        rows = -(-self.gemm.M // self.heap.world_size)
-        return -(-rows // cfg.BLOCK_M) * -(-self.gemm.N // cfg.BLOCK_N)
-
-    @property
-    def comm_split(self) -> tuple[int, int]:
-        """Two-shot, flagged variants: (summing programs, gathering programs) out of COMM_SMS (not
-        capped by the tiles: programs without one exit)."""
-        cfg = self.config
-        if self.heap.world_size == 1:
-            return cfg.COMM_SMS, 0
-        return cfg.COMM_SMS - cfg.COMM_SMS // 2, cfg.COMM_SMS // 2
-
-    @property
     def sub_m(self) -> int:
         """Rows per reduction block (:func:`~..common.config.sum_rows`)."""
         return sum_rows(self.gemm.config)
 
     def own_sum(self, programs: int) -> bool:
-        """Whether a one-shot kernel of ``programs`` programs sums each tile in its epilogue, its own
-        partial from registers (``_tiles.produce_tiles`` with ``SUM_HERE``): the config asks for it
-        (``EPILOGUE_SUM``), or every program has at most one work item (a tile, or with ``SPLIT_K``
-        one of its K slices) and the reduction's blocks are whole tiles (``sub_m``), so that the sum
-        holds no more registers than the reduction pass does."""
+        """Whether fused_sequential's kernel of ``programs`` programs sums each tile right after its
+        push, its own partial from registers (``_tiles.produce_tiles`` with ``SUM_HERE``): every
+        program has at most one work item (a tile, or with ``SPLIT_K`` one of its K slices) and the
+        reduction's blocks are whole tiles (``sub_m``), so that the sum holds no more registers than
+        the reduction pass does."""
         cfg = self.gemm.config
-        if self.two_shot:
-            return False
-        return bool(cfg.EPILOGUE_SUM) or (self.num_tiles * cfg.SPLIT_K <= programs and self.sub_m == cfg.BLOCK_M)
-
-    @property
-    def sum_blocks(self) -> bool:
-        """Whether an epilogue sum (:meth:`own_sum`) goes in ``[sub_m, BN]`` blocks through c: a
-        tile's whole fp32 sum would not fit beside the own partial."""
-        return self.sub_m < self.gemm.config.BLOCK_M
+        return self.num_tiles * cfg.SPLIT_K <= programs and self.sub_m == cfg.BLOCK_M
 
     @property
     def program_counts(self) -> tuple[int, int]:
@@ -166,7 +139,7 @@ class Call(Entered):
     @property
     def split_args(self) -> tuple:
         """``split_k, partials, counts`` of a kernel that takes ``SPLIT`` (the stream's split-K
-        scratch, :class:`~..common.gemm.SplitKScratch`; the stage as a never-read stand-in without)."""
+        scratch, :class:`~..common.split_k.SplitKScratch`; the stage as a never-read stand-in without)."""
         cfg = self.config
         if cfg.SPLIT_K == 1:
             return (1, self.stage, self.stage)
@@ -185,14 +158,11 @@ class Call(Entered):
                     NUM_PROGRAMS=programs, PULL=pull, WAIT=wait, HAS_BIAS=self.bias is not None)
 
 
-def check_one_wave_split(call: GemmCall, two_shot: bool) -> None:
-    """Raise ValueError unless fused_sequential can split ``call``'s K (``Config.SPLIT_K > 1``): the
-    one-shot algorithm, every program at most one K slice of a tile, and tiles whose fp32 sum fits
-    in a program's registers (the reduction's whole-tile blocks: :attr:`Call.sub_m`)."""
+def check_one_wave_split(call: GemmCall) -> None:
+    """Raise ValueError unless fused_sequential can split ``call``'s K (``Config.SPLIT_K > 1``):
+    every program at most one K slice of a tile, and tiles whose fp32 sum fits in a program's
+    registers (the reduction's whole-tile blocks: :attr:`Call.sub_m`)."""
     cfg = call.config
-    if two_shot:
-        raise ValueError(f"{OP}: fused_sequential splits K (SPLIT_K={cfg.SPLIT_K}) in the one-shot algorithm "
-                         "only; use SPLIT_K=1 with two_shot")
     programs = cfg.GEMM_SMS + cfg.COMM_SMS
     if call.num_tiles * cfg.SPLIT_K > programs:
         raise ValueError(f"{OP}: fused_sequential with SPLIT_K={cfg.SPLIT_K} needs a K slice a program: "
@@ -204,45 +174,33 @@ def check_one_wave_split(call: GemmCall, two_shot: bool) -> None:
                          f"{1024 * side_warps(cfg)}")
 
 
-def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flags: bool,
-          kernel_begins=lambda two_shot: False, epilogue_sum: bool = False) -> Call:
+def setup(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool, kernel_begins: bool = False) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; allocate c; get the workspaces.
-    ``epilogue_sum``: the resolved config (the default's too) with ``EPILOGUE_SUM = 1``.
 
-    ``kernel_begins(two_shot)``: whether the first kernel of that algorithm's call begins the call
-    itself (:attr:`Call.enter_args`, then :meth:`Call.entered`); else this begins it.
+    ``kernel_begins``: whether the call's first kernel begins the call itself
+    (:attr:`Call.enter_args`, then :meth:`Call.entered`); else this begins it.
 
-    The stage has a's dtype and is shared by every variant and algorithm of one (dtype, M, N) (the
-    begin kernel of each call is a barrier: no rank writes a call's partials into a peer still
-    summing the previous call's). The flags belong to one variant, algorithm and tile shape.
+    The stage has a's dtype and is shared by every variant of one (dtype, M, N) (the begin of each
+    call is a barrier: no rank writes a call's partials into a peer still summing the previous
+    call's). The flags belong to one variant and tile shape.
     """
-    if not isinstance(two_shot, bool):
-        raise TypeError(f"{OP}: two_shot must be True or False, got {type(two_shot).__name__}")
     heap = op_heap(OP, group)
     call = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
     check_variant_config(OP, variant, call.config)  # split K: bulk_sync, and fused_sequential within one wave
     if config is None:
         split = None
-        if variant == "fused_sequential" and not two_shot:  # the GEMM core's split decode tiles, if any
+        if variant == "fused_sequential":  # the GEMM core's split decode tiles, if any
             cfg = call.config
             split = decode_split_config(call.M, call.N, call.K, a.dtype, num_sms=cfg.GEMM_SMS + cfg.COMM_SMS,
                                         interpreter=hw.interpreting())
         call = dataclasses.replace(call, config=split or default_tiles(
             call.config, call.M, call.N, a.dtype, comm=comm, interpreter=hw.interpreting()))
-    if epilogue_sum and not call.config.EPILOGUE_SUM:
-        call = dataclasses.replace(call, config=call.config.replace(EPILOGUE_SUM=1))
-    two_shot = two_shot or bool(call.config.TWO_SHOT)  # a tuned config may choose the algorithm
-    if two_shot and call.config.EPILOGUE_SUM:
-        raise ValueError(f"{OP}: Config.EPILOGUE_SUM=1 (each tile summed in its epilogue) is one-shot only; "
-                         "two-shot sums each owner's rows after a barrier")
     align = 1
     if call.config.SPLIT_K > 1 and variant == "fused_sequential":
-        check_one_wave_split(call, two_shot)
+        check_one_wave_split(call)
         # The GEMM core's operand path for the config (its split decode tiles load through pointers).
         a_op, b_op, use_tma, b_kmajor, align = operand_path(call.a, call.b, call.config, min_m=UNALIGNED_PAD_MIN_M)
         call = dataclasses.replace(call, a=a_op, b=b_op, use_tma=use_tma, b_kmajor=b_kmajor)
-    if variant == "fused_sequential" and not two_shot:  # the one-shot form flags its tiles
-        call = dataclasses.replace(call, specialize=False)
     if bias is not None:
         check_bias(OP, bias, a, b)
         bias = bias.contiguous()
@@ -254,23 +212,20 @@ def setup(variant: str, a, b, config, group, bias, two_shot, *, comm: bool, flag
     # K_loc may differ between ranks, and with it the default config's BLOCK_K: the signature holds
     # the tile grid, on which the ranks' tile numbering (and so the flags) depends, and everything else.
     cfg = call.config
-    key = (OP, variant, M, N, str(a.dtype), (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None, two_shot)
+    key = (OP, variant, M, N, str(a.dtype), (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None)
     if M == 0 or N == 0:
         begin(key)
-        return Call(call, c, bias, None, None, two_shot, align=align)
-    if two_shot and comm and W > 1 and cfg.COMM_SMS < 2:
-        raise ValueError(f"{OP}: two_shot with {variant} needs COMM_SMS >= 2 (summing and gathering programs), "
-                         f"got {cfg.COMM_SMS}")
+        return Call(call, c, bias, None, None, align=align)
     if M * N >= 2**31:
         raise ValueError(f"{OP}: M x N = {M} x {N} elements must stay below 2**31 (the reduction indexes a "
                          "slot with 32-bit offsets); split the call")
     stage = workspace(heap, (OP, "stage", a.dtype, W, M, N),
                       lambda h: {"stage": h.empty((W, M, N), dtype=a.dtype)}, W * M * N * a.element_size()).stage
-    result = Call(call, c, bias, stage, None, two_shot, align=align)
+    result = Call(call, c, bias, stage, None, align=align)
     if flags:
-        shape = (2, W, result.tiles_per_owner) if two_shot else (W, call.num_tiles)
-        ws = workspace(heap, (OP, variant, "two_shot" if two_shot else "one_shot", W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
-                       lambda h: {"flags": h.zeros(shape, dtype=torch.int64)}, 8 * math.prod(shape))
+        tiles = call.num_tiles
+        ws = workspace(heap, (OP, variant, W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
+                       lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles)
         result.flags = ws.flags
-    result.enter = begin_call(key, c, kernel_begins=kernel_begins(two_shot) and call.kernel_may_begin)
+    result.enter = begin_call(key, c, kernel_begins=kernel_begins and call.kernel_may_begin)
     return result

@@ -22,17 +22,9 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import side_warps
 from ..common.flags import tile_acquire
-from ..common.gemm import (
-    gemm_operands,
-    gemm_tile_range,
-    hand_in_slice,
-    slice_sum,
-    split_k_work,
-    store_tile,
-    tile_coords,
-    tile_offsets,
-)
 from ..common.reduce import block_offsets, push_partial, slot_ptr
+from ..common.split_k import hand_in_slice, slice_sum, split_k_work
+from ..common.tiles import gemm_operands, gemm_tile_range, tile_coords, tile_offsets
 
 
 @triton.jit
@@ -51,9 +43,9 @@ def produce_tiles(
     # with SUM_HERE: output c [M, N] and bias [N], both local
     c_ptr=None, bias_ptr=None, stride_cm=0, stride_cn=0, HAS_BIAS: tl.constexpr = False,
     SUM_HERE: tl.constexpr = False,
-    # with SPLIT: K slices per tile, and the split-K scratch (ops.common.gemm.SplitKScratch)
+    # with SPLIT: K slices per tile, and the split-K scratch (ops.common.split_k.SplitKScratch)
     split_k=1, partial_ptr=None, count_ptr=None, SPLIT: tl.constexpr = False,
-    ALIGN: tl.constexpr = 1, SUM_BLOCKS: tl.constexpr = False, SUB_M: tl.constexpr = 1,
+    ALIGN: tl.constexpr = 1,
 ):
     """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ... and store each into slot
     ``cur_rank`` of every rank (ranks cur_rank + 1, cur_rank + 2, ..., itself last).
@@ -68,18 +60,15 @@ def produce_tiles(
     ``SUM_HERE`` (with ``RELEASE``): :func:`reduce_tiles` of each tile right after its push, this
     rank's own partial taken from registers (:func:`sum_tile_with_own`): the partial goes to every
     other rank only, and no own flag is released or acquired (at world 1 the call is the GEMM and
-    the store of c). With one tile a program (tiles <= NUM_PROGRAMS) the order is that of the two
-    loops; with more (``Config.EPILOGUE_SUM``) each tile waits on the peers' same tile right after
-    its push, which the peers' same program computes at about the same time. ``SUM_BLOCKS``: the
-    tile's fp32 sum does not fit beside the own partial, so the sum goes in ``[SUB_M, BN]`` blocks
-    with the own partial read back from c (:func:`sum_tile_in_blocks`).
+    the store of c). Only with one work item a program (tiles <= NUM_PROGRAMS) and tiles whose fp32
+    sum fits in registers: the order is then that of the two loops.
 
     ``SPLIT`` (``split_k > 1``; with ``SUM_HERE``, one work item a program): the work items are the
-    tiles' ``split_k`` K slices (:func:`~..common.gemm.split_k_work`); a program hands its slice in
-    (:func:`~..common.gemm.hand_in_slice`, local scratch), and the one that hands in a tile's last
+    tiles' ``split_k`` K slices (:func:`~..common.split_k.split_k_work`); a program hands its slice in
+    (:func:`~..common.split_k.hand_in_slice`, local scratch), and the one that hands in a tile's last
     slice sums the slices in slice order (the GEMM core's bits for the same config) and pushes and
     sums the tile. Slices are handed in whether or not the call runs, so that the scratch's counts
-    are back at zero after every launch. ``ALIGN``: :func:`~..common.gemm.gemm_tile_range`'s.
+    are back at zero after every launch. ``ALIGN``: :func:`~..common.tiles.gemm_tile_range`'s.
     """
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -117,15 +106,9 @@ def produce_tiles(
                     push_partial(my_slot, part, offs_m, offs_n, M, N, stride_sm, stride_sn,
                                  flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases, RELEASE)
                 if SUM_HERE:
-                    if SUM_BLOCKS:
-                        sum_tile_in_blocks(part, stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N, num_tiles, t, pid_m,
-                                           pid_n, offs_m, offs_n, stride_slot, stride_sm, stride_sn, stride_cm,
-                                           stride_cn, heap_bases, ctl_ptr, cur_rank, world, epoch,
-                                           BLOCK_M, BLOCK_N, SUB_M, HAS_BIAS)
-                    else:
-                        sum_tile_with_own(part, stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N, num_tiles, t, offs_m,
-                                          offs_n, stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                                          heap_bases, ctl_ptr, cur_rank, world, epoch, HAS_BIAS)
+                    sum_tile_with_own(part, stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N, num_tiles, t, offs_m,
+                                      offs_n, stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
+                                      heap_bases, ctl_ptr, cur_rank, world, epoch, HAS_BIAS)
     return live
 
 
@@ -179,39 +162,6 @@ def sum_with_own(own, stage_ptr, bias_ptr, offs, offs_n, mask, N, heap_bases, cu
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
         total += bias[None, :]
     return total
-
-
-@triton.jit
-def sum_tile_in_blocks(
-    # this rank's partial of tile t [BM, BN] (the stage's dtype), tile (pid_m, pid_n) at rows offs_m,
-    # columns offs_n
-    part,
-    # stage [W, M, N] (input dtype), flags [W, num_tiles] (push layout), output c [M, N], bias [N]
-    stage_ptr, flags_ptr, c_ptr, bias_ptr,
-    M, N, num_tiles, t, pid_m, pid_n, offs_m, offs_n,
-    stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world, epoch,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, HAS_BIAS: tl.constexpr,
-):
-    """:func:`sum_tile_with_own` for a tile whose whole fp32 sum does not fit beside the own partial:
-    the own partial goes into c first; then, once the other sources' flags of tile t are acquired,
-    ``[SUB_M, BN]`` blocks sum the sources in the order 0, 1, ..., W-1, the own one read back from c
-    (the same values: the same bits), add the bias and store into c. At world 1 without a bias the
-    first store is the result."""
-    store_tile(c_ptr, part, offs_m, offs_n, M, N, stride_cm, stride_cn)
-    if (world > 1) | HAS_BIAS:
-        acquire_others(flags_ptr, num_tiles, t, epoch, cur_rank, world, ctl_ptr, heap_bases)
-        tl.debug_barrier()  # the own partial in c, stored by all of the program's threads
-        for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, M - pid_m * BLOCK_M), SUB_M)):
-            bm, bn = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)  # [SUB_M], [BN]
-            offs = bm[:, None] * stride_sm + bn[None, :] * stride_sn  # [SUB_M, BN] int32
-            mask = (bm[:, None] < M) & (bn[None, :] < N)  # [SUB_M, BN]
-            c_ptrs = c_ptr + bm[:, None] * stride_cm + bn[None, :] * stride_cn  # [SUB_M, BN]
-            own = tl.load(c_ptrs, mask=mask, other=0.0).to(tl.float32)
-            total = sum_with_own(own, stage_ptr, bias_ptr, offs, bn, mask, N, heap_bases, cur_rank, world,
-                                 stride_slot, HAS_BIAS)  # [SUB_M, BN]
-            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

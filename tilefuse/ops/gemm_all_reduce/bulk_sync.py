@@ -8,11 +8,7 @@ No overlap: the baseline shape of the algorithm in the same runtime. Rank r's pa
 its heap before the barrier; every rank then reads every partial (remote loads) and sums the W of
 them in the fixed order 0, 1, ..., W-1, so the W copies of ``c`` have the same bits. The GEMM's first
 program begins the call (``call_enter``) and the reduction's last one ends it (``call_exit``): no
-begin kernel, no status copy (``TILEFUSE_BEGIN_KERNEL=1`` brings the begin kernel back).
-
-Two-shot: after the first barrier each owner pulls and sums only its block of rows (into its c and
-its own slot), and after a second barrier every rank pulls the other owners' sums (a begin kernel
-begins that call).
+begin kernel, no status copy.
 """
 
 from __future__ import annotations
@@ -20,23 +16,18 @@ from __future__ import annotations
 from ..common.launch import collective
 from ._setup import OP, setup
 from ._tiles import launch_reduce
-from ._two_shot import launch_barriered
 
 
 @collective(OP)
-def bulk_sync(a, b, *, config=None, group=None, bias=None, two_shot=False):
+def bulk_sync(a, b, *, config=None, group=None, bias=None):
     """gemm_all_reduce with no overlap; same contract as :func:`tilefuse.gemm_all_reduce`."""
-    call = setup("bulk_sync", a, b, config, group, bias, two_shot, comm=False, flags=False,
-                 kernel_begins=lambda two_shot: not two_shot)
+    call = setup("bulk_sync", a, b, config, group, bias, comm=False, flags=False, kernel_begins=True)
     if call.empty:
         return call.c
     heap = call.heap
-    # fp32 accumulator, stored in a's dtype. One-shot: the GEMM begins the call and every rank's
-    # partial is complete after it.
-    call.first_gemm(heap, a, b, call.stage[heap.rank], call.config, barrier=not call.two_shot)
-    if call.two_shot:  # barrier, owners pull and sum their rows, barrier, everyone pulls the sums
-        launch_barriered(call, call.all_programs, pull=True)
-        return call.c
+    # fp32 accumulator, stored in a's dtype. The GEMM begins the call and every rank's partial is
+    # complete after it.
+    call.first_gemm(heap, a, b, call.stage[heap.rank], call.config, barrier=True)
     launch_reduce(call, call.all_programs, pull=True, wait=False, end=call.begins)
     call.entered()  # the reduction ends the call
     return call.c

@@ -8,12 +8,10 @@ from ..common.collectives import all_reduce_sum, op_group
 from ._setup import OP, check_bias
 
 
-def reference(a: torch.Tensor, b: torch.Tensor, *, config=None, group=None, bias=None,
-              two_shot: bool = False) -> torch.Tensor:
+def reference(a: torch.Tensor, b: torch.Tensor, *, config=None, group=None, bias=None) -> torch.Tensor:
     """``all_reduce(a @ b) + bias``: ``a [M, K_loc]``, ``b [K_loc, N]``, ``bias [N]`` -> ``[M, N]``.
 
     The partial, the sum and the bias are in fp32; the result is rounded to a's dtype once.
-    ``two_shot`` is accepted and ignored (one algorithm: torch.distributed's).
     """
     group = op_group(group)
     if bias is not None:

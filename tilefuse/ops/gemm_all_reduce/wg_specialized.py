@@ -8,10 +8,6 @@ G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every source's partial
 been summed, so the kernel's end is the op's end: no completion handshake. All G+C programs must be
 resident at once (checked against the device): the reducers spin. Reducers wait only on producers,
 which have lower program ids (or run on other ranks), as the interpreter requires.
-
-Two-shot: producers send each tile to its owner only; the first half of the communication programs
-sums this rank's rows (into c and its own slot, then releases ``[1, owner, tile]`` on every other
-rank), the second half (the highest program ids) copies the other owners' sums.
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ from ...runtime.primitives import kernel
 from ..common.launch import collective
 from ._setup import OP, setup
 from ._tiles import produce_tiles, reduce_tiles
-from ._two_shot import comm_two_shot, produce_owned
 
 
 @kernel
@@ -38,10 +33,9 @@ def _wg_kernel(
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
-    B_KMAJOR: tl.constexpr, HAS_BIAS: tl.constexpr, TWO_SHOT: tl.constexpr, REDUCERS: tl.constexpr,
-    GATHERERS: tl.constexpr, ENTER: tl.constexpr, ASIDE: tl.constexpr = False,
+    B_KMAJOR: tl.constexpr, HAS_BIAS: tl.constexpr, ENTER: tl.constexpr, ASIDE: tl.constexpr = False,
 ):
-    """``ASIDE`` (one-shot, with ``ENTER``): program 0 begins the call while the other producers run
+    """``ASIDE`` (with ``ENTER``): program 0 begins the call while the other producers run
     their first K loop (``call_enter_aside``; tile t goes to producer ``(t + 1) % GEMM_PROGRAMS``, so
     program 0 has none while the tiles do not fill the producers); the reducers wait for the begin
     before their first flag."""
@@ -61,20 +55,7 @@ def _wg_kernel(
         epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
                                    n_out1, ENTER)
     if live:
-        if TWO_SHOT:
-            if pid < GEMM_PROGRAMS:
-                produce_owned(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                              stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                              heap_bases, cur_rank, world, epoch, pid,
-                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
-            else:
-                # Summing programs wait on producers, gathering programs (the highest ids) on other ranks'
-                # summing programs.
-                comm_two_shot(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
-                              stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                              heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
-                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, REDUCERS, GATHERERS, HAS_BIAS)
-        elif pid < GEMM_PROGRAMS:
+        if pid < GEMM_PROGRAMS:
             if not ASIDE:  # (aside, the producers are done)
                 # Producers wait on nothing.
                 produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
@@ -91,21 +72,18 @@ def _wg_kernel(
 
 
 @collective(OP)
-def wg_specialized(a, b, *, config=None, group=None, bias=None, two_shot=False):
+def wg_specialized(a, b, *, config=None, group=None, bias=None):
     """gemm_all_reduce as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_all_reduce`."""
-    call = setup("wg_specialized", a, b, config, group, bias, two_shot, comm=True, flags=True,
-                 kernel_begins=lambda two_shot: True)
+    call = setup("wg_specialized", a, b, config, group, bias, comm=True, flags=True, kernel_begins=True)
     if call.empty:
         return call.c
     gemm_programs, comm_programs = call.program_counts
-    reducers, gatherers = call.comm_split if call.two_shot else (comm_programs, 0)
     _wg_kernel[(gemm_programs + comm_programs,)](
         *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args, *call.out_args,
         *call.dist_args, *call.enter_args,
         GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=comm_programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None,
-        TWO_SHOT=call.two_shot, REDUCERS=reducers, GATHERERS=gatherers, ENTER=call.begins,
-        ASIDE=call.begins and not call.two_shot, **call.gemm.gemm_meta,
+        ENTER=call.begins, ASIDE=call.begins, **call.gemm.gemm_meta,
     )
     call.entered()
     return call.c

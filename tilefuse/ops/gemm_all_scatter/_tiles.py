@@ -19,7 +19,7 @@ from ...runtime.primitives import kernel
 from ..common.comm import push_tile
 from ..common.flags import tile_acquire, tile_release
 from ..common.gather import copy_pieces
-from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
+from ..common.tiles import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
 
 
 @triton.jit

@@ -6,7 +6,6 @@
 No overlap: the baseline shape of the algorithm in the same runtime. Two launches: the GEMM's first
 program begins the call (``call_enter``) and the scatter kernel's last one passes the closing
 barrier (``call_exit`` with ``BARRIER``); at world 1 the GEMM is the whole call.
-``TILEFUSE_BEGIN_KERNEL=1`` launches the begin and barrier kernels around them instead.
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.comm import push_tile, row_major_tile
-from ..common.gemm import load_tile, tile_offsets
 from ..common.launch import collective, ctl, mid_barrier
+from ..common.tiles import load_tile, tile_offsets
 from ._setup import OP, setup
 
 

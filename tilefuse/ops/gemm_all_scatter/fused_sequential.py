@@ -8,8 +8,7 @@ flag: the tile goes from registers straight to every peer's c. One launch: the k
 begins the call while the others run their first K loop, waiting for the begin only before their
 first store (``call_enter_aside``; with a warp-specialized tile loop the first program to run begins
 it and the others wait first, ``call_enter``), and its last program passes the closing barrier with
-the other ranks (``call_exit`` with ``BARRIER``), where the call used to launch a begin kernel and a
-barrier kernel around it (``TILEFUSE_BEGIN_KERNEL=1`` still does).
+the other ranks (``call_exit`` with ``BARRIER``): no begin or barrier kernel around it.
 """
 
 from __future__ import annotations

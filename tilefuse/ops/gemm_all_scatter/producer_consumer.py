@@ -9,30 +9,15 @@ the call's sequence number. GEMM_SMS + COMM_SMS must fit on the device at once: 
 Both kernels begin the call together (``call_enter``: the first of their programs to run does the
 begin, the others wait for it) and end it together (``call_exit`` over the programs of both): the
 last program to finish passes the closing barrier and writes the status words, so a call is two
-launches and two stream switches (``TILEFUSE_BEGIN_KERNEL=1``: the begin and barrier kernels again).
-
-``COMM_SMS = 0`` pushes the rows with the GPU's copy engines instead, so the GEMM keeps every SM but
-one::
-
-    stream 1: | begin | GEMM (all GEMM_SMS programs): tile -> own block of the result, release flag |
-    stream 2:         | await band 1's flags | copy rows -> r+1, r+2, ... | await band 2 ... |
-    stream 1:                                                                       | join | barrier |
-
-The tiles of a band of GROUP_M row blocks have consecutive ids (the grouped swizzle), so a few
-bands at a time make one chunk of rows: a one-program kernel on stream 2 acquires the chunk's tile
-flags, and behind it in stream order one copy-engine transfer per peer writes the chunk's rows of
-this rank's column block of the result into the peer's ``c`` (a 2-D copy: the block is strided). The closing
-barrier runs after the join, so every peer's transfers into this rank's ``c`` have completed.
+launches and two stream switches.
 """
 
 from __future__ import annotations
 
 import triton.language as tl
 
-from ...runtime import dma, hw
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.flags import tile_acquire
 from ..common.launch import ForkedStreams, collective, ctl, mid_barrier
 from ._setup import OP, setup
 from ._tiles import compute_tiles, push_ready_tiles
@@ -78,67 +63,15 @@ def _scatter_consumer_kernel(
     P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, exit_programs, ENTER, BARRIER=True)
 
 
-@kernel
-def _await_tiles_kernel(flags_ptr, first, count, heap_bases, ctl_ptr, cur_rank, world):
-    """Acquire ``flags[first : first + count]`` on this rank, before the copies queued behind it."""
-    epoch, live = P.call_epoch(ctl_ptr)
-    if live:
-        for i in range(first, first + count):
-            # Acquire: pairs with the release in compute_tiles (RELEASE) on this rank.
-            tile_acquire(flags_ptr + i, epoch, cur_rank, cur_rank, ctl_ptr, heap_bases, world)
-
-
-COPIES = 4  # copy-engine chunks per call: the first chunk's rows move while the GEMM makes the rest
-
-
-def _push_with_copy_engines(call) -> None:
-    """Stream 2 of the copy-engine form: per chunk of row bands, await its tiles, copy it to every peer."""
-    g, cfg = call.gemm, call.gemm.config
-    heap = g.heap
-    W, r = heap.world_size, heap.rank
-    band_m = cfg.GROUP_M * cfg.BLOCK_M  # rows of one band of the grouped swizzle
-    tiles_n = -(-g.N // cfg.BLOCK_N)
-    bands = -(-g.M // band_m)
-    step = -(-bands // COPIES)
-    for lo in range(0, bands, step):
-        rows = slice(lo * band_m, min((lo + step) * band_m, g.M))
-        first = lo * cfg.GROUP_M * tiles_n
-        count = (-(-rows.stop // cfg.BLOCK_M) - lo * cfg.GROUP_M) * tiles_n
-        _await_tiles_kernel[(1,)](call.flags, first, count, heap.heap_bases, ctl(heap), r, W, num_warps=1)
-        for i in range(1, W):
-            heap.copy_to_peer(call.c_block[rows], (r + i) % W, src=call.own[rows])
-
-
 @collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, out=None):
-    """gemm_all_scatter with GEMM and scatter kernels on two streams (or, with ``COMM_SMS = 0``, a
-    GEMM on every SM but one and copy engines); same contract as :func:`tilefuse.gemm_all_scatter`."""
-    engines = config is not None and getattr(config, "COMM_SMS", None) == 0
-    if engines and not dma.available():  # raised before the call begins: every rank alike
-        raise RuntimeError(f"{OP} producer_consumer with COMM_SMS = 0 needs the CUDA runtime's 2-D copies, and "
-                           "libcudart was not found in this process")
-    call = setup("producer_consumer", a, b, config, group, out, comm=not engines, flags=True,
-                 kernel_begins=not engines)
+    """gemm_all_scatter with GEMM and scatter kernels on two streams; same contract as
+    :func:`tilefuse.gemm_all_scatter`."""
+    call = setup("producer_consumer", a, b, config, group, out, comm=True, flags=True, kernel_begins=True)
     if call.empty:
         return call.result()
     g, cfg = call.gemm, call.gemm.config
     heap, c_block = g.heap, call.c_block
-    if engines:
-        # One multiprocessor stays free for the await kernels: they spin while the GEMM runs.
-        # Not capped by the tiles (programs without one exit): one compiled kernel per config.
-        gemm_programs = min(cfg.GEMM_SMS, hw.num_sms(heap.device) - 1)
-        streams = ForkedStreams(heap.device)  # the copies' stream starts after the begin kernel
-        _gemm_producer_kernel[(gemm_programs,)](
-            *g.gemm_args, call.own, c_block, c_block.stride(0), c_block.stride(1), call.flags,
-            heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args, gemm_programs,
-            NUM_PROGRAMS=gemm_programs, ENTER=False, **g.gemm_meta,
-        )
-        if heap.world_size > 1:
-            with streams.side():
-                _push_with_copy_engines(call)
-        streams.join()
-        mid_barrier(heap, 0)  # every peer's rows have landed in c
-        return call.result()
     # Not capped by the tiles (programs without one exit): one compiled kernel per config, not per shape.
     gemm_programs, comm_programs = cfg.GEMM_SMS, cfg.COMM_SMS
     total = gemm_programs + comm_programs  # the programs that end the call together

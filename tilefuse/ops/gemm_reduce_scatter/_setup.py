@@ -12,9 +12,6 @@ from ..common.config import WARP_SPEC_VARIANTS, check_variant_config, side_warps
 from ..common.launch import Entered, GemmCall, begin, begin_call, ctl, new_output, op_heap, prepare_gemm, workspace
 
 OP = "gemm_reduce_scatter"
-# fused_sequential's epilogue-sum form (Config.EPILOGUE_SUM): the variant name its signature and
-# flags workspace go by.
-EPILOGUE_FORM = "fused_sequential_epilogue"
 
 
 @dataclass
@@ -78,7 +75,7 @@ class Call(Entered):
 
 
 def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running_sum: bool | None = None,
-          kernel_begins: bool = False, epilogue_sum: bool = False) -> Call:
+          kernel_begins: bool = False) -> Call:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]``; allocate c; get the stage (and flags) workspace.
 
     The stage has a's dtype and is shared by every variant of one (dtype, rows, N) (the entry
@@ -88,11 +85,6 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running
     (``running_sum``, default ``flags``). The flags and their epoch belong to one variant and tile
     shape. ``kernel_begins``: a non-empty call's first kernel begins it itself
     (:attr:`Call.enter_args`).
-
-    fused_sequential's epilogue-sum form (its config's ``EPILOGUE_SUM``, or ``epilogue_sum`` on
-    any config) flags its tiles and sums the own ones in their epilogue: it gets flags and no
-    running sum, its tile loops are not warp-specialized, and its signature and flags are those of
-    :data:`EPILOGUE_FORM`.
     """
     heap = op_heap(OP, group)
     check_matrix(OP, "a", a)
@@ -101,12 +93,7 @@ def setup(variant: str, a, b, config, group, *, comm: bool, flags: bool, running
     rows = a.shape[0] // W
     call = prepare_gemm(OP, a, b, group, config, comm=comm, tile_m=max(rows, 1),
                         specialize=variant in WARP_SPEC_VARIANTS[OP])
-    if epilogue_sum and not call.config.EPILOGUE_SUM:
-        call = dataclasses.replace(call, config=call.config.replace(EPILOGUE_SUM=1))
-    check_variant_config(OP, variant, call.config)  # only bulk_sync splits K; the epilogue sum as above
-    if call.config.EPILOGUE_SUM:
-        variant, flags, running_sum = EPILOGUE_FORM, True, False
-        call = dataclasses.replace(call, specialize=False)
+    check_variant_config(OP, variant, call.config)  # only bulk_sync splits K
     if running_sum is None:
         running_sum = flags
     if call.K == 0 and call.use_tma:

@@ -19,17 +19,15 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import side_warps
 from ..common.flags import tile_acquire
-from ..common.gemm import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
 from ..common.reduce import (
     accumulate_slot,
     block_offsets,
     owner_at,
     push_partial,
-    slot_ptr,
     source_at,
-    sum_first_slots,
     sum_slots,
 )
+from ..common.tiles import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets
 
 
 @triton.jit
@@ -76,77 +74,6 @@ def produce_partials(
             # Release (with RELEASE): pairs with the acquire in reduce_owned (WAIT) on rank `owner`.
             push_partial(my_slot, acc.to(stage_ptr.dtype.element_ty), offs_m, offs_n, rows, N, stride_sm, stride_sn,
                          flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases, RELEASE)
-
-
-@triton.jit
-def produce_and_sum(
-    # GEMM operands (the order of GemmCall.gemm_args)
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # stage [W, rows, N] (input dtype) and flags [W, tiles_per_owner] int64 (symmetric addresses);
-    # this rank's output c [rows, N] (local)
-    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, stride_cm, stride_cn,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world, epoch,
-    # this program among NUM_PROGRAMS programs
-    pid,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
-):
-    """:func:`produce_partials` whose last step sums instead of staging: the owner's reduction in
-    the epilogue of its own tiles.
-
-    Steps 0 .. W-2 push this rank's partial of owner ``owner_at(step)``'s tiles into the owner's slot
-    ``cur_rank`` and release the owner's flag (cur_rank, j). The last step computes this rank's own
-    tiles; the epilogue of tile j stores its own partial (rounded to the stage's dtype, as a staged
-    one is) into ``c``, acquires the flag of each source in the order r-1, r-2, ..., r+1, and sums
-    the tile in [SUB_M, BN] blocks: the sources' slots in fp32, then the own partial read back from
-    ``c``: ``((s_0 + s_1) + ...) + own``, the bits of :func:`reduce_owned`, stored into ``c``. (A
-    whole tile's fp32 sum beside the own partial would not fit in registers at 128 x 256.) At world
-    1 the epilogue is the store of the own partial. The own partial is never staged and no
-    reduction pass or barrier follows.
-
-    Tile j of owner o goes to program ``(o * tiles_per_owner + j) % NUM_PROGRAMS`` on every rank, so
-    the program that sums a tile waits only on the same program id of other ranks, which pushes all
-    its partials before it waits on anything: no cycle, in the interpreter's program order too. On a
-    GPU all programs must be resident (at most one per multiprocessor).
-    """
-    rows = M // world
-    num_pid_m = tl.cdiv(rows, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    tiles_per_owner = num_pid_m * num_pid_n
-    my_slot = slot_ptr(stage_ptr, cur_rank, stride_slot)
-    for step in range(0, world):
-        owner = owner_at(cur_rank, step, world)
-        a_owner = a_ptr + tl.cast(owner, tl.int64) * rows * stride_am
-        a_op, b_op = gemm_operands(a_owner, b_ptr, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                   BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-        first = (pid + NUM_PROGRAMS - (owner * tiles_per_owner) % NUM_PROGRAMS) % NUM_PROGRAMS
-        for j in range(first, tiles_per_owner, NUM_PROGRAMS):
-            pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
-            acc = gemm_tile(a_op, b_op, pid_m, pid_n, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                            BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
-            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-            part = acc.to(stage_ptr.dtype.element_ty)  # [BM, BN], rounded once
-            if step < world - 1:
-                # Release: pairs with the acquire below, in the last step of rank `owner`.
-                push_partial(my_slot, part, offs_m, offs_n, rows, N, stride_sm, stride_sn,
-                             flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases,
-                             RELEASE=True)
-            else:
-                store_tile(c_ptr, part, offs_m, offs_n, rows, N, stride_cm, stride_cn)  # W = 1: the result
-                if world > 1:
-                    for i in range(0, world - 1):
-                        src = source_at(cur_rank, i, world)
-                        # Acquire: pairs with the release above on rank `src`.
-                        tile_acquire(flags_ptr + src * tiles_per_owner + j, epoch, cur_rank, src, ctl_ptr,
-                                     heap_bases, world)
-                    tl.debug_barrier()  # the own partial in c, stored by all of the program's threads
-                    for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, rows - pid_m * BLOCK_M), SUB_M)):
-                        bm, bn = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)  # [SUB_M], [BN]
-                        total = sum_first_slots(stage_ptr, bm, bn, rows, N, stride_slot, stride_sm, stride_sn,
-                                                heap_bases, cur_rank, world, world - 1, PULL=False)  # [SUB_M, BN]
-                        total += load_tile(c_ptr, bm, bn, rows, N, stride_cm, stride_cn).to(tl.float32)  # own
-                        store_tile(c_ptr, total, bm, bn, rows, N, stride_cm, stride_cn)
 
 
 @triton.jit

@@ -7,8 +7,7 @@ No overlap: the baseline shape of the algorithm in the same runtime. Each rank's
 whole partial, accumulated in fp32 and stored in the input dtype (slot o = owner o's rows); the owner
 pulls its slot from every peer and sums the W partials in fp32 in a fixed order (r-1, r-2, ..., r),
 so the result is the same on every run. The GEMM's first program begins the call (``call_enter``)
-and the reduction's last one ends it (``call_exit``): no begin kernel, no status copy
-(``TILEFUSE_BEGIN_KERNEL=1`` brings the begin kernel back).
+and the reduction's last one ends it (``call_exit``): no begin kernel, no status copy.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 
 Both kernels begin the call together (``call_enter``: the first of their programs to run does the
 begin, the others wait for it) and end it together (``call_exit`` over the programs of both: the
-last writes the status words); ``TILEFUSE_BEGIN_KERNEL=1``: a begin kernel first.
+last writes the status words).
 
 Rank r's reduction follows the arrivals: source by source (r-1, r-2, ..., r) it acquires the
 source's flag of each of its tiles and adds the slot to an fp32 running sum (in its own buffer),

@@ -1,0 +1,145 @@
+"""Split-K: a tile's K steps computed as slices by different programs, summed by the last of them.
+
+For shapes with too few tiles to occupy the multiprocessors (small M, large K): a work item is one of
+``split_k`` K slices of a tile. :func:`split_k_work` maps it to ``(tile, slice, k_lo, k_hi)``,
+:func:`~.tiles.gemm_tile_range` computes the slice's fp32 partial, :func:`hand_in_slice` stores it
+and tells the one program whose slice completes the tile to finish it, and :func:`store_slice_sum`
+(or :func:`slice_sum`) sums the partials in slice order (deterministic) into the tile of C; the
+other slices' programs move on. The partials and per-tile counts live in a per-stream scratch
+(:class:`SplitKScratch`). Nobody waits on anybody.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ...runtime.world import on_reset
+from .tiles import store_tile
+
+
+@triton.jit
+def split_k_work(work_id, K, split_k, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
+    """Work item ``work_id`` of a split-K schedule -> ``(tile_id, slice, k_lo, k_hi)``.
+
+    ``SPLIT`` (constexpr) is ``split_k > 1``; without it a work item is a whole tile. Work items are
+    numbered tile by tile (``work_id = tile_id * split_k + slice``), so programs that run at the same
+    time take the slices of the same tiles and finish them together. Slice s gets the K steps
+    ``[s * steps // split_k, (s + 1) * steps // split_k)`` of the ``steps = cdiv(K, BLOCK_K)``
+    (sizes differ by at most one step; a slice may be empty when steps < split_k).
+    """
+    if SPLIT:
+        tile_id = work_id // split_k
+        s = work_id % split_k
+        steps = tl.cdiv(K, BLOCK_K)
+        return tile_id, s, s * steps // split_k, (s + 1) * steps // split_k
+    else:
+        return work_id, 0, 0, tl.cdiv(K, BLOCK_K)
+
+
+@triton.jit
+def hand_in_slice(
+    acc, tile_id, s, n, slots_per_tile,
+    partial_ptr, count_ptr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """Hand in slice ``s`` (of the tile's ``n`` K slices, in K order) as the fp32 partial ``acc``
+    [BM, BN] of tile ``tile_id``; returns ``(slots, done)``.
+
+    The slice's partial goes to its own slot of the tile (``partial_ptr``: fp32, ``slots_per_tile
+    >= n`` slots of ``BM * BN`` per tile; ``slots`` is the tile's first), then it counts itself in
+    (``count_ptr[tile_id]``, int32). ``done`` is True for the program whose slice is counted last:
+    it finishes the tile (:func:`store_slice_sum`); the others move on. Nobody waits.
+    """
+    slots = partial_ptr + tile_id.to(tl.int64) * slots_per_tile * (BLOCK_M * BLOCK_N)
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
+    tl.store(slots + s * (BLOCK_M * BLOCK_N) + offs, acc)
+    # Every thread's part of the slot is stored before the one thread's count below.
+    tl.debug_barrier()
+    # Release (this slot) and acquire (the other slots): pairs with the same atomic of the tile's
+    # other slices, in this launch and on this device only (local memory, gpu scope).
+    arrived = tl.atomic_add(count_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
+    return slots, arrived == n - 1
+
+
+@triton.jit
+def store_slice_sum(
+    slots, n, tile_id, count_ptr,
+    c_ptr, pid_m, pid_n, M, N, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr,
+):
+    """Store tile (pid_m, pid_n) of C as ``slot 0 + slot 1 + ... + slot n-1`` (fp32, in that order
+    whichever slice came last: deterministic), ``SUB_M`` rows at a time, then set the tile's count
+    back to 0 for the next launch on the stream.
+
+    Row blocks keep one [SUB_M, BN] sum and one loaded block in registers, not whole [BM, BN]
+    tiles: a 128x256 fp32 sum next to a loaded partial would spill. Row blocks wholly below M are
+    skipped. The loads bypass L1 (.cg): other multiprocessors wrote the slots.
+    """
+    sub = tl.arange(0, SUB_M)  # [SUB_M]
+    cols = tl.arange(0, BLOCK_N)  # [BN]
+    offs_n = pid_n.to(tl.int64) * BLOCK_N + cols  # [BN]
+    for r in range(0, tl.cdiv(tl.minimum(BLOCK_M, M - pid_m * BLOCK_M), SUB_M)):
+        offs = (r * SUB_M + sub)[:, None] * BLOCK_N + cols[None, :]  # [SUB_M, BN] within a slot
+        total = tl.load(slots + offs, cache_modifier=".cg")  # [SUB_M, BN]
+        for j in range(1, n):
+            total += tl.load(slots + j * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
+        offs_m = pid_m.to(tl.int64) * BLOCK_M + r * SUB_M + sub  # [SUB_M]
+        store_tile(c_ptr, total, offs_m, offs_n, M, N, stride_cm, stride_cn)
+    tl.store(count_ptr + tile_id, 0)
+
+
+@triton.jit
+def slice_sum(
+    slots, n, tile_id, count_ptr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """The fp32 sum ``slot 0 + slot 1 + ... + slot n-1`` [BM, BN] of a tile whose last slice this
+    program handed in (:func:`hand_in_slice`), the same values :func:`store_slice_sum` stores, for
+    a kernel that does more with the tile than store it (small tiles: the sum and a loaded slot fit
+    in registers); sets the tile's count back to 0 for the next launch on the stream."""
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
+    total = tl.load(slots + offs, cache_modifier=".cg")  # [BM, BN]
+    for j in range(1, n):
+        total += tl.load(slots + j * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
+    tl.store(count_ptr + tile_id, 0)
+    return total
+
+
+class SplitKScratch:
+    """Partial slots and per-tile counts of split-K launches, one set per (device, stream).
+
+    The counts start at zero and every launch leaves them at zero (the last slice of a tile resets
+    its count), so a stream's launches, which run one after another, share one set without a memset
+    per call; launches on different streams get different sets. A call inside a CUDA graph capture
+    gets a fresh zeroed set instead (the memset is part of the graph), never a cached one: a graph
+    may be replayed on any stream. :func:`tilefuse.reset` drops the cache (a launch of an aborted
+    call may stop between a tile's slices and leave a count behind).
+    """
+
+    def __init__(self):
+        self._sets: dict = {}
+
+    def get(self, device: torch.device, num_tiles: int, slot_elems: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(partials, counts)``: fp32 ``[num_tiles * slot_elems]`` and int32 ``[num_tiles]`` zeros."""
+        n_part = num_tiles * slot_elems
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return (torch.empty(n_part, dtype=torch.float32, device=device),
+                    torch.zeros(num_tiles, dtype=torch.int32, device=device))
+        key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+        parts, counts = self._sets.get(key, (None, None))
+        if parts is None or parts.numel() < n_part:
+            parts = torch.empty(triton.next_power_of_2(n_part), dtype=torch.float32, device=device)
+        if counts is None or counts.numel() < num_tiles:
+            counts = torch.zeros(triton.next_power_of_2(num_tiles), dtype=torch.int32, device=device)
+        self._sets[key] = (parts, counts)
+        return parts, counts
+
+    def clear(self) -> None:
+        self._sets.clear()
+
+
+SPLIT_K_SCRATCH = SplitKScratch()
+on_reset(SPLIT_K_SCRATCH.clear)
+
