@@ -341,3 +341,15 @@ def test_environment_switches_read_as_strings(monkeypatch):
     for value in ("0", "1", ""):
         monkeypatch.setenv("TILEFUSE_TEST_SWITCH", value)
         assert read() == (value, None)
+
+
+def test_tuple_arguments_specialise_as_their_elements():
+    """A ``call`` tuple's pointers keep their alignment in the binary's key; its integers are not
+    specialised on where the parameter is not (a new rank, signature or size reuses the binary)."""
+    from tilefuse.runtime.launcher import _spec
+
+    t = torch.zeros(8)
+    call = (t, t[1:], 3, 2**40, 16)
+    assert _spec(call, False) == _spec((t, t[1:], 5, 2**41, 17), False)
+    assert _spec(call, False) != _spec((t[1:], t[1:], 3, 2**40, 16), False), "alignment of a pointer"
+    assert _spec(call, True) != _spec((t, t[1:], 3, 2**40, 17), True), "divisibility by 16 where specialised"

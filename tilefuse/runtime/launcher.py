@@ -68,19 +68,7 @@ class FastKernel:
     def _signature(self, values: list, kwargs: dict):
         key = []
         for i, v in enumerate(values):
-            if self._constexpr[i]:
-                key.append(v)
-            elif hasattr(v, "data_ptr"):
-                key.append((v.dtype, v.data_ptr() & 15 == 0))
-            elif isinstance(v, bool):
-                key.append(("b", v))
-            elif isinstance(v, int):
-                width = 32 if -(2**31) <= v < 2**31 else (64 if -(2**63) <= v < 2**63 else 65)
-                key.append(("i", width) if i in self._dns else ("i", width, v == 1, v % 16 == 0))
-            elif isinstance(v, float):
-                key.append("f")
-            else:
-                key.append(v)  # None, strings: hashed as they are (unhashable -> the Triton path)
+            key.append(v if self._constexpr[i] else _spec(v, i not in self._dns))
         options = tuple(sorted((k, v) for k, v in kwargs.items() if k not in self._index))
         return tuple(key), options
 
@@ -115,6 +103,24 @@ class FastKernel:
             meta = compiled.launch_metadata(grid, stream, *values)
         compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *values)
         return compiled
+
+
+def _spec(v, specialize: bool):
+    """What Triton specialises a non-constexpr argument on: a tensor's dtype and 16-byte alignment,
+    an integer's width (and, where specialised, whether it is 1 or a multiple of 16), a tuple's
+    elements alike."""
+    if hasattr(v, "data_ptr"):
+        return v.dtype, v.data_ptr() & 15 == 0
+    if isinstance(v, bool):
+        return "b", v
+    if isinstance(v, int):
+        width = 32 if -(2**31) <= v < 2**31 else (64 if -(2**63) <= v < 2**63 else 65)
+        return ("i", width, v == 1, v % 16 == 0) if specialize else ("i", width)
+    if isinstance(v, float):
+        return "f"
+    if type(v) is tuple:
+        return tuple(_spec(x, specialize) for x in v)
+    return v  # None, strings: hashed as they are (unhashable -> the Triton path)
 
 
 def check_specialized(name: str, num_warps: int, compiled) -> bool:

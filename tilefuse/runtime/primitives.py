@@ -172,7 +172,9 @@ def _bar(ctl_ptr, phase, rank, world):
 # Arguments that change from call to call (or rank to rank) and must not make Triton compile a new
 # binary: by default it specialises ints equal to 1 or divisible by 16, so an epoch would recompile
 # the kernel at epochs 1, 16, ... and rank 1 would run a different binary from its peers.
-_RUNTIME_INTS = ("epoch", "cur_rank", "sig", "gen", "n_out0", "n_out1")
+# Kernel parameters whose integers change from call to call or rank to rank: never specialised on
+# (the `call` tuple: its pointers keep their alignment specialisation).
+_RUNTIME_INTS = ("epoch", "cur_rank", "sig", "gen", "n_out0", "n_out1", "call")
 
 
 def _label(fn) -> str:
@@ -598,6 +600,68 @@ def call_exit(ctl_ptr, heap_bases, cur_rank, world, seq, live, status_ptr, NUM_P
             tl.store(ctl_ptr + CTL_SEQ, seq)
             tl.store(status_ptr, tl.load(ctl_ptr + CTL_POISON, volatile=True))
             tl.store(status_ptr + 1, tl.load(ctl_ptr + CTL_ERRORS, volatile=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# The call protocol as one kernel argument
+#
+#     call = (heap_bases, ctl, rank, world, sig, gen, out0, n_out0, out1, n_out1, status)
+#
+# built by the host once per call (``launch.Entered.call_arg``). A kernel that takes part in the
+# protocol takes this one tuple and reaches the heap, its rank and the call's words through it.
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def bases(call):
+    """Every rank's heap base as mapped in this process (``heap_bases``)."""
+    return call[0]
+
+
+@triton.jit
+def ctl(call):
+    """This rank's control block."""
+    return call[1]
+
+
+@triton.jit
+def rank(call):
+    """The rank this kernel runs on."""
+    return call[2]
+
+
+@triton.jit
+def world(call):
+    """The number of ranks."""
+    return call[3]
+
+
+@triton.jit
+def enter(call, ENTER: tl.constexpr):
+    """``(seq, live)`` of the call (:func:`call_enter`): with ``ENTER`` this kernel begins the call."""
+    return call_enter(call[1], call[0], call[2], call[3], call[4], call[5], call[6], call[7], call[8], call[9],
+                      ENTER)
+
+
+@triton.jit
+def enter_aside(call):
+    """The call's sequence number; program 0 begins the call beside the others' work
+    (:func:`call_enter_aside`); each other program calls :func:`ready` before touching the heap."""
+    return call_enter_aside(call[1], call[0], call[2], call[3], call[4], call[5], call[6], call[7], call[8],
+                            call[9])
+
+
+@triton.jit
+def ready(call, seq):
+    """Whether call ``seq`` runs, once its begin is done (:func:`call_ready`)."""
+    return call_ready(call[1], call[0], call[2], call[3], seq)
+
+
+@triton.jit
+def exit(call, seq, live, NUM_PROGRAMS, END: tl.constexpr, BARRIER: tl.constexpr = False):
+    """The end of a kernel that ends its call (:func:`call_exit`): its last program writes the
+    host's status words into ``call``'s ``status``."""
+    call_exit(call[1], call[0], call[2], call[3], seq, live, call[10], NUM_PROGRAMS, END, BARRIER)
 
 
 @kernel

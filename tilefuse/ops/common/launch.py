@@ -72,6 +72,14 @@ def enter_args(entry: tuple | None) -> tuple:
     return (0, 0, dummy, 0, dummy, 0, dummy)
 
 
+def call_arg(heap, entry: tuple | None) -> tuple:
+    """The ``call`` argument of a kernel that takes part in the call protocol
+    (``primitives.enter``/``exit``): ``(heap_bases, ctl, rank, world, sig, gen, out0, n_out0, out1,
+    n_out1, status)``, with :func:`begin_call`'s ``entry`` (stand-ins when a begin kernel began the
+    call: launch with ``ENTER=False``)."""
+    return (heap.heap_bases, control_block(), heap.rank, heap.world_size, *enter_args(entry))
+
+
 def launched(entry: tuple | None, ends: bool = True) -> None:
     """After launching the kernel given :func:`begin_call`'s ``entry``: that kernel began the call;
     ``ends``: it (or, for a call of several kernels, the last one, also given ``entry``) ends the
@@ -104,6 +112,10 @@ class Entered:
     def enter_args(self) -> tuple:
         """The begin arguments of the call's kernel (:func:`enter_args`)."""
         return enter_args(self.enter)
+
+    def call_arg(self, heap) -> tuple:
+        """The ``call`` argument of the call's kernels (:func:`call_arg`)."""
+        return call_arg(heap, self.enter)
 
     def gemm_call_args(self, heap) -> tuple | None:
         """The ``call`` argument of ``gemm.matmul`` (:func:`gemm_call_args`)."""
@@ -301,6 +313,30 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
     return ws
 
 
+_PREPARED: dict = {}  # (heap uid, key) -> what a variant prepared for that call signature
+_MAX_PREPARED = 4096
+
+
+def prepared(heap, key: tuple, make):
+    """``make()`` the first time ``key`` is seen on ``heap``'s group, the same object afterwards: what
+    a variant prepares once per call signature (checks, config, workspaces, grids). The cache is
+    dropped with the workspaces (cleared, evicted, reset, shut down), so what ``make`` returns may
+    hold workspace buffers; ``key`` must hold everything it depends on."""
+    full = (heap.uid, key)
+    got = _PREPARED.get(full)
+    if got is None:
+        got = make()
+        if len(_PREPARED) >= _MAX_PREPARED:  # ever-new signatures (changing token counts): stay bounded
+            _PREPARED.clear()
+        _PREPARED[full] = got
+    return got
+
+
+def _drop_prepared(uid: int) -> None:
+    for full in [k for k in _PREPARED if k[0] == uid]:
+        del _PREPARED[full]
+
+
 def _allocate(heap, key: tuple, make) -> dict:
     """``make(heap)``; when the heap is full, once more after a cyclic collection on this rank (blocks
     held only by reference cycles come back; the offsets check that follows is collective)."""
@@ -337,6 +373,7 @@ def _evict(heap, nbytes: int) -> None:
         if workspace_bytes(heap) + nbytes <= budget:
             return
         ws = _WORKSPACES.pop(full_key)
+        _drop_prepared(heap.uid)
         if ws.captured:
             _KEPT_FOR_GRAPHS.append((heap.uid, ws))
 
@@ -349,6 +386,7 @@ def clear_workspaces(group=None) -> None:
     until shutdown. Other groups' workspaces stay."""
     if group is None and not is_initialized():
         _WORKSPACES.clear()
+        _PREPARED.clear()
         return
     with _world.using(_world.state_for(group, "tilefuse.clear_workspaces")) as st:
         _world.synchronize(st.group)
@@ -371,8 +409,10 @@ def _drop_workspaces() -> None:
     if not is_initialized():
         _WORKSPACES.clear()
         _VERIFIED_OUT.clear()
+        _PREPARED.clear()
         return
     uid = get_heap().uid
+    _drop_prepared(uid)
     keys = _heap_keys(uid)
     if any(_WORKSPACES[k].captured for k in keys):
         _world.bump_generation()
@@ -403,6 +443,7 @@ def _drop_all() -> None:
         _RETIRED.append((control_block(), captured))
     for key in keys:
         del _WORKSPACES[key]
+    _drop_prepared(heap.uid)
     _KEPT_FOR_GRAPHS[:] = [(uid, ws) for uid, ws in _KEPT_FOR_GRAPHS if uid != heap.uid]
     _drop_verified(heap.uid)
 
