@@ -123,8 +123,8 @@ def test_close_counts_only_the_blocks_users_still_hold(pools):
 
 # ----------------------------------------------------------------------------- heap files
 def job_heap_files(ctx):
+    from tilefuse.runtime import backends, hostsync
     from tilefuse.runtime import heap as heapmod
-    from tilefuse.runtime import hostsync
 
     seen = {}
 
@@ -137,11 +137,11 @@ def job_heap_files(ctx):
     def hook(stage, paths):
         seen[stage] = {p: mode(p) for p in paths}
 
-    heapmod.RENDEZVOUS_HOOK = hook
+    backends.RENDEZVOUS_HOOK = hook
     try:
         heap = heapmod.SymmetricHeap(1 << 20, ctx.heap.group, "cpu", ctx.device)
     finally:
-        heapmod.RENDEZVOUS_HOOK = None
+        backends.RENDEZVOUS_HOOK = None
     hostsync.barrier(ctx.heap.group, what="test: every rank's init returned")
     left = [p for p in seen["mapped"] if os.path.lexists(p)]
     heap.close()
@@ -186,7 +186,7 @@ def test_a_heap_file_readable_by_others_or_a_link_is_refused(tmp_path):
 
 def group_die_during_init(rank, world, dying):
     import tilefuse
-    from tilefuse.runtime import heap as heapmod
+    from tilefuse.runtime import backends
 
     paths: list = []
 
@@ -197,7 +197,7 @@ def group_die_during_init(rank, world, dying):
                 time.sleep(2.0)  # the survivor has the file names by now (it needs them to clean up)
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    heapmod.RENDEZVOUS_HOOK = hook
+    backends.RENDEZVOUS_HOOK = hook
     t0 = time.monotonic()
     try:
         tilefuse.init(heap_size=1 << 20)

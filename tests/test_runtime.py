@@ -10,7 +10,7 @@ import triton.language as tl
 
 import tilefuse
 from tilefuse.runtime import primitives as P
-from tilefuse.runtime.heap import ALIGNMENT, HeapFullError, _Allocator
+from tilefuse.runtime.allocator import ALIGNMENT, Allocator, HeapFullError
 
 WORLDS = [2, 3, pytest.param(4, marks=pytest.mark.slow)]  # W = 4: GPU runs and `make test-all`
 
@@ -371,7 +371,7 @@ def test_peer_ipc_handles_open_on_this_ranks_device():
 
 
 def test_allocator_coalesces():
-    alloc = _Allocator(4096)
+    alloc = Allocator(4096)
     offs = [alloc.alloc(1000) for _ in range(4)]
     assert offs == [0, 1024, 2048, 3072]
     with pytest.raises(HeapFullError, match="requested 10 bytes"):

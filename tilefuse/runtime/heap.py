@@ -18,75 +18,28 @@ allocation), so a heap tensor stays valid after :meth:`SymmetricHeap.close` (``t
 for as long as it lives: the memory is never unmapped under it, and a later heap never reuses it.
 ``close`` warns (:class:`LiveHeapTensorsWarning`) when such tensors remain; peers no longer see them.
 
-CPU rendezvous: each rank creates ``/dev/shm/tilefuse-<token>-r<rank>`` with ``O_CREAT | O_EXCL |
-O_NOFOLLOW`` and mode 0600, every rank maps every file (checking owner, mode and size on the open
-descriptor), and each rank unlinks its own file in a ``finally``: after a failed rendezvous (a
-peer that died, a file that could not be made or mapped) it also unlinks its peers' files, which it
-can name because every name derives from one token that rank 0 hands out first. Host steps of the
-rendezvous are bounded (:mod:`tilefuse.runtime.hostsync`).
+The rendezvous that maps the peers' heaps (``cpu``: files in /dev/shm; ``cuda``: IPC handles)
+is :mod:`tilefuse.runtime.backends`.
 """
 
 from __future__ import annotations
 
-import bisect
 import gc
 import itertools
-import mmap
-import os
-import stat
-import threading
-import uuid
 import warnings
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import _env, hostsync
+from . import _env, backends, hostsync
+from .allocator import ALIGNMENT, Allocator, Block, HeapFullError, span_bytes
 
-ALIGNMENT = 256
-SHM_DIR = "/dev/shm"
-
-# Called on each rank as ``RENDEZVOUS_HOOK(stage, paths)`` during the CPU rendezvous: stage
-# "created" once this rank's file exists (before any exchange), "mapped" once every rank has
-# mapped every file (before the files are unlinked). Tests inspect the files here.
-RENDEZVOUS_HOOK: Callable[[str, list], None] | None = None
-
-
-def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
-    """``args`` of torch's CUDA IPC rebuild, changed to open the peer's memory on *this* rank's device.
-
-    torch opens an IPC handle with the owner's device index current. When the owner is another GPU,
-    the mapping then lives in that GPU's context of this process, and a kernel running on this
-    rank's GPU faults on it. Opened with this rank's device current (``cudaIpcOpenMemHandle`` with
-    lazy peer access, as torch calls it), the peer's memory is mapped for this rank's GPU and reached
-    over the GPUs' link; with both ranks on one GPU nothing changes.
-    """
-    import inspect
-
-    names = list(inspect.signature(rebuild).parameters)
-    if "storage_device" not in names:  # pragma: no cover - a torch whose IPC rebuild changed shape
-        raise RuntimeError(f"unsupported torch CUDA IPC rebuild signature {names}; tilefuse needs 'storage_device'")
-    args = list(args)
-    args[names.index("storage_device")] = device.index if device.index is not None else torch.cuda.current_device()
-    return tuple(args)
-
+__all__ = ["ALIGNMENT", "HeapFullError", "LiveHeapTensorsWarning", "SymmetricHeap", "resolve_heap_size",
+           "span_bytes"]
 
 DEFAULT_HEAP_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}
-
-
-def span_bytes(t: torch.Tensor) -> int:
-    """Bytes from ``t``'s address to one past its last element (0 for a tensor without elements):
-    the memory a strided view can address."""
-    if t.numel() == 0:
-        return 0
-    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
-
-
-class HeapFullError(MemoryError):
-    """The symmetric heap has no free block large enough."""
 
 
 class LiveHeapTensorsWarning(UserWarning):
@@ -104,115 +57,6 @@ def resolve_heap_size(heap_size: int | None, backend: str) -> int:
     return heap_size - heap_size % ALIGNMENT
 
 
-class _Allocator:
-    """First-fit allocator over [0, size) with coalescing frees; offsets aligned to ALIGNMENT."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self._free: list[tuple[int, int]] = [(0, size)]  # sorted (offset, length)
-        self._used: dict[int, int] = {}
-        self._internal: set[int] = set()  # blocks of tilefuse's own (not reported by close)
-        self._lock = threading.Lock()
-
-    def alloc(self, nbytes: int) -> int:
-        need = max(ALIGNMENT, -(-nbytes // ALIGNMENT) * ALIGNMENT)
-        with self._lock:
-            for i, (off, length) in enumerate(self._free):
-                if length >= need:
-                    if length == need:
-                        del self._free[i]
-                    else:
-                        self._free[i] = (off + need, length - need)
-                    self._used[off] = need
-                    return off
-            free = sum(length for _, length in self._free)
-            largest = max((length for _, length in self._free), default=0)
-        raise HeapFullError(
-            f"symmetric heap full: requested {nbytes} bytes ({need} aligned), {free} bytes free "
-            f"of {self.size} (largest free block {largest} bytes); raise tilefuse.init(heap_size=...) "
-            "or TILEFUSE_HEAP_SIZE, or drop references to heap tensors you no longer need"
-        )
-
-    def free(self, off: int) -> None:
-        with self._lock:
-            length = self._used.pop(off)
-            self._internal.discard(off)
-            i = bisect.bisect_left(self._free, (off, 0))
-            self._free.insert(i, (off, length))
-            # Coalesce with the right neighbour, then the left one.
-            if i + 1 < len(self._free) and off + length == self._free[i + 1][0]:
-                self._free[i] = (off, length + self._free[i + 1][1])
-                del self._free[i + 1]
-            if i > 0 and self._free[i - 1][0] + self._free[i - 1][1] == off:
-                prev_off, prev_len = self._free[i - 1]
-                self._free[i - 1] = (prev_off, prev_len + self._free[i][1])
-                del self._free[i]
-
-    @property
-    def bytes_used(self) -> int:
-        with self._lock:
-            return sum(self._used.values())
-
-    def live(self, exclude: Iterable[int] = ()) -> tuple[int, int]:
-        """(blocks, bytes) in use, leaving out internal blocks and those that start at ``exclude``."""
-        skip = set(exclude)
-        with self._lock:
-            sizes = [n for off, n in self._used.items() if off not in skip and off not in self._internal]
-        return len(sizes), sum(sizes)
-
-    def mark_internal(self, off: int) -> None:
-        with self._lock:
-            if off in self._used:
-                self._internal.add(off)
-
-    def block_start(self, offset: int) -> int | None:
-        """Start of the block in use that holds byte ``offset``, or None."""
-        with self._lock:
-            for off, n in self._used.items():
-                if off <= offset < off + n:
-                    return off
-        return None
-
-    @property
-    def bytes_free(self) -> int:
-        return self.size - self.bytes_used
-
-
-class _Block:
-    """Owns one allocation; torch keeps it alive through the array interface of its storage.
-
-    ``memory`` is the tensor that owns this rank's whole heap: holding it keeps the mapping (CPU)
-    or the CUDA allocation alive for as long as the block, whatever happens to the heap object.
-    """
-
-    def __init__(self, allocator: _Allocator, offset: int, addr: int, nbytes: int, device: torch.device,
-                 memory: torch.Tensor):
-        self._allocator = allocator
-        self._memory = memory
-        self.offset = offset
-        iface = {"shape": (nbytes,), "typestr": "|u1", "data": (addr, False), "version": 3}
-        if device.type == "cuda":
-            iface["strides"] = None
-            iface["stream"] = None  # no implicit synchronisation: heap work is stream-ordered
-            self.__cuda_array_interface__ = iface
-        else:
-            self.__array_interface__ = iface
-
-    def __del__(self):
-        # getattr: at interpreter exit an instance may be finalised after its attributes were cleared.
-        allocator = getattr(self, "_allocator", None)
-        if allocator is None:
-            return
-        self._allocator = None
-        allocator.free(self.offset)
-
-
-@dataclass
-class _PeerMaps:
-    tensors: list  # the byte tensor of every rank's heap as mapped here (own one included)
-    paths: list | None = None
-
-
 _HEAP_IDS = itertools.count(1)
 
 
@@ -227,98 +71,17 @@ class SymmetricHeap:
         self.device = device
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
-        self._allocator = _Allocator(size)
+        self._allocator = Allocator(size)
         self._closed = True  # until the rendezvous succeeds
-        self._maps = self._map_cpu() if backend == "cpu" else self._map_cuda()
-        self._memory = self._maps.tensors[self.rank]
-        bases = [t.data_ptr() for t in self._maps.tensors]
+        if backend == "cpu":
+            self._peers = backends.map_cpu(group, self.rank, self.world_size, size)
+        else:
+            self._peers = backends.map_cuda(group, self.rank, self.world_size, size, device)
+        self._memory = self._peers[self.rank]  # this rank's own heap: every block holds it
+        bases = [t.data_ptr() for t in self._peers]
         self.base = bases[self.rank]
         self.heap_bases = torch.tensor(bases, dtype=torch.int64, device=device)
         self._closed = False
-
-    # ---------------------------------------------------------------- rendezvous
-    def _map_cpu(self) -> _PeerMaps:
-        what = f"tilefuse.init: heap rendezvous of rank {self.rank}"
-        token = hostsync.all_gather_object(uuid.uuid4().hex[:16] if self.rank == 0 else None, self.group,
-                                           what="tilefuse.init: heap file names")[0]
-        paths = [os.path.join(SHM_DIR, f"tilefuse-{token}-r{r}") for r in range(self.world_size)]
-        own = paths[self.rank]
-        done = False
-        try:
-            problem = None
-            try:
-                fd = os.open(own, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                try:
-                    os.ftruncate(fd, self.size)
-                finally:
-                    os.close(fd)
-            except OSError as err:
-                problem = f"cannot create {own}: {err}"
-            if RENDEZVOUS_HOOK is not None:
-                RENDEZVOUS_HOOK("created", paths)
-            self._agree(problem, "tilefuse.init: creating the heap files", what)
-            tensors: list = []
-            problem = None
-            for r, path in enumerate(paths):
-                try:
-                    tensors.append(_map_file(path, self.size))
-                except OSError as err:
-                    problem = f"cannot map rank {r}'s heap file {path}: {err}"
-                    break
-            if problem is not None:
-                tensors.clear()
-            self._agree(problem, "tilefuse.init: mapping the heap files", what)
-            if RENDEZVOUS_HOOK is not None:
-                RENDEZVOUS_HOOK("mapped", paths)
-            done = True
-            return _PeerMaps(tensors, paths)
-        finally:
-            # Every rank has mapped every file once the exchange above succeeded: the mappings
-            # outlive the names. After a failure, the files of peers that died go too.
-            for path in paths if not done else [own]:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-
-    def _agree(self, problem: str | None, step: str, what: str) -> None:
-        """Bounded exchange of each rank's problem with a rendezvous step; raise on every rank if any."""
-        problems = hostsync.all_gather_object(problem, self.group, what=step)
-        bad = {r: p for r, p in enumerate(problems) if p is not None}
-        if bad:
-            listing = "; ".join(f"rank {r}: {p}" for r, p in sorted(bad.items()))
-            raise RuntimeError(f"{what} failed at '{step}': {listing}")
-
-    def _map_cuda(self) -> _PeerMaps:
-        from torch.multiprocessing.reductions import reduce_tensor
-
-        what = f"tilefuse.init: heap rendezvous of rank {self.rank} ({self.device})"
-        own = torch.empty(self.size, dtype=torch.uint8, device=self.device)
-        # One handle per peer: each share carries its own reference count, which that peer releases
-        # when it drops its mapping, so the count is exact for any world size.
-        handles = [None if r == self.rank else reduce_tensor(own) for r in range(self.world_size)]
-        everyone = hostsync.all_gather_object(handles, self.group, what="tilefuse.init: CUDA IPC handles")
-        tensors: list = []
-        problem = None
-        for r, theirs in enumerate(everyone):
-            if r == self.rank:
-                tensors.append(own)
-                continue
-            try:
-                rebuild, args = theirs[self.rank]
-                t = rebuild(*_open_on_device(rebuild, args, self.device))
-                # Touch the peer's heap from this rank's device now: a mapping the device cannot
-                # reach fails here, naming the peer, instead of as an illegal address in an op.
-                t[:ALIGNMENT].sum().item()
-            except RuntimeError as err:
-                problem = f"cannot map or read rank {r}'s heap through CUDA IPC: {err}"
-                break
-            tensors.append(t)
-        if problem is not None:
-            tensors = [own]
-        torch.cuda.synchronize(self.device)
-        self._agree(problem, "tilefuse.init: mapping the peers' heaps", what)
-        return _PeerMaps(tensors)
 
     def mark_internal(self, *tensors: torch.Tensor) -> None:
         """Mark the blocks of heap tensors that tilefuse itself keeps (control block, workspaces a
@@ -362,7 +125,7 @@ class SymmetricHeap:
         on_gpu = self.device.type == "cuda" and wait
         if on_gpu:
             torch.cuda.synchronize(self.device)
-        self._maps.tensors = [t if r == self.rank else None for r, t in enumerate(self._maps.tensors)]
+        self._peers = [t if r == self.rank else None for r, t in enumerate(self._peers)]
         if on_gpu:
             torch.cuda.synchronize(self.device)
         try:
@@ -385,7 +148,7 @@ class SymmetricHeap:
             raise RuntimeError("this symmetric heap is closed (tilefuse.shutdown): call tilefuse.init() "
                                "and allocate from the new heap")
         off = self._allocator.alloc(nbytes)
-        block = _Block(self._allocator, off, self.base + off, max(nbytes, 1), self.device, self._memory)
+        block = Block(self._allocator, off, self.base + off, max(nbytes, 1), self.device, self._memory)
         if self.device.type == "cuda":
             raw = torch.as_tensor(block, device=self.device)
         else:
@@ -440,7 +203,7 @@ class SymmetricHeap:
         self.check_on_heap("peer_view: t", t)
         if not 0 <= rank < self.world_size:
             raise ValueError(f"peer_view: rank {rank} is not in [0, {self.world_size})")
-        peer = self._maps.tensors[rank]
+        peer = self._peers[rank]
         if peer is None:
             raise RuntimeError("peer_view: the heap was closed")
         off = self.offset_of(t)
@@ -471,7 +234,7 @@ class SymmetricHeap:
             return
         from . import dma
 
-        peer = self._maps.tensors[rank]
+        peer = self._peers[rank]
         if peer is None:
             raise RuntimeError("copy_to_peer: the heap was closed")
         es = t.element_size()
@@ -525,24 +288,3 @@ class SymmetricHeap:
             f"SymmetricHeap(rank={self.rank}/{self.world_size}, backend={self.backend}, "
             f"size={self.size}, used={self.bytes_used})"
         )
-
-
-def _map_file(path: str, size: int) -> torch.Tensor:
-    """A shared read-write mapping of the heap file ``path`` as a uint8 tensor.
-
-    The file is opened without following links and checked on the open descriptor: a regular
-    file of this user, private to it (mode 0600), of the heap's size. The tensor keeps the mapping
-    alive (``torch.frombuffer`` holds the ``mmap``), and unmaps it when the last view goes.
-    """
-    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            raise PermissionError(f"{path} is not a private regular file of this user "
-                                  f"(mode {stat.filemode(st.st_mode)}, owner uid {st.st_uid})")
-        if st.st_size != size:
-            raise OSError(f"{path} holds {st.st_size} bytes, expected {size}")
-        mem = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    finally:
-        os.close(fd)
-    return torch.frombuffer(mem, dtype=torch.uint8)

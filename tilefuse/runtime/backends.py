@@ -1,0 +1,162 @@
+"""The two ways a rank maps every peer's heap: one rendezvous over the process group, at ``init``.
+
+- ``cpu``: each rank creates ``/dev/shm/tilefuse-<token>-r<rank>`` with ``O_CREAT | O_EXCL |
+  O_NOFOLLOW`` and mode 0600, every rank maps every file (checking owner, mode and size on the open
+  descriptor), and each rank unlinks its own file in a ``finally``: after a failed rendezvous (a
+  peer that died, a file that could not be made or mapped) it also unlinks its peers' files, which
+  it can name because every name derives from one token that rank 0 hands out first.
+- ``cuda``: this rank's heap is one device allocation, shared through CUDA IPC handles (torch's
+  tensor sharing), one handle per peer; each peer's mapping is opened on this rank's device and
+  touched once, so a mapping the device cannot reach fails here, naming the peer.
+
+Every step that exchanges something between ranks is bounded (:mod:`tilefuse.runtime.hostsync`)
+and agreed on: a problem on one rank raises on every rank.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+import uuid
+from collections.abc import Callable
+
+import torch
+
+from . import hostsync
+from .allocator import ALIGNMENT
+
+SHM_DIR = "/dev/shm"
+
+# Called on each rank as ``RENDEZVOUS_HOOK(stage, paths)`` during the CPU rendezvous: stage
+# "created" once this rank's file exists (before any exchange), "mapped" once every rank has
+# mapped every file (before the files are unlinked). Tests inspect the files here.
+RENDEZVOUS_HOOK: Callable[[str, list], None] | None = None
+
+
+def agree(group, rank: int, problem: str | None, step: str, what: str) -> None:
+    """Bounded exchange of each rank's problem with a rendezvous step; raise on every rank if any."""
+    problems = hostsync.all_gather_object(problem, group, what=step)
+    bad = {r: p for r, p in enumerate(problems) if p is not None}
+    if bad:
+        listing = "; ".join(f"rank {r}: {p}" for r, p in sorted(bad.items()))
+        raise RuntimeError(f"{what} failed at '{step}': {listing}")
+
+
+def map_cpu(group, rank: int, world: int, size: int) -> list:
+    """Every rank's heap file mapped here (the files are unlinked on return: the mappings stay)."""
+    what = f"tilefuse.init: heap rendezvous of rank {rank}"
+    token = hostsync.all_gather_object(uuid.uuid4().hex[:16] if rank == 0 else None, group,
+                                       what="tilefuse.init: heap file names")[0]
+    paths = [os.path.join(SHM_DIR, f"tilefuse-{token}-r{r}") for r in range(world)]
+    own = paths[rank]
+    done = False
+    try:
+        problem = None
+        try:
+            fd = os.open(own, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                os.ftruncate(fd, size)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            problem = f"cannot create {own}: {err}"
+        if RENDEZVOUS_HOOK is not None:
+            RENDEZVOUS_HOOK("created", paths)
+        agree(group, rank, problem, "tilefuse.init: creating the heap files", what)
+        tensors: list = []
+        problem = None
+        for r, path in enumerate(paths):
+            try:
+                tensors.append(_map_file(path, size))
+            except OSError as err:
+                problem = f"cannot map rank {r}'s heap file {path}: {err}"
+                break
+        if problem is not None:
+            tensors.clear()
+        agree(group, rank, problem, "tilefuse.init: mapping the heap files", what)
+        if RENDEZVOUS_HOOK is not None:
+            RENDEZVOUS_HOOK("mapped", paths)
+        done = True
+        return tensors
+    finally:
+        # Every rank has mapped every file once the exchange above succeeded: the mappings
+        # outlive the names. After a failure, the files of peers that died go too.
+        for path in paths if not done else [own]:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def map_cuda(group, rank: int, world: int, size: int, device: torch.device) -> list:
+    """Every rank's heap as mapped on ``device`` (this rank's own allocation at index ``rank``)."""
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    what = f"tilefuse.init: heap rendezvous of rank {rank} ({device})"
+    own = torch.empty(size, dtype=torch.uint8, device=device)
+    # One handle per peer: each share carries its own reference count, which that peer releases
+    # when it drops its mapping, so the count is exact for any world size.
+    handles = [None if r == rank else reduce_tensor(own) for r in range(world)]
+    everyone = hostsync.all_gather_object(handles, group, what="tilefuse.init: CUDA IPC handles")
+    tensors: list = []
+    problem = None
+    for r, theirs in enumerate(everyone):
+        if r == rank:
+            tensors.append(own)
+            continue
+        try:
+            rebuild, args = theirs[rank]
+            t = rebuild(*_open_on_device(rebuild, args, device))
+            # Touch the peer's heap from this rank's device now: a mapping the device cannot
+            # reach fails here, naming the peer, instead of as an illegal address in an op.
+            t[:ALIGNMENT].sum().item()
+        except RuntimeError as err:
+            problem = f"cannot map or read rank {r}'s heap through CUDA IPC: {err}"
+            break
+        tensors.append(t)
+    if problem is not None:
+        tensors = [own]
+    torch.cuda.synchronize(device)
+    agree(group, rank, problem, "tilefuse.init: mapping the peers' heaps", what)
+    return tensors
+
+
+def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
+    """``args`` of torch's CUDA IPC rebuild, changed to open the peer's memory on *this* rank's device.
+
+    torch opens an IPC handle with the owner's device index current. When the owner is another GPU,
+    the mapping then lives in that GPU's context of this process, and a kernel running on this
+    rank's GPU faults on it. Opened with this rank's device current (``cudaIpcOpenMemHandle`` with
+    lazy peer access, as torch calls it), the peer's memory is mapped for this rank's GPU and reached
+    over the GPUs' link; with both ranks on one GPU nothing changes.
+    """
+    import inspect
+
+    names = list(inspect.signature(rebuild).parameters)
+    if "storage_device" not in names:  # pragma: no cover - a torch whose IPC rebuild changed shape
+        raise RuntimeError(f"unsupported torch CUDA IPC rebuild signature {names}; tilefuse needs 'storage_device'")
+    args = list(args)
+    args[names.index("storage_device")] = device.index if device.index is not None else torch.cuda.current_device()
+    return tuple(args)
+
+
+def _map_file(path: str, size: int) -> torch.Tensor:
+    """A shared read-write mapping of the heap file ``path`` as a uint8 tensor.
+
+    The file is opened without following links and checked on the open descriptor: a regular
+    file of this user, private to it (mode 0600), of the heap's size. The tensor keeps the mapping
+    alive (``torch.frombuffer`` holds the ``mmap``), and unmaps it when the last view goes.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise PermissionError(f"{path} is not a private regular file of this user "
+                                  f"(mode {stat.filemode(st.st_mode)}, owner uid {st.st_uid})")
+        if st.st_size != size:
+            raise OSError(f"{path} holds {st.st_size} bytes, expected {size}")
+        mem = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    return torch.frombuffer(mem, dtype=torch.uint8)
