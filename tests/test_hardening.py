@@ -75,7 +75,7 @@ def test_heap_tensor_stays_valid_after_shutdown_and_nothing_aliases_it(capfd):
         assert "closed" in value["closed"] and "tilefuse.init()" in value["closed"], value["closed"]
         assert value["warnings"], "shutdown() with a live heap tensor must warn"
         assert "still referenced" in value["warnings"][0] and "bytes" in value["warnings"][0]
-    # Clean exit: no "Exception ignored in _Block.__del__" or AttributeError at interpreter shutdown.
+    # Clean exit: no "Exception ignored in Block.__del__" or AttributeError at interpreter shutdown.
     assert "Exception ignored" not in err and "AttributeError" not in err, err[-3000:]
     # GPU: every rank dropped its peers' mappings before the closing barrier, so no producer exits
     # while a consumer still holds its memory.
@@ -164,7 +164,7 @@ def test_heap_files_are_private_and_gone_after_init(pools):
 def test_a_heap_file_readable_by_others_or_a_link_is_refused(tmp_path):
     """A peer's heap file is checked on its open descriptor: a link is not followed, and a file
     that others may read or write (not made by this user's rendezvous) is not mapped."""
-    from tilefuse.runtime.heap import _map_file
+    from tilefuse.runtime.backends import _map_file
 
     public, link, private = tmp_path / "public", tmp_path / "link", tmp_path / "private"
     for path, mode in ((public, 0o644), (private, 0o600)):
@@ -231,6 +231,7 @@ def test_a_rank_dying_during_init_leaves_nothing_in_dev_shm(dying):
 
 def group_die_before_watching_peers(rank, world):
     import tilefuse
+    from tilefuse.runtime import group as tf_group
     from tilefuse.runtime import heap as heapmod
     from tilefuse.runtime import world as tf_world
 
@@ -243,14 +244,14 @@ def group_die_before_watching_peers(rank, world):
 
     heapmod.SymmetricHeap.close = close
     if rank == 1:  # mapped, then gone before the step that exchanges the process ids
-        tf_world._watch_peers = lambda group, r: os.kill(os.getpid(), signal.SIGKILL)
+        tf_group.watch_peers = lambda group, r: os.kill(os.getpid(), signal.SIGKILL)
     t0 = time.monotonic()
     try:
         tilefuse.init(heap_size=1 << 20)
     except Exception as err:  # noqa: BLE001 - the message is the result
         return {"error": f"{type(err).__name__}: {err}", "s": time.monotonic() - t0, "closed": closed,
-                "states": len(tf_world._STATES)}
-    return {"error": None, "s": time.monotonic() - t0, "closed": closed, "states": len(tf_world._STATES)}
+                "states": len(tf_world.groups())}
+    return {"error": None, "s": time.monotonic() - t0, "closed": closed, "states": len(tf_world.groups())}
 
 
 @cpu_only
@@ -283,7 +284,7 @@ def group_rank_dies_mid_call(rank, world, variant, after_exit):
     if rank == world - 1:
         os.kill(os.getpid(), signal.SIGKILL)
     if after_exit:  # the peer has exited before this rank's call (its pidfd reads ready)
-        fds = [fd for _, _, fd in tf_world._state().peers if fd >= 0]
+        fds = [fd for _, _, fd in tf_world.state_for(None).peers if fd >= 0]
         assert fds and select.select(fds, [], [], 30)[0], "the peer did not exit"
     t0 = time.monotonic()
     errors = []
@@ -362,13 +363,13 @@ def test_host_wait_for_the_device_gives_up_once_a_peer_has_exited(monkeypatch, f
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
     # With no eager call since a capture (a replayed graph's work): behind the current stream.
     last = types.SimpleNamespace(device="cuda:0")  # the last call's stream, on the heap's device
-    monkeypatch.setattr(tf_world._ORDER, "stream", None if finishes else last)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "current stream")
-    st = tf_world._State(heap=type("Heap", (), {"device": "cuda:0"})(), ctl=None, dummy=None, status_host=None,
-                         sync_errors=False, peers=((1, child.pid, fd),), wait_bound_s=0.3, group="tp")
+    st = tf_world.Group(heap=type("Heap", (), {"device": "cuda:0"})(), ctl=None, dummy=None, status_host=None,
+                        sync_errors=False, peers=((1, child.pid, fd),), wait_bound_s=0.3, group="tp")
+    st.order.stream = None if finishes else last
     try:
         if finishes:
-            tf_world._wait_device(st, "waiting for this rank's device")  # the peer still runs
+            st.wait_device("waiting for this rank's device")  # the peer still runs
             assert work.queries == 6 and synced == ["cuda:0"] and st.poisoned is None
             assert work.recorded == ["current stream"]
             return
@@ -377,7 +378,7 @@ def test_host_wait_for_the_device_gives_up_once_a_peer_has_exited(monkeypatch, f
         t0 = time.monotonic()
         with pytest.raises(tilefuse.PeerExitedError, match=rf"rank 1 \(pid {child.pid}\) of group 'tp' has exited; "
                                                            r"waiting for this rank's device gave up"):
-            tf_world._wait_device(st, "waiting for this rank's device")
+            st.wait_device("waiting for this rank's device")
         assert 0.3 <= time.monotonic() - t0 < 3.0, "gave up before the bound, or long after it"
         assert work.recorded == [last] and not synced
         assert st.poison_error is tilefuse.PeerExitedError and "has exited" in st.poisoned
@@ -396,9 +397,9 @@ def test_check_peers_before_work_that_is_not_a_call(monkeypatch):
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     fd = os.pidfd_open(child.pid)
-    st = tf_world._State(heap=None, ctl=None, dummy=None, status_host=None, sync_errors=False,
-                         peers=((1, child.pid, fd),), group="tp")
-    monkeypatch.setattr(tf_world, "_state_of", lambda group=None: st)
+    st = tf_world.Group(heap=None, ctl=None, dummy=None, status_host=None, sync_errors=False,
+                        peers=((1, child.pid, fd),), group="tp")
+    monkeypatch.setattr(tf_world, "group_of", lambda group=None: st)
     try:
         tilefuse.check_peers()
         assert st.poisoned is None

@@ -361,7 +361,7 @@ def test_peer_ipc_handles_open_on_this_ranks_device():
     that argument to its own device, or a kernel on this GPU faults on a peer on another GPU."""
     from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
-    from tilefuse.runtime.heap import _open_on_device
+    from tilefuse.runtime.backends import _open_on_device
 
     names = list(__import__("inspect").signature(rebuild_cuda_tensor).parameters)
     args = tuple(f"arg{i}" for i in range(len(names)))

@@ -1,0 +1,285 @@
+"""The host part of a collective call: :class:`CollectiveCall`, and the thread's active group.
+
+Every op call runs inside one :class:`CollectiveCall` (the ops' ``@collective`` wrapper makes it):
+
+- one call at a time per process (the registry's lock: calls from several threads are serialised),
+  and calls on different streams ordered with CUDA events (:func:`_order_stream`);
+- a poisoned group, or one whose peer process has exited, raises before anything is launched;
+- an earlier call's recorded error is reported: read when the status words say there is one
+  (:meth:`Group.collect`), raised at the end of this call, after its own kernels were launched, so
+  that the ranks' calls stay paired (its result is discarded). On the CPU backend and with
+  ``TILEFUSE_SYNC_ERRORS=1`` every call checks at its end and raises at the failing call itself;
+- the begin kernel opens the call on the device (:meth:`CollectiveCall.begin`), or the call's own
+  first kernel does (:meth:`CollectiveCall.enter_args`, then :meth:`CollectiveCall.entered`);
+- a call whose argument checks fail is still counted on every rank: it launches the begin kernel
+  with the failure signature, then raises, and the peers raise :class:`PeerCallError`.
+
+**The active group.** The launchers below an op (workspaces, the call tuple, device barriers) ask
+:func:`active` for the group they run on rather than taking it as an argument through every layer.
+A thread's active group is the one of the call it is inside, or the one :func:`using` names (the
+workspace and reset hooks run that way), else the default group. That is the one piece of
+thread-local state here, with the call this thread is inside: both exist so that public functions
+called without a group (``get_heap()``, ``device_barrier()``) act on the call's group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import torch
+
+from . import primitives as P
+from .errors import PoisonedError, WaitTimeoutError
+from .group import Group, check_current_device
+from .registry import REGISTRY
+
+try:
+    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+except ImportError:  # a CPU-only torch
+    def _raw_stream(index: int) -> int:
+        return torch.cuda.current_stream(index).cuda_stream
+
+
+class _Local(threading.local):
+    call = None  # the CollectiveCall this thread is inside
+    group = None  # this thread's active group (None: the default group)
+
+
+_TLS = _Local()
+
+
+def active() -> Group:
+    """This thread's active group: the current call's, or the one :func:`using` names, else the default."""
+    g = _TLS.group
+    if g is not None:
+        return g
+    g = REGISTRY.default
+    if g is None:
+        raise RuntimeError("tilefuse is not initialised on this rank: call tilefuse.init() first")
+    return g
+
+
+def group_of(group) -> Group:
+    """The group state of ``group``; None: this thread's active group."""
+    return active() if group is None else REGISTRY.get(group)
+
+
+@contextlib.contextmanager
+def using(target):
+    """Make ``target`` (a group state, or a process group) this thread's active group inside the
+    block (what :func:`~tilefuse.runtime.world.get_heap`, ``control_block``, ... return there)."""
+    g = target if isinstance(target, Group) else REGISTRY.get(target)
+    prev = _TLS.group
+    _TLS.group = g
+    try:
+        yield g
+    finally:
+        _TLS.group = prev
+
+
+def call_state(group, what: str = "tilefuse") -> Group | None:
+    """The group state an op call on ``group`` runs on, to hand to :class:`CollectiveCall`:
+    ``group``'s; for None the default group's where this thread has another group active (inside
+    :func:`using`), else None (the default, which needs nothing set). Raises where tilefuse is not
+    initialised."""
+    if group is not None:
+        return REGISTRY.get(group, what)
+    if REGISTRY.default is None:
+        raise RuntimeError(f"{what}: tilefuse is not initialised on this rank: call tilefuse.init() first")
+    return REGISTRY.default if _TLS.group is not None else None
+
+
+def in_call() -> bool:
+    """Whether this thread is inside a collective call."""
+    return _TLS.call is not None
+
+
+def current_call() -> CollectiveCall:
+    """The collective call this thread is inside (raises outside one)."""
+    call = _TLS.call
+    if call is None:
+        raise RuntimeError("no tilefuse collective call is active in this thread")
+    return call
+
+
+def _order_stream(g: Group, raw: int) -> None:
+    """Calls on different streams run one after another, in the order the host made them (``raw``:
+    the current stream's handle), whatever their group. (Inside a CUDA graph capture the graph's
+    order is the capture stream's; order it against eager work as torch asks: synchronize before
+    capturing.)"""
+    order = g.order
+    if raw == order.raw:
+        return
+    stream = torch.cuda.current_stream(g.heap.device)
+    if order.stream is not None and stream != order.stream:
+        stream.wait_stream(order.stream)  # everything queued there so far, the last call included
+    order.stream, order.raw = stream, raw
+
+
+class CollectiveCall:
+    """Host part of one collective op call (a context manager; see the module docstring).
+
+    ``st``: the group state of the call (:func:`call_state`), made this thread's active group for the
+    call; None: the default group's, which needs nothing set. Nested use in one thread (a variant
+    handing a degenerate call to another) is one call. After ``__enter__``, ``capturing`` says
+    whether a CUDA graph capture is under way and ``stream`` is the current stream's raw handle (None
+    on the CPU backend).
+    """
+
+    __slots__ = ("op", "begun", "mirrored", "pending", "outer", "capturing", "stream", "st", "prev")
+
+    def __init__(self, op: str, st: Group | None = None):
+        self.op = op
+        self.begun = False
+        self.mirrored = False
+        self.pending: Exception | None = None
+        self.outer = None
+        self.capturing = False
+        self.stream = None
+        self.st = st
+
+    def __enter__(self):
+        outer = _TLS.call
+        if outer is not None:
+            self.outer = outer
+            return outer
+        st = self.st
+        if st is None:
+            st = REGISTRY.default if REGISTRY.default is not None else active()  # raises when not initialised
+            REGISTRY.lock.acquire()
+        else:
+            REGISTRY.lock.acquire()
+            self.prev = _TLS.group
+            _TLS.group = st
+        try:
+            if st.on_gpu:
+                if torch.cuda.current_device() != st.dev_index:
+                    self._wrong_device(st)
+                self.capturing = torch.cuda.is_current_stream_capturing()
+                self.stream = _raw_stream(st.dev_index)
+            st.raise_if_poisoned()
+            if st.peers and not self.capturing:
+                st.check_peers(self.op)
+            if st.status_set():
+                err = st.collect(False)
+                if isinstance(err, (WaitTimeoutError, PoisonedError)):
+                    raise err
+                self.pending = err
+            if st.on_gpu and not self.capturing:
+                _order_stream(st, self.stream)
+        except BaseException:
+            if self.st is not None:
+                _TLS.group = self.prev
+            REGISTRY.lock.release()
+            raise
+        _TLS.call = self
+        return self
+
+    def _wrong_device(self, st: Group) -> None:
+        try:
+            check_current_device(self.op, st.heap.device)
+        except RuntimeError:
+            if not st.poisoned:  # the peers are making this call: count it on every rank, as failed
+                with torch.cuda.device(st.heap.device):
+                    st.launch_begin(int(P.SIG_FAILED))
+                    st.note_end(torch.cuda.is_current_stream_capturing())
+            raise
+
+    def begin(self, key: tuple, outputs: tuple = ()) -> None:
+        """Launch the begin kernel for the call with signature ``key``; ``outputs`` (up to two
+        contiguous floating-point tensors) are filled with NaN if the call aborts."""
+        if self.begun:
+            return
+        g = active()
+        g.launch_begin(g.signature(key), outputs)
+        self.begun = True
+
+    def verdict(self) -> None:
+        """Wait for the device (a sync on a GPU) and raise what the call's begin recorded: a
+        mismatch with the peers' calls, a peer's failed checks, a wait that ran out. For work the
+        begin cannot gate, such as a torch collective launched after it."""
+        err = (self.st or active()).collect(True)
+        if err is not None:
+            raise err
+
+    def enter_args(self, key: tuple, outputs: tuple = ()) -> tuple:
+        """Arguments of a kernel that begins the call itself (``primitives.enter`` and ``exit``, with
+        ``ENTER``): ``sig, gen, out0, n_out0, out1, n_out1, status``, for the call with signature
+        ``key`` and ``outputs`` as in :meth:`begin`. Launch that kernel as the call's only one, then
+        call :meth:`entered`; a call that raises before that is counted as failed."""
+        g = active()
+        return g.begin_args(g.signature(key), outputs) + (g.status_words(),)
+
+    def entered(self, ends: bool = True) -> None:
+        """The kernel of :meth:`enter_args` is launched: it began the call, and (``ends``) it or a
+        later kernel given the same arguments ends it and writes the status words (``exit``).
+        A call of several kernels says so twice: after its first (``ends=False``) and its last."""
+        self.begun = True
+        self.mirrored = self.mirrored or ends
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.outer is not None:
+            return False
+        _TLS.call = None
+        try:
+            st = self.st or REGISTRY.default
+            if st is None:
+                return False
+            if exc is not None and not self.begun and not isinstance(exc, PoisonedError):
+                # The peers are making this call too: count it on every rank, as failed.
+                st.launch_begin(int(P.SIG_FAILED))
+                self.begun = True
+                if st.sync_errors:
+                    st.collect(True)  # this rank's own failure record is not an error to raise
+            if self.begun:
+                st.note_end(self.capturing, self.mirrored)
+            if exc is not None:
+                return False
+            if st.sync_errors and not self.capturing and (st.on_gpu or st.status_set()):
+                err = st.collect(True)
+                if err is not None:
+                    raise err
+            if self.pending is not None:
+                raise self.pending
+            return False
+        finally:
+            if self.st is not None:
+                _TLS.group = self.prev
+            REGISTRY.lock.release()
+
+
+def synchronize(group=None) -> None:
+    """Wait for this rank's device work, then report any error recorded on the device for
+    ``group``'s calls (default: the active group's)."""
+    g = group_of(group)
+    g.raise_if_poisoned()
+    err = g.collect(True)
+    if err is not None:
+        raise err
+
+
+def check_waits(group=None) -> None:
+    """Raise the error a device wait or call check recorded since the last check (syncs)."""
+    err = group_of(group).collect(True)
+    if err is not None:
+        raise err
+
+
+def device_barrier(group=None) -> None:
+    """Stream-ordered barrier over ``group`` (default: the active group; a collective call): returns
+    once every rank of it launched one.
+
+    Work queued before it on any rank is complete and visible to work queued after it on all ranks.
+    Inside an op's call it is part of that call (on the call's group).
+    """
+    if _TLS.call is not None:  # inside an op's call: a call of its own, same host part
+        g = active()
+        if g.heap.world_size > 1:
+            g.launch_begin(g.signature(("device_barrier",)))
+        return
+    g = group_of(group)
+    if g.heap.world_size == 1:
+        return
+    with CollectiveCall("tilefuse.device_barrier", g) as call:
+        call.begin(("device_barrier",))

@@ -1,0 +1,362 @@
+"""One process group's runtime state, and what the host does with it between kernels.
+
+A :class:`Group` is everything tilefuse keeps for one process group on this rank: the symmetric
+heap, the control block at its offset 0 (call sequence numbers, epochs, the error record: layout in
+:mod:`tilefuse.runtime.primitives`), the rank and world (the heap's), the stand-in tensor, the host's
+copy of the status words, the call signatures seen, the device wait bound, the watched peer
+processes, and whether it is poisoned. :meth:`Group.open` makes one (collective over the group);
+everything else here is a method on it:
+
+- status words and error records: after each call a copy of two control words (poison, error count)
+  reaches pinned memory without a device sync (:meth:`Group.note_end`); :meth:`Group.status_set`
+  reads them with no torch call, and :meth:`Group.collect` reads and clears the full record, turned
+  into an exception (:mod:`tilefuse.runtime.errors`), once one of them is set.
+- peers: a peer process that exits poisons the group for good (:meth:`Group.check_peers`, a
+  ``select`` on the peers' pidfds), and the host's waits for the device poll an event instead of
+  blocking, giving up once a peer has exited and the work is still not done after the wait bound
+  (:meth:`Group.wait_device`): on a GPU a kernel that stores into an exited process's memory stalls,
+  it does not fault.
+- the begin kernel, which opens a call on the device (:meth:`Group.launch_begin`).
+
+The stream order (:class:`StreamOrder`) is shared by the groups of a process: each group is given
+the one object when it is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import select
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from . import _env, hostsync
+from . import primitives as P
+from .errors import (
+    PeerExitedError,
+    PoisonedError,
+    WaitTimeoutError,
+    clear_record,
+    describe_group,
+    error_from,
+    poison_message,
+    read_record,
+)
+from .heap import SymmetricHeap
+
+DEFAULT_WAIT_TIMEOUT_S = {"cuda": 30.0, "cpu": 60.0}
+_FILL_BLOCK = 1024
+_MAX_SIGNATURES = 4096
+_ERRORS, _POISON = int(P.CTL_ERRORS), int(P.CTL_POISON)
+
+
+class StreamOrder:
+    """The stream the last call was launched on (shared by every group's calls)."""
+
+    __slots__ = ("stream", "raw")
+
+    def __init__(self):
+        self.stream = None
+        self.raw: int | None = None  # its raw handle: calls on the same stream compare integers
+
+
+def device_for(backend: str, group) -> torch.device:
+    """The heap's device: the group's bound device (``init_process_group(device_id=...)``) if any,
+    else the current CUDA device (``torch.cuda.set_device``, as NCCL expects), else the CPU."""
+    if backend == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("TILEFUSE_BACKEND=cuda but torch sees no CUDA device")
+        bound = getattr(group, "bound_device_id", None)
+        if isinstance(bound, torch.device) and bound.type == "cuda" and bound.index is not None:
+            torch.cuda.set_device(bound)
+            return bound
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def check_current_device(what: str, device: torch.device) -> None:
+    """Kernels launch on the *current* CUDA device: an op called while another device is current
+    (a new thread starts on device 0, say) would run on the wrong GPU. Raise instead."""
+    if device.type == "cuda" and torch.cuda.current_device() != device.index:
+        raise RuntimeError(
+            f"{what}: this rank's heap is on {device} but the current CUDA device is "
+            f"cuda:{torch.cuda.current_device()}; call torch.cuda.set_device({device.index}) in this thread "
+            f"(or run under `with torch.cuda.device({device.index}):`)"
+        )
+
+
+def wait_timeout_s(backend: str) -> float:
+    """The device wait bound: ``TILEFUSE_WAIT_TIMEOUT`` seconds, else 30 s on a GPU and 60 s on the CPU."""
+    return _env.wait_timeout(DEFAULT_WAIT_TIMEOUT_S[backend])
+
+
+def watch_peers(group, rank: int) -> tuple:
+    """``(rank, pid, pidfd)`` of each peer process in this rank's pid namespace (a host step over
+    ``group``). The ranks of a heap share a host (CUDA IPC, /dev/shm); a peer whose namespace differs
+    is not watched. ``pidfd`` is -1 where ``os.pidfd_open`` is missing (then the pid is probed)."""
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        ns = None
+    seen = hostsync.all_gather_object((os.getpid(), ns), group, what="tilefuse.init (process ids)")
+    peers = []
+    for r, (pid, their_ns) in enumerate(seen):
+        if r == rank or ns is None or their_ns != ns:
+            continue
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            fd = -1
+        peers.append((r, pid, fd))
+    return tuple(peers)
+
+
+@dataclass
+class Group:
+    """tilefuse's state for one process group on this rank (see the module docstring)."""
+
+    heap: SymmetricHeap
+    ctl: torch.Tensor  # int64 control block at heap offset 0 (layout: primitives)
+    dummy: torch.Tensor  # float32[1]: the begin kernel's output argument when there is none
+    status_host: torch.Tensor | None  # pinned int64[2]: POISON, ERRORS (GPU)
+    sync_errors: bool
+    status_scratch: torch.Tensor | None = None  # int64[2] (CPU backend): where call_exit writes them
+    gen: int = 1
+    poisoned: str | None = None  # set once this host has seen the poison: the message to raise
+    poison_error: type = PoisonedError  # what raises it (PeerExitedError once a peer has exited)
+    sigs: dict = field(default_factory=dict)  # signature key -> (hash, text)
+    texts: dict = field(default_factory=dict)  # hash -> text, for error messages
+    on_gpu: bool = False
+    dev_index: int = -1
+    ctl_status: torch.Tensor | None = None  # ctl[POISON:ERRORS + 1], copied into status_host after each call
+    status_np: object = None  # numpy view of status_host (GPU): read without a torch call
+    ctl_np: object = None  # numpy view of the control block (CPU backend: kernels are synchronous)
+    group: object = None  # the process group this state serves (the heap's)
+    name: str = ""  # that group's name (what the custom ops pass)
+    # (rank, pid, pidfd or -1) of each peer process this rank can watch (same pid namespace)
+    peers: tuple = ()
+    # the device waits' bound, seconds: the host's copy of ctl[BOUND_NS] (also how long a host wait
+    # outlives a peer's exit)
+    wait_bound_s: float = 0.0
+    done_event: object = None  # torch.cuda.Event recorded by wait_device (made on first use)
+    order: StreamOrder = field(default_factory=StreamOrder)  # the process's stream order (shared)
+
+    @classmethod
+    def open(cls, size: int, group, backend: str, order: StreamOrder) -> Group:
+        """Map the heap (collective over ``group``), place the control block at its offset 0 and
+        watch the peers; on failure nothing of the heap stays open."""
+        if backend == "cpu" and not _env.interpreting():
+            raise RuntimeError(
+                "the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 before "
+                "importing tilefuse or any Triton kernel"
+            )
+        bound_s = wait_timeout_s(backend)
+        heap = SymmetricHeap(size, group, backend, device_for(backend, group))
+        ctl = heap.zeros(P.ctl_words(heap.world_size), dtype=torch.int64)
+        heap.mark_internal(ctl)  # tilefuse's own: not a user tensor left alive at shutdown
+        if heap.offset_of(ctl) != 0:
+            raise RuntimeError("tilefuse.init: the control block must be the heap's first allocation")
+        ctl[int(P.CTL_BOUND_NS)] = int(bound_s * 1e9)
+        ctl[int(P.CTL_GEN)] = 1
+        on_gpu = heap.device.type == "cuda"
+        status_host = torch.zeros(2, dtype=torch.int64, pin_memory=True) if on_gpu else None
+        g = cls(heap=heap, ctl=ctl, dummy=torch.zeros(1, dtype=torch.float32, device=heap.device),
+                status_host=status_host, status_scratch=None if on_gpu else torch.zeros(2, dtype=torch.int64),
+                sync_errors=(not on_gpu) or _env.sync_errors(),
+                on_gpu=on_gpu, dev_index=heap.device.index if on_gpu else -1,
+                ctl_status=ctl[_POISON:_ERRORS + 1],
+                status_np=status_host.numpy() if on_gpu else None, ctl_np=None if on_gpu else ctl.numpy(),
+                group=group, name=hostsync._group_name(group), wait_bound_s=bound_s, order=order)
+        if on_gpu:
+            # The control block's zeroing must land before any peer can signal into it: a host-only
+            # exchange (gloo) below does not wait for this device's queue.
+            torch.cuda.synchronize(heap.device)
+        try:
+            heap.check_symmetric("tilefuse.init", ctl)
+            if heap.world_size > 1:
+                g.peers = watch_peers(group, heap.rank)
+        except BaseException:  # a host step that failed or timed out: nothing of this heap stays open
+            g.close_peers()
+            heap.close()
+            raise
+        return g
+
+    # ------------------------------------------------------------------------------ peers
+    def exited_peer(self) -> tuple | None:
+        """``(rank, pid)`` of a watched peer process that has exited, else None (one ``select`` on the
+        peers' pidfds: a pidfd reads ready once its process has exited)."""
+        fds = [fd for _, _, fd in self.peers if fd >= 0]
+        if fds:
+            ready = select.select(fds, [], [], 0)[0]
+            for r, pid, fd in self.peers:
+                if fd in ready:
+                    return r, pid
+        for r, pid, fd in self.peers:
+            if fd < 0:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    return r, pid
+                except OSError:
+                    pass
+        return None
+
+    def check_peers(self, op: str) -> None:
+        """Raise :class:`PeerExitedError` (and poison this group) if a peer process has exited.
+
+        Checked on the host before a call launches anything: a kernel that stores into the memory of
+        a process that has exited does not fault on a GPU, it never finishes, so neither the device
+        waits' bound nor a later synchronize would report it."""
+        gone = self.exited_peer()
+        if gone is not None:
+            raise self.peer_exited(gone, f"{op} and every later call on this rank raise (nothing was launched)")
+
+    def raise_if_poisoned(self) -> None:
+        """Raise the error this group was poisoned with (PoisonedError, or PeerExitedError), if any."""
+        if self.poisoned:
+            raise self.poison_error(self.poisoned)
+
+    def peer_exited(self, gone: tuple, what: str) -> PeerExitedError:
+        """Poison this group for the exited peer ``gone`` = (rank, pid); the error to raise."""
+        rank, pid = gone
+        self.poisoned = (f"tilefuse: rank {rank} (pid {pid}) of group {describe_group(self.group)} has exited; "
+                         f"{what}. A peer cannot rejoin a heap: restart the job")
+        self.poison_error = PeerExitedError
+        return PeerExitedError(self.poisoned)
+
+    def close_peers(self) -> None:
+        for _, _, fd in self.peers:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.peers = ()
+
+    def wait_device(self, what: str) -> None:
+        """``torch.cuda.synchronize`` of the heap's device, bounded once a peer has exited.
+
+        Every eager call of every group runs after the one before it in stream order
+        (:class:`StreamOrder`), so an event recorded behind the last call's stream completes once all
+        of tilefuse's work has (with no eager call since the last capture or reset: behind the
+        current stream, where CUDA graphs are usually replayed).
+        While it has not, the watched peers are checked between polls: once one has exited and the
+        work is still not done ``wait_bound_s`` later (a kernel that stores into an exited process's
+        memory never finishes), this raises :class:`PeerExitedError` instead of waiting for ever.
+        Once the event has completed (at once with no peer to watch), the device-wide synchronize:
+        other work of this process, not bounded here."""
+        if self.peers:
+            stream = self.order.stream
+            if stream is None or stream.device != self.heap.device:  # (the event belongs to the heap's device)
+                stream = torch.cuda.current_stream(self.heap.device)
+            if self.done_event is None:
+                self.done_event = torch.cuda.Event()
+            event = self.done_event
+            event.record(stream)
+            t0 = time.monotonic()
+            check_at, give_up = t0 + 1e-3, None
+            # Spins, yielding the CPU between queries, as the CUDA runtime's own wait does by default
+            # (a sleep, even of 0 s, costs the timer's slack); the peers every millisecond.
+            while not event.query():
+                os.sched_yield()
+                now = time.monotonic()
+                if now < check_at:
+                    continue
+                check_at = now + 1e-3
+                gone = self.exited_peer()
+                if gone is not None:
+                    give_up = now + self.wait_bound_s if give_up is None else give_up
+                    if now >= give_up:
+                        raise self.peer_exited(gone, f"{what} gave up on this rank's unfinished device work "
+                                                     f"after {now - t0:.1f} s, and every later call raises")
+        torch.cuda.synchronize(self.heap.device)
+
+    # ------------------------------------------------------------------------------ errors
+    def capturing(self) -> bool:
+        return self.on_gpu and torch.cuda.is_current_stream_capturing()
+
+    def status_set(self) -> bool:
+        """Whether the error or poison word is set: on a GPU as of the last call's status copy, on
+        the CPU backend now (no torch call: a numpy view)."""
+        if self.on_gpu:
+            words = self.status_np
+            return bool(words[0] or words[1])
+        words = self.ctl_np
+        return bool(words[_ERRORS] or words[_POISON])
+
+    def collect(self, sync: bool) -> Exception | None:
+        """The error the device recorded since the last check, if any (clears it); syncs when asked
+        or when there is one to read."""
+        capturing = self.capturing()
+        if capturing:
+            sync = False  # no device sync inside a capture: read what earlier calls left in pinned memory
+        if self.on_gpu and not sync and not self.status_set():
+            return None
+        if capturing:
+            return RuntimeError("tilefuse: an error was recorded before this CUDA graph capture; "
+                                "call tilefuse.synchronize() before capturing to see it")
+        if self.on_gpu:
+            self.wait_device("waiting for this rank's device")
+        elif not self.status_set():
+            return None
+        rec = read_record(self)
+        if rec["errors"] == 0 and rec["poison"] == 0:
+            return None
+        err = error_from(self, rec) if rec["errors"] else None
+        clear_record(self)
+        if rec["poison"]:
+            self.poisoned = poison_message(rec)
+            if err is None or not isinstance(err, WaitTimeoutError):
+                err = PoisonedError(self.poisoned)
+        return err
+
+    # ------------------------------------------------------------------------------ calls
+    def signature(self, key: tuple) -> int:
+        """A 62-bit hash of a call's signature (the same on every rank: not Python's salted hash)."""
+        hit = self.sigs.get(key)
+        if hit is None:
+            if len(self.sigs) >= _MAX_SIGNATURES:  # a server with ever-new shapes: keep the cache bounded
+                self.sigs.clear()
+                self.texts.clear()
+            text = ", ".join(str(k) for k in key)
+            digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+            value = int.from_bytes(digest, "little") >> 2
+            hit = self.sigs[key] = (value, text)
+            self.texts[value] = text
+        return hit[0]
+
+    def begin_args(self, sig: int, outputs: tuple) -> tuple:
+        """``sig, gen, out0, n_out0, out1, n_out1``: the begin's arguments (up to two contiguous
+        floating-point outputs, filled with NaN if the call aborts; the stand-in otherwise)."""
+        outs = [t for t in outputs if t is not None and t.is_contiguous() and t.dtype.is_floating_point]
+        o0 = outs[0] if outs else self.dummy
+        o1 = outs[1] if len(outs) > 1 else self.dummy
+        return sig, self.gen, o0, o0.numel() if outs else 0, o1, o1.numel() if len(outs) > 1 else 0
+
+    def launch_begin(self, sig: int, outputs: tuple = ()) -> None:
+        """The begin kernel: opens the call with signature hash ``sig`` on the device."""
+        heap = self.heap
+        P.call_begin_kernel[(1,)](self.ctl, heap.heap_bases, heap.rank, heap.world_size,
+                                  *self.begin_args(sig, outputs), BLOCK=_FILL_BLOCK, num_warps=1)
+
+    def status_words(self) -> torch.Tensor:
+        """Where a kernel that ends its call (``call_exit``) writes the status words: the host's
+        page-locked copy on a GPU (mapped into the device's address space), a scratch pair on the
+        CPU backend (which reads the control block itself)."""
+        return self.status_host if self.status_host is not None else self.status_scratch
+
+    def note_end(self, capturing: bool, mirrored: bool = False) -> None:
+        """After a call's launches: queue the copy of the status words to the host (not needed when
+        the call's kernel wrote them itself, ``mirrored``)."""
+        if not self.on_gpu:
+            return
+        if capturing:
+            self.order.stream = self.order.raw = None  # the next eager call waits on nothing recorded in the graph
+        if not mirrored:
+            self.status_host.copy_(self.ctl_status, non_blocking=True)
+
+    def bump_generation(self) -> None:
+        """Calls launched for an earlier generation (CUDA graph replays) abort from now on."""
+        self.gen += 1
+        self.ctl[int(P.CTL_GEN)] = self.gen
