@@ -37,19 +37,19 @@ def straggling(variant, late: bool, delay: float = 0.2):
     if not late:
         yield
         return
-    module = importlib.import_module("tilefuse.runtime.world")
-    real = module._launch_begin
+    group_cls = importlib.import_module("tilefuse.runtime.group").Group
+    real = group_cls.launch_begin
 
-    def slow_begin(*args, **kwargs):
-        real(*args, **kwargs)
+    def slow_begin(self, *args, **kwargs):
+        real(self, *args, **kwargs)
         time.sleep(delay)
 
-    module._launch_begin = slow_begin
+    group_cls.launch_begin = slow_begin
     try:
         time.sleep(delay)
         yield
     finally:
-        module._launch_begin = real
+        group_cls.launch_begin = real
 
 
 def job_against_reference(ctx, variant, shapes, calls, config=None, late_rank=None, b_transposed=False,

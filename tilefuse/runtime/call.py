@@ -122,12 +122,12 @@ class CollectiveCall:
 
     ``st``: the group state of the call (:func:`call_state`), made this thread's active group for the
     call; None: the default group's, which needs nothing set. Nested use in one thread (a variant
-    handing a degenerate call to another) is one call. After ``__enter__``, ``capturing`` says
-    whether a CUDA graph capture is under way and ``stream`` is the current stream's raw handle (None
-    on the CPU backend).
+    handing a degenerate call to another) is one call. After ``__enter__``, ``group`` is the call's
+    group state, ``capturing`` says whether a CUDA graph capture is under way and ``stream`` is the
+    current stream's raw handle (None on the CPU backend).
     """
 
-    __slots__ = ("op", "begun", "mirrored", "pending", "outer", "capturing", "stream", "st", "prev")
+    __slots__ = ("op", "begun", "mirrored", "pending", "outer", "capturing", "stream", "st", "group", "prev")
 
     def __init__(self, op: str, st: Group | None = None):
         self.op = op
@@ -138,6 +138,7 @@ class CollectiveCall:
         self.capturing = False
         self.stream = None
         self.st = st
+        self.group: Group | None = None
 
     def __enter__(self):
         outer = _TLS.call
@@ -173,6 +174,7 @@ class CollectiveCall:
                 _TLS.group = self.prev
             REGISTRY.lock.release()
             raise
+        self.group = st
         _TLS.call = self
         return self
 
@@ -191,7 +193,7 @@ class CollectiveCall:
         contiguous floating-point tensors) are filled with NaN if the call aborts."""
         if self.begun:
             return
-        g = active()
+        g = self.group
         g.launch_begin(g.signature(key), outputs)
         self.begun = True
 
@@ -199,7 +201,7 @@ class CollectiveCall:
         """Wait for the device (a sync on a GPU) and raise what the call's begin recorded: a
         mismatch with the peers' calls, a peer's failed checks, a wait that ran out. For work the
         begin cannot gate, such as a torch collective launched after it."""
-        err = (self.st or active()).collect(True)
+        err = self.group.collect(True)
         if err is not None:
             raise err
 
@@ -208,7 +210,7 @@ class CollectiveCall:
         ``ENTER``): ``sig, gen, out0, n_out0, out1, n_out1, status``, for the call with signature
         ``key`` and ``outputs`` as in :meth:`begin`. Launch that kernel as the call's only one, then
         call :meth:`entered`; a call that raises before that is counted as failed."""
-        g = active()
+        g = self.group
         return g.begin_args(g.signature(key), outputs) + (g.status_words(),)
 
     def entered(self, ends: bool = True) -> None:
@@ -223,9 +225,7 @@ class CollectiveCall:
             return False
         _TLS.call = None
         try:
-            st = self.st or REGISTRY.default
-            if st is None:
-                return False
+            st = self.group
             if exc is not None and not self.begun and not isinstance(exc, PoisonedError):
                 # The peers are making this call too: count it on every rank, as failed.
                 st.launch_begin(int(P.SIG_FAILED))
@@ -274,7 +274,7 @@ def device_barrier(group=None) -> None:
     Inside an op's call it is part of that call (on the call's group).
     """
     if _TLS.call is not None:  # inside an op's call: a call of its own, same host part
-        g = active()
+        g = _TLS.call.group
         if g.heap.world_size > 1:
             g.launch_begin(g.signature(("device_barrier",)))
         return

@@ -64,16 +64,16 @@ from .errors import (
     WaitTimeoutError,
 )
 from .errors import describe_group as _describe_group
-from .group import Group, check_current_device, wait_timeout_s
+from .group import Group, check_current_device
 from .heap import SymmetricHeap, resolve_heap_size
 from .registry import REGISTRY
 
 __all__ = [
     "CallMismatchError", "CollectiveCall", "Group", "PeerCallError", "PeerExitedError", "PoisonedError",
     "StaleCallError", "WaitTimeoutError", "barrier", "bump_generation", "call_state", "check_current_device",
-    "check_peers", "check_waits", "control_block", "current_call", "device_barrier", "find_state", "get_heap",
+    "check_peers", "check_waits", "control_block", "current_call", "device_barrier", "get_heap",
     "groups", "in_call", "init", "is_initialized", "on_reset", "on_shutdown", "reset", "set_sync_errors",
-    "set_wait_timeout", "shutdown", "stand_in", "state_for", "synchronize", "using", "wait_timeout_s",
+    "set_wait_timeout", "shutdown", "stand_in", "state_for", "synchronize", "using",
 ]
 
 
@@ -137,12 +137,6 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
                     "peer did not call init\n" + str(err)
                 ) from err
         return g.heap
-
-
-def find_state(group) -> Group | None:
-    """The group state serving ``group`` (a ProcessGroup or its name; None: the default), or None
-    where that group was never initialised on this rank."""
-    return REGISTRY.find(group)
 
 
 def state_for(group, what: str = "tilefuse") -> Group:
