@@ -1,7 +1,13 @@
-"""tilefuse's runtime ("iris-core"): the symmetric heap, device facts and device-side primitives.
+"""tilefuse's runtime ("iris-core"): the symmetric heap, the groups, the call protocol's host side,
+device facts and the device-side primitives.
 
-``runtime`` never imports ``ops``. The device API lives in :mod:`tilefuse.runtime.primitives`
-(its docstring states the rank convention and the flag/epoch protocol).
+``runtime`` never imports ``ops``. Its modules, from the bottom up: ``allocator`` and ``backends``
+(the heap's blocks and the rendezvous that maps the peers' heaps), ``heap`` (:class:`SymmetricHeap`),
+``hostsync`` (bounded host collectives), ``errors``, ``group`` (one process group's state),
+``registry`` (the groups of this process), ``call`` (the host part of a collective call) and
+``world`` (the public functions: ``init``, ``reset``, ``shutdown``, ...). The device API lives in
+:mod:`tilefuse.runtime.primitives` (its docstring states the rank convention and the flag/epoch
+protocol).
 """
 
 from . import _env
