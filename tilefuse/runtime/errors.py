@@ -55,6 +55,8 @@ def describe_group(group) -> str:
 
 
 def describe_sig(st, value: int) -> str:
+    """What call the signature hash ``value`` stands for (``st``: the group, which knows the texts of
+    the signatures it made)."""
     if value == int(P.SIG_FAILED):
         return "a call that failed its argument checks"
     text = st.texts.get(value)
@@ -62,7 +64,8 @@ def describe_sig(st, value: int) -> str:
 
 
 def read_record(st) -> dict:
-    """The error record, the error count and the poison word: one device-to-host read on a GPU."""
+    """The error record, the error count and the poison word of group ``st``'s control block: one
+    device-to-host read on a GPU."""
     names = ("kind", "seq", "rank", "peer", "addr", "target", "seen", "ns")
     lo, first = int(P.CTL_POISON), int(P.CTL_REC_KIND)
     words = st.ctl[lo:first + len(names)].tolist()
@@ -73,6 +76,7 @@ def read_record(st) -> dict:
 
 
 def clear_record(st) -> None:
+    """Zero the error count and record (and the host's copy of the count); the poison word stays."""
     st.ctl[int(P.CTL_ERRORS)] = 0
     st.ctl[int(P.CTL_REC_KIND):int(P.CTL_REC_NS) + 1] = 0
     if st.status_host is not None:
@@ -80,6 +84,7 @@ def clear_record(st) -> None:
 
 
 def error_from(st, rec: dict) -> Exception:
+    """The exception for the record ``rec`` of group ``st``, naming the ranks, call and flag."""
     heap = st.heap
     kind, seq = rec["kind"], rec["seq"]
     if kind == int(P.ERR_TIMEOUT):
@@ -116,6 +121,7 @@ def error_from(st, rec: dict) -> Exception:
 
 
 def poison_message(rec: dict | None) -> str:
+    """What a poisoned group raises, naming the rank whose wait timed out where the record says."""
     origin = (rec or {}).get("poison", 0) - 1
     who = f"rank {origin}" if origin >= 0 else "a rank"
     return (f"tilefuse is poisoned: a device wait timed out on {who}, so every op raises on every rank "
