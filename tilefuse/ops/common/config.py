@@ -429,7 +429,7 @@ DECODE_SPLIT_BLOCK_M = (16, 64)
 _DECODE_SPLIT_REF_K = 1 << 20
 
 
-@functools.lru_cache(maxsize=4096)  # on every call without a config that no launch plan serves
+@functools.lru_cache(maxsize=4096)  # asked on every call without a config
 def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int,
                         interpreter: bool) -> Config | None:
     """The GEMM core's split-K tiles (:func:`default_config` with ``split_k``: up to M = 16 the 16 x

@@ -81,14 +81,10 @@ def matmul_kernel(
         a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
     )
-    if FLATTEN:  # (each condition one constexpr: Triton drops the branches not taken)
+    if FLATTEN or TMA_STORE:  # constexprs: Triton drops the branch not taken
         whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                     pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
-                    True, TMA_STORE, WARP_SPEC)
-    elif TMA_STORE:
-        whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                    pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
-                    False, TMA_STORE, WARP_SPEC)
+                    FLATTEN, TMA_STORE, WARP_SPEC)
     else:
         partial_ptr, count_ptr = slices
         for work_id in tl.range(pid, num_work, num_programs, warp_specialize=WARP_SPEC):
