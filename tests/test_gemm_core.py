@@ -1070,3 +1070,49 @@ def test_gemm_sweep_epilogue_candidates_change_the_default():
     ws = CFG.replace(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=4, num_stages=4, WARP_SPEC=1)
     assert [(cfg.num_stages, kw) for _, cfg, kw in gemm_sweep.epilogues(ws)] == [
         (4, {"tma_store": 1}), (3, {}), (3, {"tma_store": 1})]
+
+
+def test_matmul_takes_the_call_tuple(monkeypatch):
+    """``matmul``'s ``call`` (``launch.call_arg``'s 11-tuple) reaches the kernel as its one ``call``
+    argument, which then begins (``enter``) and ends the call; with ``ctl`` alone (a begin kernel
+    began the call) the kernel reads only the control block, through a stand-in tuple."""
+    from tilefuse.ops.common import gemm
+
+    seen = {}
+
+    class Fake:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: seen.update(args=args, kwargs=kwargs)
+
+    monkeypatch.setattr(gemm, "matmul_kernel", Fake())
+    a, b, c = torch.zeros(8, 16, device=DEVICE), torch.zeros(16, 8, device=DEVICE), torch.zeros(8, 8, device=DEVICE)
+    ctl = torch.zeros(16, dtype=torch.int64, device=DEVICE)
+    call = (torch.zeros(2, dtype=torch.int64, device=DEVICE), ctl, 1, 2, 7, 3, c, 64, c, 0, ctl)
+    matmul(a, b, c, CFG, ctl, call=call, enter=True, barrier=True, tma=False)
+    flags = {k: seen["kwargs"][k] for k in ("IN_CALL", "ENTER", "END", "BARRIER")}
+    assert seen["args"][9] is call and all(flags.values()), flags
+    matmul(a, b, c, CFG, ctl, enter=True, barrier=True, tma=False)
+    flags = {k: seen["kwargs"][k] for k in ("IN_CALL", "ENTER", "END", "BARRIER")}
+    assert len(seen["args"][9]) == 11 and seen["args"][9][1] is ctl
+    assert flags == {"IN_CALL": True, "ENTER": False, "END": False, "BARRIER": False}, flags
+
+
+def test_common_kernels_take_at_most_30_parameters():
+    """No Triton function in ops/common takes more than 30 parameters, and the GEMM core's kernel
+    takes the call protocol as its one ``call`` argument, none of the protocol's parts."""
+    import ast
+    import pathlib
+
+    import tilefuse.ops.common as common
+
+    params = {}
+    for path in pathlib.Path(common.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            decorators = [ast.unparse(d) for d in getattr(node, "decorator_list", [])]
+            if isinstance(node, ast.FunctionDef) and any("jit" in d or d.endswith("kernel") for d in decorators):
+                params[f"{path.name}:{node.name}"] = [arg.arg for arg in node.args.args]
+    assert "gemm.py:matmul_kernel" in params
+    assert {name: len(p) for name, p in params.items() if len(p) > 30} == {}
+    flat = {"heap_bases", "ctl_ptr", "cur_rank", "world", "sig", "gen", "out0_ptr", "n_out0", "out1_ptr", "n_out1",
+            "status_ptr"}
+    assert "call" in params["gemm.py:matmul_kernel"] and not flat & set(params["gemm.py:matmul_kernel"])

@@ -46,7 +46,20 @@ def _describe(value):
         return ["int", value]
     if isinstance(value, float):
         return ["float", value]
+    if isinstance(value, tuple):  # the call tuple, grouped strides
+        return ["tuple", [_describe(v) for v in value]]
     return ["other", repr(value)]
+
+
+def _arg_type(kind, value):
+    """The signature type of an argument :func:`_describe` described (a tuple's: a tuple of types)."""
+    if kind == "tuple":
+        return tuple(_arg_type(*v) for v in value)
+    if kind == "ptr":
+        return _DTYPES[value]
+    if kind == "int":
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    return "i1" if kind == "bool" else "fp32"
 
 
 def job_record_launches(ctx):
@@ -138,14 +151,8 @@ def compile_for_hopper(record) -> tuple[bool, str]:
     for (arg, kind, value), param in zip(args, jit.params):
         if param.is_constexpr:
             signature[arg], constants[arg] = "constexpr", value
-        elif kind == "ptr":
-            signature[arg] = _DTYPES[value]
-        elif kind == "int":
-            signature[arg] = "i32" if -(2**31) <= value < 2**31 else "i64"
-        elif kind == "bool":
-            signature[arg] = "i1"
         else:
-            signature[arg] = "fp32"
+            signature[arg] = _arg_type(kind, value)
     ttgir = _ttgir(ASTSource(jit, signature, constants), GPUTarget("cuda", 90, 32), options)
     warps = re.search(r'"ttg.num-warps" = (\d+)', ttgir)
     return "ttg.warp_specialize" in ttgir, f"ttg.num-warps {warps.group(1) if warps else '?'}"

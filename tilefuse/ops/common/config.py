@@ -356,17 +356,8 @@ def default_config(
         split = 1
         if split_k:
             split = split_k_for(-(-M // block_m) * -(-N // block_n), -(-K // block_k), gemm_sms)
-        return Config(
-            BLOCK_M=block_m,
-            BLOCK_N=block_n,
-            BLOCK_K=block_k,
-            GROUP_M=8,
-            num_warps=4,
-            num_stages=1,
-            GEMM_SMS=gemm_sms,
-            COMM_SMS=comm_sms,
-            SPLIT_K=split,
-        )
+        return Config(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, num_warps=4, num_stages=1,
+                      GEMM_SMS=gemm_sms, COMM_SMS=comm_sms, SPLIT_K=split)
     comm_sms = max(1, num_sms // 8) if comm else 0
     gemm_sms = num_sms - comm_sms
     if gemm_sms < 1:
@@ -406,18 +397,8 @@ def default_config(
             block_n, warps, stages = 128, 4, 4
     if dtype.itemsize >= 4 and stages > 3 and not (split_k and M <= 64):
         stages = 3  # fp32 tiles take twice the shared memory (the small-M stages count bytes already)
-    return Config(
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        BLOCK_K=block_k,
-        GROUP_M=8,
-        num_warps=warps,
-        num_stages=stages,
-        GEMM_SMS=gemm_sms,
-        COMM_SMS=comm_sms,
-        SPLIT_K=split,
-        WARP_SPEC=warp_spec,
-    )
+    return Config(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, num_warps=warps, num_stages=stages,
+                  GEMM_SMS=gemm_sms, COMM_SMS=comm_sms, SPLIT_K=split, WARP_SPEC=warp_spec)
 
 
 # Rows up to which a kernel of one work item a program takes the GEMM core's split-K config
@@ -429,7 +410,7 @@ DECODE_SPLIT_BLOCK_M = (16, 64)
 _DECODE_SPLIT_REF_K = 1 << 20
 
 
-@functools.lru_cache(maxsize=4096)  # on every call without a config that no launch plan serves
+@functools.lru_cache(maxsize=4096)  # asked on every call without a config
 def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int,
                         interpreter: bool) -> Config | None:
     """The GEMM core's split-K tiles (:func:`default_config` with ``split_k``: up to M = 16 the 16 x

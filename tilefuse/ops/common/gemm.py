@@ -29,13 +29,12 @@ def matmul_kernel(
     a_ptr, b_ptr, c_ptr,
     # sizes
     M, N, K,
-    # strides
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    # with IN_CALL: the control block of the collective call this GEMM belongs to; with ENTER or END
-    # the call's begin and end arguments (primitives.call_enter, call_exit), else never read
-    ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
-    # with SPLIT: fp32 partial slots [tiles, split_k, BM * BN], int32 count per tile (zeros)
-    partial_ptr, count_ptr,
+    # strides: (stride_am, stride_ak), (stride_bk, stride_bn), (stride_cm, stride_cn)
+    a_strides, b_strides, c_strides,
+    # with IN_CALL: the collective call this GEMM belongs to (launch.call_arg), else never read
+    call,
+    # with SPLIT: (fp32 partial slots [tiles, split_k, BM * BN], int32 count per tile, zeros)
+    slices,
     # schedule: K slices per tile (SPLIT), programs of the launch
     split_k, num_programs,
     # meta-parameters
@@ -54,10 +53,10 @@ def matmul_kernel(
     values, so shapes and splits share one compiled kernel per tile config.
 
     With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives); with
-    ``ENTER`` it begins the call itself (the call's first kernel: ``call_enter``), with ``END`` it
-    ends it (its last: ``call_exit``; a kernel that begins a call also ends with it), with
-    ``BARRIER`` too its last program passes a barrier with the other ranks (``call_exit``), in place
-    of a barrier kernel after it. ``ALIGN``: see :func:`gemm_tile_range`.
+    ``ENTER`` it begins the call itself (the call's first kernel: ``P.enter``), with ``END`` it ends
+    it (its last: ``P.exit``; a kernel that begins a call also ends it), with ``BARRIER`` too its
+    last program passes a barrier with the other ranks, in place of a barrier kernel after it.
+    ``ALIGN``: see :func:`gemm_tile_range`.
 
     Whole tiles only: ``WARP_SPEC`` (descriptor path) warp-specializes the tile loop (on Hopper a
     producer warp group issues the loads and two consumer warp groups each multiply half of the
@@ -66,6 +65,9 @@ def matmul_kernel(
     before this tile's epilogue). ``TMA_STORE`` stores each tile through a tensor descriptor of C
     (row-major C, 16-byte aligned rows; 2: in two halves of its columns, not under ``WARP_SPEC``);
     with ``WARP_SPEC`` the loop of :func:`whole_tiles` is the one specialized."""
+    stride_am, stride_ak = a_strides
+    stride_bk, stride_bn = b_strides
+    stride_cm, stride_cn = c_strides
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -73,22 +75,18 @@ def matmul_kernel(
     if SPLIT:
         num_work *= split_k
     if IN_CALL:
-        seq, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
-                                 ENTER)
+        seq, live = P.enter(call, ENTER)
         num_work = tl.where(live, num_work, 0)
     a_op, b_op = gemm_operands(
         a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
     )
-    if FLATTEN:  # (each condition one constexpr: Triton drops the branches not taken)
+    if FLATTEN or TMA_STORE:  # constexprs: Triton drops the branch not taken
         whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                     pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
-                     True, TMA_STORE, WARP_SPEC)
-    elif TMA_STORE:
-        whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                     pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
-                     False, TMA_STORE, WARP_SPEC)
+                    pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
+                    FLATTEN, TMA_STORE, WARP_SPEC)
     else:
+        partial_ptr, count_ptr = slices
         for work_id in tl.range(pid, num_work, num_programs, warp_specialize=WARP_SPEC):
             tile_id, s, k_lo, k_hi = split_k_work(work_id, K, split_k, BLOCK_K, SPLIT)
             pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
@@ -106,7 +104,7 @@ def matmul_kernel(
                 offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
                 store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
     if IN_CALL:
-        P.call_exit(ctl_ptr, heap_bases, cur_rank, world, seq, live, status_ptr, num_programs, END, BARRIER=BARRIER)
+        P.exit(call, seq, live, num_programs, END, BARRIER=BARRIER)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,9 +301,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
            flatten: bool | None = None, tma_store: int = 0, tma: bool = True) -> torch.Tensor:
     """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
     block) the GEMM is part of a collective call and does nothing if the call was aborted. With
-    ``call`` (``heap_bases, rank, world`` and the call's begin arguments, ``launch.enter_args`` of a
-    call whose kernels begin it) the GEMM begins the call (``enter``: it is the call's first kernel)
-    or ends it (it is the last); ``barrier``: its last program then also passes a barrier with the
+    ``call`` (the call tuple, ``launch.call_arg``, of a call whose kernels begin it: None where a
+    begin kernel began it) the GEMM begins the call (``enter``: it is the call's first kernel) or
+    ends it (it is the last); ``barrier``: its last program then also passes a barrier with the
     other ranks (what it stored into the heap is complete and visible on every rank after it).
 
     ``a [M, K]``, ``b [K, N]`` and ``c [M, N]`` on one device, at any strides (``c`` may be a
@@ -374,14 +372,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         tma_store = 1
     tma_store = int(tma_store) if (tiles_only or warp_spec) and use_tma and c.stride(1) == 1 and \
         (c.stride(0) * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0 else 0
-    if call is None:
-        call = (c, 0, 1, 0, 0, c, 0, c, 0, c)  # never read
+    if call is None:  # only ctl is read (IN_CALL without ENTER or END), or nothing (no ctl)
+        call = (c, c if ctl is None else ctl, 0, 1, 0, 0, c, 0, c, 0, c)
     matmul_kernel[(num_programs,)](
         a, b, c,
         M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        ctl if ctl is not None else c, *call,
-        partials, counts,
+        (a.stride(0), a.stride(1)), (b.stride(0), b.stride(1)), (c.stride(0), c.stride(1)),
+        call,
+        (partials, counts),
         split, num_programs,
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
         SPLIT=split > 1, SUB_M=sub_m, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,

@@ -91,11 +91,8 @@ def launched(entry: tuple | None, ends: bool = True) -> None:
 
 def gemm_call_args(heap, entry: tuple | None) -> tuple | None:
     """The ``call`` argument of ``gemm.matmul`` in a call whose kernels begin it (``entry``:
-    :func:`begin_call`'s result): ``heap_bases, rank, world`` and the begin arguments; None when a
-    begin kernel began the call."""
-    if entry is None:
-        return None
-    return (heap.heap_bases, heap.rank, heap.world_size, *entry)
+    :func:`begin_call`'s result): :func:`call_arg`; None when a begin kernel began the call."""
+    return None if entry is None else call_arg(heap, entry)
 
 
 class Entered:

@@ -99,26 +99,11 @@ def sum_slots(
     the order and roundings of :func:`accumulate_slot`. Every contribution must be complete and
     visible (after a barrier). Elements outside ``rows x N`` read as zero.
     """
-    return sum_first_slots(stage_ptr, offs_m, offs_n, rows, N, stride_slot, stride_m, stride_n,
-                           heap_bases, cur_rank, world, world, PULL)
-
-
-@triton.jit
-def sum_first_slots(
-    stage_ptr,
-    offs_m, offs_n, rows, N,
-    stride_slot, stride_m, stride_n,
-    heap_bases, cur_rank, world, count,
-    PULL: tl.constexpr,
-):
-    """:func:`sum_slots` of the first ``count`` (>= 1) sources only, ``source_at(0)`` ..
-    ``source_at(count - 1)``: with ``count = W - 1`` all but this rank's own, which is last in the
-    order (the caller adds it)."""
     offs = offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [SUB_M, BN] int32
     mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [SUB_M, BN]
     # Start from s0 itself, not from 0 + s0: the running sum starts there too (and 0.0 + -0.0 is +0.0).
     acc = _load_source(stage_ptr, offs, mask, 0, heap_bases, cur_rank, world, stride_slot, PULL)
-    for i in range(1, count):
+    for i in range(1, world):
         acc += _load_source(stage_ptr, offs, mask, i, heap_bases, cur_rank, world, stride_slot, PULL)
     return acc  # [SUB_M, BN] fp32
 
