@@ -38,6 +38,8 @@ _DTYPES = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32", "int64":
 
 
 def _describe(value):
+    if type(value) is tuple:  # a kernel's `call`
+        return ["tuple", [_describe(v) for v in value]]
     if hasattr(value, "data_ptr"):
         return ["ptr", str(value.dtype).replace("torch.", "")]
     if isinstance(value, bool):
@@ -135,17 +137,20 @@ def compile_for_hopper(record) -> tuple[bool, str]:
     _, module, name, args, options = record
     jit = getattr(importlib.import_module(module), name).jit_fn
     signature, constants = {}, {}
+    def type_of(kind, value):
+        if kind == "tuple":
+            return tuple(type_of(*v) for v in value)
+        if kind == "ptr":
+            return _DTYPES[value]
+        if kind == "int":
+            return "i32" if -(2**31) <= value < 2**31 else "i64"
+        return "i1" if kind == "bool" else "fp32"
+
     for (arg, kind, value), param in zip(args, jit.params):
         if param.is_constexpr:
             signature[arg], constants[arg] = "constexpr", value
-        elif kind == "ptr":
-            signature[arg] = _DTYPES[value]
-        elif kind == "int":
-            signature[arg] = "i32" if -(2**31) <= value < 2**31 else "i64"
-        elif kind == "bool":
-            signature[arg] = "i1"
         else:
-            signature[arg] = "fp32"
+            signature[arg] = type_of(kind, value)
     ttgir = _ttgir(ASTSource(jit, signature, constants), GPUTarget("cuda", 90, 32), options)
     warps = re.search(r'"ttg.num-warps" = (\d+)', ttgir)
     return "ttg.warp_specialize" in ttgir, f"ttg.num-warps {warps.group(1) if warps else '?'}"
