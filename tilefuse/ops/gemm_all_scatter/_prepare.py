@@ -1,9 +1,9 @@
-"""The host steps every gemm_all_scatter variant takes: :func:`prepare` (once per call signature:
-checks, config, the heap buffer and flags), :func:`begin` and :func:`finish` (every call: operands,
-the result, the call's begin; the copy of the peers' blocks out of the heap buffer)."""
+"""The host steps of every gemm_all_scatter variant: :func:`prepare` once per call signature (checks,
+config, heap buffer, flags); :func:`begin` and :func:`finish` every call (outputs, begin, copy-out)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +28,6 @@ class Prepared:
     K: int
     config: Config
     meta: dict  # the tile loop's constexprs and launch options (BLOCK_*, GROUP_M, USE_TMA, B_KMAJOR, warps, stages)
-    warp_spec: bool  # the tile loop runs warp-specialized (Config.WARP_SPEC where the device does it)
     pad: bool  # a or b is copied onto the tensor-descriptor path on every call (the variants' own GEMM)
     begins: bool  # the call's first kernel begins it (P.enter); else the begin kernel does
     inplace: bool  # `out` is a heap tensor at the same offset on every rank: the kernels write it
@@ -36,11 +35,7 @@ class Prepared:
     flags: torch.Tensor | None  # int64 per-tile "ready" flags (flagged variants)
     done: torch.Tensor | None  # int64 [W, COMM_SMS] completion flags (wg_specialized)
     workspaces: tuple  # the heap workspaces held: kept for a CUDA graph that captures a call
-
-    @property
-    def empty(self) -> bool:
-        """Nothing to compute or move (M, N_loc or K is 0)."""
-        return self.M == 0 or self.N == 0 or self.K == 0
+    empty: bool  # nothing to compute or move (M, N_loc or K is 0)
 
 
 def _layout(t: torch.Tensor) -> tuple:
@@ -48,14 +43,10 @@ def _layout(t: torch.Tensor) -> tuple:
 
 
 def prepare(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = False) -> Prepared:
-    """The variant's :class:`Prepared` for this call signature (made the first time, by every rank:
-    workspaces are allocated collectively). ``comm``: the variant needs communication programs
-    (COMM_SMS >= 1); ``flags``: per-tile and completion flags."""
+    """The variant's :class:`Prepared` for this call signature (made on first use, by every rank alike).
+    ``comm``: the variant needs COMM_SMS >= 1 communication programs; ``flags``: it uses flags."""
     heap = op_heap(OP, group)
-
-    def make():
-        return _make(heap, variant, a, b, config, group, out, comm=comm, flags=flags)
-
+    make = functools.partial(_make, heap, variant, a, b, config, group, out, comm=comm, flags=flags)
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(config, (Config, type(None)))
             and isinstance(out, (torch.Tensor, type(None)))):
         return make()  # raises: the checks name the argument
@@ -86,8 +77,7 @@ def _make(heap, variant: str, a, b, config, group, out, *, comm: bool, flags: bo
         c = ws.c
     flag_buf = done = None
     if flags and not empty:
-        # Everything the flag protocol depends on is in the key: tile counts and the number of
-        # communication programs that report completion.
+        # The key: all the flag protocol depends on (tile counts, the programs that report done).
         key = (OP, variant, M, N, cfg.BLOCK_M, cfg.BLOCK_N, cfg.COMM_SMS)
         ws = workspace(heap, key, lambda h: {
             "flags": h.zeros(max(g.num_tiles, 1), dtype=torch.int64),  # per-tile "ready" sequence numbers
@@ -95,19 +85,17 @@ def _make(heap, variant: str, a, b, config, group, out, *, comm: bool, flags: bo
         }, 8 * (g.num_tiles + W * cfg.COMM_SMS))
         held.append(ws)
         flag_buf, done = ws.flags, ws.flags_done
-    own_gemm = variant != "bulk_sync"  # bulk_sync's GEMM core places its operands itself
-    return Prepared(heap=heap, sig=g.key(variant, inplace), M=M, N=N, K=g.K, config=cfg,
-                    meta=g.gemm_meta_ws if g.specialize else g.gemm_meta, warp_spec=g.warp_spec,
-                    pad=own_gemm and (g.a is not a or g.b is not b), begins=not empty and g.kernel_may_begin,
-                    inplace=inplace, c=c, flags=flag_buf, done=done, workspaces=tuple(held))
+    pad = variant != "bulk_sync" and (g.a is not a or g.b is not b)  # bulk_sync's GEMM core pads itself
+    return Prepared(heap=heap, sig=g.key(variant, inplace), M=M, N=N, K=g.K, config=cfg, pad=pad,
+                    meta=g.gemm_meta_ws if g.specialize else g.gemm_meta, begins=not empty and g.kernel_may_begin,
+                    inplace=inplace, c=c, flags=flag_buf, done=done, workspaces=tuple(held), empty=empty)
 
 
 def begin(p: Prepared, a, b, out) -> tuple:
-    """``(a, b, dest, c, entry)`` of this call: the operands (copied where :attr:`Prepared.pad`);
-    ``dest`` the result [M, W*N_loc] (``out``, or a new tensor where ``out`` is strided) and ``c``
-    where the peers' blocks land, strided alike (``dest`` itself with a heap ``out`` or where nothing
-    lands); ``entry`` the begin arguments of a call whose first kernel begins it (None: the begin
-    kernel began it, ``ENTER=False``). Both outputs are NaN if the call aborts."""
+    """``(a, b, dest, c, entry)`` of this call: the operands (copied where :attr:`Prepared.pad`), the
+    result [M, W*N_loc] (``out`` unless strided) and where the peers' blocks land, strided alike (the
+    result itself with a heap ``out`` or where none land), both NaN if the call aborts; the begin
+    arguments of a first kernel that begins the call (None: the begin kernel began it)."""
     if p.pad:
         a, b, _, _ = tma_operands(a, b, UNALIGNED_PAD_MIN_M)
     if p.meta["USE_TMA"]:
@@ -115,10 +103,8 @@ def begin(p: Prepared, a, b, out) -> tuple:
     if p.inplace:
         dest = c = out
     else:
-        if out is not None and out.is_contiguous():
-            dest = out
-        else:
-            dest = new_output((p.M, p.heap.world_size * p.N), a.dtype, a.device)
+        contiguous = out is not None and out.is_contiguous()
+        dest = out if contiguous else new_output((p.M, p.heap.world_size * p.N), a.dtype, a.device)
         c = dest if p.c is None else p.c
     entry = begin_call(p.sig, dest, c if c is not dest else None, kernel_begins=p.begins)
     if p.K == 0 and p.M and p.N:
@@ -127,9 +113,8 @@ def begin(p: Prepared, a, b, out) -> tuple:
 
 
 def finish(p: Prepared, dest: torch.Tensor, c: torch.Tensor, out) -> torch.Tensor:
-    """The result, once the call's kernels are queued: ``dest`` after the peers' column blocks are
-    copied into it from ``c`` by one more kernel (this rank's block is there already), then ``out``
-    where it could not be ``dest`` (strided unlike c)."""
+    """The result, once the call's kernels are queued: ``dest`` after the peers' blocks are copied into
+    it from ``c`` (one more kernel; this rank's block is there), then ``out`` where it is strided."""
     if c is not dest and not p.empty:
         launch_copy_peer_blocks(dest, c, p.M, p.N, p.heap.rank, p.heap.world_size)
     if out is None or out is dest:

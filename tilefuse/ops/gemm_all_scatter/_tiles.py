@@ -1,15 +1,7 @@
-"""Device loops shared by the gemm_all_scatter variants.
-
-``compute_tiles`` is the GEMM side (a program's share of the tiles of this rank's [M, N_loc] block,
-each stored into the rank's own column block of the result, then optionally pushed to the peers' c
-or announced by a local flag); ``push_ready_tiles`` is the communication side (acquire a tile's
-flag, read the tile back from the result, push it to every peer). Both take the result and c whole
-([M, W*N_loc], strided alike; rank r's block starts at column r*N_loc); they are one tensor when
-the caller's ``out`` is a heap tensor (and at world 1). Tile ids
-use the GEMM core's grouped swizzle on both sides, so the first tiles made are the first moved.
-``copy_peer_blocks`` is the kernel every variant launches last when they are two tensors
-(:func:`launch_copy_peer_blocks`): the peers' column blocks out of c into the result.
-"""
+"""Device code shared by the gemm_all_scatter variants: the GEMM side (``compute_tiles``), the
+communication side (``push_ready_tiles``), both in the GEMM core's grouped tile order (the first
+tiles made are the first moved), and the copy of the peers' blocks out of c (``copy_peer_blocks``).
+The result and c are passed whole, [M, W*N_loc] strided alike (one tensor with a heap ``out``)."""
 
 import triton
 import triton.language as tl
@@ -35,12 +27,9 @@ def compute_tiles(
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     PUSH: tl.constexpr, RELEASE: tl.constexpr, WARP_SPEC: tl.constexpr = False, GATE: tl.constexpr = False,
 ):
-    """Tiles pid, pid + NUM_PROGRAMS, ...: K loop, store into the own block of the result; with PUSH
-    also store into every peer's c from registers; with RELEASE set the tile's local flag to ``seq``.
-    ``WARP_SPEC``: the tile loop is warp-specialized (``Config.WARP_SPEC``; never with RELEASE or
-    GATE). ``GATE`` (a kernel that began the call with ``P.enter_aside``): each tile's stores wait
-    for the call's begin (``P.ready``), after its K loop, and are skipped if the call does not run.
-    Returns whether the call runs (true without ``GATE``, and for a program without a tile)."""
+    """Tiles pid, pid + NUM_PROGRAMS, ...: K loop, store into this rank's block of the result; PUSH: also
+    into every peer's c, from registers; RELEASE: then set the tile's flag to ``seq``. ``GATE`` (after
+    ``P.enter_aside``): a tile's stores wait for the begin (``P.ready``), skipped if the call is off."""
     rank, world, bases = P.rank(call), P.world(call), P.bases(call)
     col = tl.cast(rank, tl.int64) * N * stride_cn  # this rank's column block
     o_ptr, c_ptr = o_ptr + col, c_ptr + col
@@ -63,15 +52,12 @@ def compute_tiles(
             if RELEASE:
                 # Release: pairs with the acquire in push_ready_tiles on this rank.
                 tile_release(flags_ptr + tile_id, seq, rank, rank, bases)
-    return live
 
 
 @triton.jit
 def push_ready_tiles(
     # the result, c (a symmetric address), both [M, W*N] strided alike; int64 flag per tile
-    o_ptr, c_ptr, flags_ptr,
-    M, N,
-    stride_cm, stride_cn,
+    o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn,
     # the call and its sequence number; this program among NUM_PROGRAMS communication programs
     call, seq, cid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
@@ -103,9 +89,8 @@ def copy_peer_blocks(
     M, N, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """``dst[:, peer block] = src[:, peer block]`` for every peer's [M, N] column block (not this
-    rank's, which the GEMM stored into ``dst`` itself); the programs share every block's tiles. Queued
-    after the call's last kernel, whose closing barrier saw every peer's block land in ``src``."""
+    """``dst[:, peer block] = src[:, peer block]`` for every peer's [M, N] column block, queued after the
+    call's last kernel, whose closing barrier saw them land in ``src``; the programs share the tiles."""
     prog, programs = tl.program_id(0), tl.num_programs(0)
     for i in range(1, world):
         col = tl.cast((cur_rank + i) % world, tl.int64) * N
@@ -114,8 +99,7 @@ def copy_peer_blocks(
 
 
 def launch_copy_peer_blocks(dst, src, M: int, N: int, rank: int, world: int) -> None:
-    """Queue :func:`copy_peer_blocks` (``dst`` and ``src`` [M, world * N]) on the current stream: one
-    program per tile, at most two per multiprocessor."""
+    """Queue :func:`copy_peer_blocks`: one program per tile, at most two per multiprocessor."""
     tiles = (world - 1) * triton.cdiv(M, COPY_BLOCK_M) * triton.cdiv(N, COPY_BLOCK_N)
     copy_peer_blocks[(max(1, min(tiles, 2 * hw.num_sms(dst.device))),)](
         dst, dst.stride(0), dst.stride(1), src, src.stride(0), src.stride(1), M, N, rank, world,

@@ -23,9 +23,7 @@ from ._prepare import OP, begin, finish, prepare
 
 @kernel
 def _scatter_kernel(
-    o_ptr, c_ptr,  # the result, c (a symmetric address), both [M, W*N] strided alike
-    M, N,
-    stride_cm, stride_cn,
+    o_ptr, c_ptr, M, N, stride_cm, stride_cn,  # the result, c (a symmetric address): [M, W*N] strided alike
     call,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_PROGRAMS: tl.constexpr, END: tl.constexpr,
 ):
@@ -35,10 +33,8 @@ def _scatter_kernel(
     if live:
         rank, world = P.rank(call), P.world(call)
         col = tl.cast(rank, tl.int64) * N * stride_cn  # this rank's column block
-        pid = tl.program_id(0)
         num_pid_n = tl.cdiv(N, BLOCK_N)
-        num_tiles = tl.cdiv(M, BLOCK_M) * num_pid_n
-        for tile_id in range(pid, num_tiles, NUM_PROGRAMS):
+        for tile_id in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * num_pid_n, NUM_PROGRAMS):
             pid_m, pid_n = row_major_tile(tile_id, num_pid_n)
             offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
             tile = load_tile(o_ptr + col, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]
@@ -56,8 +52,7 @@ def bulk_sync(a, b, *, config=None, group=None, out=None):
         heap, cfg = p.heap, p.config
         last = heap.world_size == 1
         own = dest[:, heap.rank * p.N:(heap.rank + 1) * p.N]
-        # The GEMM is the call's first kernel: its first program begins the call.
-        matmul(a, b, own, cfg, ctl(heap), call=gemm_call_args(heap, entry), enter=True)
+        matmul(a, b, own, cfg, ctl(heap), call=gemm_call_args(heap, entry), enter=True)  # begins the call
         launched(entry, ends=last)
         if not last:
             programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config

@@ -6,9 +6,9 @@
 Communication of tile i overlaps the K loops of the tiles other programs are computing; there is no
 flag: the tile goes from registers straight to every peer's c. One launch: the kernel's program 0
 begins the call while the others run their first K loop, waiting for the begin only before their
-first store (``P.enter_aside``; with a warp-specialized tile loop the first program to run begins
-it and the others wait first, ``P.enter``), and its last program passes the closing barrier with
-the other ranks (``P.exit`` with ``BARRIER``): no begin or barrier kernel around it.
+first store (``P.enter_aside``, ``P.ready``), and its last program passes the closing barrier with
+the other ranks (``P.exit`` with ``BARRIER``): no begin or barrier kernel around it (but for a
+warp-specialized tile loop, which Triton would not specialize with them inside).
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ def _fused_kernel(
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
-    ENTER: tl.constexpr, ASIDE: tl.constexpr = False,
+    ENTER: tl.constexpr,
 ):
-    """``ASIDE`` (with ``ENTER``, without ``WARP_SPEC``): program 0 begins the call while the others
-    run their first K loop (``P.enter_aside``); tile t goes to program ``(t + 1) % NUM_PROGRAMS``,
-    so program 0 has none while the tiles do not fill the programs."""
-    if ASIDE:
+    """``ENTER`` (never with ``WARP_SPEC``): program 0 begins the call, so tile t goes to program
+    ``(t + 1) % NUM_PROGRAMS`` (none to program 0 while the tiles do not fill the programs)."""
+    if ENTER:
         seq = P.enter_aside(call)
         compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                       o_ptr, c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
@@ -49,7 +48,7 @@ def _fused_kernel(
         # has not waited for the begin): ranks pass it only for a call that runs.
         live = P.ready(call, seq)
     else:
-        seq, live = P.enter(call, ENTER)
+        seq, live = P.enter(call, ENTER=False)
         if live:
             compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                           o_ptr, c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
@@ -70,7 +69,7 @@ def fused_sequential(a, b, *, config=None, group=None, out=None):
         _fused_kernel[(programs,)](
             a, b, p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
             dest, c, c.stride(0), c.stride(1), call_arg(p.heap, entry),
-            NUM_PROGRAMS=programs, ENTER=entry is not None, ASIDE=entry is not None and not p.warp_spec, **p.meta,
+            NUM_PROGRAMS=programs, ENTER=entry is not None, **p.meta,
         )
         launched(entry)
         if entry is None:

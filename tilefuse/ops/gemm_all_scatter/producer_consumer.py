@@ -45,9 +45,7 @@ def _gemm_producer_kernel(
 
 @kernel
 def _scatter_consumer_kernel(
-    o_ptr, c_ptr, flags_ptr,
-    M, N,
-    stride_cm, stride_cn,
+    o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn,  # as the producer's
     call, exit_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
     ENTER: tl.constexpr,
