@@ -38,6 +38,8 @@ _DTYPES = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32", "int64":
 
 
 def _describe(value):
+    if type(value) is tuple:  # a kernel's `call`
+        return ["tuple", [_describe(v) for v in value]]
     if hasattr(value, "data_ptr"):
         return ["ptr", str(value.dtype).replace("torch.", "")]
     if isinstance(value, bool):

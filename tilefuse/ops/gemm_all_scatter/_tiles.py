@@ -1,14 +1,7 @@
-"""Device loops shared by the gemm_all_scatter variants.
-
-``compute_tiles`` is the GEMM side (a program's share of the tiles of this rank's [M, N_loc] block,
-each stored into the rank's own column block of the result, then optionally pushed to the peers' c
-or announced by a local flag); ``push_ready_tiles`` is the communication side (acquire a tile's
-flag, read the tile back from the result, push it to every peer). The result and c are strided
-alike; they are one tensor when the caller's ``out`` is a heap tensor (and at world 1). Tile ids
-use the GEMM core's grouped swizzle on both sides, so the first tiles made are the first moved.
-``copy_peer_blocks`` is the kernel every variant launches last when they are two tensors
-(:func:`launch_copy_peer_blocks`): the peers' column blocks out of c into the result.
-"""
+"""Device code shared by the gemm_all_scatter variants: the GEMM side (``compute_tiles``), the
+communication side (``push_ready_tiles``), both in the GEMM core's grouped tile order (the first
+tiles made are the first moved), and the copy of the peers' blocks out of c (``copy_peer_blocks``).
+The result and c are passed whole, [M, W*N_loc] strided alike (one tensor with a heap ``out``)."""
 
 import triton
 import triton.language as tl
@@ -24,71 +17,65 @@ from ..common.tiles import gemm_operands, gemm_tile, load_tile, store_tile, tile
 
 @triton.jit
 def compute_tiles(
-    # GEMM operands (the order of GemmCall.gemm_args)
+    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # output: this rank's column block of the result, of c (a symmetric address); int64 flag per tile
+    # output: the result, c (a symmetric address), both [M, W*N] strided alike; int64 flag per tile
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr,
-    # distributed
-    heap_bases, cur_rank, world, epoch,
-    # this program among NUM_PROGRAMS GEMM programs
-    pid,
+    # the call (runtime.primitives) and its sequence number; this program among NUM_PROGRAMS
+    call, seq, pid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
-    PUSH: tl.constexpr, RELEASE: tl.constexpr, WARP_SPEC: tl.constexpr = False,
-    ctl_ptr=None, GATE: tl.constexpr = False,
+    PUSH: tl.constexpr, RELEASE: tl.constexpr, WARP_SPEC: tl.constexpr = False, GATE: tl.constexpr = False,
 ):
-    """Tiles pid, pid + NUM_PROGRAMS, ...: K loop, store into the own block of the result; with PUSH
-    also store into every peer's c from registers; with RELEASE set the tile's local flag to ``epoch``.
-    ``WARP_SPEC``: the tile loop is warp-specialized (``Config.WARP_SPEC``; never with RELEASE or
-    GATE). ``GATE`` (a kernel that began the call with ``call_enter_aside``): each tile's stores wait
-    for the call's begin (``call_ready``), after its K loop, and are skipped if the call does not
-    run. Returns whether the call runs (true without ``GATE``, and for a program without a tile)."""
+    """Tiles pid, pid + NUM_PROGRAMS, ...: K loop, store into this rank's block of the result; PUSH: also
+    into every peer's c, from registers; RELEASE: then set the tile's flag to ``seq``. ``GATE`` (after
+    ``P.enter_aside``): a tile's stores wait for the begin (``P.ready``), skipped if the call is off."""
+    rank, world, bases = P.rank(call), P.world(call), P.bases(call)
+    col = tl.cast(rank, tl.int64) * N * stride_cn  # this rank's column block
+    o_ptr, c_ptr = o_ptr + col, c_ptr + col
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-    live = P.gate_start(epoch, GATE)
+    live = P.gate_start(seq, GATE)
     for tile_id in tl.range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS, warp_specialize=WARP_SPEC):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        live = P.gate(live, ctl_ptr, heap_bases, cur_rank, world, epoch, GATE)
+        if GATE:
+            live = P.ready(call, seq)
         if live:
             store_tile(o_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
             if PUSH:
-                push_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
-                          FIRST=1)
+                push_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, rank, world, bases, FIRST=1)
             if RELEASE:
                 # Release: pairs with the acquire in push_ready_tiles on this rank.
-                tile_release(flags_ptr + tile_id, epoch, cur_rank, cur_rank, heap_bases)
-    return live
+                tile_release(flags_ptr + tile_id, seq, rank, rank, bases)
 
 
 @triton.jit
 def push_ready_tiles(
-    # this rank's column block of the result, of c (a symmetric address); int64 flag per tile
-    o_ptr, c_ptr, flags_ptr,
-    M, N,
-    stride_cm, stride_cn,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world, epoch,
-    # this program among NUM_PROGRAMS communication programs
-    cid,
+    # the result, c (a symmetric address), both [M, W*N] strided alike; int64 flag per tile
+    o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn,
+    # the call and its sequence number; this program among NUM_PROGRAMS communication programs
+    call, seq, cid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
 ):
     """Tiles cid, cid + NUM_PROGRAMS, ...: wait for the tile's flag, then push it from the result to
     every peer's c."""
+    rank, world, bases = P.rank(call), P.world(call), P.bases(call)
+    col = tl.cast(rank, tl.int64) * N * stride_cn  # this rank's column block
+    o_ptr, c_ptr = o_ptr + col, c_ptr + col
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     for tile_id in range(cid, num_pid_m * num_pid_n, NUM_PROGRAMS):
         # Acquire: pairs with the release in compute_tiles (RELEASE) on this rank.
-        if tile_acquire(flags_ptr + tile_id, epoch, cur_rank, cur_rank, ctl_ptr, heap_bases, world):
+        if tile_acquire(flags_ptr + tile_id, seq, rank, rank, P.ctl(call), bases, world):
             pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
             offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
             tile = load_tile(o_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]
-            push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
-                      FIRST=1)
+            push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, rank, world, bases, FIRST=1)
 
 
 # Tiles of the copy out of c: rows, columns.
@@ -102,9 +89,8 @@ def copy_peer_blocks(
     M, N, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """``dst[:, peer block] = src[:, peer block]`` for every peer's [M, N] column block (not this
-    rank's, which the GEMM stored into ``dst`` itself); the programs share every block's tiles. Queued
-    after the call's last kernel, whose closing barrier saw every peer's block land in ``src``."""
+    """``dst[:, peer block] = src[:, peer block]`` for every peer's [M, N] column block, queued after the
+    call's last kernel, whose closing barrier saw them land in ``src``; the programs share the tiles."""
     prog, programs = tl.program_id(0), tl.num_programs(0)
     for i in range(1, world):
         col = tl.cast((cur_rank + i) % world, tl.int64) * N
@@ -113,8 +99,7 @@ def copy_peer_blocks(
 
 
 def launch_copy_peer_blocks(dst, src, M: int, N: int, rank: int, world: int) -> None:
-    """Queue :func:`copy_peer_blocks` (``dst`` and ``src`` [M, world * N]) on the current stream: one
-    program per tile, at most two per multiprocessor."""
+    """Queue :func:`copy_peer_blocks`: one program per tile, at most two per multiprocessor."""
     tiles = (world - 1) * triton.cdiv(M, COPY_BLOCK_M) * triton.cdiv(N, COPY_BLOCK_N)
     copy_peer_blocks[(max(1, min(tiles, 2 * hw.num_sms(dst.device))),)](
         dst, dst.stride(0), dst.stride(1), src, src.stride(0), src.stride(1), M, N, rank, world,
