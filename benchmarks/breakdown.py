@@ -303,8 +303,8 @@ class Case:
         if self.op == "gemm_reduce_scatter":
             from tilefuse.ops.gemm_reduce_scatter._tiles import launch_reduce
 
-            launch_reduce(call, call.call(None), self.c_reduce, min(self.programs, call.tiles_per_owner),
-                          pull=pull, wait=False)
+            programs = min(self.programs, call.tiles_per_owner)
+            launch_reduce(call, oplaunch.call_arg(call.heap, None), self.c_reduce, programs, pull=pull, wait=False)
             return self.c_reduce
         else:
             from tilefuse.ops.gemm_all_reduce._tiles import launch_reduce

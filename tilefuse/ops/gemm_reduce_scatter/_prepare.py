@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime import world as _world
 from ..common.checks import check_divisible, check_matrix
 from ..common.config import WARP_SPEC_VARIANTS, Config, check_variant_config, side_warps
 from ..common.gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, tma_operands
-from ..common.launch import begin, begin_call, call_arg, op_heap, prepare_gemm, prepared, workspace
+from ..common.launch import begin, begin_call, op_heap, prepare_gemm, prepared, workspace
 
 OP = "gemm_reduce_scatter"
 
 
 class Prepared:
-    """One call signature of a variant: the checked shapes, config, layout and heap buffers.
+    """One call signature of a variant: the checked shapes, config, operand layout and heap buffers.
 
     ``stage [W, rows, N]`` in the input dtype is shared by every variant of one (dtype, rows, N) (the
     entry barrier of each call makes that safe). The flagged variants, which sum while partials
     arrive, also get an fp32 running sum ``run [rows, N]`` when W >= 3, shared by both per (rows, N):
     only the owner's reduction touches it, and one call's reduction ends before the next call's
     starts; elsewhere ``run`` is the stage, a never-touched stand-in. Their ``flags [W,
-    tiles_per_owner]`` and its epoch belong to one variant and tile shape; ``flags`` is the stage
-    for the others.
+    tiles_per_owner]`` int64 and its epoch belong to one variant and tile shape; ``flags`` is the
+    stage for the others.
     """
 
     def __init__(self, variant: str, a, b, config, group, *, comm: bool, flags: bool):
@@ -38,10 +37,9 @@ class Prepared:
         if g.K == 0:
             # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
             g.use_tma = g.b_kmajor = False
-        self.M, self.N = g.M, g.N
-        N = g.N
-        # Operands whose strides keep them off the descriptor path are copied onto it on every call.
-        self.pad = g.a is not a or g.b is not b
+        N = self.N = g.N
+        self.M = g.M
+        self.pad = g.a is not a or g.b is not b  # copied onto the descriptor path on every call
         self.use_tma = g.use_tma
         self.dims = g.gemm_args[2:]  # M, N, K and the strides of the operands as launched
         self.meta = g.gemm_meta  # constexprs and launch options of the GEMM part
@@ -54,33 +52,30 @@ class Prepared:
         # config): the signature holds the shapes and the tile grid that the flags and slots follow.
         self.sig = (OP, variant, g.M, N, str(a.dtype), cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M)
         self.empty = rows == 0 or N == 0  # nothing to compute or move (the same on every rank)
-        self.workspaces = []
+        self.tiles_per_owner = -(-rows // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N)
+        self.workspaces = []  # (key, make, bytes) of each heap buffer, in the order of first use
         if self.empty:
             return
         if rows * N >= 2**31:
             raise ValueError(f"{OP}: an owner's block of M/W x N = {rows} x {N} elements must stay below 2**31 "
                              "(the reduction indexes a block with 32-bit offsets); split the call")
-        ws = workspace(heap, (OP, "stage", a.dtype, W, rows, N),
-                       lambda h: {"stage": h.empty((W, rows, N), dtype=a.dtype)}, W * rows * N * a.element_size())
-        self.workspaces.append(ws)
-        self.stage = self.run = self.flags = ws.stage
+        dtype, tiles = a.dtype, self.tiles_per_owner
+        self.stage = self.run = self.flags = self._workspace(
+            (OP, "stage", dtype, W, rows, N), "stage", lambda h: h.empty((W, rows, N), dtype=dtype),
+            W * rows * N * a.element_size())
         self.stage_strides = self.stage.stride()
         if flags and W >= 3:
             # accumulate_slot indexes it with a slot's strides: both are contiguous [rows, N].
-            ws = workspace(heap, (OP, "run", W, rows, N),
-                           lambda h: {"run": h.empty((rows, N), dtype=torch.float32)}, rows * N * 4)
-            self.workspaces.append(ws)
-            self.run = ws.run
+            self.run = self._workspace((OP, "run", W, rows, N), "run",
+                                       lambda h: h.empty((rows, N), dtype=torch.float32), rows * N * 4)
         if flags:
-            tiles = -(-rows // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N)
-            ws = workspace(heap, (OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N),
-                           lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles)
-            self.workspaces.append(ws)
-            self.flags = ws.flags
+            self.flags = self._workspace((OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N), "flags",
+                                         lambda h: h.zeros((W, tiles), dtype=torch.int64), 8 * W * tiles)
 
-    @property
-    def tiles_per_owner(self) -> int:
-        return -(-self.rows // self.config.BLOCK_M) * -(-self.N // self.config.BLOCK_N)
+    def _workspace(self, key: tuple, name: str, make, nbytes: int) -> torch.Tensor:
+        entry = (key, lambda h: {name: make(h)}, nbytes)
+        self.workspaces.append(entry)
+        return workspace(self.heap, *entry).buffers[name]
 
     def operands(self, a, b) -> tuple:
         """Per call: ``a`` and ``b`` as the kernels read them."""
@@ -94,18 +89,13 @@ class Prepared:
         """Per call: pair the call with the peers' and check its signature, by the begin kernel now,
         or by the call's first kernel given the result (``P.enter`` with ``ENTER``; None where the
         begin kernel ran). ``c`` is filled with NaN if the call aborts."""
-        call = _world.current_call()
-        if call.capturing:  # a CUDA graph holds these buffers: kept until shutdown
-            for ws in self.workspaces:
-                ws.captured = True
+        for entry in self.workspaces:
+            # In use: the same least-recently-used order on every rank, kept while a CUDA graph holds it.
+            workspace(self.heap, *entry)
         if self.empty:
             begin(self.sig)
             return None
         return begin_call(self.sig, c, kernel_begins=self.begins)
-
-    def call(self, entry: tuple | None) -> tuple:
-        """Per call: the ``call`` argument of the kernels (``launch.call_arg``)."""
-        return call_arg(self.heap, entry)
 
 
 def prepare(variant: str, a, b, config, group, *, comm: bool = False, flags: bool = False) -> Prepared:

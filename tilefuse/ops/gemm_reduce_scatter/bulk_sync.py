@@ -13,7 +13,7 @@ and the reduction's last one ends it (``P.exit``): no begin kernel, no status co
 from __future__ import annotations
 
 from ..common.gemm import matmul
-from ..common.launch import collective, ctl, gemm_call_args, launched, mid_barrier, new_output
+from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier, new_output
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce
 
@@ -35,6 +35,6 @@ def bulk_sync(a, b, *, config=None, group=None):
     if entry is None:
         mid_barrier(heap, 0)
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
-    launch_reduce(p, p.call(entry), c, programs, pull=True, wait=False, end=entry is not None)
+    launch_reduce(p, call_arg(p.heap, entry), c, programs, pull=True, wait=False, end=entry is not None)
     launched(entry)  # the reduction ends the call
     return c

@@ -15,7 +15,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import collective, launched, mid_barrier, new_output
+from ..common.launch import call_arg, collective, launched, mid_barrier, new_output
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce, produce_partials
 
@@ -55,7 +55,7 @@ def fused_sequential(a, b, *, config=None, group=None):
     if p.empty:
         return c
     a, b = p.operands(a, b)
-    call = p.call(entry)
+    call = call_arg(p.heap, entry)
     cfg = p.config
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     _fused_kernel[(programs,)](

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import ForkedStreams, collective, launched, new_output
+from ..common.launch import ForkedStreams, call_arg, collective, launched, new_output
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce, produce_partials
 
@@ -57,7 +57,7 @@ def producer_consumer(a, b, *, config=None, group=None):
     if p.empty:
         return c
     a, b = p.operands(a, b)
-    call = p.call(entry)
+    call = call_arg(p.heap, entry)
     begins = entry is not None
     gemm_programs, comm_programs = p.config.GEMM_SMS, p.config.COMM_SMS  # not capped: one kernel per config
     total = gemm_programs + comm_programs  # the programs that end the call together

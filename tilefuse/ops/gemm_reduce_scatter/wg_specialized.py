@@ -16,7 +16,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import collective, launched, new_output
+from ..common.launch import call_arg, collective, launched, new_output
 from ._prepare import OP, prepare
 from ._tiles import produce_partials, reduce_owned
 
@@ -66,7 +66,7 @@ def wg_specialized(a, b, *, config=None, group=None):
     cfg = p.config
     _wg_kernel[(cfg.GEMM_SMS + cfg.COMM_SMS,)](  # not capped by the tiles: one kernel per config
         a, b, *p.dims, p.stage, p.flags, *p.stage_strides, p.run, c, c.stride(0), c.stride(1),
-        p.call(entry),
+        call_arg(p.heap, entry),
         GEMM_PROGRAMS=cfg.GEMM_SMS, COMM_PROGRAMS=cfg.COMM_SMS, SUB_M=p.sub_m, ENTER=entry is not None,
         **p.meta,
     )
