@@ -38,6 +38,8 @@ _DTYPES = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32", "int64":
 
 
 def _describe(value):
+    if type(value) is tuple:  # the call protocol's `call`
+        return ["tuple", [_describe(v) for v in value]]
     if hasattr(value, "data_ptr"):
         return ["ptr", str(value.dtype).replace("torch.", "")]
     if isinstance(value, bool):
@@ -123,6 +125,17 @@ def _ttgir(src, target, options: dict) -> str:
         return triton.compile(src, target=target, options=options).asm["ttgir"]
 
 
+def _type(kind: str, value) -> str | tuple:
+    """Triton's signature type of a recorded argument (a tuple's: the tuple of its elements')."""
+    if kind == "tuple":
+        return tuple(_type(*v) for v in value)
+    if kind == "ptr":
+        return _DTYPES[value]
+    if kind == "int":
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    return "i1" if kind == "bool" else "fp32"
+
+
 def compile_for_hopper(record) -> tuple[bool, str]:
     """Compile one recorded launch for sm_90 up to TTGIR; returns (the loop was warp-specialized, the
     kernel's warps outside any specialized partition)."""
@@ -138,14 +151,8 @@ def compile_for_hopper(record) -> tuple[bool, str]:
     for (arg, kind, value), param in zip(args, jit.params):
         if param.is_constexpr:
             signature[arg], constants[arg] = "constexpr", value
-        elif kind == "ptr":
-            signature[arg] = _DTYPES[value]
-        elif kind == "int":
-            signature[arg] = "i32" if -(2**31) <= value < 2**31 else "i64"
-        elif kind == "bool":
-            signature[arg] = "i1"
         else:
-            signature[arg] = "fp32"
+            signature[arg] = _type(kind, value)
     ttgir = _ttgir(ASTSource(jit, signature, constants), GPUTarget("cuda", 90, 32), options)
     warps = re.search(r'"ttg.num-warps" = (\d+)', ttgir)
     return "ttg.warp_specialize" in ttgir, f"ttg.num-warps {warps.group(1) if warps else '?'}"
