@@ -246,10 +246,15 @@ class Case:
         the direct launches (collective)."""
         s = self.sets[0]
         if self.op == "gemm_reduce_scatter":
-            from tilefuse.ops.gemm_reduce_scatter import _setup
+            from tilefuse.ops.gemm_reduce_scatter._prepare import prepare
 
-            fn = oplaunch.collective(self.op)(_setup.setup)
-            self.call = fn(PARTS_VARIANT, s.a, s.b, None, None, comm=False, flags=False)
+            def setup(a, b):
+                p = prepare(PARTS_VARIANT, a, b, None, None)
+                self.c_reduce = oplaunch.new_output((p.rows, p.N), a.dtype, a.device)
+                oplaunch.begin(p.sig, self.c_reduce)
+                return p
+
+            self.call = oplaunch.collective(self.op)(setup)(s.a, s.b)
         else:
             from tilefuse.ops.gemm_all_reduce import _setup
 
@@ -271,7 +276,8 @@ class Case:
         """The variant's fused kernel: the GEMM (or none, K = 0) and the partial stores (to the owners,
         or all to this rank's heap)."""
         call, heap = self.call, self.call.heap
-        gemm_meta = call.gemm.gemm_meta_ws if self.op == "gemm_reduce_scatter" else call.gemm.gemm_meta
+        gemm_meta = (dict(call.meta, WARP_SPEC=call.warp_spec) if self.op == "gemm_reduce_scatter"
+                     else call.gemm.gemm_meta)
         meta = _no_k_meta(gemm_meta) if no_k else gemm_meta
         bases = self.local_bases if local else heap.heap_bases
         n = programs or self.programs
@@ -279,9 +285,9 @@ class Case:
         if self.op == "gemm_reduce_scatter":
             from tilefuse.ops.gemm_reduce_scatter.fused_sequential import _fused_kernel
 
-            _fused_kernel[(n,)](*_gemm_args(s, 0 if no_k else None), call.stage, *call.stage_args,
-                                bases, ctl, heap.rank, heap.world_size, *call.enter_args, NUM_PROGRAMS=n,
-                                ENTER=False, **meta)
+            _fused_kernel[(n,)](*_gemm_args(s, 0 if no_k else None), call.stage, *call.stage_strides,
+                                (bases, ctl, heap.rank, heap.world_size, *oplaunch.enter_args(None)),
+                                NUM_PROGRAMS=n, ENTER=False, **meta)
         else:
             from tilefuse.ops.gemm_all_reduce.fused_sequential import _fused_kernel
 
@@ -297,7 +303,9 @@ class Case:
         if self.op == "gemm_reduce_scatter":
             from tilefuse.ops.gemm_reduce_scatter._tiles import launch_reduce
 
-            launch_reduce(call, min(self.programs, call.tiles_per_owner), pull=pull, wait=False)
+            programs = min(self.programs, call.tiles_per_owner)
+            launch_reduce(call, oplaunch.call_arg(call.heap, None), self.c_reduce, programs, pull=pull, wait=False)
+            return self.c_reduce
         else:
             from tilefuse.ops.gemm_all_reduce._tiles import launch_reduce
 

@@ -38,7 +38,7 @@ _DTYPES = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32", "int64":
 
 
 def _describe(value):
-    if type(value) is tuple:  # a kernel's `call`
+    if type(value) is tuple:  # the call tuple, grouped strides
         return ["tuple", [_describe(v) for v in value]]
     if hasattr(value, "data_ptr"):
         return ["ptr", str(value.dtype).replace("torch.", "")]
@@ -48,8 +48,6 @@ def _describe(value):
         return ["int", value]
     if isinstance(value, float):
         return ["float", value]
-    if isinstance(value, tuple):  # the call tuple, grouped strides
-        return ["tuple", [_describe(v) for v in value]]
     return ["other", repr(value)]
 
 

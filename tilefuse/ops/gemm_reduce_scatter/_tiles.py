@@ -17,49 +17,40 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.config import side_warps
 from ..common.flags import tile_acquire
-from ..common.reduce import (
-    accumulate_slot,
-    block_offsets,
-    owner_at,
-    push_partial,
-    source_at,
-    sum_slots,
-)
+from ..common.reduce import accumulate_slot, block_offsets, owner_at, push_partial, source_at, sum_slots
 from ..common.tiles import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets
 
 
 @triton.jit
 def produce_partials(
-    # GEMM operands (the order of GemmCall.gemm_args)
+    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # stage [W, rows, N] (input dtype) and the owner-side flags (symmetric addresses)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-    # distributed
-    heap_bases, cur_rank, world, epoch,
-    # this program among NUM_PROGRAMS GEMM programs
-    pid,
+    # the call; its sequence number; this program among NUM_PROGRAMS GEMM programs
+    call, epoch, pid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
     WARP_SPEC: tl.constexpr = False,
 ):
-    """Compute this rank's partial of every tile and store it into the owner's slot ``cur_rank``.
+    """Compute this rank's partial of every tile and store it into the owner's slot ``rank``.
 
     The fp32 accumulator tile is rounded to the stage's dtype as it is stored.
 
     Tile t = step * tiles_per_owner + j (owner ``owner_at(step)``, tile j of its block) goes to
-    program t % NUM_PROGRAMS. With ``RELEASE`` the owner's flag (cur_rank, j) is set to ``epoch``
+    program t % NUM_PROGRAMS. With ``RELEASE`` the owner's flag (rank, j) is set to ``epoch``
     after the store. ``WARP_SPEC``: each owner's tile loop is warp-specialized (``Config.WARP_SPEC``;
     never with RELEASE).
     """
+    rank, world = P.rank(call), P.world(call)
     rows = M // world
     num_pid_m = tl.cdiv(rows, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     tiles_per_owner = num_pid_m * num_pid_n
-    my_slot = stage_ptr + tl.cast(cur_rank, tl.int64) * stride_slot
+    my_slot = stage_ptr + tl.cast(rank, tl.int64) * stride_slot
     for step in range(0, world):
-        owner = owner_at(cur_rank, step, world)
+        owner = owner_at(rank, step, world)
         # The owner's row block of A, as an [rows, K] matrix of its own (16-byte aligned for TMA:
         # the host checked that a row of A is a multiple of 16 bytes).
         a_owner = a_ptr + tl.cast(owner, tl.int64) * rows * stride_am
@@ -73,7 +64,7 @@ def produce_partials(
             offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
             # Release (with RELEASE): pairs with the acquire in reduce_owned (WAIT) on rank `owner`.
             push_partial(my_slot, acc.to(stage_ptr.dtype.element_ty), offs_m, offs_n, rows, N, stride_sm, stride_sn,
-                         flags_ptr + cur_rank * tiles_per_owner + j, epoch, cur_rank, owner, heap_bases, RELEASE)
+                         flags_ptr + rank * tiles_per_owner + j, epoch, rank, owner, P.bases(call), RELEASE)
 
 
 @triton.jit
@@ -83,10 +74,8 @@ def reduce_owned(
     stage_ptr, flags_ptr, run_ptr, c_ptr,
     rows, N,
     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world, epoch,
-    # this program among NUM_PROGRAMS reduction programs
-    cid,
+    # the call; its sequence number; this program among NUM_PROGRAMS reduction programs
+    call, epoch, cid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr,
 ):
@@ -99,28 +88,29 @@ def reduce_owned(
     that by the time the last source's partial arrives only one addition per tile is left. Both
     give the same bits. A tile is processed in [SUB_M, BN] blocks.
     """
+    rank, world, heap_bases = P.rank(call), P.world(call), P.bases(call)
     num_pid_m = tl.cdiv(rows, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     tiles_per_owner = num_pid_m * num_pid_n
     if WAIT:
         for i in range(0, world):
-            src = source_at(cur_rank, i, world)
+            src = source_at(rank, i, world)
             for j in range(cid, tiles_per_owner, NUM_PROGRAMS):
                 # Acquire: pairs with the release in produce_partials on rank `src`.
-                tile_acquire(flags_ptr + src * tiles_per_owner + j, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
+                tile_acquire(flags_ptr + src * tiles_per_owner + j, epoch, rank, src, P.ctl(call), heap_bases, world)
                 pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
                 for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, rows - pid_m * BLOCK_M), SUB_M)):
                     offs_m, offs_n = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)
                     accumulate_slot(stage_ptr, run_ptr, c_ptr, offs_m, offs_n, rows, N,
                                     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                                    cur_rank, world, i)
+                                    rank, world, i)
     else:
         for j in range(cid, tiles_per_owner, NUM_PROGRAMS):
             pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
             for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, rows - pid_m * BLOCK_M), SUB_M)):
                 offs_m, offs_n = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)
                 acc = sum_slots(stage_ptr, offs_m, offs_n, rows, N, stride_slot, stride_sm, stride_sn,
-                                heap_bases, cur_rank, world, PULL)  # [SUB_M, BN] fp32
+                                heap_bases, rank, world, PULL)  # [SUB_M, BN] fp32
                 store_tile(c_ptr, acc, offs_m, offs_n, rows, N, stride_cm, stride_cn)
 
 
@@ -129,37 +119,36 @@ def reduce_kernel(
     stage_ptr, flags_ptr, run_ptr, c_ptr,
     rows, N,
     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr, exit_programs,
+    call, exit_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, END: tl.constexpr = False,
     ENTER: tl.constexpr = False,
 ):
     """Standalone reduction: one persistent launch of :func:`reduce_owned`; with ``END`` the call's
-    last kernel (``call_exit`` over ``exit_programs`` programs: it writes the status words), with
-    ``ENTER`` also one that begins it (``call_enter``: next to a GEMM kernel that begins it too)."""
-    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
-                               ENTER)
+    last kernel (``P.exit`` over ``exit_programs`` programs: it writes the status words), with
+    ``ENTER`` also one that begins it (``P.enter``: next to a GEMM kernel that begins it too)."""
+    seq, live = P.enter(call, ENTER)
     if live:
         reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, rows, N,
                      stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                     heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
+                     call, seq, tl.program_id(0),
                      BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT)
-    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, exit_programs, END)
+    P.exit(call, seq, live, exit_programs, END)
 
 
-def launch_reduce(call, programs: int, *, pull: bool, wait: bool, end: bool = False, enter: bool = False,
-                  exit_programs: int | None = None) -> None:
-    """Launch :func:`reduce_kernel` for ``call`` (a :class:`._setup.Call`) on ``programs`` programs:
-    ``pull`` the partials from the peers' stages, or sum those pushed into this rank's; ``wait`` on
-    the per-tile flags (else a barrier ordered the partials); ``end``: as the call's last kernel,
-    whose first kernel began it; ``enter`` too: beside a kernel that begins and ends the call with it
-    (``exit_programs``: the programs of both, default ``programs``)."""
-    cfg = call.config
-    flags = call.flags if wait else call.stage  # a never-read stand-in without WAIT
+def launch_reduce(p, call: tuple, c, programs: int, *, pull: bool, wait: bool, end: bool = False,
+                  enter: bool = False, exit_programs: int | None = None) -> None:
+    """Launch :func:`reduce_kernel` on ``programs`` programs for the call prepared as ``p``
+    (:class:`._prepare.Prepared`), into ``c``: ``pull`` the partials from the peers' stages, or sum
+    those pushed into this rank's; ``wait`` on the per-tile flags (else a barrier ordered the
+    partials); ``end``: as the call's last kernel, whose first kernel began it; ``enter`` too: beside
+    a kernel that begins and ends the call with it (``exit_programs``: the programs of both, default
+    ``programs``)."""
+    cfg = p.config
     reduce_kernel[(programs,)](
-        call.stage, flags, call.run_arg, call.c,
-        call.rows, call.gemm.N, *call.stage_args, call.c.stride(0), call.c.stride(1),
-        *call.dist_args, *call.enter_args, programs if exit_programs is None else exit_programs,
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=call.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
-        PULL=pull, WAIT=wait, END=end, ENTER=enter, num_warps=side_warps(cfg),
+        p.stage, p.flags if wait else p.stage, p.run, c,  # the stage: a never-read stand-in
+        p.rows, p.N, *p.stage_strides, c.stride(0), c.stride(1),
+        call, programs if exit_programs is None else exit_programs,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=p.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
+        PULL=pull, WAIT=wait, END=end, ENTER=enter, num_warps=p.side_warps,
     )

@@ -6,28 +6,35 @@
 No overlap: the baseline shape of the algorithm in the same runtime. Each rank's stage holds its
 whole partial, accumulated in fp32 and stored in the input dtype (slot o = owner o's rows); the owner
 pulls its slot from every peer and sums the W partials in fp32 in a fixed order (r-1, r-2, ..., r),
-so the result is the same on every run. The GEMM's first program begins the call (``call_enter``)
-and the reduction's last one ends it (``call_exit``): no begin kernel, no status copy.
+so the result is the same on every run. The GEMM's first program begins the call (``P.enter``)
+and the reduction's last one ends it (``P.exit``): no begin kernel, no status copy.
 """
 
 from __future__ import annotations
 
-from ..common.launch import collective
-from ._setup import OP, finish, setup
+from ..common.gemm import matmul
+from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier, new_output
+from ._prepare import OP, prepare
 from ._tiles import launch_reduce
 
 
 @collective(OP)
 def bulk_sync(a, b, *, config=None, group=None):
     """gemm_reduce_scatter with no overlap; same contract as :func:`tilefuse.gemm_reduce_scatter`."""
-    call = setup("bulk_sync", a, b, config, group, comm=False, flags=False, kernel_begins=True)
-    if call.empty:
-        return call.c
-    cfg, heap = call.config, call.heap
-    # fp32 accumulator, stored in a's dtype; the GEMM begins the call and every rank's partial is
-    # complete after it
-    call.first_gemm(heap, a, b, call.stage.view(call.gemm.M, call.gemm.N), cfg, barrier=True)
+    p = prepare("bulk_sync", a, b, config, group)
+    c = new_output((p.rows, p.N), a.dtype, a.device)
+    entry = p.begin(c)
+    if p.empty:
+        return c
+    heap, cfg = p.heap, p.config
+    # The GEMM core (the partial in fp32, stored in a's dtype) begins the call; its last program
+    # passes the barrier, after which every rank's partial is complete.
+    matmul(a, b, p.stage.view(p.M, p.N), cfg, ctl(heap), call=gemm_call_args(heap, entry), enter=True,
+           barrier=True)
+    launched(entry, ends=False)
+    if entry is None:
+        mid_barrier(heap, 0)
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
-    launch_reduce(call, programs, pull=True, wait=False, end=call.begins)  # the barrier ordered the partials
-    call.entered()  # the reduction ends the call
-    return finish(call)
+    launch_reduce(p, call_arg(p.heap, entry), c, programs, pull=True, wait=False, end=entry is not None)
+    launched(entry)  # the reduction ends the call
+    return c

@@ -16,58 +16,59 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import collective
-from ._setup import OP, finish, setup
+from ..common.launch import call_arg, collective, launched, new_output
+from ._prepare import OP, prepare
 from ._tiles import produce_partials, reduce_owned
 
 
 @kernel
 def _wg_kernel(
-    # GEMM operands (the order of GemmCall.gemm_args)
+    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # stage [W, rows, N] (input dtype), flags [W, tiles_per_owner] int64 (symmetric); the fp32
     # running sum run [rows, N] (W >= 3) and output c [rows, N], both local
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, run_ptr, c_ptr, stride_cm, stride_cn,
-    # distributed; the call's begin (this kernel begins the call)
-    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
+    # the call (this kernel begins it with ENTER)
+    call,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
 ):
-    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
-                               ENTER)
+    seq, live = P.enter(call, ENTER)
     pid = tl.program_id(0)
     if live:
         if pid < GEMM_PROGRAMS:
             # Producers wait on nothing.
             produce_partials(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                              stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                             heap_bases, cur_rank, world, epoch, pid,
+                             call, seq, pid,
                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
         else:
             # Reducers wait only on producers: lower program ids here, or other ranks.
-            reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, M // world, N,
+            reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, M // P.world(call), N,
                          stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                         heap_bases, ctl_ptr, cur_rank, world, epoch, pid - GEMM_PROGRAMS,
+                         call, seq, pid - GEMM_PROGRAMS,
                          BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True)
-    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
+    P.exit(call, seq, live, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
 
 
 @collective(OP)
 def wg_specialized(a, b, *, config=None, group=None):
     """gemm_reduce_scatter as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_reduce_scatter`."""
-    call = setup("wg_specialized", a, b, config, group, comm=True, flags=True, kernel_begins=True)
-    if call.empty:
-        return call.c
-    gemm_programs, comm_programs = call.program_counts
-    _wg_kernel[(gemm_programs + comm_programs,)](
-        *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args,
-        call.run_arg, call.c, call.c.stride(0), call.c.stride(1),
-        *call.dist_args, *call.enter_args,
-        GEMM_PROGRAMS=gemm_programs, COMM_PROGRAMS=comm_programs, SUB_M=call.sub_m, ENTER=call.begins,
-        **call.gemm.gemm_meta,
+    p = prepare("wg_specialized", a, b, config, group, comm=True, flags=True)
+    c = new_output((p.rows, p.N), a.dtype, a.device)
+    entry = p.begin(c)
+    if p.empty:
+        return c
+    a, b = p.operands(a, b)
+    cfg = p.config
+    _wg_kernel[(cfg.GEMM_SMS + cfg.COMM_SMS,)](  # not capped by the tiles: one kernel per config
+        a, b, *p.dims, p.stage, p.flags, *p.stage_strides, p.run, c, c.stride(0), c.stride(1),
+        call_arg(p.heap, entry),
+        GEMM_PROGRAMS=cfg.GEMM_SMS, COMM_PROGRAMS=cfg.COMM_SMS, SUB_M=p.sub_m, ENTER=entry is not None,
+        **p.meta,
     )
-    call.entered()
-    return finish(call)
+    launched(entry)
+    return c
