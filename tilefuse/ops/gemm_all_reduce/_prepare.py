@@ -82,7 +82,7 @@ class Prepared:
     sig: tuple  # the call's signature: the begin pairs the call and checks it against the peers'
     kernel_begins: bool  # the call's first kernel begins it (ENTER); else the begin kernel does
     pad: bool  # the operands are copied onto the tensor-descriptor path (gemm.tma_operands) every call
-    use_tma: bool
+    use_tma: bool  # the operands are read through tensor descriptors
     align: int  # gemm_tile_range's ALIGN
     stride_a: tuple  # (am, ak) of the operands the kernels read
     stride_b: tuple  # (bk, bn)
@@ -161,8 +161,8 @@ def _make(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -
     call is a barrier: no rank writes a call's partials into a peer still summing the previous
     call's). The flags belong to one variant and tile shape.
     """
-    heap = op_heap(OP, group)
     call = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
+    heap = call.heap
     check_variant_config(OP, variant, call.config)  # split K: bulk_sync, and fused_sequential within one wave
     interp = hw.interpreting()
     if config is None:
