@@ -129,7 +129,7 @@ def whole_k_config(ctx, M: int, N: int, k_loc: int, dtype) -> tilefuse.Config:
     """The config gemm_all_reduce's fused_sequential takes without a caller's config where it does not
     split K (``_setup.default_tiles`` of the default config)."""
     from tilefuse.ops.common.config import default_config
-    from tilefuse.ops.gemm_all_reduce._setup import default_tiles
+    from tilefuse.ops.gemm_all_reduce._prepare import default_tiles
     from tilefuse.runtime import hw
 
     interp = hw.interpreting()

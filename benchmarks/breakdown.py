@@ -256,10 +256,16 @@ class Case:
 
             self.call = oplaunch.collective(self.op)(setup)(s.a, s.b)
         else:
-            from tilefuse.ops.gemm_all_reduce import _setup
+            from tilefuse.ops.gemm_all_reduce._prepare import prepare
+            from tilefuse.ops.gemm_all_reduce.fused_sequential import _launch
 
-            fn = oplaunch.collective(self.op)(_setup.setup)
-            self.call = fn(PARTS_VARIANT, s.a, s.b, None, None, None, False, comm=False, flags=False)
+            def begun(a, b):
+                p = prepare(PARTS_VARIANT, a, b, None, None, None, comm=False, flags=False, launch=_launch)
+                self.c = oplaunch.new_output((p.M, p.N), a.dtype, a.device)
+                oplaunch.begin(p.sig, self.c)
+                return p
+
+            self.call = oplaunch.collective(self.op)(begun)(s.a, s.b)
         tilefuse.synchronize()
         heap = self.call.heap
         self.local_bases = _local_bases(heap)
@@ -277,7 +283,7 @@ class Case:
         or all to this rank's heap)."""
         call, heap = self.call, self.call.heap
         gemm_meta = (dict(call.meta, WARP_SPEC=call.warp_spec) if self.op == "gemm_reduce_scatter"
-                     else call.gemm.gemm_meta)
+                     else call.gemm_meta)
         meta = _no_k_meta(gemm_meta) if no_k else gemm_meta
         bases = self.local_bases if local else heap.heap_bases
         n = programs or self.programs
@@ -289,13 +295,14 @@ class Case:
                                 (bases, ctl, heap.rank, heap.world_size, *oplaunch.enter_args(None)),
                                 NUM_PROGRAMS=n, ENTER=False, **meta)
         else:
-            from tilefuse.ops.gemm_all_reduce.fused_sequential import _fused_kernel
+            from tilefuse.ops.gemm_all_reduce.fused_sequential import _fused_kernel, split_arg
 
             # The GEMM and the stores only (SUM=False): the summing is the reduce part's.
-            _fused_kernel[(n,)](*_gemm_args(s, 0 if no_k else None), call.stage, call.stage, *call.stage_args,
-                                *call.out_args, bases, ctl, heap.rank, heap.world_size, *call.enter_args,
-                                *call.split_args, NUM_PROGRAMS=n, SUB_M=call.sub_m, HAS_BIAS=False,
-                                SUM=False, **call.split_meta, **meta)
+            g = _gemm_args(s, 0 if no_k else None)
+            _fused_kernel[(n,)](*g[:5], g[5:7], g[7:9], call.stage, call.stage, call.stride_s, self.c, self.c,
+                                call.stride_c, (bases,) + oplaunch.call_arg(heap, None)[1:], split_arg(call, self.c),
+                                **dict(call.launch, **meta, NUM_PROGRAMS=n, HAS_BIAS=False, SUM=False, ENTER=False,
+                                       OWN_SUM=False))
         return call.stage
 
     def reduce(self, s: Operands, *, pull: bool):
@@ -307,9 +314,12 @@ class Case:
             launch_reduce(call, oplaunch.call_arg(call.heap, None), self.c_reduce, programs, pull=pull, wait=False)
             return self.c_reduce
         else:
-            from tilefuse.ops.gemm_all_reduce._tiles import launch_reduce
+            from tilefuse.ops.gemm_all_reduce._tiles import reduce_kernel
 
-            launch_reduce(call, self.programs, pull=pull, wait=False)
+            reduce_kernel[(self.programs,)](call.stage, call.stage, call.stride_s, self.c, self.c, call.stride_c,
+                                            call.M, call.N, oplaunch.call_arg(call.heap, None), self.programs,
+                                            **call.reduce_meta(self.programs, pull=pull, wait=False))
+            return self.c
         return call.c
 
     def empty_call(self, s: Operands):

@@ -469,7 +469,7 @@ def test_graph_replay(pools, on_gpu, variant):
 
 def test_default_config_fills_the_device():
     """Without a caller's config, BLOCK_N halves (not below 32) while tiles would leave GEMM programs idle."""
-    from tilefuse.ops.gemm_all_reduce._setup import fill_device
+    from tilefuse.ops.gemm_all_reduce._prepare import fill_device
 
     base = tilefuse.Config(BLOCK_M=16, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=3,
                            GEMM_SMS=116, COMM_SMS=16)
@@ -483,7 +483,7 @@ def test_default_tiles_keep_the_narrow_decode_tiles():
     """On a GPU, M <= 256 in a 16-bit dtype takes default_config's swept tiles as they are (the
     sweeps measured their BLOCK_N best); fp32, larger M and the interpreter's tiles still fill the device."""
     from tilefuse.ops.common.config import default_config
-    from tilefuse.ops.gemm_all_reduce._setup import default_tiles, fill_device
+    from tilefuse.ops.gemm_all_reduce._prepare import default_tiles, fill_device
 
     for M in (1, 16, 64):
         cfg = default_config(M, 8192, 4096, torch.bfloat16, num_sms=132, interpreter=False, comm=False)

@@ -240,7 +240,7 @@ def _fake_out(spec: OpSpec, a, b, group, bias=None):
     if spec.check is not None:
         spec.check(spec.name, a, b, W)
     if bias is not None:
-        from .gemm_all_reduce._setup import check_bias
+        from .gemm_all_reduce._prepare import check_bias
 
         check_bias(spec.name, bias, a, b)
     return a.new_empty(spec.out_shape(a.shape[0], a.shape[1], b.shape[1], W))

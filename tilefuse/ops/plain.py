@@ -85,7 +85,7 @@ def gemm_all_reduce(a, b, *, config=None, group=None, bias=None):
     check_operands(op, a, b)
     group = op_group(group)
     if bias is not None:
-        from .gemm_all_reduce._setup import check_bias
+        from .gemm_all_reduce._prepare import check_bias
 
         check_bias(op, bias, a, b)
     c = a @ b

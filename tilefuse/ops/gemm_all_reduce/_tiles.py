@@ -13,6 +13,9 @@ tile t is in this rank's slot s.
 Every rank sums the W partials of every tile in fp32 in the order 0, 1, ..., W-1 (not relative to
 its own rank), with the same code, so the W copies of ``c`` have the same bits; a bias is added
 once, after the sum.
+
+Strides travel as tuples: ``stride_a = (am, ak)``, ``stride_b = (bk, bn)``, ``stride_s = (slot, m,
+n)`` of the stage, ``stride_c = (m, n)``; ``call`` is the call protocol's tuple (``primitives``).
 """
 
 import triton
@@ -20,7 +23,6 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.config import side_warps
 from ..common.flags import tile_acquire
 from ..common.reduce import block_offsets, push_partial, slot_ptr
 from ..common.split_k import hand_in_slice, slice_sum, split_k_work
@@ -29,33 +31,29 @@ from ..common.tiles import gemm_operands, gemm_tile_range, tile_coords, tile_off
 
 @triton.jit
 def produce_tiles(
-    # GEMM operands (the order of GemmCall.gemm_args)
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    # GEMM operands
+    a_ptr, b_ptr, M, N, K, stride_a, stride_b,
     # stage [W, M, N] (input dtype) and flags [W, num_tiles] int64 (symmetric addresses)
-    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-    # distributed
-    heap_bases, cur_rank, world, epoch,
-    # this program among NUM_PROGRAMS GEMM programs
-    pid,
+    stage_ptr, flags_ptr, stride_s,
+    # the call; this program among NUM_PROGRAMS GEMM programs
+    call, epoch, pid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
-    ctl_ptr=None, GATE: tl.constexpr = False,
+    GATE: tl.constexpr = False,
     # with SUM_HERE: output c [M, N] and bias [N], both local
-    c_ptr=None, bias_ptr=None, stride_cm=0, stride_cn=0, HAS_BIAS: tl.constexpr = False,
-    SUM_HERE: tl.constexpr = False,
-    # with SPLIT: K slices per tile, and the split-K scratch (ops.common.split_k.SplitKScratch)
-    split_k=1, partial_ptr=None, count_ptr=None, SPLIT: tl.constexpr = False,
-    ALIGN: tl.constexpr = 1,
+    c_ptr=None, bias_ptr=None, stride_c=None, HAS_BIAS: tl.constexpr = False, SUM_HERE: tl.constexpr = False,
+    # with SPLIT: (K slices per tile, split-K scratch slots, counts) (ops.common.split_k.SplitKScratch)
+    split=None, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1,
 ):
     """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ... and store each into slot
-    ``cur_rank`` of every rank (ranks cur_rank + 1, cur_rank + 2, ..., itself last).
+    ``rank`` of every rank (ranks rank + 1, rank + 2, ..., itself last).
 
     The fp32 accumulator is rounded to the stage's dtype once and the same values go to every rank.
-    With ``RELEASE`` each destination's flag (cur_rank, t) is set to ``epoch`` after its store.
-    ``GATE`` (a kernel that began the call with ``call_enter_aside``): each tile's K loop runs
-    before the call's begin is known to be done; its stores wait for it (``call_ready``) and are
-    skipped if the call does not run. Returns whether the call runs (true without ``GATE``, and for
-    a program without a tile).
+    With ``RELEASE`` each destination's flag (rank, t) is set to ``epoch`` after its store.
+    ``GATE`` (a kernel that began the call with ``P.enter_aside``): each tile's K loop runs before
+    the call's begin is known to be done; its stores wait for it (``P.ready``) and are skipped if
+    the call does not run. Returns whether the call runs (true without ``GATE``, and for a program
+    without a tile).
 
     ``SUM_HERE`` (with ``RELEASE``): :func:`reduce_tiles` of each tile right after its push, this
     rank's own partial taken from registers (:func:`sum_tile_with_own`): the partial goes to every
@@ -63,52 +61,54 @@ def produce_tiles(
     the store of c). Only with one work item a program (tiles <= NUM_PROGRAMS) and tiles whose fp32
     sum fits in registers: the order is then that of the two loops.
 
-    ``SPLIT`` (``split_k > 1``; with ``SUM_HERE``, one work item a program): the work items are the
-    tiles' ``split_k`` K slices (:func:`~..common.split_k.split_k_work`); a program hands its slice in
+    ``SPLIT`` (``split[0] > 1``; with ``SUM_HERE``, one work item a program): the work items are the
+    tiles' K slices (:func:`~..common.split_k.split_k_work`); a program hands its slice in
     (:func:`~..common.split_k.hand_in_slice`, local scratch), and the one that hands in a tile's last
     slice sums the slices in slice order (the GEMM core's bits for the same config) and pushes and
     sums the tile. Slices are handed in whether or not the call runs, so that the scratch's counts
     are back at zero after every launch. ``ALIGN``: :func:`~..common.tiles.gemm_tile_range`'s.
     """
+    rank, world = P.rank(call), P.world(call)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
-    my_slot = slot_ptr(stage_ptr, cur_rank, stride_slot)
-    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    my_slot = slot_ptr(stage_ptr, rank, stride_s[0])
+    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_a[0], stride_a[1], stride_b[0], stride_b[1],
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
     if SUM_HERE:
         pushes = world - 1  # the own partial stays in registers
     else:
         pushes = world
-    num_work = num_tiles
+    split_k = 1
     if SPLIT:
-        num_work = num_tiles * split_k
+        split_k = split[0]
+    num_work = num_tiles * split_k
     live = P.gate_start(epoch, GATE)
     for w in range(pid, num_work, NUM_PROGRAMS):
         t, s, k_lo, k_hi = split_k_work(w, K, split_k, BLOCK_K, SPLIT)
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile_range(a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk,
-                              stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN)  # [BM, BN] fp32
+        acc = gemm_tile_range(a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_a[0], stride_a[1],
+                              stride_b[0], stride_b[1], BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
+                              ALIGN)  # [BM, BN] fp32
         finish = True
         if SPLIT:
-            slots, finish = hand_in_slice(acc, t, s, split_k, split_k, partial_ptr, count_ptr, BLOCK_M, BLOCK_N)
+            slots, finish = hand_in_slice(acc, t, s, split_k, split_k, split[1], split[2], BLOCK_M, BLOCK_N)
             if finish:
-                acc = slice_sum(slots, split_k, t, count_ptr, BLOCK_M, BLOCK_N)
+                acc = slice_sum(slots, split_k, t, split[2], BLOCK_M, BLOCK_N)
         if finish:
             part = acc.to(stage_ptr.dtype.element_ty)  # [BM, BN], rounded once
             offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-            live = P.gate(live, ctl_ptr, heap_bases, cur_rank, world, epoch, GATE)
+            live = P.gate(live, P.ctl(call), P.bases(call), rank, world, epoch, GATE)
             if live:
                 for i in range(0, pushes):
-                    dst = (cur_rank + 1 + i) % world
+                    dst = (rank + 1 + i) % world
                     # Release (with RELEASE): pairs with the acquire in reduce_tiles (WAIT) on rank `dst`,
                     # or in sum_tile_with_own there.
-                    push_partial(my_slot, part, offs_m, offs_n, M, N, stride_sm, stride_sn,
-                                 flags_ptr + cur_rank * num_tiles + t, epoch, cur_rank, dst, heap_bases, RELEASE)
+                    push_partial(my_slot, part, offs_m, offs_n, M, N, stride_s[1], stride_s[2],
+                                 flags_ptr + rank * num_tiles + t, epoch, rank, dst, P.bases(call), RELEASE)
                 if SUM_HERE:
-                    sum_tile_with_own(part, stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N, num_tiles, t, offs_m,
-                                      offs_n, stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                                      heap_bases, ctl_ptr, cur_rank, world, epoch, HAS_BIAS)
+                    sum_tile_with_own(part, stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
+                                      M, N, num_tiles, t, offs_m, offs_n, call, epoch, HAS_BIAS)
     return live
 
 
@@ -117,58 +117,41 @@ def sum_tile_with_own(
     # this rank's partial of tile t [BM, BN] (the stage's dtype), at rows offs_m, columns offs_n
     part,
     # stage [W, M, N] (input dtype), flags [W, num_tiles] (push layout), output c [M, N], bias [N]
-    stage_ptr, flags_ptr, c_ptr, bias_ptr,
+    stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
     M, N, num_tiles, t, offs_m, offs_n,
-    stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world, epoch,
+    call, epoch,
     HAS_BIAS: tl.constexpr,
 ):
     """:func:`reduce_tiles` of one tile whose own partial is in registers: acquire the other
     sources' flags of tile t, then ``((s_0 + s_1) + ...) + bias`` into c, sources in the order 0,
-    1, ..., W-1 with ``s_cur_rank`` = ``part`` (rounded as a staged partial is: the same bits)."""
-    acquire_others(flags_ptr, num_tiles, t, epoch, cur_rank, world, ctl_ptr, heap_bases)
-    offs = offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [BM, BN] int32
+    1, ..., W-1 with ``s_rank`` = ``part`` (rounded as a staged partial is: the same bits)."""
+    rank, world = P.rank(call), P.world(call)
+    for i in range(1, world):
+        src = (rank + i) % world
+        # Acquire: pairs with the release in produce_tiles (SUM_HERE) on rank `src`.
+        tile_acquire(flags_ptr + src * num_tiles + t, epoch, rank, src, P.ctl(call), P.bases(call), world)
+    offs = offs_m[:, None] * stride_s[1] + offs_n[None, :] * stride_s[2]  # [BM, BN] int32
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
-    total = sum_with_own(part.to(tl.float32), stage_ptr, bias_ptr, offs, offs_n, mask, N, heap_bases, cur_rank,
-                         world, stride_slot, HAS_BIAS)  # [BM, BN]
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [BM, BN]
+    own = part.to(tl.float32)
+    # Start from s_0 itself (0.0 + -0.0 would be +0.0).
+    total = tl.where(rank == 0, own, load_partial(stage_ptr, 0, offs, mask & (rank != 0), call, stride_s[0], False))
+    for src in range(1, world):
+        total += tl.where(src == rank, own,
+                          load_partial(stage_ptr, src, offs, mask & (src != rank), call, stride_s[0], False))
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
+        total += bias[None, :]
+    c_ptrs = c_ptr + offs_m[:, None] * stride_c[0] + offs_n[None, :] * stride_c[1]  # [BM, BN]
     tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def acquire_others(flags_ptr, num_tiles, t, epoch, cur_rank, world, ctl_ptr, heap_bases):
-    """Wait until every other source's partial of tile t is in this rank's stage (push layout)."""
-    for i in range(1, world):
-        src = (cur_rank + i) % world
-        # Acquire: pairs with the release in produce_tiles (SUM_HERE) on rank `src`.
-        tile_acquire(flags_ptr + src * num_tiles + t, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
-
-
-@triton.jit
-def sum_with_own(own, stage_ptr, bias_ptr, offs, offs_n, mask, N, heap_bases, cur_rank, world, stride_slot,
-                 HAS_BIAS: tl.constexpr):
-    """``((s_0 + s_1) + ...) + bias`` in fp32 of a block at ``offs`` (``mask``; columns ``offs_n``),
-    sources in the order 0, 1, ..., W-1 from this rank's slots, ``s_cur_rank`` = ``own`` (fp32)."""
-    # Start from s_0 itself (0.0 + -0.0 would be +0.0).
-    total = tl.where(cur_rank == 0, own,
-                     load_partial(stage_ptr, 0, offs, mask & (cur_rank != 0), heap_bases, cur_rank, stride_slot,
-                                  PULL=False))
-    for src in range(1, world):
-        total += tl.where(src == cur_rank, own,
-                          load_partial(stage_ptr, src, offs, mask & (src != cur_rank), heap_bases, cur_rank,
-                                       stride_slot, PULL=False))
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
-        total += bias[None, :]
-    return total
-
-
-@triton.jit
-def load_partial(stage_ptr, src, offs, mask, heap_bases, cur_rank, stride_slot, PULL: tl.constexpr):
-    """Source ``src``'s partial of a block, converted to fp32 (zero outside ``mask``)."""
+def load_partial(stage_ptr, src, offs, mask, call, stride_slot, PULL: tl.constexpr):
+    """Source ``src``'s partial of a block, converted to fp32 (zero outside ``mask``); ``PULL``: from
+    slot ``src`` of rank ``src``'s heap, else of this rank's."""
     if PULL:
-        part = P.load(slot_ptr(stage_ptr, src, stride_slot) + offs, cur_rank, src, heap_bases, mask=mask, other=0.0)
+        part = P.load(slot_ptr(stage_ptr, src, stride_slot) + offs, P.rank(call), src, P.bases(call), mask=mask,
+                      other=0.0)
     else:
         part = tl.load(slot_ptr(stage_ptr, src, stride_slot) + offs, mask=mask, other=0.0)
     return part.to(tl.float32)
@@ -177,13 +160,10 @@ def load_partial(stage_ptr, src, offs, mask, heap_bases, cur_rank, stride_slot, 
 @triton.jit
 def reduce_tiles(
     # stage [W, M, N] (input dtype), flags [W, num_tiles] (push layout), output c [M, N], bias [N]
-    stage_ptr, flags_ptr, c_ptr, bias_ptr,
+    stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
     M, N,
-    stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-    # distributed
-    heap_bases, ctl_ptr, cur_rank, world, epoch,
-    # this program among NUM_PROGRAMS reduction programs
-    cid,
+    # the call; this program among NUM_PROGRAMS reduction programs
+    call, epoch, cid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, HAS_BIAS: tl.constexpr,
 ):
@@ -195,6 +175,7 @@ def reduce_tiles(
     program first acquires the W flags of the tile, in source order. A tile is processed in
     [SUB_M, BN] blocks with 32-bit offsets inside a slot.
     """
+    world = P.world(call)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
@@ -202,56 +183,37 @@ def reduce_tiles(
         if WAIT:
             for src in range(0, world):
                 # Acquire: pairs with the release in produce_tiles on rank `src`.
-                tile_acquire(flags_ptr + src * num_tiles + t, epoch, cur_rank, src, ctl_ptr, heap_bases, world)
+                tile_acquire(flags_ptr + src * num_tiles + t, epoch, P.rank(call), src, P.ctl(call), P.bases(call),
+                             world)
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
         for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, M - pid_m * BLOCK_M), SUB_M)):
             offs_m, offs_n = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)  # [SUB_M], [BN]
-            offs = offs_m[:, None] * stride_sm + offs_n[None, :] * stride_sn  # [SUB_M, BN] int32
+            offs = offs_m[:, None] * stride_s[1] + offs_n[None, :] * stride_s[2]  # [SUB_M, BN] int32
             mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [SUB_M, BN]
             # Start from s_0 itself (0.0 + -0.0 would be +0.0).
-            acc = load_partial(stage_ptr, 0, offs, mask, heap_bases, cur_rank, stride_slot, PULL)  # [SUB_M, BN]
+            acc = load_partial(stage_ptr, 0, offs, mask, call, stride_s[0], PULL)  # [SUB_M, BN]
             for src in range(1, world):
-                acc += load_partial(stage_ptr, src, offs, mask, heap_bases, cur_rank, stride_slot, PULL)
+                acc += load_partial(stage_ptr, src, offs, mask, call, stride_s[0], PULL)
             if HAS_BIAS:
                 bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
                 acc += bias[None, :]
-            c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [SUB_M, BN]
+            c_ptrs = c_ptr + offs_m[:, None] * stride_c[0] + offs_n[None, :] * stride_c[1]  # [SUB_M, BN]
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @kernel
 def reduce_kernel(
-    stage_ptr, flags_ptr, c_ptr, bias_ptr, stride_cm, stride_cn,
-    M, N,
-    stride_slot, stride_sm, stride_sn,
-    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr, exit_programs,
+    stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N,
+    call, exit_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, HAS_BIAS: tl.constexpr,
     END: tl.constexpr = False, ENTER: tl.constexpr = False,
 ):
     """Standalone reduction: one persistent launch of :func:`reduce_tiles`; with ``END`` the call's
-    last kernel (``call_exit`` over ``exit_programs`` programs: it writes the status words), with
-    ``ENTER`` also one that begins it (``call_enter``: next to a GEMM kernel that begins it too)."""
-    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
-                               ENTER)
+    last kernel (``P.exit`` over ``exit_programs`` programs: it writes the status words), with
+    ``ENTER`` also one that begins it (``P.enter``: next to a GEMM kernel that begins it too)."""
+    epoch, live = P.enter(call, ENTER)
     if live:
-        reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
-                     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                     heap_bases, ctl_ptr, cur_rank, world, epoch, tl.program_id(0),
-                     BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT, HAS_BIAS)
-    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, exit_programs, END)
-
-
-def launch_reduce(call, programs: int, *, pull: bool, wait: bool, end: bool = False, enter: bool = False,
-                  exit_programs: int | None = None) -> None:
-    """Launch :func:`reduce_kernel` for ``call`` (a :class:`._setup.Call`) on ``programs`` programs
-    (``end``: as the call's last kernel, whose first kernel began it; ``enter`` too: beside a kernel
-    that begins and ends the call with it, ``exit_programs`` the programs of both, default
-    ``programs``)."""
-    flags = call.stage if call.flags is None else call.flags  # a never-read stand-in without WAIT
-    reduce_kernel[(programs,)](
-        call.stage, flags, *call.out_args, call.gemm.M, call.gemm.N, *call.stage_args, *call.dist_args,
-        *call.enter_args, programs if exit_programs is None else exit_programs,
-        num_warps=side_warps(call.config), END=end, ENTER=enter,
-        **call.reduce_meta(programs, pull=pull, wait=wait),
-    )
+        reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch,
+                     tl.program_id(0), BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT, HAS_BIAS)
+    P.exit(call, epoch, live, exit_programs, END)

@@ -7,27 +7,45 @@
 No overlap: the baseline shape of the algorithm in the same runtime. Rank r's partial never leaves
 its heap before the barrier; every rank then reads every partial (remote loads) and sums the W of
 them in the fixed order 0, 1, ..., W-1, so the W copies of ``c`` have the same bits. The GEMM's first
-program begins the call (``call_enter``) and the reduction's last one ends it (``call_exit``): no
-begin kernel, no status copy.
+program begins the call (``P.enter``) and the reduction's last one ends it (``P.exit``): no begin
+kernel, no status copy. The GEMM is the GEMM core's (``gemm.matmul``); the reduction is
+``_tiles.reduce_kernel``.
 """
 
 from __future__ import annotations
 
-from ..common.launch import collective
-from ._setup import OP, setup
-from ._tiles import launch_reduce
+from ..common.gemm import matmul
+from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier, new_output
+from ._prepare import OP, prepare
+from ._tiles import reduce_kernel
+
+
+def _launch(p) -> dict:
+    cfg = p.config
+    programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one compiled kernel per config
+    return dict(own_slot=p.stage[p.heap.rank],
+                reduce=p.reduce_meta(programs, pull=True, wait=False, end=p.kernel_begins))
 
 
 @collective(OP)
 def bulk_sync(a, b, *, config=None, group=None, bias=None):
     """gemm_all_reduce with no overlap; same contract as :func:`tilefuse.gemm_all_reduce`."""
-    call = setup("bulk_sync", a, b, config, group, bias, comm=False, flags=False, kernel_begins=True)
-    if call.empty:
-        return call.c
-    heap = call.heap
+    p = prepare("bulk_sync", a, b, config, group, bias, comm=False, flags=False, launch=_launch)
+    c = new_output((p.M, p.N), a.dtype, a.device)
+    entry = p.begin(c)
+    if p.stage is None:
+        return c
+    heap, reduce = p.heap, p.launch["reduce"]
     # fp32 accumulator, stored in a's dtype. The GEMM begins the call and every rank's partial is
-    # complete after it.
-    call.first_gemm(heap, a, b, call.stage[heap.rank], call.config, barrier=True)
-    launch_reduce(call, call.all_programs, pull=True, wait=False, end=call.begins)
-    call.entered()  # the reduction ends the call
-    return call.c
+    # complete after it (its last program passes a barrier, or a barrier kernel follows it).
+    matmul(a, b, p.launch["own_slot"], p.config, ctl(heap), call=gemm_call_args(heap, entry), enter=True,
+           barrier=True)
+    launched(entry, ends=False)
+    if entry is None:
+        mid_barrier(heap, 0)
+    # The reduction ends the call.
+    reduce_kernel[(reduce["NUM_PROGRAMS"],)](
+        p.stage, p.stage, p.stride_s, c, c if bias is None else bias.contiguous(), p.stride_c, p.M, p.N,
+        call_arg(heap, entry), reduce["NUM_PROGRAMS"], **reduce)
+    launched(entry)
+    return c

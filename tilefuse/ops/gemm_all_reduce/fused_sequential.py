@@ -12,7 +12,7 @@ rank's programs one after another, makes progress). The sum reads only this rank
 the order 0, 1, ..., W-1 (the same bits on every rank). A partial travels in the input dtype: the
 epilogue rounds the fp32 tile once. One kernel, no barrier and no separate reduction launch; where
 every program has at most one tile, the sum follows each push and takes this rank's own partial from
-registers (no own staging).
+registers (no own staging). The loops are ``_tiles.produce_tiles`` and ``_tiles.reduce_tiles``.
 """
 
 from __future__ import annotations
@@ -21,89 +21,100 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import collective, ctl
-from ._setup import OP, setup
+from ..common.config import sum_rows
+from ..common.launch import call_arg, collective, launched, new_output
+from ..common.split_k import SPLIT_K_SCRATCH
+from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_tiles
 
 
 @kernel
 def _fused_kernel(
-    # GEMM operands (the order of GemmCall.gemm_args)
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    # GEMM operands; strides (am, ak), (bk, bn)
+    a_ptr, b_ptr, M, N, K, stride_a, stride_b,
     # stage [W, M, N] in the input dtype and flags [W, num_tiles] int64 (symmetric addresses); output
     # c [M, N] and bias [N], both local
-    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, c_ptr, bias_ptr, stride_cm, stride_cn,
-    # distributed; the call's begin (this kernel begins the call, ENTER)
-    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr,
-    # with SPLIT: K slices per tile and the split-K scratch (fp32 slots, int32 counts), else never read
-    split_k, partial_ptr, count_ptr,
-    # meta-parameters
+    stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
+    # the call (this kernel begins it with ENTER); with SPLIT: (K slices per tile, split-K scratch
+    # slots, counts), else never read
+    call, split,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
-    HAS_BIAS: tl.constexpr, SUM: tl.constexpr = True, ENTER: tl.constexpr = False, ASIDE: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr, SUM: tl.constexpr = True, ENTER: tl.constexpr = False,
     OWN_SUM: tl.constexpr = False, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1,
 ):
     """``SUM=False``: the GEMM and the partial stores only, no flags (``benchmarks.breakdown`` times the
-    parts). ``ASIDE`` (with ``ENTER``): program 0 begins the call while the others run
-    their first K loop (``call_enter_aside``); tile t goes to program ``(t + 1) % NUM_PROGRAMS``, so
-    program 0 has none while the tiles do not fill the programs. ``OWN_SUM`` (one work item a
-    program): each tile is summed right after it is pushed, this rank's partial taken from registers
-    (``produce_tiles`` with ``SUM_HERE``). ``SPLIT`` (with ``OWN_SUM``): each
-    tile's K steps are split into ``split_k`` slices, and the program that hands in a tile's last
-    slice sums them, pushes the tile and sums it (``produce_tiles`` with ``SPLIT``)."""
+    parts). ``ENTER``: program 0 begins the call while the others run their first K loop
+    (``P.enter_aside``); tile t goes to program ``(t + 1) % NUM_PROGRAMS``, so program 0 has none
+    while the tiles do not fill the programs. ``OWN_SUM`` (one work item a program): each tile is
+    summed right after it is pushed, this rank's partial taken from registers (``produce_tiles``
+    with ``SUM_HERE``). ``SPLIT`` (with ``OWN_SUM``): each tile's K steps are split into ``split[0]``
+    slices, and the program that hands in a tile's last slice sums them, pushes the tile and sums it
+    (``produce_tiles`` with ``SPLIT``)."""
     pid = tl.program_id(0)
-    if ASIDE:
-        epoch = P.call_enter_aside(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
-                                   n_out1)
+    if ENTER:
+        epoch = P.enter_aside(call)
         first = (pid + NUM_PROGRAMS - 1) % NUM_PROGRAMS  # the same on every rank: the sum's waits pair up
-        live = produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                             stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                             heap_bases, cur_rank, world, epoch, first,
+        live = produce_tiles(a_ptr, b_ptr, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
+                             call, epoch, first,
                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
-                             ctl_ptr=ctl_ptr, GATE=True, c_ptr=c_ptr, bias_ptr=bias_ptr, stride_cm=stride_cm,
-                             stride_cn=stride_cn, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, split_k=split_k,
-                             partial_ptr=partial_ptr, count_ptr=count_ptr, SPLIT=SPLIT, ALIGN=ALIGN)
+                             GATE=True, c_ptr=c_ptr, bias_ptr=bias_ptr, stride_c=stride_c, HAS_BIAS=HAS_BIAS,
+                             SUM_HERE=OWN_SUM, split=split, SPLIT=SPLIT, ALIGN=ALIGN)
         if not OWN_SUM:
             if live:
-                reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
-                             stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                             heap_bases, ctl_ptr, cur_rank, world, epoch, first,
+                reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, first,
                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
                              HAS_BIAS=HAS_BIAS)
-    else:
-        epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr,
-                                   n_out1, ENTER)
+    else:  # the begin kernel began the call
+        epoch, live = P.enter(call, False)
         if live:
-            produce_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                          heap_bases, cur_rank, world, epoch, pid,
+            produce_tiles(a_ptr, b_ptr, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
+                          call, epoch, pid,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=SUM,
-                          ctl_ptr=ctl_ptr, c_ptr=c_ptr, bias_ptr=bias_ptr, stride_cm=stride_cm,
-                          stride_cn=stride_cn, HAS_BIAS=HAS_BIAS, SUM_HERE=SUM and OWN_SUM, split_k=split_k,
-                          partial_ptr=partial_ptr, count_ptr=count_ptr, SPLIT=SPLIT, ALIGN=ALIGN)
+                          c_ptr=c_ptr, bias_ptr=bias_ptr, stride_c=stride_c, HAS_BIAS=HAS_BIAS,
+                          SUM_HERE=SUM and OWN_SUM, split=split, SPLIT=SPLIT, ALIGN=ALIGN)
             if SUM and not OWN_SUM:  # the tiles this program produced (the same ids on every rank)
-                reduce_tiles(stage_ptr, flags_ptr, c_ptr, bias_ptr, M, N,
-                             stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                             heap_bases, ctl_ptr, cur_rank, world, epoch, pid,
+                reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, pid,
                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
                              HAS_BIAS=HAS_BIAS)
-    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, NUM_PROGRAMS, ENTER)
+    P.exit(call, epoch, live, NUM_PROGRAMS, ENTER)
+
+
+def _launch(p) -> dict:
+    """The kernel's constexprs: all GEMM_SMS + COMM_SMS programs (not capped by the tiles: one
+    compiled kernel per config); ``OWN_SUM`` where every program has at most one work item (a tile,
+    or one of its K slices) and the reduction's blocks are whole tiles, so that the sum holds no
+    more registers than the reduction does."""
+    cfg = p.config
+    programs = cfg.GEMM_SMS + cfg.COMM_SMS
+    own_sum = p.num_tiles * cfg.SPLIT_K <= programs and sum_rows(cfg) == cfg.BLOCK_M
+    return dict(NUM_PROGRAMS=programs, SUB_M=sum_rows(cfg), HAS_BIAS=p.has_bias, ENTER=p.kernel_begins,
+                OWN_SUM=own_sum, SPLIT=cfg.SPLIT_K > 1, ALIGN=p.align, **p.gemm_meta)
+
+
+def split_arg(p, c):
+    """``split`` of :func:`_fused_kernel`: ``(SPLIT_K, slots, counts)``, the current stream's split-K
+    scratch (:class:`~..common.split_k.SplitKScratch`), or never-read stand-ins without a split."""
+    cfg = p.config
+    if cfg.SPLIT_K == 1:
+        return (1, p.stage, p.stage)
+    parts, counts = SPLIT_K_SCRATCH.get(c.device, p.num_tiles, cfg.SPLIT_K * cfg.BLOCK_M * cfg.BLOCK_N)
+    return (cfg.SPLIT_K, parts, counts)
 
 
 @collective(OP)
 def fused_sequential(a, b, *, config=None, group=None, bias=None):
     """gemm_all_reduce as one fused persistent kernel (its programs push their partial tiles, then sum
     them once every rank's have landed); same contract as :func:`tilefuse.gemm_all_reduce`."""
-    call = setup("fused_sequential", a, b, config, group, bias, comm=False, flags=True, kernel_begins=True)
-    if call.empty:
-        return call.c
-    heap, programs = call.heap, call.all_programs
-    aside = call.begins
-    _fused_kernel[(programs,)](
-        *call.gemm.gemm_args, call.stage, call.flags, *call.stage_args,
-        *call.out_args, heap.heap_bases, ctl(heap), heap.rank, heap.world_size, *call.enter_args, *call.split_args,
-        NUM_PROGRAMS=programs, SUB_M=call.sub_m, HAS_BIAS=call.bias is not None,
-        ENTER=call.begins, ASIDE=aside, OWN_SUM=call.own_sum(programs), **call.split_meta, **call.gemm.gemm_meta,
-    )
-    call.entered()
-    return call.c
+    p = prepare("fused_sequential", a, b, config, group, bias, comm=False, flags=True, launch=_launch)
+    c = new_output((p.M, p.N), a.dtype, a.device)
+    entry = p.begin(c)
+    if p.stage is None:
+        return c
+    a, b = p.operands(a, b)
+    _fused_kernel[(p.launch["NUM_PROGRAMS"],)](
+        a, b, p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags, p.stride_s,
+        c, c if bias is None else bias.contiguous(), p.stride_c, call_arg(p.heap, entry), split_arg(p, c),
+        **p.launch)
+    launched(entry)
+    return c

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..common.collectives import all_reduce_sum, op_group
-from ._setup import OP, check_bias
+from ._prepare import OP, check_bias
 
 
 def reference(a: torch.Tensor, b: torch.Tensor, *, config=None, group=None, bias=None) -> torch.Tensor:

@@ -1,0 +1,224 @@
+"""What a gemm_all_reduce variant prepares once per call signature: checks, config, heap buffers.
+
+:func:`prepare` runs the checks and builds a :class:`Prepared` the first time a signature (operand
+shapes, strides, dtypes, devices and alignment, the config, the bias) is seen on a group, and returns
+the same object afterwards (``launch.prepared``). A variant's host function then does, on every
+call: the output, ``p.begin(c)``, the call tuple and the launches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+
+import torch
+
+from ...runtime import hw
+from ...runtime.world import current_call
+from ..common.config import (
+    WARP_SPEC_VARIANTS,
+    Config,
+    check_variant_config,
+    decode_split_config,
+    narrow_decode,
+    side_warps,
+    sum_rows,
+)
+from ..common.gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, operand_path, tma_operands
+from ..common.launch import begin, begin_call, op_heap, prepare_gemm, prepared, workspace
+
+OP = "gemm_all_reduce"
+
+
+def check_bias(op: str, bias, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``bias`` is a 1-D tensor of ``N = b.shape[1]`` elements with a's dtype, on a's device."""
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"{op}: bias must be a torch.Tensor or None, got {type(bias).__name__}")
+    if bias.dim() != 1 or bias.shape[0] != b.shape[1]:
+        raise ValueError(f"{op}: bias must have shape ({b.shape[1]},) (N, the columns of b), got {tuple(bias.shape)}")
+    if bias.dtype != a.dtype:
+        raise TypeError(f"{op}: bias has dtype {bias.dtype} but a has dtype {a.dtype}")
+    if bias.device != a.device:
+        raise ValueError(f"{op}: bias is on {bias.device} but a is on {a.device}")
+
+
+MIN_DEFAULT_BLOCK_N = 32
+
+
+@functools.lru_cache(maxsize=4096)
+def fill_device(cfg, M: int, N: int, *, comm: bool):
+    """The default config, with BLOCK_N halved (down to 32, or the config's own if smaller) while the
+    tiles would leave GEMM programs idle.
+
+    Where the GEMM is bound by reading B, every idle program is bandwidth left unused. Only for calls
+    without a caller's config, and not for the narrow decode tiles (:func:`default_tiles`).
+    """
+    programs = cfg.GEMM_SMS if comm else cfg.GEMM_SMS + cfg.COMM_SMS
+    block_n = cfg.BLOCK_N
+    while block_n > MIN_DEFAULT_BLOCK_N and -(-M // cfg.BLOCK_M) * -(-N // block_n) < programs:
+        block_n //= 2
+    return cfg if block_n == cfg.BLOCK_N else dataclasses.replace(cfg, BLOCK_N=block_n)
+
+
+def default_tiles(cfg, M: int, N: int, dtype: torch.dtype, *, comm: bool, interpreter: bool):
+    """The tiles of a call without a caller's config: the narrow decode tiles as they are (their
+    BLOCK_N already fills the device; narrower tiles read B less efficiently), else
+    :func:`fill_device`."""
+    if narrow_decode(M, dtype, interpreter):
+        return cfg
+    return fill_device(cfg, M, N, comm=comm)
+
+
+@dataclass
+class Prepared:
+    """One call signature of one variant, checked and set up."""
+
+    heap: object
+    M: int
+    N: int
+    K: int
+    config: Config
+    sig: tuple  # the call's signature: the begin pairs the call and checks it against the peers'
+    kernel_begins: bool  # the call's first kernel begins it (ENTER); else the begin kernel does
+    pad: bool  # the operands are copied onto the tensor-descriptor path (gemm.tma_operands) every call
+    use_tma: bool  # the operands are read through tensor descriptors
+    align: int  # gemm_tile_range's ALIGN
+    stride_a: tuple  # (am, ak) of the operands the kernels read
+    stride_b: tuple  # (bk, bn)
+    stage: torch.Tensor | None  # [W, M, N] in the input dtype, on the heap (None: an empty call)
+    flags: torch.Tensor | None  # [W, num_tiles] int64 on the heap (every variant but bulk_sync)
+    gemm_meta: dict  # the GEMM part's constexprs and launch options (GemmCall.gemm_meta)
+    has_bias: bool
+    stride_s: tuple = ()  # the stage's (slot, m, n)
+    workspaces: tuple = ()  # the launch.Workspace objects holding stage and flags
+    launch: dict = field(default_factory=dict)  # the variant's constexprs and launch options
+
+    @property
+    def num_tiles(self) -> int:
+        cfg = self.config
+        return -(-self.M // cfg.BLOCK_M) * -(-self.N // cfg.BLOCK_N)
+
+    @property
+    def stride_c(self) -> tuple:
+        return (self.N, 1)  # c is a fresh contiguous [M, N]
+
+    def reduce_meta(self, programs: int, *, pull: bool, wait: bool, end: bool = False, enter: bool = False) -> dict:
+        """Constexprs and launch options of ``_tiles.reduce_kernel`` on ``programs`` programs."""
+        cfg = self.config
+        return dict(BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=sum_rows(cfg), GROUP_M=cfg.GROUP_M,
+                    NUM_PROGRAMS=programs, PULL=pull, WAIT=wait, HAS_BIAS=self.has_bias, END=end, ENTER=enter,
+                    num_warps=side_warps(cfg))
+
+    def begin(self, c: torch.Tensor) -> tuple | None:
+        """Per call: pair it with the peers' calls and check its signature. Returns the begin
+        arguments of a first kernel that begins the call (``launch.call_arg``), or None where the
+        begin kernel began it (an empty call, or ``kernel_begins`` false)."""
+        if current_call().capturing:  # a CUDA graph replays into the buffers: kept until shutdown
+            for ws in self.workspaces:
+                ws.captured = True
+        if self.stage is None:
+            begin(self.sig)
+            return None
+        return begin_call(self.sig, c, kernel_begins=self.kernel_begins)
+
+    def operands(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per call: the operands the variant's own kernels read (copies where ``pad``)."""
+        if self.pad:
+            a, b = tma_operands(a, b, UNALIGNED_PAD_MIN_M)[:2]
+        if self.use_tma:
+            ensure_triton_allocator()
+        return a, b
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
+
+
+def prepare(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool, launch=None) -> Prepared:
+    """The :class:`Prepared` of this call's signature (made by :func:`_make` on first sight);
+    ``launch(p)`` returns the variant's :attr:`Prepared.launch`. Raises on bad arguments, every time."""
+    heap = op_heap(OP, group)
+
+    def make():
+        p = _make(variant, a, b, config, group, bias, comm=comm, flags=flags)
+        if launch is not None and p.stage is not None:
+            p.launch = launch(p)
+        return p
+
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (config is None or isinstance(
+            config, Config)) and (bias is None or isinstance(bias, torch.Tensor))):
+        return make()  # raises, naming the argument
+    bias_key = None if bias is None else (bias.shape, bias.dtype, bias.device)
+    return prepared(heap, (OP, variant, comm, flags, _layout(a), _layout(b), config, bias_key), make)
+
+
+def _make(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -> Prepared:
+    """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; resolve the config and the
+    operands' path; get the heap buffers.
+
+    The stage has a's dtype and is shared by every variant of one (dtype, M, N) (the begin of each
+    call is a barrier: no rank writes a call's partials into a peer still summing the previous
+    call's). The flags belong to one variant and tile shape.
+    """
+    call = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
+    heap = call.heap
+    check_variant_config(OP, variant, call.config)  # split K: bulk_sync, and fused_sequential within one wave
+    interp = hw.interpreting()
+    if config is None:
+        split = None
+        if variant == "fused_sequential":  # the GEMM core's split decode tiles, if any
+            cfg = call.config
+            split = decode_split_config(call.M, call.N, call.K, a.dtype, num_sms=cfg.GEMM_SMS + cfg.COMM_SMS,
+                                        interpreter=interp)
+        call = dataclasses.replace(call, config=split or default_tiles(call.config, call.M, call.N, a.dtype,
+                                                                       comm=comm, interpreter=interp))
+    cfg = call.config
+    align = 1
+    if cfg.SPLIT_K > 1 and variant == "fused_sequential":
+        _check_one_wave_split(cfg, call.num_tiles)
+        # The GEMM core's operand path for the config (its split decode tiles load through pointers).
+        a_op, b_op, use_tma, b_kmajor, align = operand_path(call.a, call.b, cfg, min_m=UNALIGNED_PAD_MIN_M)
+        call = dataclasses.replace(call, a=a_op, b=b_op, use_tma=use_tma, b_kmajor=b_kmajor)
+    if bias is not None:
+        check_bias(OP, bias, a, b)
+    if call.K == 0 and call.use_tma:
+        # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
+        call = dataclasses.replace(call, use_tma=False, b_kmajor=False)
+    M, N, W = call.M, call.N, heap.world_size
+    # K_loc may differ between ranks, and with it the default config's BLOCK_K: the signature holds
+    # the tile grid, on which the ranks' tile numbering (and so the flags) depends, and everything else.
+    sig = (OP, variant, M, N, str(a.dtype), (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None)
+    p = Prepared(heap, M, N, call.K, cfg, sig, call.kernel_may_begin, call.a is not a or call.b is not b,
+                 call.use_tma, align, (call.a.stride(0), call.a.stride(1)), (call.b.stride(0), call.b.stride(1)),
+                 None, None, call.gemm_meta, bias is not None)
+    if M == 0 or N == 0:
+        return p
+    if M * N >= 2**31:
+        raise ValueError(f"{OP}: M x N = {M} x {N} elements must stay below 2**31 (the reduction indexes a "
+                         "slot with 32-bit offsets); split the call")
+    stage = workspace(heap, (OP, "stage", a.dtype, W, M, N),
+                      lambda h: {"stage": h.empty((W, M, N), dtype=a.dtype)}, W * M * N * a.element_size())
+    p.workspaces = (stage,)
+    if flags:
+        tiles = p.num_tiles
+        ws = workspace(heap, (OP, variant, W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
+                       lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles)
+        p.flags, p.workspaces = ws.flags, (stage, ws)
+    p.stage, p.stride_s = stage.stage, stage.stage.stride()
+    return p
+
+
+def _check_one_wave_split(cfg: Config, num_tiles: int) -> None:
+    """Raise ValueError unless fused_sequential can split K (``Config.SPLIT_K > 1``): every program
+    at most one K slice of a tile, and tiles whose fp32 sum fits in a program's registers (the
+    reduction's whole-tile blocks: :func:`~..common.config.sum_rows`)."""
+    programs = cfg.GEMM_SMS + cfg.COMM_SMS
+    if num_tiles * cfg.SPLIT_K > programs:
+        raise ValueError(f"{OP}: fused_sequential with SPLIT_K={cfg.SPLIT_K} needs a K slice a program: "
+                         f"{num_tiles} tiles x {cfg.SPLIT_K} slices exceed GEMM_SMS + COMM_SMS = {programs}; "
+                         "use fewer slices or larger tiles")
+    if sum_rows(cfg) < cfg.BLOCK_M:
+        raise ValueError(f"{OP}: fused_sequential with SPLIT_K={cfg.SPLIT_K} sums a whole tile in registers: "
+                         f"BLOCK_M x BLOCK_N = {cfg.BLOCK_M * cfg.BLOCK_N} must be at most 1024 x num_warps = "
+                         f"{1024 * side_warps(cfg)}")
