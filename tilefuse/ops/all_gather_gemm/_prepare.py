@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...runtime.world import current_call, in_call
 from ..common.config import Config, check_variant_config
 from ..common.gemm import ensure_triton_allocator, flattened_loop, gemm_layout
 from ..common.launch import op_heap, prepare_gemm, prepared, workspace
@@ -56,7 +57,12 @@ def prepare(variant: str, a, b, config, group, return_gathered: bool, *, buffers
         return heap, _make(variant, a, b, config, group, return_gathered, buffers, comm)  # raises: no key
     key = (OP, variant, a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16,
            b.shape, b.stride(), b.dtype, b.device, b.data_ptr() % 16, config, bool(return_gathered))
-    p = prepared(heap, key, lambda: _make(variant, a, b, config, group, return_gathered, buffers, comm))
+    if in_call() and current_call().capturing:
+        # Made afresh inside a CUDA graph capture: the workspace lookup marks the buffers the graph
+        # holds (kept until shutdown, never handed to another workspace).
+        p = _make(variant, a, b, config, group, return_gathered, buffers, comm)
+    else:
+        p = prepared(heap, key, lambda: _make(variant, a, b, config, group, return_gathered, buffers, comm))
     if p.meta.get("USE_TMA"):
         ensure_triton_allocator()  # per call: Triton's allocator is per thread (autograd's backward has its own)
     return heap, p
