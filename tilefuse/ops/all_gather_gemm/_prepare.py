@@ -3,6 +3,7 @@ GEMM's operand path. Every variant's host function starts with :func:`prepare`."
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -52,17 +53,15 @@ def prepare(variant: str, a, b, config, group, return_gathered: bool, *, buffers
     ``buffers``: ``"gathered"`` (a_gathered), ``"flagged"`` (a_gathered, flags and the claim
     counter) or ``"shard"`` (a_shard [M_loc, K]); ``comm``: the variant needs COMM_SMS >= 1."""
     heap = op_heap(OP, group)
+    make = functools.partial(_make, variant, a, b, config, group, return_gathered, buffers, comm)
     keyed = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(config, (Config, type(None)))
-    if not keyed:
-        return heap, _make(variant, a, b, config, group, return_gathered, buffers, comm)  # raises: no key
-    key = (OP, variant, a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16,
-           b.shape, b.stride(), b.dtype, b.device, b.data_ptr() % 16, config, bool(return_gathered))
-    if in_call() and current_call().capturing:
-        # Made afresh inside a CUDA graph capture: the workspace lookup marks the buffers the graph
-        # holds (kept until shutdown, never handed to another workspace).
-        p = _make(variant, a, b, config, group, return_gathered, buffers, comm)
+    if not keyed or (in_call() and current_call().capturing):
+        # Arguments with no key (make raises), or a CUDA graph capture: its workspace lookups mark the
+        # buffers the graph holds (kept until shutdown).
+        p = make()
     else:
-        p = prepared(heap, key, lambda: _make(variant, a, b, config, group, return_gathered, buffers, comm))
+        p = prepared(heap, (OP, variant, a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16, b.shape,
+                            b.stride(), b.dtype, b.device, b.data_ptr() % 16, config, bool(return_gathered)), make)
     if p.meta.get("USE_TMA"):
         ensure_triton_allocator()  # per call: Triton's allocator is per thread (autograd's backward has its own)
     return heap, p

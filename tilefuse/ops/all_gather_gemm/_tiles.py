@@ -22,7 +22,7 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ..common.flags import tile_acquire, tile_release
 from ..common.gather import copy_rows, copy_tile
-from ..common.tiles import claimed_tiles, gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets, whole_tiles
+from ..common.tiles import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets, whole_tiles
 
 
 @triton.jit
@@ -172,7 +172,7 @@ def gemm_gathered(
 
     Sources in ring order r, r+1, ...; with LOCAL_DIRECT the local shard's tiles read ``a`` itself
     and wait for nothing (on the flattened loop with ``FLATTEN``). Without ``WITH_LOCAL`` the local
-    source is left to the caller (wg_specialized: :func:`claim_local_tiles`). The local source sits
+    source is left to the caller (wg_specialized's programs share its tiles). The local source sits
     outside the loop over the peers: Triton flattens a tile loop only where no other loop encloses it.
     """
     if WITH_LOCAL:
@@ -184,26 +184,3 @@ def gemm_gathered(
                      c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, epoch, pid, NUM_PROGRAMS,
                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, False, False)
 
-
-@triton.jit
-def claim_local_tiles(
-    a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-    # int32 [1] on this rank: local tiles taken so far in this call (0 between calls)
-    claims_ptr, num_claimers,
-    # this program among the dealt_programs that start on the tiles at once (< 0: one that joins late)
-    dealt_pid, dealt_programs,
-    M_loc, N, K, cur_rank,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, FLATTEN: tl.constexpr,
-):
-    """The local shard's row block of C, read from ``a`` (no flag), shared by ``num_claimers``
-    programs (``common.tiles.claimed_tiles``): each of the ``dealt_programs`` that start at once
-    computes an even share dealt out beforehand (flattened with ``FLATTEN``), then every program
-    takes the rest tile after tile from a counter, so programs that join late (the pushers, once
-    their pushes are done) take only what nobody has started."""
-    c_src = c_ptr + tl.cast(cur_rank, tl.int64) * M_loc * stride_cm
-    a_op, b_op = gemm_operands(a_ptr, b_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                               BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-    claimed_tiles(a_op, b_op, c_src, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  claims_ptr, num_claimers, dealt_pid, dealt_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
-                  B_KMAJOR, FLATTEN)

@@ -10,7 +10,7 @@ C = COMM_SMS, G = GEMM_SMS. The pushers copy this rank's shard, BLOCK_M rows at 
 block r of every rank's ``a_gathered`` and release the per-(source, chunk) flag on the receiver
 (epoch-valued); the GEMM programs walk the sources in ring order r, r+1, ... and acquire a chunk's
 flag before a tile's K loop. The local shard's tiles, read from ``a`` where it fits the GEMM's
-operand path, wait for nothing, and all C + G programs share them (``_tiles.claim_local_tiles``):
+operand path, wait for nothing, and all C + G programs share them (``common.tiles.claimed_tiles``):
 each GEMM program first computes an even share of them (``tiles // (C + G)``) dealt out beforehand,
 on the GEMM core's flattened loop where the core's would be; then every program takes the rest one
 at a time from a counter, the GEMM programs once their share is done, the pushers once their pushes
@@ -39,8 +39,9 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import begin_call, call_arg, collective, launched, new_output
+from ..common.tiles import claimed_tiles, gemm_operands
 from ._prepare import OP, prepare
-from ._tiles import claim_local_tiles, gemm_gathered, push_shard
+from ._tiles import gemm_gathered, push_shard
 from .bulk_sync import bulk_sync
 
 
@@ -64,20 +65,21 @@ def _wg_kernel(
     seq, live = P.enter(call, True)
     pid = tl.program_id(0)
     if live:
+        rows = tl.cast(P.rank(call), tl.int64) * M_loc  # this rank's row block of a_gathered and of c
         if pid < COMM_PROGRAMS:
-            # this rank's row block of a_gathered and its row of flags
-            rank = P.rank(call)
-            own_ptr = ag_ptr + tl.cast(rank, tl.int64) * M_loc * stride_gm
-            own_flags_ptr = flags_ptr + rank * tl.cdiv(M_loc, BLOCK_M)
-            push_shard(a_ptr, stride_am, stride_ak, own_ptr, stride_gm, stride_gk, own_flags_ptr, seq, M_loc, K,
-                       call, pid, COMM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
+            push_shard(a_ptr, stride_am, stride_ak, ag_ptr + rows * stride_gm, stride_gm, stride_gk,
+                       flags_ptr + P.rank(call) * tl.cdiv(M_loc, BLOCK_M), seq, M_loc, K, call, pid, COMM_PROGRAMS,
+                       BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
         if LOCAL_DIRECT:
-            # The local shard's tiles wait for nothing: a GEMM program computes its dealt share, then
-            # every program takes the rest from a counter, the pushers once their pushes are done.
-            claim_local_tiles(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm,
-                              stride_cn, claims_ptr, COMM_PROGRAMS + GEMM_PROGRAMS, pid - COMM_PROGRAMS,
-                              GEMM_PROGRAMS, M_loc, N, K, P.rank(call), BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                              USE_TMA, B_KMAJOR, FLATTEN)
+            # The local shard's tiles wait for nothing: a GEMM program computes its dealt share (pid
+            # among the GEMM programs; < 0 for a pusher), then every program takes the rest from the
+            # claims counter, the pushers once their pushes are done.
+            a_op, b_op = gemm_operands(a_ptr, b_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                       BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
+            claimed_tiles(a_op, b_op, c_ptr + rows * stride_cm, M_loc, N, K, stride_am, stride_ak, stride_bk,
+                          stride_bn, stride_cm, stride_cn, claims_ptr, COMM_PROGRAMS + GEMM_PROGRAMS,
+                          pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
+                          FLATTEN)
         if pid >= COMM_PROGRAMS:
             gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
                           stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, seq,
