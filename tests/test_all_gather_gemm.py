@@ -151,22 +151,26 @@ def job_flattened_local_tiles(ctx, variant):
     flattened. (wg_specialized's local tiles: test_local_tiles_claimed.)"""
     from unittest import mock
 
-    from tilefuse.ops.all_gather_gemm import _setup, _tiles
+    from tilefuse.ops.all_gather_gemm import _prepare, _tiles
 
     cfg = tilefuse.Config(BLOCK_M=128, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=1,
                           GEMM_SMS=3, COMM_SMS=2)
     fn = registry.get(OP, variant)
     a, b = _inputs(ctx, 160, 72, 64, torch.float16, seed=21)  # two chunks, the second ragged
-    call = _setup.setup(variant, a, b, cfg, None, comm=True)
-    lay = _setup.layout(call, a)
-    assert lay.use_tma and lay.local_direct, "the interpreter and sm_90 take the descriptor path here"
-    assert _setup.gemm_meta(call, lay)["FLATTEN"]
-    assert not _setup.gemm_meta(call, lay, flatten=False)["FLATTEN"]
-    assert not _setup.gemm_meta(call, _setup.Layout(False, lay.b_kmajor, True))["FLATTEN"]  # pointer path
-    call64 = _setup.setup(variant, a, b, cfg.replace(BLOCK_M=64), None, comm=True)
-    assert not _setup.gemm_meta(call64, _setup.layout(call64, a))["FLATTEN"]
+    buffers = "shard" if variant == "fused_sequential" else "flagged"
+
+    def prepared(config, gathered=False):
+        return _prepare.prepare(variant, a, b, config, None, gathered, buffers=buffers,
+                                comm=variant != "fused_sequential")[1]
+
+    p = prepared(cfg)
+    assert p.meta["USE_TMA"] and p.local_direct, "the interpreter and sm_90 take the descriptor path here"
+    assert p.meta["FLATTEN"]
+    assert prepared(cfg, True).meta["FLATTEN"] == (variant != "fused_sequential")
+    assert not _prepare.flattened_loop(cfg, False)  # pointer path
+    assert not prepared(cfg.replace(BLOCK_M=64)).meta["FLATTEN"]
     ref_c, ref_ag = registry.get(OP, "reference")(a, b, return_gathered=True)
-    rule, real = _setup.flattened_loop, _tiles.whole_tiles
+    rule, real = _prepare.flattened_loop, _tiles.whole_tiles
     runs = {}
     for flat in (False, True):
         calls = []
@@ -176,8 +180,9 @@ def job_flattened_local_tiles(ctx, variant):
             return real(*args, **kwargs)
 
         with contextlib.ExitStack() as stack:
-            stack.enter_context(mock.patch.object(_setup, "flattened_loop",
+            stack.enter_context(mock.patch.object(_prepare, "flattened_loop",
                                                   lambda c, t, _flat=flat: _flat and rule(c, t)))
+            tilefuse.clear_workspaces()  # and what the calls prepared: prepared again under the patch
             if not ctx.on_gpu:  # the interpreter runs the kernels' Python: count the flattened loops
                 stack.enter_context(mock.patch.object(_tiles, "whole_tiles", counted))
             poison_workspaces()
@@ -236,7 +241,7 @@ def job_local_tiles_claimed(ctx):
     share (flattened with 128-row tiles), then the rest from a counter, the pushers after pushing.
     The counter is back at zero after every call, and calls are right at world 1, 2 and 3 with more
     tiles than programs (some dealt, some claimed) and fewer (all claimed)."""
-    from tilefuse.ops.all_gather_gemm import _setup
+    from tilefuse.ops.all_gather_gemm import _prepare
 
     fn = registry.get(OP, "wg_specialized")
     small = tilefuse.Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=1,
@@ -257,11 +262,9 @@ def job_local_tiles_claimed(ctx):
                 assert torch.equal(ag, ref_ag)
             assert_matches(got, ref_c, torch.float32, K, ctx.on_gpu, f"{M_loc}x{N}x{K} call {call}",
                            scale=ctx.world)
-            g = _setup.setup("wg_specialized", a, b, cfg, None, comm=True)
-            lay = _setup.layout(g, a)
-            assert _setup.gemm_meta(g, lay)["FLATTEN"] == (cfg is wide and lay.use_tma)
-            claims = _setup.gathered_workspace(g, "wg_specialized", flags=True).claims
-            assert claims.item() == 0, f"call {call}: the claim counter was left at {claims.item()}"
+            p = _prepare.prepare("wg_specialized", a, b, cfg, None, gathered, buffers="flagged", comm=True)[1]
+            assert p.meta["FLATTEN"] == (cfg is wide and p.meta["USE_TMA"])
+            assert p.claims.item() == 0, f"call {call}: the claim counter was left at {p.claims.item()}"
     tilefuse.barrier()
     return True
 

@@ -39,10 +39,9 @@ def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, ret
     Both are complete when the call returns (stream-ordered on a GPU: complete for any later work
     on the current stream). Collective: every rank must make the same calls in the same order.
 
-    Shape check: the first call per (variant, shape, dtype) on a rank exchanges M_loc, K, N and the
-    dtype with every rank (one ``all_gather_object``, a host round trip of about a millisecond) and
-    raises ``ValueError`` on every rank, naming each rank's M_loc, when they differ; later calls
-    with a verified shape cost nothing.
+    Shape check: the call's begin compares every rank's call signature (variant, shapes, dtype,
+    config) on the device before any row moves, and a mismatch raises
+    :class:`tilefuse.CallMismatchError` (a ``ValueError``) on every rank.
 
     Autograd: ``da = gemm_reduce_scatter(dc, b.t())``, ``db = a_gathered.t() @ dc`` (the gathered
     A is kept when ``b`` needs a gradient), and a gradient of ``a_gathered`` is reduce-scattered

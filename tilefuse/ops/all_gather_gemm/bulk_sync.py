@@ -4,40 +4,80 @@
             | GEMM (a_gathered @ b); ends the call |
 
 No overlap: the baseline shape of the algorithm in the same runtime. The begin (the push kernel's
-first program: ``call_enter``) keeps peers from pushing the next call's rows while this rank's GEMM
-still reads the previous ones; the barrier (the push kernel's last program: ``call_exit`` with
-``BARRIER``) makes every peer's rows visible before the GEMM, whose last program ends the call
-(``call_exit``): two launches, no begin kernel, no status copy. This variant also serves the other
-variants' degenerate calls (``M_loc``, ``N`` or ``K`` zero).
+first program: ``P.enter``) keeps peers from pushing the next call's rows while this rank's GEMM
+still reads the previous ones; the barrier (the push kernel's last program: ``P.exit`` with
+``BARRIER``) makes every peer's rows visible before the GEMM, whose last program ends the call:
+two launches, no begin kernel, no status copy. This variant also serves the other variants'
+degenerate calls (``M_loc``, ``N`` or ``K`` zero). Its push kernel is also fused_sequential's
+publish kernel (``EVERY_RANK=False``).
 """
 
 from __future__ import annotations
 
 import torch
+import triton.language as tl
 
+from ...runtime import primitives as P
+from ...runtime.primitives import kernel
+from ..common.gather import copy_pieces
 from ..common.gemm import matmul
-from ..common.launch import collective, ctl, gemm_call_args, launched
-from ._setup import OP, finish, gathered_workspace, new_output, setup, start
-from ._tiles import launch_shard
+from ..common.launch import begin_call, call_arg, collective, ctl, gemm_call_args, launched, new_output
+from ._prepare import OP, prepare
+from ._tiles import push_shard
+
+
+@kernel
+def shard_kernel(
+    # this rank's rows [M_loc, K] (any local tensor)
+    a_ptr, stride_am, stride_ak,
+    # where they go (a symmetric address): row block r of a_gathered, or a_shard
+    dst_ptr, stride_dm, stride_dk,
+    M_loc, K,
+    call,  # the call protocol (runtime.primitives): this kernel begins the call
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, EVERY_RANK: tl.constexpr,
+):
+    """Begin the call, copy this rank's rows into ``dst`` on every rank (``EVERY_RANK``: bulk_sync's
+    push into a_gathered) or on this rank only (fused_sequential's a_shard, which the peers read in
+    place), in tiles of BLOCK_M x BLOCK_K over every program; the last program passes the barrier
+    after which every rank's rows are in place and moves ctl[SEQ], so the kernel after it reads the
+    call's number."""
+    seq, live = P.enter(call, True)
+    if live:
+        if EVERY_RANK:
+            # No flags (SIGNAL=False): the barrier below publishes the rows; dst_ptr stands in.
+            push_shard(a_ptr, stride_am, stride_ak, dst_ptr, stride_dm, stride_dk, dst_ptr, 0, M_loc, K, call,
+                       tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST=0, SIGNAL=False)
+        else:
+            copy_pieces(dst_ptr, stride_dm, stride_dk, a_ptr, stride_am, stride_ak, M_loc, K, tl.program_id(0),
+                        NUM_PROGRAMS, BLOCK_M, BLOCK_K)
+    P.exit(call, seq, live, NUM_PROGRAMS, END=True, BARRIER=True)
+
+
+def launch_shard(p, a, dst, call, *, every_rank: bool) -> None:
+    """:func:`shard_kernel` on the config's programs: ``a``'s rows into ``dst`` (a heap tensor)."""
+    cfg = p.config
+    shard_kernel[(p.programs,)](
+        a, a.stride(0), a.stride(1), dst, dst.stride(0), dst.stride(1), p.M, p.K, call,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=p.programs, EVERY_RANK=every_rank, num_warps=4,
+    )
 
 
 @collective(OP)
 def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm with no overlap; same contract as :func:`tilefuse.all_gather_gemm`."""
-    call = setup("bulk_sync", a, b, config, group, comm=False)
-    heap, cfg = call.heap, call.config
-    W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
-    c = new_output((W * M_loc, N), a.dtype, a.device)
-    if M_loc == 0 or K == 0:
-        start(call, "bulk_sync", return_gathered)
+    heap, p = prepare("bulk_sync", a, b, config, group, return_gathered, buffers="gathered")
+    W, M_loc = heap.world_size, p.M
+    c = new_output((W * M_loc, p.N), a.dtype, a.device)
+    if p.ag is None:  # M_loc or K zero: nothing moves
+        begin_call(p.key)
         c.zero_()
-        return finish(call, c, torch.empty((W * M_loc, K), dtype=a.dtype, device=a.device), return_gathered)
-    ag = gathered_workspace(call, "bulk_sync", flags=False).a_gathered
-    own = ag[r * M_loc:(r + 1) * M_loc]
+        gathered = torch.empty((W * M_loc, p.K), dtype=a.dtype, device=a.device)
+        return (c, gathered) if return_gathered else c
     # The begin: every peer's GEMM of the previous call is done with a_gathered.
-    entry = start(call, "bulk_sync", return_gathered, c, kernel_begins=True)
-    launch_shard(call, a, own, entry, every_rank=True, ends=False)  # then every shard is in a_gathered
+    entry = begin_call(p.key, c, kernel_begins=True)
+    launch_shard(p, a, p.own, call_arg(heap, entry), every_rank=True)  # then every shard is in a_gathered
+    launched(entry, ends=False)
     # Nothing if the call was aborted; the GEMM ends the call.
-    matmul(ag, b, c, cfg, ctl(heap), call=gemm_call_args(heap, entry))
+    matmul(p.ag, b, c, p.config, ctl(heap), call=gemm_call_args(heap, entry))
     launched(entry)
-    return finish(call, c, ag.clone() if return_gathered else None, return_gathered)
+    return (c, p.ag.clone()) if return_gathered else c

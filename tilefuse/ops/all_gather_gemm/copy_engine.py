@@ -21,8 +21,8 @@ from __future__ import annotations
 from ...runtime import hw
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import ForkedStreams, collective, ctl, mid_barrier
-from ._setup import OP, finish, gemm_meta, is_degenerate, plan_push, setup
+from ..common.launch import ForkedStreams, begin_call, call_arg, collective, mid_barrier, new_output
+from ._prepare import OP, prepare
 from .bulk_sync import bulk_sync
 from .producer_consumer import gemm_kernel
 
@@ -30,29 +30,27 @@ COPIES_PER_PEER = 4  # chunks per peer: the GEMM starts on a peer's rows after t
 
 
 @kernel
-def _release_rows_kernel(flags_ptr, first, count, heap_bases, ctl_ptr, cur_rank, world):
+def _release_rows_kernel(flags_ptr, first, count, call):
     """Release ``flags[first : first + count]`` on this rank, after the copy queued before it."""
-    epoch, live = P.call_epoch(ctl_ptr)
+    seq, live = P.call_epoch(P.ctl(call))
     if live:
         for i in range(first, first + count):
             # Release: pairs with the acquire before the GEMM tiles of this chunk (_tiles.gemm_shard).
-            P.signal(flags_ptr + i, epoch, cur_rank, cur_rank, heap_bases)
+            P.signal(flags_ptr + i, seq, P.rank(call), P.rank(call), P.bases(call))
 
 
-def _pull_rows(call, p) -> None:
+def _pull_rows(heap, p, call) -> None:
     """Stream 2: every peer's rows, chunk by chunk, each chunk's flags released behind its copy."""
-    heap, cfg = call.heap, call.config
-    W, r, M_loc = heap.world_size, heap.rank, call.M
-    step = -(-p.num_chunks // COPIES_PER_PEER)
+    W, r, M_loc, n = heap.world_size, heap.rank, p.M, p.num_chunks
+    step = -(-n // COPIES_PER_PEER)
     for i in range(1, W):
         src = (r + i) % W
         theirs = heap.peer_view(p.ag, src)
-        for lo in range(0, p.num_chunks, step):
-            hi = min(lo + step, p.num_chunks)
-            rows = slice(src * M_loc + lo * cfg.BLOCK_M, src * M_loc + min(hi * cfg.BLOCK_M, M_loc))
+        for lo in range(0, n, step):
+            hi = min(lo + step, n)
+            rows = slice(src * M_loc + lo * p.config.BLOCK_M, src * M_loc + min(hi * p.config.BLOCK_M, M_loc))
             p.ag[rows].copy_(theirs[rows], non_blocking=True)
-            _release_rows_kernel[(1,)](p.flags, src * p.num_chunks + lo, hi - lo, heap.heap_bases, ctl(heap), r, W,
-                                       num_warps=1)
+            _release_rows_kernel[(1,)](p.flags, src * n + lo, hi - lo, call, num_warps=1)
 
 
 @collective(OP)
@@ -60,27 +58,24 @@ def copy_engine(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm with the rows pulled by copy engines and the GEMM on every SM but one; same
     contract as :func:`tilefuse.all_gather_gemm`. All ``GEMM_SMS + COMM_SMS`` programs of the config
     compute (at most the device's multiprocessors less one)."""
-    call = setup("copy_engine", a, b, config, group, comm=False)
-    if is_degenerate(call):
+    heap, p = prepare("copy_engine", a, b, config, group, return_gathered, buffers="flagged")
+    if p.degenerate:
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
-    heap, cfg = call.heap, call.config
-    W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
-    p = plan_push(call, "copy_engine", return_gathered)  # begins the call
+    c = new_output((heap.world_size * p.M, p.N), a.dtype, a.device)
+    begin_call(p.key, c)  # the begin kernel: a copy engine cannot begin a call
+    call = call_arg(heap, None)
     p.own.copy_(a)  # the rows the peers' copy engines pull
-    if not p.lay.local_direct:  # the GEMM reads the local rows from a_gathered too
-        _release_rows_kernel[(1,)](p.flags, r * p.num_chunks, p.num_chunks, heap.heap_bases, ctl(heap), r, W,
-                                   num_warps=1)
+    if not p.local_direct:  # the GEMM reads the local rows from a_gathered too
+        _release_rows_kernel[(1,)](p.flags, heap.rank * p.num_chunks, p.num_chunks, call, num_warps=1)
     mid_barrier(heap, 0)  # every rank's own rows are in place
     streams = ForkedStreams(heap.device)
     with streams.side():
-        _pull_rows(call, p)
-    # Not capped by the tiles (programs without one exit): one compiled kernel per config.
-    gemm_programs = min(cfg.GEMM_SMS + cfg.COMM_SMS, hw.num_sms(heap.device) - 1)
-    gemm_kernel[(gemm_programs,)](
+        _pull_rows(heap, p, call)
+    programs = min(p.programs, hw.num_sms(heap.device) - 1)
+    gemm_kernel[(programs,)](
         a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),
-        p.c, p.c.stride(0), p.c.stride(1), p.flags, M_loc, N, K,
-        heap.heap_bases, ctl(heap), r, W, *p.enter_args, gemm_programs,
-        NUM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct, ENTER=False, **gemm_meta(call, p.lay),
+        c, c.stride(0), c.stride(1), p.flags, p.M, p.N, p.K, call, programs,
+        NUM_PROGRAMS=programs, LOCAL_DIRECT=p.local_direct, ENTER=False, **p.meta,
     )
     streams.join()
-    return finish(call, p.c, p.ag.clone() if return_gathered else None, return_gathered)
+    return (c, p.ag.clone()) if return_gathered else c

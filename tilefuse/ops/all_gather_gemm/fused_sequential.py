@@ -4,8 +4,8 @@
     program p: | local tiles: K loop on a_shard | source r+1 tiles: K loop on rank r+1's a_shard | ...
 
 Each rank publishes its shard in its own heap (``a_shard``): the publish kernel's first program
-begins the call (``call_enter``), its programs copy the rows, and its last program passes the
-barrier with the other ranks (``call_exit`` with ``BARRIER``), so a call is two launches. After the
+begins the call (``P.enter``), its programs copy the rows, and its last program passes the
+barrier with the other ranks (``P.exit`` with ``BARRIER``), so a call is two launches. After the
 barrier every program computes its tiles source by source in ring order r, r+1, ..., loading A
 straight from the source rank's heap through a translated pointer (TMA descriptors work on any
 address). There is no flag: the barrier says every shard is in place. With ``return_gathered`` the
@@ -24,30 +24,30 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import collective, ctl, workspace
-from ._setup import OP, finish, gemm_meta, is_degenerate, layout, new_output, setup, start
-from ._tiles import first_tile, gemm_shard, launch_shard
-from .bulk_sync import bulk_sync
+from ..common.launch import begin_call, call_arg, collective, launched, new_output
+from ._prepare import OP, prepare
+from ._tiles import first_tile, gemm_shard
+from .bulk_sync import bulk_sync, launch_shard
 
 
 @triton.jit
 def _source(
     i, pid, s_ptr, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-    g_ptr, stride_gm, stride_gk, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world,
+    g_ptr, stride_gm, stride_gk, M_loc, N, K, call,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, GATHER: tl.constexpr,
     FLATTEN: tl.constexpr,
 ):
-    """Program pid's tiles of source step i: rank (cur_rank + i)'s shard, read in place."""
-    src = (cur_rank + i) % world
+    """Program pid's tiles of source step i: rank (r + i)'s shard, read in place."""
+    cur_rank = P.rank(call)
+    src = (cur_rank + i) % P.world(call)
     rows = tl.cast(src, tl.int64) * M_loc
-    a_src = P.translate(s_ptr, cur_rank, src, heap_bases)
+    a_src = P.translate(s_ptr, cur_rank, src, P.bases(call))
     tiles_per_source = tl.cdiv(M_loc, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     gemm_shard(a_src, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn,
                c_ptr + rows * stride_cm, stride_cm, stride_cn,
                g_ptr + rows * stride_gm, stride_gm, stride_gk,
-               # no flags (WAIT=False): the barrier published A
-               s_ptr, 0, src, cur_rank, ctl_ptr, heap_bases, world,
+               s_ptr, 0, src, call,  # no flags (WAIT=False): the barrier published A
                M_loc, N, K, first_tile(pid, i, tiles_per_source, NUM_PROGRAMS), NUM_PROGRAMS,
                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=GATHER,
                FLATTEN=FLATTEN)
@@ -55,29 +55,29 @@ def _source(
 
 @kernel
 def _fused_kernel(
-    # this call's slot of a_shard [M_loc, K] (a symmetric address)
+    # this rank's a_shard [M_loc, K] (a symmetric address)
     s_ptr, stride_sm, stride_sk,
     b_ptr, stride_bk, stride_bn,
     # c [W*M_loc, N] and, with GATHER, a_gathered [W*M_loc, K]: ordinary local tensors
     c_ptr, stride_cm, stride_cn,
     g_ptr, stride_gm, stride_gk,
     M_loc, N, K,
-    heap_bases, ctl_ptr, cur_rank, world,
+    call,  # the call protocol (begun and ended by the publish kernel)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, GATHER: tl.constexpr,
     FLATTEN: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    _, live = P.call_epoch(ctl_ptr)
+    _, live = P.call_epoch(P.ctl(call))
     # The local source outside the loop over the peers: Triton flattens a tile loop only where no
     # other loop encloses it (nested in the loop over sources, the loop compiles unflattened).
     if live:
         _source(0, pid, s_ptr, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-                g_ptr, stride_gm, stride_gk, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world,
+                g_ptr, stride_gm, stride_gk, M_loc, N, K, call,
                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, GATHER, FLATTEN)
-    for i in range(1, tl.where(live, world, 1)):
+    for i in range(1, tl.where(live, P.world(call), 1)):
         _source(i, pid, s_ptr, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-                g_ptr, stride_gm, stride_gk, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world,
+                g_ptr, stride_gm, stride_gk, M_loc, N, K, call,
                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, GATHER, FLATTEN)
 
 
@@ -85,26 +85,21 @@ def _fused_kernel(
 def fused_sequential(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm as one persistent kernel reading remote A; same contract as
     :func:`tilefuse.all_gather_gemm`."""
-    call = setup("fused_sequential", a, b, config, group, comm=False)
-    if is_degenerate(call):
+    heap, p = prepare("fused_sequential", a, b, config, group, return_gathered, buffers="shard")
+    if p.degenerate:
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
-    heap, cfg = call.heap, call.config
-    W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
-    shard = workspace(heap, (OP, "fused_sequential", M_loc, K, a.dtype),
-                      lambda h: {"a_shard": h.empty((M_loc, K), dtype=a.dtype)}, M_loc * K * a.element_size()).a_shard
-    lay = layout(call, shard)
-    c = new_output((W * M_loc, N), a.dtype, a.device)
-    ag = new_output((W * M_loc, K), a.dtype, a.device) if return_gathered else c
-    entry = start(call, "fused_sequential", return_gathered, c, ag if return_gathered else None,
-                  kernel_begins=True)
+    W = heap.world_size
+    c = new_output((W * p.M, p.N), a.dtype, a.device)
+    ag = new_output((W * p.M, p.K), a.dtype, a.device) if return_gathered else c
+    entry = begin_call(p.key, c, ag if return_gathered else None, kernel_begins=True)
+    call = call_arg(heap, entry)
     # The copy comes after the begin: no peer still reads the previous call's shard. The fused kernel
     # waits on nothing, so this kernel's end of the call is the call's.
-    launch_shard(call, a, shard, entry, every_rank=False, ends=True)
-    programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
-    _fused_kernel[(programs,)](
-        shard, shard.stride(0), shard.stride(1), b, b.stride(0), b.stride(1),
-        c, c.stride(0), c.stride(1), ag, ag.stride(0), ag.stride(1),
-        M_loc, N, K, heap.heap_bases, ctl(heap), r, W,
-        NUM_PROGRAMS=programs, GATHER=return_gathered, **gemm_meta(call, lay, flatten=not return_gathered),
+    launch_shard(p, a, p.own, call, every_rank=False)
+    launched(entry)
+    _fused_kernel[(p.programs,)](
+        p.own, p.own.stride(0), p.own.stride(1), b, b.stride(0), b.stride(1),
+        c, c.stride(0), c.stride(1), ag, ag.stride(0), ag.stride(1), p.M, p.N, p.K, call,
+        NUM_PROGRAMS=p.programs, GATHER=return_gathered, **p.meta,
     )
-    return finish(call, c, ag if return_gathered else None, return_gathered)
+    return (c, ag) if return_gathered else c

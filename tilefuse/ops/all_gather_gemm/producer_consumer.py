@@ -5,9 +5,9 @@
               | flag, K loop | source r+2 ... |
     stream 1:                                                          | join |
 
-Both kernels begin the call together (``call_enter``: the first of their programs to run does the
+Both kernels begin the call together (``P.enter``: the first of their programs to run does the
 begin, the others wait for it, so no row is pushed before every peer is done with the previous
-call's) and end it together (``call_exit`` over the programs of both: the last writes the status
+call's) and end it together (``P.exit`` over the programs of both: the last writes the status
 words).
 
 The push kernel writes this rank's shard, BLOCK_M rows at a time, into row block r of every rank's
@@ -27,10 +27,9 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.gather import push_shard
-from ..common.launch import ForkedStreams, collective, ctl
-from ._setup import OP, finish, gemm_meta, is_degenerate, plan_push, setup
-from ._tiles import gemm_gathered
+from ..common.launch import ForkedStreams, begin_call, call_arg, collective, launched, new_output
+from ._prepare import OP, prepare
+from ._tiles import gemm_gathered, push_shard
 from .bulk_sync import bulk_sync
 
 
@@ -39,19 +38,16 @@ def _push_kernel(
     # this rank's shard [M_loc, K] (any local tensor)
     a_ptr, stride_am, stride_ak,
     # this rank's row block of a_gathered and its row of flags (symmetric addresses)
-    ag_ptr, stride_gm, stride_gk, flags_ptr,
+    own_ptr, stride_gm, stride_gk, own_flags_ptr,
     M_loc, K,
-    # distributed; the call's begin and end (with ENTER; exit_programs: those of both kernels)
-    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr, exit_programs,
+    call, exit_programs,  # the call protocol; the programs of both kernels, which end the call together
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FIRST: tl.constexpr,
-    ENTER: tl.constexpr,
 ):
-    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
-                               ENTER)
+    seq, live = P.enter(call, True)
     if live:
-        push_shard(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, flags_ptr, epoch, M_loc, K,
-                   cur_rank, world, heap_bases, tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
-    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, exit_programs, ENTER)
+        push_shard(a_ptr, stride_am, stride_ak, own_ptr, stride_gm, stride_gk, own_flags_ptr, seq, M_loc, K, call,
+                   tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
+    P.exit(call, seq, live, exit_programs, END=True)
 
 
 @kernel
@@ -62,51 +58,46 @@ def gemm_kernel(
     c_ptr, stride_cm, stride_cn,
     flags_ptr,
     M_loc, N, K,
-    heap_bases, ctl_ptr, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1, status_ptr, exit_programs,
+    call, exit_programs,  # the call protocol (ENTER: this kernel begins and ends the call)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     LOCAL_DIRECT: tl.constexpr, ENTER: tl.constexpr, FLATTEN: tl.constexpr,
 ):
-    epoch, live = P.call_enter(ctl_ptr, heap_bases, cur_rank, world, sig, gen, out0_ptr, n_out0, out1_ptr, n_out1,
-                               ENTER)
+    seq, live = P.enter(call, ENTER)
     if live:
         gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
-                      c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, heap_bases, ctl_ptr, cur_rank, world,
-                      epoch, tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
-                      LOCAL_DIRECT, FLATTEN)
-    P.call_exit(ctl_ptr, heap_bases, cur_rank, world, epoch, live, status_ptr, exit_programs, ENTER)
+                      c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, seq, tl.program_id(0),
+                      NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN)
+    P.exit(call, seq, live, exit_programs, ENTER)
 
 
 @collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm with push and GEMM kernels on two streams; same contract as
     :func:`tilefuse.all_gather_gemm`."""
-    call = setup("producer_consumer", a, b, config, group, comm=True)
-    if is_degenerate(call):
+    heap, p = prepare("producer_consumer", a, b, config, group, return_gathered, buffers="flagged", comm=True)
+    if p.degenerate:
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
-    heap, cfg = call.heap, call.config
-    W, r, M_loc, N, K = heap.world_size, heap.rank, call.M, call.N, call.K
+    cfg, W = p.config, heap.world_size
+    c = new_output((W * p.M, p.N), a.dtype, a.device)
     # The kernels begin the call: no row moves before every peer is done with a_gathered.
-    p = plan_push(call, "producer_consumer", return_gathered, kernel_begins=True)
-    streams = ForkedStreams(heap.device)  # both kernels begin the call (or the begin kernel ran before)
-    # Not capped by the chunks or tiles (programs without one exit): one compiled kernel per config.
-    push_programs, gemm_programs = cfg.COMM_SMS, cfg.GEMM_SMS
+    entry = begin_call(p.key, c, kernel_begins=True)
+    call = call_arg(heap, entry)
+    streams = ForkedStreams(heap.device)
     pushes = W > p.first  # a world of one with the local rows read in place pushes nothing
-    total = gemm_programs + (push_programs if pushes else 0)  # the programs that end the call together
+    total = cfg.GEMM_SMS + (cfg.COMM_SMS if pushes else 0)  # the programs that end the call together
     if pushes:
-        _push_kernel[(push_programs,)](
-            a, a.stride(0), a.stride(1), p.own, p.own.stride(0), p.own.stride(1), p.flags[r * p.num_chunks:],
-            M_loc, K, heap.heap_bases, ctl(heap), r, W, *p.enter_args, total,
-            BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=push_programs, FIRST=p.first,
-            ENTER=p.begins, num_warps=4,
+        _push_kernel[(cfg.COMM_SMS,)](
+            a, a.stride(0), a.stride(1), p.own, p.own.stride(0), p.own.stride(1), p.own_flags, p.M, p.K,
+            call, total, BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=cfg.COMM_SMS, FIRST=p.first,
+            num_warps=4,
         )
     with streams.side():
-        gemm_kernel[(gemm_programs,)](
+        gemm_kernel[(cfg.GEMM_SMS,)](
             a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),
-            p.c, p.c.stride(0), p.c.stride(1), p.flags, M_loc, N, K,
-            heap.heap_bases, ctl(heap), r, W, *p.enter_args, total,
-            NUM_PROGRAMS=gemm_programs, LOCAL_DIRECT=p.lay.local_direct, ENTER=p.begins, **gemm_meta(call, p.lay),
+            c, c.stride(0), c.stride(1), p.flags, p.M, p.N, p.K, call, total,
+            NUM_PROGRAMS=cfg.GEMM_SMS, LOCAL_DIRECT=p.local_direct, ENTER=True, **p.meta,
         )
     streams.join()
-    p.entered()
-    return finish(call, p.c, p.ag.clone() if return_gathered else None, return_gathered)
+    launched(entry)
+    return (c, p.ag.clone()) if return_gathered else c
