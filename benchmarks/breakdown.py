@@ -72,6 +72,7 @@ import torch.distributed as dist
 
 import tilefuse
 from tilefuse.ops import registry
+from tilefuse.ops.common import arena
 from tilefuse.ops.common import launch as oplaunch
 from tilefuse.ops.common.collectives import all_reduce_sum, reduce_scatter_rows
 from tilefuse.ops.common.gemm import matmul as tf_matmul
@@ -546,7 +547,7 @@ def run_rank(ctx, args) -> dict:
                 print_table(summarize(shape_rows), TABLE_COLUMNS,
                             title=f"{op} {name} {M}x{N}x{K} world {ctx.world} {str(dtype).replace('torch.', '')}")
             append = True
-            oplaunch.clear_workspaces()
+            arena.clear_workspaces()
             gc.collect()
     return {"rows": rows, "info": info}
 

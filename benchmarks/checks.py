@@ -46,10 +46,10 @@ def poison_workspaces(*extra: torch.Tensor) -> None:
     write in this call. Flags and counters are left alone (their protocol is the tests' business).
     """
     import tilefuse
-    from tilefuse.ops.common import launch as oplaunch
+    from tilefuse.ops.common import arena
 
     tilefuse.barrier()
-    buffers = [b for ws in oplaunch.workspaces() for b in ws.buffers.values()] + list(extra)
+    buffers = [b for ws in arena.workspaces() for b in ws.buffers.values()] + list(extra)
     for buf in buffers:
         if buf.dtype.is_floating_point:
             buf.fill_(float("nan"))

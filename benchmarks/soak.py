@@ -87,14 +87,14 @@ def _rss_bytes() -> int:
 
 
 def _memory(ctx) -> dict:
-    from tilefuse.ops.common import launch as oplaunch
+    from tilefuse.ops.common import arena
 
     if ctx.on_gpu:
         torch.cuda.synchronize(ctx.device)
     return {
         "torch_allocated": torch.cuda.memory_allocated(ctx.device) if ctx.on_gpu else 0,
         "heap_bytes_used": ctx.heap.bytes_used,
-        "workspace_bytes": oplaunch.workspace_bytes(),  # of the heap bytes, those the workspace cache holds
+        "workspace_bytes": arena.workspace_bytes(),  # of the heap bytes, those the workspace cache holds
         "rss_bytes": _rss_bytes(),
     }
 

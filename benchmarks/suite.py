@@ -70,7 +70,7 @@ import torch.distributed as dist
 
 import tilefuse
 from tilefuse.ops import dispatch, registry
-from tilefuse.ops.common import launch as oplaunch
+from tilefuse.ops.common import arena
 from tilefuse.ops.common.collectives import all_gather_cat, all_reduce_sum, reduce_scatter_rows
 from tilefuse.ops.common.config import WARP_SPEC_VARIANTS, default_config
 from tilefuse.ops.common.gemm import matmul as tf_matmul
@@ -551,7 +551,7 @@ def run_rank(ctx, ops: list, shapes: dict, variants: list | None, dtype, args) -
                 append = True
                 if aborted:
                     return {"rows": rows, "info": info, "aborted": True}
-                oplaunch.clear_workspaces()  # collective: every shape's heap buffers go back
+                arena.clear_workspaces()  # collective: every shape's heap buffers go back
                 gc.collect()
     finally:
         progress.close()

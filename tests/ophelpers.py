@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tilefuse
-from tilefuse.ops.common import launch
+from tilefuse.ops.common import arena
 
 # `make test` keeps each op's matrices small enough for 2 cores: world 1 and 4, world 2 of the
 # barrier-ordered variants (world 3 keeps them), and their late-rank and back-to-back checks (their
@@ -75,7 +75,7 @@ def poison_workspaces(epoch_floor: bool = True) -> None:
 
     tilefuse.barrier()
     seq = int(control_block()[int(primitives.CTL_SEQ)].item())
-    for i, ws in enumerate(launch.workspaces()):
+    for i, ws in enumerate(arena.workspaces()):
         for name, buf in ws.buffers.items():
             if buf.dtype.is_floating_point:
                 buf.fill_(float("nan"))

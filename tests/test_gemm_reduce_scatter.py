@@ -9,7 +9,7 @@ from ophelpers import assert_matches, dtypes, flagged_first, poison_workspaces, 
 
 import tilefuse
 from tilefuse.ops import registry
-from tilefuse.ops.common import launch
+from tilefuse.ops.common import arena
 
 OP = "gemm_reduce_scatter"
 # Bits of kernel results are compared across tilings here: `.ci/run` runs these again under a
@@ -89,8 +89,8 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 def _workspace_buffer(kind: str, key: tuple) -> torch.Tensor:
     """This op's cached ``kind`` buffer ("stage" or "run") whose workspace key ends with ``key``."""
-    found = [ws.buffers[kind] for k, ws in zip(launch.workspace_keys(), launch.workspaces()) if k == (OP, kind) + key]
-    assert len(found) == 1, f"{kind} workspace {key}: {len(found)} found, keys {launch.workspace_keys()}"
+    found = [ws.buffers[kind] for k, ws in zip(arena.workspace_keys(), arena.workspaces()) if k == (OP, kind) + key]
+    assert len(found) == 1, f"{kind} workspace {key}: {len(found)} found, keys {arena.workspace_keys()}"
     return found[0]
 
 

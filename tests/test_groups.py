@@ -24,7 +24,7 @@ from torch import nn
 
 import tilefuse
 from tilefuse.ops import registry
-from tilefuse.ops.common import launch
+from tilefuse.ops.common import arena
 from tilefuse.runtime import primitives, world
 
 W = 4
@@ -108,7 +108,7 @@ def _poison_all(ctx) -> None:
         heap = tilefuse.get_heap(grp)
         with world.using(grp):
             seq = int(tilefuse.runtime.control_block()[int(primitives.CTL_SEQ)].item())
-        for ws in launch.workspaces(heap):
+        for ws in arena.workspaces(heap):
             for name, buf in ws.buffers.items():
                 if buf.dtype.is_floating_point:
                     buf.fill_(float("nan"))
@@ -161,17 +161,17 @@ def job_interleaved(ctx):
         a, b = _operands("gemm_all_reduce", 2, 3, _device())[ctx.rank % 2]
         for i in range(3):
             _check("gemm_all_reduce", entry(a, b, group=pair), pair, 3, f"pair call {i} of one signature")
-        sub_bytes, world_bytes = launch.workspace_bytes(sub_heap), launch.workspace_bytes(default)
+        sub_bytes, world_bytes = arena.workspace_bytes(sub_heap), arena.workspace_bytes(default)
         assert sub_bytes > 0 and world_bytes > 0, (sub_bytes, world_bytes)
-        assert all(sub_heap.is_on_heap(b) for ws in launch.workspaces(sub_heap) for b in ws.buffers.values())
+        assert all(sub_heap.is_on_heap(b) for ws in arena.workspaces(sub_heap) for b in ws.buffers.values())
 
         # reset and clear_workspaces act on the group given: the world's workspaces stay.
         tilefuse.reset(group=pair)
-        assert launch.workspace_bytes(sub_heap) == 0 and launch.workspace_bytes(default) == world_bytes
+        assert arena.workspace_bytes(sub_heap) == 0 and arena.workspace_bytes(default) == world_bytes
         got = _call("gemm_all_reduce", "fused_sequential", pair, 7, ctx.rank % 2, 2)
         _check("gemm_all_reduce", got, pair, 7, "gemm_all_reduce on the pair after its reset")
         tilefuse.clear_workspaces(group=pair)
-        assert launch.workspace_bytes(sub_heap) == 0 and launch.workspace_bytes(default) == world_bytes
+        assert arena.workspace_bytes(sub_heap) == 0 and arena.workspace_bytes(default) == world_bytes
         got = _call("gemm_all_reduce", "fused_sequential", None, 8, ctx.rank, W)
         _check("gemm_all_reduce", got, dist.group.WORLD, 8, "gemm_all_reduce on the world after the pair's reset")
 
@@ -182,7 +182,7 @@ def job_interleaved(ctx):
         with pytest.raises(ValueError, match="is the default group; shut the other groups down first"):
             tilefuse.shutdown(group=default.group)
     assert not tilefuse.is_initialized(pair) and not tilefuse.is_initialized(cross) and pair not in world.groups()
-    assert tilefuse.get_heap() is default and not launch.workspaces(sub_heap), "the pair's workspaces outlived it"
+    assert tilefuse.get_heap() is default and not arena.workspaces(sub_heap), "the pair's workspaces outlived it"
     return True
 
 
@@ -271,7 +271,7 @@ def job_dp_tp_mesh(ctx):
                 errs.append(float((p_ours.grad.to_local() - p_theirs.grad.to_local()).abs().max()))
             ours.zero_grad()
             theirs.zero_grad()
-        assert launch.workspaces(heap), "the styles' ops ran on the TP pair's heap"
+        assert arena.workspaces(heap), "the styles' ops ran on the TP pair's heap"
         got = _call("all_gather_gemm", "producer_consumer", None, 11, ctx.rank, W)
         _check("all_gather_gemm", got, dist.group.WORLD, 11, "all_gather_gemm on the world beside the mesh")
     finally:

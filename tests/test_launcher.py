@@ -199,7 +199,7 @@ def job_cleared_state(ctx):
     from ophelpers import assert_matches
 
     from tilefuse.ops import registry
-    from tilefuse.ops.common import launch
+    from tilefuse.ops.common import arena
 
     op, variant = "gemm_reduce_scatter", "wg_specialized"
     fn, ref = registry.get(op, variant), registry.get(op, "reference")
@@ -215,16 +215,16 @@ def job_cleared_state(ctx):
     check(24, 5, calls=3)
     tilefuse.reset()
     check(24, 9, calls=3)
-    keys = launch.workspace_keys()
+    keys = arena.workspace_keys()
     # Eviction: a budget that holds either shape's workspaces, not both (the second's are 5/3 the first's).
-    saved, launch.WORKSPACE_FRACTION = launch.WORKSPACE_FRACTION, 2.2 * launch.workspace_bytes() / ctx.heap.size
+    saved, arena.WORKSPACE_FRACTION = arena.WORKSPACE_FRACTION, 2.2 * arena.workspace_bytes() / ctx.heap.size
     try:
         check(40, 13)  # another shape: evicts (some of) the first shape's workspaces
-        evicted = any(k not in launch.workspace_keys() for k in keys)
+        evicted = any(k not in arena.workspace_keys() for k in keys)
         check(24, 14, calls=3)  # the first shape again: its workspaces come back
         check(40, 17)
     finally:
-        launch.WORKSPACE_FRACTION = saved
+        arena.WORKSPACE_FRACTION = saved
     tilefuse.clear_workspaces()
     return evicted
 

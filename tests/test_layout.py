@@ -91,21 +91,7 @@ def test_runtime_imports_nothing_above_it():
     assert not bad, "the runtime imports from above it: " + ", ".join(bad)
 
 
-@pytest.mark.xfail(strict=False, reason="files over 500 lines: being split")
 def test_no_file_over_500_lines():
     long = sorted(f"{p.relative_to(PACKAGE.parent)}: {n}" for p in PACKAGE.rglob("*.py")
                   if (n := len(p.read_text().splitlines())) > MAX_LINES)
     assert not long, f"files over {MAX_LINES} lines: " + ", ".join(long)
-
-
-RUNTIME = PACKAGE / "runtime"
-# A runtime file still over the bound, with the reason; strict: the test fails once it is short.
-_RUNTIME_PENDING = {"primitives.py": "the flat call_enter/call_ready/call_exit go once every op takes the call tuple"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, id=p.name, marks=pytest.mark.xfail(
-    strict=True, reason=_RUNTIME_PENDING[p.name])) if p.name in _RUNTIME_PENDING else pytest.param(p, id=p.name)
-    for p in sorted(RUNTIME.glob("*.py"))])
-def test_no_runtime_file_over_500_lines(path):
-    n = len(path.read_text().splitlines())
-    assert n <= MAX_LINES, f"{path.relative_to(PACKAGE.parent)} has {n} lines (at most {MAX_LINES})"

@@ -414,7 +414,7 @@ def test_shutdown_gives_workspaces_back_and_a_new_heap_starts_clean():
 
     import torch.distributed as dist
 
-    from tilefuse.ops.common import launch
+    from tilefuse.ops.common import arena
 
     if dist.is_initialized():
         pytest.skip("a process group exists in the test process")
@@ -430,10 +430,10 @@ def test_shutdown_gives_workspaces_back_and_a_new_heap_starts_clean():
             b = torch.randn(24, 16).to(torch.float16).to(heap.device)
             got = tilefuse.gemm_all_scatter(a, b, variant="wg_specialized")
             torch.testing.assert_close(got.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
-            assert launch.workspaces(), "the op made a workspace"
+            assert arena.workspaces(), "the op made a workspace"
             uids.append(heap.uid)
             tilefuse.shutdown()
-            assert not launch.workspaces(), "shutdown() kept workspaces of a closed heap"
+            assert not arena.workspaces(), "shutdown() kept workspaces of a closed heap"
         assert uids[0] != uids[1]
     finally:
         tilefuse.shutdown()

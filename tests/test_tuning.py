@@ -133,7 +133,7 @@ def job_auto_named_form_from_table(ctx, table_dir):
     workspace is the one allocated), and its result matches the reference."""
     import os
 
-    from tilefuse.ops.common import launch
+    from tilefuse.ops.common import arena
 
     os.environ["TILEFUSE_CONFIG_DIR"] = table_dir
     try:
@@ -146,7 +146,7 @@ def job_auto_named_form_from_table(ctx, table_dir):
             got = tilefuse.all_gather_gemm(a, b)
         ref = tilefuse.all_gather_gemm(a, b, variant="reference")
         torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=5e-2)
-        used = sorted({k[1] for k in launch.workspace_keys() if k[0] == "all_gather_gemm"})
+        used = sorted({k[1] for k in arena.workspace_keys() if k[0] == "all_gather_gemm"})
         return choice.variant, used
     finally:
         del os.environ["TILEFUSE_CONFIG_DIR"]

@@ -8,7 +8,7 @@ from ophelpers import randn
 
 import tilefuse
 from tilefuse.ops import registry
-from tilefuse.ops.common import launch
+from tilefuse.ops.common import arena
 
 OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter")
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
@@ -16,7 +16,7 @@ VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialize
 
 def job_many_shapes(ctx, shapes, budget_fraction):
     """Hundreds of distinct shapes through a small heap: no HeapFullError, bounded bytes, same keys."""
-    saved, launch.WORKSPACE_FRACTION = launch.WORKSPACE_FRACTION, budget_fraction
+    saved, arena.WORKSPACE_FRACTION = arena.WORKSPACE_FRACTION, budget_fraction
     try:
         heap = ctx.heap
         base_used = heap.bytes_used
@@ -30,16 +30,16 @@ def job_many_shapes(ctx, shapes, budget_fraction):
             if i % 50 == 0:
                 ref = registry.get(op, "reference")(a, b)
                 torch.testing.assert_close(out.float(), ref.float(), rtol=1e-2, atol=0.2)
-            peak = max(peak, launch.workspace_bytes())
-            assert launch.workspace_bytes() <= launch.workspace_budget(heap)
-        keys = [str(k) for k in launch.workspace_keys()]
+            peak = max(peak, arena.workspace_bytes())
+            assert arena.workspace_bytes() <= arena.workspace_budget(heap)
+        keys = [str(k) for k in arena.workspace_keys()]
         del a, b, out
         tilefuse.clear_workspaces()
-        assert launch.workspace_bytes() == 0
+        assert arena.workspace_bytes() == 0
         assert heap.bytes_used <= base_used, (heap.bytes_used, base_used)
         return peak, keys
     finally:
-        launch.WORKSPACE_FRACTION = saved
+        arena.WORKSPACE_FRACTION = saved
 
 
 def test_hundreds_of_shapes_stay_bounded(pools):

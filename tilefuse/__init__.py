@@ -14,8 +14,8 @@ _env.configure()
 
 from .ops import plain as _plain  # noqa: E402,F401  (registers the plain path)
 from .ops.all_gather_gemm import all_gather_gemm  # noqa: E402
+from .ops.common.arena import clear_workspaces  # noqa: E402
 from .ops.common.config import Config  # noqa: E402
-from .ops.common.launch import clear_workspaces  # noqa: E402
 from .ops.gemm_all_reduce import gemm_all_reduce  # noqa: E402
 from .ops.gemm_all_scatter import gemm_all_scatter  # noqa: E402
 from .ops.gemm_reduce_scatter import gemm_reduce_scatter  # noqa: E402

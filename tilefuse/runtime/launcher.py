@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import inspect
 
+import triton
+
 from . import _env
 
 _NO_DEFAULT = inspect.Parameter.empty
@@ -154,3 +156,38 @@ def no_hook(hook) -> bool:
     return hook is None or not getattr(hook, "calls", True)
 
 
+# Kernel parameters whose integers change from call to call or rank to rank: never specialised on.
+# Triton specialises ints equal to 1 or divisible by 16, so an epoch would recompile the kernel at
+# epochs 1, 16, ... and rank 1 would run another binary than its peers (the `call` tuple: its
+# pointers keep their alignment specialisation).
+_RUNTIME_INTS = ("epoch", "cur_rank", "sig", "gen", "n_out0", "n_out1", "call")
+
+
+def _label(fn) -> str:
+    """``op.variant:kernel`` for a kernel defined in ``tilefuse.ops.<op>.<variant>`` (else its module)."""
+    parts = fn.__module__.split(".")
+    where = ".".join(parts[2:]) if parts[:2] == ["tilefuse", "ops"] else fn.__module__.rsplit(".", 1)[-1]
+    return f"{where}:{fn.__name__.lstrip('_')}"
+
+
+def _launch_metadata(label: str):
+    def describe(grid, metadata, args):
+        # Only evaluated when a profiler hook is installed (triton's launch_enter_hook).
+        sizes = {k: args[k] for k in ("M", "N", "K", "M_loc", "rows") if isinstance(args.get(k), int)}
+        name = f"{label} [" + ", ".join(f"{k}={v}" for k, v in sizes.items()) + "]" if sizes else label
+        out = {"name": name}
+        m = sizes.get("M", sizes.get("M_loc"))
+        if m is not None and "N" in sizes and "K" in sizes:
+            out["flops"] = 2 * m * sizes["N"] * sizes["K"]
+        return out
+
+    return describe
+
+
+def kernel(fn):
+    """``triton.jit`` for a kernel launched by tilefuse: ranks and signatures are not specialised on,
+    profiler traces name the op, the variant and the sizes (``launch_metadata``), and launches of an
+    argument signature seen before skip Triton's per-launch binding (:mod:`.launcher`). For kernels
+    that are launched, not called from other kernels."""
+    names = [n for n in inspect.signature(fn).parameters if n in _RUNTIME_INTS]
+    return FastKernel(triton.jit(do_not_specialize=names, launch_metadata=_launch_metadata(_label(fn)))(fn), names)

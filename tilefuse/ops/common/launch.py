@@ -1,28 +1,30 @@
-"""Host-side plumbing shared by every variant launcher: heap lookup, config, workspaces, streams.
+"""Host-side plumbing shared by every variant: the call's begin and its protocol argument, heap
+lookup, config, streams.
 
-A launcher is decorated with :func:`collective` (the host part of the call runs inside a
-:class:`tilefuse.runtime.world.CollectiveCall`, on the state of the call's ``group``: its heap,
-control block and epochs; ``group=None`` is the default group's) and does, on every call:
-``heap = op_heap(op, group)`` -> checks -> ``cfg = resolve_config(...)`` (cached per shape) ->
-``ws = workspace(...)`` (heap buffers allocated once per shape, collectively, and reused) ->
-``begin(signature, outputs)`` -> launches. Kernels read the call's sequence number from the control
-block (``ctl(heap)``): nothing on the host counts epochs.
+A variant's entry point is decorated with :func:`collective` (its host part runs inside a
+:class:`tilefuse.runtime.world.CollectiveCall` on the call's ``group``) and has two phases:
+
+- prepare, once per call signature (:func:`tilefuse.ops.common.arena.prepared`): checks, config
+  (:func:`resolve_config`), heap workspaces (:func:`tilefuse.ops.common.arena.workspace`), grids;
+- launch, every call: the output, :func:`begin_call` (the call's pairing and signature check, by a
+  begin kernel or by the call's own first kernel), :func:`call_arg` (the kernels' ``call`` tuple),
+  the launches and stream fork/join (:class:`ForkedStreams`).
+
+Kernels read the call's sequence number from the control block: nothing on the host counts epochs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import gc
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
 
-from ...runtime import _env, control_block, get_heap, hostsync, hw, is_initialized
+from ...runtime import _env, control_block, get_heap, hw, is_initialized
 from ...runtime import world as _world
-from ...runtime.world import CollectiveCall, check_current_device, on_reset, on_shutdown
-from .checks import check_out_tensor
+from ...runtime.world import CollectiveCall, check_current_device
+from .arena import check_out, clear_workspaces, prepared, workspace, workspace_keys, workspaces  # noqa: F401
 from .config import Config, check_config_fits, default_config, launch_shape
 
 
@@ -53,9 +55,9 @@ def begin(key: tuple, *outputs) -> None:
 
 def begin_call(key: tuple, *outputs, kernel_begins: bool = False) -> tuple | None:
     """Begin the current call (:func:`begin`), or, with ``kernel_begins`` (the call's first kernel
-    begins it itself: ``primitives.call_enter`` with ``ENTER``, one launch less), return that
+    begins it itself: ``primitives.enter`` with ``ENTER``, one launch less), return that
     kernel's begin arguments (pass :func:`enter_args` of the result to it and to the call's last
-    kernel, which ends the call, ``call_exit``; call :func:`launched` after the launches)."""
+    kernel, which ends the call, ``primitives.exit``; call :func:`launched` after the launches)."""
     if kernel_begins:
         return _world.current_call().enter_args(key, outputs)
     begin(key, *outputs)
@@ -63,7 +65,7 @@ def begin_call(key: tuple, *outputs, kernel_begins: bool = False) -> tuple | Non
 
 
 def enter_args(entry: tuple | None) -> tuple:
-    """``sig, gen, out0, n_out0, out1, n_out1, status`` for a kernel taking ``call_enter``'s
+    """``sig, gen, out0, n_out0, out1, n_out1, status`` for a kernel taking ``primitives.enter``'s
     arguments: :func:`begin_call`'s, or never-read stand-ins when a begin kernel began the call
     (``entry`` None: launch with ``ENTER=False``)."""
     if entry is not None:
@@ -120,7 +122,7 @@ class Entered:
 
     @property
     def status(self):
-        """Where the kernel that ends the call writes the status words (``call_exit``; a never-read
+        """Where the kernel that ends the call writes the status words (``primitives.exit``; a never-read
         stand-in when a begin kernel began the call)."""
         return self.enter_args[-1]
 
@@ -187,56 +189,6 @@ def _default_config(M: int, N: int, K: int, dtype, sms: int, interpreter: bool, 
     return config
 
 
-class Workspace:
-    """Heap buffers of one (op, variant, shape) key."""
-
-    def __init__(self, buffers: dict):
-        self.buffers = buffers
-        self.nbytes = sum(b.numel() * b.element_size() for b in buffers.values())
-        self.captured = False  # used inside a CUDA graph capture: kept until shutdown
-
-    def __getattr__(self, name):
-        try:
-            return self.__dict__["buffers"][name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-_WORKSPACES: OrderedDict = OrderedDict()  # least recently used first
-_KEPT_FOR_GRAPHS: list = []  # (heap uid, workspace) of captured graphs, dropped from the cache
-
-
-# The fraction of a heap that cached workspaces may hold; the rest stays free for the caller's own
-# heap tensors (``out=`` buffers). Set it alike on every rank.
-WORKSPACE_FRACTION = 0.75
-
-
-def workspace_budget(heap) -> int:
-    """Bytes of ``heap`` the cached workspaces on it may hold (:data:`WORKSPACE_FRACTION` of it);
-    beyond it the least recently used workspaces are released (on every rank alike)."""
-    return int(heap.size * WORKSPACE_FRACTION)
-
-
-def workspace_bytes(heap=None) -> int:
-    """Heap bytes held by cached workspaces (this process; ``heap``: on that heap only)."""
-    if heap is None:
-        return sum(ws.nbytes for ws in _WORKSPACES.values())
-    return sum(ws.nbytes for key, ws in _WORKSPACES.items() if key[0] == heap.uid)
-
-
-def workspace_keys() -> list:
-    """The keys of the cached workspaces, least recently used first (for tests and tools)."""
-    return [key[1:] for key in _WORKSPACES]
-
-
-def workspaces(heap=None) -> list:
-    """The cached :class:`Workspace` objects (``heap``: on that heap only), least recently used first
-    (for tests and tools)."""
-    if heap is None:
-        return list(_WORKSPACES.values())
-    return [ws for key, ws in _WORKSPACES.items() if key[0] == heap.uid]
-
-
 def debug_poison() -> bool:
     """Whether new workspaces and outputs start as NaN, so that a tile a variant forgets to write
     shows (``tilefuse.runtime.set_debug_poison``: the test harness turns it on)."""
@@ -248,205 +200,6 @@ def new_output(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.
     if debug_poison():
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
-
-
-def _capturing(heap) -> bool:
-    return heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
-def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
-    """The cached workspace for ``key``; ``make(heap) -> dict`` allocates it on first use.
-
-    Collective on first use: every rank must reach it with the same key (checked: a rank passing
-    other shapes raises ValueError on every rank), and the buffers' heap offsets are checked to
-    agree across ranks; where they do not (a block held by a reference cycle on some rank), every
-    rank runs ``gc.collect()`` and allocates once more (no collection otherwise). Before new buffers
-    are touched, one device barrier makes sure no peer still uses the memory they reuse. Least
-    recently used workspaces beyond :func:`workspace_budget` are released first (every rank makes the
-    same calls, so every rank releases the same ones). Under :func:`debug_poison` new floating-point
-    buffers start as NaN. Inside a CUDA graph capture
-    a missing workspace is an error (make one eager call of the shape first); one that is used there
-    is kept until shutdown.
-    """
-    full_key = (heap.uid,) + key  # not id(heap): a later heap may reuse the address of a closed one
-    ws = _WORKSPACES.get(full_key)
-    if ws is not None:
-        _WORKSPACES.move_to_end(full_key)
-        if not ws.captured and _capturing(heap):
-            ws.captured = True
-        return ws
-    if _capturing(heap):
-        raise RuntimeError(
-            f"{key[0]}: a CUDA graph capture needs this call's heap workspace {key[1:]}, which does not exist "
-            "yet (heap buffers are created collectively, outside capture): make one eager call with the same "
-            "shapes, dtype, variant and config before capturing"
-        )
-    if nbytes is not None:
-        _evict(heap, nbytes)
-    buffers = _allocate(heap, key, make)
-    failure = _check_offsets(heap, key, buffers)
-    if failure is not None and failure[0] is RuntimeError and _DIVERGED in failure[1]:
-        # Blocks held only by reference cycles are freed by the cyclic collector at different moments
-        # on different ranks, so the ranks' allocators drifted apart. Every rank compared the same
-        # gathered offsets and got this error: they all collect now and allocate once more, in step.
-        buffers.clear()
-        gc.collect()
-        buffers = _allocate(heap, key, make)
-        failure = _check_offsets(heap, key, buffers)
-    if failure is not None:
-        buffers.clear()  # the blocks return now, on every rank alike
-        gc.collect()
-        raise failure[0](failure[1])
-    _world.device_barrier()  # no peer still reads or writes the memory these buffers reuse
-    for name, buf in buffers.items():
-        if name.startswith("flags"):
-            buf.zero_()
-    if debug_poison():  # a tile that a variant forgets to write shows as NaN, not as zero
-        for buf in buffers.values():
-            if buf.dtype.is_floating_point:
-                buf.fill_(float("nan"))
-    ws = Workspace(buffers)
-    _WORKSPACES[full_key] = ws
-    return ws
-
-
-_PREPARED: dict = {}  # (heap uid, key) -> what a variant prepared for that call signature
-_MAX_PREPARED = 4096
-
-
-def prepared(heap, key: tuple, make):
-    """``make()`` the first time ``key`` is seen on ``heap``'s group, the same object afterwards: what
-    a variant prepares once per call signature (checks, config, workspaces, grids). The cache is
-    dropped with the workspaces (cleared, evicted, reset, shut down), so what ``make`` returns may
-    hold workspace buffers; ``key`` must hold everything it depends on."""
-    full = (heap.uid, key)
-    got = _PREPARED.get(full)
-    if got is None:
-        got = make()
-        if len(_PREPARED) >= _MAX_PREPARED:  # ever-new signatures (changing token counts): stay bounded
-            _PREPARED.clear()
-        _PREPARED[full] = got
-    return got
-
-
-def _drop_prepared(uid: int) -> None:
-    for full in [k for k in _PREPARED if k[0] == uid]:
-        del _PREPARED[full]
-
-
-def _allocate(heap, key: tuple, make) -> dict:
-    """``make(heap)``; when the heap is full, once more after a cyclic collection on this rank (blocks
-    held only by reference cycles come back; the offsets check that follows is collective)."""
-    try:
-        return make(heap)
-    except MemoryError:
-        pass  # the exception (and the frames keeping a partial allocation) goes before collecting
-    gc.collect()
-    try:
-        return make(heap)
-    except MemoryError as err:
-        raise type(err)(f"{err}\n(tilefuse keeps one workspace per call shape: tilefuse.clear_workspaces() "
-                        "releases them all, and at most WORKSPACE_FRACTION of the heap is kept)") from err
-
-
-_DIVERGED = "heap allocations diverged"  # SymmetricHeap.check_symmetric's error for offsets that differ
-
-
-def _check_offsets(heap, key: tuple, buffers: dict) -> tuple | None:
-    """Collective: check that every rank made the same call and that the new ``buffers`` sit at the
-    same heap offsets on every rank; the error as (type, message), or None. Not the exception: its
-    frames would keep the buffers alive (a caller's ``pytest.raises``, a log record), on the ranks
-    that raised only."""
-    try:
-        heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
-    except (ValueError, RuntimeError) as err:
-        return type(err), str(err)
-    return None
-
-
-def _evict(heap, nbytes: int) -> None:
-    budget = workspace_budget(heap)
-    for full_key in _heap_keys(heap.uid):
-        if workspace_bytes(heap) + nbytes <= budget:
-            return
-        ws = _WORKSPACES.pop(full_key)
-        _drop_prepared(heap.uid)
-        if ws.captured:
-            _KEPT_FOR_GRAPHS.append((heap.uid, ws))
-
-
-def clear_workspaces(group=None) -> None:
-    """Release every cached workspace of ``group``'s heap (default: the default group's; collective:
-    call it on every rank of the group). Waits for this rank's device work
-    and for every rank of the group, so no queued kernel still uses them. CUDA graphs captured before
-    abort when replayed (their error is reported at the next call); their buffers stay allocated
-    until shutdown. Other groups' workspaces stay."""
-    if group is None and not is_initialized():
-        _WORKSPACES.clear()
-        _PREPARED.clear()
-        return
-    with _world.using(_world.state_for(group, "tilefuse.clear_workspaces")) as st:
-        _world.synchronize(st.group)
-        hostsync.barrier(st.heap.group, what="tilefuse.clear_workspaces")
-        _drop_workspaces()
-
-
-def _heap_keys(uid: int) -> list:
-    """The cached workspaces' keys on the heap ``uid``, least recently used first."""
-    return [key for key in _WORKSPACES if key[0] == uid]
-
-
-def _drop_verified(uid: int) -> None:
-    for key in [k for k in _VERIFIED_OUT if k[0] == uid]:
-        _VERIFIED_OUT.discard(key)
-
-
-def _drop_workspaces() -> None:
-    """Drop the workspaces of the active group's heap (:func:`tilefuse.runtime.world.using`)."""
-    if not is_initialized():
-        _WORKSPACES.clear()
-        _VERIFIED_OUT.clear()
-        _PREPARED.clear()
-        return
-    uid = get_heap().uid
-    _drop_prepared(uid)
-    keys = _heap_keys(uid)
-    if any(_WORKSPACES[k].captured for k in keys):
-        _world.bump_generation()
-    for key in keys:
-        ws = _WORKSPACES.pop(key)
-        if ws.captured:
-            _KEPT_FOR_GRAPHS.append((uid, ws))
-    _drop_verified(uid)
-    keys = ws = None
-    gc.collect()  # blocks held by reference cycles come back now, on every rank alike
-
-
-_RETIRED: list = []  # (control block, workspaces) of closed heaps that captured CUDA graphs still name
-
-
-def _drop_all() -> None:
-    """At shutdown, for the active group's heap (the one that closes): drop its workspaces."""
-    if not is_initialized():
-        return
-    heap = get_heap()
-    keys = _heap_keys(heap.uid)
-    captured = [_WORKSPACES[k] for k in keys if _WORKSPACES[k].captured]
-    captured += [ws for uid, ws in _KEPT_FOR_GRAPHS if uid == heap.uid]
-    if captured:
-        # A graph replayed after shutdown reads the control block (its generation is now invalid, so
-        # the call aborts before touching anything else): keep that memory until the process ends.
-        heap.mark_internal(*(b for ws in captured for b in ws.buffers.values()))
-        _RETIRED.append((control_block(), captured))
-    for key in keys:
-        del _WORKSPACES[key]
-    _drop_prepared(heap.uid)
-    _KEPT_FOR_GRAPHS[:] = [(uid, ws) for uid, ws in _KEPT_FOR_GRAPHS if uid != heap.uid]
-    _drop_verified(heap.uid)
-
-
-on_shutdown(_drop_all)  # tilefuse.shutdown() gives every workspace back with the heap
-on_reset(_drop_workspaces)
 
 
 def ctl(heap) -> torch.Tensor:
@@ -564,8 +317,8 @@ class GemmCall:
 
     @property
     def kernel_may_begin(self) -> bool:
-        """Whether the call's kernels may begin and end it themselves (``primitives.call_enter``,
-        ``call_exit``): not where the tile loop is to run warp-specialized (``Config.WARP_SPEC`` on a
+        """Whether the call's kernels may begin and end it themselves (``primitives.enter``,
+        ``primitives.exit``): not where the tile loop is to run warp-specialized (``Config.WARP_SPEC`` on a
         launcher that takes it). Triton's Hopper warp specialization (3.6 and 3.7) gives up, without
         a word, on a kernel holding any ``if`` with an ``else`` branch, and the begin's ticket, its
         bounded waits and the closing barrier have them: the kernel would run its specialized launch
@@ -627,23 +380,3 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
     if use_tma:
         ensure_triton_allocator()
     return GemmCall(op, heap, a, b, M, N, K, cfg, use_tma, b_kmajor, specialize)
-
-
-_VERIFIED_OUT: set = set()
-
-
-def check_out(op: str, heap, out, shape: tuple, dtype, **inputs) -> bool:
-    """Check ``out`` (shape, dtype, device: no silent cast or broadcast; no overlap with ``inputs``);
-    True when the kernels can write it in place: a contiguous heap tensor at the same offset on every
-    rank. Any other tensor receives a copy of the result. The offset check is collective and runs
-    once per (offset, shape); later calls are free. (Every rank must pass the same kind of ``out``.)"""
-    check_out_tensor(op, out, shape, dtype, heap.device, **inputs)
-    if not (heap.is_on_heap(out) and out.is_contiguous()):
-        return False
-    key = (heap.uid, heap.offset_of(out), tuple(out.shape), tuple(out.stride()))
-    if key not in _VERIFIED_OUT:
-        heap.check_symmetric(f"{op}: out", out)
-        if len(_VERIFIED_OUT) > 4096:
-            _VERIFIED_OUT.clear()
-        _VERIFIED_OUT.add(key)
-    return True

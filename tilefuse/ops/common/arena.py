@@ -1,0 +1,303 @@
+"""The per-group workspace arena: heap buffers made once per call shape, collectively, and reused;
+and what a variant prepares once per call signature (:func:`prepared`), dropped with them.
+
+Workspaces live in one least-recently-used cache per process, keyed by the heap they are on, and
+bounded by :data:`WORKSPACE_FRACTION` of that heap; every rank makes the same calls, so every rank
+creates, reuses and releases the same ones. A workspace used inside a CUDA graph capture is kept
+until shutdown (a replay still reads it).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import OrderedDict
+
+import torch
+
+from ...runtime import _env, control_block, get_heap, hostsync, is_initialized
+from ...runtime import world as _world
+from ...runtime.world import on_reset, on_shutdown
+from .checks import check_out_tensor
+
+
+class Workspace:
+    """Heap buffers of one (op, variant, shape) key."""
+
+    def __init__(self, buffers: dict):
+        self.buffers = buffers
+        self.nbytes = sum(b.numel() * b.element_size() for b in buffers.values())
+        self.captured = False  # used inside a CUDA graph capture: kept until shutdown
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["buffers"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+_WORKSPACES: OrderedDict = OrderedDict()  # least recently used first
+_KEPT_FOR_GRAPHS: list = []  # (heap uid, workspace) of captured graphs, dropped from the cache
+
+
+# The fraction of a heap that cached workspaces may hold; the rest stays free for the caller's own
+# heap tensors (``out=`` buffers). Set it alike on every rank.
+WORKSPACE_FRACTION = 0.75
+
+
+def workspace_budget(heap) -> int:
+    """Bytes of ``heap`` the cached workspaces on it may hold (:data:`WORKSPACE_FRACTION` of it);
+    beyond it the least recently used workspaces are released (on every rank alike)."""
+    return int(heap.size * WORKSPACE_FRACTION)
+
+
+def workspace_bytes(heap=None) -> int:
+    """Heap bytes held by cached workspaces (this process; ``heap``: on that heap only)."""
+    if heap is None:
+        return sum(ws.nbytes for ws in _WORKSPACES.values())
+    return sum(ws.nbytes for key, ws in _WORKSPACES.items() if key[0] == heap.uid)
+
+
+def workspace_keys() -> list:
+    """The keys of the cached workspaces, least recently used first (for tests and tools)."""
+    return [key[1:] for key in _WORKSPACES]
+
+
+def workspaces(heap=None) -> list:
+    """The cached :class:`Workspace` objects (``heap``: on that heap only), least recently used first
+    (for tests and tools)."""
+    if heap is None:
+        return list(_WORKSPACES.values())
+    return [ws for key, ws in _WORKSPACES.items() if key[0] == heap.uid]
+
+
+def _capturing(heap) -> bool:
+    return heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
+    """The cached workspace for ``key``; ``make(heap) -> dict`` allocates it on first use.
+
+    Collective on first use: every rank must reach it with the same key (checked: a rank passing
+    other shapes raises ValueError on every rank), and the buffers' heap offsets are checked to
+    agree across ranks; where they do not (a block held by a reference cycle on some rank), every
+    rank runs ``gc.collect()`` and allocates once more (no collection otherwise). Before new buffers
+    are touched, one device barrier makes sure no peer still uses the memory they reuse. Least
+    recently used workspaces beyond :func:`workspace_budget` are released first (every rank makes the
+    same calls, so every rank releases the same ones). Under ``tilefuse.runtime.set_debug_poison``
+    new floating-point buffers start as NaN. Inside a CUDA graph capture a missing workspace is an
+    error (make one eager call of the shape first); one that is used there is kept until shutdown.
+    """
+    full_key = (heap.uid,) + key  # not id(heap): a later heap may reuse the address of a closed one
+    if _MAKING:
+        _MAKING[-1].append(full_key)
+    ws = _WORKSPACES.get(full_key)
+    if ws is not None:
+        _WORKSPACES.move_to_end(full_key)
+        if not ws.captured and _capturing(heap):
+            ws.captured = True
+        return ws
+    if _capturing(heap):
+        raise RuntimeError(
+            f"{key[0]}: a CUDA graph capture needs this call's heap workspace {key[1:]}, which does not exist "
+            "yet (heap buffers are created collectively, outside capture): make one eager call with the same "
+            "shapes, dtype, variant and config before capturing"
+        )
+    if nbytes is not None:
+        _evict(heap, nbytes)
+    buffers = _allocate(heap, key, make)
+    failure = _check_offsets(heap, key, buffers)
+    if failure is not None and failure[0] is RuntimeError and _DIVERGED in failure[1]:
+        # Blocks held only by reference cycles are freed by the cyclic collector at different moments
+        # on different ranks, so the ranks' allocators drifted apart. Every rank compared the same
+        # gathered offsets and got this error: they all collect now and allocate once more, in step.
+        buffers.clear()
+        gc.collect()
+        buffers = _allocate(heap, key, make)
+        failure = _check_offsets(heap, key, buffers)
+    if failure is not None:
+        buffers.clear()  # the blocks return now, on every rank alike
+        gc.collect()
+        raise failure[0](failure[1])
+    _world.device_barrier()  # no peer still reads or writes the memory these buffers reuse
+    for name, buf in buffers.items():
+        if name.startswith("flags"):
+            buf.zero_()
+    if _env.debug_poison():  # a tile that a variant forgets to write shows as NaN, not as zero
+        for buf in buffers.values():
+            if buf.dtype.is_floating_point:
+                buf.fill_(float("nan"))
+    ws = Workspace(buffers)
+    _WORKSPACES[full_key] = ws
+    return ws
+
+
+_PREPARED: dict = {}  # (heap uid, key) -> (what a variant prepared, the workspace keys it holds)
+_MAX_PREPARED = 4096
+_MAKING: list = []  # the workspace keys each running `prepared` make() fetched (innermost last)
+
+
+def prepared(heap, key: tuple, make):
+    """``make()`` the first time ``key`` is seen on ``heap``'s group, the same object afterwards: what
+    a variant prepares once per call signature (checks, config, workspaces, grids). ``key`` must hold
+    everything it depends on. The workspaces ``make`` fetched stay in use: each later call marks them
+    recently used and, inside a CUDA graph capture, kept for the graph, as :func:`workspace` does;
+    the cache is dropped with them (cleared, evicted, reset, shut down)."""
+    full = (heap.uid, key)
+    got = _PREPARED.get(full)
+    if got is None:
+        _MAKING.append([])
+        try:
+            value = make()
+        finally:
+            held = tuple(_MAKING.pop())
+        if len(_PREPARED) >= _MAX_PREPARED:  # ever-new signatures (changing token counts): stay bounded
+            _PREPARED.clear()
+        _PREPARED[full] = got = (value, held)
+        return value
+    value, held = got
+    capturing = _capturing(heap)
+    for ws_key in held:
+        _WORKSPACES.move_to_end(ws_key)
+        if capturing:
+            _WORKSPACES[ws_key].captured = True
+    return value
+
+
+def _drop_prepared(uid: int) -> None:
+    for full in [k for k in _PREPARED if k[0] == uid]:
+        del _PREPARED[full]
+
+
+def _allocate(heap, key: tuple, make) -> dict:
+    """``make(heap)``; when the heap is full, once more after a cyclic collection on this rank (blocks
+    held only by reference cycles come back; the offsets check that follows is collective)."""
+    try:
+        return make(heap)
+    except MemoryError:
+        pass  # the exception (and the frames keeping a partial allocation) goes before collecting
+    gc.collect()
+    try:
+        return make(heap)
+    except MemoryError as err:
+        raise type(err)(f"{err}\n(tilefuse keeps one workspace per call shape: tilefuse.clear_workspaces() "
+                        "releases them all, and at most WORKSPACE_FRACTION of the heap is kept)") from err
+
+
+_DIVERGED = "heap allocations diverged"  # SymmetricHeap.check_symmetric's error for offsets that differ
+
+
+def _check_offsets(heap, key: tuple, buffers: dict) -> tuple | None:
+    """Collective: check that every rank made the same call and that the new ``buffers`` sit at the
+    same heap offsets on every rank; the error as (type, message), or None. Not the exception: its
+    frames would keep the buffers alive (a caller's ``pytest.raises``, a log record), on the ranks
+    that raised only."""
+    try:
+        heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
+    except (ValueError, RuntimeError) as err:
+        return type(err), str(err)
+    return None
+
+
+def _evict(heap, nbytes: int) -> None:
+    budget = workspace_budget(heap)
+    for full_key in _heap_keys(heap.uid):
+        if workspace_bytes(heap) + nbytes <= budget:
+            return
+        ws = _WORKSPACES.pop(full_key)
+        _drop_prepared(heap.uid)
+        if ws.captured:
+            _KEPT_FOR_GRAPHS.append((heap.uid, ws))
+
+
+def clear_workspaces(group=None) -> None:
+    """Release every cached workspace of ``group``'s heap (default: the default group's; collective:
+    call it on every rank of the group). Waits for this rank's device work
+    and for every rank of the group, so no queued kernel still uses them. CUDA graphs captured before
+    abort when replayed (their error is reported at the next call); their buffers stay allocated
+    until shutdown. Other groups' workspaces stay."""
+    if group is None and not is_initialized():
+        _WORKSPACES.clear()
+        _PREPARED.clear()
+        return
+    with _world.using(_world.state_for(group, "tilefuse.clear_workspaces")) as st:
+        _world.synchronize(st.group)
+        hostsync.barrier(st.heap.group, what="tilefuse.clear_workspaces")
+        _drop_workspaces()
+
+
+def _heap_keys(uid: int) -> list:
+    """The cached workspaces' keys on the heap ``uid``, least recently used first."""
+    return [key for key in _WORKSPACES if key[0] == uid]
+
+
+def _drop_verified(uid: int) -> None:
+    for key in [k for k in _VERIFIED_OUT if k[0] == uid]:
+        _VERIFIED_OUT.discard(key)
+
+
+def _drop_workspaces() -> None:
+    """Drop the workspaces of the active group's heap (:func:`tilefuse.runtime.world.using`)."""
+    if not is_initialized():
+        _WORKSPACES.clear()
+        _VERIFIED_OUT.clear()
+        _PREPARED.clear()
+        return
+    uid = get_heap().uid
+    _drop_prepared(uid)
+    keys = _heap_keys(uid)
+    if any(_WORKSPACES[k].captured for k in keys):
+        _world.bump_generation()
+    for key in keys:
+        ws = _WORKSPACES.pop(key)
+        if ws.captured:
+            _KEPT_FOR_GRAPHS.append((uid, ws))
+    _drop_verified(uid)
+    keys = ws = None
+    gc.collect()  # blocks held by reference cycles come back now, on every rank alike
+
+
+_RETIRED: list = []  # (control block, workspaces) of closed heaps that captured CUDA graphs still name
+
+
+def _drop_all() -> None:
+    """At shutdown, for the active group's heap (the one that closes): drop its workspaces."""
+    if not is_initialized():
+        return
+    heap = get_heap()
+    keys = _heap_keys(heap.uid)
+    captured = [_WORKSPACES[k] for k in keys if _WORKSPACES[k].captured]
+    captured += [ws for uid, ws in _KEPT_FOR_GRAPHS if uid == heap.uid]
+    if captured:
+        # A graph replayed after shutdown reads the control block (its generation is now invalid, so
+        # the call aborts before touching anything else): keep that memory until the process ends.
+        heap.mark_internal(*(b for ws in captured for b in ws.buffers.values()))
+        _RETIRED.append((control_block(), captured))
+    for key in keys:
+        del _WORKSPACES[key]
+    _drop_prepared(heap.uid)
+    _KEPT_FOR_GRAPHS[:] = [(uid, ws) for uid, ws in _KEPT_FOR_GRAPHS if uid != heap.uid]
+    _drop_verified(heap.uid)
+
+
+on_shutdown(_drop_all)  # tilefuse.shutdown() gives every workspace back with the heap
+on_reset(_drop_workspaces)
+
+
+_VERIFIED_OUT: set = set()
+
+
+def check_out(op: str, heap, out, shape: tuple, dtype, **inputs) -> bool:
+    """Check ``out`` (shape, dtype, device: no silent cast or broadcast; no overlap with ``inputs``);
+    True when the kernels can write it in place: a contiguous heap tensor at the same offset on every
+    rank. Any other tensor receives a copy of the result. The offset check is collective and runs
+    once per (offset, shape); later calls are free. (Every rank must pass the same kind of ``out``.)"""
+    check_out_tensor(op, out, shape, dtype, heap.device, **inputs)
+    if not (heap.is_on_heap(out) and out.is_contiguous()):
+        return False
+    key = (heap.uid, heap.offset_of(out), tuple(out.shape), tuple(out.stride()))
+    if key not in _VERIFIED_OUT:
+        heap.check_symmetric(f"{op}: out", out)
+        if len(_VERIFIED_OUT) > 4096:
+            _VERIFIED_OUT.clear()
+        _VERIFIED_OUT.add(key)
+    return True
