@@ -4,8 +4,6 @@ below the ops, and no file over 500 lines (strict for the runtime)."""
 import ast
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parent.parent / "tilefuse"
 MAX_LINES = 500
 
