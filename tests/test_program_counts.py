@@ -12,11 +12,11 @@ import torch
 from ophelpers import assert_matches, randn
 
 from tilefuse.ops import registry
-from tilefuse.ops.common import launch
+from tilefuse.ops.common import arena
 
 
 class _CountingGc:
-    """Stands in for the ``gc`` module inside launch.py: counts collections, still collects."""
+    """Stands in for the ``gc`` module inside arena.py: counts collections, still collects."""
 
     def __init__(self):
         self.calls = 0
@@ -34,9 +34,9 @@ def job_new_shape_gc(ctx):
     """Returns (collections for a new shape with no garbage, collections and correctness for a new
     shape while this rank (rank 1 only) holds a heap block in a reference cycle)."""
     counting = _CountingGc()
-    saved = launch.gc
-    launch.gc = counting
-    gc.disable()  # the cyclic garbage below stays until launch.py collects it
+    saved = arena.gc
+    arena.gc = counting
+    gc.disable()  # the cyclic garbage below stays until arena.py collects it
     try:
         op, variant = "gemm_all_scatter", "bulk_sync"
         fn, ref = registry.get(op, variant), registry.get(op, "reference")
@@ -59,7 +59,7 @@ def job_new_shape_gc(ctx):
         return clean, counting.calls - before
     finally:
         gc.enable()
-        launch.gc = saved
+        arena.gc = saved
 
 
 def test_new_shape_does_not_collect_and_divergent_offsets_recover(pools):
