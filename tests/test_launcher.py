@@ -353,3 +353,22 @@ def test_tuple_arguments_specialise_as_their_elements():
     assert _spec(call, False) == _spec((t, t[1:], 5, 2**41, 17), False)
     assert _spec(call, False) != _spec((t[1:], t[1:], 3, 2**40, 16), False), "alignment of a pointer"
     assert _spec(call, True) != _spec((t, t[1:], 3, 2**40, 17), True), "divisibility by 16 where specialised"
+
+
+def test_written_out_keys_tell_apart_what_triton_specialises_on():
+    """The launcher's per-kernel key function (written out for the first launch's kinds of arguments)
+    gives one key for calls Triton compiles alike, another where a pointer's alignment, an int's
+    width or divisibility, a constexpr or a tuple's length differs; an argument of another kind
+    makes it raise, and the launch takes the generic key instead."""
+    from tilefuse.runtime.launcher import _key_function
+
+    t = torch.zeros(64)
+    first = [t, 48, (t, 3, 7), 128, None]
+    key = _key_function(first, [False, False, False, True, False], dns={2})
+    assert key(first) == key([t[4:], 32, (t[8:], 5, 2**20), 128, None])
+    for other in ([t[1:], 48, (t, 3, 7), 128, None], [t, 47, (t, 3, 7), 128, None],
+                  [t, 2**40, (t, 3, 7), 128, None], [t, 48, (t, 3, 7), 64, None],
+                  [t, 48, (t[1:], 3, 7), 128, None], [t, 48, (t, 3, 7, 1), 128, None]):
+        assert key(other) != key(first), other
+    with pytest.raises((AttributeError, TypeError, IndexError)):
+        key([None, 48, (t, 3, 7), 128, None])

@@ -44,6 +44,7 @@ class FastKernel:
         self._dns = {i for i, n in enumerate(self._names) if n in set(do_not_specialize)}
         self._index = {n: i for i, n in enumerate(self._names)}
         self._compiled: dict = {}
+        self._key_of = None  # the argument signature's key, as code made for the first launch's kinds
         self._fast = not _env.interpreting()
 
     def __getattr__(self, name):
@@ -68,11 +69,15 @@ class FastKernel:
         return values
 
     def _signature(self, values: list, kwargs: dict):
-        key = []
-        for i, v in enumerate(values):
-            key.append(v if self._constexpr[i] else _spec(v, i not in self._dns))
+        if self._key_of is None:
+            self._key_of = _key_function(values, self._constexpr, self._dns)
+        try:
+            key = self._key_of(values)
+        except (AttributeError, TypeError, IndexError):  # an argument of another kind than at first
+            key = ("any",) + tuple(v if self._constexpr[i] else _spec(v, i not in self._dns)
+                                   for i, v in enumerate(values))
         options = tuple(sorted((k, v) for k, v in kwargs.items() if k not in self._index))
-        return tuple(key), options
+        return key, options
 
     def _launch(self, grid, *args, **kwargs):
         """Launch; returns the compiled kernel, as Triton does. A signature not seen before goes
@@ -105,6 +110,28 @@ class FastKernel:
             meta = compiled.launch_metadata(grid, stream, *values)
         compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *values)
         return compiled
+
+
+def _key_expr(name: str, v, specialize: bool) -> str:
+    """Source of the key of argument ``name`` whose first value was ``v`` (see :func:`_spec`)."""
+    if hasattr(v, "data_ptr"):  # another kind later raises AttributeError: the generic key is taken
+        return f"({name}.dtype, not {name}.data_ptr() & 15)"
+    if type(v) is int:
+        width = f"type({name}), -2147483648 <= {name} < 2147483648, {name} < 9223372036854775808"
+        return f"({width}, {name} == 1, not {name} % 16)" if specialize else f"({width})"
+    if type(v) is tuple:
+        return f"(len({name}), " + ", ".join(_key_expr(f"{name}[{j}]", x, specialize) for j, x in enumerate(v)) + ")"
+    if isinstance(v, (bool, float)):
+        return f"(type({name}), {name})" if type(v) is bool else f"type({name})"
+    return name  # None, strings: hashed as they are
+
+
+def _key_function(values: list, constexpr: list, dns: set):
+    """A function of a launch's argument list returning what Triton specialises the binary on (as
+    :func:`_spec`, in another form), written out for the kinds of ``values``: one expression an
+    argument, no per-argument dispatch (the launch's main host cost on wide kernels)."""
+    parts = [f"a[{i}]" if constexpr[i] else _key_expr(f"a[{i}]", v, i not in dns) for i, v in enumerate(values)]
+    return eval("lambda a: (" + ", ".join(parts) + ",)")  # noqa: S307 - source built above from indices
 
 
 def _spec(v, specialize: bool):
