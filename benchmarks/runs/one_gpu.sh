@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One GPU, named parts in the order given, each a step bounded in seconds; results under $OUT/r,
+# packed into $OUT/run.tar.gz (a device run returns few files).
+#   bash benchmarks/runs/one_gpu.sh host tests          (from the repository root)
+# Parts:
+#   host    host µs per eager call: every op x variant and plain at W = 1 with real launches
+#           (host_path, M = 1, 16, 128), and at W = 2 with ranks sharing the GPU (host_overhead, eager)
+#   tests   the GPU test suite without the slow set, ranks sharing the GPU (gpu_tests.sh)
+#   parity  the GEMM core against torch.matmul on the parity grid (gemm_sweep)
+#   suite   every op x variant at W = 1 against torch.matmul on the Llama-3-8B set
+source "$(dirname "$0")/prelude.sh"
+END=$(( T0 + ${TOTAL_S:-570} ))
+for part in "$@"; do
+    case $part in
+    host)
+        step host_path_w1 90 "$PY" -m benchmarks.host_path --real-launches --M 1,16,128 --N 4096 --K 8192 \
+            --calls 100 --rounds 5 --csv "$R/host_path_w1.csv"
+        step host_overhead_w2 120 "$PY" -m benchmarks host_overhead --world 2 --M 1,16 --no-graphs --calls 100 \
+            --csv "$R/host_overhead_w2.csv"
+        ;;
+    tests) tests_in_rest "" ;;
+    parity) step gemm_parity 240 "$PY" -m benchmarks.gemm_sweep --grid parity --csv "$R/gemm_parity.csv" ;;
+    suite) step suite_w1 240 "$PY" -m benchmarks suite --world 1 --sets llama3-8b --csv "$R/suite_w1.csv" ;;
+    *) echo "unknown part: $part (host, tests, parity, suite)" >&2; exit 2 ;;
+    esac
+done
+pack
+grep -h "^==" "$R"/*.log "$R"/tests/*.txt 2>/dev/null | cut -c1-160
