@@ -1,34 +1,27 @@
 """``variant="auto"``: a measured choice where there is one, else the plain path.
 
-A call ``op(a [M, K], b [K, N])`` is decided per *bucket*: (arch, world size, op, dtype, N, K, the
-bucket of M: :mod:`tilefuse.tuning.buckets`); the kernels always run the exact M. The first call of
-a bucket decides it, in this order:
+A call ``op(a [M, K], b [K, N])`` is decided per *bucket* (arch, world size, op, dtype, N, K, the
+bucket of M: :mod:`tilefuse.tuning.buckets`; the kernels run the exact M). The first call of a bucket
+takes the first of:
 
 1. **table**: a config table entry (shipped, or ``TILEFUSE_CONFIG_DIR``) for the exact shape, else
    one with the same N, K and dtype whose M falls in the bucket;
 2. **cache**: the user's decision cache (:mod:`tilefuse.tuning.cache`, ``TILEFUSE_CACHE_DIR``);
 3. **tuned**: first-call tuning (:mod:`tilefuse.tuning.autotune`) of plain and each variant on the
-   call's own operands, remembered in the cache. ``TILEFUSE_AUTOTUNE`` unset: only on a GPU and only
-   if one plain call (timed once, max over ranks) takes at least ``autotune.MIN_PLAIN_MS``
-   (0.2 ms); ``=1``: always (in Triton's interpreter too, where the times mean nothing); ``=0``: never;
-4. **model**: the cost model (:mod:`tilefuse.tuning.costmodel`) fitted on the tables' measurements,
-   if it predicts a variant at least 5 % faster than plain;
-5. **default**: the plain path (torch.matmul + the torch.distributed collective).
+   call's operands, saved in the cache. ``TILEFUSE_AUTOTUNE`` unset: on a GPU, if one plain call takes
+   at least ``autotune.MIN_PLAIN_MS``; ``=1``: always (in the interpreter too); ``=0``: never;
+4. **model**: the cost model (:mod:`tilefuse.tuning.costmodel`), if it predicts a variant >= 5 %
+   faster than plain;
+5. **default**: the plain path.
 
-Every rank must run the same variant. So the first call of a bucket is collective: every rank
-looks at its own tables and cache, one exchange on the op's group hands rank 0's view to all (a rank
-whose cache differs follows rank 0), and if rank 0 saw nothing, they tune together (rank 0 decides)
-or all take rank 0's model answer. The decision is then remembered per bucket in memory (later
-calls in the bucket make no exchange) and per call signature (op, shapes, dtype, device, group,
-table generation, table and cache directories): a call seen before is one dictionary lookup, then
-the chosen variant's entry point or the plain path; nothing is bucketed or looked up in tables,
-and the two directories are read without ``os.environ``'s per-lookup encoding.
-Ranks whose K shards differ (gemm_reduce_scatter, gemm_all_reduce) still reach one decision: rank
-0's, for its own shape.
+Every rank must run the same variant, so the first call of a bucket is collective: one exchange on
+the op's group hands rank 0's view (tables, cache, model) to all, and they tune together if rank 0
+saw nothing. The decision is remembered per bucket and per call signature: a call seen before is one
+dictionary lookup. Ranks whose K shards differ still reach one decision: rank 0's.
 
-While ``torch.compile`` traces or a CUDA graph captures, nothing is exchanged or tuned: a bucket
-that is not decided yet runs the plain path for that call (and is decided on a later eager call).
-``logging.getLogger("tilefuse")``: INFO when a bucket is tuned, DEBUG for each decision and its source.
+While ``torch.compile`` traces or a CUDA graph captures, nothing is exchanged or tuned: an undecided
+bucket runs plain for that call. ``logging.getLogger("tilefuse")``: INFO when a bucket is tuned,
+DEBUG for each decision and its source.
 """
 
 from __future__ import annotations
@@ -254,8 +247,7 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
 
 def resolve(op: str, a, b, group=None, kwargs: dict | None = None) -> tuple:
     """``(variant, entry point, config)`` that auto runs for this call, remembered per call signature
-    (op, shapes, dtype, device, group, table generation, table and cache directories) until
-    :func:`tilefuse.tuning.tables.clear_cache`, :func:`clear` or ``tilefuse.shutdown()``."""
+    until :func:`tilefuse.tuning.tables.clear_cache`, :func:`clear` or ``tilefuse.shutdown()``."""
     return _resolve(op, a, b, group, kwargs)[:3]
 
 
@@ -265,10 +257,8 @@ GRAPH_MIN_M = 512  # below it, a fused choice with no device-time measurement ru
 
 def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
     """What runs inside a CUDA graph: the choice's measured graph pick (:meth:`tables.Choice.for_graphs`);
-    without one, the choice itself from ``GRAPH_MIN_M`` rows, else plain. A fused variant's eager win
-    at small M is mostly host work, which a graph does not pay, and a choice that carries no graph
-    pick was never timed on device work alone (a table or cache entry without a ``graph`` pick, or
-    the cost model's prediction from larger shapes)."""
+    without one, the choice itself from ``GRAPH_MIN_M`` rows, else plain: a fused variant's eager win
+    at small M is mostly host work, which a graph does not pay."""
     if choice.graph is not None or choice.variant == tables.PLAIN or M >= GRAPH_MIN_M:
         return choice.for_graphs()
     return tables.Choice(tables.PLAIN, None, f"{choice.source}; inside CUDA graphs plain: M < {GRAPH_MIN_M} and no "
@@ -276,9 +266,8 @@ def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
 
 
 def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
-    """:func:`resolve`'s answer and whether it is remembered (not while capturing or compiling).
-    ``graphs`` (default: whether this stream is capturing a CUDA graph): the bucket's choice for
-    CUDA graphs (:meth:`tables.Choice.for_graphs`)."""
+    """:func:`resolve`'s answer and whether it is remembered (not while capturing or compiling);
+    ``graphs`` (default: whether this stream captures a CUDA graph) picks the choice for CUDA graphs."""
     if graphs is None:
         graphs = a.is_cuda and _graph_capture()
     key = (op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs(), graphs)
@@ -297,11 +286,8 @@ def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
 
 
 def run_auto(op: str, a, b, config, group, **kwargs):
-    """Run ``op`` with the chosen variant; a caller's ``config`` overrides the decision's.
-
-    A call signature seen before costs one dictionary lookup on a key of shapes, dtype, device and
-    group (and whether a CUDA graph is being captured: inside graphs the bucket's graph choice
-    runs); then the chosen variant's entry point (or the plain path) runs."""
+    """Run ``op`` with the chosen variant; a caller's ``config`` overrides the decision's. A call
+    signature seen before costs one dictionary lookup (inside a CUDA graph capture: the graph choice)."""
     graphs = a.is_cuda and _graph_capture()
     hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs(), graphs))
     variant, fn, chosen_config = hit if hit is not None else _resolve(op, a, b, group, kwargs, graphs)[:3]

@@ -1,20 +1,10 @@
-"""tilefuse's ops as ``torch.library`` custom ops (namespace ``tilefuse``): traced by torch.compile,
-differentiable through autograd.
+"""tilefuse's ops as ``torch.library`` custom ops (``torch.ops.tilefuse.<op>(a, b, variant, config, group)``):
+traced by torch.compile with no graph break, differentiable through autograd.
 
-Each op of :data:`SPECS` becomes ``torch.ops.tilefuse.<op>(a, b, variant, config, group)``:
-
-* the real implementation runs what the public function runs (``registry.get(op, variant)``, or
-  ``dispatch.run_auto`` for ``"auto"``); everything that happens on a first call (the shape exchange
-  with the peers, heap workspaces, table lookups, tuning) happens there, never while tracing;
-* the fake implementation only checks the operands and gives the output's shape, dtype and device,
-  so ``torch.compile(fn, fullgraph=True)`` traces calls to the ops with no graph break;
-* the autograd formula runs the backward through the same custom ops (a compiled backward traces
-  too), with the tensor-parallel convention that the backward of an all-gather is a reduce-scatter
-  and the other way round.
-
-Non-tensor arguments are schema types: ``variant`` a string, ``config`` a :class:`Config` as the
-list of its fields in declaration order (:func:`encode_config`) or None, ``group`` the process
-group's name (:func:`group_name`) or None for the default group, resolved in the real implementation.
+The real implementation runs the public function's entry point (``registry.get`` or
+``dispatch.run_auto``), so every first-call exchange, workspace and tuning happens there, never while
+tracing; the fake one checks the operands and gives the output's shape. ``config`` travels as the
+list of its fields (:func:`encode_config`), ``group`` as its name (:func:`group_name`, None: default).
 
 ============================  ==========================  ====================================
 op (rank r, W ranks)          output                      backward (dc: this rank's output grad)
@@ -27,25 +17,14 @@ gemm_reduce_scatter           ``c [M/W, N]``              ``da, dc_full = all_ga
                                                           gathered)``; ``db = a^T @ dc_full``
 gemm_all_reduce               ``c [M, N]`` (replicated)   ``da = dc @ b^T``, ``db = a^T @ dc``,
   (``+ bias [N]``)                                        ``dbias = dc`` summed over rows
-                                                          (all-reduce backward is the identity)
 ============================  ==========================  ====================================
 
-Beside them: ``all_gather_gemm_gathered`` (``(c, all_gather(a))``; the gathered output is
-differentiable too: its gradient is reduce-scattered into ``da``), ``gemm_all_scatter_out`` (writes
-a caller's heap ``out``, a mutated argument; not differentiable, like torch's ``out=`` functions;
-eager calls only: traced code would functionalise it and hand the op a copy of ``out`` that is not
-on the heap, so a compiled ``gemm_all_scatter(..., out=out)`` runs the op into its own buffer and
-copies the result into ``out``), and the two collectives the formulas need, ``all_gather_rows``
-and ``reduce_scatter_rows``, each the other's backward. Backward ops run the forward's variant
-with ``config=None`` (the variant's own choice for the backward's shapes; a forward config is tuned
-for the forward's shapes).
-
-Eager calls that need no gradient and that nothing traces skip the dispatcher and run the entry
-point directly (:func:`call`): the same work, without the custom op's Python dispatch.
-
-``gemm_all_reduce`` is defined when the registry knows the op (``registry.OPS``). The backward of
-its all-reduce is the identity (Megatron's row-parallel convention): ``dc`` is assumed to be the
-same on every rank, as it is downstream of a replicated activation.
+The backward of the all-reduce is the identity (Megatron's row-parallel convention: ``dc`` is the
+same on every rank). Beside them: ``all_gather_gemm_gathered`` (``(c, all_gather(a))``, both
+differentiable), ``gemm_all_scatter_out`` (writes a caller's heap ``out``; not differentiable, eager
+only: traced code would hand it a functionalised copy of ``out`` off the heap) and the collectives
+``all_gather_rows`` / ``reduce_scatter_rows``, each the other's backward. Backward ops run the
+forward's variant with ``config=None`` (a forward config is tuned for the forward's shapes).
 """
 
 import dataclasses
@@ -60,16 +39,11 @@ from . import registry
 from .common.checks import check_divisible
 from .common.config import Config
 from .dispatch import run_auto
-from .plain import check_operands
+from .plain import check_operands, reduce_scatter
 
 NAMESPACE = "tilefuse"
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(Config))
 _ARGS = "Tensor a, Tensor b, str variant, int[]? config, str? group"
-
-
-# ---------------------------------------------------------------------------------------------
-# Non-tensor arguments
-# ---------------------------------------------------------------------------------------------
 
 
 def encode_config(config) -> list[int] | None:
@@ -136,35 +110,27 @@ def world_size(group: str | None) -> int:
     return dist.get_world_size(resolve_group(group))
 
 
-# ---------------------------------------------------------------------------------------------
-# Real implementations
-# ---------------------------------------------------------------------------------------------
-
-
 def _owned(t: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
     """``t`` as a custom op may return it: contiguous (the fake's strides), sharing no storage with
     an input, and not in a heap workspace that the op's next call reuses."""
     if not t.is_contiguous():
         return t.contiguous()
     ptr = t.untyped_storage().data_ptr()
-    if any(ptr == x.untyped_storage().data_ptr() for x in inputs):
-        return t.clone()
-    if is_initialized() and get_heap().is_on_heap(t):
+    if any(ptr == x.untyped_storage().data_ptr() for x in inputs) or (is_initialized() and get_heap().is_on_heap(t)):
         return t.clone()
     return t
 
 
-def run(op: str, a, b, variant: str, config: list[int] | None, group: str | None, **kwargs):
+def _entry(op: str, a, b, variant: str, config, group, **kwargs):
     """What the public function of ``op`` runs: the named variant's entry point, or auto's choice."""
-    cfg, grp = decode_config(config), resolve_group(group)
     if variant == "auto":
-        return run_auto(op, a, b, cfg, grp, **kwargs)
-    return registry.get(op, variant)(a, b, config=cfg, group=grp, **kwargs)
+        return run_auto(op, a, b, config, group, **kwargs)
+    return registry.get(op, variant)(a, b, config=config, group=group, **kwargs)
 
 
-# ---------------------------------------------------------------------------------------------
-# The op table
-# ---------------------------------------------------------------------------------------------
+def run(op: str, a, b, variant: str, config: list[int] | None, group: str | None, **kwargs):
+    """:func:`_entry` from the schema's arguments."""
+    return _entry(op, a, b, variant, decode_config(config), resolve_group(group), **kwargs)
 
 
 @dataclass(frozen=True)
@@ -230,7 +196,6 @@ SPECS: dict[str, OpSpec] = {
                _check_rows_divisible),
         OpSpec("gemm_all_reduce", lambda M, K, N, W: (M, N), _back_gemm_all_reduce, bias=True),
     )
-    if spec.name in registry.OPS
 }
 
 
@@ -364,19 +329,12 @@ def _(x, group):
 @torch.library.custom_op(f"{NAMESPACE}::reduce_scatter_rows", mutates_args=(),
                          schema="(Tensor x, str? group) -> Tensor")
 def reduce_scatter_rows(x, group):
-    """Row block r of the sum over ranks of ``x [W*R, C]``: ``[R, C]`` (summed in fp32 off NCCL)."""
+    """Row block r of the sum over ranks of ``x [W*R, C]``: ``[R, C]``."""
     from .common.collectives import op_group
-    from .common.collectives import reduce_scatter_rows as rs_rows
 
     grp = op_group(resolve_group(group))
-    W = dist.get_world_size(grp)
-    check_divisible("reduce_scatter_rows", "rows of x", x.shape[0], W, "the world size")
-    x = x.contiguous()
-    if W > 1 and x.device.type == "cuda" and dist.get_backend(grp) == "nccl":
-        out = x.new_empty((x.shape[0] // W, *x.shape[1:]))
-        dist.reduce_scatter_tensor(out, x, group=grp)
-        return out
-    return _owned(rs_rows(x, group=grp).to(x.dtype), x)
+    check_divisible("reduce_scatter_rows", "rows of x", x.shape[0], dist.get_world_size(grp), "the world size")
+    return _owned(reduce_scatter(x.contiguous(), grp), x)
 
 
 @reduce_scatter_rows.register_fake
@@ -394,11 +352,6 @@ all_gather_rows.register_autograd(
     lambda ctx, g: (_ops().reduce_scatter_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
 reduce_scatter_rows.register_autograd(
     lambda ctx, g: (_ops().all_gather_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
-
-
-# ---------------------------------------------------------------------------------------------
-# What the public functions call
-# ---------------------------------------------------------------------------------------------
 
 
 def _direct(*tensors) -> bool:
@@ -420,25 +373,18 @@ _grad_enabled = torch.is_grad_enabled
 
 
 def call(op: str, a, b, *, variant: str, config, group, **kwargs):
-    """``torch.ops.tilefuse.<op>(a, b, ...)`` from the public function's arguments.
+    """``torch.ops.tilefuse.<op>(a, b, ...)`` from the public function's arguments (``return_gathered``
+    for all_gather_gemm, ``out`` for gemm_all_scatter, ``bias`` for gemm_all_reduce).
 
-    ``all_gather_gemm`` takes ``return_gathered``; ``gemm_all_scatter`` takes ``out``. Where ``b``
-    needs a gradient, all_gather_gemm runs the gathered-output op (the weight gradient needs
-    ``all_gather(a)``; keeping it saves a second all-gather in the backward).
-
-    An eager call that needs no gradient and that nothing traces (:func:`_direct`) runs the entry
-    point straight away, as the op's real implementation would: the custom op's Python dispatch
-    costs about as much host time as the plain path's own host work at decode sizes
-    (``benchmarks.host_overhead`` compares ``plain`` with ``plain_custom_op``).
+    Where ``b`` needs a gradient, all_gather_gemm runs the gathered-output op: the weight gradient
+    needs ``all_gather(a)``. An eager call that needs no gradient and that nothing traces
+    (:func:`_direct`) runs the entry point itself: the custom op's Python dispatch costs about as
+    much host time as the plain path's own host work at decode sizes.
     """
     if not isinstance(variant, str):
         raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
     if _direct(a, b, kwargs.get("out"), kwargs.get("bias")):
-        if isinstance(group, str):
-            group = resolve_group(group)
-        if variant == "auto":
-            return run_auto(op, a, b, config, group, **kwargs)
-        return registry.get(op, variant)(a, b, config=config, group=group, **kwargs)
+        return _entry(op, a, b, variant, config, resolve_group(group) if isinstance(group, str) else group, **kwargs)
     cfg, grp = encode_config(config), group_name(group)
     ops = _ops()
     if op == "all_gather_gemm":
