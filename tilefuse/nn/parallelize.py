@@ -129,14 +129,10 @@ def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1, m
 
 def style_from_name(name: str, variant: str = "auto") -> ParallelStyle:
     """The tilefuse ``ParallelStyle`` for a plan string of torch's / HF's meaning (not the ``_seq`` names)."""
-    if name == "colwise":
-        return ColwiseParallel(variant=variant)
-    if name == "rowwise":
-        return RowwiseParallel(variant=variant)
-    if name in ("colwise_rep", "colwise_gather_output"):
-        return ColwiseParallel(output_layouts=Replicate(), variant=variant)
-    if name in ("rowwise_rep", "rowwise_split_input"):
-        return RowwiseParallel(input_layouts=Replicate(), variant=variant)
+    if name in ("colwise", "colwise_rep", "colwise_gather_output"):
+        return ColwiseParallel(output_layouts=None if name == "colwise" else Replicate(), variant=variant)
+    if name in ("rowwise", "rowwise_rep", "rowwise_split_input"):
+        return RowwiseParallel(input_layouts=None if name == "rowwise" else Replicate(), variant=variant)
     known = sorted(k for k in STYLES if k not in _SEQ_LAYERS)
     raise ValueError(f"style_from_name: {name!r} is not a style of torch's / HF's meaning that tilefuse runs; "
                      f"known: {known}")

@@ -1,17 +1,9 @@
 """torch's tensor-parallel styles on tilefuse's fused ops: ``ColwiseParallel`` and ``RowwiseParallel``.
 
 They take torch's constructor arguments (plus ``variant``) and go into a ``parallelize_module`` plan
-beside torch's own styles. Parameters become DTensors sharded as torch's styles shard them:
-
-================  ==============================  ==========================
-style             weight ``[out, in]``            bias ``[out]``
-================  ==============================  ==========================
-ColwiseParallel   ``Shard(0)``: ``[out/W, in]``   ``Shard(0)``: ``[out/W]``
-RowwiseParallel   ``Shard(1)``: ``[out, in/W]``   ``Replicate()``: ``[out]``
-================  ==============================  ==========================
-
-The forward runs on the local shards with the op the layouts call for (``Shard(d)``, ``d`` not the
-last dimension, shards tokens: ``Shard(1)`` for ``[B, S, H]`` split along S):
+beside torch's own styles; parameters become DTensors sharded as torch's styles shard them. The
+forward runs on the local shards with the op the layouts call for (``Shard(d)``, ``d`` not the last
+dimension, shards tokens: ``Shard(1)`` for ``[B, S, H]`` split along S):
 
 =========  ================  ================  =============================================================
 style      input layout      output layout     forward on rank r (backward)
@@ -213,8 +205,10 @@ class _SplitFeatures(torch.autograd.Function):
         return full.t().reshape(*ctx.lead, -1), None, None, None
 
 
-def _tokens_first(x: torch.Tensor, d: int) -> torch.Tensor:
-    return x if d == 0 else x.movedim(d, 0)
+def _on_tokens(plan: TPLinearPlan, linear, x: torch.Tensor, d: int, w, b):
+    """A dim-0 sequence-parallel ``linear`` on tokens sharded along dim ``d``: moved to the front and back."""
+    y = linear(x if d == 0 else x.movedim(d, 0), w, b, group=plan.group, variant=plan.variant)
+    return _output(plan, y if d == 0 else y.movedim(0, d).contiguous())
 
 
 def colwise_forward(module: nn.Linear, x) -> torch.Tensor:
@@ -235,9 +229,7 @@ def colwise_forward(module: nn.Linear, x) -> torch.Tensor:
             y = _ColumnReplicated.apply(x2.contiguous(), w, b, plan.group_name, plan.variant, gather, plan.rank,
                                         not partial_grad)
         return _output(plan, y.reshape(*lead, y.shape[-1]))
-    d = _token_dim(who, plan.input_layout, x, "input")
-    y = column_parallel_linear(_tokens_first(x, d), w, b, group=plan.group, variant=plan.variant)
-    return _output(plan, y if d == 0 else y.movedim(0, d).contiguous())
+    return _on_tokens(plan, column_parallel_linear, x, _token_dim(who, plan.input_layout, x, "input"), w, b)
 
 
 def rowwise_forward(module: nn.Linear, x) -> torch.Tensor:
@@ -261,8 +253,7 @@ def rowwise_forward(module: nn.Linear, x) -> torch.Tensor:
         raise ValueError(f"{who}: the token dimension (dim {d} of the input, size {x.shape[d]}) must be divisible "
                          f"by the mesh size ({plan.world}): the output layout Shard({plan.output_layout.dim}) "
                          "reduce-scatters it")
-    y = row_parallel_linear(_tokens_first(x, d), w, b, group=plan.group, variant=plan.variant)
-    return _output(plan, y if d == 0 else y.movedim(0, d).contiguous())
+    return _on_tokens(plan, row_parallel_linear, x, d, w, b)
 
 
 class TPLinear(nn.Linear):
@@ -364,16 +355,14 @@ class ColwiseParallel(_TilefuseStyle, _TorchColwise):
     """torch's ``ColwiseParallel`` for ``nn.Linear``, run on tilefuse's ops.
 
     Args:
-        input_layouts: ``Replicate()`` (default: every rank holds the whole input ``[..., in]``) or
+        input_layouts: ``Replicate()`` (default: the whole input ``[..., in]`` on every rank) or
             ``Shard(d)``, tokens sharded along dim ``d`` (``Shard(1)`` for ``[B, S/W, in]``).
-        output_layouts: ``Shard(-1)`` (default: ``[..., out/W]``, this rank's output features, every
-            token) or ``Replicate()`` (``[..., out]`` on every rank; replicated input only).
+        output_layouts: ``Shard(-1)`` (default: ``[..., out/W]``, this rank's output features) or
+            ``Replicate()`` (``[..., out]`` on every rank; replicated input only).
         use_local_output: return a plain tensor (default) or a DTensor with the output layout.
-        variant: the op variant, ``"auto"`` (default), ``"plain"``, ``"reference"`` or one of
-            ``tilefuse.VARIANTS``.
+        variant: ``"auto"`` (default), ``"plain"``, ``"reference"`` or one of ``tilefuse.VARIANTS``.
 
-    The weight ``[out, in]`` becomes ``Shard(0)``, the bias ``Shard(0)``. ``out_features`` must be
-    divisible by the mesh size. ``nn.Embedding`` modules get torch's own colwise sharding.
+    Weight ``[out, in]`` and bias become ``Shard(0)``. ``nn.Embedding`` gets torch's own sharding.
     """
 
     KIND = "colwise"
@@ -396,17 +385,15 @@ class RowwiseParallel(_TilefuseStyle, _TorchRowwise):
     """torch's ``RowwiseParallel`` for ``nn.Linear``, run on tilefuse's ops.
 
     Args:
-        input_layouts: ``Shard(-1)`` (default: ``[..., in/W]``, this rank's input features, what a
-            colwise layer returns) or ``Replicate()`` (``[..., in]``: this rank's columns are taken).
+        input_layouts: ``Shard(-1)`` (default: ``[..., in/W]``, what a colwise layer returns) or
+            ``Replicate()`` (``[..., in]``: this rank's columns are taken).
         output_layouts: ``Replicate()`` (default: ``[..., out]``, the sum over ranks, the same bits on
-            every rank: ``gemm_all_reduce``) or ``Shard(d)``, tokens sharded along dim ``d``
-            (``gemm_reduce_scatter``; ``Shard(1)`` gives ``[B, S/W, out]``).
+            every rank) or ``Shard(d)``, tokens sharded along dim ``d`` (``Shard(1)``: ``[B, S/W, out]``).
         use_local_output: return a plain tensor (default) or a DTensor with the output layout.
-        variant: the op variant, as for :class:`ColwiseParallel`.
+        variant: as for :class:`ColwiseParallel`.
 
-    The weight ``[out, in]`` becomes ``Shard(1)``, the bias ``Replicate()`` (added once, after the
-    sum). ``in_features`` must be divisible by the mesh size. ``nn.Embedding`` modules get torch's
-    own rowwise sharding.
+    Weight ``[out, in]`` becomes ``Shard(1)``, the bias ``Replicate()`` (added once, after the sum).
+    ``nn.Embedding`` gets torch's own sharding.
     """
 
     KIND = "rowwise"

@@ -85,24 +85,6 @@ def _model_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: s
     return tables.Choice(p.variant, p.config, f"model (predicted {p.speedup:.2f}x plain from {list(p.neighbours)})")
 
 
-def _encode(choice: tables.Choice | None):
-    if choice is None:
-        return None
-    graph = None
-    if choice.graph is not None:
-        graph = (choice.graph[0], None if choice.graph[1] is None else choice.graph[1].to_dict())
-    return (choice.variant, None if choice.config is None else choice.config.to_dict(), choice.source, graph)
-
-
-def _decode(view) -> tables.Choice | None:
-    if view is None:
-        return None
-    variant, cfg, source, graph = view
-    if graph is not None:
-        graph = (graph[0], None if graph[1] is None else Config.from_dict(graph[1]))
-    return tables.Choice(variant, None if cfg is None else Config.from_dict(cfg), source, graph)
-
-
 def choose(op: str, a, b, group=None) -> tables.Choice:
     """What ``variant="auto"`` runs (or would run) for ``op(a, b)``, without communicating: the
     bucket's decision if this process made it, else this rank's table, cache and model view."""
@@ -211,9 +193,8 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
     if _capturing(a.device):
         return _default("capturing or compiling: no exchange, no tuning"), False
     try:
-        mine = {"view": _encode(_local_view(op, arch, world, M, N, K, dtype)),
-                "model": _encode(_model_view(op, arch, world, M, N, K, dtype)), "mode": autotune.mode(),
-                "error": None}
+        mine = {"view": _local_view(op, arch, world, M, N, K, dtype),
+                "model": _model_view(op, arch, world, M, N, K, dtype), "mode": autotune.mode(), "error": None}
     except (ValueError, OSError) as err:  # a malformed table, a bad setting: every rank raises, none waits
         mine = {"error": f"{type(err).__name__}: {err}"}
     views = autotune.all_gather(mine, grp, what=f"auto {op}: decision views")
@@ -224,8 +205,8 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
     lead = views[0]
     if any(v["view"] != lead["view"] for v in views[1:]):
         log.debug("tilefuse: auto %s %dx%dx%d: the ranks' tables/caches differ; rank 0's view wins: %s",
-                  op, M, N, K, [v["view"] and v["view"][:2] for v in views])
-    choice = _decode(lead["view"])
+                  op, M, N, K, [v["view"] and v["view"].variant for v in views])
+    choice = lead["view"]
     if choice is None and lead["mode"] != "0":
         tune = lead["mode"] == "1"
         if not tune and _times_mean_something(a.device):
@@ -236,9 +217,9 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
                 log.debug("tilefuse: auto %s %dx%dx%d: plain takes %.3g ms < %.3g ms: not tuned", op, M, N, K,
                           plain_ms, autotune.MIN_PLAIN_MS)
         if tune:
-            choice = _tune(op, a, b, grp, kwargs or {}, arch, world, dtype, M, N, K, _decode(lead["model"]))
+            choice = _tune(op, a, b, grp, kwargs or {}, arch, world, dtype, M, N, K, lead["model"])
     if choice is None:
-        choice = _decode(lead["model"]) or _default("nothing measured")
+        choice = lead["model"] or _default("nothing measured")
     _BUCKETS[bkey] = choice
     log.debug("tilefuse: auto %s %dx%dx%d %s W=%d %s -> %s (%s)", op, M, N, K, dtype, world,
               bucket_name(m_bucket(M)), choice.variant, choice.source)

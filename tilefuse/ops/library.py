@@ -211,11 +211,15 @@ def _fake_out(spec: OpSpec, a, b, group, bias=None):
     return a.new_empty(spec.out_shape(a.shape[0], a.shape[1], b.shape[1], W))
 
 
-def _setup_context(ctx, inputs, output):
-    a, b, variant, _config, group = inputs[:5]
-    ctx.variant, ctx.group = variant, group
-    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
+def _save(ctx, inputs, a):
+    """Keep the variant, the group, ``a`` (for db) and ``b`` (for da), as far as they are needed."""
+    ctx.variant, ctx.group = inputs[2], inputs[4]
+    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, inputs[1] if ctx.needs_input_grad[0] else None)
     ctx.set_materialize_grads(False)
+
+
+def _setup_context(ctx, inputs, output):
+    _save(ctx, inputs, inputs[0])
 
 
 def _define(spec: OpSpec) -> None:
@@ -270,11 +274,7 @@ def _(a, b, variant, config, group):
 
 
 def _gathered_setup(ctx, inputs, output):
-    a, b, variant, _config, group = inputs
-    ctx.variant, ctx.group = variant, group
-    ctx.save_for_backward(output[1] if ctx.needs_input_grad[1] else None,
-                          b if ctx.needs_input_grad[0] else None)
-    ctx.set_materialize_grads(False)
+    _save(ctx, inputs, output[1])  # db needs all_gather(a): the op's own second output
 
 
 def _gathered_backward(ctx, dc, dgathered):
