@@ -67,14 +67,12 @@ class _ParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.group, self.variant = group, variant
         self.world_size, self.rank = world, rank
-        if self.SHARD_DIM == 0:
-            shape, bias_len = (out_features // world, in_features), out_features // world
-        else:
-            shape, bias_len = (out_features, in_features // world), out_features
+        shape = [out_features, in_features]
+        shape[self.SHARD_DIM] //= world  # the bias is split with the weight's rows, or whole
         kw = dict(device=device, dtype=dtype)
         self.weight = nn.Parameter(torch.empty(shape, **kw))
         if bias:
-            self.bias = nn.Parameter(torch.empty(bias_len, **kw))
+            self.bias = nn.Parameter(torch.empty(shape[0], **kw))
         else:
             self.register_parameter("bias", None)
 

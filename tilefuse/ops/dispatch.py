@@ -40,19 +40,13 @@ from .common.config import Config
 
 log = logging.getLogger("tilefuse")
 
-_DTYPE_NAMES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
-
-
 def _dtype_name(dtype) -> str:
-    return _DTYPE_NAMES.get(str(dtype), str(dtype).removeprefix("torch."))
+    return str(dtype).removeprefix("torch.")
 
 
 def _capturing(device: torch.device) -> bool:
     """Whether torch.compile is tracing or this stream is capturing a CUDA graph (no host exchange)."""
-    compiler = getattr(torch, "compiler", None)
-    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
-        return True
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    return torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
 
 def _times_mean_something(device: torch.device) -> bool:
@@ -66,11 +60,10 @@ def _default(why: str) -> tables.Choice:
 
 def _local_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> tables.Choice | None:
     """This rank's table or cache entry for the call's bucket (no communication)."""
-    bucket = m_bucket(M)
     choice = tables.lookup(op, arch, world, M, N, K, dtype)
     if choice is not None and choice.variant in registry.variants(op):
         return choice
-    key = cache.entry_key(arch, world, op, dtype, N, K, bucket)
+    key = cache.entry_key(arch, world, op, dtype, N, K, m_bucket(M))
     e = cache.get(key)
     if e is not None and e["variant"] in registry.variants(op):
         cfg = Config.from_dict(e["config"]) if e.get("config") else None
@@ -135,18 +128,14 @@ def _candidates(op: str, a, b, grp, kwargs: dict, model: tables.Choice | None) -
     def bind(fn, **kw):
         return lambda: fn(a, b, group=grp, **kw, **kwargs)
 
-    world = get_heap(grp).world_size
-    N = b.shape[1]
-    plain = registry.get(op, tables.PLAIN)
-    out = [autotune.Candidate("plain", tables.PLAIN, None, bind(plain))]
+    world, variants = get_heap(grp).world_size, registry.variants(op)
+    out = [autotune.Candidate("plain", tables.PLAIN, None, bind(variants[tables.PLAIN]))]
     for variant in registry.tunable(op):
-        if variant in registry.variants(op) and rules.skip_reason(op, variant, N, world) is None:
-            fn = registry.get(op, variant)
-            out.append(autotune.Candidate(variant, variant, None, bind(fn, config=None)))
-    if model is not None and model.config is not None and model.variant in registry.variants(op):
-        fn = registry.get(op, model.variant)
+        if variant in variants and rules.skip_reason(op, variant, b.shape[1], world) is None:
+            out.append(autotune.Candidate(variant, variant, None, bind(variants[variant], config=None)))
+    if model is not None and model.config is not None and model.variant in variants:
         out.append(autotune.Candidate(f"{model.variant}#model", model.variant, model.config,
-                                      bind(fn, config=model.config)))
+                                      bind(variants[model.variant], config=model.config)))
     return out
 
 

@@ -41,7 +41,6 @@ from .common.config import Config
 from .dispatch import run_auto
 from .plain import check_operands, reduce_scatter
 
-NAMESPACE = "tilefuse"
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(Config))
 _ARGS = "Tensor a, Tensor b, str variant, int[]? config, str? group"
 
@@ -248,7 +247,7 @@ def _define(spec: OpSpec) -> None:
         return (da, db) + nones[:-1] + (dbias,)
 
     schema = f"({_ARGS}, Tensor? bias=None) -> Tensor" if spec.bias else f"({_ARGS}) -> Tensor"
-    op = torch.library.custom_op(f"{NAMESPACE}::{spec.name}", impl, mutates_args=(), schema=schema)
+    op = torch.library.custom_op(f"tilefuse::{spec.name}", impl, mutates_args=(), schema=schema)
     op.register_fake(fake)
     op.register_autograd(backward, setup_context=_setup_context)
 
@@ -260,7 +259,7 @@ for _spec in SPECS.values():
 # all_gather_gemm returning the gathered A as well ------------------------------------------------
 
 
-@torch.library.custom_op(f"{NAMESPACE}::all_gather_gemm_gathered", mutates_args=(),
+@torch.library.custom_op("tilefuse::all_gather_gemm_gathered", mutates_args=(),
                          schema=f"({_ARGS}) -> (Tensor, Tensor)")
 def all_gather_gemm_gathered(a, b, variant, config, group):
     c, gathered = run("all_gather_gemm", a, b, variant, config, group, return_gathered=True)
@@ -298,7 +297,7 @@ all_gather_gemm_gathered.register_autograd(_gathered_backward, setup_context=_ga
 # gemm_all_scatter into a caller's out ------------------------------------------------------------
 
 
-@torch.library.custom_op(f"{NAMESPACE}::gemm_all_scatter_out", mutates_args=("out",),
+@torch.library.custom_op("tilefuse::gemm_all_scatter_out", mutates_args=("out",),
                          schema="(Tensor a, Tensor b, Tensor(a!) out, str variant, int[]? config, "
                                 "str? group) -> ()")
 def gemm_all_scatter_out(a, b, out, variant, config, group) -> None:
@@ -313,7 +312,7 @@ def _(a, b, out, variant, config, group) -> None:
 # The collectives of the backward formulas ---------------------------------------------------------
 
 
-@torch.library.custom_op(f"{NAMESPACE}::all_gather_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
+@torch.library.custom_op("tilefuse::all_gather_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
 def all_gather_rows(x, group):
     """Every rank's ``x [R, C]`` stacked by rows in group-rank order: ``[W*R, C]``."""
     from .common.collectives import all_gather_cat, op_group
@@ -326,8 +325,7 @@ def _(x, group):
     return x.new_empty((world_size(group) * x.shape[0], *x.shape[1:]))
 
 
-@torch.library.custom_op(f"{NAMESPACE}::reduce_scatter_rows", mutates_args=(),
-                         schema="(Tensor x, str? group) -> Tensor")
+@torch.library.custom_op("tilefuse::reduce_scatter_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
 def reduce_scatter_rows(x, group):
     """Row block r of the sum over ranks of ``x [W*R, C]``: ``[R, C]``."""
     from .common.collectives import op_group
