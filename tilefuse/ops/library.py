@@ -144,14 +144,10 @@ class OpSpec:
     bias: bool = False  # the op takes an optional ``bias [N]`` added to the output (last schema argument)
 
 
-def _ops():
-    return torch.ops.tilefuse
-
-
 def _back_gemm_all_scatter(ctx, a, b, dc):
     # c = [a_0 b_0 | ... | a_{W-1} b_{W-1}] on every rank: a_r b_r's gradient is the sum over ranks of
     # their dc's column block r.
-    g = _ops().reduce_scatter_rows(dc.t().contiguous(), ctx.group).t()  # [M, N_loc]
+    g = torch.ops.tilefuse.reduce_scatter_rows(dc.t().contiguous(), ctx.group).t()  # [M, N_loc]
     da = g @ b.t() if ctx.needs_input_grad[0] else None
     db = a.t() @ g if ctx.needs_input_grad[1] else None
     return da, db
@@ -160,18 +156,18 @@ def _back_gemm_all_scatter(ctx, a, b, dc):
 def _back_all_gather_gemm(ctx, a, b, dc):
     da = db = None
     if ctx.needs_input_grad[0]:
-        da = _ops().gemm_reduce_scatter(dc, b.t(), ctx.variant, None, ctx.group)  # [M_loc, K]
+        da = torch.ops.tilefuse.gemm_reduce_scatter(dc, b.t(), ctx.variant, None, ctx.group)  # [M_loc, K]
     if ctx.needs_input_grad[1]:  # the gathered-output op keeps all_gather(a); this one gathers again
-        db = _ops().all_gather_rows(a, ctx.group).t() @ dc
+        db = torch.ops.tilefuse.all_gather_rows(a, ctx.group).t() @ dc
     return da, db
 
 
 def _back_gemm_reduce_scatter(ctx, a, b, dc):
     da = db = None
     if ctx.needs_input_grad[0]:
-        da, dc_full = _ops().all_gather_gemm_gathered(dc, b.t(), ctx.variant, None, ctx.group)
+        da, dc_full = torch.ops.tilefuse.all_gather_gemm_gathered(dc, b.t(), ctx.variant, None, ctx.group)
     elif ctx.needs_input_grad[1]:
-        dc_full = _ops().all_gather_rows(dc, ctx.group)
+        dc_full = torch.ops.tilefuse.all_gather_rows(dc, ctx.group)
     if ctx.needs_input_grad[1]:
         db = a.t() @ dc_full  # [K_loc, N]
     return da, db
@@ -223,8 +219,6 @@ def _setup_context(ctx, inputs, output):
 
 def _define(spec: OpSpec) -> None:
     """``torch.ops.tilefuse.<op>(a, b, variant, config, group[, bias])``: real, fake and autograd."""
-    nones = (None,) * (4 if spec.bias else 3)  # variant, config, group (and bias: its own gradient below)
-
     def impl(a, b, variant, config, group, bias=None):
         kwargs = {"bias": bias} if bias is not None else {}
         return _owned(run(spec.name, a, b, variant, config, group, **kwargs), a, b)
@@ -233,18 +227,13 @@ def _define(spec: OpSpec) -> None:
         return _fake_out(spec, a, b, group, bias)
 
     def backward(ctx, dc):
-        n = len(ctx.needs_input_grad)  # the arguments of this call (bias left out: 5)
-        a, b = ctx.saved_tensors
-        if dc is None:
-            return ((None, None) + nones)[:n]
-        dc = dc.contiguous()
-        da, db = spec.backward(ctx, a, b, dc)
-        if n <= 5:
-            return (da, db) + nones[:n - 2]
-        dbias = None
-        if ctx.needs_input_grad[5]:  # every rank's copy of c gets the bias once: its gradient is dc's row sum
-            dbias = dc.sum(0, dtype=torch.float32).to(dc.dtype)
-        return (da, db) + nones[:-1] + (dbias,)
+        grads = [None] * len(ctx.needs_input_grad)  # a, b, variant, config, group (, bias)
+        if dc is not None:
+            dc = dc.contiguous()
+            grads[0], grads[1] = spec.backward(ctx, *ctx.saved_tensors, dc)
+            if len(grads) > 5 and ctx.needs_input_grad[5]:  # each rank's c gets the bias once: dc's row sum
+                grads[5] = dc.sum(0, dtype=torch.float32).to(dc.dtype)
+        return tuple(grads)
 
     schema = f"({_ARGS}, Tensor? bias=None) -> Tensor" if spec.bias else f"({_ARGS}) -> Tensor"
     op = torch.library.custom_op(f"tilefuse::{spec.name}", impl, mutates_args=(), schema=schema)
@@ -282,11 +271,11 @@ def _gathered_backward(ctx, dc, dgathered):
     if dc is not None:
         dc = dc.contiguous()
         if ctx.needs_input_grad[0]:
-            da = _ops().gemm_reduce_scatter(dc, b.t(), ctx.variant, None, ctx.group)
+            da = torch.ops.tilefuse.gemm_reduce_scatter(dc, b.t(), ctx.variant, None, ctx.group)
         if ctx.needs_input_grad[1]:
             db = a_full.t() @ dc  # [K, N]
     if dgathered is not None and ctx.needs_input_grad[0]:  # the gathered A was used downstream too
-        extra = _ops().reduce_scatter_rows(dgathered.contiguous(), ctx.group)
+        extra = torch.ops.tilefuse.reduce_scatter_rows(dgathered.contiguous(), ctx.group)
         da = extra if da is None else da + extra
     return da, db, None, None, None
 
@@ -347,9 +336,9 @@ def _rows_setup(ctx, inputs, output):
 
 
 all_gather_rows.register_autograd(
-    lambda ctx, g: (_ops().reduce_scatter_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
+    lambda ctx, g: (torch.ops.tilefuse.reduce_scatter_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
 reduce_scatter_rows.register_autograd(
-    lambda ctx, g: (_ops().all_gather_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
+    lambda ctx, g: (torch.ops.tilefuse.all_gather_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
 
 
 def _direct(*tensors) -> bool:
@@ -384,7 +373,7 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
     if _direct(a, b, kwargs.get("out"), kwargs.get("bias")):
         return _entry(op, a, b, variant, config, resolve_group(group) if isinstance(group, str) else group, **kwargs)
     cfg, grp = encode_config(config), group_name(group)
-    ops = _ops()
+    ops = torch.ops.tilefuse
     if op == "all_gather_gemm":
         return_gathered = kwargs.pop("return_gathered", False)
         if return_gathered or (b.requires_grad and torch.is_grad_enabled()):
@@ -393,7 +382,15 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
     elif op == "gemm_all_scatter":
         out = kwargs.pop("out", None)
         if out is not None:
-            return _all_scatter_into(a, b, out, variant, cfg, grp)
+            if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+                raise RuntimeError("gemm_all_scatter(): functions with out=... arguments don't support automatic "
+                                   "differentiation; call it without out= (or under torch.no_grad())")
+            if torch.compiler.is_compiling():
+                # Traced code functionalises a mutated argument (the op would write into a copy of out, off
+                # the heap): the compiled call runs the op into its own buffer and copies the result into out.
+                return out.copy_(ops.gemm_all_scatter(a, b, variant, cfg, grp))
+            ops.gemm_all_scatter_out(a, b, out, variant, cfg, grp)
+            return out
     elif op == "gemm_all_reduce":
         bias = kwargs.pop("bias", None)
         if bias is not None:
@@ -401,15 +398,3 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
     if kwargs:
         raise TypeError(f"{op}: unexpected keyword argument(s) {sorted(kwargs)}")
     return getattr(ops, op)(a, b, variant, cfg, grp)
-
-
-def _all_scatter_into(a, b, out, variant, cfg, grp):
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        raise RuntimeError("gemm_all_scatter(): functions with out=... arguments don't support automatic "
-                           "differentiation; call it without out= (or under torch.no_grad())")
-    if torch.compiler.is_compiling():
-        # Traced code functionalises a mutated argument (the op would write into a copy of out, off
-        # the heap): the compiled call runs the op into its own buffer and copies the result into out.
-        return out.copy_(_ops().gemm_all_scatter(a, b, variant, cfg, grp))
-    _ops().gemm_all_scatter_out(a, b, out, variant, cfg, grp)
-    return out
