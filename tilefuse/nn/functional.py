@@ -4,13 +4,6 @@ Every leading dimension of the input is a token dimension; **dim 0 is sharded ac
 r holds block r), so a sequence-first ``[S, B, H]`` is split along S. For ``[B, S, H]`` split along
 S use :class:`tilefuse.nn.ColwiseParallel` / :class:`tilefuse.nn.RowwiseParallel` with ``Shard(1)``.
 
-==============================  ========================  ========================  ==============
-function                        input on rank r           output on rank r          weight on rank r
-==============================  ========================  ========================  ==============
-column_parallel_linear          ``[d0, ..., in]``          ``[W*d0, ..., out/W]``     ``[out/W, in]``
-row_parallel_linear             ``[d0, ..., in/W]``        ``[d0/W, ..., out]``       ``[out, in/W]``
-==============================  ========================  ========================  ==============
-
 * column: ``y = all_gather_gemm(x, w.t())`` (keeps ``x_full`` when ``w`` needs a gradient);
   ``dx = gemm_reduce_scatter(dy, w)``, ``dw = (x_full.t() @ dy).t()``, ``db = dy.sum(0)``.
 * row: ``y = gemm_reduce_scatter(x, w.t()) + b``; ``dx, dy_full = all_gather_gemm(dy, w,

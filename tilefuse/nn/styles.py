@@ -51,11 +51,9 @@ TP_DIM = "tp"  # the mesh dimension the styles use on a multi-dimensional mesh
 
 def tp_mesh(device_mesh, who: str = "tilefuse.nn"):
     """The 1-D mesh the styles run on: ``device_mesh`` itself, or its ``"tp"`` dimension."""
-    ndim = getattr(device_mesh, "ndim", None)
-    if ndim == 1:
+    if getattr(device_mesh, "ndim", None) == 1:
         return device_mesh
-    names = tuple(getattr(device_mesh, "mesh_dim_names", None) or ())
-    if isinstance(ndim, int) and ndim > 1 and TP_DIM in names:
+    if TP_DIM in (getattr(device_mesh, "mesh_dim_names", None) or ()):
         return device_mesh[TP_DIM]
     raise ValueError(f"{who}: expected a 1-D DeviceMesh or one with a dimension named {TP_DIM!r}, got "
                      f"{device_mesh!r}; slice the tensor-parallel dimension first (mesh['tp'] for a mesh with "
