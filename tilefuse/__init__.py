@@ -1,10 +1,8 @@
 """tilefuse: fused GEMM + multi-GPU communication operators in Python and Triton.
 
-Public API: the ops (``gemm_all_scatter``, ``all_gather_gemm``, ``gemm_reduce_scatter``,
-``gemm_all_reduce``), ``init``, ``reset`` and the heap helpers, ``VARIANTS``. Several process groups
-may be initialised (``init(group=g)`` for each); the ops, ``reset``, ``clear_workspaces`` and the heap
-helpers take ``group=`` (default: the first group initialised). Importing tilefuse turns on Triton's
-interpreter when no GPU is usable (see :mod:`tilefuse.runtime._env`).
+The ops, ``init``/``reset`` and the heap helpers take ``group=`` (default: the first group
+initialised). Importing tilefuse turns on Triton's interpreter when no GPU is usable
+(:mod:`tilefuse.runtime._env`).
 """
 
 from ._version import __version__
@@ -72,10 +70,8 @@ from . import nn  # noqa: E402  (tensor-parallel layers on the ops; ops never im
 
 __all__ = [
     "CallMismatchError", "Config", "HeapFullError", "HostTimeoutError", "PeerCallError", "PeerExitedError",
-    "PoisonedError", "StaleCallError",
-    "VARIANTS", "WaitTimeoutError", "__version__", "all_gather_gemm", "arange", "barrier", "check_peers",
-    "clear_workspaces",
-    "device_barrier", "empty", "full", "gemm_all_reduce", "gemm_all_scatter", "gemm_reduce_scatter", "get_heap",
-    "init", "is_initialized", "is_on_heap", "nn", "randn", "reset", "set_wait_timeout", "shutdown",
-    "synchronize", "zeros",
+    "PoisonedError", "StaleCallError", "VARIANTS", "WaitTimeoutError", "__version__", "all_gather_gemm", "arange",
+    "barrier", "check_peers", "clear_workspaces", "device_barrier", "empty", "full", "gemm_all_reduce",
+    "gemm_all_scatter", "gemm_reduce_scatter", "get_heap", "init", "is_initialized", "is_on_heap", "nn", "randn",
+    "reset", "set_wait_timeout", "shutdown", "synchronize", "zeros",
 ]

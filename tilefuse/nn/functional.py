@@ -1,37 +1,18 @@
 """Autograd-aware tensor-parallel linears on the fused ops (the functional layer under the modules).
 
-Token layout. Every leading dimension of the input is flattened, row-major, into one token
-dimension ``T``; **dim 0 is the dimension that is sharded across ranks**. Rank r's tokens are
-block r of dim 0, so a sequence-first activation ``[S, B, H]`` is split along S. A gathered output
-has ``W * d0`` rows in dim 0 and the remaining leading dims unchanged; a scattered one has ``d0 / W``.
-(Batch-first ``[B, S, H]`` activations sharded along S do not fit this layout: transpose to
-sequence-first, or shard the batch dimension instead.)
-
-==============================  ========================  ========================  ==============
-function                        input on rank r           output on rank r          weight on rank r
-==============================  ========================  ========================  ==============
-column_parallel_linear          ``[d0, ..., in]``          ``[W*d0, ..., out/W]``     ``[out/W, in]``
-row_parallel_linear             ``[d0, ..., in/W]``        ``[d0/W, ..., out]``       ``[out, in/W]``
-==============================  ========================  ========================  ==============
-
-Forward and backward, per rank (``W`` ranks, ``x_full`` = all ranks' tokens):
+Every leading dimension of the input is a token dimension; **dim 0 is sharded across ranks** (rank
+r holds block r), so a sequence-first ``[S, B, H]`` is split along S. For ``[B, S, H]`` split along
+S use :class:`tilefuse.nn.ColwiseParallel` / :class:`tilefuse.nn.RowwiseParallel` with ``Shard(1)``.
 
 * column: ``y = all_gather_gemm(x, w.t())`` (keeps ``x_full`` when ``w`` needs a gradient);
   ``dx = gemm_reduce_scatter(dy, w)``, ``dw = (x_full.t() @ dy).t()``, ``db = dy.sum(0)``.
 * row: ``y = gemm_reduce_scatter(x, w.t()) + b``; ``dx, dy_full = all_gather_gemm(dy, w,
   return_gathered=True)``, ``dw = dy_full.t() @ x``, ``db = dy_full.sum(0)``.
 
-Every weight and bias gradient is computed over all ``T`` tokens, so it equals the matching slice of
-the unsharded layer's gradient; the row layer's replicated bias gets the full gradient on every rank
-with no extra all-reduce.
-
-Both run through the ``torch.ops.tilefuse`` custom ops (:mod:`tilefuse.ops.library`): the column
-layer through the op's own autograd formula, the row layer through a ``torch.autograd.Function``
-whose forward and backward call the ops (for the bias gradient above). So
-``torch.compile(model, fullgraph=True)`` traces the layers forward and backward with no graph break.
-
-Every call is collective over ``group``: all ranks must make the same
-calls, in the same order, with the same shapes (in particular the same ``d0``).
+Weight and bias gradients cover all tokens, so each equals its slice of the unsharded layer's
+gradient (the row layer's replicated bias needs no all-reduce). Both run through the
+``torch.ops.tilefuse`` custom ops, so ``torch.compile(model, fullgraph=True)`` traces them forward
+and backward. Every call is collective over ``group``: same calls, same order, same shapes.
 """
 
 from __future__ import annotations
@@ -74,10 +55,8 @@ class _RowParallel(torch.autograd.Function):
     """2-D core of :func:`row_parallel_linear`: ``x [T, in/W]`` -> ``[T/W, out]``.
 
     A Function rather than the op's own autograd because of the bias: its gradient covers every
-    rank's tokens, and the backward's gathered ``dy`` gives that for free. ``group`` is the group's
-    name (:func:`tilefuse.ops.library.group_name`), so that torch.compile traces the Function; the
-    ops run through :func:`tilefuse.ops.library.call` (the custom op when traced; eagerly, with
-    no gradient needed inside a Function, the entry point itself).
+    rank's tokens, which the backward's gathered ``dy`` gives for free. ``group`` is the group's name
+    so that torch.compile traces the Function.
     """
 
     @staticmethod
@@ -109,10 +88,9 @@ def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
                            group=None, variant: str = "auto") -> torch.Tensor:
     """Column-parallel linear with sequence-parallel input: ``all_gather(x, dim=0) @ weight.t() + bias``.
 
-    ``x [d0, ..., in]``: this rank's tokens (block r of dim 0); ``weight [out/W, in]``: rows
-    ``r*out/W ... (r+1)*out/W`` of the full ``[out, in]`` weight; ``bias [out/W]`` its shard or None.
-    Returns ``[W*d0, ..., out/W]``: every rank's tokens, this rank's output features. Every rank
-    must pass the same ``d0`` (and other leading dims). Autograd-aware (see the module docstring).
+    ``x [d0, ..., in]``: this rank's tokens; ``weight [out/W, in]``: rows ``r*out/W ... (r+1)*out/W``
+    of the full weight; ``bias [out/W]`` its shard or None. Returns ``[W*d0, ..., out/W]``: every
+    rank's tokens, this rank's output features. Every rank must pass the same leading dims.
     """
     who = "ColumnParallelLinear"
     world, _ = world_of(group, who)
@@ -132,11 +110,10 @@ def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
                         group=None, variant: str = "auto") -> torch.Tensor:
     """Row-parallel linear with sequence-parallel output: ``reduce_scatter(x @ weight.t(), dim=0) + bias``.
 
-    ``x [d0, ..., in/W]``: every rank's tokens, this rank's input features (columns
-    ``r*in/W ... (r+1)*in/W``); ``weight [out, in/W]``: the matching columns of the full weight;
-    ``bias [out]``: the full bias (the same on every rank) or None, added once after the reduction.
-    Returns ``[d0/W, ..., out]``: rows (block r of dim 0) of the sum over ranks. The forward
-    reduce-scatters over dim 0, so ``d0`` must be divisible by the world size. Autograd-aware.
+    ``x [d0, ..., in/W]``: every rank's tokens, this rank's input features; ``weight [out, in/W]``:
+    the matching columns of the full weight; ``bias [out]``: the full bias or None, added once after
+    the reduction. Returns ``[d0/W, ..., out]``: block r of dim 0 of the sum over ranks (``d0`` must
+    be divisible by the world size).
     """
     who = "RowParallelLinear"
     if not isinstance(variant, str):

@@ -1,14 +1,8 @@
 """Tensor-parallel linear modules (sequence-parallel activations) on the fused ops.
 
-Weights follow ``nn.Linear``'s ``[out, in]`` layout and are created already sharded:
-
-* :class:`ColumnParallelLinear` holds rows ``r*out/W ... (r+1)*out/W`` of the full weight (and that
-  slice of the bias); forward is an ``all_gather_gemm``, its input gradient a ``gemm_reduce_scatter``.
-* :class:`RowParallelLinear` holds columns ``r*in/W ... (r+1)*in/W`` of the full weight and the full
-  bias; forward is a ``gemm_reduce_scatter``, its input gradient an ``all_gather_gemm``.
-
-Dim 0 of the activations is the sharded token dimension; see :mod:`tilefuse.nn.functional` for the
-layout of leading dimensions and the backward formulas.
+Weights follow ``nn.Linear``'s ``[out, in]`` layout and are created already sharded. Dim 0 of the
+activations is the sharded token dimension; :mod:`tilefuse.nn.functional` has the layout and the
+backward formulas.
 """
 
 from __future__ import annotations
@@ -73,41 +67,40 @@ class _ParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.group, self.variant = group, variant
         self.world_size, self.rank = world, rank
-        if self.SHARD_DIM == 0:
-            shape, bias_len = (out_features // world, in_features), out_features // world
-        else:
-            shape, bias_len = (out_features, in_features // world), out_features
+        shape = [out_features, in_features]
+        shape[self.SHARD_DIM] //= world  # the bias is split with the weight's rows, or whole
         kw = dict(device=device, dtype=dtype)
         self.weight = nn.Parameter(torch.empty(shape, **kw))
         if bias:
-            self.bias = nn.Parameter(torch.empty(bias_len, **kw))
+            self.bias = nn.Parameter(torch.empty(shape[0], **kw))
         else:
             self.register_parameter("bias", None)
 
     def _shard(self, weight: torch.Tensor, bias: torch.Tensor | None):
         """This rank's slices of a full ``[out, in]`` weight and ``[out]`` bias."""
-        r, W = self.rank, self.world_size
-        if self.SHARD_DIM == 0:
-            n = self.out_features // W
-            return weight[r * n:(r + 1) * n], (None if bias is None else bias[r * n:(r + 1) * n])
-        n = self.in_features // W
-        return weight[:, r * n:(r + 1) * n], bias
+        weight = weight.chunk(self.world_size, self.SHARD_DIM)[self.rank]
+        if bias is not None and self.SHARD_DIM == 0:
+            bias = bias.chunk(self.world_size)[self.rank]
+        return weight, bias
 
     @torch.no_grad()
-    def reset_parameters(self, seed: int | None = None) -> None:
-        """Initialise like ``nn.Linear`` from a seed shared across ranks, then keep this rank's shard.
-
-        The full weight is the one ``torch.manual_seed(seed); nn.Linear(in, out, bias)`` gets on the
-        CPU in fp32; it is built on every rank (the full size, on the CPU) and sliced. Without
-        ``seed`` a seed is drawn on group rank 0 and broadcast: a collective call.
-        """
-        if seed is None:
-            seed = _shared_seed(self.group)
-        weight, bias = _full_linear_init(self.out_features, self.in_features, self.bias is not None, seed)
+    def _load(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        """Copy this rank's slices of a full ``[out, in]`` weight and ``[out]`` bias into the parameters."""
         weight, bias = self._shard(weight, bias)
         self.weight.copy_(weight)
         if self.bias is not None:
             self.bias.copy_(bias)
+
+    def reset_parameters(self, seed: int | None = None) -> None:
+        """Initialise like ``nn.Linear`` from a seed shared across ranks, then keep this rank's shard.
+
+        The full weight is the one ``torch.manual_seed(seed); nn.Linear(in, out, bias)`` gets on the
+        CPU in fp32, built on every rank and sliced. Without ``seed`` a seed is drawn on group rank 0
+        and broadcast: a collective call.
+        """
+        if seed is None:
+            seed = _shared_seed(self.group)
+        self._load(*_full_linear_init(self.out_features, self.in_features, self.bias is not None, seed))
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, group=None, variant: str = "auto"):
@@ -122,11 +115,7 @@ class _ParallelLinear(nn.Module):
         w = linear.weight
         layer._setup(linear.in_features, linear.out_features, linear.bias is not None, group, variant,
                      w.device, w.dtype)
-        weight, bias = layer._shard(w.detach(), None if linear.bias is None else linear.bias.detach())
-        with torch.no_grad():
-            layer.weight.copy_(weight)
-            if bias is not None:
-                layer.bias.copy_(bias)
+        layer._load(w.detach(), None if linear.bias is None else linear.bias.detach())
         layer.weight.requires_grad_(w.requires_grad)
         if linear.bias is not None:
             layer.bias.requires_grad_(linear.bias.requires_grad)
@@ -141,13 +130,8 @@ class _ParallelLinear(nn.Module):
 class ColumnParallelLinear(_ParallelLinear):
     """``nn.Linear`` split by output features, fed this rank's tokens: ``[d0, ..., in] -> [W*d0, ..., out/W]``.
 
-    Rank r holds rows ``r*out/W ... (r+1)*out/W`` of the ``[out, in]`` weight (``weight [out/W, in]``)
-    and, with ``bias=True``, that slice of the bias. Its input is this rank's sequence-parallel
-    tokens (block r of dim 0; all leading dims are tokens, dim 0 is the one split across ranks) and
-    its output every rank's tokens for this rank's output features: ``all_gather(x) @ weight.t()``,
-    one ``tilefuse.all_gather_gemm`` that also returns the gathered input for the weight gradient.
-    Backward: input gradient ``gemm_reduce_scatter(dy, weight)`` (over ``W*d0`` tokens, always
-    divisible by W), weight gradient ``dy.t() @ x_gathered``.
+    Rank r holds rows ``r*out/W ... (r+1)*out/W`` of the weight (``[out/W, in]``) and that slice of
+    the bias. Forward: ``all_gather_gemm(x, weight.t())``; backward: ``gemm_reduce_scatter(dy, weight)``.
 
     ``out_features`` must be divisible by the world size; every rank must feed the same number of
     tokens. Construction is collective when ``seed`` is None (see :meth:`reset_parameters`), and so
@@ -164,17 +148,12 @@ class ColumnParallelLinear(_ParallelLinear):
 class RowParallelLinear(_ParallelLinear):
     """``nn.Linear`` split by input features, returning this rank's tokens: ``[d0, ..., in/W] -> [d0/W, ..., out]``.
 
-    Rank r holds columns ``r*in/W ... (r+1)*in/W`` of the ``[out, in]`` weight
-    (``weight [out, in/W]``) and, with ``bias=True``, the full bias ``[out]`` (the same on every
-    rank). Its input is every rank's tokens for this rank's slice of the input features (what a
-    :class:`ColumnParallelLinear` returns); its output is this rank's tokens (block r of dim 0) of
-    the full product, summed over ranks: one ``tilefuse.gemm_reduce_scatter``; the bias is added
-    once, after the reduction, to this rank's rows. Backward: ``all_gather_gemm(dy, weight,
-    return_gathered=True)`` gives the input gradient and the gathered ``dy`` for the weight and bias
-    gradients (the bias gradient covers every rank's tokens: it is the same on all ranks).
+    Rank r holds columns ``r*in/W ... (r+1)*in/W`` of the weight (``[out, in/W]``) and the full bias,
+    added once after the reduction. Its input is what a :class:`ColumnParallelLinear` returns.
+    Forward: ``gemm_reduce_scatter(x, weight.t())``; backward: ``all_gather_gemm(dy, weight)``.
 
-    ``in_features`` must be divisible by the world size, and so must dim 0 of the input (the
-    forward reduce-scatters over it). Collective like :class:`ColumnParallelLinear`.
+    ``in_features`` must be divisible by the world size, and so must dim 0 of the input. Collective
+    like :class:`ColumnParallelLinear`.
     """
 
     SHARD_DIM = 1

@@ -17,13 +17,10 @@ plan string                   what the linear becomes                           
                               tokens sharded along dim 0 out (local params)
 ============================  ================================================  ==========================
 
-The first four are Hugging Face's ``tp_plan`` names (``config.base_model_tp_plan``) with HF's and
-torch's meaning: they apply :class:`tilefuse.nn.ColwiseParallel` / :class:`tilefuse.nn.RowwiseParallel`
-on a 1-D DeviceMesh (DTensor parameters). The two ``_seq`` names are tilefuse's sequence-parallel
-layers, whose activations are sharded along dim 0 (``[S, B, H]`` split along S); for ``[B, S, H]``
-split along S, use the styles with ``Shard(1)`` layouts in a ``parallelize_module`` plan instead.
-A plan may also name a ``ParallelStyle`` object (tilefuse's or torch's, e.g. ``SequenceParallel()``
-for a norm): it is applied on the mesh as ``parallelize_module`` would.
+The first four are Hugging Face's ``tp_plan`` names with HF's and torch's meaning (DTensor
+parameters on a 1-D DeviceMesh). The ``_seq`` layers shard activations along dim 0 (``[S, B, H]``
+split along S; for ``[B, S, H]`` use the styles with ``Shard(1)``). A plan may also name a
+``ParallelStyle`` object (tilefuse's or torch's): it is applied as ``parallelize_module`` would.
 """
 
 from __future__ import annotations
@@ -53,16 +50,13 @@ STYLES = MappingProxyType({
 })
 _SEQ_LAYERS = {"colwise_seq": ColumnParallelLinear, "rowwise_seq": RowParallelLinear}
 
-#: Llama-style gated MLP, sequence-parallel: ``down(act(gate(x)) * up(x))``. gate/up take this rank's
-#: tokens and return every rank's tokens on the local intermediate shard, the activation and product
-#: run on that shard, and down returns this rank's tokens: the module's own forward works unchanged.
+#: Llama-style gated MLP, sequence-parallel: gate/up gather the tokens onto the local intermediate
+#: shard, down returns this rank's tokens; the module's own forward works unchanged.
 LLAMA_MLP_PLAN = MappingProxyType({"gate_proj": "colwise_seq", "up_proj": "colwise_seq", "down_proj": "rowwise_seq"})
 
-#: Llama attention projections, sequence-parallel. The number of attention heads and of key/value
-#: heads must be divisible by the world size: q/k/v then return ``heads/W`` local heads for every
-#: rank's tokens, the attention math itself must run on those local heads (this plan does not change
-#: it; the module must infer its head count from the projection width, as HF's Llama does, or be
-#: told ``heads/W``), and o_proj sums the local heads' contributions and returns this rank's tokens.
+#: Llama attention projections, sequence-parallel: q/k/v return ``heads/W`` local heads for every
+#: rank's tokens (head counts divisible by the world size; the module must infer its head count from
+#: the projection width, as HF's Llama does), o_proj sums them and returns this rank's tokens.
 LLAMA_ATTENTION_PLAN = MappingProxyType({
     "q_proj": "colwise_seq", "k_proj": "colwise_seq", "v_proj": "colwise_seq", "o_proj": "rowwise_seq",
 })
@@ -77,9 +71,8 @@ LLAMA_PLAN = MappingProxyType({
 
 def refuse_gloo_on_cuda(device_mesh, what: str) -> None:
     """Raise RuntimeError where ``device_mesh`` is a CUDA mesh over a gloo group (ranks sharing a GPU):
-    torch's DTensor redistributions of the sequence-parallel layout kill the processes there with a
-    segmentation fault (torch 2.11; ``tests/test_styles.py`` skips those cases on one GPU), which no
-    caller can catch. Every rank applies the plan, so every rank raises."""
+    torch's DTensor redistributions of the sequence-parallel layout crash the processes there with a
+    segmentation fault (torch 2.11), which no caller can catch. Every rank raises."""
     if device_mesh.device_type == "cuda" and any(dist.get_backend(g) == "gloo" for g in device_mesh.get_all_groups()):
         raise RuntimeError(f"{what}: the sequence-parallel layout's gathers run through torch's DTensor, "
                            "which crashes the process under gloo on CUDA tensors (ranks sharing a GPU use "
@@ -101,18 +94,14 @@ def _gather_sequence(**layouts):
 def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1, mlp_input: str = "fused") -> dict:
     """A ``parallelize_module`` plan for one HF ``LlamaDecoderLayer`` in the sequence-parallel layout.
 
-    The layer's input and output are ``[B, S/W, H]``, tokens sharded along ``sequence_dim``; the norms
-    and residual adds run on this rank's tokens (their weights stay plain tensors: their gradients
-    are this rank's share, to be summed over the mesh like torch's ``SequenceParallel`` norms'). HF's
-    attention reads its sequence length from its input, so the attention module gets the whole
-    sequence: torch's ``PrepareModuleInput`` all-gathers it once, q/k/v are local GEMMs on it (their
-    input gradient stays ``Partial()``: one reduce-scatter in the gather's backward), and o_proj
-    reduce-scatters with ``gemm_reduce_scatter``. The MLP's down runs ``gemm_reduce_scatter``; its
-    gate/up, with ``mlp_input="fused"`` (default), run ``all_gather_gemm`` on this rank's tokens (each
-    gathers them, overlapped with its GEMM), with ``mlp_input="gather"`` local GEMMs behind one
-    all-gather of the MLP's input, as the attention does (torch's plan). Applied to a CUDA mesh over a
-    gloo group (ranks sharing a GPU) the plan raises (:func:`refuse_gloo_on_cuda`) where torch's
-    gathers would crash the processes.
+    Input and output ``[B, S/W, H]``, tokens sharded along ``sequence_dim``; norms and residual adds
+    run on this rank's tokens (their weights' gradients are this rank's share, as with torch's
+    ``SequenceParallel``). The attention gets the whole sequence (HF reads its length from the input):
+    one ``PrepareModuleInput`` all-gather, local q/k/v GEMMs (input gradient ``Partial()``), o_proj
+    ``gemm_reduce_scatter``. The MLP's down is a ``gemm_reduce_scatter``; gate/up are
+    ``all_gather_gemm`` on this rank's tokens (``mlp_input="fused"``) or local GEMMs behind one
+    all-gather (``"gather"``, torch's plan). On a CUDA mesh over gloo it raises
+    (:func:`refuse_gloo_on_cuda`).
     """
     if mlp_input not in ("fused", "gather"):
         raise ValueError(f"llama_sequence_parallel_plan: mlp_input must be 'fused' or 'gather', got {mlp_input!r}")
@@ -140,26 +129,19 @@ def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1, m
 
 def style_from_name(name: str, variant: str = "auto") -> ParallelStyle:
     """The tilefuse ``ParallelStyle`` for a plan string of torch's / HF's meaning (not the ``_seq`` names)."""
-    if name == "colwise":
-        return ColwiseParallel(variant=variant)
-    if name == "rowwise":
-        return RowwiseParallel(variant=variant)
-    if name in ("colwise_rep", "colwise_gather_output"):
-        return ColwiseParallel(output_layouts=Replicate(), variant=variant)
-    if name in ("rowwise_rep", "rowwise_split_input"):
-        return RowwiseParallel(input_layouts=Replicate(), variant=variant)
+    if name in ("colwise", "colwise_rep", "colwise_gather_output"):
+        return ColwiseParallel(output_layouts=None if name == "colwise" else Replicate(), variant=variant)
+    if name in ("rowwise", "rowwise_rep", "rowwise_split_input"):
+        return RowwiseParallel(input_layouts=None if name == "rowwise" else Replicate(), variant=variant)
     known = sorted(k for k in STYLES if k not in _SEQ_LAYERS)
     raise ValueError(f"style_from_name: {name!r} is not a style of torch's / HF's meaning that tilefuse runs; "
                      f"known: {known}")
 
 
 def from_hf_plan(tp_plan: Mapping[str, str], variant: str = "auto") -> dict[str, ParallelStyle]:
-    """A ``parallelize_module`` plan of tilefuse styles from a Hugging Face ``tp_plan``.
-
-    ``tp_plan`` maps module paths (``"layers.*.self_attn.q_proj"``, as in
-    ``config.base_model_tp_plan``) to HF style names; each name of the table in the module docstring
-    becomes the same tilefuse style object. Other HF styles (``"sequence_parallel"``,
-    ``"packed_colwise"``, ...) raise: tilefuse has no style for them.
+    """A ``parallelize_module`` plan of tilefuse styles from a Hugging Face ``tp_plan`` (module paths
+    such as ``"layers.*.self_attn.q_proj"`` -> HF style names). HF styles tilefuse has no style for
+    (``"sequence_parallel"``, ``"packed_colwise"``, ...) raise.
     """
     if not isinstance(tp_plan, Mapping):
         raise TypeError(f"from_hf_plan: tp_plan must be a mapping, got {type(tp_plan).__name__}")
@@ -198,24 +180,18 @@ def parallelize(module: nn.Module, plan: Mapping[str, str | ParallelStyle], grou
     Args:
         module: the full, unsharded model, the same on every rank.
         plan: submodule name -> plan string (the table in the module docstring) or ``ParallelStyle``.
-            A name is a dotted path as in ``module.named_modules()`` or an fnmatch glob
-            (``"layers.*.mlp.up_proj"``); it also matches the trailing part of a path, so
-            ``"gate_proj"`` finds every ``gate_proj`` at any depth. Every entry must match at least
-            one module, and no module may be matched twice with different styles. A plan string
-            needs an ``nn.Linear``. The whole plan is checked before anything changes.
+            A name is a dotted path or an fnmatch glob (``"layers.*.mlp.up_proj"``) and also matches
+            the trailing part of a path (``"gate_proj"`` at any depth). Every entry must match a
+            module, no module may get two styles, a plan string needs an ``nn.Linear``; the whole
+            plan is checked before anything changes.
         group: the process group (default: the world); ignored when ``mesh`` is given.
-        variant: the op variant of every string entry (``"auto"``, ``"plain"``, ``"reference"`` or one
-            of ``tilefuse.VARIANTS``); style objects carry their own.
+        variant: the op variant of every string entry; style objects carry their own.
         mesh: the 1-D DeviceMesh for styles (default: one made from ``group``, on the heap's device
-            type). Its group is the one tilefuse's heap serves (see :func:`tilefuse.nn.styles.tp_group`).
+            type; see :func:`tilefuse.nn.styles.tp_group`).
 
-    ``"colwise_seq"`` / ``"rowwise_seq"`` swap in :class:`ColumnParallelLinear` /
-    :class:`RowParallelLinear` (this rank's shard, copied from the full layer); the other strings
-    and style objects keep the module and make its parameters DTensors. Collective: every rank must
-    call it with the same plan on the same model.
-
-    Ready plans: :data:`LLAMA_PLAN` (replicated), :data:`LLAMA_MLP_PLAN` and
-    :data:`LLAMA_ATTENTION_PLAN` (sequence-parallel along dim 0; heads divisible by the world size).
+    The ``_seq`` strings swap in :class:`ColumnParallelLinear` / :class:`RowParallelLinear` (this
+    rank's shard, copied); the rest keep the module and make its parameters DTensors. Collective:
+    every rank calls it with the same plan on the same model.
     """
     who = "parallelize"
     if not isinstance(module, nn.Module):

@@ -1,21 +1,9 @@
 """torch's tensor-parallel styles on tilefuse's fused ops: ``ColwiseParallel`` and ``RowwiseParallel``.
 
-They take torch's constructor arguments (``input_layouts``, ``output_layouts``, ``use_local_output``,
-plus tilefuse's ``variant``) and go into a plan for
-``torch.distributed.tensor.parallel.parallelize_module(module, device_mesh, plan)``, beside torch's
-own styles (``SequenceParallel``, ``PrepareModuleInput``, ...). Parameters become DTensors sharded
-as torch's styles shard them, so checkpoints and optimizers see torch's layout:
-
-================  ==============================  ==========================
-style             weight ``[out, in]``            bias ``[out]``
-================  ==============================  ==========================
-ColwiseParallel   ``Shard(0)``: ``[out/W, in]``   ``Shard(0)``: ``[out/W]``
-RowwiseParallel   ``Shard(1)``: ``[out, in/W]``   ``Replicate()``: ``[out]``
-================  ==============================  ==========================
-
-The forward runs on the local shards, with the op that the layouts call for (``W`` ranks of the
-mesh, activations ``[..., features]``; ``Shard(d)`` with ``d`` not the last dimension shards tokens,
-e.g. ``Shard(1)`` for ``[B, S, H]`` split along S, torch's ``SequenceParallel`` layout):
+They take torch's constructor arguments (plus ``variant``) and go into a ``parallelize_module`` plan
+beside torch's own styles; parameters become DTensors sharded as torch's styles shard them. The
+forward runs on the local shards with the op the layouts call for (``Shard(d)``, ``d`` not the last
+dimension, shards tokens: ``Shard(1)`` for ``[B, S, H]`` split along S):
 
 =========  ================  ================  =============================================================
 style      input layout      output layout     forward on rank r (backward)
@@ -30,27 +18,14 @@ Rowwise    Shard(-1)         Shard(d)          ``gemm_reduce_scatter`` over dim 
 Rowwise    Replicate         either            this rank's input columns first (``dx`` all-gathered)
 =========  ================  ================  =============================================================
 
-Gradients follow DTensor's meaning: a replicated output's gradient is the gradient of the one
-logical tensor, the same on every rank (each rank computes the same loss); a replicated input gets
-the full gradient on every rank (the colwise backward all-reduces it inside ``gemm_all_reduce``);
-parameter gradients are DTensors with the parameter's placement, each shard equal to the matching
-slice of the unsharded layer's gradient (the rowwise bias gets the full gradient on every rank).
-A token dimension ``d > 0`` is moved to the front for the op (a copy unless every dimension before
-it has size 1, e.g. ``[1, S, H]``) and moved back after it.
+Gradients follow DTensor's meaning: a replicated tensor's gradient is the same on every rank;
+parameter gradients are DTensors with the parameter's placement. A token dimension ``d > 0`` is
+moved to the front for the op and back after it (a copy unless the dimensions before it have size 1).
 
-The mesh: a 1-D DeviceMesh (``mesh["tp"]`` of a data x tensor mesh, as ``parallelize_module``
-asks), or a multi-dimensional one with a dimension named ``"tp"``, which is then the mesh the
-styles use. The ops run on that mesh's process group, on a symmetric heap of its own: if tilefuse
-is not initialised for the group yet, the first ``_apply`` calls ``tilefuse.init(group=...)`` on it
-(collective over the group, like ``parallelize_module`` itself; the heap gets the size of the
-default group's heap, if there is one), unless a heap made earlier serves a group of the same ranks
-in the same order (the world group for a 1-D mesh over every rank), which is then used. Several
-meshes work in one process (each TP group has its heap: two TP groups of one model, or a TP group
-beside a heap on the world).
-
-Every forward and backward is collective over the mesh: all ranks make the same calls with the same
-shapes. ``out_features`` (colwise) or ``in_features`` (rowwise) must be divisible by the mesh size,
-and so must a sharded token dimension for the rowwise reduce-scatter.
+The mesh: 1-D, or one with a dimension named ``"tp"``. The ops run on its process group, on a heap of
+its own (:func:`tp_group`). Every forward and backward is collective over the mesh; ``out_features``
+(colwise) or ``in_features`` (rowwise) must be divisible by the mesh size, and so must a sharded
+token dimension for the rowwise reduce-scatter.
 """
 
 from __future__ import annotations
@@ -71,17 +46,14 @@ from .functional import check_input, column_parallel_linear, row_parallel_linear
 __all__ = ["ColwiseParallel", "RowwiseParallel", "TPLinearPlan", "tp_group", "tp_mesh"]
 
 
-
 TP_DIM = "tp"  # the mesh dimension the styles use on a multi-dimensional mesh
 
 
 def tp_mesh(device_mesh, who: str = "tilefuse.nn"):
     """The 1-D mesh the styles run on: ``device_mesh`` itself, or its ``"tp"`` dimension."""
-    ndim = getattr(device_mesh, "ndim", None)
-    if ndim == 1:
+    if getattr(device_mesh, "ndim", None) == 1:
         return device_mesh
-    names = tuple(getattr(device_mesh, "mesh_dim_names", None) or ())
-    if isinstance(ndim, int) and ndim > 1 and TP_DIM in names:
+    if TP_DIM in (getattr(device_mesh, "mesh_dim_names", None) or ()):
         return device_mesh[TP_DIM]
     raise ValueError(f"{who}: expected a 1-D DeviceMesh or one with a dimension named {TP_DIM!r}, got "
                      f"{device_mesh!r}; slice the tensor-parallel dimension first (mesh['tp'] for a mesh with "
@@ -89,13 +61,11 @@ def tp_mesh(device_mesh, who: str = "tilefuse.nn"):
 
 
 def tp_group(device_mesh, who: str = "tilefuse.nn"):
-    """The process group the ops run on for ``device_mesh`` (1-D, or its ``"tp"`` dimension), with
-    tilefuse initialised on it.
+    """The process group the ops run on for ``device_mesh`` (1-D, or its ``"tp"`` dimension).
 
-    A group tilefuse was initialised on is returned as it is. Else a heap made earlier on another
-    group object with the same ranks in the same order (the world, say) serves the mesh: that group
-    is returned. Else tilefuse is initialised on the mesh's group (collective over its ranks, as
-    ``parallelize_module`` is), with the default group's heap size if there is a default group.
+    The mesh's group if tilefuse is initialised on it; else a group with a heap and the same ranks in
+    the same order (the world, say); else the mesh's group after ``tilefuse.init`` on it (collective,
+    as ``parallelize_module`` is; the default group's heap size if there is one).
     """
     group = tp_mesh(device_mesh, who).get_group()
     if is_initialized(group):
@@ -108,13 +78,9 @@ def tp_group(device_mesh, who: str = "tilefuse.nn"):
     return group
 
 
-
 class TPLinearPlan:
-    """How a parallelized ``nn.Linear`` runs: its style's layouts, the mesh, its group and variant.
-
-    ``kind`` is ``"colwise"`` or ``"rowwise"``; ``input_layout`` and ``output_layout`` are torch
-    placements. Shared, never copied (``copy.deepcopy`` of a module keeps the same plan: it names
-    process groups, which cannot be copied).
+    """How a parallelized ``nn.Linear`` runs: ``kind`` (``"colwise"``/``"rowwise"``), its layouts,
+    the mesh, its group and variant. ``copy.deepcopy`` keeps the same plan: process groups cannot be copied.
     """
 
     __slots__ = ("kind", "input_layout", "output_layout", "use_local_output", "mesh", "group", "group_name",
@@ -155,10 +121,9 @@ def _token_dim(who: str, placement, x: torch.Tensor, what: str) -> int:
 def _input(who: str, plan: TPLinearPlan, x) -> tuple[torch.Tensor, bool]:
     """The local input, and whether its gradient may stay partial (a sum over ranks left to do).
 
-    A DTensor is moved to the style's input layout first, as torch's styles do. A replicated
-    DTensor's gradient is handed back as ``Partial()``: DTensor's backward then reduces it once
-    where the replicated activation was made (one reduce-scatter behind a ``PrepareModuleInput``
-    gather that feeds several colwise layers, as with torch's own styles)."""
+    A DTensor is moved to the style's input layout first. A replicated DTensor's gradient is handed
+    back as ``Partial()``: DTensor reduces it once where the replicated activation was made (one
+    reduce-scatter behind a ``PrepareModuleInput`` gather that feeds several colwise layers)."""
     if isinstance(x, DTensor):
         want = plan.input_layout
         if isinstance(want, Shard):
@@ -182,15 +147,12 @@ def _output(plan: TPLinearPlan, y: torch.Tensor):
     return DTensor.from_local(y, plan.mesh, (out,), run_check=False)
 
 
-
 class _ColumnReplicated(torch.autograd.Function):
     """Colwise linear of a replicated ``x [M, in]`` with ``w [n, in]`` (``n = out/W``).
 
-    ``gather=False``: ``y = x @ w^T + b``, this rank's output columns ``[M, n]``. ``gather=True``:
-    ``y = gemm_all_scatter(x, w^T) + all_gather(b)``, every rank's columns ``[M, W*n]``, the same on
-    every rank. Backward: ``g`` = this rank's columns of ``dy``; ``dx = gemm_all_reduce(g, w)``
-    (the replicated input's full gradient, bit-identical on every rank), ``dw = g^T @ x``,
-    ``db = g.sum(0)``.
+    ``gather=False``: ``y = x @ w^T + b`` ``[M, n]``; ``gather=True``: ``gemm_all_scatter(x, w^T) +
+    all_gather(b)`` ``[M, W*n]``. Backward, ``g`` this rank's columns of ``dy``: ``dx =
+    gemm_all_reduce(g, w)`` (or ``g @ w``, left ``Partial()``), ``dw = g^T @ x``, ``db = g.sum(0)``.
     """
 
     @staticmethod
@@ -225,10 +187,8 @@ class _ColumnReplicated(torch.autograd.Function):
 
 
 class _SplitFeatures(torch.autograd.Function):
-    """This rank's block of the last dimension of a replicated ``x [..., W*n]``: ``[..., n]``.
-
-    Backward: every rank's gradient block, all-gathered along the last dimension (DTensor's
-    Replicate -> Shard(-1) redistribution and its backward)."""
+    """This rank's block of the last dimension of a replicated ``x [..., W*n]``: ``[..., n]``; the
+    backward all-gathers the blocks (DTensor's Replicate -> Shard(-1) and its backward)."""
 
     @staticmethod
     def forward(ctx, x, group, world, rank):
@@ -243,9 +203,10 @@ class _SplitFeatures(torch.autograd.Function):
         return full.t().reshape(*ctx.lead, -1), None, None, None
 
 
-def _tokens_first(x: torch.Tensor, d: int) -> torch.Tensor:
-    return x if d == 0 else x.movedim(d, 0)
-
+def _on_tokens(plan: TPLinearPlan, linear, x: torch.Tensor, d: int, w, b):
+    """A dim-0 sequence-parallel ``linear`` on tokens sharded along dim ``d``: moved to the front and back."""
+    y = linear(x if d == 0 else x.movedim(d, 0), w, b, group=plan.group, variant=plan.variant)
+    return _output(plan, y if d == 0 else y.movedim(0, d).contiguous())
 
 
 def colwise_forward(module: nn.Linear, x) -> torch.Tensor:
@@ -266,9 +227,7 @@ def colwise_forward(module: nn.Linear, x) -> torch.Tensor:
             y = _ColumnReplicated.apply(x2.contiguous(), w, b, plan.group_name, plan.variant, gather, plan.rank,
                                         not partial_grad)
         return _output(plan, y.reshape(*lead, y.shape[-1]))
-    d = _token_dim(who, plan.input_layout, x, "input")
-    y = column_parallel_linear(_tokens_first(x, d), w, b, group=plan.group, variant=plan.variant)
-    return _output(plan, y if d == 0 else y.movedim(0, d).contiguous())
+    return _on_tokens(plan, column_parallel_linear, x, _token_dim(who, plan.input_layout, x, "input"), w, b)
 
 
 def rowwise_forward(module: nn.Linear, x) -> torch.Tensor:
@@ -292,54 +251,38 @@ def rowwise_forward(module: nn.Linear, x) -> torch.Tensor:
         raise ValueError(f"{who}: the token dimension (dim {d} of the input, size {x.shape[d]}) must be divisible "
                          f"by the mesh size ({plan.world}): the output layout Shard({plan.output_layout.dim}) "
                          "reduce-scatters it")
-    y = row_parallel_linear(_tokens_first(x, d), w, b, group=plan.group, variant=plan.variant)
-    return _output(plan, y if d == 0 else y.movedim(0, d).contiguous())
+    return _on_tokens(plan, row_parallel_linear, x, d, w, b)
 
 
-class ColwiseLinear(nn.Linear):
-    """An ``nn.Linear`` after :class:`ColwiseParallel`: DTensor parameters, tilefuse forward."""
+class TPLinear(nn.Linear):
+    """An ``nn.Linear`` after a tilefuse style: DTensor parameters, tilefuse forward."""
 
     def forward(self, x):
-        return colwise_forward(self, x)
+        return (colwise_forward if self._tilefuse_tp.kind == "colwise" else rowwise_forward)(self, x)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, tp=({self._tilefuse_tp!r})"
 
 
-class RowwiseLinear(nn.Linear):
-    """An ``nn.Linear`` after :class:`RowwiseParallel`: DTensor parameters, tilefuse forward."""
-
-    def forward(self, x):
-        return rowwise_forward(self, x)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, tp=({self._tilefuse_tp!r})"
+_SUBCLASSES: dict[type, type] = {}
 
 
-_SUBCLASSES: dict[tuple[type, type], type] = {}
-
-
-def _swap_class(module: nn.Linear, base: type, who: str) -> None:
+def _swap_class(module: nn.Linear, who: str) -> None:
     cls = type(module)
     if cls.forward is not nn.Linear.forward:
         raise TypeError(f"{who}: {cls.__name__} overrides nn.Linear.forward; only linears that run "
                         "nn.Linear's own forward can be parallelized by tilefuse (use torch's styles for it)")
-    if cls is nn.Linear:
-        module.__class__ = base
-        return
-    key = (cls, base)
-    if key not in _SUBCLASSES:  # an nn.Linear subclass with nn.Linear's forward: keep its other methods
-        _SUBCLASSES[key] = type(f"{base.__name__}_{cls.__name__}", (base, cls), {"__module__": __name__})
-    module.__class__ = _SUBCLASSES[key]
-
+    if cls is not nn.Linear and cls not in _SUBCLASSES:  # a subclass with nn.Linear's forward: keep its methods
+        _SUBCLASSES[cls] = type(f"TPLinear_{cls.__name__}", (TPLinear, cls), {"__module__": __name__})
+    module.__class__ = TPLinear if cls is nn.Linear else _SUBCLASSES[cls]
 
 
 def _distribute(param: torch.Tensor, mesh, group, layout, src: int | None) -> DTensor:
     """``param`` (the full tensor) as a DTensor with ``layout`` on ``mesh``, on the heap's device.
 
-    What ``distribute_tensor`` does for an even split, with a broadcast of group rank ``src``'s
-    tensor (None: every rank keeps its own, torch's ``src_data_rank=None``) and local slicing in
-    place of its scatter: gloo has no scatter of CUDA tensors, and ranks sharing a GPU use gloo."""
+    ``distribute_tensor`` for an even split: a broadcast of group rank ``src``'s tensor (None: each
+    keeps its own) and local slicing in place of its scatter (gloo, for ranks sharing a GPU, has no
+    scatter of CUDA tensors)."""
     full = param.detach().to(get_heap(group).device)
     if src is not None and dist.get_world_size(group) > 1:
         full = full.contiguous().clone()
@@ -356,10 +299,9 @@ def _check_placement(who: str, name: str, value, allowed: tuple[type, ...]) -> N
 
 
 class _TilefuseStyle:
-    """Shared ``_apply`` of the two styles; ``KIND``, ``LINEAR``, ``SHARDS`` set by each."""
+    """Shared ``_apply`` of the two styles; ``KIND`` and ``SHARDS`` set by each."""
 
     KIND = ""
-    LINEAR: type = nn.Linear
     SHARDS: tuple = ()  # (weight placement, bias placement)
 
     def _take(self, variant, inputs: tuple[type, ...], outputs: tuple[type, ...]) -> str:
@@ -385,19 +327,18 @@ class _TilefuseStyle:
                              "DTensor)")
         group = tp_group(device_mesh, who)
         world = dist.get_world_size(group)
-        split = module.out_features if self.KIND == "colwise" else module.in_features
         what = "out_features" if self.KIND == "colwise" else "in_features"
+        split = getattr(module, what)
         if split % world != 0:
             raise ValueError(f"{who}: {what} = {split} must be divisible by the mesh size ({world}): the weight "
                              "is split evenly along it")
-        weight_layout, bias_layout = self.SHARDS
-        for name, layout in (("weight", weight_layout), ("bias", bias_layout)):
+        for name, layout in zip(("weight", "bias"), self.SHARDS):
             param = getattr(module, name)
             if param is None:
                 continue
             dparam = _distribute(param, device_mesh, group, layout, getattr(self, "src_data_rank", 0))
             module.register_parameter(name, nn.Parameter(dparam, requires_grad=param.requires_grad))
-        _swap_class(module, self.LINEAR, who)
+        _swap_class(module, who)
         module._tilefuse_tp = TPLinearPlan(self.KIND, self.input_layouts[0], self.output_layouts[0],
                                            self.use_local_output, device_mesh, group, self.variant)
         return module
@@ -412,20 +353,17 @@ class ColwiseParallel(_TilefuseStyle, _TorchColwise):
     """torch's ``ColwiseParallel`` for ``nn.Linear``, run on tilefuse's ops.
 
     Args:
-        input_layouts: ``Replicate()`` (default: every rank holds the whole input ``[..., in]``) or
+        input_layouts: ``Replicate()`` (default: the whole input ``[..., in]`` on every rank) or
             ``Shard(d)``, tokens sharded along dim ``d`` (``Shard(1)`` for ``[B, S/W, in]``).
-        output_layouts: ``Shard(-1)`` (default: ``[..., out/W]``, this rank's output features, every
-            token) or ``Replicate()`` (``[..., out]`` on every rank; replicated input only).
+        output_layouts: ``Shard(-1)`` (default: ``[..., out/W]``, this rank's output features) or
+            ``Replicate()`` (``[..., out]`` on every rank; replicated input only).
         use_local_output: return a plain tensor (default) or a DTensor with the output layout.
-        variant: the op variant, ``"auto"`` (default), ``"plain"``, ``"reference"`` or one of
-            ``tilefuse.VARIANTS``.
+        variant: ``"auto"`` (default), ``"plain"``, ``"reference"`` or one of ``tilefuse.VARIANTS``.
 
-    The weight ``[out, in]`` becomes ``Shard(0)``, the bias ``Shard(0)``. ``out_features`` must be
-    divisible by the mesh size. ``nn.Embedding`` modules get torch's own colwise sharding.
+    Weight ``[out, in]`` and bias become ``Shard(0)``. ``nn.Embedding`` gets torch's own sharding.
     """
 
     KIND = "colwise"
-    LINEAR = ColwiseLinear
     SHARDS = (Shard(0), Shard(0))
 
     def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
@@ -445,21 +383,18 @@ class RowwiseParallel(_TilefuseStyle, _TorchRowwise):
     """torch's ``RowwiseParallel`` for ``nn.Linear``, run on tilefuse's ops.
 
     Args:
-        input_layouts: ``Shard(-1)`` (default: ``[..., in/W]``, this rank's input features, what a
-            colwise layer returns) or ``Replicate()`` (``[..., in]``: this rank's columns are taken).
+        input_layouts: ``Shard(-1)`` (default: ``[..., in/W]``, what a colwise layer returns) or
+            ``Replicate()`` (``[..., in]``: this rank's columns are taken).
         output_layouts: ``Replicate()`` (default: ``[..., out]``, the sum over ranks, the same bits on
-            every rank: ``gemm_all_reduce``) or ``Shard(d)``, tokens sharded along dim ``d``
-            (``gemm_reduce_scatter``; ``Shard(1)`` gives ``[B, S/W, out]``).
+            every rank) or ``Shard(d)``, tokens sharded along dim ``d`` (``Shard(1)``: ``[B, S/W, out]``).
         use_local_output: return a plain tensor (default) or a DTensor with the output layout.
-        variant: the op variant, as for :class:`ColwiseParallel`.
+        variant: as for :class:`ColwiseParallel`.
 
-    The weight ``[out, in]`` becomes ``Shard(1)``, the bias ``Replicate()`` (added once, after the
-    sum). ``in_features`` must be divisible by the mesh size. ``nn.Embedding`` modules get torch's
-    own rowwise sharding.
+    Weight ``[out, in]`` becomes ``Shard(1)``, the bias ``Replicate()`` (added once, after the sum).
+    ``nn.Embedding`` gets torch's own sharding.
     """
 
     KIND = "rowwise"
-    LINEAR = RowwiseLinear
     SHARDS = (Shard(1), Replicate())
 
     def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,

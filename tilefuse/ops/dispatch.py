@@ -1,34 +1,27 @@
 """``variant="auto"``: a measured choice where there is one, else the plain path.
 
-A call ``op(a [M, K], b [K, N])`` is decided per *bucket*: (arch, world size, op, dtype, N, K, the
-bucket of M: :mod:`tilefuse.tuning.buckets`); the kernels always run the exact M. The first call of
-a bucket decides it, in this order:
+A call ``op(a [M, K], b [K, N])`` is decided per *bucket* (arch, world size, op, dtype, N, K, the
+bucket of M: :mod:`tilefuse.tuning.buckets`; the kernels run the exact M). The first call of a bucket
+takes the first of:
 
 1. **table**: a config table entry (shipped, or ``TILEFUSE_CONFIG_DIR``) for the exact shape, else
    one with the same N, K and dtype whose M falls in the bucket;
 2. **cache**: the user's decision cache (:mod:`tilefuse.tuning.cache`, ``TILEFUSE_CACHE_DIR``);
 3. **tuned**: first-call tuning (:mod:`tilefuse.tuning.autotune`) of plain and each variant on the
-   call's own operands, remembered in the cache. ``TILEFUSE_AUTOTUNE`` unset: only on a GPU and only
-   if one plain call (timed once, max over ranks) takes at least ``autotune.MIN_PLAIN_MS``
-   (0.2 ms); ``=1``: always (in Triton's interpreter too, where the times mean nothing); ``=0``: never;
-4. **model**: the cost model (:mod:`tilefuse.tuning.costmodel`) fitted on the tables' measurements,
-   if it predicts a variant at least 5 % faster than plain;
-5. **default**: the plain path (torch.matmul + the torch.distributed collective).
+   call's operands, saved in the cache. ``TILEFUSE_AUTOTUNE`` unset: on a GPU, if one plain call takes
+   at least ``autotune.MIN_PLAIN_MS``; ``=1``: always (in the interpreter too); ``=0``: never;
+4. **model**: the cost model (:mod:`tilefuse.tuning.costmodel`), if it predicts a variant >= 5 %
+   faster than plain;
+5. **default**: the plain path.
 
-Every rank must run the same variant. So the first call of a bucket is collective: every rank
-looks at its own tables and cache, one exchange on the op's group hands rank 0's view to all (a rank
-whose cache differs follows rank 0), and if rank 0 saw nothing, they tune together (rank 0 decides)
-or all take rank 0's model answer. The decision is then remembered per bucket in memory (later
-calls in the bucket make no exchange) and per call signature (op, shapes, dtype, device, group,
-table generation, table and cache directories): a call seen before is one dictionary lookup, then
-the chosen variant's entry point or the plain path; nothing is bucketed or looked up in tables,
-and the two directories are read without ``os.environ``'s per-lookup encoding.
-Ranks whose K shards differ (gemm_reduce_scatter, gemm_all_reduce) still reach one decision: rank
-0's, for its own shape.
+Every rank must run the same variant, so the first call of a bucket is collective: one exchange on
+the op's group hands rank 0's view (tables, cache, model) to all, and they tune together if rank 0
+saw nothing. The decision is remembered per bucket and per call signature: a call seen before is one
+dictionary lookup. Ranks whose K shards differ still reach one decision: rank 0's.
 
-While ``torch.compile`` traces or a CUDA graph captures, nothing is exchanged or tuned: a bucket
-that is not decided yet runs the plain path for that call (and is decided on a later eager call).
-``logging.getLogger("tilefuse")``: INFO when a bucket is tuned, DEBUG for each decision and its source.
+While ``torch.compile`` traces or a CUDA graph captures, nothing is exchanged or tuned: an undecided
+bucket runs plain for that call. ``logging.getLogger("tilefuse")``: INFO when a bucket is tuned,
+DEBUG for each decision and its source.
 """
 
 from __future__ import annotations
@@ -47,19 +40,13 @@ from .common.config import Config
 
 log = logging.getLogger("tilefuse")
 
-_DTYPE_NAMES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
-
-
 def _dtype_name(dtype) -> str:
-    return _DTYPE_NAMES.get(str(dtype), str(dtype).removeprefix("torch."))
+    return str(dtype).removeprefix("torch.")
 
 
 def _capturing(device: torch.device) -> bool:
     """Whether torch.compile is tracing or this stream is capturing a CUDA graph (no host exchange)."""
-    compiler = getattr(torch, "compiler", None)
-    if compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling():
-        return True
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    return torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
 
 def _times_mean_something(device: torch.device) -> bool:
@@ -73,11 +60,10 @@ def _default(why: str) -> tables.Choice:
 
 def _local_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> tables.Choice | None:
     """This rank's table or cache entry for the call's bucket (no communication)."""
-    bucket = m_bucket(M)
     choice = tables.lookup(op, arch, world, M, N, K, dtype)
     if choice is not None and choice.variant in registry.variants(op):
         return choice
-    key = cache.entry_key(arch, world, op, dtype, N, K, bucket)
+    key = cache.entry_key(arch, world, op, dtype, N, K, m_bucket(M))
     e = cache.get(key)
     if e is not None and e["variant"] in registry.variants(op):
         cfg = Config.from_dict(e["config"]) if e.get("config") else None
@@ -90,24 +76,6 @@ def _model_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: s
     if p is None or not p.wins or p.variant not in registry.variants(op):
         return None
     return tables.Choice(p.variant, p.config, f"model (predicted {p.speedup:.2f}x plain from {list(p.neighbours)})")
-
-
-def _encode(choice: tables.Choice | None):
-    if choice is None:
-        return None
-    graph = None
-    if choice.graph is not None:
-        graph = (choice.graph[0], None if choice.graph[1] is None else choice.graph[1].to_dict())
-    return (choice.variant, None if choice.config is None else choice.config.to_dict(), choice.source, graph)
-
-
-def _decode(view) -> tables.Choice | None:
-    if view is None:
-        return None
-    variant, cfg, source, graph = view
-    if graph is not None:
-        graph = (graph[0], None if graph[1] is None else Config.from_dict(graph[1]))
-    return tables.Choice(variant, None if cfg is None else Config.from_dict(cfg), source, graph)
 
 
 def choose(op: str, a, b, group=None) -> tables.Choice:
@@ -160,18 +128,14 @@ def _candidates(op: str, a, b, grp, kwargs: dict, model: tables.Choice | None) -
     def bind(fn, **kw):
         return lambda: fn(a, b, group=grp, **kw, **kwargs)
 
-    world = get_heap(grp).world_size
-    N = b.shape[1]
-    plain = registry.get(op, tables.PLAIN)
-    out = [autotune.Candidate("plain", tables.PLAIN, None, bind(plain))]
+    world, variants = get_heap(grp).world_size, registry.variants(op)
+    out = [autotune.Candidate("plain", tables.PLAIN, None, bind(variants[tables.PLAIN]))]
     for variant in registry.tunable(op):
-        if variant in registry.variants(op) and rules.skip_reason(op, variant, N, world) is None:
-            fn = registry.get(op, variant)
-            out.append(autotune.Candidate(variant, variant, None, bind(fn, config=None)))
-    if model is not None and model.config is not None and model.variant in registry.variants(op):
-        fn = registry.get(op, model.variant)
+        if variant in variants and rules.skip_reason(op, variant, b.shape[1], world) is None:
+            out.append(autotune.Candidate(variant, variant, None, bind(variants[variant], config=None)))
+    if model is not None and model.config is not None and model.variant in variants:
         out.append(autotune.Candidate(f"{model.variant}#model", model.variant, model.config,
-                                      bind(fn, config=model.config)))
+                                      bind(variants[model.variant], config=model.config)))
     return out
 
 
@@ -218,9 +182,8 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
     if _capturing(a.device):
         return _default("capturing or compiling: no exchange, no tuning"), False
     try:
-        mine = {"view": _encode(_local_view(op, arch, world, M, N, K, dtype)),
-                "model": _encode(_model_view(op, arch, world, M, N, K, dtype)), "mode": autotune.mode(),
-                "error": None}
+        mine = {"view": _local_view(op, arch, world, M, N, K, dtype),
+                "model": _model_view(op, arch, world, M, N, K, dtype), "mode": autotune.mode(), "error": None}
     except (ValueError, OSError) as err:  # a malformed table, a bad setting: every rank raises, none waits
         mine = {"error": f"{type(err).__name__}: {err}"}
     views = autotune.all_gather(mine, grp, what=f"auto {op}: decision views")
@@ -231,8 +194,8 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
     lead = views[0]
     if any(v["view"] != lead["view"] for v in views[1:]):
         log.debug("tilefuse: auto %s %dx%dx%d: the ranks' tables/caches differ; rank 0's view wins: %s",
-                  op, M, N, K, [v["view"] and v["view"][:2] for v in views])
-    choice = _decode(lead["view"])
+                  op, M, N, K, [v["view"] and v["view"].variant for v in views])
+    choice = lead["view"]
     if choice is None and lead["mode"] != "0":
         tune = lead["mode"] == "1"
         if not tune and _times_mean_something(a.device):
@@ -243,9 +206,9 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
                 log.debug("tilefuse: auto %s %dx%dx%d: plain takes %.3g ms < %.3g ms: not tuned", op, M, N, K,
                           plain_ms, autotune.MIN_PLAIN_MS)
         if tune:
-            choice = _tune(op, a, b, grp, kwargs or {}, arch, world, dtype, M, N, K, _decode(lead["model"]))
+            choice = _tune(op, a, b, grp, kwargs or {}, arch, world, dtype, M, N, K, lead["model"])
     if choice is None:
-        choice = _decode(lead["model"]) or _default("nothing measured")
+        choice = lead["model"] or _default("nothing measured")
     _BUCKETS[bkey] = choice
     log.debug("tilefuse: auto %s %dx%dx%d %s W=%d %s -> %s (%s)", op, M, N, K, dtype, world,
               bucket_name(m_bucket(M)), choice.variant, choice.source)
@@ -254,8 +217,7 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
 
 def resolve(op: str, a, b, group=None, kwargs: dict | None = None) -> tuple:
     """``(variant, entry point, config)`` that auto runs for this call, remembered per call signature
-    (op, shapes, dtype, device, group, table generation, table and cache directories) until
-    :func:`tilefuse.tuning.tables.clear_cache`, :func:`clear` or ``tilefuse.shutdown()``."""
+    until :func:`tilefuse.tuning.tables.clear_cache`, :func:`clear` or ``tilefuse.shutdown()``."""
     return _resolve(op, a, b, group, kwargs)[:3]
 
 
@@ -265,10 +227,8 @@ GRAPH_MIN_M = 512  # below it, a fused choice with no device-time measurement ru
 
 def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
     """What runs inside a CUDA graph: the choice's measured graph pick (:meth:`tables.Choice.for_graphs`);
-    without one, the choice itself from ``GRAPH_MIN_M`` rows, else plain. A fused variant's eager win
-    at small M is mostly host work, which a graph does not pay, and a choice that carries no graph
-    pick was never timed on device work alone (a table or cache entry without a ``graph`` pick, or
-    the cost model's prediction from larger shapes)."""
+    without one, the choice itself from ``GRAPH_MIN_M`` rows, else plain: a fused variant's eager win
+    at small M is mostly host work, which a graph does not pay."""
     if choice.graph is not None or choice.variant == tables.PLAIN or M >= GRAPH_MIN_M:
         return choice.for_graphs()
     return tables.Choice(tables.PLAIN, None, f"{choice.source}; inside CUDA graphs plain: M < {GRAPH_MIN_M} and no "
@@ -276,9 +236,8 @@ def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
 
 
 def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
-    """:func:`resolve`'s answer and whether it is remembered (not while capturing or compiling).
-    ``graphs`` (default: whether this stream is capturing a CUDA graph): the bucket's choice for
-    CUDA graphs (:meth:`tables.Choice.for_graphs`)."""
+    """:func:`resolve`'s answer and whether it is remembered (not while capturing or compiling);
+    ``graphs`` (default: whether this stream captures a CUDA graph) picks the choice for CUDA graphs."""
     if graphs is None:
         graphs = a.is_cuda and _graph_capture()
     key = (op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs(), graphs)
@@ -297,11 +256,8 @@ def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
 
 
 def run_auto(op: str, a, b, config, group, **kwargs):
-    """Run ``op`` with the chosen variant; a caller's ``config`` overrides the decision's.
-
-    A call signature seen before costs one dictionary lookup on a key of shapes, dtype, device and
-    group (and whether a CUDA graph is being captured: inside graphs the bucket's graph choice
-    runs); then the chosen variant's entry point (or the plain path) runs."""
+    """Run ``op`` with the chosen variant; a caller's ``config`` overrides the decision's. A call
+    signature seen before costs one dictionary lookup (inside a CUDA graph capture: the graph choice)."""
     graphs = a.is_cuda and _graph_capture()
     hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs(), graphs))
     variant, fn, chosen_config = hit if hit is not None else _resolve(op, a, b, group, kwargs, graphs)[:3]

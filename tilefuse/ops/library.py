@@ -1,20 +1,10 @@
-"""tilefuse's ops as ``torch.library`` custom ops (namespace ``tilefuse``): traced by torch.compile,
-differentiable through autograd.
+"""tilefuse's ops as ``torch.library`` custom ops (``torch.ops.tilefuse.<op>(a, b, variant, config, group)``):
+traced by torch.compile with no graph break, differentiable through autograd.
 
-Each op of :data:`SPECS` becomes ``torch.ops.tilefuse.<op>(a, b, variant, config, group)``:
-
-* the real implementation runs what the public function runs (``registry.get(op, variant)``, or
-  ``dispatch.run_auto`` for ``"auto"``); everything that happens on a first call (the shape exchange
-  with the peers, heap workspaces, table lookups, tuning) happens there, never while tracing;
-* the fake implementation only checks the operands and gives the output's shape, dtype and device,
-  so ``torch.compile(fn, fullgraph=True)`` traces calls to the ops with no graph break;
-* the autograd formula runs the backward through the same custom ops (a compiled backward traces
-  too), with the tensor-parallel convention that the backward of an all-gather is a reduce-scatter
-  and the other way round.
-
-Non-tensor arguments are schema types: ``variant`` a string, ``config`` a :class:`Config` as the
-list of its fields in declaration order (:func:`encode_config`) or None, ``group`` the process
-group's name (:func:`group_name`) or None for the default group, resolved in the real implementation.
+The real implementation runs the public function's entry point (``registry.get`` or
+``dispatch.run_auto``), so every first-call exchange, workspace and tuning happens there, never while
+tracing; the fake one checks the operands and gives the output's shape. ``config`` travels as the
+list of its fields (:func:`encode_config`), ``group`` as its name (:func:`group_name`, None: default).
 
 ============================  ==========================  ====================================
 op (rank r, W ranks)          output                      backward (dc: this rank's output grad)
@@ -27,25 +17,14 @@ gemm_reduce_scatter           ``c [M/W, N]``              ``da, dc_full = all_ga
                                                           gathered)``; ``db = a^T @ dc_full``
 gemm_all_reduce               ``c [M, N]`` (replicated)   ``da = dc @ b^T``, ``db = a^T @ dc``,
   (``+ bias [N]``)                                        ``dbias = dc`` summed over rows
-                                                          (all-reduce backward is the identity)
 ============================  ==========================  ====================================
 
-Beside them: ``all_gather_gemm_gathered`` (``(c, all_gather(a))``; the gathered output is
-differentiable too: its gradient is reduce-scattered into ``da``), ``gemm_all_scatter_out`` (writes
-a caller's heap ``out``, a mutated argument; not differentiable, like torch's ``out=`` functions;
-eager calls only: traced code would functionalise it and hand the op a copy of ``out`` that is not
-on the heap, so a compiled ``gemm_all_scatter(..., out=out)`` runs the op into its own buffer and
-copies the result into ``out``), and the two collectives the formulas need, ``all_gather_rows``
-and ``reduce_scatter_rows``, each the other's backward. Backward ops run the forward's variant
-with ``config=None`` (the variant's own choice for the backward's shapes; a forward config is tuned
-for the forward's shapes).
-
-Eager calls that need no gradient and that nothing traces skip the dispatcher and run the entry
-point directly (:func:`call`): the same work, without the custom op's Python dispatch.
-
-``gemm_all_reduce`` is defined when the registry knows the op (``registry.OPS``). The backward of
-its all-reduce is the identity (Megatron's row-parallel convention): ``dc`` is assumed to be the
-same on every rank, as it is downstream of a replicated activation.
+The backward of the all-reduce is the identity (Megatron's row-parallel convention: ``dc`` is the
+same on every rank). Beside them: ``all_gather_gemm_gathered`` (``(c, all_gather(a))``, both
+differentiable), ``gemm_all_scatter_out`` (writes a caller's heap ``out``; not differentiable, eager
+only: traced code would hand it a functionalised copy of ``out`` off the heap) and the collectives
+``all_gather_rows`` / ``reduce_scatter_rows``, each the other's backward. Backward ops run the
+forward's variant with ``config=None`` (a forward config is tuned for the forward's shapes).
 """
 
 import dataclasses
@@ -60,16 +39,10 @@ from . import registry
 from .common.checks import check_divisible
 from .common.config import Config
 from .dispatch import run_auto
-from .plain import check_operands
+from .plain import check_operands, reduce_scatter
 
-NAMESPACE = "tilefuse"
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(Config))
 _ARGS = "Tensor a, Tensor b, str variant, int[]? config, str? group"
-
-
-# ---------------------------------------------------------------------------------------------
-# Non-tensor arguments
-# ---------------------------------------------------------------------------------------------
 
 
 def encode_config(config) -> list[int] | None:
@@ -136,35 +109,27 @@ def world_size(group: str | None) -> int:
     return dist.get_world_size(resolve_group(group))
 
 
-# ---------------------------------------------------------------------------------------------
-# Real implementations
-# ---------------------------------------------------------------------------------------------
-
-
 def _owned(t: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
     """``t`` as a custom op may return it: contiguous (the fake's strides), sharing no storage with
     an input, and not in a heap workspace that the op's next call reuses."""
     if not t.is_contiguous():
         return t.contiguous()
     ptr = t.untyped_storage().data_ptr()
-    if any(ptr == x.untyped_storage().data_ptr() for x in inputs):
-        return t.clone()
-    if is_initialized() and get_heap().is_on_heap(t):
+    if any(ptr == x.untyped_storage().data_ptr() for x in inputs) or (is_initialized() and get_heap().is_on_heap(t)):
         return t.clone()
     return t
 
 
-def run(op: str, a, b, variant: str, config: list[int] | None, group: str | None, **kwargs):
+def _entry(op: str, a, b, variant: str, config, group, **kwargs):
     """What the public function of ``op`` runs: the named variant's entry point, or auto's choice."""
-    cfg, grp = decode_config(config), resolve_group(group)
     if variant == "auto":
-        return run_auto(op, a, b, cfg, grp, **kwargs)
-    return registry.get(op, variant)(a, b, config=cfg, group=grp, **kwargs)
+        return run_auto(op, a, b, config, group, **kwargs)
+    return registry.get(op, variant)(a, b, config=config, group=group, **kwargs)
 
 
-# ---------------------------------------------------------------------------------------------
-# The op table
-# ---------------------------------------------------------------------------------------------
+def run(op: str, a, b, variant: str, config: list[int] | None, group: str | None, **kwargs):
+    """:func:`_entry` from the schema's arguments."""
+    return _entry(op, a, b, variant, decode_config(config), resolve_group(group), **kwargs)
 
 
 @dataclass(frozen=True)
@@ -179,14 +144,10 @@ class OpSpec:
     bias: bool = False  # the op takes an optional ``bias [N]`` added to the output (last schema argument)
 
 
-def _ops():
-    return torch.ops.tilefuse
-
-
 def _back_gemm_all_scatter(ctx, a, b, dc):
     # c = [a_0 b_0 | ... | a_{W-1} b_{W-1}] on every rank: a_r b_r's gradient is the sum over ranks of
     # their dc's column block r.
-    g = _ops().reduce_scatter_rows(dc.t().contiguous(), ctx.group).t()  # [M, N_loc]
+    g = torch.ops.tilefuse.reduce_scatter_rows(dc.t().contiguous(), ctx.group).t()  # [M, N_loc]
     da = g @ b.t() if ctx.needs_input_grad[0] else None
     db = a.t() @ g if ctx.needs_input_grad[1] else None
     return da, db
@@ -195,18 +156,18 @@ def _back_gemm_all_scatter(ctx, a, b, dc):
 def _back_all_gather_gemm(ctx, a, b, dc):
     da = db = None
     if ctx.needs_input_grad[0]:
-        da = _ops().gemm_reduce_scatter(dc, b.t(), ctx.variant, None, ctx.group)  # [M_loc, K]
+        da = torch.ops.tilefuse.gemm_reduce_scatter(dc, b.t(), ctx.variant, None, ctx.group)  # [M_loc, K]
     if ctx.needs_input_grad[1]:  # the gathered-output op keeps all_gather(a); this one gathers again
-        db = _ops().all_gather_rows(a, ctx.group).t() @ dc
+        db = torch.ops.tilefuse.all_gather_rows(a, ctx.group).t() @ dc
     return da, db
 
 
 def _back_gemm_reduce_scatter(ctx, a, b, dc):
     da = db = None
     if ctx.needs_input_grad[0]:
-        da, dc_full = _ops().all_gather_gemm_gathered(dc, b.t(), ctx.variant, None, ctx.group)
+        da, dc_full = torch.ops.tilefuse.all_gather_gemm_gathered(dc, b.t(), ctx.variant, None, ctx.group)
     elif ctx.needs_input_grad[1]:
-        dc_full = _ops().all_gather_rows(dc, ctx.group)
+        dc_full = torch.ops.tilefuse.all_gather_rows(dc, ctx.group)
     if ctx.needs_input_grad[1]:
         db = a.t() @ dc_full  # [K_loc, N]
     return da, db
@@ -230,7 +191,6 @@ SPECS: dict[str, OpSpec] = {
                _check_rows_divisible),
         OpSpec("gemm_all_reduce", lambda M, K, N, W: (M, N), _back_gemm_all_reduce, bias=True),
     )
-    if spec.name in registry.OPS
 }
 
 
@@ -246,17 +206,19 @@ def _fake_out(spec: OpSpec, a, b, group, bias=None):
     return a.new_empty(spec.out_shape(a.shape[0], a.shape[1], b.shape[1], W))
 
 
-def _setup_context(ctx, inputs, output):
-    a, b, variant, _config, group = inputs[:5]
-    ctx.variant, ctx.group = variant, group
-    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
+def _save(ctx, inputs, a):
+    """Keep the variant, the group, ``a`` (for db) and ``b`` (for da), as far as they are needed."""
+    ctx.variant, ctx.group = inputs[2], inputs[4]
+    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, inputs[1] if ctx.needs_input_grad[0] else None)
     ctx.set_materialize_grads(False)
+
+
+def _setup_context(ctx, inputs, output):
+    _save(ctx, inputs, inputs[0])
 
 
 def _define(spec: OpSpec) -> None:
     """``torch.ops.tilefuse.<op>(a, b, variant, config, group[, bias])``: real, fake and autograd."""
-    nones = (None,) * (4 if spec.bias else 3)  # variant, config, group (and bias: its own gradient below)
-
     def impl(a, b, variant, config, group, bias=None):
         kwargs = {"bias": bias} if bias is not None else {}
         return _owned(run(spec.name, a, b, variant, config, group, **kwargs), a, b)
@@ -265,21 +227,16 @@ def _define(spec: OpSpec) -> None:
         return _fake_out(spec, a, b, group, bias)
 
     def backward(ctx, dc):
-        n = len(ctx.needs_input_grad)  # the arguments of this call (bias left out: 5)
-        a, b = ctx.saved_tensors
-        if dc is None:
-            return ((None, None) + nones)[:n]
-        dc = dc.contiguous()
-        da, db = spec.backward(ctx, a, b, dc)
-        if n <= 5:
-            return (da, db) + nones[:n - 2]
-        dbias = None
-        if ctx.needs_input_grad[5]:  # every rank's copy of c gets the bias once: its gradient is dc's row sum
-            dbias = dc.sum(0, dtype=torch.float32).to(dc.dtype)
-        return (da, db) + nones[:-1] + (dbias,)
+        grads = [None] * len(ctx.needs_input_grad)  # a, b, variant, config, group (, bias)
+        if dc is not None:
+            dc = dc.contiguous()
+            grads[0], grads[1] = spec.backward(ctx, *ctx.saved_tensors, dc)
+            if len(grads) > 5 and ctx.needs_input_grad[5]:  # each rank's c gets the bias once: dc's row sum
+                grads[5] = dc.sum(0, dtype=torch.float32).to(dc.dtype)
+        return tuple(grads)
 
     schema = f"({_ARGS}, Tensor? bias=None) -> Tensor" if spec.bias else f"({_ARGS}) -> Tensor"
-    op = torch.library.custom_op(f"{NAMESPACE}::{spec.name}", impl, mutates_args=(), schema=schema)
+    op = torch.library.custom_op(f"tilefuse::{spec.name}", impl, mutates_args=(), schema=schema)
     op.register_fake(fake)
     op.register_autograd(backward, setup_context=_setup_context)
 
@@ -291,7 +248,7 @@ for _spec in SPECS.values():
 # all_gather_gemm returning the gathered A as well ------------------------------------------------
 
 
-@torch.library.custom_op(f"{NAMESPACE}::all_gather_gemm_gathered", mutates_args=(),
+@torch.library.custom_op("tilefuse::all_gather_gemm_gathered", mutates_args=(),
                          schema=f"({_ARGS}) -> (Tensor, Tensor)")
 def all_gather_gemm_gathered(a, b, variant, config, group):
     c, gathered = run("all_gather_gemm", a, b, variant, config, group, return_gathered=True)
@@ -305,11 +262,7 @@ def _(a, b, variant, config, group):
 
 
 def _gathered_setup(ctx, inputs, output):
-    a, b, variant, _config, group = inputs
-    ctx.variant, ctx.group = variant, group
-    ctx.save_for_backward(output[1] if ctx.needs_input_grad[1] else None,
-                          b if ctx.needs_input_grad[0] else None)
-    ctx.set_materialize_grads(False)
+    _save(ctx, inputs, output[1])  # db needs all_gather(a): the op's own second output
 
 
 def _gathered_backward(ctx, dc, dgathered):
@@ -318,11 +271,11 @@ def _gathered_backward(ctx, dc, dgathered):
     if dc is not None:
         dc = dc.contiguous()
         if ctx.needs_input_grad[0]:
-            da = _ops().gemm_reduce_scatter(dc, b.t(), ctx.variant, None, ctx.group)
+            da = torch.ops.tilefuse.gemm_reduce_scatter(dc, b.t(), ctx.variant, None, ctx.group)
         if ctx.needs_input_grad[1]:
             db = a_full.t() @ dc  # [K, N]
     if dgathered is not None and ctx.needs_input_grad[0]:  # the gathered A was used downstream too
-        extra = _ops().reduce_scatter_rows(dgathered.contiguous(), ctx.group)
+        extra = torch.ops.tilefuse.reduce_scatter_rows(dgathered.contiguous(), ctx.group)
         da = extra if da is None else da + extra
     return da, db, None, None, None
 
@@ -333,7 +286,7 @@ all_gather_gemm_gathered.register_autograd(_gathered_backward, setup_context=_ga
 # gemm_all_scatter into a caller's out ------------------------------------------------------------
 
 
-@torch.library.custom_op(f"{NAMESPACE}::gemm_all_scatter_out", mutates_args=("out",),
+@torch.library.custom_op("tilefuse::gemm_all_scatter_out", mutates_args=("out",),
                          schema="(Tensor a, Tensor b, Tensor(a!) out, str variant, int[]? config, "
                                 "str? group) -> ()")
 def gemm_all_scatter_out(a, b, out, variant, config, group) -> None:
@@ -348,7 +301,7 @@ def _(a, b, out, variant, config, group) -> None:
 # The collectives of the backward formulas ---------------------------------------------------------
 
 
-@torch.library.custom_op(f"{NAMESPACE}::all_gather_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
+@torch.library.custom_op("tilefuse::all_gather_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
 def all_gather_rows(x, group):
     """Every rank's ``x [R, C]`` stacked by rows in group-rank order: ``[W*R, C]``."""
     from .common.collectives import all_gather_cat, op_group
@@ -361,22 +314,14 @@ def _(x, group):
     return x.new_empty((world_size(group) * x.shape[0], *x.shape[1:]))
 
 
-@torch.library.custom_op(f"{NAMESPACE}::reduce_scatter_rows", mutates_args=(),
-                         schema="(Tensor x, str? group) -> Tensor")
+@torch.library.custom_op("tilefuse::reduce_scatter_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
 def reduce_scatter_rows(x, group):
-    """Row block r of the sum over ranks of ``x [W*R, C]``: ``[R, C]`` (summed in fp32 off NCCL)."""
+    """Row block r of the sum over ranks of ``x [W*R, C]``: ``[R, C]``."""
     from .common.collectives import op_group
-    from .common.collectives import reduce_scatter_rows as rs_rows
 
     grp = op_group(resolve_group(group))
-    W = dist.get_world_size(grp)
-    check_divisible("reduce_scatter_rows", "rows of x", x.shape[0], W, "the world size")
-    x = x.contiguous()
-    if W > 1 and x.device.type == "cuda" and dist.get_backend(grp) == "nccl":
-        out = x.new_empty((x.shape[0] // W, *x.shape[1:]))
-        dist.reduce_scatter_tensor(out, x, group=grp)
-        return out
-    return _owned(rs_rows(x, group=grp).to(x.dtype), x)
+    check_divisible("reduce_scatter_rows", "rows of x", x.shape[0], dist.get_world_size(grp), "the world size")
+    return _owned(reduce_scatter(x.contiguous(), grp), x)
 
 
 @reduce_scatter_rows.register_fake
@@ -391,14 +336,9 @@ def _rows_setup(ctx, inputs, output):
 
 
 all_gather_rows.register_autograd(
-    lambda ctx, g: (_ops().reduce_scatter_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
+    lambda ctx, g: (torch.ops.tilefuse.reduce_scatter_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
 reduce_scatter_rows.register_autograd(
-    lambda ctx, g: (_ops().all_gather_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
-
-
-# ---------------------------------------------------------------------------------------------
-# What the public functions call
-# ---------------------------------------------------------------------------------------------
+    lambda ctx, g: (torch.ops.tilefuse.all_gather_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
 
 
 def _direct(*tensors) -> bool:
@@ -420,27 +360,20 @@ _grad_enabled = torch.is_grad_enabled
 
 
 def call(op: str, a, b, *, variant: str, config, group, **kwargs):
-    """``torch.ops.tilefuse.<op>(a, b, ...)`` from the public function's arguments.
+    """``torch.ops.tilefuse.<op>(a, b, ...)`` from the public function's arguments (``return_gathered``
+    for all_gather_gemm, ``out`` for gemm_all_scatter, ``bias`` for gemm_all_reduce).
 
-    ``all_gather_gemm`` takes ``return_gathered``; ``gemm_all_scatter`` takes ``out``. Where ``b``
-    needs a gradient, all_gather_gemm runs the gathered-output op (the weight gradient needs
-    ``all_gather(a)``; keeping it saves a second all-gather in the backward).
-
-    An eager call that needs no gradient and that nothing traces (:func:`_direct`) runs the entry
-    point straight away, as the op's real implementation would: the custom op's Python dispatch
-    costs about as much host time as the plain path's own host work at decode sizes
-    (``benchmarks.host_overhead`` compares ``plain`` with ``plain_custom_op``).
+    Where ``b`` needs a gradient, all_gather_gemm runs the gathered-output op: the weight gradient
+    needs ``all_gather(a)``. An eager call that needs no gradient and that nothing traces
+    (:func:`_direct`) runs the entry point itself: the custom op's Python dispatch costs about as
+    much host time as the plain path's own host work at decode sizes.
     """
     if not isinstance(variant, str):
         raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
     if _direct(a, b, kwargs.get("out"), kwargs.get("bias")):
-        if isinstance(group, str):
-            group = resolve_group(group)
-        if variant == "auto":
-            return run_auto(op, a, b, config, group, **kwargs)
-        return registry.get(op, variant)(a, b, config=config, group=group, **kwargs)
+        return _entry(op, a, b, variant, config, resolve_group(group) if isinstance(group, str) else group, **kwargs)
     cfg, grp = encode_config(config), group_name(group)
-    ops = _ops()
+    ops = torch.ops.tilefuse
     if op == "all_gather_gemm":
         return_gathered = kwargs.pop("return_gathered", False)
         if return_gathered or (b.requires_grad and torch.is_grad_enabled()):
@@ -449,7 +382,15 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
     elif op == "gemm_all_scatter":
         out = kwargs.pop("out", None)
         if out is not None:
-            return _all_scatter_into(a, b, out, variant, cfg, grp)
+            if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+                raise RuntimeError("gemm_all_scatter(): functions with out=... arguments don't support automatic "
+                                   "differentiation; call it without out= (or under torch.no_grad())")
+            if torch.compiler.is_compiling():
+                # Traced code functionalises a mutated argument (the op would write into a copy of out, off
+                # the heap): the compiled call runs the op into its own buffer and copies the result into out.
+                return out.copy_(ops.gemm_all_scatter(a, b, variant, cfg, grp))
+            ops.gemm_all_scatter_out(a, b, out, variant, cfg, grp)
+            return out
     elif op == "gemm_all_reduce":
         bias = kwargs.pop("bias", None)
         if bias is not None:
@@ -457,15 +398,3 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
     if kwargs:
         raise TypeError(f"{op}: unexpected keyword argument(s) {sorted(kwargs)}")
     return getattr(ops, op)(a, b, variant, cfg, grp)
-
-
-def _all_scatter_into(a, b, out, variant, cfg, grp):
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        raise RuntimeError("gemm_all_scatter(): functions with out=... arguments don't support automatic "
-                           "differentiation; call it without out= (or under torch.no_grad())")
-    if torch.compiler.is_compiling():
-        # Traced code functionalises a mutated argument (the op would write into a copy of out, off
-        # the heap): the compiled call runs the op into its own buffer and copies the result into out.
-        return out.copy_(_ops().gemm_all_scatter(a, b, variant, cfg, grp))
-    _ops().gemm_all_scatter_out(a, b, out, variant, cfg, grp)
-    return out

@@ -1,12 +1,9 @@
-"""The plain path of each op: torch.matmul in the input dtype + a torch.distributed collective.
+"""The plain path of each op: torch.matmul in the input dtype + a torch.distributed collective
+(cuBLAS + NCCL: what tilefuse competes with, and what ``variant="auto"`` runs where nothing beat it).
 
-This is what tilefuse competes with (cuBLAS + NCCL). ``variant="auto"`` runs it where a tuned table
-says no fused variant beat it. With gloo (CPU ranks, or several ranks sharing one GPU) the
-collective goes through host memory: correct, not fast.
-
-Its calls are torch's collectives: they are not paired with the peers' calls as the fused variants'
-calls are, so a call that differs between ranks (shapes, dtype) or fails its checks on one rank only
-fails as torch's collective does (gloo aborts the process, NCCL waits until its watchdog).
+Its calls are not paired with the peers' calls as the fused variants' calls are: a call that differs
+between ranks, or fails its checks on one rank only, fails as torch's collective does (gloo aborts
+the process, NCCL waits until its watchdog). With gloo the collective goes through host memory.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from .common.checks import (
     check_out_tensor,
     check_same_device,
 )
-from .common.collectives import all_gather_cat, op_group
+from .common.collectives import all_gather_cat, op_group, reduce_scatter_rows
 
 
 def check_operands(op: str, a, b) -> None:
@@ -66,18 +63,16 @@ def gemm_reduce_scatter(a, b, *, config=None, group=None):
     partial = a @ b
     if world == 1:  # nothing to reduce: no collective (gloo would round-trip through the host)
         return partial
-    if partial.device.type == "cuda" and dist.get_backend(group) == "nccl":
-        out = torch.empty((a.shape[0] // world, b.shape[1]), dtype=a.dtype, device=a.device)
-        dist.reduce_scatter_tensor(out, partial.contiguous(), group=group)
+    return reduce_scatter(partial, group)
+
+
+def reduce_scatter(x, group):
+    """Row block r of the sum over ranks of ``x [W*R, C]``, in x's dtype (summed in fp32 off NCCL)."""
+    if x.device.type == "cuda" and dist.get_backend(group) == "nccl":
+        out = x.new_empty((x.shape[0] // dist.get_world_size(group), *x.shape[1:]))
+        dist.reduce_scatter_tensor(out, x.contiguous(), group=group)
         return out
-    from .common.collectives import reduce_scatter_rows
-
-    return reduce_scatter_rows(partial, group=group).to(a.dtype)
-
-
-for _op, _fn in (("gemm_all_scatter", gemm_all_scatter), ("all_gather_gemm", all_gather_gemm),
-                 ("gemm_reduce_scatter", gemm_reduce_scatter)):
-    registry.register(_op, "plain", _fn)
+    return reduce_scatter_rows(x, group=group).to(x.dtype)
 
 
 def gemm_all_reduce(a, b, *, config=None, group=None, bias=None):
@@ -99,5 +94,5 @@ def gemm_all_reduce(a, b, *, config=None, group=None, bias=None):
     return c if bias is None else c.add_(bias)
 
 
-if "gemm_all_reduce" in registry.OPS:  # registered once the registry lists the op
-    registry.register("gemm_all_reduce", "plain", gemm_all_reduce)
+for _fn in (gemm_all_scatter, all_gather_gemm, gemm_reduce_scatter, gemm_all_reduce):
+    registry.register(_fn.__name__, "plain", _fn)

@@ -1,6 +1,5 @@
-"""One table from (op, variant) to the entry point; tests, benchmarks and the README read it.
-
-Every entry point of an op has the same signature as the op's public function (minus ``variant``).
+"""One table from (op, variant) to the entry point, each with the signature of the op's public
+function minus ``variant``; tests, benchmarks and the README read it.
 """
 
 from __future__ import annotations
