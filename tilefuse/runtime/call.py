@@ -1,25 +1,21 @@
 """The host part of a collective call: :class:`CollectiveCall`, and the thread's active group.
 
-Every op call runs inside one :class:`CollectiveCall` (the ops' ``@collective`` wrapper makes it):
+Every op call runs inside one :class:`CollectiveCall` (made by the ops' ``@collective`` wrapper):
 
-- one call at a time per process (the registry's lock: calls from several threads are serialised),
-  and calls on different streams ordered with CUDA events (:func:`_order_stream`);
+- one call at a time per process (the registry's lock), calls on different streams ordered with
+  CUDA events (:func:`_order_stream`);
 - a poisoned group, or one whose peer process has exited, raises before anything is launched;
-- an earlier call's recorded error is reported: read when the status words say there is one
-  (:meth:`Group.collect`), raised at the end of this call, after its own kernels were launched, so
-  that the ranks' calls stay paired (its result is discarded). On the CPU backend and with
-  ``TILEFUSE_SYNC_ERRORS=1`` every call checks at its end and raises at the failing call itself;
-- the begin kernel opens the call on the device (:meth:`CollectiveCall.begin`), or the call's own
-  first kernel does (:meth:`CollectiveCall.enter_args`, then :meth:`CollectiveCall.entered`);
+- an earlier call's recorded error is raised at the end of this call, after its kernels were
+  launched, so that the ranks' calls stay paired (on the CPU backend and with
+  ``TILEFUSE_SYNC_ERRORS=1``: at the failing call itself);
+- the begin kernel opens the call on the device (:meth:`~CollectiveCall.begin`), or the call's first
+  kernel does (:meth:`~CollectiveCall.enter_args`, then :meth:`~CollectiveCall.entered`);
 - a call whose argument checks fail is still counted on every rank: it launches the begin kernel
   with the failure signature, then raises, and the peers raise :class:`PeerCallError`.
 
-**The active group.** The launchers below an op (workspaces, the call tuple, device barriers) ask
-:func:`active` for the group they run on rather than taking it as an argument through every layer.
-A thread's active group is the one of the call it is inside, or the one :func:`using` names (the
-workspace and reset hooks run that way), else the default group. That is the one piece of
-thread-local state here, with the call this thread is inside: both exist so that public functions
-called without a group (``get_heap()``, ``device_barrier()``) act on the call's group.
+**The active group** (thread-local, with the call this thread is inside) is the group of that call,
+or the one :func:`using` names, else the default group: what launchers and public functions called
+without a group (``get_heap()``, ``device_barrier()``) act on.
 """
 
 from __future__ import annotations
@@ -31,8 +27,7 @@ import torch
 
 from . import primitives as P
 from .errors import PoisonedError, WaitTimeoutError
-from .group import Group, check_current_device
-from .registry import REGISTRY
+from .group import REGISTRY, Group, check_current_device
 
 try:
     from torch._C import _cuda_getCurrentRawStream as _raw_stream
@@ -67,8 +62,7 @@ def group_of(group) -> Group:
 
 @contextlib.contextmanager
 def using(target):
-    """Make ``target`` (a group state, or a process group) this thread's active group inside the
-    block (what :func:`~tilefuse.runtime.world.get_heap`, ``control_block``, ... return there)."""
+    """Make ``target`` (a group state, or a process group) this thread's active group inside the block."""
     g = target if isinstance(target, Group) else REGISTRY.get(target)
     prev = _TLS.group
     _TLS.group = g
@@ -79,10 +73,9 @@ def using(target):
 
 
 def call_state(group, what: str = "tilefuse") -> Group | None:
-    """The group state an op call on ``group`` runs on, to hand to :class:`CollectiveCall`:
-    ``group``'s; for None the default group's where this thread has another group active (inside
-    :func:`using`), else None (the default, which needs nothing set). Raises where tilefuse is not
-    initialised."""
+    """The group state to hand to :class:`CollectiveCall` for ``group``; for None the default group's
+    where this thread has another one active (inside :func:`using`), else None (nothing to set).
+    Raises where tilefuse is not initialised."""
     if group is not None:
         return REGISTRY.get(group, what)
     if REGISTRY.default is None:
@@ -105,9 +98,7 @@ def current_call() -> CollectiveCall:
 
 def _order_stream(g: Group, raw: int) -> None:
     """Calls on different streams run one after another, in the order the host made them (``raw``:
-    the current stream's handle), whatever their group. (Inside a CUDA graph capture the graph's
-    order is the capture stream's; order it against eager work as torch asks: synchronize before
-    capturing.)"""
+    the current stream's handle), whatever their group."""
     order = g.order
     if raw == order.raw:
         return
@@ -120,11 +111,10 @@ def _order_stream(g: Group, raw: int) -> None:
 class CollectiveCall:
     """Host part of one collective op call (a context manager; see the module docstring).
 
-    ``st``: the group state of the call (:func:`call_state`), made this thread's active group for the
-    call; None: the default group's, which needs nothing set. Nested use in one thread (a variant
-    handing a degenerate call to another) is one call. After ``__enter__``, ``group`` is the call's
-    group state, ``capturing`` says whether a CUDA graph capture is under way and ``stream`` is the
-    current stream's raw handle (None on the CPU backend).
+    ``st``: the call's group state (:func:`call_state`); None: the default group's. Nested use in one
+    thread (a variant handing a degenerate call to another) is one call. After ``__enter__``:
+    ``group`` (the call's group state), ``capturing`` (a CUDA graph capture is under way) and
+    ``stream`` (the current stream's raw handle; None on the CPU backend).
     """
 
     __slots__ = ("op", "begun", "mirrored", "pending", "outer", "capturing", "stream", "st", "group", "prev")
@@ -197,26 +187,17 @@ class CollectiveCall:
         g.launch_begin(g.signature(key), outputs)
         self.begun = True
 
-    def verdict(self) -> None:
-        """Wait for the device (a sync on a GPU) and raise what the call's begin recorded: a
-        mismatch with the peers' calls, a peer's failed checks, a wait that ran out. For work the
-        begin cannot gate, such as a torch collective launched after it."""
-        err = self.group.collect(True)
-        if err is not None:
-            raise err
-
     def enter_args(self, key: tuple, outputs: tuple = ()) -> tuple:
-        """Arguments of a kernel that begins the call itself (``primitives.enter`` and ``exit``, with
-        ``ENTER``): ``sig, gen, out0, n_out0, out1, n_out1, status``, for the call with signature
-        ``key`` and ``outputs`` as in :meth:`begin`. Launch that kernel as the call's only one, then
-        call :meth:`entered`; a call that raises before that is counted as failed."""
+        """``sig, gen, out0, n_out0, out1, n_out1, status``: the arguments of a kernel that begins the
+        call itself (``primitives.enter``/``exit`` with ``ENTER``), ``key`` and ``outputs`` as in
+        :meth:`begin`. Call :meth:`entered` once it is launched; a call that raises first is failed."""
         g = self.group
         return g.begin_args(g.signature(key), outputs) + (g.status_words(),)
 
     def entered(self, ends: bool = True) -> None:
-        """The kernel of :meth:`enter_args` is launched: it began the call, and (``ends``) it or a
-        later kernel given the same arguments ends it and writes the status words (``exit``).
-        A call of several kernels says so twice: after its first (``ends=False``) and its last."""
+        """The kernel of :meth:`enter_args` is launched and began the call; ``ends``: it or a later
+        kernel with the same arguments ends it and writes the status words. A call of several
+        kernels says so after its first (``ends=False``) and its last."""
         self.begun = True
         self.mirrored = self.mirrored or ends
 
@@ -267,12 +248,9 @@ def check_waits(group=None) -> None:
 
 
 def device_barrier(group=None) -> None:
-    """Stream-ordered barrier over ``group`` (default: the active group; a collective call): returns
-    once every rank of it launched one.
-
-    Work queued before it on any rank is complete and visible to work queued after it on all ranks.
-    Inside an op's call it is part of that call (on the call's group).
-    """
+    """Stream-ordered barrier over ``group`` (default: the active group; a collective call): work
+    queued before it on any rank is complete and visible to work queued after it on all ranks.
+    Inside an op's call it is part of that call."""
     if _TLS.call is not None:  # inside an op's call: a call of its own, same host part
         g = _TLS.call.group
         if g.heap.world_size > 1:

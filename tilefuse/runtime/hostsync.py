@@ -1,11 +1,9 @@
 """Bounded host collectives for tilefuse's own host steps (heap rendezvous, shape checks, workspaces).
 
 ``torch.distributed``'s object collectives wait as long as the process group's timeout (30 minutes
-with gloo by default), so one missing rank stalls every other rank that long, and the error does
-not say who is missing. The two collectives here go through the group's key-value store instead
-(a ``TCPStore`` in the usual launches), which any backend has, and give up after ``timeout``
-seconds (default ``TILEFUSE_HOST_TIMEOUT``, 60) with a :class:`HostTimeoutError` that names the
-ranks that did not arrive and the step that was being done.
+with gloo) and do not say who is missing. These go through the group's key-value store instead and
+give up after ``timeout`` seconds (default ``TILEFUSE_HOST_TIMEOUT``, 60) with a
+:class:`HostTimeoutError` naming the ranks that did not arrive and the step.
 
 One call on a group (every rank makes the same calls on it in the same order):
 
@@ -19,11 +17,9 @@ release                 each rank adds 1 to ``P/done``; the rank that brings it 
 ======================  ==================================================================
 
 A rank that runs out of time sets ``P/gave_up`` naming the missing ranks (a peer still waiting, or
-arriving later, then stops at once with the same names instead of completing the step without
-it) and marks the group out of step: the sequence numbers of the ranks no longer match, so every
-later call on that group raises at once until :func:`reset` has been called on every rank. Ranks
-that pass different ``what`` are at different steps: that raises as well (naming both steps),
-never hands one step's objects to another.
+arriving later, stops at once with the same names) and marks the group out of step: every later
+call on it raises at once until :func:`reset` on every rank. Ranks that pass different ``what`` are
+at different steps: that raises too, naming both.
 """
 
 from __future__ import annotations
@@ -31,6 +27,7 @@ from __future__ import annotations
 import math
 import pickle
 import time
+from dataclasses import dataclass
 
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
@@ -44,15 +41,13 @@ class HostTimeoutError(RuntimeError):
     """A bounded host step ran out of time: some rank of the group did not arrive."""
 
 
+@dataclass
 class _GroupState:
-    __slots__ = ("name", "store", "generation", "sequence", "broken")
-
-    def __init__(self, name: str, store):
-        self.name = name
-        self.store = store
-        self.generation = 0
-        self.sequence = 0
-        self.broken: str | None = None  # why the ranks are out of step, once a call failed
+    name: str
+    store: object
+    generation: int = 0
+    sequence: int = 0
+    broken: str | None = None  # why the ranks are out of step, once a call failed
 
 
 _GROUPS: dict[str, _GroupState] = {}
@@ -65,9 +60,7 @@ def _resolve(group):
 
 
 def _group_name(pg) -> str:
-    name = getattr(pg, "group_name", None)
-    if not name:
-        name = c10d._world.pg_names.get(pg)
+    name = getattr(pg, "group_name", None) or c10d._world.pg_names.get(pg)
     if not name:
         raise RuntimeError("tilefuse host collectives: the process group has no name (is this rank a member?)")
     return str(name)
@@ -90,13 +83,6 @@ def _state(pg) -> _GroupState:
     return st
 
 
-def _timeout_s(timeout: float | None) -> float:
-    value = _env.host_timeout() if timeout is None else float(timeout)
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"host collective timeout must be a positive number of seconds, got {timeout!r}")
-    return value
-
-
 def _global(pg, rank: int) -> str:
     try:
         g = dist.get_global_rank(pg, rank)
@@ -110,11 +96,8 @@ def _names(pg, ranks) -> str:
 
 
 def reset(group=None) -> None:
-    """Forget an earlier failed call on ``group``: later calls use a fresh key namespace.
-
-    Every rank of the group must call it, at the same point of its sequence of host steps (for
-    instance from a collective reset of the runtime), before the group's next host step.
-    """
+    """Forget an earlier failed call on ``group``: later calls use a fresh key namespace. Every rank
+    of the group calls it at the same point of its host steps (a collective reset)."""
     st = _state(_resolve(group))
     st.generation += 1
     st.sequence = 0
@@ -125,16 +108,14 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
     """Every rank's ``obj`` (picklable), in group-rank order; collective, bounded in time.
 
     Args:
-        obj: this rank's contribution (anything ``pickle`` takes; keep it small: it travels
-            through the store).
+        obj: this rank's contribution (picklable and small: it travels through the store).
         group: the process group (default: the world).
-        what: the step being done, e.g. ``"gemm_all_scatter: shape check"``; the same on every
-            rank (ranks that disagree are at different steps, which raises). It is named in errors.
+        what: the step, e.g. ``"gemm_all_scatter: shape check"``; the same on every rank, named in
+            errors.
         timeout: seconds to wait for the other ranks; default ``TILEFUSE_HOST_TIMEOUT`` or 60.
-        last: the group's last step before its ranks may exit (shutdown): return only once every
-            rank has read the step's keys (bounded by what is left of ``timeout``, at most
-            ``LAST_STEP_WAIT_S``; no error when it runs out), so the rank hosting the store does not
-            exit while a peer still reads from it.
+        last: the group's last step before its ranks may exit: return only once every rank has read
+            the step's keys (for at most ``LAST_STEP_WAIT_S`` of what is left of ``timeout``; no
+            error then), so the rank hosting the store does not exit under a reader.
 
     Raises:
         HostTimeoutError: within ``timeout`` seconds when some rank did not arrive (named), when
@@ -145,7 +126,9 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
     if rank < 0:
         raise ValueError(f"{what}: this process is not a member of the group")
-    bound = _timeout_s(timeout)
+    bound = _env.host_timeout() if timeout is None else float(timeout)
+    if not (bound > 0 and math.isfinite(bound)):
+        raise ValueError(f"host collective timeout must be a positive number of seconds, got {timeout!r}")
     if world == 1:
         return [obj]
     st = _state(pg)
@@ -187,8 +170,7 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
                 "Raise TILEFUSE_HOST_TIMEOUT if a rank is only slow."
             )
         try:
-            # Tell peers that arrive later: they stop at once, naming the missing ranks, instead of
-            # completing the step without this rank.
+            # Peers that arrive later stop at once, naming the missing ranks.
             store.set(gave_up, pickle.dumps((rank, detail)))
         except Exception:
             pass
@@ -259,8 +241,7 @@ def _read_gave_up(store, key: str) -> tuple:
 def _wait(store, keys: list, gave_up: str, deadline: float) -> tuple:
     """Poll until every key is set, a peer gave up, or the deadline passes: ``("ok", None)``,
     ``("aborted", (rank, missing))``, ``("missing", ranks)`` or ``("lost", None)`` (the store
-    failed). Polling with ``check`` rather than a blocking ``wait``: a store's timed-out wait logs
-    socket warnings, and a poll ends at the deadline whatever the store's own timeout is."""
+    failed). A poll, not the store's ``wait``: it ends at the deadline and logs no socket warnings."""
     pause = 1e-4
     try:
         while True:
