@@ -477,8 +477,8 @@ def test_cuda_runtime_calls_are_off_without_a_gpu():
     copy-engine copy says what is missing instead of failing in ctypes."""
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the GPU tests use the runtime library")
-    from tilefuse.runtime import dma
+    from tilefuse.runtime import heap
 
-    assert dma.library() is None
+    assert heap.library() is None
     with pytest.raises(RuntimeError, match="CUDA runtime library"):
-        dma.copy_rows(0, 0, 0, 0, 0, 0, torch.device("cuda", 0))
+        heap.copy_rows(0, 0, 0, 0, 0, 0, torch.device("cuda", 0))

@@ -12,6 +12,7 @@ raises on every rank.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import stat
@@ -65,10 +66,8 @@ def map_cpu(group, rank: int, world: int, size: int) -> list:
             try:
                 tensors.append(_map_file(path, size))
             except OSError as err:
-                problem = f"cannot map rank {r}'s heap file {path}: {err}"
+                problem, tensors = f"cannot map rank {r}'s heap file {path}: {err}", []
                 break
-        if problem is not None:
-            tensors.clear()
         agree(group, rank, problem, "tilefuse.init: mapping the heap files", what)
         if RENDEZVOUS_HOOK is not None:
             RENDEZVOUS_HOOK("mapped", paths)
@@ -77,10 +76,8 @@ def map_cpu(group, rank: int, world: int, size: int) -> list:
     finally:
         # The mappings outlive the names; after a failure, the files of peers that died go too.
         for path in paths if not done else [own]:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-            except FileNotFoundError:
-                pass
 
 
 def map_cuda(group, rank: int, world: int, size: int, device: torch.device) -> list:
@@ -105,11 +102,9 @@ def map_cuda(group, rank: int, world: int, size: int, device: torch.device) -> l
             # A mapping this device cannot reach fails here, naming the peer, not inside an op.
             t[:8].sum().item()
         except RuntimeError as err:
-            problem = f"cannot map or read rank {r}'s heap through CUDA IPC: {err}"
+            problem, tensors = f"cannot map or read rank {r}'s heap through CUDA IPC: {err}", [own]
             break
         tensors.append(t)
-    if problem is not None:
-        tensors = [own]
     torch.cuda.synchronize(device)
     agree(group, rank, problem, "tilefuse.init: mapping the peers' heaps", what)
     return tensors

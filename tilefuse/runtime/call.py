@@ -1,21 +1,17 @@
 """The host part of a collective call: :class:`CollectiveCall`, and the thread's active group.
 
-Every op call runs inside one :class:`CollectiveCall` (made by the ops' ``@collective`` wrapper):
+Every op call runs inside one :class:`CollectiveCall`: one call at a time per process, calls on
+different streams ordered with CUDA events; a poisoned group raises before anything is launched; an
+earlier call's recorded error is raised at the end of this call, after its kernels were launched, so
+that the ranks' calls stay paired (on the CPU backend and with ``TILEFUSE_SYNC_ERRORS=1``: at the
+failing call itself). The begin kernel opens the call on the device, or the call's first kernel does
+(:meth:`~CollectiveCall.enter_args`). A call whose argument checks fail is still counted on every
+rank: it launches the begin kernel with the failure signature, and the peers raise
+:class:`PeerCallError`.
 
-- one call at a time per process (the registry's lock), calls on different streams ordered with
-  CUDA events (:func:`_order_stream`);
-- a poisoned group, or one whose peer process has exited, raises before anything is launched;
-- an earlier call's recorded error is raised at the end of this call, after its kernels were
-  launched, so that the ranks' calls stay paired (on the CPU backend and with
-  ``TILEFUSE_SYNC_ERRORS=1``: at the failing call itself);
-- the begin kernel opens the call on the device (:meth:`~CollectiveCall.begin`), or the call's first
-  kernel does (:meth:`~CollectiveCall.enter_args`, then :meth:`~CollectiveCall.entered`);
-- a call whose argument checks fail is still counted on every rank: it launches the begin kernel
-  with the failure signature, then raises, and the peers raise :class:`PeerCallError`.
-
-**The active group** (thread-local, with the call this thread is inside) is the group of that call,
-or the one :func:`using` names, else the default group: what launchers and public functions called
-without a group (``get_heap()``, ``device_barrier()``) act on.
+**The active group** (thread-local, like the call this thread is inside) is that call's group, or
+the one :func:`using` names, else the default group: what a launcher or a public function called
+without a group (``get_heap()``) acts on.
 """
 
 from __future__ import annotations
@@ -46,10 +42,7 @@ _TLS = _Local()
 
 def active() -> Group:
     """This thread's active group: the current call's, or the one :func:`using` names, else the default."""
-    g = _TLS.group
-    if g is not None:
-        return g
-    g = REGISTRY.default
+    g = _TLS.group or REGISTRY.default
     if g is None:
         raise RuntimeError("tilefuse is not initialised on this rank: call tilefuse.init() first")
     return g
@@ -135,14 +128,10 @@ class CollectiveCall:
         if outer is not None:
             self.outer = outer
             return outer
-        st = self.st
-        if st is None:
-            st = REGISTRY.default if REGISTRY.default is not None else active()  # raises when not initialised
-            REGISTRY.lock.acquire()
-        else:
-            REGISTRY.lock.acquire()
-            self.prev = _TLS.group
-            _TLS.group = st
+        st = self.st or REGISTRY.default or active()  # (active() raises when not initialised)
+        REGISTRY.lock.acquire()
+        if self.st is not None:
+            self.prev, _TLS.group = _TLS.group, st
         try:
             if st.on_gpu:
                 if torch.cuda.current_device() != st.dev_index:
@@ -192,7 +181,8 @@ class CollectiveCall:
         call itself (``primitives.enter``/``exit`` with ``ENTER``), ``key`` and ``outputs`` as in
         :meth:`begin`. Call :meth:`entered` once it is launched; a call that raises first is failed."""
         g = self.group
-        return g.begin_args(g.signature(key), outputs) + (g.status_words(),)
+        status = g.status_host if g.status_host is not None else g.status_scratch
+        return g.begin_args(g.signature(key), outputs) + (status,)
 
     def entered(self, ends: bool = True) -> None:
         """The kernel of :meth:`enter_args` is launched and began the call; ``ends``: it or a later
@@ -248,9 +238,8 @@ def check_waits(group=None) -> None:
 
 
 def device_barrier(group=None) -> None:
-    """Stream-ordered barrier over ``group`` (default: the active group; a collective call): work
-    queued before it on any rank is complete and visible to work queued after it on all ranks.
-    Inside an op's call it is part of that call."""
+    """Stream-ordered barrier over ``group`` (a collective call; inside an op's call, part of it): work
+    queued before it on any rank is complete and visible to work queued after it on all ranks."""
     if _TLS.call is not None:  # inside an op's call: a call of its own, same host part
         g = _TLS.call.group
         if g.heap.world_size > 1:

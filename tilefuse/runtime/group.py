@@ -2,23 +2,17 @@
 
 A :class:`Group` holds the symmetric heap, the control block at its offset 0 (layout in
 :mod:`tilefuse.runtime.primitives`), the host's copy of the status words, the call signatures seen,
-the device wait bound, the watched peer processes and the poison; :meth:`Group.open` makes one
-(collective). Its methods are the host's work between kernels:
+the device wait bound, the watched peer processes and the poison. Errors reach the host without a
+device sync on a GPU: after each call two control words (poison, error count) are copied to pinned
+memory (:meth:`Group.note_end`); once one is set, :meth:`Group.collect` reads and clears the full
+record. A peer process that exits poisons the group for good, and the host's waits for the device
+give up once one has (:meth:`Group.wait_device`): a kernel that stores into an exited process's
+memory stalls, it does not fault.
 
-- status words: after each call two control words (poison, error count) are copied to pinned memory
-  without a device sync (:meth:`Group.note_end`); once one is set, :meth:`Group.collect` reads and
-  clears the full record, turned into an exception (:mod:`tilefuse.runtime.errors`).
-- peers: a peer process that exits poisons the group for good (:meth:`Group.check_peers`), and the
-  host's waits for the device give up once a peer has exited and the work is still not done after
-  the wait bound (:meth:`Group.wait_device`): on a GPU a kernel that stores into an exited
-  process's memory stalls, it does not fault.
-- the begin kernel, which opens a call on the device (:meth:`Group.launch_begin`).
-
-:data:`REGISTRY` maps each process group (and its name) to its Group and names the default one, the
-first initialised, which ``group=None`` means. It holds what the calls of every group share: one
-lock (one call at a time per process), one :class:`StreamOrder` (calls on different streams run in
-the order the host made them, so device scratch shared by all groups is never used by two calls at
-once), and the hooks the ops register to drop their workspaces at reset and shutdown.
+:data:`REGISTRY` maps each process group (and its name) to its Group, names the default one (the
+first initialised) and holds what all groups' calls share: one lock (one call at a time per
+process), one :class:`StreamOrder` (calls on different streams run in the order the host made them)
+and the ops' hooks that drop their workspaces at reset and shutdown.
 """
 
 from __future__ import annotations
@@ -54,14 +48,12 @@ _MAX_SIGNATURES = 4096
 _ERRORS, _POISON = int(P.CTL_ERRORS), int(P.CTL_POISON)
 
 
+@dataclass(slots=True)
 class StreamOrder:
     """The stream the last call was launched on (shared by every group's calls)."""
 
-    __slots__ = ("stream", "raw")
-
-    def __init__(self):
-        self.stream = None
-        self.raw: int | None = None  # its raw handle: calls on the same stream compare integers
+    stream: object = None
+    raw: int | None = None  # its raw handle: calls on the same stream compare integers
 
 
 def device_for(backend: str, group) -> torch.device:
@@ -87,11 +79,6 @@ def check_current_device(what: str, device: torch.device) -> None:
             f"cuda:{torch.cuda.current_device()}; call torch.cuda.set_device({device.index}) in this thread "
             f"(or run under `with torch.cuda.device({device.index}):`)"
         )
-
-
-def wait_timeout_s(backend: str) -> float:
-    """``TILEFUSE_WAIT_TIMEOUT`` seconds, else 30 s on a GPU and 60 s on the CPU."""
-    return _env.wait_timeout(DEFAULT_WAIT_TIMEOUT_S[backend])
 
 
 def watch_peers(group, rank: int) -> tuple:
@@ -123,7 +110,9 @@ class Group:
     dummy: torch.Tensor  # float32[1]: the begin kernel's output argument when there is none
     status_host: torch.Tensor | None  # pinned int64[2]: POISON, ERRORS (GPU)
     sync_errors: bool
-    status_scratch: torch.Tensor | None = None  # int64[2] (CPU backend): where call_exit writes them
+    # int64[2] (CPU backend, which reads the control block itself): where a call's exit writes the
+    # status words (on a GPU: into status_host, mapped into the device's address space)
+    status_scratch: torch.Tensor | None = None
     gen: int = 1
     poisoned: str | None = None  # set once this host has seen the poison: the message to raise
     poison_error: type = PoisonedError  # what raises it (PeerExitedError once a peer has exited)
@@ -153,7 +142,7 @@ class Group:
                 "the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 before "
                 "importing tilefuse or any Triton kernel"
             )
-        bound_s = wait_timeout_s(backend)
+        bound_s = _env.wait_timeout(DEFAULT_WAIT_TIMEOUT_S[backend])
         heap = SymmetricHeap(size, group, backend, device_for(backend, group))
         ctl = heap.zeros(P.ctl_words(heap.world_size), dtype=torch.int64)
         heap.mark_internal(ctl)  # tilefuse's own: not a user tensor left alive at shutdown
@@ -267,9 +256,6 @@ class Group:
         torch.cuda.synchronize(self.heap.device)
 
     # ------------------------------------------------------------------------------ errors
-    def capturing(self) -> bool:
-        return self.on_gpu and torch.cuda.is_current_stream_capturing()
-
     def status_set(self) -> bool:
         """Whether the error or poison word is set: on a GPU as of the last call's status copy, on
         the CPU backend now (no torch call: a numpy view)."""
@@ -282,7 +268,7 @@ class Group:
     def collect(self, sync: bool) -> Exception | None:
         """The error the device recorded since the last check, if any (clears it); syncs when asked
         or when there is one to read."""
-        capturing = self.capturing()
+        capturing = self.on_gpu and torch.cuda.is_current_stream_capturing()
         if capturing:
             sync = False  # no device sync inside a capture: read what earlier calls left in pinned memory
         if self.on_gpu and not sync and not self.status_set():
@@ -333,12 +319,6 @@ class Group:
         heap = self.heap
         P.call_begin_kernel[(1,)](self.ctl, heap.heap_bases, heap.rank, heap.world_size,
                                   *self.begin_args(sig, outputs), BLOCK=_FILL_BLOCK, num_warps=1)
-
-    def status_words(self) -> torch.Tensor:
-        """Where a kernel that ends its call (``call_exit``) writes the status words: the host's
-        page-locked copy on a GPU (mapped into the device's address space), a scratch pair on the
-        CPU backend (which reads the control block itself)."""
-        return self.status_host if self.status_host is not None else self.status_scratch
 
     def note_end(self, capturing: bool, mirrored: bool = False) -> None:
         """After a call's launches: queue the copy of the status words to the host (not needed when

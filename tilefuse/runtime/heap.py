@@ -1,21 +1,18 @@
 """The symmetric heap: one buffer per rank, mapped by every rank, with a freeing sub-allocator.
 
-``heap_bases[r]`` is the address at which rank r's heap is mapped *in this process*; device code
-moves a pointer to rank r by ``heap_bases[r] + (ptr - heap_bases[rank])`` (see ``primitives``). The
-peers' heaps are mapped once, at ``init`` (:mod:`tilefuse.runtime.backends`).
-
-Allocation is deterministic (first fit over a sorted free list, coalescing frees), so ranks that make
-the same allocations in the same order get the same offsets: that is what makes the heap symmetric
-(:meth:`SymmetricHeap.check_symmetric` checks it). A block returns to the free list when the last
-torch view of it goes: torch keeps the :class:`Block` that owns it alive through the array interface
-of its storage. Every block also holds this rank's own heap memory, so a heap tensor stays valid
-after :meth:`SymmetricHeap.close` for as long as it lives (``close`` warns about such tensors with
-:class:`LiveHeapTensorsWarning`; peers no longer see them).
+``heap_bases[r]`` is where rank r's heap is mapped *in this process*; device code moves a pointer to
+rank r by ``heap_bases[r] + (ptr - heap_bases[rank])``. The allocator is deterministic (first fit,
+coalescing frees), so ranks that make the same allocations in the same order get the same offsets:
+that makes the heap symmetric. A block returns to the free list when the last torch view of it goes
+(torch keeps its :class:`Block` alive through the storage's array interface); every block holds
+this rank's heap memory, so a heap tensor stays valid after :meth:`SymmetricHeap.close`.
 """
 
 from __future__ import annotations
 
 import bisect
+import ctypes
+import functools
 import gc
 import itertools
 import math
@@ -51,7 +48,7 @@ class Allocator:
         self.size = size
         self._free: list[tuple[int, int]] = [(0, size)]  # sorted (offset, length)
         self._used: dict[int, int] = {}
-        self._internal: set[int] = set()  # blocks of tilefuse's own (not reported by close)
+        self._internal: set[int] = set()  # blocks of tilefuse's own
         self._lock = threading.Lock()
 
     def alloc(self, nbytes: int) -> int:
@@ -100,10 +97,10 @@ class Allocator:
             sizes = [n for off, n in self._used.items() if off not in skip and off not in self._internal]
         return len(sizes), sum(sizes)
 
-    def mark_internal(self, off: int) -> None:
+    def mark_internal(self, offset: int) -> None:
+        """The block in use that holds byte ``offset`` is tilefuse's own (not reported by ``live``)."""
         with self._lock:
-            if off in self._used:
-                self._internal.add(off)
+            self._internal.update(off for off, n in self._used.items() if off <= offset < off + n)
 
     def block_start(self, offset: int) -> int | None:
         """Start of the block in use that holds byte ``offset``, or None."""
@@ -142,6 +139,61 @@ class Block:
             return
         self._allocator = None
         allocator.free(self.offset)
+
+
+# Copy-engine copies (``copy_to_peer``): torch's ``copy_`` uses a copy engine only when both sides are
+# contiguous, so a block of rows of a wider matrix goes to the CUDA runtime's 2-D copy instead, called
+# through ctypes in the runtime library torch loaded: one transfer, each side with its own row pitch,
+# ordered in the stream (and captured into a CUDA graph) like a kernel.
+_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction follows from the (unified) addresses
+
+
+@functools.cache
+def library():
+    """The CUDA runtime torch has loaded (found in this process's memory map), or None (also
+    without a usable GPU)."""
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.init()
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = list(dict.fromkeys(p for p in (line.rsplit(None, 1)[-1] for line in maps) if "libcudart.so" in p))
+    except OSError:
+        paths = []
+    for name in paths + ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]:
+        try:
+            lib = ctypes.CDLL(name)
+            lib.cudaMemcpy2DAsync  # noqa: B018 - present in every runtime this works with
+        except (OSError, AttributeError):
+            continue
+        return lib
+    return None
+
+
+@functools.cache
+def _memcpy_2d():
+    lib = library()
+    if lib is None:
+        return None
+    fn, vp, size = lib.cudaMemcpy2DAsync, ctypes.c_void_p, ctypes.c_size_t
+    fn.restype, fn.argtypes = ctypes.c_int, [vp, size, vp, size, size, size, ctypes.c_int, vp]
+    return fn
+
+
+def copy_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int,
+              device: torch.device) -> None:
+    """Copy ``height`` rows of ``width`` bytes from address ``src`` to ``dst`` (row pitches in
+    bytes) on ``device``'s current stream, by a copy engine."""
+    fn = _memcpy_2d()
+    if fn is None:
+        raise RuntimeError("copy-engine copies need the CUDA runtime library (libcudart), which this process "
+                           "has not loaded")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = torch.cuda.current_stream(index).cuda_stream
+    err = fn(dst, dst_pitch, src, src_pitch, width, height, _MEMCPY_DEFAULT, stream)
+    if err != 0:
+        raise RuntimeError(f"cudaMemcpy2DAsync failed with CUDA error {err} ({height} rows of {width} bytes, "
+                           f"pitches {src_pitch} -> {dst_pitch})")
 
 
 DEFAULT_HEAP_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}
@@ -193,9 +245,7 @@ class SymmetricHeap:
         graph names): :meth:`close` does not report them as user tensors."""
         for t in tensors:
             self.check_on_heap("mark_internal", t)
-            start = self._allocator.block_start(self.offset_of(t))
-            if start is not None:
-                self._allocator.mark_internal(start)
+            self._allocator.mark_internal(self.offset_of(t))
 
     def close(self, *, internal: Iterable[torch.Tensor] = (), wait: bool = True) -> None:
         """Drop the peer mappings, then a bounded barrier (collective; idempotent).
@@ -211,11 +261,7 @@ class SymmetricHeap:
             return
         self._closed = True
         gc.collect()  # blocks held only by unreachable cycles (a traceback, say) are not the user's
-        skip = []
-        for t in internal:
-            start = self._allocator.block_start(self.offset_of(t)) if self.is_on_heap(t) else None
-            if start is not None:
-                skip.append(start)
+        skip = [self._allocator.block_start(self.offset_of(t)) for t in internal if self.is_on_heap(t)]
         blocks, nbytes = self._allocator.live(exclude=skip)
         if blocks:
             warnings.warn(
@@ -275,9 +321,7 @@ class SymmetricHeap:
         return self.empty(shape, dtype=dtype).fill_(fill_value)
 
     def arange(self, n: int, dtype=torch.int64) -> torch.Tensor:
-        out = self.empty(n, dtype=dtype)
-        out.copy_(torch.arange(n, dtype=dtype, device=self.device))
-        return out
+        return self.empty(n, dtype=dtype).copy_(torch.arange(n, dtype=dtype, device=self.device))
 
     def randn(self, *shape, dtype=torch.float32, generator=None) -> torch.Tensor:
         return self.empty(*shape, dtype=dtype).normal_(generator=generator)
@@ -330,13 +374,11 @@ class SymmetricHeap:
         if self.device.type != "cuda":
             self.peer_view(t, rank).copy_(src)
             return
-        from . import dma
-
         peer = self._peers[rank]
         if peer is None:
             raise RuntimeError("copy_to_peer: the heap was closed")
         es = t.element_size()
-        dma.copy_rows(peer.data_ptr() + (t.data_ptr() - self.base), t.stride(0) * es, src.data_ptr(),
+        copy_rows(peer.data_ptr() + (t.data_ptr() - self.base), t.stride(0) * es, src.data_ptr(),
                       src.stride(0) * es, t.shape[1] * es, t.shape[0], self.device)
 
     def offset_of(self, t: torch.Tensor) -> int:

@@ -35,6 +35,7 @@ from torch.distributed import distributed_c10d as c10d
 from . import _env
 
 _PREFIX = "tilefuse/hostsync"
+_HINT = "A rank that died, hangs, or skipped this step; raise TILEFUSE_HOST_TIMEOUT if a rank is only slow."
 
 
 class HostTimeoutError(RuntimeError):
@@ -153,8 +154,6 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
         ) from err
     gave_up = f"{base}/gave_up"
     status, detail = _wait(store, keys, gave_up, deadline)
-    if status == "ok" and _present(store, gave_up):  # a peer gave up while this rank was reading
-        status, detail = "aborted", _read_gave_up(store, gave_up)
     if status != "ok":
         st.broken = f"{what}: {status}"
         if status == "lost":
@@ -166,8 +165,7 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
             who, their_missing = detail
             raise HostTimeoutError(
                 f"{what}: rank {_global(pg, who)} gave up waiting for rank(s) {_names(pg, their_missing)}; "
-                f"this rank ({_global(pg, rank)}) stops too. A rank that died, hangs, or skipped this step. "
-                "Raise TILEFUSE_HOST_TIMEOUT if a rank is only slow."
+                f"this rank ({_global(pg, rank)}) stops too. {_HINT}"
             )
         try:
             # Peers that arrive later stop at once, naming the missing ranks.
@@ -176,8 +174,7 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
             pass
         raise HostTimeoutError(
             f"{what}: rank(s) {_names(pg, detail)} of {world} did not arrive within {bound:g} s "
-            f"(seen from rank {_global(pg, rank)}); a rank that died, hangs, or skipped this step. "
-            "Raise TILEFUSE_HOST_TIMEOUT if a rank is only slow."
+            f"(seen from rank {_global(pg, rank)}). {_HINT}"
         )
     try:
         entries = [pickle.loads(store.get(k)) for k in keys]
@@ -224,13 +221,6 @@ def _wait_all_read(store, key: str, done: int, world: int, seconds: float) -> No
         done = store.add(key, 0)
 
 
-def _present(store, key: str) -> bool:
-    try:
-        return bool(store.check([key]))
-    except Exception:
-        return False
-
-
 def _read_gave_up(store, key: str) -> tuple:
     try:
         return pickle.loads(store.get(key))
@@ -245,10 +235,11 @@ def _wait(store, keys: list, gave_up: str, deadline: float) -> tuple:
     pause = 1e-4
     try:
         while True:
-            if store.check(keys):
-                return "ok", None
-            if store.check([gave_up]):
+            ready = store.check(keys)
+            if store.check([gave_up]):  # checked when every key is set too: a peer may give up meanwhile
                 return "aborted", _read_gave_up(store, gave_up)
+            if ready:
+                return "ok", None
             left = deadline - time.monotonic()
             if left <= 0:
                 missing = [r for r, k in enumerate(keys) if not store.check([k])]

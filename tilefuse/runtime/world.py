@@ -1,26 +1,12 @@
 """The runtime's public functions: ``init``, ``reset``, ``shutdown``, and what an op asks of its group.
 
-The device side of the protocol (control block, pairing, flags, bounded waits, poisoning) is told in
-:mod:`tilefuse.runtime.primitives`; its host side is :mod:`~tilefuse.runtime.group` (one process
-group's state and the registry of groups), :mod:`~tilefuse.runtime.call` (the host part of every op
-call, and the thread's active group) and :mod:`~tilefuse.runtime.errors`. This module gathers their
-public names.
-
-Errors reach the host without a device sync on a GPU (two control words copied to pinned memory
-after each call) and are raised at the end of the next call; on the CPU backend and with
-``TILEFUSE_SYNC_ERRORS=1`` at the failing call itself. A wait that timed out poisons the group on
-every rank: every op raises :class:`PoisonedError` until :func:`reset` (collective). A peer process
-that exits poisons this rank for good (:class:`PeerExitedError`): each call checks the peers first
-(:func:`check_peers` does it for a CUDA graph replay), and the host's waits for the device
-(:func:`synchronize`, :func:`reset`, :func:`shutdown`) give up once a peer has exited and the work
-is still not done after the wait bound.
-
-**Several process groups.** :func:`init` may be called for several groups (a TP group beside the
-world, two TP groups of one model). Each gets its own :class:`Group` (heap, control block, signatures,
-error words); the first initialised is the *default* one, which ``group=None`` means. An op call runs
-on one group, made this thread's active group for the call: :func:`get_heap`, :func:`control_block`
-and a launcher's questions without a group return the active group's, else the default's. Calls of
-all groups share one lock and one stream order.
+The protocol's device side is told in :mod:`tilefuse.runtime.primitives`, its host side in
+:mod:`~tilefuse.runtime.group` (a group's state, error words and poison; the registry of groups)
+and :mod:`~tilefuse.runtime.call` (the host part of every op call; the active group); this module
+gathers their public names. :func:`init` may be called for several process groups: each gets its
+own :class:`Group`, and the first initialised is the default one, which ``group=None`` means. A wait
+that timed out poisons a group on every rank until :func:`reset` (collective); a peer process that
+exits poisons it for good (:class:`PeerExitedError`).
 """
 
 from __future__ import annotations
@@ -123,9 +109,7 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
         return g.heap
 
 
-def state_for(group, what: str = "tilefuse") -> Group:
-    """The group state serving ``group`` (None: the default; see ``REGISTRY.get``)."""
-    return REGISTRY.get(group, what)
+state_for = REGISTRY.get  # (group, what="tilefuse") -> the Group serving ``group`` (None: the default)
 
 
 def groups() -> list:
@@ -225,9 +209,8 @@ def reset(group=None) -> None:
         for hook in REGISTRY.reset_hooks:
             hook()
         g.ctl.zero_()
-        g.gen += 1
         g.ctl[int(P.CTL_BOUND_NS)] = int(g.wait_bound_s * 1e9)
-        g.ctl[int(P.CTL_GEN)] = g.gen
+        g.bump_generation()
         if g.status_host is not None:
             g.status_host.zero_()
         g.order.stream = g.order.raw = None  # the device is idle: the next call waits on nothing
