@@ -14,15 +14,17 @@ from ._env import set_debug_poison
 _env.configure()  # TRITON_INTERPRET must be set before the first @triton.jit module is imported
 
 from . import hw, primitives  # noqa: E402
-from .heap import HeapFullError, SymmetricHeap  # noqa: E402
-from .hostsync import HostTimeoutError  # noqa: E402
-from .world import (  # noqa: E402
+from .errors import (  # noqa: E402
     CallMismatchError,
     PeerCallError,
     PeerExitedError,
     PoisonedError,
     StaleCallError,
     WaitTimeoutError,
+)
+from .heap import HeapFullError, SymmetricHeap  # noqa: E402
+from .hostsync import HostTimeoutError  # noqa: E402
+from .world import (  # noqa: E402
     barrier,
     check_peers,
     check_waits,

@@ -69,11 +69,8 @@ def call_state(group, what: str = "tilefuse") -> Group | None:
     """The group state to hand to :class:`CollectiveCall` for ``group``; for None the default group's
     where this thread has another one active (inside :func:`using`), else None (nothing to set).
     Raises where tilefuse is not initialised."""
-    if group is not None:
-        return REGISTRY.get(group, what)
-    if REGISTRY.default is None:
-        raise RuntimeError(f"{what}: tilefuse is not initialised on this rank: call tilefuse.init() first")
-    return REGISTRY.default if _TLS.group is not None else None
+    g = REGISTRY.get(group, what)
+    return g if group is not None or _TLS.group is not None else None
 
 
 def in_call() -> bool:
@@ -223,11 +220,8 @@ class CollectiveCall:
 def synchronize(group=None) -> None:
     """Wait for this rank's device work, then report any error recorded on the device for
     ``group``'s calls (default: the active group's)."""
-    g = group_of(group)
-    g.raise_if_poisoned()
-    err = g.collect(True)
-    if err is not None:
-        raise err
+    group_of(group).raise_if_poisoned()
+    check_waits(group)
 
 
 def check_waits(group=None) -> None:

@@ -269,9 +269,8 @@ class Group:
         """The error the device recorded since the last check, if any (clears it); syncs when asked
         or when there is one to read."""
         capturing = self.on_gpu and torch.cuda.is_current_stream_capturing()
-        if capturing:
-            sync = False  # no device sync inside a capture: read what earlier calls left in pinned memory
-        if self.on_gpu and not sync and not self.status_set():
+        # No device sync inside a capture: read what earlier calls left in pinned memory.
+        if self.on_gpu and (capturing or not sync) and not self.status_set():
             return None
         if capturing:
             return RuntimeError("tilefuse: an error was recorded before this CUDA graph capture; "

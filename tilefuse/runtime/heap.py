@@ -326,10 +326,6 @@ class SymmetricHeap:
     def randn(self, *shape, dtype=torch.float32, generator=None) -> torch.Tensor:
         return self.empty(*shape, dtype=dtype).normal_(generator=generator)
 
-    def like(self, t: torch.Tensor) -> torch.Tensor:
-        """A heap copy of an ordinary tensor."""
-        return self.empty(t.shape, dtype=t.dtype).copy_(t)
-
     # ---------------------------------------------------------------- queries
     def is_on_heap(self, t: torch.Tensor) -> bool:
         """True when every byte ``t`` can address lies in this rank's heap."""
@@ -379,7 +375,7 @@ class SymmetricHeap:
             raise RuntimeError("copy_to_peer: the heap was closed")
         es = t.element_size()
         copy_rows(peer.data_ptr() + (t.data_ptr() - self.base), t.stride(0) * es, src.data_ptr(),
-                      src.stride(0) * es, t.shape[1] * es, t.shape[0], self.device)
+                  src.stride(0) * es, t.shape[1] * es, t.shape[0], self.device)
 
     def offset_of(self, t: torch.Tensor) -> int:
         return t.data_ptr() - self.base

@@ -106,22 +106,14 @@ def reset(group=None) -> None:
 
 
 def all_gather_object(obj, group=None, *, what: str, timeout: float | None = None, last: bool = False) -> list:
-    """Every rank's ``obj`` (picklable), in group-rank order; collective, bounded in time.
+    """Every rank's ``obj`` (picklable, small: it travels through the store), in group-rank order;
+    collective over ``group`` (default: the world), bounded by ``timeout`` seconds (default
+    ``TILEFUSE_HOST_TIMEOUT``). ``what`` names the step (the same on every rank) in errors.
+    ``last``: the group's last step before its ranks may exit: return only once every rank has read
+    the step's keys (for at most ``LAST_STEP_WAIT_S``), so the store's host does not exit under a reader.
 
-    Args:
-        obj: this rank's contribution (picklable and small: it travels through the store).
-        group: the process group (default: the world).
-        what: the step, e.g. ``"gemm_all_scatter: shape check"``; the same on every rank, named in
-            errors.
-        timeout: seconds to wait for the other ranks; default ``TILEFUSE_HOST_TIMEOUT`` or 60.
-        last: the group's last step before its ranks may exit: return only once every rank has read
-            the step's keys (for at most ``LAST_STEP_WAIT_S`` of what is left of ``timeout``; no
-            error then), so the rank hosting the store does not exit under a reader.
-
-    Raises:
-        HostTimeoutError: within ``timeout`` seconds when some rank did not arrive (named), when
-            the store cannot be reached, or at once when an earlier call on this group failed.
-        RuntimeError: when the ranks passed different ``what``.
+    Raises :class:`HostTimeoutError` when some rank did not arrive (named), the store cannot be
+    reached, or an earlier call on this group failed; ``RuntimeError`` when the ranks' ``what`` differ.
     """
     pg = _resolve(group)
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)

@@ -15,6 +15,7 @@ from . import _env
 # Programs the interpreter treats as "multiprocessors": any positive number works (programs run one
 # after another); a small one keeps CPU tests quick.
 INTERPRETER_SMS = 8
+interpreting = _env.interpreting
 
 
 @functools.cache
@@ -48,7 +49,3 @@ def _arch_of(index: int) -> str:
     # "H200", "H100 80GB HBM3" -> "h200", "h100": the family token.
     token = name.split("-")[0] if name else "unknown"
     return f"{'amd' if torch.version.hip else 'nvidia'}-{token}"
-
-
-def interpreting() -> bool:
-    return _env.interpreting()

@@ -28,24 +28,16 @@ from .call import (
     synchronize,
     using,
 )
-from .errors import (
-    CallMismatchError,
-    PeerCallError,
-    PeerExitedError,
-    PoisonedError,
-    StaleCallError,
-    WaitTimeoutError,
-)
+from .errors import PeerExitedError, PoisonedError, WaitTimeoutError
 from .errors import describe_group as _describe_group
 from .group import REGISTRY, Group, check_current_device
 from .heap import SymmetricHeap, resolve_heap_size
 
 __all__ = [
-    "CallMismatchError", "CollectiveCall", "Group", "PeerCallError", "PeerExitedError", "PoisonedError",
-    "StaleCallError", "WaitTimeoutError", "barrier", "bump_generation", "call_state", "check_current_device",
-    "check_peers", "check_waits", "control_block", "current_call", "device_barrier", "get_heap",
-    "groups", "in_call", "init", "is_initialized", "on_reset", "on_shutdown", "reset", "set_sync_errors",
-    "set_wait_timeout", "shutdown", "stand_in", "state_for", "synchronize", "using",
+    "CollectiveCall", "Group", "barrier", "bump_generation", "call_state", "check_current_device", "check_peers",
+    "check_waits", "control_block", "current_call", "device_barrier", "get_heap", "groups", "in_call", "init",
+    "is_initialized", "on_reset", "on_shutdown", "reset", "set_sync_errors", "set_wait_timeout", "shutdown",
+    "stand_in", "state_for", "synchronize", "using",
 ]
 
 
