@@ -2,7 +2,7 @@
 and the device-side primitives; it never imports ``ops``.
 
 From the bottom up: ``backends`` (the rendezvous that maps the peers' heaps), ``heap``
-(:class:`SymmetricHeap`: its allocator and copies), ``hostsync`` (bounded host collectives),
+(:class:`SymmetricHeap` and its allocator), ``hostsync`` (bounded host collectives),
 ``errors``, ``group`` (a process group's state; the registry of groups), ``call`` (the host part of a
 collective call) and ``world`` (the public functions). The device API is
 :mod:`tilefuse.runtime.primitives` (its docstring states the rank convention and the flag protocol).

@@ -11,8 +11,6 @@ this rank's heap memory, so a heap tensor stays valid after :meth:`SymmetricHeap
 from __future__ import annotations
 
 import bisect
-import ctypes
-import functools
 import gc
 import itertools
 import math
@@ -139,61 +137,6 @@ class Block:
             return
         self._allocator = None
         allocator.free(self.offset)
-
-
-# Copy-engine copies (``copy_to_peer``): torch's ``copy_`` uses a copy engine only when both sides are
-# contiguous, so a block of rows of a wider matrix goes to the CUDA runtime's 2-D copy instead, called
-# through ctypes in the runtime library torch loaded: one transfer, each side with its own row pitch,
-# ordered in the stream (and captured into a CUDA graph) like a kernel.
-_MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction follows from the (unified) addresses
-
-
-@functools.cache
-def library():
-    """The CUDA runtime torch has loaded (found in this process's memory map), or None (also
-    without a usable GPU)."""
-    if not torch.cuda.is_available():
-        return None
-    torch.cuda.init()
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = list(dict.fromkeys(p for p in (line.rsplit(None, 1)[-1] for line in maps) if "libcudart.so" in p))
-    except OSError:
-        paths = []
-    for name in paths + ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]:
-        try:
-            lib = ctypes.CDLL(name)
-            lib.cudaMemcpy2DAsync  # noqa: B018 - present in every runtime this works with
-        except (OSError, AttributeError):
-            continue
-        return lib
-    return None
-
-
-@functools.cache
-def _memcpy_2d():
-    lib = library()
-    if lib is None:
-        return None
-    fn, vp, size = lib.cudaMemcpy2DAsync, ctypes.c_void_p, ctypes.c_size_t
-    fn.restype, fn.argtypes = ctypes.c_int, [vp, size, vp, size, size, size, ctypes.c_int, vp]
-    return fn
-
-
-def copy_rows(dst: int, dst_pitch: int, src: int, src_pitch: int, width: int, height: int,
-              device: torch.device) -> None:
-    """Copy ``height`` rows of ``width`` bytes from address ``src`` to ``dst`` (row pitches in
-    bytes) on ``device``'s current stream, by a copy engine."""
-    fn = _memcpy_2d()
-    if fn is None:
-        raise RuntimeError("copy-engine copies need the CUDA runtime library (libcudart), which this process "
-                           "has not loaded")
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    stream = torch.cuda.current_stream(index).cuda_stream
-    err = fn(dst, dst_pitch, src, src_pitch, width, height, _MEMCPY_DEFAULT, stream)
-    if err != 0:
-        raise RuntimeError(f"cudaMemcpy2DAsync failed with CUDA error {err} ({height} rows of {width} bytes, "
-                           f"pitches {src_pitch} -> {dst_pitch})")
 
 
 DEFAULT_HEAP_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}
@@ -348,34 +291,6 @@ class SymmetricHeap:
         off = self.offset_of(t)
         raw = peer[off:off + span_bytes(t)]
         return raw.view(t.dtype).as_strided(t.shape, t.stride())
-
-    def copy_to_peer(self, t: torch.Tensor, rank: int, src: torch.Tensor | None = None) -> None:
-        """Copy the 2-D heap view ``t`` (unit column stride) into the same place of ``rank``'s heap,
-        queued on the current stream like a kernel: on the GPU one copy-engine transfer (no SM), on the
-        CPU a torch copy. ``src``: copy this tensor (``t``'s shape and dtype, unit column stride, this
-        device) there instead of ``t``'s data. A peer sees the rows after a later barrier or flag."""
-        self.check_on_heap("copy_to_peer: t", t)
-        src = t if src is None else src
-        for name, x in (("t", t), ("src", src)):
-            if x.dim() != 2 or (x.stride(1) != 1 and x.shape[1] > 1):
-                raise ValueError(f"copy_to_peer: {name} must be 2-D with unit column stride, got shape "
-                                 f"{tuple(x.shape)} strides {x.stride()}")
-        if src.shape != t.shape or src.dtype != t.dtype or src.device != t.device:
-            raise ValueError(f"copy_to_peer: src ({tuple(src.shape)}, {src.dtype}, {src.device}) must match t "
-                             f"({tuple(t.shape)}, {t.dtype}, {t.device})")
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"copy_to_peer: rank {rank} is not in [0, {self.world_size})")
-        if t.numel() == 0:
-            return
-        if self.device.type != "cuda":
-            self.peer_view(t, rank).copy_(src)
-            return
-        peer = self._peers[rank]
-        if peer is None:
-            raise RuntimeError("copy_to_peer: the heap was closed")
-        es = t.element_size()
-        copy_rows(peer.data_ptr() + (t.data_ptr() - self.base), t.stride(0) * es, src.data_ptr(),
-                  src.stride(0) * es, t.shape[1] * es, t.shape[0], self.device)
 
     def offset_of(self, t: torch.Tensor) -> int:
         return t.data_ptr() - self.base
