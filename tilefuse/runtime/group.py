@@ -173,7 +173,6 @@ class Group:
             raise
         return g
 
-    # ------------------------------------------------------------------------------ peers
     def exited_peer(self) -> tuple | None:
         """``(rank, pid)`` of a watched peer process that has exited, else None (a pidfd reads ready
         once its process has exited)."""
@@ -255,7 +254,6 @@ class Group:
                                                      f"after {now - t0:.1f} s, and every later call raises")
         torch.cuda.synchronize(self.heap.device)
 
-    # ------------------------------------------------------------------------------ errors
     def status_set(self) -> bool:
         """Whether the error or poison word is set: on a GPU as of the last call's status copy, on
         the CPU backend now (no torch call: a numpy view)."""
@@ -290,7 +288,6 @@ class Group:
                 err = PoisonedError(self.poisoned)
         return err
 
-    # ------------------------------------------------------------------------------ calls
     def signature(self, key: tuple) -> int:
         """A 62-bit hash of a call's signature (the same on every rank: not Python's salted hash)."""
         hit = self.sigs.get(key)

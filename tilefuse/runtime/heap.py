@@ -234,7 +234,6 @@ class SymmetricHeap:
     def closed(self) -> bool:
         return self._closed
 
-    # ---------------------------------------------------------------- allocation
     def _alloc_bytes(self, nbytes: int) -> torch.Tensor:
         if self._closed:
             raise RuntimeError("this symmetric heap is closed (tilefuse.shutdown): call tilefuse.init() "
@@ -269,7 +268,6 @@ class SymmetricHeap:
     def randn(self, *shape, dtype=torch.float32, generator=None) -> torch.Tensor:
         return self.empty(*shape, dtype=dtype).normal_(generator=generator)
 
-    # ---------------------------------------------------------------- queries
     def is_on_heap(self, t: torch.Tensor) -> bool:
         """True when every byte ``t`` can address lies in this rank's heap."""
         if not isinstance(t, torch.Tensor) or t.device != self.device:
@@ -335,7 +333,5 @@ class SymmetricHeap:
         return self._allocator.bytes_used
 
     def __repr__(self) -> str:
-        return (
-            f"SymmetricHeap(rank={self.rank}/{self.world_size}, backend={self.backend}, "
-            f"size={self.size}, used={self.bytes_used})"
-        )
+        return (f"SymmetricHeap(rank={self.rank}/{self.world_size}, backend={self.backend}, size={self.size}, "
+                f"used={self.bytes_used})")
