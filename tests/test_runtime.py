@@ -10,7 +10,7 @@ import triton.language as tl
 
 import tilefuse
 from tilefuse.runtime import primitives as P
-from tilefuse.runtime.allocator import ALIGNMENT, Allocator, HeapFullError
+from tilefuse.runtime.heap import ALIGNMENT, Allocator, HeapFullError
 
 WORLDS = [2, 3, pytest.param(4, marks=pytest.mark.slow)]  # W = 4: GPU runs and `make test-all`
 
@@ -319,39 +319,6 @@ def test_device_barrier(pools, world):
     assert all(pools.run(world, job_device_barrier, 3))
 
 
-def job_copy_to_peer(ctx):
-    """``copy_to_peer``: a heap view's own rows, or (``src=``) an ordinary tensor's, land at the same
-    place of the peer's heap; operands that do not match are refused before anything is queued."""
-    heap, r, W = ctx.heap, ctx.rank, ctx.world
-    dst = heap.full((4, 6), -1.0)
-    mine = heap.full((4, 6), float(r + 1))
-    private = torch.arange(24, dtype=torch.float32, device=ctx.device).view(4, 6) + 100 * r
-    heap.check_symmetric("copy_to_peer", dst, mine)
-    tilefuse.barrier()
-    peer = (r + 1) % W
-    heap.copy_to_peer(dst[:2], peer, src=private[:2, :])
-    if r == 0:  # rank 0's rows of `mine` into the same rows of rank 1's (one way: the rows are both ends)
-        heap.copy_to_peer(mine[2:], 1)
-    tilefuse.barrier()
-    prev = (r - 1) % W
-    expect = torch.arange(24, dtype=torch.float32, device=ctx.device).view(4, 6) + 100 * prev
-    assert torch.equal(dst[:2], expect[:2]) and torch.equal(dst[2:], torch.full((2, 6), -1.0, device=ctx.device))
-    assert torch.equal(mine[2:], torch.full((2, 6), 1.0, device=ctx.device)), (r, mine)  # rank 0's
-    assert torch.equal(mine[:2], torch.full((2, 6), float(r + 1), device=ctx.device)), (r, mine)
-    with pytest.raises(ValueError, match="src .* must match t"):
-        heap.copy_to_peer(dst[:2], peer, src=private[:3])
-    with pytest.raises(ValueError, match="src must be 2-D with unit column stride"):
-        heap.copy_to_peer(dst[:2, :2], peer, src=private.t()[:2, :2])
-    with pytest.raises(ValueError, match="must be a tensor on the symmetric heap"):
-        heap.copy_to_peer(private[:2], peer)
-    tilefuse.barrier()
-    return True
-
-
-def test_copy_to_peer_from_the_heap_and_from_ordinary_memory(pools):
-    assert all(pools.run(2, job_copy_to_peer))
-
-
 def test_heap_alloc_free_reuse(pools):
     assert all(pools.run(1, job_heap_alloc))
 
@@ -470,15 +437,3 @@ def test_harness_fails_fast_on_a_result_it_cannot_send(pools):
 
 def job_device_is_usable(ctx):
     return bool(torch.ones(1, device=ctx.device).sum().item() == 1)
-
-
-def test_cuda_runtime_calls_are_off_without_a_gpu():
-    """Without a GPU no CUDA runtime is looked for: its functions and 2-D copies report themselves
-    unavailable (the heap's CPU copies need neither) instead of raising."""
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is present: the GPU tests use the runtime library")
-    from tilefuse.runtime import cudart, dma
-
-    assert cudart.library() is None
-    assert cudart.function("cudaEventRecord", None, []) is None
-    assert dma.available()

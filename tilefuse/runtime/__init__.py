@@ -1,13 +1,11 @@
-"""tilefuse's runtime ("iris-core"): the symmetric heap, the groups, the call protocol's host side,
-device facts and the device-side primitives.
+"""tilefuse's runtime: the symmetric heap, the groups, the call protocol's host side, device facts
+and the device-side primitives; it never imports ``ops``.
 
-``runtime`` never imports ``ops``. Its modules, from the bottom up: ``allocator`` and ``backends``
-(the heap's blocks and the rendezvous that maps the peers' heaps), ``heap`` (:class:`SymmetricHeap`),
-``hostsync`` (bounded host collectives), ``errors``, ``group`` (one process group's state),
-``registry`` (the groups of this process), ``call`` (the host part of a collective call) and
-``world`` (the public functions: ``init``, ``reset``, ``shutdown``, ...). The device API lives in
-:mod:`tilefuse.runtime.primitives` (its docstring states the rank convention and the flag/epoch
-protocol).
+From the bottom up: ``backends`` (the rendezvous that maps the peers' heaps), ``heap``
+(:class:`SymmetricHeap` and its allocator), ``hostsync`` (bounded host collectives),
+``errors``, ``group`` (a process group's state; the registry of groups), ``call`` (the host part of a
+collective call) and ``world`` (the public functions). The device API is
+:mod:`tilefuse.runtime.primitives` (its docstring states the rank convention and the flag protocol).
 """
 
 from . import _env
@@ -16,15 +14,17 @@ from ._env import set_debug_poison
 _env.configure()  # TRITON_INTERPRET must be set before the first @triton.jit module is imported
 
 from . import hw, primitives  # noqa: E402
-from .heap import HeapFullError, SymmetricHeap  # noqa: E402
-from .hostsync import HostTimeoutError  # noqa: E402
-from .world import (  # noqa: E402
+from .errors import (  # noqa: E402
     CallMismatchError,
     PeerCallError,
     PeerExitedError,
     PoisonedError,
     StaleCallError,
     WaitTimeoutError,
+)
+from .heap import HeapFullError, SymmetricHeap  # noqa: E402
+from .hostsync import HostTimeoutError  # noqa: E402
+from .world import (  # noqa: E402
     barrier,
     check_peers,
     check_waits,
@@ -42,8 +42,7 @@ from .world import (  # noqa: E402
 
 __all__ = [
     "CallMismatchError", "HeapFullError", "HostTimeoutError", "PeerCallError", "PeerExitedError", "PoisonedError",
-    "StaleCallError", "SymmetricHeap",
-    "WaitTimeoutError", "barrier", "check_peers", "check_waits", "control_block", "device_barrier", "get_heap",
-    "groups", "hw", "init", "is_initialized", "primitives", "reset", "set_debug_poison", "set_wait_timeout", "shutdown",
-    "synchronize",
+    "StaleCallError", "SymmetricHeap", "WaitTimeoutError", "barrier", "check_peers", "check_waits", "control_block",
+    "device_barrier", "get_heap", "groups", "hw", "init", "is_initialized", "primitives", "reset",
+    "set_debug_poison", "set_wait_timeout", "shutdown", "synchronize",
 ]

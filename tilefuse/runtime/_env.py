@@ -1,14 +1,10 @@
-"""The user's settings (``TILEFUSE_*`` environment variables) and process-wide facts decided before
-any kernel module is imported.
+"""The user's settings (``TILEFUSE_*`` environment variables, listed in the README's "Settings"
+table), each parsed here: a value out of range raises a ``ValueError`` naming the variable and what
+it accepts.
 
-Every setting tilefuse reads is parsed here, and a value out of range raises a ``ValueError`` that
-names the variable and what it accepts (the README's "Settings" table lists them).
-
-Triton decides at decoration time whether a ``@triton.jit`` function runs compiled or in its
-interpreter, so ``TRITON_INTERPRET=1`` must be in ``os.environ`` before the first module that
-defines a kernel is imported. ``import tilefuse`` calls :func:`configure` first: when no GPU is
-usable (or ``TILEFUSE_BACKEND=cpu``) and the variable is unset, it sets it. A program that imports
-its own kernel modules before ``tilefuse`` must set the variable itself.
+Triton decides at decoration time whether a ``@triton.jit`` function runs in its interpreter, so
+``import tilefuse`` calls :func:`configure` before importing any kernel: with no usable GPU (or
+``TILEFUSE_BACKEND=cpu``) it sets ``TRITON_INTERPRET=1``.
 """
 
 from __future__ import annotations
@@ -70,8 +66,7 @@ def switch(name: str, default: bool = False) -> bool:
 
 
 def host_timeout() -> float:
-    """Seconds a host-side collective step of tilefuse waits for its peers: ``TILEFUSE_HOST_TIMEOUT``,
-    else 60."""
+    """Seconds a host step waits for its peers: ``TILEFUSE_HOST_TIMEOUT``, else 60."""
     return seconds("TILEFUSE_HOST_TIMEOUT", DEFAULT_HOST_TIMEOUT_S)
 
 
@@ -86,8 +81,8 @@ def sync_errors() -> bool:
 
 
 def heap_size() -> int | None:
-    """``TILEFUSE_HEAP_SIZE`` in bytes (a byte count, or a number with K/M/G/T: ``512M``, ``4G``),
-    at most ``MAX_HEAP_BYTES``; None when unset."""
+    """``TILEFUSE_HEAP_SIZE`` in bytes (a byte count, or a number with K/M/G/T: ``512M``, ``4G``);
+    None when unset."""
     text = _text("TILEFUSE_HEAP_SIZE")
     if not text:
         return None
@@ -106,7 +101,7 @@ def heap_size() -> int | None:
 
 def autotune_mode() -> str:
     """``TILEFUSE_AUTOTUNE``: ``"0"`` never tune, ``"1"`` tune every uncovered shape, ``"auto"``
-    (unset) tune on a GPU where the plain path is slow enough to be worth it."""
+    (unset) tune on a GPU where it is worth it."""
     text = _text("TILEFUSE_AUTOTUNE").lower()
     if text in ("", "auto"):
         return "auto"
@@ -116,9 +111,8 @@ def autotune_mode() -> str:
 
 
 def env_reader(*names: str):
-    """``read() -> (value, ...)``: the raw values of the environment variables ``names``, read without
-    ``os.environ``'s per-lookup encoding (from the mapping it wraps, where the platform has one):
-    cheap enough for every call, and a change takes effect at the next call."""
+    """``read() -> (value, ...)``: the raw values of the environment variables ``names``, read from the
+    mapping ``os.environ`` wraps (no per-lookup encoding): cheap enough for every call."""
     data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
     if isinstance(data, dict) and encode is not None:
         keys = tuple(encode(n) for n in names)
@@ -139,8 +133,8 @@ _DEBUG_POISON = [False]
 
 
 def set_debug_poison(on: bool) -> bool:
-    """New workspaces and ordinary outputs start as NaN (``on``), so that a tile a variant forgets to
-    write shows (the test harness turns it on); returns the previous setting. Off by default."""
+    """New workspaces and outputs start as NaN (``on``), so that a tile a variant forgets to write
+    shows (the test harness turns it on); returns the previous setting."""
     old, _DEBUG_POISON[0] = _DEBUG_POISON[0], bool(on)
     return old
 

@@ -1,20 +1,18 @@
 """The two ways a rank maps every peer's heap: one rendezvous over the process group, at ``init``.
 
-- ``cpu``: each rank creates ``/dev/shm/tilefuse-<token>-r<rank>`` with ``O_CREAT | O_EXCL |
-  O_NOFOLLOW`` and mode 0600, every rank maps every file (checking owner, mode and size on the open
-  descriptor), and each rank unlinks its own file in a ``finally``: after a failed rendezvous (a
-  peer that died, a file that could not be made or mapped) it also unlinks its peers' files, which
-  it can name because every name derives from one token that rank 0 hands out first.
-- ``cuda``: this rank's heap is one device allocation, shared through CUDA IPC handles (torch's
-  tensor sharing), one handle per peer; each peer's mapping is opened on this rank's device and
-  touched once, so a mapping the device cannot reach fails here, naming the peer.
+- ``cpu``: each rank creates ``/dev/shm/tilefuse-<token>-r<rank>`` (exclusive, no links, mode 0600;
+  the token is rank 0's), every rank maps every file, and each rank unlinks its own file in a
+  ``finally`` (after a failed rendezvous, its peers' files too).
+- ``cuda``: this rank's heap is one device allocation, shared through CUDA IPC handles, one per
+  peer; each peer's mapping is opened on this rank's device and touched once.
 
-Every step that exchanges something between ranks is bounded (:mod:`tilefuse.runtime.hostsync`)
-and agreed on: a problem on one rank raises on every rank.
+Every exchange is bounded (:mod:`tilefuse.runtime.hostsync`) and agreed on: a problem on one rank
+raises on every rank.
 """
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import stat
@@ -24,13 +22,11 @@ from collections.abc import Callable
 import torch
 
 from . import hostsync
-from .allocator import ALIGNMENT
 
 SHM_DIR = "/dev/shm"
 
-# Called on each rank as ``RENDEZVOUS_HOOK(stage, paths)`` during the CPU rendezvous: stage
-# "created" once this rank's file exists (before any exchange), "mapped" once every rank has
-# mapped every file (before the files are unlinked). Tests inspect the files here.
+# ``RENDEZVOUS_HOOK(stage, paths)`` (tests): stage "created" once this rank's file exists, "mapped"
+# once every rank has mapped every file (before the unlinks).
 RENDEZVOUS_HOOK: Callable[[str, list], None] | None = None
 
 
@@ -70,23 +66,18 @@ def map_cpu(group, rank: int, world: int, size: int) -> list:
             try:
                 tensors.append(_map_file(path, size))
             except OSError as err:
-                problem = f"cannot map rank {r}'s heap file {path}: {err}"
+                problem, tensors = f"cannot map rank {r}'s heap file {path}: {err}", []
                 break
-        if problem is not None:
-            tensors.clear()
         agree(group, rank, problem, "tilefuse.init: mapping the heap files", what)
         if RENDEZVOUS_HOOK is not None:
             RENDEZVOUS_HOOK("mapped", paths)
         done = True
         return tensors
     finally:
-        # Every rank has mapped every file once the exchange above succeeded: the mappings
-        # outlive the names. After a failure, the files of peers that died go too.
+        # The mappings outlive the names; after a failure, the files of peers that died go too.
         for path in paths if not done else [own]:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-            except FileNotFoundError:
-                pass
 
 
 def map_cuda(group, rank: int, world: int, size: int, device: torch.device) -> list:
@@ -108,15 +99,12 @@ def map_cuda(group, rank: int, world: int, size: int, device: torch.device) -> l
         try:
             rebuild, args = theirs[rank]
             t = rebuild(*_open_on_device(rebuild, args, device))
-            # Touch the peer's heap from this rank's device now: a mapping the device cannot
-            # reach fails here, naming the peer, instead of as an illegal address in an op.
-            t[:ALIGNMENT].sum().item()
+            # A mapping this device cannot reach fails here, naming the peer, not inside an op.
+            t[:8].sum().item()
         except RuntimeError as err:
-            problem = f"cannot map or read rank {r}'s heap through CUDA IPC: {err}"
+            problem, tensors = f"cannot map or read rank {r}'s heap through CUDA IPC: {err}", [own]
             break
         tensors.append(t)
-    if problem is not None:
-        tensors = [own]
     torch.cuda.synchronize(device)
     agree(group, rank, problem, "tilefuse.init: mapping the peers' heaps", what)
     return tensors
@@ -125,11 +113,9 @@ def map_cuda(group, rank: int, world: int, size: int, device: torch.device) -> l
 def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
     """``args`` of torch's CUDA IPC rebuild, changed to open the peer's memory on *this* rank's device.
 
-    torch opens an IPC handle with the owner's device index current. When the owner is another GPU,
-    the mapping then lives in that GPU's context of this process, and a kernel running on this
-    rank's GPU faults on it. Opened with this rank's device current (``cudaIpcOpenMemHandle`` with
-    lazy peer access, as torch calls it), the peer's memory is mapped for this rank's GPU and reached
-    over the GPUs' link; with both ranks on one GPU nothing changes.
+    torch opens a handle with the owner's device current: for another GPU the mapping then lives in
+    that GPU's context, and a kernel on this rank's GPU faults on it. Opened with this rank's device
+    current, the peer's memory is mapped for this GPU and reached over the GPUs' link.
     """
     import inspect
 
@@ -142,12 +128,9 @@ def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
 
 
 def _map_file(path: str, size: int) -> torch.Tensor:
-    """A shared read-write mapping of the heap file ``path`` as a uint8 tensor.
-
-    The file is opened without following links and checked on the open descriptor: a regular
-    file of this user, private to it (mode 0600), of the heap's size. The tensor keeps the mapping
-    alive (``torch.frombuffer`` holds the ``mmap``), and unmaps it when the last view goes.
-    """
+    """A shared read-write mapping of the heap file ``path`` as a uint8 tensor (which holds the
+    ``mmap``). Checked on the descriptor opened without following links: a regular file of this
+    user, private to it, of the heap's size."""
     fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)

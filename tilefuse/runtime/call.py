@@ -1,25 +1,17 @@
 """The host part of a collective call: :class:`CollectiveCall`, and the thread's active group.
 
-Every op call runs inside one :class:`CollectiveCall` (the ops' ``@collective`` wrapper makes it):
+Every op call runs inside one :class:`CollectiveCall`: one call at a time per process, calls on
+different streams ordered with CUDA events; a poisoned group raises before anything is launched; an
+earlier call's recorded error is raised at the end of this call, after its kernels were launched, so
+that the ranks' calls stay paired (on the CPU backend and with ``TILEFUSE_SYNC_ERRORS=1``: at the
+failing call itself). The begin kernel opens the call on the device, or the call's first kernel does
+(:meth:`~CollectiveCall.enter_args`). A call whose argument checks fail is still counted on every
+rank: it launches the begin kernel with the failure signature, and the peers raise
+:class:`PeerCallError`.
 
-- one call at a time per process (the registry's lock: calls from several threads are serialised),
-  and calls on different streams ordered with CUDA events (:func:`_order_stream`);
-- a poisoned group, or one whose peer process has exited, raises before anything is launched;
-- an earlier call's recorded error is reported: read when the status words say there is one
-  (:meth:`Group.collect`), raised at the end of this call, after its own kernels were launched, so
-  that the ranks' calls stay paired (its result is discarded). On the CPU backend and with
-  ``TILEFUSE_SYNC_ERRORS=1`` every call checks at its end and raises at the failing call itself;
-- the begin kernel opens the call on the device (:meth:`CollectiveCall.begin`), or the call's own
-  first kernel does (:meth:`CollectiveCall.enter_args`, then :meth:`CollectiveCall.entered`);
-- a call whose argument checks fail is still counted on every rank: it launches the begin kernel
-  with the failure signature, then raises, and the peers raise :class:`PeerCallError`.
-
-**The active group.** The launchers below an op (workspaces, the call tuple, device barriers) ask
-:func:`active` for the group they run on rather than taking it as an argument through every layer.
-A thread's active group is the one of the call it is inside, or the one :func:`using` names (the
-workspace and reset hooks run that way), else the default group. That is the one piece of
-thread-local state here, with the call this thread is inside: both exist so that public functions
-called without a group (``get_heap()``, ``device_barrier()``) act on the call's group.
+**The active group** (thread-local, like the call this thread is inside) is that call's group, or
+the one :func:`using` names, else the default group: what a launcher or a public function called
+without a group (``get_heap()``) acts on.
 """
 
 from __future__ import annotations
@@ -31,8 +23,7 @@ import torch
 
 from . import primitives as P
 from .errors import PoisonedError, WaitTimeoutError
-from .group import Group, check_current_device
-from .registry import REGISTRY
+from .group import REGISTRY, Group, check_current_device
 
 try:
     from torch._C import _cuda_getCurrentRawStream as _raw_stream
@@ -51,10 +42,7 @@ _TLS = _Local()
 
 def active() -> Group:
     """This thread's active group: the current call's, or the one :func:`using` names, else the default."""
-    g = _TLS.group
-    if g is not None:
-        return g
-    g = REGISTRY.default
+    g = _TLS.group or REGISTRY.default
     if g is None:
         raise RuntimeError("tilefuse is not initialised on this rank: call tilefuse.init() first")
     return g
@@ -67,8 +55,7 @@ def group_of(group) -> Group:
 
 @contextlib.contextmanager
 def using(target):
-    """Make ``target`` (a group state, or a process group) this thread's active group inside the
-    block (what :func:`~tilefuse.runtime.world.get_heap`, ``control_block``, ... return there)."""
+    """Make ``target`` (a group state, or a process group) this thread's active group inside the block."""
     g = target if isinstance(target, Group) else REGISTRY.get(target)
     prev = _TLS.group
     _TLS.group = g
@@ -79,15 +66,11 @@ def using(target):
 
 
 def call_state(group, what: str = "tilefuse") -> Group | None:
-    """The group state an op call on ``group`` runs on, to hand to :class:`CollectiveCall`:
-    ``group``'s; for None the default group's where this thread has another group active (inside
-    :func:`using`), else None (the default, which needs nothing set). Raises where tilefuse is not
-    initialised."""
-    if group is not None:
-        return REGISTRY.get(group, what)
-    if REGISTRY.default is None:
-        raise RuntimeError(f"{what}: tilefuse is not initialised on this rank: call tilefuse.init() first")
-    return REGISTRY.default if _TLS.group is not None else None
+    """The group state to hand to :class:`CollectiveCall` for ``group``; for None the default group's
+    where this thread has another one active (inside :func:`using`), else None (nothing to set).
+    Raises where tilefuse is not initialised."""
+    g = REGISTRY.get(group, what)
+    return g if group is not None or _TLS.group is not None else None
 
 
 def in_call() -> bool:
@@ -105,9 +88,7 @@ def current_call() -> CollectiveCall:
 
 def _order_stream(g: Group, raw: int) -> None:
     """Calls on different streams run one after another, in the order the host made them (``raw``:
-    the current stream's handle), whatever their group. (Inside a CUDA graph capture the graph's
-    order is the capture stream's; order it against eager work as torch asks: synchronize before
-    capturing.)"""
+    the current stream's handle), whatever their group."""
     order = g.order
     if raw == order.raw:
         return
@@ -120,11 +101,10 @@ def _order_stream(g: Group, raw: int) -> None:
 class CollectiveCall:
     """Host part of one collective op call (a context manager; see the module docstring).
 
-    ``st``: the group state of the call (:func:`call_state`), made this thread's active group for the
-    call; None: the default group's, which needs nothing set. Nested use in one thread (a variant
-    handing a degenerate call to another) is one call. After ``__enter__``, ``group`` is the call's
-    group state, ``capturing`` says whether a CUDA graph capture is under way and ``stream`` is the
-    current stream's raw handle (None on the CPU backend).
+    ``st``: the call's group state (:func:`call_state`); None: the default group's. Nested use in one
+    thread (a variant handing a degenerate call to another) is one call. After ``__enter__``:
+    ``group`` (the call's group state), ``capturing`` (a CUDA graph capture is under way) and
+    ``stream`` (the current stream's raw handle; None on the CPU backend).
     """
 
     __slots__ = ("op", "begun", "mirrored", "pending", "outer", "capturing", "stream", "st", "group", "prev")
@@ -145,14 +125,10 @@ class CollectiveCall:
         if outer is not None:
             self.outer = outer
             return outer
-        st = self.st
-        if st is None:
-            st = REGISTRY.default if REGISTRY.default is not None else active()  # raises when not initialised
-            REGISTRY.lock.acquire()
-        else:
-            REGISTRY.lock.acquire()
-            self.prev = _TLS.group
-            _TLS.group = st
+        st = self.st or REGISTRY.default or active()  # (active() raises when not initialised)
+        REGISTRY.lock.acquire()
+        if self.st is not None:
+            self.prev, _TLS.group = _TLS.group, st
         try:
             if st.on_gpu:
                 if torch.cuda.current_device() != st.dev_index:
@@ -197,26 +173,18 @@ class CollectiveCall:
         g.launch_begin(g.signature(key), outputs)
         self.begun = True
 
-    def verdict(self) -> None:
-        """Wait for the device (a sync on a GPU) and raise what the call's begin recorded: a
-        mismatch with the peers' calls, a peer's failed checks, a wait that ran out. For work the
-        begin cannot gate, such as a torch collective launched after it."""
-        err = self.group.collect(True)
-        if err is not None:
-            raise err
-
     def enter_args(self, key: tuple, outputs: tuple = ()) -> tuple:
-        """Arguments of a kernel that begins the call itself (``primitives.enter`` and ``exit``, with
-        ``ENTER``): ``sig, gen, out0, n_out0, out1, n_out1, status``, for the call with signature
-        ``key`` and ``outputs`` as in :meth:`begin`. Launch that kernel as the call's only one, then
-        call :meth:`entered`; a call that raises before that is counted as failed."""
+        """``sig, gen, out0, n_out0, out1, n_out1, status``: the arguments of a kernel that begins the
+        call itself (``primitives.enter``/``exit`` with ``ENTER``), ``key`` and ``outputs`` as in
+        :meth:`begin`. Call :meth:`entered` once it is launched; a call that raises first is failed."""
         g = self.group
-        return g.begin_args(g.signature(key), outputs) + (g.status_words(),)
+        status = g.status_host if g.status_host is not None else g.status_scratch
+        return g.begin_args(g.signature(key), outputs) + (status,)
 
     def entered(self, ends: bool = True) -> None:
-        """The kernel of :meth:`enter_args` is launched: it began the call, and (``ends``) it or a
-        later kernel given the same arguments ends it and writes the status words (``exit``).
-        A call of several kernels says so twice: after its first (``ends=False``) and its last."""
+        """The kernel of :meth:`enter_args` is launched and began the call; ``ends``: it or a later
+        kernel with the same arguments ends it and writes the status words. A call of several
+        kernels says so after its first (``ends=False``) and its last."""
         self.begun = True
         self.mirrored = self.mirrored or ends
 
@@ -252,11 +220,8 @@ class CollectiveCall:
 def synchronize(group=None) -> None:
     """Wait for this rank's device work, then report any error recorded on the device for
     ``group``'s calls (default: the active group's)."""
-    g = group_of(group)
-    g.raise_if_poisoned()
-    err = g.collect(True)
-    if err is not None:
-        raise err
+    group_of(group).raise_if_poisoned()
+    check_waits(group)
 
 
 def check_waits(group=None) -> None:
@@ -267,12 +232,8 @@ def check_waits(group=None) -> None:
 
 
 def device_barrier(group=None) -> None:
-    """Stream-ordered barrier over ``group`` (default: the active group; a collective call): returns
-    once every rank of it launched one.
-
-    Work queued before it on any rank is complete and visible to work queued after it on all ranks.
-    Inside an op's call it is part of that call (on the call's group).
-    """
+    """Stream-ordered barrier over ``group`` (a collective call; inside an op's call, part of it): work
+    queued before it on any rank is complete and visible to work queued after it on all ranks."""
     if _TLS.call is not None:  # inside an op's call: a call of its own, same host part
         g = _TLS.call.group
         if g.heap.world_size > 1:

@@ -1,9 +1,8 @@
 """The runtime's exceptions, and the device's error records turned into them.
 
-A kernel that finds something wrong (a wait that ran out, ranks whose calls differ, a peer whose
-argument checks failed, a stale CUDA graph replay) writes one record into the control block (layout:
-:mod:`tilefuse.runtime.primitives`) and counts it; :func:`error_from` turns that record into the
-exception the host raises, naming the ranks, the call and the flag involved.
+A kernel that finds something wrong (a wait that ran out, calls that differ between ranks, a peer's
+failed checks, a stale CUDA graph replay) writes one record into the control block (layout:
+:mod:`tilefuse.runtime.primitives`); :func:`error_from` turns it into the exception the host raises.
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ class PoisonedError(RuntimeError):
 
 
 class PeerExitedError(PoisonedError):
-    """A peer process of the group has exited: this rank's calls cannot complete (raised before any
-    kernel of the call is launched; every later call raises too)."""
+    """A peer process of the group has exited: this call and every later one raise (before launching)."""
 
 
 class CallMismatchError(ValueError):
@@ -55,8 +53,7 @@ def describe_group(group) -> str:
 
 
 def describe_sig(st, value: int) -> str:
-    """What call the signature hash ``value`` stands for (``st``: the group, which knows the texts of
-    the signatures it made)."""
+    """What call the signature hash ``value`` stands for (``st``: the group that made it)."""
     if value == int(P.SIG_FAILED):
         return "a call that failed its argument checks"
     text = st.texts.get(value)
@@ -64,8 +61,7 @@ def describe_sig(st, value: int) -> str:
 
 
 def read_record(st) -> dict:
-    """The error record, the error count and the poison word of group ``st``'s control block: one
-    device-to-host read on a GPU."""
+    """The error record, error count and poison word of ``st``'s control block (one device read)."""
     names = ("kind", "seq", "rank", "peer", "addr", "target", "seen", "ns")
     lo, first = int(P.CTL_POISON), int(P.CTL_REC_KIND)
     words = st.ctl[lo:first + len(names)].tolist()

@@ -1,25 +1,18 @@
-"""One process group's runtime state, and what the host does with it between kernels.
+"""One process group's runtime state (:class:`Group`), and the groups of this process (:data:`REGISTRY`).
 
-A :class:`Group` is everything tilefuse keeps for one process group on this rank: the symmetric
-heap, the control block at its offset 0 (call sequence numbers, epochs, the error record: layout in
-:mod:`tilefuse.runtime.primitives`), the rank and world (the heap's), the stand-in tensor, the host's
-copy of the status words, the call signatures seen, the device wait bound, the watched peer
-processes, and whether it is poisoned. :meth:`Group.open` makes one (collective over the group);
-everything else here is a method on it:
+A :class:`Group` holds the symmetric heap, the control block at its offset 0 (layout in
+:mod:`tilefuse.runtime.primitives`), the host's copy of the status words, the call signatures seen,
+the device wait bound, the watched peer processes and the poison. Errors reach the host without a
+device sync on a GPU: after each call two control words (poison, error count) are copied to pinned
+memory (:meth:`Group.note_end`); once one is set, :meth:`Group.collect` reads and clears the full
+record. A peer process that exits poisons the group for good, and the host's waits for the device
+give up once one has (:meth:`Group.wait_device`): a kernel that stores into an exited process's
+memory stalls, it does not fault.
 
-- status words and error records: after each call a copy of two control words (poison, error count)
-  reaches pinned memory without a device sync (:meth:`Group.note_end`); :meth:`Group.status_set`
-  reads them with no torch call, and :meth:`Group.collect` reads and clears the full record, turned
-  into an exception (:mod:`tilefuse.runtime.errors`), once one of them is set.
-- peers: a peer process that exits poisons the group for good (:meth:`Group.check_peers`, a
-  ``select`` on the peers' pidfds), and the host's waits for the device poll an event instead of
-  blocking, giving up once a peer has exited and the work is still not done after the wait bound
-  (:meth:`Group.wait_device`): on a GPU a kernel that stores into an exited process's memory stalls,
-  it does not fault.
-- the begin kernel, which opens a call on the device (:meth:`Group.launch_begin`).
-
-The stream order (:class:`StreamOrder`) is shared by the groups of a process: each group is given
-the one object when it is made.
+:data:`REGISTRY` maps each process group (and its name) to its Group, names the default one (the
+first initialised) and holds what all groups' calls share: one lock (one call at a time per
+process), one :class:`StreamOrder` (calls on different streams run in the order the host made them)
+and the ops' hooks that drop their workspaces at reset and shutdown.
 """
 
 from __future__ import annotations
@@ -28,10 +21,12 @@ import contextlib
 import hashlib
 import os
 import select
+import threading
 import time
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 
 from . import _env, hostsync
 from . import primitives as P
@@ -53,14 +48,12 @@ _MAX_SIGNATURES = 4096
 _ERRORS, _POISON = int(P.CTL_ERRORS), int(P.CTL_POISON)
 
 
+@dataclass(slots=True)
 class StreamOrder:
     """The stream the last call was launched on (shared by every group's calls)."""
 
-    __slots__ = ("stream", "raw")
-
-    def __init__(self):
-        self.stream = None
-        self.raw: int | None = None  # its raw handle: calls on the same stream compare integers
+    stream: object = None
+    raw: int | None = None  # its raw handle: calls on the same stream compare integers
 
 
 def device_for(backend: str, group) -> torch.device:
@@ -88,15 +81,9 @@ def check_current_device(what: str, device: torch.device) -> None:
         )
 
 
-def wait_timeout_s(backend: str) -> float:
-    """The device wait bound: ``TILEFUSE_WAIT_TIMEOUT`` seconds, else 30 s on a GPU and 60 s on the CPU."""
-    return _env.wait_timeout(DEFAULT_WAIT_TIMEOUT_S[backend])
-
-
 def watch_peers(group, rank: int) -> tuple:
     """``(rank, pid, pidfd)`` of each peer process in this rank's pid namespace (a host step over
-    ``group``). The ranks of a heap share a host (CUDA IPC, /dev/shm); a peer whose namespace differs
-    is not watched. ``pidfd`` is -1 where ``os.pidfd_open`` is missing (then the pid is probed)."""
+    ``group``); ``pidfd`` is -1 where ``os.pidfd_open`` is missing (then the pid is probed)."""
     try:
         ns = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
@@ -123,7 +110,9 @@ class Group:
     dummy: torch.Tensor  # float32[1]: the begin kernel's output argument when there is none
     status_host: torch.Tensor | None  # pinned int64[2]: POISON, ERRORS (GPU)
     sync_errors: bool
-    status_scratch: torch.Tensor | None = None  # int64[2] (CPU backend): where call_exit writes them
+    # int64[2] (CPU backend, which reads the control block itself): where a call's exit writes the
+    # status words (on a GPU: into status_host, mapped into the device's address space)
+    status_scratch: torch.Tensor | None = None
     gen: int = 1
     poisoned: str | None = None  # set once this host has seen the poison: the message to raise
     poison_error: type = PoisonedError  # what raises it (PeerExitedError once a peer has exited)
@@ -153,7 +142,7 @@ class Group:
                 "the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 before "
                 "importing tilefuse or any Triton kernel"
             )
-        bound_s = wait_timeout_s(backend)
+        bound_s = _env.wait_timeout(DEFAULT_WAIT_TIMEOUT_S[backend])
         heap = SymmetricHeap(size, group, backend, device_for(backend, group))
         ctl = heap.zeros(P.ctl_words(heap.world_size), dtype=torch.int64)
         heap.mark_internal(ctl)  # tilefuse's own: not a user tensor left alive at shutdown
@@ -184,10 +173,9 @@ class Group:
             raise
         return g
 
-    # ------------------------------------------------------------------------------ peers
     def exited_peer(self) -> tuple | None:
-        """``(rank, pid)`` of a watched peer process that has exited, else None (one ``select`` on the
-        peers' pidfds: a pidfd reads ready once its process has exited)."""
+        """``(rank, pid)`` of a watched peer process that has exited, else None (a pidfd reads ready
+        once its process has exited)."""
         fds = [fd for _, _, fd in self.peers if fd >= 0]
         if fds:
             ready = select.select(fds, [], [], 0)[0]
@@ -205,11 +193,9 @@ class Group:
         return None
 
     def check_peers(self, op: str) -> None:
-        """Raise :class:`PeerExitedError` (and poison this group) if a peer process has exited.
-
-        Checked on the host before a call launches anything: a kernel that stores into the memory of
-        a process that has exited does not fault on a GPU, it never finishes, so neither the device
-        waits' bound nor a later synchronize would report it."""
+        """Raise :class:`PeerExitedError` (and poison this group) if a peer process has exited:
+        checked before a call launches anything, as a kernel storing into an exited process's memory
+        never finishes, and neither the device waits' bound nor a synchronize would report it."""
         gone = self.exited_peer()
         if gone is not None:
             raise self.peer_exited(gone, f"{op} and every later call on this rank raise (nothing was launched)")
@@ -237,15 +223,11 @@ class Group:
     def wait_device(self, what: str) -> None:
         """``torch.cuda.synchronize`` of the heap's device, bounded once a peer has exited.
 
-        Every eager call of every group runs after the one before it in stream order
-        (:class:`StreamOrder`), so an event recorded behind the last call's stream completes once all
-        of tilefuse's work has (with no eager call since the last capture or reset: behind the
-        current stream, where CUDA graphs are usually replayed).
-        While it has not, the watched peers are checked between polls: once one has exited and the
-        work is still not done ``wait_bound_s`` later (a kernel that stores into an exited process's
-        memory never finishes), this raises :class:`PeerExitedError` instead of waiting for ever.
-        Once the event has completed (at once with no peer to watch), the device-wide synchronize:
-        other work of this process, not bounded here."""
+        Eager calls run one after another in stream order (:class:`StreamOrder`), so an event
+        recorded behind the last call's stream (none since a capture or reset: the current stream)
+        completes once all of tilefuse's work has. Until it has, the peers are checked between polls:
+        once one has exited and the work is still not done ``wait_bound_s`` later, this raises
+        :class:`PeerExitedError`. Then the device-wide synchronize (other work, not bounded)."""
         if self.peers:
             stream = self.order.stream
             if stream is None or stream.device != self.heap.device:  # (the event belongs to the heap's device)
@@ -272,10 +254,6 @@ class Group:
                                                      f"after {now - t0:.1f} s, and every later call raises")
         torch.cuda.synchronize(self.heap.device)
 
-    # ------------------------------------------------------------------------------ errors
-    def capturing(self) -> bool:
-        return self.on_gpu and torch.cuda.is_current_stream_capturing()
-
     def status_set(self) -> bool:
         """Whether the error or poison word is set: on a GPU as of the last call's status copy, on
         the CPU backend now (no torch call: a numpy view)."""
@@ -288,10 +266,9 @@ class Group:
     def collect(self, sync: bool) -> Exception | None:
         """The error the device recorded since the last check, if any (clears it); syncs when asked
         or when there is one to read."""
-        capturing = self.capturing()
-        if capturing:
-            sync = False  # no device sync inside a capture: read what earlier calls left in pinned memory
-        if self.on_gpu and not sync and not self.status_set():
+        capturing = self.on_gpu and torch.cuda.is_current_stream_capturing()
+        # No device sync inside a capture: read what earlier calls left in pinned memory.
+        if self.on_gpu and (capturing or not sync) and not self.status_set():
             return None
         if capturing:
             return RuntimeError("tilefuse: an error was recorded before this CUDA graph capture; "
@@ -311,7 +288,6 @@ class Group:
                 err = PoisonedError(self.poisoned)
         return err
 
-    # ------------------------------------------------------------------------------ calls
     def signature(self, key: tuple) -> int:
         """A 62-bit hash of a call's signature (the same on every rank: not Python's salted hash)."""
         hit = self.sigs.get(key)
@@ -340,12 +316,6 @@ class Group:
         P.call_begin_kernel[(1,)](self.ctl, heap.heap_bases, heap.rank, heap.world_size,
                                   *self.begin_args(sig, outputs), BLOCK=_FILL_BLOCK, num_warps=1)
 
-    def status_words(self) -> torch.Tensor:
-        """Where a kernel that ends its call (``call_exit``) writes the status words: the host's
-        page-locked copy on a GPU (mapped into the device's address space), a scratch pair on the
-        CPU backend (which reads the control block itself)."""
-        return self.status_host if self.status_host is not None else self.status_scratch
-
     def note_end(self, capturing: bool, mirrored: bool = False) -> None:
         """After a call's launches: queue the copy of the status words to the host (not needed when
         the call's kernel wrote them itself, ``mirrored``)."""
@@ -360,3 +330,67 @@ class Group:
         """Calls launched for an earlier generation (CUDA graph replays) abort from now on."""
         self.gen += 1
         self.ctl[int(P.CTL_GEN)] = self.gen
+
+
+class Registry:
+    """The groups of this process (see the module docstring)."""
+
+    __slots__ = ("by_group", "by_name", "default", "lock", "order", "reset_hooks", "shutdown_hooks")
+
+    def __init__(self):
+        self.by_group: dict = {}  # process group -> Group, in the order the groups were initialised
+        self.by_name: dict = {}  # group name -> Group
+        self.default: Group | None = None
+        self.lock = threading.RLock()
+        self.order = StreamOrder()
+        self.reset_hooks: list = []
+        self.shutdown_hooks: list = []
+
+    def add(self, g: Group) -> None:
+        self.by_group[g.group] = self.by_name[g.name] = g
+        if self.default is None:
+            self.default = g
+
+    def forget(self, g: Group) -> None:
+        """Drop ``g`` (its heap is closed by the caller); the default goes last."""
+        g.close_peers()
+        for reg, key in ((self.by_group, g.group), (self.by_name, g.name)):
+            if reg.get(key) is g:
+                del reg[key]
+        if self.default is g:
+            self.default = next(iter(self.by_group.values()), None)
+
+    def find(self, group) -> Group | None:
+        """The group state serving ``group`` (a ProcessGroup or its name; None: the default), or
+        None where that group was never initialised on this rank."""
+        if group is None:
+            return self.default
+        g = self.by_group.get(group)
+        if g is not None:
+            return g
+        if isinstance(group, str):
+            return self.by_name.get(group)
+        try:
+            name = hostsync._group_name(group)
+        except Exception:  # not a process group, or one this rank is not a member of
+            return None
+        return self.by_name.get(name)  # another Python object for the same group (its name resolved again)
+
+    def get(self, group, what: str = "tilefuse") -> Group:
+        """The group state serving ``group`` (None: the default); a clear error where it was never
+        initialised on this rank."""
+        g = self.find(group)
+        if g is not None:
+            return g
+        if self.default is None or group is None:
+            raise RuntimeError(f"{what}: tilefuse is not initialised on this rank: call tilefuse.init() first")
+        rank = dist.get_rank() if dist.is_initialized() else -1
+        known = ", ".join(describe_group(s.group) for s in self.by_group.values())
+        raise RuntimeError(
+            f"{what}: tilefuse is not initialised for process group {describe_group(group)} on global rank "
+            f"{rank}: call tilefuse.init(group=...) with that group on every rank of it first (each process "
+            f"group has a heap of its own; initialised here: {known})"
+        )
+
+
+REGISTRY = Registry()

@@ -1,31 +1,20 @@
 """The symmetric heap: one buffer per rank, mapped by every rank, with a freeing sub-allocator.
 
-Each rank allocates one heap at start-up and maps every peer's heap once (one rendezvous).
-``heap_bases[r]`` is the address at which rank r's heap is mapped *in this process*; device code
-moves a pointer to rank r by ``heap_bases[r] + (ptr - heap_bases[rank])`` (see ``primitives``).
-
-Allocation is symmetric by construction: the sub-allocator is deterministic, so ranks that make the
-same allocations in the same order get the same offsets. Ops allocate their workspaces once per
-shape, collectively, and check that the offsets agree (:meth:`SymmetricHeap.check_symmetric`).
-
-A tensor's block returns to the pool when the tensor and every view of it are gone: each block is
-handed to torch through an object that owns it (``__array_interface__`` on the CPU,
-``__cuda_array_interface__`` on the GPU), and torch keeps that object alive as long as any view of
-the storage lives.
-
-Lifetime: every block also holds this rank's own heap memory (the CPU mapping, or the CUDA
-allocation), so a heap tensor stays valid after :meth:`SymmetricHeap.close` (``tilefuse.shutdown``)
-for as long as it lives: the memory is never unmapped under it, and a later heap never reuses it.
-``close`` warns (:class:`LiveHeapTensorsWarning`) when such tensors remain; peers no longer see them.
-
-The rendezvous that maps the peers' heaps (``cpu``: files in /dev/shm; ``cuda``: IPC handles)
-is :mod:`tilefuse.runtime.backends`.
+``heap_bases[r]`` is where rank r's heap is mapped *in this process*; device code moves a pointer to
+rank r by ``heap_bases[r] + (ptr - heap_bases[rank])``. The allocator is deterministic (first fit,
+coalescing frees), so ranks that make the same allocations in the same order get the same offsets:
+that makes the heap symmetric. A block returns to the free list when the last torch view of it goes
+(torch keeps its :class:`Block` alive through the storage's array interface); every block holds
+this rank's heap memory, so a heap tensor stays valid after :meth:`SymmetricHeap.close`.
 """
 
 from __future__ import annotations
 
+import bisect
 import gc
 import itertools
+import math
+import threading
 import warnings
 from collections.abc import Iterable
 
@@ -34,10 +23,121 @@ import torch
 import torch.distributed as dist
 
 from . import _env, backends, hostsync
-from .allocator import ALIGNMENT, Allocator, Block, HeapFullError, span_bytes
 
-__all__ = ["ALIGNMENT", "HeapFullError", "LiveHeapTensorsWarning", "SymmetricHeap", "resolve_heap_size",
-           "span_bytes"]
+ALIGNMENT = 256
+
+
+def span_bytes(t: torch.Tensor) -> int:
+    """Bytes from ``t``'s address to one past its last element (0 for a tensor without elements):
+    the memory a strided view can address."""
+    if t.numel() == 0:
+        return 0
+    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+class HeapFullError(MemoryError):
+    """The symmetric heap has no free block large enough."""
+
+
+class Allocator:
+    """First-fit allocator over [0, size) with coalescing frees; offsets aligned to ALIGNMENT."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._free: list[tuple[int, int]] = [(0, size)]  # sorted (offset, length)
+        self._used: dict[int, int] = {}
+        self._internal: set[int] = set()  # blocks of tilefuse's own
+        self._lock = threading.Lock()
+
+    def alloc(self, nbytes: int) -> int:
+        need = max(ALIGNMENT, -(-nbytes // ALIGNMENT) * ALIGNMENT)
+        with self._lock:
+            for i, (off, length) in enumerate(self._free):
+                if length >= need:
+                    if length == need:
+                        del self._free[i]
+                    else:
+                        self._free[i] = (off + need, length - need)
+                    self._used[off] = need
+                    return off
+            free = sum(length for _, length in self._free)
+            largest = max((length for _, length in self._free), default=0)
+        raise HeapFullError(
+            f"symmetric heap full: requested {nbytes} bytes ({need} aligned), {free} bytes free "
+            f"of {self.size} (largest free block {largest} bytes); raise tilefuse.init(heap_size=...) "
+            "or TILEFUSE_HEAP_SIZE, or drop references to heap tensors you no longer need"
+        )
+
+    def free(self, off: int) -> None:
+        with self._lock:
+            length = self._used.pop(off)
+            self._internal.discard(off)
+            i = bisect.bisect_left(self._free, (off, 0))
+            self._free.insert(i, (off, length))
+            # Coalesce with the right neighbour, then the left one.
+            if i + 1 < len(self._free) and off + length == self._free[i + 1][0]:
+                self._free[i] = (off, length + self._free[i + 1][1])
+                del self._free[i + 1]
+            if i > 0 and self._free[i - 1][0] + self._free[i - 1][1] == off:
+                prev_off, prev_len = self._free[i - 1]
+                self._free[i - 1] = (prev_off, prev_len + self._free[i][1])
+                del self._free[i]
+
+    @property
+    def bytes_used(self) -> int:
+        with self._lock:
+            return sum(self._used.values())
+
+    def live(self, exclude: Iterable[int] = ()) -> tuple[int, int]:
+        """(blocks, bytes) in use, leaving out internal blocks and those that start at ``exclude``."""
+        skip = set(exclude)
+        with self._lock:
+            sizes = [n for off, n in self._used.items() if off not in skip and off not in self._internal]
+        return len(sizes), sum(sizes)
+
+    def mark_internal(self, offset: int) -> None:
+        """The block in use that holds byte ``offset`` is tilefuse's own (not reported by ``live``)."""
+        with self._lock:
+            self._internal.update(off for off, n in self._used.items() if off <= offset < off + n)
+
+    def block_start(self, offset: int) -> int | None:
+        """Start of the block in use that holds byte ``offset``, or None."""
+        with self._lock:
+            for off, n in self._used.items():
+                if off <= offset < off + n:
+                    return off
+        return None
+
+    @property
+    def bytes_free(self) -> int:
+        return self.size - self.bytes_used
+
+
+class Block:
+    """Owns one allocation (torch keeps it alive through the array interface of its storage) and
+    holds ``memory``, this rank's whole heap, so the mapping or CUDA allocation outlives the heap."""
+
+    def __init__(self, allocator: Allocator, offset: int, addr: int, nbytes: int, device: torch.device,
+                 memory: torch.Tensor):
+        self._allocator = allocator
+        self._memory = memory
+        self.offset = offset
+        iface = {"shape": (nbytes,), "typestr": "|u1", "data": (addr, False), "version": 3}
+        if device.type == "cuda":
+            iface["strides"] = None
+            iface["stream"] = None  # no implicit synchronisation: heap work is stream-ordered
+            self.__cuda_array_interface__ = iface
+        else:
+            self.__array_interface__ = iface
+
+    def __del__(self):
+        # getattr: at interpreter exit an instance may be finalised after its attributes were cleared.
+        allocator = getattr(self, "_allocator", None)
+        if allocator is None:
+            return
+        self._allocator = None
+        allocator.free(self.offset)
+
 
 DEFAULT_HEAP_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}
 
@@ -84,35 +184,27 @@ class SymmetricHeap:
         self._closed = False
 
     def mark_internal(self, *tensors: torch.Tensor) -> None:
-        """Mark the blocks of heap tensors that tilefuse itself keeps (control block, workspaces a
-        captured CUDA graph still names): :meth:`close` does not report them as user tensors."""
+        """The blocks of ``tensors`` are tilefuse's own (control block, workspaces a captured CUDA
+        graph names): :meth:`close` does not report them as user tensors."""
         for t in tensors:
             self.check_on_heap("mark_internal", t)
-            start = self._allocator.block_start(self.offset_of(t))
-            if start is not None:
-                self._allocator.mark_internal(start)
+            self._allocator.mark_internal(self.offset_of(t))
 
     def close(self, *, internal: Iterable[torch.Tensor] = (), wait: bool = True) -> None:
         """Drop the peer mappings, then a bounded barrier (collective; idempotent).
 
-        Every rank drops its mappings of its peers' heaps before the barrier, so no rank's memory
-        is still mapped elsewhere once the barrier passes (on a GPU, torch's IPC reference counts
-        are then back to zero before any process exits). This rank's own heap memory stays alive
-        while any heap tensor does; those tensors stay valid here but peers no longer see them,
-        and a :class:`LiveHeapTensorsWarning` says how many there are. Not counted: blocks marked
-        with :meth:`mark_internal`, and ``internal``, tilefuse's own heap tensors that the caller
-        drops right after. ``wait=False``: do not wait for this device's queued work first (it will
-        not finish: a peer exited under it).
+        Every rank drops its peers' mappings before the barrier, so none is mapped elsewhere once it
+        passes (on a GPU, torch's IPC reference counts are back to zero before any process exits).
+        Heap tensors still alive stay valid here and are counted in a :class:`LiveHeapTensorsWarning`,
+        except blocks marked with :meth:`mark_internal` and ``internal`` (tilefuse's own, dropped
+        right after). ``wait=False``: do not wait for this device's queued work (a peer exited under
+        it: it will not finish).
         """
         if self._closed:
             return
         self._closed = True
         gc.collect()  # blocks held only by unreachable cycles (a traceback, say) are not the user's
-        skip = []
-        for t in internal:
-            start = self._allocator.block_start(self.offset_of(t)) if self.is_on_heap(t) else None
-            if start is not None:
-                skip.append(start)
+        skip = [self._allocator.block_start(self.offset_of(t)) for t in internal if self.is_on_heap(t)]
         blocks, nbytes = self._allocator.live(exclude=skip)
         if blocks:
             warnings.warn(
@@ -142,7 +234,6 @@ class SymmetricHeap:
     def closed(self) -> bool:
         return self._closed
 
-    # ---------------------------------------------------------------- allocation
     def _alloc_bytes(self, nbytes: int) -> torch.Tensor:
         if self._closed:
             raise RuntimeError("this symmetric heap is closed (tilefuse.shutdown): call tilefuse.init() "
@@ -162,11 +253,8 @@ class SymmetricHeap:
         shape = tuple(int(s) for s in shape)
         if any(s < 0 for s in shape):
             raise ValueError(f"negative dimension in shape {shape}")
-        numel = 1
-        for s in shape:
-            numel *= s
-        elem = torch.empty((), dtype=dtype).element_size()
-        return self._alloc_bytes(numel * elem).view(dtype).view(shape)
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        return self._alloc_bytes(nbytes).view(dtype).view(shape)
 
     def zeros(self, *shape, dtype=torch.float32) -> torch.Tensor:
         return self.empty(*shape, dtype=dtype).zero_()
@@ -175,19 +263,11 @@ class SymmetricHeap:
         return self.empty(shape, dtype=dtype).fill_(fill_value)
 
     def arange(self, n: int, dtype=torch.int64) -> torch.Tensor:
-        out = self.empty(n, dtype=dtype)
-        out.copy_(torch.arange(n, dtype=dtype, device=self.device))
-        return out
+        return self.empty(n, dtype=dtype).copy_(torch.arange(n, dtype=dtype, device=self.device))
 
     def randn(self, *shape, dtype=torch.float32, generator=None) -> torch.Tensor:
-        out = self.empty(*shape, dtype=dtype)
-        return out.normal_(generator=generator)
+        return self.empty(*shape, dtype=dtype).normal_(generator=generator)
 
-    def like(self, t: torch.Tensor) -> torch.Tensor:
-        """A heap copy of an ordinary tensor."""
-        return self.empty(t.shape, dtype=t.dtype).copy_(t)
-
-    # ---------------------------------------------------------------- queries
     def is_on_heap(self, t: torch.Tensor) -> bool:
         """True when every byte ``t`` can address lies in this rank's heap."""
         if not isinstance(t, torch.Tensor) or t.device != self.device:
@@ -198,8 +278,8 @@ class SymmetricHeap:
         return self.base <= lo and lo + span_bytes(t) <= self.base + self.size
 
     def peer_view(self, t: torch.Tensor, rank: int) -> torch.Tensor:
-        """``rank``'s copy of the heap tensor ``t``, as mapped in this process (host-side access,
-        e.g. ``torch`` copies between heaps; order it against kernels with barriers)."""
+        """``rank``'s copy of the heap tensor ``t``, as mapped in this process (host-side access;
+        order it against kernels with barriers)."""
         self.check_on_heap("peer_view: t", t)
         if not 0 <= rank < self.world_size:
             raise ValueError(f"peer_view: rank {rank} is not in [0, {self.world_size})")
@@ -209,37 +289,6 @@ class SymmetricHeap:
         off = self.offset_of(t)
         raw = peer[off:off + span_bytes(t)]
         return raw.view(t.dtype).as_strided(t.shape, t.stride())
-
-    def copy_to_peer(self, t: torch.Tensor, rank: int, src: torch.Tensor | None = None) -> None:
-        """Copy the 2-D heap view ``t`` (unit column stride) into the same place of ``rank``'s heap,
-        queued on the current stream: on the GPU one copy-engine transfer (no SM), on the CPU a torch
-        copy. ``src``: copy this tensor of ``t``'s shape and dtype (unit column stride, any memory of
-        this device) there instead of ``t``'s own data. Ordered like a kernel on that stream; a peer
-        sees the rows once a barrier or flag after the copy in stream order says so."""
-        self.check_on_heap("copy_to_peer: t", t)
-        src = t if src is None else src
-        for name, x in (("t", t), ("src", src)):
-            if x.dim() != 2 or (x.stride(1) != 1 and x.shape[1] > 1):
-                raise ValueError(f"copy_to_peer: {name} must be 2-D with unit column stride, got shape "
-                                 f"{tuple(x.shape)} strides {x.stride()}")
-        if src.shape != t.shape or src.dtype != t.dtype or src.device != t.device:
-            raise ValueError(f"copy_to_peer: src ({tuple(src.shape)}, {src.dtype}, {src.device}) must match t "
-                             f"({tuple(t.shape)}, {t.dtype}, {t.device})")
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"copy_to_peer: rank {rank} is not in [0, {self.world_size})")
-        if t.numel() == 0:
-            return
-        if self.device.type != "cuda":
-            self.peer_view(t, rank).copy_(src)
-            return
-        from . import dma
-
-        peer = self._peers[rank]
-        if peer is None:
-            raise RuntimeError("copy_to_peer: the heap was closed")
-        es = t.element_size()
-        dma.copy_rows(peer.data_ptr() + (t.data_ptr() - self.base), t.stride(0) * es, src.data_ptr(),
-                      src.stride(0) * es, t.shape[1] * es, t.shape[0], self.device)
 
     def offset_of(self, t: torch.Tensor) -> int:
         return t.data_ptr() - self.base
@@ -284,7 +333,5 @@ class SymmetricHeap:
         return self._allocator.bytes_used
 
     def __repr__(self) -> str:
-        return (
-            f"SymmetricHeap(rank={self.rank}/{self.world_size}, backend={self.backend}, "
-            f"size={self.size}, used={self.bytes_used})"
-        )
+        return (f"SymmetricHeap(rank={self.rank}/{self.world_size}, backend={self.backend}, size={self.size}, "
+                f"used={self.bytes_used})")

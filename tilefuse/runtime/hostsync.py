@@ -1,11 +1,9 @@
 """Bounded host collectives for tilefuse's own host steps (heap rendezvous, shape checks, workspaces).
 
 ``torch.distributed``'s object collectives wait as long as the process group's timeout (30 minutes
-with gloo by default), so one missing rank stalls every other rank that long, and the error does
-not say who is missing. The two collectives here go through the group's key-value store instead
-(a ``TCPStore`` in the usual launches), which any backend has, and give up after ``timeout``
-seconds (default ``TILEFUSE_HOST_TIMEOUT``, 60) with a :class:`HostTimeoutError` that names the
-ranks that did not arrive and the step that was being done.
+with gloo) and do not say who is missing. These go through the group's key-value store instead and
+give up after ``timeout`` seconds (default ``TILEFUSE_HOST_TIMEOUT``, 60) with a
+:class:`HostTimeoutError` naming the ranks that did not arrive and the step.
 
 One call on a group (every rank makes the same calls on it in the same order):
 
@@ -19,11 +17,9 @@ release                 each rank adds 1 to ``P/done``; the rank that brings it 
 ======================  ==================================================================
 
 A rank that runs out of time sets ``P/gave_up`` naming the missing ranks (a peer still waiting, or
-arriving later, then stops at once with the same names instead of completing the step without
-it) and marks the group out of step: the sequence numbers of the ranks no longer match, so every
-later call on that group raises at once until :func:`reset` has been called on every rank. Ranks
-that pass different ``what`` are at different steps: that raises as well (naming both steps),
-never hands one step's objects to another.
+arriving later, stops at once with the same names) and marks the group out of step: every later
+call on it raises at once until :func:`reset` on every rank. Ranks that pass different ``what`` are
+at different steps: that raises too, naming both.
 """
 
 from __future__ import annotations
@@ -31,6 +27,7 @@ from __future__ import annotations
 import math
 import pickle
 import time
+from dataclasses import dataclass
 
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
@@ -38,21 +35,20 @@ from torch.distributed import distributed_c10d as c10d
 from . import _env
 
 _PREFIX = "tilefuse/hostsync"
+_HINT = "A rank that died, hangs, or skipped this step; raise TILEFUSE_HOST_TIMEOUT if a rank is only slow."
 
 
 class HostTimeoutError(RuntimeError):
     """A bounded host step ran out of time: some rank of the group did not arrive."""
 
 
+@dataclass
 class _GroupState:
-    __slots__ = ("name", "store", "generation", "sequence", "broken")
-
-    def __init__(self, name: str, store):
-        self.name = name
-        self.store = store
-        self.generation = 0
-        self.sequence = 0
-        self.broken: str | None = None  # why the ranks are out of step, once a call failed
+    name: str
+    store: object
+    generation: int = 0
+    sequence: int = 0
+    broken: str | None = None  # why the ranks are out of step, once a call failed
 
 
 _GROUPS: dict[str, _GroupState] = {}
@@ -65,9 +61,7 @@ def _resolve(group):
 
 
 def _group_name(pg) -> str:
-    name = getattr(pg, "group_name", None)
-    if not name:
-        name = c10d._world.pg_names.get(pg)
+    name = getattr(pg, "group_name", None) or c10d._world.pg_names.get(pg)
     if not name:
         raise RuntimeError("tilefuse host collectives: the process group has no name (is this rank a member?)")
     return str(name)
@@ -90,13 +84,6 @@ def _state(pg) -> _GroupState:
     return st
 
 
-def _timeout_s(timeout: float | None) -> float:
-    value = _env.host_timeout() if timeout is None else float(timeout)
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"host collective timeout must be a positive number of seconds, got {timeout!r}")
-    return value
-
-
 def _global(pg, rank: int) -> str:
     try:
         g = dist.get_global_rank(pg, rank)
@@ -110,11 +97,8 @@ def _names(pg, ranks) -> str:
 
 
 def reset(group=None) -> None:
-    """Forget an earlier failed call on ``group``: later calls use a fresh key namespace.
-
-    Every rank of the group must call it, at the same point of its sequence of host steps (for
-    instance from a collective reset of the runtime), before the group's next host step.
-    """
+    """Forget an earlier failed call on ``group``: later calls use a fresh key namespace. Every rank
+    of the group calls it at the same point of its host steps (a collective reset)."""
     st = _state(_resolve(group))
     st.generation += 1
     st.sequence = 0
@@ -122,30 +106,22 @@ def reset(group=None) -> None:
 
 
 def all_gather_object(obj, group=None, *, what: str, timeout: float | None = None, last: bool = False) -> list:
-    """Every rank's ``obj`` (picklable), in group-rank order; collective, bounded in time.
+    """Every rank's ``obj`` (picklable, small: it travels through the store), in group-rank order;
+    collective over ``group`` (default: the world), bounded by ``timeout`` seconds (default
+    ``TILEFUSE_HOST_TIMEOUT``). ``what`` names the step (the same on every rank) in errors.
+    ``last``: the group's last step before its ranks may exit: return only once every rank has read
+    the step's keys (for at most ``LAST_STEP_WAIT_S``), so the store's host does not exit under a reader.
 
-    Args:
-        obj: this rank's contribution (anything ``pickle`` takes; keep it small: it travels
-            through the store).
-        group: the process group (default: the world).
-        what: the step being done, e.g. ``"gemm_all_scatter: shape check"``; the same on every
-            rank (ranks that disagree are at different steps, which raises). It is named in errors.
-        timeout: seconds to wait for the other ranks; default ``TILEFUSE_HOST_TIMEOUT`` or 60.
-        last: the group's last step before its ranks may exit (shutdown): return only once every
-            rank has read the step's keys (bounded by what is left of ``timeout``, at most
-            ``LAST_STEP_WAIT_S``; no error when it runs out), so the rank hosting the store does not
-            exit while a peer still reads from it.
-
-    Raises:
-        HostTimeoutError: within ``timeout`` seconds when some rank did not arrive (named), when
-            the store cannot be reached, or at once when an earlier call on this group failed.
-        RuntimeError: when the ranks passed different ``what``.
+    Raises :class:`HostTimeoutError` when some rank did not arrive (named), the store cannot be
+    reached, or an earlier call on this group failed; ``RuntimeError`` when the ranks' ``what`` differ.
     """
     pg = _resolve(group)
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
     if rank < 0:
         raise ValueError(f"{what}: this process is not a member of the group")
-    bound = _timeout_s(timeout)
+    bound = _env.host_timeout() if timeout is None else float(timeout)
+    if not (bound > 0 and math.isfinite(bound)):
+        raise ValueError(f"host collective timeout must be a positive number of seconds, got {timeout!r}")
     if world == 1:
         return [obj]
     st = _state(pg)
@@ -170,8 +146,6 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
         ) from err
     gave_up = f"{base}/gave_up"
     status, detail = _wait(store, keys, gave_up, deadline)
-    if status == "ok" and _present(store, gave_up):  # a peer gave up while this rank was reading
-        status, detail = "aborted", _read_gave_up(store, gave_up)
     if status != "ok":
         st.broken = f"{what}: {status}"
         if status == "lost":
@@ -183,19 +157,16 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
             who, their_missing = detail
             raise HostTimeoutError(
                 f"{what}: rank {_global(pg, who)} gave up waiting for rank(s) {_names(pg, their_missing)}; "
-                f"this rank ({_global(pg, rank)}) stops too. A rank that died, hangs, or skipped this step. "
-                "Raise TILEFUSE_HOST_TIMEOUT if a rank is only slow."
+                f"this rank ({_global(pg, rank)}) stops too. {_HINT}"
             )
         try:
-            # Tell peers that arrive later: they stop at once, naming the missing ranks, instead of
-            # completing the step without this rank.
+            # Peers that arrive later stop at once, naming the missing ranks.
             store.set(gave_up, pickle.dumps((rank, detail)))
         except Exception:
             pass
         raise HostTimeoutError(
             f"{what}: rank(s) {_names(pg, detail)} of {world} did not arrive within {bound:g} s "
-            f"(seen from rank {_global(pg, rank)}); a rank that died, hangs, or skipped this step. "
-            "Raise TILEFUSE_HOST_TIMEOUT if a rank is only slow."
+            f"(seen from rank {_global(pg, rank)}). {_HINT}"
         )
     try:
         entries = [pickle.loads(store.get(k)) for k in keys]
@@ -242,13 +213,6 @@ def _wait_all_read(store, key: str, done: int, world: int, seconds: float) -> No
         done = store.add(key, 0)
 
 
-def _present(store, key: str) -> bool:
-    try:
-        return bool(store.check([key]))
-    except Exception:
-        return False
-
-
 def _read_gave_up(store, key: str) -> tuple:
     try:
         return pickle.loads(store.get(key))
@@ -259,15 +223,15 @@ def _read_gave_up(store, key: str) -> tuple:
 def _wait(store, keys: list, gave_up: str, deadline: float) -> tuple:
     """Poll until every key is set, a peer gave up, or the deadline passes: ``("ok", None)``,
     ``("aborted", (rank, missing))``, ``("missing", ranks)`` or ``("lost", None)`` (the store
-    failed). Polling with ``check`` rather than a blocking ``wait``: a store's timed-out wait logs
-    socket warnings, and a poll ends at the deadline whatever the store's own timeout is."""
+    failed). A poll, not the store's ``wait``: it ends at the deadline and logs no socket warnings."""
     pause = 1e-4
     try:
         while True:
-            if store.check(keys):
-                return "ok", None
-            if store.check([gave_up]):
+            ready = store.check(keys)
+            if store.check([gave_up]):  # checked when every key is set too: a peer may give up meanwhile
                 return "aborted", _read_gave_up(store, gave_up)
+            if ready:
+                return "ok", None
             left = deadline - time.monotonic()
             if left <= 0:
                 missing = [r for r, k in enumerate(keys) if not store.check([k])]

@@ -1,39 +1,12 @@
 """The runtime's public functions: ``init``, ``reset``, ``shutdown``, and what an op asks of its group.
 
-The device side of the protocol (control block, pairing, flags, bounded waits, poisoning) is
-described in :mod:`tilefuse.runtime.primitives`. Its host side is spread over modules a reader can
-take one at a time, and this module gathers their public names:
-
-- :mod:`~tilefuse.runtime.group`: :class:`Group`, one process group's state (heap, control block,
-  rank, world, stand-in, status words, signatures, wait bound, watched peers, poison) and the host
-  steps on it: reading the device's error records, watching the peer processes, the bounded wait
-  for the device, the begin kernel.
-- :mod:`~tilefuse.runtime.call`: :class:`CollectiveCall`, the host part of every op call (one call at
-  a time per process, stream order, earlier errors reported, failed checks counted on every rank),
-  and the thread's active group.
-- :mod:`~tilefuse.runtime.errors`: the exceptions, and the device's error records turned into them.
-- :mod:`~tilefuse.runtime.registry`: the groups initialised in this process and the default one.
-
-Errors and poison, in short: error records reach the host without a device sync on a GPU (a copy of
-two control words queued into pinned memory after each call, read at the next one) and are raised
-at the end of that next call; on the CPU backend and with ``TILEFUSE_SYNC_ERRORS=1`` at the failing
-call itself. A wait that timed out poisons the runtime on every rank: every op raises
-:class:`PoisonedError` until :func:`reset` (collective) re-zeros the control block and drops the
-workspaces. A peer process that exits poisons this rank for good (:class:`PeerExitedError`): each
-call checks the peers' pidfds before launching anything (:func:`check_peers` makes the same check
-for a CUDA graph replay), and the host's waits for the device (:func:`synchronize`, :func:`reset`,
-:func:`shutdown`) give up once a peer has exited and the work is still not done after the wait bound.
-
-**Several process groups.** :func:`init` may be called for several groups (a data x tensor mesh's TP
-group beside the world, two TP groups of one model). Each gets its own :class:`Group`: heap, control
-block (so its own call sequence numbers and epochs), signatures and error words; the first group
-initialised is the *default* one, which ``group=None`` means. An op call runs on one group: the
-``@collective`` wrapper resolves the call's group once (:func:`call_state`, a dictionary lookup) and
-hands it to :class:`CollectiveCall`, which makes it this thread's active group for the call;
-:func:`get_heap`, :func:`control_block` and everything a launcher asks the runtime without naming a
-group return the active group's, else the default's. :func:`reset` and
-:func:`tilefuse.clear_workspaces` act on the group they are given; :func:`shutdown` closes every
-group's heap, the default group's last. Calls of all groups share one lock and one stream order.
+The protocol's device side is told in :mod:`tilefuse.runtime.primitives`, its host side in
+:mod:`~tilefuse.runtime.group` (a group's state, error words and poison; the registry of groups)
+and :mod:`~tilefuse.runtime.call` (the host part of every op call; the active group); this module
+gathers their public names. :func:`init` may be called for several process groups: each gets its
+own :class:`Group`, and the first initialised is the default one, which ``group=None`` means. A wait
+that timed out poisons a group on every rank until :func:`reset` (collective); a peer process that
+exits poisons it for good (:class:`PeerExitedError`).
 """
 
 from __future__ import annotations
@@ -55,25 +28,16 @@ from .call import (
     synchronize,
     using,
 )
-from .errors import (
-    CallMismatchError,
-    PeerCallError,
-    PeerExitedError,
-    PoisonedError,
-    StaleCallError,
-    WaitTimeoutError,
-)
+from .errors import PeerExitedError, PoisonedError, WaitTimeoutError
 from .errors import describe_group as _describe_group
-from .group import Group, check_current_device
+from .group import REGISTRY, Group, check_current_device
 from .heap import SymmetricHeap, resolve_heap_size
-from .registry import REGISTRY
 
 __all__ = [
-    "CallMismatchError", "CollectiveCall", "Group", "PeerCallError", "PeerExitedError", "PoisonedError",
-    "StaleCallError", "WaitTimeoutError", "barrier", "bump_generation", "call_state", "check_current_device",
-    "check_peers", "check_waits", "control_block", "current_call", "device_barrier", "get_heap",
-    "groups", "in_call", "init", "is_initialized", "on_reset", "on_shutdown", "reset", "set_sync_errors",
-    "set_wait_timeout", "shutdown", "stand_in", "state_for", "synchronize", "using",
+    "CollectiveCall", "Group", "barrier", "bump_generation", "call_state", "check_current_device", "check_peers",
+    "check_waits", "control_block", "current_call", "device_barrier", "get_heap", "groups", "in_call", "init",
+    "is_initialized", "on_reset", "on_shutdown", "reset", "set_sync_errors", "set_wait_timeout", "shutdown",
+    "stand_in", "state_for", "synchronize", "using",
 ]
 
 
@@ -83,16 +47,14 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
     Needs an initialised ``torch.distributed`` process group (``group``, default the world). The
     heap size is ``heap_size`` bytes, else ``TILEFUSE_HEAP_SIZE`` (e.g. ``2G``), else 4 GiB on a
     GPU and 256 MiB on the CPU. Backend ``cuda`` when a GPU is usable (the current device; several
-    processes may share one GPU), else ``cpu``: kernels then run in Triton's interpreter, which
-    needs ``TRITON_INTERPRET=1`` before kernel modules are imported; ``import tilefuse`` sets it
-    when no GPU is present, so import tilefuse before your own Triton kernels (or set it yourself).
-    Device waits give up after ``TILEFUSE_WAIT_TIMEOUT`` seconds (30 on a GPU, 60 on the CPU).
+    processes may share one GPU), else ``cpu``: kernels run in Triton's interpreter, which needs
+    ``TRITON_INTERPRET=1`` before kernel modules are imported (``import tilefuse`` sets it when no
+    GPU is present). Device waits give up after ``TILEFUSE_WAIT_TIMEOUT`` seconds (30 on a GPU, 60
+    on the CPU).
 
-    Several groups: call it once per process group the ops will run on (collective over that
-    group's ranks; a rank calls it only for groups it belongs to). Each group gets its own heap and
-    protocol state; the first group initialised is the default one (``group=None`` in the ops and in
-    :func:`get_heap`, :func:`reset`, ...). A second call for the same group returns the same heap
-    (and rejects a different size).
+    Call it once per process group the ops will run on, on that group's ranks; the first group
+    initialised is the default one (``group=None``). A second call for the same group returns the
+    same heap (and rejects a different size).
     """
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError(
@@ -122,8 +84,8 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
         g = Group.open(size, group, backend, REGISTRY.order)
         REGISTRY.add(g)
         if g.heap.world_size > 1:
-            # One collective call now: its remote releases and acquires are what every op relies on,
-            # so a GPU pair whose link does not carry them fails here, not inside the first op.
+            # One collective call now: a GPU pair whose link does not carry remote releases and
+            # acquires fails here, not inside the first op.
             try:
                 with using(g):
                     device_barrier()
@@ -139,10 +101,7 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
         return g.heap
 
 
-def state_for(group, what: str = "tilefuse") -> Group:
-    """The group state serving ``group`` (None: the default); a clear error where it was never
-    initialised on this rank."""
-    return REGISTRY.get(group, what)
+state_for = REGISTRY.get  # (group, what="tilefuse") -> the Group serving ``group`` (None: the default)
 
 
 def groups() -> list:
@@ -167,8 +126,7 @@ def control_block() -> torch.Tensor:
 
 
 def stand_in() -> torch.Tensor:
-    """A float32[1] device tensor that kernels never read: the pointer argument of a begin or an
-    output that a call does not have."""
+    """A float32[1] device tensor kernels never read: the pointer for an output a call lacks."""
     return active().dummy
 
 
@@ -179,8 +137,8 @@ def bump_generation() -> None:
 
 
 def set_wait_timeout(seconds: float, group=None) -> float:
-    """Set the device wait bound (seconds, this rank; stream-ordered) of ``group``'s calls (default:
-    the default group's); returns the previous bound."""
+    """Set the device wait bound (seconds, this rank; stream-ordered) of ``group``'s calls; returns
+    the previous bound."""
     g = group_of(group)
     if seconds <= 0:
         raise ValueError(f"set_wait_timeout: seconds must be positive, got {seconds}")
@@ -191,9 +149,8 @@ def set_wait_timeout(seconds: float, group=None) -> float:
 
 def set_sync_errors(on: bool, group=None) -> bool:
     """Raise device-recorded errors at the failing call itself (a device sync at the end of every
-    call: the CPU backend's behaviour, ``TILEFUSE_SYNC_ERRORS=1`` on a GPU) or, off, at the next call or
-    :func:`synchronize` (the GPU default: no sync). ``group``: whose calls (default: the default
-    group's). Returns the previous setting."""
+    call, as ``TILEFUSE_SYNC_ERRORS=1``; always on the CPU backend) or, off, at the next call or
+    :func:`synchronize`. Returns the previous setting."""
     g = group_of(group)
     old = g.sync_errors
     g.sync_errors = bool(on) or g.heap.device.type != "cuda"
@@ -201,10 +158,10 @@ def set_sync_errors(on: bool, group=None) -> bool:
 
 
 def check_peers(group=None) -> None:
-    """Raise :class:`PeerExitedError` if a peer process of ``group`` (default: the default group) has
-    exited, and poison this rank so every later call raises too: the check every eager op call makes
-    before launching anything, for work that does not go through a call, such as a CUDA graph replay
-    (run it before ``graph.replay()``; one ``select``). Also raises an earlier poisoning's error."""
+    """Raise :class:`PeerExitedError` if a peer process of ``group`` has exited, and poison this rank
+    so every later call raises too: the check every eager op call makes first, for work that is not a
+    call, such as a CUDA graph replay (run it before ``graph.replay()``). Also raises an earlier
+    poisoning's error."""
     g = group_of(group)
     g.raise_if_poisoned()
     if g.peers:
@@ -212,32 +169,28 @@ def check_peers(group=None) -> None:
 
 
 def barrier(group=None) -> None:
-    """Host barrier over ``group`` (default: the default group): this rank's device work is finished
-    and every rank of the group got here."""
+    """Host barrier over ``group``: this rank's device work is finished and every rank got here."""
     g = group_of(group)
     synchronize(g.group)
     hostsync.barrier(g.heap.group, what="tilefuse.barrier")
 
 
 def on_shutdown(hook) -> None:
-    """Run ``hook()`` at :func:`shutdown`, before a heap closes (the ops drop their workspaces), once
-    per group, with that group active (:func:`get_heap` is the heap that closes)."""
+    """Run ``hook()`` at :func:`shutdown` before each group's heap closes, with that group active."""
     if hook not in REGISTRY.shutdown_hooks:
         REGISTRY.shutdown_hooks.append(hook)
 
 
 def on_reset(hook) -> None:
-    """Run ``hook()`` at :func:`reset`, while every rank's device is idle (the ops drop their
-    workspaces), with the reset group active (:func:`get_heap` is its heap)."""
+    """Run ``hook()`` at :func:`reset`, while every rank's device is idle, with the reset group active."""
     if hook not in REGISTRY.reset_hooks:
         REGISTRY.reset_hooks.append(hook)
 
 
 def reset(group=None) -> None:
-    """Collective recovery after an error on ``group`` (default: the default group): wait for this
-    rank's device, re-zero the group's control block (sequence numbers, flags of the protocol,
-    poison), drop the group's workspaces, then barrier. Call it on every rank of the group;
-    afterwards its calls pair from scratch. Other groups' state is left as it is."""
+    """Collective recovery after an error on ``group``: wait for this rank's device, re-zero the
+    group's control block (sequence numbers, flags, poison), drop its workspaces, then barrier. Call
+    it on every rank of the group; its calls then pair from scratch. Other groups are left alone."""
     g = group_of(group)
     heap = g.heap
     with REGISTRY.lock, using(g):
@@ -248,9 +201,8 @@ def reset(group=None) -> None:
         for hook in REGISTRY.reset_hooks:
             hook()
         g.ctl.zero_()
-        g.gen += 1
         g.ctl[int(P.CTL_BOUND_NS)] = int(g.wait_bound_s * 1e9)
-        g.ctl[int(P.CTL_GEN)] = g.gen
+        g.bump_generation()
         if g.status_host is not None:
             g.status_host.zero_()
         g.order.stream = g.order.raw = None  # the device is idle: the next call waits on nothing
@@ -262,12 +214,11 @@ def reset(group=None) -> None:
 
 def shutdown(group=None) -> None:
     """Drop the ops' workspaces and the peer mappings, after a barrier (call before the process group
-    is destroyed). A later :func:`init` starts from a new heap with no workspace of the old one.
+    is destroyed); a later :func:`init` starts from a new heap.
 
-    Without ``group``: every group's heap, in the reverse order of their :func:`init` calls (so the
-    default group's last; each close is collective over its group). With ``group``: that group's
-    heap only (not the default group's while other groups are initialised: it names what
-    ``group=None`` means)."""
+    Without ``group``: every group's heap, in the reverse order of their :func:`init` calls (each
+    close collective over its group). With ``group``: that group's only (not the default group's
+    while others are initialised)."""
     if group is None:
         targets = list(reversed(REGISTRY.by_group.values()))
     else:
