@@ -145,6 +145,26 @@ def debug_poison() -> bool:
 
 
 def configure() -> None:
-    """Turn the interpreter on for the cpu backend, before kernel modules are imported."""
+    """Turn the interpreter on for the cpu backend, before kernel modules are imported. Triton's own
+    ``@triton.jit`` helpers (``tl.cdiv``, the reductions' combine functions, ...) were made for
+    compiled kernels if ``triton`` was imported before this: they are remade for the interpreter, so
+    the import order does not matter."""
     if requested_backend() == "cpu" and not interpreting():
         os.environ["TRITON_INTERPRET"] = "1"
+        _interpret_triton_helpers()
+
+
+def _interpret_triton_helpers() -> None:
+    import sys
+
+    if "triton.language" not in sys.modules:
+        return  # Triton decorates its helpers when imported, now under the interpreter
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("triton.language") or module is None:
+            continue
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, JITFunction):
+                setattr(module, attr, InterpretedFunction(value.fn))
