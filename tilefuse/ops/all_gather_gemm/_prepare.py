@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...runtime.world import current_call, in_call
 from ..common.config import Config, check_variant_config
 from ..common.gemm import ensure_triton_allocator, flattened_loop, gemm_layout
-from ..common.launch import op_heap, prepare_gemm, prepared, workspace
+from ..common.launch import op_heap, prepare_gemm
+from ..common.prepare import hold, once
 
 OP = "all_gather_gemm"
 
@@ -34,6 +34,7 @@ class Prepared:
     local_direct: bool = True  # the local shard's tiles read `a` itself (it fits the heap rows' path)
     first: int = 0  # 1: the local rows are not pushed to this rank (nothing reads them there)
     meta: dict = field(default_factory=dict)  # the GEMM's constexprs and launch options
+    workspaces: list = field(default_factory=list)  # common.prepare.hold's entries
 
     @property
     def degenerate(self) -> bool:
@@ -54,14 +55,7 @@ def prepare(variant: str, a, b, config, group, return_gathered: bool, *, buffers
     counter) or ``"shard"`` (a_shard [M_loc, K]); ``comm``: the variant needs COMM_SMS >= 1."""
     heap = op_heap(OP, group)
     make = functools.partial(_make, variant, a, b, config, group, return_gathered, buffers, comm)
-    keyed = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(config, (Config, type(None)))
-    if not keyed or (in_call() and current_call().capturing):
-        # Arguments with no key (make raises), or a CUDA graph capture: its workspace lookups mark the
-        # buffers the graph holds (kept until shutdown).
-        p = make()
-    else:
-        p = prepared(heap, (OP, variant, a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16, b.shape,
-                            b.stride(), b.dtype, b.device, b.data_ptr() % 16, config, bool(return_gathered)), make)
+    p = once(heap, (OP, variant, bool(return_gathered)), make, config, a, b)
     if p.meta.get("USE_TMA"):
         ensure_triton_allocator()  # per call: Triton's allocator is per thread (autograd's backward has its own)
     return heap, p
@@ -78,9 +72,10 @@ def _make(variant, a, b, config, group, return_gathered, buffers, comm) -> Prepa
         return Prepared(**sizes)
     dtype, size = a.dtype, a.element_size()
     num_chunks = -(-M // cfg.BLOCK_M)
+    held = []
     if buffers == "shard":
-        ws = workspace(heap, (OP, variant, M, K, dtype), lambda h: {"a_shard": h.empty((M, K), dtype=dtype)},
-                       M * K * size)
+        ws = hold(heap, held, (OP, variant, M, K, dtype), lambda h: {"a_shard": h.empty((M, K), dtype=dtype)},
+                  M * K * size)
         ag, own, rows = None, ws.a_shard, ws.a_shard
     else:
         flagged = buffers == "flagged"
@@ -92,8 +87,8 @@ def _make(variant, a, b, config, group, return_gathered, buffers, comm) -> Prepa
                 made["claims"] = h.zeros(1, dtype=torch.int32)
             return made
 
-        ws = workspace(heap, (OP, variant, M, K, dtype, cfg.BLOCK_M if flagged else 0), make,
-                       W * M * K * size + (8 * W * num_chunks + 4 if flagged else 0))
+        ws = hold(heap, held, (OP, variant, M, K, dtype, cfg.BLOCK_M if flagged else 0), make,
+                  W * M * K * size + (8 * W * num_chunks + 4 if flagged else 0))
         ag = rows = ws.a_gathered
         own = ag[r * M:(r + 1) * M]
     # The operand path of A rows read from the heap buffer, and whether `a` itself fits it too.
@@ -106,5 +101,5 @@ def _make(variant, a, b, config, group, return_gathered, buffers, comm) -> Prepa
         **sizes, ag=ag, own=own, flags=flags, own_flags=None if flags is None else flags[r * num_chunks:],
         claims=ws.buffers.get("claims"), num_chunks=num_chunks, local_direct=local_direct,
         first=1 if local_direct and not return_gathered else 0,
-        meta=dict(call.gemm_meta, USE_TMA=use_tma, B_KMAJOR=b_kmajor, FLATTEN=flatten),
+        meta=dict(call.gemm_meta, USE_TMA=use_tma, B_KMAJOR=b_kmajor, FLATTEN=flatten), workspaces=held,
     )

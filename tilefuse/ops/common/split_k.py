@@ -1,12 +1,10 @@
 """Split-K: a tile's K steps computed as slices by different programs, summed by the last of them.
 
-For shapes with too few tiles to occupy the multiprocessors (small M, large K): a work item is one of
-``split_k`` K slices of a tile. :func:`split_k_work` maps it to ``(tile, slice, k_lo, k_hi)``,
-:func:`~.tiles.gemm_tile_range` computes the slice's fp32 partial, :func:`hand_in_slice` stores it
-and tells the one program whose slice completes the tile to finish it, and :func:`store_slice_sum`
-(or :func:`slice_sum`) sums the partials in slice order (deterministic) into the tile of C; the
-other slices' programs move on. The partials and per-tile counts live in a per-stream scratch
-(:class:`SplitKScratch`). Nobody waits on anybody.
+For shapes with too few tiles to fill the multiprocessors: :func:`split_k_work` maps a work item to
+``(tile, slice, k_lo, k_hi)``, :func:`hand_in_slice` stores the slice's fp32 partial and tells the
+program whose slice completes the tile, which sums the partials in slice order (deterministic:
+:func:`store_slice_sum`, :func:`slice_sum`). Partials and counts live in a per-stream
+:class:`SplitKScratch`. Nobody waits on anybody.
 """
 
 from __future__ import annotations
@@ -23,11 +21,9 @@ from .tiles import store_tile
 def split_k_work(work_id, K, split_k, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
     """Work item ``work_id`` of a split-K schedule -> ``(tile_id, slice, k_lo, k_hi)``.
 
-    ``SPLIT`` (constexpr) is ``split_k > 1``; without it a work item is a whole tile. Work items are
-    numbered tile by tile (``work_id = tile_id * split_k + slice``), so programs that run at the same
-    time take the slices of the same tiles and finish them together. Slice s gets the K steps
-    ``[s * steps // split_k, (s + 1) * steps // split_k)`` of the ``steps = cdiv(K, BLOCK_K)``
-    (sizes differ by at most one step; a slice may be empty when steps < split_k).
+    ``SPLIT`` is ``split_k > 1`` (else a work item is a whole tile). ``work_id = tile_id * split_k +
+    slice``: programs running together finish the same tiles. Slice s gets K steps ``[s * steps //
+    split_k, (s + 1) * steps // split_k)`` (empty where steps < split_k).
     """
     if SPLIT:
         tile_id = work_id // split_k
@@ -110,12 +106,10 @@ def slice_sum(
 class SplitKScratch:
     """Partial slots and per-tile counts of split-K launches, one set per (device, stream).
 
-    The counts start at zero and every launch leaves them at zero (the last slice of a tile resets
-    its count), so a stream's launches, which run one after another, share one set without a memset
-    per call; launches on different streams get different sets. A call inside a CUDA graph capture
-    gets a fresh zeroed set instead (the memset is part of the graph), never a cached one: a graph
-    may be replayed on any stream. :func:`tilefuse.reset` drops the cache (a launch of an aborted
-    call may stop between a tile's slices and leave a count behind).
+    Every launch leaves the counts at zero (the last slice of a tile resets its count), so a stream's
+    launches share one set without a memset. A CUDA graph capture gets a fresh zeroed set (a graph
+    may be replayed on any stream). :func:`tilefuse.reset` drops the cache (an aborted call may leave
+    a count behind).
     """
 
     def __init__(self):

@@ -1,10 +1,6 @@
 """What a gemm_all_reduce variant prepares once per call signature: checks, config, heap buffers.
-
-:func:`prepare` runs the checks and builds a :class:`Prepared` the first time a signature (operand
-shapes, strides, dtypes, devices and alignment, the config, the bias) is seen on a group, and returns
-the same object afterwards (``launch.prepared``). A variant's host function then does, on every
-call: the output, ``p.begin(c)``, the call tuple and the launches.
-"""
+A variant's host function then does, on every call: the output, ``p.begin(c)``, the call tuple and
+the launches."""
 
 from __future__ import annotations
 
@@ -15,7 +11,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ...runtime import hw
-from ...runtime.world import current_call
 from ..common.config import (
     WARP_SPEC_VARIANTS,
     Config,
@@ -25,8 +20,9 @@ from ..common.config import (
     side_warps,
     sum_rows,
 )
-from ..common.gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, operand_path, tma_operands
-from ..common.launch import begin, begin_call, op_heap, prepare_gemm, prepared, workspace
+from ..common.gemm import UNALIGNED_PAD_MIN_M, operand_path
+from ..common.launch import op_heap, prepare_gemm
+from ..common.prepare import CallSteps, hold, once
 
 OP = "gemm_all_reduce"
 
@@ -71,7 +67,7 @@ def default_tiles(cfg, M: int, N: int, dtype: torch.dtype, *, comm: bool, interp
 
 
 @dataclass
-class Prepared:
+class Prepared(CallSteps):
     """One call signature of one variant, checked and set up."""
 
     heap: object
@@ -80,7 +76,7 @@ class Prepared:
     K: int
     config: Config
     sig: tuple  # the call's signature: the begin pairs the call and checks it against the peers'
-    kernel_begins: bool  # the call's first kernel begins it (ENTER); else the begin kernel does
+    begins: bool  # the call's first kernel may begin it (ENTER); else the begin kernel does
     pad: bool  # the operands are copied onto the tensor-descriptor path (gemm.tma_operands) every call
     use_tma: bool  # the operands are read through tensor descriptors
     align: int  # gemm_tile_range's ALIGN
@@ -91,8 +87,17 @@ class Prepared:
     gemm_meta: dict  # the GEMM part's constexprs and launch options (GemmCall.gemm_meta)
     has_bias: bool
     stride_s: tuple = ()  # the stage's (slot, m, n)
-    workspaces: tuple = ()  # the launch.Workspace objects holding stage and flags
+    workspaces: list = field(default_factory=list)  # common.prepare.hold's entries: stage and flags
     launch: dict = field(default_factory=dict)  # the variant's constexprs and launch options
+
+    @property
+    def empty(self) -> bool:
+        return self.stage is None
+
+    @property
+    def kernel_begins(self) -> bool:
+        """The call's first kernel begins it (ENTER); else the begin kernel does."""
+        return self.begins and not self.empty
 
     @property
     def num_tiles(self) -> int:
@@ -110,35 +115,11 @@ class Prepared:
                     NUM_PROGRAMS=programs, PULL=pull, WAIT=wait, HAS_BIAS=self.has_bias, END=end, ENTER=enter,
                     num_warps=side_warps(cfg))
 
-    def begin(self, c: torch.Tensor) -> tuple | None:
-        """Per call: pair it with the peers' calls and check its signature. Returns the begin
-        arguments of a first kernel that begins the call (``launch.call_arg``), or None where the
-        begin kernel began it (an empty call, or ``kernel_begins`` false)."""
-        if current_call().capturing:  # a CUDA graph replays into the buffers: kept until shutdown
-            for ws in self.workspaces:
-                ws.captured = True
-        if self.stage is None:
-            begin(self.sig)
-            return None
-        return begin_call(self.sig, c, kernel_begins=self.kernel_begins)
-
-    def operands(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per call: the operands the variant's own kernels read (copies where ``pad``)."""
-        if self.pad:
-            a, b = tma_operands(a, b, UNALIGNED_PAD_MIN_M)[:2]
-        if self.use_tma:
-            ensure_triton_allocator()
-        return a, b
-
-
-def _layout(t: torch.Tensor) -> tuple:
-    return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
-
 
 def prepare(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool, launch=None) -> Prepared:
-    """The :class:`Prepared` of this call's signature (made by :func:`_make` on first sight);
-    ``launch(p)`` returns the variant's :attr:`Prepared.launch`. Raises on bad arguments, every time."""
-    heap = op_heap(OP, group)
+    """The :class:`Prepared` of this call's signature (made by :func:`_make` on first sight,
+    ``common.prepare.once``); ``launch(p)`` returns the variant's :attr:`Prepared.launch`. Raises on
+    bad arguments, every time."""
 
     def make():
         p = _make(variant, a, b, config, group, bias, comm=comm, flags=flags)
@@ -146,11 +127,7 @@ def prepare(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool,
             p.launch = launch(p)
         return p
 
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (config is None or isinstance(
-            config, Config)) and (bias is None or isinstance(bias, torch.Tensor))):
-        return make()  # raises, naming the argument
-    bias_key = None if bias is None else (bias.shape, bias.dtype, bias.device)
-    return prepared(heap, (OP, variant, comm, flags, _layout(a), _layout(b), config, bias_key), make)
+    return once(op_heap(OP, group), (OP, variant, comm, flags), make, config, a, b, bias)
 
 
 def _make(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -> Prepared:
@@ -197,14 +174,12 @@ def _make(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -
     if M * N >= 2**31:
         raise ValueError(f"{OP}: M x N = {M} x {N} elements must stay below 2**31 (the reduction indexes a "
                          "slot with 32-bit offsets); split the call")
-    stage = workspace(heap, (OP, "stage", a.dtype, W, M, N),
-                      lambda h: {"stage": h.empty((W, M, N), dtype=a.dtype)}, W * M * N * a.element_size())
-    p.workspaces = (stage,)
+    stage = hold(heap, p.workspaces, (OP, "stage", a.dtype, W, M, N),
+                 lambda h: {"stage": h.empty((W, M, N), dtype=a.dtype)}, W * M * N * a.element_size())
     if flags:
         tiles = p.num_tiles
-        ws = workspace(heap, (OP, variant, W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
-                       lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles)
-        p.flags, p.workspaces = ws.flags, (stage, ws)
+        p.flags = hold(heap, p.workspaces, (OP, variant, W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
+                       lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles).flags
     p.stage, p.stride_s = stage.stage, stage.stage.stride()
     return p
 

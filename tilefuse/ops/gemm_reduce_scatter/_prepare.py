@@ -1,18 +1,18 @@
-"""What the gemm_reduce_scatter variants prepare once per call signature, and the per-call begin."""
+"""What the gemm_reduce_scatter variants prepare once per call signature."""
 
 from __future__ import annotations
 
 import torch
 
 from ..common.checks import check_divisible, check_matrix
-from ..common.config import WARP_SPEC_VARIANTS, Config, check_variant_config, side_warps
-from ..common.gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, tma_operands
-from ..common.launch import begin, begin_call, op_heap, prepare_gemm, prepared, workspace
+from ..common.config import WARP_SPEC_VARIANTS, check_variant_config, side_warps, sum_rows
+from ..common.launch import op_heap, prepare_gemm
+from ..common.prepare import CallSteps, hold, once
 
 OP = "gemm_reduce_scatter"
 
 
-class Prepared:
+class Prepared(CallSteps):
     """One call signature of a variant: the checked shapes, config, operand layout and heap buffers.
 
     ``stage [W, rows, N]`` in the input dtype is shared by every variant of one (dtype, rows, N) (the
@@ -39,74 +39,46 @@ class Prepared:
             g.use_tma = g.b_kmajor = False
         N = self.N = g.N
         self.M = g.M
-        self.pad = g.a is not a or g.b is not b  # copied onto the descriptor path on every call
+        self.pad = g.a is not a or g.b is not b
         self.use_tma = g.use_tma
         self.dims = g.gemm_args[2:]  # M, N, K and the strides of the operands as launched
         self.meta = g.gemm_meta  # constexprs and launch options of the GEMM part
         self.warp_spec = g.warp_spec
         self.side_warps = side_warps(cfg)
-        # Rows per reduction block: about 32 fp32 elements per thread, a power of two <= BLOCK_M.
-        self.sub_m = max(1, min(cfg.BLOCK_M, 1024 * self.side_warps // cfg.BLOCK_N))
-        self.begins = g.kernel_may_begin  # the call's first kernel begins it (P.enter with ENTER)
+        self.sub_m = sum_rows(cfg)  # rows per reduction block
+        self.begins = g.kernel_may_begin
         # K_loc may differ between ranks (and with it BLOCK_K or the program counts of a default
         # config): the signature holds the shapes and the tile grid that the flags and slots follow.
         self.sig = (OP, variant, g.M, N, str(a.dtype), cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M)
         self.empty = rows == 0 or N == 0  # nothing to compute or move (the same on every rank)
         self.tiles_per_owner = -(-rows // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N)
-        self.workspaces = []  # (key, make, bytes) of each heap buffer, in the order of first use
+        self.workspaces = []
         if self.empty:
             return
         if rows * N >= 2**31:
             raise ValueError(f"{OP}: an owner's block of M/W x N = {rows} x {N} elements must stay below 2**31 "
                              "(the reduction indexes a block with 32-bit offsets); split the call")
         dtype, tiles = a.dtype, self.tiles_per_owner
-        self.stage = self.run = self.flags = self._workspace(
+        self.stage = self.run = self.flags = self._hold(
             (OP, "stage", dtype, W, rows, N), "stage", lambda h: h.empty((W, rows, N), dtype=dtype),
             W * rows * N * a.element_size())
         self.stage_strides = self.stage.stride()
         if flags and W >= 3:
             # accumulate_slot indexes it with a slot's strides: both are contiguous [rows, N].
-            self.run = self._workspace((OP, "run", W, rows, N), "run",
-                                       lambda h: h.empty((rows, N), dtype=torch.float32), rows * N * 4)
+            self.run = self._hold((OP, "run", W, rows, N), "run",
+                                  lambda h: h.empty((rows, N), dtype=torch.float32), rows * N * 4)
         if flags:
-            self.flags = self._workspace((OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N), "flags",
-                                         lambda h: h.zeros((W, tiles), dtype=torch.int64), 8 * W * tiles)
+            self.flags = self._hold((OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N), "flags",
+                                    lambda h: h.zeros((W, tiles), dtype=torch.int64), 8 * W * tiles)
 
-    def _workspace(self, key: tuple, name: str, make, nbytes: int) -> torch.Tensor:
-        entry = (key, lambda h: {name: make(h)}, nbytes)
-        self.workspaces.append(entry)
-        return workspace(self.heap, *entry).buffers[name]
-
-    def operands(self, a, b) -> tuple:
-        """Per call: ``a`` and ``b`` as the kernels read them."""
-        if self.pad:
-            a, b, _, _ = tma_operands(a, b, UNALIGNED_PAD_MIN_M)
-        if self.use_tma:
-            ensure_triton_allocator()
-        return a, b
-
-    def begin(self, c) -> tuple | None:
-        """Per call: pair the call with the peers' and check its signature, by the begin kernel now,
-        or by the call's first kernel given the result (``P.enter`` with ``ENTER``; None where the
-        begin kernel ran). ``c`` is filled with NaN if the call aborts."""
-        for entry in self.workspaces:
-            # In use: the same least-recently-used order on every rank, kept while a CUDA graph holds it.
-            workspace(self.heap, *entry)
-        if self.empty:
-            begin(self.sig)
-            return None
-        return begin_call(self.sig, c, kernel_begins=self.begins)
+    def _hold(self, key: tuple, name: str, make, nbytes: int) -> torch.Tensor:
+        return hold(self.heap, self.workspaces, key, lambda h: {name: make(h)}, nbytes).buffers[name]
 
 
 def prepare(variant: str, a, b, config, group, *, comm: bool = False, flags: bool = False) -> Prepared:
-    """The :class:`Prepared` of this call's signature, made on its first call (``launch.prepared``):
+    """The :class:`Prepared` of this call's signature, made on its first call (``common.prepare.once``):
     checks ``a [M, K_loc]`` and ``b [K_loc, N]``, resolves the config and allocates the heap
     buffers (collective then). ``comm``: the variant needs COMM_SMS >= 1; ``flags``: it sums while
     partials arrive."""
-    heap = op_heap(OP, group)
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            and (config is None or isinstance(config, Config))):
-        return Prepared(variant, a, b, config, group, comm=comm, flags=flags)  # raises
-    key = (OP, variant, a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
-           a.data_ptr() % 16, b.data_ptr() % 16, config)
-    return prepared(heap, key, lambda: Prepared(variant, a, b, config, group, comm=comm, flags=flags))
+    return once(op_heap(OP, group), (OP, variant), lambda: Prepared(variant, a, b, config, group, comm=comm,
+                                                                    flags=flags), config, a, b)
