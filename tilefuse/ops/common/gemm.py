@@ -23,9 +23,7 @@ from .tiles import gemm_operands, gemm_tile_range, store_tile, tile_coords, tile
 
 @P.kernel
 def matmul_kernel(
-    # pointers
     a_ptr, b_ptr, c_ptr,
-    # sizes
     M, N, K,
     # strides: (stride_am, stride_ak), (stride_bk, stride_bn), (stride_cm, stride_cn)
     a_strides, b_strides, c_strides,
@@ -35,7 +33,6 @@ def matmul_kernel(
     slices,
     # schedule: K slices per tile (SPLIT), programs of the launch
     split_k, num_programs,
-    # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, IN_CALL: tl.constexpr, ALIGN: tl.constexpr = 1, WARP_SPEC: tl.constexpr = False,

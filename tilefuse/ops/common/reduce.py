@@ -84,9 +84,8 @@ def sum_slots(
 ):
     """fp32 sum [SUB_M, BN] of the W contributions to the block at (offs_m, offs_n), in fixed order.
 
-    ``((s0 + s1) + s2) + ...`` with ``s_i`` the contribution of ``source_at(i)`` converted to fp32:
-    the order and roundings of :func:`accumulate_slot`. Every contribution must be complete and
-    visible (after a barrier). Elements outside ``rows x N`` read as zero.
+    ``((s0 + s1) + s2) + ...``, ``s_i`` of ``source_at(i)`` in fp32 (:func:`accumulate_slot`'s bits);
+    every contribution complete and visible (after a barrier). Zeros outside ``rows x N``.
     """
     offs = offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [SUB_M, BN] int32
     mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [SUB_M, BN]

@@ -43,10 +43,9 @@ def hand_in_slice(
     """Hand in slice ``s`` (of the tile's ``n`` K slices, in K order) as the fp32 partial ``acc``
     [BM, BN] of tile ``tile_id``; returns ``(slots, done)``.
 
-    The slice's partial goes to its own slot of the tile (``partial_ptr``: fp32, ``slots_per_tile
-    >= n`` slots of ``BM * BN`` per tile; ``slots`` is the tile's first), then it counts itself in
-    (``count_ptr[tile_id]``, int32). ``done`` is True for the program whose slice is counted last:
-    it finishes the tile (:func:`store_slice_sum`); the others move on. Nobody waits.
+    The partial goes to its slot (``partial_ptr``: fp32, ``slots_per_tile >= n`` slots of ``BM * BN``
+    a tile; ``slots``: the tile's first), then counts itself in (``count_ptr[tile_id]``, int32);
+    ``done`` for the program counted last, which finishes the tile. Nobody waits.
     """
     slots = partial_ptr + tile_id.to(tl.int64) * slots_per_tile * (BLOCK_M * BLOCK_N)
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
@@ -69,9 +68,8 @@ def store_slice_sum(
     whichever slice came last: deterministic), ``SUB_M`` rows at a time, then set the tile's count
     back to 0 for the next launch on the stream.
 
-    Row blocks keep one [SUB_M, BN] sum and one loaded block in registers, not whole [BM, BN]
-    tiles: a 128x256 fp32 sum next to a loaded partial would spill. Row blocks wholly below M are
-    skipped. The loads bypass L1 (.cg): other multiprocessors wrote the slots.
+    [SUB_M, BN] row blocks, not whole tiles (a 128x256 fp32 sum beside a loaded partial would
+    spill); the loads bypass L1 (.cg): other multiprocessors wrote the slots.
     """
     sub = tl.arange(0, SUB_M)  # [SUB_M]
     cols = tl.arange(0, BLOCK_N)  # [BN]

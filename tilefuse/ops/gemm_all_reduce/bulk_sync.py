@@ -4,12 +4,9 @@
              | reduce: for each tile, stage[s] of rank s for s = 0, 1, ..., W-1, summed in fp32 (+ bias) -> c;
                ends the call |
 
-No overlap: the baseline shape of the algorithm in the same runtime. Rank r's partial never leaves
-its heap before the barrier; every rank then reads every partial (remote loads) and sums the W of
-them in the fixed order 0, 1, ..., W-1, so the W copies of ``c`` have the same bits. The GEMM's first
-program begins the call (``P.enter``) and the reduction's last one ends it (``P.exit``): no begin
-kernel, no status copy. The GEMM is the GEMM core's (``gemm.matmul``); the reduction is
-``_tiles.reduce_kernel``.
+No overlap: the baseline. Rank r's partial stays in its heap; after the barrier every rank reads
+every partial and sums them in the order 0, 1, ..., W-1 (the W copies of ``c`` have the same bits).
+The GEMM core's first program begins the call (``P.enter``), ``_tiles.reduce_kernel``'s last ends it.
 """
 
 from __future__ import annotations

@@ -4,16 +4,11 @@
     stream 2: | reduce (COMM_SMS programs): tile t: acquire flags (0, t) ... (W-1, t), sum (+ bias) -> c |
     stream 1:                                                                             | join |
 
-One-shot: both kernels begin the call together (``P.enter``: the first of their programs to run
-does the begin, the others wait for it) and end it together (``P.exit`` over the programs of both:
-the last writes the status words).
-
-A reduction program takes the tiles in the order the GEMM programs produce them; for each it
-acquires the W sources' flags in source order, then sums the W slots in fp32 in the order 0, 1, ...,
-W-1 (the bits of every other variant, on every rank). Partials travel in the input dtype. Flags are
-per (source, tile) on every rank and carry the call's sequence number. GEMM_SMS + COMM_SMS must fit
-on the device at once: the reduction spins. The loops are ``_tiles.produce_tiles`` and
-``_tiles.reduce_kernel``.
+One-shot: both kernels begin the call together (``P.enter``: the first of their programs does the
+begin) and end it together (``P.exit`` over the programs of both). A reduction program takes the
+tiles in the order they are produced; for each it acquires the W sources' flags, then sums the W
+slots in fp32 in the order 0, 1, ..., W-1 (every variant's bits). GEMM_SMS + COMM_SMS must fit on
+the device at once: the reduction spins.
 """
 
 from __future__ import annotations

@@ -4,11 +4,9 @@
     programs G .. G+C-1    : | tile t: acquire flags (0, t) ... (W-1, t), sum (+ bias) -> c | ...
     stream: | one kernel, which begins the call itself |
 
-G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every source's partial of every tile has
-been summed, so the kernel's end is the op's end: no completion handshake. All G+C programs must be
-resident at once (checked against the device): the reducers spin. Reducers wait only on producers,
-which have lower program ids (or run on other ranks), as the interpreter requires. The loops are
-``_tiles.produce_tiles`` and ``_tiles.reduce_tiles``.
+G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every partial of every tile has been
+summed: no completion handshake. All G+C programs must be resident at once (checked against the
+device). Reducers wait only on producers, which have lower program ids (the interpreter's order).
 """
 
 from __future__ import annotations

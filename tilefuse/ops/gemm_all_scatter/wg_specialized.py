@@ -31,7 +31,6 @@ def _wg_kernel(
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr, done_ptr,
     # the call (runtime.primitives)
     call,
-    # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,

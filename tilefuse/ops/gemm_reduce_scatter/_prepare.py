@@ -15,13 +15,11 @@ OP = "gemm_reduce_scatter"
 class Prepared(CallSteps):
     """One call signature of a variant: the checked shapes, config, operand layout and heap buffers.
 
-    ``stage [W, rows, N]`` in the input dtype is shared by every variant of one (dtype, rows, N) (the
-    entry barrier of each call makes that safe). The flagged variants, which sum while partials
-    arrive, also get an fp32 running sum ``run [rows, N]`` when W >= 3, shared by both per (rows, N):
-    only the owner's reduction touches it, and one call's reduction ends before the next call's
-    starts; elsewhere ``run`` is the stage, a never-touched stand-in. Their ``flags [W,
-    tiles_per_owner]`` int64 and its epoch belong to one variant and tile shape; ``flags`` is the
-    stage for the others.
+    ``stage [W, rows, N]`` (input dtype) is shared by every variant of one (dtype, rows, N) (each
+    call's begin is a barrier). The flagged variants, which sum while partials arrive, also share an
+    fp32 running sum ``run [rows, N]`` when W >= 3 (only the owner's reduction touches it, one call
+    after another; elsewhere ``run`` is the stage, never touched), and have ``flags [W,
+    tiles_per_owner]`` int64 of their own per tile shape (the stage for the others).
     """
 
     def __init__(self, variant: str, a, b, config, group, *, comm: bool, flags: bool):

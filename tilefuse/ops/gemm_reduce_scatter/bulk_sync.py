@@ -3,11 +3,9 @@
     rank r:  | GEMM (all SMs): a @ b -> stage [M, N] (input dtype); begins the call | barrier |
              | reduce: for each tile of r's rows, sum stage[r-th row block] of every rank -> c; ends the call |
 
-No overlap: the baseline shape of the algorithm in the same runtime. Each rank's stage holds its
-whole partial, accumulated in fp32 and stored in the input dtype (slot o = owner o's rows); the owner
-pulls its slot from every peer and sums the W partials in fp32 in a fixed order (r-1, r-2, ..., r),
-so the result is the same on every run. The GEMM's first program begins the call (``P.enter``)
-and the reduction's last one ends it (``P.exit``): no begin kernel, no status copy.
+No overlap: the baseline. Each rank's stage holds its whole partial (slot o = owner o's rows); the
+owner pulls its slot from every peer and sums them in fp32 in the order r-1, r-2, ..., r. The GEMM's
+first program begins the call (``P.enter``), the reduction's last ends it (``P.exit``).
 """
 
 from __future__ import annotations

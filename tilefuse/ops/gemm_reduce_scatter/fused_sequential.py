@@ -28,7 +28,6 @@ def _fused_kernel(
     stage_ptr, stride_slot, stride_sm, stride_sn,
     # the call (this kernel begins it with ENTER)
     call,
-    # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
     ENTER: tl.constexpr,

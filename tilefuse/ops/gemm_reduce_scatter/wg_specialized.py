@@ -4,10 +4,9 @@
     programs G .. G+C-1    : | from r-1: acquire | from r-2: acquire, add | ... | own: acquire, add -> c |
     stream: | one kernel, which begins the call itself |
 
-G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every source's partial of every tile of
-this rank's rows has been summed, so the kernel's end is the op's end: no completion handshake. All
-G+C programs must be resident at once (checked against the device): the reducers spin. Partials
-travel in the input dtype; the reducers sum them in fp32 (a running sum in its own fp32 buffer).
+G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every partial of this rank's rows has
+been summed (an fp32 running sum): no completion handshake. All G+C programs must be resident at
+once (checked against the device).
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ def _wg_kernel(
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, run_ptr, c_ptr, stride_cm, stride_cn,
     # the call (this kernel begins it with ENTER)
     call,
-    # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
