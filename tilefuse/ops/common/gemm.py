@@ -16,10 +16,6 @@ from .config import launch_shape, pointer_tiles
 from .split_k import SPLIT_K_SCRATCH, hand_in_slice, split_k_work, store_slice_sum
 from .tiles import gemm_operands, gemm_tile_range, store_tile, tile_coords, tile_offsets, whole_tiles
 
-# ---------------------------------------------------------------------------------------------
-# Plain persistent GEMM
-# ---------------------------------------------------------------------------------------------
-
 
 @P.kernel
 def matmul_kernel(
@@ -89,11 +85,6 @@ def matmul_kernel(
                 store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
     if IN_CALL:
         P.exit(call, seq, live, num_programs, END, BARRIER=BARRIER)
-
-
-# ---------------------------------------------------------------------------------------------
-# Host side
-# ---------------------------------------------------------------------------------------------
 
 
 def _interpreting() -> bool:

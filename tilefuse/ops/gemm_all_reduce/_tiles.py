@@ -24,7 +24,6 @@ from ..common.tiles import gemm_operands, gemm_tile_range, tile_coords, tile_off
 
 @triton.jit
 def produce_tiles(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_a, stride_b,
     # stage [W, M, N] (input dtype) and flags [W, num_tiles] int64 (symmetric addresses)
     stage_ptr, flags_ptr, stride_s,

@@ -24,7 +24,6 @@ from ._tiles import produce_tiles, reduce_kernel
 
 @kernel
 def _gemm_producer_kernel(
-    # GEMM operands; strides (am, ak), (bk, bn)
     a_ptr, b_ptr, M, N, K, stride_a, stride_b,
     # stage [W, M, N] (input dtype) and flags [W, num_tiles] int64 (symmetric addresses)
     stage_ptr, flags_ptr, stride_s,

@@ -23,7 +23,6 @@ from ._tiles import produce_tiles, reduce_tiles
 
 @kernel
 def _wg_kernel(
-    # GEMM operands; strides (am, ak), (bk, bn)
     a_ptr, b_ptr, M, N, K, stride_a, stride_b,
     # stage [W, M, N] (input dtype), flags [W, num_tiles] int64 (symmetric); output c [M, N] and
     # bias [N], both local

@@ -22,7 +22,6 @@ from ._tiles import compute_tiles
 
 @kernel
 def _fused_kernel(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # output: the result, c (a symmetric address), both [M, W*N] strided alike
     o_ptr, c_ptr, stride_cm, stride_cn,

@@ -23,7 +23,6 @@ from ._tiles import compute_tiles, push_ready_tiles
 
 @kernel
 def _gemm_producer_kernel(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # output: the result, c (a symmetric address), both [M, W*N] strided alike; one int64 flag per tile
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr,

@@ -25,7 +25,6 @@ from ._tiles import compute_tiles, push_ready_tiles
 
 @kernel
 def _wg_kernel(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # output: the result, c (a symmetric address), [M, W*N] strided alike; int64 flags per tile, [W, C]
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr, done_ptr,

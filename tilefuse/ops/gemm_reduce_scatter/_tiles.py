@@ -21,7 +21,6 @@ from ..common.tiles import gemm_operands, gemm_tile, store_tile, tile_coords, ti
 
 @triton.jit
 def produce_partials(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # stage [W, rows, N] (input dtype) and the owner-side flags (symmetric addresses)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,

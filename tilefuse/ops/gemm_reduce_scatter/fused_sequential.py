@@ -22,7 +22,6 @@ from ._tiles import launch_reduce, produce_partials
 
 @kernel
 def _fused_kernel(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # stage [W, rows, N] in the input dtype (a symmetric address)
     stage_ptr, stride_slot, stride_sm, stride_sn,

@@ -24,7 +24,6 @@ from ._tiles import launch_reduce, produce_partials
 
 @kernel
 def _gemm_producer_kernel(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # stage [W, rows, N] (input dtype) and flags [W, tiles_per_owner] int64 (symmetric addresses)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,

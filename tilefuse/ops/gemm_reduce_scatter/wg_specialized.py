@@ -22,7 +22,6 @@ from ._tiles import produce_partials, reduce_owned
 
 @kernel
 def _wg_kernel(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # stage [W, rows, N] (input dtype), flags [W, tiles_per_owner] int64 (symmetric); the fp32
     # running sum run [rows, N] (W >= 3) and output c [rows, N], both local
