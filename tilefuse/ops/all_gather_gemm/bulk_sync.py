@@ -65,12 +65,12 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
     W, M_loc = heap.world_size, p.M
     c = new_output((W * M_loc, p.N), a.dtype, a.device)
     if p.ag is None:  # M_loc or K zero: nothing moves
-        begin_call(p.key)
+        begin_call(p.sig)
         c.zero_()
         gathered = torch.empty((W * M_loc, p.K), dtype=a.dtype, device=a.device)
         return (c, gathered) if return_gathered else c
     # The begin: every peer's GEMM of the previous call is done with a_gathered.
-    entry = begin_call(p.key, c, kernel_begins=True)
+    entry = begin_call(p.sig, c, kernel_begins=True)
     launch_shard(p, a, p.own, call_arg(heap, entry), every_rank=True)  # then every shard is in a_gathered
     launched(entry, ends=False)
     # Nothing if the call was aborted; the GEMM ends the call.

@@ -56,10 +56,10 @@ def copy_engine(a, b, *, config=None, group=None, return_gathered=False):
     contract as :func:`tilefuse.all_gather_gemm`. All ``GEMM_SMS + COMM_SMS`` programs of the config
     compute (at most the device's multiprocessors less one)."""
     heap, p = prepare("copy_engine", a, b, config, group, return_gathered, buffers="flagged")
-    if p.degenerate:
+    if p.empty:
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     c = new_output((heap.world_size * p.M, p.N), a.dtype, a.device)
-    begin_call(p.key, c)  # the begin kernel: a copy engine cannot begin a call
+    begin_call(p.sig, c)  # the begin kernel: a copy engine cannot begin a call
     call = call_arg(heap, None)
     p.own.copy_(a)  # the rows the peers' copy engines pull
     if not p.local_direct:  # the GEMM reads the local rows from a_gathered too

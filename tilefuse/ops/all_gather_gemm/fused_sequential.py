@@ -80,12 +80,12 @@ def fused_sequential(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm as one persistent kernel reading remote A; same contract as
     :func:`tilefuse.all_gather_gemm`."""
     heap, p = prepare("fused_sequential", a, b, config, group, return_gathered, buffers="shard")
-    if p.degenerate:
+    if p.empty:
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     W = heap.world_size
     c = new_output((W * p.M, p.N), a.dtype, a.device)
     ag = new_output((W * p.M, p.K), a.dtype, a.device) if return_gathered else c
-    entry = begin_call(p.key, c, ag if return_gathered else None, kernel_begins=True)
+    entry = begin_call(p.sig, c, ag if return_gathered else None, kernel_begins=True)
     call = call_arg(heap, entry)
     # The copy comes after the begin: no peer still reads the previous call's shard. The fused kernel
     # waits on nothing, so this kernel's end of the call is the call's.

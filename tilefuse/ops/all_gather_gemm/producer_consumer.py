@@ -72,12 +72,12 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm with push and GEMM kernels on two streams; same contract as
     :func:`tilefuse.all_gather_gemm`."""
     heap, p = prepare("producer_consumer", a, b, config, group, return_gathered, buffers="flagged", comm=True)
-    if p.degenerate:
+    if p.empty:
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     cfg, W = p.config, heap.world_size
     c = new_output((W * p.M, p.N), a.dtype, a.device)
     # The kernels begin the call: no row moves before every peer is done with a_gathered.
-    entry = begin_call(p.key, c, kernel_begins=True)
+    entry = begin_call(p.sig, c, kernel_begins=True)
     call = call_arg(heap, entry)
     streams = ForkedStreams(heap.device)
     pushes = W > p.first  # a world of one with the local rows read in place pushes nothing

@@ -84,12 +84,12 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.all_gather_gemm`."""
     heap, p = prepare("wg_specialized", a, b, config, group, return_gathered, buffers="flagged", comm=True)
-    if p.degenerate:
+    if p.empty:
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     cfg = p.config
     c = new_output((heap.world_size * p.M, p.N), a.dtype, a.device)
     # The kernel begins the call: every peer is done with a_gathered before anything is pushed.
-    entry = begin_call(p.key, c, kernel_begins=True)
+    entry = begin_call(p.sig, c, kernel_begins=True)
     _wg_kernel[(p.programs,)](
         a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),
         c, c.stride(0), c.stride(1), p.flags, p.claims, p.M, p.N, p.K, call_arg(heap, entry),

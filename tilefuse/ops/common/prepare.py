@@ -1,5 +1,5 @@
-"""What every op's ``_prepare`` shares: a variant's set-up made once per call signature (:func:`once`),
-the heap workspaces it holds (:func:`hold`), and the per-call steps of :class:`CallSteps`."""
+"""What every op's ``_prepare`` shares: a variant's set-up made once per call signature (:func:`once`)
+and the base of what it makes (:class:`PreparedCall`: sizes, signature, workspaces, per-call steps)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 from .config import Config
 from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, tma_operands
-from .launch import Workspace, begin_call, prepared, workspace
+from .launch import Workspace, begin_call, new_output, prepared, workspace
 
 
 def layout(t: torch.Tensor | None) -> tuple | None:
@@ -19,8 +19,8 @@ def layout(t: torch.Tensor | None) -> tuple | None:
 
 def once(heap, key: tuple, make, config, *tensors):
     """``make()`` the first time ``key``, ``config`` and the layouts of ``tensors`` are seen on
-    ``heap``'s group (``launch.prepared``), the same object afterwards, whose ``workspaces``
-    (:func:`hold`'s entries) are looked up again on every call: the same least-recently-used order on
+    ``heap``'s group (``launch.prepared``), the same :class:`PreparedCall` afterwards, whose
+    workspaces are looked up again on every call: the same least-recently-used order on
     every rank, and kept until shutdown once a CUDA graph captures a call. Arguments that form no key
     (a tensor argument that is not one, a config that is no :class:`Config`) go to ``make``, whose
     checks raise, naming the argument."""
@@ -33,18 +33,25 @@ def once(heap, key: tuple, make, config, *tensors):
     return p
 
 
-def hold(heap, held: list, key: tuple, make, nbytes: int) -> Workspace:
-    """``launch.workspace(heap, key, make, nbytes)``, its arguments appended to ``held`` (the
-    ``workspaces`` that :func:`once` looks up on every call)."""
-    held.append((key, make, nbytes))
-    return workspace(heap, key, make, nbytes)
+class PreparedCall:
+    """One call signature of a variant, checked and set up once (:func:`once`): the checked GEMM's
+    ``M``, ``N``, ``K`` and ``config`` (``launch.prepare_gemm``), the call's signature ``sig`` (the
+    begin checks it against the peers'), the heap workspaces it holds, and the per-call steps. Each
+    op's ``Prepared`` adds its own buffers and launch options."""
 
+    def __init__(self, g, a: torch.Tensor, b: torch.Tensor, sig: tuple, *, empty: bool, pad: bool = True):
+        self.heap, self.config, self.sig = g.heap, g.config, sig
+        self.M, self.N, self.K = g.M, g.N, g.K
+        self.empty = empty  # nothing to compute or move (the same on every rank)
+        self.begins = g.kernel_may_begin  # the call's first kernel may begin it (P.enter with ENTER)
+        self.pad = pad and (g.a is not a or g.b is not b)  # operands copied onto the descriptor path every call
+        self.use_tma = g.use_tma
+        self.workspaces = []  # (key, make, nbytes) of each workspace held, looked up again every call
 
-class CallSteps:
-    """The per-call steps of a prepared call signature. The class that takes it has ``heap``, ``sig``
-    (the call's signature, checked against the peers' by the begin), ``begins`` (the call's first
-    kernel may begin it: ``GemmCall.kernel_may_begin``), ``empty`` (nothing to compute or move),
-    ``pad`` (the operands are copied onto the tensor-descriptor path every call) and ``use_tma``."""
+    def hold(self, key: tuple, make, nbytes: int) -> Workspace:
+        """``launch.workspace(heap, key, make, nbytes)``, held: looked up again on every call."""
+        self.workspaces.append((key, make, nbytes))
+        return workspace(self.heap, key, make, nbytes)
 
     def operands(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``a`` and ``b`` as the variant's own kernels read them (copies where ``pad``)."""
@@ -53,6 +60,13 @@ class CallSteps:
         if self.use_tma:
             ensure_triton_allocator()  # per thread: the descriptors' scratch (autograd's backward has its own)
         return a, b
+
+    def start(self, a: torch.Tensor, b: torch.Tensor) -> tuple:
+        """Per call: ``(a, b, c, entry)``: the operands (:meth:`operands`), a fresh output ``c`` of the
+        subclass's ``out_shape`` and the begin's result (:meth:`begin`). An empty call returns ``c`` now."""
+        c = new_output(self.out_shape, a.dtype, a.device)
+        entry = self.begin(c)
+        return (*self.operands(a, b), c, entry)
 
     def begin(self, *outputs: torch.Tensor | None) -> tuple | None:
         """Pair the call with the peers' and check its signature: by the begin kernel now (returns

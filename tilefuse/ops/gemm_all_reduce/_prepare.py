@@ -1,12 +1,11 @@
 """What a gemm_all_reduce variant prepares once per call signature: checks, config, heap buffers.
-A variant's host function then does, on every call: the output, ``p.begin(c)``, the call tuple and
-the launches."""
+A variant's host function then does, on every call: ``p.start(a, b)`` (operands, output, begin), the
+call tuple and the launches."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass, field
 
 import torch
 
@@ -22,7 +21,7 @@ from ..common.config import (
 )
 from ..common.gemm import UNALIGNED_PAD_MIN_M, operand_path
 from ..common.launch import op_heap, prepare_gemm
-from ..common.prepare import CallSteps, hold, once
+from ..common.prepare import PreparedCall, once
 
 OP = "gemm_all_reduce"
 
@@ -66,33 +65,22 @@ def default_tiles(cfg, M: int, N: int, dtype: torch.dtype, *, comm: bool, interp
     return fill_device(cfg, M, N, comm=comm)
 
 
-@dataclass
-class Prepared(CallSteps):
+class Prepared(PreparedCall):
     """One call signature of one variant, checked and set up."""
 
-    heap: object
-    M: int
-    N: int
-    K: int
-    config: Config
-    sig: tuple  # the call's signature: the begin pairs the call and checks it against the peers'
-    begins: bool  # the call's first kernel may begin it (ENTER); else the begin kernel does
-    pad: bool  # the operands are copied onto the tensor-descriptor path (gemm.tma_operands) every call
-    use_tma: bool  # the operands are read through tensor descriptors
-    align: int  # gemm_tile_range's ALIGN
-    stride_a: tuple  # (am, ak) of the operands the kernels read
-    stride_b: tuple  # (bk, bn)
-    stage: torch.Tensor | None  # [W, M, N] in the input dtype, on the heap (None: an empty call)
-    flags: torch.Tensor | None  # [W, num_tiles] int64 on the heap (every variant but bulk_sync)
-    gemm_meta: dict  # the GEMM part's constexprs and launch options (GemmCall.gemm_meta)
-    has_bias: bool
-    stride_s: tuple = ()  # the stage's (slot, m, n)
-    workspaces: list = field(default_factory=list)  # common.prepare.hold's entries: stage and flags
-    launch: dict = field(default_factory=dict)  # the variant's constexprs and launch options
-
-    @property
-    def empty(self) -> bool:
-        return self.stage is None
+    def __init__(self, variant: str, call, a, b, sig: tuple, align: int, has_bias: bool):
+        super().__init__(call, a, b, sig, empty=call.M == 0 or call.N == 0,
+                         pad=variant != "bulk_sync")  # the GEMM core pads itself
+        self.out_shape = (call.M, call.N)
+        self.align = align  # gemm_tile_range's ALIGN
+        self.stride_a = (call.a.stride(0), call.a.stride(1))  # (am, ak) of the operands the kernels read
+        self.stride_b = (call.b.stride(0), call.b.stride(1))  # (bk, bn)
+        self.gemm_meta = call.gemm_meta  # the GEMM part's constexprs and launch options
+        self.has_bias = has_bias
+        self.stage = None  # [W, M, N] in the input dtype, on the heap (None: an empty call)
+        self.stride_s = ()  # the stage's (slot, m, n)
+        self.flags = None  # [W, num_tiles] int64 on the heap (every variant but bulk_sync)
+        self.launch = {}  # the variant's constexprs and launch options
 
     @property
     def kernel_begins(self) -> bool:
@@ -166,21 +154,19 @@ def _make(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -
     # K_loc may differ between ranks, and with it the default config's BLOCK_K: the signature holds
     # the tile grid, on which the ranks' tile numbering (and so the flags) depends, and everything else.
     sig = (OP, variant, M, N, str(a.dtype), (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None)
-    p = Prepared(heap, M, N, call.K, cfg, sig, call.kernel_may_begin, call.a is not a or call.b is not b,
-                 call.use_tma, align, (call.a.stride(0), call.a.stride(1)), (call.b.stride(0), call.b.stride(1)),
-                 None, None, call.gemm_meta, bias is not None)
-    if M == 0 or N == 0:
+    p = Prepared(variant, call, a, b, sig, align, bias is not None)
+    if p.empty:
         return p
     if M * N >= 2**31:
         raise ValueError(f"{OP}: M x N = {M} x {N} elements must stay below 2**31 (the reduction indexes a "
                          "slot with 32-bit offsets); split the call")
-    stage = hold(heap, p.workspaces, (OP, "stage", a.dtype, W, M, N),
-                 lambda h: {"stage": h.empty((W, M, N), dtype=a.dtype)}, W * M * N * a.element_size())
+    p.stage = p.hold((OP, "stage", a.dtype, W, M, N), lambda h: {"stage": h.empty((W, M, N), dtype=a.dtype)},
+                     W * M * N * a.element_size()).stage
+    p.stride_s = p.stage.stride()
     if flags:
         tiles = p.num_tiles
-        p.flags = hold(heap, p.workspaces, (OP, variant, W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
-                       lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles).flags
-    p.stage, p.stride_s = stage.stage, stage.stage.stride()
+        p.flags = p.hold((OP, variant, W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
+                         lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles).flags
     return p
 
 

@@ -12,7 +12,7 @@ The GEMM core's first program begins the call (``P.enter``), ``_tiles.reduce_ker
 from __future__ import annotations
 
 from ..common.gemm import matmul
-from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier, new_output
+from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
 from ._prepare import OP, prepare
 from ._tiles import reduce_kernel
 
@@ -28,9 +28,8 @@ def _launch(p) -> dict:
 def bulk_sync(a, b, *, config=None, group=None, bias=None):
     """gemm_all_reduce with no overlap; same contract as :func:`tilefuse.gemm_all_reduce`."""
     p = prepare("bulk_sync", a, b, config, group, bias, comm=False, flags=False, launch=_launch)
-    c = new_output((p.M, p.N), a.dtype, a.device)
-    entry = p.begin(c)
-    if p.stage is None:
+    a, b, c, entry = p.start(a, b)
+    if p.empty:
         return c
     heap, reduce = p.heap, p.launch["reduce"]
     # fp32 accumulator, stored in a's dtype. The GEMM begins the call and every rank's partial is

@@ -19,7 +19,7 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import sum_rows
-from ..common.launch import call_arg, collective, launched, new_output
+from ..common.launch import call_arg, collective, launched
 from ..common.split_k import SPLIT_K_SCRATCH
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_tiles
@@ -99,11 +99,9 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None):
     """gemm_all_reduce as one fused persistent kernel (its programs push their partial tiles, then sum
     them once every rank's have landed); same contract as :func:`tilefuse.gemm_all_reduce`."""
     p = prepare("fused_sequential", a, b, config, group, bias, comm=False, flags=True, launch=_launch)
-    c = new_output((p.M, p.N), a.dtype, a.device)
-    entry = p.begin(c)
-    if p.stage is None:
+    a, b, c, entry = p.start(a, b)
+    if p.empty:
         return c
-    a, b = p.operands(a, b)
     _fused_kernel[(p.launch["NUM_PROGRAMS"],)](
         a, b, p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags, p.stride_s,
         c, c if bias is None else bias.contiguous(), p.stride_c, call_arg(p.heap, entry), split_arg(p, c),

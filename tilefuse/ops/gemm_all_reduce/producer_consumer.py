@@ -17,7 +17,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import ForkedStreams, call_arg, collective, launched, new_output
+from ..common.launch import ForkedStreams, call_arg, collective, launched
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_kernel
 
@@ -55,11 +55,9 @@ def producer_consumer(a, b, *, config=None, group=None, bias=None):
     """gemm_all_reduce with GEMM and reduction kernels on two streams; same contract as
     :func:`tilefuse.gemm_all_reduce`."""
     p = prepare("producer_consumer", a, b, config, group, bias, comm=True, flags=True, launch=_launch)
-    c = new_output((p.M, p.N), a.dtype, a.device)
-    entry = p.begin(c)
-    if p.stage is None:
+    a, b, c, entry = p.start(a, b)
+    if p.empty:
         return c
-    a, b = p.operands(a, b)
     call = call_arg(p.heap, entry)
     gemm, reduce = p.launch["gemm"], p.launch["reduce"]
     total = gemm["NUM_PROGRAMS"] + reduce["NUM_PROGRAMS"]  # the programs that end the call together

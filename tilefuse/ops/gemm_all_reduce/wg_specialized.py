@@ -16,7 +16,7 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import sum_rows
-from ..common.launch import call_arg, collective, launched, new_output
+from ..common.launch import call_arg, collective, launched
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_tiles
 
@@ -75,11 +75,9 @@ def wg_specialized(a, b, *, config=None, group=None, bias=None):
     """gemm_all_reduce as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_all_reduce`."""
     p = prepare("wg_specialized", a, b, config, group, bias, comm=True, flags=True, launch=_launch)
-    c = new_output((p.M, p.N), a.dtype, a.device)
-    entry = p.begin(c)
-    if p.stage is None:
+    a, b, c, entry = p.start(a, b)
+    if p.empty:
         return c
-    a, b = p.operands(a, b)
     _wg_kernel[(p.launch["GEMM_PROGRAMS"] + p.launch["COMM_PROGRAMS"],)](
         a, b, p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags, p.stride_s,
         c, c if bias is None else bias.contiguous(), p.stride_c, call_arg(p.heap, entry), **p.launch)

@@ -7,12 +7,12 @@ import torch
 from ..common.checks import check_divisible, check_matrix
 from ..common.config import WARP_SPEC_VARIANTS, check_variant_config, side_warps, sum_rows
 from ..common.launch import op_heap, prepare_gemm
-from ..common.prepare import CallSteps, hold, once
+from ..common.prepare import PreparedCall, once
 
 OP = "gemm_reduce_scatter"
 
 
-class Prepared(CallSteps):
+class Prepared(PreparedCall):
     """One call signature of a variant: the checked shapes, config, operand layout and heap buffers.
 
     ``stage [W, rows, N]`` (input dtype) is shared by every variant of one (dtype, rows, N) (each
@@ -23,54 +23,47 @@ class Prepared(CallSteps):
     """
 
     def __init__(self, variant: str, a, b, config, group, *, comm: bool, flags: bool):
-        heap = self.heap = op_heap(OP, group)
+        heap = op_heap(OP, group)
         check_matrix(OP, "a", a)
         W = heap.world_size
         check_divisible(OP, "M (rows of a)", a.shape[0], W, "the world size")
         rows = self.rows = a.shape[0] // W
         g = prepare_gemm(OP, a, b, group, config, comm=comm, tile_m=max(rows, 1),
                          specialize=variant in WARP_SPEC_VARIANTS[OP])
-        cfg = self.config = g.config
+        cfg = g.config
         check_variant_config(OP, variant, cfg)  # only bulk_sync splits K
         if g.K == 0:
             # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
             g.use_tma = g.b_kmajor = False
-        N = self.N = g.N
-        self.M = g.M
-        self.pad = g.a is not a or g.b is not b
-        self.use_tma = g.use_tma
+        # K_loc may differ between ranks (and with it BLOCK_K or the program counts of a default
+        # config): the signature holds the shapes and the tile grid that the flags and slots follow.
+        super().__init__(g, a, b, (OP, variant, g.M, g.N, str(a.dtype), cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M),
+                         empty=rows == 0 or g.N == 0, pad=variant != "bulk_sync")  # the GEMM core pads itself
+        self.out_shape = (rows, g.N)
+        N = g.N
         self.dims = g.gemm_args[2:]  # M, N, K and the strides of the operands as launched
         self.meta = g.gemm_meta  # constexprs and launch options of the GEMM part
         self.warp_spec = g.warp_spec
         self.side_warps = side_warps(cfg)
         self.sub_m = sum_rows(cfg)  # rows per reduction block
-        self.begins = g.kernel_may_begin
-        # K_loc may differ between ranks (and with it BLOCK_K or the program counts of a default
-        # config): the signature holds the shapes and the tile grid that the flags and slots follow.
-        self.sig = (OP, variant, g.M, N, str(a.dtype), cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M)
-        self.empty = rows == 0 or N == 0  # nothing to compute or move (the same on every rank)
         self.tiles_per_owner = -(-rows // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N)
-        self.workspaces = []
         if self.empty:
             return
         if rows * N >= 2**31:
             raise ValueError(f"{OP}: an owner's block of M/W x N = {rows} x {N} elements must stay below 2**31 "
                              "(the reduction indexes a block with 32-bit offsets); split the call")
         dtype, tiles = a.dtype, self.tiles_per_owner
-        self.stage = self.run = self.flags = self._hold(
-            (OP, "stage", dtype, W, rows, N), "stage", lambda h: h.empty((W, rows, N), dtype=dtype),
-            W * rows * N * a.element_size())
+        self.stage = self.run = self.flags = self.hold(
+            (OP, "stage", dtype, W, rows, N), lambda h: {"stage": h.empty((W, rows, N), dtype=dtype)},
+            W * rows * N * a.element_size()).stage
         self.stage_strides = self.stage.stride()
         if flags and W >= 3:
             # accumulate_slot indexes it with a slot's strides: both are contiguous [rows, N].
-            self.run = self._hold((OP, "run", W, rows, N), "run",
-                                  lambda h: h.empty((rows, N), dtype=torch.float32), rows * N * 4)
+            self.run = self.hold((OP, "run", W, rows, N), lambda h: {"run": h.empty((rows, N), dtype=torch.float32)},
+                                 rows * N * 4).run
         if flags:
-            self.flags = self._hold((OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N), "flags",
-                                    lambda h: h.zeros((W, tiles), dtype=torch.int64), 8 * W * tiles)
-
-    def _hold(self, key: tuple, name: str, make, nbytes: int) -> torch.Tensor:
-        return hold(self.heap, self.workspaces, key, lambda h: {name: make(h)}, nbytes).buffers[name]
+            self.flags = self.hold((OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N),
+                                   lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles).flags
 
 
 def prepare(variant: str, a, b, config, group, *, comm: bool = False, flags: bool = False) -> Prepared:

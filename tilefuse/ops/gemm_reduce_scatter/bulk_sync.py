@@ -11,7 +11,7 @@ first program begins the call (``P.enter``), the reduction's last ends it (``P.e
 from __future__ import annotations
 
 from ..common.gemm import matmul
-from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier, new_output
+from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce
 
@@ -20,8 +20,7 @@ from ._tiles import launch_reduce
 def bulk_sync(a, b, *, config=None, group=None):
     """gemm_reduce_scatter with no overlap; same contract as :func:`tilefuse.gemm_reduce_scatter`."""
     p = prepare("bulk_sync", a, b, config, group)
-    c = new_output((p.rows, p.N), a.dtype, a.device)
-    entry = p.begin(c)
+    a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
     heap, cfg = p.heap, p.config

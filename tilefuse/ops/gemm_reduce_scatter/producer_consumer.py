@@ -17,7 +17,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import ForkedStreams, call_arg, collective, launched, new_output
+from ..common.launch import ForkedStreams, call_arg, collective, launched
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce, produce_partials
 
@@ -46,11 +46,9 @@ def producer_consumer(a, b, *, config=None, group=None):
     """gemm_reduce_scatter with GEMM and reduction kernels on two streams; same contract as
     :func:`tilefuse.gemm_reduce_scatter`."""
     p = prepare("producer_consumer", a, b, config, group, comm=True, flags=True)
-    c = new_output((p.rows, p.N), a.dtype, a.device)
-    entry = p.begin(c)
+    a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
-    a, b = p.operands(a, b)
     call = call_arg(p.heap, entry)
     begins = entry is not None
     gemm_programs, comm_programs = p.config.GEMM_SMS, p.config.COMM_SMS  # not capped: one kernel per config

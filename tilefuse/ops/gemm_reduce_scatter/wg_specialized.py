@@ -15,7 +15,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import call_arg, collective, launched, new_output
+from ..common.launch import call_arg, collective, launched
 from ._prepare import OP, prepare
 from ._tiles import produce_partials, reduce_owned
 
@@ -55,11 +55,9 @@ def wg_specialized(a, b, *, config=None, group=None):
     """gemm_reduce_scatter as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_reduce_scatter`."""
     p = prepare("wg_specialized", a, b, config, group, comm=True, flags=True)
-    c = new_output((p.rows, p.N), a.dtype, a.device)
-    entry = p.begin(c)
+    a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
-    a, b = p.operands(a, b)
     cfg = p.config
     _wg_kernel[(cfg.GEMM_SMS + cfg.COMM_SMS,)](  # not capped by the tiles: one kernel per config
         a, b, *p.dims, p.stage, p.flags, *p.stage_strides, p.run, c, c.stride(0), c.stride(1),
