@@ -43,12 +43,8 @@ MIN_DEFAULT_BLOCK_N = 32
 
 @functools.lru_cache(maxsize=4096)
 def fill_device(cfg, M: int, N: int, *, comm: bool):
-    """The default config, with BLOCK_N halved (down to 32, or the config's own if smaller) while the
-    tiles would leave GEMM programs idle.
-
-    Where the GEMM is bound by reading B, every idle program is bandwidth left unused. Only for calls
-    without a caller's config, and not for the narrow decode tiles (:func:`default_tiles`).
-    """
+    """The default config, with BLOCK_N halved (down to 32) while the tiles would leave GEMM programs
+    idle: where the GEMM is bound by reading B, an idle program is bandwidth unused."""
     programs = cfg.GEMM_SMS if comm else cfg.GEMM_SMS + cfg.COMM_SMS
     block_n = cfg.BLOCK_N
     while block_n > MIN_DEFAULT_BLOCK_N and -(-M // cfg.BLOCK_M) * -(-N // block_n) < programs:
@@ -120,12 +116,8 @@ def prepare(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool,
 
 def _make(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -> Prepared:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; resolve the config and the
-    operands' path; get the heap buffers.
-
-    The stage has a's dtype and is shared by every variant of one (dtype, M, N) (the begin of each
-    call is a barrier: no rank writes a call's partials into a peer still summing the previous
-    call's). The flags belong to one variant and tile shape.
-    """
+    operands' path; get the heap buffers: the stage (a's dtype) is shared by every variant of one
+    (dtype, M, N) (each call's begin is a barrier), the flags belong to one variant and tile shape."""
     call = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
     heap = call.heap
     check_variant_config(OP, variant, call.config)  # split K: bulk_sync, and fused_sequential within one wave
@@ -171,9 +163,8 @@ def _make(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -
 
 
 def _check_one_wave_split(cfg: Config, num_tiles: int) -> None:
-    """Raise ValueError unless fused_sequential can split K (``Config.SPLIT_K > 1``): every program
-    at most one K slice of a tile, and tiles whose fp32 sum fits in a program's registers (the
-    reduction's whole-tile blocks: :func:`~..common.config.sum_rows`)."""
+    """Raise ValueError unless fused_sequential can split K: at most one K slice a program, and tiles
+    whose fp32 sum fits in a program's registers (:func:`~..common.config.sum_rows`)."""
     programs = cfg.GEMM_SMS + cfg.COMM_SMS
     if num_tiles * cfg.SPLIT_K > programs:
         raise ValueError(f"{OP}: fused_sequential with SPLIT_K={cfg.SPLIT_K} needs a K slice a program: "
