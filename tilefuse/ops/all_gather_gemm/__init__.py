@@ -11,10 +11,8 @@ from .reference import reference
 from .wg_specialized import wg_specialized
 
 OP = "all_gather_gemm"
-for _name, _fn in (("reference", reference), ("bulk_sync", bulk_sync),
-                   ("producer_consumer", producer_consumer), ("fused_sequential", fused_sequential),
-                   ("wg_specialized", wg_specialized), ("copy_engine", copy_engine)):
-    registry.register(OP, _name, _fn)
+for _fn in (reference, bulk_sync, producer_consumer, fused_sequential, wg_specialized, copy_engine):
+    registry.register(OP, _fn.__name__, _fn)
 
 
 def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, return_gathered=False):

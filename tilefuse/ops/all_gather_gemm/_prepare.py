@@ -4,41 +4,70 @@ GEMM's operand path. Every variant's host function starts with :func:`prepare`."
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 
 import torch
 
-from ...runtime.world import current_call, in_call
-from ..common.config import Config, check_variant_config
+from ..common.config import check_variant_config
 from ..common.gemm import ensure_triton_allocator, flattened_loop, gemm_layout
-from ..common.launch import op_heap, prepare_gemm, prepared, workspace
+from ..common.launch import op_heap, prepare_gemm
+from ..common.prepare import PreparedCall, once
 
 OP = "all_gather_gemm"
 
 
-@dataclass(frozen=True, eq=False)
-class Prepared:
-    """One call signature's checked sizes, config and heap buffers."""
+class Prepared(PreparedCall):
+    """One call signature's checked sizes (``M``: rows per rank, M_loc), config and heap buffers;
+    ``empty`` (M_loc, N or K zero): the fused variants hand the call to bulk_sync.
 
-    key: tuple  # the call's signature, which every rank must share (the call's begin checks it)
-    config: Config
-    M: int  # rows per rank (M_loc)
-    N: int
-    K: int
-    ag: torch.Tensor | None = None  # a_gathered [W*M_loc, K] on the heap; None where nothing moves
-    own: torch.Tensor | None = None  # this rank's rows on the heap: its block of ag, or a_shard
-    flags: torch.Tensor | None = None  # int64 [W * num_chunks], entry (source, chunk)
-    own_flags: torch.Tensor | None = None  # this rank's row of flags (the ones its pushes release)
-    claims: torch.Tensor | None = None  # int32 [1]: wg_specialized's local tiles taken, 0 between calls
-    num_chunks: int = 0  # cdiv(M_loc, BLOCK_M)
-    local_direct: bool = True  # the local shard's tiles read `a` itself (it fits the heap rows' path)
-    first: int = 0  # 1: the local rows are not pushed to this rank (nothing reads them there)
-    meta: dict = field(default_factory=dict)  # the GEMM's constexprs and launch options
+    ``buffers``: ``"gathered"`` (a_gathered), ``"flagged"`` (a_gathered, flags and the claim
+    counter) or ``"shard"`` (a_shard [M_loc, K]); ``comm``: the variant needs COMM_SMS >= 1."""
 
-    @property
-    def degenerate(self) -> bool:
-        """Empty shards or an empty product: the fused variants hand these to bulk_sync."""
-        return self.M == 0 or self.N == 0 or self.K == 0
+    def __init__(self, variant, a, b, config, group, return_gathered, buffers: str, comm: bool):
+        # No padded copies: the variants read `a` where it is (the shard travels anyway).
+        g = prepare_gemm(OP, a, b, group, config, comm=comm, pad=False)
+        cfg, heap = g.config, g.heap
+        check_variant_config(OP, variant, cfg)  # only bulk_sync splits K
+        M, N, K, W, r = g.M, g.N, g.K, heap.world_size, heap.rank
+        super().__init__(g, a, b, g.key(variant, bool(return_gathered)), empty=M == 0 or N == 0 or K == 0)
+        self.ag = None  # a_gathered [W*M_loc, K] on the heap; None where nothing moves
+        self.own = None  # this rank's rows on the heap: its block of ag, or a_shard
+        self.flags = None  # int64 [W * num_chunks], entry (source, chunk)
+        self.own_flags = None  # this rank's row of flags (the ones its pushes release)
+        self.claims = None  # int32 [1]: wg_specialized's local tiles taken, 0 between calls
+        self.num_chunks = num_chunks = -(-M // cfg.BLOCK_M)
+        self.local_direct = True  # the local shard's tiles read `a` itself (it fits the heap rows' path)
+        self.first = 0  # 1: the local rows are not pushed to this rank (nothing reads them there)
+        self.meta = {}  # the GEMM's constexprs and launch options
+        if M == 0 or K == 0 or (N == 0 and buffers != "gathered"):
+            return
+        dtype, size = a.dtype, a.element_size()
+        if buffers == "shard":
+            self.own = rows = self.hold((OP, variant, M, K, dtype), lambda h: {"a_shard": h.empty((M, K), dtype=dtype)},
+                                        M * K * size).a_shard
+        else:
+            flagged = buffers == "flagged"
+
+            def make(h):
+                made = {"a_gathered": h.empty((W * M, K), dtype=dtype)}
+                if flagged:
+                    made["flags"] = h.zeros(W * num_chunks, dtype=torch.int64)
+                    made["claims"] = h.zeros(1, dtype=torch.int32)
+                return made
+
+            ws = self.hold((OP, variant, M, K, dtype, cfg.BLOCK_M if flagged else 0), make,
+                           W * M * K * size + (8 * W * num_chunks + 4 if flagged else 0))
+            self.ag = rows = ws.a_gathered
+            self.own = self.ag[r * M:(r + 1) * M]
+            self.flags, self.claims = ws.buffers.get("flags"), ws.buffers.get("claims")
+            if self.flags is not None:
+                self.own_flags = self.flags[r * num_chunks:]
+        # The operand path of A rows read from the heap buffer, and whether `a` itself fits it too.
+        self.use_tma, b_kmajor = gemm_layout(rows, b)
+        self.local_direct = (not self.use_tma) or gemm_layout(a, b)[0]
+        self.first = 1 if self.local_direct and not return_gathered else 0
+        # Flattened tile loops (no flags in them): not where fused_sequential also copies rows out.
+        flatten = flattened_loop(cfg, self.use_tma) and not (buffers == "shard" and return_gathered)
+        self.meta = dict(g.gemm_meta, USE_TMA=self.use_tma, B_KMAJOR=b_kmajor, FLATTEN=flatten)
 
     @property
     def programs(self) -> int:
@@ -48,63 +77,10 @@ class Prepared:
 
 def prepare(variant: str, a, b, config, group, return_gathered: bool, *, buffers: str,
             comm: bool = False) -> tuple:
-    """``(heap, Prepared)`` of this call, made the first time its signature is seen on the group.
-
-    ``buffers``: ``"gathered"`` (a_gathered), ``"flagged"`` (a_gathered, flags and the claim
-    counter) or ``"shard"`` (a_shard [M_loc, K]); ``comm``: the variant needs COMM_SMS >= 1."""
+    """``(heap, Prepared)`` of this call, made the first time its signature is seen on the group."""
     heap = op_heap(OP, group)
-    make = functools.partial(_make, variant, a, b, config, group, return_gathered, buffers, comm)
-    keyed = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(config, (Config, type(None)))
-    if not keyed or (in_call() and current_call().capturing):
-        # Arguments with no key (make raises), or a CUDA graph capture: its workspace lookups mark the
-        # buffers the graph holds (kept until shutdown).
-        p = make()
-    else:
-        p = prepared(heap, (OP, variant, a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16, b.shape,
-                            b.stride(), b.dtype, b.device, b.data_ptr() % 16, config, bool(return_gathered)), make)
+    make = functools.partial(Prepared, variant, a, b, config, group, return_gathered, buffers, comm)
+    p = once(heap, (OP, variant, bool(return_gathered)), make, config, a, b)
     if p.meta.get("USE_TMA"):
         ensure_triton_allocator()  # per call: Triton's allocator is per thread (autograd's backward has its own)
     return heap, p
-
-
-def _make(variant, a, b, config, group, return_gathered, buffers, comm) -> Prepared:
-    # No padded copies: the variants read `a` where it is (the shard travels anyway).
-    call = prepare_gemm(OP, a, b, group, config, comm=comm, pad=False)
-    cfg, heap = call.config, call.heap
-    check_variant_config(OP, variant, cfg)  # only bulk_sync splits K
-    M, N, K, W, r = call.M, call.N, call.K, heap.world_size, heap.rank
-    sizes = dict(key=call.key(variant, bool(return_gathered)), config=cfg, M=M, N=N, K=K)
-    if M == 0 or K == 0 or (N == 0 and buffers != "gathered"):
-        return Prepared(**sizes)
-    dtype, size = a.dtype, a.element_size()
-    num_chunks = -(-M // cfg.BLOCK_M)
-    if buffers == "shard":
-        ws = workspace(heap, (OP, variant, M, K, dtype), lambda h: {"a_shard": h.empty((M, K), dtype=dtype)},
-                       M * K * size)
-        ag, own, rows = None, ws.a_shard, ws.a_shard
-    else:
-        flagged = buffers == "flagged"
-
-        def make(h):
-            made = {"a_gathered": h.empty((W * M, K), dtype=dtype)}
-            if flagged:
-                made["flags"] = h.zeros(W * num_chunks, dtype=torch.int64)
-                made["claims"] = h.zeros(1, dtype=torch.int32)
-            return made
-
-        ws = workspace(heap, (OP, variant, M, K, dtype, cfg.BLOCK_M if flagged else 0), make,
-                       W * M * K * size + (8 * W * num_chunks + 4 if flagged else 0))
-        ag = rows = ws.a_gathered
-        own = ag[r * M:(r + 1) * M]
-    # The operand path of A rows read from the heap buffer, and whether `a` itself fits it too.
-    use_tma, b_kmajor = gemm_layout(rows, b)
-    local_direct = (not use_tma) or gemm_layout(a, b)[0]
-    # Flattened tile loops (no flags in them): not where fused_sequential also copies rows out.
-    flatten = flattened_loop(cfg, use_tma) and not (buffers == "shard" and return_gathered)
-    flags = ws.buffers.get("flags")
-    return Prepared(
-        **sizes, ag=ag, own=own, flags=flags, own_flags=None if flags is None else flags[r * num_chunks:],
-        claims=ws.buffers.get("claims"), num_chunks=num_chunks, local_direct=local_direct,
-        first=1 if local_direct and not return_gathered else 0,
-        meta=dict(call.gemm_meta, USE_TMA=use_tma, B_KMAJOR=b_kmajor, FLATTEN=flatten),
-    )

@@ -1,19 +1,15 @@
 """Device code shared by the all_gather_gemm variants: the push of a shard and the per-source tiles.
 
-A *chunk* is ``BLOCK_M`` consecutive rows of a row shard ``[M_loc, K]`` (the last may be shorter),
-all K columns. Chunks match the GEMM's row blocks, so one flag per (source, chunk) tells a GEMM
-tile that its A rows landed.
+A *chunk* is ``BLOCK_M`` consecutive rows of a shard ``[M_loc, K]``, the GEMM's row block: one
+flag per (source, chunk) tells a GEMM tile that its A rows landed.
 
-Push order: a rank pushes its shard to itself first (when asked), then to ``r - 1``, ``r - 2``, ...
-(:func:`push_target`). A consumer walks its sources in ring order ``r, r+1, ...``; rank ``s`` is the
-i-th source of rank ``s - i``, so pushing to ``s - 1`` first delivers each consumer's next source
+Push order: itself first (when asked), then ``r - 1``, ``r - 2``, ... (:func:`push_target`). A
+consumer walks its sources in ring order ``r, r+1, ...``, so each consumer's next source arrives
 first, and at every step the W ranks write to W different targets.
 
-Tiles: the output ``c [W*M_loc, N]`` is cut into per-source row blocks (source s owns rows
-``s*M_loc ... (s+1)*M_loc``). Tiles are numbered over (i, m-block, n-block), source ``(r + i) % W``,
-so a tile's rows never straddle two ranks and every program starts on the local shard. Program
-``pid`` of ``P`` takes global tiles ``pid, pid + P, ...``, the plain GEMM's persistent round-robin
-continued across sources; within a source the grouped swizzle applies.
+Tiles of ``c [W*M_loc, N]`` are numbered over (i, m-block, n-block) of source ``(r + i) % W``: no
+tile straddles two ranks and every program starts on the local shard; program ``pid`` of ``P`` takes
+tiles ``pid, pid + P, ...`` across sources, grouped swizzle within one.
 """
 
 import triton
@@ -94,9 +90,8 @@ def gemm_shard(
 ):
     """Tiles first, first + NUM_PROGRAMS, ... of one source's [M_loc, N] block of C.
 
-    ``FLATTEN`` (only where neither ``WAIT`` nor ``GATHER``: a loop with nothing but the GEMM in it)
-    runs the tiles on the GEMM core's flattened loop (``common.tiles.whole_tiles``): the next tile's
-    first loads are issued before this tile's epilogue. The sums are the same."""
+    ``FLATTEN`` (neither ``WAIT`` nor ``GATHER``) runs them on the GEMM core's flattened loop
+    (``common.tiles.whole_tiles``); the same sums."""
     num_pid_m = tl.cdiv(M_loc, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,

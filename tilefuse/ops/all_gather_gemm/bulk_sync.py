@@ -3,13 +3,11 @@
     stream: | push own shard -> a_gathered on every rank; begins the call, ends with the barrier |
             | GEMM (a_gathered @ b); ends the call |
 
-No overlap: the baseline shape of the algorithm in the same runtime. The begin (the push kernel's
-first program: ``P.enter``) keeps peers from pushing the next call's rows while this rank's GEMM
-still reads the previous ones; the barrier (the push kernel's last program: ``P.exit`` with
-``BARRIER``) makes every peer's rows visible before the GEMM, whose last program ends the call:
-two launches, no begin kernel, no status copy. This variant also serves the other variants'
-degenerate calls (``M_loc``, ``N`` or ``K`` zero). Its push kernel is also fused_sequential's
-publish kernel (``EVERY_RANK=False``).
+No overlap: the baseline. The push kernel's first program begins the call (``P.enter``: no peer
+pushes the next call's rows while this rank's GEMM reads the previous ones), its last passes the
+barrier that makes every rank's rows visible before the GEMM, whose last program ends the call. It
+also serves the other variants' degenerate calls (``M_loc``, ``N`` or ``K`` zero), and its push
+kernel is fused_sequential's publish kernel (``EVERY_RANK=False``).
 """
 
 from __future__ import annotations
@@ -36,11 +34,9 @@ def shard_kernel(
     call,  # the call protocol (runtime.primitives): this kernel begins the call
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, EVERY_RANK: tl.constexpr,
 ):
-    """Begin the call, copy this rank's rows into ``dst`` on every rank (``EVERY_RANK``: bulk_sync's
-    push into a_gathered) or on this rank only (fused_sequential's a_shard, which the peers read in
-    place), in tiles of BLOCK_M x BLOCK_K over every program; the last program passes the barrier
-    after which every rank's rows are in place and moves ctl[SEQ], so the kernel after it reads the
-    call's number."""
+    """Begin the call, copy this rank's rows into ``dst`` on every rank (``EVERY_RANK``: a_gathered)
+    or on this rank only (fused_sequential's a_shard), in BLOCK_M x BLOCK_K tiles over every
+    program; the last program passes the barrier and moves ctl[SEQ] for the kernel after it."""
     seq, live = P.enter(call, True)
     if live:
         if EVERY_RANK:
@@ -69,12 +65,12 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
     W, M_loc = heap.world_size, p.M
     c = new_output((W * M_loc, p.N), a.dtype, a.device)
     if p.ag is None:  # M_loc or K zero: nothing moves
-        begin_call(p.key)
+        begin_call(p.sig)
         c.zero_()
         gathered = torch.empty((W * M_loc, p.K), dtype=a.dtype, device=a.device)
         return (c, gathered) if return_gathered else c
     # The begin: every peer's GEMM of the previous call is done with a_gathered.
-    entry = begin_call(p.key, c, kernel_begins=True)
+    entry = begin_call(p.sig, c, kernel_begins=True)
     launch_shard(p, a, p.own, call_arg(heap, entry), every_rank=True)  # then every shard is in a_gathered
     launched(entry, ends=False)
     # Nothing if the call was aborted; the GEMM ends the call.

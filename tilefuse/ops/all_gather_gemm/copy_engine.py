@@ -6,14 +6,11 @@ GEMM keeps every SM but one.
                                                           | next chunk ... | rank r+2 ... |
     stream 1:                                                                             | join |
 
-Each rank pulls every peer's row block out of the peer's ``a_gathered`` (a peer-to-peer copy of
-mapped heap memory, done by a DMA engine), ``COPIES_PER_PEER`` chunks per peer; after each chunk a
-one-program kernel, stream-ordered behind the copy, releases that chunk's flags for the GEMM on
-stream 1, which is producer_consumer's GEMM kernel (:func:`.producer_consumer.gemm_kernel`): it
-acquires a chunk's flag before the K loop of a tile that reads it. One multiprocessor stays free for
-the release kernels, since the GEMM programs spin on their flags. The barrier before the copies
-orders every rank's own rows in its ``a_gathered`` before any peer pulls them; the begin before it
-keeps the copies from overwriting rows a peer still reads from the previous call.
+Each rank pulls every peer's row block out of the peer's ``a_gathered`` by DMA, ``COPIES_PER_PEER``
+chunks per peer; a one-program kernel behind each copy releases the chunk's flags for
+producer_consumer's GEMM kernel on stream 1, which acquires them (one SM stays free for the release
+kernels: the GEMM spins). The barrier orders every rank's own rows before any peer pulls them; the
+begin keeps the copies from overwriting rows a peer still reads from the previous call.
 """
 
 from __future__ import annotations
@@ -59,10 +56,10 @@ def copy_engine(a, b, *, config=None, group=None, return_gathered=False):
     contract as :func:`tilefuse.all_gather_gemm`. All ``GEMM_SMS + COMM_SMS`` programs of the config
     compute (at most the device's multiprocessors less one)."""
     heap, p = prepare("copy_engine", a, b, config, group, return_gathered, buffers="flagged")
-    if p.degenerate:
+    if p.empty:
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     c = new_output((heap.world_size * p.M, p.N), a.dtype, a.device)
-    begin_call(p.key, c)  # the begin kernel: a copy engine cannot begin a call
+    begin_call(p.sig, c)  # the begin kernel: a copy engine cannot begin a call
     call = call_arg(heap, None)
     p.own.copy_(a)  # the rows the peers' copy engines pull
     if not p.local_direct:  # the GEMM reads the local rows from a_gathered too

@@ -4,17 +4,11 @@
     program p: | local tiles: K loop on a_shard | source r+1 tiles: K loop on rank r+1's a_shard | ...
 
 Each rank publishes its shard in its own heap (``a_shard``): the publish kernel's first program
-begins the call (``P.enter``), its programs copy the rows, and its last program passes the
-barrier with the other ranks (``P.exit`` with ``BARRIER``), so a call is two launches. After the
-barrier every program computes its tiles source by source in ring order r, r+1, ..., loading A
-straight from the source rank's heap through a translated pointer (TMA descriptors work on any
-address). There is no flag: the barrier says every shard is in place. With ``return_gathered`` the
-program that computes a row block's first column tile also copies those A rows into the caller's
-``a_gathered``.
-
-Cross-call safety: the shard is written after the begin, which every rank passes only once every
-rank finished the previous call (the last one that read it). The fused kernel waits on nothing, so
-the publish kernel's end of the call (``ctl[SEQ]``, the status words) is the call's.
+begins the call (``P.enter``; every rank is done with the previous call's shard), its last passes
+the barrier (``P.exit`` with ``BARRIER``) and ends the call. Then every program computes its tiles
+source by source in ring order r, r+1, ..., loading A straight from the source's heap through a
+translated pointer; no flag: the barrier says every shard is in place. With ``return_gathered`` the
+program that computes a row block's first column tile also copies its A rows into ``a_gathered``.
 """
 
 from __future__ import annotations
@@ -86,12 +80,12 @@ def fused_sequential(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm as one persistent kernel reading remote A; same contract as
     :func:`tilefuse.all_gather_gemm`."""
     heap, p = prepare("fused_sequential", a, b, config, group, return_gathered, buffers="shard")
-    if p.degenerate:
+    if p.empty:
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     W = heap.world_size
     c = new_output((W * p.M, p.N), a.dtype, a.device)
     ag = new_output((W * p.M, p.K), a.dtype, a.device) if return_gathered else c
-    entry = begin_call(p.key, c, ag if return_gathered else None, kernel_begins=True)
+    entry = begin_call(p.sig, c, ag if return_gathered else None, kernel_begins=True)
     call = call_arg(heap, entry)
     # The copy comes after the begin: no peer still reads the previous call's shard. The fused kernel
     # waits on nothing, so this kernel's end of the call is the call's.

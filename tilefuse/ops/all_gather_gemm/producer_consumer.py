@@ -5,18 +5,14 @@
               | flag, K loop | source r+2 ... |
     stream 1:                                                          | join |
 
-Both kernels begin the call together (``P.enter``: the first of their programs to run does the
-begin, the others wait for it, so no row is pushed before every peer is done with the previous
-call's) and end it together (``P.exit`` over the programs of both: the last writes the status
-words).
-
-The push kernel writes this rank's shard, BLOCK_M rows at a time, into row block r of every rank's
-``a_gathered`` and releases the per-(source, chunk) flag on the receiving rank (epoch-valued). The
-GEMM walks its sources in ring order r, r+1, ... and acquires a chunk's flag before the K loop of a
-tile that reads it; the local shard is read from ``a`` itself and waits for nothing (when ``a``
-fits the same operand path as the heap buffer; otherwise it is pushed to this rank too and waited
-for like a peer's). GEMM_SMS + COMM_SMS must fit on the device at once: the GEMM spins on flags.
-In the interpreter the push kernel is launched first: it waits on nothing.
+Both kernels begin the call together (``P.enter``: the first of their programs does the begin, so
+no row is pushed before every peer is done with the previous call's) and end it together
+(``P.exit`` over the programs of both). The push kernel writes this rank's shard, BLOCK_M rows at a
+time, into row block r of every rank's ``a_gathered`` and releases the (source, chunk) flag on the
+receiver. The GEMM walks its sources in ring order r, r+1, ... and acquires a chunk's flag before a
+tile's K loop; the local shard is read from ``a`` itself and waits for nothing (where ``a`` fits
+the heap buffer's operand path; else it is pushed to this rank too). GEMM_SMS + COMM_SMS must fit on
+the device at once: the GEMM spins. The push kernel, which waits on nothing, is launched first.
 
 Its copy-engine form (the rows moved by DMA, the GEMM on every SM but one) is :mod:`.copy_engine`.
 """
@@ -76,12 +72,12 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm with push and GEMM kernels on two streams; same contract as
     :func:`tilefuse.all_gather_gemm`."""
     heap, p = prepare("producer_consumer", a, b, config, group, return_gathered, buffers="flagged", comm=True)
-    if p.degenerate:
+    if p.empty:
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     cfg, W = p.config, heap.world_size
     c = new_output((W * p.M, p.N), a.dtype, a.device)
     # The kernels begin the call: no row moves before every peer is done with a_gathered.
-    entry = begin_call(p.key, c, kernel_begins=True)
+    entry = begin_call(p.sig, c, kernel_begins=True)
     call = call_arg(heap, entry)
     streams = ForkedStreams(heap.device)
     pushes = W > p.first  # a world of one with the local rows read in place pushes nothing

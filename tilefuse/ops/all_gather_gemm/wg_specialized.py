@@ -7,29 +7,20 @@
     stream: | one kernel, which begins the call itself |
 
 C = COMM_SMS, G = GEMM_SMS. The pushers copy this rank's shard, BLOCK_M rows at a time, into row
-block r of every rank's ``a_gathered`` and release the per-(source, chunk) flag on the receiver
-(epoch-valued); the GEMM programs walk the sources in ring order r, r+1, ... and acquire a chunk's
-flag before a tile's K loop. The local shard's tiles, read from ``a`` where it fits the GEMM's
-operand path, wait for nothing, and all C + G programs share them (``common.tiles.claimed_tiles``):
-each GEMM program first computes an even share of them (``tiles // (C + G)``) dealt out beforehand,
-on the GEMM core's flattened loop where the core's would be; then every program takes the rest one
-at a time from a counter, the GEMM programs once their share is done, the pushers once their pushes
-are. So the pushers' SMs join the GEMM when the shard is out and take only tiles nobody has started
-(at world 1, where nothing is pushed, the GEMM has every program; where the pushes take long, the
-GEMM programs have taken every local tile by then). The peers' tiles go to the G GEMM programs,
-dealt out as the local ones are. (Where ``a`` is pushed to this rank as well and its tiles wait on
-flags, only the GEMM programs compute.) Only the dealt share's loop is flattened: two flattened
-128x256 loops in one kernel can each get shared memory of their own, together over the H200's
-227 KB. No completion handshake
-is needed: a rank's kernel ends only after its GEMM programs acquired every chunk of every source,
-and its own pushes are done when it ends.
+block r of every rank's ``a_gathered`` and release the (source, chunk) flag on the receiver; the
+GEMM programs walk the sources in ring order r, r+1, ... and acquire a chunk's flag before a tile's
+K loop. The local shard's tiles, read from ``a`` where it fits the GEMM's operand path, wait for
+nothing and all C + G programs share them (``common.tiles.claimed_tiles``): each GEMM program's
+even share is dealt out beforehand (flattened where the GEMM core's loop would be), the rest taken
+one at a time from a counter, by the pushers once their pushes are done: their SMs join the GEMM
+and take only tiles nobody has started. (Where ``a`` is pushed to this rank too, only the GEMM
+programs compute.) Only the dealt loop is flattened: two flattened 128x256 loops in one kernel can
+exceed the H200's 227 KB of shared memory. No completion handshake: a rank's kernel ends only after
+its GEMM programs acquired every chunk of every source.
 
-Why the pushers have the LOWER program ids: Triton's interpreter runs the programs of a launch one
-after another in pid order, and a GEMM program waits on flags released by *other ranks'* pushers.
-With GEMM programs first, every rank would sit in its first GEMM program waiting for a peer whose
-pushers only run after that peer's own GEMM programs: all ranks deadlock. With pushers first, each
-rank finishes all its pushes before any of its GEMM programs waits. On a GPU the order does not
-matter, since all C + G programs are resident at once (checked against the device).
+The pushers have the LOWER program ids: Triton's interpreter runs a launch's programs one after
+another in pid order, and a GEMM program waits on other ranks' pushers; GEMM programs first would
+deadlock every rank. On a GPU all C + G programs are resident at once (checked against the device).
 """
 
 from __future__ import annotations
@@ -93,12 +84,12 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
     """all_gather_gemm as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.all_gather_gemm`."""
     heap, p = prepare("wg_specialized", a, b, config, group, return_gathered, buffers="flagged", comm=True)
-    if p.degenerate:
+    if p.empty:
         return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
     cfg = p.config
     c = new_output((heap.world_size * p.M, p.N), a.dtype, a.device)
     # The kernel begins the call: every peer is done with a_gathered before anything is pushed.
-    entry = begin_call(p.key, c, kernel_begins=True)
+    entry = begin_call(p.sig, c, kernel_begins=True)
     _wg_kernel[(p.programs,)](
         a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),
         c, c.stride(0), c.stride(1), p.flags, p.claims, p.M, p.N, p.K, call_arg(heap, entry),

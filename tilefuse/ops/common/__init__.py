@@ -1,8 +1,5 @@
-"""Shared building blocks of the op variants: GEMM device helpers, launch config, argument checks.
-
-Importing this package defines ``@triton.jit`` kernels: set ``TRITON_INTERPRET=1`` first when
-running on CPU (``import tilefuse`` does it).
-"""
+"""Shared building blocks of the op variants: GEMM device helpers, launch config, argument checks
+(importing it defines Triton kernels: ``import tilefuse`` sets ``TRITON_INTERPRET=1`` on CPU first)."""
 
 from .checks import (
     SUPPORTED_DTYPES,

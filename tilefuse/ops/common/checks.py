@@ -1,10 +1,5 @@
-"""Host-side argument checks with errors that name the op and the argument.
-
-Every check takes the op name first, as the message prefix, e.g.
-``check_inner_dim("gemm_all_scatter", a, b)`` raises
-``ValueError("gemm_all_scatter: b has 56 rows but a has 64 columns (K must match)")``.
-Type problems raise TypeError, shape and placement problems ValueError.
-"""
+"""Host-side argument checks whose errors name the op (the first argument, the message's prefix) and
+the argument: TypeError for types, ValueError for shapes and placement."""
 
 from __future__ import annotations
 

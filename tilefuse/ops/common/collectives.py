@@ -1,8 +1,5 @@
-"""torch.distributed collectives for the reference implementations, on any backend.
-
-gloo has no CUDA all-gather/reduce-scatter, and several ranks sharing one GPU must use gloo: in
-that case the tensors go through the CPU. Correctness only: these are not the fast path.
-"""
+"""torch.distributed collectives for the reference paths, on any backend (gloo, which several ranks
+sharing one GPU use, has no CUDA all-gather/reduce-scatter: the tensors go through the CPU)."""
 
 from __future__ import annotations
 

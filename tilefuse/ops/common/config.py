@@ -36,24 +36,18 @@ class Config:
     ``GEMM_SMS`` programs compute tiles; ``COMM_SMS`` programs move data (0 for variants without
     communication programs). Blocks are powers of two in [16, 256].
 
-    ``SPLIT_K`` (1 to ``MAX_SPLIT_K``, default 1): each output tile's K steps are split into that
-    many slices computed by different programs; the last slice of a tile to finish sums the fp32
-    partials in slice order and runs the tile's epilogue, once (``ops.common.split_k``). Where it is
-    supported: the GEMM core (``ops.common.gemm.matmul``) and so every ``bulk_sync`` variant, whose
-    GEMM is that kernel (``SPLIT_K_VARIANTS``), and gemm_all_reduce's ``fused_sequential`` where the
-    slices fill at most one wave of its programs (``ONE_WAVE_SPLIT_K``). The other fused variants'
-    kernels split no tile: they take only ``SPLIT_K = 1``.
+    ``SPLIT_K`` (1 to ``MAX_SPLIT_K``): each tile's K steps are split into that many slices on
+    different programs; the last slice to finish sums the fp32 partials in slice order and runs the
+    epilogue (``ops.common.split_k``). Taken by the GEMM core, so every ``bulk_sync``
+    (``SPLIT_K_VARIANTS``), and by gemm_all_reduce's ``fused_sequential`` where the slices fill at
+    most one wave (``ONE_WAVE_SPLIT_K``); the other variants take only 1.
 
-    ``WARP_SPEC`` (0 or 1, default 0): the GEMM core's tile loop is warp-specialized (Triton's
-    ``warp_specialize``: on Hopper a producer warp group issues the tensor-descriptor loads while
-    two consumer warp groups multiply, 12 warps in all for ``num_warps = 4``). It changes how the
-    kernel is compiled, not its sums. It takes ``num_warps = 4`` and tiles with ``BLOCK_M >= 64``
-    and ``BLOCK_N <= 2 * BLOCK_M`` (64x256 does not compile specialized). Honoured with
-    ``SPLIT_K = 1`` and operands on the descriptor path, on NVIDIA GPUs, by the GEMM core (so
-    ``bulk_sync``) and by the variants whose tile loops set no per-tile flag
-    (``WARP_SPEC_VARIANTS``); elsewhere the tiles run unspecialized with twice the warps and at most
-    3 stages (:func:`launch_shape`). Their calls are begun by the begin kernel
-    (``launch.GemmCall.kernel_may_begin``: Triton does not specialize a kernel that begins its call).
+    ``WARP_SPEC`` (0 or 1): the tile loop is warp-specialized (on Hopper a producer warp group issues
+    the descriptor loads, two consumer groups multiply); the same sums. It takes ``num_warps = 4``,
+    ``BLOCK_M >= 64`` and ``BLOCK_N <= 2 * BLOCK_M``, and is honoured with ``SPLIT_K = 1`` on the
+    descriptor path on NVIDIA GPUs, by the loops of ``WARP_SPEC_VARIANTS`` (no per-tile flag);
+    elsewhere the tiles run unspecialized (:func:`launch_shape`). Such calls are begun by the begin
+    kernel (``launch.GemmCall.kernel_may_begin``).
     """
 
     BLOCK_M: int
@@ -154,22 +148,16 @@ SMALL_M_WAVE_USE = 0.8  # the largest of SMALL_M_TILES whose tiles keep this sha
 
 
 def narrow_decode(M: int, dtype: torch.dtype, interpreter: bool) -> bool:
-    """Whether :func:`default_config` without split-K takes its small-M tile classes
-    (:func:`_narrow_decode_tiles` up to M = 64, :func:`_small_m_tiles` up to ``SMALL_M_MAX``, in a
-    16-bit dtype, on a GPU), which callers must not narrow further."""
+    """Whether :func:`default_config` without split-K takes its small-M tile classes (16-bit, GPU,
+    M <= ``SMALL_M_MAX``), which callers must not narrow further."""
     return not interpreter and M <= SMALL_M_MAX and dtype.itemsize <= 2
 
 
 def _small_m_tiles(M: int, N: int, K: int, programs: int) -> tuple:
-    """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for 64 < M <= ``SMALL_M_MAX`` without SPLIT_K
-    (the fused variants' small prefill chunks), 16-bit values.
-
-    The largest of :data:`SMALL_M_TILES` whose tiles keep ``SMALL_M_WAVE_USE`` of their waves of
-    GEMM programs busy (:func:`wave_use`): few tiles need small ones to reach every SM, many tiles
-    run best large (fewer re-reads of A and B). Deeper K steps and more stages than the wider-M
-    tiles: every tile has a long K loop to keep fed. Without such a tile, the one that keeps the
-    most of its waves busy.
-    """
+    """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for 64 < M <= ``SMALL_M_MAX`` without SPLIT_K,
+    16-bit values: the largest of :data:`SMALL_M_TILES` whose tiles keep ``SMALL_M_WAVE_USE`` of
+    their waves busy (:func:`wave_use`; few tiles need small ones to reach every SM, many run best
+    large), else the one that keeps the most busy."""
     best = None
     for bm, bn, bk, stages in SMALL_M_TILES:
         bn = _pow2_between(min(N, bn), 16, bn)
@@ -183,13 +171,9 @@ def _small_m_tiles(M: int, N: int, K: int, programs: int) -> tuple:
 
 
 def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -> tuple:
-    """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for M <= 64 without SPLIT_K (the fused variants).
-
-    A decode-size GEMM streams B once: every SM must have a tile, and each needs many bytes in
-    flight. BLOCK_N is the widest of 128, 64, 32, 16 whose tiles fill ``DECODE_WAVE_SHARE`` of a
-    wave of GEMM programs, BLOCK_K 256 with 4 stages (3, or 128 with 6 or 4, where the stages would
-    exceed 200 KiB of shared memory), 4 warps; BLOCK_M is M rounded up to a power of two in [16, 64].
-    """
+    """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for M <= 64 without SPLIT_K. A decode-size GEMM
+    streams B once: every SM needs a tile with many bytes in flight. BLOCK_N: the widest of 128 ... 16
+    whose tiles fill ``DECODE_WAVE_SHARE`` of a wave; the deepest K steps and stages within 200 KiB."""
     block_m = _pow2_between(M, 16, 64)
     rows = -(-M // block_m)
     for block_n in (128, 64, 32, 16):
@@ -205,18 +189,14 @@ def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -
     return block_m, block_n, block_k, 4, stages
 
 
-# The GEMM core's split-K tiles past M = 64 where 128x128 tiles are few (under half a wave past M =
-# 128): (BLOCK_M, BLOCK_N, stages), 4 warps, largest first, each split into at most FEW_TILES_MAX_SPLIT
-# K slices that together fill a wave. The 128x128 tiles of 16-bit values take MID_M_STAGES stages
-# where K's rows are on the descriptor path (16-byte multiples).
+# The GEMM core's split-K tiles past M = 64 where 128x128 tiles are few: (BLOCK_M, BLOCK_N, stages),
+# 4 warps, largest first, each split into at most FEW_TILES_MAX_SPLIT K slices that fill a wave.
 FEW_TILES = ((128, 128, 4), (128, 64, 5), (64, 128, 4), (64, 64, 6))
 FEW_TILES_MAX_SPLIT = 4
 FEW_TILES_FILL = 0.85
 
-# The GEMM core's split-K tiles up to M = 16, 16-bit values, where K's rows are 16-byte multiples:
-# 16 x POINTER_DECODE_N tiles with POINTER_DECODE_K-deep K steps and POINTER_DECODE_STAGES stages, 4
-# warps, loaded through pointers (:func:`pointer_tiles`: faster there than descriptors on the same
-# tiles), split by the one-wave rule (split_k_for).
+# The GEMM core's split-K tiles up to M = 16 (16-bit, K's rows 16-byte multiples), loaded through
+# pointers (pointer_tiles: faster there than descriptors): 16 x N tiles, K steps, stages.
 POINTER_DECODE_N, POINTER_DECODE_K, POINTER_DECODE_STAGES = 64, 256, 3
 
 # Stages of 128x128x64 tiles of 16-bit values past the small-M classes (192 KiB of shared memory).
@@ -227,10 +207,9 @@ SPLIT_FREE_WAVE_USE = 0.7  # with split-K at 64 <= M <= 128: the whole-K tiles w
 
 def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, programs: int,
                                  interpreter: bool) -> tuple | None:
-    """For the GEMM core's split-K default at 64 <= M <= 128 (16-bit, GPU): the tile the variants run
-    without split-K (:func:`_narrow_decode_tiles`, :func:`_small_m_tiles`) while its tiles keep
-    ``SPLIT_FREE_WAVE_USE`` of their waves busy, else None (the split-K tiles): whole-K tiles that
-    fill the SMs beat split ones, split ones win where the tiles are few."""
+    """For the split-K default at 64 <= M <= 128 (16-bit, GPU): the tile without split-K while its
+    tiles keep ``SPLIT_FREE_WAVE_USE`` of their waves busy (whole-K tiles that fill the SMs beat
+    split ones), else None."""
     if interpreter or dtype.itemsize > 2 or not 64 <= M <= 128:
         return None
     tile = _narrow_decode_tiles(M, N, K, dtype.itemsize, programs) if M <= 64 else _small_m_tiles(M, N, K, programs)
@@ -239,10 +218,9 @@ def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, pro
 
 
 def pointer_tiles(config: Config, dtype: torch.dtype) -> bool:
-    """Whether the GEMM core loads ``config``'s tiles through pointers even where tensor descriptors
-    fit: 16-row tiles with K steps of 256 or more of 16-bit values (the decode tiles of
-    ``POINTER_DECODE_*``). A rule of the config and dtype, never of the shape; ``gemm.matmul`` applies
-    it where B is a Linear weight's layout (column-major, 16-byte aligned rows)."""
+    """Whether the GEMM core loads ``config``'s tiles through pointers even where descriptors fit: the
+    16-row decode tiles of ``POINTER_DECODE_*`` (16-bit values), on a Linear weight's layout
+    (``gemm.operand_path``). A rule of the config and dtype, never of the shape."""
     return config.BLOCK_M == 16 and config.BLOCK_K >= POINTER_DECODE_K and dtype.itemsize == 2
 
 
@@ -313,39 +291,22 @@ def default_config(
 ) -> Config:
     """Heuristic config for a shape that no table covers.
 
-    ``num_sms``: multiprocessors of the device (from the runtime). ``comm``: whether the variant
-    runs communication programs next to the GEMM programs (they get ``COMM_SMS`` of them).
-    ``split_k``: whether the caller's kernel takes ``SPLIT_K > 1`` (the GEMM core,
-    ``ops.common.gemm.matmul``, and the variants in ``SPLIT_K_VARIANTS``); without it ``SPLIT_K``
-    is 1 and the tiles are those below.
+    ``num_sms``: the device's multiprocessors; ``comm``: the variant runs ``COMM_SMS``
+    communication programs beside the GEMM's; ``split_k``: the caller's kernel takes ``SPLIT_K > 1``
+    (the GEMM core: ``SPLIT_K_VARIANTS``), else ``SPLIT_K`` is 1.
 
-    GPU, without split-K: tile classes by M: narrow tiles with deep K steps up to M = 64 in 16-bit
-    dtypes (:func:`_narrow_decode_tiles`), then up to M = 256 the tile of :func:`_small_m_tiles`
-    that fills the SMs (16-bit dtypes; fp32: 64x128, 4 warps, 4 stages, up to M = 128), 128x128 (4
-    warps, ``MID_M_STAGES`` stages in 16-bit dtypes, 4 in fp32) below M = 1000, 128x256 (8 warps, 3
-    stages, the cuBLAS-speed tile) above, halved to 128x128 when 128x256 tiles would leave over half
-    the GEMM programs idle; BLOCK_K 64 (32 for fp32, whose tiles also get 3 stages: shared memory).
-    No warp specialization here (it buys the variants nothing at world 2); a tuned table may still
-    choose it (``WARP_SPEC = 1``).
+    GPU without split-K, tile classes by M: :func:`_narrow_decode_tiles` to M = 64 and
+    :func:`_small_m_tiles` to M = 256 (16-bit dtypes), 128x128 below M = 1000, 128x256 (8 warps, 3
+    stages) above, halved where its tiles would leave over half the GEMM programs idle; BLOCK_K 64
+    (fp32: 32, and 3 stages). No warp specialization (a tuned table may choose it).
 
-    GPU, with split-K: up to M = 16 in 16-bit dtypes with K's rows 16-byte multiples, 16 x 64 tiles
-    with 256-deep K steps and 3 stages loaded through pointers (``POINTER_DECODE_*``,
-    :func:`pointer_tiles`), split by the rule below; at 64 <= M <= 128 in 16-bit dtypes the tiles
-    without split-K above where they fill the SMs (:func:`_whole_tile_instead_of_split`); otherwise
-    up to M = 64 one row of tiles, ``BLOCK_M`` = M rounded up to a power of two in [16, 64], 4
-    warps, as many stages as fit in 160 KiB (3 to 6), 128 columns, or 64 where 128-column tiles are
-    too few (16/32 rows: more than 4 slices needed; 64 rows: under 3/4 of a wave); up to M = 128,
-    and above while 128x128 tiles would fill under half a wave, the largest tile of ``FEW_TILES``
-    whose tiles split into at most ``FEW_TILES_MAX_SPLIT`` K slices keep ``FEW_TILES_FILL`` of a
-    wave busy. Above, in 16-bit dtypes: warp-specialized 128x256 tiles (``WARP_SPEC = 1``, 4 warps
-    a group, 4 stages), unless 128x128 tiles (4 warps, ``MID_M_STAGES`` stages, no specialization)
-    keep more than 2 % more of their last wave busy (:func:`wave_use`); fp32 keeps the tiles of the
-    path without split-K. ``SPLIT_K`` (:func:`split_k_for`, at most 8): the most slices per tile
-    that keep ``tiles x SPLIT_K`` within one wave of GEMM programs and ``MIN_SLICE_STEPS`` K steps
-    per slice.
+    GPU with split-K (:func:`_split_k_tiles`): to M = 16 in 16-bit dtypes the pointer-loaded decode
+    tiles (``POINTER_DECODE_*``); at 64 <= M <= 128 the tiles above where they fill the SMs
+    (:func:`_whole_tile_instead_of_split`); ``SPLIT_K`` (:func:`split_k_for`, at most 8) the most
+    slices that keep one wave of GEMM programs and ``MIN_SLICE_STEPS`` K steps a slice.
 
-    Interpreter: at most 64-wide blocks (the cost grows with the number of interpreted operations) and
-    a handful of programs; with ``split_k`` the same slice rule over those programs.
+    Interpreter: at most 64-wide blocks and a handful of programs (its cost grows with the
+    operations interpreted); with ``split_k`` the same slice rule over those programs.
     """
     if num_sms < 1:
         raise ValueError(f"default_config: num_sms must be >= 1, got {num_sms}")
@@ -413,15 +374,11 @@ _DECODE_SPLIT_REF_K = 1 << 20
 @functools.lru_cache(maxsize=4096)  # asked on every call without a config
 def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int,
                         interpreter: bool) -> Config | None:
-    """The GEMM core's split-K tiles (:func:`default_config` with ``split_k``: up to M = 16 the 16 x
-    ``POINTER_DECODE_N`` tiles loaded through pointers, to 64 rows the tiles of :func:`_split_k_tiles`)
-    with ``SPLIT_K`` the most K slices that fill one wave of ``num_sms`` programs, where that is 2 or
-    more, the tiles have ``DECODE_SPLIT_BLOCK_M`` rows and a tile's sum fits in registers
-    (:func:`sum_rows`): for a kernel of one work item a program that takes
-    ``SPLIT_K`` (``ONE_WAVE_SPLIT_K``); else None. GPU, M <= ``DECODE_SPLIT_MAX_M``, 16-bit values.
-
-    Tiles and slices follow M and N only (ranks whose K shards differ must agree on the tile grid);
-    ``K`` sets ``BLOCK_K`` (at most the tiles' own). A short K leaves some slices a step or none."""
+    """For a kernel of one work item a program (``ONE_WAVE_SPLIT_K``): the GEMM core's split-K tiles
+    (:func:`default_config` with ``split_k``) where ``SPLIT_K >= 2`` slices fill one wave of
+    ``num_sms`` programs, the tiles have ``DECODE_SPLIT_BLOCK_M`` rows and a tile's sum fits in
+    registers (:func:`sum_rows`); else None. GPU, M <= ``DECODE_SPLIT_MAX_M``, 16-bit values.
+    Tiles and slices follow M and N only (the ranks' K shards may differ); ``K`` sets ``BLOCK_K``."""
     if interpreter or M > DECODE_SPLIT_MAX_M or dtype.itemsize != 2:
         return None
     config = default_config(M, N, _DECODE_SPLIT_REF_K, dtype, num_sms=num_sms, interpreter=False, comm=False,
@@ -434,10 +391,9 @@ def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: 
 
 
 def launch_shape(config: Config, specialized: bool) -> tuple[int, int]:
-    """``(num_warps, num_stages)`` a kernel launches ``config`` with. As given, unless the config
-    asks for warp specialization (``WARP_SPEC``) and the kernel does not specialize: then the warps
-    of the two consumer groups it would have had (twice ``num_warps``, at most 16) and at most 3
-    stages (the shared memory that 8 warps' 128x256 tile leaves)."""
+    """``(num_warps, num_stages)`` a kernel launches ``config`` with: as given, except for a
+    ``WARP_SPEC`` config run unspecialized: the two consumer groups' warps (at most 16) and at most 3
+    stages."""
     if not config.WARP_SPEC or specialized:
         return config.num_warps, config.num_stages
     return min(16, 2 * config.num_warps), min(3, config.num_stages)
@@ -450,9 +406,8 @@ def side_warps(config: Config) -> int:
 
 
 def sum_rows(config: Config) -> int:
-    """Rows of a ``[rows, BLOCK_N]`` fp32 block a reduction sums at once: about 32 values a thread of
-    the kernel's unspecialized warps (:func:`side_warps`), at most ``BLOCK_M``. A tile's whole fp32
-    sum fits in a program's registers where it is ``BLOCK_M``."""
+    """Rows of a ``[rows, BLOCK_N]`` fp32 block a reduction sums at once: about 32 values a thread
+    (:func:`side_warps`), at most ``BLOCK_M`` (then a tile's sum fits in a program's registers)."""
     return max(1, min(config.BLOCK_M, 1024 * side_warps(config) // config.BLOCK_N))
 
 
@@ -467,10 +422,8 @@ def check_variant_config(op: str, variant: str, config: Config) -> None:
 
 
 def check_config_fits(config: Config, num_sms: int, where: str = "this device") -> None:
-    """Raise ValueError unless GEMM_SMS + COMM_SMS programs can all be resident at once.
-
-    Programs that spin-wait on each other (flags) deadlock when some of them wait for a slot.
-    """
+    """Raise ValueError unless GEMM_SMS + COMM_SMS programs can all be resident at once (programs
+    that spin-wait on each other deadlock when some wait for a slot)."""
     total = config.GEMM_SMS + config.COMM_SMS
     if total > num_sms:
         raise ValueError(

@@ -1,10 +1,9 @@
 """Tile-level flag helpers on top of the runtime's signal/wait (protocol: runtime.primitives).
 
-A program that produced a tile calls :func:`tile_release` after storing it; a program that consumes
-it calls :func:`tile_acquire` before reading it. Flags are int64 heap words holding the sequence
-number of the call that last released them; ``epoch`` is the current call's (``call_epoch``). The
-CTA barrier in each makes the whole tile (all threads' stores) ordered with the one thread's
-release, and the acquired flag visible to every thread's loads.
+A producer calls :func:`tile_release` after storing a tile, a consumer :func:`tile_acquire` before
+reading it. Flags are int64 heap words holding the sequence number of the call that last released
+them. The CTA barrier in each orders all threads' stores with the one thread's release, and the
+acquired flag with every thread's loads.
 """
 
 import triton

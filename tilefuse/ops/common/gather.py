@@ -1,9 +1,5 @@
-"""Row-chunk movement for all-gather style ops: copy a chunk of rows, or a matrix tile by tile.
-
-A *chunk* is ``BLOCK_M`` consecutive rows of a row shard ``[rows, K]`` (the last chunk may be
-shorter); chunk ``c`` covers rows ``c*BLOCK_M ... min((c+1)*BLOCK_M, rows)``, all ``K`` columns.
-Chunks match the GEMM's row blocks, so one flag per chunk tells a GEMM tile that its A rows landed.
-"""
+"""Row-chunk movement for all-gather style ops: copy a chunk (``BLOCK_M`` rows of a shard ``[rows,
+K]``, all K columns), or a matrix tile by tile."""
 
 import triton
 import triton.language as tl

@@ -1,8 +1,6 @@
-"""The GEMM core: a persistent Triton GEMM (:func:`matmul`) and the host rules every variant's tile
-loop follows (operand layout, padding, warp specialization, loop flattening, descriptor scratch).
-
-The tile helpers it is built from are in :mod:`.tiles`, its split-K slices in :mod:`.split_k`.
-"""
+"""The GEMM core: a persistent Triton GEMM (:func:`matmul`; tile helpers in :mod:`.tiles`, split-K
+in :mod:`.split_k`) and the host rules every variant's tile loop follows (operand layout, padding,
+warp specialization, loop flattening, descriptor scratch)."""
 
 from __future__ import annotations
 
@@ -18,16 +16,10 @@ from .config import launch_shape, pointer_tiles
 from .split_k import SPLIT_K_SCRATCH, hand_in_slice, split_k_work, store_slice_sum
 from .tiles import gemm_operands, gemm_tile_range, store_tile, tile_coords, tile_offsets, whole_tiles
 
-# ---------------------------------------------------------------------------------------------
-# Plain persistent GEMM
-# ---------------------------------------------------------------------------------------------
-
 
 @P.kernel
 def matmul_kernel(
-    # pointers
     a_ptr, b_ptr, c_ptr,
-    # sizes
     M, N, K,
     # strides: (stride_am, stride_ak), (stride_bk, stride_bn), (stride_cm, stride_cn)
     a_strides, b_strides, c_strides,
@@ -37,34 +29,22 @@ def matmul_kernel(
     slices,
     # schedule: K slices per tile (SPLIT), programs of the launch
     split_k, num_programs,
-    # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, IN_CALL: tl.constexpr, ALIGN: tl.constexpr = 1, WARP_SPEC: tl.constexpr = False,
     ENTER: tl.constexpr = False, END: tl.constexpr = False, BARRIER: tl.constexpr = False,
     FLATTEN: tl.constexpr = False, TMA_STORE: tl.constexpr = False,
 ):
-    """Persistent C [M, N] = A [M, K] @ B [K, N] in one of two schedules.
+    """Persistent C [M, N] = A [M, K] @ B [K, N]: program pid takes work items pid, pid +
+    num_programs, ... : tiles, or with ``SPLIT`` the tiles' ``split_k`` K slices, the last slice of a
+    tile to finish summing them in K order (:func:`hand_in_slice`, :func:`store_slice_sum`).
+    ``split_k`` and ``num_programs`` are runtime values: one compiled kernel per tile config.
 
-    Tiles: program pid computes tiles pid, pid + num_programs, ... . ``SPLIT`` (``split_k > 1``):
-    the work items are the tiles' ``split_k`` K slices, taken the same way; the last slice of a tile
-    to finish sums the slices in K order and stores the tile (:func:`hand_in_slice`,
-    :func:`store_slice_sum`, ``SUB_M`` rows at a time). ``split_k`` and ``num_programs`` are runtime
-    values, so shapes and splits share one compiled kernel per tile config.
-
-    With ``IN_CALL`` it does nothing when its collective call was aborted (runtime.primitives); with
-    ``ENTER`` it begins the call itself (the call's first kernel: ``P.enter``), with ``END`` it ends
-    it (its last: ``P.exit``; a kernel that begins a call also ends it), with ``BARRIER`` too its
-    last program passes a barrier with the other ranks, in place of a barrier kernel after it.
-    ``ALIGN``: see :func:`gemm_tile_range`.
-
-    Whole tiles only: ``WARP_SPEC`` (descriptor path) warp-specializes the tile loop (on Hopper a
-    producer warp group issues the loads and two consumer warp groups each multiply half of the
-    tile's rows; the same sums bit for bit). ``FLATTEN`` (also without specialization) asks Triton to
-    flatten the tile and K loops into one pipelined loop (the next tile's first loads are issued
-    before this tile's epilogue). ``TMA_STORE`` stores each tile through a tensor descriptor of C
-    (row-major C, 16-byte aligned rows; 2: in two halves of its columns, not under ``WARP_SPEC``);
-    with ``WARP_SPEC`` the loop of :func:`whole_tiles` is the one specialized."""
+    ``IN_CALL``: nothing runs when the collective call was aborted; ``ENTER`` begins the call
+    (``P.enter``), ``END`` ends it (``P.exit``), ``BARRIER``: its last program passes a barrier with
+    the other ranks. Whole tiles only: ``WARP_SPEC`` warp-specializes the tile loop (the same sums),
+    ``FLATTEN`` flattens the tile and K loops into one pipelined loop, ``TMA_STORE`` stores through
+    a descriptor of C (2: in two halves of its columns) (:func:`whole_tiles`)."""
     stride_am, stride_ak = a_strides
     stride_bk, stride_bn = b_strides
     stride_cm, stride_cn = c_strides
@@ -107,11 +87,6 @@ def matmul_kernel(
         P.exit(call, seq, live, num_programs, END, BARRIER=BARRIER)
 
 
-# ---------------------------------------------------------------------------------------------
-# Host side
-# ---------------------------------------------------------------------------------------------
-
-
 def _interpreting() -> bool:
     """True when this module's kernels run in Triton's interpreter (decided when it was imported)."""
     return type(matmul_kernel.jit_fn).__name__ == "InterpretedFunction"
@@ -146,14 +121,10 @@ def _tma_compatible(t: torch.Tensor, unit_dim: int) -> bool:
 
 
 def gemm_layout(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
-    """Return ``(use_tma, b_kmajor)`` for ``a [M, K] @ b [K, N]``.
-
-    Tensor descriptors are used when the device supports them (NVIDIA compute capability >= 9, or
-    the interpreter), A is row-major and B is row-major
-    (``b_kmajor=False``) or column-major (``b_kmajor=True``), both base pointers are 16-byte
-    aligned and both leading strides are positive multiples of 16 bytes. Otherwise the pointer
-    path (``(False, False)``) runs, which accepts any strides.
-    """
+    """``(use_tma, b_kmajor)`` for ``a [M, K] @ b [K, N]``: tensor descriptors where the device has
+    them (NVIDIA sm_90+, or the interpreter), A is row-major, B row-major or column-major
+    (``b_kmajor``), both 16-byte aligned with leading strides of positive 16-byte multiples; else
+    the pointer path ``(False, False)``, which takes any strides."""
     if not _tma_device(a.device):
         return False, False
     if not _tma_compatible(a, unit_dim=1):
@@ -177,12 +148,10 @@ def _padded(t: torch.Tensor, unit_dim: int) -> torch.Tensor:
     return view if unit_dim == 1 else view.t()
 
 
-# Below this many rows of A, operands off the tensor-descriptor path stay where they are (pointer
-# path): the GEMM reads B about once, and a padded copy triples B's traffic. The GEMM core's pointer
-# path loads aligned vectors (ALIGN), so it stays unpadded to a few hundred rows.
+# Below this many rows of A, operands off the descriptor path stay there (a padded copy of B triples
+# its traffic): the GEMM core's pointer path loads aligned vectors (ALIGN); the variants' own kernels
+# load one element at a time, so a padded copy pays off sooner.
 PAD_MIN_M = 384
-# The same for the op variants' own kernels, whose pointer path loads one element at a time: past a
-# few dozen rows the padded copy is cheaper than those loads.
 UNALIGNED_PAD_MIN_M = 64
 
 
@@ -199,15 +168,10 @@ def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 def operand_path(a: torch.Tensor, b: torch.Tensor, config, *, min_m: int):
-    """``(a, b, use_tma, b_kmajor, align)``: how the GEMM core with ``config``'s tiles reads ``a @ b``.
-
-    The 16-row decode tiles of :func:`~.config.pointer_tiles` on a Linear weight (column-major B,
-    rows of A and B 16-byte aligned: :func:`pointer_align` 8) load through pointers, which are
-    faster there than descriptors (in the op variants' own tile loops the two paths run alike, so
-    those keep the descriptors). Every other config
-    takes the descriptor path where the operands fit it, copying an operand that does not fit when A
-    has at least ``min_m`` rows (:func:`tma_operands`). ``align``: ``ALIGN`` of
-    :func:`gemm_tile_range` for the pointer path (1 on descriptors)."""
+    """``(a, b, use_tma, b_kmajor, align)``: how the GEMM core with ``config``'s tiles reads ``a @ b``:
+    through pointers for the decode tiles of :func:`~.config.pointer_tiles` on a Linear weight
+    (:func:`pointer_align` 8: faster there than descriptors), else :func:`tma_operands`. ``align``:
+    ``ALIGN`` of :func:`gemm_tile_range` (1 on descriptors)."""
     if pointer_tiles(config, a.dtype) and pointer_align(a, b) == 8:
         return a, b, False, False, 8
     a, b, use_tma, b_kmajor = tma_operands(a, b, min_m)
@@ -224,19 +188,16 @@ def warp_specialized(config, use_tma: bool, device: torch.device) -> bool:
 
 def flattened_loop(config, use_tma: bool) -> bool:
     """Whether a loop of whole tiles (no split K, no warp specialization, no flag in its body) is
-    flattened (:func:`whole_tiles`' ``FLATTEN``): 128-row tiles on the descriptor path. A rule of the
-    config and the operands' path, never the shape, so new shapes of a config launch the kernel
-    already compiled."""
+    flattened (:func:`whole_tiles`' ``FLATTEN``): 128-row tiles on the descriptor path. Never a rule
+    of the shape: new shapes of a config launch the kernel already compiled."""
     return bool(use_tma) and config.BLOCK_M >= 128
 
 
 def tma_operands(a: torch.Tensor, b: torch.Tensor, min_m: int) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
     """``(a, b, use_tma, b_kmajor)``: the operands on the tensor-descriptor path where the device has
-    it, copying an operand whose strides or alignment do not fit (a leading dimension that is not a
-    multiple of 16 bytes, say) into a padded buffer when A has at least ``min_m`` rows (``PAD_MIN_M``
-    for the GEMM core, ``UNALIGNED_PAD_MIN_M`` for the variants' own kernels). One extra
-    read and write of that operand buys the fast path, which on large shapes is about twice as fast as
-    the pointer path."""
+    it, copying an operand whose strides or alignment do not fit into a padded buffer when A has at
+    least ``min_m`` rows (``PAD_MIN_M`` for the GEMM core, ``UNALIGNED_PAD_MIN_M`` for the variants'
+    own kernels): one more read and write of it buys the faster path."""
     use_tma, b_kmajor = gemm_layout(a, b)
     if use_tma or not _tma_device(a.device) or _interpreting():
         return a, b, use_tma, b_kmajor
@@ -258,13 +219,9 @@ _SCRATCH_STREAMS = 64  # streams remembered at most (the cache is dropped beyond
 
 
 def _cuda_scratch(size: int, alignment: int, stream):
-    """Global scratch that device-side tensor descriptors are written into (128 bytes each per program).
-
-    One buffer per (device, stream), reused by every launch on that stream: a kernel writes its
-    descriptors at its start and launches on one stream never overlap, so the next launch may
-    overwrite them (allocating a fresh tensor per launch cost a few microseconds of host time). A
-    CUDA graph capture gets a fresh tensor from the graph's pool instead: replays of two graphs may
-    run at the same time."""
+    """Global scratch that device-side tensor descriptors are written into, one buffer per (device,
+    stream): launches on one stream never overlap, so each may overwrite the last one's. A CUDA graph
+    capture gets a fresh tensor from the graph's pool (replays of two graphs may overlap)."""
     if torch.cuda.is_current_stream_capturing():
         return torch.empty(size, dtype=torch.int8, device="cuda")
     key = (torch.cuda.current_device(), stream)
@@ -284,12 +241,8 @@ _allocator_installed: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 def ensure_triton_allocator() -> None:
-    """Install the scratch allocator that kernels creating tensor descriptors need on a GPU.
-
-    Call before launching a kernel with ``USE_TMA=True``. The interpreter needs none, so this is a
-    no-op there. The scratch is allocated on the current CUDA device and stream, i.e. where Triton
-    launches the kernel.
-    """
+    """Install the scratch allocator that kernels creating tensor descriptors need on a GPU (call
+    before launching one with ``USE_TMA=True``; a no-op in the interpreter)."""
     if _interpreting() or _allocator_installed.get():
         return
     triton.set_allocator(_cuda_scratch)
@@ -301,29 +254,19 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
            flatten: bool | None = None, tma_store: int = 0, tma: bool = True) -> torch.Tensor:
     """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
     block) the GEMM is part of a collective call and does nothing if the call was aborted. With
-    ``call`` (the call tuple, ``launch.call_arg``, of a call whose kernels begin it: None where a
-    begin kernel began it) the GEMM begins the call (``enter``: it is the call's first kernel) or
-    ends it (it is the last); ``barrier``: its last program then also passes a barrier with the
-    other ranks (what it stored into the heap is complete and visible on every rank after it).
+    ``call`` (``launch.call_arg`` of a call whose kernels begin it) the GEMM begins the call
+    (``enter``) or ends it; ``barrier``: its last program then passes a barrier with the other ranks
+    (what it stored into the heap is visible on every rank after it).
 
-    ``a [M, K]``, ``b [K, N]`` and ``c [M, N]`` on one device, at any strides (``c`` may be a
-    column block of a wider matrix). fp32 accumulation, output cast to ``c.dtype``. Uses
-    ``config``'s ``BLOCK_*``, ``GROUP_M``, ``num_warps``, ``num_stages``, ``SPLIT_K`` and ``GEMM_SMS``
-    programs (fewer when there are fewer work items). With ``SPLIT_K > 1`` each tile's K steps are
-    split into ``SPLIT_K`` slices computed by different programs; the last slice of a tile to finish
-    sums the fp32 partials in slice order (deterministic: the same bits on every run, though not
-    those of ``SPLIT_K = 1``) and stores the tile, using the stream's :class:`SplitKScratch`.
+    ``a [M, K]``, ``b [K, N]``, ``c [M, N]`` on one device at any strides; fp32 accumulation. Uses
+    ``config``'s tiles and ``GEMM_SMS`` programs (fewer for fewer work items); with ``SPLIT_K > 1``
+    the last slice of a tile sums the fp32 partials in slice order (the same bits on every run, not
+    those of ``SPLIT_K = 1``).
 
-    ``flatten`` and ``tma_store`` (0, 1, or 2: in two halves of a tile's columns) apply to whole
-    tiles without split-K: matmul_kernel's ``FLATTEN`` and ``TMA_STORE`` (the latter where ``c`` is
-    row-major with 16-byte aligned rows and the operands are on the descriptor path). Neither
-    changes the sums. ``flatten`` None (the default): flattened for 128-row tiles on the descriptor
-    path (:func:`flattened_loop`). ``tma_store`` is off by default: it takes a stage's shared memory
-    and buys nothing on these loops. ``tma=False`` keeps the operands on the pointer path; otherwise
-    :func:`operand_path` decides (descriptors where they fit, but the 16-row decode tiles on a
-    Linear weight load through pointers). The op variants' own tile loops are not flattened where
-    they loop over destination ranks inside the tile loop (gemm_all_reduce's push of its partials):
-    Triton pipelines that loop poorly.
+    Whole tiles without split-K: ``flatten`` (None: :func:`flattened_loop`) and ``tma_store`` (0, 1,
+    2: off by default, it takes a stage's shared memory), matmul_kernel's ``FLATTEN`` and
+    ``TMA_STORE``; neither changes the sums. ``tma=False`` keeps the operands on the pointer path,
+    else :func:`operand_path` decides.
     """
     M, K = a.shape
     N = b.shape[1]
@@ -357,8 +300,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     warps, stages = launch_shape(config, warp_spec)
     num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
     num_programs = max(1, min(config.GEMM_SMS, num_tiles * split))
-    # Rows of a tile summed at a time when slices are combined: about 32 fp32 values per thread.
-    sub_m = min(config.BLOCK_M, max(1, 1024 * config.num_warps // config.BLOCK_N))
+    sub_m = min(config.BLOCK_M, max(1, 1024 * config.num_warps // config.BLOCK_N))  # about 32 values a thread
     if split > 1:
         partials, counts = SPLIT_K_SCRATCH.get(c.device, num_tiles, split * config.BLOCK_M * config.BLOCK_N)
     else:

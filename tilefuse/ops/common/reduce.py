@@ -1,26 +1,15 @@
 """Reduction helpers: the order in which an owner sums W staged contributions, and the sums themselves.
 
-A reduce-scatter stages each rank's partial of an output tile in a *slot* of a ``stage [W, rows, N]``
-heap buffer. The stage has the input dtype: a partial is computed in fp32 and rounded to the input
-dtype once, when it is stored (as the partial ``a @ b`` handed to a reduce-scatter is). Two layouts
-use the same buffer shape:
+Each rank's partial of an output tile sits in a *slot* of a ``stage [W, rows, N]`` heap buffer in
+the input dtype (rounded once, when stored). Push: the owner's stage holds every source's
+contribution, slot = source; pull (``PULL=True``): every rank's stage holds its partial of every
+owner's rows, slot = owner, and the owner reads slot ``cur_rank`` from each peer.
 
-- push: the owner's stage holds every source's contribution, slot = source rank; the owner reads
-  its own heap.
-- pull (``PULL=True``): every rank's stage holds its own partial of every owner's rows,
-  slot = owner rank; the owner reads slot ``cur_rank`` from each peer's heap.
-
-Sums are in fp32 (every loaded slot is converted before it is added) and run over sources in a fixed
-order, so the result has the same bits on every run: ``cur_rank - 1, cur_rank - 2, ..., cur_rank``
-(own contribution last, see :func:`source_at`). That is also the order in which pushed tiles arrive
-when rank s computes the tiles of owner s + 1 first (:func:`owner_at`). Both sum forms below,
-:func:`sum_slots` in registers and the running sum of :func:`accumulate_slot`, evaluate exactly
-``((s0 + s1) + s2) + ...`` in fp32, starting from the first source's value, so they give the same
-bits; only the final sum is rounded to the output dtype.
-
-Blocks are ``[SUB_M, BN]`` slices of a tile with int32 offsets inside one slot (the host checks that
-a slot has fewer than 2**31 elements), so that the accumulator, a loaded block and its offsets fit
-in registers.
+Sums are fp32 over sources in a fixed order, ``cur_rank - 1, cur_rank - 2, ..., cur_rank``
+(:func:`source_at`; the order pushed tiles arrive in: :func:`owner_at`), so the bits are the same on
+every run; :func:`sum_slots` and :func:`accumulate_slot` both evaluate ``((s0 + s1) + s2) + ...``.
+Blocks are ``[SUB_M, BN]`` with int32 offsets inside one slot (the host checks a slot has fewer
+than 2**31 elements).
 """
 
 import triton
@@ -95,9 +84,8 @@ def sum_slots(
 ):
     """fp32 sum [SUB_M, BN] of the W contributions to the block at (offs_m, offs_n), in fixed order.
 
-    ``((s0 + s1) + s2) + ...`` with ``s_i`` the contribution of ``source_at(i)`` converted to fp32:
-    the order and roundings of :func:`accumulate_slot`. Every contribution must be complete and
-    visible (after a barrier). Elements outside ``rows x N`` read as zero.
+    ``((s0 + s1) + s2) + ...``, ``s_i`` of ``source_at(i)`` in fp32 (:func:`accumulate_slot`'s bits);
+    every contribution complete and visible (after a barrier). Zeros outside ``rows x N``.
     """
     offs = offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [SUB_M, BN] int32
     mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [SUB_M, BN]
@@ -117,12 +105,10 @@ def accumulate_slot(
 ):
     """Step i of a running sum in the push layout, for one [SUB_M, BN] block of the owner's rows.
 
-    The running sum is fp32 and lives in ``run [rows, N]`` (same row and column strides as a slot),
-    an owner-local buffer used only when W >= 3. With ``s_i`` the slot of ``source_at(i)`` converted to
-    fp32: step 0 does nothing (with W = 1 it stores ``s0`` into ``c``); step 1 adds ``s0 + s1``;
-    a later step adds ``run + s_i``. Every step but the last stores its sum into ``run``; the last
-    stores it into ``c`` in c's dtype. That is ``((s0 + s1) + s2) + ...`` in fp32, the bits of
-    :func:`sum_slots`. The caller acquired source i's flag.
+    The fp32 running sum lives in ``run [rows, N]`` (a slot's strides; used only when W >= 3). Step 0
+    does nothing (W = 1: stores ``s0`` into ``c``), step 1 adds ``s0 + s1``, later steps ``run +
+    s_i``; the last stores into ``c``, the others into ``run``: the bits of :func:`sum_slots`. The
+    caller acquired source i's flag.
     """
     offs = offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [SUB_M, BN] int32
     mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [SUB_M, BN]

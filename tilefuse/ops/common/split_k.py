@@ -1,12 +1,10 @@
 """Split-K: a tile's K steps computed as slices by different programs, summed by the last of them.
 
-For shapes with too few tiles to occupy the multiprocessors (small M, large K): a work item is one of
-``split_k`` K slices of a tile. :func:`split_k_work` maps it to ``(tile, slice, k_lo, k_hi)``,
-:func:`~.tiles.gemm_tile_range` computes the slice's fp32 partial, :func:`hand_in_slice` stores it
-and tells the one program whose slice completes the tile to finish it, and :func:`store_slice_sum`
-(or :func:`slice_sum`) sums the partials in slice order (deterministic) into the tile of C; the
-other slices' programs move on. The partials and per-tile counts live in a per-stream scratch
-(:class:`SplitKScratch`). Nobody waits on anybody.
+For shapes with too few tiles to fill the multiprocessors: :func:`split_k_work` maps a work item to
+``(tile, slice, k_lo, k_hi)``, :func:`hand_in_slice` stores the slice's fp32 partial and tells the
+program whose slice completes the tile, which sums the partials in slice order (deterministic:
+:func:`store_slice_sum`, :func:`slice_sum`). Partials and counts live in a per-stream
+:class:`SplitKScratch`. Nobody waits on anybody.
 """
 
 from __future__ import annotations
@@ -23,11 +21,9 @@ from .tiles import store_tile
 def split_k_work(work_id, K, split_k, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
     """Work item ``work_id`` of a split-K schedule -> ``(tile_id, slice, k_lo, k_hi)``.
 
-    ``SPLIT`` (constexpr) is ``split_k > 1``; without it a work item is a whole tile. Work items are
-    numbered tile by tile (``work_id = tile_id * split_k + slice``), so programs that run at the same
-    time take the slices of the same tiles and finish them together. Slice s gets the K steps
-    ``[s * steps // split_k, (s + 1) * steps // split_k)`` of the ``steps = cdiv(K, BLOCK_K)``
-    (sizes differ by at most one step; a slice may be empty when steps < split_k).
+    ``SPLIT`` is ``split_k > 1`` (else a work item is a whole tile). ``work_id = tile_id * split_k +
+    slice``: programs running together finish the same tiles. Slice s gets K steps ``[s * steps //
+    split_k, (s + 1) * steps // split_k)`` (empty where steps < split_k).
     """
     if SPLIT:
         tile_id = work_id // split_k
@@ -47,10 +43,9 @@ def hand_in_slice(
     """Hand in slice ``s`` (of the tile's ``n`` K slices, in K order) as the fp32 partial ``acc``
     [BM, BN] of tile ``tile_id``; returns ``(slots, done)``.
 
-    The slice's partial goes to its own slot of the tile (``partial_ptr``: fp32, ``slots_per_tile
-    >= n`` slots of ``BM * BN`` per tile; ``slots`` is the tile's first), then it counts itself in
-    (``count_ptr[tile_id]``, int32). ``done`` is True for the program whose slice is counted last:
-    it finishes the tile (:func:`store_slice_sum`); the others move on. Nobody waits.
+    The partial goes to its slot (``partial_ptr``: fp32, ``slots_per_tile >= n`` slots of ``BM * BN``
+    a tile; ``slots``: the tile's first), then counts itself in (``count_ptr[tile_id]``, int32);
+    ``done`` for the program counted last, which finishes the tile. Nobody waits.
     """
     slots = partial_ptr + tile_id.to(tl.int64) * slots_per_tile * (BLOCK_M * BLOCK_N)
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
@@ -73,9 +68,8 @@ def store_slice_sum(
     whichever slice came last: deterministic), ``SUB_M`` rows at a time, then set the tile's count
     back to 0 for the next launch on the stream.
 
-    Row blocks keep one [SUB_M, BN] sum and one loaded block in registers, not whole [BM, BN]
-    tiles: a 128x256 fp32 sum next to a loaded partial would spill. Row blocks wholly below M are
-    skipped. The loads bypass L1 (.cg): other multiprocessors wrote the slots.
+    [SUB_M, BN] row blocks, not whole tiles (a 128x256 fp32 sum beside a loaded partial would
+    spill); the loads bypass L1 (.cg): other multiprocessors wrote the slots.
     """
     sub = tl.arange(0, SUB_M)  # [SUB_M]
     cols = tl.arange(0, BLOCK_N)  # [BN]
@@ -110,12 +104,10 @@ def slice_sum(
 class SplitKScratch:
     """Partial slots and per-tile counts of split-K launches, one set per (device, stream).
 
-    The counts start at zero and every launch leaves them at zero (the last slice of a tile resets
-    its count), so a stream's launches, which run one after another, share one set without a memset
-    per call; launches on different streams get different sets. A call inside a CUDA graph capture
-    gets a fresh zeroed set instead (the memset is part of the graph), never a cached one: a graph
-    may be replayed on any stream. :func:`tilefuse.reset` drops the cache (a launch of an aborted
-    call may stop between a tile's slices and leave a count behind).
+    Every launch leaves the counts at zero (the last slice of a tile resets its count), so a stream's
+    launches share one set without a memset. A CUDA graph capture gets a fresh zeroed set (a graph
+    may be replayed on any stream). :func:`tilefuse.reset` drops the cache (an aborted call may leave
+    a count behind).
     """
 
     def __init__(self):

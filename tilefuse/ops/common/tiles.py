@@ -1,7 +1,6 @@
 """Shared tile code: tile swizzle, operand setup, the K loop, tile load/store, persistent tile loops.
 
-Every op variant computes its tiles with these helpers, so a variant differs from its siblings only
-in schedule and communication. A kernel that computes ``C = A @ B`` tile by tile reads::
+Every variant computes its tiles with these helpers; a kernel that computes ``C = A @ B`` reads::
 
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, ...)        # once, at kernel start
     for tile_id in range(pid, num_tiles, NUM_PROGRAMS):
@@ -10,18 +9,11 @@ in schedule and communication. A kernel that computes ``C = A @ B`` tile by tile
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
         store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
 
-Operand layouts (decided on the host by :func:`.gemm.gemm_layout`):
-
-- ``USE_TMA=False``: raw pointers, masked loads at any strides (the portable path).
-- ``USE_TMA=True``: device-side tensor descriptors (TMA on Hopper). A is row-major ``[M, K]``;
-  B is row-major ``[K, N]``, or, with ``B_KMAJOR=True``, column-major ``[K, N]`` (a row-major
-  ``[N, K]`` buffer, e.g. ``w.t()`` of a torch ``Linear`` weight), whose ``[BN, BK]`` tiles are
-  transposed in registers before ``tl.dot``. Out-of-bounds elements read as zero, so ragged M, N
-  and K need no masks, and nothing outside the ``[M, K]``/``[K, N]`` window is ever read.
-
-Precision: accumulation is fp32. Inputs may be fp16, bf16 or fp32; fp32 inputs use ``tl.dot``'s
-default input precision, which is tf32 on NVIDIA GPUs (about 1e-3 relative error) and exact fp32 in
-the interpreter.
+Operand layouts (:func:`.gemm.gemm_layout`): ``USE_TMA=False``, masked pointer loads at any
+strides; ``USE_TMA=True``, device-side tensor descriptors: A row-major, B row-major or, with
+``B_KMAJOR``, column-major (``w.t()`` of a ``Linear`` weight; its ``[BN, BK]`` tiles are transposed
+in registers). Out-of-bounds elements read as zero. Accumulation is fp32; fp32 inputs run in tf32 on
+NVIDIA GPUs, exact fp32 in the interpreter.
 """
 
 from __future__ import annotations
@@ -104,10 +96,8 @@ def gemm_tile_range(
     """K steps [k_lo, k_hi) (in units of BLOCK_K) of tile (pid_m, pid_n): the fp32 partial [BM, BN]
     of A[rows, k_lo*BK : k_hi*BK] @ B[k_lo*BK : k_hi*BK, cols] (zeros for an empty range).
 
-    ``ALIGN`` (pointer path; :func:`pointer_align`): A is row-major, B column-major (a Linear
-    weight's ``w.t()``), and ``K``, ``stride_am`` and ``stride_bn`` are multiples of ``ALIGN``.
-    Saying so lets the compiler load ``ALIGN`` contiguous elements at once where it would otherwise
-    load one (rows of K = 3500 bf16 values are 8-byte, not 16-byte, aligned)."""
+    ``ALIGN`` (pointer path; :func:`pointer_align`): A row-major, B column-major, and ``K``,
+    ``stride_am`` and ``stride_bn`` multiples of ``ALIGN``: the compiler loads ``ALIGN`` elements at once."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # [BM, BN]
     if USE_TMA:
         # Descriptor coordinates are element indices (int32); out-of-bounds reads return zeros.
@@ -223,15 +213,11 @@ def claimed_tiles(
     """Tiles of C, each over all of K, shared by ``num_claimers`` programs of the launch, some of
     which may start late.
 
-    Each claimer's even share, ``total // num_claimers`` tiles, is dealt out beforehand to each of
-    the ``dealt_programs`` programs that start at once (program ``dealt_pid`` takes tiles dealt_pid,
-    dealt_pid + dealt_programs, ...: :func:`whole_tiles`, flattened with ``FLATTEN``). The rest are
-    taken one at a time from a counter: whoever is free takes the next tile (in :func:`tile_coords`
-    order), so programs that join late take only what nobody has started, and none has more than
-    its share while another idles. Every claimer claims until it gets none, so a launch makes
-    exactly ``total - dealt + num_claimers`` claims, and the one that makes the last sets the counter
-    back to zero for the next launch (every other claim came before it). The claimed loop is a while
-    loop: not flattened."""
+    Each claimer's even share is dealt out beforehand to the ``dealt_programs`` programs that start at
+    once (:func:`whole_tiles`, flattened with ``FLATTEN``); the rest are taken one at a time from a
+    counter, so late programs take only what nobody has started. Every claimer claims until it gets
+    none: a launch makes exactly ``total - dealt + num_claimers`` claims, and the last one sets the
+    counter back to zero for the next launch."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     total = num_pid_m * num_pid_n

@@ -12,9 +12,8 @@ from .wg_specialized import wg_specialized
 OP = "gemm_all_reduce"
 ENTRY_POINTS = {"reference": reference, "bulk_sync": bulk_sync, "producer_consumer": producer_consumer,
                 "fused_sequential": fused_sequential, "wg_specialized": wg_specialized}
-if OP in registry.OPS:  # the registry lists the op (tilefuse.ops.registry.OPS)
-    for _name, _fn in ENTRY_POINTS.items():
-        registry.register(OP, _name, _fn)
+for _name, _fn in ENTRY_POINTS.items():
+    registry.register(OP, _name, _fn)
 
 
 def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bias=None):
@@ -55,12 +54,4 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     for any later work on the current stream). Collective: every rank must make the same calls in
     the same order. CUDA graphs: make one eager call of the shape first, then capture.
     """
-    if OP in library.SPECS:  # the torch.library custom op (traceable, differentiable)
-        return library.call(OP, a, b, variant=variant, config=config, group=group, bias=bias)
-    if not isinstance(variant, str):
-        raise TypeError(f"{OP}: variant must be a string, got {type(variant).__name__}")
-    if variant == "auto":
-        from ..dispatch import run_auto
-
-        return run_auto(OP, a, b, config, group, bias=bias)
-    return registry.get(OP, variant)(a, b, config=config, group=group, bias=bias)
+    return library.call(OP, a, b, variant=variant, config=config, group=group, bias=bias)

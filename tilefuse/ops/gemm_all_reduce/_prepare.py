@@ -1,21 +1,15 @@
 """What a gemm_all_reduce variant prepares once per call signature: checks, config, heap buffers.
-
-:func:`prepare` runs the checks and builds a :class:`Prepared` the first time a signature (operand
-shapes, strides, dtypes, devices and alignment, the config, the bias) is seen on a group, and returns
-the same object afterwards (``launch.prepared``). A variant's host function then does, on every
-call: the output, ``p.begin(c)``, the call tuple and the launches.
-"""
+A variant's host function then does, on every call: ``p.start(a, b)`` (operands, output, begin), the
+call tuple and the launches."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass, field
 
 import torch
 
 from ...runtime import hw
-from ...runtime.world import current_call
 from ..common.config import (
     WARP_SPEC_VARIANTS,
     Config,
@@ -25,8 +19,9 @@ from ..common.config import (
     side_warps,
     sum_rows,
 )
-from ..common.gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, operand_path, tma_operands
-from ..common.launch import begin, begin_call, op_heap, prepare_gemm, prepared, workspace
+from ..common.gemm import UNALIGNED_PAD_MIN_M, operand_path
+from ..common.launch import op_heap, prepare_gemm
+from ..common.prepare import PreparedCall, once
 
 OP = "gemm_all_reduce"
 
@@ -48,12 +43,8 @@ MIN_DEFAULT_BLOCK_N = 32
 
 @functools.lru_cache(maxsize=4096)
 def fill_device(cfg, M: int, N: int, *, comm: bool):
-    """The default config, with BLOCK_N halved (down to 32, or the config's own if smaller) while the
-    tiles would leave GEMM programs idle.
-
-    Where the GEMM is bound by reading B, every idle program is bandwidth left unused. Only for calls
-    without a caller's config, and not for the narrow decode tiles (:func:`default_tiles`).
-    """
+    """The default config, with BLOCK_N halved (down to 32) while the tiles would leave GEMM programs
+    idle: where the GEMM is bound by reading B, an idle program is bandwidth unused."""
     programs = cfg.GEMM_SMS if comm else cfg.GEMM_SMS + cfg.COMM_SMS
     block_n = cfg.BLOCK_N
     while block_n > MIN_DEFAULT_BLOCK_N and -(-M // cfg.BLOCK_M) * -(-N // block_n) < programs:
@@ -70,29 +61,27 @@ def default_tiles(cfg, M: int, N: int, dtype: torch.dtype, *, comm: bool, interp
     return fill_device(cfg, M, N, comm=comm)
 
 
-@dataclass
-class Prepared:
+class Prepared(PreparedCall):
     """One call signature of one variant, checked and set up."""
 
-    heap: object
-    M: int
-    N: int
-    K: int
-    config: Config
-    sig: tuple  # the call's signature: the begin pairs the call and checks it against the peers'
-    kernel_begins: bool  # the call's first kernel begins it (ENTER); else the begin kernel does
-    pad: bool  # the operands are copied onto the tensor-descriptor path (gemm.tma_operands) every call
-    use_tma: bool  # the operands are read through tensor descriptors
-    align: int  # gemm_tile_range's ALIGN
-    stride_a: tuple  # (am, ak) of the operands the kernels read
-    stride_b: tuple  # (bk, bn)
-    stage: torch.Tensor | None  # [W, M, N] in the input dtype, on the heap (None: an empty call)
-    flags: torch.Tensor | None  # [W, num_tiles] int64 on the heap (every variant but bulk_sync)
-    gemm_meta: dict  # the GEMM part's constexprs and launch options (GemmCall.gemm_meta)
-    has_bias: bool
-    stride_s: tuple = ()  # the stage's (slot, m, n)
-    workspaces: tuple = ()  # the launch.Workspace objects holding stage and flags
-    launch: dict = field(default_factory=dict)  # the variant's constexprs and launch options
+    def __init__(self, variant: str, call, a, b, sig: tuple, align: int, has_bias: bool):
+        super().__init__(call, a, b, sig, empty=call.M == 0 or call.N == 0,
+                         pad=variant != "bulk_sync")  # the GEMM core pads itself
+        self.out_shape = (call.M, call.N)
+        self.align = align  # gemm_tile_range's ALIGN
+        self.stride_a = (call.a.stride(0), call.a.stride(1))  # (am, ak) of the operands the kernels read
+        self.stride_b = (call.b.stride(0), call.b.stride(1))  # (bk, bn)
+        self.gemm_meta = call.gemm_meta  # the GEMM part's constexprs and launch options
+        self.has_bias = has_bias
+        self.stage = None  # [W, M, N] in the input dtype, on the heap (None: an empty call)
+        self.stride_s = ()  # the stage's (slot, m, n)
+        self.flags = None  # [W, num_tiles] int64 on the heap (every variant but bulk_sync)
+        self.launch = {}  # the variant's constexprs and launch options
+
+    @property
+    def kernel_begins(self) -> bool:
+        """The call's first kernel begins it (ENTER); else the begin kernel does."""
+        return self.begins and not self.empty
 
     @property
     def num_tiles(self) -> int:
@@ -110,35 +99,11 @@ class Prepared:
                     NUM_PROGRAMS=programs, PULL=pull, WAIT=wait, HAS_BIAS=self.has_bias, END=end, ENTER=enter,
                     num_warps=side_warps(cfg))
 
-    def begin(self, c: torch.Tensor) -> tuple | None:
-        """Per call: pair it with the peers' calls and check its signature. Returns the begin
-        arguments of a first kernel that begins the call (``launch.call_arg``), or None where the
-        begin kernel began it (an empty call, or ``kernel_begins`` false)."""
-        if current_call().capturing:  # a CUDA graph replays into the buffers: kept until shutdown
-            for ws in self.workspaces:
-                ws.captured = True
-        if self.stage is None:
-            begin(self.sig)
-            return None
-        return begin_call(self.sig, c, kernel_begins=self.kernel_begins)
-
-    def operands(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per call: the operands the variant's own kernels read (copies where ``pad``)."""
-        if self.pad:
-            a, b = tma_operands(a, b, UNALIGNED_PAD_MIN_M)[:2]
-        if self.use_tma:
-            ensure_triton_allocator()
-        return a, b
-
-
-def _layout(t: torch.Tensor) -> tuple:
-    return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
-
 
 def prepare(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool, launch=None) -> Prepared:
-    """The :class:`Prepared` of this call's signature (made by :func:`_make` on first sight);
-    ``launch(p)`` returns the variant's :attr:`Prepared.launch`. Raises on bad arguments, every time."""
-    heap = op_heap(OP, group)
+    """The :class:`Prepared` of this call's signature (made by :func:`_make` on first sight,
+    ``common.prepare.once``); ``launch(p)`` returns the variant's :attr:`Prepared.launch`. Raises on
+    bad arguments, every time."""
 
     def make():
         p = _make(variant, a, b, config, group, bias, comm=comm, flags=flags)
@@ -146,21 +111,13 @@ def prepare(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool,
             p.launch = launch(p)
         return p
 
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (config is None or isinstance(
-            config, Config)) and (bias is None or isinstance(bias, torch.Tensor))):
-        return make()  # raises, naming the argument
-    bias_key = None if bias is None else (bias.shape, bias.dtype, bias.device)
-    return prepared(heap, (OP, variant, comm, flags, _layout(a), _layout(b), config, bias_key), make)
+    return once(op_heap(OP, group), (OP, variant, comm, flags), make, config, a, b, bias)
 
 
 def _make(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -> Prepared:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; resolve the config and the
-    operands' path; get the heap buffers.
-
-    The stage has a's dtype and is shared by every variant of one (dtype, M, N) (the begin of each
-    call is a barrier: no rank writes a call's partials into a peer still summing the previous
-    call's). The flags belong to one variant and tile shape.
-    """
+    operands' path; get the heap buffers: the stage (a's dtype) is shared by every variant of one
+    (dtype, M, N) (each call's begin is a barrier), the flags belong to one variant and tile shape."""
     call = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
     heap = call.heap
     check_variant_config(OP, variant, call.config)  # split K: bulk_sync, and fused_sequential within one wave
@@ -189,30 +146,25 @@ def _make(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -
     # K_loc may differ between ranks, and with it the default config's BLOCK_K: the signature holds
     # the tile grid, on which the ranks' tile numbering (and so the flags) depends, and everything else.
     sig = (OP, variant, M, N, str(a.dtype), (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None)
-    p = Prepared(heap, M, N, call.K, cfg, sig, call.kernel_may_begin, call.a is not a or call.b is not b,
-                 call.use_tma, align, (call.a.stride(0), call.a.stride(1)), (call.b.stride(0), call.b.stride(1)),
-                 None, None, call.gemm_meta, bias is not None)
-    if M == 0 or N == 0:
+    p = Prepared(variant, call, a, b, sig, align, bias is not None)
+    if p.empty:
         return p
     if M * N >= 2**31:
         raise ValueError(f"{OP}: M x N = {M} x {N} elements must stay below 2**31 (the reduction indexes a "
                          "slot with 32-bit offsets); split the call")
-    stage = workspace(heap, (OP, "stage", a.dtype, W, M, N),
-                      lambda h: {"stage": h.empty((W, M, N), dtype=a.dtype)}, W * M * N * a.element_size())
-    p.workspaces = (stage,)
+    p.stage = p.hold((OP, "stage", a.dtype, W, M, N), lambda h: {"stage": h.empty((W, M, N), dtype=a.dtype)},
+                     W * M * N * a.element_size()).stage
+    p.stride_s = p.stage.stride()
     if flags:
         tiles = p.num_tiles
-        ws = workspace(heap, (OP, variant, W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
-                       lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles)
-        p.flags, p.workspaces = ws.flags, (stage, ws)
-    p.stage, p.stride_s = stage.stage, stage.stage.stride()
+        p.flags = p.hold((OP, variant, W, M, N, cfg.BLOCK_M, cfg.BLOCK_N),
+                         lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles).flags
     return p
 
 
 def _check_one_wave_split(cfg: Config, num_tiles: int) -> None:
-    """Raise ValueError unless fused_sequential can split K (``Config.SPLIT_K > 1``): every program
-    at most one K slice of a tile, and tiles whose fp32 sum fits in a program's registers (the
-    reduction's whole-tile blocks: :func:`~..common.config.sum_rows`)."""
+    """Raise ValueError unless fused_sequential can split K: at most one K slice a program, and tiles
+    whose fp32 sum fits in a program's registers (:func:`~..common.config.sum_rows`)."""
     programs = cfg.GEMM_SMS + cfg.COMM_SMS
     if num_tiles * cfg.SPLIT_K > programs:
         raise ValueError(f"{OP}: fused_sequential with SPLIT_K={cfg.SPLIT_K} needs a K slice a program: "

@@ -1,21 +1,14 @@
 """Device loops shared by the gemm_all_reduce variants: push partial tiles to every rank, sum them.
 
-One-shot all-reduce. Output tiles are the ``num_tiles = cdiv(M, BM) * cdiv(N, BN)`` tiles of
-``c [M, N]`` (grouped swizzle, linear tile id ``t``), the same numbering on every rank.
+One-shot all-reduce over the tiles ``t`` of ``c [M, N]`` (grouped swizzle, the same numbering on
+every rank). ``stage [W, M, N]`` (input dtype) on every heap: push layout (fused variants), slot s of
+every rank holds source s's partial, rounded once as it is stored; pull layout (bulk_sync), rank s's
+partial stays in slot s of its own heap. ``flags [W, num_tiles]`` int64: ``(s, t)`` is set to the
+call's sequence number once source s's partial of tile t is in this rank's slot s.
 
-``stage [W, M, N]`` in the input dtype sits on every rank's heap. Push layout (fused variants):
-slot s of every rank holds source s's partial ``a_s @ b_s``, computed in fp32 and rounded to the
-stage's dtype as it is stored into the W heaps. Pull layout (bulk_sync): rank s's partial stays in
-slot s of its own heap and the reducers load it from there. Flags ``flags [W, num_tiles]`` int64 on
-every rank: entry ``(s, t)`` is set to the call's sequence number by source s once its partial of
-tile t is in this rank's slot s.
-
-Every rank sums the W partials of every tile in fp32 in the order 0, 1, ..., W-1 (not relative to
-its own rank), with the same code, so the W copies of ``c`` have the same bits; a bias is added
-once, after the sum.
-
-Strides travel as tuples: ``stride_a = (am, ak)``, ``stride_b = (bk, bn)``, ``stride_s = (slot, m,
-n)`` of the stage, ``stride_c = (m, n)``; ``call`` is the call protocol's tuple (``primitives``).
+Every rank sums tile t's W partials in fp32 in the order 0, 1, ..., W-1, so the W copies of ``c``
+have the same bits; a bias is added once, after the sum. Strides travel as tuples: ``stride_a =
+(am, ak)``, ``stride_b = (bk, bn)``, ``stride_s = (slot, m, n)``, ``stride_c = (m, n)``.
 """
 
 import triton
@@ -31,7 +24,6 @@ from ..common.tiles import gemm_operands, gemm_tile_range, tile_coords, tile_off
 
 @triton.jit
 def produce_tiles(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_a, stride_b,
     # stage [W, M, N] (input dtype) and flags [W, num_tiles] int64 (symmetric addresses)
     stage_ptr, flags_ptr, stride_s,
@@ -45,28 +37,17 @@ def produce_tiles(
     # with SPLIT: (K slices per tile, split-K scratch slots, counts) (ops.common.split_k.SplitKScratch)
     split=None, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1,
 ):
-    """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ... and store each into slot
-    ``rank`` of every rank (ranks rank + 1, rank + 2, ..., itself last).
+    """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ..., round it once and store it
+    into slot ``rank`` of ranks rank + 1, rank + 2, ..., itself last; with ``RELEASE`` then set each
+    destination's flag (rank, t) to ``epoch``. ``GATE`` (the kernel began the call with
+    ``P.enter_aside``): the stores wait for the begin (``P.ready``) and are skipped if the call does
+    not run. Returns whether the call runs.
 
-    The fp32 accumulator is rounded to the stage's dtype once and the same values go to every rank.
-    With ``RELEASE`` each destination's flag (rank, t) is set to ``epoch`` after its store.
-    ``GATE`` (a kernel that began the call with ``P.enter_aside``): each tile's K loop runs before
-    the call's begin is known to be done; its stores wait for it (``P.ready``) and are skipped if
-    the call does not run. Returns whether the call runs (true without ``GATE``, and for a program
-    without a tile).
-
-    ``SUM_HERE`` (with ``RELEASE``): :func:`reduce_tiles` of each tile right after its push, this
-    rank's own partial taken from registers (:func:`sum_tile_with_own`): the partial goes to every
-    other rank only, and no own flag is released or acquired (at world 1 the call is the GEMM and
-    the store of c). Only with one work item a program (tiles <= NUM_PROGRAMS) and tiles whose fp32
-    sum fits in registers: the order is then that of the two loops.
-
-    ``SPLIT`` (``split[0] > 1``; with ``SUM_HERE``, one work item a program): the work items are the
-    tiles' K slices (:func:`~..common.split_k.split_k_work`); a program hands its slice in
-    (:func:`~..common.split_k.hand_in_slice`, local scratch), and the one that hands in a tile's last
-    slice sums the slices in slice order (the GEMM core's bits for the same config) and pushes and
-    sums the tile. Slices are handed in whether or not the call runs, so that the scratch's counts
-    are back at zero after every launch. ``ALIGN``: :func:`~..common.tiles.gemm_tile_range`'s.
+    ``SUM_HERE`` (one work item a program, a tile's fp32 sum in registers): each tile is summed right
+    after its push, this rank's partial from registers (:func:`sum_tile_with_own`; no own flag).
+    ``SPLIT`` (with ``SUM_HERE``): the work items are the tiles' K slices, handed in
+    (``split_k.hand_in_slice``) whether or not the call runs, so the counts are back at zero after
+    every launch; the program that hands in a tile's last slice sums the slices, pushes and sums it.
     """
     rank, world = P.rank(call), P.world(call)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -167,14 +148,9 @@ def reduce_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, HAS_BIAS: tl.constexpr,
 ):
-    """Sum the W partials of tiles cid, cid + NUM_PROGRAMS, ... into c: ``((s_0 + s_1) + ...) + bias``.
-
-    fp32, sources in the order 0, 1, ..., W-1 on every rank; only the final value is rounded to
-    c's dtype. ``PULL``: source s's partial is read from slot s of rank s's heap (complete after a
-    barrier); else from this rank's slot s. ``WAIT`` (push layout, partials still arriving): the
-    program first acquires the W flags of the tile, in source order. A tile is processed in
-    [SUB_M, BN] blocks with 32-bit offsets inside a slot.
-    """
+    """Sum the W partials of tiles cid, cid + NUM_PROGRAMS, ... into c: ``((s_0 + s_1) + ...) + bias``
+    in fp32, in [SUB_M, BN] blocks. ``PULL``: source s's partial from slot s of rank s's heap (after
+    a barrier), else from this rank's slot s; ``WAIT``: first acquire the tile's W flags."""
     world = P.world(call)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)

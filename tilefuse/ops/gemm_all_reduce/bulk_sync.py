@@ -4,18 +4,15 @@
              | reduce: for each tile, stage[s] of rank s for s = 0, 1, ..., W-1, summed in fp32 (+ bias) -> c;
                ends the call |
 
-No overlap: the baseline shape of the algorithm in the same runtime. Rank r's partial never leaves
-its heap before the barrier; every rank then reads every partial (remote loads) and sums the W of
-them in the fixed order 0, 1, ..., W-1, so the W copies of ``c`` have the same bits. The GEMM's first
-program begins the call (``P.enter``) and the reduction's last one ends it (``P.exit``): no begin
-kernel, no status copy. The GEMM is the GEMM core's (``gemm.matmul``); the reduction is
-``_tiles.reduce_kernel``.
+No overlap: the baseline. Rank r's partial stays in its heap; after the barrier every rank reads
+every partial and sums them in the order 0, 1, ..., W-1 (the W copies of ``c`` have the same bits).
+The GEMM core's first program begins the call (``P.enter``), ``_tiles.reduce_kernel``'s last ends it.
 """
 
 from __future__ import annotations
 
 from ..common.gemm import matmul
-from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier, new_output
+from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
 from ._prepare import OP, prepare
 from ._tiles import reduce_kernel
 
@@ -31,9 +28,8 @@ def _launch(p) -> dict:
 def bulk_sync(a, b, *, config=None, group=None, bias=None):
     """gemm_all_reduce with no overlap; same contract as :func:`tilefuse.gemm_all_reduce`."""
     p = prepare("bulk_sync", a, b, config, group, bias, comm=False, flags=False, launch=_launch)
-    c = new_output((p.M, p.N), a.dtype, a.device)
-    entry = p.begin(c)
-    if p.stage is None:
+    a, b, c, entry = p.start(a, b)
+    if p.empty:
         return c
     heap, reduce = p.heap, p.launch["reduce"]
     # fp32 accumulator, stored in a's dtype. The GEMM begins the call and every rank's partial is

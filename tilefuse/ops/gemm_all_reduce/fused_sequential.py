@@ -5,14 +5,11 @@ and the program that made it then sums the W partials of that tile.
                 | tile t: acquire flags (0, t) ... (W-1, t), sum slots 0 .. W-1 (+ bias) -> c | tile t + P ... |
     rank r:     | fused kernel: program 0 begins the call while the others run their first K loop |
 
-Pushing a tile overlaps the K loops of the tiles other programs are computing. Every program sums
-the tiles it computed, once their W partials have landed: the same tile of the same program id on
-every rank, so a program waits only on programs of other ranks (and the interpreter, which runs a
-rank's programs one after another, makes progress). The sum reads only this rank's heap, in fp32 in
-the order 0, 1, ..., W-1 (the same bits on every rank). A partial travels in the input dtype: the
-epilogue rounds the fp32 tile once. One kernel, no barrier and no separate reduction launch; where
-every program has at most one tile, the sum follows each push and takes this rank's own partial from
-registers (no own staging). The loops are ``_tiles.produce_tiles`` and ``_tiles.reduce_tiles``.
+Pushing a tile overlaps the K loops of the other programs' tiles. Every program sums the tiles it
+computed once their W partials have landed: the same tile ids on every rank, so a program waits
+only on other ranks' programs (the interpreter makes progress). The sum reads this rank's heap, in
+fp32 in the order 0, 1, ..., W-1. One kernel, no barrier; where every program has at most one tile,
+the sum follows each push with this rank's own partial from registers.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import sum_rows
-from ..common.launch import call_arg, collective, launched, new_output
+from ..common.launch import call_arg, collective, launched
 from ..common.split_k import SPLIT_K_SCRATCH
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_tiles
@@ -30,7 +27,6 @@ from ._tiles import produce_tiles, reduce_tiles
 
 @kernel
 def _fused_kernel(
-    # GEMM operands; strides (am, ak), (bk, bn)
     a_ptr, b_ptr, M, N, K, stride_a, stride_b,
     # stage [W, M, N] in the input dtype and flags [W, num_tiles] int64 (symmetric addresses); output
     # c [M, N] and bias [N], both local
@@ -43,14 +39,10 @@ def _fused_kernel(
     HAS_BIAS: tl.constexpr, SUM: tl.constexpr = True, ENTER: tl.constexpr = False,
     OWN_SUM: tl.constexpr = False, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1,
 ):
-    """``SUM=False``: the GEMM and the partial stores only, no flags (``benchmarks.breakdown`` times the
-    parts). ``ENTER``: program 0 begins the call while the others run their first K loop
-    (``P.enter_aside``); tile t goes to program ``(t + 1) % NUM_PROGRAMS``, so program 0 has none
-    while the tiles do not fill the programs. ``OWN_SUM`` (one work item a program): each tile is
-    summed right after it is pushed, this rank's partial taken from registers (``produce_tiles``
-    with ``SUM_HERE``). ``SPLIT`` (with ``OWN_SUM``): each tile's K steps are split into ``split[0]``
-    slices, and the program that hands in a tile's last slice sums them, pushes the tile and sums it
-    (``produce_tiles`` with ``SPLIT``)."""
+    """``SUM=False``: the GEMM and the partial stores only (``benchmarks.breakdown`` times the parts).
+    ``ENTER``: program 0 begins the call while the others run their first K loop
+    (``P.enter_aside``; tile t goes to program ``(t + 1) % NUM_PROGRAMS``). ``OWN_SUM`` and
+    ``SPLIT``: ``produce_tiles``' ``SUM_HERE`` and ``SPLIT`` (``split[0]`` K slices a tile)."""
     pid = tl.program_id(0)
     if ENTER:
         epoch = P.enter_aside(call)
@@ -107,11 +99,9 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None):
     """gemm_all_reduce as one fused persistent kernel (its programs push their partial tiles, then sum
     them once every rank's have landed); same contract as :func:`tilefuse.gemm_all_reduce`."""
     p = prepare("fused_sequential", a, b, config, group, bias, comm=False, flags=True, launch=_launch)
-    c = new_output((p.M, p.N), a.dtype, a.device)
-    entry = p.begin(c)
-    if p.stage is None:
+    a, b, c, entry = p.start(a, b)
+    if p.empty:
         return c
-    a, b = p.operands(a, b)
     _fused_kernel[(p.launch["NUM_PROGRAMS"],)](
         a, b, p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags, p.stride_s,
         c, c if bias is None else bias.contiguous(), p.stride_c, call_arg(p.heap, entry), split_arg(p, c),

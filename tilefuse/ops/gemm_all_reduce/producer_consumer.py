@@ -4,16 +4,11 @@
     stream 2: | reduce (COMM_SMS programs): tile t: acquire flags (0, t) ... (W-1, t), sum (+ bias) -> c |
     stream 1:                                                                             | join |
 
-One-shot: both kernels begin the call together (``P.enter``: the first of their programs to run
-does the begin, the others wait for it) and end it together (``P.exit`` over the programs of both:
-the last writes the status words).
-
-A reduction program takes the tiles in the order the GEMM programs produce them; for each it
-acquires the W sources' flags in source order, then sums the W slots in fp32 in the order 0, 1, ...,
-W-1 (the bits of every other variant, on every rank). Partials travel in the input dtype. Flags are
-per (source, tile) on every rank and carry the call's sequence number. GEMM_SMS + COMM_SMS must fit
-on the device at once: the reduction spins. The loops are ``_tiles.produce_tiles`` and
-``_tiles.reduce_kernel``.
+One-shot: both kernels begin the call together (``P.enter``: the first of their programs does the
+begin) and end it together (``P.exit`` over the programs of both). A reduction program takes the
+tiles in the order they are produced; for each it acquires the W sources' flags, then sums the W
+slots in fp32 in the order 0, 1, ..., W-1 (every variant's bits). GEMM_SMS + COMM_SMS must fit on
+the device at once: the reduction spins.
 """
 
 from __future__ import annotations
@@ -22,14 +17,13 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import ForkedStreams, call_arg, collective, launched, new_output
+from ..common.launch import ForkedStreams, call_arg, collective, launched
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_kernel
 
 
 @kernel
 def _gemm_producer_kernel(
-    # GEMM operands; strides (am, ak), (bk, bn)
     a_ptr, b_ptr, M, N, K, stride_a, stride_b,
     # stage [W, M, N] (input dtype) and flags [W, num_tiles] int64 (symmetric addresses)
     stage_ptr, flags_ptr, stride_s,
@@ -61,11 +55,9 @@ def producer_consumer(a, b, *, config=None, group=None, bias=None):
     """gemm_all_reduce with GEMM and reduction kernels on two streams; same contract as
     :func:`tilefuse.gemm_all_reduce`."""
     p = prepare("producer_consumer", a, b, config, group, bias, comm=True, flags=True, launch=_launch)
-    c = new_output((p.M, p.N), a.dtype, a.device)
-    entry = p.begin(c)
-    if p.stage is None:
+    a, b, c, entry = p.start(a, b)
+    if p.empty:
         return c
-    a, b = p.operands(a, b)
     call = call_arg(p.heap, entry)
     gemm, reduce = p.launch["gemm"], p.launch["reduce"]
     total = gemm["NUM_PROGRAMS"] + reduce["NUM_PROGRAMS"]  # the programs that end the call together

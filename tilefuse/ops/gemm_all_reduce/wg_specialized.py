@@ -4,11 +4,9 @@
     programs G .. G+C-1    : | tile t: acquire flags (0, t) ... (W-1, t), sum (+ bias) -> c | ...
     stream: | one kernel, which begins the call itself |
 
-G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every source's partial of every tile has
-been summed, so the kernel's end is the op's end: no completion handshake. All G+C programs must be
-resident at once (checked against the device): the reducers spin. Reducers wait only on producers,
-which have lower program ids (or run on other ranks), as the interpreter requires. The loops are
-``_tiles.produce_tiles`` and ``_tiles.reduce_tiles``.
+G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every partial of every tile has been
+summed: no completion handshake. All G+C programs must be resident at once (checked against the
+device). Reducers wait only on producers, which have lower program ids (the interpreter's order).
 """
 
 from __future__ import annotations
@@ -18,14 +16,13 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import sum_rows
-from ..common.launch import call_arg, collective, launched, new_output
+from ..common.launch import call_arg, collective, launched
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_tiles
 
 
 @kernel
 def _wg_kernel(
-    # GEMM operands; strides (am, ak), (bk, bn)
     a_ptr, b_ptr, M, N, K, stride_a, stride_b,
     # stage [W, M, N] (input dtype), flags [W, num_tiles] int64 (symmetric); output c [M, N] and
     # bias [N], both local
@@ -78,11 +75,9 @@ def wg_specialized(a, b, *, config=None, group=None, bias=None):
     """gemm_all_reduce as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_all_reduce`."""
     p = prepare("wg_specialized", a, b, config, group, bias, comm=True, flags=True, launch=_launch)
-    c = new_output((p.M, p.N), a.dtype, a.device)
-    entry = p.begin(c)
-    if p.stage is None:
+    a, b, c, entry = p.start(a, b)
+    if p.empty:
         return c
-    a, b = p.operands(a, b)
     _wg_kernel[(p.launch["GEMM_PROGRAMS"] + p.launch["COMM_PROGRAMS"],)](
         a, b, p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags, p.stride_s,
         c, c if bias is None else bias.contiguous(), p.stride_c, call_arg(p.heap, entry), **p.launch)

@@ -3,92 +3,57 @@ config, heap buffer, flags); :func:`begin` and :func:`finish` every call (output
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-
 import torch
 
-from ...runtime import world as _world
-from ..common.config import WARP_SPEC_VARIANTS, Config, check_variant_config
-from ..common.gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, tma_operands
-from ..common.launch import begin_call, check_out, new_output, op_heap, prepare_gemm, prepared, workspace
+from ..common.config import WARP_SPEC_VARIANTS, check_variant_config
+from ..common.launch import check_out, new_output, op_heap, prepare_gemm
+from ..common.prepare import PreparedCall, once
 from ._tiles import launch_copy_peer_blocks
 
 OP = "gemm_all_scatter"
 
 
-@dataclass(eq=False)
-class Prepared:
-    """One call signature of a variant, checked and resolved: what each of its calls launches with."""
+class Prepared(PreparedCall):
+    """One call signature of a variant, checked and resolved: what each of its calls launches with
+    (``N``: N_loc, the columns of this rank's block)."""
 
-    heap: object
-    sig: tuple  # the call's signature: its begin checks that every rank made the same call
-    M: int
-    N: int  # N_loc: the columns of this rank's block
-    K: int
-    config: Config
-    meta: dict  # the tile loop's constexprs and launch options (BLOCK_*, GROUP_M, USE_TMA, B_KMAJOR, warps, stages)
-    pad: bool  # a or b is copied onto the tensor-descriptor path on every call (the variants' own GEMM)
-    begins: bool  # the call's first kernel begins it (P.enter); else the begin kernel does
-    inplace: bool  # `out` is a heap tensor at the same offset on every rank: the kernels write it
-    c: torch.Tensor | None  # [M, W*N] heap buffer where the peers' blocks land; None: the result itself
-    flags: torch.Tensor | None  # int64 per-tile "ready" flags (flagged variants)
-    done: torch.Tensor | None  # int64 [W, COMM_SMS] completion flags (wg_specialized)
-    workspaces: tuple  # the heap workspaces held: kept for a CUDA graph that captures a call
-    empty: bool  # nothing to compute or move (M, N_loc or K is 0)
-
-
-def _layout(t: torch.Tensor) -> tuple:
-    return tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % 16
+    def __init__(self, variant: str, a, b, config, group, out, *, comm: bool, flags: bool):
+        g = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
+        cfg, heap = g.config, g.heap
+        check_variant_config(OP, variant, cfg)  # only bulk_sync splits K
+        W, M, N = heap.world_size, g.M, g.N
+        shape = (M, W * N)
+        # inplace: `out` is a heap tensor at the same offset on every rank, which the kernels write.
+        self.inplace = out is not None and check_out(OP, heap, out, shape, a.dtype, a=a, b=b)
+        super().__init__(g, a, b, g.key(variant, self.inplace), empty=M == 0 or N == 0 or g.K == 0,
+                         pad=variant != "bulk_sync")  # bulk_sync's GEMM core pads itself
+        # The tile loop's constexprs and launch options (BLOCK_*, GROUP_M, USE_TMA, B_KMAJOR, warps, stages).
+        self.meta = g.gemm_meta_ws if g.specialize else g.gemm_meta
+        self.c = None  # [M, W*N] heap buffer where the peers' blocks land; None: the result itself
+        self.flags = self.done = None  # int64 per-tile "ready" flags; [W, COMM_SMS] completion flags
+        if not (self.inplace or self.empty or W == 1):
+            # This rank's tiles go straight into the result; the peers' land here and are copied out.
+            self.c = self.hold((OP, "c", shape, a.dtype), lambda h: {"c": h.empty(shape, dtype=a.dtype)},
+                               M * W * N * a.element_size()).c
+        if flags and not self.empty:
+            # The key: all the flag protocol depends on (tile counts, the programs that report done).
+            ws = self.hold((OP, variant, M, N, cfg.BLOCK_M, cfg.BLOCK_N, cfg.COMM_SMS), lambda h: {
+                "flags": h.zeros(max(g.num_tiles, 1), dtype=torch.int64),  # per-tile "ready" sequence numbers
+                "flags_done": h.zeros((W, max(cfg.COMM_SMS, 1)), dtype=torch.int64),  # (source, program) done
+            }, 8 * (g.num_tiles + W * cfg.COMM_SMS))
+            self.flags, self.done = ws.flags, ws.flags_done
 
 
 def prepare(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = False) -> Prepared:
     """The variant's :class:`Prepared` for this call signature (made on first use, by every rank alike).
     ``comm``: the variant needs COMM_SMS >= 1 communication programs; ``flags``: it uses flags."""
     heap = op_heap(OP, group)
-    make = functools.partial(_make, heap, variant, a, b, config, group, out, comm=comm, flags=flags)
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and isinstance(config, (Config, type(None)))
-            and isinstance(out, (torch.Tensor, type(None)))):
-        return make()  # raises: the checks name the argument
-    key = (OP, variant, _layout(a), _layout(b), config, out is None or (_layout(out), heap.is_on_heap(out)))
-    p = prepared(heap, key, make)
+    on_heap = isinstance(out, torch.Tensor) and heap.is_on_heap(out)
+    p = once(heap, (OP, variant, on_heap), lambda: Prepared(variant, a, b, config, group, out, comm=comm,
+                                                            flags=flags), config, a, b, out)
     if out is not None:  # its address: no overlap with a or b, a heap offset checked across ranks
         check_out(OP, heap, out, (p.M, heap.world_size * p.N), a.dtype, a=a, b=b)
-    if _world.current_call().capturing:
-        for ws in p.workspaces:
-            ws.captured = True
     return p
-
-
-def _make(heap, variant: str, a, b, config, group, out, *, comm: bool, flags: bool) -> Prepared:
-    g = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
-    cfg = g.config
-    check_variant_config(OP, variant, cfg)  # only bulk_sync splits K
-    W, M, N = heap.world_size, g.M, g.N
-    shape = (M, W * N)
-    empty = M == 0 or N == 0 or g.K == 0
-    inplace = out is not None and check_out(OP, heap, out, shape, a.dtype, a=a, b=b)
-    held, c = [], None
-    if not (inplace or empty or W == 1):
-        # This rank's tiles go straight into the result; the peers' land here and are copied out.
-        ws = workspace(heap, (OP, "c", shape, a.dtype), lambda h: {"c": h.empty(shape, dtype=a.dtype)},
-                       M * W * N * a.element_size())
-        held.append(ws)
-        c = ws.c
-    flag_buf = done = None
-    if flags and not empty:
-        # The key: all the flag protocol depends on (tile counts, the programs that report done).
-        key = (OP, variant, M, N, cfg.BLOCK_M, cfg.BLOCK_N, cfg.COMM_SMS)
-        ws = workspace(heap, key, lambda h: {
-            "flags": h.zeros(max(g.num_tiles, 1), dtype=torch.int64),  # per-tile "ready" sequence numbers
-            "flags_done": h.zeros((W, max(cfg.COMM_SMS, 1)), dtype=torch.int64),  # (source, program) done
-        }, 8 * (g.num_tiles + W * cfg.COMM_SMS))
-        held.append(ws)
-        flag_buf, done = ws.flags, ws.flags_done
-    pad = variant != "bulk_sync" and (g.a is not a or g.b is not b)  # bulk_sync's GEMM core pads itself
-    return Prepared(heap=heap, sig=g.key(variant, inplace), M=M, N=N, K=g.K, config=cfg, pad=pad,
-                    meta=g.gemm_meta_ws if g.specialize else g.gemm_meta, begins=not empty and g.kernel_may_begin,
-                    inplace=inplace, c=c, flags=flag_buf, done=done, workspaces=tuple(held), empty=empty)
 
 
 def begin(p: Prepared, a, b, out) -> tuple:
@@ -96,17 +61,14 @@ def begin(p: Prepared, a, b, out) -> tuple:
     result [M, W*N_loc] (``out`` unless strided) and where the peers' blocks land, strided alike (the
     result itself with a heap ``out`` or where none land), both NaN if the call aborts; the begin
     arguments of a first kernel that begins the call (None: the begin kernel began it)."""
-    if p.pad:
-        a, b, _, _ = tma_operands(a, b, UNALIGNED_PAD_MIN_M)
-    if p.meta["USE_TMA"]:
-        ensure_triton_allocator()  # per thread: the descriptors' scratch
+    a, b = p.operands(a, b)
     if p.inplace:
         dest = c = out
     else:
         contiguous = out is not None and out.is_contiguous()
         dest = out if contiguous else new_output((p.M, p.heap.world_size * p.N), a.dtype, a.device)
         c = dest if p.c is None else p.c
-    entry = begin_call(p.sig, dest, c if c is not dest else None, kernel_begins=p.begins)
+    entry = p.begin(dest, c if c is not dest else None)
     if p.K == 0 and p.M and p.N:
         dest.zero_()  # an empty sum (every rank's block is zero: nothing needs to move)
     return a, b, dest, c, entry

@@ -17,7 +17,6 @@ from ..common.tiles import gemm_operands, gemm_tile, load_tile, store_tile, tile
 
 @triton.jit
 def compute_tiles(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # output: the result, c (a symmetric address), both [M, W*N] strided alike; int64 flag per tile
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr,

@@ -3,9 +3,8 @@
     stream:  | GEMM (all SMs) -> own block of the result; begins the call | scatter: own block -> every peer;
              ends with a barrier (all peers' blocks landed) |
 
-No overlap: the baseline shape of the algorithm in the same runtime. Two launches: the GEMM's first
-program begins the call (``P.enter``) and the scatter kernel's last one passes the closing barrier
-(``P.exit`` with ``BARRIER``); at world 1 the GEMM is the whole call.
+No overlap: the baseline. The GEMM's first program begins the call (``P.enter``), the scatter
+kernel's last passes the closing barrier (``P.exit`` with ``BARRIER``); at world 1 the GEMM is all.
 """
 
 from __future__ import annotations

@@ -3,12 +3,10 @@
     program p: | tile p: K loop | store local + put to peers | tile p+P: K loop | store + put | ...
     stream:    | fused kernel: begins the call, ends with a barrier (all peers' tiles landed) |
 
-Communication of tile i overlaps the K loops of the tiles other programs are computing; there is no
-flag: the tile goes from registers straight to every peer's c. One launch: the kernel's program 0
-begins the call while the others run their first K loop, waiting for the begin only before their
-first store (``P.enter_aside``, ``P.ready``), and its last program passes the closing barrier with
-the other ranks (``P.exit`` with ``BARRIER``): no begin or barrier kernel around it (but for a
-warp-specialized tile loop, which Triton would not specialize with them inside).
+Pushing tile i overlaps the other programs' K loops; no flag: the tile goes from registers to every
+peer's c. Program 0 begins the call while the others run their first K loop (``P.enter_aside``;
+they wait for it before their first store, ``P.ready``), and the last program passes the closing
+barrier (``P.exit`` with ``BARRIER``); a warp-specialized loop has begin and barrier kernels instead.
 """
 
 from __future__ import annotations
@@ -24,13 +22,11 @@ from ._tiles import compute_tiles
 
 @kernel
 def _fused_kernel(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # output: the result, c (a symmetric address), both [M, W*N] strided alike
     o_ptr, c_ptr, stride_cm, stride_cn,
     # the call (runtime.primitives)
     call,
-    # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
     ENTER: tl.constexpr,

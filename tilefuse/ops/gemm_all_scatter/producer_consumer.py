@@ -4,12 +4,10 @@
     stream 2: | scatter (COMM_SMS programs): acquire tile flag, put tile to peers ... barrier |
     stream 1:                                                                       | join |
 
-Flags are per tile, local to the rank (the producer and consumer run on the same GPU) and carry
-the call's sequence number. GEMM_SMS + COMM_SMS must fit on the device at once: the consumer spins.
-Both kernels begin the call together (``P.enter``: the first of their programs to run does the
-begin, the others wait for it) and end it together (``P.exit`` over the programs of both): the
-last program to finish passes the closing barrier and writes the status words, so a call is two
-launches and two stream switches.
+Flags are per tile, local to the rank, and carry the call's sequence number. GEMM_SMS + COMM_SMS
+must fit on the device at once: the consumer spins. Both kernels begin the call together
+(``P.enter``) and end it together (``P.exit`` over the programs of both: the last one passes the
+closing barrier).
 """
 
 from __future__ import annotations
@@ -25,13 +23,11 @@ from ._tiles import compute_tiles, push_ready_tiles
 
 @kernel
 def _gemm_producer_kernel(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # output: the result, c (a symmetric address), both [M, W*N] strided alike; one int64 flag per tile
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr,
     # the call; the programs of both kernels, which end it together
     call, exit_programs,
-    # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
 ):

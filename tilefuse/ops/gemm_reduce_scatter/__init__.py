@@ -10,10 +10,8 @@ from .reference import reference
 from .wg_specialized import wg_specialized
 
 OP = "gemm_reduce_scatter"
-for _name, _fn in (("reference", reference), ("bulk_sync", bulk_sync),
-                   ("producer_consumer", producer_consumer), ("fused_sequential", fused_sequential),
-                   ("wg_specialized", wg_specialized)):
-    registry.register(OP, _name, _fn)
+for _fn in (reference, bulk_sync, producer_consumer, fused_sequential, wg_specialized):
+    registry.register(OP, _fn.__name__, _fn)
 
 
 def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None):

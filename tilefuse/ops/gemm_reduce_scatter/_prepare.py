@@ -1,112 +1,75 @@
-"""What the gemm_reduce_scatter variants prepare once per call signature, and the per-call begin."""
+"""What the gemm_reduce_scatter variants prepare once per call signature."""
 
 from __future__ import annotations
 
 import torch
 
 from ..common.checks import check_divisible, check_matrix
-from ..common.config import WARP_SPEC_VARIANTS, Config, check_variant_config, side_warps
-from ..common.gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, tma_operands
-from ..common.launch import begin, begin_call, op_heap, prepare_gemm, prepared, workspace
+from ..common.config import WARP_SPEC_VARIANTS, check_variant_config, side_warps, sum_rows
+from ..common.launch import op_heap, prepare_gemm
+from ..common.prepare import PreparedCall, once
 
 OP = "gemm_reduce_scatter"
 
 
-class Prepared:
+class Prepared(PreparedCall):
     """One call signature of a variant: the checked shapes, config, operand layout and heap buffers.
 
-    ``stage [W, rows, N]`` in the input dtype is shared by every variant of one (dtype, rows, N) (the
-    entry barrier of each call makes that safe). The flagged variants, which sum while partials
-    arrive, also get an fp32 running sum ``run [rows, N]`` when W >= 3, shared by both per (rows, N):
-    only the owner's reduction touches it, and one call's reduction ends before the next call's
-    starts; elsewhere ``run`` is the stage, a never-touched stand-in. Their ``flags [W,
-    tiles_per_owner]`` int64 and its epoch belong to one variant and tile shape; ``flags`` is the
-    stage for the others.
+    ``stage [W, rows, N]`` (input dtype) is shared by every variant of one (dtype, rows, N) (each
+    call's begin is a barrier). The flagged variants, which sum while partials arrive, also share an
+    fp32 running sum ``run [rows, N]`` when W >= 3 (only the owner's reduction touches it, one call
+    after another; elsewhere ``run`` is the stage, never touched), and have ``flags [W,
+    tiles_per_owner]`` int64 of their own per tile shape (the stage for the others).
     """
 
     def __init__(self, variant: str, a, b, config, group, *, comm: bool, flags: bool):
-        heap = self.heap = op_heap(OP, group)
+        heap = op_heap(OP, group)
         check_matrix(OP, "a", a)
         W = heap.world_size
         check_divisible(OP, "M (rows of a)", a.shape[0], W, "the world size")
         rows = self.rows = a.shape[0] // W
         g = prepare_gemm(OP, a, b, group, config, comm=comm, tile_m=max(rows, 1),
                          specialize=variant in WARP_SPEC_VARIANTS[OP])
-        cfg = self.config = g.config
+        cfg = g.config
         check_variant_config(OP, variant, cfg)  # only bulk_sync splits K
         if g.K == 0:
             # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
             g.use_tma = g.b_kmajor = False
-        N = self.N = g.N
-        self.M = g.M
-        self.pad = g.a is not a or g.b is not b  # copied onto the descriptor path on every call
-        self.use_tma = g.use_tma
+        # K_loc may differ between ranks (and with it BLOCK_K or the program counts of a default
+        # config): the signature holds the shapes and the tile grid that the flags and slots follow.
+        super().__init__(g, a, b, (OP, variant, g.M, g.N, str(a.dtype), cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M),
+                         empty=rows == 0 or g.N == 0, pad=variant != "bulk_sync")  # the GEMM core pads itself
+        self.out_shape = (rows, g.N)
+        N = g.N
         self.dims = g.gemm_args[2:]  # M, N, K and the strides of the operands as launched
         self.meta = g.gemm_meta  # constexprs and launch options of the GEMM part
         self.warp_spec = g.warp_spec
         self.side_warps = side_warps(cfg)
-        # Rows per reduction block: about 32 fp32 elements per thread, a power of two <= BLOCK_M.
-        self.sub_m = max(1, min(cfg.BLOCK_M, 1024 * self.side_warps // cfg.BLOCK_N))
-        self.begins = g.kernel_may_begin  # the call's first kernel begins it (P.enter with ENTER)
-        # K_loc may differ between ranks (and with it BLOCK_K or the program counts of a default
-        # config): the signature holds the shapes and the tile grid that the flags and slots follow.
-        self.sig = (OP, variant, g.M, N, str(a.dtype), cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M)
-        self.empty = rows == 0 or N == 0  # nothing to compute or move (the same on every rank)
+        self.sub_m = sum_rows(cfg)  # rows per reduction block
         self.tiles_per_owner = -(-rows // cfg.BLOCK_M) * -(-N // cfg.BLOCK_N)
-        self.workspaces = []  # (key, make, bytes) of each heap buffer, in the order of first use
         if self.empty:
             return
         if rows * N >= 2**31:
             raise ValueError(f"{OP}: an owner's block of M/W x N = {rows} x {N} elements must stay below 2**31 "
                              "(the reduction indexes a block with 32-bit offsets); split the call")
         dtype, tiles = a.dtype, self.tiles_per_owner
-        self.stage = self.run = self.flags = self._workspace(
-            (OP, "stage", dtype, W, rows, N), "stage", lambda h: h.empty((W, rows, N), dtype=dtype),
-            W * rows * N * a.element_size())
+        self.stage = self.run = self.flags = self.hold(
+            (OP, "stage", dtype, W, rows, N), lambda h: {"stage": h.empty((W, rows, N), dtype=dtype)},
+            W * rows * N * a.element_size()).stage
         self.stage_strides = self.stage.stride()
         if flags and W >= 3:
             # accumulate_slot indexes it with a slot's strides: both are contiguous [rows, N].
-            self.run = self._workspace((OP, "run", W, rows, N), "run",
-                                       lambda h: h.empty((rows, N), dtype=torch.float32), rows * N * 4)
+            self.run = self.hold((OP, "run", W, rows, N), lambda h: {"run": h.empty((rows, N), dtype=torch.float32)},
+                                 rows * N * 4).run
         if flags:
-            self.flags = self._workspace((OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N), "flags",
-                                         lambda h: h.zeros((W, tiles), dtype=torch.int64), 8 * W * tiles)
-
-    def _workspace(self, key: tuple, name: str, make, nbytes: int) -> torch.Tensor:
-        entry = (key, lambda h: {name: make(h)}, nbytes)
-        self.workspaces.append(entry)
-        return workspace(self.heap, *entry).buffers[name]
-
-    def operands(self, a, b) -> tuple:
-        """Per call: ``a`` and ``b`` as the kernels read them."""
-        if self.pad:
-            a, b, _, _ = tma_operands(a, b, UNALIGNED_PAD_MIN_M)
-        if self.use_tma:
-            ensure_triton_allocator()
-        return a, b
-
-    def begin(self, c) -> tuple | None:
-        """Per call: pair the call with the peers' and check its signature, by the begin kernel now,
-        or by the call's first kernel given the result (``P.enter`` with ``ENTER``; None where the
-        begin kernel ran). ``c`` is filled with NaN if the call aborts."""
-        for entry in self.workspaces:
-            # In use: the same least-recently-used order on every rank, kept while a CUDA graph holds it.
-            workspace(self.heap, *entry)
-        if self.empty:
-            begin(self.sig)
-            return None
-        return begin_call(self.sig, c, kernel_begins=self.begins)
+            self.flags = self.hold((OP, variant, rows, N, cfg.BLOCK_M, cfg.BLOCK_N),
+                                   lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles).flags
 
 
 def prepare(variant: str, a, b, config, group, *, comm: bool = False, flags: bool = False) -> Prepared:
-    """The :class:`Prepared` of this call's signature, made on its first call (``launch.prepared``):
+    """The :class:`Prepared` of this call's signature, made on its first call (``common.prepare.once``):
     checks ``a [M, K_loc]`` and ``b [K_loc, N]``, resolves the config and allocates the heap
     buffers (collective then). ``comm``: the variant needs COMM_SMS >= 1; ``flags``: it sums while
     partials arrive."""
-    heap = op_heap(OP, group)
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            and (config is None or isinstance(config, Config))):
-        return Prepared(variant, a, b, config, group, comm=comm, flags=flags)  # raises
-    key = (OP, variant, a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.device, b.device,
-           a.data_ptr() % 16, b.data_ptr() % 16, config)
-    return prepared(heap, key, lambda: Prepared(variant, a, b, config, group, comm=comm, flags=flags))
+    return once(op_heap(OP, group), (OP, variant), lambda: Prepared(variant, a, b, config, group, comm=comm,
+                                                                    flags=flags), config, a, b)

@@ -1,15 +1,12 @@
 """Device loops shared by the gemm_reduce_scatter variants: produce partial tiles, reduce owned tiles.
 
-Tiles are decomposed by owner, so that no tile straddles two owners' rows: with ``rows = M / W``,
-owner o's tiles are the ``tiles_per_owner = cdiv(rows, BM) * cdiv(N, BN)`` tiles of the row block
-``A[o*rows : (o+1)*rows]`` (grouped swizzle inside the block). Rank r walks the owners in the
-order r+1, r+2, ..., r (its own last), so at any moment the ranks push to different owners.
-
-``stage [W, rows, N]`` in the input dtype sits on every rank's heap; in the push layout slot s of
-owner o holds source s's partial of o's rows, computed in fp32 and rounded to the stage's dtype when
-stored. Flags ``flags [W, tiles_per_owner]`` int64 on the owner: entry ``(s, j)`` is set to the
-call's sequence number by source s once its partial of tile j is in the slot. The owner sums in fp32; a running
-sum (W >= 3, flagged variants) lives in an owner-local fp32 buffer ``run [rows, N]``.
+Owner o's tiles are the ``tiles_per_owner`` tiles of its row block ``A[o*rows : (o+1)*rows]``
+(``rows = M / W``, grouped swizzle inside it). Rank r walks the owners r+1, r+2, ..., r (its own
+last): at any moment the ranks push to different owners. ``stage [W, rows, N]`` (input dtype) on
+every heap: in the push layout slot s of owner o holds source s's partial of o's rows, rounded once.
+``flags [W, tiles_per_owner]`` int64 on the owner: ``(s, j)`` is set to the call's sequence number
+once source s's partial of tile j is in the slot. A running sum (W >= 3, flagged variants) lives in
+an owner-local fp32 ``run [rows, N]``.
 """
 
 import triton
@@ -24,7 +21,6 @@ from ..common.tiles import gemm_operands, gemm_tile, store_tile, tile_coords, ti
 
 @triton.jit
 def produce_partials(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # stage [W, rows, N] (input dtype) and the owner-side flags (symmetric addresses)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
@@ -34,15 +30,10 @@ def produce_partials(
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
     WARP_SPEC: tl.constexpr = False,
 ):
-    """Compute this rank's partial of every tile and store it into the owner's slot ``rank``.
-
-    The fp32 accumulator tile is rounded to the stage's dtype as it is stored.
-
-    Tile t = step * tiles_per_owner + j (owner ``owner_at(step)``, tile j of its block) goes to
-    program t % NUM_PROGRAMS. With ``RELEASE`` the owner's flag (rank, j) is set to ``epoch``
-    after the store. ``WARP_SPEC``: each owner's tile loop is warp-specialized (``Config.WARP_SPEC``;
-    never with RELEASE).
-    """
+    """Compute this rank's partial of every tile, rounded once, into the owner's slot ``rank``: tile
+    t = step * tiles_per_owner + j (tile j of owner ``owner_at(step)``) goes to program t %
+    NUM_PROGRAMS. ``RELEASE``: then set the owner's flag (rank, j) to ``epoch``. ``WARP_SPEC``: each
+    owner's tile loop is warp-specialized (never with RELEASE)."""
     rank, world = P.rank(call), P.world(call)
     rows = M // world
     num_pid_m = tl.cdiv(rows, BLOCK_M)
@@ -81,12 +72,10 @@ def reduce_owned(
 ):
     """Sum the W contributions to tiles cid, cid + NUM_PROGRAMS, ... of this rank's rows into c.
 
-    Sums are fp32 in the fixed source order. Without ``WAIT`` every contribution is already in
-    place: one pass per tile sums the W slots in registers. With ``WAIT`` (push layout, partials
-    still arriving) the program follows the arrival order: for each source in turn it acquires that
-    source's flag of each of its tiles and adds the slot to an fp32 running sum kept in ``run``, so
-    that by the time the last source's partial arrives only one addition per tile is left. Both
-    give the same bits. A tile is processed in [SUB_M, BN] blocks.
+    fp32 in the fixed source order, in [SUB_M, BN] blocks. Without ``WAIT`` (all in place) one pass
+    sums the W slots in registers; with ``WAIT`` the program follows the arrivals: source by source
+    it acquires the flag of each of its tiles and adds the slot to the running sum in ``run``. Both
+    give the same bits.
     """
     rank, world, heap_bases = P.rank(call), P.world(call), P.bases(call)
     num_pid_m = tl.cdiv(rows, BLOCK_M)
@@ -138,12 +127,10 @@ def reduce_kernel(
 
 def launch_reduce(p, call: tuple, c, programs: int, *, pull: bool, wait: bool, end: bool = False,
                   enter: bool = False, exit_programs: int | None = None) -> None:
-    """Launch :func:`reduce_kernel` on ``programs`` programs for the call prepared as ``p``
-    (:class:`._prepare.Prepared`), into ``c``: ``pull`` the partials from the peers' stages, or sum
-    those pushed into this rank's; ``wait`` on the per-tile flags (else a barrier ordered the
-    partials); ``end``: as the call's last kernel, whose first kernel began it; ``enter`` too: beside
-    a kernel that begins and ends the call with it (``exit_programs``: the programs of both, default
-    ``programs``)."""
+    """Launch :func:`reduce_kernel` on ``programs`` programs into ``c``: ``pull`` the partials from the
+    peers' stages, or sum those pushed here; ``wait`` on the flags (else a barrier ordered them);
+    ``end``: the call's last kernel; ``enter`` too: beside a kernel that begins and ends the call with
+    it (``exit_programs``: the programs of both, default ``programs``)."""
     cfg = p.config
     reduce_kernel[(programs,)](
         p.stage, p.flags if wait else p.stage, p.run, c,  # the stage: a never-read stand-in

@@ -3,17 +3,15 @@
     rank r:  | GEMM (all SMs): a @ b -> stage [M, N] (input dtype); begins the call | barrier |
              | reduce: for each tile of r's rows, sum stage[r-th row block] of every rank -> c; ends the call |
 
-No overlap: the baseline shape of the algorithm in the same runtime. Each rank's stage holds its
-whole partial, accumulated in fp32 and stored in the input dtype (slot o = owner o's rows); the owner
-pulls its slot from every peer and sums the W partials in fp32 in a fixed order (r-1, r-2, ..., r),
-so the result is the same on every run. The GEMM's first program begins the call (``P.enter``)
-and the reduction's last one ends it (``P.exit``): no begin kernel, no status copy.
+No overlap: the baseline. Each rank's stage holds its whole partial (slot o = owner o's rows); the
+owner pulls its slot from every peer and sums them in fp32 in the order r-1, r-2, ..., r. The GEMM's
+first program begins the call (``P.enter``), the reduction's last ends it (``P.exit``).
 """
 
 from __future__ import annotations
 
 from ..common.gemm import matmul
-from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier, new_output
+from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce
 
@@ -22,8 +20,7 @@ from ._tiles import launch_reduce
 def bulk_sync(a, b, *, config=None, group=None):
     """gemm_reduce_scatter with no overlap; same contract as :func:`tilefuse.gemm_reduce_scatter`."""
     p = prepare("bulk_sync", a, b, config, group)
-    c = new_output((p.rows, p.N), a.dtype, a.device)
-    entry = p.begin(c)
+    a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
     heap, cfg = p.heap, p.config

@@ -15,20 +15,18 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import call_arg, collective, launched, mid_barrier, new_output
+from ..common.launch import call_arg, collective, launched, mid_barrier
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce, produce_partials
 
 
 @kernel
 def _fused_kernel(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # stage [W, rows, N] in the input dtype (a symmetric address)
     stage_ptr, stride_slot, stride_sm, stride_sn,
     # the call (this kernel begins it with ENTER)
     call,
-    # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
     ENTER: tl.constexpr,
@@ -50,11 +48,9 @@ def fused_sequential(a, b, *, config=None, group=None):
     """gemm_reduce_scatter as one fused persistent kernel and a local reduction (the module
     docstring); same contract as :func:`tilefuse.gemm_reduce_scatter`."""
     p = prepare("fused_sequential", a, b, config, group)
-    c = new_output((p.rows, p.N), a.dtype, a.device)
-    entry = p.begin(c)
+    a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
-    a, b = p.operands(a, b)
     call = call_arg(p.heap, entry)
     cfg = p.config
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config

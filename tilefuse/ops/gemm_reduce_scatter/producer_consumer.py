@@ -4,15 +4,11 @@
     stream 2: | reduce (COMM_SMS programs): from r-1: acquire | from r-2: acquire, add | ... -> c |
     stream 1:                                                                         | join |
 
-Both kernels begin the call together (``P.enter``: the first of their programs to run does the
-begin, the others wait for it) and end it together (``P.exit`` over the programs of both: the
-last writes the status words).
-
-Rank r's reduction follows the arrivals: source by source (r-1, r-2, ..., r) it acquires the
-source's flag of each of its tiles and adds the slot to an fp32 running sum (in its own buffer),
-while the GEMM keeps producing other owners' tiles. Partials travel in the input dtype. Flags are
-per (source, tile) on the owner and carry the call's sequence number. GEMM_SMS + COMM_SMS must fit on the
-device at once: the reduction spins.
+Both kernels begin the call together (``P.enter``: the first of their programs does the begin) and
+end it together (``P.exit`` over the programs of both). Rank r's reduction follows the arrivals:
+source by source (r-1, r-2, ..., r) it acquires the flag of each of its tiles and adds the slot to
+an fp32 running sum, while the GEMM produces other owners' tiles. GEMM_SMS + COMM_SMS must fit on
+the device at once: the reduction spins.
 """
 
 from __future__ import annotations
@@ -21,20 +17,18 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import ForkedStreams, call_arg, collective, launched, new_output
+from ..common.launch import ForkedStreams, call_arg, collective, launched
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce, produce_partials
 
 
 @kernel
 def _gemm_producer_kernel(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # stage [W, rows, N] (input dtype) and flags [W, tiles_per_owner] int64 (symmetric addresses)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
     # the call (begun and ended with the reduction, ENTER); exit_programs: the programs of both kernels
     call, exit_programs,
-    # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
 ):
@@ -52,11 +46,9 @@ def producer_consumer(a, b, *, config=None, group=None):
     """gemm_reduce_scatter with GEMM and reduction kernels on two streams; same contract as
     :func:`tilefuse.gemm_reduce_scatter`."""
     p = prepare("producer_consumer", a, b, config, group, comm=True, flags=True)
-    c = new_output((p.rows, p.N), a.dtype, a.device)
-    entry = p.begin(c)
+    a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
-    a, b = p.operands(a, b)
     call = call_arg(p.heap, entry)
     begins = entry is not None
     gemm_programs, comm_programs = p.config.GEMM_SMS, p.config.COMM_SMS  # not capped: one kernel per config

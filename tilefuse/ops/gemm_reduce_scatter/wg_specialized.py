@@ -4,10 +4,9 @@
     programs G .. G+C-1    : | from r-1: acquire | from r-2: acquire, add | ... | own: acquire, add -> c |
     stream: | one kernel, which begins the call itself |
 
-G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every source's partial of every tile of
-this rank's rows has been summed, so the kernel's end is the op's end: no completion handshake. All
-G+C programs must be resident at once (checked against the device): the reducers spin. Partials
-travel in the input dtype; the reducers sum them in fp32 (a running sum in its own fp32 buffer).
+G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every partial of this rank's rows has
+been summed (an fp32 running sum): no completion handshake. All G+C programs must be resident at
+once (checked against the device).
 """
 
 from __future__ import annotations
@@ -16,21 +15,19 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.launch import call_arg, collective, launched, new_output
+from ..common.launch import call_arg, collective, launched
 from ._prepare import OP, prepare
 from ._tiles import produce_partials, reduce_owned
 
 
 @kernel
 def _wg_kernel(
-    # GEMM operands
     a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # stage [W, rows, N] (input dtype), flags [W, tiles_per_owner] int64 (symmetric); the fp32
     # running sum run [rows, N] (W >= 3) and output c [rows, N], both local
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, run_ptr, c_ptr, stride_cm, stride_cn,
     # the call (this kernel begins it with ENTER)
     call,
-    # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
@@ -58,11 +55,9 @@ def wg_specialized(a, b, *, config=None, group=None):
     """gemm_reduce_scatter as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_reduce_scatter`."""
     p = prepare("wg_specialized", a, b, config, group, comm=True, flags=True)
-    c = new_output((p.rows, p.N), a.dtype, a.device)
-    entry = p.begin(c)
+    a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
-    a, b = p.operands(a, b)
     cfg = p.config
     _wg_kernel[(cfg.GEMM_SMS + cfg.COMM_SMS,)](  # not capped by the tiles: one kernel per config
         a, b, *p.dims, p.stage, p.flags, *p.stage_strides, p.run, c, c.stride(0), c.stride(1),

@@ -1,0 +1,75 @@
+"""What every op's ``_prepare`` shares: a variant's set-up made once per call signature (:func:`once`)
+and the base of what it makes (:class:`PreparedCall`: sizes, signature, workspaces, per-call steps)."""
+
+from __future__ import annotations
+
+import torch
+
+from .config import Config
+from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, tma_operands
+from .launch import Workspace, begin_call, new_output, prepared, workspace
+
+
+def layout(t: torch.Tensor | None) -> tuple | None:
+    """What a call signature holds of a tensor argument: shape, strides, dtype, device, alignment."""
+    if t is None:
+        return None
+    return tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % 16
+
+
+def once(heap, key: tuple, make, config, *tensors):
+    """``make()`` the first time ``key``, ``config`` and the layouts of ``tensors`` are seen on
+    ``heap``'s group (``launch.prepared``), the same :class:`PreparedCall` afterwards, whose
+    workspaces are looked up again on every call: the same least-recently-used order on
+    every rank, and kept until shutdown once a CUDA graph captures a call. Arguments that form no key
+    (a tensor argument that is not one, a config that is no :class:`Config`) go to ``make``, whose
+    checks raise, naming the argument."""
+    if not (all(t is None or isinstance(t, torch.Tensor) for t in tensors)
+            and (config is None or isinstance(config, Config))):
+        return make()
+    p = prepared(heap, (*key, config, *map(layout, tensors)), make)
+    for entry in p.workspaces:
+        workspace(heap, *entry)
+    return p
+
+
+class PreparedCall:
+    """One call signature of a variant, checked and set up once (:func:`once`): the checked GEMM's
+    ``M``, ``N``, ``K`` and ``config`` (``launch.prepare_gemm``), the call's signature ``sig`` (the
+    begin checks it against the peers'), the heap workspaces it holds, and the per-call steps. Each
+    op's ``Prepared`` adds its own buffers and launch options."""
+
+    def __init__(self, g, a: torch.Tensor, b: torch.Tensor, sig: tuple, *, empty: bool, pad: bool = True):
+        self.heap, self.config, self.sig = g.heap, g.config, sig
+        self.M, self.N, self.K = g.M, g.N, g.K
+        self.empty = empty  # nothing to compute or move (the same on every rank)
+        self.begins = g.kernel_may_begin  # the call's first kernel may begin it (P.enter with ENTER)
+        self.pad = pad and (g.a is not a or g.b is not b)  # operands copied onto the descriptor path every call
+        self.use_tma = g.use_tma
+        self.workspaces = []  # (key, make, nbytes) of each workspace held, looked up again every call
+
+    def hold(self, key: tuple, make, nbytes: int) -> Workspace:
+        """``launch.workspace(heap, key, make, nbytes)``, held: looked up again on every call."""
+        self.workspaces.append((key, make, nbytes))
+        return workspace(self.heap, key, make, nbytes)
+
+    def operands(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``a`` and ``b`` as the variant's own kernels read them (copies where ``pad``)."""
+        if self.pad:
+            a, b = tma_operands(a, b, UNALIGNED_PAD_MIN_M)[:2]
+        if self.use_tma:
+            ensure_triton_allocator()  # per thread: the descriptors' scratch (autograd's backward has its own)
+        return a, b
+
+    def start(self, a: torch.Tensor, b: torch.Tensor) -> tuple:
+        """Per call: ``(a, b, c, entry)``: the operands (:meth:`operands`), a fresh output ``c`` of the
+        subclass's ``out_shape`` and the begin's result (:meth:`begin`). An empty call returns ``c`` now."""
+        c = new_output(self.out_shape, a.dtype, a.device)
+        entry = self.begin(c)
+        return (*self.operands(a, b), c, entry)
+
+    def begin(self, *outputs: torch.Tensor | None) -> tuple | None:
+        """Pair the call with the peers' and check its signature: by the begin kernel now (returns
+        None; always for an empty call), or by the call's first kernel given the result (``P.enter``
+        with ``ENTER``; ``launch.begin_call``). ``outputs`` are filled with NaN if the call aborts."""
+        return begin_call(self.sig, *outputs, kernel_begins=self.begins and not self.empty)
