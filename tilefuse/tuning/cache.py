@@ -1,29 +1,21 @@
 """The user's decision cache: what first-call tuning (and ``python -m tilefuse.tune``) found, on disk.
 
-One JSON file, ``<dir>/autotune.json``; ``<dir>`` is ``TILEFUSE_CACHE_DIR``, else
-``$XDG_CACHE_HOME/tilefuse``, else ``~/.cache/tilefuse``, and never a directory inside the installed
-package. Each entry is keyed by everything its measurement depends on: the device's arch name, the
-world size, the op, the dtype, N, K and the M bucket (:mod:`tilefuse.tuning.buckets`), and the
-torch, triton and tilefuse versions (a new kernel release tunes again). A key looks like
-``nvidia-h200|ws2|gemm_all_scatter|bfloat16|N7168|K4096|M513-768|torch2.11.0|triton3.6.0|tilefuse0.1.0``.
-
-Writes never corrupt the file and lose nothing fatal when several processes write at once: a writer
-takes an exclusive lock on ``autotune.json.lock`` (``fcntl.flock``, waited for at most
-``LOCK_TIMEOUT_S``; without it the write still goes ahead), reads what is on disk, merges its own
-entries in (its own win for the same key), writes a temporary file in the same directory and renames
-it over the old one (``os.replace``, atomic on POSIX). A reader therefore sees either the old file or
-the new one. A file that is not valid JSON, or an entry that does not follow the schema, is logged
-as a warning and skipped, never used.
+``<dir>/autotune.json``, ``<dir>`` being ``TILEFUSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilefuse``, else
+``~/.cache/tilefuse``, never inside the installed package. Keys name everything a measurement depends
+on (:func:`entry_key`, versions included). A writer locks, reads, merges and renames a temporary file
+over the old one, so concurrent writers lose nothing and readers see the old file or the new one; a
+file or entry that breaks the schema is warned about and ignored (``tilefuse/tuning/README.md``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import os
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from ..ops.common.config import Config
@@ -75,17 +67,17 @@ def versions() -> dict:
     return {"torch": torch.__version__, "triton": triton.__version__, "tilefuse": tf}
 
 
-_VERSION_TAIL: list = []
+@functools.cache
+def _version_tail() -> str:
+    return "torch{torch}|triton{triton}|tilefuse{tilefuse}".format(**versions())
 
 
 def entry_key(arch: str, world: int, op: str, dtype: str, N: int, K: int, bucket: tuple[int, int]) -> str:
-    if not _VERSION_TAIL:
-        v = versions()
-        _VERSION_TAIL.append(f"torch{v['torch']}|triton{v['triton']}|tilefuse{v['tilefuse']}")
-    return f"{arch}|ws{world}|{op}|{dtype}|N{N}|K{K}|M{bucket[0]}-{bucket[1]}|{_VERSION_TAIL[0]}"
+    """E.g. ``nvidia-h200|ws2|gemm_all_scatter|bfloat16|N7168|K4096|M513-768|torch2.11.0|triton3.6.0|tilefuse0.1.0``."""
+    return f"{arch}|ws{world}|{op}|{dtype}|N{N}|K{K}|M{bucket[0]}-{bucket[1]}|{_version_tail()}"
 
 
-def _valid_entry(key: str, e) -> bool:
+def _valid_entry(e) -> bool:
     if not isinstance(e, dict) or e.get("variant") not in _VARIANTS:
         return False
     if e["variant"] == "plain" or e.get("config") is None:  # no config: the variant's own default
@@ -116,7 +108,7 @@ def _read(path: Path) -> dict:
         return {}
     out = {}
     for key, e in data["entries"].items():
-        if _valid_entry(key, e):
+        if _valid_entry(e):
             out[key] = e
         else:
             log.warning("tilefuse: autotune cache %s: entry %r is malformed: ignored", path, key)
@@ -146,23 +138,22 @@ def get(key: str, path: Path | None = None) -> dict | None:
     return load(path).get(key)
 
 
-@contextmanager
+@contextlib.contextmanager
 def _locked(path: Path, timeout: float):
-    """An exclusive ``flock`` on ``<path>.lock`` for the block; yields whether it was taken."""
+    """An exclusive ``flock`` on ``<path>.lock`` for the block, waited for at most ``timeout`` seconds
+    (then, and where there is no ``fcntl``, the block runs without it: a concurrent entry may be lost)."""
     try:
         import fcntl
-    except ImportError:  # not POSIX: read-merge-replace without a lock (a concurrent entry may be lost)
-        yield False
+    except ImportError:
+        yield
         return
     lock_path = path.with_name(path.name + ".lock")
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    taken = False
     try:
         deadline = time.monotonic() + timeout
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                taken = True
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
@@ -170,18 +161,16 @@ def _locked(path: Path, timeout: float):
                                 lock_path, timeout)
                     break
                 time.sleep(0.01)
-        yield taken
+        yield
     finally:
-        if taken:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        os.close(fd)  # releases the lock
 
 
 def put(entries: dict, path: Path | None = None, *, timeout: float = LOCK_TIMEOUT_S) -> Path:
     """Merge ``{key: entry}`` into the cache file (atomically, under the lock); return its path."""
     path = Path(path) if path is not None else cache_path()
     for key, e in entries.items():
-        if not _valid_entry(key, e):
+        if not _valid_entry(e):
             raise ValueError(f"autotune cache: entry {key!r} is malformed: {e!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path, timeout):
@@ -197,10 +186,8 @@ def put(entries: dict, path: Path | None = None, *, timeout: float = LOCK_TIMEOU
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-            except FileNotFoundError:
-                pass
             raise
     _LOADED.pop(path, None)
     return path

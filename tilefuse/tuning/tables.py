@@ -1,14 +1,9 @@
 """Per-shape config tables: schema, validation and lookup (``tilefuse/configs/README.md``).
 
-A table is ``<dir>/<op>/<arch>_ws<W>.json``. Directories searched, first hit wins per shape:
-``TILEFUSE_CONFIG_DIR`` (a user's own tables, ``os.pathsep``-separated), then the shipped
-``tilefuse/configs``. Lookup for a call: the exact (M, N, K, dtype), else an entry with the same N, K
-and dtype whose M is in the call's M bucket (:mod:`tilefuse.tuning.buckets`; the closest M), else
-nothing (``variant="auto"`` then goes on to its cache, tuning, cost model and plain default:
-:mod:`tilefuse.ops.dispatch`). Shapes further away are left to the cost model
-(:mod:`tilefuse.tuning.costmodel`), which needs every nearby measurement to agree before it leaves
-the plain path. A malformed table raises :class:`TableError` naming the file and the entry; it is
-never skipped silently.
+A table is ``<dir>/<op>/<arch>_ws<W>.json``; ``TILEFUSE_CONFIG_DIR`` (``os.pathsep``-separated) is
+searched before the shipped ``tilefuse/configs``, first hit wins. A call's entry: the exact (M, N, K,
+dtype), else the same N, K and dtype with M in the call's M bucket (the closest M), else none. A
+malformed table raises :class:`TableError` naming the file and the entry; it is never skipped.
 """
 
 from __future__ import annotations
@@ -40,9 +35,9 @@ class Choice:
     config: Config | None
     # "exact <file>", "bucket <file> (M, N, K)"; auto's own: "cache ...", "tuned ...", "model ...", "default ..."
     source: str
-    # What to run while a CUDA graph is captured, where a measurement of device time chose otherwise
-    # (an entry's ``graph``: autotune's step 4); None: the same as ``variant``/``config``.
-    graph: tuple | None = None  # (variant, config)
+    # (variant, config) while a CUDA graph is captured, where device time chose otherwise (an entry's
+    # ``graph``: autotune's step 4); None: the same as ``variant``/``config``.
+    graph: tuple | None = None
 
     def for_graphs(self) -> Choice:
         """The choice inside CUDA graphs."""
@@ -112,13 +107,11 @@ def validate_table(data, path="<table>") -> list[dict]:
             except (TypeError, ValueError) as err:
                 _fail(path, where, f"bad config: {err}")
         if e.get("graph") is not None:
-            g = e["graph"]
-            if not isinstance(g, dict) or g.get("variant") not in _VARIANTS:
-                _fail(path, where, f"graph must be an object with a variant of {_VARIANTS}, got {g!r}")
             try:
-                graph_of(e)
-            except (TypeError, ValueError, KeyError) as err:
-                _fail(path, where, f"bad graph config: {err}")
+                if graph_of(e) is None:
+                    raise ValueError(f"graph must name a variant of {_VARIANTS}, got {e['graph']!r}")
+            except ValueError as err:
+                _fail(path, where, str(err))
         key = (e["M"], e["N"], e["K"], e["dtype"])
         if key in seen:
             _fail(path, where, "duplicate shape")
@@ -174,9 +167,8 @@ def generation() -> int:
 def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Choice | None:
     """The table's choice for this call, or None when no table covers it.
 
-    Remembered per call signature for the life of the process, so that an op call makes no
-    file-system request and scans no table. A table rewritten by hand while a process runs is seen after
-    :func:`clear_cache`; :func:`write_table` clears the cache itself.
+    Remembered per call signature, so that an op call makes no file-system request; a table
+    rewritten by hand is seen after :func:`clear_cache` (:func:`write_table` clears it itself).
     """
     key = (op, arch, world, M, N, K, dtype, os.environ.get("TILEFUSE_CONFIG_DIR", ""), str(SHIPPED_DIR))
     if key not in _CHOICES:

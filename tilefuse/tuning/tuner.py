@@ -1,23 +1,11 @@
 """The tuner: ``python -m tilefuse.tuning --op OP --shapes SET[,SET] [--dtype bfloat16] [--out DIR]``.
 
 (``python -m tilefuse.tune`` is the same command.) Run it on every rank (``torchrun --nproc-per-node
-W -m tilefuse.tuning ...``); without torchrun it runs at world 1. For each shape, a first pass times
-the plain path and every variant x candidate config (tile sizes, warps/stages, GEMM_SMS/COMM_SMS
-split, the forms of ``rules.py``) a few times to shortlist the best few; then the decision between
-plain and the shortlist is first-call tuning's own (:func:`tilefuse.tuning.autotune.tune`): the same
-aligned samples, a win needed both for a call alone and for calls back to back by
-``max(2 %, 2 x the measured uncertainty)``, and a confirmation round. :func:`tune_shape` says what an
-entry records.
-
-``--budget-s S`` bounds the whole run of one op: shapes are tuned in order while the next one is
-expected to fit (from the shapes done so far, the ranks agreeing: :class:`timing.Budget`); the
-shapes left out are logged, and the table or cache gets the shapes done.
-
-Where the results go: by default into the user's decision cache (:mod:`tilefuse.tuning.cache`,
-``TILEFUSE_CACHE_DIR``), one entry per (shape's M bucket, N, K), which ``variant="auto"`` reads in
-every later process; with ``--out DIR``, into the config table ``DIR/<op>/<arch>_ws<W>.json``
-(schema: ``tilefuse/configs/README.md``; the shipped tables are ``--out tilefuse/configs``), whose
-entries for shapes it did not tune are kept.
+W -m tilefuse.tuning ...``); without torchrun it runs at world 1. Per shape: a first pass over plain
+and every variant x candidate config shortlists a few, then first-call tuning's own decision
+(:func:`tilefuse.tuning.autotune.tune`) picks between plain and them. Results go into the user's
+decision cache, or with ``--out DIR`` into the config table ``DIR/<op>/<arch>_ws<W>.json``
+(``tilefuse/configs/README.md``). ``tilefuse/tuning/README.md``, "The tuner", tells the rest.
 """
 
 from __future__ import annotations
@@ -60,10 +48,9 @@ SPLITS = [8, 16, 32]
 
 
 def small_m_tiles(M: int) -> list[tuple]:
-    """Decode-size tiles: above M = 64 first the swept small-M tiles (``config.SMALL_M_TILES``: deep K
-    steps, 4-6 stages); then BLOCK_M 64/32/16 (none above the smallest power of two >= M, at least 16)
-    x BLOCK_N 128/64 (more column tiles keep more programs busy reading B), 4 warps, 4 stages; and
-    128x128 above M = 64."""
+    """Decode-size tiles: above M = 64 the swept ``config.SMALL_M_TILES`` first; then BLOCK_M 64/32/16
+    (none taller than M needs) x BLOCK_N 128/64 (more column tiles keep more programs reading B), 4
+    warps, 4 stages; and 128x128 above M = 64."""
     top = max(16, 1 << (M - 1).bit_length())
     tiles = [(bm, bn, bk, 4, stages) for bm, bn, bk, stages in SMALL_M_TILES] if M > 64 else []
     tiles += [(bm, bn, 64, 4, 4) for bm in (64, 32, 16) if bm <= top for bn in (128, 64)]
@@ -119,16 +106,8 @@ def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: i
     return sets
 
 
-SHORTLIST_RATIO = 1.0  # a candidate reaches the decision only if the first pass timed it at most this
-# fraction of plain's time both ways (alone and back to back): one that did not beat plain at all has
-# little chance of the decision's 2 % win, and each finalist costs time from the run's budget
+SHORTLIST_RATIO = 1.0  # a finalist's first-pass time, alone and back to back, is at most this x plain's
 DECIDE_S = 2.0  # seconds of timed calls for the decision between plain and the shortlist (autotune.tune)
-
-
-def _name(variant: str, i: int) -> str:
-    """A candidate's name, as first-call tuning names them: the variant for its first config,
-    ``variant#i`` for its i-th."""
-    return variant if i == 0 else f"{variant}#{i}"
 
 
 def _ms(x: float) -> float:
@@ -145,21 +124,13 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
                margin: float = autotune.MARGIN, decide_s: float = DECIDE_S, stats: dict | None = None) -> dict:
     """Tune one shape on every rank (collective); returns its table entry.
 
-    1. First pass (:func:`autotune.screen`): plain and every variant x candidate config are called
-       once and checked against plain (a candidate that fails on any rank is recorded with the rank
-       and dropped), then ``reps`` aligned samples each, interleaved: ms per call alone and back to
-       back, maximum over ranks. Its job is to shortlist: the ``keep`` candidates with the best
-       worse-of-two ratio to plain, those at most ``SHORTLIST_RATIO``.
-    2. Decision (:func:`autotune.tune`, ``decide_s`` seconds of timed calls, after the clocks settle
-       on a GPU): plain and the shortlist; a candidate must beat plain both alone and back to back by
-       ``max(margin, 2 x the medians' uncertainty)`` and again in a confirmation round. No shortlist:
-       plain.
+    1. First pass (:func:`autotune.screen`, ``reps`` samples): the ``keep`` candidates with the best
+       worse-of-two ratio to plain, those at most ``SHORTLIST_RATIO``, are the shortlist.
+    2. Decision (:func:`autotune.tune`, ``decide_s`` seconds, after the clocks settle on a GPU) between
+       plain and the shortlist; no shortlist: plain.
 
-    The entry records the times behind the decision: ``plain_ms``/``time_ms`` (alone) and
-    ``plain_block_ms``/``block_ms`` (back to back) of the decision's round, the rounds themselves
-    under ``decision``, and every candidate's first-pass times under ``candidates`` (finalists:
-    their decision-round times, ``final``). ``stats`` (optional) receives ``warm_up_s``: the first
-    pass's warm-up seconds (compiling), maximum over ranks.
+    The entry's fields: ``tilefuse/tuning/README.md``, "The tuner". ``stats`` (optional) receives
+    ``warm_up_s``: the first pass's warm-up seconds (compiling), maximum over ranks.
     """
     # Workspaces are kept per shape: without this, a sweep over large shapes fills the heap and later
     # shapes' candidates fail with HeapFullError instead of being timed.
@@ -194,7 +165,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
             continue
         configs = candidate_configs(variant, M, N, K, dtype, num_sms, interpreter, quick, op=op, world=world)
         for i, cfg in enumerate(configs):
-            space[_name(variant, i)] = (variant, cfg)
+            space[variant if i == 0 else f"{variant}#{i}"] = (variant, cfg)  # as first-call tuning names them
 
     def candidates(names):
         return [autotune.Candidate("plain", tables.PLAIN, None, runner(plain))] + [
@@ -291,13 +262,10 @@ def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margi
         "device": torch.cuda.get_device_name(heap.device) if on_gpu else "cpu (interpreter)",
         "world_size": heap.world_size, "torch": torch.__version__, "triton": __import__("triton").__version__,
         "commit": commit or _commit(), "date": datetime.date.today().isoformat(),
-        "timing": "tilefuse.tune, first-call tuning's samples and rule (tilefuse.tuning.autotune): each sample a "
-                  "collective lead-in call, then one call alone (CUDA events from before its launch, host work "
-                  "included) and calls back to back; medians, max over ranks; inputs rotated over sets larger "
-                  f"than twice the L2. First pass: {reps} interleaved samples of every candidate, to shortlist. "
-                  f"Decision: plain and the shortlist, {decide_s:g} s of timed calls after the clocks settle; a "
-                  f"variant replaces plain only if faster both alone and back to back by max({margin:.0%}, 2x the "
-                  "medians' uncertainty), and again in a confirmation round",
+        "timing": f"tilefuse.tune (tilefuse/tuning/README.md): first pass {reps} interleaved samples of every "
+                  f"candidate; decision between plain and the shortlist, {decide_s:g} s of timed calls; a variant "
+                  f"must beat plain alone and back to back by max({margin:.0%}, 2x the medians' uncertainty), "
+                  "and again in a confirmation round",
     }
     if left_out:
         provenance["left_out"] = ("not tuned in this run (--budget-s): "
@@ -318,14 +286,6 @@ def write_cache(op: str, entries: list[dict], *, margin: float = autotune.MARGIN
                     "margin": margin, "source": "python -m tilefuse.tuning",
                     "date": datetime.date.today().isoformat()}
     return cache.put(out)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -372,7 +332,7 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         else:
-            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     heap = tilefuse.init()
     W = dist.get_world_size()
     rank = dist.get_rank()
@@ -381,11 +341,10 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
     for s in args.shape:
         M, N, K = (int(x) for x in s.lower().split("x"))
         shapes.append({"name": s, "M": M, "N": N, "K": K})
-    seen, unique = set(), []
+    by_shape: dict = {}
     for s in shapes:  # two sets can name one shape
-        if (s["M"], s["N"], s["K"]) not in seen:
-            seen.add((s["M"], s["N"], s["K"]))
-            unique.append(s)
+        by_shape.setdefault((s["M"], s["N"], s["K"]), s)
+    unique = list(by_shape.values())
     budget = Budget(args.budget_s, heap.group, start=t_start, what=f"tilefuse.tune {args.op}: budget")
     entries, left_out, path, warm_up_s = [], [], None, 0.0
     for i, s in enumerate(unique):
