@@ -31,15 +31,17 @@ ROUND_SHARE = 0.6  # of the budget for the round of every candidate; the rest co
 BUDGET_S = 1.0  # seconds of timed calls per first-call tuning (rank 0's value); compiling is outside it
 MIN_PLAIN_MS = 0.2  # TILEFUSE_AUTOTUNE unset: only calls whose plain path takes at least this long tune
 EXCHANGE_TIMEOUT_S = 120.0
+BLOCK_CALLS = 3  # calls per back-to-back block on a GPU ...
+LONG_CALL_S = 2e-3  # ... or 1 where a call takes this long (host work and rank skew are small beside it)
+GRAPH_MARGIN = 0.05  # the device-time win a variant needs over plain to run inside CUDA graphs
+_SLEEP_CYCLES_PER_MS: dict = {}
+_TIMER: list = [None, False]  # the replacement clock, and whether it takes the sample's kind
+_DEVICE_TIMING: list = [False]  # set_timer(..., device_timing=True): step 4 runs off a GPU too (tests)
 
 
 def mode() -> str:
     """``TILEFUSE_AUTOTUNE``: ``"0"``, ``"1"`` or ``"auto"`` (unset; README, "Settings and constants")."""
     return _env.autotune_mode()
-
-
-_TIMER: list = [None, False]  # the replacement clock, and whether it takes the sample's kind
-_DEVICE_TIMING: list = [False]  # set_timer(..., device_timing=True): step 4 runs off a GPU too (tests)
 
 
 def set_timer(timer, *, device_timing: bool = False) -> None:
@@ -48,16 +50,12 @@ def set_timer(timer, *, device_timing: bool = False) -> None:
     call back to back) or, with ``device_timing``, ``"device"`` (step 4, timed as on a GPU with short
     calls wherever the calls run). ``None`` restores CUDA events / the host clock."""
     _DEVICE_TIMING[0] = bool(device_timing) and timer is not None
-    takes_kind = False
-    if timer is not None:
-        try:
-            params = inspect.signature(timer).parameters.values()
-        except (TypeError, ValueError):
-            params = []
-        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                      and p.default is p.empty]
-        takes_kind = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
-    _TIMER[0], _TIMER[1] = timer, takes_kind
+    try:
+        params = list(inspect.signature(timer).parameters.values()) if timer is not None else []
+    except (TypeError, ValueError):
+        params = []
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    _TIMER[:] = [timer, len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)]
 
 
 def all_gather(obj, group, *, what: str) -> list:
@@ -72,10 +70,6 @@ def _barrier(group, what: str) -> None:
         hostsync.barrier(group, what=what, timeout=EXCHANGE_TIMEOUT_S)
 
 
-BLOCK_CALLS = 3  # calls per back-to-back block on a GPU ...
-LONG_CALL_S = 2e-3  # ... or 1 where a call takes this long (host work and rank skew are small beside it)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -88,24 +82,14 @@ def _fake(name: str, kind: str, ms: float) -> float:
     return float(timer(name, kind) if _TIMER[1] else timer(name))
 
 
-GRAPH_MARGIN = 0.05  # the device-time win a variant needs over plain to run inside CUDA graphs
-_SLEEP_CYCLES_PER_MS: dict = {}
-
-
 def _sleep_cycles_per_ms(device: torch.device) -> float:
     """Clock cycles of ``torch.cuda._sleep`` per millisecond on ``device`` (measured once)."""
     key = device.index if device.index is not None else torch.cuda.current_device()
-    rate = _SLEEP_CYCLES_PER_MS.get(key)
-    if rate is None:
+    if key not in _SLEEP_CYCLES_PER_MS:
         cycles = 2_000_000
         torch.cuda._sleep(cycles)  # the first launch pays its own setup
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        rate = _SLEEP_CYCLES_PER_MS[key] = cycles / max(start.elapsed_time(end), 1e-3)
-    return rate
+        _SLEEP_CYCLES_PER_MS[key] = cycles / max(cuda_ms_per_call(lambda: torch.cuda._sleep(cycles), 1), 1e-3)
+    return _SLEEP_CYCLES_PER_MS[key]
 
 
 def cuda_ms_per_call(call, calls: int) -> float:
@@ -209,14 +193,10 @@ def decide(times: dict, plain: str = "plain", margin: float = MARGIN, *, block: 
         if name == plain:
             continue
         noise = math.hypot(spread.get(name, 0.0), spread.get(plain, 0.0)) if spread else 0.0
-        need = 1.0 - max(margin, 2.0 * noise)
-        ratios = [times[name] / times[plain] if times[plain] > 0 else math.inf]
-        if block is not None:
-            if name not in block:
-                continue
-            ratios.append(block[name] / block[plain] if block[plain] > 0 else math.inf)
-        ratio = max(ratios)
-        if ratio <= need and ratio < best_ratio:
+        if block is not None and name not in block:
+            continue
+        ratio = max(t[name] / t[plain] if t[plain] > 0 else math.inf for t in (times, block) if t is not None)
+        if ratio <= 1.0 - max(margin, 2.0 * noise) and ratio < best_ratio:
             best, best_ratio = name, ratio
     return best
 
@@ -274,9 +254,9 @@ class Round:
 
 def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str, budget: float | None):
     """Step 1: every candidate called once and checked against plain, then timed for one call; one
-    exchange. Returns ``(kept, dropped, one_s, budget, warm_up_s)``: the candidates every rank kept
-    (plain first), why the others were dropped (naming the rank), seconds per call, rank 0's budget
-    and the warm-up's seconds (maximum over the ranks)."""
+    exchange. Returns ``(kept, dropped, one_s, block_calls, budget, warm_up_s)``: the candidates every
+    rank kept (plain first), why the others were dropped (naming the rank), seconds per call, calls per
+    back-to-back block, rank 0's budget and the warm-up's seconds (maximum over the ranks)."""
     if not candidates or candidates[0].name != "plain":
         raise ValueError("autotune: the candidates must start with the plain path")
     t0 = time.perf_counter()
@@ -312,18 +292,15 @@ def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str
                 dropped[name] = f"rank {r}: {why}"
     kept = [c for c in candidates if c.name not in dropped]
     one_s = {c.name: max(v["call_s"].get(c.name, 0.0) for v in views) for c in kept}
-    return kept, dropped, one_s, views[0]["budget_s"], max(v["warm_up_s"] for v in views)
-
-
-def _block_calls(one_s: dict) -> int:
-    return BLOCK_CALLS if max(one_s.values()) < LONG_CALL_S else 1
+    block_calls = BLOCK_CALLS if max(one_s.values()) < LONG_CALL_S else 1
+    return kept, dropped, one_s, block_calls, views[0]["budget_s"], max(v["warm_up_s"] for v in views)
 
 
 def screen(candidates: list[Candidate], *, device: torch.device, group, what: str, reps: int) -> Round:
     """Steps 1 and 2 and no decision: the warm-up and check, then ``reps`` samples of every kept
     candidate, as in :func:`tune`. The offline tuner's shortlist; collective over ``group``."""
-    kept, dropped, one_s, _, warm_up_s = _warm_up(candidates, device, group, what, 0.0)
-    times, block, spread, _, _ = _timed_round(kept, max(1, int(reps)), device, group, what, _block_calls(one_s))
+    kept, dropped, _, block_calls, _, warm_up_s = _warm_up(candidates, device, group, what, 0.0)
+    times, block, spread, _, _ = _timed_round(kept, max(1, int(reps)), device, group, what, block_calls)
     return Round(times, block, spread, dropped, max(1, int(reps)), warm_up_s)
 
 
@@ -354,8 +331,7 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
     ``budget``: seconds of timed calls (rank 0's value; default ``BUDGET_S``);
     ``margin``: the smallest win a candidate needs over plain (:func:`decide`)."""
     # 1. warm-up (compiles), check against plain, each candidate's time for one call
-    kept, dropped, one_s, budget, _ = _warm_up(candidates, device, group, what, budget)
-    block_calls = _block_calls(one_s)
+    kept, dropped, one_s, block_calls, budget, _ = _warm_up(candidates, device, group, what, budget)
     per_sample = 2 + 2 * block_calls if device.type == "cuda" else 1  # calls per sample (_measure)
     cost = {name: s * per_sample for name, s in one_s.items()}
     reps = _reps(ROUND_SHARE * budget, sum(cost.values()))

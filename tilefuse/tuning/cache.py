@@ -26,6 +26,7 @@ SCHEMA_VERSION = 1
 FILE_NAME = "autotune.json"
 LOCK_TIMEOUT_S = 10.0
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
+_LOADED: dict = {}  # path -> ((mtime_ns, size, inode), entries)
 _VARIANTS = ("plain", "bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", "copy_engine")
 
 
@@ -92,16 +93,11 @@ def _valid_entry(e) -> bool:
 def _read(path: Path) -> dict:
     """Entries of the file at ``path`` ({} if there is none or it is unusable: warned, not raised)."""
     try:
-        text = path.read_text()
+        data = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
-    except OSError as err:
-        log.warning("tilefuse: cannot read the autotune cache %s (%s): ignored", path, err)
-        return {}
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        log.warning("tilefuse: the autotune cache %s is not valid JSON (%s): ignored", path, err)
+    except (OSError, ValueError) as err:  # unreadable, or a JSONDecodeError
+        log.warning("tilefuse: the autotune cache %s is unreadable or not valid JSON (%s): ignored", path, err)
         return {}
     if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION or not isinstance(data.get("entries"), dict):
         log.warning("tilefuse: the autotune cache %s does not follow schema %d: ignored", path, SCHEMA_VERSION)
@@ -113,9 +109,6 @@ def _read(path: Path) -> dict:
         else:
             log.warning("tilefuse: autotune cache %s: entry %r is malformed: ignored", path, key)
     return out
-
-
-_LOADED: dict = {}  # path -> ((mtime_ns, size), entries)
 
 
 def load(path: Path | None = None) -> dict:

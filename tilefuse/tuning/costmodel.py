@@ -21,6 +21,7 @@ from . import tables
 
 RADIUS = 1.0
 WIN = 0.05  # a model's pick must predict at least this much less time than plain
+_FITTED: dict = {}  # the samples of the last (op, arch, world, dtype, table generation, search dirs)
 
 
 @dataclass(frozen=True)
@@ -95,9 +96,6 @@ def predict_from(data: list[Sample], M: int, N: int, K: int, *, radius: float = 
         return Prediction(tables.PLAIN, 1.0, None, neighbours)
     v = max(sorted(preds), key=preds.get)  # the first of equal predictions by name
     return Prediction(v, preds[v], Config.from_dict(near[0][1].speedups[v][1]), neighbours)
-
-
-_FITTED: dict = {}
 
 
 def predict(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Prediction | None:

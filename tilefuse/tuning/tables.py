@@ -21,6 +21,9 @@ SHIPPED_DIR = Path(__file__).resolve().parent.parent / "configs"
 PLAIN = "plain"  # torch.matmul + torch.distributed collective
 _DTYPES = ("float16", "bfloat16", "float32")
 _VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", "copy_engine", PLAIN)
+_CACHE: dict = {}  # path -> (mtime_ns, entries)
+_CHOICES: dict = {}  # lookup's key -> Choice or None
+_GENERATION = [0]  # bumped by clear_cache: callers that remember choices key them on it
 
 
 class TableError(ValueError):
@@ -119,9 +122,6 @@ def validate_table(data, path="<table>") -> list[dict]:
     return data["entries"]
 
 
-_CACHE: dict = {}
-
-
 def load_table(path: Path) -> list[dict] | None:
     """Entries of the table at ``path`` (None if there is none); cached by modification time."""
     path = Path(path)
@@ -146,14 +146,9 @@ def _choice(e: dict, source: str) -> Choice:
     return Choice(e["variant"], cfg, source, graph_of(e))
 
 
-_CHOICES: dict = {}
-_GENERATION = [0]  # bumped by clear_cache: callers that remember choices key them on it
-
-
 def clear_cache() -> None:
-    """Forget what was read: the next lookup reads the tables again (after rewriting one by hand).
-
-    ``variant="auto"`` decides its buckets again after this, collectively: call it on every rank."""
+    """Forget what was read, so the next lookup reads the tables again; ``variant="auto"`` then decides
+    its buckets again, collectively: call it on every rank."""
     _CACHE.clear()
     _CHOICES.clear()
     _GENERATION[0] += 1
@@ -171,28 +166,23 @@ def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -
     rewritten by hand is seen after :func:`clear_cache` (:func:`write_table` clears it itself).
     """
     key = (op, arch, world, M, N, K, dtype, os.environ.get("TILEFUSE_CONFIG_DIR", ""), str(SHIPPED_DIR))
-    if key not in _CHOICES:
-        _CHOICES[key] = _lookup(op, arch, world, M, N, K, dtype)
-    return _CHOICES[key]
-
-
-def _lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Choice | None:
+    if key in _CHOICES:
+        return _CHOICES[key]
     lo, hi = m_bucket(M)
-    near = None
+    choice = None  # an exact entry in any directory beats a bucket entry in an earlier one
     for directory in search_dirs():
         path = table_path(directory, op, arch, world)
-        entries = load_table(path)
-        if not entries:
-            continue
-        for e in entries:
-            if (e["M"], e["N"], e["K"], e["dtype"]) == (M, N, K, dtype):
-                return _choice(e, f"exact {path}")
-        if near is None:
-            same = [e for e in entries if (e["N"], e["K"], e["dtype"]) == (N, K, dtype) and lo <= e["M"] <= hi]
-            if same:
-                best = min(same, key=lambda e: (abs(e["M"] - M), e["M"]))
-                near = _choice(best, f"bucket {path} ({best['M']}, {best['N']}, {best['K']})")
-    return near
+        entries = load_table(path) or []
+        exact = [e for e in entries if (e["M"], e["N"], e["K"], e["dtype"]) == (M, N, K, dtype)]
+        if exact:
+            choice = _choice(exact[0], f"exact {path}")
+            break
+        same = [e for e in entries if (e["N"], e["K"], e["dtype"]) == (N, K, dtype) and lo <= e["M"] <= hi]
+        if choice is None and same:
+            best = min(same, key=lambda e: (abs(e["M"] - M), e["M"]))
+            choice = _choice(best, f"bucket {path} ({best['M']}, {best['N']}, {best['K']})")
+    _CHOICES[key] = choice
+    return choice
 
 
 def write_table(directory, op: str, arch: str, world: int, entries: list[dict], provenance: dict) -> Path:
@@ -201,7 +191,6 @@ def write_table(directory, op: str, arch: str, world: int, entries: list[dict], 
     every entry records the ``commit`` and ``date`` of the run that tuned it under ``tuned``."""
     path = table_path(directory, op, arch, world)
     old_data = json.loads(path.read_text()) if path.exists() else {}
-    # Each entry keeps the commit and date of the run that tuned it (a table merges several runs).
     old_stamp = {k: old_data.get("provenance", {}).get(k) for k in ("commit", "date")}
     old = [dict(e, tuned=e.get("tuned", old_stamp)) for e in old_data.get("entries", [])]
     stamp = {k: provenance.get(k) for k in ("commit", "date")}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import logging
 import math
 import os
@@ -147,16 +148,9 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     dtype_name = str(dtype).removeprefix("torch.")
     what = f"tune {op} {M}x{N}x{K} {dtype_name}"
 
-    def runner(fn, **kw):
-        """Each call takes the next input set; every runner starts with set 0, so a candidate's
-        first call (the check) sees the same operands as plain's."""
-        calls = [0]
-
-        def call():
-            a, b = sets[calls[0] % n_sets]
-            calls[0] += 1
-            return fn(a, b, **kw)
-        return call
+    def runner(fn, **kw):  # each call takes the next input set from set 0: the check sees plain's operands
+        calls = itertools.count()
+        return lambda: fn(*sets[next(calls) % n_sets], **kw)
 
     plain = registry.get(op, tables.PLAIN)
     space = {}  # name -> (variant, config), in search order
@@ -177,9 +171,8 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     if stats is not None:
         stats["warm_up_s"] = first.warm_up_s
 
-    def ratio(times, block, name):
-        return max(times[name] / times["plain"] if times["plain"] > 0 else math.inf,
-                   block[name] / block["plain"] if block["plain"] > 0 else math.inf)
+    def ratio(n):  # the worse of its first-pass times to plain's, alone and back to back
+        return max(t[n] / t["plain"] if t["plain"] > 0 else math.inf for t in (first.times, first.block))
 
     records = {}
     for name, (variant, cfg) in space.items():
@@ -189,11 +182,10 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
         else:
             rec.update(time_ms=_ms(first.times[name]), block_ms=_ms(first.block[name]))
         records[name] = rec
-    ranked = sorted((n for n in first.times if n != "plain"), key=lambda n: (ratio(first.times, first.block, n), n))
-    shortlist = [n for n in ranked if ratio(first.times, first.block, n) <= SHORTLIST_RATIO][:keep]
-    decision = {"margin": margin, "first_pass": _round_record("first pass", first.reps, {"plain": first.times["plain"]},
-                                                              {"plain": first.block["plain"]},
-                                                              {"plain": first.spread["plain"]}),
+    ranked = sorted((n for n in first.times if n != "plain"), key=lambda n: (ratio(n), n))
+    shortlist = [n for n in ranked if ratio(n) <= SHORTLIST_RATIO][:keep]
+    plain_first = ({"plain": d["plain"]} for d in (first.times, first.block, first.spread))
+    decision = {"margin": margin, "first_pass": _round_record("first pass", first.reps, *plain_first),
                 "finalists": shortlist, "rounds": []}
     variant, config, times, block = tables.PLAIN, None, first.times, first.block
     pick = "plain"
