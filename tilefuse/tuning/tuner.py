@@ -94,7 +94,8 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
     return out[:rules.MAX_TUNER_CONFIGS]
 
 
-def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: int):
+def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: int = 17) -> list[tuple]:
+    """``n_sets`` operand pairs: b the same on every rank, a too for gemm_all_scatter (replicated)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     rank = dist.get_rank()
     sets = []
@@ -142,9 +143,9 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     device, group, world = heap.device, heap.group, heap.world_size
     interpreter = hw.interpreting()
     num_sms = hw.num_sms(device)
-    bytes_per_set = (M * K + K * N) * dtype.itemsize
-    n_sets = 1 if interpreter else max(1, min(4, -(-2 * 64 * 2**20 // max(bytes_per_set, 1))))
-    sets = _inputs(op, M, N, K, dtype, device, n_sets, seed=17)
+    # Calls rotate over input sets larger than twice a 64 MiB L2 together, so no call finds its operands cached.
+    n_sets = 1 if interpreter else max(1, min(4, -(-2 * 64 * 2**20 // max((M * K + K * N) * dtype.itemsize, 1))))
+    sets = _inputs(op, M, N, K, dtype, device, n_sets)
     dtype_name = str(dtype).removeprefix("torch.")
     what = f"tune {op} {M}x{N}x{K} {dtype_name}"
 
@@ -201,14 +202,13 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
             decision["rounds"].append(_round_record("confirmation", c["reps"], c["times"], c["block"], c["spread"]))
         if res.dropped:
             decision["dropped"] = res.dropped
-        for n in shortlist:
+        for n in shortlist:  # first_ms: the first pass's times; time_ms only where the decision round timed it
             rec = records[n]
+            rec.update(first_ms=rec.pop("time_ms"), first_block_ms=rec.pop("block_ms"))
             if n in res.times:
-                rec.update(first_ms=rec["time_ms"], first_block_ms=rec["block_ms"], time_ms=_ms(res.times[n]),
-                           block_ms=_ms(res.block[n]), final=True)
-            else:  # its first-pass times stay as first_ms: only a finalist's time_ms is its decision's
-                rec.update(first_ms=rec.pop("time_ms"), first_block_ms=rec.pop("block_ms"),
-                           error=res.dropped.get(n, "dropped in the decision round")[:300])
+                rec.update(time_ms=_ms(res.times[n]), block_ms=_ms(res.block[n]), final=True)
+            else:
+                rec["error"] = res.dropped.get(n, "dropped in the decision round")[:300]
     elif keep > 0:
         decision["note"] = (f"no candidate measured at most {SHORTLIST_RATIO:g}x plain's time both ways in the "
                             "first pass: plain, without a decision round")
@@ -249,9 +249,8 @@ def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margi
     """Merge ``entries`` into the config table of ``op`` under ``out_dir``; ``commit`` names the code
     that tuned them in the provenance (default: the checkout's, from git)."""
     heap = tilefuse.get_heap()
-    on_gpu = heap.device.type == "cuda"
     provenance = {
-        "device": torch.cuda.get_device_name(heap.device) if on_gpu else "cpu (interpreter)",
+        "device": torch.cuda.get_device_name(heap.device) if heap.device.type == "cuda" else "cpu (interpreter)",
         "world_size": heap.world_size, "torch": torch.__version__, "triton": __import__("triton").__version__,
         "commit": commit or _commit(), "date": datetime.date.today().isoformat(),
         "timing": f"tilefuse.tune (tilefuse/tuning/README.md): first pass {reps} interleaved samples of every "
@@ -360,11 +359,9 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
                   f"alone, {e['block_ms']:.3f} back to back (plain {e['plain_ms']:.3f} / {e['plain_block_ms']:.3f} "
                   f"ms, {e['plain_ms'] / e['time_ms']:.2f}x / {e['plain_block_ms'] / e['block_ms']:.2f}x)", flush=True)
             # Written after every shape: a run cut short keeps what it tuned.
-            if args.out is None:
-                path = write_cache(args.op, [e], margin=args.margin)
-            else:
-                path = write_table(Path(args.out), args.op, entries, reps=args.reps, margin=args.margin,
-                                   decide_s=args.decide_s, commit=args.commit)
+            path = write_cache(args.op, [e], margin=args.margin) if args.out is None else write_table(
+                Path(args.out), args.op, entries, reps=args.reps, margin=args.margin, decide_s=args.decide_s,
+                commit=args.commit)
     if rank == 0 and left_out and entries and args.out is not None:
         path = write_table(Path(args.out), args.op, entries, reps=args.reps, margin=args.margin,
                            decide_s=args.decide_s, left_out=left_out, commit=args.commit)
