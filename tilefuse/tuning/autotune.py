@@ -1,11 +1,8 @@
 """First-call tuning: the collective protocol that times a few candidates on a call's own operands.
 
-Used by :mod:`tilefuse.ops.dispatch` for a bucket that no table or cache covers, and by the offline
-tuner (:func:`screen` to shortlist, then :func:`tune`). Every rank runs the same steps in the same
-order (a rank that called a candidate once more than its peers would hang them): warm-up and check
-(:func:`_warm_up`), interleaved timing (:func:`_timed_round`), rank 0's decision (:func:`decide`) and
-its confirmation, then the pick inside CUDA graphs on device time. ``tilefuse/tuning/README.md``,
-"First-call tuning", tells the steps in full. Tests replace the clock with :func:`set_timer`.
+Used by :mod:`tilefuse.ops.dispatch` and the offline tuner (:func:`screen`, then :func:`tune`). Every
+rank runs the same steps in the same order, since a rank that called a candidate once more than its
+peers would hang them; ``tilefuse/tuning/README.md``, "First-call tuning", tells the steps.
 """
 
 from __future__ import annotations
@@ -106,16 +103,13 @@ def cuda_ms_per_call(call, calls: int) -> float:
 
 def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CALLS,
              queue_ms: float | None = None) -> tuple[float, float, float]:
-    """One sample of a candidate: ``(call_ms, block_ms, device_ms)``.
-
-    On a GPU a collective lead-in call and a device synchronize align the ranks (a host barrier alone
-    releases them up to its polling interval apart, a wait the events would count). ``call_ms``: one
-    call on the idle device, events from before its launch (host work included); ``block_ms``: per
-    call of ``block_calls`` calls queued right after it. ``device_ms``: with ``queue_ms`` (host ms to
-    queue them), the same calls queued behind a device sleep longer than that, as in a CUDA graph's
-    replay; else ``block_ms``. Off a GPU the host clock times one call, which stands for all three.
-    """
+    """One sample of a candidate: ``(call_ms, block_ms, device_ms)``: one call alone (host work
+    included), per call of ``block_calls`` back to back, and with ``queue_ms`` (host ms to queue them)
+    per call queued behind a longer device sleep, as a CUDA graph replays them (else ``block_ms``).
+    Off a GPU the host clock times one call, which stands for all three."""
     if device.type == "cuda":
+        # A collective lead-in call and a device synchronize align the ranks: a host barrier alone
+        # releases them up to its polling interval apart, a wait the events would count.
         call()
         torch.cuda.synchronize(device)
         e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
@@ -263,7 +257,7 @@ def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str
     ref = _first(candidates[0].call())
     ref = ref.detach().clone()  # a candidate writing the same out= must not change the reference
     tolerance = 1e-4 if ref.dtype == torch.float32 and device.type != "cuda" else 2e-2
-    outcome = {}
+    failed = {}
     for c in candidates[1:]:
         try:
             got = _first(c.call()).float()
@@ -271,25 +265,23 @@ def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str
             err = float((got - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
             if not err < tolerance:
                 raise AssertionError(f"relative error {err:.3g} against the plain path")
-            outcome[c.name] = None
         except Exception as exc:  # a candidate that fails on any rank is dropped on every rank
-            outcome[c.name] = f"{type(exc).__name__}: {exc}"[:200]
+            failed[c.name] = f"{type(exc).__name__}: {exc}"[:200]
     _sync(device)
     call_s = {}
     for c in candidates:
-        if outcome.get(c.name) is None:
+        if c.name not in failed:
             t1 = time.perf_counter()
             c.call()
             _sync(device)
             call_s[c.name] = time.perf_counter() - t1
-    mine = {"outcome": outcome, "call_s": call_s, "budget_s": BUDGET_S if budget is None else float(budget),
+    mine = {"failed": failed, "call_s": call_s, "budget_s": BUDGET_S if budget is None else float(budget),
             "warm_up_s": time.perf_counter() - t0}
     views = all_gather(mine, group, what=f"autotune {what}: warm-up")
     dropped = {}
     for r, v in enumerate(views):
-        for name, why in v["outcome"].items():
-            if why is not None and name not in dropped:
-                dropped[name] = f"rank {r}: {why}"
+        for name, why in v["failed"].items():
+            dropped.setdefault(name, f"rank {r}: {why}")
     kept = [c for c in candidates if c.name not in dropped]
     one_s = {c.name: max(v["call_s"].get(c.name, 0.0) for v in views) for c in kept}
     block_calls = BLOCK_CALLS if max(one_s.values()) < LONG_CALL_S else 1

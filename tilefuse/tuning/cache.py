@@ -59,13 +59,9 @@ def versions() -> dict:
     import torch
     import triton
 
-    try:
-        from .. import _version
+    from .._version import __version__
 
-        tf = str(_version.__version__)
-    except ImportError:
-        tf = "0"
-    return {"torch": torch.__version__, "triton": triton.__version__, "tilefuse": tf}
+    return {"torch": torch.__version__, "triton": triton.__version__, "tilefuse": str(__version__)}
 
 
 @functools.cache

@@ -1,13 +1,10 @@
 """A conservative cost model for shapes nothing tuned: may a fused variant replace the plain path?
 
-Fitted per (op, arch, world size, dtype) on the config tables' measurements (shipped and
-``TILEFUSE_CONFIG_DIR``): a sample is one entry, its point ``(log2 M, log2 N, log2 K)`` and each
-variant's measured speedup ``plain_ms / variant_ms``. A query's neighbours are the samples within
-``RADIUS`` (1.0: one dimension a factor 2 away); a variant's prediction is the smallest speedup among
-them, and only if every neighbour measured it; the largest prediction is the pick, with its nearest
-neighbour's config, and ``auto`` runs it only if it predicts at least ``WIN`` less time than plain.
-:func:`leave_one_out` (``python -m tilefuse.tuning.loo``) measures it on held-out shapes
-(``tilefuse/tuning/README.md``, "The cost model").
+Nearest neighbours (within ``RADIUS`` in log2 M, N, K) among the config tables' measurements; a
+variant's prediction is the smallest speedup over plain they measured, and only if all of them
+measured it; ``auto`` runs the pick only if it predicts at least ``WIN`` less time than plain.
+``tilefuse/tuning/README.md``, "The cost model", tells it in full, and how ``python -m
+tilefuse.tuning.loo`` (:func:`leave_one_out`) measures it on held-out shapes.
 """
 
 from __future__ import annotations
@@ -120,8 +117,7 @@ def leave_one_out(data: list[Sample], *, radius: float = RADIUS) -> list[dict]:
         if p is not None and p.variant != tables.PLAIN:
             row.update(pick=p.variant, predicted=p.speedup, measured=measured.get(p.variant))
         runs = p.variant if p is not None and p.wins else tables.PLAIN
-        row["auto_runs"] = runs
-        row["auto_speedup"] = 1.0 if runs == tables.PLAIN else measured.get(runs, float("nan"))
+        row.update(auto_runs=runs, auto_speedup=1.0 if runs == tables.PLAIN else measured.get(runs, float("nan")))
         rows.append(row)
     return rows
 

@@ -34,7 +34,6 @@ from tilefuse.tuning.timing import Budget, cross_rank_max, settle
 
 log = logging.getLogger("tilefuse")
 
-COMM_VARIANTS = rules.COMM_VARIANTS
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), most promising first. 128x128 is tried with 4 and
 # with 6 stages: which pipeline depth wins depends on M.
 TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 128, 64, 4, 6),
@@ -65,7 +64,7 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
     """The search space of one variant for one shape (deduplicated, all fitting the device, at most
     ``rules.MAX_TUNER_CONFIGS``): the variant's default first, then tile sizes x warps/stages x
     GEMM/communication splits."""
-    comm = variant in COMM_VARIANTS
+    comm = variant in rules.COMM_VARIANTS
     base = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=comm)
     if interpreter:
         tiles = INTERPRETER_TILES
