@@ -32,7 +32,7 @@ BLOCK_CALLS = 3  # calls per back-to-back block on a GPU ...
 LONG_CALL_S = 2e-3  # ... or 1 where a call takes this long (host work and rank skew are small beside it)
 GRAPH_MARGIN = 0.05  # the device-time win a variant needs over plain to run inside CUDA graphs
 _SLEEP_CYCLES_PER_MS: dict = {}
-_TIMER: list = [None, False]  # the replacement clock, and whether it takes the sample's kind
+_TIMER: list = [None]  # the replacement clock, as timer(name, kind)
 _DEVICE_TIMING: list = [False]  # set_timer(..., device_timing=True): step 4 runs off a GPU too (tests)
 
 
@@ -52,7 +52,8 @@ def set_timer(timer, *, device_timing: bool = False) -> None:
     except (TypeError, ValueError):
         params = []
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
-    _TIMER[:] = [timer, len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)]
+    takes_kind = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+    _TIMER[0] = timer if timer is None or takes_kind else (lambda name, kind: timer(name))
 
 
 def all_gather(obj, group, *, what: str) -> list:
@@ -73,10 +74,7 @@ def _sync(device: torch.device) -> None:
 
 
 def _fake(name: str, kind: str, ms: float) -> float:
-    timer = _TIMER[0]
-    if timer is None:
-        return ms
-    return float(timer(name, kind) if _TIMER[1] else timer(name))
+    return ms if _TIMER[0] is None else float(_TIMER[0](name, kind))
 
 
 def _sleep_cycles_per_ms(device: torch.device) -> float:
@@ -112,16 +110,12 @@ def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CAL
         # releases them up to its polling interval apart, a wait the events would count.
         call()
         torch.cuda.synchronize(device)
-        e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        e0.record()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
         call()
-        e1.record()
-        for _ in range(block_calls):
-            call()
-        e2.record()
-        e2.synchronize()
-        one, block = e0.elapsed_time(e1), e1.elapsed_time(e2) / block_calls
-        dev = block
+        end.record()
+        block = dev = cuda_ms_per_call(call, block_calls)  # queued right behind it; waits for both
+        one = start.elapsed_time(end)
         if queue_ms is not None:
             torch.cuda._sleep(int(_sleep_cycles_per_ms(device) * min(20.0, 1.5 * queue_ms + 0.05)))
             dev = cuda_ms_per_call(call, block_calls)

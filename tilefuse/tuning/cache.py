@@ -10,6 +10,7 @@ file or entry that breaks the schema is warned about and ignored (``tilefuse/tun
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import logging
@@ -130,12 +131,7 @@ def get(key: str, path: Path | None = None) -> dict | None:
 @contextlib.contextmanager
 def _locked(path: Path, timeout: float):
     """An exclusive ``flock`` on ``<path>.lock`` for the block, waited for at most ``timeout`` seconds
-    (then, and where there is no ``fcntl``, the block runs without it: a concurrent entry may be lost)."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
+    (then the block runs without it: a concurrent entry may be lost)."""
     lock_path = path.with_name(path.name + ".lock")
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -142,7 +142,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     device, group, world = heap.device, heap.group, heap.world_size
     interpreter = hw.interpreting()
     num_sms = hw.num_sms(device)
-    # Calls rotate over input sets larger than twice a 64 MiB L2 together, so no call finds its operands cached.
+    # Calls rotate over up to 4 input sets, together about twice a 64 MiB L2: a call rarely finds its operands cached.
     n_sets = 1 if interpreter else max(1, min(4, -(-2 * 64 * 2**20 // max((M * K + K * N) * dtype.itemsize, 1))))
     sets = _inputs(op, M, N, K, dtype, device, n_sets)
     dtype_name = str(dtype).removeprefix("torch.")
@@ -208,11 +208,9 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
                 rec.update(time_ms=_ms(res.times[n]), block_ms=_ms(res.block[n]), final=True)
             else:
                 rec["error"] = res.dropped.get(n, "dropped in the decision round")[:300]
-    elif keep > 0:
-        decision["note"] = (f"no candidate measured at most {SHORTLIST_RATIO:g}x plain's time both ways in the "
-                            "first pass: plain, without a decision round")
     else:
-        decision["note"] = "keep = 0: plain, without a decision round"
+        decision["note"] = ("keep = 0" if keep == 0 else f"no candidate measured at most {SHORTLIST_RATIO:g}x plain's "
+                            "time both ways in the first pass") + ": plain, without a decision round"
     decision["pick"] = pick
     graph = None
     if shortlist and res.device:  # device time measured: the graph pick, the same as the eager one or not
@@ -252,10 +250,8 @@ def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margi
         "device": torch.cuda.get_device_name(heap.device) if heap.device.type == "cuda" else "cpu (interpreter)",
         "world_size": heap.world_size, "torch": torch.__version__, "triton": __import__("triton").__version__,
         "commit": commit or _commit(), "date": datetime.date.today().isoformat(),
-        "timing": f"tilefuse.tune (tilefuse/tuning/README.md): first pass {reps} interleaved samples of every "
-                  f"candidate; decision between plain and the shortlist, {decide_s:g} s of timed calls; a variant "
-                  f"must beat plain alone and back to back by max({margin:.0%}, 2x the medians' uncertainty), "
-                  "and again in a confirmation round",
+        "timing": f"tilefuse.tune (tilefuse/tuning/README.md): first pass {reps} samples of every candidate, "
+                  f"then {decide_s:g} s of timed calls to decide; margin max({margin:.0%}, 2x the uncertainty)",
     }
     if left_out:
         provenance["left_out"] = ("not tuned in this run (--budget-s): "
@@ -285,24 +281,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="shape sets from tilefuse/tuning/shapes.json, comma-separated ('models': every model's set)")
     p.add_argument("--shape", action="append", default=[], help="an extra per-rank shape MxNxK")
     p.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16", "float32"])
-    p.add_argument("--out", default=None,
-                   help="write a config table under this directory (the shipped ones: tilefuse/configs); "
-                        "default: the user's decision cache (TILEFUSE_CACHE_DIR, else ~/.cache/tilefuse)")
+    p.add_argument("--out", help="write a config table under this directory (default: the user's decision cache)")
     p.add_argument("--reps", type=int, default=5, help="samples of every candidate in the first pass")
     p.add_argument("--keep", type=int, default=3, help="candidates of the first pass that reach the decision")
-    p.add_argument("--decide-s", type=float, default=DECIDE_S,
-                   help="seconds of timed calls for each shape's decision between plain and the shortlist")
+    p.add_argument("--decide-s", type=float, default=DECIDE_S, help="seconds of timed calls for each decision")
     p.add_argument("--quick", action="store_true", help="a smaller search space")
     p.add_argument("--margin", type=float, default=autotune.MARGIN,
-                   help="the smallest win over the plain path, alone and back to back, that a variant needs "
-                        "(fraction; twice the measured uncertainty where that is larger)")
-    p.add_argument("--commit", default=None,
-                   help="the commit recorded in a table's provenance (default: git rev-parse of this checkout; "
-                        "give it where the checkout has no .git)")
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="seconds for the whole run of this op (from the start of the command, after imports): "
-                        "shapes are tuned in order while the next one is expected to fit; the table or cache "
-                        "gets the shapes done, and the log names those left out")
+                   help="the smallest win over plain a variant needs, alone and back to back (fraction)")
+    p.add_argument("--commit", help="the commit in a table's provenance (default: git rev-parse of this checkout)")
+    p.add_argument("--budget-s", type=float, help="seconds for the whole run: shapes start while the next one is "
+                                                   "expected to fit; the log names those left out")
     return p
 
 
