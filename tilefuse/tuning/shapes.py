@@ -1,4 +1,4 @@
-"""Shape sets (``shapes.json``, package data; its ``_doc`` tells the two kinds) and held-out shapes.
+"""Shape sets (``shapes.json``, package data; its ``_doc`` tells the two kinds).
 
 A list set holds global layer GEMMs ``{name, M, N, K[, ops]}`` (:func:`local_shape` shards them per
 op); a model set ``{layers, tokens_per_rank}`` holds ``[K] -> [N]`` linears of a tensor-parallel
@@ -14,14 +14,12 @@ transformer, ``column`` or ``row``, at each count T of tokens a rank holds, whic
   gemm_all_reduce        row        ``[T, K/W]`` (out: T rows)    ``[K/W, N]``
   =====================  =========  ============================  ==========================
 
-``models`` names every model set. :func:`heldout_shapes` draws random, seeded, model-like shapes
-that no tuning set holds.
+``models`` names every model set.
 """
 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 _PATH = Path(__file__).with_name("shapes.json")
@@ -105,50 +103,3 @@ def local_shapes(op: str, set_names, world: int) -> list[dict]:
             if shape is not None:
                 out.append({"name": entry["name"], "M": shape[0], "N": shape[1], "K": shape[2]})
     return out
-
-
-# Held-out shapes: model-like ranges, drawn at random (seeded); none of them is in a tuning set.
-HELDOUT_SEED = 20261130
-HIDDEN = (2048, 8192)  # hidden size, a multiple of 256
-MLP_RATIO = (2.5, 4.0)  # intermediate / hidden, rounded to a multiple of 256
-TOKENS = (64, 16384)  # tokens per rank, log-uniform, any integer (ragged)
-SMOKE_TOKENS = (8, 48)  # --smoke: tiny shapes for CPU ranks in Triton's interpreter
-SMOKE_DIMS = (32, 96)
-
-
-def heldout_shapes(op: str, world: int, n: int = 12, *, seed: int = HELDOUT_SEED, smoke: bool = False) -> list[dict]:
-    """``n`` per-rank shapes ``{name, M, N, K}`` for ``op`` at world ``world``: a random layer of a
-    random model-like size (hidden in ``HIDDEN``, an MLP of ``MLP_RATIO`` x hidden, GQA attention)
-    at a random token count in ``TOKENS``. The same (op, world, n, seed) always gives the same list;
-    a draw that lands on a shape of a tuning set is drawn again. ``smoke``: tiny sizes."""
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; ops are {OPS}")
-    if n < 1 or world < 1:
-        raise ValueError(f"heldout_shapes: n and world must be >= 1, got n={n}, world={world}")
-    rng = random.Random(f"{seed}-{op}-{world}-{smoke}")
-    seen = set() if smoke else {(e["M"], e["N"], e["K"]) for e in local_shapes(op, list(shape_sets()), world)}
-    out = []
-    kinds = ("qkv", "gate-up") if op in COLUMN_OPS else ("o", "down")
-    for _ in range(100 * n):
-        if smoke:
-            T = rng.randint(*SMOKE_TOKENS)
-            N, K = (rng.randint(*SMOKE_DIMS) * world, rng.randint(*SMOKE_DIMS) * world)
-            kind = "smoke"
-        else:
-            hidden = 256 * rng.randint(HIDDEN[0] // 256, HIDDEN[1] // 256)
-            inter = 256 * round(hidden * rng.uniform(*MLP_RATIO) / 256)
-            head_dim = 128
-            q_heads = hidden // head_dim
-            kv_heads = rng.choice([h for h in (1, 2, 4, 8) if q_heads % h == 0])
-            T = round(2 ** rng.uniform(*(v.bit_length() - 1 for v in TOKENS)))
-            kind = rng.choice(kinds)
-            N, K = {"qkv": ((q_heads + 2 * kv_heads) * head_dim, hidden), "gate-up": (2 * inter, hidden),
-                    "o": (hidden, hidden), "down": (hidden, inter)}[kind]
-        shape = local_shape_per_rank(op, T, N, K, world)
-        if shape is not None and shape not in seen:
-            seen.add(shape)
-            out.append({"name": f"heldout-{kind}-{shape[0]}x{shape[1]}x{shape[2]}", "M": shape[0], "N": shape[1],
-                        "K": shape[2]})
-            if len(out) == n:
-                return out
-    raise RuntimeError(f"heldout_shapes: could not draw {n} new shapes for {op} at W={world}")
