@@ -38,12 +38,8 @@ class CacheDirError(ValueError):
 def cache_dir() -> Path:
     """The directory of the decision cache (not created here)."""
     explicit = os.environ.get("TILEFUSE_CACHE_DIR", "")
-    if explicit:
-        path = Path(explicit).expanduser()
-    elif os.environ.get("XDG_CACHE_HOME"):
-        path = Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "tilefuse"
-    else:
-        path = Path.home() / ".cache" / "tilefuse"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    path = Path(explicit).expanduser() if explicit else Path(base).expanduser() / "tilefuse"
     resolved = path.resolve()
     if resolved == _PACKAGE_DIR or _PACKAGE_DIR in resolved.parents:
         raise CacheDirError(f"TILEFUSE_CACHE_DIR={path} is inside the tilefuse package ({_PACKAGE_DIR}): "
@@ -55,6 +51,7 @@ def cache_path() -> Path:
     return cache_dir() / FILE_NAME
 
 
+@functools.cache
 def versions() -> dict:
     """The versions a cached decision is valid for."""
     import torch
@@ -65,23 +62,19 @@ def versions() -> dict:
     return {"torch": torch.__version__, "triton": triton.__version__, "tilefuse": str(__version__)}
 
 
-@functools.cache
-def _version_tail() -> str:
-    return "torch{torch}|triton{triton}|tilefuse{tilefuse}".format(**versions())
-
-
 def entry_key(arch: str, world: int, op: str, dtype: str, N: int, K: int, bucket: tuple[int, int]) -> str:
     """E.g. ``nvidia-h200|ws2|gemm_all_scatter|bfloat16|N7168|K4096|M513-768|torch2.11.0|triton3.6.0|tilefuse0.1.0``."""
-    return f"{arch}|ws{world}|{op}|{dtype}|N{N}|K{K}|M{bucket[0]}-{bucket[1]}|{_version_tail()}"
+    v = versions()
+    return (f"{arch}|ws{world}|{op}|{dtype}|N{N}|K{K}|M{bucket[0]}-{bucket[1]}|"
+            f"torch{v['torch']}|triton{v['triton']}|tilefuse{v['tilefuse']}")
 
 
 def _valid_entry(e) -> bool:
     if not isinstance(e, dict) or e.get("variant") not in _VARIANTS:
         return False
-    if e["variant"] == "plain" or e.get("config") is None:  # no config: the variant's own default
-        return True
     try:
-        Config.from_dict(e.get("config"))
+        if e["variant"] != "plain" and e.get("config") is not None:  # no config: the variant's own default
+            Config.from_dict(e["config"])
     except (TypeError, ValueError, AttributeError):
         return False
     return True
@@ -117,11 +110,9 @@ def load(path: Path | None = None) -> dict:
     except FileNotFoundError:
         return {}
     hit = _LOADED.get(path)
-    if hit is not None and hit[0] == stamp:
-        return hit[1]
-    entries = _read(path)
-    _LOADED[path] = (stamp, entries)
-    return entries
+    if hit is None or hit[0] != stamp:
+        hit = _LOADED[path] = (stamp, _read(path))
+    return hit[1]
 
 
 def get(key: str, path: Path | None = None) -> dict | None:

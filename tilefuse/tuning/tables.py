@@ -44,9 +44,7 @@ class Choice:
 
     def for_graphs(self) -> Choice:
         """The choice inside CUDA graphs."""
-        if self.graph is None:
-            return self
-        return Choice(self.graph[0], self.graph[1], f"{self.source}, inside CUDA graphs")
+        return self if self.graph is None else Choice(*self.graph, f"{self.source}, inside CUDA graphs")
 
 
 def graph_of(entry: dict) -> tuple | None:
@@ -130,15 +128,13 @@ def load_table(path: Path) -> list[dict] | None:
     except FileNotFoundError:
         return None
     hit = _CACHE.get(path)
-    if hit is not None and hit[0] == mtime:
-        return hit[1]
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise TableError(f"config table {path}: not valid JSON: {err}") from None
-    entries = validate_table(data, path)
-    _CACHE[path] = (mtime, entries)
-    return entries
+    if hit is None or hit[0] != mtime:
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise TableError(f"config table {path}: not valid JSON: {err}") from None
+        hit = _CACHE[path] = (mtime, validate_table(data, path))
+    return hit[1]
 
 
 def _choice(e: dict, source: str) -> Choice:

@@ -12,12 +12,6 @@ import torch
 
 from . import autotune
 
-
-def cross_rank_max(value: float, group, *, what: str = "tilefuse.tune: cross-rank max") -> float:
-    """The maximum of ``value`` over the ranks of ``group`` (a bounded host exchange)."""
-    return max(autotune.all_gather(value, group, what=what))
-
-
 # A GPU at its power limit dips in clock speed about a second into a load, then holds a steady clock:
 # SETTLE_S runs past the dip.
 SETTLE_S = 1.5

@@ -30,7 +30,7 @@ from tilefuse.runtime import hw
 from tilefuse.tuning import autotune, cache, rules, tables, timing
 from tilefuse.tuning.buckets import m_bucket
 from tilefuse.tuning.shapes import local_shapes
-from tilefuse.tuning.timing import Budget, cross_rank_max, settle
+from tilefuse.tuning.timing import Budget, settle
 
 log = logging.getLogger("tilefuse")
 
@@ -190,7 +190,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     variant, config, times, block = tables.PLAIN, None, first.times, first.block
     pick = "plain"
     if shortlist:
-        settle(runner(plain), device=device, agree=lambda n: cross_rank_max(n, group, what=f"{what}: settle"))
+        settle(runner(plain), device=device, agree=lambda n: max(autotune.all_gather(n, group, what=f"{what}: settle")))
         res = autotune.tune(candidates(shortlist), device=device, group=group, what=f"{what}: decision",
                             budget=decide_s, margin=margin)
         variant, config, times, block = res.variant, res.config, res.times, res.block
@@ -267,9 +267,8 @@ def write_cache(op: str, entries: list[dict], *, margin: float = autotune.MARGIN
     out = {}
     for e in entries:
         key = cache.entry_key(arch, world, op, e["dtype"], e["N"], e["K"], m_bucket(e["M"]))
-        out[key] = {"variant": e["variant"], "config": e["config"], "M": e["M"], "time_ms": e["time_ms"],
-                    "plain_ms": e["plain_ms"], "block_ms": e["block_ms"], "plain_block_ms": e["plain_block_ms"],
-                    "margin": margin, "source": "python -m tilefuse.tuning",
+        kept = ("variant", "config", "M", "time_ms", "plain_ms", "block_ms", "plain_block_ms")
+        out[key] = {**{k: e[k] for k in kept}, "margin": margin, "source": "python -m tilefuse.tuning",
                     "date": datetime.date.today().isoformat()}
     return cache.put(out)
 
