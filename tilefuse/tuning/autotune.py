@@ -88,8 +88,7 @@ def _sleep_cycles_per_ms(device: torch.device) -> float:
 
 
 def cuda_ms_per_call(call, calls: int) -> float:
-    """Milliseconds per call of ``calls`` calls queued on the current stream, between two CUDA events
-    (waits for the second)."""
+    """Milliseconds per call of ``calls`` calls queued on the current stream (CUDA events; waits for them)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(calls):
@@ -131,8 +130,7 @@ def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CAL
 
 
 def time_plain(call, device: torch.device, group) -> float:
-    """One warm-up call, then one call timed alone (``call_ms`` of :func:`_measure`, aligned by its
-    lead-in call on a GPU): the maximum over the ranks (ms)."""
+    """One warm-up call, then :func:`_measure`'s ``call_ms`` of one call: the maximum over the ranks."""
     call()
     _sync(device)
     _barrier(group, "autotune: plain time")
@@ -292,10 +290,9 @@ def screen(candidates: list[Candidate], *, device: torch.device, group, what: st
 
 def _agreed(kept: list, rounds: tuple, rule, cost: dict, budget: float, device: torch.device, group, what: str,
             block_calls: int, queue_ms: dict | None) -> tuple:
-    """Rank 0's pick by ``rule(times, block, spread, device, device_spread)`` over ``rounds``, for every
-    rank; a fused pick must win again in a confirmation round (fresh interleaved samples of plain and
-    it alone, in the rest of the budget). Returns ``(pick or plain, the confirmation's five dicts and
-    its reps, or None)``."""
+    """Rank 0's pick by ``rule(times, block, spread, device, device_spread)`` over ``rounds``; a fused pick
+    must win again in fresh samples of plain and it alone, in the rest of the budget. Returns ``(pick
+    or plain, the confirmation round's five dicts and its reps, or None)``."""
     pick = all_gather(rule(*rounds), group, what=f"autotune {what}: decision")[0]
     if pick == "plain":
         return pick, None
@@ -312,7 +309,7 @@ def _agreed(kept: list, rounds: tuple, rule, cost: dict, budget: float, device: 
 
 def tune(candidates: list[Candidate], *, device: torch.device, group, what: str, budget: float | None = None,
          margin: float = MARGIN) -> Result:
-    """Run the protocol above over ``candidates`` (plain first); collective over ``group``.
+    """Run first-call tuning's protocol over ``candidates`` (plain first); collective over ``group``.
 
     ``budget``: seconds of timed calls (rank 0's value; default ``BUDGET_S``);
     ``margin``: the smallest win a candidate needs over plain (:func:`decide`)."""

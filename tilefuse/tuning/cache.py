@@ -1,10 +1,9 @@
 """The user's decision cache: what first-call tuning (and ``python -m tilefuse.tune``) found, on disk.
 
-``<dir>/autotune.json``, ``<dir>`` being ``TILEFUSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilefuse``, else
-``~/.cache/tilefuse``, never inside the installed package. Keys name everything a measurement depends
-on (:func:`entry_key`, versions included). A writer locks, reads, merges and renames a temporary file
-over the old one, so concurrent writers lose nothing and readers see the old file or the new one; a
-file or entry that breaks the schema is warned about and ignored (``tilefuse/tuning/README.md``).
+``<dir>/autotune.json`` (:func:`cache_dir`), keyed by everything a measurement depends on
+(:func:`entry_key`). A writer locks, reads, merges and renames a temporary file over the old one, so
+concurrent writers lose nothing and readers see the old file or the new one; a file or entry that
+breaks the schema is warned about and ignored (``tilefuse/tuning/README.md``).
 """
 
 from __future__ import annotations
@@ -36,7 +35,8 @@ class CacheDirError(ValueError):
 
 
 def cache_dir() -> Path:
-    """The directory of the decision cache (not created here)."""
+    """``TILEFUSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilefuse``, else ``~/.cache/tilefuse`` (not created
+    here); never inside the installed package."""
     explicit = os.environ.get("TILEFUSE_CACHE_DIR", "")
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     path = Path(explicit).expanduser() if explicit else Path(base).expanduser() / "tilefuse"

@@ -20,9 +20,7 @@ def skip_reason(op: str, variant: str, N: int, world: int) -> str | None:
     """Why the tuners leave ``variant`` out for this shape (None: try it)."""
     if variant == "copy_engine" and world == 1:
         return "nothing to copy at world 1"
-    if op == "all_gather_gemm" and variant == "fused_sequential" and world > 1:
-        tiles = -(-N // 256)
-        if tiles > FUSED_AG_MAX_COLUMN_TILES:
-            return (f"reads every peer's A rows once per column tile ({tiles} of 256): link-bound, "
-                    "see tilefuse/tuning/rules.py")
+    tiles = -(-N // 256)
+    if op == "all_gather_gemm" and variant == "fused_sequential" and world > 1 and tiles > FUSED_AG_MAX_COLUMN_TILES:
+        return f"reads every peer's A rows once per column tile ({tiles} of 256): link-bound (tuning/rules.py)"
     return None

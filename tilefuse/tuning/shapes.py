@@ -1,4 +1,4 @@
-"""Shape sets (``shapes.json``, package data; its ``_doc`` tells the two kinds).
+"""Shape sets (``shapes.json``, package data; its ``_doc`` tells the two kinds; ``models``: every model set).
 
 A list set holds global layer GEMMs ``{name, M, N, K[, ops]}`` (:func:`local_shape` shards them per
 op); a model set ``{layers, tokens_per_rank}`` holds ``[K] -> [N]`` linears of a tensor-parallel
@@ -13,8 +13,6 @@ transformer, ``column`` or ``row``, at each count T of tokens a rank holds, whic
   gemm_reduce_scatter    row        ``[W*T, K/W]`` (out: T rows)  ``[K/W, N]``
   gemm_all_reduce        row        ``[T, K/W]`` (out: T rows)    ``[K/W, N]``
   =====================  =========  ============================  ==========================
-
-``models`` names every model set.
 """
 
 from __future__ import annotations
@@ -36,8 +34,8 @@ def _expand_model(name: str, spec: dict) -> list[dict]:
         if kind not in ("column", "row"):
             raise ValueError(f"shape set {name!r}: layer {layer['name']!r} has kind {kind!r}, not column or row")
         ops = list(COLUMN_OPS if kind == "column" else ROW_OPS)
-        for T in layer.get("tokens_per_rank", spec["tokens_per_rank"]):
-            out.append({"name": f"{layer['name']}-t{T}", "T": T, "N": layer["N"], "K": layer["K"], "ops": ops})
+        out += [{"name": f"{layer['name']}-t{T}", "T": T, "N": layer["N"], "K": layer["K"], "ops": ops}
+                for T in layer.get("tokens_per_rank", spec["tokens_per_rank"])]
     return out
 
 

@@ -36,11 +36,8 @@ class Choice:
 
     variant: str
     config: Config | None
-    # "exact <file>", "bucket <file> (M, N, K)"; auto's own: "cache ...", "tuned ...", "model ...", "default ..."
-    source: str
-    # (variant, config) while a CUDA graph is captured, where device time chose otherwise (an entry's
-    # ``graph``: autotune's step 4); None: the same as ``variant``/``config``.
-    graph: tuple | None = None
+    source: str  # "exact <file>", "bucket <file> (M, N, K)"; auto's: "cache", "tuned", "model", "default ..."
+    graph: tuple | None = None  # (variant, config) inside CUDA graphs, from an entry's ``graph``; None: the same
 
     def for_graphs(self) -> Choice:
         """The choice inside CUDA graphs."""
@@ -65,8 +62,7 @@ def table_path(directory: Path, op: str, arch: str, world: int) -> Path:
 
 
 def search_dirs() -> list[Path]:
-    user = os.environ.get("TILEFUSE_CONFIG_DIR", "")
-    return [Path(p) for p in user.split(os.pathsep) if p] + [SHIPPED_DIR]
+    return [Path(p) for p in os.environ.get("TILEFUSE_CONFIG_DIR", "").split(os.pathsep) if p] + [SHIPPED_DIR]
 
 
 def _fail(path, where: str, msg: str):

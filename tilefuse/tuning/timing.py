@@ -41,12 +41,10 @@ def clock() -> float:
 
 
 class Budget:
-    """Whether the next item of a run (a shape) still fits in ``seconds`` (rank 0's; None: no limit).
-
-    :meth:`fits`, a host exchange, runs on every rank before every item: the next item fits while the
-    time since ``start`` plus the median cost of the items done stays within ``seconds``, each the
-    maximum over the ranks, so the ranks stop before the same item. The first item always runs.
-    """
+    """Whether the next item of a run (a shape) still fits in ``seconds`` (rank 0's; None: no limit):
+    :meth:`fits`, a host exchange on every rank before every item, says yes while the time since
+    ``start`` plus the median cost of the items done, each the maximum over the ranks, stays within
+    ``seconds``, so the ranks stop before the same item. The first item always runs."""
 
     def __init__(self, seconds: float | None, group, *, start: float | None = None,
                  what: str = "tilefuse.tune: budget"):

@@ -34,13 +34,11 @@ from tilefuse.tuning.timing import Budget, settle
 
 log = logging.getLogger("tilefuse")
 
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), most promising first. 128x128 is tried with 4 and
-# with 6 stages: which pipeline depth wins depends on M.
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), most promising first; 128x128 with 4 and 6 stages.
 TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 128, 64, 4, 6),
          (256, 128, 64, 8, 3), (64, 128, 64, 4, 4)]
 INTERPRETER_TILES = [(32, 32, 32, 4, 1), (64, 64, 64, 4, 1)]
-# The warp-specialized 128x256 tile (4 warps a group, 4 stages), tried second for 16-bit dtypes above
-# SMALL_M by the variants whose loops specialize (config.WARP_SPEC_VARIANTS).
+# Tried second above SMALL_M for 16-bit dtypes by config.WARP_SPEC_VARIANTS, with WARP_SPEC = 1.
 WARP_SPEC_TILE = (128, 256, 64, 4, 4)
 SMALL_M = 256  # up to this M (decode, small batches) the tiles come from small_m_tiles
 SMALL_M_SPLITS = [8, 16]  # COMM_SMS tried at small M: little to move, the GEMM keeps most programs
@@ -123,16 +121,10 @@ def _round_record(label: str, reps: int, times: dict, block: dict, spread: dict)
 
 def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int, keep: int,
                margin: float = autotune.MARGIN, decide_s: float = DECIDE_S, stats: dict | None = None) -> dict:
-    """Tune one shape on every rank (collective); returns its table entry.
-
-    1. First pass (:func:`autotune.screen`, ``reps`` samples): the ``keep`` candidates with the best
-       worse-of-two ratio to plain, those at most ``SHORTLIST_RATIO``, are the shortlist.
-    2. Decision (:func:`autotune.tune`, ``decide_s`` seconds, after the clocks settle on a GPU) between
-       plain and the shortlist; no shortlist: plain.
-
-    The entry's fields: ``tilefuse/tuning/README.md``, "The tuner". ``stats`` (optional) receives
-    ``warm_up_s``: the first pass's warm-up seconds (compiling), maximum over ranks.
-    """
+    """Tune one shape on every rank (collective); returns its table entry (``tilefuse/tuning/README.md``,
+    "The tuner"). A first pass (:func:`autotune.screen`) shortlists the ``keep`` best, those at most
+    ``SHORTLIST_RATIO`` x plain's time; :func:`autotune.tune` decides between plain and them. ``stats``
+    (optional) receives ``warm_up_s``: the first pass's warm-up seconds (compiling), max over ranks."""
     # Workspaces are kept per shape: without this, a sweep over large shapes fills the heap and later
     # shapes' candidates fail with HeapFullError instead of being timed.
     tilefuse.synchronize()
