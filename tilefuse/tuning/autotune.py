@@ -115,7 +115,7 @@ def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CAL
         end.record()
         block = dev = cuda_ms_per_call(call, block_calls)  # queued right behind it; waits for both
         one = start.elapsed_time(end)
-        if queue_ms is not None:
+        if queue_ms is not None:  # the device sleeps while the host queues the calls: the events see device work only
             torch.cuda._sleep(int(_sleep_cycles_per_ms(device) * min(20.0, 1.5 * queue_ms + 0.05)))
             dev = cuda_ms_per_call(call, block_calls)
     else:
