@@ -4,7 +4,7 @@
     torchrun --nproc-per-node 2 -m benchmarks.heldout --n 8 --budget-s 120 --out heldout_ws2.csv
     python -m benchmarks.heldout --smoke --world 2          # tiny shapes, CPU ranks (a test runs it)
 
-The shapes come from :func:`tilefuse.tuning.shapes.heldout_shapes`: drawn at random (seeded) within
+The shapes come from :func:`heldout_shapes`: drawn at random (seeded) within
 model-like ranges, never in a tuning set, so no table holds them exactly. Shape i of every op runs
 before shape i + 1 of any (a run cut short by ``--budget-s`` covers every op alike). Per shape,
 every rank:
@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -58,6 +59,55 @@ from .results import parse_dtype, row, run_info, write_csv
 from .timing import bench_interleaved
 
 OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
+
+
+# Held-out shapes: model-like ranges, drawn at random (seeded); none of them is in a tuning set.
+HELDOUT_SEED = 20261130
+HIDDEN = (2048, 8192)  # hidden size, a multiple of 256
+MLP_RATIO = (2.5, 4.0)  # intermediate / hidden, rounded to a multiple of 256
+TOKENS = (64, 16384)  # tokens per rank, log-uniform, any integer (ragged)
+SMOKE_TOKENS = (8, 48)  # --smoke: tiny shapes for CPU ranks in Triton's interpreter
+SMOKE_DIMS = (32, 96)
+
+
+def heldout_shapes(op: str, world: int, n: int = 12, *, seed: int = HELDOUT_SEED, smoke: bool = False) -> list[dict]:
+    """``n`` per-rank shapes ``{name, M, N, K}`` for ``op`` at world ``world``: a random layer of a
+    random model-like size (hidden in ``HIDDEN``, an MLP of ``MLP_RATIO`` x hidden, GQA attention)
+    at a random token count in ``TOKENS``. The same (op, world, n, seed) always gives the same list;
+    a draw that lands on a shape of a tuning set is drawn again. ``smoke``: tiny sizes."""
+    from tilefuse.tuning.shapes import COLUMN_OPS, local_shape_per_rank, local_shapes, shape_sets
+
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; ops are {OPS}")
+    if n < 1 or world < 1:
+        raise ValueError(f"heldout_shapes: n and world must be >= 1, got n={n}, world={world}")
+    rng = random.Random(f"{seed}-{op}-{world}-{smoke}")
+    seen = set() if smoke else {(e["M"], e["N"], e["K"]) for e in local_shapes(op, list(shape_sets()), world)}
+    out = []
+    kinds = ("qkv", "gate-up") if op in COLUMN_OPS else ("o", "down")
+    for _ in range(100 * n):
+        if smoke:
+            T = rng.randint(*SMOKE_TOKENS)
+            N, K = (rng.randint(*SMOKE_DIMS) * world, rng.randint(*SMOKE_DIMS) * world)
+            kind = "smoke"
+        else:
+            hidden = 256 * rng.randint(HIDDEN[0] // 256, HIDDEN[1] // 256)
+            inter = 256 * round(hidden * rng.uniform(*MLP_RATIO) / 256)
+            head_dim = 128
+            q_heads = hidden // head_dim
+            kv_heads = rng.choice([h for h in (1, 2, 4, 8) if q_heads % h == 0])
+            T = round(2 ** rng.uniform(*(v.bit_length() - 1 for v in TOKENS)))
+            kind = rng.choice(kinds)
+            N, K = {"qkv": ((q_heads + 2 * kv_heads) * head_dim, hidden), "gate-up": (2 * inter, hidden),
+                    "o": (hidden, hidden), "down": (hidden, inter)}[kind]
+        shape = local_shape_per_rank(op, T, N, K, world)
+        if shape is not None and shape not in seen:
+            seen.add(shape)
+            out.append({"name": f"heldout-{kind}-{shape[0]}x{shape[1]}x{shape[2]}", "M": shape[0], "N": shape[1],
+                        "K": shape[2]})
+            if len(out) == n:
+                return out
+    raise RuntimeError(f"heldout_shapes: could not draw {n} new shapes for {op} at W={world}")
 
 
 def _operands(ctx, op: str, M: int, N: int, K: int, dtype, seed: int):
@@ -81,7 +131,6 @@ def _job(ctx, ops: list, n: int, dtype_name: str, smoke: bool, seed: int, cache_
     every shape (without the summary), so a run killed midway keeps what it measured."""
     import tilefuse
     from tilefuse.ops import dispatch, registry
-    from tilefuse.tuning import shapes
 
     from .suite import auto_note, torch_fused
 
@@ -99,7 +148,7 @@ def _job(ctx, ops: list, n: int, dtype_name: str, smoke: bool, seed: int, cache_
             notes.append(f"{op}: no torch fused column ({why})")
         public = getattr(tilefuse, op, None) or (lambda a, b, op=op: dispatch.run_auto(op, a, b, None, None))
         per_op[op] = (public, registry.get(op, "plain"), registry.get(op, "reference"), fused,
-                      shapes.heldout_shapes(op, ctx.world, n, seed=seed, smoke=smoke))
+                      heldout_shapes(op, ctx.world, n, seed=seed, smoke=smoke))
     info = run_info(ctx.device if ctx.on_gpu else None) if out and ctx.rank == 0 else None
     t_start = time.perf_counter()
     durations: list = []  # seconds per shape, agreed over ranks
@@ -211,7 +260,6 @@ def main(argv=None) -> int:
                         "(rank 0's clock; start-up itself is extra)")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, float16: CPU ranks in Triton's interpreter")
     args = p.parse_args(argv)
-    from tilefuse.tuning import shapes
 
     ops = list(OPS) if args.ops.strip() == "all" else [o.strip() for o in args.ops.split(",") if o.strip()]
     unknown = sorted(set(ops) - set(OPS))
@@ -223,7 +271,7 @@ def main(argv=None) -> int:
         p.error("--budget-s must be > 0")
     dtype = "float16" if args.smoke else args.dtype
     parse_dtype(dtype)
-    seed = shapes.HELDOUT_SEED if args.seed is None else args.seed
+    seed = HELDOUT_SEED if args.seed is None else args.seed
     world = args.world or 1
     with tempfile.TemporaryDirectory(prefix="tilefuse-heldout-") as tmp:
         cache_dir = args.cache_dir or tmp

@@ -794,13 +794,12 @@ def test_suite_notes_what_auto_ran_after_its_first_call(pools, tmp_path):
 def job_heldout(ctx, n, budget_s, out):
     from benchmarks import heldout
     from benchmarks import launch as blaunch
-    from tilefuse.tuning import shapes
 
     bctx = blaunch.RankCtx(rank=ctx.rank, world=ctx.world, device=ctx.device, heap=ctx.heap, pg_backend="gloo",
                            host_group=None)
     with _env(TILEFUSE_AUTOTUNE="0", TILEFUSE_CONFIG_DIR=None):
         return heldout._job(bctx, ["gemm_all_scatter", "gemm_reduce_scatter"], n, "float16", True,
-                            shapes.HELDOUT_SEED, None, budget_s=budget_s, out=out)
+                            heldout.HELDOUT_SEED, None, budget_s=budget_s, out=out)
 
 
 def test_heldout_goes_round_robin_and_stops_at_its_budget(pools, tmp_path):

@@ -578,16 +578,17 @@ def test_model_shape_sets_cover_every_op_and_world():
 
 
 def test_heldout_shapes_are_seeded_and_never_tuned():
+    from benchmarks.heldout import heldout_shapes
     from tilefuse.tuning import shapes
 
     for op in shapes.OPS:
         for world in (1, 2, 8):
-            a = shapes.heldout_shapes(op, world, 12)
-            assert a == shapes.heldout_shapes(op, world, 12), "seeded"
-            assert a != shapes.heldout_shapes(op, world, 12, seed=1)
+            a = heldout_shapes(op, world, 12)
+            assert a == heldout_shapes(op, world, 12), "seeded"
+            assert a != heldout_shapes(op, world, 12, seed=1)
             tuned = {(e["M"], e["N"], e["K"]) for name in shapes.shape_sets()
                      for e in shapes.local_shapes(op, [name], world)}
             assert len({(e["M"], e["N"], e["K"]) for e in a}) == 12
             assert not tuned & {(e["M"], e["N"], e["K"]) for e in a}
     with pytest.raises(ValueError, match="unknown op"):
-        shapes.heldout_shapes("gemm_everything", 2)
+        heldout_shapes("gemm_everything", 2)

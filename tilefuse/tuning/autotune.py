@@ -1,25 +1,8 @@
 """First-call tuning: the collective protocol that times a few candidates on a call's own operands.
 
-Used by :mod:`tilefuse.ops.dispatch` for an (arch, W, op, dtype, N, K, M bucket) that no table or
-cache covers, and by the offline tuner (:mod:`tilefuse.tuning.tuner`: :func:`screen` to shortlist,
-then :func:`tune` for the decision). Every rank runs the same steps in the same order: the
-candidates are collective ops, so a rank that called a candidate one time more than its peers
-would hang them. The steps (``tilefuse/tuning/README.md``, "First-call tuning", tells them in full):
-
-1. Warm-up and check (:func:`_warm_up`): each candidate is called once (compiling its kernels) and
-   compared with the plain path; one that raises or disagrees on any rank is dropped on every rank.
-   Its time for one call sets the repetition counts within the budget (``BUDGET_S`` for first-call
-   tuning, ``ROUND_SHARE`` of it for step 2); compilation is outside the budget.
-2. Timing (:func:`_timed_round`, :func:`_measure`): interleaved, aligned samples of every candidate,
-   one call alone and calls back to back; medians and their uncertainty, maximum over the ranks.
-3. Decision (:func:`decide`), rank 0's answer for every rank, and a confirmation round that a fused
-   pick must win again.
-4. Inside CUDA graphs (short calls on a GPU): a second pick on device time alone, ``GRAPH_MARGIN``,
-   confirmed the same way.
-
-Host exchanges and barriers go through :mod:`tilefuse.runtime.hostsync` (bounded:
-``EXCHANGE_TIMEOUT_S``, a missing rank is named) on the op's group. Tests replace the clock with
-:func:`set_timer`; the protocol stays the same.
+Used by :mod:`tilefuse.ops.dispatch` and the offline tuner (:func:`screen`, then :func:`tune`). Every
+rank runs the same steps in the same order, since a rank that called a candidate once more than its
+peers would hang them; ``tilefuse/tuning/README.md``, "First-call tuning", tells the steps.
 """
 
 from __future__ import annotations
@@ -45,36 +28,32 @@ ROUND_SHARE = 0.6  # of the budget for the round of every candidate; the rest co
 BUDGET_S = 1.0  # seconds of timed calls per first-call tuning (rank 0's value); compiling is outside it
 MIN_PLAIN_MS = 0.2  # TILEFUSE_AUTOTUNE unset: only calls whose plain path takes at least this long tune
 EXCHANGE_TIMEOUT_S = 120.0
-
-
-def mode() -> str:
-    """``TILEFUSE_AUTOTUNE``: ``"0"`` never tune, ``"1"`` tune every uncovered shape, ``"auto"``
-    (unset) tune on a GPU when the plain path takes at least ``MIN_PLAIN_MS``."""
-    return _env.autotune_mode()
-
-
-_TIMER: list = [None, False]  # the replacement clock, and whether it takes the sample's kind
+BLOCK_CALLS = 3  # calls per back-to-back block on a GPU ...
+LONG_CALL_S = 2e-3  # ... or 1 where a call takes this long (host work and rank skew are small beside it)
+GRAPH_MARGIN = 0.05  # the device-time win a variant needs over plain to run inside CUDA graphs
+_SLEEP_CYCLES_PER_MS: dict = {}
+_TIMER: list = [None]  # the replacement clock, as timer(name, kind)
 _DEVICE_TIMING: list = [False]  # set_timer(..., device_timing=True): step 4 runs off a GPU too (tests)
 
 
+def mode() -> str:
+    """``TILEFUSE_AUTOTUNE``: ``"0"``, ``"1"`` or ``"auto"`` (unset; README, "Settings and constants")."""
+    return _env.autotune_mode()
+
+
 def set_timer(timer, *, device_timing: bool = False) -> None:
-    """Replace the clock: ``timer(name) -> ms``, or ``timer(name, kind) -> ms``, is asked for each
-    sample of the candidate ``name`` (``"plain"``, a variant, or ``"variant#i"`` for a second
-    config), after the calls ran; ``kind`` is ``"call"`` (one call timed alone, host work included)
-    or ``"block"`` (per call of back-to-back calls), and with ``device_timing`` also ``"device"``
-    (step 4's device time, timed as on a GPU with short calls wherever the calls run). ``None``
-    restores CUDA events / the host clock."""
+    """Replace the clock: ``timer(name) -> ms`` or ``timer(name, kind) -> ms`` gives each sample of the
+    candidate ``name`` after its calls ran; ``kind`` is ``"call"`` (one call alone), ``"block"`` (per
+    call back to back) or, with ``device_timing``, ``"device"`` (step 4, timed as on a GPU with short
+    calls wherever the calls run). ``None`` restores CUDA events / the host clock."""
     _DEVICE_TIMING[0] = bool(device_timing) and timer is not None
-    takes_kind = False
-    if timer is not None:
-        try:
-            params = inspect.signature(timer).parameters.values()
-        except (TypeError, ValueError):
-            params = []
-        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                      and p.default is p.empty]
-        takes_kind = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
-    _TIMER[0], _TIMER[1] = timer, takes_kind
+    try:
+        params = list(inspect.signature(timer).parameters.values()) if timer is not None else []
+    except (TypeError, ValueError):
+        params = []
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    takes_kind = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+    _TIMER[0] = timer if timer is None or takes_kind else (lambda name, kind: timer(name))
 
 
 def all_gather(obj, group, *, what: str) -> list:
@@ -89,53 +68,27 @@ def _barrier(group, what: str) -> None:
         hostsync.barrier(group, what=what, timeout=EXCHANGE_TIMEOUT_S)
 
 
-BLOCK_CALLS = 3  # calls per back-to-back block on a GPU ...
-LONG_CALL_S = 2e-3  # ... or 1 where a call takes this long (host work and rank skew are small beside it)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def _fake(name: str, kind: str, ms: float) -> float:
-    timer = _TIMER[0]
-    if timer is None:
-        return ms
-    return float(timer(name, kind) if _TIMER[1] else timer(name))
-
-
-GRAPH_MARGIN = 0.05  # the device-time win a variant needs over plain to run inside CUDA graphs
-_SLEEP_CYCLES_PER_MS: dict = {}
+    return ms if _TIMER[0] is None else float(_TIMER[0](name, kind))
 
 
 def _sleep_cycles_per_ms(device: torch.device) -> float:
     """Clock cycles of ``torch.cuda._sleep`` per millisecond on ``device`` (measured once)."""
     key = device.index if device.index is not None else torch.cuda.current_device()
-    rate = _SLEEP_CYCLES_PER_MS.get(key)
-    if rate is None:
+    if key not in _SLEEP_CYCLES_PER_MS:
         cycles = 2_000_000
         torch.cuda._sleep(cycles)  # the first launch pays its own setup
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        end.synchronize()
-        rate = _SLEEP_CYCLES_PER_MS[key] = cycles / max(start.elapsed_time(end), 1e-3)
-    return rate
-
-
-def _device_ms(call, device: torch.device, calls: int, queue_ms: float) -> float:
-    """Device time per call of ``calls`` calls that run back to back with no host gap between them,
-    as in a CUDA graph's replay: the device first sleeps for longer than the host takes to queue
-    them (``queue_ms``), so the events around them count the device's work only."""
-    torch.cuda._sleep(int(_sleep_cycles_per_ms(device) * min(20.0, 1.5 * queue_ms + 0.05)))
-    return cuda_ms_per_call(call, calls)
+        _SLEEP_CYCLES_PER_MS[key] = cycles / max(cuda_ms_per_call(lambda: torch.cuda._sleep(cycles), 1), 1e-3)
+    return _SLEEP_CYCLES_PER_MS[key]
 
 
 def cuda_ms_per_call(call, calls: int) -> float:
-    """Milliseconds per call of ``calls`` calls queued on the current stream, between two CUDA events
-    (waits for the second)."""
+    """Milliseconds per call of ``calls`` calls queued on the current stream (CUDA events; waits for them)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(calls):
@@ -147,55 +100,37 @@ def cuda_ms_per_call(call, calls: int) -> float:
 
 def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CALLS,
              queue_ms: float | None = None) -> tuple[float, float, float]:
-    """One sample of a candidate: ``(call_ms, block_ms, device_ms)``.
-
-    On a GPU: a lead-in call, then a device synchronize. The lead-in is collective, so it ends on
-    every rank's device at about the same moment, and the host leaves the synchronize a few
-    microseconds later on every rank; a host barrier alone releases the ranks up to its polling
-    interval apart, and the rank released first then waits inside its
-    collective for the other, a wait the events would count. Then ``call_ms``: one call on the idle
-    device, timed with events from before its launch, so the host's work before and between its
-    kernels counts (what a caller who synchronizes after each call sees); ``block_ms``: the mean of
-    ``block_calls`` calls queued back to back right after it (max(host, device) per call, what a
-    model's layer stream sees). ``device_ms``: with ``queue_ms`` (a GPU), :func:`_device_ms` of
-    ``block_calls`` calls, the time per call inside a CUDA graph (no host work); else ``block_ms``.
-    Elsewhere the host clock times one call, which stands for all three.
-    """
+    """One sample of a candidate: ``(call_ms, block_ms, device_ms)``: one call alone (host work
+    included), per call of ``block_calls`` back to back, and with ``queue_ms`` (host ms to queue them)
+    per call queued behind a longer device sleep, as a CUDA graph replays them (else ``block_ms``).
+    Off a GPU the host clock times one call, which stands for all three."""
     if device.type == "cuda":
+        # A collective lead-in call and a device synchronize align the ranks: a host barrier alone
+        # releases them up to its polling interval apart, a wait the events would count.
         call()
         torch.cuda.synchronize(device)
-        e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        e0.record()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
         call()
-        e1.record()
-        for _ in range(block_calls):
-            call()
-        e2.record()
-        e2.synchronize()
-        one, block = e0.elapsed_time(e1), e1.elapsed_time(e2) / block_calls
-        dev = block if queue_ms is None else _device_ms(call, device, block_calls, queue_ms)
-    elif queue_ms is not None:  # device timing asked for off a GPU (tests): the calls are made as on one
-        t0 = time.perf_counter()
-        call()
-        one = block = (time.perf_counter() - t0) * 1e3
-        for _ in range(block_calls):
-            call()
-        dev = block
+        end.record()
+        block = dev = cuda_ms_per_call(call, block_calls)  # queued right behind it; waits for both
+        one = start.elapsed_time(end)
+        if queue_ms is not None:  # the device sleeps while the host queues the calls: the events see device work only
+            torch.cuda._sleep(int(_sleep_cycles_per_ms(device) * min(20.0, 1.5 * queue_ms + 0.05)))
+            dev = cuda_ms_per_call(call, block_calls)
     else:
         t0 = time.perf_counter()
         call()
         one = block = dev = (time.perf_counter() - t0) * 1e3
+        if queue_ms is not None:  # device timing asked for off a GPU (tests): the calls are made as on one
+            for _ in range(block_calls):
+                call()
     one, block = _fake(name, "call", one), _fake(name, "block", block)
     return one, block, (block if queue_ms is None else _fake(name, "device", dev))
 
 
-def _calls_per_sample(device: torch.device, block_calls: int) -> int:
-    return 2 + 2 * block_calls if device.type == "cuda" else 1
-
-
 def time_plain(call, device: torch.device, group) -> float:
-    """One warm-up call, then one call timed alone (``call_ms`` of :func:`_measure`, aligned by its
-    lead-in call on a GPU): the maximum over the ranks (ms)."""
+    """One warm-up call, then :func:`_measure`'s ``call_ms`` of one call: the maximum over the ranks."""
     call()
     _sync(device)
     _barrier(group, "autotune: plain time")
@@ -231,47 +166,23 @@ def _first(result):
     return result[0] if isinstance(result, tuple) else result
 
 
-def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((x.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
-
-
-def _tolerance(dtype: torch.dtype, device: torch.device) -> float:
-    return 1e-4 if dtype == torch.float32 and device.type != "cuda" else 2e-2
-
-
-def _margin(name: str, plain: str, margin: float, spread: dict | None) -> float:
-    """The win a candidate needs over plain: ``margin``, or twice the combined relative uncertainty
-    of the two medians where that is larger."""
-    if not spread:
-        return margin
-    noise = math.hypot(spread.get(name, 0.0), spread.get(plain, 0.0))
-    return max(margin, 2.0 * noise)
-
-
 def decide(times: dict, plain: str = "plain", margin: float = MARGIN, *, block: dict | None = None,
            spread: dict | None = None) -> str:
-    """The candidate to run, or ``plain``.
-
-    A candidate qualifies if it is faster than plain by its margin (``margin``, or twice the
-    relative uncertainty of the two medians, ``spread``, combined, where that is larger) on the time
-    of a call timed alone (``times``: host work included) and, where given, on the time per call of
-    back-to-back calls (``block``). Of those that qualify, the one whose worse ratio to plain is
-    smallest is picked (ties by name).
-    """
+    """The candidate to run, or ``plain``: of those faster than plain by ``margin`` (or twice the
+    combined relative uncertainty of the two medians, ``spread``, where larger) both alone (``times``)
+    and, where given, back to back (``block``), the one whose worse ratio to plain is smallest (ties
+    by name)."""
     if plain not in times or (block is not None and plain not in block):
         return plain
     best, best_ratio = plain, 1.0
     for name in sorted(times):
         if name == plain:
             continue
-        need = 1.0 - _margin(name, plain, margin, spread)
-        ratios = [times[name] / times[plain] if times[plain] > 0 else math.inf]
-        if block is not None:
-            if name not in block:
-                continue
-            ratios.append(block[name] / block[plain] if block[plain] > 0 else math.inf)
-        ratio = max(ratios)
-        if ratio <= need and ratio < best_ratio:
+        noise = math.hypot(spread.get(name, 0.0), spread.get(plain, 0.0)) if spread else 0.0
+        if block is not None and name not in block:
+            continue
+        ratio = max(t[name] / t[plain] if t[plain] > 0 else math.inf for t in (times, block) if t is not None)
+        if ratio <= 1.0 - max(margin, 2.0 * noise) and ratio < best_ratio:
             best, best_ratio = name, ratio
     return best
 
@@ -290,10 +201,8 @@ def _rel_uncertainty(samples: list) -> float:
 def _timed_round(cands: list, reps: int, device: torch.device, group, what: str,
                  block_calls: int = BLOCK_CALLS, queue_ms: dict | None = None) -> tuple[dict, ...]:
     """``reps`` samples of every candidate, interleaved (repetition r starts with candidate r mod n),
-    one host barrier per repetition; the ranks' medians and uncertainties, maximum over the ranks:
-    ``(call ms, block ms, relative uncertainty, device ms, its relative uncertainty)`` per candidate
-    name. ``queue_ms`` (candidate name -> host ms to queue ``block_calls`` calls): time the device
-    alone too (:func:`_measure`); without it the device time is the block time."""
+    one host barrier each: per candidate name, maximum over the ranks, ``(call ms, block ms, relative
+    uncertainty, device ms, its relative uncertainty)``; ``queue_ms``: see :func:`_measure`."""
     samples: dict = {c.name: ([], [], []) for c in cands}
     n = len(cands)
     for r in range(reps):
@@ -330,126 +239,105 @@ class Round:
 
 
 def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str, budget: float | None):
-    """Step 1 of the protocol: every candidate called once and checked against plain, then timed for
-    one call; one exchange. Returns ``(kept, dropped, one_s, budget, warm_up_s)``: the candidates every
-    rank kept (plain first), why the others were dropped (naming the first rank that failed them),
-    each kept candidate's seconds for one call and the timed budget (rank 0's), the warm-up's
-    seconds (maximum over the ranks)."""
+    """Step 1: every candidate called once and checked against plain, then timed for one call; one
+    exchange. Returns ``(kept, dropped, one_s, block_calls, budget, warm_up_s)``: the candidates every
+    rank kept (plain first), why the others were dropped (naming the rank), seconds per call, calls per
+    back-to-back block, rank 0's budget and the warm-up's seconds (maximum over the ranks)."""
     if not candidates or candidates[0].name != "plain":
         raise ValueError("autotune: the candidates must start with the plain path")
     t0 = time.perf_counter()
     ref = _first(candidates[0].call())
     ref = ref.detach().clone()  # a candidate writing the same out= must not change the reference
-    outcome = {}
+    tolerance = 1e-4 if ref.dtype == torch.float32 and device.type != "cuda" else 2e-2
+    failed = {}
     for c in candidates[1:]:
         try:
-            got = _first(c.call())
+            got = _first(c.call()).float()
             _sync(device)
-            err = _rel_err(got, ref)
-            if not err < _tolerance(ref.dtype, device):
+            err = float((got - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
+            if not err < tolerance:
                 raise AssertionError(f"relative error {err:.3g} against the plain path")
-            outcome[c.name] = None
         except Exception as exc:  # a candidate that fails on any rank is dropped on every rank
-            outcome[c.name] = f"{type(exc).__name__}: {exc}"[:200]
+            failed[c.name] = f"{type(exc).__name__}: {exc}"[:200]
     _sync(device)
     call_s = {}
     for c in candidates:
-        if outcome.get(c.name) is None:
+        if c.name not in failed:
             t1 = time.perf_counter()
             c.call()
             _sync(device)
             call_s[c.name] = time.perf_counter() - t1
-    mine = {"outcome": outcome, "call_s": call_s, "budget_s": BUDGET_S if budget is None else float(budget),
+    mine = {"failed": failed, "call_s": call_s, "budget_s": BUDGET_S if budget is None else float(budget),
             "warm_up_s": time.perf_counter() - t0}
     views = all_gather(mine, group, what=f"autotune {what}: warm-up")
     dropped = {}
     for r, v in enumerate(views):
-        for name, why in v["outcome"].items():
-            if why is not None and name not in dropped:
-                dropped[name] = f"rank {r}: {why}"
+        for name, why in v["failed"].items():
+            dropped.setdefault(name, f"rank {r}: {why}")
     kept = [c for c in candidates if c.name not in dropped]
     one_s = {c.name: max(v["call_s"].get(c.name, 0.0) for v in views) for c in kept}
-    return kept, dropped, one_s, views[0]["budget_s"], max(v["warm_up_s"] for v in views)
-
-
-def _block_calls(one_s: dict) -> int:
-    return BLOCK_CALLS if max(one_s.values()) < LONG_CALL_S else 1
+    block_calls = BLOCK_CALLS if max(one_s.values()) < LONG_CALL_S else 1
+    return kept, dropped, one_s, block_calls, views[0]["budget_s"], max(v["warm_up_s"] for v in views)
 
 
 def screen(candidates: list[Candidate], *, device: torch.device, group, what: str, reps: int) -> Round:
-    """Steps 1 and 2 of the protocol and no decision: the warm-up and check, then ``reps`` samples of
-    every kept candidate (the same samples, alignment and cross-rank maximum as :func:`tune`'s round).
-    For a search over more candidates than :func:`tune`'s budget fits, to shortlist the ones it then
-    decides between (``python -m tilefuse.tuning``); collective over ``group``."""
-    kept, dropped, one_s, _, warm_up_s = _warm_up(candidates, device, group, what, 0.0)
-    times, block, spread, _, _ = _timed_round(kept, max(1, int(reps)), device, group, what, _block_calls(one_s))
+    """Steps 1 and 2 and no decision: the warm-up and check, then ``reps`` samples of every kept
+    candidate, as in :func:`tune`. The offline tuner's shortlist; collective over ``group``."""
+    kept, dropped, _, block_calls, _, warm_up_s = _warm_up(candidates, device, group, what, 0.0)
+    times, block, spread, _, _ = _timed_round(kept, max(1, int(reps)), device, group, what, block_calls)
     return Round(times, block, spread, dropped, max(1, int(reps)), warm_up_s)
 
 
-def _confirm(kept: list, pick: str, cost: dict, budget: float, device: torch.device, group, what: str,
-             block_calls: int, queue_ms: dict | None, rule) -> tuple:
-    """A confirmation round (steps 3 and 5): fresh interleaved samples of plain and ``pick`` alone, in
-    the rest of the budget; ``rule(times, block, spread, device, device_spread)`` decides on each rank
-    and rank 0's answer is every rank's. Returns ``(pick or plain, the round's five dicts, reps)``."""
+def _agreed(kept: list, rounds: tuple, rule, cost: dict, budget: float, device: torch.device, group, what: str,
+            block_calls: int, queue_ms: dict | None) -> tuple:
+    """Rank 0's pick by ``rule(times, block, spread, device, device_spread)`` over ``rounds``; a fused pick
+    must win again in fresh samples of plain and it alone, in the rest of the budget. Returns ``(pick
+    or plain, the confirmation round's five dicts and its reps, or None)``."""
+    pick = all_gather(rule(*rounds), group, what=f"autotune {what}: decision")[0]
+    if pick == "plain":
+        return pick, None
     pair = [kept[0], next(c for c in kept if c.name == pick)]
     reps = _reps((1.0 - ROUND_SHARE) * budget, sum(cost[c.name] for c in pair))
-    rounds = _timed_round(pair, reps, device, group, what, block_calls, queue_ms)
-    final = all_gather(rule(*rounds), group, what=f"autotune {what}: decision")[0]
-    return final, rounds, reps
+    again = _timed_round(pair, reps, device, group, f"{what} confirm", block_calls, queue_ms)
+    final = all_gather(rule(*again), group, what=f"autotune {what} confirm: decision")[0]
+    if final != pick:
+        log.info("tilefuse: autotune %s: %s did not hold its win in the confirmation round (ms per call alone/"
+                 "back to back/device: %s): plain", what, pick,
+                 ", ".join(f"{n} {again[0][n]:.4g}/{again[1][n]:.4g}/{again[3][n]:.4g}" for n in again[0]))
+    return final, (*again, reps)
 
 
 def tune(candidates: list[Candidate], *, device: torch.device, group, what: str, budget: float | None = None,
          margin: float = MARGIN) -> Result:
-    """Run the protocol above over ``candidates`` (plain first); collective over ``group``.
+    """Run first-call tuning's protocol over ``candidates`` (plain first); collective over ``group``.
 
     ``budget``: seconds of timed calls (rank 0's value; default ``BUDGET_S``);
     ``margin``: the smallest win a candidate needs over plain (:func:`decide`)."""
-    rank = dist.get_rank(group)
     # 1. warm-up (compiles), check against plain, each candidate's time for one call
-    kept, dropped, one_s, budget, _ = _warm_up(candidates, device, group, what, budget)
-    block_calls = _block_calls(one_s)
-    cost = {name: s * _calls_per_sample(device, block_calls) for name, s in one_s.items()}
+    kept, dropped, one_s, block_calls, budget, _ = _warm_up(candidates, device, group, what, budget)
+    per_sample = 2 + 2 * block_calls if device.type == "cuda" else 1  # calls per sample (_measure)
+    cost = {name: s * per_sample for name, s in one_s.items()}
     reps = _reps(ROUND_SHARE * budget, sum(cost.values()))
-    # 2. interleaved timing, cross-rank max; rank 0 decides and hands its decision to every rank
+    # 2. interleaved timing, cross-rank max; 3. rank 0's decision, confirmed
     queue_ms = _queue_ms(one_s, device, block_calls)
-    times, block, spread, dev, dev_spread = _timed_round(kept, reps, device, group, what, block_calls, queue_ms)
-    mine = decide(times, margin=margin, block=block, spread=spread)
-    pick = all_gather(mine, group, what=f"autotune {what}: decision")[0]
-    if mine != pick:
-        log.debug("tilefuse: autotune %s: rank %d would pick %s; rank 0's %s wins", what, rank, mine, pick)
-    confirmed = None
-    if pick != "plain":
-        # 3. confirmation: plain and the pick alone, fresh samples; the pick must win again
-        final, (t2, b2, s2, _, _), reps2 = _confirm(
-            kept, pick, cost, budget, device, group, f"{what} confirm", block_calls, None,
-            lambda t, b, sp, _d, _ds: decide(t, margin=margin, block=b, spread=sp))
-        confirmed = {"times": t2, "block": b2, "spread": s2, "reps": reps2}
-        if final != pick:
-            log.info("tilefuse: autotune %s: %s did not hold its win in the confirmation round (%s): plain", what,
-                     pick, ", ".join(f"{n} {t2[n]:.4g}/{b2[n]:.4g} ms" for n in t2))
-        pick = final
+    rounds = _timed_round(kept, reps, device, group, what, block_calls, queue_ms)
+    times, block, spread, dev, _ = rounds
+    pick, again = _agreed(kept, rounds, lambda t, b, sp, _d, _ds: decide(t, margin=margin, block=b, spread=sp),
+                          cost, budget, device, group, what, block_calls, None)
+    confirmed = None if again is None else {"times": again[0], "block": again[1], "spread": again[2], "reps": again[5]}
     log.debug("tilefuse: autotune %s: ms per call alone / back to back (x%d), max over ranks: %s; confirmation: %s"
               " -> %s", what, block_calls, ", ".join(f"{n} {times[n]:.4g}/{block[n]:.4g} (+-{spread[n]:.1%})"
                                                      for n in times), confirmed and confirmed["times"], pick)
-    chosen = next(c for c in kept if c.name == pick)
+    chosen = graph = next(c for c in kept if c.name == pick)
     # 4. inside CUDA graphs the host's work is gone: the pick there is decided on device time alone
     # (where a call is long, device time is the back-to-back time and the pick stays).
-    graph, graph_confirmed = chosen, None
+    graph_confirmed = None
     if queue_ms is not None:
         graph_margin = max(margin, GRAPH_MARGIN)
-        mine = decide(dev, margin=graph_margin, spread=dev_spread)
-        graph_pick = all_gather(mine, group, what=f"autotune {what}: graph decision")[0]
-        if graph_pick != "plain":
-            # 5. the graph pick's confirmation: plain and it alone, fresh device-time samples
-            final, (_, _, _, d3, s3), reps3 = _confirm(
-                kept, graph_pick, cost, budget, device, group, f"{what} graph confirm", block_calls, queue_ms,
-                lambda _t, _b, _sp, d, ds: decide(d, margin=graph_margin, spread=ds))
-            graph_confirmed = {"device": d3, "spread": s3, "reps": reps3}
-            if final != graph_pick:
-                log.info("tilefuse: autotune %s: inside CUDA graphs %s did not hold its win in the confirmation "
-                         "round (device ms per call: %s): plain", what, graph_pick,
-                         ", ".join(f"{n} {d3[n]:.4g}" for n in d3))
-            graph_pick = final
+        graph_pick, again = _agreed(kept, rounds, lambda _t, _b, _sp, d, ds: decide(d, margin=graph_margin, spread=ds),
+                                    cost, budget, device, group, f"{what} graph", block_calls, queue_ms)
+        if again is not None:
+            graph_confirmed = {"device": again[3], "spread": again[4], "reps": again[5]}
         graph = next(c for c in kept if c.name == graph_pick)
         if graph_pick != pick:
             log.info("tilefuse: autotune %s: inside CUDA graphs %s (device ms per call: %s), eagerly %s", what,
@@ -460,9 +348,8 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
 
 
 def _queue_ms(one_s: dict, device: torch.device, block_calls: int) -> dict | None:
-    """Per candidate, an upper bound of the host ms to queue ``block_calls`` calls (its synchronized
-    time for one call), where device time is worth its own measurement: on a GPU, for calls whose
-    plain path is short enough that host work is a part of it (:data:`LONG_CALL_S`); else None."""
+    """Per candidate, an upper bound of the host ms to queue ``block_calls`` calls, where device time is
+    worth its own measurement: on a GPU, where plain's call is shorter than ``LONG_CALL_S``; else None."""
     if _DEVICE_TIMING[0]:
         return {name: 0.0 for name in one_s}
     if device.type != "cuda" or one_s.get("plain", 0.0) >= LONG_CALL_S:

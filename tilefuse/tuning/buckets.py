@@ -1,13 +1,9 @@
 """M buckets: the token counts that share one ``variant="auto"`` decision.
 
-A server calls each layer with a different token count M almost every step; tuning every M would
-never end. Decisions are keyed by the bucket of M instead (and by the exact N and K, which are the
-model's weights and do not change); the kernels always run the exact M.
-
-Buckets: M <= 16 is one bucket (decode: the GEMM reads the weights once whatever M is); from 17 to
-256, one bucket per power of two; above 256, two per power of two, split at 1.5x:
-``(256, 384], (384, 512], (512, 768], (768, 1024], ...``. For M from 1 to 65536 that is 21 buckets,
-and a server whose token counts span 300..16384 tunes at most 12 per (op, N, K).
+A server calls each layer with a different M almost every step, so decisions are keyed by the
+bucket of M (and the exact N and K); the kernels always run the exact M. M <= 16 is one bucket
+(decode: the GEMM reads the weights once whatever M is); to 256, one per power of two; above, two per
+power of two, split at 1.5x: ``(256, 384], (384, 512], (512, 768], ...``.
 """
 
 from __future__ import annotations

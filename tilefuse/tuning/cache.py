@@ -1,29 +1,21 @@
 """The user's decision cache: what first-call tuning (and ``python -m tilefuse.tune``) found, on disk.
 
-One JSON file, ``<dir>/autotune.json``; ``<dir>`` is ``TILEFUSE_CACHE_DIR``, else
-``$XDG_CACHE_HOME/tilefuse``, else ``~/.cache/tilefuse``, and never a directory inside the installed
-package. Each entry is keyed by everything its measurement depends on: the device's arch name, the
-world size, the op, the dtype, N, K and the M bucket (:mod:`tilefuse.tuning.buckets`), and the
-torch, triton and tilefuse versions (a new kernel release tunes again). A key looks like
-``nvidia-h200|ws2|gemm_all_scatter|bfloat16|N7168|K4096|M513-768|torch2.11.0|triton3.6.0|tilefuse0.1.0``.
-
-Writes never corrupt the file and lose nothing fatal when several processes write at once: a writer
-takes an exclusive lock on ``autotune.json.lock`` (``fcntl.flock``, waited for at most
-``LOCK_TIMEOUT_S``; without it the write still goes ahead), reads what is on disk, merges its own
-entries in (its own win for the same key), writes a temporary file in the same directory and renames
-it over the old one (``os.replace``, atomic on POSIX). A reader therefore sees either the old file or
-the new one. A file that is not valid JSON, or an entry that does not follow the schema, is logged
-as a warning and skipped, never used.
+``<dir>/autotune.json`` (:func:`cache_dir`), keyed by everything a measurement depends on
+(:func:`entry_key`). A writer locks, reads, merges and renames a temporary file over the old one, so
+concurrent writers lose nothing and readers see the old file or the new one; a file or entry that
+breaks the schema is warned about and ignored (``tilefuse/tuning/README.md``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import functools
 import json
 import logging
 import os
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from ..ops.common.config import Config
@@ -34,6 +26,7 @@ SCHEMA_VERSION = 1
 FILE_NAME = "autotune.json"
 LOCK_TIMEOUT_S = 10.0
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
+_LOADED: dict = {}  # path -> ((mtime_ns, size, inode), entries)
 _VARIANTS = ("plain", "bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", "copy_engine")
 
 
@@ -42,14 +35,11 @@ class CacheDirError(ValueError):
 
 
 def cache_dir() -> Path:
-    """The directory of the decision cache (not created here)."""
+    """``TILEFUSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilefuse``, else ``~/.cache/tilefuse`` (not created
+    here); never inside the installed package."""
     explicit = os.environ.get("TILEFUSE_CACHE_DIR", "")
-    if explicit:
-        path = Path(explicit).expanduser()
-    elif os.environ.get("XDG_CACHE_HOME"):
-        path = Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "tilefuse"
-    else:
-        path = Path.home() / ".cache" / "tilefuse"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    path = Path(explicit).expanduser() if explicit else Path(base).expanduser() / "tilefuse"
     resolved = path.resolve()
     if resolved == _PACKAGE_DIR or _PACKAGE_DIR in resolved.parents:
         raise CacheDirError(f"TILEFUSE_CACHE_DIR={path} is inside the tilefuse package ({_PACKAGE_DIR}): "
@@ -61,37 +51,30 @@ def cache_path() -> Path:
     return cache_dir() / FILE_NAME
 
 
+@functools.cache
 def versions() -> dict:
     """The versions a cached decision is valid for."""
     import torch
     import triton
 
-    try:
-        from .. import _version
+    from .._version import __version__
 
-        tf = str(_version.__version__)
-    except ImportError:
-        tf = "0"
-    return {"torch": torch.__version__, "triton": triton.__version__, "tilefuse": tf}
-
-
-_VERSION_TAIL: list = []
+    return {"torch": torch.__version__, "triton": triton.__version__, "tilefuse": str(__version__)}
 
 
 def entry_key(arch: str, world: int, op: str, dtype: str, N: int, K: int, bucket: tuple[int, int]) -> str:
-    if not _VERSION_TAIL:
-        v = versions()
-        _VERSION_TAIL.append(f"torch{v['torch']}|triton{v['triton']}|tilefuse{v['tilefuse']}")
-    return f"{arch}|ws{world}|{op}|{dtype}|N{N}|K{K}|M{bucket[0]}-{bucket[1]}|{_VERSION_TAIL[0]}"
+    """E.g. ``nvidia-h200|ws2|gemm_all_scatter|bfloat16|N7168|K4096|M513-768|torch2.11.0|triton3.6.0|tilefuse0.1.0``."""
+    v = versions()
+    return (f"{arch}|ws{world}|{op}|{dtype}|N{N}|K{K}|M{bucket[0]}-{bucket[1]}|"
+            f"torch{v['torch']}|triton{v['triton']}|tilefuse{v['tilefuse']}")
 
 
-def _valid_entry(key: str, e) -> bool:
+def _valid_entry(e) -> bool:
     if not isinstance(e, dict) or e.get("variant") not in _VARIANTS:
         return False
-    if e["variant"] == "plain" or e.get("config") is None:  # no config: the variant's own default
-        return True
     try:
-        Config.from_dict(e.get("config"))
+        if e["variant"] != "plain" and e.get("config") is not None:  # no config: the variant's own default
+            Config.from_dict(e["config"])
     except (TypeError, ValueError, AttributeError):
         return False
     return True
@@ -100,30 +83,22 @@ def _valid_entry(key: str, e) -> bool:
 def _read(path: Path) -> dict:
     """Entries of the file at ``path`` ({} if there is none or it is unusable: warned, not raised)."""
     try:
-        text = path.read_text()
+        data = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
-    except OSError as err:
-        log.warning("tilefuse: cannot read the autotune cache %s (%s): ignored", path, err)
-        return {}
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        log.warning("tilefuse: the autotune cache %s is not valid JSON (%s): ignored", path, err)
+    except (OSError, ValueError) as err:  # unreadable, or a JSONDecodeError
+        log.warning("tilefuse: the autotune cache %s is unreadable or not valid JSON (%s): ignored", path, err)
         return {}
     if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION or not isinstance(data.get("entries"), dict):
         log.warning("tilefuse: the autotune cache %s does not follow schema %d: ignored", path, SCHEMA_VERSION)
         return {}
     out = {}
     for key, e in data["entries"].items():
-        if _valid_entry(key, e):
+        if _valid_entry(e):
             out[key] = e
         else:
             log.warning("tilefuse: autotune cache %s: entry %r is malformed: ignored", path, key)
     return out
-
-
-_LOADED: dict = {}  # path -> ((mtime_ns, size), entries)
 
 
 def load(path: Path | None = None) -> dict:
@@ -135,34 +110,26 @@ def load(path: Path | None = None) -> dict:
     except FileNotFoundError:
         return {}
     hit = _LOADED.get(path)
-    if hit is not None and hit[0] == stamp:
-        return hit[1]
-    entries = _read(path)
-    _LOADED[path] = (stamp, entries)
-    return entries
+    if hit is None or hit[0] != stamp:
+        hit = _LOADED[path] = (stamp, _read(path))
+    return hit[1]
 
 
 def get(key: str, path: Path | None = None) -> dict | None:
     return load(path).get(key)
 
 
-@contextmanager
+@contextlib.contextmanager
 def _locked(path: Path, timeout: float):
-    """An exclusive ``flock`` on ``<path>.lock`` for the block; yields whether it was taken."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: read-merge-replace without a lock (a concurrent entry may be lost)
-        yield False
-        return
+    """An exclusive ``flock`` on ``<path>.lock`` for the block, waited for at most ``timeout`` seconds
+    (then the block runs without it: a concurrent entry may be lost)."""
     lock_path = path.with_name(path.name + ".lock")
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    taken = False
     try:
         deadline = time.monotonic() + timeout
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                taken = True
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
@@ -170,18 +137,16 @@ def _locked(path: Path, timeout: float):
                                 lock_path, timeout)
                     break
                 time.sleep(0.01)
-        yield taken
+        yield
     finally:
-        if taken:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        os.close(fd)  # releases the lock
 
 
 def put(entries: dict, path: Path | None = None, *, timeout: float = LOCK_TIMEOUT_S) -> Path:
     """Merge ``{key: entry}`` into the cache file (atomically, under the lock); return its path."""
     path = Path(path) if path is not None else cache_path()
     for key, e in entries.items():
-        if not _valid_entry(key, e):
+        if not _valid_entry(e):
             raise ValueError(f"autotune cache: entry {key!r} is malformed: {e!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path, timeout):
@@ -197,10 +162,8 @@ def put(entries: dict, path: Path | None = None, *, timeout: float = LOCK_TIMEOU
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-            except FileNotFoundError:
-                pass
             raise
     _LOADED.pop(path, None)
     return path

@@ -1,27 +1,10 @@
 """A conservative cost model for shapes nothing tuned: may a fused variant replace the plain path?
 
-Fitted on the tuner's own measurements: every entry of the config tables (shipped and
-``TILEFUSE_CONFIG_DIR``) of one (op, arch, world size, dtype) records the plain path's time and each
-variant's time on that shape (``candidates``). A sample is one entry: its point
-``x = (log2 M, log2 N, log2 K)`` and, per variant, its measured speedup ``plain_ms / variant_ms``
-(the variant's best config; second-pass times where the tuner took them, these were interleaved
-with plain's).
-
-Prediction for a query shape (nearest neighbours with a confidence rule):
-1. Neighbours: the samples within ``RADIUS`` of the query (Euclidean distance of the log2 points;
-   1.0 = one dimension a factor 2 away). None: no prediction.
-2. A variant's predicted speedup is the *smallest* measured speedup among the neighbours, and only
-   if every neighbour measured it (the model claims a win only where all nearby measurements agree).
-3. The variant with the largest prediction is the model's pick, with the config of its nearest
-   neighbour's best candidate. ``variant="auto"`` runs it only if the predicted time is at least
-   ``WIN`` (5 %) below plain's; otherwise it stays on the plain path.
-
-The communication/GEMM ratio of a shape is not a separate feature: for a fixed op and world size it
-is a linear function of log2 M, N, K (e.g. ``1/K`` up to a constant for gemm_all_scatter), so it
-adds nothing a distance in those coordinates does not already see.
-
-:func:`leave_one_out` measures the model on held-out shapes: each table entry is predicted from the
-others. ``python -m tilefuse.tuning.loo`` prints those numbers (tilefuse/tuning/README.md).
+Nearest neighbours (within ``RADIUS`` in log2 M, N, K) among the config tables' measurements; a
+variant's prediction is the smallest speedup over plain they measured, and only if all of them
+measured it; ``auto`` runs the pick only if it predicts at least ``WIN`` less time than plain.
+``tilefuse/tuning/README.md``, "The cost model", tells it in full, and how ``python -m
+tilefuse.tuning.loo`` (:func:`leave_one_out`) measures it on held-out shapes.
 """
 
 from __future__ import annotations
@@ -35,6 +18,7 @@ from . import tables
 
 RADIUS = 1.0
 WIN = 0.05  # a model's pick must predict at least this much less time than plain
+_FITTED: dict = {}  # the samples of the last (op, arch, world, dtype, table generation, search dirs)
 
 
 @dataclass(frozen=True)
@@ -72,12 +56,11 @@ def sample_of(entry: dict) -> Sample | None:
             by_variant.setdefault(c.get("variant"), []).append(c)
     best: dict = {}
     for v, cs in by_variant.items():
-        finals = [c for c in cs if c.get("final")]  # second-pass times, interleaved with plain's
-        c = min(finals or cs, key=lambda c: c["time_ms"])
-        best[v] = (c["time_ms"], c.get("config"), bool(c.get("final")))
+        c = min([c for c in cs if c.get("final")] or cs, key=lambda c: c["time_ms"])  # decision-round times first
+        best[v] = (c["time_ms"], c.get("config"))
     if entry.get("variant") not in (None, tables.PLAIN) and entry.get("variant") not in best:
-        best[entry["variant"]] = (entry["time_ms"], entry.get("config"), True)
-    speedups = {v: (plain_ms / t, cfg) for v, (t, cfg, _) in best.items() if v != tables.PLAIN and cfg is not None}
+        best[entry["variant"]] = (entry["time_ms"], entry.get("config"))
+    speedups = {v: (plain_ms / t, cfg) for v, (t, cfg) in best.items() if v != tables.PLAIN and cfg is not None}
     return Sample(entry["M"], entry["N"], entry["K"], float(plain_ms), speedups)
 
 
@@ -101,25 +84,15 @@ def predict_from(data: list[Sample], M: int, N: int, K: int, *, radius: float = 
     if min(M, N, K) < 1:
         return None  # an empty operand: nothing to predict (the plain path handles it)
     q = (math.log2(M), math.log2(N), math.log2(K))
-    near = sorted(((math.dist(q, s.point()), s) for s in data), key=lambda t: t[0])
-    near = [(d, s) for d, s in near if d <= radius]
+    near = sorted(((d, s) for s in data if (d := math.dist(q, s.point())) <= radius), key=lambda t: t[0])
     if not near:
         return None
-    variants = set.intersection(*(set(s.speedups) for _, s in near))
-    best = None
-    for v in sorted(variants):
-        pred = min(s.speedups[v][0] for _, s in near)
-        if best is None or pred > best[1]:
-            best = (v, pred)
     neighbours = tuple((s.M, s.N, s.K) for _, s in near)
-    if best is None:
+    preds = {v: min(s.speedups[v][0] for _, s in near) for v in set.intersection(*(set(s.speedups) for _, s in near))}
+    if not preds:
         return Prediction(tables.PLAIN, 1.0, None, neighbours)
-    v, pred = best
-    cfg = near[0][1].speedups[v][1]
-    return Prediction(v, pred, Config.from_dict(cfg), neighbours)
-
-
-_FITTED: dict = {}
+    v = max(sorted(preds), key=preds.get)  # the first of equal predictions by name
+    return Prediction(v, preds[v], Config.from_dict(near[0][1].speedups[v][1]), neighbours)
 
 
 def predict(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Prediction | None:
@@ -144,8 +117,7 @@ def leave_one_out(data: list[Sample], *, radius: float = RADIUS) -> list[dict]:
         if p is not None and p.variant != tables.PLAIN:
             row.update(pick=p.variant, predicted=p.speedup, measured=measured.get(p.variant))
         runs = p.variant if p is not None and p.wins else tables.PLAIN
-        row["auto_runs"] = runs
-        row["auto_speedup"] = 1.0 if runs == tables.PLAIN else measured.get(runs, float("nan"))
+        row.update(auto_runs=runs, auto_speedup=1.0 if runs == tables.PLAIN else measured.get(runs, float("nan")))
         rows.append(row)
     return rows
 

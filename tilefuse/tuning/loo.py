@@ -1,6 +1,5 @@
-"""``python -m tilefuse.tuning.loo``: the cost model's leave-one-out error on the config tables
-(:func:`tilefuse.tuning.costmodel.main`; a module of its own so that running it does not re-import
-the cost model that ``import tilefuse`` already loaded)."""
+"""``python -m tilefuse.tuning.loo``: :func:`tilefuse.tuning.costmodel.main` (a module of its own: running
+the cost model that ``import tilefuse`` already loaded with ``-m`` would import it twice)."""
 
 from tilefuse.tuning.costmodel import main
 

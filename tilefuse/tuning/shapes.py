@@ -1,13 +1,9 @@
-"""Shape sets (``shapes.json``, package data) and the held-out benchmark shapes.
+"""Shape sets (``shapes.json``, package data; its ``_doc`` tells the two kinds; ``models``: every model set).
 
-Two kinds of set (see the file's ``_doc``):
-
-* a list of global layer GEMMs ``{name, M, N, K[, ops]}``: ``a [M, K] @ b [K, N]`` with M all the
-  tokens; :func:`local_shape` splits it the way each op shards it;
-* a model ``{layers, tokens_per_rank}``: each layer a global ``[K] -> [N]`` linear of a
-  tensor-parallel transformer, ``column`` (qkv, gate/up) or ``row`` (o, down), at each count T of
-  tokens a rank holds. :func:`shape_sets` expands it into entries ``{name, T, N, K, ops}``, and
-  :func:`local_shape_per_rank` gives each op's per-rank operands at world size W:
+A list set holds global layer GEMMs ``{name, M, N, K[, ops]}`` (:func:`local_shape` shards them per
+op); a model set ``{layers, tokens_per_rank}`` holds ``[K] -> [N]`` linears of a tensor-parallel
+transformer, ``column`` or ``row``, at each count T of tokens a rank holds, which
+:func:`local_shape_per_rank` gives each op's per-rank operands at world size W:
 
   =====================  =========  ============================  ==========================
   op                     layer      this rank's ``a``             this rank's ``b``
@@ -17,15 +13,11 @@ Two kinds of set (see the file's ``_doc``):
   gemm_reduce_scatter    row        ``[W*T, K/W]`` (out: T rows)  ``[K/W, N]``
   gemm_all_reduce        row        ``[T, K/W]`` (out: T rows)    ``[K/W, N]``
   =====================  =========  ============================  ==========================
-
-``models`` names every model set. :func:`heldout_shapes` draws the held-out benchmark shapes: random,
-seeded, model-like, and never in a tuning set.
 """
 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 _PATH = Path(__file__).with_name("shapes.json")
@@ -42,8 +34,8 @@ def _expand_model(name: str, spec: dict) -> list[dict]:
         if kind not in ("column", "row"):
             raise ValueError(f"shape set {name!r}: layer {layer['name']!r} has kind {kind!r}, not column or row")
         ops = list(COLUMN_OPS if kind == "column" else ROW_OPS)
-        for T in layer.get("tokens_per_rank", spec["tokens_per_rank"]):
-            out.append({"name": f"{layer['name']}-t{T}", "T": T, "N": layer["N"], "K": layer["K"], "ops": ops})
+        out += [{"name": f"{layer['name']}-t{T}", "T": T, "N": layer["N"], "K": layer["K"], "ops": ops}
+                for T in layer.get("tokens_per_rank", spec["tokens_per_rank"])]
     return out
 
 
@@ -64,13 +56,9 @@ def shape_sets() -> dict:
 
 
 def local_shape(op: str, M: int, N: int, K: int, world: int) -> tuple[int, int, int] | None:
-    """The (M, N, K) of ``a [M, K] @ b [K, N]`` one rank passes to ``op`` for the global layer GEMM,
-    or None when the world size does not divide the sharded dimension.
-
-    gemm_all_scatter shards N (b is a column shard); all_gather_gemm shards M (tokens) and, as a
-    column-parallel layer, N; gemm_reduce_scatter shards K (its output rows are split too);
-    gemm_all_reduce shards K (every rank gets all M rows).
-    """
+    """The (M, N, K) one rank passes to ``op`` for the global layer GEMM ``a [M, K] @ b [K, N]``, or None
+    when W does not divide a sharded dimension: gemm_all_scatter shards N, all_gather_gemm M and N,
+    gemm_reduce_scatter K (and its output rows), gemm_all_reduce K."""
     if op == "gemm_all_scatter":
         return (M, N // world, K) if N % world == 0 else None
     if op == "all_gather_gemm":
@@ -94,12 +82,6 @@ def local_shape_per_rank(op: str, T: int, N: int, K: int, world: int) -> tuple[i
     raise ValueError(f"unknown op {op!r}; ops are {OPS}")
 
 
-def _local(op: str, entry: dict, world: int):
-    if "T" in entry:
-        return local_shape_per_rank(op, entry["T"], entry["N"], entry["K"], world)
-    return local_shape(op, entry["M"], entry["N"], entry["K"], world)
-
-
 def local_shapes(op: str, set_names, world: int) -> list[dict]:
     """Entries ``{name, M, N, K}`` (per-rank operand shapes) of the named sets that apply to ``op``."""
     if op not in OPS:
@@ -114,62 +96,8 @@ def local_shapes(op: str, set_names, world: int) -> list[dict]:
         for entry in sets[set_name]:
             if op not in entry.get("ops", OPS):
                 continue
-            shape = _local(op, entry, world)
+            shape = (local_shape_per_rank(op, entry["T"], entry["N"], entry["K"], world) if "T" in entry
+                     else local_shape(op, entry["M"], entry["N"], entry["K"], world))
             if shape is not None:
                 out.append({"name": entry["name"], "M": shape[0], "N": shape[1], "K": shape[2]})
-    return out
-
-
-# Held-out shapes: model-like ranges, drawn at random (seeded); none of them is in a tuning set.
-HELDOUT_SEED = 20261130
-HIDDEN = (2048, 8192)  # hidden size, a multiple of 256
-MLP_RATIO = (2.5, 4.0)  # intermediate / hidden, rounded to a multiple of 256
-TOKENS = (64, 16384)  # tokens per rank, log-uniform, any integer (ragged)
-SMOKE_TOKENS = (8, 48)  # --smoke: tiny shapes for CPU ranks in Triton's interpreter
-SMOKE_DIMS = (32, 96)
-
-
-def _tuning_shapes(op: str, world: int) -> set:
-    sets = shape_sets()
-    return {(e["M"], e["N"], e["K"]) for name in sets for e in local_shapes(op, [name], world)}
-
-
-def heldout_shapes(op: str, world: int, n: int = 12, *, seed: int = HELDOUT_SEED, smoke: bool = False) -> list[dict]:
-    """``n`` per-rank shapes ``{name, M, N, K}`` for ``op`` at world ``world``: a random layer of a
-    random model-like size (hidden in ``HIDDEN``, an MLP of ``MLP_RATIO`` x hidden, GQA attention)
-    at a random token count in ``TOKENS``. The same (op, world, n, seed) always gives the same list;
-    a draw that lands on a shape of a tuning set is drawn again. ``smoke``: tiny sizes."""
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; ops are {OPS}")
-    if n < 1 or world < 1:
-        raise ValueError(f"heldout_shapes: n and world must be >= 1, got n={n}, world={world}")
-    rng = random.Random(f"{seed}-{op}-{world}-{smoke}")
-    seen = set() if smoke else _tuning_shapes(op, world)
-    out = []
-    kinds = ("qkv", "gate-up") if op in COLUMN_OPS else ("o", "down")
-    attempts = 0
-    while len(out) < n:
-        attempts += 1
-        if attempts > 100 * n:
-            raise RuntimeError(f"heldout_shapes: could not draw {n} new shapes for {op} at W={world}")
-        if smoke:
-            T = rng.randint(*SMOKE_TOKENS)
-            N, K = (rng.randint(*SMOKE_DIMS) * world, rng.randint(*SMOKE_DIMS) * world)
-            kind = "smoke"
-        else:
-            hidden = 256 * rng.randint(HIDDEN[0] // 256, HIDDEN[1] // 256)
-            inter = 256 * round(hidden * rng.uniform(*MLP_RATIO) / 256)
-            head_dim = 128
-            q_heads = hidden // head_dim
-            kv_heads = rng.choice([h for h in (1, 2, 4, 8) if q_heads % h == 0])
-            T = round(2 ** rng.uniform(*(v.bit_length() - 1 for v in TOKENS)))
-            kind = rng.choice(kinds)
-            N, K = {"qkv": ((q_heads + 2 * kv_heads) * head_dim, hidden), "gate-up": (2 * inter, hidden),
-                    "o": (hidden, hidden), "down": (hidden, inter)}[kind]
-        shape = local_shape_per_rank(op, T, N, K, world)
-        if shape is None or shape in seen:
-            continue
-        seen.add(shape)
-        out.append({"name": f"heldout-{kind}-{shape[0]}x{shape[1]}x{shape[2]}", "M": shape[0], "N": shape[1],
-                    "K": shape[2]})
     return out

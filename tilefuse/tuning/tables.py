@@ -1,14 +1,9 @@
 """Per-shape config tables: schema, validation and lookup (``tilefuse/configs/README.md``).
 
-A table is ``<dir>/<op>/<arch>_ws<W>.json``. Directories searched, first hit wins per shape:
-``TILEFUSE_CONFIG_DIR`` (a user's own tables, ``os.pathsep``-separated), then the shipped
-``tilefuse/configs``. Lookup for a call: the exact (M, N, K, dtype), else an entry with the same N, K
-and dtype whose M is in the call's M bucket (:mod:`tilefuse.tuning.buckets`; the closest M), else
-nothing (``variant="auto"`` then goes on to its cache, tuning, cost model and plain default:
-:mod:`tilefuse.ops.dispatch`). Shapes further away are left to the cost model
-(:mod:`tilefuse.tuning.costmodel`), which needs every nearby measurement to agree before it leaves
-the plain path. A malformed table raises :class:`TableError` naming the file and the entry; it is
-never skipped silently.
+A table is ``<dir>/<op>/<arch>_ws<W>.json``; ``TILEFUSE_CONFIG_DIR`` (``os.pathsep``-separated) is
+searched before the shipped ``tilefuse/configs``, first hit wins. A call's entry: the exact (M, N, K,
+dtype), else the same N, K and dtype with M in the call's M bucket (the closest M), else none. A
+malformed table raises :class:`TableError` naming the file and the entry; it is never skipped.
 """
 
 from __future__ import annotations
@@ -26,6 +21,9 @@ SHIPPED_DIR = Path(__file__).resolve().parent.parent / "configs"
 PLAIN = "plain"  # torch.matmul + torch.distributed collective
 _DTYPES = ("float16", "bfloat16", "float32")
 _VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", "copy_engine", PLAIN)
+_CACHE: dict = {}  # path -> (mtime_ns, entries)
+_CHOICES: dict = {}  # lookup's key -> Choice or None
+_GENERATION = [0]  # bumped by clear_cache: callers that remember choices key them on it
 
 
 class TableError(ValueError):
@@ -38,17 +36,12 @@ class Choice:
 
     variant: str
     config: Config | None
-    # "exact <file>", "bucket <file> (M, N, K)"; auto's own: "cache ...", "tuned ...", "model ...", "default ..."
-    source: str
-    # What to run while a CUDA graph is captured, where a measurement of device time chose otherwise
-    # (an entry's ``graph``: autotune's step 4); None: the same as ``variant``/``config``.
-    graph: tuple | None = None  # (variant, config)
+    source: str  # "exact <file>", "bucket <file> (M, N, K)"; auto's: "cache", "tuned", "model", "default ..."
+    graph: tuple | None = None  # (variant, config) inside CUDA graphs, from an entry's ``graph``; None: the same
 
     def for_graphs(self) -> Choice:
         """The choice inside CUDA graphs."""
-        if self.graph is None:
-            return self
-        return Choice(self.graph[0], self.graph[1], f"{self.source}, inside CUDA graphs")
+        return self if self.graph is None else Choice(*self.graph, f"{self.source}, inside CUDA graphs")
 
 
 def graph_of(entry: dict) -> tuple | None:
@@ -69,8 +62,7 @@ def table_path(directory: Path, op: str, arch: str, world: int) -> Path:
 
 
 def search_dirs() -> list[Path]:
-    user = os.environ.get("TILEFUSE_CONFIG_DIR", "")
-    return [Path(p) for p in user.split(os.pathsep) if p] + [SHIPPED_DIR]
+    return [Path(p) for p in os.environ.get("TILEFUSE_CONFIG_DIR", "").split(os.pathsep) if p] + [SHIPPED_DIR]
 
 
 def _fail(path, where: str, msg: str):
@@ -112,21 +104,16 @@ def validate_table(data, path="<table>") -> list[dict]:
             except (TypeError, ValueError) as err:
                 _fail(path, where, f"bad config: {err}")
         if e.get("graph") is not None:
-            g = e["graph"]
-            if not isinstance(g, dict) or g.get("variant") not in _VARIANTS:
-                _fail(path, where, f"graph must be an object with a variant of {_VARIANTS}, got {g!r}")
             try:
-                graph_of(e)
-            except (TypeError, ValueError, KeyError) as err:
-                _fail(path, where, f"bad graph config: {err}")
+                if graph_of(e) is None:
+                    raise ValueError(f"graph must name a variant of {_VARIANTS}, got {e['graph']!r}")
+            except ValueError as err:
+                _fail(path, where, str(err))
         key = (e["M"], e["N"], e["K"], e["dtype"])
         if key in seen:
             _fail(path, where, "duplicate shape")
         seen.add(key)
     return data["entries"]
-
-
-_CACHE: dict = {}
 
 
 def load_table(path: Path) -> list[dict] | None:
@@ -137,15 +124,13 @@ def load_table(path: Path) -> list[dict] | None:
     except FileNotFoundError:
         return None
     hit = _CACHE.get(path)
-    if hit is not None and hit[0] == mtime:
-        return hit[1]
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise TableError(f"config table {path}: not valid JSON: {err}") from None
-    entries = validate_table(data, path)
-    _CACHE[path] = (mtime, entries)
-    return entries
+    if hit is None or hit[0] != mtime:
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise TableError(f"config table {path}: not valid JSON: {err}") from None
+        hit = _CACHE[path] = (mtime, validate_table(data, path))
+    return hit[1]
 
 
 def _choice(e: dict, source: str) -> Choice:
@@ -153,14 +138,9 @@ def _choice(e: dict, source: str) -> Choice:
     return Choice(e["variant"], cfg, source, graph_of(e))
 
 
-_CHOICES: dict = {}
-_GENERATION = [0]  # bumped by clear_cache: callers that remember choices key them on it
-
-
 def clear_cache() -> None:
-    """Forget what was read: the next lookup reads the tables again (after rewriting one by hand).
-
-    ``variant="auto"`` decides its buckets again after this, collectively: call it on every rank."""
+    """Forget what was read, so the next lookup reads the tables again; ``variant="auto"`` then decides
+    its buckets again, collectively: call it on every rank."""
     _CACHE.clear()
     _CHOICES.clear()
     _GENERATION[0] += 1
@@ -174,33 +154,27 @@ def generation() -> int:
 def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Choice | None:
     """The table's choice for this call, or None when no table covers it.
 
-    Remembered per call signature for the life of the process, so that an op call makes no
-    file-system request and scans no table. A table rewritten by hand while a process runs is seen after
-    :func:`clear_cache`; :func:`write_table` clears the cache itself.
+    Remembered per call signature, so that an op call makes no file-system request; a table
+    rewritten by hand is seen after :func:`clear_cache` (:func:`write_table` clears it itself).
     """
     key = (op, arch, world, M, N, K, dtype, os.environ.get("TILEFUSE_CONFIG_DIR", ""), str(SHIPPED_DIR))
-    if key not in _CHOICES:
-        _CHOICES[key] = _lookup(op, arch, world, M, N, K, dtype)
-    return _CHOICES[key]
-
-
-def _lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Choice | None:
+    if key in _CHOICES:
+        return _CHOICES[key]
     lo, hi = m_bucket(M)
-    near = None
+    choice = None  # an exact entry in any directory beats a bucket entry in an earlier one
     for directory in search_dirs():
         path = table_path(directory, op, arch, world)
-        entries = load_table(path)
-        if not entries:
-            continue
-        for e in entries:
-            if (e["M"], e["N"], e["K"], e["dtype"]) == (M, N, K, dtype):
-                return _choice(e, f"exact {path}")
-        if near is None:
-            same = [e for e in entries if (e["N"], e["K"], e["dtype"]) == (N, K, dtype) and lo <= e["M"] <= hi]
-            if same:
-                best = min(same, key=lambda e: (abs(e["M"] - M), e["M"]))
-                near = _choice(best, f"bucket {path} ({best['M']}, {best['N']}, {best['K']})")
-    return near
+        entries = load_table(path) or []
+        exact = [e for e in entries if (e["M"], e["N"], e["K"], e["dtype"]) == (M, N, K, dtype)]
+        if exact:
+            choice = _choice(exact[0], f"exact {path}")
+            break
+        same = [e for e in entries if (e["N"], e["K"], e["dtype"]) == (N, K, dtype) and lo <= e["M"] <= hi]
+        if choice is None and same:
+            best = min(same, key=lambda e: (abs(e["M"] - M), e["M"]))
+            choice = _choice(best, f"bucket {path} ({best['M']}, {best['N']}, {best['K']})")
+    _CHOICES[key] = choice
+    return choice
 
 
 def write_table(directory, op: str, arch: str, world: int, entries: list[dict], provenance: dict) -> Path:
@@ -209,7 +183,6 @@ def write_table(directory, op: str, arch: str, world: int, entries: list[dict], 
     every entry records the ``commit`` and ``date`` of the run that tuned it under ``tuned``."""
     path = table_path(directory, op, arch, world)
     old_data = json.loads(path.read_text()) if path.exists() else {}
-    # Each entry keeps the commit and date of the run that tuned it (a table merges several runs).
     old_stamp = {k: old_data.get("provenance", {}).get(k) for k in ("commit", "date")}
     old = [dict(e, tuned=e.get("tuned", old_stamp)) for e in old_data.get("entries", [])]
     stamp = {k: provenance.get(k) for k in ("commit", "date")}

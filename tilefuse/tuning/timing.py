@@ -1,9 +1,5 @@
-"""Time for the offline tuner: steady clocks before a decision, and a run's time budget.
-
-The samples themselves and the rule that decides come from :mod:`tilefuse.tuning.autotune`
-(``screen`` and ``tune``), the same as first-call tuning. Every step here that the ranks must agree
-on is decided from values exchanged over the group (bounded host exchanges, maximum over ranks), so
-every rank reaches the same answer.
+"""Time for the offline tuner: steady clocks before a decision, and a run's time budget. Every step
+the ranks must agree on is decided from values exchanged over the group (maximum over ranks).
 """
 
 from __future__ import annotations
@@ -16,24 +12,15 @@ import torch
 
 from . import autotune
 
-
-def cross_rank_max(value: float, group, *, what: str = "tilefuse.tune: cross-rank max") -> float:
-    """The maximum of ``value`` over the ranks of ``group`` (a bounded host exchange)."""
-    return max(autotune.all_gather(value, group, what=what))
-
-
-# A GPU held at its power limit dips in clock speed about a second after a load starts, when its power
-# reading reaches the cap, then holds a steady clock: a method timed in that dip looks slower than in
-# steady use. SETTLE_S runs past the dip.
+# A GPU at its power limit dips in clock speed about a second into a load, then holds a steady clock:
+# SETTLE_S runs past the dip.
 SETTLE_S = 1.5
 
 
 def settle(fn, *, device: torch.device, seconds: float = SETTLE_S, agree=None, max_calls: int = 2000) -> int:
-    """Run ``fn()`` back to back for about ``seconds``, so that the next timing starts at steady clocks.
-
-    ``agree(n)`` returns the call count every rank uses (e.g. the maximum over ranks; required when
-    ``fn`` is collective). Nothing happens off the GPU or with ``seconds <= 0``. Returns the count.
-    """
+    """Run ``fn()`` back to back for about ``seconds`` (on a GPU), so the next timing starts at steady
+    clocks; ``agree(n)`` gives the call count every rank uses (required when ``fn`` is collective).
+    Returns the count."""
     if device.type != "cuda" or seconds <= 0:
         return 0
     torch.cuda.synchronize(device)
@@ -54,16 +41,10 @@ def clock() -> float:
 
 
 class Budget:
-    """Whether the next item of a run (a shape) still fits in ``seconds``, the same answer on every rank.
-
-    Call :meth:`fits` on every rank before every item (it is a host exchange). It takes the seconds
-    since ``start`` (this module's :func:`clock`) on each rank, and the seconds of the previous item
-    to leave out of the estimate, and uses the maximum of each over the ranks; a finished item's cost
-    is the agreed time between two calls less its left-out part. The next item fits while the
-    agreed time so far plus the median cost of the items done is at most ``seconds`` (rank 0's
-    value; ``None``: no limit). The first item always runs. Since every rank decides from the same
-    exchanged numbers, the ranks stop before the same item and none is left waiting in a collective.
-    """
+    """Whether the next item of a run (a shape) still fits in ``seconds`` (rank 0's; None: no limit):
+    :meth:`fits`, a host exchange on every rank before every item, says yes while the time since
+    ``start`` plus the median cost of the items done, each the maximum over the ranks, stays within
+    ``seconds``, so the ranks stop before the same item. The first item always runs."""
 
     def __init__(self, seconds: float | None, group, *, start: float | None = None,
                  what: str = "tilefuse.tune: budget"):

@@ -1,29 +1,18 @@
 """The tuner: ``python -m tilefuse.tuning --op OP --shapes SET[,SET] [--dtype bfloat16] [--out DIR]``.
 
 (``python -m tilefuse.tune`` is the same command.) Run it on every rank (``torchrun --nproc-per-node
-W -m tilefuse.tuning ...``); without torchrun it runs at world 1. For each shape, a first pass times
-the plain path and every variant x candidate config (tile sizes, warps/stages, GEMM_SMS/COMM_SMS
-split, the forms of ``rules.py``) a few times to shortlist the best few; then the decision between
-plain and the shortlist is first-call tuning's own (:func:`tilefuse.tuning.autotune.tune`): the same
-aligned samples, a win needed both for a call alone and for calls back to back by
-``max(2 %, 2 x the measured uncertainty)``, and a confirmation round. :func:`tune_shape` says what an
-entry records.
-
-``--budget-s S`` bounds the whole run of one op: shapes are tuned in order while the next one is
-expected to fit (from the shapes done so far, the ranks agreeing: :class:`timing.Budget`); the
-shapes left out are logged, and the table or cache gets the shapes done.
-
-Where the results go: by default into the user's decision cache (:mod:`tilefuse.tuning.cache`,
-``TILEFUSE_CACHE_DIR``), one entry per (shape's M bucket, N, K), which ``variant="auto"`` reads in
-every later process; with ``--out DIR``, into the config table ``DIR/<op>/<arch>_ws<W>.json``
-(schema: ``tilefuse/configs/README.md``; the shipped tables are ``--out tilefuse/configs``), whose
-entries for shapes it did not tune are kept.
+W -m tilefuse.tuning ...``); without torchrun it runs at world 1. Per shape: a first pass over plain
+and every variant x candidate config shortlists a few, then first-call tuning's own decision
+(:func:`tilefuse.tuning.autotune.tune`) picks between plain and them. Results go into the user's
+decision cache, or with ``--out DIR`` into the config table ``DIR/<op>/<arch>_ws<W>.json``
+(``tilefuse/configs/README.md``). ``tilefuse/tuning/README.md``, "The tuner", tells the rest.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import logging
 import math
 import os
@@ -41,18 +30,15 @@ from tilefuse.runtime import hw
 from tilefuse.tuning import autotune, cache, rules, tables, timing
 from tilefuse.tuning.buckets import m_bucket
 from tilefuse.tuning.shapes import local_shapes
-from tilefuse.tuning.timing import Budget, cross_rank_max, settle
+from tilefuse.tuning.timing import Budget, settle
 
 log = logging.getLogger("tilefuse")
 
-COMM_VARIANTS = rules.COMM_VARIANTS
-# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), most promising first. 128x128 is tried with 4 and
-# with 6 stages: which pipeline depth wins depends on M.
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), most promising first; 128x128 with 4 and 6 stages.
 TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 128, 64, 4, 6),
          (256, 128, 64, 8, 3), (64, 128, 64, 4, 4)]
 INTERPRETER_TILES = [(32, 32, 32, 4, 1), (64, 64, 64, 4, 1)]
-# The warp-specialized 128x256 tile (4 warps a group, 4 stages), tried second for 16-bit dtypes above
-# SMALL_M by the variants whose loops specialize (config.WARP_SPEC_VARIANTS).
+# Tried second above SMALL_M for 16-bit dtypes by config.WARP_SPEC_VARIANTS, with WARP_SPEC = 1.
 WARP_SPEC_TILE = (128, 256, 64, 4, 4)
 SMALL_M = 256  # up to this M (decode, small batches) the tiles come from small_m_tiles
 SMALL_M_SPLITS = [8, 16]  # COMM_SMS tried at small M: little to move, the GEMM keeps most programs
@@ -60,10 +46,9 @@ SPLITS = [8, 16, 32]
 
 
 def small_m_tiles(M: int) -> list[tuple]:
-    """Decode-size tiles: above M = 64 first the swept small-M tiles (``config.SMALL_M_TILES``: deep K
-    steps, 4-6 stages); then BLOCK_M 64/32/16 (none above the smallest power of two >= M, at least 16)
-    x BLOCK_N 128/64 (more column tiles keep more programs busy reading B), 4 warps, 4 stages; and
-    128x128 above M = 64."""
+    """Decode-size tiles: above M = 64 the swept ``config.SMALL_M_TILES`` first; then BLOCK_M 64/32/16
+    (none taller than M needs) x BLOCK_N 128/64 (more column tiles keep more programs reading B), 4
+    warps, 4 stages; and 128x128 above M = 64."""
     top = max(16, 1 << (M - 1).bit_length())
     tiles = [(bm, bn, bk, 4, stages) for bm, bn, bk, stages in SMALL_M_TILES] if M > 64 else []
     tiles += [(bm, bn, 64, 4, 4) for bm in (64, 32, 16) if bm <= top for bn in (128, 64)]
@@ -77,7 +62,7 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
     """The search space of one variant for one shape (deduplicated, all fitting the device, at most
     ``rules.MAX_TUNER_CONFIGS``): the variant's default first, then tile sizes x warps/stages x
     GEMM/communication splits."""
-    comm = variant in COMM_VARIANTS
+    comm = variant in rules.COMM_VARIANTS
     base = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=comm)
     if interpreter:
         tiles = INTERPRETER_TILES
@@ -106,7 +91,8 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
     return out[:rules.MAX_TUNER_CONFIGS]
 
 
-def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: int):
+def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: int = 17) -> list[tuple]:
+    """``n_sets`` operand pairs: b the same on every rank, a too for gemm_all_scatter (replicated)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     rank = dist.get_rank()
     sets = []
@@ -119,16 +105,8 @@ def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: i
     return sets
 
 
-SHORTLIST_RATIO = 1.0  # a candidate reaches the decision only if the first pass timed it at most this
-# fraction of plain's time both ways (alone and back to back): one that did not beat plain at all has
-# little chance of the decision's 2 % win, and each finalist costs time from the run's budget
+SHORTLIST_RATIO = 1.0  # a finalist's first-pass time, alone and back to back, is at most this x plain's
 DECIDE_S = 2.0  # seconds of timed calls for the decision between plain and the shortlist (autotune.tune)
-
-
-def _name(variant: str, i: int) -> str:
-    """A candidate's name, as first-call tuning names them: the variant for its first config,
-    ``variant#i`` for its i-th."""
-    return variant if i == 0 else f"{variant}#{i}"
 
 
 def _ms(x: float) -> float:
@@ -143,24 +121,10 @@ def _round_record(label: str, reps: int, times: dict, block: dict, spread: dict)
 
 def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int, keep: int,
                margin: float = autotune.MARGIN, decide_s: float = DECIDE_S, stats: dict | None = None) -> dict:
-    """Tune one shape on every rank (collective); returns its table entry.
-
-    1. First pass (:func:`autotune.screen`): plain and every variant x candidate config are called
-       once and checked against plain (a candidate that fails on any rank is recorded with the rank
-       and dropped), then ``reps`` aligned samples each, interleaved: ms per call alone and back to
-       back, maximum over ranks. Its job is to shortlist: the ``keep`` candidates with the best
-       worse-of-two ratio to plain, those at most ``SHORTLIST_RATIO``.
-    2. Decision (:func:`autotune.tune`, ``decide_s`` seconds of timed calls, after the clocks settle
-       on a GPU): plain and the shortlist; a candidate must beat plain both alone and back to back by
-       ``max(margin, 2 x the medians' uncertainty)`` and again in a confirmation round. No shortlist:
-       plain.
-
-    The entry records the times behind the decision: ``plain_ms``/``time_ms`` (alone) and
-    ``plain_block_ms``/``block_ms`` (back to back) of the decision's round, the rounds themselves
-    under ``decision``, and every candidate's first-pass times under ``candidates`` (finalists:
-    their decision-round times, ``final``). ``stats`` (optional) receives ``warm_up_s``: the first
-    pass's warm-up seconds (compiling), maximum over ranks.
-    """
+    """Tune one shape on every rank (collective); returns its table entry (``tilefuse/tuning/README.md``,
+    "The tuner"). A first pass (:func:`autotune.screen`) shortlists the ``keep`` best, those at most
+    ``SHORTLIST_RATIO`` x plain's time; :func:`autotune.tune` decides between plain and them. ``stats``
+    (optional) receives ``warm_up_s``: the first pass's warm-up seconds (compiling), max over ranks."""
     # Workspaces are kept per shape: without this, a sweep over large shapes fills the heap and later
     # shapes' candidates fail with HeapFullError instead of being timed.
     tilefuse.synchronize()
@@ -170,22 +134,15 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     device, group, world = heap.device, heap.group, heap.world_size
     interpreter = hw.interpreting()
     num_sms = hw.num_sms(device)
-    bytes_per_set = (M * K + K * N) * dtype.itemsize
-    n_sets = 1 if interpreter else max(1, min(4, -(-2 * 64 * 2**20 // max(bytes_per_set, 1))))
-    sets = _inputs(op, M, N, K, dtype, device, n_sets, seed=17)
+    # Calls rotate over up to 4 input sets, together about twice a 64 MiB L2: a call rarely finds its operands cached.
+    n_sets = 1 if interpreter else max(1, min(4, -(-2 * 64 * 2**20 // max((M * K + K * N) * dtype.itemsize, 1))))
+    sets = _inputs(op, M, N, K, dtype, device, n_sets)
     dtype_name = str(dtype).removeprefix("torch.")
     what = f"tune {op} {M}x{N}x{K} {dtype_name}"
 
-    def runner(fn, **kw):
-        """Each call takes the next input set; every runner starts with set 0, so a candidate's
-        first call (the check) sees the same operands as plain's."""
-        calls = [0]
-
-        def call():
-            a, b = sets[calls[0] % n_sets]
-            calls[0] += 1
-            return fn(a, b, **kw)
-        return call
+    def runner(fn, **kw):  # each call takes the next input set from set 0: the check sees plain's operands
+        calls = itertools.count()
+        return lambda: fn(*sets[next(calls) % n_sets], **kw)
 
     plain = registry.get(op, tables.PLAIN)
     space = {}  # name -> (variant, config), in search order
@@ -194,7 +151,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
             continue
         configs = candidate_configs(variant, M, N, K, dtype, num_sms, interpreter, quick, op=op, world=world)
         for i, cfg in enumerate(configs):
-            space[_name(variant, i)] = (variant, cfg)
+            space[variant if i == 0 else f"{variant}#{i}"] = (variant, cfg)  # as first-call tuning names them
 
     def candidates(names):
         return [autotune.Candidate("plain", tables.PLAIN, None, runner(plain))] + [
@@ -206,9 +163,8 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     if stats is not None:
         stats["warm_up_s"] = first.warm_up_s
 
-    def ratio(times, block, name):
-        return max(times[name] / times["plain"] if times["plain"] > 0 else math.inf,
-                   block[name] / block["plain"] if block["plain"] > 0 else math.inf)
+    def ratio(n):  # the worse of its first-pass times to plain's, alone and back to back
+        return max(t[n] / t["plain"] if t["plain"] > 0 else math.inf for t in (first.times, first.block))
 
     records = {}
     for name, (variant, cfg) in space.items():
@@ -218,16 +174,15 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
         else:
             rec.update(time_ms=_ms(first.times[name]), block_ms=_ms(first.block[name]))
         records[name] = rec
-    ranked = sorted((n for n in first.times if n != "plain"), key=lambda n: (ratio(first.times, first.block, n), n))
-    shortlist = [n for n in ranked if ratio(first.times, first.block, n) <= SHORTLIST_RATIO][:keep]
-    decision = {"margin": margin, "first_pass": _round_record("first pass", first.reps, {"plain": first.times["plain"]},
-                                                              {"plain": first.block["plain"]},
-                                                              {"plain": first.spread["plain"]}),
+    ranked = sorted((n for n in first.times if n != "plain"), key=lambda n: (ratio(n), n))
+    shortlist = [n for n in ranked if ratio(n) <= SHORTLIST_RATIO][:keep]
+    plain_first = ({"plain": d["plain"]} for d in (first.times, first.block, first.spread))
+    decision = {"margin": margin, "first_pass": _round_record("first pass", first.reps, *plain_first),
                 "finalists": shortlist, "rounds": []}
     variant, config, times, block = tables.PLAIN, None, first.times, first.block
     pick = "plain"
     if shortlist:
-        settle(runner(plain), device=device, agree=lambda n: cross_rank_max(n, group, what=f"{what}: settle"))
+        settle(runner(plain), device=device, agree=lambda n: max(autotune.all_gather(n, group, what=f"{what}: settle")))
         res = autotune.tune(candidates(shortlist), device=device, group=group, what=f"{what}: decision",
                             budget=decide_s, margin=margin)
         variant, config, times, block = res.variant, res.config, res.times, res.block
@@ -238,19 +193,16 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
             decision["rounds"].append(_round_record("confirmation", c["reps"], c["times"], c["block"], c["spread"]))
         if res.dropped:
             decision["dropped"] = res.dropped
-        for n in shortlist:
+        for n in shortlist:  # first_ms: the first pass's times; time_ms only where the decision round timed it
             rec = records[n]
+            rec.update(first_ms=rec.pop("time_ms"), first_block_ms=rec.pop("block_ms"))
             if n in res.times:
-                rec.update(first_ms=rec["time_ms"], first_block_ms=rec["block_ms"], time_ms=_ms(res.times[n]),
-                           block_ms=_ms(res.block[n]), final=True)
-            else:  # its first-pass times stay as first_ms: only a finalist's time_ms is its decision's
-                rec.update(first_ms=rec.pop("time_ms"), first_block_ms=rec.pop("block_ms"),
-                           error=res.dropped.get(n, "dropped in the decision round")[:300])
-    elif keep > 0:
-        decision["note"] = (f"no candidate measured at most {SHORTLIST_RATIO:g}x plain's time both ways in the "
-                            "first pass: plain, without a decision round")
+                rec.update(time_ms=_ms(res.times[n]), block_ms=_ms(res.block[n]), final=True)
+            else:
+                rec["error"] = res.dropped.get(n, "dropped in the decision round")[:300]
     else:
-        decision["note"] = "keep = 0: plain, without a decision round"
+        decision["note"] = ("keep = 0" if keep == 0 else f"no candidate measured at most {SHORTLIST_RATIO:g}x plain's "
+                            "time both ways in the first pass") + ": plain, without a decision round"
     decision["pick"] = pick
     graph = None
     if shortlist and res.device:  # device time measured: the graph pick, the same as the eager one or not
@@ -286,18 +238,12 @@ def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margi
     """Merge ``entries`` into the config table of ``op`` under ``out_dir``; ``commit`` names the code
     that tuned them in the provenance (default: the checkout's, from git)."""
     heap = tilefuse.get_heap()
-    on_gpu = heap.device.type == "cuda"
     provenance = {
-        "device": torch.cuda.get_device_name(heap.device) if on_gpu else "cpu (interpreter)",
+        "device": torch.cuda.get_device_name(heap.device) if heap.device.type == "cuda" else "cpu (interpreter)",
         "world_size": heap.world_size, "torch": torch.__version__, "triton": __import__("triton").__version__,
         "commit": commit or _commit(), "date": datetime.date.today().isoformat(),
-        "timing": "tilefuse.tune, first-call tuning's samples and rule (tilefuse.tuning.autotune): each sample a "
-                  "collective lead-in call, then one call alone (CUDA events from before its launch, host work "
-                  "included) and calls back to back; medians, max over ranks; inputs rotated over sets larger "
-                  f"than twice the L2. First pass: {reps} interleaved samples of every candidate, to shortlist. "
-                  f"Decision: plain and the shortlist, {decide_s:g} s of timed calls after the clocks settle; a "
-                  f"variant replaces plain only if faster both alone and back to back by max({margin:.0%}, 2x the "
-                  "medians' uncertainty), and again in a confirmation round",
+        "timing": f"tilefuse.tune (tilefuse/tuning/README.md): first pass {reps} samples of every candidate, "
+                  f"then {decide_s:g} s of timed calls to decide; margin max({margin:.0%}, 2x the uncertainty)",
     }
     if left_out:
         provenance["left_out"] = ("not tuned in this run (--budget-s): "
@@ -313,19 +259,10 @@ def write_cache(op: str, entries: list[dict], *, margin: float = autotune.MARGIN
     out = {}
     for e in entries:
         key = cache.entry_key(arch, world, op, e["dtype"], e["N"], e["K"], m_bucket(e["M"]))
-        out[key] = {"variant": e["variant"], "config": e["config"], "M": e["M"], "time_ms": e["time_ms"],
-                    "plain_ms": e["plain_ms"], "block_ms": e["block_ms"], "plain_block_ms": e["plain_block_ms"],
-                    "margin": margin, "source": "python -m tilefuse.tuning",
+        kept = ("variant", "config", "M", "time_ms", "plain_ms", "block_ms", "plain_block_ms")
+        out[key] = {**{k: e[k] for k in kept}, "margin": margin, "source": "python -m tilefuse.tuning",
                     "date": datetime.date.today().isoformat()}
     return cache.put(out)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -335,24 +272,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="shape sets from tilefuse/tuning/shapes.json, comma-separated ('models': every model's set)")
     p.add_argument("--shape", action="append", default=[], help="an extra per-rank shape MxNxK")
     p.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16", "float32"])
-    p.add_argument("--out", default=None,
-                   help="write a config table under this directory (the shipped ones: tilefuse/configs); "
-                        "default: the user's decision cache (TILEFUSE_CACHE_DIR, else ~/.cache/tilefuse)")
+    p.add_argument("--out", help="write a config table under this directory (default: the user's decision cache)")
     p.add_argument("--reps", type=int, default=5, help="samples of every candidate in the first pass")
     p.add_argument("--keep", type=int, default=3, help="candidates of the first pass that reach the decision")
-    p.add_argument("--decide-s", type=float, default=DECIDE_S,
-                   help="seconds of timed calls for each shape's decision between plain and the shortlist")
+    p.add_argument("--decide-s", type=float, default=DECIDE_S, help="seconds of timed calls for each decision")
     p.add_argument("--quick", action="store_true", help="a smaller search space")
     p.add_argument("--margin", type=float, default=autotune.MARGIN,
-                   help="the smallest win over the plain path, alone and back to back, that a variant needs "
-                        "(fraction; twice the measured uncertainty where that is larger)")
-    p.add_argument("--commit", default=None,
-                   help="the commit recorded in a table's provenance (default: git rev-parse of this checkout; "
-                        "give it where the checkout has no .git)")
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="seconds for the whole run of this op (from the start of the command, after imports): "
-                        "shapes are tuned in order while the next one is expected to fit; the table or cache "
-                        "gets the shapes done, and the log names those left out")
+                   help="the smallest win over plain a variant needs, alone and back to back (fraction)")
+    p.add_argument("--commit", help="the commit in a table's provenance (default: git rev-parse of this checkout)")
+    p.add_argument("--budget-s", type=float, help="seconds for the whole run: shapes start while the next one is "
+                                                   "expected to fit; the log names those left out")
     return p
 
 
@@ -372,7 +301,7 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         else:
-            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     heap = tilefuse.init()
     W = dist.get_world_size()
     rank = dist.get_rank()
@@ -381,11 +310,10 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
     for s in args.shape:
         M, N, K = (int(x) for x in s.lower().split("x"))
         shapes.append({"name": s, "M": M, "N": N, "K": K})
-    seen, unique = set(), []
+    by_shape: dict = {}
     for s in shapes:  # two sets can name one shape
-        if (s["M"], s["N"], s["K"]) not in seen:
-            seen.add((s["M"], s["N"], s["K"]))
-            unique.append(s)
+        by_shape.setdefault((s["M"], s["N"], s["K"]), s)
+    unique = list(by_shape.values())
     budget = Budget(args.budget_s, heap.group, start=t_start, what=f"tilefuse.tune {args.op}: budget")
     entries, left_out, path, warm_up_s = [], [], None, 0.0
     for i, s in enumerate(unique):
@@ -409,11 +337,9 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
                   f"alone, {e['block_ms']:.3f} back to back (plain {e['plain_ms']:.3f} / {e['plain_block_ms']:.3f} "
                   f"ms, {e['plain_ms'] / e['time_ms']:.2f}x / {e['plain_block_ms'] / e['block_ms']:.2f}x)", flush=True)
             # Written after every shape: a run cut short keeps what it tuned.
-            if args.out is None:
-                path = write_cache(args.op, [e], margin=args.margin)
-            else:
-                path = write_table(Path(args.out), args.op, entries, reps=args.reps, margin=args.margin,
-                                   decide_s=args.decide_s, commit=args.commit)
+            path = write_cache(args.op, [e], margin=args.margin) if args.out is None else write_table(
+                Path(args.out), args.op, entries, reps=args.reps, margin=args.margin, decide_s=args.decide_s,
+                commit=args.commit)
     if rank == 0 and left_out and entries and args.out is not None:
         path = write_table(Path(args.out), args.op, entries, reps=args.reps, margin=args.margin,
                            decide_s=args.decide_s, left_out=left_out, commit=args.commit)
