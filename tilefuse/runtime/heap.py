@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from . import _env, backends, hostsync
+from .errors import CallMismatchError
 
 ALIGNMENT = 256
 
@@ -312,7 +313,7 @@ class SymmetricHeap:
         everyone = hostsync.all_gather_object(mine, self.group, what=f"{name}: heap offsets check")
         for r, theirs in enumerate(everyone):
             if theirs["signature"] != mine["signature"] or theirs["layout"] != mine["layout"]:
-                raise ValueError(
+                raise CallMismatchError(
                     f"{name}: ranks disagree on the call: rank {self.rank} has {mine['signature']} with "
                     f"buffers {mine['layout']}, rank {r} has {theirs['signature']} with {theirs['layout']}. "
                     "Every rank must make the same call with the same shapes."
