@@ -24,7 +24,6 @@ import torch
 from ...runtime import _env, control_block, get_heap, hw, is_initialized
 from ...runtime import world as _world
 from ...runtime.world import CollectiveCall, check_current_device
-from .arena import check_out, clear_workspaces, prepared, workspace, workspace_keys, workspaces  # noqa: F401
 from .config import Config, check_config_fits, default_config, launch_shape
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import torch
 
+from .arena import Workspace, prepared, workspace
 from .config import Config
 from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, tma_operands
-from .launch import Workspace, begin_call, new_output, prepared, workspace
+from .launch import begin_call, new_output
 
 
 def layout(t: torch.Tensor | None) -> tuple | None:
@@ -19,18 +20,14 @@ def layout(t: torch.Tensor | None) -> tuple | None:
 
 def once(heap, key: tuple, make, config, *tensors):
     """``make()`` the first time ``key``, ``config`` and the layouts of ``tensors`` are seen on
-    ``heap``'s group (``launch.prepared``), the same :class:`PreparedCall` afterwards, whose
-    workspaces are looked up again on every call: the same least-recently-used order on
-    every rank, and kept until shutdown once a CUDA graph captures a call. Arguments that form no key
-    (a tensor argument that is not one, a config that is no :class:`Config`) go to ``make``, whose
-    checks raise, naming the argument."""
+    ``heap``'s group (``arena.prepared``: the workspaces it holds are marked used on every call, and
+    kept for a CUDA graph that captures one), the same :class:`PreparedCall` afterwards. Arguments
+    that form no key (a tensor argument that is not one, a config that is no :class:`Config`) go to
+    ``make``, whose checks raise, naming the argument."""
     if not (all(t is None or isinstance(t, torch.Tensor) for t in tensors)
             and (config is None or isinstance(config, Config))):
         return make()
-    p = prepared(heap, (*key, config, *map(layout, tensors)), make)
-    for entry in p.workspaces:
-        workspace(heap, *entry)
-    return p
+    return prepared(heap, (*key, config, *map(layout, tensors)), make)
 
 
 class PreparedCall:
@@ -46,11 +43,9 @@ class PreparedCall:
         self.begins = g.kernel_may_begin  # the call's first kernel may begin it (P.enter with ENTER)
         self.pad = pad and (g.a is not a or g.b is not b)  # operands copied onto the descriptor path every call
         self.use_tma = g.use_tma
-        self.workspaces = []  # (key, make, nbytes) of each workspace held, looked up again every call
 
     def hold(self, key: tuple, make, nbytes: int) -> Workspace:
-        """``launch.workspace(heap, key, make, nbytes)``, held: looked up again on every call."""
-        self.workspaces.append((key, make, nbytes))
+        """``arena.workspace(heap, key, make, nbytes)``: a workspace this call signature holds."""
         return workspace(self.heap, key, make, nbytes)
 
     def operands(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from ..common.arena import check_out
 from ..common.config import WARP_SPEC_VARIANTS, check_variant_config
-from ..common.launch import check_out, new_output, op_heap, prepare_gemm
+from ..common.launch import new_output, op_heap, prepare_gemm
 from ..common.prepare import PreparedCall, once
 from ._tiles import launch_copy_peer_blocks
 
