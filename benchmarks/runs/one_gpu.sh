@@ -2,13 +2,14 @@
 # One GPU, named parts in the order given, each a step bounded in seconds; results under $OUT/r,
 # packed into $OUT/run.tar.gz (a device run returns few files).
 #   bash benchmarks/runs/one_gpu.sh host tests          (from the repository root)
+# TOTAL_S (default 570) bounds the whole run: a part that does not fit is skipped and says so.
 # Parts:
 #   host    host µs per eager call: every op x variant and plain at W = 1 with real launches
 #           (host_path, M = 1, 16, 128), and at W = 2 with ranks sharing the GPU (host_overhead, eager)
 #   tests   the GPU test suite without the slow set, ranks sharing the GPU (gpu_tests.sh)
 #   parity  the GEMM core against torch.matmul on the parity grid (gemm_sweep)
 #   suite   every op x variant at W = 1 against torch.matmul on the Llama-3-8B set
-#   tune    the W = 1 tuner for the four ops on every shape set, into tilefuse/configs
+#   tune    the W = 1 tuner for the four ops on llama3-8b, llama3-70b, iris, decode, into tilefuse/configs
 #   heldout auto on held-out shapes against plain at W = 1
 source "$(dirname "$0")/prelude.sh"
 END=$(( T0 + ${TOTAL_S:-570} ))
