@@ -18,6 +18,7 @@ WORLD = 2
 
 # Appended to the example: its results against torch's own collectives and matmul in fp32.
 CHECK = """
+rank, world = dist.get_rank(), dist.get_world_size()
 parts = [torch.empty_like(x) for _ in range(world)]
 dist.all_gather(parts, x)
 want_y = torch.cat(parts).float() @ w.float()
