@@ -39,23 +39,10 @@ step() {
     timeout -k 5 "$limit" "$@" > "$R/$name.log" 2>&1
     stamp "$name" $? >> "$R/$name.log"
 }
-# decode_steps AR_S TP_S H1_S: gemm_all_reduce at M = 1-1024 eager and in CUDA graphs (AR_S seconds),
-# the replicated decode step of examples/tp_llama.py in a graph with each rank's auto decisions logged
-# (TP_S) and the host cost at world 1 on GPU 0 (H1_S; 0 skips it), each a step.
-decode_steps() {
-    step allreduce_decode "$1" "$PY" -m benchmarks.allreduce_decode --world 2 --M 1,16,64,256,1024 \
-        --csv "$R/allreduce_decode_w2.csv"
-    step tp_llama "$2" torchrun --nproc-per-node 2 examples/tp_llama.py --layers 2 --layouts decode \
-        --log-level debug --csv "$R/tp_llama_decode_w2.csv"
-    (( $3 > 0 )) && step host_overhead_w1 "$3" env CUDA_VISIBLE_DEVICES=0 "$PY" -m benchmarks host_overhead \
-        --world 1 --M 1,16,128,1024 --csv "$R/host_overhead_w1.csv"
-    return 0
-}
 # suite_w2 SETS CSV [SECONDS]: the world-2 suite of the four ops on SETS, every variant and auto (and
-# the copy-engine forms of all_gather_gemm and gemm_all_scatter, the epilogue sums of
-# gemm_reduce_scatter and gemm_all_reduce), at most SECONDS (default 50) an op,
-# each op only if it fits; appends to CSV. SUITE_EXTRA: more methods for every op, e.g.
-# bulk_sync.ws,fused_sequential.ws (the suite skips, saying so, those an op does not have).
+# all_gather_gemm's copy_engine form), at most SECONDS (default 50) an op, each op only if it fits;
+# appends to CSV. SUITE_EXTRA: more methods for every op (the suite skips, saying so, those an op
+# does not have).
 suite_w2() {
     local op V limit=${3:-50}
     for op in gemm_all_scatter all_gather_gemm gemm_reduce_scatter gemm_all_reduce; do
@@ -76,15 +63,4 @@ tests_in_rest() {
     (( left > 60 )) || { echo "== skipped tests: ${left} s left" | tee -a "$R/skipped.txt"; return 0; }
     ( OUT=$R/tests LIMIT_S=$left PER_TEST=$(( left - 10 )) PYTEST_ADDOPTS="$addopts" GROUPS_SPEC="$1" \
         bash "$(dirname "${BASH_SOURCE[0]}")/gpu_tests.sh" > "$R/tests.log" 2>&1 )
-}
-# tests_beside_soak LIMIT_S SOAK_BUDGET_S [MARKERS]: the multi-rank tests (MARKERS, a pytest -m
-# expression, default "not slow") and the 10,000-call soak at one process per GPU (ranks sharing the
-# GPU on a machine of one) side by side (neither timed), into $R/tests and $R/soak_w2.csv.
-tests_beside_soak() {
-    ( OUT=$R/tests LIMIT_S=$1 PER_TEST=$(( $1 - 20 )) PYTEST_ADDOPTS="-m '${3:-not slow}'" \
-        bash "$(dirname "${BASH_SOURCE[0]}")/gpu_tests.sh" > "$R/tests.log" 2>&1 ) &
-    ( timeout -k 10 $(( $2 + 30 )) "$PY" -m benchmarks soak --world 2 --calls 10000 --check-every 100 --variants all \
-        --heap-size 1G --require-flat --budget-s "$2" --csv "$R/soak_w2.csv" --no-progress > "$R/soak.log" 2>&1
-      stamp soak $? >> "$R/soak.log" ) &
-    wait
 }
