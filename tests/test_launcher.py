@@ -344,15 +344,17 @@ def test_environment_switches_read_as_strings(monkeypatch):
 
 
 def test_tuple_arguments_specialise_as_their_elements():
-    """A ``call`` tuple's pointers keep their alignment in the binary's key; its integers are not
-    specialised on where the parameter is not (a new rank, signature or size reuses the binary)."""
+    """A ``call`` tuple's pointers keep their alignment in the binary's key, and its integers whether
+    they are 1 or multiples of 16, even where the parameter is not specialised (Triton 3.6 builds a
+    1 in): a new workspace generation 2 after 1 must not reuse the binary made for 1."""
     from tilefuse.runtime.launcher import _spec
 
     t = torch.zeros(8)
-    call = (t, t[1:], 3, 2**40, 16)
-    assert _spec(call, False) == _spec((t, t[1:], 5, 2**41, 17), False)
-    assert _spec(call, False) != _spec((t[1:], t[1:], 3, 2**40, 16), False), "alignment of a pointer"
-    assert _spec(call, True) != _spec((t, t[1:], 3, 2**40, 17), True), "divisibility by 16 where specialised"
+    call = (t, t[1:], 3, 2**40, 1)
+    assert _spec(call, False) == _spec((t, t[1:], 5, 2**41, 1), False)
+    assert _spec(call, False) != _spec((t[1:], t[1:], 3, 2**40, 1), False), "alignment of a pointer"
+    assert _spec(call, False) != _spec((t, t[1:], 3, 2**40, 2), False), "an integer 1 in the tuple"
+    assert _spec(call, False) != _spec((t, t[1:], 3, 2**40, 16), False), "divisibility by 16 in the tuple"
 
 
 def test_written_out_keys_tell_apart_what_triton_specialises_on():
@@ -365,10 +367,11 @@ def test_written_out_keys_tell_apart_what_triton_specialises_on():
     t = torch.zeros(64)
     first = [t, 48, (t, 3, 7), 128, None]
     key = _key_function(first, [False, False, False, True, False], dns={2})
-    assert key(first) == key([t[4:], 32, (t[8:], 5, 2**20), 128, None])
+    assert key(first) == key([t[4:], 32, (t[8:], 5, 2**20 + 1), 128, None])
     for other in ([t[1:], 48, (t, 3, 7), 128, None], [t, 47, (t, 3, 7), 128, None],
                   [t, 2**40, (t, 3, 7), 128, None], [t, 48, (t, 3, 7), 64, None],
-                  [t, 48, (t[1:], 3, 7), 128, None], [t, 48, (t, 3, 7, 1), 128, None]):
+                  [t, 48, (t[1:], 3, 7), 128, None], [t, 48, (t, 3, 7, 1), 128, None],
+                  [t, 48, (t, 1, 7), 128, None], [t, 48, (t, 3, 32), 128, None]):
         assert key(other) != key(first), other
     with pytest.raises((AttributeError, TypeError, IndexError)):
         key([None, 48, (t, 3, 7), 128, None])

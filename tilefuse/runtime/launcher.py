@@ -119,8 +119,8 @@ def _key_expr(name: str, v, specialize: bool) -> str:
     if type(v) is int:
         width = f"type({name}), -2147483648 <= {name} < 2147483648, {name} < 9223372036854775808"
         return f"({width}, {name} == 1, not {name} % 16)" if specialize else f"({width})"
-    if type(v) is tuple:
-        return f"(len({name}), " + ", ".join(_key_expr(f"{name}[{j}]", x, specialize) for j, x in enumerate(v)) + ")"
+    if type(v) is tuple:  # its integers keyed as specialised: Triton 3.6 specialises them, whatever the parameter
+        return f"(len({name}), " + ", ".join(_key_expr(f"{name}[{j}]", x, True) for j, x in enumerate(v)) + ")"
     if isinstance(v, (bool, float)):
         return f"(type({name}), {name})" if type(v) is bool else f"type({name})"
     return name  # None, strings: hashed as they are
@@ -137,7 +137,8 @@ def _key_function(values: list, constexpr: list, dns: set):
 def _spec(v, specialize: bool):
     """What Triton specialises a non-constexpr argument on: a tensor's dtype and 16-byte alignment,
     an integer's width (and, where specialised, whether it is 1 or a multiple of 16), a tuple's
-    elements alike."""
+    elements alike, its integers always as specialised (Triton 3.6 specialises a tuple's integers
+    even where the parameter is not: a binary made for ``gen == 1`` has the 1 built in)."""
     if hasattr(v, "data_ptr"):
         return v.dtype, v.data_ptr() & 15 == 0
     if isinstance(v, bool):
@@ -148,7 +149,7 @@ def _spec(v, specialize: bool):
     if isinstance(v, float):
         return "f"
     if type(v) is tuple:
-        return tuple(_spec(x, specialize) for x in v)
+        return tuple(_spec(x, True) for x in v)
     return v  # None, strings: hashed as they are (unhashable -> the Triton path)
 
 
@@ -185,8 +186,8 @@ def no_hook(hook) -> bool:
 
 # Kernel parameters whose integers change from call to call or rank to rank: never specialised on.
 # Triton specialises ints equal to 1 or divisible by 16, so an epoch would recompile the kernel at
-# epochs 1, 16, ... and rank 1 would run another binary than its peers (the `call` tuple: its
-# pointers keep their alignment specialisation).
+# epochs 1, 16, ... and rank 1 would run another binary than its peers. (For the `call` tuple Triton
+# 3.7 honours this and 3.6 does not; the launcher keys a tuple's integers as specialised either way.)
 _RUNTIME_INTS = ("epoch", "cur_rank", "sig", "gen", "n_out0", "n_out1", "call")
 
 
