@@ -449,6 +449,7 @@ _SECOND_PROCESS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_cache_round_trip_across_processes(pools, tmp_path):
     [variant] = pools.run(1, job_tune_and_report, str(tmp_path))
     assert variant == "fused_sequential"

@@ -63,6 +63,7 @@ def test_ops_compile_fullgraph(pools, op):
     assert all(n >= len(calls) for n in pools.run(2, job_ops, calls, torch.float32))
 
 
+@pytest.mark.slow
 def test_ops_compile_fullgraph_world3(pools):
     """W = 3: every op (auto) in one compiled graph, forward and backward; the group passed explicitly."""
     calls = [(op, "auto") for op in registry.OPS]

@@ -207,7 +207,8 @@ def group_die_during_init(rank, world, dying):
 
 
 @cpu_only
-@pytest.mark.parametrize("dying", [1, pytest.param(0, marks=pytest.mark.slow)], ids=["peer-dies", "store-host-dies"])
+@pytest.mark.slow
+@pytest.mark.parametrize("dying", [1, 0], ids=["peer-dies", "store-host-dies"])
 def test_a_rank_dying_during_init_leaves_nothing_in_dev_shm(dying):
     """Before: the heap files of a failed init stayed in /dev/shm (the survivor waited on
     ``all_gather_object`` for the process group's timeout, and nobody unlinked the dead rank's

@@ -170,6 +170,7 @@ def _hopper_compiler() -> str:
     return ""
 
 
+@pytest.mark.slow
 def test_warp_specialized_configs_compile_specialized(pools, tmp_path):
     why = _hopper_compiler()
     if why:
