@@ -371,7 +371,7 @@ def job_graph_replay(ctx, variant, replays):
 
 @pytest.mark.parametrize("variant, world", variant_world_matrix(VARIANTS))
 def test_variant_matches_reference(pools, variant, world):
-    # The smallest shape at W = 2 only (the two-shot and ragged-K tests cover small M elsewhere).
+    # The smallest shape at W = 2 only (the ragged-K tests cover small M elsewhere).
     results = pools.run(world, job_against_reference, variant, SHAPES if world == 2 else SHAPES[:1], calls=1)
     _same_bits_on_every_rank(results, f"{variant} W={world}")
 

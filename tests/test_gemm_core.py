@@ -853,7 +853,7 @@ PARITY_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (5000, 35
 def test_default_config_split_k_rule(dtype):
     """Every split the heuristic picks fits one wave of GEMM programs, keeps MIN_SLICE_STEPS K steps
     per slice and is at most 8; decode sizes take one row of tiles and split where tiles are few,
-    large M does not split; no stream-K by default; without split_k nothing changes."""
+    large M does not split; without split_k nothing changes."""
     from tilefuse.ops.common.config import _whole_tile_instead_of_split
 
     for comm in (False, True):
