@@ -206,11 +206,11 @@ def install_fixed_order_dot() -> bool:
         work = np.float64 if acc.dtype == np.float64 else np.float32
         # [K, M, N] products, then a sum over the leading axis: numpy adds whole [M, N] slices one
         # after another (k = 0, 1, ...), the same order for every element.
-        a_k = np.moveaxis(a_data.astype(work), -1, 0)[..., None]  # [K, (B,) M, 1]
-        b_k = np.moveaxis(b_data.astype(work), -2, 0)[..., None, :]  # [K, (B,) 1, N]
+        a_k = np.moveaxis(a_data.astype(work, copy=False), -1, 0)[..., None]  # [K, (B,) M, 1]
+        b_k = np.moveaxis(b_data.astype(work, copy=False), -2, 0)[..., None, :]  # [K, (B,) 1, N]
         products = np.multiply(a_k, b_k)
         total = np.add.reduce(products, axis=0) if products.shape[0] else np.zeros(acc.shape, work)
-        return interp.TensorHandle((total + acc.astype(work)).astype(acc.dtype), d.dtype.scalar)
+        return interp.TensorHandle((total + acc.astype(work, copy=False)).astype(acc.dtype, copy=False), d.dtype.scalar)
 
     fixed_order_dot._fixed_order = True
     builder.create_dot = fixed_order_dot

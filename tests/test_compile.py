@@ -108,7 +108,7 @@ def job_layers(ctx, variant):
     return True
 
 
-@pytest.mark.parametrize("world,variant", [(2, "fused_sequential"), (3, "auto")])
+@pytest.mark.parametrize("world,variant", [(2, "fused_sequential"), pytest.param(3, "auto", marks=pytest.mark.slow)])
 def test_layers_compile_fullgraph(pools, world, variant):
     """ColumnParallelLinear + RowParallelLinear (a gated MLP) compiled forward + backward."""
     assert all(pools.run(world, job_layers, variant))

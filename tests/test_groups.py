@@ -186,6 +186,7 @@ def job_interleaved(ctx):
     return True
 
 
+@pytest.mark.slow
 def test_ops_on_several_groups_interleaved(pools):
     """Pairs and crossed pairs beside the world group: every op, fused, plain and auto, interleaved."""
     assert all(pools.run(W, job_interleaved))

@@ -181,7 +181,7 @@ KERNEL_LAUNCHES = {
 }
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_repeat_calls_run_the_kernels_of_their_variant(pools, world):
     ops = OPS if world == 2 else ("gemm_all_scatter", "gemm_all_reduce")
     variants = VARIANTS if world == 2 else ("producer_consumer", "wg_specialized")
