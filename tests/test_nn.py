@@ -320,7 +320,8 @@ def job_hf_llama_mlp(ctx, variant, bias):
 
 @pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="transformers is not installed (pip install transformers, "
                     "or the tilefuse[hf] extra): the HF LlamaMLP check needs it")
-@pytest.mark.parametrize("world,variant,bias", [(2, "auto", True), pytest.param(3, "auto", False, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("world,variant,bias",
+                         [(2, "auto", True), pytest.param(3, "auto", False, marks=pytest.mark.slow)])
 def test_hf_llama_mlp(pools, world, variant, bias):
     """A random tiny HF LlamaMLP, parallelized with LLAMA_MLP_PLAN: token shard of output, grad slices."""
     assert all(pools.run(world, job_hf_llama_mlp, variant, bias))
