@@ -375,3 +375,19 @@ def test_written_out_keys_tell_apart_what_triton_specialises_on():
         assert key(other) != key(first), other
     with pytest.raises((AttributeError, TypeError, IndexError)):
         key([None, 48, (t, 3, 7), 128, None])
+
+
+def test_a_call_that_does_not_bind_goes_through_triton(monkeypatch):
+    """The launcher's written-out binder refuses a call with an argument missing or given twice, and
+    the call goes through Triton's own path (which raises, naming it)."""
+    log = []
+    k = FastKernel(_jit_stand_in(_kernel, log))
+    k._fast = True
+    from tilefuse.runtime import launcher
+
+    monkeypatch.setattr(launcher, "_current_stream", lambda: 7)
+    x = torch.zeros(64)
+    k[(1,)](x, 32, BLOCK=16)  # seq missing
+    k[(1,)](x, 32, 5, BLOCK=16, n=3)  # n twice
+    assert [entry[0] for entry in log] == ["triton", "triton"], log
+    assert k._values((x, 32, 5), {"BLOCK": 16, "num_warps": 4}) == [x, 32, 5, 16, 3]

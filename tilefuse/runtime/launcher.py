@@ -44,6 +44,7 @@ class FastKernel:
         self._dns = {i for i, n in enumerate(self._names) if n in set(do_not_specialize)}
         self._index = {n: i for i, n in enumerate(self._names)}
         self._compiled: dict = {}
+        self._binders: dict = {}  # (positional count, keyword names) -> its binder (see _binder)
         self._key_of = None  # the argument signature's key, as code made for the first launch's kinds
         self._fast = not _env.interpreting()
 
@@ -55,20 +56,42 @@ class FastKernel:
             return self.jit_fn[grid]
         return functools.partial(self._launch, grid)
 
-    def _values(self, args: tuple, kwargs: dict) -> list | None:
-        values = list(args) + [_NO_DEFAULT] * (len(self._names) - len(args))
-        for name, value in kwargs.items():
-            i = self._index.get(name)
-            if i is not None:
-                values[i] = value
-        for i, v in enumerate(values):
-            if v is _NO_DEFAULT:
-                if self._defaults[i] is _NO_DEFAULT:
+    def _binder(self, n_args: int, names: tuple):
+        """``bind(args, kwargs) -> (values, options)``: every parameter's value in signature order
+        (defaults filled in, as Triton binds them) and the launch options (``num_warps``, ...), written
+        out once for calls passing ``n_args`` positional arguments and keywords ``names``; None where
+        such a call cannot bind (a missing argument, one given twice: Triton's path says so)."""
+        parts = []
+        for i, name in enumerate(self._names):
+            given = i < n_args
+            if name in names:
+                if given:
                     return None
-                values[i] = self._defaults[i]
-        return values
+                parts.append(f"k[{name!r}]")
+            elif given:
+                parts.append(f"a[{i}]")
+            elif self._defaults[i] is not _NO_DEFAULT:
+                parts.append(f"d[{i}]")
+            else:
+                return None
+        if n_args > len(self._names):
+            return None
+        options = "".join(f"({n!r}, k[{n!r}]), " for n in sorted(n for n in names if n not in self._index))
+        return eval(f"lambda a, k: ([{', '.join(parts)}], ({options}))", {"d": self._defaults})  # noqa: S307
 
-    def _signature(self, values: list, kwargs: dict):
+    def _bind(self, args: tuple, kwargs: dict):
+        shape = (len(args), tuple(kwargs))
+        bind = self._binders.get(shape)
+        if bind is None:
+            bind = self._binders[shape] = self._binder(*shape) or _unbound
+        return bind(args, kwargs)
+
+    def _values(self, args: tuple, kwargs: dict) -> list | None:
+        """Every parameter's value in signature order, or None where the call does not bind."""
+        bound = self._bind(args, kwargs)
+        return None if bound is None else bound[0]
+
+    def _signature(self, values: list, options: tuple):
         if self._key_of is None:
             self._key_of = _key_function(values, self._constexpr, self._dns)
         try:
@@ -76,17 +99,17 @@ class FastKernel:
         except (AttributeError, TypeError, IndexError):  # an argument of another kind than at first
             key = ("any",) + tuple(v if self._constexpr[i] else _spec(v, i not in self._dns)
                                    for i, v in enumerate(values))
-        options = tuple(sorted((k, v) for k, v in kwargs.items() if k not in self._index))
         return key, options
 
     def _launch(self, grid, *args, **kwargs):
         """Launch; returns the compiled kernel, as Triton does. A signature not seen before goes
         through Triton's own path (which compiles or finds the binary: its next launch is fast)."""
-        values = self._values(args, kwargs)
-        if values is None:
+        bound = self._bind(args, kwargs)
+        if bound is None:
             return self.jit_fn[grid](*args, **kwargs)
+        values, options = bound
         try:
-            key = self._signature(values, kwargs)
+            key = self._signature(values, options)
             compiled = self._compiled.get(key)
         except TypeError:  # an unhashable argument
             return self.jit_fn[grid](*args, **kwargs)
@@ -110,6 +133,10 @@ class FastKernel:
             meta = compiled.launch_metadata(grid, stream, *values)
         compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *values)
         return compiled
+
+
+def _unbound(args, kwargs):
+    return None
 
 
 def _key_expr(name: str, v, specialize: bool) -> str:
