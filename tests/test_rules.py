@@ -92,3 +92,11 @@ def test_tuner_search_space_stays_bounded():
                         configs = tuner.candidate_configs(variant, M, 8192, 4096, torch.bfloat16, 132, False, quick,
                                                           op=op, world=world)
                         assert len(configs) == len(set(configs)) <= rules.MAX_TUNER_CONFIGS, (op, variant, M, world)
+
+
+def test_config_for_shape_is_the_default_to_change_one_field_of():
+    """A user starts from the default config of a shape and changes one field."""
+    cfg = Config.for_shape(256, 512, 128, torch.float16)
+    assert cfg == default_config(256, 512, 128, torch.float16, num_sms=hw.num_sms(), interpreter=hw.interpreting(),
+                                 comm=True)
+    assert cfg.replace(COMM_SMS=cfg.COMM_SMS + 1).COMM_SMS == cfg.COMM_SMS + 1

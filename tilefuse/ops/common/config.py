@@ -101,6 +101,17 @@ class Config:
         return dataclasses.asdict(self)
 
     @classmethod
+    def for_shape(cls, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
+                  device: torch.device | None = None, comm: bool = True) -> Config:
+        """The default config of an ``M x N x K`` GEMM on ``device`` (the current GPU, or the
+        interpreter's), as a variant uses where no table covers the shape: a start to change one field
+        of, e.g. ``Config.for_shape(4096, 8192, 4096).replace(COMM_SMS=16)``. ``comm``: for a variant
+        with communication programs (producer_consumer, wg_specialized)."""
+        from ...runtime import hw
+
+        return default_config(M, N, K, dtype, num_sms=hw.num_sms(device), interpreter=hw.interpreting(), comm=comm)
+
+    @classmethod
     def from_dict(cls, d: dict) -> Config:
         """Inverse of :meth:`to_dict`; every field without a default is required and unknown keys are
         an error."""
