@@ -30,3 +30,17 @@ def job_first_call_mismatch(ctx, op, what):
 @pytest.mark.parametrize("what", ["shape", "variant"])
 def test_first_call_mismatch_is_call_mismatch_error(pools, what):
     assert all(pools.run(2, job_first_call_mismatch, "all_gather_gemm", what))
+
+
+def job_requires_grad_on_one_rank(ctx, op):
+    """``requires_grad`` on one rank only is the same call: autograd's view of a call is local."""
+    gen = torch.Generator().manual_seed(11 + ctx.rank)
+    a = torch.randn(8, 32, generator=gen).to(ctx.device).requires_grad_(ctx.rank == 0)
+    b = torch.randn(32, 16, generator=gen).to(ctx.device)
+    out = getattr(tilefuse, op)(a, b, variant="fused_sequential")
+    tilefuse.synchronize()
+    return tuple(out.shape)
+
+
+def test_requires_grad_on_one_rank_is_the_same_call(pools):
+    assert len(set(pools.run(2, job_requires_grad_on_one_rank, "all_gather_gemm"))) == 1
