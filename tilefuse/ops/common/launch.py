@@ -23,7 +23,7 @@ import torch
 
 from ...runtime import _env, control_block, get_heap, hw, is_initialized
 from ...runtime import world as _world
-from ...runtime.world import CollectiveCall, check_current_device
+from ...runtime.world import CollectiveCall
 from .config import Config, check_config_fits, default_config, launch_shape
 
 
@@ -146,7 +146,7 @@ class Entered:
 def op_heap(op: str, group):
     """The heap for ``group``: the heap of a group passed to ``tilefuse.init`` (None: the call's
     group inside a collective call, else the default group). A group never initialised on this rank
-    raises, naming the remedy."""
+    raises, naming the remedy. (The call's ``CollectiveCall`` checked that the heap's GPU is current.)"""
     if group is None:
         if not is_initialized():
             raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
@@ -156,7 +156,6 @@ def op_heap(op: str, group):
         if _world.in_call() and heap is not get_heap():
             raise RuntimeError(f"{op}: called with group {_world._describe_group(group)} inside a collective call "
                                f"on another group ({_world._describe_group(get_heap().group)})")
-    check_current_device(op, heap.device)  # kernels launch on the current device
     return heap
 
 
