@@ -1,14 +1,12 @@
 """The benchmarks' one entry point: ``python -m benchmarks <mode> [options]``.
 
     python -m benchmarks                       # lists the modes
-    python -m benchmarks world1 --ops all      # every op and variant at world 1
-    python -m benchmarks suite --world 2       # the same at world 2, against NCCL and torch's fused ops
+    python -m benchmarks suite --world 2       # every op and variant against torch at world 2
     python -m benchmarks <mode> --help         # the mode's options
+    python -m benchmarks plot CSV ... --out DIR   # the plots of results CSVs
 
-Each mode runs ``main(argv)`` of the module of that name in this package (``benchmarks/<module>.py``);
-a mode whose module is not in this checkout says so and exits with status 2. Any other module of the
-package with a ``main(argv)`` runs by its own name (``python -m benchmarks gemm_sweep``). Modules can
-also be run directly (``python -m benchmarks.suite ...``, ``torchrun ... -m benchmarks.suite ...``).
+Each mode runs ``main(argv)`` of its module in this package (``benchmarks/<module>.py``); modules run
+directly too (``python -m benchmarks.suite ...``, ``torchrun ... -m benchmarks.suite ...``).
 """
 
 from __future__ import annotations
@@ -17,76 +15,53 @@ import importlib
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class Mode:
     module: str  # benchmarks/<module>.py
     what: str
-    defaults: list = field(default_factory=list)  # options put before the user's own
 
 
 MODES = {
-    "world1": Mode("suite", "every op and variant at world 1 against torch.matmul: each variant's fusion tax",
-                   ["--world", "1"]),
-    "suite": Mode("suite", "every op and variant at world N against torch.matmul + the collective, the "
-                           "collective alone, torch's fused ops and the ideal overlap (default N: the GPU "
-                           "count if more than one, else 2)"),
+    "suite": Mode("suite", "every op x variant at world W against torch.matmul + the collective, the collective "
+                           "alone, torch's fused ops and the ideal overlap (default W: the GPU count if more "
+                           "than one, else 2; W = 1: each variant's fusion tax)"),
+    "gemm": Mode("gemm", "tilefuse's GEMM core (tilefuse.matmul) against torch.matmul on a grid of shapes"),
     "host-overhead": Mode("host_overhead", "host time of an op call: dispatch, checks, launches"),
-    "tp": Mode("tp_mlp", "tensor-parallel Llama MLP forward + backward: tilefuse layers, the plain module, "
-                         "torch's tensor parallelism"),
-    "bandwidth": Mode("bandwidth", "the device API's store / load / put / get against plain copies"),
-    "breakdown": Mode("breakdown", "gemm_reduce_scatter / gemm_all_reduce taken apart: GEMM core, partial staging, "
-                                   "peer pushes, reduction, host path, each timed alone next to the whole variants"),
-    "soak": Mode("soak", "many calls of every op, the shape changing every call: results checked, memory "
-                         "watched, nothing hangs"),
-    "heldout": Mode("heldout", "auto on held-out shapes the tables were not tuned on, against the plain path "
-                               "and torch's fused ops"),
     "allreduce-decode": Mode("allreduce_decode", "all-reduce at decode sizes"),
-    "dispatch-cost": Mode("dispatch_cost", "what variant='auto' adds to a call over the plain path"),
-    "auto-ab": Mode("auto_ab", "auto against the function it runs, in alternating rounds"),
-    "sync-cost": Mode("sync_cost", "tilefuse.synchronize's bounded wait against torch.cuda.synchronize"),
-    "plots": Mode("plots", "PNG plots of a suite CSV or of tuned tables"),
-    "summary": Mode("summary", "compact tables of an output folder (tests, bandwidth, suite CSVs)"),
-    "table-from-csv": Mode("table_from_csv", "config tables from a suite CSV (heuristic configs, margin rule)"),
+    "tune": Mode("tune", "variant='auto' on held-out shapes no table was tuned on, against plain and torch's "
+                         "fused ops"),
+    "tp": Mode("tp", "tensor-parallel Llama MLP forward + backward: tilefuse layers, the plain module, plain "
+                     "tensor parallelism"),
 }
-
-
-# Modules of the package that are plumbing, not benchmarks.
-NOT_MODES = {"__init__", "__main__", "common", "launch", "timing", "checks", "results"}
-
-
-def _other_modules() -> list:
-    """Modules of this package that no mode names (they run by their own name)."""
-    named = {mode.module for mode in MODES.values()}
-    here = Path(__file__).resolve().parent
-    return sorted(p.stem for p in here.glob("*.py") if p.stem not in NOT_MODES and p.stem not in named)
+# Not a measurement: draws the PNGs of the modes' CSVs.
+TOOLS = {"plot": Mode("plot", "PNG plots of suite, host and decode CSVs and of tuner tables, each stamped "
+                              "with its commit, torch and triton versions")}
 
 
 def _usage() -> str:
-    width = max(map(len, MODES))
+    width = max(map(len, {**MODES, **TOOLS}))
     lines = ["usage: python -m benchmarks <mode> [options]   (python -m benchmarks <mode> --help)", "", "modes:"]
-    for name, mode in MODES.items():
-        present = importlib.util.find_spec(f"benchmarks.{mode.module}") is not None
-        lines.append(f"  {name:<{width}}  {mode.what}" + ("" if present else f" [benchmarks/{mode.module}.py missing]"))
-    others = _other_modules()
-    if others:
-        lines += ["", "other modules, run by their own name: " + ", ".join(others)]
+    for title, table in (("modes:", MODES), ("tools:", TOOLS)):
+        if title != "modes:":
+            lines += ["", title]
+        for name, mode in table.items():
+            present = importlib.util.find_spec(f"benchmarks.{mode.module}") is not None
+            missing = "" if present else f" [benchmarks/{mode.module}.py missing]"
+            lines.append(f"  {name:<{width}}  {mode.what}{missing}")
     return "\n".join(lines)
 
 
 def resolve(name: str) -> Mode:
-    """The mode called ``name``; a module's own name (``tp_mlp``, ``gemm_sweep``) is accepted too."""
-    if name in MODES:
-        return MODES[name]
-    for mode in MODES.values():
+    """The mode (or tool) called ``name``; its module's own name is accepted too."""
+    table = {**MODES, **TOOLS}
+    if name in table:
+        return table[name]
+    for mode in table.values():
         if name == mode.module:
             return mode
-    module = name.replace("-", "_")
-    if module.isidentifier() and module not in NOT_MODES and module in _other_modules():
-        return Mode(module, f"benchmarks/{module}.py")
     raise KeyError(name)
 
 
@@ -111,18 +86,11 @@ def main(argv: list | None = None) -> int:
     if importlib.util.find_spec(f"benchmarks.{mode.module}") is None:
         print(f"mode {name!r}: benchmarks/{mode.module}.py is not in this checkout", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"benchmarks.{mode.module}")
-    entry = getattr(module, "main", None)
-    if not callable(entry):
-        print(f"mode {name!r}: benchmarks/{mode.module}.py has no main(argv)", file=sys.stderr)
-        return 2
+    entry = importlib.import_module(f"benchmarks.{mode.module}").main
     given = {a.split("=", 1)[0] for a in rest}
-    if name == "world1" and "--world" in given:
-        print("mode 'world1' runs at world 1: drop --world, or use the mode 'suite'", file=sys.stderr)
-        return 2
-    defaults = list(mode.defaults)
-    if name == "suite" and "--world" not in given and "WORLD_SIZE" not in os.environ:
-        defaults += ["--world", str(_default_world())]
+    defaults = []
+    if mode.module == "suite" and "--world" not in given and "WORLD_SIZE" not in os.environ:
+        defaults = ["--world", str(_default_world())]
     sys.argv = [f"python -m benchmarks {name}"] + defaults + rest  # argparse's prog in usage lines
     rc = entry(defaults + rest)
     return 0 if rc is None else int(rc)

@@ -38,19 +38,13 @@ def cuda_alive(ctx: RankCtx) -> bool:
         return False
 
 
-def poison_workspaces(*extra: torch.Tensor) -> None:
-    """NaN into every floating-point heap workspace of the ops and into the tensors ``extra``
-    (e.g. an ``out=`` heap buffer peers write into), between two barriers (collective).
-
-    A checked call after this fails its check if it reads a workspace element that it did not
-    write in this call. Flags and counters are left alone (their protocol is the tests' business).
-    """
+def poison(*tensors: torch.Tensor) -> None:
+    """NaN into ``tensors`` (outputs a checked call must overwrite, e.g. an ``out=`` heap buffer peers
+    write into), between two barriers (collective)."""
     import tilefuse
-    from tilefuse.ops.common import arena
 
     tilefuse.barrier()
-    buffers = [b for ws in arena.workspaces() for b in ws.buffers.values()] + list(extra)
-    for buf in buffers:
-        if buf.dtype.is_floating_point:
-            buf.fill_(float("nan"))
+    for t in tensors:
+        if t.dtype.is_floating_point:
+            t.fill_(float("nan"))
     tilefuse.barrier()

@@ -1,21 +1,14 @@
-"""Everything the benchmark modules share, under one name for existing imports.
+"""The shared code of the modes under one name: :mod:`benchmarks.launch` (ranks),
+:mod:`benchmarks.timing` (medians, interleaved calls, settling), :mod:`benchmarks.checks` (errors
+against a reference) and :mod:`benchmarks.results` (CSV rows, run facts, tables)."""
 
-New code imports from the module of the concern: :mod:`benchmarks.launch` (ranks),
-:mod:`benchmarks.timing` (medians, interleaving, settling), :mod:`benchmarks.checks` (errors against
-a reference, poisoned workspaces), :mod:`benchmarks.results` (CSV, tables, progress, options) and
-:mod:`benchmarks.plots`.
-"""
-
-from .checks import cuda_alive, error_text, poison_workspaces, rel_error, tolerance
+from .checks import cuda_alive, error_text, poison, rel_error, tolerance
 from .launch import LaunchError, RankCtx, is_main_process, launch, under_torchrun
 from .results import (
     COLUMNS,
-    DTYPE_NAMES,
-    REPO,
     Progress,
     commit_id,
     format_table,
-    human_bytes,
     parse_bytes,
     parse_dtype,
     print_table,
@@ -23,13 +16,13 @@ from .results import (
     row,
     run_info,
     write_csv,
+    write_rows,
 )
-from .timing import Cycle, bench, bench_interleaved, bench_max, l2_bytes, rotating, round_order, settle
+from .timing import Cycle, bench, bench_interleaved, bench_max, capture_graph, rotating, settle, sync
 
 __all__ = [
-    "COLUMNS", "DTYPE_NAMES", "REPO", "Cycle", "LaunchError", "Progress", "RankCtx", "bench", "bench_interleaved",
-    "bench_max", "commit_id", "cuda_alive", "error_text", "format_table", "human_bytes", "is_main_process",
-    "l2_bytes", "launch", "parse_bytes", "parse_dtype", "poison_workspaces", "print_table", "read_csv",
-    "rel_error", "rotating", "round_order", "row", "run_info", "settle", "tolerance", "under_torchrun",
-    "write_csv",
+    "COLUMNS", "Cycle", "LaunchError", "Progress", "RankCtx", "bench", "bench_interleaved", "bench_max",
+    "capture_graph", "commit_id", "cuda_alive", "error_text", "format_table", "is_main_process", "launch",
+    "parse_bytes", "parse_dtype", "poison", "print_table", "read_csv", "rel_error", "rotating", "row", "run_info",
+    "settle", "sync", "tolerance", "under_torchrun", "write_csv", "write_rows",
 ]

@@ -1,4 +1,4 @@
-"""The rank launcher of the benchmarks and examples: run ``fn(ctx, *args)`` on every rank.
+"""The benchmarks' rank launcher: run ``fn(ctx, *args)`` on every rank.
 
     from benchmarks.launch import launch
     results = launch(fn, world, *args, heap_size=256 << 20)   # one result per rank, in rank order
@@ -14,10 +14,6 @@ Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set) ``launch`` runs this process's 
 returns its result alone; otherwise world 1 runs in this process and more ranks are spawned. Every
 wait is bounded: a rank that raises is reported with its traceback (:class:`LaunchError`), the
 others get 30 s to finish, and ranks still running at ``timeout`` are killed.
-
-The test suite keeps its own pool (``tests/harness.py``): the processes stay up across hundreds of
-jobs, which one-shot launches cannot afford on two CPU cores; :func:`init_rank` / :func:`close_rank`
-are the per-rank setup both can share.
 """
 
 from __future__ import annotations
@@ -124,14 +120,18 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
+def on_cuda() -> bool:
+    """Whether tilefuse runs on CUDA here: ``TILEFUSE_BACKEND``, else whether torch sees a GPU."""
+    forced = os.environ.get("TILEFUSE_BACKEND", "").strip().lower()
+    return forced == "cuda" or (forced != "cpu" and torch.cuda.is_available())
+
+
 def pg_backend(world: int) -> str:
     """NCCL when every rank has a GPU of its own, else gloo (``BENCH_PG_BACKEND`` overrides)."""
     forced = os.environ.get("BENCH_PG_BACKEND", "").strip().lower()
     if forced:
         return forced
-    from tilefuse.runtime import _env
-
-    if _env.requested_backend() == "cuda" and torch.cuda.device_count() >= world:
+    if on_cuda() and torch.cuda.device_count() >= world:
         return "nccl"
     return "gloo"
 
@@ -140,12 +140,10 @@ def init_rank(rank: int, world: int, init_method: str, *, local_rank: int | None
               heap_size: int | None = None, pg: str | None = None, pg_timeout_s: float = 300.0) -> RankCtx:
     """Set this process up as rank ``rank`` of ``world``: its GPU (``local_rank % device_count`` when
     tilefuse runs on CUDA), the process group (``pg``, default :func:`pg_backend`), a gloo group for
-    host work, and the symmetric heap. Undo with :func:`close_rank`. The test pool
-    (``tests/harness.py``) and :func:`launch` set ranks up the same way."""
+    host work, and the symmetric heap. Undo with :func:`close_rank`."""
     import tilefuse
-    from tilefuse.runtime import _env
 
-    if _env.requested_backend() == "cuda":
+    if on_cuda():
         torch.cuda.set_device((rank if local_rank is None else local_rank) % torch.cuda.device_count())
     pg = pg or pg_backend(world)
     dist.init_process_group(pg, init_method=init_method, rank=rank, world_size=world,

@@ -19,14 +19,14 @@ comm       the communication alone with torch.distributed (NCCL when each rank h
            all-gather of the ``[M, N]`` product (gemm_all_scatter) or of ``a`` (all_gather_gemm),
            reduce-scatter of the ``[M, N]`` partial (gemm_reduce_scatter), all-reduce of the
            ``[M, N]`` partial (gemm_all_reduce; in place, as NCCL's own tests time it)
-plain      the registry's plain path: torch.matmul + the torch.distributed collective
+plain      the op's plain path: torch.matmul + the torch.distributed collective
 torch_fused torch's async-TP op where one exists (``torch.ops.symm_mem.fused_all_gather_matmul``,
            ``fused_matmul_reduce_scatter``); skipped, with the reason in ``note``, at world 1,
            without NCCL, without the op, and for gemm_all_scatter (torch has no such op)
-<variant>  every registered tilefuse variant but ``reference`` and ``plain`` (or ``--variants``;
+<variant>  every tilefuse variant (``tilefuse.VARIANTS``; or ``--variants``, where
            ``plain_again`` there times the plain path a second time at that place, a control;
-           ``core`` times tilefuse's persistent GEMM core alone on the ``gemm`` operands, with the
-           heuristic config: what the variants' GEMM costs before any communication)
+           ``core`` times tilefuse's GEMM core alone, ``tilefuse.matmul``, on the ``gemm`` operands
+           with its default config: what the variants' GEMM costs before any communication)
 auto       the public op with ``variant="auto"``; its rows' ``note`` says what it ran
 ideal      derived: ``max(t_gemm, t_comm)``, perfect overlap of the two
 ========== ================================================================================
@@ -35,10 +35,11 @@ gemm_all_scatter variants (and auto) write into a heap ``out=`` buffer, the op's
 ``--no-heap-out`` times the default path, which copies the result out of the heap.
 
 Every method is checked once, on inputs of its own, against the op's ``reference`` (fp32 matmul +
-torch.distributed collective; the GEMM alone against an fp32 product), with outputs and the ops'
-heap workspaces poisoned with NaN first: metric ``rel_err`` (cross-rank maximum of
-``|out - ref| / |ref|``) and ``ok`` (1 when within the dtype's tolerance). A method that raises is
-recorded (metric ``error``, message in ``note``) and the run goes on. Timing:
+torch.distributed collective; the GEMM alone against an fp32 product), with its output buffers
+filled with NaN and the ops' new heap workspaces made NaN (``tilefuse.runtime.set_debug_poison``):
+metric ``rel_err`` (cross-rank maximum of ``|out - ref| / |ref|``) and ``ok`` (1 when within the
+dtype's tolerance). A method that raises is recorded (metric ``error``, message in ``note``) and the run goes
+on. Timing:
 :func:`benchmarks.timing.bench_interleaved` after 1.5 s of the shape's GEMM (the methods' calls
 interleaved one by one; cross-rank maximum of per-rank medians, inputs rotated past L2) in
 ``--reps`` rounds; ``ms`` is the median over rounds, ``spread_pct`` the range of the rounds
@@ -69,40 +70,24 @@ import torch
 import torch.distributed as dist
 
 import tilefuse
-from tilefuse.ops import dispatch, registry
-from tilefuse.ops.common import arena
-from tilefuse.ops.common.collectives import all_gather_cat, all_reduce_sum, reduce_scatter_rows
-from tilefuse.ops.common.config import WARP_SPEC_VARIANTS, default_config
-from tilefuse.ops.common.gemm import matmul as tf_matmul
-from tilefuse.runtime import hw
-from tilefuse.tuning.shapes import local_shapes, shape_sets
-from tilefuse.tuning.tuner import WARP_SPEC_TILE
+from tilefuse.runtime import set_debug_poison
+from tilefuse.tuning.shapes import OPS, local_shapes, shape_sets
 
-from .checks import cuda_alive, error_text, poison_workspaces, rel_error, tolerance
+from .checks import cuda_alive, error_text, poison, rel_error, tolerance
 from .launch import is_main_process, launch, under_torchrun
 from .results import COLUMNS, Progress, parse_bytes, parse_dtype, print_table, row, run_info, write_csv
 from .timing import Cycle, bench_interleaved, bench_max, rotating, settle
 
-OPS = registry.OPS
 BASELINES = ("gemm", "comm", "plain", "torch_fused")
 CSV_COLUMNS = COLUMNS + ["set", "shape"]
 # ``--variants ...,plain_again``: the plain path timed once more at that place in the order, a
 # control for position effects (its speedup over plain should be 1.00 within the spread).
 CONTROL = "plain_again"
-# ``--variants ...,core``: tilefuse's GEMM core alone (ops/common/gemm.matmul) on the gemm operands.
+# ``--variants ...,core``: tilefuse's GEMM core alone (tilefuse.matmul) on the gemm operands.
 CORE = "core"
-# ``--variants ...,copy_engine``: the named forms of a variant (registry.FORMS; all_gather_gemm's
-# copy_engine: rows moved by copy engines, the GEMM on every SM but one), on their default config.
-FORM_METHODS = {form: tuple(op for op, forms in registry.FORMS.items() if form in forms)
-                for forms in registry.FORMS.values() for form in forms}
-# ``--variants ...,bulk_sync.ws``: a variant that honours Config.WARP_SPEC (config.WARP_SPEC_VARIANTS)
-# on its default config with the tuner's warp-specialized tile (128x256, 4 warps a group, 4 stages,
-# WARP_SPEC = 1).
-WARP_SPEC_SUFFIX = ".ws"
-WARP_SPEC_METHODS = {f"{v}{WARP_SPEC_SUFFIX}": tuple(op for op, vs in WARP_SPEC_VARIANTS.items() if v in vs)
-                     for v in ("bulk_sync", "fused_sequential")}
-# (op, extra method) pairs: the methods above that only some ops have.
-OP_METHODS = {**FORM_METHODS, **WARP_SPEC_METHODS}
+# ``--variants ...,copy_engine``: the named forms some ops have besides the four variants
+# (all_gather_gemm's copy_engine: rows moved by copy engines, the GEMM on every SM but one).
+FORMS = {"all_gather_gemm": ("copy_engine",)}
 CUSTOM_SET = "custom"  # the set name of --shapes MxNxK entries
 GPU_SETS = "iris,llama3-8b,llama3-70b,decode"
 CPU_SETS = "tiny"
@@ -162,11 +147,29 @@ class Method:
 
 def auto_note(op: str, a: torch.Tensor, b: torch.Tensor) -> str:
     """What ``variant="auto"`` runs for ``op(a, b)`` and where the decision came from, e.g.
-    ``auto -> wg_specialized (tuned (saved in ...))``. Ask after auto's calls: the first call
-    of a bucket decides it (a table, the cache, first-call tuning), so before it this can only say
-    what this rank's tables and cache would pick."""
-    choice = dispatch.choose(op, a, b)
-    return f"auto -> {choice.variant} ({choice.source})"
+    ``auto -> wg_specialized (tuned (saved in ...))`` (:func:`tilefuse.auto_choice`). Ask after
+    auto's calls: the first call of a bucket decides it."""
+    variant, source = tilefuse.auto_choice(op, a, b)
+    return f"auto -> {variant} ({source})"
+
+
+def all_gather_rows(x: torch.Tensor) -> torch.Tensor:
+    """``[W * rows, cols]``: every rank's ``x`` stacked in rank order (torch.distributed, any backend)."""
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts)
+
+
+def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
+    """The fp32 sum of every rank's ``x``."""
+    y = x.float().clone()
+    dist.all_reduce(y)
+    return y
+
+
+def reduce_scatter_rows(x: torch.Tensor) -> torch.Tensor:
+    """This rank's row block of the fp32 sum of every rank's ``x`` (gloo has no reduce-scatter)."""
+    return all_reduce_sum(x).chunk(dist.get_world_size())[dist.get_rank()]
 
 
 class Case:
@@ -198,7 +201,7 @@ class Case:
         a = torch.randn(M, K, generator=self.gen, device=dev, dtype=torch.float32).to(dt)
         b = torch.randn(K, N, generator=self.gen, device=dev, dtype=torch.float32).to(dt)
         if self.op == "all_gather_gemm":
-            return Operands(a, b, all_gather_cat(a, dim=0), a)
+            return Operands(a, b, all_gather_rows(a), a)
         return Operands(a, b, a, torch.matmul(a, b))
 
     # -- the methods -------------------------------------------------------------------------
@@ -207,7 +210,7 @@ class Case:
         return torch.matmul(s.gemm_a, s.b, out=self.c_gemm)
 
     def core(self, s: Operands) -> torch.Tensor:
-        return tf_matmul(s.gemm_a, s.b, self.c_core, self.core_config)
+        return tilefuse.matmul(s.gemm_a, s.b, out=self.c_core)
 
     def comm(self, s: Operands) -> torch.Tensor:
         """The collective alone, gathered along rows (gemm_all_scatter's column order is restored
@@ -228,7 +231,7 @@ class Case:
         if self.nccl:
             dist.all_gather_into_tensor(self.comm_out, x)
             return self.comm_out
-        return all_gather_cat(x, dim=0)
+        return all_gather_rows(x)
 
     def _as_result(self, label: str, got: torch.Tensor) -> torch.Tensor:
         if label == "comm" and self.op == "gemm_all_scatter":  # [W*M, N] row blocks -> [M, W*N]
@@ -238,7 +241,7 @@ class Case:
     def methods(self, variants: list) -> list:
         op = self.op
         out_kw = {"out": self.heap_out} if self.heap_out is not None else {}
-        plain = registry.get(op, "plain")
+        plain = functools.partial(getattr(tilefuse, op), variant="plain")
         fused, why = torch_fused(self.ctx, op)
         methods = [
             Method("gemm", self.gemm, "gemm"),
@@ -250,46 +253,29 @@ class Case:
             if v == CONTROL:  # the plain path timed a second time, where it stands in --variants
                 methods.append(Method(CONTROL, lambda s: plain(s.a, s.b), "op"))
             elif v == CORE:
-                rows, dev = self.c_gemm.shape[0], self.ctx.device
                 self.c_core = torch.empty_like(self.c_gemm)
-                self.core_config = default_config(rows, self.N, self.K, self.dtype, num_sms=hw.num_sms(dev),
-                                                  interpreter=hw.interpreting(), comm=False)
                 methods.append(Method(CORE, self.core, "gemm"))
-            elif v in FORM_METHODS:  # a named form on its default config
-                fn = functools.partial(registry.get(op, v), **out_kw)
-                methods.append(Method(v, lambda s, fn=fn: fn(s.a, s.b), "op"))
-            elif v in WARP_SPEC_METHODS:  # the variant's default config on the warp-specialized tile
-                dev = self.ctx.device
-                cfg = default_config(self.M, self.N, self.K, self.dtype, num_sms=hw.num_sms(dev),
-                                     interpreter=hw.interpreting(), comm=False)
-                bm, bn, bk, warps, stages = WARP_SPEC_TILE
-                cfg = cfg.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
-                                  SPLIT_K=1, WARP_SPEC=1)
-                fn = functools.partial(registry.get(op, v[:-len(WARP_SPEC_SUFFIX)]), config=cfg, **out_kw)
-                methods.append(Method(v, lambda s, fn=fn: fn(s.a, s.b), "op"))
             elif v == "auto":
                 fn = functools.partial(getattr(tilefuse, op), variant="auto", **out_kw)
                 # The note is filled in once auto has run (run_shape): its first call decides the bucket.
                 methods.append(Method("auto", lambda s, fn=fn: fn(s.a, s.b), "op", note="auto -> undecided"))
-            else:
-                fn = functools.partial(registry.get(op, v), **({} if v == "reference" else out_kw))
+            else:  # a variant, or a named form on its default config
+                fn = functools.partial(getattr(tilefuse, op), variant=v, **out_kw)
                 methods.append(Method(v, lambda s, fn=fn: fn(s.a, s.b), "op"))
         return methods
 
     def references(self, s: Operands) -> dict:
         """fp32 results of the check inputs ``s`` (collective: every rank calls it)."""
-        ref = registry.get(self.op, "reference")
-        out = {"gemm": (s.gemm_a.float() @ s.b.float())}
+        out = {"gemm": (s.gemm_a.float() @ s.b.float()),
+               "op": getattr(tilefuse, self.op)(s.a, s.b, variant="reference")}
         if self.op == "all_gather_gemm":
-            out["op"], out["gathered"] = ref(s.a, s.b, return_gathered=True)
-        else:
-            out["op"] = ref(s.a, s.b)
+            out["gathered"] = s.gemm_a
         return out
 
     def poison(self) -> None:
-        """NaN into every buffer a method writes in place, and into the ops' heap workspaces."""
+        """NaN into every buffer a method writes in place (collective)."""
         buffers = (self.c_gemm, self.c_core, self.comm_out, self.heap_out)
-        poison_workspaces(*(buf for buf in buffers if buf is not None))
+        poison(*(buf for buf in buffers if buf is not None))
 
 
 def torch_fused(ctx, op: str):
@@ -387,36 +373,40 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
     # Check: inputs of their own, poisoned outputs, the op's reference.
     chk = case._make(None)
     refs = case.references(chk)
-    for m in methods:
-        if m.skip:
-            m.status = "skipped: " + m.skip
-            add(m.label, "skipped", float("nan"), m.skip)
-            progress.update(1 + args.reps, f"{where} {m.label}")
-            continue
-        local = None
-        err = float("nan")
-        try:
-            case.poison()
-            got = case._as_result(m.label, m.call(chk))
-            tilefuse.synchronize()
-            err = rel_error(got, refs[m.expect])
-            if m.label == "auto":  # its first call decided
-                m.note = auto_note(op, chk.a, chk.b)
-        except Exception as exc:
-            local = error_text(exc)
-            print(f"[rank {ctx.rank} {where} {m.label}] {traceback.format_exc()}", file=sys.stderr, flush=True)
-        text = _agree(ctx, local)
-        if text:
-            fail(m, text)
-        else:
-            err = ctx.max(err)
-            ok = err <= tol  # NaN fails
-            m.status = "ok" if ok else f"FAIL rel_err {err:.3g} > {tol:g}"
-            add(m.label, "rel_err", err, m.note)
-            add(m.label, "ok", float(ok), m.note)
-        progress.update(1, f"{where} {m.label} check")
-        if text and ctx.on_gpu and not cuda_alive(ctx):
-            raise RuntimeError(f"{where} {m.label}: the GPU context is broken: {text}")
+    old_poison = set_debug_poison(True)  # the workspaces the checked calls make start as NaN
+    try:
+        for m in methods:
+            if m.skip:
+                m.status = "skipped: " + m.skip
+                add(m.label, "skipped", float("nan"), m.skip)
+                progress.update(1 + args.reps, f"{where} {m.label}")
+                continue
+            local = None
+            err = float("nan")
+            try:
+                case.poison()
+                got = case._as_result(m.label, m.call(chk))
+                tilefuse.synchronize()
+                err = rel_error(got, refs[m.expect])
+                if m.label == "auto":  # its first call decided
+                    m.note = auto_note(op, chk.a, chk.b)
+            except Exception as exc:
+                local = error_text(exc)
+                print(f"[rank {ctx.rank} {where} {m.label}] {traceback.format_exc()}", file=sys.stderr, flush=True)
+            text = _agree(ctx, local)
+            if text:
+                fail(m, text)
+            else:
+                err = ctx.max(err)
+                ok = err <= tol  # NaN fails
+                m.status = "ok" if ok else f"FAIL rel_err {err:.3g} > {tol:g}"
+                add(m.label, "rel_err", err, m.note)
+                add(m.label, "ok", float(ok), m.note)
+            progress.update(1, f"{where} {m.label} check")
+            if text and ctx.on_gpu and not cuda_alive(ctx):
+                raise RuntimeError(f"{where} {m.label}: the GPU context is broken: {text}")
+    finally:
+        set_debug_poison(old_poison)
     del chk, refs
 
     # Time: the methods' calls interleaved one by one (bench_interleaved), after the GPU's clocks
@@ -512,10 +502,10 @@ def shape_entries(ops: list, sets: list, world: int, names: list | None) -> dict
 
 def tilefuse_variants(op: str, wanted: list | None) -> list:
     """The variants timed besides the baselines: every registered one but reference and plain, and auto."""
-    registered = registry.variants(op)
+    registered = tilefuse.VARIANTS + FORMS.get(op, ())
     if wanted is None:
-        return [v for v in registered if v not in ("reference", "plain")] + ["auto"]
-    extra = ("auto", CONTROL, CORE) + tuple(m for m, ops in OP_METHODS.items() if op in ops)
+        return list(tilefuse.VARIANTS) + ["auto"]
+    extra = ("auto", CONTROL, CORE)
     missing = [v for v in wanted if v not in registered and v not in extra]
     if missing:
         print(f"{op}: not registered, skipped: {missing}", flush=True)
@@ -551,7 +541,7 @@ def run_rank(ctx, ops: list, shapes: dict, variants: list | None, dtype, args) -
                 append = True
                 if aborted:
                     return {"rows": rows, "info": info, "aborted": True}
-                arena.clear_workspaces()  # collective: every shape's heap buffers go back
+                tilefuse.clear_workspaces()  # collective: every shape's heap buffers go back
                 gc.collect()
     finally:
         progress.close()
@@ -629,7 +619,7 @@ def main(argv=None) -> int:
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
         parser.error(f"unknown op(s) {unknown}; ops are {list(OPS)}")
-    on_gpu = torch.cuda.is_available() and not hw.interpreting()
+    on_gpu = torch.cuda.is_available() and os.environ.get("TILEFUSE_BACKEND", "") != "cpu"
     names = [s.strip() for s in args.shapes.split(",") if s.strip()] if args.shapes else None
     try:
         custom = [n for n in names or [] if parse_custom_shape(n) is not None]
@@ -674,9 +664,9 @@ def main(argv=None) -> int:
     print("vs_plain = t_plain / t; frac_ideal = vs_plain / ((t_gemm + t_comm) / max(t_gemm, t_comm))")
     print(f"csv: {args.csv}")
     if args.plots:
-        from .plots import make_plots
+        from .plot import plot
 
-        for path in make_plots(args.csv, args.plots):
+        for path in plot([args.csv], args.plots):
             print(f"plot: {path}")
     bad = failures(rows)
     if result["aborted"]:

@@ -66,12 +66,38 @@ def is_on_heap(t, group=None):
     return get_heap(group).is_on_heap(t)
 
 
+def matmul(a, b, *, config=None, out=None):
+    """tilefuse's persistent GEMM core alone, the K loop every variant runs: ``a [M, K] @ b [K, N]``
+    -> ``[M, N]`` in the inputs' dtype, fp32 accumulation, on this rank's device; no communication.
+    ``config``: a :class:`Config` (default: ``Config.for_shape(M, N, K, a.dtype, comm=False)``);
+    ``out``: an ``[M, N]`` tensor to write. For comparing the GEMM core with ``torch.matmul``."""
+    from .ops.common.gemm import matmul as _core
+
+    M, N = a.shape[0], b.shape[1]
+    if config is None:
+        config = Config.for_shape(M, N, a.shape[1], a.dtype, device=a.device, comm=False)
+    if out is None:
+        out = a.new_empty(M, N)
+    return _core(a, b, out, config)
+
+
+def auto_choice(op: str, a, b, group=None) -> tuple:
+    """``(variant, source)``: what ``variant="auto"`` runs for ``op(a, b)`` on this rank and where that
+    came from (a table, the cache, first-call tuning, the cost model, or the plain default). After the
+    first call of the shape's bucket it is that call's decision; before it, what this rank's tables and
+    cache say (the first call may still tune). Communicates nothing."""
+    from .ops import dispatch
+
+    choice = dispatch.choose(op, a, b, group)
+    return choice.variant, choice.source
+
+
 from . import nn  # noqa: E402  (tensor-parallel layers on the ops; ops never import nn)
 
 __all__ = [
     "CallMismatchError", "Config", "HeapFullError", "HostTimeoutError", "PeerCallError", "PeerExitedError",
     "PoisonedError", "StaleCallError", "VARIANTS", "WaitTimeoutError", "__version__", "all_gather_gemm", "arange",
-    "barrier", "check_peers", "clear_workspaces", "device_barrier", "empty", "full", "gemm_all_reduce",
-    "gemm_all_scatter", "gemm_reduce_scatter", "get_heap", "init", "is_initialized", "is_on_heap", "nn", "randn",
-    "reset", "set_wait_timeout", "shutdown", "synchronize", "zeros",
+    "auto_choice", "barrier", "check_peers", "clear_workspaces", "device_barrier", "empty", "full", "gemm_all_reduce",
+    "gemm_all_scatter", "gemm_reduce_scatter", "get_heap", "init", "is_initialized", "is_on_heap", "matmul", "nn",
+    "randn", "reset", "set_wait_timeout", "shutdown", "synchronize", "zeros",
 ]

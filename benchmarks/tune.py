@@ -1,8 +1,9 @@
-"""``variant="auto"`` on held-out shapes, against the plain path and torch's fused async-TP ops.
+"""How good ``variant="auto"`` is where no table was tuned: held-out shapes against the plain path and
+torch's fused async-TP ops. (The tables themselves are made by ``python -m tilefuse.tune``.)
 
-    python -m benchmarks heldout --world 1 --n 8 --budget-s 120 --out heldout_ws1.csv
-    torchrun --nproc-per-node 2 -m benchmarks.heldout --n 8 --budget-s 120 --out heldout_ws2.csv
-    python -m benchmarks.heldout --smoke --world 2          # tiny shapes, CPU ranks (a test runs it)
+    python -m benchmarks tune --world 1 --n 8 --budget-s 120 --out bench_out/tune_w1.csv
+    torchrun --nproc-per-node 2 -m benchmarks.tune --n 8 --budget-s 120 --out bench_out/tune_w2.csv
+    python -m benchmarks tune --smoke --world 2          # tiny shapes, CPU ranks (a test runs it)
 
 The shapes come from :func:`heldout_shapes`: drawn at random (seeded) within
 model-like ranges, never in a tuning set, so no table holds them exactly. Shape i of every op runs
@@ -130,7 +131,6 @@ def _job(ctx, ops: list, n: int, dtype_name: str, smoke: bool, seed: int, cache_
     """Every rank's share of the run; returns (rows, notes). ``out``: rank 0 rewrites this CSV after
     every shape (without the summary), so a run killed midway keeps what it measured."""
     import tilefuse
-    from tilefuse.ops import dispatch, registry
 
     from .suite import auto_note, torch_fused
 
@@ -140,15 +140,12 @@ def _job(ctx, ops: list, n: int, dtype_name: str, smoke: bool, seed: int, cache_
     rows, notes = [], []
     per_op = {}
     for op in ops:
-        if "plain" not in registry.variants(op):
-            notes.append(f"{op}: not registered in this checkout: skipped")
-            continue
         fused, why = torch_fused(ctx, op)
         if fused is None:
             notes.append(f"{op}: no torch fused column ({why})")
-        public = getattr(tilefuse, op, None) or (lambda a, b, op=op: dispatch.run_auto(op, a, b, None, None))
-        per_op[op] = (public, registry.get(op, "plain"), registry.get(op, "reference"), fused,
-                      heldout_shapes(op, ctx.world, n, seed=seed, smoke=smoke))
+        public = getattr(tilefuse, op)
+        plain, reference = (functools.partial(public, variant=v) for v in ("plain", "reference"))
+        per_op[op] = (public, plain, reference, fused, heldout_shapes(op, ctx.world, n, seed=seed, smoke=smoke))
     info = run_info(ctx.device if ctx.on_gpu else None) if out and ctx.rank == 0 else None
     t_start = time.perf_counter()
     durations: list = []  # seconds per shape, agreed over ranks
@@ -246,7 +243,7 @@ def summarize(rows: list, min_ms: float) -> list:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.heldout", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--world", type=int, default=None, help="ranks to start (default: 1; torchrun: its world)")
     p.add_argument("--ops", default="all", help=f"'all' or comma-separated ops of {list(OPS)}")
     p.add_argument("--n", type=int, default=12, help="held-out shapes per op")
@@ -273,7 +270,7 @@ def main(argv=None) -> int:
     parse_dtype(dtype)
     seed = HELDOUT_SEED if args.seed is None else args.seed
     world = args.world or 1
-    with tempfile.TemporaryDirectory(prefix="tilefuse-heldout-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tilefuse-tune-") as tmp:
         cache_dir = args.cache_dir or tmp
         results = launch(_job, world, ops, args.n, dtype, args.smoke, seed, cache_dir, args.budget_s, args.out)
     rows, notes = results[0]

@@ -3,7 +3,7 @@ with tilefuse's TP layers (``tilefuse.nn.parallelize`` + ``LLAMA_MLP_PLAN``), an
 plain path (``variant="plain"``: torch.matmul + torch.distributed all-gather / reduce-scatter, i.e.
 plain tensor parallelism), in the same run.
 
-    python -m benchmarks.tp_mlp [--world 1] [--size 8b|tiny] [--variant auto] [--csv PATH]
+    python -m benchmarks tp [--world 2] [--size 8b|tiny] [--variant auto] [--csv PATH]
 
 ``8b``: hidden 4096, intermediate 14336, T = 8192 tokens, bf16 (Llama-3-8B). At world 1 the
 parallel module computes exactly what the plain one does (all_gather_gemm and gemm_reduce_scatter
@@ -18,15 +18,27 @@ import copy
 import statistics
 
 import torch
-
-from tilefuse.nn.reference import GatedMLP
+from torch import nn
 
 from .checks import rel_error
 from .launch import launch
 from .results import print_table, row, run_info, write_csv
 from .timing import bench_interleaved, settle
 
-SIZES = {"8b": (4096, 14336, 8192), "tiny": (64, 96, 64)}
+SIZES = {"8b": (4096, 14336, 8192), "tiny": (64, 96, 64)}  # hidden, intermediate, tokens
+
+
+class GatedMLP(nn.Module):
+    """Llama's MLP, ``down(silu(gate(x)) * up(x))``, with the submodule names ``LLAMA_MLP_PLAN`` names."""
+
+    def __init__(self, hidden: int, inter: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 def _rank_job(ctx, size: str, variant: str):
@@ -70,11 +82,12 @@ def _rank_job(ctx, size: str, variant: str):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--world", type=int, default=1)
-    p.add_argument("--size", default="8b", choices=sorted(SIZES))
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--size", default=None, choices=sorted(SIZES), help="default: 8b on a GPU, tiny on the CPU")
     p.add_argument("--variant", default="auto")
-    p.add_argument("--csv", default=None)
+    p.add_argument("--csv", default="bench_out/tp.csv", help="appended to")
     args = p.parse_args(argv)
+    args.size = args.size or ("8b" if torch.cuda.is_available() else "tiny")
     res = launch(_rank_job, args.world, args.size, args.variant)[0]
     hidden, inter, tokens = SIZES[args.size]
     record = {"size": args.size, "world": args.world, "variant": args.variant,
