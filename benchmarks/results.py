@@ -166,13 +166,6 @@ def parse_bytes(text: str) -> int:
     return int(text)
 
 
-def human_bytes(n: int) -> str:
-    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return str(n)
-
-
 def parse_dtype(name: str) -> torch.dtype:
     """``bf16``/``bfloat16``, ``fp16``/``float16``, ``fp32``/``float32``."""
     try:

@@ -30,8 +30,7 @@ FLUSH_BYTES = 256 << 20  # what do_bench writes to clear L2
 # GPU clock cycles a device-side spin runs before every call timed back to back (about 250 us at an
 # H200's 1.98 GHz): the host queues the call's launches meanwhile, so its events time the device's
 # work alone. Without it a call whose host work outlasts the GPU's (the L2 clear and the call) drains
-# the queue and its window includes host time: on a slow host the GEMM core at 128x4096x4096 once
-# measured 53 us against 21 us in an earlier run, the GPU mostly idle (docs/RESULTS.md, "Method").
+# the queue, and its window includes host time with the GPU mostly idle.
 LEAD_CYCLES = 500_000
 
 
@@ -165,16 +164,6 @@ def bench_interleaved(ctx: RankCtx, fns: list, *, warmup_ms: float = 25.0, rep_m
     medians = _event_medians(ctx, fns, warmup_ms=warmup_ms, rep_ms=rep_ms, min_reps=min_reps, max_reps=max_reps,
                              per_call=ctx.world > 1 or sync_each, host_ms=host_ms)
     return [ctx.max(t) for t in medians]
-
-
-def round_order(items: list, round_index: int) -> list:
-    """The order to time ``items`` in, round ``round_index``: forward in even rounds, reversed in odd.
-
-    A GPU that runs GEMMs back to back for seconds warms up and may lower its clocks, so a method
-    always timed late in a round is penalised against one timed early; alternating the order gives
-    every method the same average position over an even number of rounds.
-    """
-    return list(items) if round_index % 2 == 0 else list(reversed(items))
 
 
 def bench_max(ctx: RankCtx, fn, **kwargs) -> float:
