@@ -643,13 +643,13 @@ def test_a_graph_pick_must_win_again_in_its_confirmation_round(pools, world):
 @needs_working_interpreter
 @pytest.mark.slow
 def test_heldout_benchmark_smoke(tmp_path):
-    """benchmarks/heldout.py on CPU ranks: auto's result is checked, every method timed, the CSV written."""
+    """benchmarks/tune.py on CPU ranks: auto's result is checked, every method timed, the CSV written."""
     import pandas as pd
 
     out = tmp_path / "heldout.csv"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("TILEFUSE_CONFIG_DIR", None)
-    got = subprocess.run([sys.executable, "-m", "benchmarks.heldout", "--smoke", "--world", "2", "--n", "2",
+    got = subprocess.run([sys.executable, "-m", "benchmarks.tune", "--smoke", "--world", "2", "--n", "2",
                           "--ops", "gemm_all_scatter,gemm_reduce_scatter", "--out", str(out),
                           "--cache-dir", str(tmp_path / "cache")],
                          env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -788,13 +788,13 @@ def test_suite_notes_what_auto_ran_after_its_first_call(pools, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# benchmarks.heldout: shapes round-robin over the ops, a time budget that stops cleanly
+# benchmarks.tune: shapes round-robin over the ops, a time budget that stops cleanly
 # ---------------------------------------------------------------------------------------------
 
 
 def job_heldout(ctx, n, budget_s, out):
-    from benchmarks import heldout
     from benchmarks import launch as blaunch
+    from benchmarks import tune as heldout
 
     bctx = blaunch.RankCtx(rank=ctx.rank, world=ctx.world, device=ctx.device, heap=ctx.heap, pg_backend="gloo",
                            host_group=None)
@@ -806,7 +806,7 @@ def job_heldout(ctx, n, budget_s, out):
 def test_heldout_goes_round_robin_and_stops_at_its_budget(pools, tmp_path):
     import pandas as pd
 
-    from benchmarks import heldout
+    from benchmarks import tune as heldout
 
     [(rows, notes)] = pools.run(1, job_heldout, 2, None, None)
     timed = [r["op"] for r in rows if r["metric"] == "ms" and r["variant"] == "plain"]

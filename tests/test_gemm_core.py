@@ -844,7 +844,7 @@ def test_default_config_mid_m_stages():
     assert fp32.num_stages <= 4
 
 
-# The parity grid of benchmarks/gemm_sweep.py: small M with large K, ragged N and K.
+# The parity grid of benchmarks/gemm.py: small M with large K, ragged N and K.
 PARITY_MS = (16, 64, 128, 333, 512, 1000, 1024, 4096, 8192)
 PARITY_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (5000, 3500), (1000, 8000))
 
@@ -1019,57 +1019,6 @@ def test_check_errors_name_the_argument():
         check_divisible("op", "M", 100, 3, "the world size")
     with pytest.raises(ValueError, match="^op: b is on meta but a is on cpu$"):
         check_same_device("op", a=a, b=torch.empty(1, device="meta"))
-
-
-def test_gemm_sweep_cli_writes_ratios_and_summary(tmp_path, capsys):
-    """benchmarks/gemm_sweep.py end to end on its smoke grid: a ratio row per shape and config, the
-    default's median and worst, the split-K default among them."""
-    from benchmarks import gemm_sweep
-    from benchmarks.results import read_csv
-
-    out = tmp_path / "sweep.csv"
-    gemm_sweep.main(["--grid", "smoke", "--dtypes", "fp16", "--csv", str(out), "--quick"])
-    frame = read_csv(out)
-    ratios = frame[(frame.metric == "ratio") & (frame.M != "all")]
-    shapes = {(int(m), int(n), int(k)) for m, n, k in gemm_sweep.GRIDS["smoke"]}
-    assert {(int(r.M), int(r.N), int(r.K)) for r in ratios.itertuples()} == shapes
-    assert (ratios.value > 0).all() and "error" not in set(frame.metric)
-    assert len(ratios[ratios.variant == "default"]) == len(shapes)
-    assert any(cfg.endswith("_k2") for cfg in ratios.config), "no split-K config was timed"
-    summary = frame[frame.M == "all"].set_index(["variant", "metric"]).value
-    assert int(float(summary[("default", "shapes")])) == len(shapes)
-    assert float(summary[("default", "ratio_worst")]) <= float(summary[("default", "ratio_median")])
-    assert "ratio_median" in capsys.readouterr().out
-
-
-def test_gemm_sweep_warm_chunk_runs_each_config():
-    """The compile-ahead worker of gemm_sweep runs matmul for every (shape, config) it is handed."""
-    from benchmarks import gemm_sweep
-
-    cfgs = [CFG.replace(SPLIT_K=2), CFG.replace(BLOCK_K=32), CFG]
-    kws = ({}, {}, {"flatten": True, "tma_store": True})
-    assert gemm_sweep._warm_chunk([(20, 40, 96, "float16", cfg.to_dict(), pad, kw)
-                                   for cfg, pad, kw in zip(cfgs, (None, True, False), kws)]) == 3
-    from tilefuse.ops.common import gemm
-
-    saved = gemm.PAD_MIN_M
-    with gemm_sweep.padding(True):
-        assert gemm.PAD_MIN_M == 0
-    with gemm_sweep.padding(False):
-        assert gemm.PAD_MIN_M > 2**40
-    assert gemm.PAD_MIN_M == saved
-
-
-def test_gemm_sweep_epilogue_candidates_change_the_default():
-    """--epilogue times only the store and loop forms that change what the default runs: none with
-    split-K, the descriptor stores but no flattening for a warp-specialized loop."""
-    from benchmarks import gemm_sweep
-
-    assert [(tag, kw) for tag, cfg, kw in gemm_sweep.epilogues(CFG) if cfg == CFG] == gemm_sweep.EPILOGUES
-    assert gemm_sweep.epilogues(CFG.replace(SPLIT_K=2)) == []
-    ws = CFG.replace(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=4, num_stages=4, WARP_SPEC=1)
-    assert [(cfg.num_stages, kw) for _, cfg, kw in gemm_sweep.epilogues(ws)] == [
-        (4, {"tma_store": 1}), (3, {}), (3, {"tma_store": 1})]
 
 
 def test_matmul_takes_the_call_tuple(monkeypatch):

@@ -648,26 +648,3 @@ def test_hundreds_of_distinct_allocations_leave_a_small_heap_flat(pools):
     for distinct, worst, end in pools.run(2, job_alloc_cycles, 400, heap_bytes):
         assert distinct > 300
         assert worst == 0 and end == 0
-
-
-# ----------------------------------------------------------------------------- soak smoke
-@pytest.mark.slow
-def test_soak_smoke_runs_checks_and_writes_long_csv(tmp_path):
-    import pandas as pd
-
-    csv = tmp_path / "soak.csv"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    if TEST_DEVICE == "cpu":
-        env.update(TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.soak", "--smoke", "--world", "2", "--csv", str(csv)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    summary = [line for line in proc.stdout.splitlines() if line.startswith("soak:")]
-    assert len(summary) == 1 and "failed 0" in summary[0], proc.stdout[-2000:]
-    df = pd.read_csv(csv)
-    assert {"metric", "value"} <= set(df.columns)
-    run = df[df["op"].isna()]  # the rows of the whole run (per-op rows name their op)
-    metrics = dict(zip(run["metric"], run["value"]))
-    assert metrics["calls"] >= 40 and metrics["checked"] >= 3 and metrics["failed"] == 0
-    assert metrics["distinct_shapes"] > 10
-    assert metrics["heap_bytes_used_end"] >= 0 and metrics["heap_bytes_used_warm"] >= 0

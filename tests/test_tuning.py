@@ -578,7 +578,7 @@ def test_model_shape_sets_cover_every_op_and_world():
 
 
 def test_heldout_shapes_are_seeded_and_never_tuned():
-    from benchmarks.heldout import heldout_shapes
+    from benchmarks.tune import heldout_shapes
     from tilefuse.tuning import shapes
 
     for op in shapes.OPS:

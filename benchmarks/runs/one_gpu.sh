@@ -1,38 +1,46 @@
 #!/usr/bin/env bash
 # One GPU, named parts in the order given, each a step bounded in seconds; results under $OUT/r,
 # packed into $OUT/run.tar.gz (a device run returns few files).
-#   bash benchmarks/runs/one_gpu.sh host tests          (from the repository root)
+#   bash benchmarks/runs/one_gpu.sh suite gemm          (from the repository root)
 # TOTAL_S (default 570) bounds the whole run: a part that does not fit is skipped and says so.
-# Parts:
-#   host    host µs per eager call: every op x variant and plain at W = 1 with real launches
-#           (host_path, M = 1, 16, 128), and at W = 2 with ranks sharing the GPU (host_overhead, eager)
-#   tests   the GPU test suite without the slow set, ranks sharing the GPU (gpu_tests.sh)
-#   parity  the GEMM core against torch.matmul on the parity grid (gemm_sweep)
-#   suite   every op x variant at W = 1 against torch.matmul on the Llama-3-8B set
-#   tune    the W = 1 tuner for the four ops on llama3-8b, llama3-70b, iris, decode, into tilefuse/configs
-#   heldout auto on held-out shapes against plain at W = 1
+# Parts (modes of `python -m benchmarks`; their CSVs and plots land in $R):
+#   suite   every op x variant at W = 1 against torch.matmul on the Llama-3-8B set (the fusion tax)
+#   gemm    the GEMM core against torch.matmul on the parity grid
+#   host    host µs per eager call and µs per CUDA-graph replay, every op x variant, M = 1, 16
+#   decode  gemm_all_reduce at decode sizes, eager and in CUDA graphs
+#   tune    auto on held-out shapes against plain
+#   tp      the tensor-parallel Llama-3-8B MLP forward + backward at W = 1 (the layers' overhead)
+#   tables  the W = 1 tuner for the four ops, into tilefuse/configs (copied to $R/configs)
+#   tests   the GPU test suite without the slow set, ranks sharing the GPU (gpu_tests.sh), in the time left
 source "$(dirname "$0")/prelude.sh"
 END=$(( T0 + ${TOTAL_S:-570} ))
 for part in "$@"; do
     case $part in
-    host)
-        step host_path_w1 90 "$PY" -m benchmarks.host_path --real-launches --M 1,16,128 --N 4096 --K 8192 \
-            --calls 100 --rounds 5 --csv "$R/host_path_w1.csv"
-        step host_overhead_w2 120 "$PY" -m benchmarks host_overhead --world 2 --M 1,16 --no-graphs --calls 100 \
-            --csv "$R/host_overhead_w2.csv"
+    suite)
+        step suite_w1 240 "$PY" -m benchmarks suite --world 1 --sets llama3-8b --csv "$R/suite_w1.csv" --no-progress
+        plots "$R/suite_w1.csv"
         ;;
-    tests) tests_in_rest "" ;;
-    parity) step gemm_parity 240 "$PY" -m benchmarks.gemm_sweep --grid parity --csv "$R/gemm_parity.csv" ;;
-    suite) step suite_w1 240 "$PY" -m benchmarks suite --world 1 --sets llama3-8b --csv "$R/suite_w1.csv" ;;
-    tune)
+    gemm) step gemm_w1 270 "$PY" -m benchmarks gemm --grid parity --csv "$R/gemm_w1.csv" ;;
+    host)
+        step host_w1 120 "$PY" -m benchmarks host-overhead --world 1 --M 1,16 --calls 100 --replays 100 \
+            --csv "$R/host_w1.csv"
+        plots "$R/host_w1.csv"
+        ;;
+    decode)
+        step decode_w1 120 "$PY" -m benchmarks allreduce-decode --world 1 --M 1,16,64,256 --csv "$R/decode_w1.csv"
+        plots "$R/decode_w1.csv"
+        ;;
+    tune) step tune_w1 150 "$PY" -m benchmarks tune --world 1 --n 6 --budget-s 120 --out "$R/tune_w1.csv" ;;
+    tp) step tp_w1 90 "$PY" -m benchmarks tp --world 1 --size 8b --csv "$R/tp_w1.csv" ;;
+    tables)
         for op in gemm_all_scatter all_gather_gemm gemm_reduce_scatter gemm_all_reduce; do
-            step "tune_w1_$op" 85 "$PY" -m tilefuse.tuning --op "$op" --shapes llama3-8b,llama3-70b,iris,decode \
+            step "tables_w1_$op" 85 "$PY" -m tilefuse.tuning --op "$op" --shapes llama3-8b,llama3-70b,iris,decode \
                 --quick --budget-s 65 --out tilefuse/configs ${TILEFUSE_COMMIT:+--commit "$TILEFUSE_COMMIT"}
         done
         cp -r tilefuse/configs "$R/configs"
         ;;
-    heldout) step heldout_w1 150 "$PY" -m benchmarks heldout --world 1 --n 6 --budget-s 65 --out "$R/heldout_w1.csv" ;;
-    *) echo "unknown part: $part (host, tests, parity, suite, tune, heldout)" >&2; exit 2 ;;
+    tests) tests_in_rest "" ;;
+    *) echo "unknown part: $part (suite, gemm, host, decode, tune, tp, tables, tests)" >&2; exit 2 ;;
     esac
 done
 pack
