@@ -14,9 +14,10 @@ What each input becomes (its kind is read from its columns):
 ``tuned_<op>_<arch>_ws<W>.png``     a tuner table (JSON): per tuned shape, the plain time over each
     variant's best candidate; the tick is the table's choice.
 
-Every figure's title names the device, the torch and triton versions and the commit, taken from the
-CSV's ``device``, ``torch``, ``triton`` and ``commit`` columns (a table's provenance); a column a CSV
-lacks reads "not recorded" unless ``--fill torch=2.11.0 ...`` gives its value. Where a measurement
+Every figure's title (and its PNG's ``Description``) names the device, the torch and triton versions
+and the commit, taken from the CSV's ``device``, ``torch``, ``triton`` and ``commit`` columns (a
+table's provenance); a column a CSV lacks reads "not recorded" unless ``--fill torch=2.11.0 ...``
+gives its value. Where a measurement
 occurs more than once (appended runs), the last row wins. Needs matplotlib (the ``bench`` extra).
 """
 
@@ -119,7 +120,7 @@ def suite_plots(plt, frame, out: Path) -> list:
         ax.set_ylabel("t_plain / t_method  (plain = torch.matmul + collective)")
         ax.set_title(f"speedup over plain: {op}, world {world}, {dtype}\n{stamp(part.iloc[-1])}", fontsize=9)
         fig.tight_layout()
-        written.append(_save(plt, fig, out / f"speedup_{op}_w{world}_{dtype}.png"))
+        written.append(_save(plt, fig, out / f"speedup_{op}_w{world}_{dtype}.png", stamp(part.iloc[-1])))
     return written
 
 
@@ -149,7 +150,7 @@ def per_m_plots(plt, frame, out: Path, what: str) -> list:
         fig.suptitle(f"{what}, world {world}, N = {facts.get('N', '')}, K = {facts.get('K', '')}, "
                      f"{facts.get('dtype', '')}: {stamp(facts)}", fontsize=10)
         fig.tight_layout()
-        written.append(_save(plt, fig, out / f"{what}_w{world}.png"))
+        written.append(_save(plt, fig, out / f"{what}_w{world}.png", stamp(facts)))
     return written
 
 
@@ -174,11 +175,14 @@ def table_plot(plt, path: Path, out: Path) -> list:
     ax.set_title(f"tuned table {data['op']}, {data['arch']}, world {data['world_size']}\n"
                  f"{stamp(data.get('provenance', {}))}", fontsize=9)
     fig.tight_layout()
-    return [_save(plt, fig, out / f"tuned_{data['op']}_{data['arch']}_ws{data['world_size']}.png")]
+    name = f"tuned_{data['op']}_{data['arch']}_ws{data['world_size']}.png"
+    return [_save(plt, fig, out / name, stamp(data.get("provenance", {})))]
 
 
-def _save(plt, fig, path: Path) -> Path:
-    fig.savefig(path, dpi=110)
+def _save(plt, fig, path: Path, facts: str) -> Path:
+    """The figure as a PNG whose ``Description`` text chunk holds the run facts (what tests/test_docs.py
+    reads back)."""
+    fig.savefig(path, dpi=110, metadata={"Description": f"measured on {facts}"})
     plt.close(fig)
     return path
 

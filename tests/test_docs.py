@@ -6,13 +6,16 @@ Checked in README.md, docs/*.md, tilefuse/**/README.md and benchmarks/**/*.md:
   names a file (its last part has an extension) exists from the repository root. ``<op>``, ``*`` and
   ``...`` stand for any text, ``{a,b}`` for each choice; a pytest id (``tests/x.py::test``) names
   its file.
-And docs/perf/ holds exactly the results files docs/RESULTS.md cites.
+And docs/perf/ holds exactly the results files docs/RESULTS.md cites, and every plot names the commit
+and the torch and triton versions it was measured on.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import struct
+import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,3 +110,43 @@ def test_results_files_are_named_by_what_they_hold():
     """date, device, world and what: not the run or session that made them."""
     for path in (REPO / "docs" / "perf").rglob("*"):
         assert not re.search(r"(^|_)(s\d+c\d+|run\d+|call\d+|session\d*)(_|\.|$)", path.name), path
+
+
+def png_text(path: Path) -> dict:
+    """The ``tEXt`` chunks of a PNG file, ``{key: text}``."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path.name} is not a PNG"
+    out, at = {}, 8
+    while at + 8 <= len(data):
+        size, kind = struct.unpack(">I4s", data[at:at + 8])
+        if kind == b"tEXt":
+            key, _, text = data[at + 8:at + 8 + size].partition(b"\0")
+            out[key.decode("latin-1")] = text.decode("latin-1")
+        at += 12 + size
+    return out
+
+
+STAMP = re.compile(r"torch (\S+), triton (\S+), commit (\S+)$")
+
+
+def test_every_plot_names_its_commit_and_versions():
+    """Each PNG under docs/ carries what it was measured on (``python -m benchmarks plot`` writes it into
+    the file), and that commit is named beside it in the results page."""
+    pngs = sorted((REPO / "docs").rglob("*.png"))
+    assert pngs, "no plots"
+    results = (REPO / "docs" / "RESULTS.md").read_text()
+    for png in pngs:
+        facts = STAMP.search(png_text(png).get("Description", ""))
+        assert facts, f"{png.name}: no 'torch X, triton Y, commit Z' in its Description"
+        assert "not recorded" not in facts.group(0), f"{png.name}: {facts.group(0)}"
+        assert f"`{facts.group(3)}`" in results, f"{png.name}: commit {facts.group(3)} not named in RESULTS.md"
+
+
+def test_png_text_reads_the_chunks(tmp_path):
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I4s", len(body), kind) + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    png = tmp_path / "x.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", b"\0" * 13) + chunk(b"tEXt", b"Description\0torch 1, "
+                    b"triton 2, commit abc") + chunk(b"IEND", b""))
+    assert png_text(png) == {"Description": "torch 1, triton 2, commit abc"}
