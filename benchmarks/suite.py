@@ -2,55 +2,28 @@
 
     python -m benchmarks suite --ops all --sets iris,llama3-8b,llama3-70b,decode --world W
                                [--variants ...] [--dtype bfloat16] [--csv PATH] [--plots DIR]
-    python -m benchmarks world1 ...                            (the same at world 1)
     torchrun --nproc-per-node W -m benchmarks.suite ...        (then --world is ignored)
 
-Shapes come from ``tilefuse/tuning/shapes.json`` (``local_shapes(op, sets, W)``), or are given as
-``--shapes MxNxK,...``: M, N, K in the CSV are the per-rank operands ``a [M, K] @ b [K, N]`` each
-rank passes to the op. At world 1 nothing moves between GPUs, so a variant's time over ``gemm``'s
-is its fusion tax: the schedule, flags and copies. Methods timed per op and shape, their calls
-interleaved one by one:
+Per op and shape (``tilefuse/tuning/shapes.json`` sets, or ``--shapes MxNxK``: per-rank operands
+``a [M, K] @ b [K, N]``) the methods below are checked against ``variant="reference"`` on inputs of
+their own (outputs and new workspaces NaN first), then timed with their calls interleaved
+(:func:`benchmarks.timing.bench_interleaved`); a method that raises is recorded and the run goes on.
+At world 1 nothing moves between GPUs, so a variant's time over ``gemm``'s is its fusion tax.
 
 ========== ================================================================================
-gemm       torch.matmul of this rank's GEMM alone: gemm_all_scatter ``[M, K] @ [K, N]``;
-           all_gather_gemm over the gathered rows ``[W*M, K] @ [K, N]``;
-           gemm_reduce_scatter the full partial ``[M, K] @ [K, N]``
-comm       the communication alone with torch.distributed (NCCL when each rank has its own GPU):
-           all-gather of the ``[M, N]`` product (gemm_all_scatter) or of ``a`` (all_gather_gemm),
-           reduce-scatter of the ``[M, N]`` partial (gemm_reduce_scatter), all-reduce of the
-           ``[M, N]`` partial (gemm_all_reduce; in place, as NCCL's own tests time it)
-plain      the op's plain path: torch.matmul + the torch.distributed collective
-torch_fused torch's async-TP op where one exists (``torch.ops.symm_mem.fused_all_gather_matmul``,
-           ``fused_matmul_reduce_scatter``); skipped, with the reason in ``note``, at world 1,
-           without NCCL, without the op, and for gemm_all_scatter (torch has no such op)
-<variant>  every tilefuse variant (``tilefuse.VARIANTS``; or ``--variants``, where
-           ``plain_again`` there times the plain path a second time at that place, a control;
-           ``core`` times tilefuse's GEMM core alone, ``tilefuse.matmul``, on the ``gemm`` operands
-           with its default config: what the variants' GEMM costs before any communication)
+gemm       torch.matmul of this rank's GEMM alone (all_gather_gemm: over the gathered ``W*M`` rows)
+comm       the collective alone with torch.distributed (NCCL when each rank has its own GPU)
+plain      the op with ``variant="plain"``: torch.matmul + the torch.distributed collective
+torch_fused torch's async-TP op where one exists; skipped, with the reason in ``note``, elsewhere
+<variant>  every tilefuse variant (or ``--variants``: ``plain_again`` times plain once more, a
+           control; ``core`` the GEMM core alone, ``tilefuse.matmul``; ``copy_engine`` the form)
 auto       the public op with ``variant="auto"``; its rows' ``note`` says what it ran
 ideal      derived: ``max(t_gemm, t_comm)``, perfect overlap of the two
 ========== ================================================================================
 
-gemm_all_scatter variants (and auto) write into a heap ``out=`` buffer, the op's intended fast use;
-``--no-heap-out`` times the default path, which copies the result out of the heap.
-
-Every method is checked once, on inputs of its own, against the op's ``reference`` (fp32 matmul +
-torch.distributed collective; the GEMM alone against an fp32 product), with its output buffers
-filled with NaN and the ops' new heap workspaces made NaN (``tilefuse.runtime.set_debug_poison``):
-metric ``rel_err`` (cross-rank maximum of ``|out - ref| / |ref|``) and ``ok`` (1 when within the
-dtype's tolerance). A method that raises is recorded (metric ``error``, message in ``note``) and the run goes
-on. Timing:
-:func:`benchmarks.timing.bench_interleaved` after 1.5 s of the shape's GEMM (the methods' calls
-interleaved one by one; cross-rank maximum of per-rank medians, inputs rotated past L2) in
-``--reps`` rounds; ``ms`` is the median over rounds, ``spread_pct`` the range of the rounds
-over that median. Derived metrics: ``speedup_vs_plain = t_plain / t``;
-``frac_of_ideal = speedup_vs_plain / ideal_speedup`` with
-``ideal_speedup = (t_gemm + t_comm) / max(t_gemm, t_comm)`` (1.0: the overlap reached the ceiling);
-``TFLOP/s`` per rank; ``busbw_GB/s`` for ``comm``; ``host_ms`` where calls are timed one at a time
-(W > 1, or ``--sync-each``): the host's time from the start event to the call's return, i.e. what an
-idle GPU waits for. CSV columns: those of
-:data:`benchmarks.results.COLUMNS` plus ``set`` and ``shape`` (the shape-set entry). See
-docs/BENCHMARKS.md.
+Derived metrics: ``speedup_vs_plain = t_plain / t``, ``ideal_speedup = (t_gemm + t_comm) /
+max(t_gemm, t_comm)``, ``frac_of_ideal``, ``TFLOP/s``, ``busbw_GB/s``, ``host_ms`` (calls timed one
+at a time: W > 1 or ``--sync-each``). The CSV's columns and metrics: docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations

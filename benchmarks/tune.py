@@ -3,42 +3,20 @@ torch's fused async-TP ops. (The tables themselves are made by ``python -m tilef
 
     python -m benchmarks tune --world 1 --n 8 --budget-s 120 --out bench_out/tune_w1.csv
     torchrun --nproc-per-node 2 -m benchmarks.tune --n 8 --budget-s 120 --out bench_out/tune_w2.csv
-    python -m benchmarks tune --smoke --world 2          # tiny shapes, CPU ranks (a test runs it)
+    python -m benchmarks tune --smoke --world 2          # tiny shapes, CPU ranks
 
-The shapes come from :func:`heldout_shapes`: drawn at random (seeded) within
-model-like ranges, never in a tuning set, so no table holds them exactly. Shape i of every op runs
-before shape i + 1 of any (a run cut short by ``--budget-s`` covers every op alike). Per shape,
-every rank:
-
-1. calls ``variant="auto"`` once and records that first call's time (``first_call_ms``: with
-   first-call tuning on, the tuning happens here);
-2. checks auto's result against the fp32 reference;
-3. times plain, auto and torch's fused op (``torch.ops.symm_mem``, where the op has one and the run
-   has NCCL with a GPU per rank; otherwise that column is absent and the reason is printed), their
-   calls interleaved one by one, cross-rank maximum of the medians (``benchmarks.timing``); at
-   W > 1 each timed call starts on an idle GPU after a barrier, so its host work counts, and the
-   median host time of each method's calls (from the start event's record to the call's return,
-   max over ranks) is recorded too (``host_ms``): auto's dispatch against plain's, on the GPU host;
-4. records what auto ran in those timed calls and where that decision came from (the CSV's
-   ``note``, asked after them: ``suite.auto_note``).
-
-The decision cache is a fresh temporary directory unless ``--cache-dir`` names one, so first calls
-tune as a new user's would (``TILEFUSE_AUTOTUNE`` unset: on a GPU, calls whose plain path takes at
-least 0.2 ms). Output: one long-format CSV with, per shape, ``ms`` per method, ``speedup_vs_plain``
-(plain / auto), ``speedup_vs_torch_fused`` (torch fused / auto) and ``speedup_vs_best_baseline``
-(min(plain, torch fused) / auto) where torch's op ran, ``first_call_ms``; then summary rows
-(``variant = summary``, per op and ``all``): the worst and median of each ratio over all shapes and
-over the shapes whose plain time is at least ``--min-ms``, and ``shapes_run`` against those asked
-for. The summary is printed too.
-
-``--budget-s``: no shape starts once the seconds since the job started (rank 0's count, after the
-ranks came up), plus the median time a shape took so far, would pass it; what ran is written as
-usual, and ``--out`` is rewritten after every shape (a run killed midway keeps what it measured).
-Time on one H200 (W = 1) or two (W = 2): about 15-25 s to start (ranks, heap, imports), then the
-first shape of each op 10-30 s (Triton compiles every candidate of first-call tuning; 1 s of timed
-tuning calls), later shapes 2-6 s (kernels cached; interleaved timing about 1 s). So ``--n 8
---budget-s 120`` fits a 150 s slot, with as many shapes per op as the budget allows (estimated,
-not yet measured: the CSV's ``first_call_ms`` and the printed elapsed time say).
+The shapes (:func:`heldout_shapes`) are drawn at random (seeded) within model-like ranges and never in
+a tuning set. Shape i of every op runs before shape i + 1 of any. Per shape every rank calls auto once
+(``first_call_ms``: first-call tuning happens here, with a fresh decision cache unless
+``--cache-dir``), checks its result against the fp32 reference, then times plain, auto and torch's
+fused op (where one exists, with NCCL and a GPU per rank) with their calls interleaved, and records
+what auto ran (``note``). Per shape: ``ms`` and ``host_ms`` per method, ``speedup_vs_plain``,
+``speedup_vs_torch_fused``, ``speedup_vs_best_baseline``; then summary rows (``variant = summary``):
+the worst and median of each ratio per op and over all ops, over all shapes and over those whose
+plain time is at least ``--min-ms``, and ``shapes_run``. ``--budget-s``: no shape starts that would
+end past it (the median shape time so far decides); ``--out`` is rewritten after every shape. On one
+or two H200s: 15-25 s to start, then 10-30 s for the first shape of an op (compiling every candidate
+of first-call tuning), 2-6 s for later ones.
 """
 
 from __future__ import annotations
