@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q --no-deps -e .
 	touch $(STAMP)
 
-demo: $(SETUP)
+demo: $(SETUP)  # examples/demo.py starts torchrun: a rank per GPU, or two ranks
 	$(RUN) examples/demo.py
 
 PYTEST_MARK ?= not slow

@@ -23,7 +23,8 @@ ideal      derived: ``max(t_gemm, t_comm)``, perfect overlap of the two
 
 Derived metrics: ``speedup_vs_plain = t_plain / t``, ``ideal_speedup = (t_gemm + t_comm) /
 max(t_gemm, t_comm)``, ``frac_of_ideal``, ``TFLOP/s``, ``busbw_GB/s``, ``host_ms`` (calls timed one
-at a time: W > 1 or ``--sync-each``). The CSV's columns and metrics: docs/BENCHMARKS.md.
+at a time: W > 1 or ``--sync-each``); with ``--graphs``, each method replayed in a CUDA graph too
+(``graph_ms``, ``graph_speedup_vs_plain``). The CSV's columns and metrics: docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from tilefuse.tuning.shapes import OPS, local_shapes, shape_sets
 from .checks import cuda_alive, error_text, poison, rel_error, tolerance
 from .launch import is_main_process, launch, under_torchrun
 from .results import COLUMNS, Progress, parse_bytes, parse_dtype, print_table, row, run_info, write_csv
-from .timing import Cycle, bench_interleaved, bench_max, rotating, settle
+from .timing import Cycle, bench_interleaved, bench_max, capture_graph, rotating, settle
 
 BASELINES = ("gemm", "comm", "plain", "torch_fused")
 CSV_COLUMNS = COLUMNS + ["set", "shape"]
@@ -421,6 +422,9 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
                 m.times.append(t)
             progress.update(1, f"{where} {m.label}")
 
+    if args.graphs:
+        time_graphs(ctx, case, methods, args, add)
+
     # Derive. auto's note says what it ran in the timed calls: asked after them.
     by_label = {m.label: m for m in methods}
     auto = by_label.get("auto")
@@ -439,6 +443,38 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
         for metric, value in metrics.items():
             add(label, metric, value, note)
     return rows
+
+
+def time_graphs(ctx, case, methods: list, args, add) -> None:
+    """Every method that ran, captured in a CUDA graph on one input set (after its eager calls), then
+    the replays timed with their calls interleaved: ``graph_ms`` and ``graph_speedup_vs_plain``, what a
+    call costs once its host work is gone. A method whose capture fails gets a ``graph_error`` row."""
+    if not ctx.on_gpu:
+        return
+    graphs: dict = {}
+    first = case.sets[0]
+    for m in methods:
+        if m.skip or m.status.startswith("ERROR"):
+            continue
+        local = None
+        try:
+            graphs[m.label] = capture_graph(ctx.device, lambda m=m: m.call(first), warmup=2)
+        except Exception as exc:
+            local = error_text(exc)
+        text = _agree(ctx, local)
+        if text:
+            graphs.pop(m.label, None)
+            add(m.label, "graph_error", float("nan"), text)
+    if graphs:
+        times = bench_interleaved(ctx, [g.replay for g in graphs.values()], warmup_ms=args.warmup_ms,
+                                  rep_ms=args.rep_ms)
+        got = dict(zip(graphs, times))
+        for label, ms in got.items():
+            add(label, "graph_ms", ms)
+            if "plain" in got and ms > 0:
+                add(label, "graph_speedup_vs_plain", got["plain"] / ms)
+    graphs.clear()
+    ctx.barrier()
 
 
 def parse_custom_shape(text: str) -> tuple[int, int, int] | None:
@@ -583,6 +619,9 @@ def main(argv=None) -> int:
     parser.add_argument("--append", action="store_true", help="append to the CSV instead of replacing it")
     parser.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots of the CSV to DIR")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--graphs", action="store_true",
+                        help="also time every method replayed in a CUDA graph (GPU only): graph_ms, "
+                             "graph_speedup_vs_plain")
     parser.add_argument("--sync-each", action="store_true",
                         help="world 1: time every call alone after a device sync (the method of W > 1) instead of "
                              "back to back; adds the metric host_ms")

@@ -325,6 +325,43 @@ def test_tolerance_and_rel_error_reject_nan():
     assert math.isnan(checks.rel_error(a[:2], a))
 
 
+def test_suite_graphs_time_each_captured_method_and_record_a_failed_capture(monkeypatch):
+    """--graphs' bookkeeping (the capture itself needs a GPU): every method that ran is captured and its
+    replays timed; one whose capture raises gets a graph_error row and no time."""
+    class Ctx:
+        on_gpu, world, device = True, 1, torch.device("cuda", 0)
+
+        def barrier(self):
+            pass
+
+        def all_gather_object(self, obj):
+            return [obj]
+
+    class Graph:
+        def __init__(self, label):
+            self.replay = lambda: label
+
+    def capture(device, fn, warmup):
+        label = fn()
+        if label == "broken":
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return Graph(label)
+
+    monkeypatch.setattr(suite, "capture_graph", capture)
+    monkeypatch.setattr(suite, "bench_interleaved", lambda ctx, fns, **kw: [{"plain": 2.0}.get(f(), 1.0) for f in fns])
+    methods = [suite.Method(label, lambda s, label=label: label, "op") for label in ("plain", "bulk_sync", "broken")]
+    methods.append(suite.Method("torch_fused", None, "op", skip="none in torch"))
+    rows = []
+    case = type("Case", (), {"sets": [None]})()
+    suite.time_graphs(Ctx(), case, methods, type("Args", (), {"warmup_ms": 1.0, "rep_ms": 1.0})(),
+                      lambda label, metric, value, note="": rows.append((label, metric, value, note)))
+    got = {(label, metric): value for label, metric, value, _ in rows}
+    assert got == {("plain", "graph_ms"): 2.0, ("plain", "graph_speedup_vs_plain"): 1.0,
+                   ("bulk_sync", "graph_ms"): 1.0, ("bulk_sync", "graph_speedup_vs_plain"): 2.0,
+                   ("broken", "graph_error"): pytest.approx(float("nan"), nan_ok=True)}
+    assert "stream is capturing" in [n for label, _, _, n in rows if label == "broken"][0]
+
+
 def test_suite_control_method_is_accepted_in_place():
     got = suite.tilefuse_variants("gemm_reduce_scatter", ["auto", suite.CONTROL, "no_such_variant", "bulk_sync"])
     assert got == ["auto", suite.CONTROL, "bulk_sync"]

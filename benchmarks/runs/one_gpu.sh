@@ -4,7 +4,8 @@
 #   bash benchmarks/runs/one_gpu.sh suite gemm          (from the repository root)
 # TOTAL_S (default 570) bounds the whole run: a part that does not fit is skipped and says so.
 # Parts (modes of `python -m benchmarks`; their CSVs and plots land in $R):
-#   suite   every op x variant at W = 1 against torch.matmul on the Llama-3-8B set (the fusion tax)
+#   suite   every op x variant at W = 1 against torch.matmul on the Llama-3-8B set (the fusion tax),
+#           eagerly and replayed in CUDA graphs
 #   gemm    the GEMM core against torch.matmul on the parity grid
 #   host    host µs per eager call and µs per CUDA-graph replay, every op x variant, M = 1, 16
 #   decode  gemm_all_reduce at decode sizes, eager and in CUDA graphs
@@ -17,7 +18,7 @@ END=$(( T0 + ${TOTAL_S:-570} ))
 for part in "$@"; do
     case $part in
     suite)
-        step suite_w1 240 "$PY" -m benchmarks suite --world 1 --sets llama3-8b --csv "$R/suite_w1.csv" --no-progress
+        step suite_w1 240 "$PY" -m benchmarks suite --world 1 --sets llama3-8b --csv "$R/suite_w1.csv" --graphs --no-progress
         plots "$R/suite_w1.csv"
         ;;
     gemm) step gemm_w1 270 "$PY" -m benchmarks gemm --grid parity --csv "$R/gemm_w1.csv" ;;

@@ -40,7 +40,7 @@ step() {
     stamp "$name" $? >> "$R/$name.log"
 }
 # plots FILE...: the PNGs of results CSVs (or tuner tables) into $R/plots, stamped with their run facts.
-plots() { step "plots_$(basename "$1" | cut -d. -f1)" 60 "$PY" -m benchmarks plot "$@" --out "$R/plots"; }
+plots() { step "plots_$(basename "$1" | cut -d. -f1)" 30 "$PY" -m benchmarks plot "$@" --out "$R/plots"; }
 # suite_w2 SETS CSV [SECONDS]: the world-2 suite of the four ops on SETS, every variant and auto (and
 # all_gather_gemm's copy_engine form), at most SECONDS (default 50) an op, each op only if it fits;
 # appends to CSV. SUITE_EXTRA: more methods for every op (the suite skips, saying so, those an op
