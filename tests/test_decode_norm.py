@@ -247,3 +247,69 @@ def test_norm_graph_replay(pools, on_gpu, variant):
     if not on_gpu:
         pytest.skip("CUDA graphs need a GPU")
     _same_bits(pools.run(2, job_graph, variant, 5), f"{variant} graph")
+
+
+# ---------------------------------------------------------------------------------------------
+# tilefuse.nn.fuse_allreduce_norm on a tiny HF Llama, replicated layout
+# ---------------------------------------------------------------------------------------------
+
+
+def job_fuse_llama(ctx, variant):
+    """A 2-layer LlamaModel (hidden 64, 4 heads; at W = 3 hidden 48 with 6 heads of 16, as HF wants the
+    hidden size to be a multiple of the head count and the ranks take whole heads), parallelized by LLAMA_PLAN twice, one copy fused: the fused copy's output and every parameter's
+    gradient against the unfused copy's, and each fused layer handing the next its normed input."""
+    import copy
+
+    from test_styles import _close, _rand
+    from torch.distributed.tensor import DTensor
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaModel
+
+    from tilefuse.nn import LLAMA_PLAN, Carried, fuse_allreduce_norm, parallelize
+
+    H, heads, kv_heads = (64, 4, 2) if ctx.world == 2 else (48, 6, 3)
+    cfg = LlamaConfig(hidden_size=H, intermediate_size=96, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      head_dim=16, num_hidden_layers=2, vocab_size=32, attn_implementation="sdpa")
+    torch.manual_seed(3)
+    full = LlamaModel(cfg).to(ctx.device)
+    with torch.no_grad():  # norms that are not all ones: a weight applied twice or skipped shows
+        for name, p in full.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.3 * _rand(p.shape, len(name), ctx.device))
+    unfused = parallelize(copy.deepcopy(full), LLAMA_PLAN, variant=variant)
+    fused = fuse_allreduce_norm(parallelize(copy.deepcopy(full), LLAMA_PLAN, variant=variant))
+    assert fused.layers[0]._tilefuse_next_norm is fused.layers[1].input_layernorm
+    assert fused.layers[1]._tilefuse_next_norm is fused.norm
+    ids = torch.randint(0, 32, (2, 3), generator=torch.Generator().manual_seed(4)).to(ctx.device)
+    dy = _rand((2, 3, H), 5, ctx.device)
+    outs = {}
+    for what, model in (("unfused", unfused), ("fused", fused)):
+        y = model(input_ids=ids).last_hidden_state
+        (y * dy).sum().backward()
+        outs[what] = y.detach()
+    _close(ctx, outs["fused"], outs["unfused"], 96, "fused Llama output")
+    grads = dict(unfused.named_parameters())
+    for name, p in fused.named_parameters():
+        ref = grads[name].grad
+        assert p.grad is not None, f"fused: {name} got no gradient"
+        got = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+        _close(ctx, got, ref.to_local() if isinstance(ref, DTensor) else ref, 96, f"fused: {name} grad")
+    # The fused layer hands the next its normed input: one fused call per projection.
+    with torch.no_grad():
+        h = fused.embed_tokens(ids)
+        pos = fused.rotary_emb(h, torch.arange(3, device=ctx.device)[None])
+        carried = fused.layers[0](h, position_embeddings=pos)
+        assert isinstance(carried, Carried)
+        ref = unfused.layers[0](h, position_embeddings=pos)
+        _close(ctx, carried.residual, ref, 96, "layer 0's residual stream")
+        _close(ctx, carried.normed, unfused.layers[1].input_layernorm(ref), 96, "layer 0's normed output")
+    tilefuse.barrier()
+    return True
+
+
+@pytest.mark.parametrize("world,variant", [(2, "fused_sequential"),
+                                           pytest.param(3, "wg_specialized", marks=pytest.mark.slow),
+                                           pytest.param(2, "plain", marks=pytest.mark.slow)])
+def test_fuse_allreduce_norm_llama(pools, world, variant):
+    pytest.importorskip("transformers")
+    assert all(pools.run(world, job_fuse_llama, variant))
