@@ -256,8 +256,9 @@ def test_norm_graph_replay(pools, on_gpu, variant):
 
 def job_fuse_llama(ctx, variant):
     """A 2-layer LlamaModel (hidden 64, 4 heads; at W = 3 hidden 48 with 6 heads of 16, as HF wants the
-    hidden size to be a multiple of the head count and the ranks take whole heads), parallelized by LLAMA_PLAN twice, one copy fused: the fused copy's output and every parameter's
-    gradient against the unfused copy's, and each fused layer handing the next its normed input."""
+    hidden size to be a multiple of the head count and the ranks take whole heads), parallelized by
+    LLAMA_PLAN twice, one copy fused: the fused copy's output and every parameter's gradient against
+    the unfused copy's, and each fused layer handing the next its normed input."""
     import copy
 
     from test_styles import _close, _rand
