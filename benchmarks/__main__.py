@@ -45,6 +45,8 @@ MODES = {
     "heldout": Mode("heldout", "auto on held-out shapes the tables were not tuned on, against the plain path "
                                "and torch's fused ops"),
     "allreduce-decode": Mode("allreduce_decode", "all-reduce at decode sizes"),
+    "decode": Mode("decode", "row-parallel GEMM + all-reduce + residual add + RMSNorm at decode sizes, fused against "
+                             "cuBLAS + NCCL / symmetric-memory chains, eager and in CUDA graphs"),
     "dispatch-cost": Mode("dispatch_cost", "what variant='auto' adds to a call over the plain path"),
     "auto-ab": Mode("auto_ab", "auto against the function it runs, in alternating rounds"),
     "sync-cost": Mode("sync_cost", "tilefuse.synchronize's bounded wait against torch.cuda.synchronize"),

@@ -866,3 +866,39 @@ def test_suite_markdown_shows_the_variants_other_forms(tmp_path):
     assert [c.strip() for c in head.strip("|").split("|")][5:] == [
         "bulk_sync", "fused_sequential", "copy_engine", "bulk_sync.ws", "plain_again", "ideal"]
     assert "| **0.93** |" in text and "| 0.84 |" in text
+
+
+# ----------------------------------------------------------------------------- decode
+def job_decode(ctx, argv, shape):
+    """benchmarks.decode's rank function in a pool, on one of its smoke shapes: its rows."""
+    import torch.distributed as dist
+
+    from benchmarks import decode
+    from benchmarks.launch import RankCtx
+
+    opts = decode.parse_options(argv)
+    opts.shapes = {shape: decode.SMOKE_SHAPES[shape]}
+    bctx = RankCtx(ctx.rank, ctx.world, ctx.device, ctx.heap, dist.get_backend(), dist.group.WORLD)
+    return decode.run_rank(bctx, opts)
+
+
+def test_decode_smoke_checks_and_times_every_method(pools, on_gpu):
+    """benchmarks.decode --smoke at world 2: the fused call with the epilogue and the cuBLAS + NCCL
+    chain checked (same bits on every rank, small error) and timed; the symmetric-memory chain timed
+    on a GPU with one per rank, else a ``skipped`` row saying why."""
+    from benchmarks import decode
+
+    rows = pools.run(2, job_decode, ["--smoke", "--M", "3", "--variants", "fused_sequential"], "tiny.o_proj")[0]
+    df = pd.DataFrame(rows)
+    assert (df["metric"] != "error").all(), df[df["metric"] == "error"]["note"].tolist()
+    check = df[df["mode"] == "check"].set_index(["method", "metric"])["value"]
+    for method in ("tilefuse.fused_sequential", "cublas_nccl"):
+        for what in ("y", "s"):
+            assert check[(method, f"same_bits_{what}")] == 1.0
+            assert check[(method, f"rel_error_{what}")] < 1e-2
+        timed = df[(df["method"] == method) & (df["metric"] == "us_per_call")]
+        assert list(timed["mode"]) == ["eager"] and (timed["value"] > 0).all()
+    symm = df[df["method"] == "cublas_symm_one_shot"]
+    if not on_gpu:
+        assert list(symm["metric"]) == ["skipped"] and "symmetric memory" in symm["note"].iloc[0]
+    assert set(decode.BASELINES) <= set(df["method"])

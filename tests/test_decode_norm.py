@@ -203,8 +203,9 @@ def job_compile(ctx, variants):
     return True
 
 
-def test_norm_compile_fullgraph(pools):
-    assert all(pools.run(2, job_compile, ("fused_sequential", "plain")))
+@pytest.mark.parametrize("variants", [("fused_sequential",), pytest.param(("plain", "auto"), marks=pytest.mark.slow)])
+def test_norm_compile_fullgraph(pools, variants):
+    assert all(pools.run(2, job_compile, variants))
 
 
 def job_graph(ctx, variant, replays):
