@@ -25,7 +25,7 @@ of the final norm change.
 from __future__ import annotations
 
 import inspect
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -37,8 +37,10 @@ from .styles import TPLinear, _input, _local
 __all__ = ["Carried", "fuse_allreduce_norm"]
 
 
-class Carried(NamedTuple):
-    """What a fused decoder layer hands the next: the next norm's output and the residual stream."""
+@dataclass(frozen=True)
+class Carried:
+    """What a fused decoder layer hands the next: the next norm's output and the residual stream.
+    Not a tuple: code that takes ``output[0]`` of a layer returning a tuple must not take it apart."""
 
     normed: torch.Tensor
     residual: torch.Tensor
@@ -92,7 +94,7 @@ def _fused_layer_forward(self, hidden_states, *args, **kwargs):
     if "past_key_values" in kwargs and "cache" in self._tilefuse_arg_names:
         kwargs["cache"] = kwargs.pop("past_key_values")
     if isinstance(hidden_states, Carried):
-        normed, residual = hidden_states
+        normed, residual = hidden_states.normed, hidden_states.residual
     else:
         normed, residual = self.input_layernorm(hidden_states), hidden_states
     attn = self.self_attn(hidden_states=normed, **kwargs)
