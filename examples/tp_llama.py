@@ -434,6 +434,7 @@ def _rank_main(ctx, args) -> list:
                         "a GPU); name a fused variant (--variant)")
                 elif ctx.on_gpu:
                     fns["tilefuse_graph"] = _graph(ctx, fns["tilefuse"])
+                    fns["tilefuse_unfused_graph"] = _graph(ctx, fns["tilefuse_unfused"])
                     if "torch" in models and dist.get_backend() == "nccl":
                         fns["torch_graph"] = _graph(ctx, fns["torch"])
                     else:
