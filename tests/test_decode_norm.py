@@ -173,6 +173,8 @@ def test_kernel_poisoned_outputs_ragged_and_chunked():
         check_norm_args("op", a, b, torch.zeros(4, 16, dtype=torch.float16), torch.ones(16), EPS)
     with pytest.raises(ValueError, match=r"eps"):
         check_norm_args("op", a, b, None, torch.ones(16), -1.0)
+    with pytest.raises(ValueError, match=r"pass norm_weight= with it"):  # before any communication
+        tilefuse.gemm_all_reduce(a, b, residual=torch.zeros(4, 16))
 
 
 def job_compile(ctx, variants):
