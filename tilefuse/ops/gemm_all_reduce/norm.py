@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ...runtime.primitives import kernel
 
-MAX_BLOCK = 8192  # columns a program holds at once (fp32 in registers: 8 per thread at 32 warps' width)
+MAX_BLOCK = 8192  # columns a program holds at once (fp32 in registers: 16 a thread at 16 warps)
 
 
 @kernel
