@@ -30,7 +30,8 @@ MODES = {
                            "than one, else 2; W = 1: each variant's fusion tax)"),
     "gemm": Mode("gemm", "tilefuse's GEMM core (tilefuse.matmul) against torch.matmul on a grid of shapes"),
     "host-overhead": Mode("host_overhead", "host time of an op call: dispatch, checks, launches"),
-    "allreduce-decode": Mode("allreduce_decode", "all-reduce at decode sizes"),
+    "decode": Mode("decode", "row-parallel GEMM + all-reduce + residual add + RMSNorm at decode sizes, fused against "
+                             "cuBLAS + NCCL / symmetric-memory chains, eager and in CUDA graphs"),
     "tune": Mode("tune", "variant='auto' on held-out shapes no table was tuned on, against plain and torch's "
                          "fused ops"),
     "tp": Mode("tp", "tensor-parallel Llama MLP forward + backward: tilefuse layers, the plain module, plain "

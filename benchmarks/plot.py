@@ -10,7 +10,7 @@ What each input becomes (its kind is read from its columns):
 ``host_w<W>.png``                   a host-cost CSV (``mode`` eager / graph, metrics ``host_us`` and
     ``wall_us``): per op, eager host µs per call and µs per call replayed in a CUDA graph, per M.
 ``decode_w<W>.png``                 a decode CSV (``mode`` eager / graph, metric ``us_per_call``): per
-    op, µs per call eagerly and in a CUDA graph, per M.
+    shape, µs per call of each ``method`` eagerly and in a CUDA graph, per M.
 ``tuned_<op>_<arch>_ws<W>.png``     a tuner table (JSON): per tuned shape, the plain time over each
     variant's best candidate; the tick is the table's choice.
 
@@ -132,13 +132,15 @@ PANELS = {  # kind -> (mode, metric, what) per panel
 
 
 def per_m_plots(plt, frame, out: Path, what: str) -> list:
-    """One figure per world: a row of panels per op, one group of bars per M, one bar per method."""
+    """One figure per world: a row of panels per op (or shape), one group of bars per M, one bar per
+    method."""
     written = []
+    by = "op" if "op" in frame.columns else "shape"
     for world, part in frame.groupby("world", sort=True):
-        ops = list(dict.fromkeys(part["op"]))
+        ops = list(dict.fromkeys(part[by]))
         fig, axes = plt.subplots(len(ops), len(PANELS[what]), figsize=(16, 3.6 * len(ops)), squeeze=False)
         for i, op in enumerate(ops):
-            sub = part[part["op"] == op]
+            sub = part[part[by] == op]
             ms = sorted(dict.fromkeys(int(m) for m in sub["M"]))
             methods = _order(sub["variant"])
             for j, (mode, metric, label) in enumerate(PANELS[what]):
@@ -202,6 +204,8 @@ def plot(paths, out_dir, fill: dict | None = None) -> list:
             written += table_plot(plt, path, out)
             continue
         frame = read_csv(path)
+        if "variant" not in frame.columns and "method" in frame.columns:
+            frame = frame.rename(columns={"method": "variant"})
         frame = frame.assign(**{k: v for k, v in (fill or {}).items() if k not in frame.columns})
         what = kind(frame)
         keys = [c for c in ("op", "world", "dtype", "M", "N", "K", "shape", "variant", "mode", "metric") if c in frame]

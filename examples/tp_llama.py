@@ -22,13 +22,19 @@ Two layouts:
 * ``decode``: forward of ``[M, 1, H]`` (M sequences, one new token each; the attention sees only
   that token: no KV cache, so the step times the linears, norms and communication), the replicated
   layout (HF's ``tp_plan``: colwise local GEMMs, rowwise ``gemm_all_reduce``), eagerly and, on GPUs,
-  captured in a CUDA graph (``*_graph`` methods; torch's styles only with NCCL).
+  captured in a CUDA graph (``*_graph`` methods; torch's styles only with NCCL). tilefuse's step runs
+  :func:`tilefuse.nn.fuse_allreduce_norm`: each o_proj and down_proj, its residual add and the RMSNorm
+  after it (post_attention_layernorm, the next layer's input_layernorm, the stack's final norm) are
+  one ``gemm_all_reduce(..., residual=, norm_weight=)`` call; ``tilefuse_unfused`` is the same styles
+  without it.
 
 Before timing, each method's output (and input gradient) is checked against the unsharded layers run
 on all tokens (tilefuse's must agree; a torch method whose collectives cannot run is reported "not
 run" with the reason).
-Times are medians of CUDA-event times with the methods' calls interleaved (``benchmarks.timing``),
-the maximum over ranks. One long-format CSV row per (layout, M, method, metric).
+Times: per round, each method's ``--calls`` back-to-back calls between CUDA events (host time on CPU
+ranks), the maximum over ranks; the median over ``--rounds`` rounds, the methods' order alternating.
+One long-format CSV row per (layout, M, method, metric). The example is self-contained (its own
+rank set-up and timing; it imports only torch, transformers and tilefuse).
 
     torchrun --nproc-per-node 2 examples/tp_llama.py --csv tp_llama.csv   # a GPU per rank, NCCL
     python examples/tp_llama.py --world 2 --csv tp_llama.csv               # spawned ranks (share GPUs: gloo)
@@ -43,16 +49,19 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import datetime
 import os
+import statistics
+import subprocess
 import sys
+import time
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: benchmarks.launch
-
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-
-from benchmarks.launch import launch  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch import nn
 
 LLAMA3_8B = dict(hidden=4096, heads=32, kv_heads=8, inter=14336)
 SMOKE = dict(hidden=64, heads=4, kv_heads=2, inter=128, layers=2, tokens=8, decode="1,4", world=2)
@@ -61,19 +70,163 @@ COLUMNS = ["layout", "M", "method", "world", "layers", "hidden", "inter", "heads
 
 
 class Stack(nn.Module):
-    """``layers`` HF Llama decoder layers, applied in turn with the same rotary embeddings."""
+    """``layers`` HF Llama decoder layers, applied in turn with the same rotary embeddings, then the
+    final RMSNorm (as in ``LlamaModel``)."""
 
     def __init__(self, cfg, layers: int):
         super().__init__()
-        from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm
 
         self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, layer_idx=i) for i in range(layers))
+        self.norm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
     def forward(self, x, pos):
         for layer in self.layers:
             x = layer(x, position_embeddings=pos)
             x = x[0] if isinstance(x, tuple) else x
-        return x
+        return self.norm(x)
+
+
+# Ranks: spawned here, or started by torchrun -----------------------------------------------------
+
+
+@dataclass
+class Rank:
+    rank: int
+    world: int
+    device: torch.device
+    host_group: object  # gloo: host barriers and the maximum of times over ranks
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    def barrier(self) -> None:
+        if self.on_gpu:
+            torch.cuda.synchronize(self.device)
+        dist.barrier(group=self.host_group)
+
+    def max(self, value: float) -> float:
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.host_group)
+        return float(t.item())
+
+
+def _setup(rank: int, world: int, init_method: str, local_rank: int, heap_size) -> Rank:
+    """This process as rank ``rank``: its GPU, the process group (NCCL where every rank has a GPU of
+    its own, else gloo) and tilefuse's heap."""
+    import tilefuse
+
+    gpus = torch.cuda.device_count() if os.environ.get("TILEFUSE_BACKEND") != "cpu" else 0
+    if gpus:
+        torch.cuda.set_device(local_rank % gpus)
+    backend = "nccl" if gpus >= world else "gloo"
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=600))
+    host_group = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
+    heap = tilefuse.init(heap_size=heap_size)
+    return Rank(rank, world, heap.device, host_group)
+
+
+def _close() -> None:
+    import tilefuse
+
+    try:
+        tilefuse.shutdown()
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawned(rank: int, world: int, port: int, args, heap_size, results) -> None:
+    try:
+        ctx = _setup(rank, world, f"tcp://127.0.0.1:{port}", rank, heap_size)
+    except BaseException:
+        results.put((rank, "error", traceback.format_exc()))
+        return
+    try:
+        results.put((rank, "ok", _rank_main(ctx, args)))
+    except BaseException:
+        results.put((rank, "error", traceback.format_exc()))
+    finally:
+        _close()
+
+
+def launch(args, heap_size) -> list:
+    """Every rank's rows: this rank's under torchrun, else ``args.world`` spawned ranks'."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        ctx = _setup(rank, world, "env://", int(os.environ.get("LOCAL_RANK", rank)), heap_size)
+        try:
+            return [_rank_main(ctx, args)]
+        finally:
+            _close()
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    spawn = mp.get_context("spawn")
+    results = spawn.Queue()
+    procs = [spawn.Process(target=_spawned, args=(r, args.world, port, args, heap_size, results), daemon=True)
+             for r in range(args.world)]
+    for proc in procs:
+        proc.start()
+    got = {}
+    while len(got) < args.world:
+        rank, status, value = results.get(timeout=3600)
+        got[rank] = (status, value)
+        if status == "error":
+            for proc in procs:
+                proc.join(timeout=30)
+            raise RuntimeError(f"rank {rank} failed:\n{value}")
+    for proc in procs:
+        proc.join(timeout=60)
+    return [got[r][1] for r in range(args.world)]
+
+
+def time_interleaved(ctx: Rank, fns: list, calls: int, rounds: int) -> list:
+    """Per function, ms per call: the median over rounds of the maximum over ranks of ``calls``
+    back-to-back calls (CUDA events on a GPU, the host clock on CPU ranks); methods interleaved."""
+    times = [[] for _ in fns]
+    for r in range(rounds):
+        order = list(range(len(fns))) if r % 2 == 0 else list(reversed(range(len(fns))))
+        for i in order:
+            fns[i]()  # warm
+            ctx.barrier()
+            if ctx.on_gpu:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(calls):
+                    fns[i]()
+                end.record()
+                end.synchronize()
+                ms = start.elapsed_time(end) / calls
+            else:
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fns[i]()
+                ms = (time.perf_counter() - t0) * 1e3 / calls
+            times[i].append(ctx.max(ms))
+    return [statistics.median(t) for t in times]
+
+
+def run_info(device: torch.device) -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu-interpreter"
+    return {"device": name, "torch": torch.__version__, "commit": commit}
+
+
+def parse_bytes(text: str) -> int:
+    """``512M``, ``8G`` or a byte count."""
+    text = text.strip().upper().removesuffix("IB").removesuffix("B")
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
 
 
 def torch_sp_plan():
@@ -136,13 +289,11 @@ def _graph(ctx, fn):
 
 
 def _rank_main(ctx, args) -> list:
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    from benchmarks.results import run_info
-    from benchmarks.timing import bench_interleaved
+    from tilefuse.nn import fuse_allreduce_norm
 
     W, dev = ctx.world, ctx.device
     if args.log_level:  # tilefuse's decisions: DEBUG names each auto decision and its source, INFO each tuning
@@ -182,8 +333,13 @@ def _rank_main(ctx, args) -> list:
                                  f"relative error {err:.3g} > {tol:g}")
 
     def build(layout, M):
-        """The parallelized copies; torch's may fail where its collectives cannot run (gloo on GPUs)."""
+        """The parallelized copies; torch's may fail where its collectives cannot run (gloo on GPUs).
+        In the decode layout tilefuse's runs each row-parallel projection and the norm after it as one
+        call (``fuse_allreduce_norm``); ``tilefuse_unfused`` is the same styles without it."""
         models = {"tilefuse": parallelized(full, mesh, plans[(layout, "tilefuse")])}
+        if layout == "decode":
+            models["tilefuse_unfused"] = models["tilefuse"]
+            models["tilefuse"] = fuse_allreduce_norm(parallelized(full, mesh, plans[(layout, "tilefuse")]))
         if ctx.on_gpu and dist.get_backend() != "nccl":
             # Ranks sharing a GPU use gloo, whose collectives on CUDA tensors can kill the process
             # under DTensor (see the sequence-parallel layout below): torch's styles are not run.
@@ -209,7 +365,7 @@ def _rank_main(ctx, args) -> list:
                 del models[method]
         return outs
 
-    reps = dict(cpu_reps=args.cpu_reps, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+    reps = dict(calls=args.calls, rounds=args.rounds)
     if "sequence_parallel" in args.layouts and ctx.on_gpu and dist.get_backend() != "nccl":
         # Ranks sharing a GPU use gloo, and DTensor's sequence-parallel redistributions (the inputs of
         # the norms and attention) kill the processes with a segmentation fault under gloo on CUDA
@@ -254,7 +410,7 @@ def _rank_main(ctx, args) -> list:
             fns.update(_compiled(ctx, models["tilefuse"], step, add, check, layout, T, y_ref, dx_ref))
         if args.async_tp and "torch" in models:
             fns.update(_async_tp(ctx, models["torch"], step, add, layout, T))
-        for method, ms in zip(fns, bench_interleaved(ctx, list(fns.values()), **reps)):
+        for method, ms in zip(fns, time_interleaved(ctx, list(fns.values()), **reps)):
             add(layout, T, method, "ms", ms, "forward + backward")
         del models, outs, fns
     if "decode" in args.layouts:
@@ -278,12 +434,13 @@ def _rank_main(ctx, args) -> list:
                         "a GPU); name a fused variant (--variant)")
                 elif ctx.on_gpu:
                     fns["tilefuse_graph"] = _graph(ctx, fns["tilefuse"])
+                    fns["tilefuse_unfused_graph"] = _graph(ctx, fns["tilefuse_unfused"])
                     if "torch" in models and dist.get_backend() == "nccl":
                         fns["torch_graph"] = _graph(ctx, fns["torch"])
                     else:
                         add(layout, M, "torch_graph", "ms", float("nan"), "not run: torch's styles need NCCL "
                             "(ranks sharing a GPU use gloo, whose collectives cannot be captured)")
-                for method, ms in zip(fns, bench_interleaved(ctx, list(fns.values()), **reps)):
+                for method, ms in zip(fns, time_interleaved(ctx, list(fns.values()), **reps)):
                     add(layout, M, method, "ms", ms, "forward, CUDA graph replay" if method.endswith("_graph")
                         else "forward, eager")
     return rows if ctx.rank == 0 else []
@@ -308,8 +465,6 @@ def _compiled(ctx, model, step, add, check, layout, T, y_ref, dx_ref) -> dict:
 
 def _async_tp(ctx, torch_model, step, add, layout, T) -> dict:
     """torch's styles compiled with micro-pipelined TP, where it can run (GPUs, NCCL)."""
-    import torch.distributed as dist
-
     if not ctx.on_gpu or dist.get_backend() != "nccl":
         add(layout, T, "torch_async_tp", "ms", float("nan"), "not run: needs a GPU per rank and NCCL")
         return {}
@@ -346,9 +501,8 @@ def parse_args(argv=None):
     p.add_argument("--compile", action="store_true",
                    help="also time tilefuse's styles under torch.compile (sequence-parallel layout)")
     p.add_argument("--heap", default=None, help="tilefuse heap bytes per rank, e.g. 8G (default: tilefuse's)")
-    p.add_argument("--warmup-ms", type=float, default=100.0)
-    p.add_argument("--rep-ms", type=float, default=500.0)
-    p.add_argument("--cpu-reps", type=int, default=2)
+    p.add_argument("--calls", type=int, default=20, help="back-to-back calls per timing")
+    p.add_argument("--rounds", type=int, default=5, help="timings per method, the methods interleaved")
     p.add_argument("--csv", default=None, help="write the rows to this CSV file")
     p.add_argument("--log-level", default=None, choices=("debug", "info", "warning"),
                    help="log tilefuse's messages at this level (debug: every auto decision and its source)")
@@ -359,7 +513,7 @@ def parse_args(argv=None):
         os.environ["TRITON_INTERPRET"] = "1"
         for key, value in SMOKE.items():
             setattr(args, key, value)
-        args.cpu_reps = 1
+        args.calls, args.rounds = 1, 1
         args.compile = True
     args.decode = [int(m) for m in str(args.decode).split(",") if m.strip()]
     args.layouts = [s.strip() for s in args.layouts.split(",") if s.strip()]
@@ -373,12 +527,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    heap = None
-    if args.heap:
-        from benchmarks.results import parse_bytes
-
-        heap = parse_bytes(args.heap)
-    results = launch(_rank_main, args.world, args, heap_size=heap)
+    results = launch(args, parse_bytes(args.heap) if args.heap else None)
     rows = [r for rank_rows in results for r in rank_rows]
     if not rows:  # under torchrun only rank 0 reports
         return 0

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Mode files another change replaces (the host and decode modes); until then they are not held to
 # the public-API and size rules below.
 PENDING = {"host_overhead.py", "host_path.py", "dispatch_cost.py", "host_profile.py", "allreduce_decode.py",
-           "decode_gemm.py"}
+           "decode_gemm.py", "decode.py"}
 MAX_LINES = 3500
 
 
@@ -244,12 +244,14 @@ def test_plot_draws_each_kind_and_stamps_its_run(tmp_path):
             for v, m, x in (("plain", "ms", 1.0), ("plain", "speedup_vs_plain", 1.0), ("bulk_sync", "ms", 0.8),
                             ("bulk_sync", "speedup_vs_plain", 1.25), ("ideal", "ideal_speedup", 1.5))]
     pd.DataFrame(rows).to_csv(tmp_path / "suite.csv", index=False)
-    per_m = {"host": ("host_us", "wall_us"), "decode": ("us_per_call",)}
-    for what, metrics in per_m.items():
+    for what, metrics in {"host": ("host_us", "wall_us"), "decode": ("us_per_call",)}.items():
         rows = [dict(op="gemm_all_reduce", variant=v, M=M, N=64, K=32, dtype="bf16", world=2, mode=mode, metric=m,
                      value=10.0 + M, device="H200", commit="63924e7")
                 for v in ("plain", "fused_sequential") for M in (1, 16) for mode in ("eager", "graph") for m in metrics]
-        pd.DataFrame(rows).to_csv(tmp_path / f"{what}.csv", index=False)
+        frame = pd.DataFrame(rows)
+        if what == "decode":  # the decode mode's columns: a shape and a method per row, no op
+            frame = frame.drop(columns="op").rename(columns={"variant": "method"}).assign(shape="8b.o_proj")
+        frame.to_csv(tmp_path / f"{what}.csv", index=False)
     titles = []
     real = plot._pyplot()
     savefig = real.Figure.savefig
@@ -540,3 +542,39 @@ def test_interleaved_us_medians_per_method_in_rounds():
     assert done == pytest.approx({"plain": 2.25, "fused": 5.25})
     host, done = interleaved_us(fns, calls=2, rounds=1, clock=clock)
     assert host == pytest.approx({"plain": 2.0, "fused": 5.0}) and done == {}
+
+
+# ----------------------------------------------------------------------------- decode
+def job_decode(ctx, argv, shape):
+    """benchmarks.decode's rank function in a pool, on one of its smoke shapes: its rows."""
+    import torch.distributed as dist
+
+    from benchmarks import decode
+    from benchmarks.launch import RankCtx
+
+    opts = decode.parse_options(argv)
+    opts.shapes = {shape: decode.SMOKE_SHAPES[shape]}
+    bctx = RankCtx(ctx.rank, ctx.world, ctx.device, ctx.heap, dist.get_backend(), dist.group.WORLD)
+    return decode.run_rank(bctx, opts)
+
+
+def test_decode_smoke_checks_and_times_every_method(pools, on_gpu):
+    """benchmarks.decode --smoke at world 2: the fused call with the epilogue and the cuBLAS + NCCL
+    chain checked (same bits on every rank, small error) and timed; the symmetric-memory chain timed
+    on a GPU with one per rank, else a ``skipped`` row saying why."""
+    from benchmarks import decode
+
+    rows = pools.run(2, job_decode, ["--smoke", "--M", "3", "--variants", "fused_sequential"], "tiny.o_proj")[0]
+    df = pd.DataFrame(rows)
+    assert (df["metric"] != "error").all(), df[df["metric"] == "error"]["note"].tolist()
+    check = df[df["mode"] == "check"].set_index(["method", "metric"])["value"]
+    for method in ("tilefuse.fused_sequential", "cublas_nccl"):
+        for what in ("y", "s"):
+            assert check[(method, f"same_bits_{what}")] == 1.0
+            assert check[(method, f"rel_error_{what}")] < 1e-2
+        timed = df[(df["method"] == method) & (df["metric"] == "us_per_call")]
+        assert list(timed["mode"]) == ["eager"] and (timed["value"] > 0).all()
+    symm = df[df["method"] == "cublas_symm_one_shot"]
+    if not on_gpu:
+        assert list(symm["metric"]) == ["skipped"] and "symmetric memory" in symm["note"].iloc[0]
+    assert set(decode.BASELINES) <= set(df["method"])

@@ -421,7 +421,9 @@ def test_tp_llama_example_smoke(tmp_path, on_gpu):
     text = out.read_text().splitlines()
     assert text[0].startswith("layout,"), text[:2]
     methods = {line.split(",")[2] for line in text[1:]}
-    assert {"tilefuse", "torch", "tilefuse_compiled"} <= methods, methods
+    assert {"tilefuse", "tilefuse_unfused", "torch", "tilefuse_compiled"} <= methods, methods
+    source = open(os.path.join(ROOT, "examples", "tp_llama.py")).read()
+    assert "from benchmarks" not in source and "import benchmarks" not in source  # self-contained
     graphs = [line.split(",") for line in text[1:] if line.split(",")[2] == "tilefuse_compiled"
               and line.split(",")[10] == "graphs"]
     assert [float(row[11]) for row in graphs] == [1.0], graphs

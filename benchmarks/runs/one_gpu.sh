@@ -8,7 +8,8 @@
 #           eagerly and replayed in CUDA graphs
 #   gemm    the GEMM core against torch.matmul on the parity grid
 #   host    host µs per eager call and µs per CUDA-graph replay, every op x variant, M = 1, 16
-#   decode  gemm_all_reduce at decode sizes, eager and in CUDA graphs
+#   decode  gemm_all_reduce + residual add + RMSNorm at decode sizes, fused against cuBLAS + the
+#           collective, eager and in CUDA graphs
 #   tune    auto on held-out shapes against plain
 #   tp      the tensor-parallel Llama-3-8B MLP forward + backward at W = 1 (the layers' overhead)
 #   tables  the W = 1 tuner for the four ops, into tilefuse/configs (copied to $R/configs)
@@ -28,8 +29,8 @@ for part in "$@"; do
         plots "$R/host_w1.csv"
         ;;
     decode)
-        step decode_w1 120 "$PY" -m benchmarks allreduce-decode --world 1 --M 1,16,64,256 --csv "$R/decode_w1.csv"
-        plots "$R/decode_w1.csv"
+        step decode_w1 150 "$PY" -m benchmarks decode --world 1 --out "$R/decode_w1"
+        plots "$R/decode_w1/decode.csv"
         ;;
     tune) step tune_w1 150 "$PY" -m benchmarks tune --world 1 --n 6 --budget-s 120 --out "$R/tune_w1.csv" ;;
     tp) step tp_w1 90 "$PY" -m benchmarks tp --world 1 --size 8b --csv "$R/tp_w1.csv" ;;

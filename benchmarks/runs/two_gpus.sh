@@ -7,7 +7,8 @@
 #   suite   every op x variant (all_gather_gemm's copy_engine form too) and auto against plain and
 #           torch's fused ops on the llama3-8b and iris sets
 #   host    host µs per eager call and µs per CUDA-graph replay at M = 1, 16
-#   decode  gemm_all_reduce at M = 1-1024, eager and in CUDA graphs
+#   decode  gemm_all_reduce + residual add + RMSNorm at decode sizes, fused against cuBLAS + NCCL and
+#           cuBLAS + torch's symmetric-memory all-reduce, eager and in CUDA graphs
 #   tune    auto on held-out shapes against plain and torch's fused ops
 #   tp      Llama-3-8B decoder layers against torch's styles and its async-TP (examples/tp_llama.py), and
 #           the TP MLP (benchmarks tp)
@@ -30,8 +31,8 @@ for part in "$@"; do
         plots "$R/host_w2.csv"
         ;;
     decode)
-        step decode_w2 90 "$PY" -m benchmarks allreduce-decode --world 2 --M 1,16,64,256,1024 --csv "$R/decode_w2.csv"
-        plots "$R/decode_w2.csv"
+        step decode_w2 150 "$PY" -m benchmarks decode --world 2 --out "$R/decode_w2"
+        plots "$R/decode_w2/decode.csv"
         ;;
     tune) step tune_w2 110 "$PY" -m benchmarks tune --world 2 --n 4 --budget-s 80 --out "$R/tune_w2.csv" ;;
     tp)

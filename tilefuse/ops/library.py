@@ -298,6 +298,83 @@ def _(a, b, out, variant, config, group) -> None:
     _fake_out(SPECS["gemm_all_scatter"], a, b, group)
 
 
+# gemm_all_reduce with the residual-add + RMSNorm epilogue -----------------------------------------
+# ``(y, new_residual)`` (gemm_all_reduce/norm.py). Backward, g the gradient of s = all_reduce(a @ b)
+# (+ bias) (+ residual): g = rms_norm_backward(dy) + d(new_residual); then gemm_all_reduce's formulas,
+# d(residual) = g, d(norm_weight) = sum over rows of dy * s * rsqrt(mean(s^2) + eps).
+
+
+def run_norm(a, b, variant: str, config, group, bias, residual, norm_weight, eps: float):
+    """The entry point of ``variant`` (a Config, a ProcessGroup or None), then the epilogue."""
+    from .gemm_all_reduce.norm import run_with_norm
+
+    def entry(a, b, **kwargs):
+        return _entry("gemm_all_reduce", a, b, variant, config, group, **kwargs)
+
+    return run_with_norm(entry, a, b, plain=variant in ("plain", "reference"), residual=residual,
+                         norm_weight=norm_weight, eps=eps, **({} if bias is None else {"bias": bias}))
+
+
+@torch.library.custom_op("tilefuse::gemm_all_reduce_norm", mutates_args=(),
+                         schema=f"({_ARGS}, Tensor? bias, Tensor? residual, Tensor norm_weight, float eps) "
+                                "-> (Tensor, Tensor)")
+def gemm_all_reduce_norm(a, b, variant, config, group, bias, residual, norm_weight, eps):
+    y, s = run_norm(a, b, variant, decode_config(config), resolve_group(group), bias, residual, norm_weight, eps)
+    others = (a, b) if residual is None else (a, b, residual)
+    return _owned(y, *others), _owned(s, *others)
+
+
+@gemm_all_reduce_norm.register_fake
+def _(a, b, variant, config, group, bias, residual, norm_weight, eps):
+    from .gemm_all_reduce.norm import check_norm_args
+
+    c = _fake_out(SPECS["gemm_all_reduce"], a, b, group, bias)
+    check_norm_args("gemm_all_reduce", a, b, residual, norm_weight, eps)
+    return c, torch.empty_like(c)
+
+
+def _norm_setup(ctx, inputs, output):
+    needs = ctx.needs_input_grad
+    ctx.eps = inputs[8]
+    ctx.save_for_backward(inputs[0] if needs[1] else None, inputs[1] if needs[0] else None, output[1], inputs[7])
+    ctx.set_materialize_grads(False)
+
+
+def _norm_backward(ctx, dy, ds):
+    from .gemm_all_reduce.norm import rms_norm_backward
+
+    a, b, s, weight = ctx.saved_tensors
+    needs = ctx.needs_input_grad  # a, b, variant, config, group, bias, residual, norm_weight, eps
+    g, dweight = rms_norm_backward(s, weight, ctx.eps, dy, ds, needs[7])
+    grads = [None] * 9
+    if g is not None:
+        g = g.contiguous()
+        grads[0] = g @ b.t() if needs[0] else None
+        grads[1] = a.t() @ g if needs[1] else None
+        grads[5] = g.sum(0, dtype=torch.float32).to(g.dtype) if needs[5] else None
+        grads[6] = g if needs[6] else None
+    grads[7] = dweight
+    return tuple(grads)
+
+
+gemm_all_reduce_norm.register_autograd(_norm_backward, setup_context=_norm_setup)
+
+
+def call_norm(a, b, *, variant: str, config, group, bias, residual, norm_weight, eps):
+    """``torch.ops.tilefuse.gemm_all_reduce_norm`` from the public function's arguments (or, as
+    :func:`call`, its entry point directly where nothing traces the call and nothing needs a gradient)."""
+    if not isinstance(variant, str):
+        raise TypeError(f"gemm_all_reduce: variant must be a string, got {type(variant).__name__}")
+    if norm_weight is None:
+        raise ValueError("gemm_all_reduce: residual= is the residual of the fused RMSNorm; pass norm_weight= "
+                         "with it (or add the residual to the result yourself)")
+    if _direct(a, b, bias, residual, norm_weight):
+        return run_norm(a, b, variant, config, resolve_group(group) if isinstance(group, str) else group, bias,
+                        residual, norm_weight, eps)
+    return torch.ops.tilefuse.gemm_all_reduce_norm(a, b, variant, encode_config(config), group_name(group), bias,
+                                                    residual, norm_weight, float(eps))
+
+
 # The collectives of the backward formulas ---------------------------------------------------------
 
 

@@ -16,7 +16,8 @@ for _name, _fn in ENTRY_POINTS.items():
     registry.register(OP, _name, _fn)
 
 
-def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bias=None):
+def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bias=None, residual=None,
+                    norm_weight=None, eps: float = 1e-6):
     """GEMM over a K shard, summed over ranks, on every rank: ``all_reduce(a @ b) (+ bias)``.
 
     The row-parallel linear of inference tensor parallelism. Every rank of ``group`` (default: the
@@ -50,8 +51,20 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     the default at decode sizes on a GPU) also keeps ``4*SPLIT_K*BLOCK_M*BLOCK_N`` bytes a tile of
     fp32 slices in ordinary device memory, one set per stream.
 
+    ``residual``, ``norm_weight``, ``eps``: the fused residual-add + RMSNorm of a decoder layer (vLLM's
+    fused add-RMSNorm after the all-reduce). Given ``norm_weight [N]`` (and optionally ``residual
+    [M, N]`` of a's dtype), the call returns ``(y, new_residual)``: ``s = all_reduce(a @ b) (+ bias)
+    (+ residual)`` rounded to a's dtype is ``new_residual``, and ``y = s * rsqrt(mean(s^2, -1) + eps)
+    * norm_weight``, computed in fp32 from that ``s`` and rounded once (``norm.py``). Both have the same
+    bits on every rank. Every variant runs it after its reduction (one kernel, a program per row); the
+    plain and reference paths in torch ops. ``norm_weight`` and ``residual`` must be the same on every
+    rank; their gradients (and ``a``'s, ``b``'s, ``bias``'s) are those of the composed ops.
+
     Returns once every rank's partial has been summed into ``c`` (stream-ordered on a GPU: complete
     for any later work on the current stream). Collective: every rank must make the same calls in
     the same order. CUDA graphs: make one eager call of the shape first, then capture.
     """
+    if norm_weight is not None or residual is not None:
+        return library.call_norm(a, b, variant=variant, config=config, group=group, bias=bias, residual=residual,
+                                 norm_weight=norm_weight, eps=eps)
     return library.call(OP, a, b, variant=variant, config=config, group=group, bias=bias)
