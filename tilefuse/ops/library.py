@@ -341,21 +341,21 @@ reduce_scatter_rows.register_autograd(
     lambda ctx, g: (torch.ops.tilefuse.all_gather_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
 
 
-def _direct(a, b, kwargs: dict) -> bool:
-    """Whether an eager call may skip the dispatcher: nothing traces it (no torch.compile, no
-    dispatch mode such as FakeTensorMode or make_fx's), its tensors are plain ``torch.Tensor``
-    (no FakeTensor, FunctionalTensor or other subclass) and none needs a gradient."""
-    if _is_compiling() or _dispatch_modes():
-        return False
-    if type(a) is _Tensor and type(b) is _Tensor:  # the common case, on one line
-        if _grad_enabled() and (a.requires_grad or b.requires_grad):
-            return False
-    elif not (_plain(a) and _plain(b)):
-        return False
+def _direct(a, b, kwargs: dict) -> dict | None:
+    """Where an eager call may skip the dispatcher, the keyword arguments its entry point needs (those
+    not at their default, None or False), else None. It may where nothing traces it (no
+    torch.compile, no dispatch mode such as FakeTensorMode or make_fx's), its tensors are plain
+    ``torch.Tensor`` (no FakeTensor, FunctionalTensor or other subclass) and none needs a gradient.
+    (:func:`call` makes the common case's test itself: a call is as cheap as a Python function's.)"""
+    if _is_compiling() or _dispatch_modes() or not (_plain(a) and _plain(b)):
+        return None
+    given = _NONE
     for value in kwargs.values():
-        if value is not None and not _plain(value):
-            return False
-    return True
+        if value is not None and value is not False:
+            if not _plain(value):
+                return None
+            given = kwargs
+    return given
 
 
 def _plain(t) -> bool:
@@ -366,6 +366,7 @@ def _plain(t) -> bool:
 
 
 _Tensor = torch.Tensor
+_NONE: dict = {}  # no keyword argument to pass on (never written)
 _is_compiling = torch.compiler.is_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack  # what _get_current_dispatch_mode reads first
 _grad_enabled = torch.is_grad_enabled
@@ -382,14 +383,25 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
     ``b`` needs a gradient, all_gather_gemm runs the gathered-output op: the weight gradient needs
     ``all_gather(a)``.
     """
-    if _direct(a, b, kwargs):
+    if (type(a) is _Tensor and type(b) is _Tensor and not (_grad_enabled() and (a.requires_grad or b.requires_grad))
+            and not _is_compiling() and not _dispatch_modes()):  # _direct's common case, on one line
+        given = _NONE
+        for value in kwargs.values():
+            if value is not None and value is not False:
+                given = _direct(a, b, kwargs)
+                break
+    else:
+        given = _direct(a, b, kwargs)
+    if given is not None:
         if type(group) is str:
             group = resolve_group(group)
         if variant == "auto":
-            return run_auto(op, a, b, config, group, **kwargs)
+            return run_auto(op, a, b, config, group, **given) if given else run_auto(op, a, b, config, group)
         if not isinstance(variant, str):
             raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
-        return _get(op, variant)(a, b, config=config, group=group, **kwargs)
+        if given:
+            return _get(op, variant)(a, b, config=config, group=group, **given)
+        return _get(op, variant)(a, b, config=config, group=group)
     if not isinstance(variant, str):
         raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
     cfg, grp = encode_config(config), group_name(group)
