@@ -34,7 +34,10 @@ _SIZES: dict = {}  # process group -> its size (a group's size never changes)
 
 
 def world_size(group, who: str) -> int:
-    """The size of ``group`` (default: the world), looked up once per group."""
+    """The size of ``group`` (default: the world), looked up once per group (traced code asks torch:
+    a cache filled while tracing would change under the compiled graph's guards)."""
+    if torch.compiler.is_compiling():
+        return world_of(group, who)[0]
     pg = group if group is not None else dist.group.WORLD
     size = _SIZES.get(pg) if pg is not None else None
     if size is None:
