@@ -34,7 +34,8 @@ MODES = {
     "suite": Mode("suite", "every op and variant at world N against torch.matmul + the collective, the "
                            "collective alone, torch's fused ops and the ideal overlap (default N: the GPU "
                            "count if more than one, else 2)"),
-    "host-overhead": Mode("host_overhead", "host time of an op call: dispatch, checks, launches"),
+    "host": Mode("host", "host µs per eager call and device µs per call timed alone: torch's own calls, plain, "
+                         "auto and each variant (W = 1 on random shapes, W = 2 host time; --parts, --profile)"),
     "tp": Mode("tp_mlp", "tensor-parallel Llama MLP forward + backward: tilefuse layers, the plain module, "
                          "torch's tensor parallelism"),
     "bandwidth": Mode("bandwidth", "the device API's store / load / put / get against plain copies"),
@@ -45,7 +46,6 @@ MODES = {
     "heldout": Mode("heldout", "auto on held-out shapes the tables were not tuned on, against the plain path "
                                "and torch's fused ops"),
     "allreduce-decode": Mode("allreduce_decode", "all-reduce at decode sizes"),
-    "dispatch-cost": Mode("dispatch_cost", "what variant='auto' adds to a call over the plain path"),
     "auto-ab": Mode("auto_ab", "auto against the function it runs, in alternating rounds"),
     "sync-cost": Mode("sync_cost", "tilefuse.synchronize's bounded wait against torch.cuda.synchronize"),
     "plots": Mode("plots", "PNG plots of a suite CSV or of tuned tables"),

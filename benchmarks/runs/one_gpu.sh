@@ -4,8 +4,9 @@
 #   bash benchmarks/runs/one_gpu.sh host tests          (from the repository root)
 # TOTAL_S (default 570) bounds the whole run: a part that does not fit is skipped and says so.
 # Parts:
-#   host    host µs per eager call: every op x variant and plain at W = 1 with real launches
-#           (host_path, M = 1, 16, 128), and at W = 2 with ranks sharing the GPU (host_overhead, eager)
+#   host    host µs per eager call (benchmarks host): every op x variant, plain and auto at W = 1 with
+#           real launches (M = 1, 16, 128); torch, plain and auto on 24 random shapes with device µs
+#           per call timed alone; at W = 2 with ranks sharing the GPU, host time
 #   tests   the GPU test suite without the slow set, ranks sharing the GPU (gpu_tests.sh)
 #   parity  the GEMM core against torch.matmul on the parity grid (gemm_sweep)
 #   suite   every op x variant at W = 1 against torch.matmul on the Llama-3-8B set
@@ -16,10 +17,11 @@ END=$(( T0 + ${TOTAL_S:-570} ))
 for part in "$@"; do
     case $part in
     host)
-        step host_path_w1 90 "$PY" -m benchmarks.host_path --real-launches --M 1,16,128 --N 4096 --K 8192 \
-            --calls 100 --rounds 5 --csv "$R/host_path_w1.csv"
-        step host_overhead_w2 120 "$PY" -m benchmarks host_overhead --world 2 --M 1,16 --no-graphs --calls 100 \
-            --csv "$R/host_overhead_w2.csv"
+        step host_path_w1 90 "$PY" -m benchmarks host --world 1 --real-launches \
+            --shapes 1x4096x8192,16x4096x8192,128x4096x8192 --calls 100 --rounds 5 --out "$R/host_path"
+        step host_random_w1 150 env TILEFUSE_AUTOTUNE=0 "$PY" -m benchmarks host --world 1 \
+            --variants torch,plain,auto,plain_entry --out "$R/host_random"
+        step host_w2 120 "$PY" -m benchmarks host --world 2 --calls 100 --out "$R/host_w2"
         ;;
     tests) tests_in_rest "" ;;
     parity) step gemm_parity 240 "$PY" -m benchmarks.gemm_sweep --grid parity --csv "$R/gemm_parity.csv" ;;

@@ -7,7 +7,7 @@
 #   suite      every op x variant (all_gather_gemm's copy_engine form too) and auto against plain and
 #              torch's fused ops on the llama3-8b and iris sets, then its plots
 #   decode     gemm_all_reduce at M = 1-1024, eager and in CUDA graphs (allreduce_decode)
-#   host       host µs per eager call and µs per graph replay at M = 1, 16 (host_overhead), plots
+#   host       host µs per eager call and µs per graph replay at M = 1, 16 (benchmarks host), plots
 #   bandwidth  the device API's put / get against NCCL's all-gather
 #   tune       the W = 2 tuner for the four ops on llama3-8b and iris, into tilefuse/configs
 #   heldout    auto on held-out shapes against plain and torch's fused ops
@@ -33,9 +33,9 @@ for part in "$@"; do
             --csv "$R/allreduce_decode_w2.csv"
         ;;
     host)
-        step host_overhead_w2 110 "$PY" -m benchmarks host_overhead --world 2 --M 1,16 --calls 100 --replays 100 \
-            --csv "$R/host_overhead_w2.csv"
-        step host_plots 60 "$PY" -m benchmarks plots --host-overhead "$R/host_overhead_w2.csv" --out "$R/plots"
+        step host_w2 110 "$PY" -m benchmarks host --world 2 --wide-shapes 1x4096x8192,16x4096x8192 --calls 100 \
+            --graphs --out "$R/host"
+        step host_plots 60 "$PY" -m benchmarks plots --host-overhead "$R/host/host_w2.csv" --out "$R/plots"
         ;;
     bandwidth)
         step bandwidth_w2 75 torchrun --nproc-per-node 2 -m benchmarks bandwidth --sizes default \
