@@ -13,8 +13,9 @@ collective called as a user writes them: ``all_gather_into_tensor``, ``reduce_sc
 CUDA tensors), ``plain`` and ``auto`` (the public function; auto's note says what it ran), each
 fused variant and named form (the public function), ``plain_entry`` (the registry's entry point,
 without the public function) and ``plain_custom_op`` (``torch.ops.tilefuse.<op>``: what traced code
-and autograd pay). Every rank calls ``op(a [M, K], b [K, N])``; gemm_reduce_scatter's M is rounded up
-to a multiple of W.
+and autograd pay); ``--layers``: at W = 1 also op ``linear``, nn.Linear against ColumnParallelLinear
+and RowParallelLinear (TP size 1, bias, ``x [M, K] -> [M, N]``). Every rank calls
+``op(a [M, K], b [K, N])``; gemm_reduce_scatter's M is rounded up to a multiple of W.
 
 Shapes. ``--shapes MxNxK,...``; else at W = 1 a seeded random set (``--random 24 --seed 0``: M
 log-uniform in 1-8192, N and K log-uniform in 1024-28672 in steps of 128, dtypes bf16 and fp16 in
@@ -128,6 +129,19 @@ def methods(op: str, world: int = 1, host: bool = False, names=None) -> dict:
     out["plain_entry"] = lambda a, b: entry(a, b)
     out["plain_custom_op"] = lambda a, b: custom(a, b, "plain", None, None)
     return out if names is None else {n: out[n] for n in names if n in out}
+
+
+def layer_methods(N: int, K: int, dtype, device) -> dict:
+    """``{name: fn(a, b)}`` of the linear layers at TP size 1, ``x [M, K] -> [M, N]`` with a bias (the
+    ``b`` operand is not used): nn.Linear and tilefuse's two layers, default variant."""
+    from torch import nn
+
+    from tilefuse.nn import ColumnParallelLinear, RowParallelLinear
+
+    layers = {"nn.Linear": nn.Linear(K, N, device=device, dtype=dtype),
+              "ColumnParallelLinear": ColumnParallelLinear(K, N, bias=True, seed=0, device=device, dtype=dtype),
+              "RowParallelLinear": RowParallelLinear(K, N, bias=True, seed=0, device=device, dtype=dtype)}
+    return {name: (lambda a, b, layer=layer: layer(a)) for name, layer in layers.items()}
 
 
 def interleaved_us(fns: dict, calls: int, rounds: int, clock, sync=None, context=None) -> tuple[dict, dict]:
@@ -273,7 +287,7 @@ def _job(ctx, ops, shapes, names, opts) -> list:
     if not ctx.on_gpu:
         torch.set_num_threads(1)  # a CPU matmul of this size waits on its worker threads otherwise
     with contextlib.nullcontext() if real else noop_launches(), torch.no_grad():
-        for op in ops:
+        for op in ops + (["linear"] if opts["layers"] and W == 1 else []):
             for M0, N, K, dname in shapes:
                 M = -(-M0 // W) * W if op == "gemm_reduce_scatter" else M0
                 g = torch.Generator().manual_seed(1 + ctx.rank)
@@ -281,7 +295,8 @@ def _job(ctx, ops, shapes, names, opts) -> list:
                 b = torch.randn(K, N, generator=g).to(ctx.device, parse_dtype(dname))
                 base = dict(op=op, M=M, N=N, K=K, dtype=dname, world=W)
                 fns, failed = {}, {}
-                for name, f in methods(op, W, host, names).items():
+                table = layer_methods(N, K, a.dtype, ctx.device) if op == "linear" else methods(op, W, host, names)
+                for name, f in table.items():
                     fn = (lambda f=f, a=a, b=b: f(a, b))
                     err = None
                     try:
@@ -311,7 +326,7 @@ def _job(ctx, ops, shapes, names, opts) -> list:
                         rows.append({**r, "metric": "alone_host_us", "value": h})
                         if d is not None:
                             rows.append({**r, "metric": "device_us", "value": d})
-                if real and W == 1 and opts["check"]:
+                if real and W == 1 and opts["check"] and op != "linear":
                     rows += _check_methods(ctx, op, M, N, K, dname, fns)
                 if real and opts["graphs"]:
                     for name, fn in fns.items():
@@ -474,6 +489,8 @@ def main(argv=None) -> int:
     p.add_argument("--noop-launches", action="store_true", help="make tilefuse's launches no-ops on a GPU too")
     p.add_argument("--no-check", action="store_true", help="skip the check of every method on new operands")
     p.add_argument("--graphs", action="store_true", help="also time each method replayed in a CUDA graph")
+    p.add_argument("--layers", action="store_true", help="at W = 1 also nn.Linear against tilefuse's layers "
+                   "(op 'linear', x [M, K] -> [M, N])")
     p.add_argument("--clock", choices=("wall", "cpu"), default=None)
     p.add_argument("--heap", type=int, default=None, help="heap bytes per rank (default: the launcher's)")
     p.add_argument("--parts", action="store_true", help="the parts of one call of --ops/--variants, timed alone")
@@ -503,7 +520,7 @@ def main(argv=None) -> int:
         shapes = _shape_list(args) if W == 1 or args.tiny else [
             (*(int(x) for x in s.lower().split("x")), args.dtype or "bf16") for s in args.wide_shapes.split(",")]
         opts = dict(calls=args.calls, rounds=args.rounds, alone=args.alone, warmup=args.warmup,
-                    noop=args.noop_launches or on_cpu, check=not args.no_check, graphs=args.graphs,
+                    noop=args.noop_launches or on_cpu, check=not args.no_check, graphs=args.graphs, layers=args.layers,
                     clock=args.clock or ("wall" if W == 1 and not on_cpu else "cpu"))
         rows = merge(launch(_job, W, ops, shapes, names, opts, heap_size=args.heap))
         print(f"host: world {W}, {device}, {'no-op' if opts['noop'] else 'real'} launches, {opts['clock']} clock, "
