@@ -66,6 +66,7 @@ CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric
 EXTRA = ("plain_entry", "plain_custom_op")  # forms of plain that say where its host time goes
 _gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_reduce = dist.all_reduce
 
 
 def random_shapes(count: int, seed: int) -> list:
@@ -107,9 +108,9 @@ def torch_calls(op: str, a, b, world: int, host: bool):
         return out
     if host:
         staged = part.cpu()
-        dist.all_reduce(staged)
+        _all_reduce(staged)
         return part.copy_(staged)
-    dist.all_reduce(part)
+    _all_reduce(part)
     return part
 
 
@@ -248,6 +249,28 @@ def noop_launches():
             k._compiled.update(compiled)
 
 
+@contextlib.contextmanager
+def noop_collectives():
+    """torch's tensor collectives do nothing inside the block, for torch's own calls and tilefuse's
+    plain path alike: what is timed is the host path around them (on CPU ranks a gloo collective's
+    own time, and its wait for the peer, swamps everything else)."""
+    from tilefuse.ops.common import collectives
+
+    def nothing(*args, **kwargs):
+        return None
+
+    here = sys.modules[__name__]
+    saved = [(m, n, getattr(m, n)) for m in (here, collectives) for n in dir(m)
+             if n in ("_gather", "_scatter", "_all_gather", "_reduce_scatter", "_all_reduce")]
+    for m, n, _ in saved:
+        setattr(m, n, nothing)
+    try:
+        yield
+    finally:
+        for m, n, real in saved:
+            setattr(m, n, real)
+
+
 def _check_methods(ctx, op, M, N, K, dtype_name, names) -> list:
     """Each method once more on new operands (other addresses), workspaces poisoned first, against
     the op's reference: ``rel_err`` and ``ok`` rows (1 within :func:`.checks.tolerance`)."""
@@ -286,7 +309,8 @@ def _job(ctx, ops, shapes, names, opts) -> list:
     sync = torch.cuda.synchronize if real else None
     if not ctx.on_gpu:
         torch.set_num_threads(1)  # a CPU matmul of this size waits on its worker threads otherwise
-    with contextlib.nullcontext() if real else noop_launches(), torch.no_grad():
+    quiet = noop_collectives() if opts["noop_collectives"] else contextlib.nullcontext()
+    with contextlib.nullcontext() if real else noop_launches(), quiet, torch.no_grad():
         for op in ops + (["linear"] if opts["layers"] and W == 1 else []):
             for M0, N, K, dname in shapes:
                 M = -(-M0 // W) * W if op == "gemm_reduce_scatter" else M0
@@ -487,6 +511,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--real-launches", action="store_true", help="launch the kernels (the default on a GPU)")
     p.add_argument("--noop-launches", action="store_true", help="make tilefuse's launches no-ops on a GPU too")
+    p.add_argument("--noop-collectives", action="store_true", help="make torch's tensor collectives no-ops "
+                   "(torch's calls and the plain path's alike; the fused variants are left out)")
     p.add_argument("--no-check", action="store_true", help="skip the check of every method on new operands")
     p.add_argument("--graphs", action="store_true", help="also time each method replayed in a CUDA graph")
     p.add_argument("--layers", action="store_true", help="at W = 1 also nn.Linear against tilefuse's layers "
@@ -513,6 +539,8 @@ def main(argv=None) -> int:
     if sorted(set(ops) - set(registry.OPS)):
         p.error(f"unknown op(s) {sorted(set(ops) - set(registry.OPS))}; ops are {list(registry.OPS)}")
     names = args.variants.split(",") if args.variants else None
+    if args.noop_collectives and names is None:  # the fused variants' own exchanges are not torch's collectives
+        names = ["torch", "plain", "auto", *EXTRA]
     device = "cpu" if on_cpu else torch.cuda.get_device_name()
     commit = commit_id()
     os.makedirs(args.out, exist_ok=True)
@@ -521,6 +549,7 @@ def main(argv=None) -> int:
             (*(int(x) for x in s.lower().split("x")), args.dtype or "bf16") for s in args.wide_shapes.split(",")]
         opts = dict(calls=args.calls, rounds=args.rounds, alone=args.alone, warmup=args.warmup,
                     noop=args.noop_launches or on_cpu, check=not args.no_check, graphs=args.graphs, layers=args.layers,
+                    noop_collectives=args.noop_collectives,
                     clock=args.clock or ("wall" if W == 1 and not on_cpu else "cpu"))
         rows = merge(launch(_job, W, ops, shapes, names, opts, heap_size=args.heap))
         print(f"host: world {W}, {device}, {'no-op' if opts['noop'] else 'real'} launches, {opts['clock']} clock, "
