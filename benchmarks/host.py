@@ -356,8 +356,8 @@ def _job(ctx, ops, shapes, names, opts) -> list:
                     for name, fn in fns.items():
                         rows += _graph_rows(ctx, capture_graph, fn, opts, {**base, "variant": name})
                 del fns
-            ctx.barrier()
-            tilefuse.clear_workspaces()  # collective: this op's heap buffers go back before the next op
+                ctx.barrier()
+                tilefuse.clear_workspaces()  # collective: this shape's heap buffers go back before the next
     return rows
 
 
