@@ -120,12 +120,43 @@ def _check_calls(ctx, op, M, N, K):
         assert [s for s in seen if s.startswith(("aten.mm", "aten.addmm", "aten.add"))] == want, f"{what}: {seen}"
 
 
+def _check_auto_runs_plain_directly(ctx, op, M, N, K):
+    """An eager auto call whose bucket chose plain (nothing measured here) is one lookup, then the plain
+    entry point: no decision made again, not through the custom op (whose implementation runs
+    ``library.run``), the plain entry point called once."""
+    from tilefuse.ops import dispatch, library
+
+    a, b = _operands(ctx, op, M, N, K, torch.float32, 8)
+    public, plain = getattr(tilefuse, op), registry.get(op, "plain")
+    public(a, b)  # the bucket's first call decides (collectively)
+    assert dispatch.choose_variant(op, a, b) == "plain"
+    calls = []
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{op}: an eager auto call went through a decision or the custom op")
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return plain(*args, **kwargs)
+
+    saved = dispatch._resolve, library.run
+    dispatch._resolve = library.run = refuse
+    try:
+        dispatch._RESOLVED.update({k: (v[0], counted, *v[2:]) for k, v in dispatch._RESOLVED.items() if v[1] is plain})
+        got = public(a, b)
+    finally:
+        dispatch._resolve, library.run = saved
+        dispatch.clear()
+    assert calls == [1] and torch.equal(got, plain(a, b)), f"rank {ctx.rank} {op}: plain entry calls {calls}"
+
+
 def job_plain(ctx):
     for op in registry.OPS:
         for i, (M, N, K) in enumerate(SHAPES):
             for dtype in (torch.float32, torch.float16):
                 _check_against_reference(ctx, op, M, N, K, dtype, seed=10 * i)
         _check_calls(ctx, op, *SHAPES[0])
+        _check_auto_runs_plain_directly(ctx, op, *SHAPES[1])
     return True
 
 
