@@ -359,13 +359,15 @@ def _direct(a, b, kwargs: dict) -> dict | None:
 
 
 def _plain(t) -> bool:
-    """``t`` is no tensor (the entry point's checks name it), or a plain tensor needing no gradient."""
+    """``t`` is no tensor (the entry point's checks name it), or a plain tensor (an ``nn.Parameter``
+    too: it overrides nothing) needing no gradient."""
     if not isinstance(t, _Tensor):
         return True
-    return type(t) is _Tensor and not (t.requires_grad and _grad_enabled())
+    return type(t) in _PLAIN_TYPES and not (t.requires_grad and _grad_enabled())
 
 
 _Tensor = torch.Tensor
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _NONE: dict = {}  # no keyword argument to pass on (never written)
 _is_compiling = torch.compiler.is_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack  # what _get_current_dispatch_mode reads first
