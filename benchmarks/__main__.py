@@ -29,7 +29,8 @@ MODES = {
                            "alone, torch's fused ops and the ideal overlap (default W: the GPU count if more "
                            "than one, else 2; W = 1: each variant's fusion tax)"),
     "gemm": Mode("gemm", "tilefuse's GEMM core (tilefuse.matmul) against torch.matmul on a grid of shapes"),
-    "host-overhead": Mode("host_overhead", "host time of an op call: dispatch, checks, launches"),
+    "host": Mode("host", "host µs per eager call and device µs per call timed alone: torch's own calls, plain, "
+                         "auto and each variant (W = 1 on random shapes, W = 2 host time; --parts, --profile)"),
     "decode": Mode("decode", "row-parallel GEMM + all-reduce + residual add + RMSNorm at decode sizes, fused against "
                              "cuBLAS + NCCL / symmetric-memory chains, eager and in CUDA graphs"),
     "tune": Mode("tune", "variant='auto' on held-out shapes no table was tuned on, against plain and torch's "

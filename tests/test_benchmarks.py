@@ -447,29 +447,40 @@ def test_launcher_reports_a_failing_rank_and_does_not_wait_for_a_stuck_one():
 
 @needs_working_interpreter
 @pytest.mark.slow
-def test_host_overhead_smoke_writes_every_method(tmp_path):
-    """benchmarks.host_overhead --smoke at world 2 on CPU ranks: every variant, plain through the
-    public function, the custom op and the registry entry, and torch, each with eager host and
-    wall time; no graph rows (--smoke) and no errors."""
-    from benchmarks import host_overhead
+def test_host_tiny_writes_every_method(tmp_path):
+    """benchmarks host --tiny at worlds 1 and 2 on CPU ranks: torch, plain, auto, plain's entry and
+    custom op and a fused variant (launches made no-ops), each with host µs per call; at world 1 the
+    calls timed alone too; no errors."""
+    from benchmarks import host
 
-    csv = tmp_path / "host.csv"
     env = dict(os.environ, TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.host_overhead", "--smoke", "--world", "2",
-                           "--ops", "gemm_all_scatter", "--M", "4", "--csv", str(csv)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    names = ["torch", "plain", "auto", "plain_entry", "plain_custom_op", "fused_sequential"]
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "host", "--tiny", "--world", "1,2", "--ops",
+                           "gemm_all_scatter", "--variants", ",".join(names), "--calls", "3", "--rounds", "2",
+                           "--out", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    df = pd.read_csv(csv, dtype={"note": str})
-    assert list(df.columns) == host_overhead.CSV_COLUMNS
-    assert (df["world"] == 2).all() and (df["mode"] == "eager").all() and (df["device"] == "cpu").all()
-    assert df["commit"].notna().all()
-    assert (df["metric"] != "error").all(), df[df["metric"] == "error"]["note"].tolist()
-    expected = set(registry.variants("gemm_all_scatter")) - {"reference"}
-    expected |= {"plain_custom_op", "plain_entry", "torch", "auto"}
-    assert set(df["variant"]) == expected
-    for name in expected:
-        got = df[df["variant"] == name].set_index("metric")["value"]
-        assert set(got.index) == {"host_us", "wall_us"} and (got > 0).all(), name
+    assert "plain" in proc.stdout and "auto" in proc.stdout
+    for world in (1, 2):
+        df = pd.read_csv(tmp_path / f"host_w{world}.csv", dtype={"note": str})
+        assert list(df.columns) == host.CSV_COLUMNS
+        assert (df["world"] == world).all() and (df["device"] == "cpu").all() and df["commit"].notna().all()
+        assert (df["metric"] != "error").all(), df[df["metric"] == "error"]["note"].tolist()
+        assert set(df["variant"]) == set(names)
+        metrics = {"host_us", "alone_host_us"} if world == 1 else {"host_us"}
+        for name in names:
+            got = df[df["variant"] == name].set_index("metric")["value"]
+            assert set(got.index) == metrics and (got > 0).all(), (world, name)
+        assert df[df["variant"] == "auto"]["note"].str.contains("auto runs plain").all()
+
+
+def test_random_shapes_are_seeded_and_in_range():
+    from benchmarks.host import random_shapes
+
+    shapes = random_shapes(24, 0)
+    assert shapes == random_shapes(24, 0) and shapes != random_shapes(24, 1) and len(shapes) == 24
+    for M, N, K, _ in shapes:
+        assert 1 <= M <= 8192 and 1024 <= N <= 28672 and 1024 <= K <= 28672 and N % 128 == K % 128 == 0
+    assert {d for *_, d in shapes} == {"bf16", "fp16"}
 
 
 def test_run_scripts_parse_and_keep_nvlink_multicast_off():
@@ -495,12 +506,11 @@ def test_run_scripts_parse_and_keep_nvlink_multicast_off():
 
 @pytest.mark.slow
 @needs_working_interpreter
-def test_host_profile_times_the_parts_of_a_call(tmp_path):
-    """benchmarks.host_profile --parts on a CPU rank: the parts of a call, each timed alone."""
-    env = dict(os.environ, TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1", PYTHONPATH=str(REPO),
-               MASTER_PORT=str(29600 + os.getpid() % 300))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.host_profile", "--parts", "--op", "gemm_all_reduce",
-                           "--variant", "wg_specialized", "--M", "8", "--N", "32", "--K", "32", "--calls", "2"],
+def test_host_parts_times_the_parts_of_a_call(tmp_path):
+    """benchmarks host --parts on a CPU rank: the parts of a call, each timed alone."""
+    env = dict(os.environ, TILEFUSE_BACKEND="cpu", TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "host", "--parts", "--ops", "gemm_all_reduce",
+                           "--variants", "wg_specialized", "--tiny", "--calls", "2"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
@@ -510,11 +520,49 @@ def test_host_profile_times_the_parts_of_a_call(tmp_path):
         assert name in parts, (name, parts)
 
 
+def job_host_path_checks(ctx):
+    """benchmarks host's check of every timed method on new operands, with one method that is wrong."""
+    from benchmarks import host
+
+    real = host.methods
+
+    def with_a_wrong_one(op, *args):
+        out = real(op, *args)
+        out["wrong"] = lambda a, b: out["plain"](a, b) * 2
+        return out
+
+    host.methods = with_a_wrong_one
+    try:
+        rows = host._check_methods(ctx, "gemm_all_reduce", 4, 8, 8, "fp32", ["plain", "bulk_sync", "wrong"])
+    finally:
+        host.methods = real
+    return {r["variant"]: r["value"] for r in rows if r["metric"] == "ok"}
+
+
+@pytest.mark.slow
+def test_host_path_checks_every_method_on_new_operands(pools):
+    [ok] = pools.run(1, job_host_path_checks, timeout=120)
+    assert ok == {"plain": 1, "bulk_sync": 1, "wrong": 0}, ok
+
+
+def test_peer_block_copy_checks_its_kernel_and_writes_both_methods(tmp_path):
+    """benchmarks.peer_block_copy: the kernel's copy is checked against the source before timing, and
+    both methods land in the CSV."""
+    from benchmarks import peer_block_copy
+
+    csv = tmp_path / "copy.csv"
+    assert peer_block_copy.main(["--world-sizes", "3", "--M", "5", "--N", "40", "--dtype", "fp32",
+                                 "--csv", str(csv)]) == 0
+    frame = pd.read_csv(csv)
+    assert set(frame["method"]) == {"kernel", "torch"} and set(frame["metric"]) == {"us", "GB/s"}
+    assert (frame["value"] > 0).all()
+
+
 def test_interleaved_us_medians_per_method_in_rounds():
-    """host_path.interleaved_us (host_path's timer): methods run in turn each round, inside their
+    """host.interleaved_us (benchmarks host's timer): methods run in turn each round, inside their
     context; the host µs per call and, with a sync, the µs until done are medians over rounds, floats
     per method."""
-    from benchmarks.host_path import interleaved_us
+    from benchmarks.host import interleaved_us
 
     now, order, entered = [0.0], [], []
 

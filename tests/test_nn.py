@@ -374,3 +374,39 @@ def test_bad_inputs(pools):
 def test_needs_torch_distributed():
     with pytest.raises(RuntimeError, match=r"ColumnParallelLinear: torch.distributed is not initialised"):
         ColumnParallelLinear(16, 8, seed=0)
+
+
+def job_tp_size_one_is_nn_linear(ctx):
+    """At TP size 1 (auto, plain) both layers and both functional forms dispatch exactly nn.Linear's ops."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tilefuse.nn.functional import column_parallel_linear, row_parallel_linear
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    def ops_of(fn, x):
+        rec = Record()
+        rec.seen = []
+        with rec:
+            y = fn(x)
+        return rec.seen, y
+
+    lin = nn.Linear(24, 16).to(ctx.device)
+    x = _rand((5, 24), 1, ctx.device)
+    want, ref = ops_of(lin, x)
+    for variant in ("auto", "plain"):
+        for layer in (ColumnParallelLinear.from_linear(lin, variant=variant),
+                      RowParallelLinear.from_linear(lin, variant=variant)):
+            got, y = ops_of(layer, x)
+            assert got == want and torch.equal(y, ref), (type(layer).__name__, variant, got, want)
+        for fn in (column_parallel_linear, row_parallel_linear):
+            got, y = ops_of(lambda x, fn=fn, v=variant: fn(x, lin.weight, lin.bias, variant=v), x)
+            assert got == want and torch.equal(y, ref), (fn.__name__, variant, got, want)
+    return True
+
+
+def test_tp_size_one_is_nn_linear(pools):
+    assert all(pools.run(1, job_tp_size_one_is_nn_linear))

@@ -7,7 +7,9 @@
 #   suite   every op x variant at W = 1 against torch.matmul on the Llama-3-8B set (the fusion tax),
 #           eagerly and replayed in CUDA graphs
 #   gemm    the GEMM core against torch.matmul on the parity grid
-#   host    host µs per eager call and µs per CUDA-graph replay, every op x variant, M = 1, 16
+#   host    host µs per eager call (benchmarks host): every op x variant, plain and auto at W = 1 with
+#           real launches (M = 1, 16, 128); torch, plain and auto on 24 random shapes with device µs
+#           per call timed alone; at W = 2 with ranks sharing the GPU, host time
 #   decode  gemm_all_reduce + residual add + RMSNorm at decode sizes, fused against cuBLAS + the
 #           collective, eager and in CUDA graphs
 #   tune    auto on held-out shapes against plain
@@ -24,9 +26,11 @@ for part in "$@"; do
         ;;
     gemm) step gemm_w1 270 "$PY" -m benchmarks gemm --grid parity --csv "$R/gemm_w1.csv" ;;
     host)
-        step host_w1 120 "$PY" -m benchmarks host-overhead --world 1 --M 1,16 --calls 100 --replays 100 \
-            --csv "$R/host_w1.csv"
-        plots "$R/host_w1.csv"
+        step host_path_w1 90 "$PY" -m benchmarks host --world 1 --real-launches \
+            --shapes 1x4096x8192,16x4096x8192,128x4096x8192 --calls 100 --rounds 5 --out "$R/host_path"
+        step host_random_w1 150 env TILEFUSE_AUTOTUNE=0 "$PY" -m benchmarks host --world 1 \
+            --variants torch,plain,auto,plain_entry --out "$R/host_random"
+        step host_w2 120 "$PY" -m benchmarks host --world 2 --calls 100 --out "$R/host_w2"
         ;;
     decode)
         step decode_w1 150 "$PY" -m benchmarks decode --world 1 --out "$R/decode_w1"

@@ -26,9 +26,9 @@ for part in "$@"; do
         plots "$R/suite_w2.csv"
         ;;
     host)
-        step host_w2 110 "$PY" -m benchmarks host-overhead --world 2 --M 1,16 --calls 100 --replays 100 \
-            --csv "$R/host_w2.csv"
-        plots "$R/host_w2.csv"
+        step host_w2 110 "$PY" -m benchmarks host --world 2 --wide-shapes 1x4096x8192,16x4096x8192 --calls 100 \
+            --graphs --out "$R/host"
+        plots "$R/host/host_w2.csv"
         ;;
     decode)
         step decode_w2 150 "$PY" -m benchmarks decode --world 2 --out "$R/decode_w2"

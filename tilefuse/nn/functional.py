@@ -13,16 +13,37 @@ Weight and bias gradients cover all tokens, so each equals its slice of the unsh
 gradient (the row layer's replicated bias needs no all-reduce). Both run through the
 ``torch.ops.tilefuse`` custom ops, so ``torch.compile(model, fullgraph=True)`` traces them forward
 and backward. Every call is collective over ``group``: same calls, same order, same shapes.
+
+At TP size 1 with ``variant`` "auto" or "plain" both are ``F.linear(x, weight, bias)``, nn.Linear's
+own call (no communication to overlap, so the plain path is the answer): they cost what nn.Linear
+costs, and torch checks the input.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 from ..ops import library
 from ..ops.all_gather_gemm import all_gather_gemm
 from ..ops.library import group_name
+
+LOCAL_VARIANTS = ("auto", "plain")  # the variants that run nn.Linear's own call at TP size 1
+_SIZES: dict = {}  # process group -> its size (a group's size never changes)
+
+
+def world_size(group, who: str) -> int:
+    """The size of ``group`` (default: the world), looked up once per group (traced code asks torch:
+    a cache filled while tracing would change under the compiled graph's guards)."""
+    if torch.compiler.is_compiling():
+        return world_of(group, who)[0]
+    pg = group if group is not None else dist.group.WORLD
+    size = _SIZES.get(pg) if pg is not None else None
+    if size is None:
+        size = world_of(pg, who)[0]
+        _SIZES[pg] = size
+    return size
 
 
 def world_of(group, who: str) -> tuple[int, int]:
@@ -93,7 +114,9 @@ def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     rank's tokens, this rank's output features. Every rank must pass the same leading dims.
     """
     who = "ColumnParallelLinear"
-    world, _ = world_of(group, who)
+    world = world_size(group, who)
+    if world == 1 and variant in LOCAL_VARIANTS:
+        return F.linear(x, weight, bias)
     check_input(who, x, weight, bias, weight.shape[1], "in_features")
     lead = x.shape[:-1]
     # The weight gradient needs every rank's tokens: the op keeps its gathered input for it.
@@ -116,9 +139,11 @@ def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     be divisible by the world size).
     """
     who = "RowParallelLinear"
+    world = world_size(group, who)
+    if world == 1 and variant in LOCAL_VARIANTS:
+        return F.linear(x, weight, bias)
     if not isinstance(variant, str):
         raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
-    world, _ = world_of(group, who)
     check_input(who, x, weight, bias, weight.shape[1], "in_features / world size")
     if x.shape[0] % world != 0:
         raise ValueError(f"{who}: the token dimension (dim 0 of the input, size {x.shape[0]}) must be "

@@ -12,8 +12,9 @@ import math
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn import functional as F
 
-from .functional import column_parallel_linear, row_parallel_linear, world_of
+from .functional import LOCAL_VARIANTS, column_parallel_linear, row_parallel_linear, world_of
 
 
 def _full_linear_init(out_features: int, in_features: int, bias: bool, seed: int):
@@ -142,6 +143,8 @@ class ColumnParallelLinear(_ParallelLinear):
     SHARD_DIM = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.world_size == 1 and self.variant in LOCAL_VARIANTS:  # TP size 1: nn.Linear's call
+            return F.linear(x, self.weight, self.bias)
         return column_parallel_linear(x, self.weight, self.bias, group=self.group, variant=self.variant)
 
 
@@ -159,4 +162,6 @@ class RowParallelLinear(_ParallelLinear):
     SHARD_DIM = 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.world_size == 1 and self.variant in LOCAL_VARIANTS:  # TP size 1: nn.Linear's call
+            return F.linear(x, self.weight, self.bias)
         return row_parallel_linear(x, self.weight, self.bias, group=self.group, variant=self.variant)

@@ -27,6 +27,7 @@ DEBUG for each decision and its source.
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 import torch.distributed as dist
@@ -94,8 +95,16 @@ def choose_variant(op: str, a, b, group=None) -> str:
 
 
 _BUCKETS: dict = {}  # bucket key -> Choice, made collectively (the same on every rank)
-_RESOLVED: dict = {}  # call signature -> (variant, entry point, config)
+_RESOLVED: dict = {}  # call signature -> (variant, entry point, config, whether it is plain)
 _dirs = _env.env_reader("TILEFUSE_CONFIG_DIR", "TILEFUSE_CACHE_DIR")
+_generation = tables.generation
+# Auto's per-call key holds the two directory settings as the environment stores them: two reads of
+# the mapping os.environ wraps (a third of _dirs()'s cost; the key only compares them).
+if isinstance(getattr(os.environ, "_data", None), dict) and hasattr(os.environ, "encodekey"):
+    _env_get = os.environ._data.get
+    _CONFIG_DIR, _CACHE_DIR = (os.environ.encodekey(n) for n in ("TILEFUSE_CONFIG_DIR", "TILEFUSE_CACHE_DIR"))
+else:
+    _env_get, _CONFIG_DIR, _CACHE_DIR = os.environ.get, "TILEFUSE_CONFIG_DIR", "TILEFUSE_CACHE_DIR"
 
 
 def clear() -> None:
@@ -240,27 +249,33 @@ def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
     ``graphs`` (default: whether this stream captures a CUDA graph) picks the choice for CUDA graphs."""
     if graphs is None:
         graphs = a.is_cuda and _graph_capture()
-    key = (op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs(), graphs)
+    # run_auto makes the same key
+    key = (op, a.shape, b.shape, a.dtype, group, _generation(), _env_get(_CONFIG_DIR), _env_get(_CACHE_DIR), graphs)
     hit = _RESOLVED.get(key)
     if hit is not None:
-        return (*hit, True)
+        return (*hit[:3], True)
     choice, remembered = _decide(op, a, b, group, kwargs)
     if graphs:
         choice = _for_graphs(choice, a.shape[0])
-    hit = (choice.variant, registry.get(op, choice.variant), choice.config)
+    hit = (choice.variant, registry.get(op, choice.variant), choice.config, choice.variant == tables.PLAIN)
     if remembered:
         if len(_RESOLVED) >= 4096:  # exact shapes of a server's ever-changing token counts: stay bounded
             _RESOLVED.clear()
         _RESOLVED[key] = hit
-    return (*hit, remembered)
+    return (*hit[:3], remembered)
 
 
 def run_auto(op: str, a, b, config, group, **kwargs):
     """Run ``op`` with the chosen variant; a caller's ``config`` overrides the decision's. A call
-    signature seen before costs one dictionary lookup (inside a CUDA graph capture: the graph choice)."""
+    signature seen before costs one dictionary lookup (inside a CUDA graph capture: the graph choice).
+
+    The key leaves the device out: the decision is the heap's device's (one per process)."""
     graphs = a.is_cuda and _graph_capture()
-    hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, a.device, group, tables.generation(), _dirs(), graphs))
-    variant, fn, chosen_config = hit if hit is not None else _resolve(op, a, b, group, kwargs, graphs)[:3]
-    if variant == tables.PLAIN:
-        return fn(a, b, group=group, **kwargs)
-    return fn(a, b, config=config if config is not None else chosen_config, group=group, **kwargs)
+    hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, group, _generation(), _env_get(_CONFIG_DIR),
+                         _env_get(_CACHE_DIR), graphs))
+    if hit is None:
+        variant, fn, chosen, _ = _resolve(op, a, b, group, kwargs, graphs)
+        hit = (variant, fn, chosen, variant == tables.PLAIN)
+    if hit[3]:  # plain: no config
+        return hit[1](a, b, group=group, **kwargs) if kwargs else hit[1](a, b, group=group)
+    return hit[1](a, b, config=config if config is not None else hit[2], group=group, **kwargs)

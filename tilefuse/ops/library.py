@@ -418,37 +418,71 @@ reduce_scatter_rows.register_autograd(
     lambda ctx, g: (torch.ops.tilefuse.all_gather_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
 
 
-def _direct(*tensors) -> bool:
-    """Whether an eager call may skip the dispatcher: nothing traces it (no torch.compile, no
-    dispatch mode such as FakeTensorMode or make_fx's), its tensors are plain ``torch.Tensor``
-    (no FakeTensor, FunctionalTensor or other subclass) and none needs a gradient."""
-    if _is_compiling() or _dispatch_modes():
-        return False
-    grad = _grad_enabled()
-    for t in tensors:  # anything but a tensor goes to the entry point, whose checks name it
-        if isinstance(t, torch.Tensor) and (type(t) is not torch.Tensor or (grad and t.requires_grad)):
-            return False
-    return True
+def _direct(a, b, kwargs: dict) -> dict | None:
+    """Where an eager call may skip the dispatcher, the keyword arguments its entry point needs (those
+    not at their default, None or False), else None. It may where nothing traces it (no
+    torch.compile, no dispatch mode such as FakeTensorMode or make_fx's), its tensors are plain
+    ``torch.Tensor`` (no FakeTensor, FunctionalTensor or other subclass) and none needs a gradient.
+    (:func:`call` makes the common case's test itself: a call is as cheap as a Python function's.)"""
+    if _is_compiling() or _dispatch_modes() or not (_plain(a) and _plain(b)):
+        return None
+    given = _NONE
+    for value in kwargs.values():
+        if value is not None and value is not False:
+            if not _plain(value):
+                return None
+            given = kwargs
+    return given
 
 
+def _plain(t) -> bool:
+    """``t`` is no tensor (the entry point's checks name it), or a plain tensor (an ``nn.Parameter``
+    too: it overrides nothing) needing no gradient."""
+    if not isinstance(t, _Tensor):
+        return True
+    return type(t) in _PLAIN_TYPES and not (t.requires_grad and _grad_enabled())
+
+
+_Tensor = torch.Tensor
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_NONE: dict = {}  # no keyword argument to pass on (never written)
 _is_compiling = torch.compiler.is_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack  # what _get_current_dispatch_mode reads first
 _grad_enabled = torch.is_grad_enabled
+_get = registry.get
 
 
 def call(op: str, a, b, *, variant: str, config, group, **kwargs):
     """``torch.ops.tilefuse.<op>(a, b, ...)`` from the public function's arguments (``return_gathered``
     for all_gather_gemm, ``out`` for gemm_all_scatter, ``bias`` for gemm_all_reduce).
 
-    Where ``b`` needs a gradient, all_gather_gemm runs the gathered-output op: the weight gradient
-    needs ``all_gather(a)``. An eager call that needs no gradient and that nothing traces
-    (:func:`_direct`) runs the entry point itself: the custom op's Python dispatch costs about as
-    much host time as the plain path's own host work at decode sizes.
+    An eager call that needs no gradient and that nothing traces (:func:`_direct`) runs the entry
+    point itself (auto: :func:`dispatch.run_auto`), as cheaply as the call of a Python function:
+    the custom op's dispatch costs as much host time as a plain call's own at decode sizes. Where
+    ``b`` needs a gradient, all_gather_gemm runs the gathered-output op: the weight gradient needs
+    ``all_gather(a)``.
     """
+    if (type(a) is _Tensor and type(b) is _Tensor and not (_grad_enabled() and (a.requires_grad or b.requires_grad))
+            and not _is_compiling() and not _dispatch_modes()):  # _direct's common case, on one line
+        given = _NONE
+        for value in kwargs.values():
+            if value is not None and value is not False:
+                given = _direct(a, b, kwargs)
+                break
+    else:
+        given = _direct(a, b, kwargs)
+    if given is not None:
+        if type(group) is str:
+            group = resolve_group(group)
+        if variant == "auto":
+            return run_auto(op, a, b, config, group, **given) if given else run_auto(op, a, b, config, group)
+        if not isinstance(variant, str):
+            raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
+        if given:
+            return _get(op, variant)(a, b, config=config, group=group, **given)
+        return _get(op, variant)(a, b, config=config, group=group)
     if not isinstance(variant, str):
         raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
-    if _direct(a, b, kwargs.get("out"), kwargs.get("bias")):
-        return _entry(op, a, b, variant, config, resolve_group(group) if isinstance(group, str) else group, **kwargs)
     cfg, grp = encode_config(config), group_name(group)
     ops = torch.ops.tilefuse
     if op == "all_gather_gemm":

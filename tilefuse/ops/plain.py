@@ -1,18 +1,39 @@
-"""The plain path of each op: torch.matmul in the input dtype + a torch.distributed collective
-(cuBLAS + NCCL: what tilefuse competes with, and what ``variant="auto"`` runs where nothing beat it).
+"""The plain path of each op: what a torch user writes, torch.matmul + one torch.distributed tensor
+collective (cuBLAS + NCCL: what tilefuse competes with, and what ``variant="auto"`` runs where
+nothing beat it). The matmul writes straight into the result or into the collective's buffer, the
+collective lands in the result, and nothing is copied after it; at W = 1 the matmul is the call.
 
-Its calls are not paired with the peers' calls as the fused variants' calls are: a call that differs
-between ranks, or fails its checks on one rank only, fails as torch's collective does (gloo aborts
-the process, NCCL waits until its watchdog). With gloo the collective goes through host memory.
+=====================  ===========================================================================
+op (rank r, W ranks)   calls (W > 1)
+=====================  ===========================================================================
+gemm_all_scatter       ``ct = empty(W*N, M)``; ``matmul(a, b, out=ct[r*N:(r+1)*N].t())``;
+                       ``all_gather_into_tensor(ct, ct[r*N:(r+1)*N])``; returns ``ct.t()``
+all_gather_gemm        ``g = empty(W*M, K)``; ``all_gather_into_tensor(g, a)``; returns ``g @ b``
+gemm_reduce_scatter    ``p = a @ b``; ``c = empty(M/W, N)``; ``reduce_scatter_tensor(c, p)``
+gemm_all_reduce        ``c = a @ b``; ``all_reduce(c)``; ``c += bias`` (W = 1: ``addmm(bias, a, b)``)
+=====================  ===========================================================================
+
+gemm_all_scatter's result is column-major (``c.t()`` is contiguous): a gather lands each rank's
+block as a block of rows, and rank r's column block of ``c`` is row block r of ``c.t()``, so the
+matmul writes its transpose there and the gather moves it in place. An ``out`` that is column-major
+is that buffer; a row-major ``out`` receives one copy (no tensor collective lands column blocks of
+a row-major matrix).
+
+The checks are torch's own plus the op's shape rules, made once per call; the group's world size,
+rank and backend are looked up once per group. Calls are not paired with the peers' calls as the
+fused variants' calls are: a call that differs between ranks, or fails its checks on one rank
+only, fails as torch's collective does (gloo aborts the process, NCCL waits until its watchdog).
+gloo has no collectives on CUDA tensors that every rank sharing one GPU can run: there the
+tensors go through host memory.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from . import registry
 from .common.checks import (
+    SUPPORTED_DTYPES,
     check_divisible,
     check_dtypes,
     check_inner_dim,
@@ -20,11 +41,14 @@ from .common.checks import (
     check_out_tensor,
     check_same_device,
 )
-from .common.collectives import all_gather_cat, op_group, reduce_scatter_rows
+from .common.collectives import all_gather_tensor, all_reduce, comm_of, reduce_scatter_tensor
+
+_Tensor = torch.Tensor
 
 
 def check_operands(op: str, a, b) -> None:
-    """The checks every entry point of an op makes on ``a [M, K]`` and ``b [K, N]``."""
+    """The checks every entry point of an op makes on ``a [M, K]`` and ``b [K, N]``: 2-D tensors on
+    one device, of one supported dtype, agreeing on K (each error names the op and the argument)."""
     check_matrix(op, "a", a)
     check_matrix(op, "b", b)
     check_same_device(op, a=a, b=b)
@@ -32,65 +56,98 @@ def check_operands(op: str, a, b) -> None:
     check_inner_dim(op, a, b)
 
 
+def _check(op: str, a, b) -> None:
+    """What torch.matmul does not check itself: two matrices of a supported dtype. K, the second
+    dtype and the device are torch.matmul's own checks (:func:`_matmul` names the op where they fail)."""
+    if not (type(a) is _Tensor and type(b) is _Tensor and a.dim() == 2 and b.dim() == 2
+            and a.dtype in SUPPORTED_DTYPES):
+        check_operands(op, a, b)
+
+
+def _matmul(op: str, a, b, out=None):
+    """``torch.matmul(a, b, out=out)``; where torch refuses the operands, the op's own error."""
+    try:
+        return torch.matmul(a, b) if out is None else torch.matmul(a, b, out=out)
+    except RuntimeError:
+        check_operands(op, a, b)
+        raise
+
+
 def gemm_all_scatter(a, b, *, config=None, group=None, out=None):
     op = "gemm_all_scatter"
-    check_operands(op, a, b)
-    group = op_group(group)
-    world = dist.get_world_size(group)
+    _check(op, a, b)
+    comm = comm_of(group)
+    W = comm.world
     if out is not None:  # any tensor of the result's shape, dtype and device (the heap is not needed)
-        check_out_tensor(op, out, (a.shape[0], world * b.shape[1]), a.dtype, a.device, a=a, b=b)
-    if world == 1:  # the product is the result: straight into out, no copy
-        return a @ b if out is None else torch.matmul(a, b, out=out)
-    c = all_gather_cat(a @ b, dim=1, group=group)
-    return c if out is None else out.copy_(c)
+        check_out_tensor(op, out, (a.shape[0], W * b.shape[1]), a.dtype, a.device, a=a, b=b)
+    if W == 1:
+        return _matmul(op, a, b, out)
+    N = b.shape[1]
+    column_major = out is not None and out.t().is_contiguous()
+    ct = out.t() if column_major else a.new_empty((W * N, a.shape[0]))  # [W*N, M]: c transposed
+    mine = ct[comm.rank * N:(comm.rank + 1) * N]  # [N, M]: this rank's block, the gather's input
+    _matmul(op, a, b, mine.t())
+    all_gather_tensor(ct, mine, comm)
+    if out is None or column_major:
+        return ct.t()
+    return out.copy_(ct.t())  # a row-major out: the one copy no collective can spare
 
 
 def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False):
     op = "all_gather_gemm"
-    check_operands(op, a, b)
-    group = op_group(group)
-    gathered = all_gather_cat(a, dim=0, group=group)
-    c = gathered @ b
+    _check(op, a, b)
+    comm = comm_of(group)
+    if comm.world == 1:
+        c = _matmul(op, a, b)
+        return (c, a) if return_gathered else c
+    gathered = a.new_empty((comm.world * a.shape[0], a.shape[1]))
+    all_gather_tensor(gathered, a, comm)
+    c = _matmul(op, gathered, b)
     return (c, gathered) if return_gathered else c
 
 
 def gemm_reduce_scatter(a, b, *, config=None, group=None):
     op = "gemm_reduce_scatter"
-    check_operands(op, a, b)
-    group = op_group(group)
-    world = dist.get_world_size(group)
-    check_divisible(op, "M (rows of a)", a.shape[0], world, "the world size")
-    partial = a @ b
-    if world == 1:  # nothing to reduce: no collective (gloo would round-trip through the host)
+    _check(op, a, b)
+    comm = comm_of(group)
+    W = comm.world
+    if a.shape[0] % W:
+        check_divisible(op, "M (rows of a)", a.shape[0], W, "the world size")
+    partial = _matmul(op, a, b)
+    if W == 1:
         return partial
-    return reduce_scatter(partial, group)
+    c = partial.new_empty((a.shape[0] // W, b.shape[1]))
+    reduce_scatter_tensor(c, partial, comm)
+    return c
 
 
 def reduce_scatter(x, group):
-    """Row block r of the sum over ranks of ``x [W*R, C]``, in x's dtype (summed in fp32 off NCCL)."""
-    if x.device.type == "cuda" and dist.get_backend(group) == "nccl":
-        out = x.new_empty((x.shape[0] // dist.get_world_size(group), *x.shape[1:]))
-        dist.reduce_scatter_tensor(out, x.contiguous(), group=group)
-        return out
-    return reduce_scatter_rows(x, group=group).to(x.dtype)
+    """Row block r of the sum over the ranks of ``group`` of ``x [W*R, C]``, in x's dtype."""
+    comm = comm_of(group)
+    if comm.world == 1:
+        return x
+    out = x.new_empty((x.shape[0] // comm.world, *x.shape[1:]))
+    reduce_scatter_tensor(out, x.contiguous(), comm)
+    return out
 
 
 def gemm_all_reduce(a, b, *, config=None, group=None, bias=None):
     op = "gemm_all_reduce"
-    check_operands(op, a, b)
-    group = op_group(group)
+    _check(op, a, b)
+    comm = comm_of(group)
     if bias is not None:
         from .gemm_all_reduce._prepare import check_bias
 
         check_bias(op, bias, a, b)
-    c = a @ b
-    if dist.get_world_size(group) > 1:  # at W = 1 the product is the sum: no collective
-        if c.device.type == "cuda" and dist.get_backend(group) == "gloo":  # gloo has no CUDA all-reduce
-            host = c.cpu()
-            dist.all_reduce(host, group=group)
-            c = host.to(c.device)
-        else:
-            dist.all_reduce(c, group=group)
+        if comm.world == 1:  # the product is the sum: nn.Linear's one call
+            try:
+                return torch.addmm(bias, a, b)
+            except RuntimeError:
+                check_operands(op, a, b)
+                raise
+    c = _matmul(op, a, b)
+    if comm.world > 1:
+        all_reduce(c, comm)
     return c if bias is None else c.add_(bias)
 
 

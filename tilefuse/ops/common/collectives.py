@@ -1,10 +1,27 @@
-"""torch.distributed collectives for the reference paths, on any backend (gloo, which several ranks
-sharing one GPU use, has no CUDA all-gather/reduce-scatter: the tensors go through the CPU)."""
+"""torch.distributed collectives for the plain and reference paths, on any backend.
+
+The plain path's three tensor collectives (:func:`all_gather_tensor`, :func:`reduce_scatter_tensor`,
+:func:`all_reduce`) are torch's own calls on the op's group, whose facts (:func:`comm_of`) are looked
+up once per group. gloo, which several ranks sharing one GPU use, has no collectives on CUDA tensors
+that all of them can run: there the tensors go through host memory. The reference paths'
+collectives (:func:`all_gather_cat`, :func:`reduce_scatter_rows`, :func:`all_reduce_sum`) sum in
+fp32 and return fresh tensors.
+"""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.distributed as dist
+
+from ...runtime import get_heap, is_initialized
+from ...runtime.world import on_shutdown
+
+# torch's current names of the tensor collectives (older releases only have the second).
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_reduce = dist.all_reduce
 
 
 def op_group(group):
@@ -12,12 +29,67 @@ def op_group(group):
     the group tilefuse's default heap serves (what the fused variants use for None; torch's own None
     is the whole world, which differs where tilefuse was first initialised on a subgroup), or the
     world when tilefuse is not initialised."""
-    if group is None:
-        from ...runtime import get_heap, is_initialized
-
-        if is_initialized():
-            return get_heap().group
+    if group is None and is_initialized():
+        return get_heap().group
     return group
+
+
+class Comm(NamedTuple):
+    """What a collective call needs to know about its group."""
+
+    group: object  # the process group (never None once tilefuse is initialised)
+    world: int
+    rank: int
+    gloo: bool  # CUDA tensors go through host memory
+
+
+_COMMS: dict = {}  # the group argument (None: the default) -> Comm
+
+
+def comm_of(group) -> Comm:
+    """The :class:`Comm` of the group a plain call names (None: :func:`op_group`'s default), made
+    once per group and forgotten at ``tilefuse.shutdown()`` (None then may name another group)."""
+    hit = _COMMS.get(group)
+    if hit is not None:
+        return hit
+    grp = op_group(group)
+    comm = Comm(grp, dist.get_world_size(grp), dist.get_rank(grp), dist.get_backend(grp) == "gloo")
+    if group is not None or is_initialized():  # None before init is the world until tilefuse is initialised
+        _COMMS[group] = comm
+    return comm
+
+
+on_shutdown(_COMMS.clear)
+
+
+def all_gather_tensor(out: torch.Tensor, t: torch.Tensor, comm: Comm) -> None:
+    """Every rank's ``t`` stacked by rows into ``out`` (``t`` may be this rank's block of ``out``)."""
+    if comm.gloo and t.is_cuda:
+        host = torch.empty(out.shape, dtype=out.dtype)
+        _all_gather(host, t.cpu(), group=comm.group)
+        out.copy_(host)
+        return
+    _all_gather(out, t, group=comm.group)
+
+
+def reduce_scatter_tensor(out: torch.Tensor, t: torch.Tensor, comm: Comm) -> None:
+    """Row block r of the sum over ranks of ``t`` (contiguous, ``[W*R, ...]``) into ``out`` ``[R, ...]``."""
+    if comm.gloo and t.is_cuda:
+        host = torch.empty(out.shape, dtype=out.dtype)
+        _reduce_scatter(host, t.cpu(), group=comm.group)
+        out.copy_(host)
+        return
+    _reduce_scatter(out, t, group=comm.group)
+
+
+def all_reduce(t: torch.Tensor, comm: Comm) -> None:
+    """``t`` summed over ranks, in place."""
+    if comm.gloo and t.is_cuda:
+        host = t.cpu()
+        _all_reduce(host, group=comm.group)
+        t.copy_(host)
+        return
+    _all_reduce(t, group=comm.group)
 
 
 def _needs_host(t: torch.Tensor, group) -> bool:
@@ -25,24 +97,16 @@ def _needs_host(t: torch.Tensor, group) -> bool:
 
 
 def all_gather_cat(t: torch.Tensor, dim: int, group=None) -> torch.Tensor:
-    """Concatenate every rank's ``t`` along ``dim`` in group-rank order."""
-    world = dist.get_world_size(group)
-    if world == 1:
+    """Concatenate every rank's ``t`` along ``dim`` in group-rank order (a fresh tensor)."""
+    comm = comm_of(group)
+    if comm.world == 1:
         return t
-    host = _needs_host(t, group)
-    src = (t.cpu() if host else t).contiguous()
-    if not host and dist.get_backend(group) == "nccl":  # one tensor collective, no list of parts
-        out = torch.empty((world * src.shape[0],) + tuple(src.shape[1:]), dtype=src.dtype, device=src.device)
-        dist.all_gather_into_tensor(out, src, group=group)
-        if dim == 0:
-            return out
-        # [W*d0, ...] -> [W, d0, ...] -> the W blocks side by side along `dim`
-        blocks = out.view((world,) + tuple(src.shape))
-        return blocks.movedim(0, dim).reshape(src.shape[:dim] + (world * src.shape[dim],) + src.shape[dim + 1:])
-    parts = [torch.empty_like(src) for _ in range(world)]
-    dist.all_gather(parts, src, group=group)
-    out = torch.cat(parts, dim=dim)
-    return out.to(t.device) if host else out
+    src = t.contiguous()
+    rows = torch.empty((comm.world * src.shape[0], *src.shape[1:]), dtype=src.dtype, device=src.device)
+    all_gather_tensor(rows, src, comm)
+    if dim == 0:
+        return rows
+    return torch.cat(rows.chunk(comm.world), dim=dim)
 
 
 def reduce_scatter_rows(t: torch.Tensor, group=None) -> torch.Tensor:
