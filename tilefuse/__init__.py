@@ -36,6 +36,7 @@ from .runtime import (  # noqa: E402
     reset,
     set_wait_timeout,
     shutdown,
+    step,
     synchronize,
 )
 
@@ -73,5 +74,5 @@ __all__ = [
     "PoisonedError", "StaleCallError", "VARIANTS", "WaitTimeoutError", "__version__", "all_gather_gemm", "arange",
     "barrier", "check_peers", "clear_workspaces", "device_barrier", "empty", "full", "gemm_all_reduce",
     "gemm_all_scatter", "gemm_reduce_scatter", "get_heap", "init", "is_initialized", "is_on_heap", "nn", "randn",
-    "reset", "set_wait_timeout", "shutdown", "synchronize", "zeros",
+    "reset", "set_wait_timeout", "shutdown", "step", "synchronize", "zeros",
 ]

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from ..ops import library
 from ..ops.all_gather_gemm import all_gather_gemm
 from ..ops.library import group_name
+from ..runtime.scope import in_backward, saved_scope
 
 
 def world_of(group, who: str) -> tuple[int, int]:
@@ -67,10 +68,15 @@ class _RowParallel(torch.autograd.Function):
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
         ctx.group, ctx.variant = group, variant
+        ctx.scope = saved_scope()
         return y
 
     @staticmethod
     def backward(ctx, dy):
+        return in_backward(ctx.scope, _RowParallel.grads, ctx, dy)
+
+    @staticmethod
+    def grads(ctx, dy):
         x, weight = ctx.saved_tensors
         dy = dy.contiguous()  # [T/W, out]
         # [T, in/W], [T, out]

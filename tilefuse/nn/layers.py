@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..runtime.scope import in_forward
 from .functional import column_parallel_linear, row_parallel_linear, world_of
 
 
@@ -142,7 +143,7 @@ class ColumnParallelLinear(_ParallelLinear):
     SHARD_DIM = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return column_parallel_linear(x, self.weight, self.bias, group=self.group, variant=self.variant)
+        return in_forward(column_parallel_linear, x, self.weight, self.bias, group=self.group, variant=self.variant)
 
 
 class RowParallelLinear(_ParallelLinear):
@@ -159,4 +160,4 @@ class RowParallelLinear(_ParallelLinear):
     SHARD_DIM = 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return row_parallel_linear(x, self.weight, self.bias, group=self.group, variant=self.variant)
+        return in_forward(row_parallel_linear, x, self.weight, self.bias, group=self.group, variant=self.variant)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from . import hostsync
 from . import primitives as P
 
 
@@ -42,7 +41,7 @@ def describe_group(group) -> str:
     if isinstance(group, str):
         return repr(group)
     try:
-        name = hostsync._group_name(group)
+        name = getattr(group, "group_name", None) or dist.distributed_c10d._world.pg_names.get(group) or "?"
     except Exception:
         name = "?"
     try:
@@ -56,7 +55,7 @@ def describe_sig(st, value: int) -> str:
     """What call the signature hash ``value`` stands for (``st``: the group that made it)."""
     if value == int(P.SIG_FAILED):
         return "a call that failed its argument checks"
-    text = st.texts.get(value)
+    text = st.describe(value)
     return f"({text})" if text else f"a call with signature {value:#x} (not made on this rank)"
 
 

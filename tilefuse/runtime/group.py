@@ -18,7 +18,6 @@ and the ops' hooks that drop their workspaces at reset and shutdown.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import select
 import threading
@@ -41,6 +40,7 @@ from .errors import (
     read_record,
 )
 from .heap import SymmetricHeap
+from .scope import SCOPE_TEXTS, STATE, hash62
 
 DEFAULT_WAIT_TIMEOUT_S = {"cuda": 30.0, "cpu": 60.0}
 _FILL_BLOCK = 1024
@@ -289,18 +289,30 @@ class Group:
         return err
 
     def signature(self, key: tuple) -> int:
-        """A 62-bit hash of a call's signature (the same on every rank: not Python's salted hash)."""
+        """A 62-bit hash of a call's signature (the same on every rank: not Python's salted hash),
+        mixed with this thread's scope (:mod:`~tilefuse.runtime.scope`: its step and role), so calls of
+        different steps or roles never pair. Per call: one dict lookup and one thread-local read."""
         hit = self.sigs.get(key)
         if hit is None:
             if len(self.sigs) >= _MAX_SIGNATURES:  # a server with ever-new shapes: keep the cache bounded
                 self.sigs.clear()
                 self.texts.clear()
             text = ", ".join(str(k) for k in key)
-            digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-            value = int.from_bytes(digest, "little") >> 2
-            hit = self.sigs[key] = (value, text)
-            self.texts[value] = text
-        return hit[0]
+            hit = self.sigs[key] = (hash62(text), text)
+            self.texts[hit[0]] = text
+        return hit[0] ^ STATE.mix
+
+    def describe(self, value: int) -> str | None:
+        """The text of the call whose signature hash is ``value`` (with its scope), if this rank has made
+        that call (in any scope this process has entered); None otherwise."""
+        text = self.texts.get(value)
+        if text is not None:
+            return text
+        for mix, scope in SCOPE_TEXTS.items():
+            text = self.texts.get(value ^ mix)
+            if text is not None:
+                return f"{text}; in {scope}"
+        return None
 
     def begin_args(self, sig: int, outputs: tuple) -> tuple:
         """``sig, gen, out0, n_out0, out1, n_out1``: the begin's arguments (up to two contiguous

@@ -32,12 +32,13 @@ from .errors import PeerExitedError, PoisonedError, WaitTimeoutError
 from .errors import describe_group as _describe_group
 from .group import REGISTRY, Group, check_current_device
 from .heap import SymmetricHeap, resolve_heap_size
+from .scope import Scope, current_scope, role, scope_of, step
 
 __all__ = [
-    "CollectiveCall", "Group", "barrier", "bump_generation", "call_state", "check_current_device", "check_peers",
-    "check_waits", "control_block", "current_call", "device_barrier", "get_heap", "groups", "in_call", "init",
-    "is_initialized", "on_reset", "on_shutdown", "reset", "set_sync_errors", "set_wait_timeout", "shutdown",
-    "stand_in", "state_for", "synchronize", "using",
+    "CollectiveCall", "Group", "Scope", "barrier", "bump_generation", "call_state", "check_current_device",
+    "check_peers", "check_waits", "control_block", "current_call", "current_scope", "device_barrier", "get_heap",
+    "groups", "in_call", "init", "is_initialized", "on_reset", "on_shutdown", "reset", "role", "scope_of",
+    "set_sync_errors", "set_wait_timeout", "shutdown", "stand_in", "state_for", "step", "synchronize", "using",
 ]
 
 
