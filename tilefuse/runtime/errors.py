@@ -116,8 +116,12 @@ def error_from(st, rec: dict) -> Exception:
 
 
 def poison_message(rec: dict | None) -> str:
-    """What a poisoned group raises, naming the rank whose wait timed out where the record says."""
-    origin = (rec or {}).get("poison", 0) - 1
-    who = f"rank {origin}" if origin >= 0 else "a rank"
-    return (f"tilefuse is poisoned: a device wait timed out on {who}, so every op raises on every rank "
-            "until tilefuse.reset() is called on every rank")
+    """What a poisoned group raises, naming the rank whose wait timed out (poison word ``r + 1``) or
+    that entered :func:`tilefuse.reset` (``-(r + 1)``) where the record says."""
+    word = (rec or {}).get("poison", 0)
+    if word < 0:
+        what = f"rank {-word - 1} entered tilefuse.reset()"
+    else:
+        what = f"a device wait timed out on {f'rank {word - 1}' if word > 0 else 'a rank'}"
+    return (f"tilefuse is poisoned: {what}, so every op raises on every rank until tilefuse.reset() is "
+            "called on every rank")

@@ -167,6 +167,8 @@ class Group:
             heap.check_symmetric("tilefuse.init", ctl)
             if heap.world_size > 1:
                 g.peers = watch_peers(group, heap.rank)
+                if g.peers:
+                    hostsync.watch(group, lambda: g.check_peers("the host step"))
         except BaseException:  # a host step that failed or timed out: nothing of this heap stays open
             g.close_peers()
             heap.close()
@@ -201,19 +203,44 @@ class Group:
             raise self.peer_exited(gone, f"{op} and every later call on this rank raise (nothing was launched)")
 
     def raise_if_poisoned(self) -> None:
-        """Raise the error this group was poisoned with (PoisonedError, or PeerExitedError), if any."""
+        """Raise the error this group was poisoned with (PoisonedError, or PeerExitedError), if any;
+        PeerExitedError where a peer process has exited since (the likely cause)."""
         if self.poisoned:
+            if self.poison_error is not PeerExitedError and self.peers:
+                self.check_peers("this call")
             raise self.poison_error(self.poisoned)
 
     def peer_exited(self, gone: tuple, what: str) -> PeerExitedError:
         """Poison this group for the exited peer ``gone`` = (rank, pid); the error to raise."""
         rank, pid = gone
         self.poisoned = (f"tilefuse: rank {rank} (pid {pid}) of group {describe_group(self.group)} has exited; "
-                         f"{what}. A peer cannot rejoin a heap: restart the job")
+                         f"{what}. A process cannot rejoin a heap, and tilefuse.reset() cannot bring it back: "
+                         "the group must be re-created (tilefuse.shutdown(), a new process group with a live "
+                         "process in its place, tilefuse.init()), or the job restarted")
         self.poison_error = PeerExitedError
         return PeerExitedError(self.poisoned)
 
+    def poison_all(self, value: int) -> None:
+        """Set the poison word of every rank's control block to ``value`` from the host (this rank's
+        too): every wait of a running call on any rank gives up at once, and every rank's next call
+        raises :class:`PoisonedError`. On a GPU the stores run on a stream of their own, so that they
+        land while this rank's own stream is still busy."""
+        heap = self.heap
+        words = [heap.peer_view(self.ctl, r)[_POISON:_POISON + 1] for r in range(heap.world_size)]
+        if not self.on_gpu:
+            for w in words:
+                w.fill_(value)
+            return
+        stream = torch.cuda.Stream(heap.device)
+        with torch.cuda.stream(stream):
+            for w in words:
+                w.fill_(value)
+        stream.synchronize()
+
     def close_peers(self) -> None:
+        if self.peers:
+            with contextlib.suppress(Exception):
+                hostsync.watch(self.group, None)
         for _, _, fd in self.peers:
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -286,6 +313,9 @@ class Group:
             self.poisoned = poison_message(rec)
             if err is None or not isinstance(err, WaitTimeoutError):
                 err = PoisonedError(self.poisoned)
+            gone = self.exited_peer() if self.peers else None
+            if gone is not None:  # the wait timed out because the peer is gone
+                err = self.peer_exited(gone, "a device wait gave up on it, and every later call raises")
         return err
 
     def signature(self, key: tuple) -> int:

@@ -189,16 +189,33 @@ def on_reset(hook) -> None:
 
 
 def reset(group=None) -> None:
-    """Collective recovery after an error on ``group``: wait for this rank's device, re-zero the
-    group's control block (sequence numbers, flags, poison), drop its workspaces, then barrier. Call
-    it on every rank of the group; its calls then pair from scratch. Other groups are left alone."""
+    """Collective recovery after an error on ``group``: call it on every rank of the group; its calls
+    then pair from scratch (other groups are left alone). Whatever happened before (a call that failed
+    on some ranks, a reset one rank made alone, a reset that timed out) it recovers once every rank
+    calls it.
+
+    1. Poison every rank's control block: a call still waiting on a peer (one that never came) ends
+       at once, and every rank's next call raises :class:`PoisonedError` naming this rank.
+    2. Wait for this rank's device, then the reset's own rendezvous (:func:`hostsync.reset`: bounded
+       by ``TILEFUSE_HOST_TIMEOUT``, :class:`HostTimeoutError` naming the ranks that did not come;
+       calling reset again starts over).
+    3. Drop the group's workspaces, re-zero its control block (sequence numbers, flags, poison), then
+       a barrier.
+
+    After a peer process has exited it raises :class:`PeerExitedError` at once, naming the rank:
+    the group must be re-created."""
     g = group_of(group)
     heap = g.heap
     with REGISTRY.lock, using(g):
+        if g.poison_error is PeerExitedError:
+            g.raise_if_poisoned()
+        if g.peers:
+            g.check_peers("tilefuse.reset")
+        if heap.world_size > 1:
+            g.poison_all(-(heap.rank + 1))
         if heap.device.type == "cuda":
             g.wait_device("tilefuse.reset")
-        hostsync.reset(heap.group)
-        hostsync.barrier(heap.group, what="tilefuse.reset: entry")
+        hostsync.reset(heap.group, what="tilefuse.reset")
         for hook in REGISTRY.reset_hooks:
             hook()
         g.ctl.zero_()
@@ -210,7 +227,12 @@ def reset(group=None) -> None:
         g.poisoned, g.poison_error = None, PoisonedError
         if heap.device.type == "cuda":
             torch.cuda.synchronize(heap.device)
-        hostsync.barrier(heap.group, what="tilefuse.reset: exit")
+        try:
+            # No rank begins a call before every rank has zeroed its block (a begin writes into peers').
+            hostsync.barrier(heap.group, what="tilefuse.reset: exit")
+        except BaseException:
+            g.poisoned = "tilefuse.reset did not complete on every rank: call tilefuse.reset() on every rank again"
+            raise
 
 
 def shutdown(group=None) -> None:
