@@ -96,8 +96,9 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
                 g.heap.close()
                 raise RuntimeError(
                     "tilefuse.init: the first device barrier did not complete: remote atomics between this "
-                    "rank's GPU and a peer's did not arrive (no peer-to-peer atomics over this link?), or a "
-                    "peer did not call init\n" + str(err)
+                    "rank's GPU and a peer's did not arrive (no peer-to-peer atomics over this link?), a "
+                    f"peer did not call init, or the wait bound ({g.wait_bound_s:g} s, TILEFUSE_WAIT_TIMEOUT) "
+                    "is too short for it\n" + str(err)
                 ) from err
         return g.heap
 
@@ -140,9 +141,8 @@ def bump_generation() -> None:
 def set_wait_timeout(seconds: float, group=None) -> float:
     """Set the device wait bound (seconds, this rank; stream-ordered) of ``group``'s calls; returns
     the previous bound."""
+    seconds = _env.check_seconds("set_wait_timeout: seconds", seconds)
     g = group_of(group)
-    if seconds <= 0:
-        raise ValueError(f"set_wait_timeout: seconds must be positive, got {seconds}")
     old, g.wait_bound_s = g.wait_bound_s, seconds  # the host's copy: no device read
     g.ctl[int(P.CTL_BOUND_NS)] = int(seconds * 1e9)
     return old
