@@ -29,14 +29,15 @@ ranks did before (a reset one rank made alone, or one that timed out, leaves not
 ======================  ==================================================================
 step                    keys
 ======================  ==================================================================
-present                 each rank sets ``R/in/r`` to a token new for each attempt
+present                 each rank sets ``R/in/r`` to a token new for each attempt (emptied
+                        when it leaves)
 agree                   a rank that sees every rank's token acks the round those tokens name,
                         ``R/ack/<round>/r``; a token that goes away withdraws the ack
 commit                  once every rank acked the round, each returns: ``<round>`` is the new
                         key namespace of the group's host steps; the last to leave deletes
 ======================  ==================================================================
 
-A rank that gives up deletes its token (and ack): nobody can have seen every ack. A rank that acked
+A rank that gives up empties its token (and deletes its ack): nobody can have seen every ack. A rank that acked
 while every token was present does not give up at its deadline for a grace period: its peers, all
 present, ack within a poll.
 """
@@ -156,9 +157,11 @@ def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = N
         while True:
             if acked is not None and store.check([f"{base}/ack/{acked}/{r}" for r in range(world)]):
                 break
-            present = [r for r, k in enumerate(token_keys) if store.check([k])]
+            # A token key, once set, is never deleted (emptied instead): get() never blocks on it.
+            tokens = [store.get(k) if store.check([k]) else b"" for k in token_keys]
+            present = [r for r, t in enumerate(tokens) if t]
             if len(present) == world:
-                tokens = b"|".join(store.get(k) for k in token_keys)
+                tokens = b"|".join(tokens)
                 round_id = hashlib.blake2b(tokens, digest_size=12).hexdigest()
                 if round_id != acked:
                     _withdraw(store, base, acked, rank)
@@ -183,12 +186,12 @@ def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = N
     except BaseException:
         try:
             _withdraw(store, base, acked, rank)
-            store.delete_key(mine)
+            store.set(mine, b"")
         except Exception:
             pass
         raise
     try:
-        store.delete_key(mine)
+        store.set(mine, b"")
         if store.add(f"{base}/done/{acked}", 1) == world:  # every rank has seen every ack
             for r in range(world):
                 store.delete_key(f"{base}/ack/{acked}/{r}")
@@ -201,6 +204,14 @@ def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = N
 def _withdraw(store, base: str, round_id: str | None, rank: int) -> None:
     if round_id is not None:
         store.delete_key(f"{base}/ack/{round_id}/{rank}")
+
+
+_CAP_S: list = [None]  # an upper bound on every step's timeout (set at interpreter exit)
+
+
+def cap_timeouts(seconds: float | None) -> None:
+    """Bound every host step by ``seconds`` from now on (None: their own bounds again)."""
+    _CAP_S[0] = seconds
 
 
 def all_gather_object(obj, group=None, *, what: str, timeout: float | None = None, last: bool = False) -> list:
@@ -220,6 +231,8 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
     bound = _env.host_timeout() if timeout is None else float(timeout)
     if not (bound > 0 and math.isfinite(bound)):
         raise ValueError(f"host collective timeout must be a positive number of seconds, got {timeout!r}")
+    if _CAP_S[0] is not None:
+        bound = min(bound, _CAP_S[0])
     if world == 1:
         return [obj]
     st = _state(pg)

@@ -52,6 +52,10 @@ def _mix_of(steps: tuple, role: str | None) -> int:
     return hit
 
 
+for _role in ("forward", "backward"):  # known to every process: a peer's call in one is described
+    _mix_of((), _role)
+
+
 class Scope:
     """``with Scope(...)``: the collective calls this thread makes inside the block carry a step and a
     role in their signature, so that a call never pairs with a peer's call of another step or role

@@ -11,6 +11,10 @@ exits poisons it for good (:class:`PeerExitedError`).
 
 from __future__ import annotations
 
+import atexit
+import sys
+import warnings
+
 import torch
 import torch.distributed as dist
 
@@ -84,6 +88,11 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
             return g.heap
         g = Group.open(size, group, backend, REGISTRY.order)
         REGISTRY.add(g)
+        if not _EXIT_HOOK:
+            # Registered after torch.distributed's own: exit handlers run last-registered first, so
+            # the heaps close while the process group and CUDA still work.
+            atexit.register(_at_exit)
+            _EXIT_HOOK.append(_at_exit)
         if g.heap.world_size > 1:
             # One collective call now: a GPU pair whose link does not carry remote releases and
             # acquires fails here, not inside the first op.
@@ -261,6 +270,29 @@ def shutdown(group=None) -> None:
             failure = failure or err
     if failure is not None:
         raise failure
+
+
+_EXIT_HOOK: list = []
+EXIT_HOST_TIMEOUT_S = 10.0
+
+
+def _at_exit() -> None:
+    """At interpreter exit, :func:`shutdown` for the groups still open, in its order: the device idle,
+    workspaces dropped, peer mappings dropped, then the close's barrier (bounded by
+    ``EXIT_HOST_TIMEOUT_S``; a peer that already exited ends it at once), so that no process exits
+    while a peer still maps its memory and nothing is left for torch's and CUDA's own teardown to
+    find. Never raises: what fails is one line on stderr."""
+    if not REGISTRY.by_group:
+        return
+    try:
+        hostsync.cap_timeouts(EXIT_HOST_TIMEOUT_S)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # heap tensors the program still holds: it is ending
+            shutdown()
+    except BaseException as err:  # noqa: BLE001 - exiting: report, never raise
+        print(f"tilefuse: closing the heaps at exit: {type(err).__name__}: {err}", file=sys.stderr)
+    finally:
+        hostsync.cap_timeouts(None)
 
 
 def _shutdown_one(g: Group) -> None:
