@@ -37,9 +37,10 @@ commit                  once every rank acked the round, each returns: ``<round>
                         key namespace of the group's host steps; the last to leave deletes
 ======================  ==================================================================
 
-A rank that gives up empties its token (and deletes its ack): nobody can have seen every ack. A rank that acked
-while every token was present does not give up at its deadline for a grace period: its peers, all
-present, ack within a poll.
+A rank withdraws its ack only once it has seen a token change and then not every ack: a peer
+empties its token after seeing every ack, and the acks stay until every rank has left. A rank that
+acked while every token was present does not give up at its deadline for a grace period: its
+peers, all present, ack within a poll.
 """
 
 from __future__ import annotations
@@ -155,26 +156,28 @@ def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = N
     try:
         store.set(mine, uuid.uuid4().hex)
         while True:
-            if acked is not None and store.check([f"{base}/ack/{acked}/{r}" for r in range(world)]):
+            if acked is not None and _all_acked(store, base, acked, world):
                 break
             # A token key, once set, is never deleted (emptied instead): get() never blocks on it.
             tokens = [store.get(k) if store.check([k]) else b"" for k in token_keys]
             present = [r for r, t in enumerate(tokens) if t]
-            if len(present) == world:
-                tokens = b"|".join(tokens)
-                round_id = hashlib.blake2b(tokens, digest_size=12).hexdigest()
-                if round_id != acked:
-                    _withdraw(store, base, acked, rank)
-                    store.set(f"{base}/ack/{round_id}/{rank}", b"1")
-                    acked = round_id
-                    continue
-            elif acked is not None:  # a peer gave up: its token went away
+            round_id = hashlib.blake2b(b"|".join(tokens), digest_size=12).hexdigest() if len(present) == world else None
+            if acked is not None and round_id != acked:
+                # A token changed: a peer gave up, or it left after seeing every ack (then so do we).
+                if _all_acked(store, base, acked, world):
+                    break
                 _withdraw(store, base, acked, rank)
                 acked = None
+            if round_id is not None and acked is None:
+                store.set(f"{base}/ack/{round_id}/{rank}", b"1")
+                acked = round_id
+                continue
             if check is not None:
                 check()
             now = time.monotonic()
             if now >= deadline and not (acked is not None and now < deadline + RESET_GRACE_S):
+                if acked is not None and _all_acked(store, base, acked, world):
+                    break
                 missing = [r for r in range(world) if r not in present]
                 raise HostTimeoutError(
                     f"{what}: rank(s) {_names(pg, missing) or '?'} of {world} did not come within {bound:g} s "
@@ -199,6 +202,10 @@ def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = N
     except Exception:
         pass  # cleanup only
     st.generation, st.sequence, st.broken = acked, 0, None
+
+
+def _all_acked(store, base: str, round_id: str, world: int) -> bool:
+    return store.check([f"{base}/ack/{round_id}/{r}" for r in range(world)])
 
 
 def _withdraw(store, base: str, round_id: str | None, rank: int) -> None:
