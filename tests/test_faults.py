@@ -219,3 +219,55 @@ def test_a_lone_reset_then_a_collective_reset_recovers(pools):
     assert (first0, first1) == ("PoisonedError", "HostTimeoutError")
     assert took0 < 5.0 and host_s - 0.1 <= took1 < host_s + 5.0, res
     assert right0 and right1
+
+
+# ---------------------------------------------------------------------------------------------
+# A peer process that exits
+# ---------------------------------------------------------------------------------------------
+
+
+def group_peer_dies_in_a_host_step(rank, world):
+    """Rank 1 is killed while rank 0 waits for it in a new shape's first call (a host step): rank 0
+    raises PeerExitedError naming rank 1 at once, not after the host bound; reset() and every later
+    call then raise it at once too, saying that the group must be re-created."""
+    import os
+    import signal
+
+    import tilefuse
+
+    heap = tilefuse.init(heap_size=16 << 20)
+    a = torch.randn(8, 16, device=heap.device)
+    b = torch.randn(16, 16, device=heap.device)
+    tilefuse.all_gather_gemm(a, b, variant="fused_sequential")
+    tilefuse.synchronize()
+    if rank == 1:
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    out = {}
+    for what, fn in (("first call", lambda: tilefuse.all_gather_gemm(a[:4], b, variant="fused_sequential")),
+                     ("reset", tilefuse.reset),
+                     ("call", lambda: tilefuse.all_gather_gemm(a, b, variant="fused_sequential"))):
+        t0 = time.monotonic()
+        try:
+            fn()
+            tilefuse.synchronize()
+            out[what] = ("returned", time.monotonic() - t0)
+        except Exception as err:  # noqa: BLE001 - the error is the result
+            out[what] = (f"{type(err).__name__}: {err}", time.monotonic() - t0)
+    return out
+
+
+@pytest.mark.slow
+def test_a_dead_peer_is_named_at_once_and_reset_says_to_re_create_the_group():
+    from harness import run_group
+
+    bound = 20.0
+    res = run_group(group_peer_dies_in_a_host_step, 2, timeout=120,
+                    env={"TILEFUSE_WAIT_TIMEOUT": str(bound), "TILEFUSE_HOST_TIMEOUT": str(bound)})
+    assert res[1][0] == "died", res
+    status, out = res[0]
+    assert status == "ok", out
+    for what, (err, took) in out.items():
+        assert err.startswith("PeerExitedError") and "rank 1 (pid" in err, (what, err)
+        assert "must be re-created" in err, (what, err)
+        assert took < (3.0 if what == "first call" else 0.5), (what, took)
