@@ -567,6 +567,7 @@ def job_host_steps(ctx, n):
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
+    import tilefuse
     from tilefuse.runtime import hostsync
 
     results = []
@@ -582,7 +583,7 @@ def job_host_steps(ctx, n):
     try:
         hostsync.all_gather_object(None, sub, what=f"test: rank {ctx.rank}'s own step", timeout=5)
         mismatch = "returned"
-    except RuntimeError as err:
+    except tilefuse.CallMismatchError as err:
         mismatch = str(err)
     finally:
         dist.destroy_process_group(sub)

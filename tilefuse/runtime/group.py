@@ -311,7 +311,8 @@ class Group:
         clear_record(self)
         if rec["poison"]:
             self.poisoned = poison_message(rec)
-            if err is None or not isinstance(err, WaitTimeoutError):
+            # A peer's reset (a negative word) raises here only where the call recorded nothing else.
+            if err is None or not (isinstance(err, WaitTimeoutError) or rec["poison"] < 0):
                 err = PoisonedError(self.poisoned)
             gone = self.exited_peer() if self.peers else None
             if gone is not None:  # the wait timed out because the peer is gone
