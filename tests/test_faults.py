@@ -49,6 +49,39 @@ def test_requires_grad_on_one_rank_is_the_same_call(pools):
     assert len(set(pools.run(2, job_requires_grad_on_one_rank, "all_gather_gemm"))) == 1
 
 
+def job_first_call_against_a_warm_call(ctx, host_s):
+    """Rank 1 calls a shape for the first time (its workspace's host step) while rank 0 makes a warm
+    call: rank 1 sees rank 0's call begin and raises CallMismatchError at once, not after the host
+    bound; rank 0's call raises PeerCallError (rank 1's call counts as failed); reset() recovers."""
+    gen = torch.Generator().manual_seed(21 + ctx.rank)
+    b = torch.randn(48, 16, generator=gen).to(ctx.device)
+    call = registry.get("all_gather_gemm", "fused_sequential")
+    call(torch.randn(8, 48, generator=gen).to(ctx.device), b)
+    tilefuse.synchronize()
+    t0 = time.monotonic()
+    with environment(TILEFUSE_HOST_TIMEOUT=host_s):
+        try:
+            call(torch.randn(8 + 4 * ctx.rank, 48, generator=gen).to(ctx.device), b)
+            tilefuse.synchronize()
+            raised = "nothing"
+        except (tilefuse.CallMismatchError, tilefuse.PeerCallError) as err:
+            raised = type(err).__name__
+    took = time.monotonic() - t0
+    tilefuse.reset()
+    a = torch.randn(8, 48, generator=gen).to(ctx.device)
+    assert_matches(call(a, b), registry.get("all_gather_gemm", "reference")(a, b), torch.float32, 48, ctx.on_gpu,
+                   "the call after reset", scale=ctx.world)
+    tilefuse.barrier()
+    return raised, took
+
+
+def test_a_first_call_against_a_warm_call_is_a_call_mismatch_within_seconds(pools):
+    host_s = 60.0
+    res = pools.run(2, job_first_call_against_a_warm_call, host_s)
+    assert [r[0] for r in res] == ["PeerCallError", "CallMismatchError"], res
+    assert max(r[1] for r in res) < 5.0, res
+
+
 # ---------------------------------------------------------------------------------------------
 # Calls from different points of a program never pair (steps and roles)
 # ---------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import torch.distributed as dist
 from . import _env, hostsync
 from . import primitives as P
 from .errors import (
+    CallMismatchError,
     PeerExitedError,
     PoisonedError,
     WaitTimeoutError,
@@ -167,8 +168,7 @@ class Group:
             heap.check_symmetric("tilefuse.init", ctl)
             if heap.world_size > 1:
                 g.peers = watch_peers(group, heap.rank)
-                if g.peers:
-                    hostsync.watch(group, lambda: g.check_peers("the host step"))
+                hostsync.watch(group, g.check_host_step)
         except BaseException:  # a host step that failed or timed out: nothing of this heap stays open
             g.close_peers()
             heap.close()
@@ -201,6 +201,48 @@ class Group:
         gone = self.exited_peer()
         if gone is not None:
             raise self.peer_exited(gone, f"{op} and every later call on this rank raise (nothing was launched)")
+
+    def check_host_step(self, what: str, calls: bool = True) -> CallMismatchError | None:
+        """Between the polls of a host step (``what``) on this group: raise :class:`PeerExitedError` if
+        a peer process has exited; with ``calls``, return a :class:`CallMismatchError` if a peer began
+        a collective call that this rank has not (its arrival in this rank's control block is past
+        this rank's last call): unless the step completed meanwhile, that peer is not at this host
+        step and never will be (``hostsync`` decides). Read only once this rank's own device work is
+        done (on a GPU the host runs ahead of it)."""
+        if self.peers:
+            self.check_peers(what)
+        words = self._ctl_words() if calls else None
+        if words is None:
+            return None
+        world, fixed = self.heap.world_size, int(P.CTL_FIXED)
+        seq = int(words[int(P.CTL_SEQ)])
+        for r in range(world):
+            arrived = int(words[fixed + r])
+            if r != self.heap.rank and arrived > seq:
+                theirs = int(words[fixed + world + (arrived & 1) * world + r])
+                text = self.describe(theirs)
+                return CallMismatchError(
+                    f"{what}: rank {r} began collective call #{arrived} ({text or f'signature {theirs:#x}'}) "
+                    f"while rank {self.heap.rank} is at this host step (the first call of a new shape, or a "
+                    "host-side step such as tilefuse.barrier()): the ranks made different calls. Every rank "
+                    "must make the same calls in the same order with the same shapes; call tilefuse.reset() "
+                    "on every rank to go on."
+                )
+        return None
+
+    def _ctl_words(self):
+        """The control block's fixed words and ARRIVE and SIG tables as the host sees them now, or
+        None while this rank's device still runs tilefuse's work."""
+        if not self.on_gpu:
+            return self.ctl_np
+        stream = self.order.stream
+        if stream is not None and not stream.query():
+            return None
+        n = int(P.CTL_FIXED) + 3 * self.heap.world_size
+        side = torch.cuda.Stream(self.heap.device)
+        with torch.cuda.stream(side):
+            words = self.ctl[:n].to("cpu", non_blocking=False)
+        return words.numpy()
 
     def raise_if_poisoned(self) -> None:
         """Raise the error this group was poisoned with (PoisonedError, or PeerExitedError), if any;
@@ -238,7 +280,7 @@ class Group:
         stream.synchronize()
 
     def close_peers(self) -> None:
-        if self.peers:
+        if self.heap.world_size > 1:
             with contextlib.suppress(Exception):
                 hostsync.watch(self.group, None)
         for _, _, fd in self.peers:

@@ -76,12 +76,13 @@ class _GroupState:
 
 
 _GROUPS: dict[str, _GroupState] = {}
-_WATCHERS: dict = {}  # group name -> check(): raises PeerExitedError once a peer process has exited
+_WATCHERS: dict = {}  # group name -> check(what, calls): raises once a peer cannot come (exited, in a call)
 
 
 def watch(group, check) -> None:
-    """Call ``check()`` while waiting for the peers of ``group`` (it raises once a peer process has
-    exited, naming it); ``check=None`` stops."""
+    """Call ``check(what, calls)`` while waiting for the peers of ``group`` at the step ``what``: it
+    raises once a peer process has exited, and with ``calls`` returns the error to raise where a peer
+    began a collective call (then raised unless the step completed meanwhile); ``check=None`` stops."""
     name = _group_name(_resolve(group))
     if check is None:
         _WATCHERS.pop(name, None)
@@ -173,7 +174,7 @@ def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = N
                 acked = round_id
                 continue
             if check is not None:
-                check()
+                check(what, False)  # (peers stuck in a call are expected here: reset poisoned them)
             now = time.monotonic()
             if now >= deadline and not (acked is not None and now < deadline + RESET_GRACE_S):
                 if acked is not None and _all_acked(store, base, acked, world):
@@ -263,9 +264,9 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
         ) from err
     gave_up = f"{base}/gave_up"
     try:
-        status, detail = _wait(store, keys, gave_up, deadline, _WATCHERS.get(st.name))
-    except BaseException:  # a peer process exited
-        st.broken = f"{what}: a peer exited"
+        status, detail = _wait(store, keys, gave_up, deadline, _WATCHERS.get(st.name), what)
+    except BaseException as err:  # a peer process exited, or began a call instead of this step
+        st.broken = f"{what}: {type(err).__name__}"
         raise
     if status != "ok":
         st.broken = f"{what}: {status}"
@@ -342,14 +343,13 @@ def _read_gave_up(store, key: str) -> tuple:
         return (-1, [])
 
 
-def _wait(store, keys: list, gave_up: str, deadline: float, check=None) -> tuple:
+def _wait(store, keys: list, gave_up: str, deadline: float, check=None, what: str = "") -> tuple:
     """Poll until every key is set, a peer gave up, or the deadline passes: ``("ok", None)``,
     ``("aborted", (rank, missing))``, ``("missing", ranks)`` or ``("lost", None)`` (the store
     failed). A poll, not the store's ``wait``: it ends at the deadline and logs no socket warnings.
-    ``check()`` runs between polls (it raises once a peer process has exited)."""
+    ``check(what, True)`` runs between polls (:func:`watch`): it raises once a peer has exited, and
+    the CallMismatchError it returns is raised where a peer began a call instead of this step."""
     pause = 1e-4
-    if check is not None:
-        check()
     try:
         while True:
             ready = store.check(keys)
@@ -364,8 +364,12 @@ def _wait(store, keys: list, gave_up: str, deadline: float, check=None) -> tuple
             time.sleep(min(pause, left))
             pause = min(pause * 2, 0.02)
             if check is not None and pause >= 0.02:
-                check()
-    except PeerExitedError:
+                err = check(what, True)
+                # A peer begins a call after this step only once every key is set: keys still missing
+                # after its begin was seen mean it is not at this step.
+                if err is not None and not store.check(keys):
+                    raise err
+    except (PeerExitedError, CallMismatchError):
         raise
     except Exception:
         return "lost", None
