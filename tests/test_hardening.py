@@ -471,8 +471,9 @@ def test_a_missing_peer_at_a_host_step_raises_within_the_bound_naming_it(pools):
 
 def job_first_call_shape_mismatch(ctx, bound):
     """Ranks disagree on M where one rank calls its shape for the first time: that rank's workspace
-    host step gives up within the bound, the peer's call raises PeerCallError, and tilefuse.reset()
-    on every rank brings the calls back."""
+    host step ends (CallMismatchError once it sees the peer's call begin, else HostTimeoutError
+    within the bound), the peer's call raises PeerCallError, and tilefuse.reset() on every rank
+    brings the calls back."""
     import os
 
     import tilefuse
