@@ -3,6 +3,13 @@
 The ops, ``init``/``reset`` and the heap helpers take ``group=`` (default: the first group
 initialised). Importing tilefuse turns on Triton's interpreter when no GPU is usable
 (:mod:`tilefuse.runtime._env`).
+
+Calls pair across ranks by sequence and signature; ``with tilefuse.step(i):`` adds the step to the
+signature, and backward formulas run in the role ``backward`` (:mod:`tilefuse.runtime.scope`), so
+calls from different points of a program raise ``CallMismatchError`` instead of pairing. Unchecked:
+the plain path's torch collectives (paired by order only), the role and step of calls in a compiled
+backward, a CUDA graph's calls (it replays the step it was captured in), and calls inside one step
+and role (paired by order).
 """
 
 from ._version import __version__
