@@ -26,9 +26,10 @@ def hash62(text: str) -> int:
 
 
 class _ScopeState(threading.local):
-    steps: tuple = ()  # the steps of the enclosing step blocks, outermost first
-    role: str | None = None  # "forward", "backward", or None (a call made outside any role)
-    mix: int = 0  # hash of (steps, role), XORed into every call's signature hash; 0 outside any scope
+    def __init__(self):  # per thread, on its first use (instance attributes: the fastest reads)
+        self.steps: tuple = ()  # the steps of the enclosing step blocks, outermost first
+        self.role: str | None = None  # "forward", "backward", or None (a call made outside any role)
+        self.mix: int = 0  # hash of (steps, role), XORed into every call's signature hash; 0: no scope
 
 
 STATE = _ScopeState()
@@ -134,10 +135,18 @@ def in_backward(saved: tuple | None, fn, *args):
         return fn(*args)
 
 
+_FORWARD_MIX = _mix_of((), "forward")
+
+
 def in_forward(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` in the role ``"forward"`` (an nn layer's forward); as it is while
-    torch.compile traces."""
+    """``fn(*args, **kwargs)`` in the role ``"forward"`` (an nn layer's forward: on the decode path,
+    so without a Scope object); as it is while torch.compile traces."""
     if torch.compiler.is_compiling():
         return fn(*args, **kwargs)
-    with Scope(role="forward"):
+    st = STATE
+    steps, role, mix = st.steps, st.role, st.mix
+    st.role, st.mix = "forward", _mix_of(steps, "forward") if steps else _FORWARD_MIX
+    try:
         return fn(*args, **kwargs)
+    finally:
+        st.role, st.mix = role, mix
