@@ -235,8 +235,8 @@ class Group:
         None while this rank's device still runs tilefuse's work."""
         if not self.on_gpu:
             return self.ctl_np
-        stream = self.order.stream
-        if stream is not None and not stream.query():
+        stream = self.order.stream  # None until an eager call (and after a capture: replays may run)
+        if stream is None or not stream.query():
             return None
         n = int(P.CTL_FIXED) + 3 * self.heap.world_size
         side = torch.cuda.Stream(self.heap.device)
