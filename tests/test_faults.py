@@ -304,3 +304,31 @@ def test_a_dead_peer_is_named_at_once_and_reset_says_to_re_create_the_group():
         assert err.startswith("PeerExitedError") and "rank 1 (pid" in err, (what, err)
         assert "must be re-created" in err, (what, err)
         assert took < (3.0 if what == "first call" else 0.5), (what, took)
+
+
+def test_steps_nest_per_thread_and_backward_keeps_the_forward_steps():
+    import threading
+
+    from tilefuse.runtime import scope
+
+    assert scope.current_scope() == ((), None) and scope.STATE.mix == 0
+    seen = {}
+    with tilefuse.step(1), tilefuse.step("b"):
+        assert scope.current_scope() == ((1, "b"), None)
+        saved, mix = scope.saved_scope(), scope.STATE.mix
+        thread = threading.Thread(target=lambda: seen.update(other=scope.current_scope()))
+        thread.start()
+        thread.join()
+        with scope.role("forward"):
+            assert scope.current_scope() == ((1, "b"), "forward") and scope.STATE.mix not in (0, mix)
+        assert scope.STATE.mix == mix
+    assert seen["other"] == ((), None)  # another thread (autograd's, say) starts outside any scope
+    assert scope.current_scope() == ((), None) and scope.STATE.mix == 0
+    assert scope.in_backward(saved, scope.current_scope) == ((1, "b"), "backward")
+    assert scope.in_backward(None, scope.current_scope) == ((), None)
+    assert scope.in_forward(scope.current_scope) == ((), "forward")
+    with tilefuse.step(1):
+        assert scope.STATE.mix != mix  # step 1 alone is another scope than step 1, step "b"
+    for bad in (True, 1.5, None):
+        with pytest.raises(TypeError, match="tilefuse.step"):
+            tilefuse.step(bad)
