@@ -471,8 +471,9 @@ def test_a_missing_peer_at_a_host_step_raises_within_the_bound_naming_it(pools):
 
 def job_first_call_shape_mismatch(ctx, bound):
     """Ranks disagree on M where one rank calls its shape for the first time: that rank's workspace
-    host step gives up within the bound, the peer's call raises PeerCallError, and tilefuse.reset()
-    on every rank brings the calls back."""
+    host step ends (CallMismatchError once it sees the peer's call begin, else HostTimeoutError
+    within the bound), the peer's call raises PeerCallError, and tilefuse.reset() on every rank
+    brings the calls back."""
     import os
 
     import tilefuse
@@ -492,7 +493,7 @@ def job_first_call_shape_mismatch(ctx, bound):
         fn(randn(4 + ctx.rank, 8), randn(8, 8))  # rank 1: a new shape
         tilefuse.synchronize()
         raised = "nothing"
-    except (tilefuse.HostTimeoutError, tilefuse.PeerCallError) as err:
+    except (tilefuse.HostTimeoutError, tilefuse.PeerCallError, tilefuse.CallMismatchError) as err:
         raised = type(err).__name__
     finally:
         del os.environ["TILEFUSE_HOST_TIMEOUT"]
@@ -512,7 +513,8 @@ def test_a_shape_mismatch_on_a_first_call_ends_within_the_host_bound(pools):
     not called before makes it create a workspace, a host step its peer does not join."""
     bound = 1.0
     res = pools.run(2, job_first_call_shape_mismatch, bound)
-    assert [r[0] for r in res] == ["PeerCallError", "HostTimeoutError"], res
+    # The rank at the host step sees its peer's call begin: CallMismatchError before the bound.
+    assert [r[0] for r in res] == ["PeerCallError", "CallMismatchError"], res
     assert all(r[1] < bound + 5.0 for r in res) and all(r[2] for r in res), res
 
 
@@ -567,6 +569,7 @@ def job_host_steps(ctx, n):
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
+    import tilefuse
     from tilefuse.runtime import hostsync
 
     results = []
@@ -582,7 +585,7 @@ def job_host_steps(ctx, n):
     try:
         hostsync.all_gather_object(None, sub, what=f"test: rank {ctx.rank}'s own step", timeout=5)
         mismatch = "returned"
-    except RuntimeError as err:
+    except tilefuse.CallMismatchError as err:
         mismatch = str(err)
     finally:
         dist.destroy_process_group(sub)

@@ -15,10 +15,20 @@ def test_timeouts_take_finite_positive_seconds_up_to_a_day(monkeypatch, name):
     assert _env.seconds(name, 7.0) == 2.5
     monkeypatch.setenv(name, "86400")
     assert _env.seconds(name, 7.0) == 86400.0
-    for bad in ("soon", "0", "-1", "nan", "inf", "-inf", "1e10", "86401"):
+    monkeypatch.setenv(name, "0.01")
+    assert _env.seconds(name, 7.0) == 0.01
+    for bad in ("soon", "0", "-1", "nan", "inf", "-inf", "1e10", "86401", "1e-12", "0.001"):
         monkeypatch.setenv(name, bad)
-        with pytest.raises(ValueError, match=rf"{name}=.*\(0, 86400\]"):
+        with pytest.raises(ValueError, match=rf"{name}='{bad}': expected a number of seconds in \[0.01, 86400\]"):
             _env.seconds(name, 7.0)
+
+
+def test_set_wait_timeout_takes_the_same_range():
+    import tilefuse
+
+    for bad in (0, 1e-12, float("inf"), float("nan"), 1e10, "soon"):
+        with pytest.raises(ValueError, match=r"set_wait_timeout: seconds=.*\[0.01, 86400\]"):
+            tilefuse.runtime.world.set_wait_timeout(bad)
 
 
 def test_wait_and_host_timeouts_read_their_own_variables(monkeypatch):
@@ -36,7 +46,7 @@ def test_heap_size_takes_bytes_or_a_unit(monkeypatch):
     for text, value in (("4096", 4096), ("3M", 3 << 20), ("1.5g", 3 << 29), ("1T", 1 << 40)):
         monkeypatch.setenv("TILEFUSE_HEAP_SIZE", text)
         assert _env.heap_size() == value, text
-    for bad in ("lots", "4GB", "nan", "inf", "0", "-1M", "2T", "1e30"):
+    for bad in ("lots", "4GB", "nan", "inf", "0", "-1M", "2T", "1e30", "1e-12", "-inf"):
         monkeypatch.setenv("TILEFUSE_HEAP_SIZE", bad)
         with pytest.raises(ValueError, match=r"TILEFUSE_HEAP_SIZE=.*K/M/G/T.*at most 1T"):
             _env.heap_size()

@@ -3,6 +3,13 @@
 The ops, ``init``/``reset`` and the heap helpers take ``group=`` (default: the first group
 initialised). Importing tilefuse turns on Triton's interpreter when no GPU is usable
 (:mod:`tilefuse.runtime._env`).
+
+Calls pair across ranks by sequence and signature; ``with tilefuse.step(i):`` adds the step to the
+signature, and backward formulas run in the role ``backward`` (:mod:`tilefuse.runtime.scope`), so
+calls from different points of a program raise ``CallMismatchError`` instead of pairing. Unchecked:
+the plain path's torch collectives (paired by order only), the role and step of calls in a compiled
+backward, a CUDA graph's calls (it replays the step it was captured in), and calls inside one step
+and role (paired by order).
 """
 
 from ._version import __version__
@@ -36,6 +43,7 @@ from .runtime import (  # noqa: E402
     reset,
     set_wait_timeout,
     shutdown,
+    step,
     synchronize,
 )
 
@@ -99,5 +107,5 @@ __all__ = [
     "PoisonedError", "StaleCallError", "VARIANTS", "WaitTimeoutError", "__version__", "all_gather_gemm", "arange",
     "auto_choice", "barrier", "check_peers", "clear_workspaces", "device_barrier", "empty", "full", "gemm_all_reduce",
     "gemm_all_scatter", "gemm_reduce_scatter", "get_heap", "init", "is_initialized", "is_on_heap", "matmul", "nn",
-    "randn", "reset", "set_wait_timeout", "shutdown", "synchronize", "zeros",
+    "randn", "reset", "set_wait_timeout", "shutdown", "step", "synchronize", "zeros",
 ]

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from ..ops import library
 from ..ops.all_gather_gemm import all_gather_gemm
 from ..ops.library import group_name
+from ..runtime.scope import in_backward, saved_scope
 
 LOCAL_VARIANTS = ("auto", "plain")  # the variants that run nn.Linear's own call at TP size 1
 _SIZES: dict = {}  # process group -> its size (a group's size never changes)
@@ -88,10 +89,15 @@ class _RowParallel(torch.autograd.Function):
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
         ctx.group, ctx.variant = group, variant
+        ctx.scope = saved_scope()
         return y
 
     @staticmethod
     def backward(ctx, dy):
+        return in_backward(ctx.scope, _RowParallel.grads, ctx, dy)
+
+    @staticmethod
+    def grads(ctx, dy):
         x, weight = ctx.saved_tensors
         dy = dy.contiguous()  # [T/W, out]
         # [T, in/W], [T, out]

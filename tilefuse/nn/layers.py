@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
+from ..runtime.scope import in_forward
 from .functional import LOCAL_VARIANTS, column_parallel_linear, row_parallel_linear, world_of
 
 
@@ -145,7 +146,7 @@ class ColumnParallelLinear(_ParallelLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1 and self.variant in LOCAL_VARIANTS:  # TP size 1: nn.Linear's call
             return F.linear(x, self.weight, self.bias)
-        return column_parallel_linear(x, self.weight, self.bias, group=self.group, variant=self.variant)
+        return in_forward(column_parallel_linear, x, self.weight, self.bias, group=self.group, variant=self.variant)
 
 
 class RowParallelLinear(_ParallelLinear):
@@ -164,4 +165,4 @@ class RowParallelLinear(_ParallelLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1 and self.variant in LOCAL_VARIANTS:  # TP size 1: nn.Linear's call
             return F.linear(x, self.weight, self.bias)
-        return row_parallel_linear(x, self.weight, self.bias, group=self.group, variant=self.variant)
+        return in_forward(row_parallel_linear, x, self.weight, self.bias, group=self.group, variant=self.variant)

@@ -41,6 +41,7 @@ from ..ops import library
 from ..ops.gemm_all_reduce import gemm_all_reduce
 from ..ops.library import group_name
 from ..runtime import get_heap, groups, init, is_initialized
+from ..runtime.scope import in_backward, in_forward, saved_scope
 from .functional import check_input, column_parallel_linear, row_parallel_linear
 
 __all__ = ["ColwiseParallel", "RowwiseParallel", "TPLinearPlan", "tp_group", "tp_mesh"]
@@ -166,10 +167,15 @@ class _ColumnReplicated(torch.autograd.Function):
         ctx.save_for_backward(x, w)
         ctx.has_bias, ctx.group, ctx.variant, ctx.gather, ctx.rank = b is not None, group, variant, gather, rank
         ctx.reduce_dx = reduce_dx
+        ctx.scope = saved_scope()
         return y
 
     @staticmethod
     def backward(ctx, dy):
+        return in_backward(ctx.scope, _ColumnReplicated.grads, ctx, dy)
+
+    @staticmethod
+    def grads(ctx, dy):
         x, w = ctx.saved_tensors
         n = w.shape[0]
         g = dy[:, ctx.rank * n:(ctx.rank + 1) * n] if ctx.gather else dy
@@ -258,7 +264,7 @@ class TPLinear(nn.Linear):
     """An ``nn.Linear`` after a tilefuse style: DTensor parameters, tilefuse forward."""
 
     def forward(self, x):
-        return (colwise_forward if self._tilefuse_tp.kind == "colwise" else rowwise_forward)(self, x)
+        return in_forward(colwise_forward if self._tilefuse_tp.kind == "colwise" else rowwise_forward, self, x)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, tp=({self._tilefuse_tp!r})"

@@ -37,7 +37,6 @@ from ..runtime.world import on_shutdown
 from ..tuning import autotune, cache, costmodel, rules, tables
 from ..tuning.buckets import bucket_name, m_bucket
 from . import registry
-from .common.config import Config
 
 log = logging.getLogger("tilefuse")
 
@@ -65,9 +64,9 @@ def _local_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: s
     if choice is not None and choice.variant in registry.variants(op):
         return choice
     key = cache.entry_key(arch, world, op, dtype, N, K, m_bucket(M))
-    e = cache.get(key)
-    if e is not None and e["variant"] in registry.variants(op):
-        cfg = Config.from_dict(e["config"]) if e.get("config") else None
+    hit = cache.decision(key, op, registry.variants(op), hw.num_sms(get_heap().device) if is_initialized() else None)
+    if hit is not None:  # (an unusable cache or entry is warned about and passed over)
+        e, cfg = hit
         return tables.Choice(e["variant"], cfg, f"cache {cache.cache_path()} [{key}]", tables.graph_of(e))
     return None
 

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from ..runtime import get_heap, is_initialized
+from ..runtime.scope import in_backward, saved_scope
 from . import registry
 from .common.checks import check_divisible
 from .common.config import Config
@@ -209,6 +210,7 @@ def _fake_out(spec: OpSpec, a, b, group, bias=None):
 def _save(ctx, inputs, a):
     """Keep the variant, the group, ``a`` (for db) and ``b`` (for da), as far as they are needed."""
     ctx.variant, ctx.group = inputs[2], inputs[4]
+    ctx.scope = saved_scope()  # the backward's calls run under the forward's steps, as "backward"
     ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, inputs[1] if ctx.needs_input_grad[0] else None)
     ctx.set_materialize_grads(False)
 
@@ -230,7 +232,7 @@ def _define(spec: OpSpec) -> None:
         grads = [None] * len(ctx.needs_input_grad)  # a, b, variant, config, group (, bias)
         if dc is not None:
             dc = dc.contiguous()
-            grads[0], grads[1] = spec.backward(ctx, *ctx.saved_tensors, dc)
+            grads[0], grads[1] = in_backward(ctx.scope, spec.backward, ctx, *ctx.saved_tensors, dc)
             if len(grads) > 5 and ctx.needs_input_grad[5]:  # each rank's c gets the bias once: dc's row sum
                 grads[5] = dc.sum(0, dtype=torch.float32).to(dc.dtype)
         return tuple(grads)
@@ -266,7 +268,10 @@ def _gathered_setup(ctx, inputs, output):
 
 
 def _gathered_backward(ctx, dc, dgathered):
-    a_full, b = ctx.saved_tensors
+    return in_backward(ctx.scope, _gathered_grads, ctx, *ctx.saved_tensors, dc, dgathered)
+
+
+def _gathered_grads(ctx, a_full, b, dc, dgathered):
     da = db = None
     if dc is not None:
         dc = dc.contiguous()

@@ -37,6 +37,7 @@ from .world import (  # noqa: E402
     reset,
     set_wait_timeout,
     shutdown,
+    step,
     synchronize,
 )
 
@@ -44,5 +45,5 @@ __all__ = [
     "CallMismatchError", "HeapFullError", "HostTimeoutError", "PeerCallError", "PeerExitedError", "PoisonedError",
     "StaleCallError", "SymmetricHeap", "WaitTimeoutError", "barrier", "check_peers", "check_waits", "control_block",
     "device_barrier", "get_heap", "groups", "hw", "init", "is_initialized", "primitives", "reset",
-    "set_debug_poison", "set_wait_timeout", "shutdown", "synchronize",
+    "set_debug_poison", "set_wait_timeout", "shutdown", "step", "synchronize",
 ]

@@ -14,6 +14,7 @@ import os
 
 _BACKENDS = ("cuda", "cpu")
 MAX_TIMEOUT_S = 86400.0  # a day: longer bounds overflow the device's nanosecond deadline arithmetic
+MIN_TIMEOUT_S = 0.01  # shorter bounds end healthy calls (a peer's launch alone can take longer)
 MAX_HEAP_BYTES = 1 << 40
 _ON = ("1", "on", "true", "yes")
 _OFF = ("0", "off", "false", "no")
@@ -42,7 +43,7 @@ def interpreting() -> bool:
 
 
 def seconds(name: str, default: float) -> float:
-    """The setting ``name`` as seconds in (0, ``MAX_TIMEOUT_S``]; ``default`` when unset."""
+    """The setting ``name`` as seconds in [``MIN_TIMEOUT_S``, ``MAX_TIMEOUT_S``]; ``default`` when unset."""
     text = _text(name)
     if not text:
         return default
@@ -50,8 +51,18 @@ def seconds(name: str, default: float) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (0 < value <= MAX_TIMEOUT_S):  # nan and inf fail here too
-        raise ValueError(f"{name}={text!r}: expected a number of seconds in (0, {MAX_TIMEOUT_S:g}]")
+    return check_seconds(name, value, text)
+
+
+def check_seconds(name: str, value, text: str | None = None) -> float:
+    """``value`` as a bound in seconds, else a ValueError naming ``name`` and the accepted range."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (MIN_TIMEOUT_S <= value <= MAX_TIMEOUT_S):  # nan and inf fail here too
+        shown = repr(text) if text is not None else repr(value)
+        raise ValueError(f"{name}={shown}: expected a number of seconds in [{MIN_TIMEOUT_S:g}, {MAX_TIMEOUT_S:g}]")
     return value
 
 

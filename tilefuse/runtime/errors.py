@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from . import hostsync
 from . import primitives as P
 
 
@@ -42,7 +41,7 @@ def describe_group(group) -> str:
     if isinstance(group, str):
         return repr(group)
     try:
-        name = hostsync._group_name(group)
+        name = getattr(group, "group_name", None) or dist.distributed_c10d._world.pg_names.get(group) or "?"
     except Exception:
         name = "?"
     try:
@@ -56,7 +55,7 @@ def describe_sig(st, value: int) -> str:
     """What call the signature hash ``value`` stands for (``st``: the group that made it)."""
     if value == int(P.SIG_FAILED):
         return "a call that failed its argument checks"
-    text = st.texts.get(value)
+    text = st.describe(value)
     return f"({text})" if text else f"a call with signature {value:#x} (not made on this rank)"
 
 
@@ -117,8 +116,12 @@ def error_from(st, rec: dict) -> Exception:
 
 
 def poison_message(rec: dict | None) -> str:
-    """What a poisoned group raises, naming the rank whose wait timed out where the record says."""
-    origin = (rec or {}).get("poison", 0) - 1
-    who = f"rank {origin}" if origin >= 0 else "a rank"
-    return (f"tilefuse is poisoned: a device wait timed out on {who}, so every op raises on every rank "
-            "until tilefuse.reset() is called on every rank")
+    """What a poisoned group raises, naming the rank whose wait timed out (poison word ``r + 1``) or
+    that entered :func:`tilefuse.reset` (``-(r + 1)``) where the record says."""
+    word = (rec or {}).get("poison", 0)
+    if word < 0:
+        what = f"rank {-word - 1} entered tilefuse.reset()"
+    else:
+        what = f"a device wait timed out on {f'rank {word - 1}' if word > 0 else 'a rank'}"
+    return (f"tilefuse is poisoned: {what}, so every op raises on every rank until tilefuse.reset() is "
+            "called on every rank")

@@ -18,7 +18,6 @@ and the ops' hooks that drop their workspaces at reset and shutdown.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import select
 import threading
@@ -31,6 +30,7 @@ import torch.distributed as dist
 from . import _env, hostsync
 from . import primitives as P
 from .errors import (
+    CallMismatchError,
     PeerExitedError,
     PoisonedError,
     WaitTimeoutError,
@@ -41,6 +41,7 @@ from .errors import (
     read_record,
 )
 from .heap import SymmetricHeap
+from .scope import SCOPE_TEXTS, STATE, hash62
 
 DEFAULT_WAIT_TIMEOUT_S = {"cuda": 30.0, "cpu": 60.0}
 _FILL_BLOCK = 1024
@@ -167,6 +168,7 @@ class Group:
             heap.check_symmetric("tilefuse.init", ctl)
             if heap.world_size > 1:
                 g.peers = watch_peers(group, heap.rank)
+                hostsync.watch(group, g.check_host_step)
         except BaseException:  # a host step that failed or timed out: nothing of this heap stays open
             g.close_peers()
             heap.close()
@@ -200,20 +202,87 @@ class Group:
         if gone is not None:
             raise self.peer_exited(gone, f"{op} and every later call on this rank raise (nothing was launched)")
 
+    def check_host_step(self, what: str, calls: bool = True) -> CallMismatchError | None:
+        """Between the polls of a host step (``what``) on this group: raise :class:`PeerExitedError` if
+        a peer process has exited; with ``calls``, return a :class:`CallMismatchError` if a peer began
+        a collective call that this rank has not (its arrival in this rank's control block is past
+        this rank's last call): unless the step completed meanwhile, that peer is not at this host
+        step and never will be (``hostsync`` decides). Read only once this rank's own device work is
+        done (on a GPU the host runs ahead of it)."""
+        if self.peers:
+            self.check_peers(what)
+        words = self._ctl_words() if calls else None
+        if words is None:
+            return None
+        world, fixed = self.heap.world_size, int(P.CTL_FIXED)
+        seq = int(words[int(P.CTL_SEQ)])
+        for r in range(world):
+            arrived = int(words[fixed + r])
+            if r != self.heap.rank and arrived > seq:
+                theirs = int(words[fixed + world + (arrived & 1) * world + r])
+                text = self.describe(theirs)
+                return CallMismatchError(
+                    f"{what}: rank {r} began collective call #{arrived} ({text or f'signature {theirs:#x}'}) "
+                    f"while rank {self.heap.rank} is at this host step (the first call of a new shape, or a "
+                    "host-side step such as tilefuse.barrier()): the ranks made different calls. Every rank "
+                    "must make the same calls in the same order with the same shapes; call tilefuse.reset() "
+                    "on every rank to go on."
+                )
+        return None
+
+    def _ctl_words(self):
+        """The control block's fixed words and ARRIVE and SIG tables as the host sees them now, or
+        None while this rank's device still runs tilefuse's work."""
+        if not self.on_gpu:
+            return self.ctl_np
+        stream = self.order.stream  # None until an eager call (and after a capture: replays may run)
+        if stream is None or not stream.query():
+            return None
+        n = int(P.CTL_FIXED) + 3 * self.heap.world_size
+        side = torch.cuda.Stream(self.heap.device)
+        with torch.cuda.stream(side):
+            words = self.ctl[:n].to("cpu", non_blocking=False)
+        return words.numpy()
+
     def raise_if_poisoned(self) -> None:
-        """Raise the error this group was poisoned with (PoisonedError, or PeerExitedError), if any."""
+        """Raise the error this group was poisoned with (PoisonedError, or PeerExitedError), if any;
+        PeerExitedError where a peer process has exited since (the likely cause)."""
         if self.poisoned:
+            if self.poison_error is not PeerExitedError and self.peers:
+                self.check_peers("this call")
             raise self.poison_error(self.poisoned)
 
     def peer_exited(self, gone: tuple, what: str) -> PeerExitedError:
         """Poison this group for the exited peer ``gone`` = (rank, pid); the error to raise."""
         rank, pid = gone
         self.poisoned = (f"tilefuse: rank {rank} (pid {pid}) of group {describe_group(self.group)} has exited; "
-                         f"{what}. A peer cannot rejoin a heap: restart the job")
+                         f"{what}. A process cannot rejoin a heap, and tilefuse.reset() cannot bring it back: "
+                         "the group must be re-created (tilefuse.shutdown(), a new process group with a live "
+                         "process in its place, tilefuse.init()), or the job restarted")
         self.poison_error = PeerExitedError
         return PeerExitedError(self.poisoned)
 
+    def poison_all(self, value: int) -> None:
+        """Set the poison word of every rank's control block to ``value`` from the host (this rank's
+        too): every wait of a running call on any rank gives up at once, and every rank's next call
+        raises :class:`PoisonedError`. On a GPU the stores run on a stream of their own, so that they
+        land while this rank's own stream is still busy."""
+        heap = self.heap
+        words = [heap.peer_view(self.ctl, r)[_POISON:_POISON + 1] for r in range(heap.world_size)]
+        if not self.on_gpu:
+            for w in words:
+                w.fill_(value)
+            return
+        stream = torch.cuda.Stream(heap.device)
+        with torch.cuda.stream(stream):
+            for w in words:
+                w.fill_(value)
+        stream.synchronize()
+
     def close_peers(self) -> None:
+        if self.heap.world_size > 1:
+            with contextlib.suppress(Exception):
+                hostsync.watch(self.group, None)
         for _, _, fd in self.peers:
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -284,23 +353,39 @@ class Group:
         clear_record(self)
         if rec["poison"]:
             self.poisoned = poison_message(rec)
-            if err is None or not isinstance(err, WaitTimeoutError):
+            # A peer's reset (a negative word) raises here only where the call recorded nothing else.
+            if err is None or not (isinstance(err, WaitTimeoutError) or rec["poison"] < 0):
                 err = PoisonedError(self.poisoned)
+            gone = self.exited_peer() if self.peers else None
+            if gone is not None:  # the wait timed out because the peer is gone
+                err = self.peer_exited(gone, "a device wait gave up on it, and every later call raises")
         return err
 
     def signature(self, key: tuple) -> int:
-        """A 62-bit hash of a call's signature (the same on every rank: not Python's salted hash)."""
+        """A 62-bit hash of a call's signature (the same on every rank: not Python's salted hash),
+        mixed with this thread's scope (:mod:`~tilefuse.runtime.scope`: its step and role), so calls of
+        different steps or roles never pair. Per call: one dict lookup and one thread-local read."""
         hit = self.sigs.get(key)
         if hit is None:
             if len(self.sigs) >= _MAX_SIGNATURES:  # a server with ever-new shapes: keep the cache bounded
                 self.sigs.clear()
                 self.texts.clear()
             text = ", ".join(str(k) for k in key)
-            digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-            value = int.from_bytes(digest, "little") >> 2
-            hit = self.sigs[key] = (value, text)
-            self.texts[value] = text
-        return hit[0]
+            hit = self.sigs[key] = (hash62(text), text)
+            self.texts[hit[0]] = text
+        return hit[0] ^ STATE.mix
+
+    def describe(self, value: int) -> str | None:
+        """The text of the call whose signature hash is ``value`` (with its scope), if this rank has made
+        that call (in any scope this process has entered); None otherwise."""
+        text = self.texts.get(value)
+        if text is not None:
+            return text
+        for mix, scope in SCOPE_TEXTS.items():
+            text = self.texts.get(value ^ mix)
+            if text is not None:
+                return f"{text}; in {scope}"
+        return None
 
     def begin_args(self, sig: int, outputs: tuple) -> tuple:
         """``sig, gen, out0, n_out0, out1, n_out1``: the begin's arguments (up to two contiguous

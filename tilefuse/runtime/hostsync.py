@@ -19,20 +19,44 @@ release                 each rank adds 1 to ``P/done``; the rank that brings it 
 A rank that runs out of time sets ``P/gave_up`` naming the missing ranks (a peer still waiting, or
 arriving later, stops at once with the same names) and marks the group out of step: every later
 call on it raises at once until :func:`reset` on every rank. Ranks that pass different ``what`` are
-at different steps: that raises too, naming both.
+at different steps: that raises :class:`CallMismatchError`, naming both. A peer process that exits
+ends every wait at once (:func:`watch`: :class:`PeerExitedError` naming it).
+
+:func:`reset` is a rendezvous of its own, bounded and re-entrant, that does not depend on what the
+ranks did before (a reset one rank made alone, or one that timed out, leaves nothing behind). Keys
+``R = tilefuse/reset/<group>``:
+
+======================  ==================================================================
+step                    keys
+======================  ==================================================================
+present                 each rank sets ``R/in/r`` to a token new for each attempt (emptied
+                        when it leaves)
+agree                   a rank that sees every rank's token acks the round those tokens name,
+                        ``R/ack/<round>/r``; a token that goes away withdraws the ack
+commit                  once every rank acked the round, each returns: ``<round>`` is the new
+                        key namespace of the group's host steps; the last to leave deletes
+======================  ==================================================================
+
+A rank withdraws its ack only once it has seen a token change and then not every ack: a peer
+empties its token after seeing every ack, and the acks stay until every rank has left. A rank that
+acked while every token was present does not give up at its deadline for a grace period: its
+peers, all present, ack within a poll.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import pickle
 import time
+import uuid
 from dataclasses import dataclass
 
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from . import _env
+from .errors import CallMismatchError, PeerExitedError
 
 _PREFIX = "tilefuse/hostsync"
 _HINT = "A rank that died, hangs, or skipped this step; raise TILEFUSE_HOST_TIMEOUT if a rank is only slow."
@@ -46,12 +70,24 @@ class HostTimeoutError(RuntimeError):
 class _GroupState:
     name: str
     store: object
-    generation: int = 0
+    generation: str = "0"  # the key namespace: the last reset's round
     sequence: int = 0
     broken: str | None = None  # why the ranks are out of step, once a call failed
 
 
 _GROUPS: dict[str, _GroupState] = {}
+_WATCHERS: dict = {}  # group name -> check(what, calls): raises once a peer cannot come (exited, in a call)
+
+
+def watch(group, check) -> None:
+    """Call ``check(what, calls)`` while waiting for the peers of ``group`` at the step ``what``: it
+    raises once a peer process has exited, and with ``calls`` returns the error to raise where a peer
+    began a collective call (then raised unless the step completed meanwhile); ``check=None`` stops."""
+    name = _group_name(_resolve(group))
+    if check is None:
+        _WATCHERS.pop(name, None)
+    else:
+        _WATCHERS[name] = check
 
 
 def _resolve(group):
@@ -96,13 +132,94 @@ def _names(pg, ranks) -> str:
     return ", ".join(_global(pg, r) for r in ranks)
 
 
-def reset(group=None) -> None:
-    """Forget an earlier failed call on ``group``: later calls use a fresh key namespace. Every rank
-    of the group calls it at the same point of its host steps (a collective reset)."""
-    st = _state(_resolve(group))
-    st.generation += 1
-    st.sequence = 0
-    st.broken = None
+RESET_GRACE_S = 5.0
+
+
+def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = None) -> None:
+    """Rendezvous of every rank of ``group`` (module docstring), then forget any earlier failed host
+    step: later steps use a fresh key namespace, the same on every rank. Bounded by ``timeout``
+    (default ``TILEFUSE_HOST_TIMEOUT``): :class:`HostTimeoutError` naming the ranks that did not come;
+    a later call starts over."""
+    pg = _resolve(group)
+    rank, world = dist.get_rank(pg), dist.get_world_size(pg)
+    st = _state(pg)
+    bound = _env.host_timeout() if timeout is None else float(timeout)
+    if world == 1:
+        st.generation, st.sequence, st.broken = uuid.uuid4().hex, 0, None
+        return
+    store, base = st.store, f"tilefuse/reset/{st.name}"
+    mine = f"{base}/in/{rank}"
+    token_keys = [f"{base}/in/{r}" for r in range(world)]
+    deadline = time.monotonic() + bound
+    acked = None  # the round this rank acked
+    check = _WATCHERS.get(st.name)
+    pause = 1e-4
+    try:
+        store.set(mine, uuid.uuid4().hex)
+        while True:
+            if acked is not None and _all_acked(store, base, acked, world):
+                break
+            # A token key, once set, is never deleted (emptied instead): get() never blocks on it.
+            tokens = [store.get(k) if store.check([k]) else b"" for k in token_keys]
+            present = [r for r, t in enumerate(tokens) if t]
+            round_id = hashlib.blake2b(b"|".join(tokens), digest_size=12).hexdigest() if len(present) == world else None
+            if acked is not None and round_id != acked:
+                # A token changed: a peer gave up, or it left after seeing every ack (then so do we).
+                if _all_acked(store, base, acked, world):
+                    break
+                _withdraw(store, base, acked, rank)
+                acked = None
+            if round_id is not None and acked is None:
+                store.set(f"{base}/ack/{round_id}/{rank}", b"1")
+                acked = round_id
+                continue
+            if check is not None:
+                check(what, False)  # (peers stuck in a call are expected here: reset poisoned them)
+            now = time.monotonic()
+            if now >= deadline and not (acked is not None and now < deadline + RESET_GRACE_S):
+                if acked is not None and _all_acked(store, base, acked, world):
+                    break
+                missing = [r for r in range(world) if r not in present]
+                raise HostTimeoutError(
+                    f"{what}: rank(s) {_names(pg, missing) or '?'} of {world} did not come within {bound:g} s "
+                    f"(seen from rank {_global(pg, rank)}); every rank must call it. Calling it again "
+                    "starts over."
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+    except BaseException:
+        try:
+            _withdraw(store, base, acked, rank)
+            store.set(mine, b"")
+        except Exception:
+            pass
+        raise
+    try:
+        store.set(mine, b"")
+        if store.add(f"{base}/done/{acked}", 1) == world:  # every rank has seen every ack
+            for r in range(world):
+                store.delete_key(f"{base}/ack/{acked}/{r}")
+            store.delete_key(f"{base}/done/{acked}")
+    except Exception:
+        pass  # cleanup only
+    st.generation, st.sequence, st.broken = acked, 0, None
+
+
+def _all_acked(store, base: str, round_id: str, world: int) -> bool:
+    return store.check([f"{base}/ack/{round_id}/{r}" for r in range(world)])
+
+
+def _withdraw(store, base: str, round_id: str | None, rank: int) -> None:
+    if round_id is not None:
+        store.delete_key(f"{base}/ack/{round_id}/{rank}")
+
+
+_CAP_S: list = [None]  # an upper bound on every step's timeout (set at interpreter exit)
+
+
+def cap_timeouts(seconds: float | None) -> None:
+    """Bound every host step by ``seconds`` from now on (None: their own bounds again)."""
+    _CAP_S[0] = seconds
 
 
 def all_gather_object(obj, group=None, *, what: str, timeout: float | None = None, last: bool = False) -> list:
@@ -122,14 +239,15 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
     bound = _env.host_timeout() if timeout is None else float(timeout)
     if not (bound > 0 and math.isfinite(bound)):
         raise ValueError(f"host collective timeout must be a positive number of seconds, got {timeout!r}")
+    if _CAP_S[0] is not None:
+        bound = min(bound, _CAP_S[0])
     if world == 1:
         return [obj]
     st = _state(pg)
     if st.broken is not None:
         raise HostTimeoutError(
             f"{what}: an earlier host step on process group {st.name!r} failed ({st.broken}), so the ranks "
-            "are out of step; re-create the process group, or call tilefuse.runtime.hostsync.reset on "
-            "every rank"
+            "are out of step; call tilefuse.reset() on every rank (or re-create the process group)"
         )
     base = f"{_PREFIX}/{st.name}/{st.generation}/{st.sequence}"
     st.sequence += 1
@@ -145,7 +263,11 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
             f"({type(err).__name__}: {err}); the rank hosting the store (usually rank 0) may have died"
         ) from err
     gave_up = f"{base}/gave_up"
-    status, detail = _wait(store, keys, gave_up, deadline)
+    try:
+        status, detail = _wait(store, keys, gave_up, deadline, _WATCHERS.get(st.name), what)
+    except BaseException as err:  # a peer process exited, or began a call instead of this step
+        st.broken = f"{what}: {type(err).__name__}"
+        raise
     if status != "ok":
         st.broken = f"{what}: {status}"
         if status == "lost":
@@ -187,9 +309,10 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
     if any(s != what for s in steps):
         st.broken = f"{what}: ranks at different steps"
         others = "; ".join(f"rank {_global(pg, r)} at {s!r}" for r, s in enumerate(steps) if s != what)
-        raise RuntimeError(
+        raise CallMismatchError(
             f"{what}: the ranks are at different host steps: rank {_global(pg, rank)} at {what!r}; {others}. "
-            "Every rank must make the same tilefuse calls in the same order."
+            "Every rank must make the same tilefuse calls in the same order; call tilefuse.reset() on every "
+            "rank to go on."
         )
     return [e[1] for e in entries]
 
@@ -220,10 +343,12 @@ def _read_gave_up(store, key: str) -> tuple:
         return (-1, [])
 
 
-def _wait(store, keys: list, gave_up: str, deadline: float) -> tuple:
+def _wait(store, keys: list, gave_up: str, deadline: float, check=None, what: str = "") -> tuple:
     """Poll until every key is set, a peer gave up, or the deadline passes: ``("ok", None)``,
     ``("aborted", (rank, missing))``, ``("missing", ranks)`` or ``("lost", None)`` (the store
-    failed). A poll, not the store's ``wait``: it ends at the deadline and logs no socket warnings."""
+    failed). A poll, not the store's ``wait``: it ends at the deadline and logs no socket warnings.
+    ``check(what, True)`` runs between polls (:func:`watch`): it raises once a peer has exited, and
+    the CallMismatchError it returns is raised where a peer began a call instead of this step."""
     pause = 1e-4
     try:
         while True:
@@ -238,5 +363,13 @@ def _wait(store, keys: list, gave_up: str, deadline: float) -> tuple:
                 return ("missing", missing) if missing else ("ok", None)
             time.sleep(min(pause, left))
             pause = min(pause * 2, 0.02)
+            if check is not None and pause >= 0.02:
+                err = check(what, True)
+                # A peer begins a call after this step only once every key is set: keys still missing
+                # after its begin was seen mean it is not at this step.
+                if err is not None and not store.check(keys):
+                    raise err
+    except (PeerExitedError, CallMismatchError):
+        raise
     except Exception:
         return "lost", None

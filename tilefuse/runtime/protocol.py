@@ -104,7 +104,7 @@ from .memory import signal, store, translate
 # may read them. Words 0..CTL_FIXED-1 are fixed; then per-rank tables of `world` words each.
 CTL_SEQ = tl.constexpr(0)  # calls begun on this rank: the current call's epoch
 CTL_STATE = tl.constexpr(1)  # 0: the current call is live; 1: aborted (its kernels do nothing)
-CTL_POISON = tl.constexpr(2)  # 0, or 1 + the rank whose wait timed out: every call aborts until reset()
+CTL_POISON = tl.constexpr(2)  # 0; 1 + the rank whose wait timed out; -(1 + a rank in reset()): calls abort
 CTL_ERRORS = tl.constexpr(3)  # error records written since the host last cleared them
 CTL_BOUND_NS = tl.constexpr(4)  # wait bound in nanoseconds (written by the host)
 CTL_GEN = tl.constexpr(5)  # workspace generation: a call launched for another generation aborts

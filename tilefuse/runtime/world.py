@@ -11,6 +11,10 @@ exits poisons it for good (:class:`PeerExitedError`).
 
 from __future__ import annotations
 
+import atexit
+import sys
+import warnings
+
 import torch
 import torch.distributed as dist
 
@@ -32,12 +36,13 @@ from .errors import PeerExitedError, PoisonedError, WaitTimeoutError
 from .errors import describe_group as _describe_group
 from .group import REGISTRY, Group, check_current_device
 from .heap import SymmetricHeap, resolve_heap_size
+from .scope import Scope, current_scope, role, scope_of, step
 
 __all__ = [
-    "CollectiveCall", "Group", "barrier", "bump_generation", "call_state", "check_current_device", "check_peers",
-    "check_waits", "control_block", "current_call", "device_barrier", "get_heap", "groups", "in_call", "init",
-    "is_initialized", "on_reset", "on_shutdown", "reset", "set_sync_errors", "set_wait_timeout", "shutdown",
-    "stand_in", "state_for", "synchronize", "using",
+    "CollectiveCall", "Group", "Scope", "barrier", "bump_generation", "call_state", "check_current_device",
+    "check_peers", "check_waits", "control_block", "current_call", "current_scope", "device_barrier", "get_heap",
+    "groups", "in_call", "init", "is_initialized", "on_reset", "on_shutdown", "reset", "role", "scope_of",
+    "set_sync_errors", "set_wait_timeout", "shutdown", "stand_in", "state_for", "step", "synchronize", "using",
 ]
 
 
@@ -83,6 +88,11 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
             return g.heap
         g = Group.open(size, group, backend, REGISTRY.order)
         REGISTRY.add(g)
+        if not _EXIT_HOOK:
+            # Registered after torch.distributed's own: exit handlers run last-registered first, so
+            # the heaps close while the process group and CUDA still work.
+            atexit.register(_at_exit)
+            _EXIT_HOOK.append(_at_exit)
         if g.heap.world_size > 1:
             # One collective call now: a GPU pair whose link does not carry remote releases and
             # acquires fails here, not inside the first op.
@@ -95,8 +105,9 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
                 g.heap.close()
                 raise RuntimeError(
                     "tilefuse.init: the first device barrier did not complete: remote atomics between this "
-                    "rank's GPU and a peer's did not arrive (no peer-to-peer atomics over this link?), or a "
-                    "peer did not call init\n" + str(err)
+                    "rank's GPU and a peer's did not arrive (no peer-to-peer atomics over this link?), a "
+                    f"peer did not call init, or the wait bound ({g.wait_bound_s:g} s, TILEFUSE_WAIT_TIMEOUT) "
+                    "is too short for it\n" + str(err)
                 ) from err
         return g.heap
 
@@ -139,9 +150,8 @@ def bump_generation() -> None:
 def set_wait_timeout(seconds: float, group=None) -> float:
     """Set the device wait bound (seconds, this rank; stream-ordered) of ``group``'s calls; returns
     the previous bound."""
+    seconds = _env.check_seconds("set_wait_timeout: seconds", seconds)
     g = group_of(group)
-    if seconds <= 0:
-        raise ValueError(f"set_wait_timeout: seconds must be positive, got {seconds}")
     old, g.wait_bound_s = g.wait_bound_s, seconds  # the host's copy: no device read
     g.ctl[int(P.CTL_BOUND_NS)] = int(seconds * 1e9)
     return old
@@ -188,16 +198,33 @@ def on_reset(hook) -> None:
 
 
 def reset(group=None) -> None:
-    """Collective recovery after an error on ``group``: wait for this rank's device, re-zero the
-    group's control block (sequence numbers, flags, poison), drop its workspaces, then barrier. Call
-    it on every rank of the group; its calls then pair from scratch. Other groups are left alone."""
+    """Collective recovery after an error on ``group``: call it on every rank of the group; its calls
+    then pair from scratch (other groups are left alone). Whatever happened before (a call that failed
+    on some ranks, a reset one rank made alone, a reset that timed out) it recovers once every rank
+    calls it.
+
+    1. Poison every rank's control block: a call still waiting on a peer (one that never came) ends
+       at once, and every rank's next call raises :class:`PoisonedError` naming this rank.
+    2. Wait for this rank's device, then the reset's own rendezvous (:func:`hostsync.reset`: bounded
+       by ``TILEFUSE_HOST_TIMEOUT``, :class:`HostTimeoutError` naming the ranks that did not come;
+       calling reset again starts over).
+    3. Drop the group's workspaces, re-zero its control block (sequence numbers, flags, poison), then
+       a barrier.
+
+    After a peer process has exited it raises :class:`PeerExitedError` at once, naming the rank:
+    the group must be re-created."""
     g = group_of(group)
     heap = g.heap
     with REGISTRY.lock, using(g):
+        if g.poison_error is PeerExitedError:
+            g.raise_if_poisoned()
+        if g.peers:
+            g.check_peers("tilefuse.reset")
+        if heap.world_size > 1:
+            g.poison_all(-(heap.rank + 1))
         if heap.device.type == "cuda":
             g.wait_device("tilefuse.reset")
-        hostsync.reset(heap.group)
-        hostsync.barrier(heap.group, what="tilefuse.reset: entry")
+        hostsync.reset(heap.group, what="tilefuse.reset")
         for hook in REGISTRY.reset_hooks:
             hook()
         g.ctl.zero_()
@@ -209,7 +236,12 @@ def reset(group=None) -> None:
         g.poisoned, g.poison_error = None, PoisonedError
         if heap.device.type == "cuda":
             torch.cuda.synchronize(heap.device)
-        hostsync.barrier(heap.group, what="tilefuse.reset: exit")
+        try:
+            # No rank begins a call before every rank has zeroed its block (a begin writes into peers').
+            hostsync.barrier(heap.group, what="tilefuse.reset: exit")
+        except BaseException:
+            g.poisoned = "tilefuse.reset did not complete on every rank: call tilefuse.reset() on every rank again"
+            raise
 
 
 def shutdown(group=None) -> None:
@@ -238,6 +270,29 @@ def shutdown(group=None) -> None:
             failure = failure or err
     if failure is not None:
         raise failure
+
+
+_EXIT_HOOK: list = []
+EXIT_HOST_TIMEOUT_S = 10.0
+
+
+def _at_exit() -> None:
+    """At interpreter exit, :func:`shutdown` for the groups still open, in its order: the device idle,
+    workspaces dropped, peer mappings dropped, then the close's barrier (bounded by
+    ``EXIT_HOST_TIMEOUT_S``; a peer that already exited ends it at once), so that no process exits
+    while a peer still maps its memory and nothing is left for torch's and CUDA's own teardown to
+    find. Never raises: what fails is one line on stderr."""
+    if not REGISTRY.by_group:
+        return
+    try:
+        hostsync.cap_timeouts(EXIT_HOST_TIMEOUT_S)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # heap tensors the program still holds: it is ending
+            shutdown()
+    except BaseException as err:  # noqa: BLE001 - exiting: report, never raise
+        print(f"tilefuse: closing the heaps at exit: {type(err).__name__}: {err}", file=sys.stderr)
+    finally:
+        hostsync.cap_timeouts(None)
 
 
 def _shutdown_one(g: Group) -> None:

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..ops.common.config import Config
+from ..ops.common.config import Config, check_config_fits, check_variant_config
 
 log = logging.getLogger("tilefuse")
 
@@ -28,6 +28,8 @@ LOCK_TIMEOUT_S = 10.0
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 _LOADED: dict = {}  # path -> ((mtime_ns, size, inode), entries)
 _VARIANTS = ("plain", "bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", "copy_engine")
+_COMM_VARIANTS = ("producer_consumer", "wg_specialized")  # their kernels need COMM_SMS >= 1 programs
+_WARNED: set = set()
 
 
 class CacheDirError(ValueError):
@@ -117,6 +119,48 @@ def load(path: Path | None = None) -> dict:
 
 def get(key: str, path: Path | None = None) -> dict | None:
     return load(path).get(key)
+
+
+def _warn_once(text: str, *args) -> None:
+    if (text, args) not in _WARNED:
+        _WARNED.add((text, args))
+        log.warning(text, *args)
+
+
+def decision(key: str, op: str, variants, num_sms: int | None = None) -> tuple[dict, Config | None] | None:
+    """``(entry, config)`` of the cached decision ``key`` for ``op`` where it can be used, else None.
+
+    The cache can never break a call: a directory that cannot be used (below a file, unreadable,
+    inside the package), an unreadable or malformed file, or an entry whose variant is not one of
+    ``variants`` or whose config that variant refuses (``check_variant_config``; more programs than
+    ``num_sms``; no communication programs for a variant that needs them) is warned about once, naming
+    the cache path, and the decision goes on without it (the same on every rank: rank 0's view wins)."""
+    where = os.environ.get("TILEFUSE_CACHE_DIR", "") or "the default cache directory"
+    try:
+        path = cache_path()
+        where = str(path)
+        e = load(path).get(key)
+    except (OSError, ValueError) as err:  # NotADirectoryError, PermissionError, CacheDirError, ...
+        _warn_once("tilefuse: the autotune cache %s cannot be used (%s: %s): deciding without it", where,
+                   type(err).__name__, err)
+        return None
+    if e is None:
+        return None
+    variant = e["variant"]
+    try:
+        if variant not in variants:
+            raise ValueError(f"{op} has no variant {variant!r}")
+        cfg = Config.from_dict(e["config"]) if variant != "plain" and e.get("config") else None
+        if cfg is not None:
+            check_variant_config(op, variant, cfg)
+            if num_sms is not None:
+                check_config_fits(cfg, num_sms)
+            if variant in _COMM_VARIANTS and cfg.COMM_SMS < 1:
+                raise ValueError(f"{variant} needs COMM_SMS >= 1 communication programs, got {cfg.COMM_SMS}")
+    except (TypeError, ValueError) as err:
+        _warn_once("tilefuse: autotune cache %s: entry %r is refused (%s): deciding without it", where, key, err)
+        return None
+    return e, cfg
 
 
 @contextlib.contextmanager

@@ -1,0 +1,152 @@
+"""Scopes of collective calls: the step and the role a call belongs to, mixed into its signature.
+
+Calls pair by sequence number and signature (:mod:`tilefuse.runtime.protocol`). Two ranks that
+make the same op with the same shapes at different points of their programs (one rank skipped a
+backward after an exception, and its next forward meets the peer's backward) would pair and
+exchange each other's data. A scope tells those points apart: ``with tilefuse.step(i):`` and the
+roles (``"forward"`` in the nn layers, ``"backward"`` in every backward formula of the ops) are
+kept per thread, and :meth:`tilefuse.runtime.group.Group.signature` XORs the scope's hash into
+each call's signature hash (one thread-local read per call), so such calls raise
+:class:`~tilefuse.runtime.errors.CallMismatchError` on every rank instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import torch
+
+_MAX_SCOPES = 4096
+
+
+def hash62(text: str) -> int:
+    """A 62-bit hash of ``text``, the same in every process (not Python's salted ``hash``)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") >> 2
+
+
+class _ScopeState(threading.local):
+    def __init__(self):  # per thread, on its first use (instance attributes: the fastest reads)
+        self.steps: tuple = ()  # the steps of the enclosing step blocks, outermost first
+        self.role: str | None = None  # "forward", "backward", or None (a call made outside any role)
+        self.mix: int = 0  # hash of (steps, role), XORed into every call's signature hash; 0: no scope
+
+
+STATE = _ScopeState()
+_MIXES: dict = {}  # (steps, role) -> mix
+SCOPE_TEXTS: dict = {}  # mix -> the scope in words, for error messages
+
+
+def _mix_of(steps: tuple, role: str | None) -> int:
+    if not steps and role is None:
+        return 0
+    hit = _MIXES.get((steps, role))
+    if hit is None:
+        if len(_MIXES) >= _MAX_SCOPES:
+            _MIXES.clear()
+            SCOPE_TEXTS.clear()
+        words = [f"step {'.'.join(map(repr, steps))}"] if steps else []
+        words += [f"role {role}"] if role is not None else []
+        text = ", ".join(words)
+        hit = _MIXES[(steps, role)] = hash62("scope: " + text)
+        SCOPE_TEXTS[hit] = text
+    return hit
+
+
+for _role in ("forward", "backward"):  # known to every process: a peer's call in one is described
+    _mix_of((), _role)
+
+
+class Scope:
+    """``with Scope(...)``: the collective calls this thread makes inside the block carry a step and a
+    role in their signature, so that a call never pairs with a peer's call of another step or role
+    (the begin kernel raises :class:`CallMismatchError` on every rank instead). Thread-local and
+    nestable: ``step`` appends to the enclosing steps; ``steps`` (with ``role``) replaces the scope
+    as a whole (a backward run under its forward's steps, :func:`scope_of`)."""
+
+    __slots__ = ("step", "steps", "role", "saved")
+
+    def __init__(self, *, step=None, steps: tuple | None = None, role: str | None = None):
+        self.step, self.steps, self.role = step, steps, role
+
+    def __enter__(self):
+        st = STATE
+        self.saved = (st.steps, st.role, st.mix)
+        if self.steps is not None:
+            st.steps, st.role = self.steps, self.role
+        else:
+            if self.step is not None:
+                st.steps = st.steps + (self.step,)
+            if self.role is not None:
+                st.role = self.role
+        st.mix = _mix_of(st.steps, st.role)
+        return self
+
+    def __exit__(self, *exc):
+        st = STATE
+        st.steps, st.role, st.mix = self.saved
+        return False
+
+
+def step(i: int | str) -> Scope:
+    """``with tilefuse.step(i):`` the collective calls made inside the block (in this thread, and the
+    backward of what they compute) belong to step ``i`` (an int or a str, the same on every rank):
+    they never pair with a peer's calls of another step. Nestable (``step(epoch)``, then
+    ``step(batch)``). A rank that skipped calls of step ``i`` (an exception caught by a training loop)
+    then gets :class:`CallMismatchError` at its next call on every rank, not another rank's data; call
+    :func:`tilefuse.reset` on every rank to go on."""
+    if isinstance(i, bool) or not isinstance(i, (int, str)):
+        raise TypeError(f"tilefuse.step: the step must be an int or a str, got {type(i).__name__}")
+    return Scope(step=i)
+
+
+def role(name: str) -> Scope:
+    """``with role("forward")``: calls inside carry the role ``name`` (the nn layers' forwards and the
+    ops' backward formulas scope themselves)."""
+    return Scope(role=name)
+
+
+def current_scope() -> tuple:
+    """``(steps, role)`` of this thread's scope: what an autograd forward keeps for its backward."""
+    st = STATE
+    return st.steps, st.role
+
+
+def scope_of(saved: tuple | None, role: str) -> Scope:
+    """The scope of a backward: the steps of its forward's scope (``saved``, :func:`current_scope` at
+    the forward; the backward may run in another thread, autograd's), and ``role``."""
+    return Scope(steps=saved[0] if saved else (), role=role)
+
+
+def saved_scope() -> tuple | None:
+    """What an autograd forward keeps for its backward: :func:`current_scope`, or None while
+    torch.compile traces (the compiled graph calls the ops without a scope)."""
+    if torch.compiler.is_compiling():
+        return None
+    return current_scope()
+
+
+def in_backward(saved: tuple | None, fn, *args):
+    """``fn(*args)`` under the backward scope of a forward that kept ``saved`` (:func:`saved_scope`;
+    None: as it is)."""
+    if saved is None:
+        return fn(*args)
+    with scope_of(saved, "backward"):
+        return fn(*args)
+
+
+_FORWARD_MIX = _mix_of((), "forward")
+
+
+def in_forward(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in the role ``"forward"`` (an nn layer's forward: on the decode path,
+    so without a Scope object); as it is while torch.compile traces."""
+    if torch.compiler.is_compiling():
+        return fn(*args, **kwargs)
+    st = STATE
+    steps, role, mix = st.steps, st.role, st.mix
+    st.role, st.mix = "forward", _mix_of(steps, "forward") if steps else _FORWARD_MIX
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        st.role, st.mix = role, mix
