@@ -318,7 +318,6 @@ def main(argv=None) -> int:
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     write_rows(str(out / "decode.csv"), rows, CSV_COLUMNS, device=device, commit=commit_id())
-    print(f"wrote {len(rows)} rows to {out / 'decode.csv'}")
     return 0
 
 
