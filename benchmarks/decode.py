@@ -39,18 +39,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 import tilefuse
-from tilefuse.ops import plain as plain_ops
-from tilefuse.ops.gemm_all_reduce.norm import add_rms_norm_torch
+from tilefuse.tuning.autotune import cuda_ms_per_call
 
-from .allreduce_decode import SymmOneShot, _digest, _gather, _max_over_ranks, _time_eager, _time_graph, _try
-from .common import commit_id, is_main_process, launch
-from .results import write_rows
+from .checks import error_text
+from .launch import is_main_process, launch
+from .results import commit_id, write_rows
 from .timing import capture_graph, sync
 
 CSV_COLUMNS = ["shape", "method", "M", "N", "K", "dtype", "world", "mode", "metric", "value", "note", "device",
@@ -78,19 +78,44 @@ def symm_unavailable(ctx) -> str | None:
     return None
 
 
+def add_rms_norm(c, r, w):
+    """The torch epilogue: ``s = c + r``, ``y = rms_norm(s) * w`` in fp32, one rounding; ``(y, s)``."""
+    s = c + r
+    x = s.float()
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w.float()).to(s.dtype), s
+
+
+class SymmOneShot:
+    """torch.matmul into a symmetric-memory buffer, then torch's one-shot all-reduce of it."""
+
+    def __init__(self, ctx, M: int, N: int, dtype: torch.dtype):
+        import torch.distributed._symmetric_memory as symm_mem
+
+        group = dist.group.WORLD
+        self.group_name = group.group_name
+        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # required before rendezvous on older torch
+            symm_mem.enable_symm_mem_for_group(self.group_name)
+        self.buf = symm_mem.empty((M, N), dtype=dtype, device=ctx.device)
+        symm_mem.rendezvous(self.buf, group)
+
+    def __call__(self, a, b):
+        torch.matmul(a, b, out=self.buf)
+        return torch.ops.symm_mem.one_shot_all_reduce(self.buf, "sum", self.group_name)
+
+
 def _method(ctx, name: str, M: int, N: int, dtype):
     """``(a, b, residual, w) -> (y, s)`` of method ``name`` (raises if it cannot run here)."""
     if name.startswith("tilefuse."):
         variant = name.removeprefix("tilefuse.")
         return lambda a, b, r, w: tilefuse.gemm_all_reduce(a, b, variant=variant, residual=r, norm_weight=w, eps=EPS)
     if name == "cublas_nccl":
-        return lambda a, b, r, w: add_rms_norm_torch(plain_ops.gemm_all_reduce(a, b), r, w, EPS)
+        return lambda a, b, r, w: add_rms_norm(tilefuse.gemm_all_reduce(a, b, variant="plain"), r, w)
     if name == "cublas_symm_one_shot":
         why = symm_unavailable(ctx)
         if why is not None:
             raise RuntimeError(why)
         one_shot = SymmOneShot(ctx, M, N, dtype)
-        return lambda a, b, r, w: add_rms_norm_torch(one_shot(a, b), r, w, EPS)
+        return lambda a, b, r, w: add_rms_norm(one_shot(a, b), r, w)
     raise ValueError(f"unknown method {name!r}")
 
 
@@ -105,14 +130,52 @@ def _reference(ctx, a, b, r, w):
     return s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + EPS) * w.float(), s
 
 
+def _digest(c: torch.Tensor) -> tuple:
+    """Two position-weighted sums of c's raw bits (int64, wrapping): equal results give equal digests."""
+    bits = c.detach().contiguous().view({2: torch.int16, 4: torch.int32}[c.element_size()]).to(torch.int64)
+    rows = torch.arange(1, c.shape[0] + 1, device=c.device, dtype=torch.int64)
+    cols = torch.arange(1, c.shape[1] + 1, device=c.device, dtype=torch.int64)
+    return (int((bits.sum(dim=1) * rows).sum()), int((bits.sum(dim=0) * cols).sum()))
+
+
 def _checks(ctx, got, ref) -> dict:
+    """``rel_error_{y,s}`` (max over ranks of ``max|x - ref| / max|ref|``) and ``same_bits_{y,s}``
+    (1 if every rank's result has rank 0's bits)."""
     out = {}
     for what, x, x_ref in zip(("y", "s"), got, ref):
         err = ((x.float() - x_ref).abs().max() / x_ref.abs().max().clamp_min(1e-30)).item() if x.numel() else 0.0
-        out[f"rel_error_{what}"] = _max_over_ranks(ctx, err)
-        digest = _digest(x)
-        out[f"same_bits_{what}"] = 1.0 if all(torch.equal(d, digest) for d in _gather(ctx, digest)) else 0.0
+        out[f"rel_error_{what}"] = ctx.max(err)
+        out[f"same_bits_{what}"] = float(len(set(ctx.all_gather_object(_digest(x)))) == 1)
     return out
+
+
+def _try(ctx, fn):
+    """``(value, None)``, or ``(None, note)`` on every rank if ``fn`` raised on any rank (ranks agree on
+    every failure, so no rank is left inside a collective)."""
+    value, err = None, None
+    try:
+        value = fn()
+        sync(ctx.device)
+    except Exception as e:  # recorded, and the run goes on
+        err = e
+    if ctx.all_true(err is None):
+        return value, None
+    return None, error_text(err) if err is not None else "failed on another rank"
+
+
+def _time_us(ctx, call, calls: int, graph=None) -> float:
+    """µs per call of ``calls`` back-to-back calls (or replays of ``graph``) after a device sync and a
+    host barrier: CUDA events on a GPU, the host clock on CPU ranks."""
+    if graph is not None:
+        graph.replay()
+        call = graph.replay
+    ctx.barrier()
+    if ctx.device.type != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        return (time.perf_counter() - t0) / calls * 1e6
+    return cuda_ms_per_call(call, calls) * 1e3
 
 
 def _one(ctx, opts, shape: str, N: int, K: int, M: int, methods: list, graphs: bool) -> list:
@@ -161,11 +224,10 @@ def _one(ctx, opts, shape: str, N: int, K: int, M: int, methods: list, graphs: b
             call, graph = ready[name]
             for _ in range(opts.warmup):
                 call()
-            eager_us = _time_eager(ctx, call, opts.calls) / opts.weights
-            times.setdefault((name, "eager"), []).append(_max_over_ranks(ctx, eager_us))
+            times.setdefault((name, "eager"), []).append(ctx.max(_time_us(ctx, call, opts.calls) / opts.weights))
             if graph is not None:
-                graph_us = _time_graph(ctx, graph, opts.calls) / opts.weights
-                times.setdefault((name, "graph"), []).append(_max_over_ranks(ctx, graph_us))
+                us = _time_us(ctx, call, opts.calls, graph) / opts.weights
+                times.setdefault((name, "graph"), []).append(ctx.max(us))
     note = f"{opts.weights} weights in turn" if opts.weights > 1 else ""
     for (name, mode), values in times.items():
         record(name, mode, "us_per_call", statistics.median(values), note)
@@ -256,7 +318,6 @@ def main(argv=None) -> int:
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     write_rows(str(out / "decode.csv"), rows, CSV_COLUMNS, device=device, commit=commit_id())
-    print(f"wrote {len(rows)} rows to {out / 'decode.csv'}")
     return 0
 
 

@@ -11,17 +11,18 @@ Methods per op (``--variants`` picks, default all): ``torch`` (torch.matmul and 
 collective called as a user writes them: ``all_gather_into_tensor``, ``reduce_scatter_tensor`` or
 ``all_reduce``; gemm_all_scatter's gather lands row-blocked; through host memory where gloo carries
 CUDA tensors), ``plain`` and ``auto`` (the public function; auto's note says what it ran), each
-fused variant and named form (the public function), ``plain_entry`` (the registry's entry point,
-without the public function) and ``plain_custom_op`` (``torch.ops.tilefuse.<op>``: what traced code
-and autograd pay); ``--layers``: at W = 1 also op ``linear``, nn.Linear against ColumnParallelLinear
-and RowParallelLinear (TP size 1, bias, ``x [M, K] -> [M, N]``). Every rank calls
+fused variant and named form (the public function) and ``plain_custom_op``
+(``torch.ops.tilefuse.<op>``: what traced code and autograd pay); ``--layers``: at W = 1 also op
+``linear``, nn.Linear against ColumnParallelLinear and RowParallelLinear (TP size 1, bias,
+``x [M, K] -> [M, N]``). Every rank calls
 ``op(a [M, K], b [K, N])``; gemm_reduce_scatter's M is rounded up to a multiple of W.
 
 Shapes. ``--shapes MxNxK,...``; else at W = 1 a seeded random set (``--random 24 --seed 0``: M
 log-uniform in 1-8192, N and K log-uniform in 1024-28672 in steps of 128, dtypes bf16 and fp16 in
 turn) and at W > 1 ``--wide-shapes`` (ranks share one GPU through gloo there: host time only).
 ``--tiny``: 8x64 @ 64x64, fp32 on a CPU and fp16 on a GPU. On a CPU the kernels would run in
-Triton's interpreter, so the fused variants' launches are no-ops there (``--noop-launches`` on a GPU).
+Triton's interpreter, so tilefuse's launches are no-ops there (``--noop-launches`` on a GPU:
+:func:`tilefuse.runtime.launcher.noop_launches`).
 
 Metrics (CSV ``op, variant, M, N, K, dtype, world, mode, metric, value, device, commit, note``,
 one file per world size under ``--out``, the maximum over the ranks):
@@ -59,14 +60,21 @@ import time
 import torch
 import torch.distributed as dist
 
+import tilefuse
+from tilefuse.runtime import set_debug_poison
+from tilefuse.runtime.launcher import noop_launches
+from tilefuse.tuning.shapes import OPS
+
+from .checks import error_text, rel_error, tolerance
+from .launch import launch, use_interpreter_without_gpu
 from .results import commit_id, parse_dtype, write_rows
+from .suite import FORMS, parse_custom_shape
+from .timing import capture_graph
 
 CSV_COLUMNS = ["op", "variant", "M", "N", "K", "dtype", "world", "mode", "metric", "value", "device", "commit",
                "note"]
-EXTRA = ("plain_entry", "plain_custom_op")  # forms of plain that say where its host time goes
-_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_all_reduce = dist.all_reduce
+GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def random_shapes(count: int, seed: int) -> list:
@@ -95,39 +103,33 @@ def torch_calls(op: str, a, b, world: int, host: bool):
         return a @ b
     if op == "all_gather_gemm":
         gathered = a.new_empty((world * a.shape[0], a.shape[1]))
-        _via_host(_gather, gathered, a, host)
+        _via_host(GATHER, gathered, a, host)
         return gathered @ b
     part = a @ b
     if op == "gemm_all_scatter":
         out = part.new_empty((world * part.shape[0], part.shape[1]))
-        _via_host(_gather, out, part, host)
+        _via_host(GATHER, out, part, host)
         return out
     if op == "gemm_reduce_scatter":
         out = part.new_empty((part.shape[0] // world, part.shape[1]))
-        _via_host(_scatter, out, part, host)
+        _via_host(SCATTER, out, part, host)
         return out
     if host:
         staged = part.cpu()
-        _all_reduce(staged)
+        dist.all_reduce(staged)
         return part.copy_(staged)
-    _all_reduce(part)
+    dist.all_reduce(part)
     return part
 
 
 def methods(op: str, world: int = 1, host: bool = False, names=None) -> dict:
     """``{name: fn(a, b)}`` for ``op`` (``names``: those only, in that order)."""
-    import tilefuse
-    from tilefuse.ops import registry
-
-    public, have = getattr(tilefuse, op), registry.variants(op)
-    entry, custom = registry.get(op, "plain"), getattr(torch.ops.tilefuse, op)
+    public, custom = getattr(tilefuse, op), getattr(torch.ops.tilefuse, op)
     out = {"torch": lambda a, b: torch_calls(op, a, b, world, host),
            "plain": lambda a, b: public(a, b, variant="plain"),
            "auto": lambda a, b: public(a, b, variant="auto")}
-    for v in registry.tunable(op):
-        if v in have:
-            out[v] = (lambda a, b, v=v: public(a, b, variant=v))
-    out["plain_entry"] = lambda a, b: entry(a, b)
+    for v in tilefuse.VARIANTS + FORMS.get(op, ()):
+        out[v] = (lambda a, b, v=v: public(a, b, variant=v))
     out["plain_custom_op"] = lambda a, b: custom(a, b, "plain", None, None)
     return out if names is None else {n: out[n] for n in names if n in out}
 
@@ -195,99 +197,24 @@ def alone_us(fn, reps: int, on_gpu: bool) -> tuple[float, float | None]:
     return statistics.median(hosts), (statistics.median(devices) if devices else None)
 
 
-class _NoopCompiled:
-    """Stands in for a compiled Triton kernel: launching it does nothing."""
-
-    function = None
-    packed_metadata = None
-
-    def run(self, *args):
-        return None
-
-    def launch_metadata(self, *args):
-        return None
-
-
-class _NoopJit:
-    """Stands in for a kernel's ``JITFunction``: ``[grid](...)`` does nothing and returns the binary;
-    every other attribute is the real kernel's."""
-
-    def __init__(self, real):
-        self._real = real
-        self._compiled = _NoopCompiled()
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self._compiled
-
-
-@contextlib.contextmanager
-def noop_launches():
-    """Every tilefuse kernel launch does nothing (through the compiled-launch path) inside the block:
-    what is timed is the host path around the launches."""
-    from tilefuse.runtime import launcher
-    from tilefuse.runtime.launcher import FastKernel
-
-    kernels = {id(v): v for name, m in list(sys.modules.items()) if name.startswith("tilefuse.") and m
-               for v in vars(m).values() if isinstance(v, FastKernel)}
-    saved = []
-    for k in kernels.values():
-        saved.append((k, k.jit_fn, k._fast, dict(k._compiled)))
-        k.jit_fn, k._fast = _NoopJit(k.jit_fn), True
-        k._compiled.clear()
-    stream = launcher._current_stream
-    launcher._current_stream = lambda: 0
-    try:
-        yield
-    finally:
-        launcher._current_stream = stream
-        for k, jit, fast, compiled in saved:
-            k.jit_fn, k._fast = jit, fast
-            k._compiled.clear()
-            k._compiled.update(compiled)
-
-
-@contextlib.contextmanager
-def noop_collectives():
-    """torch's tensor collectives do nothing inside the block, for torch's own calls and tilefuse's
-    plain path alike: what is timed is the host path around them (on CPU ranks a gloo collective's
-    own time, and its wait for the peer, swamps everything else)."""
-    from tilefuse.ops.common import collectives
-
-    def nothing(*args, **kwargs):
-        return None
-
-    here = sys.modules[__name__]
-    saved = [(m, n, getattr(m, n)) for m in (here, collectives) for n in dir(m)
-             if n in ("_gather", "_scatter", "_all_gather", "_reduce_scatter", "_all_reduce")]
-    for m, n, _ in saved:
-        setattr(m, n, nothing)
-    try:
-        yield
-    finally:
-        for m, n, real in saved:
-            setattr(m, n, real)
-
-
 def _check_methods(ctx, op, M, N, K, dtype_name, names) -> list:
-    """Each method once more on new operands (other addresses), workspaces poisoned first, against
-    the op's reference: ``rel_err`` and ``ok`` rows (1 within :func:`.checks.tolerance`)."""
-    from tilefuse.ops import registry
-
-    from .checks import poison_workspaces, rel_error, tolerance
-
+    """At W = 1 each method once more on new operands (other addresses), in workspaces made anew
+    that start as NaN, against the fp32 product: ``rel_err`` and ``ok`` rows (1 within
+    :func:`.checks.tolerance`)."""
     dtype = parse_dtype(dtype_name)
     g = torch.Generator().manual_seed(2)
     a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
     b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
-    ref = registry.get(op, "reference")(a, b)
+    ref = a.float() @ b.float()  # every op at W = 1
     fns = methods(op, ctx.world)
     rows = []
     for name in names:
-        poison_workspaces()
-        err = rel_error(fns[name](a, b), ref)
+        tilefuse.clear_workspaces()
+        old = set_debug_poison(True)
+        try:
+            err = rel_error(fns[name](a, b), ref)
+        finally:
+            set_debug_poison(old)
         base = dict(op=op, variant=name, M=M, N=N, K=K, dtype=dtype_name, world=ctx.world, mode="eager",
                     note="new operands")
         rows += [{**base, "metric": "rel_err", "value": err},
@@ -296,12 +223,6 @@ def _check_methods(ctx, op, M, N, K, dtype_name, names) -> list:
 
 
 def _job(ctx, ops, shapes, names, opts) -> list:
-    import tilefuse
-    from tilefuse.ops import dispatch
-
-    from .checks import error_text
-    from .timing import capture_graph
-
     W, rows = ctx.world, []
     host = ctx.on_gpu and ctx.pg_backend == "gloo"
     clock = time.perf_counter if opts["clock"] == "wall" else time.thread_time
@@ -309,8 +230,7 @@ def _job(ctx, ops, shapes, names, opts) -> list:
     sync = torch.cuda.synchronize if real else None
     if not ctx.on_gpu:
         torch.set_num_threads(1)  # a CPU matmul of this size waits on its worker threads otherwise
-    quiet = noop_collectives() if opts["noop_collectives"] else contextlib.nullcontext()
-    with contextlib.nullcontext() if real else noop_launches(), quiet, torch.no_grad():
+    with contextlib.nullcontext() if real else noop_launches(), torch.no_grad():
         for op in ops + (["linear"] if opts["layers"] and W == 1 else []):
             for M0, N, K, dname in shapes:
                 M = -(-M0 // W) * W if op == "gemm_reduce_scatter" else M0
@@ -339,7 +259,7 @@ def _job(ctx, ops, shapes, names, opts) -> list:
                                  "note": why})
                 ctx.barrier()
                 med, done = interleaved_us(fns, opts["calls"], opts["rounds"], clock, sync)
-                note = f"auto runs {dispatch.choose_variant(op, a, b)}" if "auto" in fns else ""
+                note = f"auto runs {tilefuse.auto_choice(op, a, b)[0]}" if "auto" in fns else ""
                 for name in fns:
                     r = {**base, "variant": name, "mode": "eager", "note": note if name == "auto" else ""}
                     rows.append({**r, "metric": "host_us", "value": med[name]})
@@ -354,18 +274,16 @@ def _job(ctx, ops, shapes, names, opts) -> list:
                     rows += _check_methods(ctx, op, M, N, K, dname, fns)
                 if real and opts["graphs"]:
                     for name, fn in fns.items():
-                        rows += _graph_rows(ctx, capture_graph, fn, opts, {**base, "variant": name})
+                        rows += _graph_rows(ctx, fn, opts, {**base, "variant": name})
                 del fns
                 ctx.barrier()
                 tilefuse.clear_workspaces()  # collective: this shape's heap buffers go back before the next
     return rows
 
 
-def _graph_rows(ctx, capture_graph, fn, opts, base) -> list:
+def _graph_rows(ctx, fn, opts, base) -> list:
     """A method captured in a CUDA graph (after warm-up on a side stream): host µs per replay and µs
     per replay; an ``error`` row where a rank could not capture it."""
-    from .checks import error_text
-
     graph, err = None, None
     try:
         graph = capture_graph(ctx.device, fn, opts["warmup"])
@@ -427,8 +345,6 @@ def summary(rows: list) -> list:
 
 def _parts(args) -> int:
     """The pieces a call is made of, each timed alone (W = 1, this process)."""
-    from .launch import launch
-
     [lines] = launch(_parts_job, 1, args.ops.split(",")[0], args.variants.split(",")[0], _shape_list(args)[0],
                      args.calls, args.profile)
     print("\n".join(lines))
@@ -436,15 +352,10 @@ def _parts(args) -> int:
 
 
 def _parts_job(ctx, op, variant, shape, calls, profile) -> list:
-    import tilefuse
-    from tilefuse.ops import registry
-    from tilefuse.ops.common.collectives import comm_of
-    from tilefuse.runtime import world
-
     M, N, K, dname = shape
     a = torch.randn(M, K, device=ctx.device).to(parse_dtype(dname))
     b = torch.randn(K, N, device=ctx.device).to(parse_dtype(dname))
-    public, fn = getattr(tilefuse, op), registry.get(op, variant)
+    public, custom = getattr(tilefuse, op), getattr(torch.ops.tilefuse, op)
     if profile:
         import cProfile
         import io
@@ -460,11 +371,8 @@ def _parts_job(ctx, op, variant, shape, calls, profile) -> list:
         pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
         return [out.getvalue()]
     parts = {f"public tilefuse.{op}(a, b, variant={variant!r})": lambda: public(a, b, variant=variant),
-             f"registry {op}.{variant}(a, b)": lambda: fn(a, b),
+             f"custom op torch.ops.tilefuse.{op}(a, b, {variant!r})": lambda: custom(a, b, variant, None, None),
              "torch.matmul(a, b)": lambda: torch.matmul(a, b),
-             "CollectiveCall enter + exit, nothing inside":
-                 lambda: world.CollectiveCall(op).__enter__().__exit__(None, None, None),
-             "comm_of(None) (the plain path's group facts)": lambda: comm_of(None),
              "torch.empty(M, N)": lambda: torch.empty(M, N, dtype=a.dtype, device=a.device),
              "a.device": lambda: a.device}
     if a.is_cuda:
@@ -486,11 +394,7 @@ def _shape_list(args) -> list:
     if args.tiny:  # fp32 on a CPU: its fp16 matmul is slow and noisy
         return [(8, 64, 64, args.dtype or ("fp16" if torch.cuda.is_available() else "fp32"))]
     if args.shapes:
-        out = []
-        for s in args.shapes.split(","):
-            M, N, K = (int(x) for x in s.lower().split("x"))
-            out.append((M, N, K, args.dtype or "bf16"))
-        return out
+        return [(*parse_custom_shape(s), args.dtype or "bf16") for s in args.shapes.split(",")]
     return [(M, N, K, args.dtype or d) for M, N, K, d in random_shapes(args.random, args.seed)]
 
 
@@ -511,8 +415,6 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--real-launches", action="store_true", help="launch the kernels (the default on a GPU)")
     p.add_argument("--noop-launches", action="store_true", help="make tilefuse's launches no-ops on a GPU too")
-    p.add_argument("--noop-collectives", action="store_true", help="make torch's tensor collectives no-ops "
-                   "(torch's calls and the plain path's alike; the fused variants are left out)")
     p.add_argument("--no-check", action="store_true", help="skip the check of every method on new operands")
     p.add_argument("--graphs", action="store_true", help="also time each method replayed in a CUDA graph")
     p.add_argument("--layers", action="store_true", help="at W = 1 also nn.Linear against tilefuse's layers "
@@ -523,9 +425,6 @@ def main(argv=None) -> int:
     p.add_argument("--profile", action="store_true", help="cProfile of --calls calls of --ops/--variants")
     p.add_argument("--out", default="bench_out/host", help="folder of the CSVs (host_w<W>.csv)")
     args = p.parse_args(argv)
-
-    from .launch import launch, use_interpreter_without_gpu
-
     on_cpu = use_interpreter_without_gpu()
     if on_cpu and args.real_launches:
         p.error("--real-launches needs a GPU (the interpreter would run the kernels)")
@@ -533,23 +432,18 @@ def main(argv=None) -> int:
         args.variants = args.variants or "plain"
         args.ops = "all_gather_gemm" if args.ops == "all" else args.ops
         return _parts(args)
-    from tilefuse.ops import registry
-
-    ops = list(registry.OPS) if args.ops == "all" else args.ops.split(",")
-    if sorted(set(ops) - set(registry.OPS)):
-        p.error(f"unknown op(s) {sorted(set(ops) - set(registry.OPS))}; ops are {list(registry.OPS)}")
+    ops = list(OPS) if args.ops == "all" else args.ops.split(",")
+    if sorted(set(ops) - set(OPS)):
+        p.error(f"unknown op(s) {sorted(set(ops) - set(OPS))}; ops are {list(OPS)}")
     names = args.variants.split(",") if args.variants else None
-    if args.noop_collectives and names is None:  # the fused variants' own exchanges are not torch's collectives
-        names = ["torch", "plain", "auto", *EXTRA]
     device = "cpu" if on_cpu else torch.cuda.get_device_name()
     commit = commit_id()
     os.makedirs(args.out, exist_ok=True)
     for W in (int(w) for w in args.world.split(",")):
         shapes = _shape_list(args) if W == 1 or args.tiny else [
-            (*(int(x) for x in s.lower().split("x")), args.dtype or "bf16") for s in args.wide_shapes.split(",")]
+            (*parse_custom_shape(s), args.dtype or "bf16") for s in args.wide_shapes.split(",")]
         opts = dict(calls=args.calls, rounds=args.rounds, alone=args.alone, warmup=args.warmup,
                     noop=args.noop_launches or on_cpu, check=not args.no_check, graphs=args.graphs, layers=args.layers,
-                    noop_collectives=args.noop_collectives,
                     clock=args.clock or ("wall" if W == 1 and not on_cpu else "cpu"))
         rows = merge(launch(_job, W, ops, shapes, names, opts, heap_size=args.heap))
         print(f"host: world {W}, {device}, {'no-op' if opts['noop'] else 'real'} launches, {opts['clock']} clock, "

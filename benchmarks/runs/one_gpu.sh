@@ -29,7 +29,7 @@ for part in "$@"; do
         step host_path_w1 90 "$PY" -m benchmarks host --world 1 --real-launches \
             --shapes 1x4096x8192,16x4096x8192,128x4096x8192 --calls 100 --rounds 5 --out "$R/host_path"
         step host_random_w1 150 env TILEFUSE_AUTOTUNE=0 "$PY" -m benchmarks host --world 1 \
-            --variants torch,plain,auto,plain_entry --out "$R/host_random"
+            --variants torch,plain,auto,plain_custom_op --out "$R/host_random"
         step host_w2 120 "$PY" -m benchmarks host --world 2 --calls 100 --out "$R/host_w2"
         ;;
     decode)

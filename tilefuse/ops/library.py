@@ -373,7 +373,7 @@ def call_norm(a, b, *, variant: str, config, group, bias, residual, norm_weight,
     if norm_weight is None:
         raise ValueError("gemm_all_reduce: residual= is the residual of the fused RMSNorm; pass norm_weight= "
                          "with it (or add the residual to the result yourself)")
-    if _direct(a, b, bias, residual, norm_weight):
+    if _direct(a, b, {"bias": bias, "residual": residual, "norm_weight": norm_weight}) is not None:
         return run_norm(a, b, variant, config, resolve_group(group) if isinstance(group, str) else group, bias,
                         residual, norm_weight, eps)
     return torch.ops.tilefuse.gemm_all_reduce_norm(a, b, variant, encode_config(config), group_name(group), bias,
