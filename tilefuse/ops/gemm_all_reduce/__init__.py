@@ -16,7 +16,8 @@ for _name, _fn in ENTRY_POINTS.items():
     registry.register(OP, _name, _fn)
 
 
-def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bias=None):
+def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bias=None, scale_a=None, scale_b=None,
+                    out_dtype=None):
     """GEMM over a K shard, summed over ranks, on every rank: ``all_reduce(a @ b) (+ bias)``.
 
     The row-parallel linear of inference tensor parallelism. Every rank of ``group`` (default: the
@@ -53,5 +54,16 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     Returns once every rank's partial has been summed into ``c`` (stream-ordered on a GPU: complete
     for any later work on the current stream). Collective: every rank must make the same calls in
     the same order. CUDA graphs: make one eager call of the shape first, then capture.
+
+    Float8: ``a`` and ``b`` in ``torch.float8_e4m3fn`` (one of them may be ``float8_e5m2``) with
+    float32 ``scale_a`` and ``scale_b``, each tensor-wise (one element) or row-wise (``scale_a
+    [rows of this rank's a, 1]``, ``scale_b [1, columns of this rank's b]``), compute
+    ``(a.float() * scale_a) @ (b.float() * scale_b)`` as ``torch._scaled_mm`` does: fp32
+    accumulation, the scales applied to each tile before it is stored or moved, one rounding to
+    ``out_dtype`` (bfloat16, float16 or float32; default bfloat16). Each rank's scaled partial travels
+    and is summed in fp32 (with the bias, of any of those dtypes), rounded once: the same bits on
+    every rank. Forward only: a backward
+    through a float8 call raises NotImplementedError.
     """
-    return library.call(OP, a, b, variant=variant, config=config, group=group, bias=bias)
+    return library.call(OP, a, b, variant=variant, config=config, group=group, bias=bias, scale_a=scale_a,
+                        scale_b=scale_b, out_dtype=out_dtype)
