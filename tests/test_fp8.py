@@ -101,3 +101,130 @@ def test_every_op_matches_reference_quick(pools):
 def test_every_variant_matches_reference(pools, world):
     cases = _cases(_all_variants)
     assert pools.run(world, job_against_reference, cases) == [len(cases)] * world
+
+
+# ------------------------------------------------------------------------------------------------
+# Every kernel a float8 call launches compiles for sm_90 (Hopper's fp8 MMA), in a process without the
+# interpreter (Triton's CUDA backend compiles without a GPU).
+# ------------------------------------------------------------------------------------------------
+
+_POINTERS = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32", "int64": "*i64", "int32": "*i32",
+             "uint8": "*u8", "int8": "*i8", "float8_e4m3fn": "*fp8e4nv", "float8_e5m2": "*fp8e5"}
+
+
+def _arg_type(value):
+    if type(value) in (tuple, list) and not (len(value) == 2 and value[0] == "ptr"):
+        return tuple(_arg_type(v) for v in value)
+    if type(value) in (tuple, list):
+        return _POINTERS[value[1]]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    return "fp32"
+
+
+def _described(value):
+    if type(value) is tuple:
+        return [_described(v) for v in value]
+    if hasattr(value, "data_ptr"):
+        return ["ptr", str(value.dtype).removeprefix("torch.")]
+    return value
+
+
+def job_record_launches(ctx, cases) -> list:
+    """``(module, kernel, {argument: value}, options)`` of every launch the float8 ``cases`` make."""
+    from tilefuse.runtime import launcher
+
+    records, saved = [], launcher.FastKernel.__getitem__
+
+    def getitem(self, grid):
+        inner = saved(self, grid)
+
+        def launch(*args, **kwargs):
+            values = self._values(args, kwargs)
+            if values is not None:
+                fn = self.jit_fn.fn
+                records.append((fn.__module__, fn.__name__, {n: _described(v) for n, v in zip(self._names, values)},
+                                {k: v for k, v in kwargs.items() if k not in self._index}))
+            return inner(*args, **kwargs)
+        return launch
+
+    launcher.FastKernel.__getitem__ = getitem
+    try:
+        job_against_reference(ctx, cases)
+    finally:
+        launcher.FastKernel.__getitem__ = saved
+    return records
+
+
+def compile_for_hopper(record) -> str:
+    """Compile a recorded launch for sm_90 up to TTGIR; '' or the error."""
+    import importlib
+
+    from test_warp_spec_compile import _ttgir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    module, name, args, options = record
+    jit = getattr(importlib.import_module(module), name).jit_fn
+    signature, constants = {}, {}
+    for param in jit.params:
+        value = args[param.name]
+        if param.is_constexpr:
+            signature[param.name], constants[param.name] = "constexpr", value
+        elif value is None:
+            signature[param.name], constants[param.name] = "constexpr", None
+        else:
+            signature[param.name] = _arg_type(value)
+    try:
+        _ttgir(ASTSource(jit, signature, constants), GPUTarget("cuda", 90, 32), options)
+    except Exception as err:  # noqa: BLE001 - reported per kernel
+        return f"{type(err).__name__}: {str(err)[:2000]}"
+    return ""
+
+
+@pytest.mark.slow
+def test_float8_kernels_compile_for_hopper(pools, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from test_warp_spec_compile import _hopper_compiler
+
+    why = _hopper_compiler()
+    if why:
+        pytest.skip(why)
+    records = pools.run(2, job_record_launches, _cases(_all_variants))[0]
+    unique = {json.dumps(r, sort_keys=True): r for r in records}
+    assert any(r[1] == "matmul_kernel" for r in unique.values())
+    path = tmp_path / "launches.json"
+    path.write_text(json.dumps(list(unique.values())))
+    env = dict(os.environ, TRITON_INTERPRET="0", TILEFUSE_BACKEND="cuda")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here), here, env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), str(path)], env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    failed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.stdout.count(": ok\n") + len(failed) == len(unique)
+    assert not failed, f"kernels of float8 calls that do not compile for sm_90: {failed}"
+
+
+def main(path: str) -> None:
+    import json
+
+    failed = {}
+    for record in json.loads(open(path).read()):
+        error = compile_for_hopper(record)
+        print(f"{record[0]}.{record[1]}: {error or 'ok'}", flush=True)
+        if error:
+            failed[f"{record[0]}.{record[1]}"] = error
+    print(json.dumps(failed))
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1])
