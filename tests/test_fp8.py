@@ -6,6 +6,8 @@ On the CPU the kernels run in Triton's interpreter (float16 and float32 results:
 wrong); on GPUs (``TILEFUSE_TEST_DEVICE=cuda``, ranks sharing one GPU) the results are bfloat16.
 """
 
+import functools
+
 import pytest
 import torch
 from ophelpers import assert_matches, poison_workspaces
@@ -65,7 +67,10 @@ def job_against_reference(ctx, cases) -> int:
             kw = dict(scale_a=sa, scale_b=sb, out_dtype=out_dtype)
             ref = registry.get(op, "reference")(a, b, **kw)
             poison_workspaces()
-            got = registry.get(op, variant)(a, b, **kw)
+            if variant == "auto":  # the public function (auto: plain where nothing was measured)
+                got = getattr(tilefuse, op)(a, b, **kw)
+            else:
+                got = registry.get(op, variant)(a, b, **kw)
             tilefuse.synchronize()
             mode = "row-wise" if rowwise else "tensor-wise"
             what = f"{op} {variant} {mode} {tuple(a.shape)}x{tuple(b.shape)} {b_dtype} -> {out_dtype}"
@@ -83,13 +88,14 @@ def _cases(variants, modes=(False, True)) -> list:
 
 
 def _all_variants(op):
-    return tuple(v for v in registry.variants(op) if v != "reference")
+    return tuple(v for v in registry.variants(op) if v != "reference") + ("auto",)
 
 
-# make test: every op at W = 2, one fused variant each, both scalings (one rank launch).
+# make test: every op at W = 2, one fused variant each, both scalings, and the plain and public
+# (auto) paths (one rank launch).
 QUICK = [(op, v, rw) for op, v in (("gemm_all_scatter", "fused_sequential"), ("all_gather_gemm", "producer_consumer"),
                                    ("gemm_reduce_scatter", "wg_specialized"), ("gemm_all_reduce", "fused_sequential"))
-         for rw in (False, True)]
+         for rw in (False, True)] + [("all_gather_gemm", "plain", True), ("gemm_reduce_scatter", "auto", False)]
 
 
 def test_every_op_matches_reference_quick(pools):
@@ -101,6 +107,103 @@ def test_every_op_matches_reference_quick(pools):
 def test_every_variant_matches_reference(pools, world):
     cases = _cases(_all_variants)
     assert pools.run(world, job_against_reference, cases) == [len(cases)] * world
+
+
+def _bad_calls(ctx) -> list:
+    """``(what, call, error type, message pattern)`` of float8 calls every rank makes wrong alike."""
+    a, b, sa, sb = _operands(ctx, "gemm_all_reduce", True, 1)
+    half = torch.randn(b.shape, device=ctx.device).half()
+    return [
+        ("no scales", dict(), ValueError, "float8 operands need both scale_a= and scale_b=.*scale_a and scale_b"),
+        ("scale_a only", dict(scale_a=sa), ValueError, "scale_b missing"),
+        ("fp16 scale", dict(scale_a=sa.half(), scale_b=sb), TypeError, "scale_a must be float32, got torch.float16"),
+        ("scale shape", dict(scale_a=sa, scale_b=sb[:, :-1]), ValueError,
+         r"scale_b has shape \(1, 39\); expected one element \(tensor-wise\) or \[1, 40\] \(row-wise\)"),
+        ("scale a tensor", dict(scale_a=2.0, scale_b=sb), TypeError, "scale_a must be a torch.Tensor, got float"),
+        ("out_dtype", dict(scale_a=sa, scale_b=sb, out_dtype=torch.int8), TypeError, "out_dtype must be one of"),
+        ("float16 b", dict(b=half, scale_a=sa, scale_b=sb), TypeError,
+         "b has dtype torch.float16 next to the float8 a"),
+        ("scales of float16", dict(a=a.half(), b=half, scale_a=sa, scale_b=sb), TypeError,
+         "scale_a is for float8 operands"),
+        ("two e5m2", dict(a=a.to(E5M2), b=b.to(torch.float32).to(E5M2), scale_a=sa, scale_b=sb), TypeError,
+         "both operands are float8_e5m2"),
+    ], (a, b, sa, sb)
+
+
+def job_bad_inputs(ctx, variants) -> int:
+    """Every bad call of :func:`_bad_calls` raises its error on this rank, for each of ``variants``
+    (the public function for "auto"), and a good call works after them."""
+    import re
+
+    bad, (a, b, sa, sb) = _bad_calls(ctx)
+    checked = 0
+    for variant in variants:
+        fn = functools.partial(tilefuse.gemm_all_reduce, variant=variant)
+        for what, kw, error, pattern in bad:
+            kw = dict(kw)
+            x, y = kw.pop("a", a), kw.pop("b", b)
+            with pytest.raises(error) as info:
+                fn(x, y, **kw)
+            assert re.search(pattern, str(info.value)), f"{variant} {what}: {info.value}"
+            checked += 1
+        if not ctx.on_gpu and variant not in ("plain", "auto"):  # kernels here (auto: plain, nothing measured)
+            with pytest.raises(TypeError, match="bfloat16 on the CPU backend"):  # the interpreter's bf16 is wrong
+                fn(a, b, scale_a=sa, scale_b=sb)  # out_dtype's default: bfloat16
+        out_dtype = _out_dtypes(ctx)[0]
+        got = fn(a, b, scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+        ref = registry.get("gemm_all_reduce", "reference")(a, b, scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+        assert_matches(got, ref, out_dtype, a.shape[1], ctx.on_gpu, f"{variant} after the bad calls", scale=8)
+    tilefuse.barrier()
+    return checked
+
+
+def test_bad_scales_raise_on_every_rank(pools):
+    variants = ("fused_sequential", "plain", "auto")
+    assert pools.run(2, job_bad_inputs, variants) == [9 * len(variants)] * 2
+
+
+def job_backward_refused(ctx) -> bool:
+    a, b, sa, sb = _operands(ctx, "gemm_all_reduce", False, 2)
+    out_dtype = _out_dtypes(ctx)[0]
+    a.requires_grad_()
+    c = tilefuse.gemm_all_reduce(a, b, scale_a=sa, scale_b=sb, out_dtype=out_dtype, variant="fused_sequential")
+    assert c.requires_grad and c.dtype == out_dtype
+    with pytest.raises(NotImplementedError, match="float8 calls .* are forward-only"):
+        c.float().sum().backward()
+    tilefuse.barrier()
+    return True
+
+
+def job_compiled(ctx) -> int:
+    """torch.compile(fullgraph=True) of float8 calls (a fused variant and auto): one graph, the
+    reference's values, no recompile for new data."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    cnt = CompileCounterWithBackend("inductor" if ctx.on_gpu else "aot_eager")
+    out_dtype = _out_dtypes(ctx)[0]
+
+    def fn(a, b, sa, sb, a2, b2, sa2, sb2):
+        c = tilefuse.all_gather_gemm(a, b, scale_a=sa, scale_b=sb, out_dtype=out_dtype, variant="fused_sequential")
+        d = tilefuse.gemm_reduce_scatter(a2, b2, scale_a=sa2, scale_b=sb2, out_dtype=out_dtype)
+        return c, d
+
+    compiled = torch.compile(fn, fullgraph=True, backend=cnt)
+    for step in range(2):
+        x = _operands(ctx, "all_gather_gemm", True, 10 + step)  # row-wise
+        y = _operands(ctx, "gemm_reduce_scatter", False, 20 + step)  # tensor-wise
+        c, d = compiled(*x, *y)
+        for got, op, (a, b, sa, sb) in ((c, "all_gather_gemm", x), (d, "gemm_reduce_scatter", y)):
+            ref = registry.get(op, "reference")(a, b, scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+            assert_matches(got, ref, out_dtype, a.shape[1], ctx.on_gpu, f"compiled {op} step {step}", scale=8)
+    assert cnt.frame_count == 1, f"{cnt.frame_count} graphs"
+    tilefuse.barrier()
+    return cnt.op_count
+
+
+def test_backward_refused_and_compile_fullgraph(pools):
+    assert all(pools.run(2, job_backward_refused))
+    assert all(n >= 2 for n in pools.run(2, job_compiled))
 
 
 # ------------------------------------------------------------------------------------------------
