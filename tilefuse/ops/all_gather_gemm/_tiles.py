@@ -104,8 +104,9 @@ def gemm_shard(
     b_ptr, stride_bk, stride_bn,
     # C rows of this source [M_loc, N]
     c_ptr, stride_cm, stride_cn,
-    # GATHER: the A rows are also copied here (the row block with n-block 0 does it)
-    g_ptr, stride_gm, stride_gk,
+    # GATHER: (g_ptr, stride_gm, stride_gk): the A rows are also copied there (the row block with
+    # n-block 0 does it)
+    gather_to,
     # WAIT: acquire flags_ptr[m-block] == epoch (released by rank src) before a tile's K loop
     flags_ptr, epoch, src, call,
     M_loc, N, K, first, NUM_PROGRAMS,
@@ -141,8 +142,8 @@ def gemm_shard(
                 store_tile(c_ptr, acc, offs_m, offs_n, M_loc, N, stride_cm, stride_cn)
                 if GATHER:
                     if pid_n == 0:
-                        copy_rows(g_ptr, stride_gm, stride_gk, a_ptr, stride_am, stride_ak, pid_m, M_loc, K,
-                                  BLOCK_M, BLOCK_K)
+                        copy_rows(gather_to[0], gather_to[1], gather_to[2], a_ptr, stride_am, stride_ak, pid_m,
+                                  M_loc, K, BLOCK_M, BLOCK_K)
 
 
 @triton.jit
@@ -164,13 +165,13 @@ def _gemm_source(
     flags_src = flags_ptr + src * num_chunks
     if DIRECT:
         gemm_shard(a_ptr, stride_am, stride_ak, scales, b_ptr, stride_bk, stride_bn, c_src, stride_cm, stride_cn,
-                   a_ptr, stride_am, stride_ak, flags_src, epoch, src, call, M_loc, N, K, first, NUM_PROGRAMS,
+                   (a_ptr, stride_am, stride_ak), flags_src, epoch, src, call, M_loc, N, K, first, NUM_PROGRAMS,
                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=False,
                    FLATTEN=FLATTEN)
     else:
         gemm_shard(ag_ptr + rows * stride_gm, stride_gm, stride_gk, source_scales(scales, rows, scales[4]),
                    b_ptr, stride_bk, stride_bn,
-                   c_src, stride_cm, stride_cn, ag_ptr, stride_gm, stride_gk,
+                   c_src, stride_cm, stride_cn, (ag_ptr, stride_gm, stride_gk),
                    flags_src, epoch, src, call, M_loc, N, K, first, NUM_PROGRAMS,
                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=True, GATHER=False)
 

@@ -42,7 +42,7 @@ def _source(
     tiles_per_source = tl.cdiv(M_loc, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     gemm_shard(a_src, stride_sm, stride_sk, scales_src, b_ptr, stride_bk, stride_bn,
                c_ptr + rows * stride_cm, stride_cm, stride_cn,
-               g_ptr + rows * stride_gm, stride_gm, stride_gk,
+               (g_ptr + rows * stride_gm, stride_gm, stride_gk),
                s_ptr, 0, src, call,  # no flags (WAIT=False): the barrier published A
                M_loc, N, K, first_tile(pid, i, tiles_per_source, NUM_PROGRAMS), NUM_PROGRAMS,
                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=GATHER,
