@@ -192,9 +192,13 @@ def _local_bases(heap) -> torch.Tensor:
 
 
 def _gemm_args(s: Operands, K: int | None = None) -> tuple:
+    """The fused kernels' first arguments: A, B, their (unscaled) scales, sizes and strides."""
+    from tilefuse.ops.common.scaled import kernel_scales
+
     a, b = s.a, s.b
     k = a.shape[1] if K is None else K
-    return (a, b, a.shape[0], b.shape[1], k, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
+    return (a, b, kernel_scales(None, None, a.device), a.shape[0], b.shape[1], k, a.stride(0), a.stride(1),
+            b.stride(0), b.stride(1))
 
 
 def _no_k_meta(meta: dict) -> dict:
@@ -300,7 +304,7 @@ class Case:
 
             # The GEMM and the stores only (SUM=False): the summing is the reduce part's.
             g = _gemm_args(s, 0 if no_k else None)
-            _fused_kernel[(n,)](*g[:5], g[5:7], g[7:9], call.stage, call.stage, call.stride_s, self.c, self.c,
+            _fused_kernel[(n,)](*g[:6], g[6:8], g[8:10], call.stage, call.stage, call.stride_s, self.c, self.c,
                                 call.stride_c, (bases,) + oplaunch.call_arg(heap, None)[1:], split_arg(call, self.c),
                                 **dict(call.launch, **meta, NUM_PROGRAMS=n, HAS_BIAS=False, SUM=False, ENTER=False,
                                        OWN_SUM=False))

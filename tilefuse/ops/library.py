@@ -253,7 +253,7 @@ def _define(spec: OpSpec) -> None:
         if dc is not None:
             dc = dc.contiguous()
             grads[0], grads[1] = spec.backward(ctx, *ctx.saved_tensors, dc)
-            if spec.bias and ctx.needs_input_grad[5]:  # each rank's c gets the bias once: dc's row sum
+            if spec.bias and len(grads) > 5 and ctx.needs_input_grad[5]:  # each rank's c gets the bias once: dc's row sum
                 grads[5] = dc.sum(0, dtype=torch.float32).to(dc.dtype)
         return tuple(grads)
 
@@ -264,10 +264,10 @@ def _define(spec: OpSpec) -> None:
 
 
 def _split_bias(spec: OpSpec, args: tuple) -> tuple:
-    """``(bias, scaling keywords)`` from the schema's arguments after ``group``."""
-    if spec.bias:
-        return args[0], _scaling(*args[1:])
-    return None, _scaling(*args)
+    """``(bias, scaling keywords)`` from the schema's arguments after ``group`` (those left out: None)."""
+    names = ("bias",) * spec.bias + ("scale_a", "scale_b", "out_dtype")
+    given = dict(zip(names, args))
+    return given.get("bias"), _scaling(*(given.get(n) for n in names[spec.bias:]))
 
 
 for _spec in SPECS.values():

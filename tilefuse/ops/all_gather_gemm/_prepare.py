@@ -11,7 +11,7 @@ from ..common.config import check_variant_config
 from ..common.gemm import ensure_triton_allocator, flattened_loop, gemm_layout
 from ..common.launch import op_heap, prepare_gemm
 from ..common.prepare import PreparedCall, once
-from ..common.scaled import kernel_scales, prepare_scaling
+from ..common.scaled import UNSCALED, kernel_scales, prepare_scaling
 
 OP = "all_gather_gemm"
 
@@ -99,7 +99,7 @@ class Prepared(PreparedCall):
         return self.config.GEMM_SMS + self.config.COMM_SMS
 
 
-def prepare(variant: str, a, b, config, group, return_gathered: bool, scaling: tuple, *, buffers: str,
+def prepare(variant: str, a, b, config, group, return_gathered: bool, scaling: tuple = UNSCALED, *, buffers: str,
             comm: bool = False) -> tuple:
     """``(heap, Prepared)`` of this call, made the first time its signature is seen on the group;
     ``scaling``: the call's ``(scale_a, scale_b, out_dtype)`` (``common.scaled``)."""

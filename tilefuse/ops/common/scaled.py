@@ -24,6 +24,7 @@ from .collectives import all_gather_cat
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 DEFAULT_OUT_DTYPE = torch.bfloat16
+UNSCALED = (None, None, None)  # (scale_a, scale_b, out_dtype) of a call without float8 operands
 
 
 @dataclass(frozen=True)

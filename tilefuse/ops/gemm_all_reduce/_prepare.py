@@ -23,7 +23,7 @@ from ..common.config import (
 from ..common.gemm import UNALIGNED_PAD_MIN_M, operand_path
 from ..common.launch import op_heap, prepare_gemm
 from ..common.prepare import PreparedCall, once
-from ..common.scaled import OUT_DTYPES, prepare_scaling
+from ..common.scaled import OUT_DTYPES, UNSCALED, prepare_scaling
 
 OP = "gemm_all_reduce"
 
@@ -106,7 +106,7 @@ class Prepared(PreparedCall):
                     num_warps=side_warps(cfg))
 
 
-def prepare(variant: str, a, b, config, group, bias, scaling: tuple, *, comm: bool, flags: bool,
+def prepare(variant: str, a, b, config, group, bias, scaling: tuple = UNSCALED, *, comm: bool, flags: bool,
             launch=None) -> Prepared:
     """The :class:`Prepared` of this call's signature (made by :func:`_make` on first sight,
     ``common.prepare.once``); ``scaling``: the call's ``(scale_a, scale_b, out_dtype)``

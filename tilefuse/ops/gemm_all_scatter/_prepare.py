@@ -9,7 +9,7 @@ from ..common.arena import check_out
 from ..common.config import WARP_SPEC_VARIANTS, check_variant_config
 from ..common.launch import new_output, op_heap, prepare_gemm
 from ..common.prepare import PreparedCall, once
-from ..common.scaled import prepare_scaling
+from ..common.scaled import UNSCALED, prepare_scaling
 from ._tiles import launch_copy_peer_blocks
 
 OP = "gemm_all_scatter"
@@ -47,7 +47,8 @@ class Prepared(PreparedCall):
             self.flags, self.done = ws.flags, ws.flags_done
 
 
-def prepare(variant: str, a, b, config, group, out, scaling: tuple, *, comm: bool, flags: bool = False) -> Prepared:
+def prepare(variant: str, a, b, config, group, out, scaling: tuple = UNSCALED, *, comm: bool,
+            flags: bool = False) -> Prepared:
     """The variant's :class:`Prepared` for this call signature (made on first use, by every rank alike).
     ``scaling``: the call's ``(scale_a, scale_b, out_dtype)`` (:mod:`..common.scaled`); ``comm``: the
     variant needs COMM_SMS >= 1 communication programs; ``flags``: it uses flags."""

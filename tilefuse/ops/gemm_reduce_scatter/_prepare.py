@@ -8,7 +8,7 @@ from ..common.checks import check_divisible, check_matrix
 from ..common.config import WARP_SPEC_VARIANTS, check_variant_config, side_warps, sum_rows
 from ..common.launch import op_heap, prepare_gemm
 from ..common.prepare import PreparedCall, once
-from ..common.scaled import prepare_scaling
+from ..common.scaled import UNSCALED, prepare_scaling
 
 OP = "gemm_reduce_scatter"
 
@@ -70,7 +70,8 @@ class Prepared(PreparedCall):
                                    lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles).flags
 
 
-def prepare(variant: str, a, b, config, group, scaling: tuple, *, comm: bool = False, flags: bool = False) -> Prepared:
+def prepare(variant: str, a, b, config, group, scaling: tuple = UNSCALED, *, comm: bool = False,
+            flags: bool = False) -> Prepared:
     """The :class:`Prepared` of this call's signature, made on its first call (``common.prepare.once``):
     checks ``a [M, K_loc]`` and ``b [K_loc, N]`` and the ``scaling`` ``(scale_a, scale_b, out_dtype)``
     (:mod:`..common.scaled`), resolves the config and allocates the heap buffers (collective then).
