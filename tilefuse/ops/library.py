@@ -253,7 +253,8 @@ def _define(spec: OpSpec) -> None:
         if dc is not None:
             dc = dc.contiguous()
             grads[0], grads[1] = spec.backward(ctx, *ctx.saved_tensors, dc)
-            if spec.bias and len(grads) > 5 and ctx.needs_input_grad[5]:  # each rank's c gets the bias once: dc's row sum
+            # Each rank's c gets the bias once: its gradient is dc's row sum.
+            if spec.bias and len(grads) > 5 and ctx.needs_input_grad[5]:
                 grads[5] = dc.sum(0, dtype=torch.float32).to(dc.dtype)
         return tuple(grads)
 
