@@ -75,6 +75,13 @@ def job_against_reference(ctx, cases) -> int:
             mode = "row-wise" if rowwise else "tensor-wise"
             what = f"{op} {variant} {mode} {tuple(a.shape)}x{tuple(b.shape)} {b_dtype} -> {out_dtype}"
             assert_matches(got, ref, out_dtype, a.shape[1], ctx.on_gpu, what, scale=8 * ctx.world)
+            if op == "all_gather_gemm" and variant != "auto":  # the gathered float8 rows, bit for bit
+                got, gathered = registry.get(op, variant)(a, b, return_gathered=True, **kw)
+                ref_gathered = registry.get(op, "reference")(a, b, return_gathered=True, **kw)[1]
+                assert gathered.dtype == a.dtype and torch.equal(gathered.view(torch.uint8),
+                                                                 ref_gathered.view(torch.uint8)), what
+                assert_matches(got, ref, out_dtype, a.shape[1], ctx.on_gpu, f"{what} return_gathered",
+                               scale=8 * ctx.world)
             if op == "gemm_all_reduce":  # the same bits on every rank
                 every = [torch.empty_like(got) for _ in range(ctx.world)]
                 torch.distributed.all_gather(every, got.contiguous(), group=ctx.heap.group)
@@ -205,6 +212,44 @@ def test_backward_refused_and_compile_fullgraph(pools):
     assert all(pools.run(2, job_backward_refused))
     assert all(n >= 2 for n in pools.run(2, job_compiled))
 
+
+def job_graph_replay(ctx, replays: int) -> int:
+    """Every op's float8 call (its first fused variant, both scalings) captured in a CUDA graph after
+    an eager call, replayed with new operands and scales copied into the static ones."""
+    variants = {"gemm_all_scatter": "fused_sequential", "all_gather_gemm": "producer_consumer",
+                "gemm_reduce_scatter": "wg_specialized", "gemm_all_reduce": "fused_sequential"}
+    checked = 0
+    for op, variant in variants.items():
+        for rowwise in (False, True):
+            static = [t.clone() for t in _operands(ctx, op, rowwise, 1)]
+            fn = functools.partial(registry.get(op, variant), out_dtype=torch.bfloat16)
+            fn(*static[:2], scale_a=static[2], scale_b=static[3])  # eager: the workspaces
+            torch.cuda.synchronize()
+            tilefuse.barrier()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = fn(*static[:2], scale_a=static[2], scale_b=static[3])
+            tilefuse.barrier()
+            for i in range(replays):
+                fresh = _operands(ctx, op, rowwise, 100 + i)
+                for t, x in zip(static, fresh):
+                    t.copy_(x)
+                g.replay()
+                torch.cuda.synchronize()
+                a, b, sa, sb = fresh
+                ref = registry.get(op, "reference")(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+                assert_matches(out, ref, torch.bfloat16, a.shape[1], True, f"{op} {variant} replay {i}", scale=8)
+                checked += 1
+            tilefuse.synchronize()
+            tilefuse.barrier()
+            del g
+    return checked
+
+
+def test_graph_capture_replay(pools, on_gpu):
+    if not on_gpu:
+        pytest.skip("CUDA graphs need a GPU")
+    assert pools.run(2, job_graph_replay, 5) == [8 * 5] * 2
 
 # ------------------------------------------------------------------------------------------------
 # Every kernel a float8 call launches compiles for sm_90 (Hopper's fp8 MMA), in a process without the
