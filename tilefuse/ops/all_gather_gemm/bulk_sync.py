@@ -20,6 +20,7 @@ from ...runtime.primitives import kernel
 from ..common.gather import copy_pieces, copy_scales
 from ..common.gemm import matmul
 from ..common.launch import begin_call, call_arg, collective, ctl, gemm_call_args, launched, new_output
+from ..common.tiles import is_scaled
 from ._prepare import OP, prepare
 from ._tiles import push_shard, shard_scales
 
@@ -49,8 +50,9 @@ def shard_kernel(
         else:
             copy_pieces(dst_ptr, stride_dm, stride_dk, a_ptr, stride_am, stride_ak, M_loc, K, tl.program_id(0),
                         NUM_PROGRAMS, BLOCK_M, BLOCK_K)
-            for chunk in range(tl.program_id(0), tl.cdiv(M_loc, BLOCK_M), NUM_PROGRAMS):
-                copy_scales(scales[4], scales[0], scales[1], chunk, M_loc, BLOCK_M)
+            if is_scaled(scales):  # and the rows' scales beside them
+                for chunk in range(tl.program_id(0), tl.cdiv(M_loc, BLOCK_M), NUM_PROGRAMS):
+                    copy_scales(scales[4], scales[0], scales[1], chunk, M_loc, BLOCK_M)
     P.exit(call, seq, live, NUM_PROGRAMS, END=True, BARRIER=True)
 
 
