@@ -75,6 +75,11 @@ def job_against_reference(ctx, cases) -> int:
             mode = "row-wise" if rowwise else "tensor-wise"
             what = f"{op} {variant} {mode} {tuple(a.shape)}x{tuple(b.shape)} {b_dtype} -> {out_dtype}"
             assert_matches(got, ref, out_dtype, a.shape[1], ctx.on_gpu, what, scale=8 * ctx.world)
+            if op == "gemm_all_scatter" and variant != "auto":  # into a heap out= of out_dtype
+                out = tilefuse.empty(*ref.shape, dtype=out_dtype)
+                assert registry.get(op, variant)(a, b, out=out, **kw) is out, what
+                tilefuse.synchronize()
+                assert_matches(out, ref, out_dtype, a.shape[1], ctx.on_gpu, f"{what} out=", scale=8 * ctx.world)
             if op == "all_gather_gemm" and variant != "auto":  # the gathered float8 rows, bit for bit
                 got, gathered = registry.get(op, variant)(a, b, return_gathered=True, **kw)
                 ref_gathered = registry.get(op, "reference")(a, b, return_gathered=True, **kw)[1]

@@ -46,6 +46,7 @@ _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(Config))
 _ARGS = "Tensor a, Tensor b, str variant, int[]? config, str? group"
 # A float8 call's scales and result dtype (common.scaled), the last arguments of every op's schema.
 _SCALED = "Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None"
+_SCALING_NAMES = ("scale_a", "scale_b", "out_dtype")
 
 
 def _scaling(scale_a, scale_b, out_dtype) -> dict:
@@ -402,11 +403,14 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
     """
     if not isinstance(variant, str):
         raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
+    for name in _SCALING_NAMES:  # an unscaled call hands none of them on: the entry points' calls stay as they are
+        if name in kwargs and kwargs[name] is None:
+            del kwargs[name]
     if _direct(a, b, kwargs.get("out"), kwargs.get("bias"), kwargs.get("scale_a"), kwargs.get("scale_b")):
         return _entry(op, a, b, variant, config, resolve_group(group) if isinstance(group, str) else group, **kwargs)
     cfg, grp = encode_config(config), group_name(group)
     ops = torch.ops.tilefuse
-    scaling = _scaling(*(kwargs.pop(name, None) for name in ("scale_a", "scale_b", "out_dtype")))
+    scaling = _scaling(*(kwargs.pop(name, None) for name in _SCALING_NAMES))
     if op == "all_gather_gemm":
         return_gathered = kwargs.pop("return_gathered", False)
         if return_gathered or (b.requires_grad and torch.is_grad_enabled()):
