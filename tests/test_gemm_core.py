@@ -1039,10 +1039,10 @@ def test_matmul_takes_the_call_tuple(monkeypatch):
     call = (torch.zeros(2, dtype=torch.int64, device=DEVICE), ctl, 1, 2, 7, 3, c, 64, c, 0, ctl)
     matmul(a, b, c, CFG, ctl, call=call, enter=True, barrier=True, tma=False)
     flags = {k: seen["kwargs"][k] for k in ("IN_CALL", "ENTER", "END", "BARRIER")}
-    assert seen["args"][9] is call and all(flags.values()), flags
+    assert seen["args"][10] is call and all(flags.values()), flags
     matmul(a, b, c, CFG, ctl, enter=True, barrier=True, tma=False)
     flags = {k: seen["kwargs"][k] for k in ("IN_CALL", "ENTER", "END", "BARRIER")}
-    assert len(seen["args"][9]) == 11 and seen["args"][9][1] is ctl
+    assert len(seen["args"][10]) == 11 and seen["args"][10][1] is ctl
     assert flags == {"IN_CALL": True, "ENTER": False, "END": False, "BARRIER": False}, flags
 
 

@@ -25,7 +25,7 @@ PER_TEST=${PER_TEST:-240}
 SPEC=${GROUPS_SPEC:-"tests/test_gemm_core.py;tests/test_launcher.py;\
 tests/test_runtime.py tests/test_gemm_all_scatter.py;\
 tests/test_all_gather_gemm.py;tests/test_gemm_reduce_scatter.py tests/test_workspaces.py;tests/test_gemm_all_reduce.py;\
-tests/test_protocol.py tests/test_graphs.py;tests/test_compile.py tests/test_autograd.py;\
+tests/test_protocol.py tests/test_graphs.py;tests/test_compile.py tests/test_autograd.py tests/test_fp8.py;\
 tests/test_nn.py tests/test_styles.py tests/test_program_counts.py;tests/test_tuning.py tests/test_autotune.py tests/test_rules.py;\
 tests/test_hardening.py tests/test_benchmarks.py tests/test_warp_spec_compile.py tests/test_groups.py"}
 IFS=';' read -r -a GROUPS_LIST <<< "$SPEC"

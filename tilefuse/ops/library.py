@@ -37,13 +37,24 @@ import torch.distributed as dist
 from ..runtime import get_heap, is_initialized
 from ..runtime.scope import in_backward, saved_scope
 from . import registry
-from .common.checks import check_divisible
+from .common.checks import FLOAT8_DTYPES, check_divisible
 from .common.config import Config
+from .common.scaled import check_scales
 from .dispatch import run_auto
 from .plain import check_operands, reduce_scatter
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(Config))
 _ARGS = "Tensor a, Tensor b, str variant, int[]? config, str? group"
+# A float8 call's scales and result dtype (common.scaled), the last arguments of every op's schema.
+_SCALED = "Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None"
+_SCALING_NAMES = ("scale_a", "scale_b", "out_dtype")
+
+
+def _scaling(scale_a, scale_b, out_dtype) -> dict:
+    """The keyword arguments of a float8 call's scaling, none for an unscaled call."""
+    if scale_a is None and scale_b is None and out_dtype is None:
+        return {}
+    return {"scale_a": scale_a, "scale_b": scale_b, "out_dtype": out_dtype}
 
 
 def encode_config(config) -> list[int] | None:
@@ -195,8 +206,9 @@ SPECS: dict[str, OpSpec] = {
 }
 
 
-def _fake_out(spec: OpSpec, a, b, group, bias=None):
+def _fake_out(spec: OpSpec, a, b, group, bias=None, scaling=None):
     check_operands(spec.name, a, b)
+    scaled = check_scales(spec.name, a, b, **(scaling or {}))
     W = world_size(group)
     if spec.check is not None:
         spec.check(spec.name, a, b, W)
@@ -204,13 +216,21 @@ def _fake_out(spec: OpSpec, a, b, group, bias=None):
         from .gemm_all_reduce._prepare import check_bias
 
         check_bias(spec.name, bias, a, b)
-    return a.new_empty(spec.out_shape(a.shape[0], a.shape[1], b.shape[1], W))
+    dtype = a.dtype if scaled is None else scaled.out_dtype
+    return a.new_empty(spec.out_shape(a.shape[0], a.shape[1], b.shape[1], W), dtype=dtype)
+
+
+def _no_float8_backward(ctx) -> None:
+    if ctx.float8:
+        raise NotImplementedError("tilefuse: float8 calls (scale_a=, scale_b=) are forward-only: no backward "
+                                  "through them; call them under torch.no_grad() or with inputs that need no grad")
 
 
 def _save(ctx, inputs, a):
     """Keep the variant, the group, ``a`` (for db) and ``b`` (for da), as far as they are needed."""
     ctx.variant, ctx.group = inputs[2], inputs[4]
     ctx.scope = saved_scope()  # the backward's calls run under the forward's steps, as "backward"
+    ctx.float8 = inputs[0].dtype in FLOAT8_DTYPES
     ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, inputs[1] if ctx.needs_input_grad[0] else None)
     ctx.set_materialize_grads(False)
 
@@ -221,26 +241,37 @@ def _setup_context(ctx, inputs, output):
 
 def _define(spec: OpSpec) -> None:
     """``torch.ops.tilefuse.<op>(a, b, variant, config, group[, bias])``: real, fake and autograd."""
-    def impl(a, b, variant, config, group, bias=None):
+    def impl(a, b, variant, config, group, *args):
+        bias, scaling = _split_bias(spec, args)
         kwargs = {"bias": bias} if bias is not None else {}
-        return _owned(run(spec.name, a, b, variant, config, group, **kwargs), a, b)
+        return _owned(run(spec.name, a, b, variant, config, group, **kwargs, **scaling), a, b)
 
-    def fake(a, b, variant, config, group, bias=None):
-        return _fake_out(spec, a, b, group, bias)
+    def fake(a, b, variant, config, group, *args):
+        bias, scaling = _split_bias(spec, args)
+        return _fake_out(spec, a, b, group, bias, scaling)
 
     def backward(ctx, dc):
+        _no_float8_backward(ctx)
         grads = [None] * len(ctx.needs_input_grad)  # a, b, variant, config, group (, bias)
         if dc is not None:
             dc = dc.contiguous()
             grads[0], grads[1] = in_backward(ctx.scope, spec.backward, ctx, *ctx.saved_tensors, dc)
-            if len(grads) > 5 and ctx.needs_input_grad[5]:  # each rank's c gets the bias once: dc's row sum
+            # Each rank's c gets the bias once: its gradient is dc's row sum.
+            if spec.bias and len(grads) > 5 and ctx.needs_input_grad[5]:
                 grads[5] = dc.sum(0, dtype=torch.float32).to(dc.dtype)
         return tuple(grads)
 
-    schema = f"({_ARGS}, Tensor? bias=None) -> Tensor" if spec.bias else f"({_ARGS}) -> Tensor"
+    schema = f"({_ARGS}, Tensor? bias=None, {_SCALED}) -> Tensor" if spec.bias else f"({_ARGS}, {_SCALED}) -> Tensor"
     op = torch.library.custom_op(f"tilefuse::{spec.name}", impl, mutates_args=(), schema=schema)
     op.register_fake(fake)
     op.register_autograd(backward, setup_context=_setup_context)
+
+
+def _split_bias(spec: OpSpec, args: tuple) -> tuple:
+    """``(bias, scaling keywords)`` from the schema's arguments after ``group`` (those left out: None)."""
+    names = ("bias",) * spec.bias + ("scale_a", "scale_b", "out_dtype")
+    given = dict(zip(names, args))
+    return given.get("bias"), _scaling(*(given.get(n) for n in names[spec.bias:]))
 
 
 for _spec in SPECS.values():
@@ -251,15 +282,16 @@ for _spec in SPECS.values():
 
 
 @torch.library.custom_op("tilefuse::all_gather_gemm_gathered", mutates_args=(),
-                         schema=f"({_ARGS}) -> (Tensor, Tensor)")
-def all_gather_gemm_gathered(a, b, variant, config, group):
-    c, gathered = run("all_gather_gemm", a, b, variant, config, group, return_gathered=True)
+                         schema=f"({_ARGS}, {_SCALED}) -> (Tensor, Tensor)")
+def all_gather_gemm_gathered(a, b, variant, config, group, scale_a=None, scale_b=None, out_dtype=None):
+    c, gathered = run("all_gather_gemm", a, b, variant, config, group, return_gathered=True,
+                      **_scaling(scale_a, scale_b, out_dtype))
     return _owned(c, a, b), _owned(gathered, a, b)
 
 
 @all_gather_gemm_gathered.register_fake
-def _(a, b, variant, config, group):
-    c = _fake_out(SPECS["all_gather_gemm"], a, b, group)
+def _(a, b, variant, config, group, scale_a=None, scale_b=None, out_dtype=None):
+    c = _fake_out(SPECS["all_gather_gemm"], a, b, group, scaling=_scaling(scale_a, scale_b, out_dtype))
     return c, a.new_empty((c.shape[0], a.shape[1]))
 
 
@@ -268,6 +300,7 @@ def _gathered_setup(ctx, inputs, output):
 
 
 def _gathered_backward(ctx, dc, dgathered):
+    _no_float8_backward(ctx)
     return in_backward(ctx.scope, _gathered_grads, ctx, *ctx.saved_tensors, dc, dgathered)
 
 
@@ -282,7 +315,7 @@ def _gathered_grads(ctx, a_full, b, dc, dgathered):
     if dgathered is not None and ctx.needs_input_grad[0]:  # the gathered A was used downstream too
         extra = torch.ops.tilefuse.reduce_scatter_rows(dgathered.contiguous(), ctx.group)
         da = extra if da is None else da + extra
-    return da, db, None, None, None
+    return da, db, None, None, None, None, None, None
 
 
 all_gather_gemm_gathered.register_autograd(_gathered_backward, setup_context=_gathered_setup)
@@ -293,14 +326,14 @@ all_gather_gemm_gathered.register_autograd(_gathered_backward, setup_context=_ga
 
 @torch.library.custom_op("tilefuse::gemm_all_scatter_out", mutates_args=("out",),
                          schema="(Tensor a, Tensor b, Tensor(a!) out, str variant, int[]? config, "
-                                "str? group) -> ()")
-def gemm_all_scatter_out(a, b, out, variant, config, group) -> None:
-    run("gemm_all_scatter", a, b, variant, config, group, out=out)
+                                f"str? group, {_SCALED}) -> ()")
+def gemm_all_scatter_out(a, b, out, variant, config, group, scale_a=None, scale_b=None, out_dtype=None) -> None:
+    run("gemm_all_scatter", a, b, variant, config, group, out=out, **_scaling(scale_a, scale_b, out_dtype))
 
 
 @gemm_all_scatter_out.register_fake
-def _(a, b, out, variant, config, group) -> None:
-    _fake_out(SPECS["gemm_all_scatter"], a, b, group)
+def _(a, b, out, variant, config, group, scale_a=None, scale_b=None, out_dtype=None) -> None:
+    _fake_out(SPECS["gemm_all_scatter"], a, b, group, scaling=_scaling(scale_a, scale_b, out_dtype))
 
 
 # gemm_all_reduce with the residual-add + RMSNorm epilogue -----------------------------------------
@@ -490,10 +523,11 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
         raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
     cfg, grp = encode_config(config), group_name(group)
     ops = torch.ops.tilefuse
+    scaling = _scaling(*(kwargs.pop(name, None) for name in _SCALING_NAMES))
     if op == "all_gather_gemm":
         return_gathered = kwargs.pop("return_gathered", False)
         if return_gathered or (b.requires_grad and torch.is_grad_enabled()):
-            c, gathered = ops.all_gather_gemm_gathered(a, b, variant, cfg, grp)
+            c, gathered = ops.all_gather_gemm_gathered(a, b, variant, cfg, grp, **scaling)
             return (c, gathered) if return_gathered else c
     elif op == "gemm_all_scatter":
         out = kwargs.pop("out", None)
@@ -504,13 +538,13 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
             if torch.compiler.is_compiling():
                 # Traced code functionalises a mutated argument (the op would write into a copy of out, off
                 # the heap): the compiled call runs the op into its own buffer and copies the result into out.
-                return out.copy_(ops.gemm_all_scatter(a, b, variant, cfg, grp))
-            ops.gemm_all_scatter_out(a, b, out, variant, cfg, grp)
+                return out.copy_(ops.gemm_all_scatter(a, b, variant, cfg, grp, **scaling))
+            ops.gemm_all_scatter_out(a, b, out, variant, cfg, grp, **scaling)
             return out
     elif op == "gemm_all_reduce":
         bias = kwargs.pop("bias", None)
         if bias is not None:
-            return ops.gemm_all_reduce(a, b, variant, cfg, grp, bias)
+            return ops.gemm_all_reduce(a, b, variant, cfg, grp, bias, **scaling)
     if kwargs:
         raise TypeError(f"{op}: unexpected keyword argument(s) {sorted(kwargs)}")
-    return getattr(ops, op)(a, b, variant, cfg, grp)
+    return getattr(ops, op)(a, b, variant, cfg, grp, **scaling)

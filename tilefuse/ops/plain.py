@@ -42,6 +42,7 @@ from .common.checks import (
     check_same_device,
 )
 from .common.collectives import all_gather_tensor, all_reduce, comm_of, reduce_scatter_tensor
+from .common.scaled_plain import with_float8
 
 _Tensor = torch.Tensor
 
@@ -151,5 +152,6 @@ def gemm_all_reduce(a, b, *, config=None, group=None, bias=None):
     return c if bias is None else c.add_(bias)
 
 
+# Float8 operands (scale_a=, scale_b=, out_dtype=) take torch._scaled_mm's path: common.scaled_plain.
 for _fn in (gemm_all_scatter, all_gather_gemm, gemm_reduce_scatter, gemm_all_reduce):
-    registry.register(_fn.__name__, "plain", _fn)
+    registry.register(_fn.__name__, "plain", with_float8(_fn))

@@ -19,7 +19,9 @@ from .buckets import m_bucket
 SCHEMA_VERSION = 1
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "configs"
 PLAIN = "plain"  # torch.matmul + torch.distributed collective
-_DTYPES = ("float16", "bfloat16", "float32")
+# Float8 entries are keyed by a's dtype (scaled calls: common.scaled; b's float8 kind and the scales'
+# layout do not change the kernels' choice enough to bucket them apart).
+_DTYPES = ("float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2")
 _VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", "copy_engine", PLAIN)
 _CACHE: dict = {}  # path -> (mtime_ns, entries)
 _CHOICES: dict = {}  # lookup's key -> Choice or None

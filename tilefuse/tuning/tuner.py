@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 import tilefuse
 from tilefuse.ops import registry
+from tilefuse.ops.common.checks import FLOAT8_DTYPES
 from tilefuse.ops.common.config import SMALL_M_TILES, WARP_SPEC_VARIANTS, Config, default_config
 from tilefuse.runtime import hw
 from tilefuse.tuning import autotune, cache, rules, tables, timing
@@ -92,7 +93,8 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
 
 
 def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: int = 17) -> list[tuple]:
-    """``n_sets`` operand pairs: b the same on every rank, a too for gemm_all_scatter (replicated)."""
+    """``n_sets`` of ``(a, b, keywords)``: b the same on every rank, a too for gemm_all_scatter
+    (replicated); float8 operands with tensor-wise scales (``common.scaled``; bfloat16 results)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     rank = dist.get_rank()
     sets = []
@@ -100,8 +102,13 @@ def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: i
         a_seed = seed + i if op == "gemm_all_scatter" else seed + 1000 * (rank + 1) + i
         ga = torch.Generator().manual_seed(a_seed)
         a = torch.randn(M, K, generator=ga).to(dtype=dtype, device=device)
-        b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device) / K ** 0.5
-        sets.append((a, b))
+        if dtype in FLOAT8_DTYPES:  # unit-scale values, the product's scale in scale_b
+            b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device)
+            scales = {"scale_a": torch.ones((), device=device), "scale_b": torch.full((), K ** -0.5, device=device)}
+        else:
+            b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device) / K ** 0.5
+            scales = {}
+        sets.append((a, b, scales))
     return sets
 
 
@@ -142,7 +149,11 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
 
     def runner(fn, **kw):  # each call takes the next input set from set 0: the check sees plain's operands
         calls = itertools.count()
-        return lambda: fn(*sets[next(calls) % n_sets], **kw)
+        def call():
+            a, b, scales = sets[next(calls) % n_sets]
+            return fn(a, b, **scales, **kw)
+
+        return call
 
     plain = registry.get(op, tables.PLAIN)
     space = {}  # name -> (variant, config), in search order
@@ -271,7 +282,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--shapes", default="tiny",
                    help="shape sets from tilefuse/tuning/shapes.json, comma-separated ('models': every model's set)")
     p.add_argument("--shape", action="append", default=[], help="an extra per-rank shape MxNxK")
-    p.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16", "float32"])
+    p.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16", "float32", "float8_e4m3fn"],
+                   help="float8_e4m3fn: scaled operands (tensor-wise scales, bfloat16 results)")
     p.add_argument("--out", help="write a config table under this directory (default: the user's decision cache)")
     p.add_argument("--reps", type=int, default=5, help="samples of every candidate in the first pass")
     p.add_argument("--keep", type=int, default=3, help="candidates of the first pass that reach the decision")

@@ -15,7 +15,8 @@ for _fn in (reference, bulk_sync, producer_consumer, fused_sequential, wg_specia
     registry.register(OP, _fn.__name__, _fn)
 
 
-def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, return_gathered=False):
+def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, return_gathered=False, scale_a=None,
+                    scale_b=None, out_dtype=None):
     """GEMM of the row-gathered A: ``all_gather(a, dim=0) @ b``.
 
     Every rank of ``group`` (default: the group of :func:`tilefuse.init`) calls it with
@@ -45,5 +46,16 @@ def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, ret
     A is kept when ``b`` needs a gradient), and a gradient of ``a_gathered`` is reduce-scattered
     into ``da``. ``torch.compile(fullgraph=True)`` traces the call as the custom op
     ``torch.ops.tilefuse.all_gather_gemm`` (:mod:`tilefuse.ops.library`).
+
+    Float8: ``a`` and ``b`` in ``torch.float8_e4m3fn`` (one of them may be ``float8_e5m2``) with
+    float32 ``scale_a`` and ``scale_b``, each tensor-wise (one element) or row-wise (``scale_a
+    [rows of this rank's a, 1]``, ``scale_b [1, columns of this rank's b]``), compute
+    ``(a.float() * scale_a) @ (b.float() * scale_b)`` as ``torch._scaled_mm`` does: fp32
+    accumulation, the scales applied to each tile before it is stored or moved, one rounding to
+    ``out_dtype`` (bfloat16, float16 or float32; default bfloat16). The float8 rows travel (half the
+    bytes of bf16) together with their row scales (a tensor-wise ``scale_a`` may differ between
+    ranks); ``a_gathered`` is float8. Forward only: a backward
+    through a float8 call raises NotImplementedError.
     """
-    return library.call(OP, a, b, variant=variant, config=config, group=group, return_gathered=return_gathered)
+    return library.call(OP, a, b, variant=variant, config=config, group=group, return_gathered=return_gathered,
+                        scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)

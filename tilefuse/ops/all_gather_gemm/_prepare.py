@@ -11,6 +11,7 @@ from ..common.config import check_variant_config
 from ..common.gemm import ensure_triton_allocator, flattened_loop, gemm_layout
 from ..common.launch import op_heap, prepare_gemm
 from ..common.prepare import PreparedCall, once
+from ..common.scaled import UNSCALED, kernel_scales, prepare_scaling
 
 OP = "all_gather_gemm"
 
@@ -22,18 +23,22 @@ class Prepared(PreparedCall):
     ``buffers``: ``"gathered"`` (a_gathered), ``"flagged"`` (a_gathered, flags and the claim
     counter) or ``"shard"`` (a_shard [M_loc, K]); ``comm``: the variant needs COMM_SMS >= 1."""
 
-    def __init__(self, variant, a, b, config, group, return_gathered, buffers: str, comm: bool):
+    def __init__(self, variant, a, b, config, group, return_gathered, scaling: tuple, buffers: str, comm: bool):
         # No padded copies: the variants read `a` where it is (the shard travels anyway).
         g = prepare_gemm(OP, a, b, group, config, comm=comm, pad=False)
         cfg, heap = g.config, g.heap
         check_variant_config(OP, variant, cfg)  # only bulk_sync splits K
+        out_dtype, kind = prepare_scaling(OP, a, b, *scaling)
         M, N, K, W, r = g.M, g.N, g.K, heap.world_size, heap.rank
-        super().__init__(g, a, b, g.key(variant, bool(return_gathered)), empty=M == 0 or N == 0 or K == 0)
+        super().__init__(g, a, b, g.key(variant, bool(return_gathered), kind), empty=M == 0 or N == 0 or K == 0,
+                         out_dtype=out_dtype)
         self.ag = None  # a_gathered [W*M_loc, K] on the heap; None where nothing moves
         self.own = None  # this rank's rows on the heap: its block of ag, or a_shard
         self.flags = None  # int64 [W * num_chunks], entry (source, chunk)
         self.own_flags = None  # this rank's row of flags (the ones its pushes release)
         self.claims = None  # int32 [1]: wg_specialized's local tiles taken, 0 between calls
+        self.sg = None  # a float8 call's row scales of ag [W*M_loc] (or of a_shard [M_loc]), fp32 on the heap
+        self.own_sg = None  # this rank's rows' scales in sg
         self.num_chunks = num_chunks = -(-M // cfg.BLOCK_M)
         self.local_direct = True  # the local shard's tiles read `a` itself (it fits the heap rows' path)
         self.first = 0  # 1: the local rows are not pushed to this rank (nothing reads them there)
@@ -41,9 +46,13 @@ class Prepared(PreparedCall):
         if M == 0 or K == 0 or (N == 0 and buffers != "gathered"):
             return
         dtype, size = a.dtype, a.element_size()
+        scaled = kind is not None  # the rows' scales travel with them
         if buffers == "shard":
-            self.own = rows = self.hold((OP, variant, M, K, dtype), lambda h: {"a_shard": h.empty((M, K), dtype=dtype)},
-                                        M * K * size).a_shard
+            ws = self.hold((OP, variant, M, K, dtype), lambda h: dict(
+                a_shard=h.empty((M, K), dtype=dtype), **({"s_shard": h.empty(M, dtype=torch.float32)} if scaled else {})
+            ), M * K * size + (4 * M if scaled else 0))
+            self.own = rows = ws.a_shard
+            self.sg = self.own_sg = ws.buffers.get("s_shard")
         else:
             flagged = buffers == "flagged"
 
@@ -52,15 +61,20 @@ class Prepared(PreparedCall):
                 if flagged:
                     made["flags"] = h.zeros(W * num_chunks, dtype=torch.int64)
                     made["claims"] = h.zeros(1, dtype=torch.int32)
+                if scaled:
+                    made["s_gathered"] = h.empty(W * M, dtype=torch.float32)
                 return made
 
             ws = self.hold((OP, variant, M, K, dtype, cfg.BLOCK_M if flagged else 0), make,
-                           W * M * K * size + (8 * W * num_chunks + 4 if flagged else 0))
+                           W * M * K * size + (8 * W * num_chunks + 4 if flagged else 0) + (4 * W * M if scaled else 0))
             self.ag = rows = ws.a_gathered
             self.own = self.ag[r * M:(r + 1) * M]
             self.flags, self.claims = ws.buffers.get("flags"), ws.buffers.get("claims")
             if self.flags is not None:
                 self.own_flags = self.flags[r * num_chunks:]
+            self.sg = ws.buffers.get("s_gathered")
+            if self.sg is not None:
+                self.own_sg = self.sg[r * M:(r + 1) * M]
         # The operand path of A rows read from the heap buffer, and whether `a` itself fits it too.
         self.use_tma, b_kmajor = gemm_layout(rows, b)
         self.local_direct = (not self.use_tma) or gemm_layout(a, b)[0]
@@ -69,18 +83,29 @@ class Prepared(PreparedCall):
         flatten = flattened_loop(cfg, self.use_tma) and not (buffers == "shard" and return_gathered)
         self.meta = dict(g.gemm_meta, USE_TMA=self.use_tma, B_KMAJOR=b_kmajor, FLATTEN=flatten)
 
+    def scales(self, scale_a, scale_b) -> tuple:
+        """The kernels' ``scales`` (``_tiles``): ``common.scaled.kernel_scales`` and the heap's row
+        scales (``sg``; a stand-in for an unscaled call)."""
+        scales = kernel_scales(scale_a, scale_b, self.heap.device)
+        return (*scales, scales[0] if self.sg is None else self.sg)
+
+    def gathered_scales(self, scales: tuple) -> tuple:
+        """``scales`` of the GEMM core over all of ``ag``: the gathered row scales, one per row."""
+        return scales if self.sg is None else (self.sg, 1, *scales[2:4])
+
     @property
     def programs(self) -> int:
         """The config's programs, not capped by the tiles: one compiled kernel per config."""
         return self.config.GEMM_SMS + self.config.COMM_SMS
 
 
-def prepare(variant: str, a, b, config, group, return_gathered: bool, *, buffers: str,
+def prepare(variant: str, a, b, config, group, return_gathered: bool, scaling: tuple = UNSCALED, *, buffers: str,
             comm: bool = False) -> tuple:
-    """``(heap, Prepared)`` of this call, made the first time its signature is seen on the group."""
+    """``(heap, Prepared)`` of this call, made the first time its signature is seen on the group;
+    ``scaling``: the call's ``(scale_a, scale_b, out_dtype)`` (``common.scaled``)."""
     heap = op_heap(OP, group)
-    make = functools.partial(Prepared, variant, a, b, config, group, return_gathered, buffers, comm)
-    p = once(heap, (OP, variant, bool(return_gathered)), make, config, a, b)
+    make = functools.partial(Prepared, variant, a, b, config, group, return_gathered, scaling, buffers, comm)
+    p = once(heap, (OP, variant, bool(return_gathered), scaling[2]), make, config, a, b, *scaling[:2])
     if p.meta.get("USE_TMA"):
         ensure_triton_allocator()  # per call: Triton's allocator is per thread (autograd's backward has its own)
     return heap, p

@@ -7,6 +7,10 @@ Push order: itself first (when asked), then ``r - 1``, ``r - 2``, ... (:func:`pu
 consumer walks its sources in ring order ``r, r+1, ...``, so each consumer's next source arrives
 first, and at every step the W ranks write to W different targets.
 
+Float8 calls move each chunk's row scales with its rows, before the chunk's flag: ``scales`` here is
+``(scale_a, row stride, scale_b, column stride, gathered row scales)`` (``common.scaled``), the last a
+heap buffer of ``W*M_loc`` (``a_gathered``'s rows) or ``M_loc`` (``a_shard``'s) float32 values.
+
 Tiles of ``c [W*M_loc, N]`` are numbered over (i, m-block, n-block) of source ``(r + i) % W``: no
 tile straddles two ranks and every program starts on the local shard; program ``pid`` of ``P`` takes
 tiles ``pid, pid + P, ...`` across sources, grouped swizzle within one.
@@ -17,8 +21,22 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ..common.flags import tile_acquire, tile_release
-from ..common.gather import copy_rows, copy_tile
+from ..common.gather import copy_rows, copy_scales, copy_tile
 from ..common.tiles import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets, whole_tiles
+
+
+@triton.jit
+def shard_scales(scales, row):
+    """``(scale_a, its row stride, where this rank's row scales go)`` for :func:`push_shard`: the
+    gathered row scales from ``row`` on (a symmetric address)."""
+    return scales[0], scales[1], scales[4] + row
+
+
+@triton.jit
+def source_scales(scales, row, src_base):
+    """``scales`` of one source's rows read from a row-scale buffer at ``src_base`` (the gathered one,
+    or a peer's ``a_shard`` scales translated), from ``row`` on."""
+    return src_base + row, 1, scales[2], scales[3], scales[4]
 
 
 @triton.jit
@@ -35,6 +53,8 @@ def push_shard(
     dst_ptr, stride_dm, stride_dk,
     # this source's int64 flags [num_chunks] (a symmetric address; unused unless SIGNAL)
     flags_ptr, epoch,
+    # a float8 call's (scale_a, row stride, where the row scales go: a symmetric address): shard_scales
+    row_scales,
     M_loc, K, call, prog, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, FIRST: tl.constexpr, SIGNAL: tl.constexpr,
 ):
@@ -51,6 +71,8 @@ def push_shard(
             peer_dst = P.translate(dst_ptr, cur_rank, peer, heap_bases)
             copy_rows(peer_dst, stride_dm, stride_dk, src_ptr, stride_sm, stride_sk, chunk, M_loc, K,
                       BLOCK_M, BLOCK_K)
+            copy_scales(P.translate(row_scales[2], cur_rank, peer, heap_bases), row_scales[0], row_scales[1], chunk,
+                        M_loc, BLOCK_M)
             # Release: pairs with the acquire before the GEMM tiles of this chunk on rank `peer`
             # (gemm_shard).
             tile_release(flags_ptr + chunk, epoch, cur_rank, peer, heap_bases)
@@ -63,6 +85,9 @@ def push_shard(
             peer_dst = P.translate(dst_ptr, cur_rank, peer, heap_bases)
             copy_tile(peer_dst, stride_dm, stride_dk, src_ptr, stride_sm, stride_sk, piece // k_tiles,
                       piece % k_tiles, M_loc, K, BLOCK_M, BLOCK_K)
+            if piece % k_tiles == 0:
+                copy_scales(P.translate(row_scales[2], cur_rank, peer, heap_bases), row_scales[0], row_scales[1],
+                            piece // k_tiles, M_loc, BLOCK_M)
 
 
 @triton.jit
@@ -74,13 +99,14 @@ def first_tile(pid, i, tiles_per_source, NUM_PROGRAMS):
 
 @triton.jit
 def gemm_shard(
-    # A rows of this source [M_loc, K]: a local tensor, the gathered buffer, or a peer's heap
-    a_ptr, stride_am, stride_ak,
+    # A rows of this source [M_loc, K]: a local tensor, the gathered buffer, or a peer's heap; their scales
+    a_ptr, stride_am, stride_ak, scales,
     b_ptr, stride_bk, stride_bn,
     # C rows of this source [M_loc, N]
     c_ptr, stride_cm, stride_cn,
-    # GATHER: the A rows are also copied here (the row block with n-block 0 does it)
-    g_ptr, stride_gm, stride_gk,
+    # GATHER: (g_ptr, stride_gm, stride_gk): the A rows are also copied there (the row block with
+    # n-block 0 does it)
+    gather_to,
     # WAIT: acquire flags_ptr[m-block] == epoch (released by rank src) before a tile's K loop
     flags_ptr, epoch, src, call,
     M_loc, N, K, first, NUM_PROGRAMS,
@@ -97,7 +123,8 @@ def gemm_shard(
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
     if FLATTEN:
-        whole_tiles(a_op, b_op, c_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+        whole_tiles(a_op, b_op, scales, c_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                    stride_cn,
                     first, num_pid_m * num_pid_n, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
                     B_KMAJOR, 1, True, False)
     else:
@@ -109,20 +136,20 @@ def gemm_shard(
                 ok = tile_acquire(flags_ptr + pid_m, epoch, P.rank(call), src, P.ctl(call), P.bases(call),
                                   P.world(call))
             if ok:
-                acc = gemm_tile(a_op, b_op, pid_m, pid_n, M_loc, N, K, stride_am, stride_ak, stride_bk,
+                acc = gemm_tile(a_op, b_op, scales, pid_m, pid_n, M_loc, N, K, stride_am, stride_ak, stride_bk,
                                 stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
                 offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
                 store_tile(c_ptr, acc, offs_m, offs_n, M_loc, N, stride_cm, stride_cn)
                 if GATHER:
                     if pid_n == 0:
-                        copy_rows(g_ptr, stride_gm, stride_gk, a_ptr, stride_am, stride_ak, pid_m, M_loc, K,
-                                  BLOCK_M, BLOCK_K)
+                        copy_rows(gather_to[0], gather_to[1], gather_to[2], a_ptr, stride_am, stride_ak, pid_m,
+                                  M_loc, K, BLOCK_M, BLOCK_K)
 
 
 @triton.jit
 def _gemm_source(
     i,
-    a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
+    a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
     c_ptr, stride_cm, stride_cn, flags_ptr,
     M_loc, N, K, call, epoch, pid, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -137,13 +164,14 @@ def _gemm_source(
     c_src = c_ptr + rows * stride_cm
     flags_src = flags_ptr + src * num_chunks
     if DIRECT:
-        gemm_shard(a_ptr, stride_am, stride_ak, b_ptr, stride_bk, stride_bn, c_src, stride_cm, stride_cn,
-                   a_ptr, stride_am, stride_ak, flags_src, epoch, src, call, M_loc, N, K, first, NUM_PROGRAMS,
+        gemm_shard(a_ptr, stride_am, stride_ak, scales, b_ptr, stride_bk, stride_bn, c_src, stride_cm, stride_cn,
+                   (a_ptr, stride_am, stride_ak), flags_src, epoch, src, call, M_loc, N, K, first, NUM_PROGRAMS,
                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=False,
                    FLATTEN=FLATTEN)
     else:
-        gemm_shard(ag_ptr + rows * stride_gm, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
-                   c_src, stride_cm, stride_cn, ag_ptr, stride_gm, stride_gk,
+        gemm_shard(ag_ptr + rows * stride_gm, stride_gm, stride_gk, source_scales(scales, rows, scales[4]),
+                   b_ptr, stride_bk, stride_bn,
+                   c_src, stride_cm, stride_cn, (ag_ptr, stride_gm, stride_gk),
                    flags_src, epoch, src, call, M_loc, N, K, first, NUM_PROGRAMS,
                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=True, GATHER=False)
 
@@ -152,8 +180,8 @@ def _gemm_source(
 def gemm_gathered(
     # this rank's shard [M_loc, K] (read directly when LOCAL_DIRECT)
     a_ptr, stride_am, stride_ak,
-    # the gathered buffer [W*M_loc, K] on this rank's heap, filled by the peers' pushes
-    ag_ptr, stride_gm, stride_gk,
+    # the gathered buffer [W*M_loc, K] on this rank's heap, filled by the peers' pushes; the scales
+    ag_ptr, stride_gm, stride_gk, scales,
     b_ptr, stride_bk, stride_bn,
     c_ptr, stride_cm, stride_cn,
     # int64 flags [W, cdiv(M_loc, BLOCK_M)]: (source, chunk) -> sequence number of its last arrival
@@ -171,11 +199,11 @@ def gemm_gathered(
     outside the loop over the peers: Triton flattens a tile loop only where no other loop encloses it.
     """
     if WITH_LOCAL:
-        _gemm_source(0, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
+        _gemm_source(0, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
                      c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, epoch, pid, NUM_PROGRAMS,
                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN)
     for i in range(1, P.world(call)):
-        _gemm_source(i, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
+        _gemm_source(i, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
                      c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, epoch, pid, NUM_PROGRAMS,
                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, False, False)
 

@@ -17,11 +17,12 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.gather import copy_pieces
+from ..common.gather import copy_pieces, copy_scales
 from ..common.gemm import matmul
 from ..common.launch import begin_call, call_arg, collective, ctl, gemm_call_args, launched, new_output
+from ..common.tiles import is_scaled
 from ._prepare import OP, prepare
-from ._tiles import push_shard
+from ._tiles import push_shard, shard_scales
 
 
 @kernel
@@ -31,6 +32,8 @@ def shard_kernel(
     # where they go (a symmetric address): row block r of a_gathered, or a_shard
     dst_ptr, stride_dm, stride_dk,
     M_loc, K,
+    # a float8 call's scales (_tiles: the row scales go with the rows), else stand-ins
+    scales,
     call,  # the call protocol (runtime.primitives): this kernel begins the call
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, EVERY_RANK: tl.constexpr,
 ):
@@ -41,29 +44,36 @@ def shard_kernel(
     if live:
         if EVERY_RANK:
             # No flags (SIGNAL=False): the barrier below publishes the rows; dst_ptr stands in.
-            push_shard(a_ptr, stride_am, stride_ak, dst_ptr, stride_dm, stride_dk, dst_ptr, 0, M_loc, K, call,
-                       tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST=0, SIGNAL=False)
+            push_shard(a_ptr, stride_am, stride_ak, dst_ptr, stride_dm, stride_dk, dst_ptr, 0,
+                       shard_scales(scales, P.rank(call) * M_loc), M_loc, K, call, tl.program_id(0), NUM_PROGRAMS,
+                       BLOCK_M, BLOCK_K, FIRST=0, SIGNAL=False)
         else:
             copy_pieces(dst_ptr, stride_dm, stride_dk, a_ptr, stride_am, stride_ak, M_loc, K, tl.program_id(0),
                         NUM_PROGRAMS, BLOCK_M, BLOCK_K)
+            if is_scaled(scales):  # and the rows' scales beside them
+                for chunk in range(tl.program_id(0), tl.cdiv(M_loc, BLOCK_M), NUM_PROGRAMS):
+                    copy_scales(scales[4], scales[0], scales[1], chunk, M_loc, BLOCK_M)
     P.exit(call, seq, live, NUM_PROGRAMS, END=True, BARRIER=True)
 
 
-def launch_shard(p, a, dst, call, *, every_rank: bool) -> None:
-    """:func:`shard_kernel` on the config's programs: ``a``'s rows into ``dst`` (a heap tensor)."""
+def launch_shard(p, a, dst, scales, call, *, every_rank: bool) -> None:
+    """:func:`shard_kernel` on the config's programs: ``a``'s rows into ``dst`` (a heap tensor), a
+    float8 call's row scales (``scales``: :meth:`Prepared.scales`) with them."""
     cfg = p.config
     shard_kernel[(p.programs,)](
-        a, a.stride(0), a.stride(1), dst, dst.stride(0), dst.stride(1), p.M, p.K, call,
+        a, a.stride(0), a.stride(1), dst, dst.stride(0), dst.stride(1), p.M, p.K, scales, call,
         BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=p.programs, EVERY_RANK=every_rank, num_warps=4,
     )
 
 
 @collective(OP)
-def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
+def bulk_sync(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
+              out_dtype=None):
     """all_gather_gemm with no overlap; same contract as :func:`tilefuse.all_gather_gemm`."""
-    heap, p = prepare("bulk_sync", a, b, config, group, return_gathered, buffers="gathered")
+    heap, p = prepare("bulk_sync", a, b, config, group, return_gathered, (scale_a, scale_b, out_dtype),
+                      buffers="gathered")
     W, M_loc = heap.world_size, p.M
-    c = new_output((W * M_loc, p.N), a.dtype, a.device)
+    c = new_output((W * M_loc, p.N), p.out_dtype, a.device)
     if p.ag is None:  # M_loc or K zero: nothing moves
         begin_call(p.sig)
         c.zero_()
@@ -71,9 +81,10 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False):
         return (c, gathered) if return_gathered else c
     # The begin: every peer's GEMM of the previous call is done with a_gathered.
     entry = begin_call(p.sig, c, kernel_begins=True)
-    launch_shard(p, a, p.own, call_arg(heap, entry), every_rank=True)  # then every shard is in a_gathered
+    scales = p.scales(scale_a, scale_b)
+    launch_shard(p, a, p.own, scales, call_arg(heap, entry), every_rank=True)  # then every shard is in a_gathered
     launched(entry, ends=False)
     # Nothing if the call was aborted; the GEMM ends the call.
-    matmul(p.ag, b, c, p.config, ctl(heap), call=gemm_call_args(heap, entry))
+    matmul(p.ag, b, c, p.config, ctl(heap), call=gemm_call_args(heap, entry), scales=p.gathered_scales(scales))
     launched(entry)
     return (c, p.ag.clone()) if return_gathered else c

@@ -47,21 +47,28 @@ def _pull_rows(heap, p, call) -> None:
             hi = min(lo + step, n)
             rows = slice(src * M_loc + lo * p.config.BLOCK_M, src * M_loc + min(hi * p.config.BLOCK_M, M_loc))
             p.ag[rows].copy_(theirs[rows], non_blocking=True)
+            if p.sg is not None:  # a float8 call's row scales
+                p.sg[rows].copy_(heap.peer_view(p.sg, src)[rows], non_blocking=True)
             _release_rows_kernel[(1,)](p.flags, src * n + lo, hi - lo, call, num_warps=1)
 
 
 @collective(OP)
-def copy_engine(a, b, *, config=None, group=None, return_gathered=False):
+def copy_engine(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
+                out_dtype=None):
     """all_gather_gemm with the rows pulled by copy engines and the GEMM on every SM but one; same
     contract as :func:`tilefuse.all_gather_gemm`. All ``GEMM_SMS + COMM_SMS`` programs of the config
     compute (at most the device's multiprocessors less one)."""
-    heap, p = prepare("copy_engine", a, b, config, group, return_gathered, buffers="flagged")
+    scaling = (scale_a, scale_b, out_dtype)
+    heap, p = prepare("copy_engine", a, b, config, group, return_gathered, scaling, buffers="flagged")
     if p.empty:
-        return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
-    c = new_output((heap.world_size * p.M, p.N), a.dtype, a.device)
+        return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered, scale_a=scale_a,
+                         scale_b=scale_b, out_dtype=out_dtype)
+    c = new_output((heap.world_size * p.M, p.N), p.out_dtype, a.device)
     begin_call(p.sig, c)  # the begin kernel: a copy engine cannot begin a call
     call = call_arg(heap, None)
     p.own.copy_(a)  # the rows the peers' copy engines pull
+    if p.sg is not None:
+        p.own_sg.copy_(scale_a.reshape(-1).expand(p.M))  # and their scales
     if not p.local_direct:  # the GEMM reads the local rows from a_gathered too
         _release_rows_kernel[(1,)](p.flags, heap.rank * p.num_chunks, p.num_chunks, call, num_warps=1)
     mid_barrier(heap, 0)  # every rank's own rows are in place
@@ -70,7 +77,8 @@ def copy_engine(a, b, *, config=None, group=None, return_gathered=False):
         _pull_rows(heap, p, call)
     programs = min(p.programs, hw.num_sms(heap.device) - 1)
     gemm_kernel[(programs,)](
-        a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),
+        a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.scales(scale_a, scale_b),
+        b, b.stride(0), b.stride(1),
         c, c.stride(0), c.stride(1), p.flags, p.M, p.N, p.K, call, programs,
         NUM_PROGRAMS=programs, LOCAL_DIRECT=p.local_direct, ENTER=False, **p.meta,
     )

@@ -20,13 +20,13 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import begin_call, call_arg, collective, launched, new_output
 from ._prepare import OP, prepare
-from ._tiles import first_tile, gemm_shard
+from ._tiles import first_tile, gemm_shard, source_scales
 from .bulk_sync import bulk_sync, launch_shard
 
 
 @triton.jit
 def _source(
-    i, pid, s_ptr, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
+    i, pid, s_ptr, stride_sm, stride_sk, scales, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
     g_ptr, stride_gm, stride_gk, M_loc, N, K, call,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, GATHER: tl.constexpr,
@@ -37,10 +37,12 @@ def _source(
     src = (cur_rank + i) % P.world(call)
     rows = tl.cast(src, tl.int64) * M_loc
     a_src = P.translate(s_ptr, cur_rank, src, P.bases(call))
+    # The source's row scales, beside its rows in its heap (a float8 call's; stand-ins are never read).
+    scales_src = source_scales(scales, 0, P.translate(scales[4], cur_rank, src, P.bases(call)))
     tiles_per_source = tl.cdiv(M_loc, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    gemm_shard(a_src, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn,
+    gemm_shard(a_src, stride_sm, stride_sk, scales_src, b_ptr, stride_bk, stride_bn,
                c_ptr + rows * stride_cm, stride_cm, stride_cn,
-               g_ptr + rows * stride_gm, stride_gm, stride_gk,
+               (g_ptr + rows * stride_gm, stride_gm, stride_gk),
                s_ptr, 0, src, call,  # no flags (WAIT=False): the barrier published A
                M_loc, N, K, first_tile(pid, i, tiles_per_source, NUM_PROGRAMS), NUM_PROGRAMS,
                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=GATHER,
@@ -49,8 +51,8 @@ def _source(
 
 @kernel
 def _fused_kernel(
-    # this rank's a_shard [M_loc, K] (a symmetric address)
-    s_ptr, stride_sm, stride_sk,
+    # this rank's a_shard [M_loc, K] (a symmetric address); a float8 call's scales (_tiles), else stand-ins
+    s_ptr, stride_sm, stride_sk, scales,
     b_ptr, stride_bk, stride_bn,
     # c [W*M_loc, N] and, with GATHER, a_gathered [W*M_loc, K]: ordinary local tensors
     c_ptr, stride_cm, stride_cn,
@@ -66,33 +68,37 @@ def _fused_kernel(
     # The local source outside the loop over the peers: Triton flattens a tile loop only where no
     # other loop encloses it (nested in the loop over sources, the loop compiles unflattened).
     if live:
-        _source(0, pid, s_ptr, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
+        _source(0, pid, s_ptr, stride_sm, stride_sk, scales, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
                 g_ptr, stride_gm, stride_gk, M_loc, N, K, call,
                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, GATHER, FLATTEN)
     for i in range(1, tl.where(live, P.world(call), 1)):
-        _source(i, pid, s_ptr, stride_sm, stride_sk, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
+        _source(i, pid, s_ptr, stride_sm, stride_sk, scales, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
                 g_ptr, stride_gm, stride_gk, M_loc, N, K, call,
                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, GATHER, FLATTEN)
 
 
 @collective(OP)
-def fused_sequential(a, b, *, config=None, group=None, return_gathered=False):
+def fused_sequential(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
+                     out_dtype=None):
     """all_gather_gemm as one persistent kernel reading remote A; same contract as
     :func:`tilefuse.all_gather_gemm`."""
-    heap, p = prepare("fused_sequential", a, b, config, group, return_gathered, buffers="shard")
+    scaling = (scale_a, scale_b, out_dtype)
+    heap, p = prepare("fused_sequential", a, b, config, group, return_gathered, scaling, buffers="shard")
     if p.empty:
-        return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
+        return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered, scale_a=scale_a,
+                         scale_b=scale_b, out_dtype=out_dtype)
     W = heap.world_size
-    c = new_output((W * p.M, p.N), a.dtype, a.device)
+    c = new_output((W * p.M, p.N), p.out_dtype, a.device)
     ag = new_output((W * p.M, p.K), a.dtype, a.device) if return_gathered else c
     entry = begin_call(p.sig, c, ag if return_gathered else None, kernel_begins=True)
     call = call_arg(heap, entry)
     # The copy comes after the begin: no peer still reads the previous call's shard. The fused kernel
     # waits on nothing, so this kernel's end of the call is the call's.
-    launch_shard(p, a, p.own, call, every_rank=False)
+    scales = p.scales(scale_a, scale_b)
+    launch_shard(p, a, p.own, scales, call, every_rank=False)
     launched(entry)
     _fused_kernel[(p.programs,)](
-        p.own, p.own.stride(0), p.own.stride(1), b, b.stride(0), b.stride(1),
+        p.own, p.own.stride(0), p.own.stride(1), scales, b, b.stride(0), b.stride(1),
         c, c.stride(0), c.stride(1), ag, ag.stride(0), ag.stride(1), p.M, p.N, p.K, call,
         NUM_PROGRAMS=p.programs, GATHER=return_gathered, **p.meta,
     )

@@ -25,7 +25,7 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, begin_call, call_arg, collective, launched, new_output
 from ._prepare import OP, prepare
-from ._tiles import gemm_gathered, push_shard
+from ._tiles import gemm_gathered, push_shard, shard_scales
 from .bulk_sync import bulk_sync
 
 
@@ -36,20 +36,22 @@ def _push_kernel(
     # this rank's row block of a_gathered and its row of flags (symmetric addresses)
     own_ptr, stride_gm, stride_gk, own_flags_ptr,
     M_loc, K,
+    scales,  # a float8 call's scales (_tiles), else stand-ins
     call, exit_programs,  # the call protocol; the programs of both kernels, which end the call together
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FIRST: tl.constexpr,
 ):
     seq, live = P.enter(call, True)
     if live:
-        push_shard(a_ptr, stride_am, stride_ak, own_ptr, stride_gm, stride_gk, own_flags_ptr, seq, M_loc, K, call,
-                   tl.program_id(0), NUM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
+        push_shard(a_ptr, stride_am, stride_ak, own_ptr, stride_gm, stride_gk, own_flags_ptr, seq,
+                   shard_scales(scales, P.rank(call) * M_loc), M_loc, K, call, tl.program_id(0), NUM_PROGRAMS,
+                   BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
     P.exit(call, seq, live, exit_programs, END=True)
 
 
 @kernel
 def gemm_kernel(
     a_ptr, stride_am, stride_ak,
-    ag_ptr, stride_gm, stride_gk,
+    ag_ptr, stride_gm, stride_gk, scales,
     b_ptr, stride_bk, stride_bn,
     c_ptr, stride_cm, stride_cn,
     flags_ptr,
@@ -61,21 +63,25 @@ def gemm_kernel(
 ):
     seq, live = P.enter(call, ENTER)
     if live:
-        gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk, stride_bn,
+        gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
                       c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, seq, tl.program_id(0),
                       NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN)
     P.exit(call, seq, live, exit_programs, ENTER)
 
 
 @collective(OP)
-def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
+def producer_consumer(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
+                      out_dtype=None):
     """all_gather_gemm with push and GEMM kernels on two streams; same contract as
     :func:`tilefuse.all_gather_gemm`."""
-    heap, p = prepare("producer_consumer", a, b, config, group, return_gathered, buffers="flagged", comm=True)
+    scaling = (scale_a, scale_b, out_dtype)
+    heap, p = prepare("producer_consumer", a, b, config, group, return_gathered, scaling, buffers="flagged", comm=True)
     if p.empty:
-        return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
+        return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered, scale_a=scale_a,
+                         scale_b=scale_b, out_dtype=out_dtype)
     cfg, W = p.config, heap.world_size
-    c = new_output((W * p.M, p.N), a.dtype, a.device)
+    c = new_output((W * p.M, p.N), p.out_dtype, a.device)
+    scales = p.scales(scale_a, scale_b)
     # The kernels begin the call: no row moves before every peer is done with a_gathered.
     entry = begin_call(p.sig, c, kernel_begins=True)
     call = call_arg(heap, entry)
@@ -85,12 +91,12 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False):
     if pushes:
         _push_kernel[(cfg.COMM_SMS,)](
             a, a.stride(0), a.stride(1), p.own, p.own.stride(0), p.own.stride(1), p.own_flags, p.M, p.K,
-            call, total, BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=cfg.COMM_SMS, FIRST=p.first,
+            scales, call, total, BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=cfg.COMM_SMS, FIRST=p.first,
             num_warps=4,
         )
     with streams.side():
         gemm_kernel[(cfg.GEMM_SMS,)](
-            a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),
+            a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), scales, b, b.stride(0), b.stride(1),
             c, c.stride(0), c.stride(1), p.flags, p.M, p.N, p.K, call, total,
             NUM_PROGRAMS=cfg.GEMM_SMS, LOCAL_DIRECT=p.local_direct, ENTER=True, **p.meta,
         )

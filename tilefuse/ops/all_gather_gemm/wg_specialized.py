@@ -32,7 +32,7 @@ from ...runtime.primitives import kernel
 from ..common.launch import begin_call, call_arg, collective, launched, new_output
 from ..common.tiles import claimed_tiles, gemm_operands
 from ._prepare import OP, prepare
-from ._tiles import gemm_gathered, push_shard
+from ._tiles import gemm_gathered, push_shard, shard_scales
 from .bulk_sync import bulk_sync
 
 
@@ -40,8 +40,8 @@ from .bulk_sync import bulk_sync
 def _wg_kernel(
     # this rank's shard [M_loc, K] (any local tensor)
     a_ptr, stride_am, stride_ak,
-    # a_gathered [W*M_loc, K] (a symmetric address)
-    ag_ptr, stride_gm, stride_gk,
+    # a_gathered [W*M_loc, K] (a symmetric address); a float8 call's scales (_tiles), else stand-ins
+    ag_ptr, stride_gm, stride_gk, scales,
     b_ptr, stride_bk, stride_bn,
     c_ptr, stride_cm, stride_cn,
     # int64 flags [W, num_chunks] (a symmetric address); int32 [1] count of local tiles taken
@@ -59,20 +59,20 @@ def _wg_kernel(
         rows = tl.cast(P.rank(call), tl.int64) * M_loc  # this rank's row block of a_gathered and of c
         if pid < COMM_PROGRAMS:
             push_shard(a_ptr, stride_am, stride_ak, ag_ptr + rows * stride_gm, stride_gm, stride_gk,
-                       flags_ptr + P.rank(call) * tl.cdiv(M_loc, BLOCK_M), seq, M_loc, K, call, pid, COMM_PROGRAMS,
-                       BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
+                       flags_ptr + P.rank(call) * tl.cdiv(M_loc, BLOCK_M), seq, shard_scales(scales, rows), M_loc, K,
+                       call, pid, COMM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
         if LOCAL_DIRECT:
             # The local shard's tiles wait for nothing: a GEMM program computes its dealt share (pid
             # among the GEMM programs; < 0 for a pusher), then every program takes the rest from the
             # claims counter, the pushers once their pushes are done.
             a_op, b_op = gemm_operands(a_ptr, b_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-            claimed_tiles(a_op, b_op, c_ptr + rows * stride_cm, M_loc, N, K, stride_am, stride_ak, stride_bk,
+            claimed_tiles(a_op, b_op, scales, c_ptr + rows * stride_cm, M_loc, N, K, stride_am, stride_ak, stride_bk,
                           stride_bn, stride_cm, stride_cn, claims_ptr, COMM_PROGRAMS + GEMM_PROGRAMS,
                           pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
                           FLATTEN)
         if pid >= COMM_PROGRAMS:
-            gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, b_ptr, stride_bk,
+            gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk,
                           stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, seq,
                           pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
                           B_KMAJOR, LOCAL_DIRECT, FLATTEN, WITH_LOCAL=not LOCAL_DIRECT)
@@ -80,18 +80,22 @@ def _wg_kernel(
 
 
 @collective(OP)
-def wg_specialized(a, b, *, config=None, group=None, return_gathered=False):
+def wg_specialized(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
+                   out_dtype=None):
     """all_gather_gemm as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.all_gather_gemm`."""
-    heap, p = prepare("wg_specialized", a, b, config, group, return_gathered, buffers="flagged", comm=True)
+    scaling = (scale_a, scale_b, out_dtype)
+    heap, p = prepare("wg_specialized", a, b, config, group, return_gathered, scaling, buffers="flagged", comm=True)
     if p.empty:
-        return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered)
+        return bulk_sync(a, b, config=config, group=group, return_gathered=return_gathered, scale_a=scale_a,
+                         scale_b=scale_b, out_dtype=out_dtype)
     cfg = p.config
-    c = new_output((heap.world_size * p.M, p.N), a.dtype, a.device)
+    c = new_output((heap.world_size * p.M, p.N), p.out_dtype, a.device)
     # The kernel begins the call: every peer is done with a_gathered before anything is pushed.
     entry = begin_call(p.sig, c, kernel_begins=True)
     _wg_kernel[(p.programs,)](
-        a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), b, b.stride(0), b.stride(1),
+        a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.scales(scale_a, scale_b),
+        b, b.stride(0), b.stride(1),
         c, c.stride(0), c.stride(1), p.flags, p.claims, p.M, p.N, p.K, call_arg(heap, entry),
         COMM_PROGRAMS=cfg.COMM_SMS, GEMM_PROGRAMS=cfg.GEMM_SMS, LOCAL_DIRECT=p.local_direct, FIRST=p.first,
         **p.meta,  # FLATTEN: the GEMM programs' dealt local tiles

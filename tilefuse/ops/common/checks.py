@@ -8,6 +8,9 @@ import torch
 from ...runtime.heap import span_bytes
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# Scaled operands (``scale_a=``, ``scale_b=``: :mod:`.scaled`); one of a pair may be e5m2, not both,
+# as for torch._scaled_mm.
+FLOAT8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def check_matrix(op: str, name: str, t) -> None:
@@ -28,15 +31,30 @@ def check_same_device(op: str, **tensors: torch.Tensor) -> None:
 
 
 def check_dtypes(op: str, **tensors: torch.Tensor) -> None:
-    """All tensors share one dtype, and it is one of SUPPORTED_DTYPES."""
+    """All tensors share one dtype of SUPPORTED_DTYPES, or all are float8 (FLOAT8_DTYPES; e4m3fn
+    with e5m2 allowed, two e5m2 not, as for torch._scaled_mm)."""
     items = list(tensors.items())
     first_name, first = items[0]
+    if any(t.dtype in FLOAT8_DTYPES for _, t in items):
+        _check_float8(op, items)
+        return
     if first.dtype not in SUPPORTED_DTYPES:
-        names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+        names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES + FLOAT8_DTYPES)
         raise TypeError(f"{op}: {first_name} has dtype {first.dtype}; supported dtypes are {names}")
     for name, t in items[1:]:
         if t.dtype != first.dtype:
             raise TypeError(f"{op}: {name} has dtype {t.dtype} but {first_name} has dtype {first.dtype}")
+
+
+def _check_float8(op: str, items: list) -> None:
+    f8_name, f8 = next((n, t) for n, t in items if t.dtype in FLOAT8_DTYPES)
+    for name, t in items:
+        if t.dtype not in FLOAT8_DTYPES:
+            raise TypeError(f"{op}: {name} has dtype {t.dtype} next to the float8 {f8_name} ({f8.dtype}): "
+                            "pass both operands as float8 (with scale_a= and scale_b=) or neither")
+    if all(t.dtype == torch.float8_e5m2 for _, t in items):
+        raise TypeError(f"{op}: both operands are float8_e5m2; at most one may be (the other float8_e4m3fn), "
+                        "as for torch._scaled_mm")
 
 
 def check_kernel_dtype(op: str, dtype) -> None:

@@ -309,7 +309,7 @@ def default_config(
     GPU without split-K, tile classes by M: :func:`_narrow_decode_tiles` to M = 64 and
     :func:`_small_m_tiles` to M = 256 (16-bit dtypes), 128x128 below M = 1000, 128x256 (8 warps, 3
     stages) above, halved where its tiles would leave over half the GEMM programs idle; BLOCK_K 64
-    (fp32: 32, and 3 stages). No warp specialization (a tuned table may choose it).
+    (fp32: 32, and 3 stages; float8: 128). No warp specialization (a tuned table may choose it).
 
     GPU with split-K (:func:`_split_k_tiles`): to M = 16 in 16-bit dtypes the pointer-loaded decode
     tiles (``POINTER_DECODE_*``); at 64 <= M <= 128 the tiles above where they fill the SMs
@@ -335,7 +335,8 @@ def default_config(
     if gemm_sms < 1:
         raise ValueError(f"default_config: {num_sms} multiprocessors leave none for the GEMM next to "
                          f"{comm_sms} communication programs")
-    max_k = 32 if dtype.itemsize >= 4 else 64
+    # K steps of 128 bytes a row (fp32: 32 elements): a float8 tile takes the shared memory of a 16-bit one.
+    max_k = 32 if dtype.itemsize >= 4 else (128 if dtype.itemsize == 1 else 64)
     block_k = _pow2_between(K, 16, max_k)
     split, warp_spec = 1, 0
     whole = _whole_tile_instead_of_split(M, N, K, dtype, gemm_sms, interpreter) if split_k else None

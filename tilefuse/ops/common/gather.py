@@ -48,3 +48,12 @@ def copy_rows(
     for kt in range(0, tl.cdiv(K, BLOCK_K)):
         copy_tile(dst_ptr, stride_dm, stride_dk, src_ptr, stride_sm, stride_sk, chunk, kt, rows, K,
                   BLOCK_M, BLOCK_K)
+
+
+@triton.jit
+def copy_scales(dst_ptr, src_ptr, stride_src, chunk, rows, BLOCK_M: tl.constexpr):
+    """``dst[chunk rows] = src[chunk rows]`` of a float8 shard's row scales (``stride_src`` 0: a
+    tensor-wise scale, written to every row); nothing for an unscaled call's uint8 stand-ins."""
+    if src_ptr.dtype.element_ty == tl.float32:
+        offs = tl.cast(chunk, tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+        tl.store(dst_ptr + offs, tl.load(src_ptr + offs * stride_src, mask=offs < rows), mask=offs < rows)

@@ -13,6 +13,7 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from .config import launch_shape, pointer_tiles
+from .scaled import kernel_scales
 from .split_k import SPLIT_K_SCRATCH, hand_in_slice, split_k_work, store_slice_sum
 from .tiles import gemm_operands, gemm_tile_range, store_tile, tile_coords, tile_offsets, whole_tiles
 
@@ -20,6 +21,8 @@ from .tiles import gemm_operands, gemm_tile_range, store_tile, tile_coords, tile
 @P.kernel
 def matmul_kernel(
     a_ptr, b_ptr, c_ptr,
+    # a float8 call's (scale_a, row stride, scale_b, column stride), else stand-ins (.scaled)
+    scales,
     M, N, K,
     # strides: (stride_am, stride_ak), (stride_bk, stride_bn), (stride_cm, stride_cn)
     a_strides, b_strides, c_strides,
@@ -62,16 +65,16 @@ def matmul_kernel(
         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
     )
     if FLATTEN or TMA_STORE:  # constexprs: Triton drops the branch not taken
-        whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                    pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, ALIGN,
-                    FLATTEN, TMA_STORE, WARP_SPEC)
+        whole_tiles(a_op, b_op, scales, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                    stride_cn, pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
+                    ALIGN, FLATTEN, TMA_STORE, WARP_SPEC)
     else:
         partial_ptr, count_ptr = slices
         for work_id in tl.range(pid, num_work, num_programs, warp_specialize=WARP_SPEC):
             tile_id, s, k_lo, k_hi = split_k_work(work_id, K, split_k, BLOCK_K, SPLIT)
             pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
             acc = gemm_tile_range(
-                a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
+                a_op, b_op, scales, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
                 BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
             )  # [BM, BN] fp32
             if SPLIT:
@@ -251,7 +254,8 @@ def ensure_triton_allocator() -> None:
 
 def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch.Tensor | None = None, *,
            call: tuple | None = None, enter: bool = False, barrier: bool = False,
-           flatten: bool | None = None, tma_store: int = 0, tma: bool = True) -> torch.Tensor:
+           flatten: bool | None = None, tma_store: int = 0, tma: bool = True,
+           scales: tuple | None = None) -> torch.Tensor:
     """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
     block) the GEMM is part of a collective call and does nothing if the call was aborted. With
     ``call`` (``launch.call_arg`` of a call whose kernels begin it) the GEMM begins the call
@@ -266,7 +270,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     Whole tiles without split-K: ``flatten`` (None: :func:`flattened_loop`) and ``tma_store`` (0, 1,
     2: off by default, it takes a stage's shared memory), matmul_kernel's ``FLATTEN`` and
     ``TMA_STORE``; neither changes the sums. ``tma=False`` keeps the operands on the pointer path,
-    else :func:`operand_path` decides.
+    else :func:`operand_path` decides. ``scales``: a float8 call's (:func:`.scaled.kernel_scales`):
+    ``c = (a * scale_a) @ (b * scale_b)``, rounded once to c's dtype.
     """
     M, K = a.shape
     N = b.shape[1]
@@ -318,6 +323,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
         call = (c, c if ctl is None else ctl, 0, 1, 0, 0, c, 0, c, 0, c)
     matmul_kernel[(num_programs,)](
         a, b, c,
+        scales if scales is not None else kernel_scales(None, None, c.device),
         M, N, K,
         (a.stride(0), a.stride(1)), (b.stride(0), b.stride(1)), (c.stride(0), c.stride(1)),
         call,

@@ -36,8 +36,10 @@ class PreparedCall:
     begin checks it against the peers'), the heap workspaces it holds, and the per-call steps. Each
     op's ``Prepared`` adds its own buffers and launch options."""
 
-    def __init__(self, g, a: torch.Tensor, b: torch.Tensor, sig: tuple, *, empty: bool, pad: bool = True):
+    def __init__(self, g, a: torch.Tensor, b: torch.Tensor, sig: tuple, *, empty: bool, pad: bool = True,
+                 out_dtype: torch.dtype | None = None):
         self.heap, self.config, self.sig = g.heap, g.config, sig
+        self.out_dtype = a.dtype if out_dtype is None else out_dtype  # the result's (a float8 call's out_dtype)
         self.M, self.N, self.K = g.M, g.N, g.K
         self.empty = empty  # nothing to compute or move (the same on every rank)
         self.begins = g.kernel_may_begin  # the call's first kernel may begin it (P.enter with ENTER)
@@ -59,7 +61,7 @@ class PreparedCall:
     def start(self, a: torch.Tensor, b: torch.Tensor) -> tuple:
         """Per call: ``(a, b, c, entry)``: the operands (:meth:`operands`), a fresh output ``c`` of the
         subclass's ``out_shape`` and the begin's result (:meth:`begin`). An empty call returns ``c`` now."""
-        c = new_output(self.out_shape, a.dtype, a.device)
+        c = new_output(self.out_shape, self.out_dtype, a.device)
         entry = self.begin(c)
         return (*self.operands(a, b), c, entry)
 

@@ -5,7 +5,7 @@ Every variant computes its tiles with these helpers; a kernel that computes ``C 
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, ...)        # once, at kernel start
     for tile_id in range(pid, num_tiles, NUM_PROGRAMS):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, ...)   # [BM, BN] fp32
+        acc = gemm_tile(a_op, b_op, scales, pid_m, pid_n, M, N, K, ...)   # [BM, BN] fp32
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
         store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
 
@@ -14,6 +14,10 @@ strides; ``USE_TMA=True``, device-side tensor descriptors: A row-major, B row-ma
 ``B_KMAJOR``, column-major (``w.t()`` of a ``Linear`` weight; its ``[BN, BK]`` tiles are transposed
 in registers). Out-of-bounds elements read as zero. Accumulation is fp32; fp32 inputs run in tf32 on
 NVIDIA GPUs, exact fp32 in the interpreter.
+
+``scales`` (:mod:`.scaled`): a float8 call's ``(scale_a, row stride, scale_b, column stride)``; the
+K loop's last step multiplies the accumulator by them (:func:`scale_tile`), so every store, push and
+partial sum that follows sees the scaled product. An unscaled call's uint8 stand-ins leave it as it is.
 """
 
 from __future__ import annotations
@@ -69,23 +73,24 @@ def gemm_operands(
 
 @triton.jit
 def gemm_tile(
-    a_op, b_op,
+    a_op, b_op, scales,
     pid_m, pid_n,
     M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr = 1,
 ):
-    """K loop of output tile (pid_m, pid_n): the fp32 accumulator [BM, BN] of A[rows, :] @ B[:, cols]."""
+    """K loop of output tile (pid_m, pid_n): the fp32 accumulator [BM, BN] of A[rows, :] @ B[:, cols]
+    (times the scales of a float8 call)."""
     return gemm_tile_range(
-        a_op, b_op, pid_m, pid_n, M, N, K, 0, tl.cdiv(K, BLOCK_K), stride_am, stride_ak, stride_bk, stride_bn,
+        a_op, b_op, scales, pid_m, pid_n, M, N, K, 0, tl.cdiv(K, BLOCK_K), stride_am, stride_ak, stride_bk, stride_bn,
         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
     )
 
 
 @triton.jit
 def gemm_tile_range(
-    a_op, b_op,
+    a_op, b_op, scales,
     pid_m, pid_n,
     M, N, K,
     k_lo, k_hi,
@@ -94,7 +99,8 @@ def gemm_tile_range(
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr = 1,
 ):
     """K steps [k_lo, k_hi) (in units of BLOCK_K) of tile (pid_m, pid_n): the fp32 partial [BM, BN]
-    of A[rows, k_lo*BK : k_hi*BK] @ B[k_lo*BK : k_hi*BK, cols] (zeros for an empty range).
+    of A[rows, k_lo*BK : k_hi*BK] @ B[k_lo*BK : k_hi*BK, cols] (zeros for an empty range), times
+    the scales of a float8 call (:func:`scale_tile`).
 
     ``ALIGN`` (pointer path; :func:`pointer_align`): A row-major, B column-major, and ``K``,
     ``stride_am`` and ``stride_bn`` multiples of ``ALIGN``: the compiler loads ``ALIGN`` elements at once."""
@@ -134,7 +140,33 @@ def gemm_tile_range(
             # Advancing the pointers (64-bit) avoids k * BLOCK_K * stride overflowing int32.
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
+    return scale_tile(acc, scales, pid_m, pid_n, M, N, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def scale_tile(acc, scales, pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``acc [BM, BN] * scale_a[rows, None] * scale_b[None, cols]`` of tile (pid_m, pid_n) of an
+    [M, N] product for float32 ``scales`` (a stride of 0 broadcasts a tensor-wise scale); ``acc``
+    itself for the uint8 stand-ins of an unscaled call (decided at compile time). Elements past the
+    first four (an op's own, e.g. all_gather_gemm's gathered row scales) are not read here."""
+    if is_scaled(scales):
+        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+        scale_a = tl.load(scales[0] + offs_m * scales[1], mask=offs_m < M, other=0.0)  # [BM]
+        scale_b = tl.load(scales[2] + offs_n * scales[3], mask=offs_n < N, other=0.0)  # [BN]
+        acc = acc * scale_a[:, None] * scale_b[None, :]
     return acc
+
+
+@triton.jit
+def is_scaled(scales):
+    """Whether ``scales`` are a float8 call's (float32), not an unscaled call's stand-ins: a constexpr."""
+    return scales[0].dtype.element_ty == tl.float32
+
+
+@triton.jit
+def scales_from_row(scales, row):
+    """``scales`` of the rows of A from ``row`` on (A's row block, read as a matrix of its own)."""
+    return scales[0] + row * scales[1], scales[1], scales[2], scales[3]
 
 
 @triton.jit
@@ -163,7 +195,7 @@ def load_tile(ptr, offs_m, offs_n, M, N, stride_m, stride_n):
 
 @triton.jit
 def whole_tiles(
-    a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    a_op, b_op, scales, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     pid, num_work, num_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr,
@@ -183,7 +215,7 @@ def whole_tiles(
     for work_id in tl.range(pid, num_work, num_programs, flatten=FLATTEN, warp_specialize=WARP_SPEC):
         pid_m, pid_n = tile_coords(work_id, num_pid_m, num_pid_n, GROUP_M)
         acc = gemm_tile(
-            a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+            a_op, b_op, scales, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
             BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
         )  # [BM, BN] fp32
         work_c += num_programs
@@ -202,7 +234,7 @@ def whole_tiles(
 
 @triton.jit
 def claimed_tiles(
-    a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    a_op, b_op, scales, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     # int32 [1]: tiles taken so far in this launch (0 before it, and left at 0 after it)
     claims_ptr, num_claimers,
     # this program among the dealt_programs that start at once (< 0: a program that joins late)
@@ -223,14 +255,14 @@ def claimed_tiles(
     total = num_pid_m * num_pid_n
     dealt = (total // num_claimers) * dealt_programs
     # A late program's range is empty.
-    whole_tiles(a_op, b_op, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    whole_tiles(a_op, b_op, scales, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                 tl.where(dealt_pid >= 0, dealt_pid, dealt), dealt, dealt_programs, BLOCK_M, BLOCK_N, BLOCK_K,
                 GROUP_M, USE_TMA, B_KMAJOR, 1, FLATTEN, False)
     # Relaxed: the counter only hands out tile numbers; no data is published through it.
     t = dealt + tl.atomic_add(claims_ptr, 1, sem="relaxed", scope="gpu")
     while t < total:
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+        acc = gemm_tile(a_op, b_op, scales, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
         store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)

@@ -17,7 +17,7 @@ for _name, _fn in ENTRY_POINTS.items():
 
 
 def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bias=None, residual=None,
-                    norm_weight=None, eps: float = 1e-6):
+                    norm_weight=None, eps: float = 1e-6, scale_a=None, scale_b=None, out_dtype=None):
     """GEMM over a K shard, summed over ranks, on every rank: ``all_reduce(a @ b) (+ bias)``.
 
     The row-parallel linear of inference tensor parallelism. Every rank of ``group`` (default: the
@@ -63,8 +63,22 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     Returns once every rank's partial has been summed into ``c`` (stream-ordered on a GPU: complete
     for any later work on the current stream). Collective: every rank must make the same calls in
     the same order. CUDA graphs: make one eager call of the shape first, then capture.
+
+    Float8: ``a`` and ``b`` in ``torch.float8_e4m3fn`` (one of them may be ``float8_e5m2``) with
+    float32 ``scale_a`` and ``scale_b``, each tensor-wise (one element) or row-wise (``scale_a
+    [rows of this rank's a, 1]``, ``scale_b [1, columns of this rank's b]``), compute
+    ``(a.float() * scale_a) @ (b.float() * scale_b)`` as ``torch._scaled_mm`` does: fp32
+    accumulation, the scales applied to each tile before it is stored or moved, one rounding to
+    ``out_dtype`` (bfloat16, float16 or float32; default bfloat16). Each rank's scaled partial travels
+    and is summed in fp32 (with the bias, of any of those dtypes), rounded once: the same bits on
+    every rank. Forward only: a backward
+    through a float8 call raises NotImplementedError.
     """
     if norm_weight is not None or residual is not None:
+        if scale_a is not None or scale_b is not None or out_dtype is not None:
+            raise NotImplementedError("gemm_all_reduce: the residual + RMSNorm epilogue takes no float8 scaling "
+                                      "(scale_a, scale_b, out_dtype); call it on float16/bfloat16/float32 operands")
         return library.call_norm(a, b, variant=variant, config=config, group=group, bias=bias, residual=residual,
                                  norm_weight=norm_weight, eps=eps)
-    return library.call(OP, a, b, variant=variant, config=config, group=group, bias=bias)
+    return library.call(OP, a, b, variant=variant, config=config, group=group, bias=bias, scale_a=scale_a,
+                        scale_b=scale_b, out_dtype=out_dtype)

@@ -10,6 +10,7 @@ import functools
 import torch
 
 from ...runtime import hw
+from ..common.checks import FLOAT8_DTYPES
 from ..common.config import (
     WARP_SPEC_VARIANTS,
     Config,
@@ -22,17 +23,22 @@ from ..common.config import (
 from ..common.gemm import UNALIGNED_PAD_MIN_M, operand_path
 from ..common.launch import op_heap, prepare_gemm
 from ..common.prepare import PreparedCall, once
+from ..common.scaled import OUT_DTYPES, UNSCALED, prepare_scaling
 
 OP = "gemm_all_reduce"
 
 
 def check_bias(op: str, bias, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``bias`` is a 1-D tensor of ``N = b.shape[1]`` elements with a's dtype, on a's device."""
+    """``bias`` is a 1-D tensor of ``N = b.shape[1]`` elements with a's dtype (float8 operands: any
+    result dtype, it is added in fp32), on a's device."""
     if not isinstance(bias, torch.Tensor):
         raise TypeError(f"{op}: bias must be a torch.Tensor or None, got {type(bias).__name__}")
     if bias.dim() != 1 or bias.shape[0] != b.shape[1]:
         raise ValueError(f"{op}: bias must have shape ({b.shape[1]},) (N, the columns of b), got {tuple(bias.shape)}")
-    if bias.dtype != a.dtype:
+    if a.dtype in FLOAT8_DTYPES:
+        if bias.dtype not in OUT_DTYPES:
+            raise TypeError(f"{op}: bias of float8 operands must be bfloat16, float16 or float32, got {bias.dtype}")
+    elif bias.dtype != a.dtype:
         raise TypeError(f"{op}: bias has dtype {bias.dtype} but a has dtype {a.dtype}")
     if bias.device != a.device:
         raise ValueError(f"{op}: bias is on {bias.device} but a is on {a.device}")
@@ -64,16 +70,16 @@ def default_tiles(cfg, M: int, N: int, dtype: torch.dtype, *, comm: bool, interp
 class Prepared(PreparedCall):
     """One call signature of one variant, checked and set up."""
 
-    def __init__(self, variant: str, call, a, b, sig: tuple, align: int, has_bias: bool):
+    def __init__(self, variant: str, call, a, b, sig: tuple, align: int, has_bias: bool, out_dtype):
         super().__init__(call, a, b, sig, empty=call.M == 0 or call.N == 0,
-                         pad=variant != "bulk_sync")  # the GEMM core pads itself
+                         pad=variant != "bulk_sync", out_dtype=out_dtype)  # the GEMM core pads itself
         self.out_shape = (call.M, call.N)
         self.align = align  # gemm_tile_range's ALIGN
         self.stride_a = (call.a.stride(0), call.a.stride(1))  # (am, ak) of the operands the kernels read
         self.stride_b = (call.b.stride(0), call.b.stride(1))  # (bk, bn)
         self.gemm_meta = call.gemm_meta  # the GEMM part's constexprs and launch options
         self.has_bias = has_bias
-        self.stage = None  # [W, M, N] in the input dtype, on the heap (None: an empty call)
+        self.stage = None  # [W, M, N] in the input dtype (float8: fp32), on the heap (None: an empty call)
         self.stride_s = ()  # the stage's (slot, m, n)
         self.flags = None  # [W, num_tiles] int64 on the heap (every variant but bulk_sync)
         self.launch = {}  # the variant's constexprs and launch options
@@ -100,26 +106,29 @@ class Prepared(PreparedCall):
                     num_warps=side_warps(cfg))
 
 
-def prepare(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool, launch=None) -> Prepared:
+def prepare(variant: str, a, b, config, group, bias, scaling: tuple = UNSCALED, *, comm: bool, flags: bool,
+            launch=None) -> Prepared:
     """The :class:`Prepared` of this call's signature (made by :func:`_make` on first sight,
-    ``common.prepare.once``); ``launch(p)`` returns the variant's :attr:`Prepared.launch`. Raises on
+    ``common.prepare.once``); ``scaling``: the call's ``(scale_a, scale_b, out_dtype)``
+    (:mod:`..common.scaled`); ``launch(p)`` returns the variant's :attr:`Prepared.launch`. Raises on
     bad arguments, every time."""
 
     def make():
-        p = _make(variant, a, b, config, group, bias, comm=comm, flags=flags)
+        p = _make(variant, a, b, config, group, bias, scaling, comm=comm, flags=flags)
         if launch is not None and p.stage is not None:
             p.launch = launch(p)
         return p
 
-    return once(op_heap(OP, group), (OP, variant, comm, flags), make, config, a, b, bias)
+    return once(op_heap(OP, group), (OP, variant, comm, flags, scaling[2]), make, config, a, b, bias, *scaling[:2])
 
 
-def _make(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -> Prepared:
+def _make(variant: str, a, b, config, group, bias, scaling: tuple, *, comm: bool, flags: bool) -> Prepared:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; resolve the config and the
     operands' path; get the heap buffers: the stage (a's dtype) is shared by every variant of one
     (dtype, M, N) (each call's begin is a barrier), the flags belong to one variant and tile shape."""
     call = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
     heap = call.heap
+    out_dtype, kind = prepare_scaling(OP, a, b, *scaling)
     check_variant_config(OP, variant, call.config)  # split K: bulk_sync, and fused_sequential within one wave
     interp = hw.interpreting()
     if config is None:
@@ -145,15 +154,16 @@ def _make(variant: str, a, b, config, group, bias, *, comm: bool, flags: bool) -
     M, N, W = call.M, call.N, heap.world_size
     # K_loc may differ between ranks, and with it the default config's BLOCK_K: the signature holds
     # the tile grid, on which the ranks' tile numbering (and so the flags) depends, and everything else.
-    sig = (OP, variant, M, N, str(a.dtype), (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None)
-    p = Prepared(variant, call, a, b, sig, align, bias is not None)
+    sig = (OP, variant, M, N, str(a.dtype), kind, (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None)
+    p = Prepared(variant, call, a, b, sig, align, bias is not None, out_dtype)
     if p.empty:
         return p
     if M * N >= 2**31:
         raise ValueError(f"{OP}: M x N = {M} x {N} elements must stay below 2**31 (the reduction indexes a "
                          "slot with 32-bit offsets); split the call")
-    p.stage = p.hold((OP, "stage", a.dtype, W, M, N), lambda h: {"stage": h.empty((W, M, N), dtype=a.dtype)},
-                     W * M * N * a.element_size()).stage
+    stage = a.dtype if kind is None else torch.float32  # float8 partials travel in fp32: one rounding
+    p.stage = p.hold((OP, "stage", stage, W, M, N), lambda h: {"stage": h.empty((W, M, N), dtype=stage)},
+                     W * M * N * stage.itemsize).stage
     p.stride_s = p.stage.stride()
     if flags:
         tiles = p.num_tiles

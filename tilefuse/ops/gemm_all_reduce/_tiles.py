@@ -24,16 +24,16 @@ from ..common.tiles import gemm_operands, gemm_tile_range, tile_coords, tile_off
 
 @triton.jit
 def produce_tiles(
-    a_ptr, b_ptr, M, N, K, stride_a, stride_b,
-    # stage [W, M, N] (input dtype) and flags [W, num_tiles] int64 (symmetric addresses)
+    a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b,
+    # stage [W, M, N] (input dtype; fp32 for float8) and flags [W, num_tiles] int64 (symmetric addresses)
     stage_ptr, flags_ptr, stride_s,
     # the call; this program among NUM_PROGRAMS GEMM programs
     call, epoch, pid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
     GATE: tl.constexpr = False,
-    # with SUM_HERE: output c [M, N] and bias [N], both local
-    c_ptr=None, bias_ptr=None, stride_c=None, HAS_BIAS: tl.constexpr = False, SUM_HERE: tl.constexpr = False,
+    # with SUM_HERE: (output c [M, N], bias [N], stride_c), both local
+    sum_out=None, HAS_BIAS: tl.constexpr = False, SUM_HERE: tl.constexpr = False,
     # with SPLIT: (K slices per tile, split-K scratch slots, counts) (ops.common.split_k.SplitKScratch)
     split=None, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1,
 ):
@@ -68,7 +68,7 @@ def produce_tiles(
     for w in range(pid, num_work, NUM_PROGRAMS):
         t, s, k_lo, k_hi = split_k_work(w, K, split_k, BLOCK_K, SPLIT)
         pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile_range(a_op, b_op, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_a[0], stride_a[1],
+        acc = gemm_tile_range(a_op, b_op, scales, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_a[0], stride_a[1],
                               stride_b[0], stride_b[1], BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
                               ALIGN)  # [BM, BN] fp32
         finish = True
@@ -88,6 +88,7 @@ def produce_tiles(
                     push_partial(my_slot, part, offs_m, offs_n, M, N, stride_s[1], stride_s[2],
                                  flags_ptr + rank * num_tiles + t, epoch, rank, dst, P.bases(call), RELEASE)
                 if SUM_HERE:
+                    c_ptr, bias_ptr, stride_c = sum_out
                     sum_tile_with_own(part, stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
                                       M, N, num_tiles, t, offs_m, offs_n, call, epoch, HAS_BIAS)
     return live

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..common.gemm import matmul
 from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
+from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import reduce_kernel
 
@@ -25,9 +26,10 @@ def _launch(p) -> dict:
 
 
 @collective(OP)
-def bulk_sync(a, b, *, config=None, group=None, bias=None):
+def bulk_sync(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_reduce with no overlap; same contract as :func:`tilefuse.gemm_all_reduce`."""
-    p = prepare("bulk_sync", a, b, config, group, bias, comm=False, flags=False, launch=_launch)
+    p = prepare("bulk_sync", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=False, flags=False,
+                launch=_launch)
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
@@ -35,7 +37,7 @@ def bulk_sync(a, b, *, config=None, group=None, bias=None):
     # fp32 accumulator, stored in a's dtype. The GEMM begins the call and every rank's partial is
     # complete after it (its last program passes a barrier, or a barrier kernel follows it).
     matmul(a, b, p.launch["own_slot"], p.config, ctl(heap), call=gemm_call_args(heap, entry), enter=True,
-           barrier=True)
+           barrier=True, scales=kernel_scales(scale_a, scale_b, a.device))
     launched(entry, ends=False)
     if entry is None:
         mid_barrier(heap, 0)

@@ -20,6 +20,7 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import sum_rows
 from ..common.launch import call_arg, collective, launched
+from ..common.scaled import kernel_scales
 from ..common.split_k import SPLIT_K_SCRATCH
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_tiles
@@ -27,7 +28,7 @@ from ._tiles import produce_tiles, reduce_tiles
 
 @kernel
 def _fused_kernel(
-    a_ptr, b_ptr, M, N, K, stride_a, stride_b,
+    a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b,  # scales: common.scaled
     # stage [W, M, N] in the input dtype and flags [W, num_tiles] int64 (symmetric addresses); output
     # c [M, N] and bias [N], both local
     stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
@@ -47,10 +48,10 @@ def _fused_kernel(
     if ENTER:
         epoch = P.enter_aside(call)
         first = (pid + NUM_PROGRAMS - 1) % NUM_PROGRAMS  # the same on every rank: the sum's waits pair up
-        live = produce_tiles(a_ptr, b_ptr, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
+        live = produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
                              call, epoch, first,
                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
-                             GATE=True, c_ptr=c_ptr, bias_ptr=bias_ptr, stride_c=stride_c, HAS_BIAS=HAS_BIAS,
+                             GATE=True, sum_out=(c_ptr, bias_ptr, stride_c), HAS_BIAS=HAS_BIAS,
                              SUM_HERE=OWN_SUM, split=split, SPLIT=SPLIT, ALIGN=ALIGN)
         if not OWN_SUM:
             if live:
@@ -60,10 +61,10 @@ def _fused_kernel(
     else:  # the begin kernel began the call
         epoch, live = P.enter(call, False)
         if live:
-            produce_tiles(a_ptr, b_ptr, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
+            produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
                           call, epoch, pid,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=SUM,
-                          c_ptr=c_ptr, bias_ptr=bias_ptr, stride_c=stride_c, HAS_BIAS=HAS_BIAS,
+                          sum_out=(c_ptr, bias_ptr, stride_c), HAS_BIAS=HAS_BIAS,
                           SUM_HERE=SUM and OWN_SUM, split=split, SPLIT=SPLIT, ALIGN=ALIGN)
             if SUM and not OWN_SUM:  # the tiles this program produced (the same ids on every rank)
                 reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, pid,
@@ -95,15 +96,17 @@ def split_arg(p, c):
 
 
 @collective(OP)
-def fused_sequential(a, b, *, config=None, group=None, bias=None):
+def fused_sequential(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_reduce as one fused persistent kernel (its programs push their partial tiles, then sum
     them once every rank's have landed); same contract as :func:`tilefuse.gemm_all_reduce`."""
-    p = prepare("fused_sequential", a, b, config, group, bias, comm=False, flags=True, launch=_launch)
+    p = prepare("fused_sequential", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=False, flags=True,
+                launch=_launch)
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
     _fused_kernel[(p.launch["NUM_PROGRAMS"],)](
-        a, b, p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags, p.stride_s,
+        a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
+        p.stride_s,
         c, c if bias is None else bias.contiguous(), p.stride_c, call_arg(p.heap, entry), split_arg(p, c),
         **p.launch)
     launched(entry)

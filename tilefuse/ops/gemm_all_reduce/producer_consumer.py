@@ -18,13 +18,14 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, call_arg, collective, launched
+from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_kernel
 
 
 @kernel
 def _gemm_producer_kernel(
-    a_ptr, b_ptr, M, N, K, stride_a, stride_b,
+    a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b,  # scales: common.scaled
     # stage [W, M, N] (input dtype) and flags [W, num_tiles] int64 (symmetric addresses)
     stage_ptr, flags_ptr, stride_s,
     # the call; it begins and ends with ENTER (exit_programs: those of both kernels)
@@ -35,7 +36,7 @@ def _gemm_producer_kernel(
     epoch, live = P.enter(call, ENTER)
     if live:
         # Release (r, t) on every rank: pairs with the reduction's acquire of source r's tile t.
-        produce_tiles(a_ptr, b_ptr, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
+        produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
                       call, epoch, tl.program_id(0),
                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
     P.exit(call, epoch, live, exit_programs, ENTER)
@@ -51,10 +52,11 @@ def _launch(p) -> dict:
 
 
 @collective(OP)
-def producer_consumer(a, b, *, config=None, group=None, bias=None):
+def producer_consumer(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_reduce with GEMM and reduction kernels on two streams; same contract as
     :func:`tilefuse.gemm_all_reduce`."""
-    p = prepare("producer_consumer", a, b, config, group, bias, comm=True, flags=True, launch=_launch)
+    p = prepare("producer_consumer", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=True, flags=True,
+                launch=_launch)
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
@@ -65,7 +67,8 @@ def producer_consumer(a, b, *, config=None, group=None, bias=None):
     # The GEMM waits on nothing but the begin: launched first, it cannot be blocked behind the
     # spinning reduction.
     _gemm_producer_kernel[(gemm["NUM_PROGRAMS"],)](
-        a, b, p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags, p.stride_s, call, total, **gemm)
+        a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
+        p.stride_s, call, total, **gemm)
     with streams.side():
         reduce_kernel[(reduce["NUM_PROGRAMS"],)](
             p.stage, p.flags, p.stride_s, c, c if bias is None else bias.contiguous(), p.stride_c, p.M, p.N,

@@ -17,13 +17,14 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import sum_rows
 from ..common.launch import call_arg, collective, launched
+from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_tiles
 
 
 @kernel
 def _wg_kernel(
-    a_ptr, b_ptr, M, N, K, stride_a, stride_b,
+    a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b,  # scales: common.scaled
     # stage [W, M, N] (input dtype), flags [W, num_tiles] int64 (symmetric); output c [M, N] and
     # bias [N], both local
     stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
@@ -41,7 +42,7 @@ def _wg_kernel(
     if ENTER:
         epoch = P.enter_aside(call)
         if pid < GEMM_PROGRAMS:
-            live = produce_tiles(a_ptr, b_ptr, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
+            live = produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
                                  call, epoch, (pid + GEMM_PROGRAMS - 1) % GEMM_PROGRAMS,
                                  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
                                  GATE=True)
@@ -53,7 +54,7 @@ def _wg_kernel(
         if pid < GEMM_PROGRAMS:
             if not ENTER:  # (aside, the producers are done)
                 # Producers wait on nothing.
-                produce_tiles(a_ptr, b_ptr, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
+                produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
                               call, epoch, pid,
                               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
         else:
@@ -71,15 +72,17 @@ def _launch(p) -> dict:
 
 
 @collective(OP)
-def wg_specialized(a, b, *, config=None, group=None, bias=None):
+def wg_specialized(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_reduce as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_all_reduce`."""
-    p = prepare("wg_specialized", a, b, config, group, bias, comm=True, flags=True, launch=_launch)
+    p = prepare("wg_specialized", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=True, flags=True,
+                launch=_launch)
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
     _wg_kernel[(p.launch["GEMM_PROGRAMS"] + p.launch["COMM_PROGRAMS"],)](
-        a, b, p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags, p.stride_s,
+        a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
+        p.stride_s,
         c, c if bias is None else bias.contiguous(), p.stride_c, call_arg(p.heap, entry), **p.launch)
     launched(entry)
     return c

@@ -9,6 +9,7 @@ from ..common.arena import check_out
 from ..common.config import WARP_SPEC_VARIANTS, check_variant_config
 from ..common.launch import new_output, op_heap, prepare_gemm
 from ..common.prepare import PreparedCall, once
+from ..common.scaled import UNSCALED, prepare_scaling
 from ._tiles import launch_copy_peer_blocks
 
 OP = "gemm_all_scatter"
@@ -18,24 +19,25 @@ class Prepared(PreparedCall):
     """One call signature of a variant, checked and resolved: what each of its calls launches with
     (``N``: N_loc, the columns of this rank's block)."""
 
-    def __init__(self, variant: str, a, b, config, group, out, *, comm: bool, flags: bool):
+    def __init__(self, variant: str, a, b, config, group, out, scaling: tuple, *, comm: bool, flags: bool):
         g = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
         cfg, heap = g.config, g.heap
+        out_dtype, kind = prepare_scaling(OP, a, b, *scaling)
         check_variant_config(OP, variant, cfg)  # only bulk_sync splits K
         W, M, N = heap.world_size, g.M, g.N
         shape = (M, W * N)
         # inplace: `out` is a heap tensor at the same offset on every rank, which the kernels write.
-        self.inplace = out is not None and check_out(OP, heap, out, shape, a.dtype, a=a, b=b)
-        super().__init__(g, a, b, g.key(variant, self.inplace), empty=M == 0 or N == 0 or g.K == 0,
-                         pad=variant != "bulk_sync")  # bulk_sync's GEMM core pads itself
+        self.inplace = out is not None and check_out(OP, heap, out, shape, out_dtype, a=a, b=b)
+        super().__init__(g, a, b, g.key(variant, self.inplace, kind), empty=M == 0 or N == 0 or g.K == 0,
+                         pad=variant != "bulk_sync", out_dtype=out_dtype)  # bulk_sync's GEMM core pads itself
         # The tile loop's constexprs and launch options (BLOCK_*, GROUP_M, USE_TMA, B_KMAJOR, warps, stages).
         self.meta = g.gemm_meta_ws if g.specialize else g.gemm_meta
         self.c = None  # [M, W*N] heap buffer where the peers' blocks land; None: the result itself
         self.flags = self.done = None  # int64 per-tile "ready" flags; [W, COMM_SMS] completion flags
         if not (self.inplace or self.empty or W == 1):
             # This rank's tiles go straight into the result; the peers' land here and are copied out.
-            self.c = self.hold((OP, "c", shape, a.dtype), lambda h: {"c": h.empty(shape, dtype=a.dtype)},
-                               M * W * N * a.element_size()).c
+            self.c = self.hold((OP, "c", shape, out_dtype), lambda h: {"c": h.empty(shape, dtype=out_dtype)},
+                               M * W * N * out_dtype.itemsize).c
         if flags and not self.empty:
             # The key: all the flag protocol depends on (tile counts, the programs that report done).
             ws = self.hold((OP, variant, M, N, cfg.BLOCK_M, cfg.BLOCK_N, cfg.COMM_SMS), lambda h: {
@@ -45,15 +47,18 @@ class Prepared(PreparedCall):
             self.flags, self.done = ws.flags, ws.flags_done
 
 
-def prepare(variant: str, a, b, config, group, out, *, comm: bool, flags: bool = False) -> Prepared:
+def prepare(variant: str, a, b, config, group, out, scaling: tuple = UNSCALED, *, comm: bool,
+            flags: bool = False) -> Prepared:
     """The variant's :class:`Prepared` for this call signature (made on first use, by every rank alike).
-    ``comm``: the variant needs COMM_SMS >= 1 communication programs; ``flags``: it uses flags."""
+    ``scaling``: the call's ``(scale_a, scale_b, out_dtype)`` (:mod:`..common.scaled`); ``comm``: the
+    variant needs COMM_SMS >= 1 communication programs; ``flags``: it uses flags."""
     heap = op_heap(OP, group)
     on_heap = isinstance(out, torch.Tensor) and heap.is_on_heap(out)
-    p = once(heap, (OP, variant, on_heap), lambda: Prepared(variant, a, b, config, group, out, comm=comm,
-                                                            flags=flags), config, a, b, out)
+    p = once(heap, (OP, variant, on_heap, scaling[2]), lambda: Prepared(variant, a, b, config, group, out, scaling,
+                                                                        comm=comm, flags=flags),
+             config, a, b, out, *scaling[:2])
     if out is not None:  # its address: no overlap with a or b, a heap offset checked across ranks
-        check_out(OP, heap, out, (p.M, heap.world_size * p.N), a.dtype, a=a, b=b)
+        check_out(OP, heap, out, (p.M, heap.world_size * p.N), p.out_dtype, a=a, b=b)
     return p
 
 
@@ -67,7 +72,7 @@ def begin(p: Prepared, a, b, out) -> tuple:
         dest = c = out
     else:
         contiguous = out is not None and out.is_contiguous()
-        dest = out if contiguous else new_output((p.M, p.heap.world_size * p.N), a.dtype, a.device)
+        dest = out if contiguous else new_output((p.M, p.heap.world_size * p.N), p.out_dtype, a.device)
         c = dest if p.c is None else p.c
     entry = p.begin(dest, c if c is not dest else None)
     if p.K == 0 and p.M and p.N:

@@ -17,7 +17,7 @@ from ..common.tiles import gemm_operands, gemm_tile, load_tile, store_tile, tile
 
 @triton.jit
 def compute_tiles(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # output: the result, c (a symmetric address), both [M, W*N] strided alike; int64 flag per tile
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr,
     # the call (runtime.primitives) and its sequence number; this program among NUM_PROGRAMS
@@ -39,7 +39,7 @@ def compute_tiles(
     live = P.gate_start(seq, GATE)
     for tile_id in tl.range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS, warp_specialize=WARP_SPEC):
         pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(a_op, b_op, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+        acc = gemm_tile(a_op, b_op, scales, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
         if GATE:

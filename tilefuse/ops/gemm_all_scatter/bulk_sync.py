@@ -16,6 +16,7 @@ from ...runtime.primitives import kernel
 from ..common.comm import push_tile, row_major_tile
 from ..common.gemm import matmul
 from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
+from ..common.scaled import kernel_scales
 from ..common.tiles import load_tile, tile_offsets
 from ._prepare import OP, begin, finish, prepare
 
@@ -43,15 +44,16 @@ def _scatter_kernel(
 
 
 @collective(OP)
-def bulk_sync(a, b, *, config=None, group=None, out=None):
+def bulk_sync(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_scatter with no overlap; same contract as :func:`tilefuse.gemm_all_scatter`."""
-    p = prepare("bulk_sync", a, b, config, group, out, comm=False)
+    p = prepare("bulk_sync", a, b, config, group, out, (scale_a, scale_b, out_dtype), comm=False)
     a, b, dest, c, entry = begin(p, a, b, out)
     if not p.empty:
         heap, cfg = p.heap, p.config
         last = heap.world_size == 1
         own = dest[:, heap.rank * p.N:(heap.rank + 1) * p.N]
-        matmul(a, b, own, cfg, ctl(heap), call=gemm_call_args(heap, entry), enter=True)  # begins the call
+        matmul(a, b, own, cfg, ctl(heap), call=gemm_call_args(heap, entry), enter=True,  # begins the call
+               scales=kernel_scales(scale_a, scale_b, a.device))
         launched(entry, ends=last)
         if not last:
             programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config

@@ -16,13 +16,14 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import call_arg, collective, launched, mid_barrier
+from ..common.scaled import kernel_scales
 from ._prepare import OP, begin, finish, prepare
 from ._tiles import compute_tiles
 
 
 @kernel
 def _fused_kernel(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
     # output: the result, c (a symmetric address), both [M, W*N] strided alike
     o_ptr, c_ptr, stride_cm, stride_cn,
     # the call (runtime.primitives)
@@ -35,7 +36,7 @@ def _fused_kernel(
     ``(t + 1) % NUM_PROGRAMS`` (none to program 0 while the tiles do not fill the programs)."""
     if ENTER:
         seq = P.enter_aside(call)
-        compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+        compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                       o_ptr, c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
                       call, seq, (tl.program_id(0) + NUM_PROGRAMS - 1) % NUM_PROGRAMS,
                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True,
@@ -46,7 +47,7 @@ def _fused_kernel(
     else:
         seq, live = P.enter(call, ENTER=False)
         if live:
-            compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+            compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                           o_ptr, c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
                           call, seq, tl.program_id(0),
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True,
@@ -56,14 +57,15 @@ def _fused_kernel(
 
 
 @collective(OP)
-def fused_sequential(a, b, *, config=None, group=None, out=None):
+def fused_sequential(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_scatter as one fused persistent kernel; same contract as :func:`tilefuse.gemm_all_scatter`."""
-    p = prepare("fused_sequential", a, b, config, group, out, comm=False)
+    p = prepare("fused_sequential", a, b, config, group, out, (scale_a, scale_b, out_dtype), comm=False)
     a, b, dest, c, entry = begin(p, a, b, out)
     if not p.empty:
         programs = p.config.GEMM_SMS + p.config.COMM_SMS  # not capped by the tiles: one kernel per config
         _fused_kernel[(programs,)](
-            a, b, p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0),
+            b.stride(1),
             dest, c, c.stride(0), c.stride(1), call_arg(p.heap, entry),
             NUM_PROGRAMS=programs, ENTER=entry is not None, **p.meta,
         )

@@ -17,13 +17,14 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, call_arg, collective, launched, mid_barrier
+from ..common.scaled import kernel_scales
 from ._prepare import OP, begin, finish, prepare
 from ._tiles import compute_tiles, push_ready_tiles
 
 
 @kernel
 def _gemm_producer_kernel(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
     # output: the result, c (a symmetric address), both [M, W*N] strided alike; one int64 flag per tile
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr,
     # the call; the programs of both kernels, which end it together
@@ -33,7 +34,7 @@ def _gemm_producer_kernel(
 ):
     seq, live = P.enter(call, ENTER)
     if live:
-        compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+        compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                       o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr, call, seq, tl.program_id(0),
                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=False, RELEASE=True)
     P.exit(call, seq, live, exit_programs, ENTER, BARRIER=True)
@@ -55,10 +56,10 @@ def _scatter_consumer_kernel(
 
 
 @collective(OP)
-def producer_consumer(a, b, *, config=None, group=None, out=None):
+def producer_consumer(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_scatter with GEMM and scatter kernels on two streams; same contract as
     :func:`tilefuse.gemm_all_scatter`."""
-    p = prepare("producer_consumer", a, b, config, group, out, comm=True, flags=True)
+    p = prepare("producer_consumer", a, b, config, group, out, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, dest, c, entry = begin(p, a, b, out)
     if not p.empty:
         cfg = p.config
@@ -67,7 +68,8 @@ def producer_consumer(a, b, *, config=None, group=None, out=None):
         call = call_arg(p.heap, entry)
         streams = ForkedStreams(p.heap.device)  # both kernels begin the call (or the begin kernel ran before)
         _gemm_producer_kernel[(cfg.GEMM_SMS,)](
-            a, b, p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0),
+            b.stride(1),
             dest, c, c.stride(0), c.stride(1), p.flags, call, total,
             NUM_PROGRAMS=cfg.GEMM_SMS, ENTER=entry is not None, **p.meta,
         )

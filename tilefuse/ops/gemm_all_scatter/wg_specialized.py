@@ -19,13 +19,14 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire, tile_release
 from ..common.launch import call_arg, collective, launched
+from ..common.scaled import kernel_scales
 from ._prepare import OP, begin, finish, prepare
 from ._tiles import compute_tiles, push_ready_tiles
 
 
 @kernel
 def _wg_kernel(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
     # output: the result, c (a symmetric address), [M, W*N] strided alike; int64 flags per tile, [W, C]
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr, done_ptr,
     # the call (runtime.primitives)
@@ -38,7 +39,7 @@ def _wg_kernel(
     if live:
         pid = tl.program_id(0)
         if pid < GEMM_PROGRAMS:
-            compute_tiles(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+            compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                           o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr, call, seq, pid,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR,
                           PUSH=False, RELEASE=True)
@@ -58,15 +59,16 @@ def _wg_kernel(
 
 
 @collective(OP)
-def wg_specialized(a, b, *, config=None, group=None, out=None):
+def wg_specialized(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_scatter as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_all_scatter`."""
-    p = prepare("wg_specialized", a, b, config, group, out, comm=True, flags=True)
+    p = prepare("wg_specialized", a, b, config, group, out, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, dest, c, entry = begin(p, a, b, out)
     if not p.empty:
         cfg = p.config  # the grid is not capped by the tiles: one kernel per config
         _wg_kernel[(cfg.GEMM_SMS + cfg.COMM_SMS,)](
-            a, b, p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0),
+            b.stride(1),
             dest, c, c.stride(0), c.stride(1), p.flags, p.done, call_arg(p.heap, entry),
             GEMM_PROGRAMS=cfg.GEMM_SMS, COMM_PROGRAMS=cfg.COMM_SMS, ENTER=entry is not None, **p.meta,
         )

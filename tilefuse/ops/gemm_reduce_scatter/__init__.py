@@ -14,7 +14,8 @@ for _fn in (reference, bulk_sync, producer_consumer, fused_sequential, wg_specia
     registry.register(OP, _fn.__name__, _fn)
 
 
-def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None):
+def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None, scale_a=None, scale_b=None,
+                        out_dtype=None):
     """GEMM over a K shard, summed over ranks and scattered by rows: ``reduce_scatter(a @ b, dim=0)``.
 
     Every rank of ``group`` (default: the group of :func:`tilefuse.init`) calls it with
@@ -42,5 +43,15 @@ def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None)
     Autograd: ``da, dc_gathered = all_gather_gemm(dc, b.t(), return_gathered=True)``,
     ``db = a.t() @ dc_gathered``. ``torch.compile(fullgraph=True)`` traces the call as the custom
     op ``torch.ops.tilefuse.gemm_reduce_scatter`` (:mod:`tilefuse.ops.library`).
+
+    Float8: ``a`` and ``b`` in ``torch.float8_e4m3fn`` (one of them may be ``float8_e5m2``) with
+    float32 ``scale_a`` and ``scale_b``, each tensor-wise (one element) or row-wise (``scale_a
+    [rows of this rank's a, 1]``, ``scale_b [1, columns of this rank's b]``), compute
+    ``(a.float() * scale_a) @ (b.float() * scale_b)`` as ``torch._scaled_mm`` does: fp32
+    accumulation, the scales applied to each tile before it is stored or moved, one rounding to
+    ``out_dtype`` (bfloat16, float16 or float32; default bfloat16). Each rank's scaled partial is reduced
+    in fp32 (it travels in fp32) and the sum is rounded once. Forward only: a backward
+    through a float8 call raises NotImplementedError.
     """
-    return library.call(OP, a, b, variant=variant, config=config, group=group)
+    return library.call(OP, a, b, variant=variant, config=config, group=group, scale_a=scale_a, scale_b=scale_b,
+                        out_dtype=out_dtype)

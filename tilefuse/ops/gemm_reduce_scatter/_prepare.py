@@ -8,6 +8,7 @@ from ..common.checks import check_divisible, check_matrix
 from ..common.config import WARP_SPEC_VARIANTS, check_variant_config, side_warps, sum_rows
 from ..common.launch import op_heap, prepare_gemm
 from ..common.prepare import PreparedCall, once
+from ..common.scaled import UNSCALED, prepare_scaling
 
 OP = "gemm_reduce_scatter"
 
@@ -22,7 +23,7 @@ class Prepared(PreparedCall):
     tiles_per_owner]`` int64 of their own per tile shape (the stage for the others).
     """
 
-    def __init__(self, variant: str, a, b, config, group, *, comm: bool, flags: bool):
+    def __init__(self, variant: str, a, b, config, group, scaling: tuple, *, comm: bool, flags: bool):
         heap = op_heap(OP, group)
         check_matrix(OP, "a", a)
         W = heap.world_size
@@ -32,13 +33,15 @@ class Prepared(PreparedCall):
                          specialize=variant in WARP_SPEC_VARIANTS[OP])
         cfg = g.config
         check_variant_config(OP, variant, cfg)  # only bulk_sync splits K
+        out_dtype, kind = prepare_scaling(OP, a, b, *scaling)
         if g.K == 0:
             # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
             g.use_tma = g.b_kmajor = False
         # K_loc may differ between ranks (and with it BLOCK_K or the program counts of a default
         # config): the signature holds the shapes and the tile grid that the flags and slots follow.
-        super().__init__(g, a, b, (OP, variant, g.M, g.N, str(a.dtype), cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M),
-                         empty=rows == 0 or g.N == 0, pad=variant != "bulk_sync")  # the GEMM core pads itself
+        super().__init__(g, a, b, (OP, variant, g.M, g.N, str(a.dtype), kind, cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M),
+                         empty=rows == 0 or g.N == 0, pad=variant != "bulk_sync",  # the GEMM core pads itself
+                         out_dtype=out_dtype)
         self.out_shape = (rows, g.N)
         N = g.N
         self.dims = g.gemm_args[2:]  # M, N, K and the strides of the operands as launched
@@ -52,10 +55,11 @@ class Prepared(PreparedCall):
         if rows * N >= 2**31:
             raise ValueError(f"{OP}: an owner's block of M/W x N = {rows} x {N} elements must stay below 2**31 "
                              "(the reduction indexes a block with 32-bit offsets); split the call")
-        dtype, tiles = a.dtype, self.tiles_per_owner
+        # Float8 partials travel in fp32: the sum is rounded once, to out_dtype.
+        dtype, tiles = (a.dtype if kind is None else torch.float32), self.tiles_per_owner
         self.stage = self.run = self.flags = self.hold(
             (OP, "stage", dtype, W, rows, N), lambda h: {"stage": h.empty((W, rows, N), dtype=dtype)},
-            W * rows * N * a.element_size()).stage
+            W * rows * N * dtype.itemsize).stage
         self.stage_strides = self.stage.stride()
         if flags and W >= 3:
             # accumulate_slot indexes it with a slot's strides: both are contiguous [rows, N].
@@ -66,10 +70,12 @@ class Prepared(PreparedCall):
                                    lambda h: {"flags": h.zeros((W, tiles), dtype=torch.int64)}, 8 * W * tiles).flags
 
 
-def prepare(variant: str, a, b, config, group, *, comm: bool = False, flags: bool = False) -> Prepared:
+def prepare(variant: str, a, b, config, group, scaling: tuple = UNSCALED, *, comm: bool = False,
+            flags: bool = False) -> Prepared:
     """The :class:`Prepared` of this call's signature, made on its first call (``common.prepare.once``):
-    checks ``a [M, K_loc]`` and ``b [K_loc, N]``, resolves the config and allocates the heap
-    buffers (collective then). ``comm``: the variant needs COMM_SMS >= 1; ``flags``: it sums while
-    partials arrive."""
-    return once(op_heap(OP, group), (OP, variant), lambda: Prepared(variant, a, b, config, group, comm=comm,
-                                                                    flags=flags), config, a, b)
+    checks ``a [M, K_loc]`` and ``b [K_loc, N]`` and the ``scaling`` ``(scale_a, scale_b, out_dtype)``
+    (:mod:`..common.scaled`), resolves the config and allocates the heap buffers (collective then).
+    ``comm``: the variant needs COMM_SMS >= 1; ``flags``: it sums while partials arrive."""
+    return once(op_heap(OP, group), (OP, variant, scaling[2]),
+                lambda: Prepared(variant, a, b, config, group, scaling, comm=comm, flags=flags),
+                config, a, b, *scaling[:2])

@@ -2,8 +2,9 @@
 
 Owner o's tiles are the ``tiles_per_owner`` tiles of its row block ``A[o*rows : (o+1)*rows]``
 (``rows = M / W``, grouped swizzle inside it). Rank r walks the owners r+1, r+2, ..., r (its own
-last): at any moment the ranks push to different owners. ``stage [W, rows, N]`` (input dtype) on
-every heap: in the push layout slot s of owner o holds source s's partial of o's rows, rounded once.
+last): at any moment the ranks push to different owners. ``stage [W, rows, N]`` (input dtype; fp32
+for float8 operands, whose partials are summed unrounded) on every heap: in the push layout slot s of
+owner o holds source s's partial of o's rows, rounded once.
 ``flags [W, tiles_per_owner]`` int64 on the owner: ``(s, j)`` is set to the call's sequence number
 once source s's partial of tile j is in the slot. A running sum (W >= 3, flagged variants) lives in
 an owner-local fp32 ``run [rows, N]``.
@@ -16,13 +17,13 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire
 from ..common.reduce import accumulate_slot, block_offsets, owner_at, push_partial, source_at, sum_slots
-from ..common.tiles import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets
+from ..common.tiles import gemm_operands, gemm_tile, scales_from_row, store_tile, tile_coords, tile_offsets
 
 
 @triton.jit
 def produce_partials(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # stage [W, rows, N] (input dtype) and the owner-side flags (symmetric addresses)
+    a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    # stage [W, rows, N] (input dtype; fp32 for float8) and the owner-side flags (symmetric addresses)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
     # the call; its sequence number; this program among NUM_PROGRAMS GEMM programs
     call, epoch, pid,
@@ -50,7 +51,8 @@ def produce_partials(
         first = (pid + NUM_PROGRAMS - (step * tiles_per_owner) % NUM_PROGRAMS) % NUM_PROGRAMS
         for j in tl.range(first, tiles_per_owner, NUM_PROGRAMS, warp_specialize=WARP_SPEC):
             pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
-            acc = gemm_tile(a_op, b_op, pid_m, pid_n, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+            acc = gemm_tile(a_op, b_op, scales_from_row(scales, owner * rows), pid_m, pid_n, rows, N, K,
+                            stride_am, stride_ak, stride_bk, stride_bn,
                             BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)  # [BM, BN] fp32
             offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
             # Release (with RELEASE): pairs with the acquire in reduce_owned (WAIT) on rank `owner`.

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from ..common.gemm import matmul
 from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
+from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce
 
 
 @collective(OP)
-def bulk_sync(a, b, *, config=None, group=None):
+def bulk_sync(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_reduce_scatter with no overlap; same contract as :func:`tilefuse.gemm_reduce_scatter`."""
-    p = prepare("bulk_sync", a, b, config, group)
+    p = prepare("bulk_sync", a, b, config, group, (scale_a, scale_b, out_dtype))
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
@@ -27,7 +28,7 @@ def bulk_sync(a, b, *, config=None, group=None):
     # The GEMM core (the partial in fp32, stored in a's dtype) begins the call; its last program
     # passes the barrier, after which every rank's partial is complete.
     matmul(a, b, p.stage.view(p.M, p.N), cfg, ctl(heap), call=gemm_call_args(heap, entry), enter=True,
-           barrier=True)
+           barrier=True, scales=kernel_scales(scale_a, scale_b, a.device))
     launched(entry, ends=False)
     if entry is None:
         mid_barrier(heap, 0)

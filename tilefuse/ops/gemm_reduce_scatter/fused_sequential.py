@@ -16,13 +16,14 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import call_arg, collective, launched, mid_barrier
+from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce, produce_partials
 
 
 @kernel
 def _fused_kernel(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
     # stage [W, rows, N] in the input dtype (a symmetric address)
     stage_ptr, stride_slot, stride_sm, stride_sn,
     # the call (this kernel begins it with ENTER)
@@ -33,7 +34,7 @@ def _fused_kernel(
 ):
     seq, live = P.enter(call, ENTER)
     if live:
-        produce_partials(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+        produce_partials(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                          stage_ptr, stage_ptr, stride_slot, stride_sm, stride_sn,
                          call, 0, tl.program_id(0),
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=False,
@@ -44,10 +45,10 @@ def _fused_kernel(
 
 
 @collective(OP)
-def fused_sequential(a, b, *, config=None, group=None):
+def fused_sequential(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_reduce_scatter as one fused persistent kernel and a local reduction (the module
     docstring); same contract as :func:`tilefuse.gemm_reduce_scatter`."""
-    p = prepare("fused_sequential", a, b, config, group)
+    p = prepare("fused_sequential", a, b, config, group, (scale_a, scale_b, out_dtype))
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
@@ -55,7 +56,7 @@ def fused_sequential(a, b, *, config=None, group=None):
     cfg = p.config
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     _fused_kernel[(programs,)](
-        a, b, *p.dims, p.stage, *p.stage_strides, call,
+        a, b, kernel_scales(scale_a, scale_b, a.device), *p.dims, p.stage, *p.stage_strides, call,
         NUM_PROGRAMS=programs, ENTER=entry is not None, WARP_SPEC=p.warp_spec, **p.meta,
     )
     launched(entry, ends=False)

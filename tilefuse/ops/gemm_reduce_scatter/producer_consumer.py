@@ -18,13 +18,14 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, call_arg, collective, launched
+from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce, produce_partials
 
 
 @kernel
 def _gemm_producer_kernel(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
     # stage [W, rows, N] (input dtype) and flags [W, tiles_per_owner] int64 (symmetric addresses)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
     # the call (begun and ended with the reduction, ENTER); exit_programs: the programs of both kernels
@@ -34,7 +35,7 @@ def _gemm_producer_kernel(
 ):
     seq, live = P.enter(call, ENTER)
     if live:
-        produce_partials(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+        produce_partials(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                          stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
                          call, seq, tl.program_id(0),
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
@@ -42,10 +43,10 @@ def _gemm_producer_kernel(
 
 
 @collective(OP)
-def producer_consumer(a, b, *, config=None, group=None):
+def producer_consumer(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_reduce_scatter with GEMM and reduction kernels on two streams; same contract as
     :func:`tilefuse.gemm_reduce_scatter`."""
-    p = prepare("producer_consumer", a, b, config, group, comm=True, flags=True)
+    p = prepare("producer_consumer", a, b, config, group, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
@@ -57,7 +58,7 @@ def producer_consumer(a, b, *, config=None, group=None):
     # The GEMM waits on nothing but the begin: launched first, it cannot be blocked behind the
     # spinning reduction.
     _gemm_producer_kernel[(gemm_programs,)](
-        a, b, *p.dims, p.stage, p.flags, *p.stage_strides, call, total,
+        a, b, kernel_scales(scale_a, scale_b, a.device), *p.dims, p.stage, p.flags, *p.stage_strides, call, total,
         NUM_PROGRAMS=gemm_programs, ENTER=begins, **p.meta,
     )
     with streams.side():

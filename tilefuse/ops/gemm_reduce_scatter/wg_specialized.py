@@ -16,13 +16,14 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import call_arg, collective, launched
+from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import produce_partials, reduce_owned
 
 
 @kernel
 def _wg_kernel(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+    a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
     # stage [W, rows, N] (input dtype), flags [W, tiles_per_owner] int64 (symmetric); the fp32
     # running sum run [rows, N] (W >= 3) and output c [rows, N], both local
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, run_ptr, c_ptr, stride_cm, stride_cn,
@@ -37,7 +38,7 @@ def _wg_kernel(
     if live:
         if pid < GEMM_PROGRAMS:
             # Producers wait on nothing.
-            produce_partials(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+            produce_partials(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                              stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
                              call, seq, pid,
                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
@@ -51,16 +52,17 @@ def _wg_kernel(
 
 
 @collective(OP)
-def wg_specialized(a, b, *, config=None, group=None):
+def wg_specialized(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_reduce_scatter as one workgroup-specialized kernel; same contract as
     :func:`tilefuse.gemm_reduce_scatter`."""
-    p = prepare("wg_specialized", a, b, config, group, comm=True, flags=True)
+    p = prepare("wg_specialized", a, b, config, group, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
     cfg = p.config
     _wg_kernel[(cfg.GEMM_SMS + cfg.COMM_SMS,)](  # not capped by the tiles: one kernel per config
-        a, b, *p.dims, p.stage, p.flags, *p.stage_strides, p.run, c, c.stride(0), c.stride(1),
+        a, b, kernel_scales(scale_a, scale_b, a.device), *p.dims, p.stage, p.flags, *p.stage_strides, p.run, c,
+        c.stride(0), c.stride(1),
         call_arg(p.heap, entry),
         GEMM_PROGRAMS=cfg.GEMM_SMS, COMM_PROGRAMS=cfg.COMM_SMS, SUB_M=p.sub_m, ENTER=entry is not None,
         **p.meta,

@@ -1,0 +1,383 @@
+"""Float8 operands with scales (``scale_a=``, ``scale_b=``, ``out_dtype=``): every op and variant
+against the fp32 reference of the dequantized operands, tensor-wise and row-wise, ragged shapes; the
+errors of bad scales; forward only; torch.compile of a float8 call.
+
+On the CPU the kernels run in Triton's interpreter (float16 and float32 results: it computes bfloat16
+wrong); on GPUs (``TILEFUSE_TEST_DEVICE=cuda``, ranks sharing one GPU) the results are bfloat16.
+"""
+
+import functools
+
+import pytest
+import torch
+from ophelpers import assert_matches, poison_workspaces
+
+import tilefuse
+from tilefuse.ops import registry
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
+
+
+def _quantized(shape, seed, dtype=E4M3) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * 2).to(dtype)
+
+
+def _scale(shape, seed) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(shape, generator=g) + 0.5).float()
+
+
+def _operands(ctx, op: str, rowwise: bool, seed: int, b_dtype=E4M3) -> tuple:
+    """``(a, b, scale_a, scale_b)`` of rank ``ctx.rank`` for ``op``, ragged: replicated operands (and
+    their scales) the same on every rank, sharded ones differing by rank (K shards of differing sizes
+    for gemm_all_reduce)."""
+    W, r = ctx.world, ctx.rank
+    mine = seed * 100 + r + 1
+    if op == "gemm_all_scatter":  # a replicated, b a column shard
+        (M, K, N), a_seed, b_seed = (20, 40, 24), seed, mine
+    elif op == "all_gather_gemm":  # a a row shard, b replicated
+        (M, K, N), a_seed, b_seed = (12, 40, 24), mine, seed
+    elif op == "gemm_reduce_scatter":  # K shards
+        (M, K, N), a_seed, b_seed = (10 * W, 40, 24), mine, mine + 50
+    else:
+        (M, K, N), a_seed, b_seed = (20, 24 + 8 * r, 40), mine, mine + 50
+    a, b = _quantized((M, K), a_seed), _quantized((K, N), b_seed, b_dtype)
+    if rowwise:
+        scale_a, scale_b = _scale((M, 1), a_seed + 7), _scale((1, N), b_seed + 7)
+    else:
+        scale_a, scale_b = _scale((), a_seed + 7), _scale((), b_seed + 7)
+    return a.to(ctx.device), b.to(ctx.device), scale_a.to(ctx.device), scale_b.to(ctx.device)
+
+
+def _out_dtypes(ctx) -> tuple:
+    return (torch.bfloat16,) if ctx.on_gpu else (torch.float32, torch.float16)
+
+
+def job_against_reference(ctx, cases) -> int:
+    """Each ``(op, variant, rowwise)`` of ``cases`` on this rank against the reference; the number
+    checked."""
+    seed = 0
+    for op, variant, rowwise in cases:
+        for out_dtype in _out_dtypes(ctx):
+            seed += 1
+            b_dtype = E5M2 if seed % 3 == 0 else E4M3  # one operand may be e5m2
+            a, b, sa, sb = _operands(ctx, op, rowwise, seed, b_dtype)
+            kw = dict(scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+            ref = registry.get(op, "reference")(a, b, **kw)
+            poison_workspaces()
+            if variant == "auto":  # the public function (auto: plain where nothing was measured)
+                got = getattr(tilefuse, op)(a, b, **kw)
+            else:
+                got = registry.get(op, variant)(a, b, **kw)
+            tilefuse.synchronize()
+            mode = "row-wise" if rowwise else "tensor-wise"
+            what = f"{op} {variant} {mode} {tuple(a.shape)}x{tuple(b.shape)} {b_dtype} -> {out_dtype}"
+            assert_matches(got, ref, out_dtype, a.shape[1], ctx.on_gpu, what, scale=8 * ctx.world)
+            if op == "gemm_all_scatter" and variant != "auto":  # into a heap out= of out_dtype
+                out = tilefuse.empty(*ref.shape, dtype=out_dtype)
+                assert registry.get(op, variant)(a, b, out=out, **kw) is out, what
+                tilefuse.synchronize()
+                assert_matches(out, ref, out_dtype, a.shape[1], ctx.on_gpu, f"{what} out=", scale=8 * ctx.world)
+            if op == "all_gather_gemm" and variant != "auto":  # the gathered float8 rows, bit for bit
+                got, gathered = registry.get(op, variant)(a, b, return_gathered=True, **kw)
+                ref_gathered = registry.get(op, "reference")(a, b, return_gathered=True, **kw)[1]
+                assert gathered.dtype == a.dtype and torch.equal(gathered.view(torch.uint8),
+                                                                 ref_gathered.view(torch.uint8)), what
+                assert_matches(got, ref, out_dtype, a.shape[1], ctx.on_gpu, f"{what} return_gathered",
+                               scale=8 * ctx.world)
+            if op == "gemm_all_reduce":  # the same bits on every rank
+                every = [torch.empty_like(got) for _ in range(ctx.world)]
+                torch.distributed.all_gather(every, got.contiguous(), group=ctx.heap.group)
+                assert all(torch.equal(x, got) for x in every), f"{what}: ranks differ"
+    tilefuse.barrier()
+    return len(cases)
+
+
+def _cases(variants, modes=(False, True)) -> list:
+    return [(op, v, rw) for op in OPS for v in variants(op) for rw in modes]
+
+
+def _all_variants(op):
+    return tuple(v for v in registry.variants(op) if v != "reference") + ("auto",)
+
+
+# make test: every op at W = 2, one fused variant each, both scalings, and the plain and public
+# (auto) paths (one rank launch).
+QUICK = [(op, v, rw) for op, v in (("gemm_all_scatter", "fused_sequential"), ("all_gather_gemm", "producer_consumer"),
+                                   ("gemm_reduce_scatter", "wg_specialized"), ("gemm_all_reduce", "fused_sequential"))
+         for rw in (False, True)] + [("all_gather_gemm", "plain", True), ("gemm_reduce_scatter", "auto", False)]
+
+
+def test_every_op_matches_reference_quick(pools):
+    assert pools.run(2, job_against_reference, QUICK) == [len(QUICK)] * 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_variant_matches_reference(pools, world):
+    cases = _cases(_all_variants)
+    assert pools.run(world, job_against_reference, cases) == [len(cases)] * world
+
+
+def _bad_calls(ctx) -> list:
+    """``(what, call, error type, message pattern)`` of float8 calls every rank makes wrong alike."""
+    a, b, sa, sb = _operands(ctx, "gemm_all_reduce", True, 1)
+    half = torch.randn(b.shape, device=ctx.device).half()
+    return [
+        ("no scales", dict(), ValueError, "float8 operands need both scale_a= and scale_b=.*scale_a and scale_b"),
+        ("scale_a only", dict(scale_a=sa), ValueError, "scale_b missing"),
+        ("fp16 scale", dict(scale_a=sa.half(), scale_b=sb), TypeError, "scale_a must be float32, got torch.float16"),
+        ("scale shape", dict(scale_a=sa, scale_b=sb[:, :-1]), ValueError,
+         r"scale_b has shape \(1, 39\); expected one element \(tensor-wise\) or \[1, 40\] \(row-wise\)"),
+        ("scale a tensor", dict(scale_a=2.0, scale_b=sb), TypeError, "scale_a must be a torch.Tensor, got float"),
+        ("out_dtype", dict(scale_a=sa, scale_b=sb, out_dtype=torch.int8), TypeError, "out_dtype must be one of"),
+        ("float16 b", dict(b=half, scale_a=sa, scale_b=sb), TypeError,
+         "b has dtype torch.float16 next to the float8 a"),
+        ("scales of float16", dict(a=a.half(), b=half, scale_a=sa, scale_b=sb), TypeError,
+         "scale_a is for float8 operands"),
+        ("two e5m2", dict(a=a.to(E5M2), b=b.to(torch.float32).to(E5M2), scale_a=sa, scale_b=sb), TypeError,
+         "both operands are float8_e5m2"),
+    ], (a, b, sa, sb)
+
+
+def job_bad_inputs(ctx, variants) -> int:
+    """Every bad call of :func:`_bad_calls` raises its error on this rank, for each of ``variants``
+    (the public function for "auto"), and a good call works after them."""
+    import re
+
+    bad, (a, b, sa, sb) = _bad_calls(ctx)
+    checked = 0
+    for variant in variants:
+        fn = functools.partial(tilefuse.gemm_all_reduce, variant=variant)
+        for what, kw, error, pattern in bad:
+            kw = dict(kw)
+            x, y = kw.pop("a", a), kw.pop("b", b)
+            with pytest.raises(error) as info:
+                fn(x, y, **kw)
+            assert re.search(pattern, str(info.value)), f"{variant} {what}: {info.value}"
+            checked += 1
+        if not ctx.on_gpu and variant not in ("plain", "auto"):  # kernels here (auto: plain, nothing measured)
+            with pytest.raises(TypeError, match="bfloat16 on the CPU backend"):  # the interpreter's bf16 is wrong
+                fn(a, b, scale_a=sa, scale_b=sb)  # out_dtype's default: bfloat16
+        out_dtype = _out_dtypes(ctx)[0]
+        got = fn(a, b, scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+        ref = registry.get("gemm_all_reduce", "reference")(a, b, scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+        assert_matches(got, ref, out_dtype, a.shape[1], ctx.on_gpu, f"{variant} after the bad calls", scale=8)
+    tilefuse.barrier()
+    return checked
+
+
+def test_bad_scales_raise_on_every_rank(pools):
+    variants = ("fused_sequential", "plain", "auto")
+    assert pools.run(2, job_bad_inputs, variants) == [9 * len(variants)] * 2
+
+
+def job_backward_refused(ctx) -> bool:
+    a, b, sa, sb = _operands(ctx, "gemm_all_reduce", False, 2)
+    out_dtype = _out_dtypes(ctx)[0]
+    a.requires_grad_()
+    c = tilefuse.gemm_all_reduce(a, b, scale_a=sa, scale_b=sb, out_dtype=out_dtype, variant="fused_sequential")
+    assert c.requires_grad and c.dtype == out_dtype
+    with pytest.raises(NotImplementedError, match="float8 calls .* are forward-only"):
+        c.float().sum().backward()
+    tilefuse.barrier()
+    return True
+
+
+def job_compiled(ctx) -> int:
+    """torch.compile(fullgraph=True) of float8 calls (a fused variant and auto): one graph, the
+    reference's values, no recompile for new data."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    cnt = CompileCounterWithBackend("inductor" if ctx.on_gpu else "aot_eager")
+    out_dtype = _out_dtypes(ctx)[0]
+
+    def fn(a, b, sa, sb, a2, b2, sa2, sb2):
+        c = tilefuse.all_gather_gemm(a, b, scale_a=sa, scale_b=sb, out_dtype=out_dtype, variant="fused_sequential")
+        d = tilefuse.gemm_reduce_scatter(a2, b2, scale_a=sa2, scale_b=sb2, out_dtype=out_dtype)
+        return c, d
+
+    compiled = torch.compile(fn, fullgraph=True, backend=cnt)
+    for step in range(2):
+        x = _operands(ctx, "all_gather_gemm", True, 10 + step)  # row-wise
+        y = _operands(ctx, "gemm_reduce_scatter", False, 20 + step)  # tensor-wise
+        c, d = compiled(*x, *y)
+        for got, op, (a, b, sa, sb) in ((c, "all_gather_gemm", x), (d, "gemm_reduce_scatter", y)):
+            ref = registry.get(op, "reference")(a, b, scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+            assert_matches(got, ref, out_dtype, a.shape[1], ctx.on_gpu, f"compiled {op} step {step}", scale=8)
+    assert cnt.frame_count == 1, f"{cnt.frame_count} graphs"
+    tilefuse.barrier()
+    return cnt.op_count
+
+
+def test_backward_refused_and_compile_fullgraph(pools):
+    assert all(pools.run(2, job_backward_refused))
+    assert all(n >= 2 for n in pools.run(2, job_compiled))
+
+
+def job_graph_replay(ctx, replays: int) -> int:
+    """Every op's float8 call (its first fused variant, both scalings) captured in a CUDA graph after
+    an eager call, replayed with new operands and scales copied into the static ones."""
+    variants = {"gemm_all_scatter": "fused_sequential", "all_gather_gemm": "producer_consumer",
+                "gemm_reduce_scatter": "wg_specialized", "gemm_all_reduce": "fused_sequential"}
+    checked = 0
+    for op, variant in variants.items():
+        for rowwise in (False, True):
+            static = [t.clone() for t in _operands(ctx, op, rowwise, 1)]
+            fn = functools.partial(registry.get(op, variant), out_dtype=torch.bfloat16)
+            fn(*static[:2], scale_a=static[2], scale_b=static[3])  # eager: the workspaces
+            torch.cuda.synchronize()
+            tilefuse.barrier()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = fn(*static[:2], scale_a=static[2], scale_b=static[3])
+            tilefuse.barrier()
+            for i in range(replays):
+                fresh = _operands(ctx, op, rowwise, 100 + i)
+                for t, x in zip(static, fresh):
+                    t.copy_(x)
+                g.replay()
+                torch.cuda.synchronize()
+                a, b, sa, sb = fresh
+                ref = registry.get(op, "reference")(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+                assert_matches(out, ref, torch.bfloat16, a.shape[1], True, f"{op} {variant} replay {i}", scale=8)
+                checked += 1
+            tilefuse.synchronize()
+            tilefuse.barrier()
+            del g
+    return checked
+
+
+def test_graph_capture_replay(pools, on_gpu):
+    if not on_gpu:
+        pytest.skip("CUDA graphs need a GPU")
+    assert pools.run(2, job_graph_replay, 5) == [8 * 5] * 2
+
+# ------------------------------------------------------------------------------------------------
+# Every kernel a float8 call launches compiles for sm_90 (Hopper's fp8 MMA), in a process without the
+# interpreter (Triton's CUDA backend compiles without a GPU).
+# ------------------------------------------------------------------------------------------------
+
+_POINTERS = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32", "int64": "*i64", "int32": "*i32",
+             "uint8": "*u8", "int8": "*i8", "float8_e4m3fn": "*fp8e4nv", "float8_e5m2": "*fp8e5"}
+
+
+def _arg_type(value):
+    if type(value) in (tuple, list) and not (len(value) == 2 and value[0] == "ptr"):
+        return tuple(_arg_type(v) for v in value)
+    if type(value) in (tuple, list):
+        return _POINTERS[value[1]]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    return "fp32"
+
+
+def _described(value):
+    if type(value) is tuple:
+        return [_described(v) for v in value]
+    if hasattr(value, "data_ptr"):
+        return ["ptr", str(value.dtype).removeprefix("torch.")]
+    return value
+
+
+def job_record_launches(ctx, cases) -> list:
+    """``(module, kernel, {argument: value}, options)`` of every launch the float8 ``cases`` make."""
+    from tilefuse.runtime import launcher
+
+    records, saved = [], launcher.FastKernel.__getitem__
+
+    def getitem(self, grid):
+        inner = saved(self, grid)
+
+        def launch(*args, **kwargs):
+            values = self._values(args, kwargs)
+            if values is not None:
+                fn = self.jit_fn.fn
+                records.append((fn.__module__, fn.__name__, {n: _described(v) for n, v in zip(self._names, values)},
+                                {k: v for k, v in kwargs.items() if k not in self._index}))
+            return inner(*args, **kwargs)
+        return launch
+
+    launcher.FastKernel.__getitem__ = getitem
+    try:
+        job_against_reference(ctx, cases)
+    finally:
+        launcher.FastKernel.__getitem__ = saved
+    return records
+
+
+def compile_for_hopper(record) -> str:
+    """Compile a recorded launch for sm_90 up to TTGIR; '' or the error."""
+    import importlib
+
+    from test_warp_spec_compile import _ttgir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    module, name, args, options = record
+    jit = getattr(importlib.import_module(module), name).jit_fn
+    signature, constants = {}, {}
+    for param in jit.params:
+        value = args[param.name]
+        if param.is_constexpr:
+            signature[param.name], constants[param.name] = "constexpr", value
+        elif value is None:
+            signature[param.name], constants[param.name] = "constexpr", None
+        else:
+            signature[param.name] = _arg_type(value)
+    try:
+        _ttgir(ASTSource(jit, signature, constants), GPUTarget("cuda", 90, 32), options)
+    except Exception as err:  # noqa: BLE001 - reported per kernel
+        return f"{type(err).__name__}: {str(err)[:2000]}"
+    return ""
+
+
+@pytest.mark.slow
+def test_float8_kernels_compile_for_hopper(pools, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from test_warp_spec_compile import _hopper_compiler
+
+    why = _hopper_compiler()
+    if why:
+        pytest.skip(why)
+    records = pools.run(2, job_record_launches, _cases(_all_variants))[0]
+    unique = {json.dumps(r, sort_keys=True): r for r in records}
+    assert any(r[1] == "matmul_kernel" for r in unique.values())
+    path = tmp_path / "launches.json"
+    path.write_text(json.dumps(list(unique.values())))
+    env = dict(os.environ, TRITON_INTERPRET="0", TILEFUSE_BACKEND="cuda")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here), here, env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), str(path)], env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    failed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.stdout.count(": ok\n") + len(failed) == len(unique)
+    assert not failed, f"kernels of float8 calls that do not compile for sm_90: {failed}"
+
+
+def main(path: str) -> None:
+    import json
+
+    failed = {}
+    for record in json.loads(open(path).read()):
+        error = compile_for_hopper(record)
+        print(f"{record[0]}.{record[1]}: {error or 'ok'}", flush=True)
+        if error:
+            failed[f"{record[0]}.{record[1]}"] = error
+    print(json.dumps(failed))
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1])

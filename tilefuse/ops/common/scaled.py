@@ -1,0 +1,171 @@
+"""Scaled float8 operands, as ``torch._scaled_mm`` takes them: the checks, the scales as the kernels
+take them, and the plain path's matmul.
+
+A call with ``a`` and ``b`` in float8 (``checks.FLOAT8_DTYPES``) computes
+``(a.float() * scale_a) @ (b.float() * scale_b)`` with fp32 accumulation and rounds once to
+``out_dtype`` (default bfloat16). Each scale is float32 and either tensor-wise (one element) or
+row-wise: ``scale_a [rows of a, 1]``, ``scale_b [1, columns of b]``.
+
+Kernels take the scales as ONE argument ``scales = (scale_a, its row stride, scale_b, its column
+stride)``, a tensor-wise scale with stride 0 (broadcast); ``tiles.scale_tile`` multiplies a tile's
+fp32 accumulator by them before anything stores it. An unscaled call passes uint8 stand-ins
+(:func:`kernel_scales` of None): the kernels tell the two apart by the pointers' dtype, at compile
+time, and an unscaled tile is left as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .checks import FLOAT8_DTYPES, check_kernel_dtype
+from .collectives import all_gather_cat
+
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+DEFAULT_OUT_DTYPE = torch.bfloat16
+UNSCALED = (None, None, None)  # (scale_a, scale_b, out_dtype) of a call without float8 operands
+
+
+@dataclass(frozen=True)
+class Scaled:
+    """The checked scales of one float8 call and the dtype of its result."""
+
+    scale_a: torch.Tensor
+    scale_b: torch.Tensor
+    out_dtype: torch.dtype
+    b_dtype: torch.dtype
+
+    @property
+    def kind(self) -> tuple:
+        """What a call signature holds of the scaling (beside a's dtype): the result's dtype, b's dtype
+        and whether each scale is row-wise."""
+        return ("scaled", self.out_dtype, self.b_dtype, _row_stride(self.scale_a, 0) != 0,
+                _row_stride(self.scale_b, 1) != 0)
+
+
+def is_float8(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dtype in FLOAT8_DTYPES
+
+
+def check_scales(op: str, a: torch.Tensor, b: torch.Tensor, scale_a=None, scale_b=None,
+                 out_dtype=None) -> Scaled | None:
+    """The scaling of ``op(a, b)`` (None for an unscaled call), checked: float8 operands come with
+    both scales (float32, on their device, tensor-wise or row-wise: ``scale_a [M, 1]``,
+    ``scale_b [1, N]`` for ``a [M, K]``, ``b [K, N]``) and an ``out_dtype`` of ``OUT_DTYPES`` (None:
+    bfloat16); other operands take none of them. ``a`` and ``b`` were checked (``checks.check_dtypes``)."""
+    if not is_float8(a):
+        for name, value in (("scale_a", scale_a), ("scale_b", scale_b), ("out_dtype", out_dtype)):
+            if value is not None:
+                raise TypeError(f"{op}: {name} is for float8 operands (torch.float8_e4m3fn / float8_e5m2); "
+                                f"a has dtype {a.dtype}")
+        return None
+    if scale_a is None or scale_b is None:
+        missing = " and ".join(n for n, s in (("scale_a", scale_a), ("scale_b", scale_b)) if s is None)
+        raise ValueError(f"{op}: float8 operands need both scale_a= and scale_b= (float32, tensor-wise or "
+                         f"row-wise, as for torch._scaled_mm); {missing} missing")
+    _check_scale(op, "scale_a", scale_a, a, (a.shape[0], 1))
+    _check_scale(op, "scale_b", scale_b, a, (1, b.shape[1]))
+    if out_dtype is None:
+        out_dtype = DEFAULT_OUT_DTYPE
+    if out_dtype not in OUT_DTYPES:
+        names = ", ".join(str(d).removeprefix("torch.") for d in OUT_DTYPES)
+        raise TypeError(f"{op}: out_dtype must be one of {names}, got {out_dtype!r}")
+    return Scaled(scale_a, scale_b, out_dtype, b.dtype)
+
+
+def _check_scale(op: str, name: str, scale, a: torch.Tensor, rowwise: tuple) -> None:
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(scale).__name__}")
+    if scale.dtype != torch.float32:
+        raise TypeError(f"{op}: {name} must be float32, got {scale.dtype}")
+    if scale.device != a.device:
+        raise ValueError(f"{op}: {name} is on {scale.device} but a is on {a.device}")
+    if scale.numel() != 1 and tuple(scale.shape) != rowwise:
+        raise ValueError(f"{op}: {name} has shape {tuple(scale.shape)}; expected one element (tensor-wise) or "
+                         f"{list(rowwise)} (row-wise)")
+
+
+def _row_stride(scale: torch.Tensor, dim: int) -> int:
+    """The stride between consecutive rows (``dim`` 0) or columns (1) of a scale: 0 for tensor-wise."""
+    return 0 if scale.numel() == 1 else scale.stride(dim)
+
+
+def prepare_scaling(op: str, a: torch.Tensor, b: torch.Tensor, scale_a, scale_b, out_dtype) -> tuple:
+    """``(out_dtype, kind)`` of a variant's call, checked once per call signature (:func:`check_scales`;
+    the kernels' result dtype must be one the backend computes): ``(a.dtype, None)`` unscaled,
+    ``(out_dtype, Scaled.kind)`` for float8 operands. ``kind`` belongs in the call's signature."""
+    scaled = check_scales(op, a, b, scale_a, scale_b, out_dtype)
+    if scaled is None:
+        return a.dtype, None
+    check_kernel_dtype(op, scaled.out_dtype)
+    return scaled.out_dtype, scaled.kind
+
+
+_STAND_INS: dict = {}
+
+
+def kernel_scales(scale_a: torch.Tensor | None, scale_b: torch.Tensor | None, device: torch.device) -> tuple:
+    """The kernels' ``scales`` argument: ``(scale_a, row stride, scale_b, column stride)`` (stride 0:
+    tensor-wise), or uint8 stand-ins for an unscaled call (``scale_a`` None; never read)."""
+    if scale_a is None:
+        stand_in = _STAND_INS.get(device)
+        if stand_in is None:
+            stand_in = _STAND_INS[device] = torch.zeros(16, dtype=torch.uint8, device=device)
+        return (stand_in, 0, stand_in, 0)
+    return (scale_a, _row_stride(scale_a, 0), scale_b, _row_stride(scale_b, 1))
+
+
+def row_scales(scaled: Scaled, rows: int) -> torch.Tensor:
+    """``scale_a`` as ``rows`` float32 values, one per row of ``a`` (a tensor-wise scale repeated)."""
+    return scaled.scale_a.reshape(-1).expand(rows) if scaled.scale_a.numel() == 1 else scaled.scale_a.reshape(rows)
+
+
+def gather_bytes(t: torch.Tensor, group) -> torch.Tensor:
+    """Every rank's rows of ``t`` stacked in group-rank order, moved as bytes (gloo has no float8)."""
+    if t.dtype not in FLOAT8_DTYPES:
+        return all_gather_cat(t, dim=0, group=group)
+    return all_gather_cat(t.contiguous().view(torch.uint8), dim=0, group=group).view(t.dtype)
+
+
+def fp32_operands(op: str, a: torch.Tensor, b: torch.Tensor, scale_a=None, scale_b=None, out_dtype=None) -> tuple:
+    """``(a, b, result dtype)`` of a reference path: the operands in fp32 (float8 ones dequantized,
+    checked: :func:`check_scales`) and the dtype the result is rounded to once."""
+    scaled = check_scales(op, a, b, scale_a, scale_b, out_dtype)
+    if scaled is None:
+        return a.float(), b.float(), a.dtype
+    return dequantized(a, scaled.scale_a), dequantized(b, scaled.scale_b), scaled.out_dtype
+
+
+def dequantized(a: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``a.float() * scale`` (a row-wise ``scale`` broadcast over its rows or columns)."""
+    return a.float() * (scale.reshape(()) if scale.numel() == 1 else scale)
+
+
+def scaled_matmul(a: torch.Tensor, b: torch.Tensor, scaled: Scaled) -> torch.Tensor:
+    """``(a.float() * scale_a) @ (b.float() * scale_b)`` in ``out_dtype``: ``torch._scaled_mm`` on a
+    GPU where it takes the operands (its dimensions multiples of 16, row-wise scales in bfloat16
+    out; B is handed to it column-major), else, and always on the CPU (where _scaled_mm does not
+    run), the fp32 matmul of the dequantized operands rounded once."""
+    if a.is_cuda and _scaled_mm_takes(a, b, scaled):
+        sa, sb = scaled.scale_a, scaled.scale_b
+        rowwise = sa.numel() != 1 or sb.numel() != 1
+        if rowwise:  # _scaled_mm takes both scales row-wise or both tensor-wise
+            sa = row_scales(scaled, a.shape[0]).reshape(-1, 1).contiguous()
+            sb = (sb.reshape(1, 1).expand(1, b.shape[1]) if sb.numel() == 1 else sb).contiguous()
+        else:
+            sa, sb = sa.reshape(()), sb.reshape(())
+        b_cols = b if b.stride(0) == 1 else b.t().contiguous().t()
+        try:
+            return torch._scaled_mm(a.contiguous(), b_cols, scale_a=sa, scale_b=sb, out_dtype=scaled.out_dtype)
+        except RuntimeError:  # a combination this build's _scaled_mm refuses: the fp32 path below
+            pass
+    return (dequantized(a, scaled.scale_a) @ dequantized(b, scaled.scale_b)).to(scaled.out_dtype)
+
+
+def _scaled_mm_takes(a: torch.Tensor, b: torch.Tensor, scaled: Scaled) -> bool:
+    (M, K), N = a.shape, b.shape[1]
+    if M % 16 or K % 16 or N % 16 or min(M, K, N) == 0:
+        return False
+    rowwise = scaled.scale_a.numel() != 1 or scaled.scale_b.numel() != 1
+    return not rowwise or (scaled.out_dtype == torch.bfloat16 and a.dtype == b.dtype == torch.float8_e4m3fn)

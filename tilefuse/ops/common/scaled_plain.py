@@ -1,0 +1,90 @@
+"""The plain path of float8 calls (:mod:`.scaled`): ``torch._scaled_mm`` (on the CPU, where it does not
+run, the fp32 matmul of the dequantized operands) and the torch.distributed collective, as
+``tilefuse.ops.plain`` does for the other dtypes. all_gather_gemm gathers the float8 rows (as bytes)
+and their row scales; the reducing ops reduce the fp32 product and round once to ``out_dtype``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.distributed as dist
+
+from .checks import check_dtypes, check_inner_dim, check_matrix, check_out_tensor, check_same_device
+from .collectives import all_gather_cat, all_reduce_sum, op_group, reduce_scatter_rows
+from .scaled import Scaled, check_scales, gather_bytes, is_float8, row_scales, scaled_matmul
+
+
+def _checked(op: str, a, b, scale_a, scale_b, out_dtype) -> Scaled:
+    check_matrix(op, "a", a)
+    check_matrix(op, "b", b)
+    check_same_device(op, a=a, b=b)
+    check_dtypes(op, a=a, b=b)
+    check_inner_dim(op, a, b)
+    return check_scales(op, a, b, scale_a, scale_b, out_dtype)
+
+
+def _fp32(s: Scaled) -> Scaled:
+    return Scaled(s.scale_a, s.scale_b, torch.float32, s.b_dtype)
+
+
+def gemm_all_scatter(a, b, s: Scaled, group, *, out=None):
+    world = dist.get_world_size(group)
+    c = all_gather_cat(scaled_matmul(a, b, s), dim=1, group=group)
+    if out is None:
+        return c
+    check_out_tensor("gemm_all_scatter", out, (a.shape[0], world * b.shape[1]), s.out_dtype, a.device, a=a, b=b)
+    return out.copy_(c)
+
+
+def all_gather_gemm(a, b, s: Scaled, group, *, return_gathered=False):
+    gathered = gather_bytes(a, group)
+    scales = all_gather_cat(row_scales(s, a.shape[0]).reshape(-1, 1).contiguous(), dim=0, group=group)
+    c = scaled_matmul(gathered, b, Scaled(scales, s.scale_b, s.out_dtype, s.b_dtype))
+    return (c, gathered) if return_gathered else c
+
+
+def gemm_reduce_scatter(a, b, s: Scaled, group):
+    from .checks import check_divisible
+
+    world = dist.get_world_size(group)
+    check_divisible("gemm_reduce_scatter", "M (rows of a)", a.shape[0], world, "the world size")
+    partial = scaled_matmul(a, b, _fp32(s))
+    if world == 1:
+        return partial.to(s.out_dtype)
+    if partial.device.type == "cuda" and dist.get_backend(group) == "nccl":
+        out = partial.new_empty((partial.shape[0] // world, partial.shape[1]))
+        dist.reduce_scatter_tensor(out, partial, group=group)
+        return out.to(s.out_dtype)
+    return reduce_scatter_rows(partial, group=group).to(s.out_dtype)
+
+
+def gemm_all_reduce(a, b, s: Scaled, group, *, bias=None):
+    if bias is not None:
+        from ..gemm_all_reduce._prepare import check_bias
+
+        check_bias("gemm_all_reduce", bias, a, b)
+    total = all_reduce_sum(scaled_matmul(a, b, _fp32(s)), group=group)
+    if bias is not None:
+        total = total + bias.float()
+    return total.to(s.out_dtype)
+
+
+_PLAIN = {fn.__name__: fn for fn in (gemm_all_scatter, all_gather_gemm, gemm_reduce_scatter, gemm_all_reduce)}
+
+
+def with_float8(fn):
+    """The plain entry point ``fn`` of an op, taking ``scale_a=``, ``scale_b=`` and ``out_dtype=`` too:
+    a call with any of them, or with a float8 operand, runs this module's path for the op."""
+    op = fn.__name__
+
+    @functools.wraps(fn)
+    def run(a, b, *, scale_a=None, scale_b=None, out_dtype=None, config=None, group=None, **kwargs):
+        if scale_a is None and scale_b is None and out_dtype is None and not (is_float8(a) or is_float8(b)):
+            return fn(a, b, config=config, group=group, **kwargs)
+        # Raises for scales or out_dtype without float8 operands, and for a float8 operand next to another.
+        s = _checked(op, a, b, scale_a, scale_b, out_dtype)
+        return _PLAIN[op](a, b, s, op_group(group), **kwargs)
+
+    return run
