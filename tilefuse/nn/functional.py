@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from ..ops import library
+from ..ops import calls
 from ..ops.all_gather_gemm import all_gather_gemm
 from ..ops.library import group_name
 from ..runtime.scope import in_backward, saved_scope
@@ -83,7 +83,7 @@ class _RowParallel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, group, variant):
-        y = library.call("gemm_reduce_scatter", x, weight.t(), variant=variant, config=None, group=group)
+        y = calls.call("gemm_reduce_scatter", x, weight.t(), variant=variant, config=None, group=group)
         if bias is not None:
             y = y + bias  # once, after the reduction: each rank adds it to its own rows
         ctx.save_for_backward(x, weight)
@@ -101,7 +101,7 @@ class _RowParallel(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         dy = dy.contiguous()  # [T/W, out]
         # [T, in/W], [T, out]
-        dx, dy_full = library.call("all_gather_gemm", dy, weight, variant=ctx.variant, config=None,
+        dx, dy_full = calls.call("all_gather_gemm", dy, weight, variant=ctx.variant, config=None,
                                    group=ctx.group, return_gathered=True)
         dw = db = None
         if ctx.needs_input_grad[1]:

@@ -37,7 +37,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel as _TorchColwise
 from torch.distributed.tensor.parallel import RowwiseParallel as _TorchRowwise
 
-from ..ops import library
+from ..ops import calls
 from ..ops.gemm_all_reduce import gemm_all_reduce
 from ..ops.library import group_name
 from ..runtime import get_heap, groups, init, is_initialized
@@ -159,7 +159,7 @@ class _ColumnReplicated(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, b, group, variant, gather, rank, reduce_dx):
         if gather:
-            y = library.call("gemm_all_scatter", x, w.t(), variant=variant, config=None, group=group)
+            y = calls.call("gemm_all_scatter", x, w.t(), variant=variant, config=None, group=group)
             if b is not None:
                 y = y + torch.ops.tilefuse.all_gather_rows(b.reshape(1, -1), group).reshape(-1)
         else:
@@ -182,7 +182,7 @@ class _ColumnReplicated(torch.autograd.Function):
         g = g.contiguous()  # [M, n]
         dx = dw = db = None
         if ctx.needs_input_grad[0] and ctx.reduce_dx:
-            dx = library.call("gemm_all_reduce", g, w, variant=ctx.variant, config=None, group=ctx.group)
+            dx = calls.call("gemm_all_reduce", g, w, variant=ctx.variant, config=None, group=ctx.group)
         elif ctx.needs_input_grad[0]:
             dx = g @ w  # this rank's share; the caller's DTensor reduces it (a Partial() gradient)
         if ctx.needs_input_grad[1]:

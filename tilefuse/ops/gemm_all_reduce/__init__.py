@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import library, registry
+from .. import calls, registry
 from .bulk_sync import bulk_sync
 from .fused_sequential import fused_sequential
 from .producer_consumer import producer_consumer
@@ -78,7 +78,7 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
         if scale_a is not None or scale_b is not None or out_dtype is not None:
             raise NotImplementedError("gemm_all_reduce: the residual + RMSNorm epilogue takes no float8 scaling "
                                       "(scale_a, scale_b, out_dtype); call it on float16/bfloat16/float32 operands")
-        return library.call_norm(a, b, variant=variant, config=config, group=group, bias=bias, residual=residual,
+        return calls.call_norm(a, b, variant=variant, config=config, group=group, bias=bias, residual=residual,
                                  norm_weight=norm_weight, eps=eps)
-    return library.call(OP, a, b, variant=variant, config=config, group=group, bias=bias, scale_a=scale_a,
+    return calls.call(OP, a, b, variant=variant, config=config, group=group, bias=bias, scale_a=scale_a,
                         scale_b=scale_b, out_dtype=out_dtype)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import library, registry
+from .. import calls, registry
 from .bulk_sync import bulk_sync
 from .fused_sequential import fused_sequential
 from .producer_consumer import producer_consumer
@@ -53,5 +53,5 @@ def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None,
     in fp32 (it travels in fp32) and the sum is rounded once. Forward only: a backward
     through a float8 call raises NotImplementedError.
     """
-    return library.call(OP, a, b, variant=variant, config=config, group=group, scale_a=scale_a, scale_b=scale_b,
+    return calls.call(OP, a, b, variant=variant, config=config, group=group, scale_a=scale_a, scale_b=scale_b,
                         out_dtype=out_dtype)

@@ -1,0 +1,132 @@
+"""How a public op call reaches its implementation.
+
+An eager call that needs no gradient and that nothing traces (:func:`_direct`) runs the variant's
+entry point itself (``variant="auto"``: :func:`tilefuse.ops.dispatch.run_auto`), as cheaply as the
+call of a Python function. Every other call (torch.compile tracing, a dispatch mode, a tensor
+needing a gradient) goes through the ``torch.library`` custom op of :mod:`tilefuse.ops.library`,
+which traces and differentiates.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import registry
+from .dispatch import run_auto
+from .library import (
+    _SCALING_NAMES,
+    _scaling,
+    encode_config,
+    group_name,
+    resolve_group,
+    run_norm,
+)
+
+
+def _direct(a, b, kwargs: dict) -> dict | None:
+    """Where an eager call may skip the dispatcher, the keyword arguments its entry point needs (those
+    not at their default, None or False), else None. It may where nothing traces it (no
+    torch.compile, no dispatch mode such as FakeTensorMode or make_fx's), its tensors are plain
+    ``torch.Tensor`` (no FakeTensor, FunctionalTensor or other subclass) and none needs a gradient.
+    (:func:`call` makes the common case's test itself: a call is as cheap as a Python function's.)"""
+    if _is_compiling() or _dispatch_modes() or not (_plain(a) and _plain(b)):
+        return None
+    given = _NONE
+    for value in kwargs.values():
+        if value is not None and value is not False:
+            if not _plain(value):
+                return None
+            given = kwargs
+    return given
+
+
+def _plain(t) -> bool:
+    """``t`` is no tensor (the entry point's checks name it), or a plain tensor (an ``nn.Parameter``
+    too: it overrides nothing) needing no gradient."""
+    if not isinstance(t, _Tensor):
+        return True
+    return type(t) in _PLAIN_TYPES and not (t.requires_grad and _grad_enabled())
+
+
+_Tensor = torch.Tensor
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_NONE: dict = {}  # no keyword argument to pass on (never written)
+_is_compiling = torch.compiler.is_compiling
+_dispatch_modes = torch._C._len_torch_dispatch_stack  # what _get_current_dispatch_mode reads first
+_grad_enabled = torch.is_grad_enabled
+_get = registry.get
+
+
+def call(op: str, a, b, *, variant: str, config, group, **kwargs):
+    """``torch.ops.tilefuse.<op>(a, b, ...)`` from the public function's arguments (``return_gathered``
+    for all_gather_gemm, ``out`` for gemm_all_scatter, ``bias`` for gemm_all_reduce).
+
+    An eager call that needs no gradient and that nothing traces (:func:`_direct`) runs the entry
+    point itself (auto: :func:`dispatch.run_auto`), as cheaply as the call of a Python function:
+    the custom op's dispatch costs as much host time as a plain call's own at decode sizes. Where
+    ``b`` needs a gradient, all_gather_gemm runs the gathered-output op: the weight gradient needs
+    ``all_gather(a)``.
+    """
+    if (type(a) is _Tensor and type(b) is _Tensor and not (_grad_enabled() and (a.requires_grad or b.requires_grad))
+            and not _is_compiling() and not _dispatch_modes()):  # _direct's common case, on one line
+        given = _NONE
+        for value in kwargs.values():
+            if value is not None and value is not False:
+                given = _direct(a, b, kwargs)
+                break
+    else:
+        given = _direct(a, b, kwargs)
+    if given is not None:
+        if type(group) is str:
+            group = resolve_group(group)
+        if variant == "auto":
+            return run_auto(op, a, b, config, group, **given) if given else run_auto(op, a, b, config, group)
+        if not isinstance(variant, str):
+            raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
+        if given:
+            return _get(op, variant)(a, b, config=config, group=group, **given)
+        return _get(op, variant)(a, b, config=config, group=group)
+    if not isinstance(variant, str):
+        raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
+    cfg, grp = encode_config(config), group_name(group)
+    ops = torch.ops.tilefuse
+    scaling = _scaling(*(kwargs.pop(name, None) for name in _SCALING_NAMES))
+    if op == "all_gather_gemm":
+        return_gathered = kwargs.pop("return_gathered", False)
+        if return_gathered or (b.requires_grad and torch.is_grad_enabled()):
+            c, gathered = ops.all_gather_gemm_gathered(a, b, variant, cfg, grp, **scaling)
+            return (c, gathered) if return_gathered else c
+    elif op == "gemm_all_scatter":
+        out = kwargs.pop("out", None)
+        if out is not None:
+            if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+                raise RuntimeError("gemm_all_scatter(): functions with out=... arguments don't support automatic "
+                                   "differentiation; call it without out= (or under torch.no_grad())")
+            if torch.compiler.is_compiling():
+                # Traced code functionalises a mutated argument (the op would write into a copy of out, off
+                # the heap): the compiled call runs the op into its own buffer and copies the result into out.
+                return out.copy_(ops.gemm_all_scatter(a, b, variant, cfg, grp, **scaling))
+            ops.gemm_all_scatter_out(a, b, out, variant, cfg, grp, **scaling)
+            return out
+    elif op == "gemm_all_reduce":
+        bias = kwargs.pop("bias", None)
+        if bias is not None:
+            return ops.gemm_all_reduce(a, b, variant, cfg, grp, bias, **scaling)
+    if kwargs:
+        raise TypeError(f"{op}: unexpected keyword argument(s) {sorted(kwargs)}")
+    return getattr(ops, op)(a, b, variant, cfg, grp, **scaling)
+
+
+def call_norm(a, b, *, variant: str, config, group, bias, residual, norm_weight, eps):
+    """``torch.ops.tilefuse.gemm_all_reduce_norm`` from the public function's arguments (or, as
+    :func:`call`, its entry point directly where nothing traces the call and nothing needs a gradient)."""
+    if not isinstance(variant, str):
+        raise TypeError(f"gemm_all_reduce: variant must be a string, got {type(variant).__name__}")
+    if norm_weight is None:
+        raise ValueError("gemm_all_reduce: residual= is the residual of the fused RMSNorm; pass norm_weight= "
+                         "with it (or add the residual to the result yourself)")
+    if _direct(a, b, {"bias": bias, "residual": residual, "norm_weight": norm_weight}) is not None:
+        return run_norm(a, b, variant, config, resolve_group(group) if isinstance(group, str) else group, bias,
+                        residual, norm_weight, eps)
+    return torch.ops.tilefuse.gemm_all_reduce_norm(a, b, variant, encode_config(config), group_name(group), bias,
+                                                    residual, norm_weight, float(eps))
