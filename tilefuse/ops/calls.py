@@ -32,11 +32,13 @@ def _direct(a, b, kwargs: dict) -> dict | None:
     if _is_compiling() or _dispatch_modes() or not (_plain(a) and _plain(b)):
         return None
     given = _NONE
-    for value in kwargs.values():
+    for name, value in kwargs.items():
         if value is not None and value is not False:
             if not _plain(value):
                 return None
-            given = kwargs
+            if given is _NONE:
+                given = {}
+            given[name] = value
     return given
 
 
