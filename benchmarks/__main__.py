@@ -28,8 +28,7 @@ MODES = {
     "suite": Mode("suite", "every op x variant at world W against torch.matmul + the collective, the collective "
                            "alone, torch's fused ops and the ideal overlap (default W: the GPU count if more "
                            "than one, else 2; W = 1: each variant's fusion tax)"),
-    "gemm": Mode("gemm", "tilefuse's GEMM core (tilefuse.matmul) against torch.matmul on a grid of shapes; "
-                         "--fp8: in float8 against torch._scaled_mm"),
+    "gemm": Mode("gemm", "tilefuse's GEMM core (tilefuse.matmul) against torch.matmul on a grid of shapes"),
     "host": Mode("host", "host µs per eager call and device µs per call timed alone: torch's own calls, plain, "
                          "auto and each variant (W = 1 on random shapes, W = 2 host time; --parts, --profile)"),
     "decode": Mode("decode", "row-parallel GEMM + all-reduce + residual add + RMSNorm at decode sizes, fused against "

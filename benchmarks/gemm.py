@@ -143,19 +143,16 @@ def _shape_fp8(ctx, M: int, N: int, K: int, scaling: str, fields: dict, args) ->
     rows = [row(OP, scaling, M, N, K, E4M3, 1, "rel_err", err, note)]
     if not err <= tolerance(out_dtype, ctx.on_gpu):
         return rows + [row(OP, scaling, M, N, K, E4M3, 1, "error", float("nan"), f"relative error {err:.3g}")]
-    if ctx.on_gpu:
-        if padded[0].shape != a.shape or padded[1].shape != b.shape:
-            note += " | torch: _scaled_mm on operands zero-padded to multiples of 16 (the copy not timed)"
-
-        def torch_fn():
-            pa, pb, psa, psb = cycle()[4]
-            return torch._scaled_mm(pa, pb, scale_a=psa, scale_b=psb, out_dtype=out_dtype)
-    else:
+    if not ctx.on_gpu:
         note += " | torch: fp32 matmul of the dequantized operands (_scaled_mm does not run on the CPU)"
+    elif padded[0].shape != a.shape or padded[1].shape != b.shape:
+        note += " | torch: _scaled_mm on operands zero-padded to multiples of 16 (the copy not timed)"
 
-        def torch_fn():
-            a, b, sa, sb, _ = cycle()
-            return (a.float() * sa) @ (b.float() * sb)
+    def torch_fn():
+        a, b, sa, sb, p = cycle()
+        if p:
+            return torch._scaled_mm(p[0], p[1], scale_a=p[2], scale_b=p[3], out_dtype=out_dtype)
+        return (a.float() * sa) @ (b.float() * sb)
 
     def core_fn():
         a, b, sa, sb, _ = cycle()
