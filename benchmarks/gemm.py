@@ -3,6 +3,7 @@
     python -m benchmarks gemm --grid parity --dtypes bf16,fp16 --csv bench_out/gemm.csv
     python -m benchmarks gemm --grid small --set SPLIT_K=1           # one config field changed
     python -m benchmarks gemm --shapes 333x6144x4096,16x4096x4096
+    python -m benchmarks gemm --grid parity --fp8 tensorwise,rowwise --csv bench_out/gemm_fp8.csv
 
 Every variant runs this K loop, so the core's speed against cuBLAS bounds what any variant can reach.
 Per shape and dtype the two are timed in the same rounds, their calls interleaved one by one, each
@@ -14,6 +15,14 @@ shape, with the ``--set`` fields changed. Each result is checked against an fp32
 CSV (long format, written shape by shape): per shape ``ms`` of the core, ``torch_ms`` and ``ratio`` =
 torch_ms / ms (above 1: faster than torch.matmul), ``rel_err``; per dtype ``ratio_median`` and
 ``ratio_worst`` over the grid (shape ``all``); the config in ``note``.
+
+``--fp8 tensorwise,rowwise``: instead of ``--dtypes``, the core in float8 (``tilefuse.matmul`` with
+``scale_a``, ``scale_b``; a float8_e4m3fn, b a float8 Linear weight's transpose, bfloat16 results)
+against ``torch._scaled_mm``, per scaling (the rows' ``variant``; scales tensor-wise, or row-wise
+``[M, 1]`` and ``[1, N]``), each checked against the fp32 product of the dequantized operands first.
+_scaled_mm takes only dimensions that are multiples of 16: on other shapes it runs on operands
+zero-padded to them, copied before timing (the note says so). On the CPU, where _scaled_mm does not
+run, ``torch_ms`` times that fp32 product of the dequantized operands and the results are float16.
 """
 
 from __future__ import annotations
@@ -48,6 +57,8 @@ GRIDS = {
     "smoke": [(10, 40, 512), (70, 24, 200)],
 }
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+SCALINGS = ("tensorwise", "rowwise")
+E4M3 = torch.float8_e4m3fn
 
 
 def parse_fields(items: list) -> dict:
@@ -93,22 +104,87 @@ def _shape(ctx, M: int, N: int, K: int, dtype, fields: dict, args) -> list:
                    for metric, value in (("ms", ms), ("torch_ms", torch_ms), ("ratio", torch_ms / ms))]
 
 
-def _job(ctx, shapes: list, dtypes: list, fields: dict, args) -> list:
+def _pad16(t: torch.Tensor, dims=(0, 1)) -> torch.Tensor:
+    """``t`` (2-D) zero-padded to a multiple of 16 along ``dims`` (``t`` itself if it is one)."""
+    size = [-(-n // 16) * 16 if d in dims else n for d, n in enumerate(t.shape)]
+    if size == list(t.shape):
+        return t
+    out = t.new_zeros(size)
+    out[: t.shape[0], : t.shape[1]] = t
+    return out
+
+
+def _shape_fp8(ctx, M: int, N: int, K: int, scaling: str, fields: dict, args) -> list:
+    """Check, then time, the core in float8 and torch._scaled_mm (on the CPU: the fp32 product of the
+    dequantized operands) on one shape; CSV rows."""
+    dev, rowwise = ctx.device, scaling == "rowwise"
+    out_dtype = torch.bfloat16 if ctx.on_gpu else torch.float16  # the interpreter computes bfloat16 wrong
+    cfg = config_for(M, N, K, E4M3, dev, fields)
+    note = " ".join(f"{k}={v}" for k, v in cfg.to_dict().items())
+
+    def make(i):
+        g = torch.Generator(device=dev).manual_seed(2000 + i)
+        a = torch.randn(M, K, generator=g, device=dev).to(E4M3)
+        b = torch.randn(N, K, generator=g, device=dev).to(E4M3).t()  # a Linear weight's transpose
+        sa = torch.rand(M, 1, generator=g, device=dev) + 0.5 if rowwise else torch.tensor(0.75, device=dev)
+        sb = torch.rand(1, N, generator=g, device=dev) + 0.5 if rowwise else torch.tensor(1.25, device=dev)
+        if not ctx.on_gpu:
+            return a, b, sa, sb, ()
+        # _scaled_mm's operands: padded to multiples of 16, b column-major, the scales padded alike
+        pa, pb = _pad16(a), _pad16(b.t()).t()
+        psa, psb = (_pad16(sa, (0,)), _pad16(sb, (1,))) if rowwise else (sa, sb)
+        return a, b, sa, sb, (pa, pb, psa, psb)
+
+    sets = rotating(make, M * K + N * K, dev)
+    out_core = torch.empty(M, N, dtype=out_dtype, device=dev)
+    a, b, sa, sb, padded = sets[0]
+    err = rel_error(tilefuse.matmul(a, b, config=cfg, out=out_core, scale_a=sa, scale_b=sb),
+                    (a.float() * sa) @ (b.float() * sb))
+    rows = [row(OP, scaling, M, N, K, E4M3, 1, "rel_err", err, note)]
+    if not err <= tolerance(out_dtype, ctx.on_gpu):
+        return rows + [row(OP, scaling, M, N, K, E4M3, 1, "error", float("nan"), f"relative error {err:.3g}")]
+    if not ctx.on_gpu:
+        note += " | torch: fp32 matmul of the dequantized operands (_scaled_mm does not run on the CPU)"
+    elif padded[0].shape != a.shape or padded[1].shape != b.shape:
+        note += " | torch: _scaled_mm on operands zero-padded to multiples of 16 (the copy not timed)"
+
+    def torch_fn():
+        a, b, sa, sb, p = cycle()
+        if p:
+            return torch._scaled_mm(p[0], p[1], scale_a=p[2], scale_b=p[3], out_dtype=out_dtype)
+        return (a.float() * sa) @ (b.float() * sb)
+
+    def core_fn():
+        a, b, sa, sb, _ = cycle()
+        return tilefuse.matmul(a, b, config=cfg, out=out_core, scale_a=sa, scale_b=sb)
+
+    cycle = Cycle(sets)
+    settle(ctx, torch_fn)
+    ms, torch_ms = bench_interleaved(ctx, [core_fn, torch_fn], warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
+    return rows + [row(OP, scaling, M, N, K, E4M3, 1, metric, value, note)
+                   for metric, value in (("ms", ms), ("torch_ms", torch_ms), ("ratio", torch_ms / ms))]
+
+
+def _job(ctx, shapes: list, cases: list, fields: dict, args) -> list:
+    """``cases``: torch dtypes (the core against torch.matmul) or scalings (float8, against _scaled_mm)."""
     info = run_info(ctx.device)
     rows: list = []
-    for dtype in dtypes:
+    for case in cases:
+        fp8 = case in SCALINGS
+        variant, dtype = (case, E4M3) if fp8 else ("default", case)
         ratios = []
         for M, N, K in shapes:
             try:
-                got = _shape(ctx, M, N, K, dtype, fields, args)
+                got = (_shape_fp8(ctx, M, N, K, case, fields, args) if fp8 else
+                       _shape(ctx, M, N, K, dtype, fields, args))
             except Exception as exc:  # recorded; the grid goes on
-                got = [row(OP, "default", M, N, K, dtype, 1, "error", float("nan"), error_text(exc))]
+                got = [row(OP, variant, M, N, K, dtype, 1, "error", float("nan"), error_text(exc))]
                 print(f"{M}x{N}x{K}: {error_text(exc)}", file=sys.stderr, flush=True)
             ratios += [r["value"] for r in got if r["metric"] == "ratio"]
             rows += got
             write_csv(rows, args.csv, info)
         if ratios:
-            rows += [row(OP, "default", "all", "all", "all", dtype, 1, metric, value, f"{len(ratios)} shapes")
+            rows += [row(OP, variant, "all", "all", "all", dtype, 1, metric, value, f"{len(ratios)} shapes")
                      for metric, value in (("ratio_median", statistics.median(ratios)), ("ratio_worst", min(ratios)))]
             write_csv(rows, args.csv, info)
     return rows
@@ -121,6 +197,8 @@ def main(argv=None) -> int:
                    help="shapes (default: parity on a GPU, smoke on the CPU)")
     p.add_argument("--shapes", default=None, help="comma-separated MxNxK instead of a grid")
     p.add_argument("--dtypes", default=None, help=f"comma-separated of {sorted(DTYPES)} (default bf16; CPU fp16)")
+    p.add_argument("--fp8", default=None, metavar="SCALINGS",
+                   help="comma-separated of tensorwise, rowwise: the core in float8 against torch._scaled_mm")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=N",
                    help="Config fields to change from the shape's default, e.g. SPLIT_K=1")
     p.add_argument("--warmup-ms", type=float, default=25.0)
@@ -132,6 +210,10 @@ def main(argv=None) -> int:
         fields = parse_fields(args.set)
         names = (args.dtypes or ("bf16" if on_gpu else "fp16")).split(",")
         dtypes = [DTYPES[n.strip()] for n in names]
+        if args.fp8:
+            dtypes = [s.strip() for s in args.fp8.split(",")]
+            if not set(dtypes) <= set(SCALINGS):
+                raise ValueError(f"--fp8 {args.fp8!r}: expected a comma-separated list of {list(SCALINGS)}")
         shapes = [parse_custom_shape(s) for s in args.shapes.split(",")] if args.shapes else \
             GRIDS[args.grid or ("parity" if on_gpu else "smoke")]
         if any(s is None for s in shapes):
@@ -139,9 +221,11 @@ def main(argv=None) -> int:
     except (KeyError, ValueError) as err:
         p.error(str(err))
     rows = launch(_job, 1, shapes, dtypes, fields, args, heap_size=256 << 20)[0]
-    records = [{"dtype": r["dtype"], "shape": f"{r['M']}x{r['N']}x{r['K']}", "metric": r["metric"],
-                "value": r["value"]} for r in rows if r["metric"] in ("ratio", "ratio_median", "ratio_worst", "error")]
-    print_table(records, ["dtype", "shape", "metric", "value"], title="GEMM core vs torch.matmul (ratio > 1: faster)")
+    records = [{"dtype": r["dtype"], "variant": r["variant"], "shape": f"{r['M']}x{r['N']}x{r['K']}",
+                "metric": r["metric"], "value": r["value"]}
+               for r in rows if r["metric"] in ("ratio", "ratio_median", "ratio_worst", "error")]
+    print_table(records, ["dtype", "variant", "shape", "metric", "value"],
+                title="GEMM core vs torch.matmul, float8: torch._scaled_mm (ratio > 1: faster)")
     print(f"csv: {args.csv}")
     return 1 if any(r["metric"] == "error" for r in rows) else 0
 

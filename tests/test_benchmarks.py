@@ -98,8 +98,9 @@ def test_world2_cli_writes_checked_rows_table_and_plots(tmp_path):
     assert pngs == sorted(f"speedup_{op}_w2_float16.png" for op in OPS)
 
 
-def _untouched_out(a, b, *, config=None, group=None, out=None):
-    """A gemm_all_scatter 'variant' that writes nothing: returns the (poisoned) out buffer."""
+def _untouched_out(a, b, *, config=None, group=None, out=None, **scaling):
+    """A gemm_all_scatter 'variant' that writes nothing: returns the (poisoned) out buffer. ``scaling``:
+    the scale_a, scale_b, out_dtype (None) a call with ``out=`` hands every variant."""
     return out
 
 
@@ -216,6 +217,27 @@ def test_gemm_mode_checks_and_compares_the_core(tmp_path, capsys):
     assert "ratio_median" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         gemm.main(["--set", "SPLIT_K", "--csv", str(csv)])
+
+
+def test_gemm_mode_fp8_checks_each_scaling(tmp_path):
+    """gemm --fp8: the float8 core per scaling, checked against the fp32 product of the dequantized
+    operands, then timed. torch._scaled_mm does not run on the CPU: there ``torch_ms`` times that fp32
+    product (the note says so); the zero padding of _scaled_mm's operands is checked alone."""
+    csv = tmp_path / "fp8.csv"
+    assert gemm.main(["--shapes", "20x24x40", "--fp8", "tensorwise,rowwise", "--csv", str(csv)]) == 0
+    df = results.read_csv(csv)
+    assert set(df.dtype) == {"float8_e4m3fn"}
+    for scaling in ("tensorwise", "rowwise"):
+        mine = df[df.variant == scaling]
+        assert (mine[mine.metric == "rel_err"].value.astype(float) < 1e-2).all()
+        assert {"ms", "torch_ms", "ratio", "ratio_median", "ratio_worst"} <= set(mine.metric), scaling
+        assert mine[mine.metric == "torch_ms"].note.str.contains("dequantized").all()
+    t = torch.arange(3 * 17.0).reshape(3, 17)
+    padded = gemm._pad16(t)
+    assert padded.shape == (16, 32) and torch.equal(padded[:3, :17], t) and padded[3:].eq(0).all()
+    assert gemm._pad16(t, (0,)).shape == (16, 17) and gemm._pad16(padded) is padded
+    with pytest.raises(SystemExit):
+        gemm.main(["--fp8", "blockwise", "--csv", str(csv)])
 
 
 def test_tp_mode_times_the_three_forms(tmp_path):

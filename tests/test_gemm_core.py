@@ -298,6 +298,31 @@ def test_matmul_default_config():
     _assert_matches(matmul(a, b, c, cfg), a, b, torch.float16)
 
 
+def test_public_matmul_float8_scales():
+    """tilefuse.matmul with float8 operands and tensor-wise or row-wise scales against the fp32
+    product of the dequantized operands; out_dtype, out's dtype, and the scales' checks."""
+    import tilefuse
+
+    M, N, K = 20, 24, 40
+    gen = torch.Generator().manual_seed(5)
+    a = (torch.randn(M, K, generator=gen) * 2).to(torch.float8_e4m3fn).to(DEVICE)
+    b = (torch.randn(N, K, generator=gen) * 2).to(torch.float8_e4m3fn).to(DEVICE).t()  # column-major
+    dtype = torch.float16 if INTERPRET else torch.bfloat16
+    for sa, sb in ((torch.tensor(0.75), torch.tensor(1.25)),
+                   (torch.rand(M, 1, generator=gen) + 0.5, torch.rand(1, N, generator=gen) + 0.5)):
+        sa, sb = sa.to(DEVICE), sb.to(DEVICE)
+        ref = (a.float() * sa) @ (b.float() * sb)
+        got = tilefuse.matmul(a, b, scale_a=sa, scale_b=sb, out_dtype=dtype)
+        assert got.dtype == dtype and (got.float() - ref).norm() <= 1e-2 * ref.norm()
+        out = torch.full((M, N), NAN, dtype=torch.float32, device=DEVICE)
+        assert tilefuse.matmul(a, b, scale_a=sa, scale_b=sb, out=out) is out
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="scale_b"):
+        tilefuse.matmul(a, b, scale_a=sa)
+    with pytest.raises(TypeError, match="float8"):
+        tilefuse.matmul(a.float(), b.float(), scale_a=sa, scale_b=sb)
+
+
 # (M, N, K, BLOCK_K): K steps not a multiple of SPLIT_K for 2, 3 and 4 (200 / 32 -> 7 steps, the
 # last one ragged); 3 steps of 16 (the 4th slice is empty); one row of tiles over a wide N.
 SPLIT_SHAPES = [(100, 72, 200, 32), (10, 130, 40, 16), (33, 200, 120, 16)]

@@ -74,19 +74,28 @@ def is_on_heap(t, group=None):
     return get_heap(group).is_on_heap(t)
 
 
-def matmul(a, b, *, config=None, out=None):
+def matmul(a, b, *, config=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
     """tilefuse's persistent GEMM core alone, the K loop every variant runs: ``a [M, K] @ b [K, N]``
     -> ``[M, N]`` in the inputs' dtype, fp32 accumulation, on this rank's device; no communication.
     ``config``: a :class:`Config` (default: ``Config.for_shape(M, N, K, a.dtype, comm=False)``);
-    ``out``: an ``[M, N]`` tensor to write. For comparing the GEMM core with ``torch.matmul``."""
-    from .ops.common.gemm import matmul as _core
+    ``out``: an ``[M, N]`` tensor to write. For comparing the GEMM core with ``torch.matmul``.
 
+    Float8 ``a`` and ``b`` take ``scale_a`` and ``scale_b`` as ``torch._scaled_mm`` does (float32,
+    tensor-wise or row-wise ``[M, 1]``, ``[1, N]``): the result is ``(a.float() * scale_a) @
+    (b.float() * scale_b)`` rounded once to ``out_dtype`` (default: ``out``'s dtype, else bfloat16)."""
+    from .ops.common.gemm import matmul as _core
+    from .ops.common.scaled import is_float8, kernel_scales, prepare_scaling
+
+    if out is not None and out_dtype is None and is_float8(a):
+        out_dtype = out.dtype
+    dtype, kind = prepare_scaling("matmul", a, b, scale_a, scale_b, out_dtype)
     M, N = a.shape[0], b.shape[1]
     if config is None:
         config = Config.for_shape(M, N, a.shape[1], a.dtype, device=a.device, comm=False)
     if out is None:
-        out = a.new_empty(M, N)
-    return _core(a, b, out, config)
+        out = a.new_empty(M, N, dtype=dtype)
+    scales = None if kind is None else kernel_scales(scale_a, scale_b, a.device)
+    return _core(a, b, out, config, scales=scales)
 
 
 def auto_choice(op: str, a, b, group=None) -> tuple:

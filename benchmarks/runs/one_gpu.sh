@@ -6,7 +6,7 @@
 # Parts (modes of `python -m benchmarks`; their CSVs and plots land in $R):
 #   suite   every op x variant at W = 1 against torch.matmul on the Llama-3-8B set (the fusion tax),
 #           eagerly and replayed in CUDA graphs
-#   gemm    the GEMM core against torch.matmul on the parity grid
+#   gemm    the GEMM core against torch.matmul on the parity grid, then in float8 against torch._scaled_mm
 #   host    host µs per eager call (benchmarks host): every op x variant, plain and auto at W = 1 with
 #           real launches (M = 1, 16, 128); torch, plain and auto on 24 random shapes with device µs
 #           per call timed alone; at W = 2 with ranks sharing the GPU, host time
@@ -24,7 +24,10 @@ for part in "$@"; do
         step suite_w1 240 "$PY" -m benchmarks suite --world 1 --sets llama3-8b --csv "$R/suite_w1.csv" --graphs --no-progress
         plots "$R/suite_w1.csv"
         ;;
-    gemm) step gemm_w1 270 "$PY" -m benchmarks gemm --grid parity --csv "$R/gemm_w1.csv" ;;
+    gemm)
+        step gemm_w1 270 "$PY" -m benchmarks gemm --grid parity --csv "$R/gemm_w1.csv"
+        step gemm_fp8_w1 240 "$PY" -m benchmarks gemm --grid parity --fp8 tensorwise,rowwise --warmup-ms 10 --rep-ms 40 --csv "$R/gemm_fp8_w1.csv"
+        ;;
     host)
         step host_path_w1 90 "$PY" -m benchmarks host --world 1 --real-launches \
             --shapes 1x4096x8192,16x4096x8192,128x4096x8192 --calls 100 --rounds 5 --out "$R/host_path"
