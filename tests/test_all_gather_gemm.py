@@ -131,7 +131,7 @@ def test_non_default_config(pools, variant):
                          b_transposed=True, a_column_major=True))
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("a_column_major", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_copy_engine_form(pools, world, a_column_major):
     """The copy_engine form: peers' rows come by copy engine, chunk by chunk, while the GEMM waits on
@@ -269,7 +269,7 @@ def job_local_tiles_claimed(ctx):
     return True
 
 
-@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("world", [1, 2, pytest.param(3, marks=pytest.mark.slow)])
 def test_local_tiles_claimed(pools, world):
     assert all(pools.run(world, job_local_tiles_claimed))
 

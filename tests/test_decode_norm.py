@@ -311,7 +311,7 @@ def job_fuse_llama(ctx, variant):
     return True
 
 
-@pytest.mark.parametrize("world,variant", [(2, "fused_sequential"),
+@pytest.mark.parametrize("world,variant", [pytest.param(2, "fused_sequential", marks=pytest.mark.slow),
                                            pytest.param(3, "wg_specialized", marks=pytest.mark.slow),
                                            pytest.param(2, "plain", marks=pytest.mark.slow)])
 def test_fuse_allreduce_norm_llama(pools, world, variant):

@@ -66,6 +66,7 @@ def _check(runs: list) -> None:
             assert "result (16, 16)" in stdout and "closed at exit: True" in stdout, where
 
 
+@pytest.mark.slow
 def test_a_program_without_shutdown_exits_cleanly():
     _check([_run_once()])
 

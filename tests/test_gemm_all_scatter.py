@@ -106,7 +106,7 @@ def job_result_buffers(ctx, variants):
     return True
 
 
-@pytest.mark.parametrize("world", [1, 3])
+@pytest.mark.parametrize("world", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_result_off_the_heap(pools, world):
     assert all(pools.run(world, job_result_buffers, list(tilefuse.VARIANTS)))
 

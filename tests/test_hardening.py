@@ -256,6 +256,7 @@ def group_die_before_watching_peers(rank, world):
 
 
 @cpu_only
+@pytest.mark.slow
 def test_a_rank_dying_at_init_s_last_host_steps_leaves_the_heap_closed():
     """A peer gone after the heaps are mapped, before init's last host steps (the control block's
     symmetry, the exchange of process ids): the survivor raises within the host bound and closes its
