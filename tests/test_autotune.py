@@ -844,7 +844,8 @@ def job_graph_choice(ctx, cache_dir, device_fused_ms):
         return choice.variant, choice.graph and choice.graph[0], eager, in_graphs, len(tunes)
 
 
-@pytest.mark.parametrize("device_fused_ms,graph", [(2.0, "plain"), pytest.param(0.5, "fused_sequential", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("device_fused_ms,graph",
+                         [(2.0, "plain"), pytest.param(0.5, "fused_sequential", marks=pytest.mark.slow)])
 def test_first_call_tuning_decides_apart_for_cuda_graphs(pools, tmp_path, device_fused_ms, graph):
     """A variant that wins eagerly but loses on device time runs plain inside CUDA graphs; one that
     wins both ways runs in both. The graph choice is saved in the cache entry and read back."""
