@@ -231,7 +231,8 @@ def test_gemm_mode_fp8_checks_each_scaling(tmp_path):
         mine = df[df.variant == scaling]
         assert (mine[mine.metric == "rel_err"].value.astype(float) < 1e-2).all()
         assert {"ms", "torch_ms", "ratio", "ratio_median", "ratio_worst"} <= set(mine.metric), scaling
-        assert mine[mine.metric == "torch_ms"].note.str.contains("dequantized").all()
+        if (mine.device == "cpu-interpreter").all():  # on a GPU torch_ms is torch._scaled_mm's own
+            assert mine[mine.metric == "torch_ms"].note.str.contains("dequantized").all()
     t = torch.arange(3 * 17.0).reshape(3, 17)
     padded = gemm._pad16(t)
     assert padded.shape == (16, 32) and torch.equal(padded[:3, :17], t) and padded[3:].eq(0).all()
@@ -635,14 +636,17 @@ def test_decode_smoke_checks_and_times_every_method(pools, on_gpu):
 def test_noop_launches_run_the_host_path_and_launch_nothing():
     """tilefuse.runtime.launcher.noop_launches (benchmarks host's no-op launches): inside the block a
     kernel writes nothing; after it the same call computes."""
+    from harness import TEST_DEVICE
+
     import tilefuse
     from tilefuse.runtime.launcher import noop_launches
 
-    a, b = torch.randn(16, 32), torch.randn(32, 24)
-    out = torch.full((16, 24), float("nan"))
+    dev = "cuda" if TEST_DEVICE == "cuda" else "cpu"
+    a, b = torch.randn(16, 32, device=dev), torch.randn(32, 24, device=dev)
+    out = torch.full((16, 24), float("nan"), device=dev)
     with noop_launches():
         tilefuse.matmul(a, b, out=out)
         tilefuse.matmul(a, b, out=out)  # a signature seen before: the lookup path
     assert out.isnan().all()
     tilefuse.matmul(a, b, out=out)
-    assert torch.allclose(out, a @ b, atol=1e-4, rtol=1e-4)
+    assert torch.allclose(out, a @ b, atol=1e-2, rtol=1e-2)  # tf32 on a GPU

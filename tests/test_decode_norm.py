@@ -145,24 +145,26 @@ def test_norm_variants_bit_identical(pools):
     assert all(pools.run(2, job_variants_agree))
 
 
-def test_kernel_poisoned_outputs_ragged_and_chunked():
+def test_kernel_poisoned_outputs_ragged_and_chunked(on_gpu):
     """The epilogue kernel alone: NaN-filled outputs all written, ragged N, rows walked in one block
     and in several (``max_block``), against torch's composition; bad arguments refused."""
     from tilefuse.ops.gemm_all_reduce.norm import check_norm_args
 
     g = torch.Generator().manual_seed(0)
+    dev = "cuda" if on_gpu else "cpu"
     for N, max_block in ((40, 64), (100, 32)):
         for dtype in (torch.float16, torch.float32):
-            c = (torch.randn(3, N, generator=g) * 4).to(dtype)
-            res = torch.randn(3, N, generator=g).to(dtype)
-            w = torch.randn(N, generator=g).to(dtype)
+            c = (torch.randn(3, N, generator=g) * 4).to(dev, dtype)
+            res = torch.randn(3, N, generator=g).to(dev, dtype)
+            w = torch.randn(N, generator=g).to(dev, dtype)
             for residual in (res, None):
                 out = (torch.full_like(c, float("nan")), torch.full_like(c, float("nan")))
                 y, s = add_rms_norm(c, residual, w, EPS, out=out, max_block=max_block)
                 y_ref, s_ref = add_rms_norm_torch(c, residual, w, EPS)
                 what = f"N={N} block={max_block} {dtype} residual={residual is not None}"
                 assert torch.equal(s, s_ref), f"{what}: s"  # one fp32 add, one rounding: exact
-                torch.testing.assert_close(y, y_ref, rtol=2e-3 if dtype == torch.float16 else 1e-5, atol=1e-5,
+                # (a GPU's rsqrt is within a few ulp of torch's)
+                torch.testing.assert_close(y, y_ref, rtol=2e-3 if dtype == torch.float16 else 1e-4, atol=1e-5,
                                            msg=lambda m, what=what: f"{what}: {m}")
     a, b = torch.zeros(4, 8), torch.zeros(8, 16)
     with pytest.raises(ValueError, match=r"norm_weight must have shape \(16,\)"):

@@ -4,7 +4,7 @@ import time
 
 import pytest
 import torch
-from ophelpers import assert_matches, environment
+from ophelpers import assert_matches, environment, tolerance
 
 import tilefuse
 from tilefuse.ops import registry
@@ -158,7 +158,8 @@ def job_backward_fault_in_steps(ctx, iterations, fail_at):
         ref = registry.get("gemm_reduce_scatter", "reference")(
             registry.get("all_gather_gemm", "reference")(x, w1.detach()), w2.detach().t())
         got = outputs.get(it)
-        if got is not None and not torch.allclose(got, ref, rtol=1e-4, atol=1e-3):
+        rtol, atol = tolerance(torch.float32, F, ctx.on_gpu)  # tf32 on a GPU; a mispaired call is far off
+        if got is not None and not torch.allclose(got, ref, rtol=rtol, atol=atol * float(ref.abs().max())):
             wrong.append(it)
     right = _four_ops_right(ctx, seed=300)
     tilefuse.barrier()

@@ -389,8 +389,11 @@ class Group:
 
     def begin_args(self, sig: int, outputs: tuple) -> tuple:
         """``sig, gen, out0, n_out0, out1, n_out1``: the begin's arguments (up to two contiguous
-        floating-point outputs, filled with NaN if the call aborts; the stand-in otherwise)."""
-        outs = [t for t in outputs if t is not None and t.is_contiguous() and t.dtype.is_floating_point]
+        floating-point outputs of 16 bits or more, filled with NaN if the call aborts; the stand-in
+        otherwise). A float8 output (all_gather_gemm's gathered rows) is not filled: Triton 3.6 makes
+        no float8 constant."""
+        outs = [t for t in outputs
+                if t is not None and t.is_contiguous() and t.dtype.is_floating_point and t.element_size() > 1]
         o0 = outs[0] if outs else self.dummy
         o1 = outs[1] if len(outs) > 1 else self.dummy
         return sig, self.gen, o0, o0.numel() if outs else 0, o1, o1.numel() if len(outs) > 1 else 0
