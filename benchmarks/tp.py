@@ -18,7 +18,8 @@ import copy
 import statistics
 
 import torch
-from torch import nn
+
+from tilefuse.nn.reference import GatedMLP
 
 from .checks import rel_error
 from .launch import launch
@@ -26,19 +27,6 @@ from .results import print_table, row, run_info, write_csv
 from .timing import bench_interleaved, settle
 
 SIZES = {"8b": (4096, 14336, 8192), "tiny": (64, 96, 64)}  # hidden, intermediate, tokens
-
-
-class GatedMLP(nn.Module):
-    """Llama's MLP, ``down(silu(gate(x)) * up(x))``, with the submodule names ``LLAMA_MLP_PLAN`` names."""
-
-    def __init__(self, hidden: int, inter: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, inter, bias=False)
-        self.up_proj = nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 def _rank_job(ctx, size: str, variant: str):

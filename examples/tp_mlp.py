@@ -25,19 +25,7 @@ from torch import nn
 
 import tilefuse
 from tilefuse.nn import LLAMA_MLP_PLAN, parallelize
-
-
-class GatedMLP(nn.Module):
-    """Llama's MLP, ``down(silu(gate(x)) * up(x))``, with the submodule names ``LLAMA_MLP_PLAN`` names."""
-
-    def __init__(self, hidden: int, inter: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, inter, bias=False)
-        self.up_proj = nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+from tilefuse.nn.reference import GatedMLP  # Llama's MLP: down(silu(gate(x)) * up(x))
 
 
 class MLPBlock(nn.Module):
