@@ -135,11 +135,12 @@ def _names(pg, ranks) -> str:
 RESET_GRACE_S = 5.0
 
 
-def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = None) -> None:
+def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = None, late=None) -> None:
     """Rendezvous of every rank of ``group`` (module docstring), then forget any earlier failed host
     step: later steps use a fresh key namespace, the same on every rank. Bounded by ``timeout``
     (default ``TILEFUSE_HOST_TIMEOUT``): :class:`HostTimeoutError` naming the ranks that did not come;
-    a later call starts over."""
+    a later call starts over. ``late = (seconds, fn)``: ``fn()`` runs once if some rank has not come
+    after ``seconds`` (or at the bound, whichever is first)."""
     pg = _resolve(group)
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
     st = _state(pg)
@@ -150,7 +151,8 @@ def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = N
     store, base = st.store, f"tilefuse/reset/{st.name}"
     mine = f"{base}/in/{rank}"
     token_keys = [f"{base}/in/{r}" for r in range(world)]
-    deadline = time.monotonic() + bound
+    t0 = time.monotonic()
+    deadline = t0 + bound
     acked = None  # the round this rank acked
     check = _WATCHERS.get(st.name)
     pause = 1e-4
@@ -176,10 +178,15 @@ def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = N
             if check is not None:
                 check(what, False)  # (peers stuck in a call are expected here: reset poisoned them)
             now = time.monotonic()
+            if late is not None and round_id is None and now - t0 >= late[0]:
+                late, fire = None, late[1]
+                fire()
             if now >= deadline and not (acked is not None and now < deadline + RESET_GRACE_S):
                 if acked is not None and _all_acked(store, base, acked, world):
                     break
                 missing = [r for r in range(world) if r not in present]
+                if late is not None:  # (a bound shorter than ``late``'s wait: it runs before giving up)
+                    late[1]()
                 raise HostTimeoutError(
                     f"{what}: rank(s) {_names(pg, missing) or '?'} of {world} did not come within {bound:g} s "
                     f"(seen from rank {_global(pg, rank)}); every rank must call it. Calling it again "

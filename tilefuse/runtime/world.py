@@ -197,17 +197,23 @@ def on_reset(hook) -> None:
         REGISTRY.reset_hooks.append(hook)
 
 
+RESET_POISON_AFTER_S = 2.0  # how long a reset waits for every rank before it poisons them
+
+
 def reset(group=None) -> None:
     """Collective recovery after an error on ``group``: call it on every rank of the group; its calls
     then pair from scratch (other groups are left alone). Whatever happened before (a call that failed
     on some ranks, a reset one rank made alone, a reset that timed out) it recovers once every rank
     calls it.
 
-    1. Poison every rank's control block: a call still waiting on a peer (one that never came) ends
-       at once, and every rank's next call raises :class:`PoisonedError` naming this rank.
-    2. Wait for this rank's device, then the reset's own rendezvous (:func:`hostsync.reset`: bounded
+    1. Wait for this rank's device, then the reset's own rendezvous (:func:`hostsync.reset`: bounded
        by ``TILEFUSE_HOST_TIMEOUT``, :class:`HostTimeoutError` naming the ranks that did not come;
        calling reset again starts over).
+    2. If a rank has not come within ``RESET_POISON_AFTER_S`` (or half the host bound), poison every
+       rank's control block: a call still waiting on a peer (one that never came) ends at once, and
+       every rank's next call raises :class:`PoisonedError` naming this rank. Not at once: a peer
+       still finishing the calls it shares with this rank (a reset every rank makes, some later than
+       others) must not fail them.
     3. Drop the group's workspaces, re-zero its control block (sequence numbers, flags, poison), then
        a barrier.
 
@@ -220,11 +226,12 @@ def reset(group=None) -> None:
             g.raise_if_poisoned()
         if g.peers:
             g.check_peers("tilefuse.reset")
+        late = None
         if heap.world_size > 1:
-            g.poison_all(-(heap.rank + 1))
+            late = (min(RESET_POISON_AFTER_S, 0.5 * _env.host_timeout()), lambda: g.poison_all(-(heap.rank + 1)))
         if heap.device.type == "cuda":
             g.wait_device("tilefuse.reset")
-        hostsync.reset(heap.group, what="tilefuse.reset")
+        hostsync.reset(heap.group, what="tilefuse.reset", late=late)
         for hook in REGISTRY.reset_hooks:
             hook()
         g.ctl.zero_()
