@@ -62,34 +62,32 @@ def comm_of(group) -> Comm:
 on_shutdown(_COMMS.clear)
 
 
-def all_gather_tensor(out: torch.Tensor, t: torch.Tensor, comm: Comm) -> None:
-    """Every rank's ``t`` stacked by rows into ``out`` (``t`` may be this rank's block of ``out``)."""
+def _into(collective, out: torch.Tensor, t: torch.Tensor, comm: Comm) -> None:
+    """``collective(out, t)`` on the group; gloo carries a GPU tensor's collective through host memory."""
     if comm.gloo and t.is_cuda:
         host = torch.empty(out.shape, dtype=out.dtype)
-        _all_gather(host, t.cpu(), group=comm.group)
+        collective(host, t.cpu(), group=comm.group)
         out.copy_(host)
-        return
-    _all_gather(out, t, group=comm.group)
+    else:
+        collective(out, t, group=comm.group)
+
+
+def all_gather_tensor(out: torch.Tensor, t: torch.Tensor, comm: Comm) -> None:
+    """Every rank's ``t`` stacked by rows into ``out`` (``t`` may be this rank's block of ``out``)."""
+    _into(_all_gather, out, t, comm)
 
 
 def reduce_scatter_tensor(out: torch.Tensor, t: torch.Tensor, comm: Comm) -> None:
     """Row block r of the sum over ranks of ``t`` (contiguous, ``[W*R, ...]``) into ``out`` ``[R, ...]``."""
-    if comm.gloo and t.is_cuda:
-        host = torch.empty(out.shape, dtype=out.dtype)
-        _reduce_scatter(host, t.cpu(), group=comm.group)
-        out.copy_(host)
-        return
-    _reduce_scatter(out, t, group=comm.group)
+    _into(_reduce_scatter, out, t, comm)
 
 
 def all_reduce(t: torch.Tensor, comm: Comm) -> None:
     """``t`` summed over ranks, in place."""
-    if comm.gloo and t.is_cuda:
-        host = t.cpu()
-        _all_reduce(host, group=comm.group)
+    host = t.cpu() if comm.gloo and t.is_cuda else t
+    _all_reduce(host, group=comm.group)
+    if host is not t:
         t.copy_(host)
-        return
-    _all_reduce(t, group=comm.group)
 
 
 def _needs_host(t: torch.Tensor, group) -> bool:

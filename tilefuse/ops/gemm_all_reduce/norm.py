@@ -26,6 +26,21 @@ from ...runtime.primitives import kernel
 MAX_BLOCK = 8192  # columns a program holds at once (fp32 in registers: 16 a thread at 16 warps)
 
 
+@triton.jit
+def _row_sum(c_ptr, res_ptr, s_ptr, row, offs, mask, stride_c, stride_r, stride_s, HAS_RESIDUAL: tl.constexpr,
+             STORE: tl.constexpr):
+    """``s = c (+ residual)`` at ``offs`` of ``row`` in fp32, rounded once to the output dtype (stored
+    when ``STORE``): the same bits however often it is computed."""
+    s = tl.load(c_ptr + row * stride_c + offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        r = tl.load(res_ptr + row * stride_r + offs, mask=mask, other=0.0).to(tl.float32)
+        s_low = (s + r).to(s_ptr.dtype.element_ty)
+        if STORE:
+            tl.store(s_ptr + row * stride_s + offs, s_low, mask=mask)
+        s = s_low.to(tl.float32)
+    return s
+
+
 @kernel
 def _add_rms_norm_kernel(
     c_ptr, res_ptr, w_ptr, y_ptr, s_ptr,
@@ -36,12 +51,7 @@ def _add_rms_norm_kernel(
     cols = tl.arange(0, BLOCK_N)  # [BLOCK_N]
     if CHUNKS == 1:  # the whole row in registers
         mask = cols < N
-        s = tl.load(c_ptr + row * stride_c + cols, mask=mask, other=0.0).to(tl.float32)
-        if HAS_RESIDUAL:
-            r = tl.load(res_ptr + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
-            s_low = (s + r).to(s_ptr.dtype.element_ty)
-            tl.store(s_ptr + row * stride_s + cols, s_low, mask=mask)
-            s = s_low.to(tl.float32)
+        s = _row_sum(c_ptr, res_ptr, s_ptr, row, cols, mask, stride_c, stride_r, stride_s, HAS_RESIDUAL, True)
         rstd = 1.0 / tl.sqrt(tl.sum(s * s, axis=0) / N + eps)
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(y_ptr + row * stride_y + cols, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
@@ -49,22 +59,14 @@ def _add_rms_norm_kernel(
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         for i in range(CHUNKS):  # pass 1: s (stored) and its sum of squares
             offs = i * BLOCK_N + cols
-            mask = offs < N
-            s = tl.load(c_ptr + row * stride_c + offs, mask=mask, other=0.0).to(tl.float32)
-            if HAS_RESIDUAL:
-                r = tl.load(res_ptr + row * stride_r + offs, mask=mask, other=0.0).to(tl.float32)
-                s_low = (s + r).to(s_ptr.dtype.element_ty)
-                tl.store(s_ptr + row * stride_s + offs, s_low, mask=mask)
-                s = s_low.to(tl.float32)
+            s = _row_sum(c_ptr, res_ptr, s_ptr, row, offs, offs < N, stride_c, stride_r, stride_s, HAS_RESIDUAL,
+                         True)
             acc += s * s
         rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
         for i in range(CHUNKS):  # pass 2: s again from the inputs (the same bits), scaled
             offs = i * BLOCK_N + cols
             mask = offs < N
-            s = tl.load(c_ptr + row * stride_c + offs, mask=mask, other=0.0).to(tl.float32)
-            if HAS_RESIDUAL:
-                r = tl.load(res_ptr + row * stride_r + offs, mask=mask, other=0.0).to(tl.float32)
-                s = (s + r).to(s_ptr.dtype.element_ty).to(tl.float32)
+            s = _row_sum(c_ptr, res_ptr, s_ptr, row, offs, mask, stride_c, stride_r, stride_s, HAS_RESIDUAL, False)
             w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
             tl.store(y_ptr + row * stride_y + offs, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
 
