@@ -59,12 +59,14 @@ def test_fast_path_binds_and_caches_by_signature(monkeypatch):
     x = torch.zeros(64)
     k[(4,)](x, 32, 5, BLOCK=16, num_warps=4)  # new signature: Triton's path
     k[(4,)](x, 32, 6, BLOCK=16, num_warps=4)  # same signature (seq is not specialised on): fast path
-    k[(2, 3)](x, 48, 7, BLOCK=16, num_warps=4)  # 48 % 16 == 0 like 32: fast path, grid padded
+    k[(2, 3)](x[16:], 32, 7, BLOCK=16, num_warps=4)  # another tensor, as aligned: fast path, grid padded
+    k[(4,)](x, 48, 8, BLOCK=16, num_warps=4)  # a specialised int's new value: Triton's path once, then fast
+    k[(4,)](x, 48, 8, BLOCK=16, num_warps=4)
     k[(4,)](x, 33, 8, BLOCK=16, num_warps=4)  # 33 is not a multiple of 16: Triton specialises, new binary
     k[(4,)](x, 32, 9, BLOCK=32, num_warps=4)  # another constexpr value: new binary
     k[(4,)](x, 32, 9, BLOCK=16, num_warps=8)  # another launch option: new binary
     kinds = [entry[0] for entry in log]
-    assert kinds == ["triton", "fast", "fast", "triton", "triton", "triton"], kinds
+    assert kinds == ["triton", "fast", "fast", "triton", "fast", "triton", "triton", "triton"], kinds
     # The fast path passes every argument in signature order, defaults included (as Triton's binder).
     assert log[1][2] == (x, 32, 6, 16, 3) and log[2][1] == (2, 3, 1)
 
@@ -122,13 +124,20 @@ def _operands(ctx, op, rows, n, k, seed, dtype=torch.float32):
 
 @contextlib.contextmanager
 def _counting_launches():
-    """Counts the launches of tilefuse's kernels (every one goes through FastKernel)."""
+    """Counts the launches of tilefuse's kernels (every one goes through FastKernel); ``count[1:]``
+    are their launcher keys (what picks the binary on a GPU)."""
     count = [0]
     real = FastKernel.__getitem__
 
     def counting(self, grid):
         count[0] += 1
-        return real(self, grid)
+        launch = real(self, grid)
+
+        def keyed(*args, **kwargs):
+            count.append((self.jit_fn.fn.__name__, self._signature(*self._bind(args, kwargs))))
+            return launch(*args, **kwargs)
+
+        return keyed
 
     FastKernel.__getitem__ = counting
     try:
@@ -139,7 +148,9 @@ def _counting_launches():
 
 def job_repeat_calls(ctx, ops, variants, calls):
     """Each op x variant: ``calls`` calls, fresh operands and poisoned workspaces each time, every
-    result correct; the kernel launches of each call after the first (which creates the workspaces)."""
+    result correct; the kernel launches of each call after the first (which creates the workspaces),
+    and whether those calls' launcher keys were the same (a key that changes from call to call would
+    send every launch on a GPU through Triton's slow path)."""
     from ophelpers import assert_matches, poison_workspaces
 
     from tilefuse.ops import registry
@@ -149,16 +160,17 @@ def job_repeat_calls(ctx, ops, variants, calls):
     for op in ops:
         for variant in variants:
             fn = registry.get(op, variant)
-            launches = []
+            launches, keys = [], []
             for i in range(calls):
                 a, b = _operands(ctx, op, 24, 40, 32, seed=100 + i)
                 poison_workspaces()
                 with _counting_launches() as count:
                     got = fn(a, b)
                 launches.append(count[0])
+                keys.append(count[1:])
                 ref = registry.get(op, "reference")(a, b)
                 assert_matches(got, ref, torch.float32, 32, ctx.on_gpu, f"{op}/{variant} call {i}", scale=ctx.world)
-            report[(op, variant)] = launches[1:]
+            report[(op, variant)] = launches[1:] + [all(k == keys[1] for k in keys[2:])]
     return report
 
 
@@ -186,8 +198,9 @@ def test_repeat_calls_run_the_kernels_of_their_variant(pools, world):
     ops = OPS if world == 2 else ("gemm_all_scatter", "gemm_all_reduce")
     variants = VARIANTS if world == 2 else ("producer_consumer", "wg_specialized")
     for rank_report in pools.run(world, job_repeat_calls, ops, variants, 3, timeout=900):
-        for (op, variant), launches in rank_report.items():
+        for (op, variant), (*launches, same_keys) in rank_report.items():
             assert launches[0] == launches[1], (op, variant, launches)
+            assert same_keys, f"{op}/{variant}: a launcher key changed between calls of one signature"
             if (op, variant) in KERNEL_LAUNCHES:
                 assert launches[0] == KERNEL_LAUNCHES[op, variant], (op, variant, launches)
             else:
@@ -359,22 +372,26 @@ def test_tuple_arguments_specialise_as_their_elements():
 
 def test_written_out_keys_tell_apart_what_triton_specialises_on():
     """The launcher's per-kernel key function (written out for the first launch's kinds of arguments)
-    gives one key for calls Triton compiles alike, another where a pointer's alignment, an int's
-    width or divisibility, a constexpr or a tuple's length differs; an argument of another kind
-    makes it raise, and the launch takes the generic key instead."""
+    gives one key for calls of the same values but other tensors of the same dtype and alignment,
+    and for unspecialised integers of one width; another where a pointer's alignment, an int's
+    width or divisibility (a specialised int: its value), a constexpr or a tuple's length differs,
+    or a bool stands where an int was; an argument of another kind makes it raise, and the launch
+    takes the generic key instead."""
     from tilefuse.runtime.launcher import _key_function
 
     t = torch.zeros(64)
-    first = [t, 48, (t, 3, 7), 128, None]
-    key = _key_function(first, [False, False, False, True, False], dns={2})
-    assert key(first) == key([t[4:], 32, (t[8:], 5, 2**20 + 1), 128, None])
-    for other in ([t[1:], 48, (t, 3, 7), 128, None], [t, 47, (t, 3, 7), 128, None],
-                  [t, 2**40, (t, 3, 7), 128, None], [t, 48, (t, 3, 7), 64, None],
-                  [t, 48, (t[1:], 3, 7), 128, None], [t, 48, (t, 3, 7, 1), 128, None],
-                  [t, 48, (t, 1, 7), 128, None], [t, 48, (t, 3, 32), 128, None]):
+    first = [t, 48, (t, 3, 7), 128, None, 5]
+    key = _key_function(first, [False, False, False, True, False, False], dns={5})
+    assert key(first) == key([t[4:], 48, (t[8:], 3, 7), 128, None, 2**20 + 1])
+    for other in ([t[1:], 48, (t, 3, 7), 128, None, 5], [t, 47, (t, 3, 7), 128, None, 5],
+                  [t, 32, (t, 3, 7), 128, None, 5], [t, 2**40, (t, 3, 7), 128, None, 5],
+                  [t, 48, (t, 3, 7), 64, None, 5], [t, 48, (t[1:], 3, 7), 128, None, 5],
+                  [t, 48, (t, 3, 7, 1), 128, None, 5], [t, 48, (t, 1, 7), 128, None, 5],
+                  [t, 48, (t, 3, 32), 128, None, 5], [t, 48, (t, True, 7), 128, None, 5],
+                  [t, 48, (t, 3, 7), 128, None, 2**40]):
         assert key(other) != key(first), other
     with pytest.raises((AttributeError, TypeError, IndexError)):
-        key([None, 48, (t, 3, 7), 128, None])
+        key([None, 48, (t, 3, 7), 128, None, 5])
 
 
 def test_a_call_that_does_not_bind_goes_through_triton(monkeypatch):

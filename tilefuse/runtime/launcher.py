@@ -6,9 +6,10 @@ every call: tens of microseconds of host time per launch, several launches per o
 :class:`FastKernel` keeps, per kernel, the compiled binary for each *argument signature* it has
 seen (the facts Triton specialises on: dtypes, 16-byte alignment of pointers, integer widths and
 divisibility by 16 or equality to 1 where Triton looks at them, the constexpr values and the launch
-options) and launches it directly through the compiled kernel's launcher, with the same arguments
-Triton would pass. The first launch of a signature goes through Triton as usual (compiling if
-needed). In Triton's interpreter every launch goes through Triton.
+options; a specialised integer is keyed by its value, which a prepared call repeats) and launches
+it directly through the compiled kernel's launcher, with the same arguments Triton would pass. The
+first launch of a signature goes through Triton as usual (compiling if needed). In Triton's
+interpreter every launch goes through Triton.
 """
 
 from __future__ import annotations
@@ -162,12 +163,14 @@ def _unbound(args, kwargs):
 
 
 def _key_expr(name: str, v, specialize: bool) -> str:
-    """Source of the key of argument ``name`` whose first value was ``v`` (see :func:`_spec`)."""
+    """Source of the key of argument ``name`` whose first value was ``v``: :func:`_spec`'s facts, but a
+    specialised integer by its value and class (finer than Triton's classes, and cheaper to make: a
+    call of a prepared signature passes the same shapes and strides each time)."""
     if hasattr(v, "data_ptr"):  # another kind later raises AttributeError: the generic key is taken
         return f"({name}.dtype, not {name}.data_ptr() & 15)"
     if type(v) is int:
         width = f"type({name}), -2147483648 <= {name} < 2147483648, {name} < 9223372036854775808"
-        return f"({width}, {name} == 1, not {name} % 16)" if specialize else f"({width})"
+        return f"({name}, {name}.__class__)" if specialize else f"({width})"
     if type(v) is tuple:  # its integers keyed as specialised: Triton 3.6 specialises them, whatever the parameter
         return f"(len({name}), " + ", ".join(_key_expr(f"{name}[{j}]", x, True) for j, x in enumerate(v)) + ")"
     if isinstance(v, (bool, float)):
@@ -176,9 +179,9 @@ def _key_expr(name: str, v, specialize: bool) -> str:
 
 
 def _key_function(values: list, constexpr: list, dns: set):
-    """A function of a launch's argument list returning what Triton specialises the binary on (as
-    :func:`_spec`, in another form), written out for the kinds of ``values``: one expression an
-    argument, no per-argument dispatch (the launch's main host cost on wide kernels)."""
+    """A function of a launch's argument list returning a key that tells apart whatever Triton
+    specialises the binary on (:func:`_key_expr`), written out for the kinds of ``values``: one
+    expression an argument, no per-argument dispatch (the launch's main host cost on wide kernels)."""
     parts = [f"a[{i}]" if constexpr[i] else _key_expr(f"a[{i}]", v, i not in dns) for i, v in enumerate(values)]
     return eval("lambda a: (" + ", ".join(parts) + ",)")  # noqa: S307 - source built above from indices
 
