@@ -1,7 +1,7 @@
 """The residual-add + RMSNorm epilogue of gemm_all_reduce (``residual=``, ``norm_weight=``).
 
-Applied to the reduced ``c [M, N]`` of any variant (the same bits on every rank, so both outputs are
-too), in one Triton kernel, one program per row::
+Applied to the reduced ``c [M, N]`` of bulk_sync, producer_consumer and wg_specialized (the same bits
+on every rank, so both outputs are too), in one Triton kernel, one program per row::
 
     s = c + residual               (fp32 add, rounded once to c's dtype: new_residual)
     y = s * rsqrt(mean(s^2) + eps) * norm_weight      (fp32 from the rounded s, rounded once)
