@@ -164,10 +164,12 @@ def _configs(rank):
     different paths of the kernel on different ranks, which must give the same bits (even ranks: 1
     warp, so the sum walks 8-row blocks in ``reduce_tiles``; odd ranks: 2 warps and another
     BLOCK_K, each program summing its one tile from registers). ``"split"``: 16 x 64 tiles at N =
-    72, K split in two slices."""
+    72, K split in two slices. ``"tail"``: one 16 x 64 tile a row block at N = 40, a program a tile.
+    """
     from tilefuse import Config
 
-    return {"many": (Config(16, 16, 16, 1, 4, 1, GEMM_SMS=4, COMM_SMS=0), 72),
+    return {"tail": (Config(16, 64, 16, 1, 4, 1, GEMM_SMS=4, COMM_SMS=0), 40),
+            "many": (Config(16, 16, 16, 1, 4, 1, GEMM_SMS=4, COMM_SMS=0), 72),
             "paths": (Config(16, 128, 16 * (1 + rank % 2), 1, 1 + rank % 2, 1, GEMM_SMS=4, COMM_SMS=0), 200),
             "split": (Config(16, 64, 16, 1, 4, 1, GEMM_SMS=8, COMM_SMS=0, SPLIT_K=2), 72)}
 
@@ -178,8 +180,12 @@ def job_in_kernel(ctx):
     call with the same config (the same ``new_residual`` bits, ``y`` to rounding); no launch of
     ``norm.py``'s kernel (bulk_sync's are counted, so the count works); every row-block count back
     at zero after each call (calls follow each other on one stream); a call whose ranks disagree
-    (residual on one rank only) aborts with NaN outputs, and the next call works."""
-    from tilefuse.ops.gemm_all_reduce import _prepare
+    (residual on one rank only) aborts with NaN outputs, and the next call works. The split tail a
+    GPU takes (``norm.OWN_TAIL``: the row block's programs wait for its ``rstd``) runs here where no
+    program waits, with one tile a row block: the same bits as the tail that waits on nobody."""
+    import triton.language as tl
+
+    from tilefuse.ops.gemm_all_reduce import _prepare, _tiles
     from tilefuse.ops.gemm_all_reduce import norm as norm_mod
 
     launches = []
@@ -204,9 +210,9 @@ def job_in_kernel(ctx):
     M, K = 20, 24
     norm_mod._add_rms_norm_kernel, _prepare.Prepared.start_norm = Counted(), start_norm
     try:
-        cases = [("many", True, True, torch.float16), ("paths", True, False, torch.float16),
-                 ("paths", False, True, torch.float16), ("split", True, False, torch.float16),
-                 ("split", False, True, torch.float32)]
+        cases = [("tail", True, True, torch.float16), ("many", True, True, torch.float16),
+                 ("paths", True, False, torch.float16), ("paths", False, True, torch.float16),
+                 ("split", True, False, torch.float16), ("split", False, True, torch.float32)]
         for seed, (name, residual, bias, dtype) in enumerate(cases, start=60):
             cfg, N = _configs(ctx.rank)[name]
             a, b, shared, _ = _inputs(ctx, M, N, K, dtype, seed, residual, bias)
@@ -231,6 +237,17 @@ def job_in_kernel(ctx):
             assert torch.equal(_bits(s), _bits(s_b)), f"{what}: new_residual differs from bulk_sync's"
             torch.testing.assert_close(y, y_b, rtol=2e-3, atol=1e-3, msg=lambda m, what=what: f"{what}: {m}")
             outs += [y, s]
+            if name == "tail":
+                own_tail, _tiles.OWN_TAIL = _tiles.OWN_TAIL, tl.constexpr(not _tiles.OWN_TAIL)
+                try:
+                    y_t, s_t = tilefuse.gemm_all_reduce(a, b, variant="fused_sequential", config=cfg, eps=EPS,
+                                                        **shared)
+                    tilefuse.synchronize()
+                finally:
+                    _tiles.OWN_TAIL = own_tail
+                assert torch.equal(_bits(y_t), _bits(y)) and torch.equal(_bits(s_t), _bits(s)), \
+                    f"{what}: the split tail's bits differ"
+                assert counts_zero(), f"{what}: the split tail left a row-block count behind"
         # Ranks that disagree on the residual: a mismatch on every rank, both outputs NaN.
         cfg, N = _configs(ctx.rank)["split"]
         a, b, shared, _ = _inputs(ctx, M, N, K, torch.float16, 70, residual=True)

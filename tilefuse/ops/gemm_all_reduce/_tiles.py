@@ -22,7 +22,7 @@ from ..common.flags import tile_acquire
 from ..common.reduce import block_offsets, push_partial, slot_ptr
 from ..common.split_k import hand_in_slice, slice_sum, split_k_work
 from ..common.tiles import gemm_operands, gemm_tile_range, tile_coords, tile_offsets
-from .norm import store_sum, tile_done
+from .norm import OWN_TAIL, store_sum, tile_done
 
 
 @triton.jit
@@ -93,11 +93,12 @@ def produce_tiles(
                                  flags_ptr + rank * num_tiles + t, epoch, rank, dst, P.bases(call), RELEASE)
                 if SUM_HERE:
                     c_ptr, bias_ptr, stride_c, norm = sum_out
-                    sum_tile_with_own(part, stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
-                                      M, N, num_tiles, t, offs_m, offs_n, call, epoch, HAS_BIAS,
-                                      pid_n, num_pid_n, norm, NORM)
-                    if NORM > 0:
-                        tile_done(c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, BLOCK_M)
+                    s_tile = sum_tile_with_own(part, stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
+                                               M, N, num_tiles, t, offs_m, offs_n, call, epoch, HAS_BIAS,
+                                               pid_n, num_pid_n, norm, NORM)
+                    if NORM > 0:  # one tile a program: the split tail where programs may wait (a GPU)
+                        tile_done(s_tile, offs_m, offs_n, c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, call,
+                                  BLOCK_M, SPLIT_TAIL=OWN_TAIL)
     return live
 
 
@@ -116,7 +117,7 @@ def sum_tile_with_own(
     """:func:`reduce_tiles` of one tile whose own partial is in registers: acquire the other
     sources' flags of tile t, then ``((s_0 + s_1) + ...) + bias`` into c, sources in the order 0,
     1, ..., W-1 with ``s_rank`` = ``part`` (rounded as a staged partial is: the same bits); with
-    ``NORM``, ``norm.store_sum``'s residual add and parts."""
+    ``NORM``, ``norm.store_sum``'s residual add and parts. Returns the tile as stored, in fp32."""
     rank, world = P.rank(call), P.world(call)
     for i in range(1, world):
         src = (rank + i) % world
@@ -133,7 +134,7 @@ def sum_tile_with_own(
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
         total += bias[None, :]
-    store_sum(total, c_ptr, stride_c, offs_m, offs_n, M, N, pid_n, num_pid_n, norm, NORM)
+    return store_sum(total, c_ptr, stride_c, offs_m, offs_n, M, N, pid_n, num_pid_n, norm, NORM)
 
 
 @triton.jit
@@ -186,8 +187,8 @@ def reduce_tiles(
                 bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
                 acc += bias[None, :]
             store_sum(acc, c_ptr, stride_c, offs_m, offs_n, M, N, pid_n, num_pid_n, norm, NORM)
-        if NORM > 0:
-            tile_done(c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, BLOCK_M)
+        if NORM > 0:  # several tiles a program may have: the tail that waits on nobody
+            tile_done(0.0, 0, 0, c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, call, BLOCK_M)
 
 
 @kernel

@@ -105,7 +105,7 @@ def norm_arg(p, c, y, norm) -> tuple:
     if norm is None:
         return (p.stage, p.stage, p.stage, p.stage, p.stage, 0.0, 0, 0)
     residual, weight, eps = norm
-    counts, parts = NORM_SCRATCH.get(c.device, p.row_blocks, p.M * -(-p.N // p.config.BLOCK_N))
+    counts, parts = NORM_SCRATCH.get(c.device, p.row_blocks, p.M * (-(-p.N // p.config.BLOCK_N) + 1))
     res = c if residual is None else residual
     return (y, res, weight, counts, parts, eps, res.stride(0), y.stride(0))
 

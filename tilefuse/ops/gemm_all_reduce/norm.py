@@ -14,7 +14,9 @@ sum of squares, then the scaled store), recomputing ``s`` rather than reading ba
 In the kernel of ``fused_sequential`` (``NORM``): the program that stores a tile of ``s`` also
 stores each row's sum of squares over the tile's columns (:func:`store_sum`), then takes a ticket on
 its row block's counter (:func:`tile_done`); the program whose ticket completes the row block sums
-those parts in a fixed order, and scales and stores the row block's ``y`` (:func:`norm_row_block`).
+those parts in a fixed order into the rows' ``rstd`` (:func:`row_rstd`), and either writes the row
+block's ``y`` itself (:func:`norm_row_block`) or, on a GPU where each program holds one tile,
+publishes ``rstd`` for the row block's programs to scale their own tiles (the split tail).
 Every sum is a pairwise tree fixed by ``BLOCK_M`` and ``BLOCK_N`` (:func:`pair_sum`: every addition
 adds two numbers, so the compiler's layout of a block over threads cannot change it): every rank
 gets the same bits. The other variants run :func:`add_rms_norm`'s kernel after their reduction.
@@ -26,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ...runtime import hw
+from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ...runtime.world import on_reset
 
@@ -80,7 +84,8 @@ def _add_rms_norm_kernel(
 # The epilogue inside fused_sequential's kernel (``NORM``: 0 none, 1 the norm of the sum, 2 the residual
 # add, then the norm). ``norm = (y_ptr, res_ptr, w_ptr, count_ptr, part_ptr, eps, stride_r, stride_y)``:
 # y [M, N] and residual [M, N] (rows contiguous), weight [N], and this stream's NormScratch: count
-# [row blocks] int32 (zero between launches) and part [M, tiles_n] fp32 (rows' sums of squares per tile).
+# [row blocks] int64 (zero between launches), part [M, tiles_n] fp32 (rows' sums of squares per tile)
+# followed by rstd [M] fp32.
 
 
 @triton.jit
@@ -100,7 +105,8 @@ def store_sum(total, c_ptr, stride_c, offs_m, offs_n, M, N, pid_n, num_pid_n, no
     """Store the fp32 sum ``total`` [R, BN] of a block of c's tile (rows ``offs_m``, columns ``offs_n``
     of column block ``pid_n``) into c, rounded once. ``NORM == 2``: plus the residual first (an fp32
     add of the rounded sum, rounded once: ``new_residual``, as :func:`_row_sum`); ``NORM``: then each
-    row's sum of squares of what was stored (:func:`pair_sum`) into ``part[row, pid_n]``."""
+    row's sum of squares of what was stored (:func:`pair_sum`) into ``part[row, pid_n]``. Returns
+    what was stored, in fp32 (0 outside c)."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [R, BN]
     s = total.to(c_ptr.dtype.element_ty)
     if NORM == 2:
@@ -108,55 +114,102 @@ def store_sum(total, c_ptr, stride_c, offs_m, offs_n, M, N, pid_n, num_pid_n, no
         r = tl.load(res_ptr + offs_m[:, None] * stride_r + offs_n[None, :], mask=mask, other=0.0)
         s = (s.to(tl.float32) + r.to(tl.float32)).to(c_ptr.dtype.element_ty)
     tl.store(c_ptr + offs_m[:, None] * stride_c[0] + offs_n[None, :] * stride_c[1], s, mask=mask)
+    x = tl.where(mask, s.to(tl.float32), 0.0)
     if NORM > 0:
-        x = tl.where(mask, s.to(tl.float32), 0.0)
         part_ptr = norm[4]
         tl.store(part_ptr + offs_m * num_pid_n + pid_n, pair_sum(x * x, total.shape[0]), mask=offs_m < M)
+    return x
+
+
+OWN_TAIL = tl.constexpr(not hw.interpreting())  # tile_done's split tail where programs may wait on each other
 
 
 @triton.jit
-def tile_done(s_ptr, stride_s, pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.constexpr):
-    """After this program stored its tile of row block ``pid_m`` (:func:`store_sum`): a ticket on the
-    row block's count; the program whose ticket completes the row block writes its ``y``
-    (:func:`norm_row_block`) and sets the count back to 0 (the next launch's tickets come after it
-    in stream order). Nobody waits."""
+def tile_done(x, offs_m, offs_n, c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, call, BLOCK_M: tl.constexpr,
+              SPLIT_TAIL: tl.constexpr = False):
+    """After this program stored its tile of row block ``pid_m`` (:func:`store_sum`, which returned
+    ``x``, the tile of s in fp32, at rows ``offs_m`` and columns ``offs_n``): a ticket on the row
+    block's count. The program whose ticket completes the row block computes its rows' ``rstd``
+    (:func:`row_rstd`); then:
+
+    - ``SPLIT_TAIL`` (every program has one tile and all are resident: a GPU, the kernel summing each
+      tile from registers): it publishes ``rstd`` and sets the count back to 0 (a release); each
+      program of the row block, once it sees the count at 0, scales its own tile from registers.
+    - else (the interpreter's sequential programs; a program with several tiles): it writes the
+      whole row block's ``y`` (:func:`norm_row_block`) and sets the count back to 0. Nobody waits.
+
+    Either way the count is 0 after the launch (the next launch's tickets come after it in stream
+    order), and ``y`` has the same bits."""
     count_ptr = norm[3]
     # Every thread's stores of the tile are done before the one ticket below.
     tl.debug_barrier()
     # Release (this tile of s and its parts) and acquire (the row block's other tiles): pairs with the
     # same atomic in the programs that stored them, in this launch and on this device (gpu scope).
     ticket = tl.atomic_add(count_ptr + pid_m, 1, sem="acq_rel", scope="gpu")
-    if ticket == num_pid_n - 1:
-        norm_row_block(s_ptr, stride_s, pid_m, num_pid_n, M, N, norm, BLOCK_M)
-        tl.store(count_ptr + pid_m, 0)
+    if SPLIT_TAIL:
+        rstd_ptr = norm[4] + M * num_pid_n  # [M] fp32 after the parts
+        if ticket == num_pid_n - 1:
+            rstd = row_rstd(pid_m, num_pid_n, M, N, norm, BLOCK_M)
+            tl.store(rstd_ptr + offs_m, rstd, mask=offs_m < M)
+            tl.debug_barrier()
+            # Release (rstd): pairs with the acquire in P.wait below, in the row block's other programs.
+            tl.atomic_xchg(count_ptr + pid_m, 0, sem="release", scope="gpu")
+            scale_tile(x, rstd, offs_m, offs_n, M, N, norm)
+        else:
+            # Acquire: pairs with the release above, in the program whose ticket completed the row block
+            # (bounded as every wait; a timeout record names "call 0", the value waited for).
+            if P.wait(count_ptr + pid_m, 0, P.rank(call), P.rank(call), P.ctl(call), P.bases(call), P.world(call)):
+                rstd = tl.load(rstd_ptr + offs_m, mask=offs_m < M, other=0.0, cache_modifier=".cg")
+                scale_tile(x, rstd, offs_m, offs_n, M, N, norm)
+    else:
+        if ticket == num_pid_n - 1:
+            norm_row_block(c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, BLOCK_M)
+            tl.store(count_ptr + pid_m, 0)
 
 
 @triton.jit
-def norm_row_block(s_ptr, stride_s, pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.constexpr):
-    """``y = s * rstd * w`` of the rows of row block ``pid_m``: ``rstd = 1 / sqrt(sum of squares / N +
-    eps)``, the sum from the tiles' parts (``part[row, 0 .. num_pid_n-1]``, in chunks of ``COLS``
-    added in order, then :func:`pair_sum`: fixed by ``BLOCK_M`` alone); ``s`` read back from c
-    (stored by this rank's other programs: visible after the ticket; the loads bypass L1)."""
-    y_ptr, w_ptr, part_ptr, eps, stride_y = norm[0], norm[2], norm[4], norm[5], norm[7]
+def row_rstd(pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.constexpr):
+    """``rstd = 1 / sqrt(sum of squares / N + eps)`` [BLOCK_M] of the rows of row block ``pid_m``, the
+    sum from the tiles' parts (``part[row, 0 .. num_pid_n-1]``, in chunks of ``COLS`` added in
+    order, then :func:`pair_sum`: fixed by ``BLOCK_M`` alone; the loads bypass L1: other programs
+    wrote them)."""
+    part_ptr, eps = norm[4], norm[5]
     COLS: tl.constexpr = 8192 // BLOCK_M  # fp32 values of a [BLOCK_M, COLS] block: 64 a thread at 4 warps
     rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
-    row_ok = rows < M
     cols = tl.arange(0, COLS)  # [COLS]
     acc = tl.zeros([BLOCK_M, COLS], dtype=tl.float32)
     for j in range(0, tl.cdiv(num_pid_n, COLS)):
         offs = j * COLS + cols
-        mask = row_ok[:, None] & (offs < num_pid_n)[None, :]
+        mask = (rows < M)[:, None] & (offs < num_pid_n)[None, :]
         acc += tl.load(part_ptr + rows[:, None] * num_pid_n + offs[None, :], mask=mask, other=0.0,
                        cache_modifier=".cg")
-    rstd = 1.0 / tl.sqrt(pair_sum(acc, BLOCK_M) / N + eps)  # [BM]
+    return 1.0 / tl.sqrt(pair_sum(acc, BLOCK_M) / N + eps)
+
+
+@triton.jit
+def scale_tile(x, rstd, offs_m, offs_n, M, N, norm):
+    """Store ``y = x * rstd * w`` (rounded once) at rows ``offs_m`` [R], columns ``offs_n`` [C]."""
+    y_ptr, w_ptr, stride_y = norm[0], norm[2], norm[7]
+    w = tl.load(w_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [C]
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(y_ptr + offs_m[:, None] * stride_y + offs_n[None, :], (x * rstd[:, None] * w[None, :]).to(
+        y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def norm_row_block(s_ptr, stride_s, pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.constexpr):
+    """``y`` of the rows of row block ``pid_m`` (:func:`row_rstd`, :func:`scale_tile`), ``s`` read back
+    from c (stored by this rank's other programs: visible after the ticket; the loads bypass L1), in
+    ``[BLOCK_M, COLS]`` blocks."""
+    COLS: tl.constexpr = 8192 // BLOCK_M
+    rstd = row_rstd(pid_m, num_pid_n, M, N, norm, BLOCK_M)  # [BM]
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
     for j in range(0, tl.cdiv(N, COLS)):
-        offs_n = j * COLS + cols
-        mask = row_ok[:, None] & (offs_n < N)[None, :]
-        s = tl.load(s_ptr + rows[:, None] * stride_s[0] + offs_n[None, :] * stride_s[1], mask=mask, other=0.0,
+        offs_n = j * COLS + tl.arange(0, COLS)
+        mask = (rows < M)[:, None] & (offs_n < N)[None, :]
+        x = tl.load(s_ptr + rows[:, None] * stride_s[0] + offs_n[None, :] * stride_s[1], mask=mask, other=0.0,
                     cache_modifier=".cg").to(tl.float32)
-        w = tl.load(w_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
-        tl.store(y_ptr + rows[:, None] * stride_y + offs_n[None, :], (s * rstd[:, None] * w[None, :]).to(
-            y_ptr.dtype.element_ty), mask=mask)
+        scale_tile(x, rstd, rows, offs_n, M, N, norm)
 
 
 class NormScratch:
@@ -171,14 +224,14 @@ class NormScratch:
         self._sets: dict = {}
 
     def get(self, device: torch.device, row_blocks: int, parts: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(counts, parts)``: int32 ``[row_blocks]`` zeros and fp32 ``[parts]``."""
+        """``(counts, parts)``: int64 ``[row_blocks]`` zeros and fp32 ``[parts]``."""
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return (torch.zeros(row_blocks, dtype=torch.int32, device=device),
+            return (torch.zeros(row_blocks, dtype=torch.int64, device=device),
                     torch.empty(parts, dtype=torch.float32, device=device))
         key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
         counts, part = self._sets.get(key, (None, None))
         if counts is None or counts.numel() < row_blocks:
-            counts = torch.zeros(triton.next_power_of_2(row_blocks), dtype=torch.int32, device=device)
+            counts = torch.zeros(triton.next_power_of_2(row_blocks), dtype=torch.int64, device=device)
         if part is None or part.numel() < parts:
             part = torch.empty(triton.next_power_of_2(parts), dtype=torch.float32, device=device)
         self._sets[key] = (counts, part)
