@@ -181,8 +181,9 @@ def job_in_kernel(ctx):
     ``norm.py``'s kernel (bulk_sync's are counted, so the count works); every row-block count back
     at zero after each call (calls follow each other on one stream); a call whose ranks disagree
     (residual on one rank only) aborts with NaN outputs, and the next call works. The split tail a
-    GPU takes (``norm.OWN_TAIL``: the row block's programs wait for its ``rstd``) runs here where no
-    program waits, with one tile a row block: the same bits as the tail that waits on nobody."""
+    GPU takes (``norm.OWN_TAIL``: the row block's programs wait for its ``rstd``) runs on CPU ranks
+    too with one tile a row block (no program waits): the same bits as the tail that waits on
+    nobody. On a GPU, ``"paths"`` pairs the two tails across ranks (odd ranks sum from registers)."""
     import triton.language as tl
 
     from tilefuse.ops.gemm_all_reduce import _prepare, _tiles
@@ -237,7 +238,7 @@ def job_in_kernel(ctx):
             assert torch.equal(_bits(s), _bits(s_b)), f"{what}: new_residual differs from bulk_sync's"
             torch.testing.assert_close(y, y_b, rtol=2e-3, atol=1e-3, msg=lambda m, what=what: f"{what}: {m}")
             outs += [y, s]
-            if name == "tail":
+            if name == "tail" and not ctx.on_gpu:  # (a compiled kernel keeps the global it was compiled with)
                 own_tail, _tiles.OWN_TAIL = _tiles.OWN_TAIL, tl.constexpr(not _tiles.OWN_TAIL)
                 try:
                     y_t, s_t = tilefuse.gemm_all_reduce(a, b, variant="fused_sequential", config=cfg, eps=EPS,
