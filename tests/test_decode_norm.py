@@ -130,12 +130,19 @@ def test_norm_every_variant(pools, world, on_gpu):
 
 
 def job_variants_agree(ctx):
-    """The four variants sum in one order: their ``(y, s)`` are the same bits."""
+    """The four variants sum in one order: their ``new_residual`` are the same bits, and so are the
+    ``y`` of the three that norm in ``norm.py``'s kernel (fused_sequential's own norm sums the
+    squares in another fixed order: its ``y`` agrees to rounding)."""
     a, b, shared, _ = _inputs(ctx, 5, 40, 24, torch.float16, 7, residual=True, bias=True)
-    got = [tilefuse.gemm_all_reduce(a, b, variant=v, eps=EPS, **shared) for v in VARIANTS]
+    got = dict(zip(VARIANTS, [tilefuse.gemm_all_reduce(a, b, variant=v, eps=EPS, **shared) for v in VARIANTS]))
     tilefuse.synchronize()
-    for v, (y, s) in zip(VARIANTS[1:], got[1:]):
-        assert torch.equal(_bits(y), _bits(got[0][0])) and torch.equal(_bits(s), _bits(got[0][1])), v
+    y0, s0 = got["bulk_sync"]
+    for v, (y, s) in got.items():
+        assert torch.equal(_bits(s), _bits(s0)), v
+        if v == "fused_sequential":
+            torch.testing.assert_close(y, y0, rtol=2e-3, atol=1e-3, msg=lambda m, v=v: f"{v}: {m}")
+        else:
+            assert torch.equal(_bits(y), _bits(y0)), v
     tilefuse.barrier()
     return True
 
@@ -143,6 +150,130 @@ def job_variants_agree(ctx):
 @pytest.mark.slow
 def test_norm_variants_bit_identical(pools):
     assert all(pools.run(2, job_variants_agree))
+
+
+# ---------------------------------------------------------------------------------------------
+# fused_sequential: the residual add and the norm inside its one kernel
+# ---------------------------------------------------------------------------------------------
+
+
+def _configs(rank):
+    """``{name: (config, N)}`` of the in-kernel checks at M = 20 (two row blocks, the last ragged).
+    ``"many"``: 16 x 16 tiles, five a row block at N = 72 (the last ragged), 4 programs for 10 tiles
+    (``reduce_tiles``; a program finishes several). ``"paths"``: 16 x 128 tiles at N = 200 through
+    different paths of the kernel on different ranks, which must give the same bits (even ranks: 1
+    warp, so the sum walks 8-row blocks in ``reduce_tiles``; odd ranks: 2 warps and another
+    BLOCK_K, each program summing its one tile from registers). ``"split"``: 16 x 64 tiles at N =
+    72, K split in two slices. ``"tail"``: one 16 x 64 tile a row block at N = 40, a program a tile.
+    """
+    from tilefuse import Config
+
+    return {"tail": (Config(16, 64, 16, 1, 4, 1, GEMM_SMS=4, COMM_SMS=0), 40),
+            "many": (Config(16, 16, 16, 1, 4, 1, GEMM_SMS=4, COMM_SMS=0), 72),
+            "paths": (Config(16, 128, 16 * (1 + rank % 2), 1, 1 + rank % 2, 1, GEMM_SMS=4, COMM_SMS=0), 200),
+            "split": (Config(16, 64, 16, 1, 4, 1, GEMM_SMS=8, COMM_SMS=0, SPLIT_K=2), 72)}
+
+
+def job_in_kernel(ctx):
+    """fused_sequential norms in its own kernel: ragged shapes, with and without residual and bias,
+    after poisoned workspaces and scratch, against the global composition and against bulk_sync's
+    call with the same config (the same ``new_residual`` bits, ``y`` to rounding); no launch of
+    ``norm.py``'s kernel (bulk_sync's are counted, so the count works); every row-block count back
+    at zero after each call (calls follow each other on one stream); a call whose ranks disagree
+    (residual on one rank only) aborts with NaN outputs, and the next call works. The split tail a
+    GPU takes (``norm.OWN_TAIL``: the row block's programs wait for its ``rstd``) runs on CPU ranks
+    too with one tile a row block (no program waits): the same bits as the tail that waits on
+    nobody. On a GPU, ``"paths"`` pairs the two tails across ranks (odd ranks sum from registers)."""
+    import triton.language as tl
+
+    from tilefuse.ops.gemm_all_reduce import _prepare, _tiles
+    from tilefuse.ops.gemm_all_reduce import norm as norm_mod
+
+    launches = []
+    real_kernel, real_start = norm_mod._add_rms_norm_kernel, _prepare.Prepared.start_norm
+
+    class Counted:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return real_kernel[grid]
+
+    started = []
+
+    def start_norm(self, a, b):
+        out = real_start(self, a, b)
+        started.append(out[2:4])
+        return out
+
+    def counts_zero():
+        return all(int(c.abs().sum()) == 0 for c, _ in norm_mod.NORM_SCRATCH._sets.values())
+
+    outs = []
+    M, K = 20, 24
+    norm_mod._add_rms_norm_kernel, _prepare.Prepared.start_norm = Counted(), start_norm
+    try:
+        cases = [("tail", True, True, torch.float16), ("many", True, True, torch.float16),
+                 ("paths", True, False, torch.float16), ("paths", False, True, torch.float16),
+                 ("split", True, False, torch.float16), ("split", False, True, torch.float32)]
+        for seed, (name, residual, bias, dtype) in enumerate(cases, start=60):
+            cfg, N = _configs(ctx.rank)[name]
+            a, b, shared, _ = _inputs(ctx, M, N, K, dtype, seed, residual, bias)
+            y_ref, s_ref, _ = _reference(ctx, a, b, shared)
+            poison_workspaces()
+            for _, part in norm_mod.NORM_SCRATCH._sets.values():
+                part.fill_(float("nan"))
+            del launches[:]
+            y, s = tilefuse.gemm_all_reduce(a, b, variant="fused_sequential", config=cfg, eps=EPS, **shared)
+            tilefuse.synchronize()
+            what = f"in-kernel {name} {dtype} residual={residual} bias={bias}"
+            assert not launches, f"{what}: norm.py's kernel launched {len(launches)} times"
+            assert counts_zero(), f"{what}: a row-block count was left behind"
+            _check(ctx, s, s_ref, dtype, K, f"{what}: new_residual")
+            _check(ctx, y, y_ref, dtype, K, f"{what}: y", scale=2.0)
+            _check(ctx, y, add_rms_norm_torch(s, None, shared["norm_weight"], EPS)[0], dtype, K,
+                   f"{what}: y against torch's norm of the returned s", scale=1.0)
+            # bulk_sync on the same config: the same partials and sums, norm.py's kernel after them.
+            y_b, s_b = tilefuse.gemm_all_reduce(a, b, variant="bulk_sync", config=cfg, eps=EPS, **shared)
+            tilefuse.synchronize()
+            assert launches, f"{what}: bulk_sync launched no norm kernel (the count does not work)"
+            assert torch.equal(_bits(s), _bits(s_b)), f"{what}: new_residual differs from bulk_sync's"
+            torch.testing.assert_close(y, y_b, rtol=2e-3, atol=1e-3, msg=lambda m, what=what: f"{what}: {m}")
+            outs += [y, s]
+            if name == "tail" and not ctx.on_gpu:  # (a compiled kernel keeps the global it was compiled with)
+                own_tail, _tiles.OWN_TAIL = _tiles.OWN_TAIL, tl.constexpr(not _tiles.OWN_TAIL)
+                try:
+                    y_t, s_t = tilefuse.gemm_all_reduce(a, b, variant="fused_sequential", config=cfg, eps=EPS,
+                                                        **shared)
+                    tilefuse.synchronize()
+                finally:
+                    _tiles.OWN_TAIL = own_tail
+                assert torch.equal(_bits(y_t), _bits(y)) and torch.equal(_bits(s_t), _bits(s)), \
+                    f"{what}: the split tail's bits differ"
+                assert counts_zero(), f"{what}: the split tail left a row-block count behind"
+        # Ranks that disagree on the residual: a mismatch on every rank, both outputs NaN.
+        cfg, N = _configs(ctx.rank)["split"]
+        a, b, shared, _ = _inputs(ctx, M, N, K, torch.float16, 70, residual=True)
+        if ctx.rank == 1:
+            shared["residual"] = None
+        del started[:]
+        with pytest.raises(tilefuse.CallMismatchError):
+            tilefuse.gemm_all_reduce(a, b, variant="fused_sequential", config=cfg, eps=EPS, **shared)
+            tilefuse.synchronize()
+        assert len(started) == 1 and all(bool(t.isnan().all()) for t in started[0]), "aborted call: outputs not NaN"
+        assert counts_zero(), "aborted call: a row-block count was left behind"
+    finally:
+        norm_mod._add_rms_norm_kernel, _prepare.Prepared.start_norm = real_kernel, real_start
+    a, b, shared, _ = _inputs(ctx, M, N, K, torch.float16, 71, residual=True)
+    y_ref, s_ref, _ = _reference(ctx, a, b, shared)
+    y, s = tilefuse.gemm_all_reduce(a, b, variant="fused_sequential", config=cfg, eps=EPS, **shared)
+    tilefuse.synchronize()
+    _check(ctx, y, y_ref, torch.float16, K, "the call after the mismatch: y", scale=2.0)
+    tilefuse.barrier()
+    return outs + [y, s]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_norm_in_fused_kernel(pools, world):
+    _same_bits(pools.run(world, job_in_kernel), f"in-kernel W={world}")
 
 
 def test_kernel_poisoned_outputs_ragged_and_chunked(on_gpu):

@@ -349,7 +349,7 @@ def run_norm(a, b, variant: str, config, group, bias, residual, norm_weight, eps
     def entry(a, b, **kwargs):
         return _entry("gemm_all_reduce", a, b, variant, config, group, **kwargs)
 
-    return run_with_norm(entry, a, b, plain=variant in ("plain", "reference"), residual=residual,
+    return run_with_norm(entry, a, b, variant=variant, residual=residual,
                          norm_weight=norm_weight, eps=eps, **({} if bias is None else {"bias": bias}))
 
 

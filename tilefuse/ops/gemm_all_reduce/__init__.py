@@ -56,7 +56,8 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     [M, N]`` of a's dtype), the call returns ``(y, new_residual)``: ``s = all_reduce(a @ b) (+ bias)
     (+ residual)`` rounded to a's dtype is ``new_residual``, and ``y = s * rsqrt(mean(s^2, -1) + eps)
     * norm_weight``, computed in fp32 from that ``s`` and rounded once (``norm.py``). Both have the same
-    bits on every rank. Every variant runs it after its reduction (one kernel, a program per row); the
+    bits on every rank. fused_sequential runs it inside its one kernel (the program that finishes a row
+    block norms it); the other variants after their reduction (one kernel, a program per row); the
     plain and reference paths in torch ops. ``norm_weight`` and ``residual`` must be the same on every
     rank; their gradients (and ``a``'s, ``b``'s, ``bias``'s) are those of the composed ops.
 

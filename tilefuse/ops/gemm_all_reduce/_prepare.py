@@ -21,7 +21,7 @@ from ..common.config import (
     sum_rows,
 )
 from ..common.gemm import UNALIGNED_PAD_MIN_M, operand_path
-from ..common.launch import op_heap, prepare_gemm
+from ..common.launch import new_output, op_heap, prepare_gemm
 from ..common.prepare import PreparedCall, once
 from ..common.scaled import OUT_DTYPES, UNSCALED, prepare_scaling
 
@@ -83,6 +83,7 @@ class Prepared(PreparedCall):
         self.stride_s = ()  # the stage's (slot, m, n)
         self.flags = None  # [W, num_tiles] int64 on the heap (every variant but bulk_sync)
         self.launch = {}  # the variant's constexprs and launch options
+        self.norm = 0  # the epilogue in the kernel (norm_mode): 0 none, 1 RMSNorm, 2 residual add + RMSNorm
 
     @property
     def kernel_begins(self) -> bool:
@@ -93,6 +94,18 @@ class Prepared(PreparedCall):
     def num_tiles(self) -> int:
         cfg = self.config
         return -(-self.M // cfg.BLOCK_M) * -(-self.N // cfg.BLOCK_N)
+
+    @property
+    def row_blocks(self) -> int:
+        return -(-self.M // self.config.BLOCK_M)
+
+    def start_norm(self, a: torch.Tensor, b: torch.Tensor) -> tuple:
+        """:meth:`start` of a call whose kernel also norms: ``(a, b, c, y, entry)``, both outputs
+        filled with NaN if the call aborts (c is ``new_residual``)."""
+        c = new_output(self.out_shape, self.out_dtype, a.device)
+        y = new_output(self.out_shape, self.out_dtype, a.device)
+        entry = self.begin(c, y)
+        return (*self.operands(a, b), c, y, entry)
 
     @property
     def stride_c(self) -> tuple:
@@ -106,23 +119,35 @@ class Prepared(PreparedCall):
                     num_warps=side_warps(cfg))
 
 
+def norm_mode(norm) -> int:
+    """:attr:`Prepared.norm` of a call's ``norm = (residual or None, norm_weight, eps)`` (or None)."""
+    return 0 if norm is None else 1 if norm[0] is None else 2
+
+
 def prepare(variant: str, a, b, config, group, bias, scaling: tuple = UNSCALED, *, comm: bool, flags: bool,
-            launch=None) -> Prepared:
+            launch=None, norm=None) -> Prepared:
     """The :class:`Prepared` of this call's signature (made by :func:`_make` on first sight,
     ``common.prepare.once``); ``scaling``: the call's ``(scale_a, scale_b, out_dtype)``
-    (:mod:`..common.scaled`); ``launch(p)`` returns the variant's :attr:`Prepared.launch`. Raises on
-    bad arguments, every time."""
+    (:mod:`..common.scaled`); ``launch(p)`` returns the variant's :attr:`Prepared.launch`; ``norm``:
+    ``(residual, norm_weight, eps)`` of an epilogue the kernel runs (checked by ``norm.run_with_norm``).
+    Raises on bad arguments, every time."""
+    mode = norm_mode(norm)
 
     def make():
-        p = _make(variant, a, b, config, group, bias, scaling, comm=comm, flags=flags)
+        p = _make(variant, a, b, config, group, bias, scaling, comm=comm, flags=flags, norm=mode)
         if launch is not None and p.stage is not None:
             p.launch = launch(p)
         return p
 
-    return once(op_heap(OP, group), (OP, variant, comm, flags, scaling[2]), make, config, a, b, bias, *scaling[:2])
+    if not mode:
+        return once(op_heap(OP, group), (OP, variant, comm, flags, scaling[2]), make, config, a, b, bias,
+                    *scaling[:2])
+    return once(op_heap(OP, group), (OP, variant, comm, flags, scaling[2], mode), make, config, a, b, bias,
+                *scaling[:2], norm[0], norm[1])
 
 
-def _make(variant: str, a, b, config, group, bias, scaling: tuple, *, comm: bool, flags: bool) -> Prepared:
+def _make(variant: str, a, b, config, group, bias, scaling: tuple, *, comm: bool, flags: bool,
+          norm: int = 0) -> Prepared:
     """Check ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]``; resolve the config and the
     operands' path; get the heap buffers: the stage (a's dtype) is shared by every variant of one
     (dtype, M, N) (each call's begin is a barrier), the flags belong to one variant and tile shape."""
@@ -154,8 +179,13 @@ def _make(variant: str, a, b, config, group, bias, scaling: tuple, *, comm: bool
     M, N, W = call.M, call.N, heap.world_size
     # K_loc may differ between ranks, and with it the default config's BLOCK_K: the signature holds
     # the tile grid, on which the ranks' tile numbering (and so the flags) depends, and everything else.
+    # The in-kernel norm's sums are fixed by BLOCK_M and BLOCK_N alone (norm.pair_sum): the same bits
+    # whatever num_warps a rank's config has.
     sig = (OP, variant, M, N, str(a.dtype), kind, (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None)
+    if norm:
+        sig += (("norm", norm),)
     p = Prepared(variant, call, a, b, sig, align, bias is not None, out_dtype)
+    p.norm = norm
     if p.empty:
         return p
     if M * N >= 2**31:

@@ -7,8 +7,10 @@ partial stays in slot s of its own heap. ``flags [W, num_tiles]`` int64: ``(s, t
 call's sequence number once source s's partial of tile t is in this rank's slot s.
 
 Every rank sums tile t's W partials in fp32 in the order 0, 1, ..., W-1, so the W copies of ``c``
-have the same bits; a bias is added once, after the sum. Strides travel as tuples: ``stride_a =
-(am, ak)``, ``stride_b = (bk, bn)``, ``stride_s = (slot, m, n)``, ``stride_c = (m, n)``.
+have the same bits; a bias is added once, after the sum. ``NORM`` (fused_sequential with
+``residual=``/``norm_weight=``): the residual add and the RMSNorm too (``norm.py``). Strides travel
+as tuples: ``stride_a = (am, ak)``, ``stride_b = (bk, bn)``, ``stride_s = (slot, m, n)``,
+``stride_c = (m, n)``.
 """
 
 import triton
@@ -20,6 +22,7 @@ from ..common.flags import tile_acquire
 from ..common.reduce import block_offsets, push_partial, slot_ptr
 from ..common.split_k import hand_in_slice, slice_sum, split_k_work
 from ..common.tiles import gemm_operands, gemm_tile_range, tile_coords, tile_offsets
+from .norm import OWN_TAIL, store_sum, tile_done
 
 
 @triton.jit
@@ -32,8 +35,8 @@ def produce_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
     GATE: tl.constexpr = False,
-    # with SUM_HERE: (output c [M, N], bias [N], stride_c), both local
-    sum_out=None, HAS_BIAS: tl.constexpr = False, SUM_HERE: tl.constexpr = False,
+    # with SUM_HERE: (output c [M, N], bias [N], stride_c, norm), all local (norm: norm.py, with NORM)
+    sum_out=None, HAS_BIAS: tl.constexpr = False, SUM_HERE: tl.constexpr = False, NORM: tl.constexpr = 0,
     # with SPLIT: (K slices per tile, split-K scratch slots, counts) (ops.common.split_k.SplitKScratch)
     split=None, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1,
 ):
@@ -44,7 +47,8 @@ def produce_tiles(
     not run. Returns whether the call runs.
 
     ``SUM_HERE`` (one work item a program, a tile's fp32 sum in registers): each tile is summed right
-    after its push, this rank's partial from registers (:func:`sum_tile_with_own`; no own flag).
+    after its push, this rank's partial from registers (:func:`sum_tile_with_own`; no own flag);
+    with ``NORM`` it then takes the tile's ticket (``norm.tile_done``).
     ``SPLIT`` (with ``SUM_HERE``): the work items are the tiles' K slices, handed in
     (``split_k.hand_in_slice``) whether or not the call runs, so the counts are back at zero after
     every launch; the program that hands in a tile's last slice sums the slices, pushes and sums it.
@@ -88,9 +92,13 @@ def produce_tiles(
                     push_partial(my_slot, part, offs_m, offs_n, M, N, stride_s[1], stride_s[2],
                                  flags_ptr + rank * num_tiles + t, epoch, rank, dst, P.bases(call), RELEASE)
                 if SUM_HERE:
-                    c_ptr, bias_ptr, stride_c = sum_out
-                    sum_tile_with_own(part, stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
-                                      M, N, num_tiles, t, offs_m, offs_n, call, epoch, HAS_BIAS)
+                    c_ptr, bias_ptr, stride_c, norm = sum_out
+                    s_tile = sum_tile_with_own(part, stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
+                                               M, N, num_tiles, t, offs_m, offs_n, call, epoch, HAS_BIAS,
+                                               pid_n, num_pid_n, norm, NORM)
+                    if NORM > 0:  # one tile a program: the split tail where programs may wait (a GPU)
+                        tile_done(s_tile, offs_m, offs_n, c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, call,
+                                  BLOCK_M, SPLIT_TAIL=OWN_TAIL)
     return live
 
 
@@ -103,10 +111,13 @@ def sum_tile_with_own(
     M, N, num_tiles, t, offs_m, offs_n,
     call, epoch,
     HAS_BIAS: tl.constexpr,
+    # with NORM: tile t's column block, the column blocks, and norm.py's tuple
+    pid_n=0, num_pid_n=1, norm=None, NORM: tl.constexpr = 0,
 ):
     """:func:`reduce_tiles` of one tile whose own partial is in registers: acquire the other
     sources' flags of tile t, then ``((s_0 + s_1) + ...) + bias`` into c, sources in the order 0,
-    1, ..., W-1 with ``s_rank`` = ``part`` (rounded as a staged partial is: the same bits)."""
+    1, ..., W-1 with ``s_rank`` = ``part`` (rounded as a staged partial is: the same bits); with
+    ``NORM``, ``norm.store_sum``'s residual add and parts. Returns the tile as stored, in fp32."""
     rank, world = P.rank(call), P.world(call)
     for i in range(1, world):
         src = (rank + i) % world
@@ -123,8 +134,7 @@ def sum_tile_with_own(
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
         total += bias[None, :]
-    c_ptrs = c_ptr + offs_m[:, None] * stride_c[0] + offs_n[None, :] * stride_c[1]  # [BM, BN]
-    tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+    return store_sum(total, c_ptr, stride_c, offs_m, offs_n, M, N, pid_n, num_pid_n, norm, NORM)
 
 
 @triton.jit
@@ -148,10 +158,12 @@ def reduce_tiles(
     call, epoch, cid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    norm=None, NORM: tl.constexpr = 0,
 ):
     """Sum the W partials of tiles cid, cid + NUM_PROGRAMS, ... into c: ``((s_0 + s_1) + ...) + bias``
     in fp32, in [SUB_M, BN] blocks. ``PULL``: source s's partial from slot s of rank s's heap (after
-    a barrier), else from this rank's slot s; ``WAIT``: first acquire the tile's W flags."""
+    a barrier), else from this rank's slot s; ``WAIT``: first acquire the tile's W flags. ``NORM``:
+    ``norm.store_sum``'s residual add and parts, then the tile's ticket (``norm.tile_done``)."""
     world = P.world(call)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -174,8 +186,9 @@ def reduce_tiles(
             if HAS_BIAS:
                 bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [BN]
                 acc += bias[None, :]
-            c_ptrs = c_ptr + offs_m[:, None] * stride_c[0] + offs_n[None, :] * stride_c[1]  # [SUB_M, BN]
-            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+            store_sum(acc, c_ptr, stride_c, offs_m, offs_n, M, N, pid_n, num_pid_n, norm, NORM)
+        if NORM > 0:  # several tiles a program may have: the tail that waits on nobody
+            tile_done(0.0, 0, 0, c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, call, BLOCK_M)
 
 
 @kernel

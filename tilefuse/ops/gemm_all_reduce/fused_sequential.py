@@ -24,52 +24,56 @@ from ..common.scaled import kernel_scales
 from ..common.split_k import SPLIT_K_SCRATCH
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_tiles
+from .norm import NORM_SCRATCH
 
 
 @kernel
 def _fused_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b,  # scales: common.scaled
-    # stage [W, M, N] in the input dtype and flags [W, num_tiles] int64 (symmetric addresses); output
-    # c [M, N] and bias [N], both local
-    stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
+    # stage [W, M, N] in the input dtype and flags [W, num_tiles] int64 (symmetric addresses); out:
+    # (c [M, N], bias [N], stride_c, norm), all local (norm: norm.py's tuple, read with NORM)
+    stage_ptr, flags_ptr, stride_s, out,
     # the call (this kernel begins it with ENTER); with SPLIT: (K slices per tile, split-K scratch
     # slots, counts), else never read
     call, split,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     HAS_BIAS: tl.constexpr, SUM: tl.constexpr = True, ENTER: tl.constexpr = False,
-    OWN_SUM: tl.constexpr = False, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1,
+    OWN_SUM: tl.constexpr = False, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1, NORM: tl.constexpr = 0,
 ):
     """``SUM=False``: the GEMM and the partial stores only (``benchmarks.breakdown`` times the parts).
     ``ENTER``: program 0 begins the call while the others run their first K loop
     (``P.enter_aside``; tile t goes to program ``(t + 1) % NUM_PROGRAMS``). ``OWN_SUM`` and
-    ``SPLIT``: ``produce_tiles``' ``SUM_HERE`` and ``SPLIT`` (``split[0]`` K slices a tile)."""
+    ``SPLIT``: ``produce_tiles``' ``SUM_HERE`` and ``SPLIT`` (``split[0]`` K slices a tile).
+    ``NORM`` (1: RMSNorm; 2: residual add, then RMSNorm; with ``SUM``): c is ``new_residual``, and
+    the program that stores the last tile of a row block norms it into ``y`` (``norm.py``)."""
     pid = tl.program_id(0)
+    c_ptr, bias_ptr, stride_c, norm = out
     if ENTER:
         epoch = P.enter_aside(call)
         first = (pid + NUM_PROGRAMS - 1) % NUM_PROGRAMS  # the same on every rank: the sum's waits pair up
         live = produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
                              call, epoch, first,
                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
-                             GATE=True, sum_out=(c_ptr, bias_ptr, stride_c), HAS_BIAS=HAS_BIAS,
-                             SUM_HERE=OWN_SUM, split=split, SPLIT=SPLIT, ALIGN=ALIGN)
+                             GATE=True, sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, NORM=NORM,
+                             split=split, SPLIT=SPLIT, ALIGN=ALIGN)
         if not OWN_SUM:
             if live:
                 reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, first,
                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
-                             HAS_BIAS=HAS_BIAS)
+                             HAS_BIAS=HAS_BIAS, norm=norm, NORM=NORM)
     else:  # the begin kernel began the call
         epoch, live = P.enter(call, False)
         if live:
             produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
                           call, epoch, pid,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=SUM,
-                          sum_out=(c_ptr, bias_ptr, stride_c), HAS_BIAS=HAS_BIAS,
-                          SUM_HERE=SUM and OWN_SUM, split=split, SPLIT=SPLIT, ALIGN=ALIGN)
+                          sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=SUM and OWN_SUM, NORM=NORM,
+                          split=split, SPLIT=SPLIT, ALIGN=ALIGN)
             if SUM and not OWN_SUM:  # the tiles this program produced (the same ids on every rank)
                 reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, pid,
                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
-                             HAS_BIAS=HAS_BIAS)
+                             HAS_BIAS=HAS_BIAS, norm=norm, NORM=NORM)
     P.exit(call, epoch, live, NUM_PROGRAMS, ENTER)
 
 
@@ -82,7 +86,7 @@ def _launch(p) -> dict:
     programs = cfg.GEMM_SMS + cfg.COMM_SMS
     own_sum = p.num_tiles * cfg.SPLIT_K <= programs and sum_rows(cfg) == cfg.BLOCK_M
     return dict(NUM_PROGRAMS=programs, SUB_M=sum_rows(cfg), HAS_BIAS=p.has_bias, ENTER=p.kernel_begins,
-                OWN_SUM=own_sum, SPLIT=cfg.SPLIT_K > 1, ALIGN=p.align, **p.gemm_meta)
+                OWN_SUM=own_sum, SPLIT=cfg.SPLIT_K > 1, ALIGN=p.align, NORM=p.norm, **p.gemm_meta)
 
 
 def split_arg(p, c):
@@ -95,19 +99,36 @@ def split_arg(p, c):
     return (cfg.SPLIT_K, parts, counts)
 
 
+def norm_arg(p, c, y, norm) -> tuple:
+    """``norm`` of :func:`_fused_kernel` (``norm.py``'s tuple) for ``norm = (residual or None,
+    norm_weight, eps)``, with this stream's :data:`~.norm.NORM_SCRATCH`; never-read stand-ins without."""
+    if norm is None:
+        return (p.stage, p.stage, p.stage, p.stage, p.stage, 0.0, 0, 0)
+    residual, weight, eps = norm
+    counts, parts = NORM_SCRATCH.get(c.device, p.row_blocks, p.M * (-(-p.N // p.config.BLOCK_N) + 1))
+    res = c if residual is None else residual
+    return (y, res, weight, counts, parts, eps, res.stride(0), y.stride(0))
+
+
 @collective(OP)
-def fused_sequential(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
+def fused_sequential(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None,
+                     norm=None):
     """gemm_all_reduce as one fused persistent kernel (its programs push their partial tiles, then sum
-    them once every rank's have landed); same contract as :func:`tilefuse.gemm_all_reduce`."""
+    them once every rank's have landed); same contract as :func:`tilefuse.gemm_all_reduce`. ``norm``:
+    ``(residual or None, norm_weight, eps)``, checked (``norm.run_with_norm``): the kernel also adds
+    the residual and norms, and the call returns ``(y, new_residual)``."""
     p = prepare("fused_sequential", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=False, flags=True,
-                launch=_launch)
-    a, b, c, entry = p.start(a, b)
+                launch=_launch, norm=norm)
+    if norm is None:
+        a, b, c, entry = p.start(a, b)
+        y = None
+    else:
+        a, b, c, y, entry = p.start_norm(a, b)
     if p.empty:
-        return c
+        return c if norm is None else (y, c)
     _fused_kernel[(p.launch["NUM_PROGRAMS"],)](
         a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
-        p.stride_s,
-        c, c if bias is None else bias.contiguous(), p.stride_c, call_arg(p.heap, entry), split_arg(p, c),
-        **p.launch)
+        p.stride_s, (c, c if bias is None else bias.contiguous(), p.stride_c, norm_arg(p, c, y, norm)),
+        call_arg(p.heap, entry), split_arg(p, c), **p.launch)
     launched(entry)
-    return c
+    return c if norm is None else (y, c)

@@ -1,7 +1,7 @@
 """The residual-add + RMSNorm epilogue of gemm_all_reduce (``residual=``, ``norm_weight=``).
 
-Applied to the reduced ``c [M, N]`` of any variant (the same bits on every rank, so both outputs are
-too), in one Triton kernel, one program per row::
+Applied to the reduced ``c [M, N]`` of bulk_sync, producer_consumer and wg_specialized (the same bits
+on every rank, so both outputs are too), in one Triton kernel, one program per row::
 
     s = c + residual               (fp32 add, rounded once to c's dtype: new_residual)
     y = s * rsqrt(mean(s^2) + eps) * norm_weight      (fp32 from the rounded s, rounded once)
@@ -11,8 +11,15 @@ The norm reads the rounded ``s``, so ``y`` is exactly the RMSNorm of the ``new_r
 A row fits one block of at most ``MAX_BLOCK`` columns; longer rows are walked in blocks twice (the
 sum of squares, then the scaled store), recomputing ``s`` rather than reading back its store.
 
-The fused variants finish tiles of ``BLOCK_N`` columns, not rows: a row's norm needs every tile of
-its row, so the norm runs after the variant's kernel instead of inside its last phase.
+In the kernel of ``fused_sequential`` (``NORM``): the program that stores a tile of ``s`` also
+stores each row's sum of squares over the tile's columns (:func:`store_sum`), then takes a ticket on
+its row block's counter (:func:`tile_done`); the program whose ticket completes the row block sums
+those parts in a fixed order into the rows' ``rstd`` (:func:`row_rstd`), and either writes the row
+block's ``y`` itself (:func:`norm_row_block`) or, on a GPU where each program holds one tile,
+publishes ``rstd`` for the row block's programs to scale their own tiles (the split tail).
+Every sum is a pairwise tree fixed by ``BLOCK_M`` and ``BLOCK_N`` (:func:`pair_sum`: every addition
+adds two numbers, so the compiler's layout of a block over threads cannot change it): every rank
+gets the same bits. The other variants run :func:`add_rms_norm`'s kernel after their reduction.
 """
 
 from __future__ import annotations
@@ -21,7 +28,10 @@ import torch
 import triton
 import triton.language as tl
 
+from ...runtime import hw
+from ...runtime import primitives as P
 from ...runtime.primitives import kernel
+from ...runtime.world import on_reset
 
 MAX_BLOCK = 8192  # columns a program holds at once (fp32 in registers: 16 a thread at 16 warps)
 
@@ -69,6 +79,170 @@ def _add_rms_norm_kernel(
             s = _row_sum(c_ptr, res_ptr, s_ptr, row, offs, mask, stride_c, stride_r, stride_s, HAS_RESIDUAL, False)
             w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
             tl.store(y_ptr + row * stride_y + offs, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# The epilogue inside fused_sequential's kernel (``NORM``: 0 none, 1 the norm of the sum, 2 the residual
+# add, then the norm). ``norm = (y_ptr, res_ptr, w_ptr, count_ptr, part_ptr, eps, stride_r, stride_y)``:
+# y [M, N] and residual [M, N] (rows contiguous), weight [N], and this stream's NormScratch: count
+# [row blocks] int64 (zero between launches), part [M, tiles_n] fp32 (rows' sums of squares per tile)
+# followed by rstd [M] fp32.
+
+
+@triton.jit
+def pair_sum(x, ROWS: tl.constexpr):
+    """``x [ROWS, C]`` (C a power of two) summed over its columns by halving: column j plus column
+    j + C/2, and again, down to one. Each addition adds two numbers (commutative), so the result
+    does not depend on how the compiler spreads ``x`` over threads: the same bits for every
+    ``num_warps`` and code path."""
+    for _ in tl.static_range(16):
+        if x.shape[1] > 1:
+            x = tl.sum(tl.reshape(x, [ROWS, 2, x.shape[1] // 2]), axis=1)
+    return tl.reshape(x, [ROWS])
+
+
+@triton.jit
+def store_sum(total, c_ptr, stride_c, offs_m, offs_n, M, N, pid_n, num_pid_n, norm, NORM: tl.constexpr):
+    """Store the fp32 sum ``total`` [R, BN] of a block of c's tile (rows ``offs_m``, columns ``offs_n``
+    of column block ``pid_n``) into c, rounded once. ``NORM == 2``: plus the residual first (an fp32
+    add of the rounded sum, rounded once: ``new_residual``, as :func:`_row_sum`); ``NORM``: then each
+    row's sum of squares of what was stored (:func:`pair_sum`) into ``part[row, pid_n]``. Returns
+    what was stored, in fp32 (0 outside c)."""
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [R, BN]
+    s = total.to(c_ptr.dtype.element_ty)
+    if NORM == 2:
+        res_ptr, stride_r = norm[1], norm[6]
+        r = tl.load(res_ptr + offs_m[:, None] * stride_r + offs_n[None, :], mask=mask, other=0.0)
+        s = (s.to(tl.float32) + r.to(tl.float32)).to(c_ptr.dtype.element_ty)
+    tl.store(c_ptr + offs_m[:, None] * stride_c[0] + offs_n[None, :] * stride_c[1], s, mask=mask)
+    x = tl.where(mask, s.to(tl.float32), 0.0)
+    if NORM > 0:
+        part_ptr = norm[4]
+        tl.store(part_ptr + offs_m * num_pid_n + pid_n, pair_sum(x * x, total.shape[0]), mask=offs_m < M)
+    return x
+
+
+OWN_TAIL = tl.constexpr(not hw.interpreting())  # tile_done's split tail where programs may wait on each other
+
+
+@triton.jit
+def tile_done(x, offs_m, offs_n, c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, call, BLOCK_M: tl.constexpr,
+              SPLIT_TAIL: tl.constexpr = False):
+    """After this program stored its tile of row block ``pid_m`` (:func:`store_sum`, which returned
+    ``x``, the tile of s in fp32, at rows ``offs_m`` and columns ``offs_n``): a ticket on the row
+    block's count. The program whose ticket completes the row block computes its rows' ``rstd``
+    (:func:`row_rstd`); then:
+
+    - ``SPLIT_TAIL`` (every program has one tile and all are resident: a GPU, the kernel summing each
+      tile from registers): it publishes ``rstd`` and sets the count back to 0 (a release); each
+      program of the row block, once it sees the count at 0, scales its own tile from registers.
+    - else (the interpreter's sequential programs; a program with several tiles): it writes the
+      whole row block's ``y`` (:func:`norm_row_block`) and sets the count back to 0. Nobody waits.
+
+    Either way the count is 0 after the launch (the next launch's tickets come after it in stream
+    order), and ``y`` has the same bits."""
+    count_ptr = norm[3]
+    # Every thread's stores of the tile are done before the one ticket below.
+    tl.debug_barrier()
+    # Release (this tile of s and its parts) and acquire (the row block's other tiles): pairs with the
+    # same atomic in the programs that stored them, in this launch and on this device (gpu scope).
+    ticket = tl.atomic_add(count_ptr + pid_m, 1, sem="acq_rel", scope="gpu")
+    if SPLIT_TAIL:
+        rstd_ptr = norm[4] + M * num_pid_n  # [M] fp32 after the parts
+        if ticket == num_pid_n - 1:
+            rstd = row_rstd(pid_m, num_pid_n, M, N, norm, BLOCK_M)
+            tl.store(rstd_ptr + offs_m, rstd, mask=offs_m < M)
+            tl.debug_barrier()
+            # Release (rstd): pairs with the acquire in P.wait below, in the row block's other programs.
+            tl.atomic_xchg(count_ptr + pid_m, 0, sem="release", scope="gpu")
+            scale_tile(x, rstd, offs_m, offs_n, M, N, norm)
+        else:
+            # Acquire: pairs with the release above, in the program whose ticket completed the row block
+            # (bounded as every wait; a timeout record names "call 0", the value waited for).
+            if P.wait(count_ptr + pid_m, 0, P.rank(call), P.rank(call), P.ctl(call), P.bases(call), P.world(call)):
+                rstd = tl.load(rstd_ptr + offs_m, mask=offs_m < M, other=0.0, cache_modifier=".cg")
+                scale_tile(x, rstd, offs_m, offs_n, M, N, norm)
+    else:
+        if ticket == num_pid_n - 1:
+            norm_row_block(c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, BLOCK_M)
+            tl.store(count_ptr + pid_m, 0)
+
+
+@triton.jit
+def row_rstd(pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.constexpr):
+    """``rstd = 1 / sqrt(sum of squares / N + eps)`` [BLOCK_M] of the rows of row block ``pid_m``, the
+    sum from the tiles' parts (``part[row, 0 .. num_pid_n-1]``, in chunks of ``COLS`` added in
+    order, then :func:`pair_sum`: fixed by ``BLOCK_M`` alone; the loads bypass L1: other programs
+    wrote them)."""
+    part_ptr, eps = norm[4], norm[5]
+    COLS: tl.constexpr = 8192 // BLOCK_M  # fp32 values of a [BLOCK_M, COLS] block: 64 a thread at 4 warps
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+    cols = tl.arange(0, COLS)  # [COLS]
+    acc = tl.zeros([BLOCK_M, COLS], dtype=tl.float32)
+    for j in range(0, tl.cdiv(num_pid_n, COLS)):
+        offs = j * COLS + cols
+        mask = (rows < M)[:, None] & (offs < num_pid_n)[None, :]
+        acc += tl.load(part_ptr + rows[:, None] * num_pid_n + offs[None, :], mask=mask, other=0.0,
+                       cache_modifier=".cg")
+    return 1.0 / tl.sqrt(pair_sum(acc, BLOCK_M) / N + eps)
+
+
+@triton.jit
+def scale_tile(x, rstd, offs_m, offs_n, M, N, norm):
+    """Store ``y = x * rstd * w`` (rounded once) at rows ``offs_m`` [R], columns ``offs_n`` [C]."""
+    y_ptr, w_ptr, stride_y = norm[0], norm[2], norm[7]
+    w = tl.load(w_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)  # [C]
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(y_ptr + offs_m[:, None] * stride_y + offs_n[None, :], (x * rstd[:, None] * w[None, :]).to(
+        y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def norm_row_block(s_ptr, stride_s, pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.constexpr):
+    """``y`` of the rows of row block ``pid_m`` (:func:`row_rstd`, :func:`scale_tile`), ``s`` read back
+    from c (stored by this rank's other programs: visible after the ticket; the loads bypass L1), in
+    ``[BLOCK_M, COLS]`` blocks."""
+    COLS: tl.constexpr = 8192 // BLOCK_M
+    rstd = row_rstd(pid_m, num_pid_n, M, N, norm, BLOCK_M)  # [BM]
+    rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
+    for j in range(0, tl.cdiv(N, COLS)):
+        offs_n = j * COLS + tl.arange(0, COLS)
+        mask = (rows < M)[:, None] & (offs_n < N)[None, :]
+        x = tl.load(s_ptr + rows[:, None] * stride_s[0] + offs_n[None, :] * stride_s[1], mask=mask, other=0.0,
+                    cache_modifier=".cg").to(tl.float32)
+        scale_tile(x, rstd, rows, offs_n, M, N, norm)
+
+
+class NormScratch:
+    """The in-kernel epilogue's counts and parts (``norm`` above), one set per (device, stream).
+
+    Every launch leaves the counts at zero (the program that completes a row block resets its count;
+    an aborted call takes no ticket), so a stream's launches share one set without a memset. A CUDA
+    graph capture gets a fresh zeroed set (a graph may be replayed on any stream).
+    :func:`tilefuse.reset` drops the cache (a poisoned call may leave a count behind)."""
+
+    def __init__(self):
+        self._sets: dict = {}
+
+    def get(self, device: torch.device, row_blocks: int, parts: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(counts, parts)``: int64 ``[row_blocks]`` zeros and fp32 ``[parts]``."""
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return (torch.zeros(row_blocks, dtype=torch.int64, device=device),
+                    torch.empty(parts, dtype=torch.float32, device=device))
+        key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+        counts, part = self._sets.get(key, (None, None))
+        if counts is None or counts.numel() < row_blocks:
+            counts = torch.zeros(triton.next_power_of_2(row_blocks), dtype=torch.int64, device=device)
+        if part is None or part.numel() < parts:
+            part = torch.empty(triton.next_power_of_2(parts), dtype=torch.float32, device=device)
+        self._sets[key] = (counts, part)
+        return counts, part
+
+    def clear(self) -> None:
+        self._sets.clear()
+
+
+NORM_SCRATCH = NormScratch()
+on_reset(NORM_SCRATCH.clear)
 
 
 def _warps(block: int) -> int:
@@ -155,13 +329,21 @@ def check_norm_args(op: str, a: torch.Tensor, b: torch.Tensor, residual, norm_we
         raise ValueError(f"{op}: eps must be a non-negative float, got {eps!r}")
 
 
-def run_with_norm(entry, a, b, *, plain: bool, residual, norm_weight, eps, **kwargs):
-    """``entry(a, b, **kwargs)`` (a variant's reduced ``c``), then the epilogue: torch's ops on the
-    plain path, the kernel otherwise. Returns ``(y, new_residual)``."""
+IN_KERNEL = "fused_sequential"  # the variant whose kernel runs the epilogue itself (its ``norm=``)
+
+
+def run_with_norm(entry, a, b, *, variant: str, residual, norm_weight, eps, **kwargs):
+    """``variant``'s call with the epilogue; ``entry(a, b, **kwargs)`` runs the variant. Where the
+    epilogue runs: in the variant's one kernel for :data:`IN_KERNEL` (``entry(..., norm=(residual,
+    norm_weight, eps))`` returns both outputs); torch's ops after the plain and reference paths; this
+    file's kernel after every other variant's reduced ``c`` (auto's choice included). Returns ``(y,
+    new_residual)``."""
     check_norm_args("gemm_all_reduce", a, b, residual, norm_weight, eps)
-    c = entry(a, b, **kwargs)
     if residual is not None and residual.stride(-1) != 1:
         residual = residual.contiguous()
-    if plain:
+    if variant == IN_KERNEL:
+        return entry(a, b, norm=(residual, norm_weight.contiguous(), float(eps)), **kwargs)
+    c = entry(a, b, **kwargs)
+    if variant in ("plain", "reference"):
         return add_rms_norm_torch(c, residual, norm_weight, eps)
     return add_rms_norm(c.contiguous(), residual, norm_weight.contiguous(), eps)
