@@ -52,7 +52,7 @@ def _plain(t) -> bool:
 _Tensor = torch.Tensor
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _NONE: dict = {}  # no keyword argument to pass on (never written)
-_is_compiling = torch.compiler.is_compiling
+_is_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack  # what _get_current_dispatch_mode reads first
 _grad_enabled = torch.is_grad_enabled
 _get = registry.get
@@ -71,7 +71,7 @@ def call(op: str, a, b, variant: str = "auto", config=None, group=None, *, out=N
     ``all_gather(a)``.
     """
     if (out is None and bias is None and scale_a is None and scale_b is None and out_dtype is None
-            and not return_gathered and type(a) is _Tensor and type(b) is _Tensor
+            and not return_gathered and type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES
             and not (_grad_enabled() and (a.requires_grad or b.requires_grad))
             and not _is_compiling() and not _dispatch_modes()):  # _direct's common case: a and b alone
         if type(group) is str:

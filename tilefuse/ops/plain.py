@@ -19,6 +19,9 @@ matmul writes its transpose there and the gather moves it in place. An ``out`` t
 is that buffer; a row-major ``out`` receives one copy (no tensor collective lands column blocks of
 a row-major matrix).
 
+Float8 operands (``scale_a=``, ``scale_b=``, ``out_dtype=``) take :mod:`.common.scaled_plain`'s
+path: ``torch._scaled_mm``, the reducing ops summing in fp32.
+
 The checks are torch's own plus the op's shape rules, made once per call; the group's world size,
 rank and backend are looked up once per group. Calls are not paired with the peers' calls as the
 fused variants' calls are: a call that differs between ranks, or fails its checks on one rank
@@ -63,8 +66,8 @@ def _comm(op: str, a, b, group, scale_a, scale_b, out_dtype) -> Comm | None:
     does not make itself: two matrices of a supported dtype (K, the second dtype and the device are
     torch.matmul's own checks: :func:`_matmul` names the op where they fail). None for a float8 call
     (scales, ``out_dtype`` or float8 operands), which :mod:`.common.scaled_plain` runs."""
-    if not (scale_a is None and scale_b is None and out_dtype is None and type(a) is _Tensor and type(b) is _Tensor
-            and a.dim() == 2 and b.dim() == 2 and a.dtype in SUPPORTED_DTYPES):
+    if not (scale_a is None and scale_b is None and out_dtype is None and isinstance(a, _Tensor)
+            and isinstance(b, _Tensor) and a.dim() == 2 and b.dim() == 2 and a.dtype in SUPPORTED_DTYPES):
         if scale_a is not None or scale_b is not None or out_dtype is not None or is_float8(a) or is_float8(b):
             return None
         check_operands(op, a, b)
@@ -83,7 +86,7 @@ def _matmul(op: str, a, b, out=None):
 def gemm_all_scatter(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
     op = "gemm_all_scatter"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
-    if comm is None:
+    if comm is None:  # float8
         return scaled_plain.run(op, a, b, group, scale_a, scale_b, out_dtype, out=out)
     W = comm.world
     if out is not None:  # any tensor of the result's shape, dtype and device (the heap is not needed)
@@ -105,7 +108,7 @@ def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False, sca
                     out_dtype=None):
     op = "all_gather_gemm"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
-    if comm is None:
+    if comm is None:  # float8
         return scaled_plain.run(op, a, b, group, scale_a, scale_b, out_dtype, return_gathered=return_gathered)
     if comm.world == 1:
         c = _matmul(op, a, b)
@@ -119,15 +122,16 @@ def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False, sca
 def gemm_reduce_scatter(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_dtype=None):
     op = "gemm_reduce_scatter"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
-    if comm is None:
+    if comm is None:  # float8
         return scaled_plain.run(op, a, b, group, scale_a, scale_b, out_dtype)
     W = comm.world
-    if a.shape[0] % W:
-        check_divisible(op, "M (rows of a)", a.shape[0], W, "the world size")
-    partial = _matmul(op, a, b)
     if W == 1:
-        return partial
-    c = partial.new_empty((a.shape[0] // W, b.shape[1]))
+        return _matmul(op, a, b)
+    M = a.shape[0]
+    if M % W:
+        check_divisible(op, "M (rows of a)", M, W, "the world size")
+    partial = _matmul(op, a, b)
+    c = partial.new_empty((M // W, b.shape[1]))
     reduce_scatter_tensor(c, partial, comm)
     return c
 
@@ -145,7 +149,7 @@ def reduce_scatter(x, group):
 def gemm_all_reduce(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
     op = "gemm_all_reduce"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
-    if comm is None:
+    if comm is None:  # float8
         return scaled_plain.run(op, a, b, group, scale_a, scale_b, out_dtype, bias=bias)
     if bias is not None:
         from .gemm_all_reduce._prepare import check_bias
