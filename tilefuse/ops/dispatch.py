@@ -229,7 +229,7 @@ def resolve(op: str, a, b, group=None, kwargs: dict | None = None) -> tuple:
     return _resolve(op, a, b, group, kwargs)[:3]
 
 
-_graph_capture = torch.cuda.is_current_stream_capturing
+_graph_capture = torch._C._cuda_isCurrentStreamCapturing  # torch.cuda.is_current_stream_capturing, one frame less
 GRAPH_MIN_M = 512  # below it, a fused choice with no device-time measurement runs plain inside CUDA graphs
 
 
