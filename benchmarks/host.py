@@ -2,6 +2,8 @@
 own calls, the plain path, auto and each fused variant.
 
     python -m benchmarks host --out DIR                        # a GPU: W = 1 on 24 random shapes; W = 2
+    TILEFUSE_AUTOTUNE=0 python -m benchmarks host --world 1 --variants torch,plain,auto --out DIR
+                                                               # auto->plain against torch (no tuning)
     python -m benchmarks host --tiny --world 1,2 --out DIR     # CPU ranks: 8x64 @ 64x64
     python -m benchmarks host --real-launches --shapes 1x4096x8192,16x4096x8192 --out DIR
     python -m benchmarks host --parts --ops gemm_all_reduce --variants wg_specialized --tiny

@@ -56,7 +56,6 @@ _is_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack  # what _get_current_dispatch_mode reads first
 _grad_enabled = torch.is_grad_enabled
 _get = registry.get
-_ENTRIES = registry._TABLE  # op -> variant -> entry point: a call's one lookup
 
 
 def call(op: str, a, b, variant: str = "auto", config=None, group=None, *, out=None, return_gathered=False,
@@ -78,11 +77,7 @@ def call(op: str, a, b, variant: str = "auto", config=None, group=None, *, out=N
             group = resolve_group(group)
         if variant == "auto":
             return run_auto(op, a, b, config, group)
-        try:
-            entry = _ENTRIES[op][variant]
-        except (KeyError, TypeError):
-            entry = _get(op, variant)  # raises the error naming the op and the variant
-        return entry(a, b, config=config, group=group)
+        return _get(op, variant)(a, b, config=config, group=group)
     kwargs = {"out": out, "return_gathered": return_gathered, "bias": bias}
     given = _direct(a, b, {**kwargs, "scale_a": scale_a, "scale_b": scale_b, "out_dtype": out_dtype})
     if given is not None:

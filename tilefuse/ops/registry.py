@@ -24,10 +24,11 @@ def register(op: str, variant: str, fn) -> None:
 
 
 def get(op: str, variant: str):
-    """The entry point of ``variant`` of ``op`` (``reference`` and ``plain`` included)."""
+    """The entry point of ``variant`` of ``op`` (``reference`` and ``plain`` included): one lookup
+    on every eager call; the errors name the op and the variant."""
     try:
         return _TABLE[op][variant]
-    except (KeyError, TypeError):  # the error names what is wrong below
+    except (KeyError, TypeError):  # TypeError: an unhashable variant
         pass
     if op not in _TABLE:
         raise ValueError(f"unknown op {op!r}; ops are {sorted(_TABLE)}")
