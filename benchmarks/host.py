@@ -2,6 +2,8 @@
 own calls, the plain path, auto and each fused variant.
 
     python -m benchmarks host --out DIR                        # a GPU: W = 1 on 24 random shapes; W = 2
+    TILEFUSE_AUTOTUNE=0 python -m benchmarks host --world 1 --variants torch,plain,auto --out DIR
+                                                               # auto->plain against torch (no tuning)
     python -m benchmarks host --tiny --world 1,2 --out DIR     # CPU ranks: 8x64 @ 64x64
     python -m benchmarks host --real-launches --shapes 1x4096x8192,16x4096x8192 --out DIR
     python -m benchmarks host --parts --ops gemm_all_reduce --variants wg_specialized --tiny
@@ -85,6 +87,15 @@ def random_shapes(count: int, seed: int) -> list:
         return 128 * round(2 ** rng.uniform(10, math.log2(28672)) / 128)
 
     return [(max(1, round(2 ** rng.uniform(0, 13))), dim(), dim(), ("bf16", "fp16")[i % 2]) for i in range(count)]
+
+
+def operands(device, M: int, N: int, K: int, dtype_name: str, seed: int) -> tuple:
+    """``a [M, K]`` and ``b [K, N]``, random normal, made on ``device`` (the largest random shapes'
+    operands take seconds to draw on a host and to copy over)."""
+    g = torch.Generator(device).manual_seed(seed)
+    dtype = parse_dtype(dtype_name)
+    return (torch.randn(M, K, generator=g, device=device, dtype=dtype),
+            torch.randn(K, N, generator=g, device=device, dtype=dtype))
 
 
 def _via_host(fn, out, t, host: bool) -> None:
@@ -201,10 +212,8 @@ def _check_methods(ctx, op, M, N, K, dtype_name, names) -> list:
     """At W = 1 each method once more on new operands (other addresses), in workspaces made anew
     that start as NaN, against the fp32 product: ``rel_err`` and ``ok`` rows (1 within
     :func:`.checks.tolerance`)."""
-    dtype = parse_dtype(dtype_name)
-    g = torch.Generator().manual_seed(2)
-    a = torch.randn(M, K, generator=g).to(ctx.device, dtype)
-    b = torch.randn(K, N, generator=g).to(ctx.device, dtype)
+    a, b = operands(ctx.device, M, N, K, dtype_name, seed=2)
+    dtype = a.dtype
     ref = a.float() @ b.float()  # every op at W = 1
     fns = methods(op, ctx.world)
     rows = []
@@ -234,9 +243,7 @@ def _job(ctx, ops, shapes, names, opts) -> list:
         for op in ops + (["linear"] if opts["layers"] and W == 1 else []):
             for M0, N, K, dname in shapes:
                 M = -(-M0 // W) * W if op == "gemm_reduce_scatter" else M0
-                g = torch.Generator().manual_seed(1 + ctx.rank)
-                a = torch.randn(M, K, generator=g).to(ctx.device, parse_dtype(dname))
-                b = torch.randn(K, N, generator=g).to(ctx.device, parse_dtype(dname))
+                a, b = operands(ctx.device, M, N, K, dname, seed=1 + ctx.rank)
                 base = dict(op=op, M=M, N=N, K=K, dtype=dname, world=W)
                 fns, failed = {}, {}
                 table = layer_methods(N, K, a.dtype, ctx.device) if op == "linear" else methods(op, W, host, names)

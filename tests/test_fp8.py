@@ -135,6 +135,7 @@ def _bad_calls(ctx) -> list:
         ("out_dtype", dict(scale_a=sa, scale_b=sb, out_dtype=torch.int8), TypeError, "out_dtype must be one of"),
         ("float16 b", dict(b=half, scale_a=sa, scale_b=sb), TypeError,
          "b has dtype torch.float16 next to the float8 a"),
+        ("float16 a", dict(a=a.half()), TypeError, "a has dtype torch.float16 next to the float8 b"),
         ("scales of float16", dict(a=a.half(), b=half, scale_a=sa, scale_b=sb), TypeError,
          "scale_a is for float8 operands"),
         ("two e5m2", dict(a=a.to(E5M2), b=b.to(torch.float32).to(E5M2), scale_a=sa, scale_b=sb), TypeError,
@@ -171,7 +172,7 @@ def job_bad_inputs(ctx, variants) -> int:
 
 def test_bad_scales_raise_on_every_rank(pools):
     variants = ("fused_sequential", "plain", "auto")
-    assert pools.run(2, job_bad_inputs, variants) == [9 * len(variants)] * 2
+    assert pools.run(2, job_bad_inputs, variants) == [10 * len(variants)] * 2
 
 
 def job_backward_refused(ctx) -> bool:

@@ -14,7 +14,6 @@ import torch
 from . import registry
 from .dispatch import run_auto
 from .library import (
-    _SCALING_NAMES,
     _scaling,
     encode_config,
     group_name,
@@ -53,15 +52,16 @@ def _plain(t) -> bool:
 _Tensor = torch.Tensor
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _NONE: dict = {}  # no keyword argument to pass on (never written)
-_is_compiling = torch.compiler.is_compiling
+_is_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack  # what _get_current_dispatch_mode reads first
 _grad_enabled = torch.is_grad_enabled
 _get = registry.get
 
 
-def call(op: str, a, b, *, variant: str, config, group, **kwargs):
-    """``torch.ops.tilefuse.<op>(a, b, ...)`` from the public function's arguments (``return_gathered``
-    for all_gather_gemm, ``out`` for gemm_all_scatter, ``bias`` for gemm_all_reduce).
+def call(op: str, a, b, variant: str = "auto", config=None, group=None, *, out=None, return_gathered=False,
+         bias=None, scale_a=None, scale_b=None, out_dtype=None):
+    """``torch.ops.tilefuse.<op>(a, b, ...)`` from the public function's arguments (``out`` for
+    gemm_all_scatter, ``return_gathered`` for all_gather_gemm, ``bias`` for gemm_all_reduce).
 
     An eager call that needs no gradient and that nothing traces (:func:`_direct`) runs the entry
     point itself (auto: :func:`dispatch.run_auto`), as cheaply as the call of a Python function:
@@ -69,37 +69,33 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
     ``b`` needs a gradient, all_gather_gemm runs the gathered-output op: the weight gradient needs
     ``all_gather(a)``.
     """
-    if (type(a) is _Tensor and type(b) is _Tensor and not (_grad_enabled() and (a.requires_grad or b.requires_grad))
-            and not _is_compiling() and not _dispatch_modes()):  # _direct's common case, on one line
-        given = _NONE
-        for value in kwargs.values():
-            if value is not None and value is not False:
-                given = _direct(a, b, kwargs)
-                break
-    else:
-        given = _direct(a, b, kwargs)
+    if (out is None and bias is None and scale_a is None and scale_b is None and out_dtype is None
+            and not return_gathered and type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES
+            and not (_grad_enabled() and (a.requires_grad or b.requires_grad))
+            and not _is_compiling() and not _dispatch_modes()):  # _direct's common case: a and b alone
+        if type(group) is str:
+            group = resolve_group(group)
+        if variant == "auto":
+            return run_auto(op, a, b, config, group)
+        return _get(op, variant)(a, b, config=config, group=group)
+    kwargs = {"out": out, "return_gathered": return_gathered, "bias": bias}
+    given = _direct(a, b, {**kwargs, "scale_a": scale_a, "scale_b": scale_b, "out_dtype": out_dtype})
     if given is not None:
         if type(group) is str:
             group = resolve_group(group)
         if variant == "auto":
-            return run_auto(op, a, b, config, group, **given) if given else run_auto(op, a, b, config, group)
-        if not isinstance(variant, str):
-            raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
-        if given:
-            return _get(op, variant)(a, b, config=config, group=group, **given)
-        return _get(op, variant)(a, b, config=config, group=group)
+            return run_auto(op, a, b, config, group, **given)
+        return _get(op, variant)(a, b, config=config, group=group, **given)
     if not isinstance(variant, str):
         raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
     cfg, grp = encode_config(config), group_name(group)
     ops = torch.ops.tilefuse
-    scaling = _scaling(*(kwargs.pop(name, None) for name in _SCALING_NAMES))
+    scaling = _scaling(scale_a, scale_b, out_dtype)
     if op == "all_gather_gemm":
-        return_gathered = kwargs.pop("return_gathered", False)
         if return_gathered or (b.requires_grad and torch.is_grad_enabled()):
             c, gathered = ops.all_gather_gemm_gathered(a, b, variant, cfg, grp, **scaling)
             return (c, gathered) if return_gathered else c
     elif op == "gemm_all_scatter":
-        out = kwargs.pop("out", None)
         if out is not None:
             if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
                 raise RuntimeError("gemm_all_scatter(): functions with out=... arguments don't support automatic "
@@ -111,11 +107,11 @@ def call(op: str, a, b, *, variant: str, config, group, **kwargs):
             ops.gemm_all_scatter_out(a, b, out, variant, cfg, grp, **scaling)
             return out
     elif op == "gemm_all_reduce":
-        bias = kwargs.pop("bias", None)
         if bias is not None:
             return ops.gemm_all_reduce(a, b, variant, cfg, grp, bias, **scaling)
-    if kwargs:
-        raise TypeError(f"{op}: unexpected keyword argument(s) {sorted(kwargs)}")
+    unexpected = sorted(name for name, value in kwargs.items() if value is not None and value is not False)
+    if unexpected:
+        raise TypeError(f"{op}: unexpected keyword argument(s) {unexpected}")
     return getattr(ops, op)(a, b, variant, cfg, grp, **scaling)
 
 

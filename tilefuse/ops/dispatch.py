@@ -94,7 +94,7 @@ def choose_variant(op: str, a, b, group=None) -> str:
 
 
 _BUCKETS: dict = {}  # bucket key -> Choice, made collectively (the same on every rank)
-_RESOLVED: dict = {}  # call signature -> (variant, entry point, config, whether it is plain)
+_RESOLVED: dict = {}  # call signature -> (variant, entry point, config)
 _dirs = _env.env_reader("TILEFUSE_CONFIG_DIR", "TILEFUSE_CACHE_DIR")
 _generation = tables.generation
 # Auto's per-call key holds the two directory settings as the environment stores them: two reads of
@@ -229,7 +229,7 @@ def resolve(op: str, a, b, group=None, kwargs: dict | None = None) -> tuple:
     return _resolve(op, a, b, group, kwargs)[:3]
 
 
-_graph_capture = torch.cuda.is_current_stream_capturing
+_graph_capture = torch._C._cuda_isCurrentStreamCapturing  # torch.cuda.is_current_stream_capturing, one frame less
 GRAPH_MIN_M = 512  # below it, a fused choice with no device-time measurement runs plain inside CUDA graphs
 
 
@@ -256,7 +256,7 @@ def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
     choice, remembered = _decide(op, a, b, group, kwargs)
     if graphs:
         choice = _for_graphs(choice, a.shape[0])
-    hit = (choice.variant, registry.get(op, choice.variant), choice.config, choice.variant == tables.PLAIN)
+    hit = (choice.variant, registry.get(op, choice.variant), choice.config)
     if remembered:
         if len(_RESOLVED) >= 4096:  # exact shapes of a server's ever-changing token counts: stay bounded
             _RESOLVED.clear()
@@ -265,16 +265,18 @@ def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
 
 
 def run_auto(op: str, a, b, config, group, **kwargs):
-    """Run ``op`` with the chosen variant; a caller's ``config`` overrides the decision's. A call
-    signature seen before costs one dictionary lookup (inside a CUDA graph capture: the graph choice).
+    """Run ``op`` with the chosen variant; a caller's ``config`` overrides the decision's (plain takes
+    none). A call signature seen before costs one dictionary lookup (inside a CUDA graph capture: the
+    graph choice).
 
     The key leaves the device out: the decision is the heap's device's (one per process)."""
     graphs = a.is_cuda and _graph_capture()
     hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, group, _generation(), _env_get(_CONFIG_DIR),
                          _env_get(_CACHE_DIR), graphs))
     if hit is None:
-        variant, fn, chosen, _ = _resolve(op, a, b, group, kwargs, graphs)
-        hit = (variant, fn, chosen, variant == tables.PLAIN)
-    if hit[3]:  # plain: no config
-        return hit[1](a, b, group=group, **kwargs) if kwargs else hit[1](a, b, group=group)
-    return hit[1](a, b, config=config if config is not None else hit[2], group=group, **kwargs)
+        hit = _resolve(op, a, b, group, kwargs, graphs)
+    if config is None:
+        config = hit[2]
+    if kwargs:
+        return hit[1](a, b, config=config, group=group, **kwargs)
+    return hit[1](a, b, config=config, group=group)  # (a call with **{} would build a dictionary)

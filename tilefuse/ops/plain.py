@@ -19,6 +19,9 @@ matmul writes its transpose there and the gather moves it in place. An ``out`` t
 is that buffer; a row-major ``out`` receives one copy (no tensor collective lands column blocks of
 a row-major matrix).
 
+Float8 operands (``scale_a=``, ``scale_b=``, ``out_dtype=``) take :mod:`.common.scaled_plain`'s
+path: ``torch._scaled_mm``, the reducing ops summing in fp32.
+
 The checks are torch's own plus the op's shape rules, made once per call; the group's world size,
 rank and backend are looked up once per group. Calls are not paired with the peers' calls as the
 fused variants' calls are: a call that differs between ranks, or fails its checks on one rank
@@ -32,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from . import registry
+from .common import scaled_plain
 from .common.checks import (
     SUPPORTED_DTYPES,
     check_divisible,
@@ -41,8 +45,8 @@ from .common.checks import (
     check_out_tensor,
     check_same_device,
 )
-from .common.collectives import all_gather_tensor, all_reduce, comm_of, reduce_scatter_tensor
-from .common.scaled_plain import with_float8
+from .common.collectives import Comm, all_gather_tensor, all_reduce, comm_of, reduce_scatter_tensor
+from .common.scaled import is_float8
 
 _Tensor = torch.Tensor
 
@@ -57,12 +61,17 @@ def check_operands(op: str, a, b) -> None:
     check_inner_dim(op, a, b)
 
 
-def _check(op: str, a, b) -> None:
-    """What torch.matmul does not check itself: two matrices of a supported dtype. K, the second
-    dtype and the device are torch.matmul's own checks (:func:`_matmul` names the op where they fail)."""
-    if not (type(a) is _Tensor and type(b) is _Tensor and a.dim() == 2 and b.dim() == 2
-            and a.dtype in SUPPORTED_DTYPES):
+def _comm(op: str, a, b, group, scale_a, scale_b, out_dtype) -> Comm | None:
+    """The :class:`Comm` of the group of a call ``op(a, b)`` in a's dtype, after the checks torch.matmul
+    does not make itself: two matrices of a supported dtype (K, the second dtype and the device are
+    torch.matmul's own checks: :func:`_matmul` names the op where they fail). None for a float8 call
+    (scales, ``out_dtype`` or float8 operands), which :mod:`.common.scaled_plain` runs."""
+    if not (scale_a is None and scale_b is None and out_dtype is None and isinstance(a, _Tensor)
+            and isinstance(b, _Tensor) and a.dim() == 2 and b.dim() == 2 and a.dtype in SUPPORTED_DTYPES):
+        if scale_a is not None or scale_b is not None or out_dtype is not None or is_float8(a) or is_float8(b):
+            return None
         check_operands(op, a, b)
+    return comm_of(group)
 
 
 def _matmul(op: str, a, b, out=None):
@@ -74,10 +83,11 @@ def _matmul(op: str, a, b, out=None):
         raise
 
 
-def gemm_all_scatter(a, b, *, config=None, group=None, out=None):
+def gemm_all_scatter(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
     op = "gemm_all_scatter"
-    _check(op, a, b)
-    comm = comm_of(group)
+    comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
+    if comm is None:  # float8
+        return scaled_plain.run(op, a, b, group, scale_a, scale_b, out_dtype, out=out)
     W = comm.world
     if out is not None:  # any tensor of the result's shape, dtype and device (the heap is not needed)
         check_out_tensor(op, out, (a.shape[0], W * b.shape[1]), a.dtype, a.device, a=a, b=b)
@@ -94,10 +104,12 @@ def gemm_all_scatter(a, b, *, config=None, group=None, out=None):
     return out.copy_(ct.t())  # a row-major out: the one copy no collective can spare
 
 
-def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False):
+def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
+                    out_dtype=None):
     op = "all_gather_gemm"
-    _check(op, a, b)
-    comm = comm_of(group)
+    comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
+    if comm is None:  # float8
+        return scaled_plain.run(op, a, b, group, scale_a, scale_b, out_dtype, return_gathered=return_gathered)
     if comm.world == 1:
         c = _matmul(op, a, b)
         return (c, a) if return_gathered else c
@@ -107,17 +119,19 @@ def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False):
     return (c, gathered) if return_gathered else c
 
 
-def gemm_reduce_scatter(a, b, *, config=None, group=None):
+def gemm_reduce_scatter(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_dtype=None):
     op = "gemm_reduce_scatter"
-    _check(op, a, b)
-    comm = comm_of(group)
+    comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
+    if comm is None:  # float8
+        return scaled_plain.run(op, a, b, group, scale_a, scale_b, out_dtype)
     W = comm.world
-    if a.shape[0] % W:
-        check_divisible(op, "M (rows of a)", a.shape[0], W, "the world size")
-    partial = _matmul(op, a, b)
     if W == 1:
-        return partial
-    c = partial.new_empty((a.shape[0] // W, b.shape[1]))
+        return _matmul(op, a, b)
+    M = a.shape[0]
+    if M % W:
+        check_divisible(op, "M (rows of a)", M, W, "the world size")
+    partial = _matmul(op, a, b)
+    c = partial.new_empty((M // W, b.shape[1]))
     reduce_scatter_tensor(c, partial, comm)
     return c
 
@@ -132,10 +146,11 @@ def reduce_scatter(x, group):
     return out
 
 
-def gemm_all_reduce(a, b, *, config=None, group=None, bias=None):
+def gemm_all_reduce(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
     op = "gemm_all_reduce"
-    _check(op, a, b)
-    comm = comm_of(group)
+    comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
+    if comm is None:  # float8
+        return scaled_plain.run(op, a, b, group, scale_a, scale_b, out_dtype, bias=bias)
     if bias is not None:
         from .gemm_all_reduce._prepare import check_bias
 
@@ -152,6 +167,5 @@ def gemm_all_reduce(a, b, *, config=None, group=None, bias=None):
     return c if bias is None else c.add_(bias)
 
 
-# Float8 operands (scale_a=, scale_b=, out_dtype=) take torch._scaled_mm's path: common.scaled_plain.
 for _fn in (gemm_all_scatter, all_gather_gemm, gemm_reduce_scatter, gemm_all_reduce):
-    registry.register(_fn.__name__, "plain", with_float8(_fn))
+    registry.register(_fn.__name__, "plain", _fn)

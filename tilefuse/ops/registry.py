@@ -9,7 +9,7 @@ VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialize
 # Named forms of a variant with an algorithm of their own (a file of their own in the op's folder):
 # tables, tuning and ``variant=`` take them like the four.
 FORMS = {"all_gather_gemm": ("copy_engine",)}
-_TABLE: dict[str, dict[str, object]] = {}
+_TABLE: dict[str, dict[str, object]] = {}  # op -> variant -> entry point
 
 
 def tunable(op: str) -> tuple:
@@ -24,13 +24,17 @@ def register(op: str, variant: str, fn) -> None:
 
 
 def get(op: str, variant: str):
-    """The entry point of ``variant`` of ``op`` (``reference`` and ``plain`` included)."""
+    """The entry point of ``variant`` of ``op`` (``reference`` and ``plain`` included): one lookup
+    on every eager call; the errors name the op and the variant."""
+    try:
+        return _TABLE[op][variant]
+    except (KeyError, TypeError):  # TypeError: an unhashable variant
+        pass
     if op not in _TABLE:
         raise ValueError(f"unknown op {op!r}; ops are {sorted(_TABLE)}")
-    variants = _TABLE[op]
-    if variant not in variants:
-        raise ValueError(f"{op}: unknown variant {variant!r}; choose one of {sorted(variants)} or 'auto'")
-    return variants[variant]
+    if not isinstance(variant, str):
+        raise TypeError(f"{op}: variant must be a string, got {type(variant).__name__}")
+    raise ValueError(f"{op}: unknown variant {variant!r}; choose one of {sorted(_TABLE[op])} or 'auto'")
 
 
 def variants(op: str) -> dict:

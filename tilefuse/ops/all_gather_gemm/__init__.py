@@ -57,5 +57,5 @@ def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, ret
     ranks); ``a_gathered`` is float8. Forward only: a backward
     through a float8 call raises NotImplementedError.
     """
-    return calls.call(OP, a, b, variant=variant, config=config, group=group, return_gathered=return_gathered,
+    return calls.call(OP, a, b, variant, config, group, return_gathered=return_gathered,
                         scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)

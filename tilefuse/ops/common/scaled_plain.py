@@ -6,14 +6,12 @@ and their row scales; the reducing ops reduce the fp32 product and round once to
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.distributed as dist
 
 from .checks import check_dtypes, check_inner_dim, check_matrix, check_out_tensor, check_same_device
 from .collectives import all_gather_cat, all_reduce_sum, op_group, reduce_scatter_rows
-from .scaled import Scaled, check_scales, gather_bytes, is_float8, row_scales, scaled_matmul
+from .scaled import Scaled, check_scales, gather_bytes, row_scales, scaled_matmul
 
 
 def _checked(op: str, a, b, scale_a, scale_b, out_dtype) -> Scaled:
@@ -74,17 +72,8 @@ def gemm_all_reduce(a, b, s: Scaled, group, *, bias=None):
 _PLAIN = {fn.__name__: fn for fn in (gemm_all_scatter, all_gather_gemm, gemm_reduce_scatter, gemm_all_reduce)}
 
 
-def with_float8(fn):
-    """The plain entry point ``fn`` of an op, taking ``scale_a=``, ``scale_b=`` and ``out_dtype=`` too:
-    a call with any of them, or with a float8 operand, runs this module's path for the op."""
-    op = fn.__name__
-
-    @functools.wraps(fn)
-    def run(a, b, *, scale_a=None, scale_b=None, out_dtype=None, config=None, group=None, **kwargs):
-        if scale_a is None and scale_b is None and out_dtype is None and not (is_float8(a) or is_float8(b)):
-            return fn(a, b, config=config, group=group, **kwargs)
-        # Raises for scales or out_dtype without float8 operands, and for a float8 operand next to another.
-        s = _checked(op, a, b, scale_a, scale_b, out_dtype)
-        return _PLAIN[op](a, b, s, op_group(group), **kwargs)
-
-    return run
+def run(op: str, a, b, group, scale_a, scale_b, out_dtype, **kwargs):
+    """The plain path of a float8 call ``op(a, b, scale_a=, scale_b=, out_dtype=, **kwargs)``, checked
+    (:func:`.scaled.check_scales`: scales or ``out_dtype`` without float8 operands raise, and so
+    does a float8 operand next to another dtype)."""
+    return _PLAIN[op](a, b, _checked(op, a, b, scale_a, scale_b, out_dtype), op_group(group), **kwargs)

@@ -81,5 +81,5 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
                                       "(scale_a, scale_b, out_dtype); call it on float16/bfloat16/float32 operands")
         return calls.call_norm(a, b, variant=variant, config=config, group=group, bias=bias, residual=residual,
                                  norm_weight=norm_weight, eps=eps)
-    return calls.call(OP, a, b, variant=variant, config=config, group=group, bias=bias, scale_a=scale_a,
+    return calls.call(OP, a, b, variant, config, group, bias=bias, scale_a=scale_a,
                         scale_b=scale_b, out_dtype=out_dtype)

@@ -50,5 +50,5 @@ def gemm_all_scatter(a, b, *, variant: str = "auto", config=None, group=None, ou
     ``out_dtype`` (bfloat16, float16 or float32; default bfloat16). Forward only: a backward
     through a float8 call raises NotImplementedError.
     """
-    return calls.call(OP, a, b, variant=variant, config=config, group=group, out=out, scale_a=scale_a,
+    return calls.call(OP, a, b, variant, config, group, out=out, scale_a=scale_a,
                         scale_b=scale_b, out_dtype=out_dtype)

@@ -53,5 +53,5 @@ def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None,
     in fp32 (it travels in fp32) and the sum is rounded once. Forward only: a backward
     through a float8 call raises NotImplementedError.
     """
-    return calls.call(OP, a, b, variant=variant, config=config, group=group, scale_a=scale_a, scale_b=scale_b,
+    return calls.call(OP, a, b, variant, config, group, scale_a=scale_a, scale_b=scale_b,
                         out_dtype=out_dtype)
