@@ -249,6 +249,23 @@ def job_in_kernel(ctx):
                 assert torch.equal(_bits(y_t), _bits(y)) and torch.equal(_bits(s_t), _bits(s)), \
                     f"{what}: the split tail's bits differ"
                 assert counts_zero(), f"{what}: the split tail left a row-block count behind"
+        # auto whose choice is fused_sequential (a table's pick, stood in for here): the epilogue in its kernel.
+        from tilefuse.ops import library
+
+        real_resolve = library.resolve_auto
+        cfg, N = _configs(ctx.rank)["tail"]
+        library.resolve_auto = lambda *args: ("fused_sequential", None, cfg)
+        try:
+            a, b, shared, _ = _inputs(ctx, M, N, K, torch.float16, 69, residual=True)
+            y_ref, s_ref, _ = _reference(ctx, a, b, shared)
+            del launches[:]
+            y, s = tilefuse.gemm_all_reduce(a, b, variant="auto", eps=EPS, **shared)
+            tilefuse.synchronize()
+        finally:
+            library.resolve_auto = real_resolve
+        assert not launches, "auto choosing fused_sequential: norm.py's kernel launched"
+        _check(ctx, y, y_ref, torch.float16, K, "auto choosing fused_sequential: y", scale=2.0)
+        outs += [y, s]
         # Ranks that disagree on the residual: a mismatch on every rank, both outputs NaN.
         cfg, N = _configs(ctx.rank)["split"]
         a, b, shared, _ = _inputs(ctx, M, N, K, torch.float16, 70, residual=True)

@@ -40,6 +40,7 @@ from . import registry
 from .common.checks import FLOAT8_DTYPES, check_divisible
 from .common.config import Config
 from .common.scaled import check_scales
+from .dispatch import resolve as resolve_auto
 from .dispatch import run_auto
 from .plain import check_operands, reduce_scatter
 
@@ -343,8 +344,14 @@ def _(a, b, out, variant, config, group, scale_a=None, scale_b=None, out_dtype=N
 
 
 def run_norm(a, b, variant: str, config, group, bias, residual, norm_weight, eps: float):
-    """The entry point of ``variant`` (a Config, a ProcessGroup or None), then the epilogue."""
-    from .gemm_all_reduce.norm import run_with_norm
+    """The entry point of ``variant`` (a Config, a ProcessGroup or None) with the epilogue; ``auto``
+    first resolves its choice (so that a fused_sequential choice runs the epilogue in its kernel)."""
+    from .gemm_all_reduce.norm import check_norm_args, run_with_norm
+
+    if variant == "auto":
+        check_norm_args("gemm_all_reduce", a, b, residual, norm_weight, eps)
+        variant, _, chosen = resolve_auto("gemm_all_reduce", a, b, group, {} if bias is None else {"bias": bias})
+        config = chosen if config is None else config
 
     def entry(a, b, **kwargs):
         return _entry("gemm_all_reduce", a, b, variant, config, group, **kwargs)

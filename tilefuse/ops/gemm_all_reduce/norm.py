@@ -336,8 +336,8 @@ def run_with_norm(entry, a, b, *, variant: str, residual, norm_weight, eps, **kw
     """``variant``'s call with the epilogue; ``entry(a, b, **kwargs)`` runs the variant. Where the
     epilogue runs: in the variant's one kernel for :data:`IN_KERNEL` (``entry(..., norm=(residual,
     norm_weight, eps))`` returns both outputs); torch's ops after the plain and reference paths; this
-    file's kernel after every other variant's reduced ``c`` (auto's choice included). Returns ``(y,
-    new_residual)``."""
+    file's kernel after every other variant's reduced ``c`` (``variant`` is never auto: its choice is
+    resolved first). Returns ``(y, new_residual)``."""
     check_norm_args("gemm_all_reduce", a, b, residual, norm_weight, eps)
     if residual is not None and residual.stride(-1) != 1:
         residual = residual.contiguous()
