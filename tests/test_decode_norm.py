@@ -288,7 +288,7 @@ def job_in_kernel(ctx):
     return outs + [y, s]
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_norm_in_fused_kernel(pools, world):
     _same_bits(pools.run(world, job_in_kernel), f"in-kernel W={world}")
 
