@@ -38,14 +38,13 @@ def _fused_kernel(
     call, split,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
-    HAS_BIAS: tl.constexpr, SUM: tl.constexpr = True, ENTER: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr, ENTER: tl.constexpr = False,
     OWN_SUM: tl.constexpr = False, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1, NORM: tl.constexpr = 0,
 ):
-    """``SUM=False``: the GEMM and the partial stores only (``benchmarks.breakdown`` times the parts).
-    ``ENTER``: program 0 begins the call while the others run their first K loop
+    """``ENTER``: program 0 begins the call while the others run their first K loop
     (``P.enter_aside``; tile t goes to program ``(t + 1) % NUM_PROGRAMS``). ``OWN_SUM`` and
     ``SPLIT``: ``produce_tiles``' ``SUM_HERE`` and ``SPLIT`` (``split[0]`` K slices a tile).
-    ``NORM`` (1: RMSNorm; 2: residual add, then RMSNorm; with ``SUM``): c is ``new_residual``, and
+    ``NORM`` (1: RMSNorm; 2: residual add, then RMSNorm): c is ``new_residual``, and
     the program that stores the last tile of a row block norms it into ``y`` (``norm.py``)."""
     pid = tl.program_id(0)
     c_ptr, bias_ptr, stride_c, norm = out
@@ -67,10 +66,10 @@ def _fused_kernel(
         if live:
             produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
                           call, epoch, pid,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=SUM,
-                          sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=SUM and OWN_SUM, NORM=NORM,
+                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
+                          sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, NORM=NORM,
                           split=split, SPLIT=SPLIT, ALIGN=ALIGN)
-            if SUM and not OWN_SUM:  # the tiles this program produced (the same ids on every rank)
+            if not OWN_SUM:  # the tiles this program produced (the same ids on every rank)
                 reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, pid,
                              BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
                              HAS_BIAS=HAS_BIAS, norm=norm, NORM=NORM)
