@@ -205,7 +205,7 @@ def job_in_kernel(ctx):
         return out
 
     def counts_zero():
-        return all(int(c.abs().sum()) == 0 for c, _ in norm_mod.NORM_SCRATCH._sets.values())
+        return all(int(c.abs().sum()) == 0 for _, c in norm_mod.NORM_SCRATCH._sets.values())
 
     outs = []
     M, K = 20, 24
@@ -219,7 +219,7 @@ def job_in_kernel(ctx):
             a, b, shared, _ = _inputs(ctx, M, N, K, dtype, seed, residual, bias)
             y_ref, s_ref, _ = _reference(ctx, a, b, shared)
             poison_workspaces()
-            for _, part in norm_mod.NORM_SCRATCH._sets.values():
+            for part, _ in norm_mod.NORM_SCRATCH._sets.values():
                 part.fill_(float("nan"))
             del launches[:]
             y, s = tilefuse.gemm_all_reduce(a, b, variant="fused_sequential", config=cfg, eps=EPS, **shared)

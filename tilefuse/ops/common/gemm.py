@@ -307,7 +307,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     num_programs = max(1, min(config.GEMM_SMS, num_tiles * split))
     sub_m = min(config.BLOCK_M, max(1, 1024 * config.num_warps // config.BLOCK_N))  # about 32 values a thread
     if split > 1:
-        partials, counts = SPLIT_K_SCRATCH.get(c.device, num_tiles, split * config.BLOCK_M * config.BLOCK_N)
+        partials, counts = SPLIT_K_SCRATCH.get(c.device, num_tiles * split * config.BLOCK_M * config.BLOCK_N, num_tiles)
     else:
         partials, counts = c, c  # never read
     tiles_only = not (split > 1 or warp_spec)

@@ -4,7 +4,7 @@ For shapes with too few tiles to fill the multiprocessors: :func:`split_k_work` 
 ``(tile, slice, k_lo, k_hi)``, :func:`hand_in_slice` stores the slice's fp32 partial and tells the
 program whose slice completes the tile, which sums the partials in slice order (deterministic:
 :func:`store_slice_sum`, :func:`slice_sum`). Partials and counts live in a per-stream
-:class:`SplitKScratch`. Nobody waits on anybody.
+:class:`StreamScratch`. Nobody waits on anybody.
 """
 
 from __future__ import annotations
@@ -101,37 +101,38 @@ def slice_sum(
     return total
 
 
-class SplitKScratch:
-    """Partial slots and per-tile counts of split-K launches, one set per (device, stream).
+class StreamScratch:
+    """fp32 values and zeroed counts for the kernels whose programs hand work to the last of them
+    (split-K's slices; gemm_all_reduce's norm tickets), one set per (device, stream).
 
-    Every launch leaves the counts at zero (the last slice of a tile resets its count), so a stream's
-    launches share one set without a memset. A CUDA graph capture gets a fresh zeroed set (a graph
-    may be replayed on any stream). :func:`tilefuse.reset` drops the cache (an aborted call may leave
-    a count behind).
+    Every launch leaves the counts at zero (the program that completes a tile or a row block resets
+    its count), so a stream's launches share one set without a memset. A CUDA graph capture gets a
+    fresh zeroed set (a graph may be replayed on any stream). :func:`tilefuse.reset` drops the cache
+    (an aborted call may leave a count behind).
     """
 
-    def __init__(self):
+    def __init__(self, count_dtype: torch.dtype):
+        self.count_dtype = count_dtype
         self._sets: dict = {}
 
-    def get(self, device: torch.device, num_tiles: int, slot_elems: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(partials, counts)``: fp32 ``[num_tiles * slot_elems]`` and int32 ``[num_tiles]`` zeros."""
-        n_part = num_tiles * slot_elems
+    def get(self, device: torch.device, n_values: int, n_counts: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(values, counts)``: fp32 ``[n_values]`` and ``[n_counts]`` zeros of ``count_dtype``."""
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return (torch.empty(n_part, dtype=torch.float32, device=device),
-                    torch.zeros(num_tiles, dtype=torch.int32, device=device))
+            return (torch.empty(n_values, dtype=torch.float32, device=device),
+                    torch.zeros(n_counts, dtype=self.count_dtype, device=device))
         key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
-        parts, counts = self._sets.get(key, (None, None))
-        if parts is None or parts.numel() < n_part:
-            parts = torch.empty(triton.next_power_of_2(n_part), dtype=torch.float32, device=device)
-        if counts is None or counts.numel() < num_tiles:
-            counts = torch.zeros(triton.next_power_of_2(num_tiles), dtype=torch.int32, device=device)
-        self._sets[key] = (parts, counts)
-        return parts, counts
+        values, counts = self._sets.get(key, (None, None))
+        if values is None or values.numel() < n_values:
+            values = torch.empty(triton.next_power_of_2(n_values), dtype=torch.float32, device=device)
+        if counts is None or counts.numel() < n_counts:
+            counts = torch.zeros(triton.next_power_of_2(n_counts), dtype=self.count_dtype, device=device)
+        self._sets[key] = (values, counts)
+        return values, counts
 
     def clear(self) -> None:
         self._sets.clear()
 
 
-SPLIT_K_SCRATCH = SplitKScratch()
+SPLIT_K_SCRATCH = StreamScratch(torch.int32)  # partial slots, per-tile counts
 on_reset(SPLIT_K_SCRATCH.clear)
 

@@ -37,7 +37,7 @@ def produce_tiles(
     GATE: tl.constexpr = False,
     # with SUM_HERE: (output c [M, N], bias [N], stride_c, norm), all local (norm: norm.py, with NORM)
     sum_out=None, HAS_BIAS: tl.constexpr = False, SUM_HERE: tl.constexpr = False, NORM: tl.constexpr = 0,
-    # with SPLIT: (K slices per tile, split-K scratch slots, counts) (ops.common.split_k.SplitKScratch)
+    # with SPLIT: (K slices per tile, split-K scratch slots, counts) (ops.common.split_k.SPLIT_K_SCRATCH)
     split=None, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1,
 ):
     """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ..., round it once and store it

@@ -90,11 +90,11 @@ def _launch(p) -> dict:
 
 def split_arg(p, c):
     """``split`` of :func:`_fused_kernel`: ``(SPLIT_K, slots, counts)``, the current stream's split-K
-    scratch (:class:`~..common.split_k.SplitKScratch`), or never-read stand-ins without a split."""
+    scratch (:data:`~..common.split_k.SPLIT_K_SCRATCH`), or never-read stand-ins without a split."""
     cfg = p.config
     if cfg.SPLIT_K == 1:
         return (1, p.stage, p.stage)
-    parts, counts = SPLIT_K_SCRATCH.get(c.device, p.num_tiles, cfg.SPLIT_K * cfg.BLOCK_M * cfg.BLOCK_N)
+    parts, counts = SPLIT_K_SCRATCH.get(c.device, p.num_tiles * cfg.SPLIT_K * cfg.BLOCK_M * cfg.BLOCK_N, p.num_tiles)
     return (cfg.SPLIT_K, parts, counts)
 
 
@@ -104,7 +104,7 @@ def norm_arg(p, c, y, norm) -> tuple:
     if norm is None:
         return (p.stage, p.stage, p.stage, p.stage, p.stage, 0.0, 0, 0)
     residual, weight, eps = norm
-    counts, parts = NORM_SCRATCH.get(c.device, p.row_blocks, p.M * (-(-p.N // p.config.BLOCK_N) + 1))
+    parts, counts = NORM_SCRATCH.get(c.device, p.M * (-(-p.N // p.config.BLOCK_N) + 1), p.row_blocks)
     res = c if residual is None else residual
     return (y, res, weight, counts, parts, eps, res.stride(0), y.stride(0))
 

@@ -32,6 +32,7 @@ from ...runtime import hw
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ...runtime.world import on_reset
+from ..common.split_k import StreamScratch
 
 MAX_BLOCK = 8192  # columns a program holds at once (fp32 in registers: 16 a thread at 16 warps)
 
@@ -83,7 +84,7 @@ def _add_rms_norm_kernel(
 
 # The epilogue inside fused_sequential's kernel (``NORM``: 0 none, 1 the norm of the sum, 2 the residual
 # add, then the norm). ``norm = (y_ptr, res_ptr, w_ptr, count_ptr, part_ptr, eps, stride_r, stride_y)``:
-# y [M, N] and residual [M, N] (rows contiguous), weight [N], and this stream's NormScratch: count
+# y [M, N] and residual [M, N] (rows contiguous), weight [N], and this stream's NORM_SCRATCH: count
 # [row blocks] int64 (zero between launches), part [M, tiles_n] fp32 (rows' sums of squares per tile)
 # followed by rstd [M] fp32.
 
@@ -212,36 +213,8 @@ def norm_row_block(s_ptr, stride_s, pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.co
         scale_tile(x, rstd, rows, offs_n, M, N, norm)
 
 
-class NormScratch:
-    """The in-kernel epilogue's counts and parts (``norm`` above), one set per (device, stream).
-
-    Every launch leaves the counts at zero (the program that completes a row block resets its count;
-    an aborted call takes no ticket), so a stream's launches share one set without a memset. A CUDA
-    graph capture gets a fresh zeroed set (a graph may be replayed on any stream).
-    :func:`tilefuse.reset` drops the cache (a poisoned call may leave a count behind)."""
-
-    def __init__(self):
-        self._sets: dict = {}
-
-    def get(self, device: torch.device, row_blocks: int, parts: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(counts, parts)``: int64 ``[row_blocks]`` zeros and fp32 ``[parts]``."""
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return (torch.zeros(row_blocks, dtype=torch.int64, device=device),
-                    torch.empty(parts, dtype=torch.float32, device=device))
-        key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
-        counts, part = self._sets.get(key, (None, None))
-        if counts is None or counts.numel() < row_blocks:
-            counts = torch.zeros(triton.next_power_of_2(row_blocks), dtype=torch.int64, device=device)
-        if part is None or part.numel() < parts:
-            part = torch.empty(triton.next_power_of_2(parts), dtype=torch.float32, device=device)
-        self._sets[key] = (counts, part)
-        return counts, part
-
-    def clear(self) -> None:
-        self._sets.clear()
-
-
-NORM_SCRATCH = NormScratch()
+# The counts (int64, one a row block) and parts (fp32: the rows' sums of squares per tile, then rstd).
+NORM_SCRATCH = StreamScratch(torch.int64)
 on_reset(NORM_SCRATCH.clear)
 
 
