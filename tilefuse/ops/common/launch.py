@@ -129,19 +129,6 @@ class Entered:
         """After launching the kernel given :attr:`enter_args` (:func:`launched`)."""
         launched(self.enter, ends)
 
-    def first_gemm(self, heap, a: torch.Tensor, b: torch.Tensor, dst: torch.Tensor, config: Config, *,
-                   barrier: bool, ends: bool = False) -> None:
-        """``dst = a @ b`` on the GEMM core as the call's first kernel (a ``bulk_sync``'s GEMM): its
-        first program begins the call where the call's kernels begin it; with ``barrier`` every rank's
-        GEMM is complete and visible after it (its last program passes the barrier, or a barrier
-        kernel follows where a begin kernel began the call); ``ends``: no kernel follows it."""
-        from .gemm import matmul
-
-        matmul(a, b, dst, config, ctl(heap), call=self.gemm_call_args(heap), enter=True, barrier=barrier)
-        self.entered(ends=ends)
-        if barrier and not self.begins:
-            mid_barrier(heap, 0)
-
 
 def op_heap(op: str, group):
     """The heap for ``group``: the heap of a group passed to ``tilefuse.init`` (None: the call's
