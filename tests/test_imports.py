@@ -28,6 +28,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_triton_imported_first_still_runs_the_kernels():
     from harness import _free_port
 

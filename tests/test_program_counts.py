@@ -150,7 +150,8 @@ def job_one_kernel_per_config(ctx, ops):
     return seen
 
 
-@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 3])
 def test_new_shapes_of_a_config_launch_the_same_kernels(pools, world):
     """Below one wave of tiles, every launch of two shapes of one config passes the same constexprs
     (one compiled kernel per variant, not one per shape) and the same grid (programs without a tile

@@ -296,10 +296,10 @@ def _final(call: float, block: float) -> dict:
 
 
 @pytest.mark.parametrize("case,finals,pick", [
-    ("back to back only", [_final(1.05, 0.7)] * 2, "plain"),
+    pytest.param("back to back only", [_final(1.05, 0.7)] * 2, "plain", marks=pytest.mark.slow),
     pytest.param("alone only", [_final(0.7, 1.05)] * 2, "plain", marks=pytest.mark.slow),
     pytest.param("inside the 2 % margin", [_final(0.985, 0.985)] * 2, "plain", marks=pytest.mark.slow),
-    ("alone only on rank 1", [_final(0.8, 0.8), _final(1.1, 0.8)], "plain"),
+    pytest.param("alone only on rank 1", [_final(0.8, 0.8), _final(1.1, 0.8)], "plain", marks=pytest.mark.slow),
     ("both ways, twice", [_final(0.8, 0.8)] * 2, "fused_sequential"),
 ])
 def test_the_tuners_decision_is_first_call_tunings_rule(pools, case, finals, pick):

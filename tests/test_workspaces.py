@@ -42,6 +42,7 @@ def job_many_shapes(ctx, shapes, budget_fraction):
         arena.WORKSPACE_FRACTION = saved
 
 
+@pytest.mark.slow
 def test_hundreds_of_shapes_stay_bounded(pools):
     g = torch.Generator().manual_seed(0)
     shapes = [tuple(int(x) for x in torch.randint(1, 48, (3,), generator=g)) for _ in range(24)]
