@@ -76,6 +76,13 @@ def config_for(M: int, N: int, K: int, dtype, device, fields: dict) -> tilefuse.
     return tilefuse.Config.for_shape(M, N, K, dtype, device=device, comm=False).replace(**fields)
 
 
+def _operands(M: int, N: int, K: int, dtype, dev, seed: int) -> tuple:
+    """``(a [M, K], b [K, N], generator)``: random operands in ``dtype``, b a Linear weight's transpose."""
+    g = torch.Generator(device=dev).manual_seed(seed)
+    a = torch.randn(M, K, generator=g, device=dev).to(dtype)
+    return a, torch.randn(N, K, generator=g, device=dev).to(dtype).t(), g
+
+
 def _shape(ctx, M: int, N: int, K: int, dtype, fields: dict, args) -> list:
     """Check, then time, the core and torch.matmul on one shape; CSV rows."""
     dev = ctx.device
@@ -83,10 +90,7 @@ def _shape(ctx, M: int, N: int, K: int, dtype, fields: dict, args) -> list:
     note = " ".join(f"{k}={v}" for k, v in cfg.to_dict().items())
 
     def make(i):
-        g = torch.Generator(device=dev).manual_seed(1000 + i)
-        a = torch.randn(M, K, generator=g, device=dev).to(dtype)
-        b = torch.randn(N, K, generator=g, device=dev).to(dtype).t()  # a Linear weight's transpose
-        return a, b
+        return _operands(M, N, K, dtype, dev, 1000 + i)[:2]
 
     sets = rotating(make, (M * K + N * K) * torch.empty((), dtype=dtype).element_size(), dev)
     out_core, out_torch = torch.empty(M, N, dtype=dtype, device=dev), torch.empty(M, N, dtype=dtype, device=dev)
@@ -123,9 +127,7 @@ def _shape_fp8(ctx, M: int, N: int, K: int, scaling: str, fields: dict, args) ->
     note = " ".join(f"{k}={v}" for k, v in cfg.to_dict().items())
 
     def make(i):
-        g = torch.Generator(device=dev).manual_seed(2000 + i)
-        a = torch.randn(M, K, generator=g, device=dev).to(E4M3)
-        b = torch.randn(N, K, generator=g, device=dev).to(E4M3).t()  # a Linear weight's transpose
+        a, b, g = _operands(M, N, K, E4M3, dev, 2000 + i)
         sa = torch.rand(M, 1, generator=g, device=dev) + 0.5 if rowwise else torch.tensor(0.75, device=dev)
         sb = torch.rand(1, N, generator=g, device=dev) + 0.5 if rowwise else torch.tensor(1.25, device=dev)
         if not ctx.on_gpu:

@@ -287,6 +287,16 @@ def torch_fused(ctx, op: str):
 # ---------------------------------------------------------------------------------------------
 
 
+def _attempt(ctx, what: str, fn, failed=None) -> tuple:
+    """``(fn(), None)``, or ``(failed, the error's text)`` with the traceback printed, naming the
+    rank and ``what``."""
+    try:
+        return fn(), None
+    except Exception as exc:
+        print(f"[rank {ctx.rank} {what}] {traceback.format_exc()}", file=sys.stderr, flush=True)
+        return failed, error_text(exc)
+
+
 def _agree(ctx, local_error: str | None) -> str | None:
     """The first rank's error text (prefixed with its rank when W > 1), or None when no rank failed."""
     errors = ctx.all_gather_object(local_error)
@@ -355,18 +365,16 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
                 add(m.label, "skipped", float("nan"), m.skip)
                 progress.update(1 + args.reps, f"{where} {m.label}")
                 continue
-            local = None
-            err = float("nan")
-            try:
+
+            def check(m=m, chk=chk, refs=refs):
                 case.poison()
                 got = case._as_result(m.label, m.call(chk))
                 tilefuse.synchronize()
-                err = rel_error(got, refs[m.expect])
                 if m.label == "auto":  # its first call decided
                     m.note = auto_note(op, chk.a, chk.b)
-            except Exception as exc:
-                local = error_text(exc)
-                print(f"[rank {ctx.rank} {where} {m.label}] {traceback.format_exc()}", file=sys.stderr, flush=True)
+                return rel_error(got, refs[m.expect])
+
+            err, local = _attempt(ctx, f"{where} {m.label}", check, float("nan"))
             text = _agree(ctx, local)
             if text:
                 fail(m, text)
@@ -381,7 +389,7 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
                 raise RuntimeError(f"{where} {m.label}: the GPU context is broken: {text}")
     finally:
         set_debug_poison(old_poison)
-    del chk, refs
+    chk = refs = check = None  # the checks' inputs are freed before the timing
 
     # Time: the methods' calls interleaved one by one (bench_interleaved), after the GPU's clocks
     # settle under this shape's GEMM (docs/RESULTS.md, "Method"); --reps rounds of that.
@@ -390,13 +398,9 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
     kw = dict(warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, cpu_reps=1, sync_each=args.sync_each)
     for _ in range(args.reps):
         live = [m for m in methods if not m.skip and not m.status.startswith("ERROR")]
-        local = None
         host: list = [[] for _ in live]
-        try:
-            got = bench_interleaved(ctx, [lambda m=m: m.call(cycle()) for m in live], host_ms=host, **kw)
-        except Exception as exc:
-            local = error_text(exc)
-            print(f"[rank {ctx.rank} {where} interleaved] {traceback.format_exc()}", file=sys.stderr, flush=True)
+        got, local = _attempt(ctx, f"{where} interleaved", lambda live=live, host=host: bench_interleaved(
+            ctx, [lambda m=m: m.call(cycle()) for m in live], host_ms=host, **kw))
         if _agree(ctx, local) is None:
             for m, t, h in zip(live, got, host):
                 m.times.append(t)
@@ -406,13 +410,8 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
         if ctx.on_gpu and not cuda_alive(ctx):
             raise RuntimeError(f"{where}: the GPU context is broken: {local}")
         for m in live:  # a method raised: time them one at a time to find it, and go on
-            local = None
-            t = float("nan")
-            try:
-                t = bench_max(ctx, lambda m=m: m.call(cycle()), host_ms=m.host if ctx.on_gpu else None, **kw)
-            except Exception as exc:
-                local = error_text(exc)
-                print(f"[rank {ctx.rank} {where} {m.label}] {traceback.format_exc()}", file=sys.stderr, flush=True)
+            t, local = _attempt(ctx, f"{where} {m.label}", lambda m=m: bench_max(
+                ctx, lambda: m.call(cycle()), host_ms=m.host if ctx.on_gpu else None, **kw), float("nan"))
             text = _agree(ctx, local)
             if text:
                 fail(m, text)
