@@ -56,7 +56,9 @@ def job_ops(ctx, calls, dtype, explicit_group=False):
     return cnt.op_count
 
 
-@pytest.mark.parametrize("op", registry.OPS)
+# In make test the gathering op and the reducing op; every op in the slow set.
+@pytest.mark.parametrize("op", [op if op in ("all_gather_gemm", "gemm_all_reduce")
+                                else pytest.param(op, marks=pytest.mark.slow) for op in registry.OPS])
 def test_ops_compile_fullgraph(pools, op):
     """W = 2: every variant of the op (and plain, auto) in one compiled graph, forward and backward."""
     calls = [(op, v) for v in variants(op) if v != "reference"]

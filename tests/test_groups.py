@@ -313,6 +313,7 @@ def _subgroup_default_job(rank, world):
         dist.destroy_process_group(pair)
 
 
+@pytest.mark.slow
 def test_torch_collective_paths_follow_the_default_group():
     from harness import run_group
 
