@@ -1,10 +1,8 @@
-"""The user's settings (``TILEFUSE_*`` environment variables, listed in the README's "Settings"
-table), each parsed here: a value out of range raises a ``ValueError`` naming the variable and what
-it accepts.
+"""The user's settings (``TILEFUSE_*`` environment variables, the README's "Settings" table), each
+parsed here: a value out of range raises a ``ValueError`` naming the variable and what it accepts.
 
 Triton decides at decoration time whether a ``@triton.jit`` function runs in its interpreter, so
-``import tilefuse`` calls :func:`configure` before importing any kernel: with no usable GPU (or
-``TILEFUSE_BACKEND=cpu``) it sets ``TRITON_INTERPRET=1``.
+``import tilefuse`` calls :func:`configure` (``TRITON_INTERPRET=1`` on the cpu backend) first.
 """
 
 from __future__ import annotations
@@ -45,13 +43,7 @@ def interpreting() -> bool:
 def seconds(name: str, default: float) -> float:
     """The setting ``name`` as seconds in [``MIN_TIMEOUT_S``, ``MAX_TIMEOUT_S``]; ``default`` when unset."""
     text = _text(name)
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    return check_seconds(name, value, text)
+    return check_seconds(name, text, text) if text else default
 
 
 def check_seconds(name: str, value, text: str | None = None) -> float:
@@ -123,7 +115,7 @@ def autotune_mode() -> str:
 
 def env_reader(*names: str):
     """``read() -> (value, ...)``: the raw values of the environment variables ``names``, read from the
-    mapping ``os.environ`` wraps (no per-lookup encoding): cheap enough for every call."""
+    mapping ``os.environ`` wraps (no per-lookup encoding: cheap enough for every call)."""
     data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
     if isinstance(data, dict) and encode is not None:
         keys = tuple(encode(n) for n in names)
@@ -144,8 +136,8 @@ _DEBUG_POISON = [False]
 
 
 def set_debug_poison(on: bool) -> bool:
-    """New workspaces and outputs start as NaN (``on``), so that a tile a variant forgets to write
-    shows (the test harness turns it on); returns the previous setting."""
+    """New workspaces and outputs start as NaN (``on``), so a tile a variant forgets to write shows;
+    returns the previous setting."""
     old, _DEBUG_POISON[0] = _DEBUG_POISON[0], bool(on)
     return old
 
@@ -156,10 +148,9 @@ def debug_poison() -> bool:
 
 
 def configure() -> None:
-    """Turn the interpreter on for the cpu backend, before kernel modules are imported. Triton's own
-    ``@triton.jit`` helpers (``tl.cdiv``, the reductions' combine functions, ...) were made for
-    compiled kernels if ``triton`` was imported before this: they are remade for the interpreter, so
-    the import order does not matter."""
+    """Turn the interpreter on for the cpu backend. Triton's own ``@triton.jit`` helpers (``tl.cdiv``,
+    the reductions' combine functions) made before this are remade for the interpreter, so the import
+    order does not matter."""
     if requested_backend() == "cpu" and not interpreting():
         os.environ["TRITON_INTERPRET"] = "1"
         _interpret_triton_helpers()

@@ -1,13 +1,11 @@
-"""The two ways a rank maps every peer's heap: one rendezvous over the process group, at ``init``.
+"""The two ways a rank maps every peer's heap, at ``init``; every exchange is bounded
+(:mod:`tilefuse.runtime.hostsync`) and agreed on: a problem on one rank raises on every rank.
 
 - ``cpu``: each rank creates ``/dev/shm/tilefuse-<token>-r<rank>`` (exclusive, no links, mode 0600;
-  the token is rank 0's), every rank maps every file, and each rank unlinks its own file in a
-  ``finally`` (after a failed rendezvous, its peers' files too).
+  the token is rank 0's), every rank maps every file, and each rank unlinks its own file (after a
+  failed rendezvous, its peers' files too).
 - ``cuda``: this rank's heap is one device allocation, shared through CUDA IPC handles, one per
   peer; each peer's mapping is opened on this rank's device and touched once.
-
-Every exchange is bounded (:mod:`tilefuse.runtime.hostsync`) and agreed on: a problem on one rank
-raises on every rank.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ SHM_DIR = "/dev/shm"
 RENDEZVOUS_HOOK: Callable[[str, list], None] | None = None
 
 
-def agree(group, rank: int, problem: str | None, step: str, what: str) -> None:
+def agree(group, problem: str | None, step: str, what: str) -> None:
     """Bounded exchange of each rank's problem with a rendezvous step; raise on every rank if any."""
     problems = hostsync.all_gather_object(problem, group, what=step)
     bad = {r: p for r, p in enumerate(problems) if p is not None}
@@ -59,7 +57,7 @@ def map_cpu(group, rank: int, world: int, size: int) -> list:
             problem = f"cannot create {own}: {err}"
         if RENDEZVOUS_HOOK is not None:
             RENDEZVOUS_HOOK("created", paths)
-        agree(group, rank, problem, "tilefuse.init: creating the heap files", what)
+        agree(group, problem, "tilefuse.init: creating the heap files", what)
         tensors: list = []
         problem = None
         for r, path in enumerate(paths):
@@ -68,7 +66,7 @@ def map_cpu(group, rank: int, world: int, size: int) -> list:
             except OSError as err:
                 problem, tensors = f"cannot map rank {r}'s heap file {path}: {err}", []
                 break
-        agree(group, rank, problem, "tilefuse.init: mapping the heap files", what)
+        agree(group, problem, "tilefuse.init: mapping the heap files", what)
         if RENDEZVOUS_HOOK is not None:
             RENDEZVOUS_HOOK("mapped", paths)
         done = True
@@ -106,17 +104,13 @@ def map_cuda(group, rank: int, world: int, size: int, device: torch.device) -> l
             break
         tensors.append(t)
     torch.cuda.synchronize(device)
-    agree(group, rank, problem, "tilefuse.init: mapping the peers' heaps", what)
+    agree(group, problem, "tilefuse.init: mapping the peers' heaps", what)
     return tensors
 
 
 def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
-    """``args`` of torch's CUDA IPC rebuild, changed to open the peer's memory on *this* rank's device.
-
-    torch opens a handle with the owner's device current: for another GPU the mapping then lives in
-    that GPU's context, and a kernel on this rank's GPU faults on it. Opened with this rank's device
-    current, the peer's memory is mapped for this GPU and reached over the GPUs' link.
-    """
+    """``args`` of torch's CUDA IPC rebuild, changed to open the peer's memory on *this* rank's device
+    (torch opens it on the owner's device: a kernel on this rank's GPU would fault on that mapping)."""
     import inspect
 
     names = list(inspect.signature(rebuild).parameters)
@@ -128,9 +122,8 @@ def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
 
 
 def _map_file(path: str, size: int) -> torch.Tensor:
-    """A shared read-write mapping of the heap file ``path`` as a uint8 tensor (which holds the
-    ``mmap``). Checked on the descriptor opened without following links: a regular file of this
-    user, private to it, of the heap's size."""
+    """A shared read-write mapping of the heap file ``path`` as a uint8 tensor, checked on the
+    descriptor (opened without following links): a private regular file of this user, of the heap's size."""
     fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)

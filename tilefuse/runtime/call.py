@@ -1,17 +1,13 @@
 """The host part of a collective call: :class:`CollectiveCall`, and the thread's active group.
 
 Every op call runs inside one :class:`CollectiveCall`: one call at a time per process, calls on
-different streams ordered with CUDA events; a poisoned group raises before anything is launched; an
-earlier call's recorded error is raised at the end of this call, after its kernels were launched, so
-that the ranks' calls stay paired (on the CPU backend and with ``TILEFUSE_SYNC_ERRORS=1``: at the
-failing call itself). The begin kernel opens the call on the device, or the call's first kernel does
-(:meth:`~CollectiveCall.enter_args`). A call whose argument checks fail is still counted on every
-rank: it launches the begin kernel with the failure signature, and the peers raise
-:class:`PeerCallError`.
+different streams ordered; a poisoned group raises before anything is launched; an earlier call's
+recorded error is raised at the end of this call, after its launches, so the ranks' calls stay
+paired. A call whose argument checks fail is still counted on every rank: it launches the begin
+kernel with the failure signature, and the peers raise :class:`PeerCallError`.
 
-**The active group** (thread-local, like the call this thread is inside) is that call's group, or
-the one :func:`using` names, else the default group: what a launcher or a public function called
-without a group (``get_heap()``) acts on.
+**The active group** (thread-local) is the current call's group, or the one :func:`using` names,
+else the default group: what a function called without a group (``get_heap()``) acts on.
 """
 
 from __future__ import annotations
@@ -66,9 +62,8 @@ def using(target):
 
 
 def call_state(group, what: str = "tilefuse") -> Group | None:
-    """The group state to hand to :class:`CollectiveCall` for ``group``; for None the default group's
-    where this thread has another one active (inside :func:`using`), else None (nothing to set).
-    Raises where tilefuse is not initialised."""
+    """The group state to hand to :class:`CollectiveCall` for ``group`` (None where ``group`` is None
+    and no :func:`using` is active: nothing to set). Raises where tilefuse is not initialised."""
     g = REGISTRY.get(group, what)
     return g if group is not None or _TLS.group is not None else None
 
@@ -87,8 +82,8 @@ def current_call() -> CollectiveCall:
 
 
 def _order_stream(g: Group, raw: int) -> None:
-    """Calls on different streams run one after another, in the order the host made them (``raw``:
-    the current stream's handle), whatever their group."""
+    """Calls on different streams run in the order the host made them (``raw``: the current stream's
+    handle), whatever their group."""
     order = g.order
     if raw == order.raw:
         return
@@ -99,12 +94,11 @@ def _order_stream(g: Group, raw: int) -> None:
 
 
 class CollectiveCall:
-    """Host part of one collective op call (a context manager; see the module docstring).
+    """Host part of one collective op call (a context manager; module docstring).
 
     ``st``: the call's group state (:func:`call_state`); None: the default group's. Nested use in one
-    thread (a variant handing a degenerate call to another) is one call. After ``__enter__``:
-    ``group`` (the call's group state), ``capturing`` (a CUDA graph capture is under way) and
-    ``stream`` (the current stream's raw handle; None on the CPU backend).
+    thread is one call. After ``__enter__``: ``group``, ``capturing`` (a CUDA graph capture is under
+    way) and ``stream`` (the current stream's raw handle; None on the CPU backend).
     """
 
     __slots__ = ("op", "begun", "mirrored", "pending", "outer", "capturing", "stream", "st", "group", "prev")
@@ -175,16 +169,14 @@ class CollectiveCall:
 
     def enter_args(self, key: tuple, outputs: tuple = ()) -> tuple:
         """``sig, gen, out0, n_out0, out1, n_out1, status``: the arguments of a kernel that begins the
-        call itself (``primitives.enter``/``exit`` with ``ENTER``), ``key`` and ``outputs`` as in
-        :meth:`begin`. Call :meth:`entered` once it is launched; a call that raises first is failed."""
+        call itself (``primitives.enter`` with ``ENTER``); call :meth:`entered` once it is launched."""
         g = self.group
         status = g.status_host if g.status_host is not None else g.status_scratch
         return g.begin_args(g.signature(key), outputs) + (status,)
 
     def entered(self, ends: bool = True) -> None:
         """The kernel of :meth:`enter_args` is launched and began the call; ``ends``: it or a later
-        kernel with the same arguments ends it and writes the status words. A call of several
-        kernels says so after its first (``ends=False``) and its last."""
+        kernel ends it and writes the status words (a call of several kernels: ``False`` after its first)."""
         self.begun = True
         self.mirrored = self.mirrored or ends
 

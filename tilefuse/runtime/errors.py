@@ -1,9 +1,5 @@
-"""The runtime's exceptions, and the device's error records turned into them.
-
-A kernel that finds something wrong (a wait that ran out, calls that differ between ranks, a peer's
-failed checks, a stale CUDA graph replay) writes one record into the control block (layout:
-:mod:`tilefuse.runtime.primitives`); :func:`error_from` turns it into the exception the host raises.
-"""
+"""The runtime's exceptions, and the device's error records (written into the control block by a
+kernel that finds something wrong) turned into them by :func:`error_from`."""
 
 from __future__ import annotations
 
@@ -45,10 +41,9 @@ def describe_group(group) -> str:
     except Exception:
         name = "?"
     try:
-        ranks = dist.get_process_group_ranks(group)
+        return f"{name!r} (ranks {dist.get_process_group_ranks(group)})"
     except Exception:
         return repr(name)
-    return f"{name!r} (ranks {ranks})"
 
 
 def describe_sig(st, value: int) -> str:
@@ -117,7 +112,7 @@ def error_from(st, rec: dict) -> Exception:
 
 def poison_message(rec: dict | None) -> str:
     """What a poisoned group raises, naming the rank whose wait timed out (poison word ``r + 1``) or
-    that entered :func:`tilefuse.reset` (``-(r + 1)``) where the record says."""
+    that entered :func:`tilefuse.reset` (``-(r + 1)``)."""
     word = (rec or {}).get("poison", 0)
     if word < 0:
         what = f"rank {-word - 1} entered tilefuse.reset()"

@@ -1,18 +1,12 @@
 """One process group's runtime state (:class:`Group`), and the groups of this process (:data:`REGISTRY`).
 
-A :class:`Group` holds the symmetric heap, the control block at its offset 0 (layout in
-:mod:`tilefuse.runtime.primitives`), the host's copy of the status words, the call signatures seen,
-the device wait bound, the watched peer processes and the poison. Errors reach the host without a
-device sync on a GPU: after each call two control words (poison, error count) are copied to pinned
-memory (:meth:`Group.note_end`); once one is set, :meth:`Group.collect` reads and clears the full
-record. A peer process that exits poisons the group for good, and the host's waits for the device
-give up once one has (:meth:`Group.wait_device`): a kernel that stores into an exited process's
-memory stalls, it does not fault.
-
-:data:`REGISTRY` maps each process group (and its name) to its Group, names the default one (the
-first initialised) and holds what all groups' calls share: one lock (one call at a time per
-process), one :class:`StreamOrder` (calls on different streams run in the order the host made them)
-and the ops' hooks that drop their workspaces at reset and shutdown.
+A :class:`Group` holds the heap, the control block at its offset 0, the host's copy of the status
+words (copied to pinned memory after each call: errors reach the host without a device sync), the
+call signatures seen, the device wait bound, the watched peer processes and the poison. A peer
+process that exits poisons the group for good: a kernel storing into its memory stalls, it does
+not fault, so the host's waits for the device give up once one has (:meth:`Group.wait_device`).
+:data:`REGISTRY` holds what all groups share: one lock (one call at a time per process), one
+:class:`StreamOrder`, and the hooks that drop the ops' workspaces at reset and shutdown.
 """
 
 from __future__ import annotations
@@ -83,8 +77,7 @@ def check_current_device(what: str, device: torch.device) -> None:
 
 
 def watch_peers(group, rank: int) -> tuple:
-    """``(rank, pid, pidfd)`` of each peer process in this rank's pid namespace (a host step over
-    ``group``); ``pidfd`` is -1 where ``os.pidfd_open`` is missing (then the pid is probed)."""
+    """``(rank, pid, pidfd or -1)`` of each peer process in this rank's pid namespace (a host step)."""
     try:
         ns = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
@@ -111,9 +104,7 @@ class Group:
     dummy: torch.Tensor  # float32[1]: the begin kernel's output argument when there is none
     status_host: torch.Tensor | None  # pinned int64[2]: POISON, ERRORS (GPU)
     sync_errors: bool
-    # int64[2] (CPU backend, which reads the control block itself): where a call's exit writes the
-    # status words (on a GPU: into status_host, mapped into the device's address space)
-    status_scratch: torch.Tensor | None = None
+    status_scratch: torch.Tensor | None = None  # CPU: where a call's exit writes the status words
     gen: int = 1
     poisoned: str | None = None  # set once this host has seen the poison: the message to raise
     poison_error: type = PoisonedError  # what raises it (PeerExitedError once a peer has exited)
@@ -126,18 +117,15 @@ class Group:
     ctl_np: object = None  # numpy view of the control block (CPU backend: kernels are synchronous)
     group: object = None  # the process group this state serves (the heap's)
     name: str = ""  # that group's name (what the custom ops pass)
-    # (rank, pid, pidfd or -1) of each peer process this rank can watch (same pid namespace)
-    peers: tuple = ()
-    # the device waits' bound, seconds: the host's copy of ctl[BOUND_NS] (also how long a host wait
-    # outlives a peer's exit)
-    wait_bound_s: float = 0.0
+    peers: tuple = ()  # (rank, pid, pidfd or -1) of each peer process this rank can watch
+    wait_bound_s: float = 0.0  # the host's copy of ctl[BOUND_NS], seconds
     done_event: object = None  # torch.cuda.Event recorded by wait_device (made on first use)
     order: StreamOrder = field(default_factory=StreamOrder)  # the process's stream order (shared)
 
     @classmethod
     def open(cls, size: int, group, backend: str, order: StreamOrder) -> Group:
-        """Map the heap (collective over ``group``), place the control block at its offset 0 and
-        watch the peers; on failure nothing of the heap stays open."""
+        """Map the heap (collective), place the control block at its offset 0 and watch the peers;
+        on failure nothing of the heap stays open."""
         if backend == "cpu" and not _env.interpreting():
             raise RuntimeError(
                 "the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 before "
@@ -195,20 +183,15 @@ class Group:
         return None
 
     def check_peers(self, op: str) -> None:
-        """Raise :class:`PeerExitedError` (and poison this group) if a peer process has exited:
-        checked before a call launches anything, as a kernel storing into an exited process's memory
-        never finishes, and neither the device waits' bound nor a synchronize would report it."""
+        """Raise :class:`PeerExitedError` (and poison this group) if a peer process has exited."""
         gone = self.exited_peer()
         if gone is not None:
             raise self.peer_exited(gone, f"{op} and every later call on this rank raise (nothing was launched)")
 
     def check_host_step(self, what: str, calls: bool = True) -> CallMismatchError | None:
-        """Between the polls of a host step (``what``) on this group: raise :class:`PeerExitedError` if
-        a peer process has exited; with ``calls``, return a :class:`CallMismatchError` if a peer began
-        a collective call that this rank has not (its arrival in this rank's control block is past
-        this rank's last call): unless the step completed meanwhile, that peer is not at this host
-        step and never will be (``hostsync`` decides). Read only once this rank's own device work is
-        done (on a GPU the host runs ahead of it)."""
+        """Between the polls of a host step ``what``: raise :class:`PeerExitedError` if a peer has
+        exited; with ``calls``, return a :class:`CallMismatchError` if a peer began a collective call
+        this rank has not (``hostsync`` raises it unless the step completed meanwhile)."""
         if self.peers:
             self.check_peers(what)
         words = self._ctl_words() if calls else None
@@ -245,8 +228,8 @@ class Group:
         return words.numpy()
 
     def raise_if_poisoned(self) -> None:
-        """Raise the error this group was poisoned with (PoisonedError, or PeerExitedError), if any;
-        PeerExitedError where a peer process has exited since (the likely cause)."""
+        """Raise the error this group was poisoned with, if any (PeerExitedError where a peer has
+        exited since: the likely cause)."""
         if self.poisoned:
             if self.poison_error is not PeerExitedError and self.peers:
                 self.check_peers("this call")
@@ -263,21 +246,15 @@ class Group:
         return PeerExitedError(self.poisoned)
 
     def poison_all(self, value: int) -> None:
-        """Set the poison word of every rank's control block to ``value`` from the host (this rank's
-        too): every wait of a running call on any rank gives up at once, and every rank's next call
-        raises :class:`PoisonedError`. On a GPU the stores run on a stream of their own, so that they
-        land while this rank's own stream is still busy."""
+        """Set every rank's poison word to ``value`` from the host: running waits give up at once and
+        every next call raises. On a GPU, on a stream of its own (this rank's may still be busy)."""
         heap = self.heap
-        words = [heap.peer_view(self.ctl, r)[_POISON:_POISON + 1] for r in range(heap.world_size)]
-        if not self.on_gpu:
-            for w in words:
-                w.fill_(value)
-            return
-        stream = torch.cuda.Stream(heap.device)
-        with torch.cuda.stream(stream):
-            for w in words:
-                w.fill_(value)
-        stream.synchronize()
+        stream = torch.cuda.Stream(heap.device) if self.on_gpu else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            for r in range(heap.world_size):
+                heap.peer_view(self.ctl, r)[_POISON:_POISON + 1].fill_(value)
+        if stream is not None:
+            stream.synchronize()
 
     def close_peers(self) -> None:
         if self.heap.world_size > 1:
@@ -290,13 +267,9 @@ class Group:
         self.peers = ()
 
     def wait_device(self, what: str) -> None:
-        """``torch.cuda.synchronize`` of the heap's device, bounded once a peer has exited.
-
-        Eager calls run one after another in stream order (:class:`StreamOrder`), so an event
-        recorded behind the last call's stream (none since a capture or reset: the current stream)
-        completes once all of tilefuse's work has. Until it has, the peers are checked between polls:
-        once one has exited and the work is still not done ``wait_bound_s`` later, this raises
-        :class:`PeerExitedError`. Then the device-wide synchronize (other work, not bounded)."""
+        """``torch.cuda.synchronize`` of the heap's device, bounded once a peer has exited: an event
+        behind the last call's stream (calls run in stream order) is polled, the peers checked every
+        millisecond; :class:`PeerExitedError` once one has exited and ``wait_bound_s`` passed."""
         if self.peers:
             stream = self.order.stream
             if stream is None or stream.device != self.heap.device:  # (the event belongs to the heap's device)
@@ -307,8 +280,7 @@ class Group:
             event.record(stream)
             t0 = time.monotonic()
             check_at, give_up = t0 + 1e-3, None
-            # Spins, yielding the CPU between queries, as the CUDA runtime's own wait does by default
-            # (a sleep, even of 0 s, costs the timer's slack); the peers every millisecond.
+            # Spins, yielding the CPU, as the CUDA runtime's own wait does (a sleep costs the timer's slack).
             while not event.query():
                 os.sched_yield()
                 now = time.monotonic()
@@ -324,8 +296,7 @@ class Group:
         torch.cuda.synchronize(self.heap.device)
 
     def status_set(self) -> bool:
-        """Whether the error or poison word is set: on a GPU as of the last call's status copy, on
-        the CPU backend now (no torch call: a numpy view)."""
+        """Whether the error or poison word is set (on a GPU: as of the last call's status copy)."""
         if self.on_gpu:
             words = self.status_np
             return bool(words[0] or words[1])
@@ -362,9 +333,8 @@ class Group:
         return err
 
     def signature(self, key: tuple) -> int:
-        """A 62-bit hash of a call's signature (the same on every rank: not Python's salted hash),
-        mixed with this thread's scope (:mod:`~tilefuse.runtime.scope`: its step and role), so calls of
-        different steps or roles never pair. Per call: one dict lookup and one thread-local read."""
+        """A 62-bit hash of a call's signature, the same on every rank, mixed with this thread's scope
+        (:mod:`~tilefuse.runtime.scope`), so calls of different steps or roles never pair."""
         hit = self.sigs.get(key)
         if hit is None:
             if len(self.sigs) >= _MAX_SIGNATURES:  # a server with ever-new shapes: keep the cache bounded
@@ -376,8 +346,7 @@ class Group:
         return hit[0] ^ STATE.mix
 
     def describe(self, value: int) -> str | None:
-        """The text of the call whose signature hash is ``value`` (with its scope), if this rank has made
-        that call (in any scope this process has entered); None otherwise."""
+        """The text of the call whose signature hash is ``value`` (with its scope), if this rank made it."""
         text = self.texts.get(value)
         if text is not None:
             return text
@@ -389,9 +358,8 @@ class Group:
 
     def begin_args(self, sig: int, outputs: tuple) -> tuple:
         """``sig, gen, out0, n_out0, out1, n_out1``: the begin's arguments (up to two contiguous
-        floating-point outputs of 16 bits or more, filled with NaN if the call aborts; the stand-in
-        otherwise). A float8 output (all_gather_gemm's gathered rows) is not filled: Triton 3.6 makes
-        no float8 constant."""
+        floating-point outputs, filled with NaN if the call aborts; not float8: Triton 3.6 makes no
+        float8 constant)."""
         outs = [t for t in outputs
                 if t is not None and t.is_contiguous() and t.dtype.is_floating_point and t.element_size() > 1]
         o0 = outs[0] if outs else self.dummy
@@ -405,8 +373,8 @@ class Group:
                                   *self.begin_args(sig, outputs), BLOCK=_FILL_BLOCK, num_warps=1)
 
     def note_end(self, capturing: bool, mirrored: bool = False) -> None:
-        """After a call's launches: queue the copy of the status words to the host (not needed when
-        the call's kernel wrote them itself, ``mirrored``)."""
+        """After a call's launches: queue the status words' copy to the host (unless the call's kernel
+        wrote them, ``mirrored``)."""
         if not self.on_gpu:
             return
         if capturing:
@@ -449,8 +417,7 @@ class Registry:
             self.default = next(iter(self.by_group.values()), None)
 
     def find(self, group) -> Group | None:
-        """The group state serving ``group`` (a ProcessGroup or its name; None: the default), or
-        None where that group was never initialised on this rank."""
+        """The group state serving ``group`` (a ProcessGroup or its name; None: the default), or None."""
         if group is None:
             return self.default
         g = self.by_group.get(group)
@@ -465,8 +432,7 @@ class Registry:
         return self.by_name.get(name)  # another Python object for the same group (its name resolved again)
 
     def get(self, group, what: str = "tilefuse") -> Group:
-        """The group state serving ``group`` (None: the default); a clear error where it was never
-        initialised on this rank."""
+        """:meth:`find`, raising where the group was never initialised on this rank."""
         g = self.find(group)
         if g is not None:
             return g

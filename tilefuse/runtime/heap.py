@@ -115,8 +115,8 @@ class Allocator:
 
 
 class Block:
-    """Owns one allocation (torch keeps it alive through the array interface of its storage) and
-    holds ``memory``, this rank's whole heap, so the mapping or CUDA allocation outlives the heap."""
+    """Owns one allocation (torch keeps it alive through its storage's array interface) and holds
+    this rank's whole heap ``memory``, so the mapping or CUDA allocation outlives the heap."""
 
     def __init__(self, allocator: Allocator, offset: int, addr: int, nbytes: int, device: torch.device,
                  memory: torch.Tensor):
@@ -185,22 +185,16 @@ class SymmetricHeap:
         self._closed = False
 
     def mark_internal(self, *tensors: torch.Tensor) -> None:
-        """The blocks of ``tensors`` are tilefuse's own (control block, workspaces a captured CUDA
-        graph names): :meth:`close` does not report them as user tensors."""
+        """The blocks of ``tensors`` are tilefuse's own: :meth:`close` does not report them."""
         for t in tensors:
             self.check_on_heap("mark_internal", t)
             self._allocator.mark_internal(self.offset_of(t))
 
     def close(self, *, internal: Iterable[torch.Tensor] = (), wait: bool = True) -> None:
-        """Drop the peer mappings, then a bounded barrier (collective; idempotent).
-
-        Every rank drops its peers' mappings before the barrier, so none is mapped elsewhere once it
-        passes (on a GPU, torch's IPC reference counts are back to zero before any process exits).
-        Heap tensors still alive stay valid here and are counted in a :class:`LiveHeapTensorsWarning`,
-        except blocks marked with :meth:`mark_internal` and ``internal`` (tilefuse's own, dropped
-        right after). ``wait=False``: do not wait for this device's queued work (a peer exited under
-        it: it will not finish).
-        """
+        """Drop the peer mappings, then a bounded barrier (collective; idempotent): once it passes no
+        heap is mapped elsewhere. Heap tensors still alive stay valid here and are counted in a
+        :class:`LiveHeapTensorsWarning`, except tilefuse's own (:meth:`mark_internal`, ``internal``).
+        ``wait=False``: do not wait for this device's queued work (a peer exited under it)."""
         if self._closed:
             return
         self._closed = True
@@ -230,10 +224,6 @@ class SymmetricHeap:
             pass
         if on_gpu:
             torch.cuda.ipc_collect()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def _alloc_bytes(self, nbytes: int) -> torch.Tensor:
         if self._closed:
@@ -279,8 +269,7 @@ class SymmetricHeap:
         return self.base <= lo and lo + span_bytes(t) <= self.base + self.size
 
     def peer_view(self, t: torch.Tensor, rank: int) -> torch.Tensor:
-        """``rank``'s copy of the heap tensor ``t``, as mapped in this process (host-side access;
-        order it against kernels with barriers)."""
+        """``rank``'s copy of the heap tensor ``t`` as mapped here (host access; order it with barriers)."""
         self.check_on_heap("peer_view: t", t)
         if not 0 <= rank < self.world_size:
             raise ValueError(f"peer_view: rank {rank} is not in [0, {self.world_size})")

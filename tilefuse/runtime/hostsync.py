@@ -1,11 +1,9 @@
 """Bounded host collectives for tilefuse's own host steps (heap rendezvous, shape checks, workspaces).
 
-``torch.distributed``'s object collectives wait as long as the process group's timeout (30 minutes
-with gloo) and do not say who is missing. These go through the group's key-value store instead and
-give up after ``timeout`` seconds (default ``TILEFUSE_HOST_TIMEOUT``, 60) with a
-:class:`HostTimeoutError` naming the ranks that did not arrive and the step.
-
-One call on a group (every rank makes the same calls on it in the same order):
+``torch.distributed``'s object collectives wait the process group's timeout (30 minutes with gloo)
+and do not say who is missing. These use the group's key-value store and give up after ``timeout``
+seconds (default ``TILEFUSE_HOST_TIMEOUT``) with a :class:`HostTimeoutError` naming the missing
+ranks and the step. One call on a group (every rank makes the same calls in the same order):
 
 ======================  ==================================================================
 step                    keys (``P`` = ``tilefuse/hostsync/<group>/<generation>/<sequence>``)
@@ -16,15 +14,13 @@ release                 each rank adds 1 to ``P/done``; the rank that brings it 
                         deletes every key of the call (nobody reads them after their add)
 ======================  ==================================================================
 
-A rank that runs out of time sets ``P/gave_up`` naming the missing ranks (a peer still waiting, or
-arriving later, stops at once with the same names) and marks the group out of step: every later
-call on it raises at once until :func:`reset` on every rank. Ranks that pass different ``what`` are
-at different steps: that raises :class:`CallMismatchError`, naming both. A peer process that exits
-ends every wait at once (:func:`watch`: :class:`PeerExitedError` naming it).
+A rank that runs out of time sets ``P/gave_up`` naming the missing ranks (its peers stop at once
+with the same names) and marks the group out of step until :func:`reset`. Ranks that pass different
+``what`` raise :class:`CallMismatchError`; a peer process that exits ends every wait (:func:`watch`).
 
-:func:`reset` is a rendezvous of its own, bounded and re-entrant, that does not depend on what the
-ranks did before (a reset one rank made alone, or one that timed out, leaves nothing behind). Keys
-``R = tilefuse/reset/<group>``:
+:func:`reset` is a rendezvous of its own, bounded and re-entrant, independent of what the ranks did
+before (a reset one rank made alone, or one that timed out, leaves nothing behind).
+Keys ``R = tilefuse/reset/<group>``:
 
 ======================  ==================================================================
 step                    keys
@@ -37,10 +33,9 @@ commit                  once every rank acked the round, each returns: ``<round>
                         key namespace of the group's host steps; the last to leave deletes
 ======================  ==================================================================
 
-A rank withdraws its ack only once it has seen a token change and then not every ack: a peer
-empties its token after seeing every ack, and the acks stay until every rank has left. A rank that
-acked while every token was present does not give up at its deadline for a grace period: its
-peers, all present, ack within a poll.
+A rank withdraws its ack only once it has seen a token change and then not every ack (a peer
+empties its token after seeing every ack; the acks stay until every rank has left). A rank that
+acked gets a grace period past its deadline: its peers, all present, ack within a poll.
 """
 
 from __future__ import annotations
@@ -80,9 +75,8 @@ _WATCHERS: dict = {}  # group name -> check(what, calls): raises once a peer can
 
 
 def watch(group, check) -> None:
-    """Call ``check(what, calls)`` while waiting for the peers of ``group`` at the step ``what``: it
-    raises once a peer process has exited, and with ``calls`` returns the error to raise where a peer
-    began a collective call (then raised unless the step completed meanwhile); ``check=None`` stops."""
+    """Call ``check(what, calls)`` while waiting for the peers of ``group`` (``Group.check_host_step``);
+    ``check=None`` stops."""
     name = _group_name(_resolve(group))
     if check is None:
         _WATCHERS.pop(name, None)
@@ -137,10 +131,9 @@ RESET_GRACE_S = 5.0
 
 def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = None, late=None) -> None:
     """Rendezvous of every rank of ``group`` (module docstring), then forget any earlier failed host
-    step: later steps use a fresh key namespace, the same on every rank. Bounded by ``timeout``
-    (default ``TILEFUSE_HOST_TIMEOUT``): :class:`HostTimeoutError` naming the ranks that did not come;
-    a later call starts over. ``late = (seconds, fn)``: ``fn()`` runs once if some rank has not come
-    after ``seconds`` (or at the bound, whichever is first)."""
+    step (a fresh key namespace). Bounded by ``timeout``: :class:`HostTimeoutError` naming the ranks
+    that did not come. ``late = (seconds, fn)``: ``fn()`` runs once if some rank has not come after
+    ``seconds`` (or at the bound, whichever is first)."""
     pg = _resolve(group)
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
     st = _state(pg)
@@ -230,14 +223,13 @@ def cap_timeouts(seconds: float | None) -> None:
 
 
 def all_gather_object(obj, group=None, *, what: str, timeout: float | None = None, last: bool = False) -> list:
-    """Every rank's ``obj`` (picklable, small: it travels through the store), in group-rank order;
-    collective over ``group`` (default: the world), bounded by ``timeout`` seconds (default
-    ``TILEFUSE_HOST_TIMEOUT``). ``what`` names the step (the same on every rank) in errors.
-    ``last``: the group's last step before its ranks may exit: return only once every rank has read
-    the step's keys (for at most ``LAST_STEP_WAIT_S``), so the store's host does not exit under a reader.
+    """Every rank's ``obj`` (picklable, small), in group-rank order; collective over ``group``
+    (default: the world), bounded by ``timeout`` seconds. ``what`` names the step in errors. ``last``:
+    the group's last step before its ranks may exit: return once every rank has read the keys (for at
+    most ``LAST_STEP_WAIT_S``), so the store's host does not exit under a reader.
 
-    Raises :class:`HostTimeoutError` when some rank did not arrive (named), the store cannot be
-    reached, or an earlier call on this group failed; ``RuntimeError`` when the ranks' ``what`` differ.
+    Raises :class:`HostTimeoutError` when some rank did not arrive, the store is lost, or an earlier
+    call on this group failed; :class:`CallMismatchError` when the ranks' ``what`` differ.
     """
     pg = _resolve(group)
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
@@ -352,10 +344,8 @@ def _read_gave_up(store, key: str) -> tuple:
 
 def _wait(store, keys: list, gave_up: str, deadline: float, check=None, what: str = "") -> tuple:
     """Poll until every key is set, a peer gave up, or the deadline passes: ``("ok", None)``,
-    ``("aborted", (rank, missing))``, ``("missing", ranks)`` or ``("lost", None)`` (the store
-    failed). A poll, not the store's ``wait``: it ends at the deadline and logs no socket warnings.
-    ``check(what, True)`` runs between polls (:func:`watch`): it raises once a peer has exited, and
-    the CallMismatchError it returns is raised where a peer began a call instead of this step."""
+    ``("aborted", (rank, missing))``, ``("missing", ranks)`` or ``("lost", None)``. A poll, not the
+    store's ``wait``: it ends at the deadline and logs no socket warnings. ``check``: :func:`watch`'s."""
     pause = 1e-4
     try:
         while True:

@@ -1,15 +1,12 @@
 """A lower-overhead launch of tilefuse's Triton kernels on a GPU.
 
-``kernel[grid](*args, **kwargs)`` through Triton's ``JITFunction.run`` binds and specialises every
-argument, hashes a cache key, re-checks the kernel's global constants and builds launch metadata on
-every call: tens of microseconds of host time per launch, several launches per op call.
-:class:`FastKernel` keeps, per kernel, the compiled binary for each *argument signature* it has
-seen (the facts Triton specialises on: dtypes, 16-byte alignment of pointers, integer widths and
-divisibility by 16 or equality to 1 where Triton looks at them, the constexpr values and the launch
-options; a specialised integer is keyed by its value, which a prepared call repeats) and launches
-it directly through the compiled kernel's launcher, with the same arguments Triton would pass. The
-first launch of a signature goes through Triton as usual (compiling if needed). In Triton's
-interpreter every launch goes through Triton.
+Triton's ``kernel[grid](...)`` binds and specialises every argument, hashes a cache key, re-checks
+globals and builds launch metadata on every call: tens of microseconds per launch.
+:class:`FastKernel` keeps, per kernel, the compiled binary for each *argument signature* seen (what
+Triton specialises on: dtypes, pointer alignment, integer widths and divisibility, constexprs and
+launch options; a specialised integer by its value) and launches it through the compiled kernel's
+launcher with the arguments Triton would pass. A signature's first launch, and every launch in the
+interpreter, goes through Triton.
 """
 
 from __future__ import annotations
@@ -28,9 +25,8 @@ _NOOP = [False]  # noop_launches() is active
 
 @contextlib.contextmanager
 def noop_launches():
-    """Inside the block every tilefuse kernel launch does the host work of a launch seen before
-    (binding the arguments, looking up their signature) and launches nothing, in Triton's interpreter
-    too: for timing the host path around the launches. Results are garbage; for benchmarks only."""
+    """Inside the block every tilefuse kernel launch does its host lookups and launches nothing (in the
+    interpreter too): for timing the host path. Results are garbage; for benchmarks only."""
     old, _NOOP[0] = _NOOP[0], True
     try:
         yield
@@ -81,9 +77,8 @@ class FastKernel:
 
     def _binder(self, n_args: int, names: tuple):
         """``bind(args, kwargs) -> (values, options)``: every parameter's value in signature order
-        (defaults filled in, as Triton binds them) and the launch options (``num_warps``, ...), written
-        out once for calls passing ``n_args`` positional arguments and keywords ``names``; None where
-        such a call cannot bind (a missing argument, one given twice: Triton's path says so)."""
+        (defaults filled in) and the launch options, written out once for calls passing ``n_args``
+        positionals and keywords ``names``; None where such a call cannot bind (Triton's path says why)."""
         parts = []
         for i, name in enumerate(self._names):
             given = i < n_args
@@ -125,8 +120,7 @@ class FastKernel:
         return key, options
 
     def _launch(self, grid, *args, **kwargs):
-        """Launch; returns the compiled kernel, as Triton does. A signature not seen before goes
-        through Triton's own path (which compiles or finds the binary: its next launch is fast)."""
+        """Launch; returns the compiled kernel, as Triton does."""
         bound = self._bind(args, kwargs)
         if bound is None:
             return self.jit_fn[grid](*args, **kwargs)
@@ -164,8 +158,8 @@ def _unbound(args, kwargs):
 
 def _key_expr(name: str, v, specialize: bool) -> str:
     """Source of the key of argument ``name`` whose first value was ``v``: :func:`_spec`'s facts, but a
-    specialised integer by its value and class (finer than Triton's classes, and cheaper to make: a
-    call of a prepared signature passes the same shapes and strides each time)."""
+    specialised integer by its value (finer than Triton's classes and cheaper: a prepared call
+    repeats its shapes and strides)."""
     if hasattr(v, "data_ptr"):  # another kind later raises AttributeError: the generic key is taken
         return f"({name}.dtype, not {name}.data_ptr() & 15)"
     if type(v) is int:
@@ -179,18 +173,16 @@ def _key_expr(name: str, v, specialize: bool) -> str:
 
 
 def _key_function(values: list, constexpr: list, dns: set):
-    """A function of a launch's argument list returning a key that tells apart whatever Triton
-    specialises the binary on (:func:`_key_expr`), written out for the kinds of ``values``: one
-    expression an argument, no per-argument dispatch (the launch's main host cost on wide kernels)."""
+    """A function of a launch's arguments returning a key that tells apart whatever Triton specialises
+    on, written out for the kinds of ``values``: no per-argument dispatch."""
     parts = [f"a[{i}]" if constexpr[i] else _key_expr(f"a[{i}]", v, i not in dns) for i, v in enumerate(values)]
     return eval("lambda a: (" + ", ".join(parts) + ",)")  # noqa: S307 - source built above from indices
 
 
 def _spec(v, specialize: bool):
     """What Triton specialises a non-constexpr argument on: a tensor's dtype and 16-byte alignment,
-    an integer's width (and, where specialised, whether it is 1 or a multiple of 16), a tuple's
-    elements alike, its integers always as specialised (Triton 3.6 specialises a tuple's integers
-    even where the parameter is not: a binary made for ``gen == 1`` has the 1 built in)."""
+    an integer's width (where specialised, whether it is 1 or a multiple of 16); a tuple's elements
+    alike, its integers always as specialised (Triton 3.6 does so whatever the parameter)."""
     if hasattr(v, "data_ptr"):
         return v.dtype, v.data_ptr() & 15 == 0
     if isinstance(v, bool):
@@ -206,12 +198,9 @@ def _spec(v, specialize: bool):
 
 
 def check_specialized(name: str, num_warps: int, compiled) -> bool:
-    """Whether a kernel launched with ``WARP_SPEC`` (a warp-specialized tile loop) came out
-    specialized: its compiled warps exceed the launch's ``num_warps`` (the partitions' warp groups
-    are added). Warns when not: Triton's Hopper pass skips a kernel it cannot specialize without a
-    word, and the tile then runs unspecialized on the launch shape meant for the specialized loop
-    (4 warps for a 128x256 accumulator: several times slower). Called at the first launch of
-    each argument signature."""
+    """Whether a kernel launched with ``WARP_SPEC`` came out warp-specialized (its compiled warps
+    exceed the launch's ``num_warps``). Warns when not: Triton's pass skips a kernel it cannot
+    specialize silently, and the tile then runs several times slower."""
     got = getattr(getattr(compiled, "metadata", None), "num_warps", None)
     if got is None or got > num_warps:
         return True
@@ -236,10 +225,9 @@ def no_hook(hook) -> bool:
     return hook is None or not getattr(hook, "calls", True)
 
 
-# Kernel parameters whose integers change from call to call or rank to rank: never specialised on.
-# Triton specialises ints equal to 1 or divisible by 16, so an epoch would recompile the kernel at
-# epochs 1, 16, ... and rank 1 would run another binary than its peers. (For the `call` tuple Triton
-# 3.7 honours this and 3.6 does not; the launcher keys a tuple's integers as specialised either way.)
+# Kernel parameters whose integers change from call to call or rank to rank: never specialised on
+# (else an epoch recompiles at 1, 16, ... and rank 1 runs another binary than its peers). Triton 3.6
+# ignores this for the `call` tuple; the launcher keys a tuple's integers as specialised either way.
 _RUNTIME_INTS = ("epoch", "cur_rank", "sig", "gen", "n_out0", "n_out1", "call")
 
 
@@ -265,9 +253,7 @@ def _launch_metadata(label: str):
 
 
 def kernel(fn):
-    """``triton.jit`` for a kernel launched by tilefuse: ranks and signatures are not specialised on,
-    profiler traces name the op, the variant and the sizes (``launch_metadata``), and launches of an
-    argument signature seen before skip Triton's per-launch binding (:mod:`.launcher`). For kernels
-    that are launched, not called from other kernels."""
+    """``triton.jit`` for a kernel tilefuse launches: ranks and signatures are not specialised on,
+    profiler traces name the op, variant and sizes, and launches go through :class:`FastKernel`."""
     names = [n for n in inspect.signature(fn).parameters if n in _RUNTIME_INTS]
     return FastKernel(triton.jit(do_not_specialize=names, launch_metadata=_launch_metadata(_label(fn)))(fn), names)

@@ -1,91 +1,70 @@
 """The call protocol on the device: the control block, the begin of a call, its pairing and
 signature check, bounded waits, and the end of a call.
 
-Every rank's heap starts with a **control block** (``ctl``, int64 words, at heap offset 0 on every
-rank; layout below). Everything a kernel compares a flag against lives there and advances on the
-device, in stream order, so the host never knows an epoch and a captured CUDA graph can be replayed
-any number of times.
+Every rank's heap starts with a **control block** (``ctl``, int64 words at heap offset 0; layout
+below). Everything a kernel compares a flag against lives there and advances on the device in
+stream order, so the host never knows an epoch and a captured CUDA graph can be replayed freely.
 
-*Calls pair by sequence.* Every collective call of an op starts with one small kernel,
-:func:`call_begin_kernel` (one program), launched on the call's stream before the op's kernels:
+*Calls pair by sequence.* A collective call starts with :func:`call_begin_kernel` (one program) on
+the call's stream:
 
 1. ``seq = ctl[SEQ] + 1`` (64-bit; the call's *epoch*); ``ctl[STATE] = 0`` (the call is live).
-2. It stores the call's *signature* (a 62-bit hash of op, variant, shapes, dtype and config made on
-   the host) into slot ``seq % 2`` of its column in every rank's ``SIG`` table, then releases
+2. It stores the call's *signature* (a 62-bit hash of op, variant, shapes, dtype and config) into
+   slot ``seq % 2`` of its column in every rank's ``SIG`` table, then releases
    ``ARRIVE[cur_rank] = seq`` on every rank.
-3. It acquires ``ARRIVE[src]`` of every rank (accepting ``seq`` or ``seq + 1``: a peer that already
-   passed this call may have arrived at the next one, never further) and compares the peer's
-   signature with its own. Every rank sees the same table, so a mismatch aborts the call on every
-   rank, and the error record names both signatures.
-4. An aborted call sets ``ctl[STATE] = 1``: every later kernel of that call reads it first and does
-   nothing, and the begin kernel fills the call's outputs with NaN, so no rank returns a result
-   built from another call's data.
+3. It acquires ``ARRIVE[src]`` of every rank (``seq`` or ``seq + 1``: a peer may already be at
+   the next call, never further) and compares signatures. Every rank sees the same table, so a
+   mismatch aborts the call on every rank, with an error record naming both signatures.
+4. An aborted call sets ``ctl[STATE] = 1``: its later kernels read it and do nothing, and the
+   begin fills the call's outputs with NaN, so no rank returns a result built from another call's data.
 
-Because every rank finished all its kernels of call ``seq - 1`` (stream order) before it arrives at
-``seq``, passing the begin kernel is also a barrier: no rank writes call ``seq``'s data into a peer
-that still reads call ``seq - 1``'s.
+Every rank finished call ``seq - 1`` (stream order) before arriving at ``seq``, so the begin is
+also a barrier: no rank writes call ``seq``'s data into a peer still reading call ``seq - 1``'s.
 
-*One-kernel calls begin themselves.* A call made of a single kernel (every ``wg_specialized``,
-gemm_all_reduce's one-shot and gemm_all_scatter's ``fused_sequential``) launches no begin kernel:
-its programs start with :func:`enter` and end with :func:`exit`. Every program takes
-``seq = ctl[SEQ] + 1`` (no one moves ``ctl[SEQ]`` before the kernel's end); the first program to
-take a ticket on ``ctl[ENTER]`` runs steps 2-4 above and releases ``ctl[GO] = seq``; the others
-acquire ``ctl[GO]`` before touching anything shared. The last program to finish (a ticket on
-``ctl[EXIT]``) re-arms both counters (for gemm_all_scatter first passing the closing barrier with
-the other ranks), stores ``ctl[SEQ] = seq`` and writes the status words the host reads (below) into
-page-locked host memory. The sequence, the pairing and the barrier are the same as with the begin
-kernel, and calls of both kinds mix freely; a call is one launch instead of two. A call of several
-kernels whose first kernel is the op's own begins the same way (that kernel also ends with
-:func:`exit`, which moves ``ctl[SEQ]``, so the kernels after it read the call's number as
-usual), and its last kernel ends with :func:`exit` too, writing the status words: the begin
-kernel and the host's status copy are gone from those calls as well (the GEMM core's ``ENTER`` and
-``END``); a barrier between two such kernels is passed by the first one's last program
-(:func:`exit` with ``BARRIER``). Two kernels that run at the same time on two streams
-(``producer_consumer``) begin and end a call together: both take tickets on ``ctl[ENTER]`` (whichever
-program of either runs first does the begin) and both count their exits over the programs of both,
-so the last program of either ends the call. All of them must be resident at once, as their flags
-already require.
+*Kernels that begin and end their call* (every ``wg_specialized``, the one-kernel
+``fused_sequential`` forms, the GEMM core's ``ENTER``/``END``) launch no begin kernel: their
+programs start with :func:`enter` and end with :func:`exit`. The first program to take a ticket on
+``ctl[ENTER]`` runs steps 2-4 and releases ``ctl[GO] = seq``; the others acquire ``ctl[GO]``. The
+last program to finish (a ticket on ``ctl[EXIT]``) re-arms both counters, stores ``ctl[SEQ] = seq``
+and writes the host's status words into page-locked memory. A call of several kernels begins in
+its first and ends in its last; a barrier between two of them is passed by the first one's last
+program (:func:`exit` with ``BARRIER``). Two kernels running at once on two streams
+(``producer_consumer``) share the tickets and count exits over the programs of both; all their
+programs must be resident at once, as their flags already require. Calls of both kinds mix freely.
 
-*Beginning beside the work.* A one-kernel call whose programs start with work that touches nothing
-shared (gemm_all_reduce's one-shot ``fused_sequential`` and ``wg_specialized``, gemm_all_scatter's
-``fused_sequential``: K loops over the caller's ``a`` and ``b``) need not wait for the begin first:
-:func:`enter_aside` gives the begin to program 0, and every other GEMM program runs its first K
-loop and then calls :func:`ready` (acquire ``ctl[GO]``, read the call's state) before it stores
-anything, a reducer before its first flag, so the begin's round overlaps the GEMM instead of
-preceding it. An aborted call's programs skip their stores; the begin fills the outputs with NaN
-as usual.
+*Beginning beside the work.* A kernel whose programs start with work that touches nothing shared
+(a K loop over the caller's ``a`` and ``b``) uses :func:`enter_aside`: program 0 does the begin,
+every other program runs its first K loop and then calls :func:`ready` (acquire ``ctl[GO]``, read
+the call's state) before it stores anything, so the begin's round overlaps the GEMM.
 
-*Flags.* Data flags are int64 words on the heap that hold the sequence number of the call that last
-wrote them. A producer writes its data, then *releases* the flag with ``signal(flag, seq)``
+*Flags.* Data flags are int64 heap words holding the sequence number of the call that last wrote
+them. A producer writes its data, then *releases* the flag with ``signal(flag, seq)``
 (``atomic_xchg``, ``sem="release"``, ``scope="sys"``); a consumer *acquires* with
-``wait(flag, seq)``: cheap volatile polls until the flag **equals** ``seq``, then one ``acquire``
-atomic, and only then reads the data. Flags are never reset: a stale flag holds an older sequence
-number. Comparisons are wrap-safe (``seen - target`` in two's complement). Waits are on local flags
-only: a remote producer signals into the consumer's heap. Each acquire in an op carries one comment
-naming the release it pairs with. Barriers inside a call (:func:`phase_barrier_kernel`) use the
-``BAR`` slots, one row per phase, with the same value ``seq``.
+``wait(flag, seq)``: volatile polls until the flag **equals** ``seq``, then one ``acquire`` atomic,
+and only then reads the data. Flags are never reset (a stale flag holds an older number);
+comparisons are wrap-safe. Waits are on local flags only: a remote producer signals into the
+consumer's heap. Each acquire in an op carries one comment naming the release it pairs with.
+Barriers inside a call (:func:`phase_barrier_kernel`) use the ``BAR`` slots, one row per phase.
 
 *Bounded waits and poisoning.* Every wait gives up after ``ctl[BOUND_NS]`` nanoseconds of the
 GPU's global timer (the host clock in the interpreter). A wait that gives up writes one error
-record (kind TIMEOUT: which rank waited, for which flag, the target, the value seen, the rank
-expected to write it) and *poisons* the runtime on every rank (``ctl[POISON] = origin rank + 1``,
-stored into each peer's block): every wait anywhere gives up at once, every later call is aborted
-on every rank, and the host raises on each op call until the collective ``tilefuse.reset()``.
+record (kind TIMEOUT: which rank waited, for which flag, the target, the value seen, the expected
+writer) and *poisons* every rank (``ctl[POISON] = origin rank + 1`` in each block): every wait gives
+up at once, every later call aborts, and the host raises on each call until ``tilefuse.reset()``.
 
-*The host's side* (``tilefuse.runtime.world``): a call whose argument checks fail still launches
-its begin kernel, with an error signature, so the call counts on every rank and the peers' copies
-abort with an error naming the failing rank. Error records reach the host without a device sync:
-after each call a copy of ``ctl[ERRORS]``/``ctl[POISON]`` is queued into pinned memory (a one-kernel
-call's last program writes them there itself) and read at the next call. On the CPU backend
-(kernels are synchronous) and with ``TILEFUSE_SYNC_ERRORS=1`` errors raise at the failing call itself.
+*The host's side* (:mod:`tilefuse.runtime.call`): a call whose argument checks fail still launches
+its begin, with the signature ``SIG_FAILED``, so the peers' copies abort naming the failing rank.
+After each call ``ctl[POISON]``/``ctl[ERRORS]`` are copied into pinned memory and read at the next
+call: no device sync. On the CPU backend and with ``TILEFUSE_SYNC_ERRORS=1`` errors raise at the
+failing call itself.
 
 Timeline of one call on two ranks (flags of one tile shown)::
 
     rank 0: | begin: SEQ=s, SIG->all, ARRIVE[0]=s->all, wait ARRIVE[*]>=s | GEMM tile -> rank 1, signal F=s |
     rank 1: | begin: SEQ=s, SIG->all, ARRIVE[1]=s->all, wait ARRIVE[*]>=s | ... wait F==s, read tile  |
 
-Memory model notes: ``scope`` is ignored by the interpreter and x86 orders everything, so ordering
-bugs only show on a GPU: keep data-then-release and acquire-then-data strictly.
+Memory model: ``scope`` is ignored by the interpreter and x86 orders everything, so ordering bugs
+only show on a GPU: keep data-then-release and acquire-then-data strictly.
 """
 
 from __future__ import annotations
@@ -150,13 +129,17 @@ def _sig(ctl_ptr, slot, rank, world):
 
 
 @triton.jit
-def _bar(ctl_ptr, phase, rank, world):
-    return ctl_ptr + CTL_FIXED + 3 * world + phase * world + rank
-
-
-# ---------------------------------------------------------------------------------------------
-# Clock and bounded waits
-# ---------------------------------------------------------------------------------------------
+def _barrier(ctl_ptr, phase, seq, cur_rank, world, heap_bases):
+    """Barrier of the ranks on the ``BAR`` row ``phase``, with the value ``seq``."""
+    bar = ctl_ptr + CTL_FIXED + 3 * world + phase * world
+    for i in range(0, world):
+        peer = (cur_rank + i) % world
+        # Release: pairs with the acquire below on rank `peer`.
+        signal(bar + cur_rank, seq, cur_rank, peer, heap_bases)
+    for i in range(0, world):
+        src = (cur_rank + i) % world
+        # Acquire: pairs with the release above on rank `src`.
+        wait(bar + src, seq, cur_rank, src, ctl_ptr, heap_bases, world)
 
 
 def _host_ns():
@@ -262,7 +245,7 @@ def _live(ctl_ptr):
 @triton.jit
 def call_epoch(ctl_ptr):
     """``(seq, live)`` of the current call: its sequence number (the value its flags carry) and
-    whether it runs (False: aborted or poisoned; the kernel must then do nothing)."""
+    whether it runs (False: aborted or poisoned; the kernel then does nothing)."""
     return tl.load(ctl_ptr + CTL_SEQ), _live(ctl_ptr)
 
 
@@ -321,15 +304,8 @@ def call_begin_kernel(
     tl.store(ctl_ptr + CTL_SEQ, seq)
     _begin(ctl_ptr, heap_bases, cur_rank, world, sig, gen, seq, out0_ptr, n_out0, out1_ptr, n_out1, BLOCK)
 
-
-# ---------------------------------------------------------------------------------------------
-# The call protocol as one kernel argument
-#
+# The call protocol as one kernel argument, built by the host once per call:
 #     call = (heap_bases, ctl, rank, world, sig, gen, out0, n_out0, out1, n_out1, status)
-#
-# built by the host once per call (``launch.Entered.call_arg``). A kernel that takes part in the
-# protocol takes this one tuple and reaches the heap, its rank and the call's words through it.
-# ---------------------------------------------------------------------------------------------
 
 
 @triton.jit
@@ -359,15 +335,9 @@ def world(call):
 @triton.jit
 def enter(call, ENTER: tl.constexpr, BLOCK: tl.constexpr = 1024):
     """``(seq, live)`` of the call, as :func:`call_epoch`; with ``ENTER`` the kernel begins the call
-    itself, in place of :func:`call_begin_kernel` (the call's first kernel: one launch less).
-
-    The call's sequence number is ``ctl[SEQ] + 1`` for every program: only the end of a call moves
-    ``ctl[SEQ]`` (here :func:`exit`, run last). The first program to enter (a ticket on
-    ``ctl[ENTER]``: whichever runs first, so no program waits on one that is not running) does the
-    begin's pairing, signature check and barrier and then releases ``ctl[GO] = seq``; the others
-    acquire it. Every program of the kernel must then call :func:`exit` with the same ``seq``
-    (two kernels on two streams that begin a call together: over the programs of both).
-    """
+    itself in place of :func:`call_begin_kernel` (module docstring). The first program to take a
+    ticket (whichever runs first, so none waits on one not running) does the begin; every program
+    must then call :func:`exit` with the same ``seq``."""
     ctl_ptr, heap_bases, cur_rank, n_ranks = call[1], call[0], call[2], call[3]
     if ENTER:
         seq = tl.load(ctl_ptr + CTL_SEQ) + 1
@@ -388,17 +358,11 @@ def enter(call, ENTER: tl.constexpr, BLOCK: tl.constexpr = 1024):
 @triton.jit
 def enter_aside(call, BLOCK: tl.constexpr = 1024):
     """The call's sequence number, for a kernel that begins the call beside its work: program 0 does
-    the begin (pairing, signature check, barrier) and releases ``ctl[GO] = seq`` while the other
-    programs go on with what touches nothing shared (a GEMM's K loop over the caller's tensors); each
-    of them calls :func:`ready` before its first access to the heap or the outputs, and learns
-    there whether the call runs. Program 0 runs first in the interpreter's program order, so no
-    program waits on one that has not run; on a GPU all programs must be resident. The kernel ends
-    with :func:`exit` (``END``), as after :func:`enter`.
-
-    Against :func:`enter`, where every program waits for the begin before any work, the begin's
-    latency (its cross-GPU round included) leaves the critical path as long as the programs' first
-    K loop outlasts it; a kernel whose tiles do not fill its programs gives program 0 none (the
-    caller rotates the tile numbering by one), so that no tile waits behind the begin."""
+    the begin and releases ``ctl[GO] = seq``; every other program calls :func:`ready` before its
+    first access to the heap or the outputs. Program 0 runs first in the interpreter; on a GPU all
+    programs must be resident. A kernel whose tiles do not fill its programs gives program 0 none
+    (the caller rotates the tile numbering), so no tile waits behind the begin. Ends with
+    :func:`exit` (``END``)."""
     ctl_ptr = call[1]
     seq = tl.load(ctl_ptr + CTL_SEQ) + 1
     if tl.program_id(0) == 0:
@@ -418,15 +382,14 @@ def _ready(ctl_ptr, heap_bases, cur_rank, world, seq):
 @triton.jit
 def ready(call, seq):
     """Whether call ``seq`` runs, once its begin is done (:func:`enter_aside`): False if it was
-    aborted or the runtime is poisoned (the program must then touch nothing shared). Cheap after
-    the program's first call: the flag is already there."""
+    aborted or the runtime is poisoned (the program must then touch nothing shared)."""
     return _ready(call[1], call[0], call[2], call[3], seq)
 
 
 @triton.jit
 def gate_start(seq, GATE: tl.constexpr):
-    """The ``live`` a gated loop starts from: True, as a tensor with ``GATE`` (the loop reassigns it
-    from :func:`gate`), else as a constant (the loop's ``if live`` then costs no branch)."""
+    """The ``live`` a gated loop starts from: True, a tensor with ``GATE`` (:func:`gate` reassigns
+    it), else a constant (the loop's ``if live`` then costs no branch)."""
     if GATE:
         return seq == seq
     else:
@@ -435,8 +398,7 @@ def gate_start(seq, GATE: tl.constexpr):
 
 @triton.jit
 def gate(live, ctl_ptr, heap_bases, cur_rank, world, seq, GATE: tl.constexpr):
-    """``GATE``: :func:`ready` (before a program's store into anything shared, in a kernel begun
-    with :func:`enter_aside`); else ``live`` as it was."""
+    """``GATE``: :func:`ready` (in a kernel begun with :func:`enter_aside`); else ``live``."""
     if GATE:
         return _ready(ctl_ptr, heap_bases, cur_rank, world, seq)
     else:
@@ -445,19 +407,12 @@ def gate(live, ctl_ptr, heap_bases, cur_rank, world, seq, GATE: tl.constexpr):
 
 @triton.jit
 def exit(call, seq, live, NUM_PROGRAMS, END: tl.constexpr, BARRIER: tl.constexpr = False):
-    """The end of a kernel that ends its call (``END``; nothing without): a kernel that began the
-    call with :func:`enter` (``ENTER``), or the last kernel of a call whose first kernel did.
-    The last of ``NUM_PROGRAMS`` programs to finish (this kernel's, or those of two kernels that
-    began the call together) re-arms the entry counters, moves
-    ``ctl[SEQ]`` to ``seq`` (for a kernel after the first, the value it already holds) and copies
-    ``ctl[POISON]``, ``ctl[ERRORS]`` into ``status_ptr[0:2]`` (the host's status words: page-locked
-    host memory on a GPU, read at the next call).
-
-    ``BARRIER`` (a live call): that last program first passes a barrier with the other ranks
-    (``BAR`` phase 0), so that the kernel ends only once every rank's programs are done: what they
-    stored into this rank's heap is complete and visible (the barrier kernel a call would otherwise
-    launch after this one)."""
-    ctl_ptr, heap_bases, cur_rank, n_ranks, status_ptr = call[1], call[0], call[2], call[3], call[10]
+    """The end of a kernel that ends its call (``END``; nothing without). The last of
+    ``NUM_PROGRAMS`` programs to finish re-arms the entry counters, moves ``ctl[SEQ]`` to ``seq``
+    and copies ``ctl[POISON]``, ``ctl[ERRORS]`` into the host's status words (``call[10]``).
+    ``BARRIER`` (a live call): that program first passes a barrier with the other ranks (``BAR``
+    phase 0), so what every rank stored into this rank's heap is complete and visible."""
+    ctl_ptr, status_ptr = call[1], call[10]
     if END:
         # Acquire-release: the last program sees every other program's writes (error records, and
         # with BARRIER their stores into peers, released again by the barrier's signal: system scope).
@@ -468,14 +423,7 @@ def exit(call, seq, live, NUM_PROGRAMS, END: tl.constexpr, BARRIER: tl.constexpr
         if done == NUM_PROGRAMS - 1:
             if BARRIER:
                 if live:
-                    for i in range(0, n_ranks):
-                        peer = (cur_rank + i) % n_ranks
-                        # Release: pairs with the acquire below on rank `peer`.
-                        signal(_bar(ctl_ptr, 0, cur_rank, n_ranks), seq, cur_rank, peer, heap_bases)
-                    for i in range(0, n_ranks):
-                        src = (cur_rank + i) % n_ranks
-                        # Acquire: pairs with the release above on rank `src`.
-                        wait(_bar(ctl_ptr, 0, src, n_ranks), seq, cur_rank, src, ctl_ptr, heap_bases, n_ranks)
+                    _barrier(ctl_ptr, 0, seq, call[2], call[3], call[0])
             tl.store(ctl_ptr + CTL_ENTER, 0)
             tl.store(ctl_ptr + CTL_EXIT, 0)
             tl.store(ctl_ptr + CTL_SEQ, seq)
@@ -485,15 +433,7 @@ def exit(call, seq, live, NUM_PROGRAMS, END: tl.constexpr, BARRIER: tl.constexpr
 
 @kernel
 def phase_barrier_kernel(ctl_ptr, heap_bases, cur_rank, world, PHASE: tl.constexpr):
-    """A barrier inside a call (one program): work queued before it on any rank is complete and
-    visible to work queued after it on every rank. Does nothing in an aborted call."""
+    """A barrier inside a call (one program); does nothing in an aborted call."""
     seq, live = call_epoch(ctl_ptr)
     if live:
-        for i in range(0, world):
-            peer = (cur_rank + i) % world
-            # Release: pairs with the acquire below on rank `peer`.
-            signal(_bar(ctl_ptr, PHASE, cur_rank, world), seq, cur_rank, peer, heap_bases)
-        for i in range(0, world):
-            src = (cur_rank + i) % world
-            # Acquire: pairs with the release above on rank `src`.
-            wait(_bar(ctl_ptr, PHASE, src, world), seq, cur_rank, src, ctl_ptr, heap_bases, world)
+        _barrier(ctl_ptr, PHASE, seq, cur_rank, world, heap_bases)

@@ -1,13 +1,11 @@
 """Scopes of collective calls: the step and the role a call belongs to, mixed into its signature.
 
-Calls pair by sequence number and signature (:mod:`tilefuse.runtime.protocol`). Two ranks that
-make the same op with the same shapes at different points of their programs (one rank skipped a
-backward after an exception, and its next forward meets the peer's backward) would pair and
-exchange each other's data. A scope tells those points apart: ``with tilefuse.step(i):`` and the
-roles (``"forward"`` in the nn layers, ``"backward"`` in every backward formula of the ops) are
-kept per thread, and :meth:`tilefuse.runtime.group.Group.signature` XORs the scope's hash into
-each call's signature hash (one thread-local read per call), so such calls raise
-:class:`~tilefuse.runtime.errors.CallMismatchError` on every rank instead.
+Two ranks making the same op with the same shapes at different points of their programs (one rank
+skipped a backward after an exception, and its next forward meets the peer's backward) would pair
+and exchange each other's data. ``with tilefuse.step(i):`` and the roles (``"forward"`` in the nn
+layers, ``"backward"`` in the ops' backward formulas) are kept per thread, and
+:meth:`~tilefuse.runtime.group.Group.signature` XORs the scope's hash into each call's signature,
+so such calls raise :class:`~tilefuse.runtime.errors.CallMismatchError` on every rank instead.
 """
 
 from __future__ import annotations
@@ -58,11 +56,9 @@ for _role in ("forward", "backward"):  # known to every process: a peer's call i
 
 
 class Scope:
-    """``with Scope(...)``: the collective calls this thread makes inside the block carry a step and a
-    role in their signature, so that a call never pairs with a peer's call of another step or role
-    (the begin kernel raises :class:`CallMismatchError` on every rank instead). Thread-local and
-    nestable: ``step`` appends to the enclosing steps; ``steps`` (with ``role``) replaces the scope
-    as a whole (a backward run under its forward's steps, :func:`scope_of`)."""
+    """``with Scope(...)``: the collective calls this thread makes inside carry a step and a role in
+    their signature. Nestable: ``step`` appends to the enclosing steps; ``steps`` (with ``role``)
+    replaces the scope as a whole (a backward under its forward's steps)."""
 
     __slots__ = ("step", "steps", "role", "saved")
 
@@ -91,31 +87,23 @@ class Scope:
 def step(i: int | str) -> Scope:
     """``with tilefuse.step(i):`` the collective calls made inside the block (in this thread, and the
     backward of what they compute) belong to step ``i`` (an int or a str, the same on every rank):
-    they never pair with a peer's calls of another step. Nestable (``step(epoch)``, then
-    ``step(batch)``). A rank that skipped calls of step ``i`` (an exception caught by a training loop)
-    then gets :class:`CallMismatchError` at its next call on every rank, not another rank's data; call
-    :func:`tilefuse.reset` on every rank to go on."""
+    they never pair with a peer's calls of another step. Nestable. A rank that skipped calls of step
+    ``i`` then gets :class:`CallMismatchError` at its next call on every rank, not another rank's
+    data; call :func:`tilefuse.reset` on every rank to go on."""
     if isinstance(i, bool) or not isinstance(i, (int, str)):
         raise TypeError(f"tilefuse.step: the step must be an int or a str, got {type(i).__name__}")
     return Scope(step=i)
 
 
 def role(name: str) -> Scope:
-    """``with role("forward")``: calls inside carry the role ``name`` (the nn layers' forwards and the
-    ops' backward formulas scope themselves)."""
+    """``with role("forward")``: calls inside carry the role ``name``."""
     return Scope(role=name)
 
 
 def current_scope() -> tuple:
-    """``(steps, role)`` of this thread's scope: what an autograd forward keeps for its backward."""
+    """``(steps, role)`` of this thread's scope."""
     st = STATE
     return st.steps, st.role
-
-
-def scope_of(saved: tuple | None, role: str) -> Scope:
-    """The scope of a backward: the steps of its forward's scope (``saved``, :func:`current_scope` at
-    the forward; the backward may run in another thread, autograd's), and ``role``."""
-    return Scope(steps=saved[0] if saved else (), role=role)
 
 
 def saved_scope() -> tuple | None:
@@ -127,11 +115,11 @@ def saved_scope() -> tuple | None:
 
 
 def in_backward(saved: tuple | None, fn, *args):
-    """``fn(*args)`` under the backward scope of a forward that kept ``saved`` (:func:`saved_scope`;
-    None: as it is)."""
+    """``fn(*args)`` in the role ``"backward"`` under the steps of a forward that kept ``saved``
+    (:func:`saved_scope`; None: as it is). The backward may run in another thread (autograd's)."""
     if saved is None:
         return fn(*args)
-    with scope_of(saved, "backward"):
+    with Scope(steps=saved[0], role="backward"):
         return fn(*args)
 
 
@@ -139,8 +127,8 @@ _FORWARD_MIX = _mix_of((), "forward")
 
 
 def in_forward(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` in the role ``"forward"`` (an nn layer's forward: on the decode path,
-    so without a Scope object); as it is while torch.compile traces."""
+    """``fn(*args, **kwargs)`` in the role ``"forward"`` (no Scope object: the decode path); as it is
+    while torch.compile traces."""
     if torch.compiler.is_compiling():
         return fn(*args, **kwargs)
     st = STATE

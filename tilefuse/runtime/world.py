@@ -1,12 +1,8 @@
 """The runtime's public functions: ``init``, ``reset``, ``shutdown``, and what an op asks of its group.
 
-The protocol's device side is told in :mod:`tilefuse.runtime.primitives`, its host side in
-:mod:`~tilefuse.runtime.group` (a group's state, error words and poison; the registry of groups)
-and :mod:`~tilefuse.runtime.call` (the host part of every op call; the active group); this module
-gathers their public names. :func:`init` may be called for several process groups: each gets its
-own :class:`Group`, and the first initialised is the default one, which ``group=None`` means. A wait
-that timed out poisons a group on every rank until :func:`reset` (collective); a peer process that
-exits poisons it for good (:class:`PeerExitedError`).
+Each process group :func:`init` is called for gets its own :class:`Group`; the first is the default
+one (``group=None``). A wait that timed out poisons a group on every rank until :func:`reset`; a
+peer process that exits poisons it for good (:class:`PeerExitedError`).
 """
 
 from __future__ import annotations
@@ -36,13 +32,13 @@ from .errors import PeerExitedError, PoisonedError, WaitTimeoutError
 from .errors import describe_group as _describe_group
 from .group import REGISTRY, Group, check_current_device
 from .heap import SymmetricHeap, resolve_heap_size
-from .scope import Scope, current_scope, role, scope_of, step
+from .scope import step
 
 __all__ = [
-    "CollectiveCall", "Group", "Scope", "barrier", "bump_generation", "call_state", "check_current_device",
-    "check_peers", "check_waits", "control_block", "current_call", "current_scope", "device_barrier", "get_heap",
-    "groups", "in_call", "init", "is_initialized", "on_reset", "on_shutdown", "reset", "role", "scope_of",
-    "set_sync_errors", "set_wait_timeout", "shutdown", "stand_in", "state_for", "step", "synchronize", "using",
+    "CollectiveCall", "Group", "barrier", "bump_generation", "call_state", "check_current_device", "check_peers",
+    "check_waits", "control_block", "current_call", "device_barrier", "get_heap", "groups", "in_call", "init",
+    "is_initialized", "on_reset", "on_shutdown", "reset", "set_sync_errors", "set_wait_timeout", "shutdown",
+    "stand_in", "state_for", "step", "synchronize", "using",
 ]
 
 
@@ -51,15 +47,11 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
 
     Needs an initialised ``torch.distributed`` process group (``group``, default the world). The
     heap size is ``heap_size`` bytes, else ``TILEFUSE_HEAP_SIZE`` (e.g. ``2G``), else 4 GiB on a
-    GPU and 256 MiB on the CPU. Backend ``cuda`` when a GPU is usable (the current device; several
-    processes may share one GPU), else ``cpu``: kernels run in Triton's interpreter, which needs
-    ``TRITON_INTERPRET=1`` before kernel modules are imported (``import tilefuse`` sets it when no
-    GPU is present). Device waits give up after ``TILEFUSE_WAIT_TIMEOUT`` seconds (30 on a GPU, 60
-    on the CPU).
-
-    Call it once per process group the ops will run on, on that group's ranks; the first group
-    initialised is the default one (``group=None``). A second call for the same group returns the
-    same heap (and rejects a different size).
+    GPU and 256 MiB on the CPU. Backend ``cuda`` on the current device when a GPU is usable (several
+    processes may share one), else ``cpu`` (Triton's interpreter). Device waits give up after
+    ``TILEFUSE_WAIT_TIMEOUT`` seconds (30 on a GPU, 60 on the CPU). Call it once per process group
+    the ops run on, on its ranks; the first is the default group. A second call for the same group
+    returns the same heap (and rejects a different size).
     """
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError(
@@ -94,8 +86,7 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
             atexit.register(_at_exit)
             _EXIT_HOOK.append(_at_exit)
         if g.heap.world_size > 1:
-            # One collective call now: a GPU pair whose link does not carry remote releases and
-            # acquires fails here, not inside the first op.
+            # A GPU pair whose link does not carry remote atomics fails here, not inside the first op.
             try:
                 with using(g):
                     device_barrier()
@@ -158,9 +149,8 @@ def set_wait_timeout(seconds: float, group=None) -> float:
 
 
 def set_sync_errors(on: bool, group=None) -> bool:
-    """Raise device-recorded errors at the failing call itself (a device sync at the end of every
-    call, as ``TILEFUSE_SYNC_ERRORS=1``; always on the CPU backend) or, off, at the next call or
-    :func:`synchronize`. Returns the previous setting."""
+    """Raise device-recorded errors at the failing call itself (a device sync per call, as
+    ``TILEFUSE_SYNC_ERRORS=1``; always on the CPU) or, off, at the next call. Returns the previous."""
     g = group_of(group)
     old = g.sync_errors
     g.sync_errors = bool(on) or g.heap.device.type != "cuda"
@@ -168,10 +158,9 @@ def set_sync_errors(on: bool, group=None) -> bool:
 
 
 def check_peers(group=None) -> None:
-    """Raise :class:`PeerExitedError` if a peer process of ``group`` has exited, and poison this rank
-    so every later call raises too: the check every eager op call makes first, for work that is not a
-    call, such as a CUDA graph replay (run it before ``graph.replay()``). Also raises an earlier
-    poisoning's error."""
+    """Raise :class:`PeerExitedError` if a peer process of ``group`` has exited (and poison this rank):
+    the check every eager op call makes first, for work that is not a call, such as a CUDA graph
+    replay (run it before ``graph.replay()``). Also raises an earlier poisoning's error."""
     g = group_of(group)
     g.raise_if_poisoned()
     if g.peers:
@@ -202,23 +191,17 @@ RESET_POISON_AFTER_S = 2.0  # how long a reset waits for every rank before it po
 
 def reset(group=None) -> None:
     """Collective recovery after an error on ``group``: call it on every rank of the group; its calls
-    then pair from scratch (other groups are left alone). Whatever happened before (a call that failed
-    on some ranks, a reset one rank made alone, a reset that timed out) it recovers once every rank
-    calls it.
+    then pair from scratch (other groups are left alone), whatever happened before.
 
     1. Wait for this rank's device, then the reset's own rendezvous (:func:`hostsync.reset`: bounded
-       by ``TILEFUSE_HOST_TIMEOUT``, :class:`HostTimeoutError` naming the ranks that did not come;
-       calling reset again starts over).
+       by ``TILEFUSE_HOST_TIMEOUT``, :class:`HostTimeoutError` naming the ranks that did not come).
     2. If a rank has not come within ``RESET_POISON_AFTER_S`` (or half the host bound), poison every
-       rank's control block: a call still waiting on a peer (one that never came) ends at once, and
-       every rank's next call raises :class:`PoisonedError` naming this rank. Not at once: a peer
-       still finishing the calls it shares with this rank (a reset every rank makes, some later than
-       others) must not fail them.
-    3. Drop the group's workspaces, re-zero its control block (sequence numbers, flags, poison), then
-       a barrier.
+       rank's control block, so a call still waiting on that rank ends (not at once: a peer may still
+       be finishing the calls it shares with this rank).
+    3. Drop the group's workspaces, re-zero its control block, then a barrier.
 
-    After a peer process has exited it raises :class:`PeerExitedError` at once, naming the rank:
-    the group must be re-created."""
+    After a peer process has exited it raises :class:`PeerExitedError` at once: the group must be
+    re-created."""
     g = group_of(group)
     heap = g.heap
     with REGISTRY.lock, using(g):
@@ -253,11 +236,8 @@ def reset(group=None) -> None:
 
 def shutdown(group=None) -> None:
     """Drop the ops' workspaces and the peer mappings, after a barrier (call before the process group
-    is destroyed); a later :func:`init` starts from a new heap.
-
-    Without ``group``: every group's heap, in the reverse order of their :func:`init` calls (each
-    close collective over its group). With ``group``: that group's only (not the default group's
-    while others are initialised)."""
+    is destroyed). Without ``group``: every group's heap, in the reverse order of :func:`init`; with
+    ``group``: that group's only (not the default group's while others are initialised)."""
     if group is None:
         targets = list(reversed(REGISTRY.by_group.values()))
     else:
@@ -284,11 +264,9 @@ EXIT_HOST_TIMEOUT_S = 10.0
 
 
 def _at_exit() -> None:
-    """At interpreter exit, :func:`shutdown` for the groups still open, in its order: the device idle,
-    workspaces dropped, peer mappings dropped, then the close's barrier (bounded by
-    ``EXIT_HOST_TIMEOUT_S``; a peer that already exited ends it at once), so that no process exits
-    while a peer still maps its memory and nothing is left for torch's and CUDA's own teardown to
-    find. Never raises: what fails is one line on stderr."""
+    """At interpreter exit, :func:`shutdown` for the groups still open (host steps bounded by
+    ``EXIT_HOST_TIMEOUT_S``), so no process exits while a peer still maps its memory. Never raises:
+    what fails is one line on stderr."""
     if not REGISTRY.by_group:
         return
     try:
