@@ -27,7 +27,6 @@ from .hostsync import HostTimeoutError  # noqa: E402
 from .world import (  # noqa: E402
     barrier,
     check_peers,
-    check_waits,
     control_block,
     device_barrier,
     get_heap,
@@ -43,7 +42,7 @@ from .world import (  # noqa: E402
 
 __all__ = [
     "CallMismatchError", "HeapFullError", "HostTimeoutError", "PeerCallError", "PeerExitedError", "PoisonedError",
-    "StaleCallError", "SymmetricHeap", "WaitTimeoutError", "barrier", "check_peers", "check_waits", "control_block",
+    "StaleCallError", "SymmetricHeap", "WaitTimeoutError", "barrier", "check_peers", "control_block",
     "device_barrier", "get_heap", "groups", "hw", "init", "is_initialized", "primitives", "reset",
     "set_debug_poison", "set_wait_timeout", "shutdown", "step", "synchronize",
 ]

@@ -116,20 +116,16 @@ def autotune_mode() -> str:
 def env_reader(*names: str):
     """``read() -> (value, ...)``: the raw values of the environment variables ``names``, read from the
     mapping ``os.environ`` wraps (no per-lookup encoding: cheap enough for every call)."""
-    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
-    if isinstance(data, dict) and encode is not None:
-        keys = tuple(encode(n) for n in names)
-        get = data.get
-        n = len(keys)
+    env = os.environ
+    keys, get, decode = tuple(map(env.encodekey, names)), env._data.get, env.decodevalue
 
-        def read():
-            values = tuple(map(get, keys))
-            if values.count(None) == n:  # the usual case: none set
-                return values
-            return tuple(v if v is None or type(v) is str else v.decode() for v in values)  # as os.environ gives
+    def read():
+        values = tuple(map(get, keys))
+        if values.count(None) == len(keys):  # the usual case: none set
+            return values
+        return tuple(v if v is None else decode(v) for v in values)
 
-        return read
-    return lambda: tuple(os.environ.get(n) for n in names)
+    return read
 
 
 _DEBUG_POISON = [False]

@@ -212,13 +212,9 @@ class CollectiveCall:
 def synchronize(group=None) -> None:
     """Wait for this rank's device work, then report any error recorded on the device for
     ``group``'s calls (default: the active group's)."""
-    group_of(group).raise_if_poisoned()
-    check_waits(group)
-
-
-def check_waits(group=None) -> None:
-    """Raise the error a device wait or call check recorded since the last check (syncs)."""
-    err = group_of(group).collect(True)
+    g = group_of(group)
+    g.raise_if_poisoned()
+    err = g.collect(True)
     if err is not None:
         raise err
 

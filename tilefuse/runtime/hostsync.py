@@ -40,6 +40,7 @@ acked gets a grace period past its deadline: its peers, all present, ack within 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import pickle
@@ -98,10 +99,7 @@ def _group_name(pg) -> str:
 
 
 def _group_store(pg):
-    getter = getattr(c10d, "_get_process_group_store", None)
-    if getter is not None:
-        return getter(pg)
-    return c10d._world.pg_map[pg][1]
+    return c10d._get_process_group_store(pg)
 
 
 def _state(pg) -> _GroupState:
@@ -129,15 +127,15 @@ def _names(pg, ranks) -> str:
 RESET_GRACE_S = 5.0
 
 
-def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = None, late=None) -> None:
+def reset(group=None, *, what: str = "tilefuse.reset", late=None) -> None:
     """Rendezvous of every rank of ``group`` (module docstring), then forget any earlier failed host
-    step (a fresh key namespace). Bounded by ``timeout``: :class:`HostTimeoutError` naming the ranks
-    that did not come. ``late = (seconds, fn)``: ``fn()`` runs once if some rank has not come after
+    step (a fresh key namespace). Bounded by ``TILEFUSE_HOST_TIMEOUT``: :class:`HostTimeoutError`
+    naming the ranks that did not come. ``late = (seconds, fn)``: ``fn()`` runs once if some rank has not come after
     ``seconds`` (or at the bound, whichever is first)."""
     pg = _resolve(group)
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
     st = _state(pg)
-    bound = _env.host_timeout() if timeout is None else float(timeout)
+    bound = _env.host_timeout()
     if world == 1:
         st.generation, st.sequence, st.broken = uuid.uuid4().hex, 0, None
         return
@@ -188,20 +186,16 @@ def reset(group=None, *, what: str = "tilefuse.reset", timeout: float | None = N
             time.sleep(pause)
             pause = min(pause * 2, 0.01)
     except BaseException:
-        try:
+        with contextlib.suppress(Exception):
             _withdraw(store, base, acked, rank)
             store.set(mine, b"")
-        except Exception:
-            pass
         raise
-    try:
+    with contextlib.suppress(Exception):  # cleanup only
         store.set(mine, b"")
         if store.add(f"{base}/done/{acked}", 1) == world:  # every rank has seen every ack
             for r in range(world):
                 store.delete_key(f"{base}/ack/{acked}/{r}")
             store.delete_key(f"{base}/done/{acked}")
-    except Exception:
-        pass  # cleanup only
     st.generation, st.sequence, st.broken = acked, 0, None
 
 
@@ -280,11 +274,8 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
                 f"{what}: rank {_global(pg, who)} gave up waiting for rank(s) {_names(pg, their_missing)}; "
                 f"this rank ({_global(pg, rank)}) stops too. {_HINT}"
             )
-        try:
-            # Peers that arrive later stop at once, naming the missing ranks.
+        with contextlib.suppress(Exception):  # peers that arrive later stop at once, naming the missing
             store.set(gave_up, pickle.dumps((rank, detail)))
-        except Exception:
-            pass
         raise HostTimeoutError(
             f"{what}: rank(s) {_names(pg, detail)} of {world} did not arrive within {bound:g} s "
             f"(seen from rank {_global(pg, rank)}). {_HINT}"
@@ -295,15 +286,13 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
         st.broken = f"{what}: reading the store failed"
         raise HostTimeoutError(f"{what}: reading the peers' objects from the store failed: {err}") from err
     done_key = f"{base}/done"
-    try:
+    with contextlib.suppress(Exception):  # cleanup only: the values are read
         done = store.add(done_key, 1)
         if done == world:  # every rank has read: the keys can go (the count stays for a last step)
             for k in keys if last else keys + [done_key]:
                 store.delete_key(k)
         if last:
             _wait_all_read(store, done_key, done, world, min(LAST_STEP_WAIT_S, deadline - time.monotonic()))
-    except Exception:
-        pass  # cleanup only: the values are read
     steps = [e[0] for e in entries]
     if any(s != what for s in steps):
         st.broken = f"{what}: ranks at different steps"

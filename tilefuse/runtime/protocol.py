@@ -1,41 +1,26 @@
 """The call protocol on the device: the control block, the begin of a call, its pairing and
 signature check, bounded waits, and the end of a call.
 
-Every rank's heap starts with a **control block** (``ctl``, int64 words at heap offset 0; layout
-below). Everything a kernel compares a flag against lives there and advances on the device in
-stream order, so the host never knows an epoch and a captured CUDA graph can be replayed freely.
+Every rank's heap starts with a **control block** (``ctl``, int64 words; layout below). Everything a
+kernel compares a flag against lives there and advances on the device in stream order, so the host
+never knows an epoch and a captured CUDA graph can be replayed freely.
 
-*Calls pair by sequence.* A collective call starts with :func:`call_begin_kernel` (one program) on
-the call's stream:
+*Calls pair by sequence.* A call begins with :func:`call_begin_kernel` (one program):
 
-1. ``seq = ctl[SEQ] + 1`` (64-bit; the call's *epoch*); ``ctl[STATE] = 0`` (the call is live).
+1. ``seq = ctl[SEQ] + 1`` (the call's *epoch*); ``ctl[STATE] = 0`` (the call is live).
 2. It stores the call's *signature* (a 62-bit hash of op, variant, shapes, dtype and config) into
-   slot ``seq % 2`` of its column in every rank's ``SIG`` table, then releases
-   ``ARRIVE[cur_rank] = seq`` on every rank.
-3. It acquires ``ARRIVE[src]`` of every rank (``seq`` or ``seq + 1``: a peer may already be at
-   the next call, never further) and compares signatures. Every rank sees the same table, so a
-   mismatch aborts the call on every rank, with an error record naming both signatures.
-4. An aborted call sets ``ctl[STATE] = 1``: its later kernels read it and do nothing, and the
-   begin fills the call's outputs with NaN, so no rank returns a result built from another call's data.
+   slot ``seq % 2`` of its column in every rank's ``SIG`` table, then releases ``ARRIVE[cur_rank] = seq``
+   on every rank.
+3. It acquires every rank's ``ARRIVE`` (``seq`` or ``seq + 1``: a peer may be at the next call, never
+   further) and compares signatures: a mismatch aborts the call on every rank, with an error record.
+4. An aborted call sets ``ctl[STATE] = 1`` (its later kernels do nothing) and its outputs are
+   filled with NaN, so no rank returns a result built from another call's data.
 
-Every rank finished call ``seq - 1`` (stream order) before arriving at ``seq``, so the begin is
-also a barrier: no rank writes call ``seq``'s data into a peer still reading call ``seq - 1``'s.
-
-*Kernels that begin and end their call* (every ``wg_specialized``, the one-kernel
-``fused_sequential`` forms, the GEMM core's ``ENTER``/``END``) launch no begin kernel: their
-programs start with :func:`enter` and end with :func:`exit`. The first program to take a ticket on
-``ctl[ENTER]`` runs steps 2-4 and releases ``ctl[GO] = seq``; the others acquire ``ctl[GO]``. The
-last program to finish (a ticket on ``ctl[EXIT]``) re-arms both counters, stores ``ctl[SEQ] = seq``
-and writes the host's status words into page-locked memory. A call of several kernels begins in
-its first and ends in its last; a barrier between two of them is passed by the first one's last
-program (:func:`exit` with ``BARRIER``). Two kernels running at once on two streams
-(``producer_consumer``) share the tickets and count exits over the programs of both; all their
-programs must be resident at once, as their flags already require. Calls of both kinds mix freely.
-
-*Beginning beside the work.* A kernel whose programs start with work that touches nothing shared
-(a K loop over the caller's ``a`` and ``b``) uses :func:`enter_aside`: program 0 does the begin,
-every other program runs its first K loop and then calls :func:`ready` (acquire ``ctl[GO]``, read
-the call's state) before it stores anything, so the begin's round overlaps the GEMM.
+Every rank finished call ``seq - 1`` before arriving at ``seq``, so the begin is also a barrier.
+A kernel may instead begin and end its call itself (:func:`enter`/:func:`exit`; the first program
+to take a ticket on ``ctl[ENTER]`` runs steps 2-4 and releases ``ctl[GO]``, the last to finish
+moves ``ctl[SEQ]`` and writes the host's status words), or begin it beside work that touches
+nothing shared (:func:`enter_aside`, :func:`ready`). Calls of every kind mix freely.
 
 *Flags.* Data flags are int64 heap words holding the sequence number of the call that last wrote
 them. A producer writes its data, then *releases* the flag with ``signal(flag, seq)``
@@ -44,19 +29,13 @@ them. A producer writes its data, then *releases* the flag with ``signal(flag, s
 and only then reads the data. Flags are never reset (a stale flag holds an older number);
 comparisons are wrap-safe. Waits are on local flags only: a remote producer signals into the
 consumer's heap. Each acquire in an op carries one comment naming the release it pairs with.
-Barriers inside a call (:func:`phase_barrier_kernel`) use the ``BAR`` slots, one row per phase.
 
-*Bounded waits and poisoning.* Every wait gives up after ``ctl[BOUND_NS]`` nanoseconds of the
-GPU's global timer (the host clock in the interpreter). A wait that gives up writes one error
-record (kind TIMEOUT: which rank waited, for which flag, the target, the value seen, the expected
-writer) and *poisons* every rank (``ctl[POISON] = origin rank + 1`` in each block): every wait gives
-up at once, every later call aborts, and the host raises on each call until ``tilefuse.reset()``.
-
-*The host's side* (:mod:`tilefuse.runtime.call`): a call whose argument checks fail still launches
-its begin, with the signature ``SIG_FAILED``, so the peers' copies abort naming the failing rank.
-After each call ``ctl[POISON]``/``ctl[ERRORS]`` are copied into pinned memory and read at the next
-call: no device sync. On the CPU backend and with ``TILEFUSE_SYNC_ERRORS=1`` errors raise at the
-failing call itself.
+*Bounded waits and poisoning.* Every wait gives up after ``ctl[BOUND_NS]`` nanoseconds (the GPU's
+global timer; the host clock in the interpreter), writes one error record (kind TIMEOUT: who
+waited, for which flag, the target, the value seen, the expected writer) and *poisons* every rank
+(``ctl[POISON] = origin rank + 1`` in each block): every wait gives up at once, every later call
+aborts, and the host raises on each call until ``tilefuse.reset()``. The host reads the status
+words after each call from pinned memory (:mod:`tilefuse.runtime.call`): no device sync.
 
 Timeline of one call on two ranks (flags of one tile shown)::
 
@@ -337,7 +316,8 @@ def enter(call, ENTER: tl.constexpr, BLOCK: tl.constexpr = 1024):
     """``(seq, live)`` of the call, as :func:`call_epoch`; with ``ENTER`` the kernel begins the call
     itself in place of :func:`call_begin_kernel` (module docstring). The first program to take a
     ticket (whichever runs first, so none waits on one not running) does the begin; every program
-    must then call :func:`exit` with the same ``seq``."""
+    must then call :func:`exit` with the same ``seq``. Two kernels on two streams may begin a call
+    together: they share the tickets and count exits over the programs of both (all resident)."""
     ctl_ptr, heap_bases, cur_rank, n_ranks = call[1], call[0], call[2], call[3]
     if ENTER:
         seq = tl.load(ctl_ptr + CTL_SEQ) + 1

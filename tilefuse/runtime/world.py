@@ -20,7 +20,6 @@ from .call import (
     CollectiveCall,
     active,
     call_state,
-    check_waits,
     current_call,
     device_barrier,
     group_of,
@@ -36,7 +35,7 @@ from .scope import step
 
 __all__ = [
     "CollectiveCall", "Group", "barrier", "bump_generation", "call_state", "check_current_device", "check_peers",
-    "check_waits", "control_block", "current_call", "device_barrier", "get_heap", "groups", "in_call", "init",
+    "control_block", "current_call", "device_barrier", "get_heap", "groups", "in_call", "init",
     "is_initialized", "on_reset", "on_shutdown", "reset", "set_sync_errors", "set_wait_timeout", "shutdown",
     "stand_in", "state_for", "step", "synchronize", "using",
 ]
