@@ -1,11 +1,7 @@
-"""tilefuse's runtime: the symmetric heap, the groups, the call protocol's host side, device facts
-and the device-side primitives; it never imports ``ops``.
-
-From the bottom up: ``backends`` (the rendezvous that maps the peers' heaps), ``heap``
-(:class:`SymmetricHeap` and its allocator), ``hostsync`` (bounded host collectives),
-``errors``, ``group`` (a process group's state; the registry of groups), ``call`` (the host part of a
-collective call) and ``world`` (the public functions). The device API is
-:mod:`tilefuse.runtime.primitives` (its docstring states the rank convention and the flag protocol).
+"""tilefuse's runtime (it never imports ``ops``), from the bottom up: ``backends`` (mapping the
+peers' heaps), ``heap``, ``hostsync`` (bounded host collectives), ``errors``, ``group`` (a process
+group's state), ``call`` (the host part of a collective call) and ``world`` (the public functions).
+The device API is :mod:`tilefuse.runtime.primitives`.
 """
 
 from . import _env

@@ -388,19 +388,17 @@ class Group:
         self.ctl[int(P.CTL_GEN)] = self.gen
 
 
+@dataclass(slots=True, eq=False)
 class Registry:
     """The groups of this process (see the module docstring)."""
 
-    __slots__ = ("by_group", "by_name", "default", "lock", "order", "reset_hooks", "shutdown_hooks")
-
-    def __init__(self):
-        self.by_group: dict = {}  # process group -> Group, in the order the groups were initialised
-        self.by_name: dict = {}  # group name -> Group
-        self.default: Group | None = None
-        self.lock = threading.RLock()
-        self.order = StreamOrder()
-        self.reset_hooks: list = []
-        self.shutdown_hooks: list = []
+    by_group: dict = field(default_factory=dict)  # process group -> Group, in the order of init
+    by_name: dict = field(default_factory=dict)  # group name -> Group
+    default: Group | None = None
+    lock: object = field(default_factory=threading.RLock)
+    order: StreamOrder = field(default_factory=StreamOrder)
+    reset_hooks: list = field(default_factory=list)
+    shutdown_hooks: list = field(default_factory=list)
 
     def add(self, g: Group) -> None:
         self.by_group[g.group] = self.by_name[g.name] = g

@@ -130,8 +130,8 @@ RESET_GRACE_S = 5.0
 def reset(group=None, *, what: str = "tilefuse.reset", late=None) -> None:
     """Rendezvous of every rank of ``group`` (module docstring), then forget any earlier failed host
     step (a fresh key namespace). Bounded by ``TILEFUSE_HOST_TIMEOUT``: :class:`HostTimeoutError`
-    naming the ranks that did not come. ``late = (seconds, fn)``: ``fn()`` runs once if some rank has not come after
-    ``seconds`` (or at the bound, whichever is first)."""
+    naming the ranks that did not come. ``late = (seconds, fn)``: ``fn()`` runs once if some rank has
+    not come after ``seconds`` (or at the bound, whichever is first)."""
     pg = _resolve(group)
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
     st = _state(pg)

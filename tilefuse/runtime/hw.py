@@ -1,7 +1,4 @@
-"""Hardware facts, from one place: backend, multiprocessor count, architecture name.
-
-Nothing else in tilefuse reads device properties or guesses hardware from numbers.
-"""
+"""Hardware facts, from one place: multiprocessor count and architecture name."""
 
 from __future__ import annotations
 

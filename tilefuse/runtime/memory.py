@@ -1,10 +1,9 @@
 """The device-side memory API of the symmetric heap: ``@triton.jit`` loads, stores and atomics on
-any rank's copy of a symmetric address, and the release ``signal`` of a flag.
+any rank's copy of a symmetric address, and the release ``signal`` of a flag (waits: :mod:`.protocol`).
 
-Rank convention (the same in every function).
 Pointers are *symmetric addresses*: addresses inside the **current** rank's heap. The arguments
-that follow the pointers and values are always ``cur_rank`` (the rank this kernel runs on), then
-the rank(s) whose copy is touched, then ``heap_bases``::
+after the pointers and values are always ``cur_rank``, then the rank(s) whose copy is touched, then
+``heap_bases`` (``peer == cur_rank`` touches local memory)::
 
     load(ptr, cur_rank, peer, heap_bases, mask)           -> value of peer's copy of *ptr
     store(ptr, value, cur_rank, peer, heap_bases, mask)   peer's copy of *ptr = value
@@ -12,10 +11,6 @@ the rank(s) whose copy is touched, then ``heap_bases``::
     put(dst, src, cur_rank, peer, heap_bases, mask)       peer's *dst = my *src
     copy(dst, src, cur_rank, src_rank, dst_rank, ...)     dst_rank's *dst = src_rank's *src
     atomic_<op>(ptr, value, cur_rank, peer, heap_bases, mask, SEM, SCOPE)
-
-``peer == cur_rank`` is legal everywhere and touches local memory.
-
-Waits (the acquire side, bounded) and the call protocol are in :mod:`.protocol`.
 """
 
 from __future__ import annotations
