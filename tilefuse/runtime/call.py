@@ -1,13 +1,10 @@
 """The host part of a collective call: :class:`CollectiveCall`, and the thread's active group.
 
-Every op call runs inside one :class:`CollectiveCall`: one call at a time per process, calls on
-different streams ordered; a poisoned group raises before anything is launched; an earlier call's
-recorded error is raised at the end of this call, after its launches, so the ranks' calls stay
-paired. A call whose argument checks fail is still counted on every rank: it launches the begin
-kernel with the failure signature, and the peers raise :class:`PeerCallError`.
-
-**The active group** (thread-local) is the current call's group, or the one :func:`using` names,
-else the default group: what a function called without a group (``get_heap()``) acts on.
+Every op call runs inside one :class:`CollectiveCall`: one call at a time per process; a poisoned
+group raises before anything is launched; an earlier call's recorded error is raised after this
+call's launches, so the ranks' calls stay paired; a call whose checks fail still launches the begin
+(failed), and the peers raise :class:`PeerCallError`. **The active group** (thread-local) is the
+current call's, or the one :func:`using` names, else the default group.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """One process group's runtime state (:class:`Group`), and the groups of this process (:data:`REGISTRY`).
 
-A :class:`Group` holds the heap, the control block at its offset 0, the host's copy of the status
-words (copied to pinned memory after each call: errors reach the host without a device sync), the
-call signatures seen, the device wait bound, the watched peer processes and the poison. A peer
-process that exits poisons the group for good: a kernel storing into its memory stalls, it does
-not fault, so the host's waits for the device give up once one has (:meth:`Group.wait_device`).
-:data:`REGISTRY` holds what all groups share: one lock (one call at a time per process), one
-:class:`StreamOrder`, and the hooks that drop the ops' workspaces at reset and shutdown.
+A :class:`Group` holds the heap, its control block, the host's copy of the status words, the call
+signatures seen, the wait bound, the watched peer processes and the poison. A peer process that
+exits poisons the group for good (a kernel storing into its memory stalls, so the host's waits for
+the device give up: :meth:`Group.wait_device`). :data:`REGISTRY` holds what all groups share: one
+lock (one call at a time per process), one :class:`StreamOrder`, and the ops' reset/shutdown hooks.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The symmetric heap: one buffer per rank, mapped by every rank, with a freeing sub-allocator.
 
-``heap_bases[r]`` is where rank r's heap is mapped *in this process*; device code moves a pointer to
-rank r by ``heap_bases[r] + (ptr - heap_bases[rank])``. The allocator is deterministic (first fit,
-coalescing frees), so ranks that make the same allocations in the same order get the same offsets:
-that makes the heap symmetric. A block returns to the free list when the last torch view of it goes
-(torch keeps its :class:`Block` alive through the storage's array interface); every block holds
-this rank's heap memory, so a heap tensor stays valid after :meth:`SymmetricHeap.close`.
+``heap_bases[r]`` is where rank r's heap is mapped *in this process*. The allocator is deterministic
+(first fit, coalescing frees), so ranks that make the same allocations in the same order get the same
+offsets. A block returns to the free list when its last torch view goes; every block holds this
+rank's heap memory, so a heap tensor stays valid after :meth:`SymmetricHeap.close`.
 """
 
 from __future__ import annotations
@@ -76,13 +74,11 @@ class Allocator:
             i = bisect.bisect_left(self._free, (off, 0))
             self._free.insert(i, (off, length))
             # Coalesce with the right neighbour, then the left one.
-            if i + 1 < len(self._free) and off + length == self._free[i + 1][0]:
-                self._free[i] = (off, length + self._free[i + 1][1])
-                del self._free[i + 1]
-            if i > 0 and self._free[i - 1][0] + self._free[i - 1][1] == off:
-                prev_off, prev_len = self._free[i - 1]
-                self._free[i - 1] = (prev_off, prev_len + self._free[i][1])
-                del self._free[i]
+            free = self._free
+            if i + 1 < len(free) and off + length == free[i + 1][0]:
+                free[i:i + 2] = [(off, length + free[i + 1][1])]
+            if i > 0 and free[i - 1][0] + free[i - 1][1] == off:
+                free[i - 1:i + 1] = [(free[i - 1][0], free[i - 1][1] + free[i][1])]
 
     @property
     def bytes_used(self) -> int:
@@ -225,7 +221,14 @@ class SymmetricHeap:
         if on_gpu:
             torch.cuda.ipc_collect()
 
-    def _alloc_bytes(self, nbytes: int) -> torch.Tensor:
+    def empty(self, *shape, dtype=torch.float32) -> torch.Tensor:
+        """An uninitialised heap tensor (contiguous, 256-byte aligned)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+            shape = tuple(shape[0])
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise ValueError(f"negative dimension in shape {shape}")
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
         if self._closed:
             raise RuntimeError("this symmetric heap is closed (tilefuse.shutdown): call tilefuse.init() "
                                "and allocate from the new heap")
@@ -235,17 +238,7 @@ class SymmetricHeap:
             raw = torch.as_tensor(block, device=self.device)
         else:
             raw = torch.from_numpy(np.asarray(block))
-        return raw[:nbytes]
-
-    def empty(self, *shape, dtype=torch.float32) -> torch.Tensor:
-        """An uninitialised heap tensor (contiguous, 256-byte aligned)."""
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
-            shape = tuple(shape[0])
-        shape = tuple(int(s) for s in shape)
-        if any(s < 0 for s in shape):
-            raise ValueError(f"negative dimension in shape {shape}")
-        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-        return self._alloc_bytes(nbytes).view(dtype).view(shape)
+        return raw[:nbytes].view(dtype).view(shape)
 
     def zeros(self, *shape, dtype=torch.float32) -> torch.Tensor:
         return self.empty(*shape, dtype=dtype).zero_()
@@ -263,10 +256,8 @@ class SymmetricHeap:
         """True when every byte ``t`` can address lies in this rank's heap."""
         if not isinstance(t, torch.Tensor) or t.device != self.device:
             return False
-        if t.numel() == 0:
-            return self.base <= t.data_ptr() < self.base + self.size
-        lo = t.data_ptr()
-        return self.base <= lo and lo + span_bytes(t) <= self.base + self.size
+        lo = t.data_ptr()  # an empty tensor: its address alone
+        return self.base <= lo and lo + max(span_bytes(t), 1) <= self.base + self.size
 
     def peer_view(self, t: torch.Tensor, rank: int) -> torch.Tensor:
         """``rank``'s copy of the heap tensor ``t`` as mapped here (host access; order it with barriers)."""

@@ -1,12 +1,10 @@
 """A lower-overhead launch of tilefuse's Triton kernels on a GPU.
 
-Triton's ``kernel[grid](...)`` binds and specialises every argument, hashes a cache key, re-checks
-globals and builds launch metadata on every call: tens of microseconds per launch.
-:class:`FastKernel` keeps, per kernel, the compiled binary for each *argument signature* seen (what
-Triton specialises on: dtypes, pointer alignment, integer widths and divisibility, constexprs and
-launch options; a specialised integer by its value) and launches it through the compiled kernel's
-launcher with the arguments Triton would pass. A signature's first launch, and every launch in the
-interpreter, goes through Triton.
+Triton's ``kernel[grid](...)`` binds and specialises every argument and hashes a cache key on every
+call: tens of microseconds per launch. :class:`FastKernel` keeps, per kernel, the compiled binary for
+each *argument signature* seen (what Triton specialises on) and launches it directly, with the
+arguments Triton would pass. A signature's first launch, and every launch in the interpreter, goes
+through Triton.
 """
 
 from __future__ import annotations

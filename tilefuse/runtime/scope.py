@@ -1,11 +1,10 @@
 """Scopes of collective calls: the step and the role a call belongs to, mixed into its signature.
 
 Two ranks making the same op with the same shapes at different points of their programs (one rank
-skipped a backward after an exception, and its next forward meets the peer's backward) would pair
-and exchange each other's data. ``with tilefuse.step(i):`` and the roles (``"forward"`` in the nn
-layers, ``"backward"`` in the ops' backward formulas) are kept per thread, and
-:meth:`~tilefuse.runtime.group.Group.signature` XORs the scope's hash into each call's signature,
-so such calls raise :class:`~tilefuse.runtime.errors.CallMismatchError` on every rank instead.
+skipped a backward, and its next forward meets the peer's backward) would pair and exchange data.
+The step (``with tilefuse.step(i):``) and the role (``"forward"``, ``"backward"``) are kept per
+thread and XORed into each call's signature (:meth:`~tilefuse.runtime.group.Group.signature`), so
+such calls raise ``CallMismatchError`` on every rank instead.
 """
 
 from __future__ import annotations
