@@ -137,9 +137,7 @@ class FastKernel:
                     check_specialized(self.jit_fn.fn.__name__, kwargs.get("num_warps", 4), compiled)
             return compiled
         stream = _current_stream()
-        g0 = grid[0]
-        g1 = grid[1] if len(grid) > 1 else 1
-        g2 = grid[2] if len(grid) > 2 else 1
+        g0, g1, g2 = (*grid, 1, 1)[:3]
         hooks = knobs_runtime()
         enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
         if no_hook(enter) and no_hook(leave):  # no profiler listening: no launch metadata to build

@@ -56,7 +56,7 @@ import triton.language as tl
 
 from . import _env
 from .launcher import kernel
-from .memory import signal, store, translate
+from .memory import signal, store
 
 # Control block: int64 words at heap offset 0 of every rank. tl.constexpr globals, so compiled kernels
 # may read them. Words 0..CTL_FIXED-1 are fixed; then per-rank tables of `world` words each.
@@ -171,8 +171,7 @@ def _poison_all(ctl_ptr, cur_rank, world, heap_bases):
     zero = tl.zeros([], dtype=tl.int64)
     for i in range(0, world):
         peer = (cur_rank + i) % world
-        tl.atomic_xchg(translate(ctl_ptr + CTL_POISON, cur_rank, peer, heap_bases), zero + cur_rank + 1,
-                       sem="release", scope="sys")
+        signal(ctl_ptr + CTL_POISON, zero + cur_rank + 1, cur_rank, peer, heap_bases)
 
 
 @triton.jit
