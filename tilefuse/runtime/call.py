@@ -91,12 +91,9 @@ def _order_stream(g: Group, raw: int) -> None:
 
 
 class CollectiveCall:
-    """Host part of one collective op call (a context manager; module docstring).
-
-    ``st``: the call's group state (:func:`call_state`); None: the default group's. Nested use in one
-    thread is one call. After ``__enter__``: ``group``, ``capturing`` (a CUDA graph capture is under
-    way) and ``stream`` (the current stream's raw handle; None on the CPU backend).
-    """
+    """Host part of one collective op call (a context manager; nested use in one thread is one call).
+    ``st``: the call's group state (:func:`call_state`; None: the default group's). After ``__enter__``:
+    ``group``, ``capturing`` (a CUDA graph capture) and ``stream`` (the raw handle; None on the CPU)."""
 
     __slots__ = ("op", "begun", "mirrored", "pending", "outer", "capturing", "stream", "st", "group", "prev")
 

@@ -64,8 +64,7 @@ def device_for(backend: str, group) -> torch.device:
 
 
 def check_current_device(what: str, device: torch.device) -> None:
-    """Kernels launch on the *current* CUDA device: an op called while another device is current
-    (a new thread starts on device 0, say) would run on the wrong GPU. Raise instead."""
+    """Raise where another CUDA device than the heap's is current (kernels would run on the wrong GPU)."""
     if device.type == "cuda" and torch.cuda.current_device() != device.index:
         raise RuntimeError(
             f"{what}: this rank's heap is on {device} but the current CUDA device is "
@@ -296,10 +295,8 @@ class Group:
     def status_set(self) -> bool:
         """Whether the error or poison word is set (on a GPU: as of the last call's status copy)."""
         if self.on_gpu:
-            words = self.status_np
-            return bool(words[0] or words[1])
-        words = self.ctl_np
-        return bool(words[_ERRORS] or words[_POISON])
+            return bool(self.status_np[0] or self.status_np[1])
+        return bool(self.ctl_np[_ERRORS] or self.ctl_np[_POISON])
 
     def collect(self, sync: bool) -> Exception | None:
         """The error the device recorded since the last check, if any (clears it); syncs when asked

@@ -218,13 +218,10 @@ def cap_timeouts(seconds: float | None) -> None:
 
 def all_gather_object(obj, group=None, *, what: str, timeout: float | None = None, last: bool = False) -> list:
     """Every rank's ``obj`` (picklable, small), in group-rank order; collective over ``group``
-    (default: the world), bounded by ``timeout`` seconds. ``what`` names the step in errors. ``last``:
-    the group's last step before its ranks may exit: return once every rank has read the keys (for at
-    most ``LAST_STEP_WAIT_S``), so the store's host does not exit under a reader.
-
-    Raises :class:`HostTimeoutError` when some rank did not arrive, the store is lost, or an earlier
-    call on this group failed; :class:`CallMismatchError` when the ranks' ``what`` differ.
-    """
+    (default: the world), bounded by ``timeout`` seconds; ``what`` names the step. ``last``: the
+    group's last step before its ranks may exit: return once every rank has read the keys (for at
+    most ``LAST_STEP_WAIT_S``). Raises :class:`HostTimeoutError` when some rank did not arrive, the
+    store is lost, or an earlier step failed; :class:`CallMismatchError` when the ranks' ``what`` differ."""
     pg = _resolve(group)
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
     if rank < 0:
