@@ -1,8 +1,8 @@
 """First-call tuning: the collective protocol that times a few candidates on a call's own operands.
 
 Used by :mod:`tilefuse.ops.dispatch` and the offline tuner (:func:`screen`, then :func:`tune`). Every
-rank runs the same steps in the same order, since a rank that called a candidate once more than its
-peers would hang them; ``tilefuse/tuning/README.md``, "First-call tuning", tells the steps.
+rank runs the same steps in the same order: a rank that called a candidate once more than its peers
+would hang them. ``tilefuse/tuning/README.md``, "First-call tuning", tells the steps.
 """
 
 from __future__ import annotations
@@ -43,9 +43,8 @@ def mode() -> str:
 
 def set_timer(timer, *, device_timing: bool = False) -> None:
     """Replace the clock: ``timer(name) -> ms`` or ``timer(name, kind) -> ms`` gives each sample of the
-    candidate ``name`` after its calls ran; ``kind`` is ``"call"`` (one call alone), ``"block"`` (per
-    call back to back) or, with ``device_timing``, ``"device"`` (step 4, timed as on a GPU with short
-    calls wherever the calls run). ``None`` restores CUDA events / the host clock."""
+    candidate ``name``; ``kind`` is ``"call"`` (one call alone), ``"block"`` (per call back to back) or,
+    with ``device_timing``, ``"device"`` (step 4, run wherever the calls run). ``None`` restores the clock."""
     _DEVICE_TIMING[0] = bool(device_timing) and timer is not None
     try:
         params = list(inspect.signature(timer).parameters.values()) if timer is not None else []
@@ -162,6 +161,18 @@ class Result:
     graph_config: object = None
 
 
+@dataclass(frozen=True)
+class Round:
+    """One timed round (:func:`screen`): per candidate name, maximum over the ranks."""
+
+    times: dict  # ms per call timed alone
+    block: dict  # ms per call back to back
+    spread: dict  # relative uncertainty of the medians
+    dropped: dict  # candidate name -> why (which rank, what went wrong)
+    reps: int
+    warm_up_s: float  # seconds the warm-up took (compiling, checking), maximum over the ranks
+
+
 def _first(result):
     return result[0] if isinstance(result, tuple) else result
 
@@ -169,18 +180,15 @@ def _first(result):
 def decide(times: dict, plain: str = "plain", margin: float = MARGIN, *, block: dict | None = None,
            spread: dict | None = None) -> str:
     """The candidate to run, or ``plain``: of those faster than plain by ``margin`` (or twice the
-    combined relative uncertainty of the two medians, ``spread``, where larger) both alone (``times``)
-    and, where given, back to back (``block``), the one whose worse ratio to plain is smallest (ties
-    by name)."""
+    combined relative uncertainty ``spread`` of the two medians, where larger) both alone (``times``)
+    and, where given, back to back (``block``), the one whose worse ratio to plain is smallest (ties by name)."""
     if plain not in times or (block is not None and plain not in block):
         return plain
     best, best_ratio = plain, 1.0
     for name in sorted(times):
-        if name == plain:
+        if name == plain or (block is not None and name not in block):
             continue
         noise = math.hypot(spread.get(name, 0.0), spread.get(plain, 0.0)) if spread else 0.0
-        if block is not None and name not in block:
-            continue
         ratio = max(t[name] / t[plain] if t[plain] > 0 else math.inf for t in (times, block) if t is not None)
         if ratio <= 1.0 - max(margin, 2.0 * noise) and ratio < best_ratio:
             best, best_ratio = name, ratio
@@ -188,14 +196,12 @@ def decide(times: dict, plain: str = "plain", margin: float = MARGIN, *, block: 
 
 
 def _rel_uncertainty(samples: list) -> float:
-    """Relative standard error of the median of ``samples``, estimated from their interquartile range
-    (normal samples: IQR = 1.349 sigma, and the median's error is 1.2533 sigma / sqrt(n))."""
+    """Relative standard error of the median of ``samples``, from their interquartile range (normal
+    samples: IQR = 1.349 sigma, and the median's error is 1.2533 sigma / sqrt(n))."""
     if len(samples) < 2:
         return 0.0
     q1, med, q3 = statistics.quantiles(samples, n=4, method="inclusive")
-    if not med > 0:
-        return 0.0
-    return 1.2533 / 1.349 * (q3 - q1) / med / math.sqrt(len(samples))
+    return 1.2533 / 1.349 * (q3 - q1) / med / math.sqrt(len(samples)) if med > 0 else 0.0
 
 
 def _timed_round(cands: list, reps: int, device: torch.device, group, what: str,
@@ -209,33 +215,20 @@ def _timed_round(cands: list, reps: int, device: torch.device, group, what: str,
         _barrier(group, f"autotune {what}: timing")
         for j in range(n):
             c = cands[(r + j) % n]
-            for got, value in zip(samples[c.name], _measure(c.name, c.call, device, block_calls,
-                                                            None if queue_ms is None else queue_ms[c.name])):
-                got.append(value)
+            got = _measure(c.name, c.call, device, block_calls, None if queue_ms is None else queue_ms[c.name])
+            for kept, value in zip(samples[c.name], got):
+                kept.append(value)
     mine = {}
-    for c in cands:
-        one, block, dev = samples[c.name]
-        mine[c.name] = (statistics.median(one), statistics.median(block),
-                        max(_rel_uncertainty(one), _rel_uncertainty(block)),
-                        statistics.median(dev), _rel_uncertainty(dev))
+    for name, (one, block, dev) in samples.items():
+        mine[name] = (statistics.median(one), statistics.median(block),
+                      max(_rel_uncertainty(one), _rel_uncertainty(block)),
+                      statistics.median(dev), _rel_uncertainty(dev))
     views = all_gather(mine, group, what=f"autotune {what}: times")
     return tuple({c.name: max(v[c.name][i] for v in views) for c in cands} for i in range(5))
 
 
 def _reps(budget: float, cost_s: float) -> int:
     return int(min(MAX_REPS, max(MIN_REPS, budget // max(cost_s, 1e-9))))
-
-
-@dataclass(frozen=True)
-class Round:
-    """One timed round (:func:`screen`): per candidate name, maximum over the ranks."""
-
-    times: dict  # ms per call timed alone
-    block: dict  # ms per call back to back
-    spread: dict  # relative uncertainty of the medians
-    dropped: dict  # candidate name -> why (which rank, what went wrong)
-    reps: int
-    warm_up_s: float  # seconds the warm-up took (compiling, checking), maximum over the ranks
 
 
 def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str, budget: float | None):
@@ -246,8 +239,7 @@ def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str
     if not candidates or candidates[0].name != "plain":
         raise ValueError("autotune: the candidates must start with the plain path")
     t0 = time.perf_counter()
-    ref = _first(candidates[0].call())
-    ref = ref.detach().clone()  # a candidate writing the same out= must not change the reference
+    ref = _first(candidates[0].call()).detach().clone()  # a candidate writing the same out= must not change it
     tolerance = 1e-4 if ref.dtype == torch.float32 and device.type != "cuda" else 2e-2
     failed = {}
     for c in candidates[1:]:
@@ -284,8 +276,9 @@ def screen(candidates: list[Candidate], *, device: torch.device, group, what: st
     """Steps 1 and 2 and no decision: the warm-up and check, then ``reps`` samples of every kept
     candidate, as in :func:`tune`. The offline tuner's shortlist; collective over ``group``."""
     kept, dropped, _, block_calls, _, warm_up_s = _warm_up(candidates, device, group, what, 0.0)
-    times, block, spread, _, _ = _timed_round(kept, max(1, int(reps)), device, group, what, block_calls)
-    return Round(times, block, spread, dropped, max(1, int(reps)), warm_up_s)
+    reps = max(1, int(reps))
+    times, block, spread, _, _ = _timed_round(kept, reps, device, group, what, block_calls)
+    return Round(times, block, spread, dropped, reps, warm_up_s)
 
 
 def _agreed(kept: list, rounds: tuple, rule, cost: dict, budget: float, device: torch.device, group, what: str,
@@ -310,9 +303,7 @@ def _agreed(kept: list, rounds: tuple, rule, cost: dict, budget: float, device: 
 def tune(candidates: list[Candidate], *, device: torch.device, group, what: str, budget: float | None = None,
          margin: float = MARGIN) -> Result:
     """Run first-call tuning's protocol over ``candidates`` (plain first); collective over ``group``.
-
-    ``budget``: seconds of timed calls (rank 0's value; default ``BUDGET_S``);
-    ``margin``: the smallest win a candidate needs over plain (:func:`decide`)."""
+    ``budget``: seconds of timed calls (rank 0's; default ``BUDGET_S``); ``margin``: see :func:`decide`."""
     # 1. warm-up (compiles), check against plain, each candidate's time for one call
     kept, dropped, one_s, block_calls, budget, _ = _warm_up(candidates, device, group, what, budget)
     per_sample = 2 + 2 * block_calls if device.type == "cuda" else 1  # calls per sample (_measure)
@@ -348,8 +339,8 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
 
 
 def _queue_ms(one_s: dict, device: torch.device, block_calls: int) -> dict | None:
-    """Per candidate, an upper bound of the host ms to queue ``block_calls`` calls, where device time is
-    worth its own measurement: on a GPU, where plain's call is shorter than ``LONG_CALL_S``; else None."""
+    """Per candidate, an upper bound of the host ms to queue ``block_calls`` calls where device time is
+    worth its own measurement (on a GPU, plain's call shorter than ``LONG_CALL_S``); else None."""
     if _DEVICE_TIMING[0]:
         return {name: 0.0 for name in one_s}
     if device.type != "cuda" or one_s.get("plain", 0.0) >= LONG_CALL_S:
