@@ -47,12 +47,10 @@ def set_timer(timer, *, device_timing: bool = False) -> None:
     with ``device_timing``, ``"device"`` (step 4, run wherever the calls run). ``None`` restores the clock."""
     _DEVICE_TIMING[0] = bool(device_timing) and timer is not None
     try:
-        params = list(inspect.signature(timer).parameters.values()) if timer is not None else []
-    except (TypeError, ValueError):
-        params = []
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
-    takes_kind = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
-    _TIMER[0] = timer if timer is None or takes_kind else (lambda name, kind: timer(name))
+        inspect.signature(timer).bind("name", "kind")
+        _TIMER[0] = timer
+    except (TypeError, ValueError):  # None, or a timer(name)
+        _TIMER[0] = timer if timer is None else (lambda name, kind: timer(name))
 
 
 def all_gather(obj, group, *, what: str) -> list:
@@ -99,10 +97,9 @@ def cuda_ms_per_call(call, calls: int) -> float:
 
 def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CALLS,
              queue_ms: float | None = None) -> tuple[float, float, float]:
-    """One sample of a candidate: ``(call_ms, block_ms, device_ms)``: one call alone (host work
-    included), per call of ``block_calls`` back to back, and with ``queue_ms`` (host ms to queue them)
-    per call queued behind a longer device sleep, as a CUDA graph replays them (else ``block_ms``).
-    Off a GPU the host clock times one call, which stands for all three."""
+    """One sample ``(call_ms, block_ms, device_ms)``: one call alone (host work included), per call of
+    ``block_calls`` back to back and, given ``queue_ms`` (host ms to queue them), per call queued behind a
+    longer device sleep as a CUDA graph replays them. Off a GPU one host-timed call stands for all three."""
     if device.type == "cuda":
         # A collective lead-in call and a device synchronize align the ranks: a host barrier alone
         # releases them up to its polling interval apart, a wait the events would count.
@@ -129,7 +126,7 @@ def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CAL
 
 
 def time_plain(call, device: torch.device, group) -> float:
-    """One warm-up call, then :func:`_measure`'s ``call_ms`` of one call: the maximum over the ranks."""
+    """One warm-up call, then the ms of one call alone (:func:`_measure`), the maximum over the ranks."""
     call()
     _sync(device)
     _barrier(group, "autotune: plain time")
@@ -206,9 +203,8 @@ def _rel_uncertainty(samples: list) -> float:
 
 def _timed_round(cands: list, reps: int, device: torch.device, group, what: str,
                  block_calls: int = BLOCK_CALLS, queue_ms: dict | None = None) -> tuple[dict, ...]:
-    """``reps`` samples of every candidate, interleaved (repetition r starts with candidate r mod n),
-    one host barrier each: per candidate name, maximum over the ranks, ``(call ms, block ms, relative
-    uncertainty, device ms, its relative uncertainty)``; ``queue_ms``: see :func:`_measure`."""
+    """``reps`` interleaved samples of every candidate, one host barrier each: per candidate, maximum over
+    the ranks, ``(call ms, block ms, relative uncertainty, device ms, its relative uncertainty)``."""
     samples: dict = {c.name: ([], [], []) for c in cands}
     n = len(cands)
     for r in range(reps):
@@ -232,10 +228,8 @@ def _reps(budget: float, cost_s: float) -> int:
 
 
 def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str, budget: float | None):
-    """Step 1: every candidate called once and checked against plain, then timed for one call; one
-    exchange. Returns ``(kept, dropped, one_s, block_calls, budget, warm_up_s)``: the candidates every
-    rank kept (plain first), why the others were dropped (naming the rank), seconds per call, calls per
-    back-to-back block, rank 0's budget and the warm-up's seconds (maximum over the ranks)."""
+    """Step 1: every candidate called once, checked against plain, timed for one call; one exchange.
+    Returns ``(kept, dropped, one_s, block_calls, budget, warm_up_s)``: maximum over ranks, rank 0's budget."""
     if not candidates or candidates[0].name != "plain":
         raise ValueError("autotune: the candidates must start with the plain path")
     t0 = time.perf_counter()
@@ -273,8 +267,7 @@ def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str
 
 
 def screen(candidates: list[Candidate], *, device: torch.device, group, what: str, reps: int) -> Round:
-    """Steps 1 and 2 and no decision: the warm-up and check, then ``reps`` samples of every kept
-    candidate, as in :func:`tune`. The offline tuner's shortlist; collective over ``group``."""
+    """Steps 1 and 2 of :func:`tune`, no decision (the offline tuner's shortlist); collective over ``group``."""
     kept, dropped, _, block_calls, _, warm_up_s = _warm_up(candidates, device, group, what, 0.0)
     reps = max(1, int(reps))
     times, block, spread, _, _ = _timed_round(kept, reps, device, group, what, block_calls)
@@ -283,9 +276,8 @@ def screen(candidates: list[Candidate], *, device: torch.device, group, what: st
 
 def _agreed(kept: list, rounds: tuple, rule, cost: dict, budget: float, device: torch.device, group, what: str,
             block_calls: int, queue_ms: dict | None) -> tuple:
-    """Rank 0's pick by ``rule(times, block, spread, device, device_spread)`` over ``rounds``; a fused pick
-    must win again in fresh samples of plain and it alone, in the rest of the budget. Returns ``(pick
-    or plain, the confirmation round's five dicts and its reps, or None)``."""
+    """Rank 0's pick by ``rule(*rounds)``, which must win again over plain in fresh samples (the rest of the
+    budget). Returns ``(pick or plain, the confirmation round's five dicts and its reps, or None)``."""
     pick = all_gather(rule(*rounds), group, what=f"autotune {what}: decision")[0]
     if pick == "plain":
         return pick, None
@@ -339,8 +331,8 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
 
 
 def _queue_ms(one_s: dict, device: torch.device, block_calls: int) -> dict | None:
-    """Per candidate, an upper bound of the host ms to queue ``block_calls`` calls where device time is
-    worth its own measurement (on a GPU, plain's call shorter than ``LONG_CALL_S``); else None."""
+    """Per candidate, the most host ms to queue ``block_calls`` calls where device time is worth its own
+    measurement (a GPU, plain's call under ``LONG_CALL_S``); else None."""
     if _DEVICE_TIMING[0]:
         return {name: 0.0 for name in one_s}
     if device.type != "cuda" or one_s.get("plain", 0.0) >= LONG_CALL_S:

@@ -116,12 +116,6 @@ def get(key: str, path: Path | None = None) -> dict | None:
     return load(path).get(key)
 
 
-def _warn_once(text: str, *args) -> None:
-    if (text, args) not in _WARNED:
-        _WARNED.add((text, args))
-        log.warning(text, *args)
-
-
 def decision(key: str, op: str, variants, num_sms: int | None = None) -> tuple[dict, Config | None] | None:
     """``(entry, config)`` of the cached decision ``key`` for ``op`` where it can be used, else None.
 
@@ -156,6 +150,12 @@ def decision(key: str, op: str, variants, num_sms: int | None = None) -> tuple[d
     return e, cfg
 
 
+def _warn_once(text: str, *args) -> None:
+    if (text, args) not in _WARNED:
+        _WARNED.add((text, args))
+        log.warning(text, *args)
+
+
 @contextlib.contextmanager
 def _locked(path: Path, timeout: float):
     """An exclusive ``flock`` on ``<path>.lock``, waited for at most ``timeout`` seconds (then none)."""
@@ -186,14 +186,12 @@ def put(entries: dict, path: Path | None = None, *, timeout: float = LOCK_TIMEOU
             raise ValueError(f"autotune cache: entry {key!r} is malformed: {e!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path, timeout):
-        merged = _read(path)
-        merged.update(entries)
+        merged = {**_read(path), **entries}
         data = {"schema": SCHEMA_VERSION, "entries": dict(sorted(merged.items()))}
         fd, tmp = tempfile.mkstemp(prefix=FILE_NAME + ".", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1)
-                f.write("\n")
+                f.write(json.dumps(data, indent=1) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
