@@ -72,9 +72,7 @@ class _RowParallel(torch.autograd.Function):
         if bias is not None:
             y = y + bias  # once, after the reduction: each rank adds it to its own rows
         ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        ctx.group, ctx.variant = group, variant
-        ctx.scope = saved_scope()
+        ctx.has_bias, ctx.group, ctx.variant, ctx.scope = bias is not None, group, variant, saved_scope()
         return y
 
     @staticmethod
@@ -84,10 +82,9 @@ class _RowParallel(torch.autograd.Function):
     @staticmethod
     def grads(ctx, dy):
         x, weight = ctx.saved_tensors
-        dy = dy.contiguous()  # [T/W, out]
-        # [T, in/W], [T, out]
-        dx, dy_full = calls.call("all_gather_gemm", dy, weight, variant=ctx.variant, config=None,
-                                   group=ctx.group, return_gathered=True)
+        # dy [T/W, out] -> dx [T, in/W], dy_full [T, out]
+        dx, dy_full = calls.call("all_gather_gemm", dy.contiguous(), weight, variant=ctx.variant, config=None,
+                                 group=ctx.group, return_gathered=True)
         dw = db = None
         if ctx.needs_input_grad[1]:
             dw = dy_full.t() @ x  # [out, in/W]

@@ -65,10 +65,7 @@ class _ParallelLinear(nn.Module):
         shape[self.SHARD_DIM] //= world  # the bias is split with the weight's rows, or whole
         kw = dict(device=device, dtype=dtype)
         self.weight = nn.Parameter(torch.empty(shape, **kw))
-        if bias:
-            self.bias = nn.Parameter(torch.empty(shape[0], **kw))
-        else:
-            self.register_parameter("bias", None)
+        self.register_parameter("bias", nn.Parameter(torch.empty(shape[0], **kw)) if bias else None)
 
     @torch.no_grad()
     def _load(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -105,7 +102,6 @@ class _ParallelLinear(nn.Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, local_weight={tuple(self.weight.shape)}, "
                 f"rank={self.rank}/{self.world_size}, variant={self.variant!r}")
-
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1 and self.variant in LOCAL_VARIANTS:  # TP size 1: nn.Linear's call

@@ -14,9 +14,11 @@ from types import MappingProxyType
 
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import Replicate
-from torch.distributed.tensor.parallel import ParallelStyle
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import ParallelStyle, PrepareModuleInput
 
+from ..runtime import _env, get_heap, is_initialized
 from .layers import ColumnParallelLinear, RowParallelLinear
 from .styles import ColwiseParallel, RowwiseParallel, tp_group
 
@@ -60,8 +62,6 @@ def refuse_gloo_on_cuda(device_mesh, what: str) -> None:
 
 def _gather_sequence(**layouts):
     """torch's ``PrepareModuleInput`` with ``layouts``, refusing a mesh where it would crash."""
-    from torch.distributed.tensor.parallel import PrepareModuleInput
-
     class GatherSequence(PrepareModuleInput):
         def _apply(self, module, device_mesh):
             refuse_gloo_on_cuda(device_mesh, "llama_sequence_parallel_plan")
@@ -81,23 +81,18 @@ def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1, m
     """
     if mlp_input not in ("fused", "gather"):
         raise ValueError(f"llama_sequence_parallel_plan: mlp_input must be 'fused' or 'gather', got {mlp_input!r}")
-    from torch.distributed.tensor import Shard
-
     seq = Shard(sequence_dim)
     plan = {
         "self_attn": _gather_sequence(input_kwarg_layouts={"hidden_states": seq},
                                       desired_input_kwarg_layouts={"hidden_states": Replicate()}),
-        "self_attn.q_proj": ColwiseParallel(variant=variant),
-        "self_attn.k_proj": ColwiseParallel(variant=variant),
-        "self_attn.v_proj": ColwiseParallel(variant=variant),
+        **{f"self_attn.{p}_proj": ColwiseParallel(variant=variant) for p in "qkv"},
         "self_attn.o_proj": RowwiseParallel(output_layouts=seq, variant=variant),
     }
     if mlp_input == "gather":
         plan["mlp"] = _gather_sequence(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
     gate_up_input = seq if mlp_input == "fused" else Replicate()
     plan.update({
-        "mlp.gate_proj": ColwiseParallel(input_layouts=gate_up_input, variant=variant),
-        "mlp.up_proj": ColwiseParallel(input_layouts=gate_up_input, variant=variant),
+        **{f"mlp.{p}_proj": ColwiseParallel(input_layouts=gate_up_input, variant=variant) for p in ("gate", "up")},
         "mlp.down_proj": RowwiseParallel(output_layouts=seq, variant=variant),
     })
     return plan
@@ -138,10 +133,6 @@ def _is_seq(entry) -> bool:
 
 
 def _default_mesh(group):
-    from torch.distributed.device_mesh import DeviceMesh
-
-    from ..runtime import _env, get_heap, is_initialized
-
     device_type = get_heap().device.type if is_initialized() else _env.requested_backend()
     return DeviceMesh.from_group(group if group is not None else dist.group.WORLD, device_type)
 
@@ -167,8 +158,7 @@ def parallelize(module: nn.Module, plan: Mapping[str, str | ParallelStyle], grou
     if not isinstance(module, nn.Module):
         raise TypeError(f"{who}: module must be an nn.Module, got {type(module).__name__}")
     if not isinstance(plan, Mapping):
-        raise TypeError(f"{who}: plan must be a mapping from submodule names to styles, got "
-                        f"{type(plan).__name__}")
+        raise TypeError(f"{who}: plan must be a mapping from submodule names to styles, got {type(plan).__name__}")
     names = [name for name, _ in module.named_modules() if name]
     chosen: dict[str, tuple[str, object]] = {}
     for pattern, entry in plan.items():
@@ -204,8 +194,7 @@ def parallelize(module: nn.Module, plan: Mapping[str, str | ParallelStyle], grou
         parent_name, _, child = name.rpartition(".")
         parent = module.get_submodule(parent_name) if parent_name else module
         if _is_seq(entry):
-            layer = _SEQ_LAYERS[entry].from_linear(getattr(parent, child), group=group, variant=variant)
-            setattr(parent, child, layer)
+            setattr(parent, child, _SEQ_LAYERS[entry].from_linear(getattr(parent, child), group=group, variant=variant))
         else:
             (style_from_name(entry, variant) if isinstance(entry, str) else entry)._apply(getattr(parent, child), mesh)
     return module

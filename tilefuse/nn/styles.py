@@ -110,8 +110,7 @@ def _input(who: str, plan: TPLinearPlan, x) -> tuple[torch.Tensor, bool]:
     may stay ``Partial()``: a replicated DTensor's, reduced once where it was made (torch's behaviour)."""
     if isinstance(x, DTensor):
         want = plan.input_layout
-        if isinstance(want, Shard):
-            want = Shard(want.dim % x.dim())
+        want = Shard(want.dim % x.dim()) if isinstance(want, Shard) else want
         if tuple(x.placements) != (want,):
             x = x.redistribute(plan.mesh, (want,))
         if isinstance(want, Replicate) and plan.kind == "colwise":
@@ -126,8 +125,7 @@ def _output(plan: TPLinearPlan, y: torch.Tensor):
     if plan.use_local_output:
         return y
     out = plan.output_layout
-    if isinstance(out, Shard):
-        out = Shard(out.dim % y.dim())
+    out = Shard(out.dim % y.dim()) if isinstance(out, Shard) else out
     return DTensor.from_local(y, plan.mesh, (out,), run_check=False)
 
 
@@ -158,8 +156,7 @@ class _ColumnReplicated(torch.autograd.Function):
     def grads(ctx, dy):
         x, w = ctx.saved_tensors
         n = w.shape[0]
-        g = dy[:, ctx.rank * n:(ctx.rank + 1) * n] if ctx.gather else dy
-        g = g.contiguous()  # [M, n]
+        g = (dy[:, ctx.rank * n:(ctx.rank + 1) * n] if ctx.gather else dy).contiguous()  # [M, n]
         dx = dw = db = None
         if ctx.needs_input_grad[0] and ctx.reduce_dx:
             dx = calls.call("gemm_all_reduce", g, w, variant=ctx.variant, config=None, group=ctx.group)
