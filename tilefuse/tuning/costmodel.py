@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..ops.common.config import Config
 from . import tables
+from .shapes import OPS
 
 RADIUS = 1.0
 WIN = 0.05  # a model's pick must predict at least this much less time than plain
@@ -71,8 +72,7 @@ def samples(op: str, arch: str, world: int, dtype: str) -> list[Sample]:
             if e["dtype"] != dtype or key in seen:
                 continue
             seen.add(key)
-            s = sample_of(e)
-            if s is not None:
+            if (s := sample_of(e)) is not None:
                 out.append(s)
     return out
 
@@ -139,11 +139,9 @@ def main(argv=None) -> int:
     p.add_argument("--radius", type=float, default=RADIUS)
     p.add_argument("--rows", action="store_true", help="print every held-out shape too")
     args = p.parse_args(argv)
-    from ..ops import registry
-
     print("| op | W | shapes | predicted | mean abs err | max abs err | fused picks | worst auto/plain | missed wins |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for op in registry.OPS:
+    for op in OPS:
         for world in (1, 2, 4, 8):
             data = samples(op, args.arch, world, args.dtype)
             if not data:

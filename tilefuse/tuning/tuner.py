@@ -130,8 +130,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     tilefuse.clear_workspaces()
     heap = tilefuse.get_heap()
     device, group, world = heap.device, heap.group, heap.world_size
-    interpreter = hw.interpreting()
-    num_sms = hw.num_sms(device)
+    interpreter, num_sms = hw.interpreting(), hw.num_sms(device)
     # Calls rotate over up to 4 input sets, together about twice a 64 MiB L2: a call rarely finds its operands cached.
     n_sets = 1 if interpreter else max(1, min(4, -(-2 * 64 * 2**20 // max((M * K + K * N) * dtype.itemsize, 1))))
     sets = _inputs(op, M, N, K, dtype, device, n_sets)
@@ -168,21 +167,16 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     def ratio(n):  # the worse of its first-pass times to plain's, alone and back to back
         return max(t[n] / t["plain"] if t["plain"] > 0 else math.inf for t in (first.times, first.block))
 
-    records = {}
-    for name, (variant, cfg) in space.items():
-        rec = {"name": name, "variant": variant, "config": cfg.to_dict()}
-        if name in first.dropped:
-            rec["error"] = first.dropped[name][:300]
-        else:
-            rec.update(time_ms=_ms(first.times[name]), block_ms=_ms(first.block[name]))
-        records[name] = rec
+    records = {name: {"name": name, "variant": variant, "config": cfg.to_dict(),
+                      **({"error": first.dropped[name][:300]} if name in first.dropped else
+                         {"time_ms": _ms(first.times[name]), "block_ms": _ms(first.block[name])})}
+               for name, (variant, cfg) in space.items()}
     ranked = sorted((n for n in first.times if n != "plain"), key=lambda n: (ratio(n), n))
     shortlist = [n for n in ranked if ratio(n) <= SHORTLIST_RATIO][:keep]
     plain_first = ({"plain": d["plain"]} for d in (first.times, first.block, first.spread))
     decision = {"margin": margin, "first_pass": _round_record("first pass", first.reps, *plain_first),
                 "finalists": shortlist, "rounds": []}
-    variant, config, times, block = tables.PLAIN, None, first.times, first.block
-    pick = "plain"
+    variant, config, times, block, pick = tables.PLAIN, None, first.times, first.block, "plain"
     if shortlist:
         settle(runner(plain), device=device, agree=lambda n: max(autotune.all_gather(n, group, what=f"{what}: settle")))
         res = autotune.tune(candidates(shortlist), device=device, group=group, what=f"{what}: decision",
@@ -190,8 +184,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
         variant, config, times, block = res.variant, res.config, res.times, res.block
         pick = "plain" if variant == tables.PLAIN else next(n for n in shortlist if space[n] == (variant, config))
         decision["rounds"].append(_round_record("decision", res.reps, res.times, res.block, res.spread))
-        if res.confirmed is not None:
-            c = res.confirmed
+        if (c := res.confirmed) is not None:
             decision["rounds"].append(_round_record("confirmation", c["reps"], c["times"], c["block"], c["spread"]))
         if res.dropped:
             decision["dropped"] = res.dropped
@@ -350,7 +343,3 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
 def main(argv=None) -> int:
     run(argv)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
