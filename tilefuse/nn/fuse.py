@@ -147,13 +147,11 @@ def fuse_allreduce_norm(model: nn.Module) -> nn.Module:
         parent_name = list_name.rpartition(".")[0]
         parent = model.get_submodule(parent_name) if parent_name else model
         final = getattr(parent, "norm", None)
-        if final is not None:
-            _eps(final)
-        for i, layer in enumerate(layers):
-            nxt = layers[i + 1].input_layernorm if i + 1 < len(layers) else final
-            _eps(layer.post_attention_layernorm)
-            if nxt is not None:
-                _eps(nxt)
+        nexts = [layer.input_layernorm for layer in layers[1:]] + [final]  # the norm after each layer
+        for norm in [layer.post_attention_layernorm for layer in layers] + nexts:
+            if norm is not None:
+                _eps(norm)
+        for layer, nxt in zip(layers, nexts):
             names = list(inspect.signature(type(layer).forward).parameters)[2:]
             mix_in(layer, _FusedLayer, _tilefuse_next_norm=nxt, _tilefuse_arg_names=names)
             mix_in(layer.self_attn.o_proj, _Deferred)

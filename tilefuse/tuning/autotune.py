@@ -206,19 +206,16 @@ def _timed_round(cands: list, reps: int, device: torch.device, group, what: str,
     """``reps`` interleaved samples of every candidate, one host barrier each: per candidate, maximum over
     the ranks, ``(call ms, block ms, relative uncertainty, device ms, its relative uncertainty)``."""
     samples: dict = {c.name: ([], [], []) for c in cands}
-    n = len(cands)
     for r in range(reps):
         _barrier(group, f"autotune {what}: timing")
-        for j in range(n):
-            c = cands[(r + j) % n]
+        for j in range(len(cands)):
+            c = cands[(r + j) % len(cands)]
             got = _measure(c.name, c.call, device, block_calls, None if queue_ms is None else queue_ms[c.name])
             for kept, value in zip(samples[c.name], got):
                 kept.append(value)
-    mine = {}
-    for name, (one, block, dev) in samples.items():
-        mine[name] = (statistics.median(one), statistics.median(block),
-                      max(_rel_uncertainty(one), _rel_uncertainty(block)),
-                      statistics.median(dev), _rel_uncertainty(dev))
+    med, unc = statistics.median, _rel_uncertainty
+    mine = {name: (med(one), med(block), max(unc(one), unc(block)), med(dev), unc(dev))
+            for name, (one, block, dev) in samples.items()}
     views = all_gather(mine, group, what=f"autotune {what}: times")
     return tuple({c.name: max(v[c.name][i] for v in views) for c in cands} for i in range(5))
 
