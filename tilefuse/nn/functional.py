@@ -127,9 +127,8 @@ def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
         raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
     check_input(who, x, weight, bias, weight.shape[1], "in_features / world size")
     if x.shape[0] % world != 0:
-        raise ValueError(f"{who}: the token dimension (dim 0 of the input, size {x.shape[0]}) must be "
-                         f"divisible by the world size ({world}): the forward reduce-scatters the "
-                         "tokens across ranks")
+        raise ValueError(f"{who}: the token dimension (dim 0 of the input, size {x.shape[0]}) must be divisible "
+                         f"by the world size ({world}): the forward reduce-scatters the tokens across ranks")
     lead = x.shape[:-1]
     y = _RowParallel.apply(x.reshape(-1, x.shape[-1]).contiguous(), weight, bias, group_name(group), variant)
     return y.reshape(lead[0] // world, *lead[1:], y.shape[-1])

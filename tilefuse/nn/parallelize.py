@@ -55,9 +55,9 @@ def refuse_gloo_on_cuda(device_mesh, what: str) -> None:
     """Raise RuntimeError on every rank where ``device_mesh`` is a CUDA mesh over gloo (ranks sharing a
     GPU): torch's DTensor redistributions crash the processes there (a segmentation fault, torch 2.11)."""
     if device_mesh.device_type == "cuda" and any(dist.get_backend(g) == "gloo" for g in device_mesh.get_all_groups()):
-        raise RuntimeError(f"{what}: the sequence-parallel layout's gathers run through torch's DTensor, "
-                           "which crashes the process under gloo on CUDA tensors (ranks sharing a GPU use "
-                           "gloo); run it with one GPU per rank and NCCL")
+        raise RuntimeError(f"{what}: the sequence-parallel layout's gathers run through torch's DTensor, which "
+                           "crashes the process under gloo on CUDA tensors (ranks sharing a GPU use gloo); run it "
+                           "with one GPU per rank and NCCL")
 
 
 def _gather_sequence(**layouts):

@@ -100,8 +100,7 @@ def _token_dim(who: str, placement, x: torch.Tensor, what: str) -> int:
     d = placement.dim % x.dim()
     if d == x.dim() - 1:
         raise ValueError(f"{who}: the {what} layout Shard({placement.dim}) shards the feature dimension of a "
-                         f"{x.dim()}-D activation; a token dimension (Shard(0) or Shard(1) for [B, S, H]) was "
-                         "expected")
+                         f"{x.dim()}-D activation; a token dimension (Shard(0) or Shard(1) for [B, S, H]) was expected")
     return d
 
 

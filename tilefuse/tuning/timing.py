@@ -59,10 +59,7 @@ class Budget:
         self.elapsed = max(v["elapsed"] for v in views)
         seconds = views[0]["seconds"]
         if self.marks:
-            spent = self.elapsed - self.marks[-1] - max(v["left_out"] for v in views)
-            self.costs.append(max(0.0, spent))
+            self.costs.append(max(0.0, self.elapsed - self.marks[-1] - max(v["left_out"] for v in views)))
         self.marks.append(self.elapsed)
         self.estimate = statistics.median(self.costs) if self.costs else None
-        if seconds is None or self.estimate is None:
-            return True
-        return self.elapsed + self.estimate <= seconds
+        return seconds is None or self.estimate is None or self.elapsed + self.estimate <= seconds

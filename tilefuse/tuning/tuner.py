@@ -115,8 +115,7 @@ def _ms(x: float) -> float:
 
 def _round_record(label: str, reps: int, times: dict, block: dict, spread: dict) -> dict:
     return {"round": label, "reps": reps, "call_ms": {n: _ms(t) for n, t in times.items()},
-            "block_ms": {n: _ms(t) for n, t in block.items()},
-            "spread": {n: round(float(u), 5) for n, u in spread.items()}}
+            "block_ms": {n: _ms(t) for n, t in block.items()}, "spread": {n: _ms(u) for n, u in spread.items()}}
 
 
 def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int, keep: int,
@@ -159,8 +158,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
             autotune.Candidate(n, space[n][0], space[n][1], runner(registry.get(op, space[n][0]), config=space[n][1]))
             for n in names]
 
-    first = autotune.screen(candidates(list(space)), device=device, group=group, what=f"{what}: first pass",
-                            reps=reps)
+    first = autotune.screen(candidates(list(space)), device=device, group=group, what=f"{what}: first pass", reps=reps)
     if stats is not None:
         stats["warm_up_s"] = first.warm_up_s
 
