@@ -29,11 +29,9 @@ def world_size(group, who: str) -> int:
     if torch.compiler.is_compiling():
         return world_of(group, who)[0]
     pg = group if group is not None else dist.group.WORLD
-    size = _SIZES.get(pg) if pg is not None else None
-    if size is None:
-        size = world_of(pg, who)[0]
-        _SIZES[pg] = size
-    return size
+    if pg not in _SIZES:
+        _SIZES[pg] = world_of(pg, who)[0]  # raises before init (pg None)
+    return _SIZES[pg]
 
 
 def world_of(group, who: str) -> tuple[int, int]:

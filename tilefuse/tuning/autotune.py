@@ -156,18 +156,7 @@ class Result:
     device: dict = field(default_factory=dict)  # candidate name -> device ms per call (GPU, short calls)
     graph_variant: str | None = None  # what to run inside CUDA graphs (decided on device time)
     graph_config: object = None
-
-
-@dataclass(frozen=True)
-class Round:
-    """One timed round (:func:`screen`): per candidate name, maximum over the ranks."""
-
-    times: dict  # ms per call timed alone
-    block: dict  # ms per call back to back
-    spread: dict  # relative uncertainty of the medians
-    dropped: dict  # candidate name -> why (which rank, what went wrong)
-    reps: int
-    warm_up_s: float  # seconds the warm-up took (compiling, checking), maximum over the ranks
+    warm_up_s: float = 0.0  # seconds the warm-up took (compiling, checking), max over ranks (screen only)
 
 
 def _first(result):
@@ -263,12 +252,13 @@ def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str
     return kept, dropped, one_s, block_calls, views[0]["budget_s"], max(v["warm_up_s"] for v in views)
 
 
-def screen(candidates: list[Candidate], *, device: torch.device, group, what: str, reps: int) -> Round:
-    """Steps 1 and 2 of :func:`tune`, no decision (the offline tuner's shortlist); collective over ``group``."""
+def screen(candidates: list[Candidate], *, device: torch.device, group, what: str, reps: int) -> Result:
+    """Steps 1 and 2 of :func:`tune` and no decision (``variant`` plain): the offline tuner's shortlist;
+    collective over ``group``."""
     kept, dropped, _, block_calls, _, warm_up_s = _warm_up(candidates, device, group, what, 0.0)
     reps = max(1, int(reps))
     times, block, spread, _, _ = _timed_round(kept, reps, device, group, what, block_calls)
-    return Round(times, block, spread, dropped, reps, warm_up_s)
+    return Result("plain", None, times, dropped, reps, block, spread, warm_up_s=warm_up_s)
 
 
 def _agreed(kept: list, rounds: tuple, rule, cost: dict, budget: float, device: torch.device, group, what: str,
