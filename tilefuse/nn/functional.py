@@ -4,9 +4,7 @@
 * row: ``y = gemm_reduce_scatter(x, w.t()) + b``; ``dx, dy_full = all_gather_gemm(dy, w,
   return_gathered=True)``, ``dw = dy_full.t() @ x``, ``db = dy_full.sum(0)``.
 
-Parameter gradients cover all tokens (each is its slice of the unsharded layer's). Every call is
-collective over ``group`` and traceable by ``torch.compile``; at TP size 1 with ``variant`` "auto" or
-"plain" both are ``F.linear`` (nothing to overlap).
+Every call is collective over ``group``; at TP size 1 with ``variant`` "auto" or "plain" both are ``F.linear``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Parallelize a model's ``nn.Linear`` submodules by a plan of style names (torch's and HF's meaning).
-
-:data:`STYLES` lists the plan strings and what each makes (``tilefuse/nn/README.md``, "Plan strings",
-tables them with the op each runs): Hugging Face's ``tp_plan`` names make tilefuse's styles (DTensor
-parameters), the ``_seq`` names the sequence-parallel layers (tokens sharded along dim 0). A plan may
-also name a ``ParallelStyle`` object (tilefuse's or torch's), applied as ``parallelize_module`` would.
-"""
+"""Parallelize a model's ``nn.Linear`` submodules by a plan of style names (torch's and HF's meaning):
+:data:`STYLES` (``tilefuse/nn/README.md``, "Plan strings", tables them with the op each runs) or
+``ParallelStyle`` objects, applied as ``parallelize_module`` would."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""First-call tuning: the collective protocol that times a few candidates on a call's own operands.
-
-Used by :mod:`tilefuse.ops.dispatch` and the offline tuner (:func:`screen`, then :func:`tune`). Every
-rank runs the same steps in the same order: a rank that called a candidate once more than its peers
-would hang them. ``tilefuse/tuning/README.md``, "First-call tuning", tells the steps.
-"""
+"""First-call tuning: the collective protocol that times a few candidates on a call's own operands
+(``tilefuse/tuning/README.md``, "First-call tuning"). Every rank runs the same steps in the same order:
+a rank that called a candidate once more than its peers would hang them."""
 
 from __future__ import annotations
 

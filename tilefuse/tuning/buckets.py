@@ -1,5 +1,4 @@
 """M buckets: the token counts that share one ``variant="auto"`` decision (the kernels run the exact M).
-
 M <= 16 is one bucket (decode reads the weights once whatever M is); to 256, one per power of two;
 above, two per power of two split at 1.5x: ``(256, 384], (384, 512], (512, 768], ...``.
 """

@@ -1,8 +1,5 @@
-"""The user's decision cache: what first-call tuning and the tuner found, in ``<dir>/autotune.json``.
-
-Keyed by everything a measurement depends on (:func:`entry_key`); writers lock, merge and rename, so
-none loses another's entries; a file or entry that breaks the schema is warned about and ignored.
-"""
+"""The user's decision cache ``<dir>/autotune.json``, keyed by all a measurement depends on (:func:`entry_key`).
+Writers lock, merge and rename; a file or entry that breaks the schema is warned about and ignored."""
 
 from __future__ import annotations
 

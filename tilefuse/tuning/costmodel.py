@@ -1,9 +1,6 @@
 """A conservative cost model for shapes nothing tuned: may a fused variant replace the plain path?
-
-The tables' measurements within ``RADIUS`` in log2 (M, N, K) predict a variant's speedup as the smallest
-any of them measured; ``tilefuse/tuning/README.md``, "The cost model", tells it and ``python -m
-tilefuse.tuning.loo`` (:func:`leave_one_out`).
-"""
+The smallest speedup the tables measured within ``RADIUS`` in log2 (M, N, K) (``tilefuse/tuning/README.md``,
+"The cost model"; ``python -m tilefuse.tuning.loo`` runs :func:`leave_one_out`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What first-call tuning and the offline tuner both leave out of their search, and their limits.
-
+"""What first-call tuning and the offline tuner both leave out of their search, and their limits:
 all_gather_gemm's ``fused_sequential`` reads a peer's A rows once per column tile (no reuse): link-bound
 above ``FUSED_AG_MAX_COLUMN_TILES`` tiles of 256 from W = 2. ``copy_engine`` has nothing to copy at W = 1.
 """

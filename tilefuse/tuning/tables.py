@@ -1,8 +1,5 @@
-"""Per-shape config tables ``<dir>/<op>/<arch>_ws<W>.json``: schema, validation and lookup.
-
-``tilefuse/configs/README.md`` tells the schema and the lookup order (:func:`lookup`). A malformed
-table raises :class:`TableError` naming the file and the entry; it is never skipped.
-"""
+"""Per-shape config tables ``<dir>/<op>/<arch>_ws<W>.json`` (schema and lookup: ``tilefuse/configs/README.md``).
+A malformed table raises :class:`TableError` naming the file and the entry; it is never skipped."""
 
 from __future__ import annotations
 

@@ -95,13 +95,12 @@ def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: i
     sets = []
     for i in range(n_sets):
         a = torch.randn(M, K, generator=torch.Generator().manual_seed(a_seed + i)).to(dtype=dtype, device=device)
+        b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device)
         if dtype in FLOAT8_DTYPES:  # unit-scale values, the product's scale in scale_b
-            b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device)
-            scales = {"scale_a": torch.ones((), device=device), "scale_b": torch.full((), K ** -0.5, device=device)}
+            sets.append((a, b, {"scale_a": torch.ones((), device=device),
+                                "scale_b": torch.full((), K ** -0.5, device=device)}))
         else:
-            b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device) / K ** 0.5
-            scales = {}
-        sets.append((a, b, scales))
+            sets.append((a, b / K ** 0.5, {}))
     return sets
 
 
