@@ -16,21 +16,15 @@ from .functional import LOCAL_VARIANTS, column_parallel_linear, row_parallel_lin
 def _full_linear_init(out_features: int, in_features: int, bias: bool, seed: int):
     """The weight and bias ``nn.Linear(in, out)`` gets on the CPU in fp32 after ``torch.manual_seed(seed)``."""
     g = torch.Generator().manual_seed(seed)
-    weight = torch.empty(out_features, in_features)
-    nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=g)
-    b = None
-    if bias:
-        bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
-        b = torch.empty(out_features)
-        nn.init.uniform_(b, -bound, bound, generator=g)
-    return weight, b
+    weight = nn.init.kaiming_uniform_(torch.empty(out_features, in_features), a=math.sqrt(5), generator=g)
+    bound = 1.0 / math.sqrt(in_features)  # in_features >= 1
+    return weight, (nn.init.uniform_(torch.empty(out_features), -bound, bound, generator=g) if bias else None)
 
 
 def _shared_seed(group) -> int:
     """A seed drawn from group rank 0's default generator and broadcast as a tensor (collective)."""
-    seed = torch.randint(0, 2**62, (1,))  # every rank draws: the RNG streams stay in step
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
-    box = seed.to(device)
+    box = torch.randint(0, 2**62, (1,)).to(device)  # every rank draws: the RNG streams stay in step
     dist.broadcast(box, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
     return int(box.item())
 

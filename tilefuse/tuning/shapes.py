@@ -38,17 +38,9 @@ def _expand_model(name: str, spec: dict) -> list[dict]:
 
 def shape_sets() -> dict:
     """Every set as a list of entries (model sets expanded), plus ``models``: all model sets' entries."""
-    data = json.loads(_PATH.read_text())
-    sets, models = {}, []
-    for k, v in data.items():
-        if k.startswith("_"):
-            continue
-        if isinstance(v, dict):
-            sets[k] = _expand_model(k, v)
-            models += sets[k]
-        else:
-            sets[k] = v
-    sets[MODELS] = models
+    data = {k: v for k, v in json.loads(_PATH.read_text()).items() if not k.startswith("_")}  # "_doc"
+    sets = {k: _expand_model(k, v) if isinstance(v, dict) else v for k, v in data.items()}
+    sets[MODELS] = [e for k, v in data.items() if isinstance(v, dict) for e in sets[k]]
     return sets
 
 
