@@ -104,26 +104,19 @@ class _ParallelLinear(nn.Module):
 
 
 class ColumnParallelLinear(_ParallelLinear):
-    """``nn.Linear`` split by output features, fed this rank's tokens: ``[d0, ..., in] -> [W*d0, ..., out/W]``.
-
-    Rank r holds rows ``r*out/W ... (r+1)*out/W`` of the weight and bias; forward
-    ``all_gather_gemm(x, weight.t())``, backward ``gemm_reduce_scatter(dy, weight)``. ``out_features``
-    must be divisible by the world size. Construction without ``seed``, every forward and backward are
-    collective over ``group``; ``variant``: ``"auto"``, ``"plain"``, ``"reference"`` or one of ``tilefuse.VARIANTS``.
-    """
+    """``nn.Linear`` split by output features, fed this rank's tokens: ``[d0, ..., in] -> [W*d0, ..., out/W]``
+    (:func:`column_parallel_linear` on rows ``r*out/W ... (r+1)*out/W`` of the weight and bias). Construction
+    without ``seed``, every forward and backward are collective over ``group``; ``variant``: ``"auto"``,
+    ``"plain"``, ``"reference"`` or one of ``tilefuse.VARIANTS``."""
 
     SHARD_DIM = 0
     _LINEAR = staticmethod(column_parallel_linear)
 
 
 class RowParallelLinear(_ParallelLinear):
-    """``nn.Linear`` split by input features, returning this rank's tokens: ``[d0, ..., in/W] -> [d0/W, ..., out]``.
-
-    Rank r holds columns ``r*in/W ... (r+1)*in/W`` of the weight and the whole bias, added after the
-    sum; forward ``gemm_reduce_scatter(x, weight.t())``, backward ``all_gather_gemm(dy, weight)``.
-    ``in_features`` and dim 0 of the input must be divisible by the world size; collective like
-    :class:`ColumnParallelLinear`.
-    """
+    """``nn.Linear`` split by input features, returning this rank's tokens: ``[d0, ..., in/W] -> [d0/W, ..., out]``
+    (:func:`row_parallel_linear` on columns ``r*in/W ... (r+1)*in/W`` of the weight, the whole bias);
+    collective like :class:`ColumnParallelLinear`."""
 
     SHARD_DIM = 1
     _LINEAR = staticmethod(row_parallel_linear)

@@ -89,10 +89,10 @@ def _read(path: Path) -> dict:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION or not isinstance(data.get("entries"), dict):
         log.warning("tilefuse: the autotune cache %s does not follow schema %d: ignored", path, SCHEMA_VERSION)
         return {}
-    for key, e in data["entries"].items():
-        if not _valid_entry(e):
-            log.warning("tilefuse: autotune cache %s: entry %r is malformed: ignored", path, key)
-    return {key: e for key, e in data["entries"].items() if _valid_entry(e)}
+    out = {key: e for key, e in data["entries"].items() if _valid_entry(e)}
+    for key in [k for k in data["entries"] if k not in out]:
+        log.warning("tilefuse: autotune cache %s: entry %r is malformed: ignored", path, key)
+    return out
 
 
 def load(path: Path | None = None) -> dict:
