@@ -313,11 +313,9 @@ class _TilefuseStyle:
             raise ValueError(f"{who}: {what} = {split} must be divisible by the mesh size ({world}): the weight "
                              "is split evenly along it")
         for name, layout in zip(("weight", "bias"), self.SHARDS):
-            param = getattr(module, name)
-            if param is None:
-                continue
-            dparam = _distribute(param, device_mesh, group, layout, getattr(self, "src_data_rank", 0))
-            module.register_parameter(name, nn.Parameter(dparam, requires_grad=param.requires_grad))
+            if (param := getattr(module, name)) is not None:
+                dparam = _distribute(param, device_mesh, group, layout, getattr(self, "src_data_rank", 0))
+                module.register_parameter(name, nn.Parameter(dparam, requires_grad=param.requires_grad))
         if type(module).forward is not nn.Linear.forward:
             raise TypeError(f"{who}: {type(module).__name__} overrides nn.Linear.forward; only linears that run "
                             "nn.Linear's own forward can be parallelized by tilefuse (use torch's styles for it)")

@@ -13,6 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+import triton
+
+from .._version import __version__
 from ..ops.common.config import Config, check_config_fits, check_variant_config
 from .rules import COMM_VARIANTS
 from .tables import VARIANTS
@@ -51,11 +55,6 @@ def cache_path() -> Path:
 @functools.cache
 def versions() -> dict:
     """The versions a cached decision is valid for."""
-    import torch
-    import triton
-
-    from .._version import __version__
-
     return {"torch": torch.__version__, "triton": triton.__version__, "tilefuse": str(__version__)}
 
 

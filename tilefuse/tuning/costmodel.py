@@ -140,8 +140,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for op in OPS:
         for world in (1, 2, 4, 8):
-            data = samples(op, args.arch, world, args.dtype)
-            if not data:
+            if not (data := samples(op, args.arch, world, args.dtype)):
                 continue
             rows = leave_one_out(data, radius=args.radius)
             s = _summary(rows)
