@@ -1,5 +1,4 @@
-"""``python -m tilefuse.tune``: the tuner (:mod:`tilefuse.tuning.tuner`, also ``python -m tilefuse.tuning``),
-re-exported here."""
+"""``python -m tilefuse.tune``: the tuner (:mod:`tilefuse.tuning.tuner`, re-exported here)."""
 
 from tilefuse.tuning.tuner import *  # noqa: F403  (the tuner's functions under this module's name too)
 from tilefuse.tuning.tuner import main

@@ -1,14 +1,5 @@
-"""Tensor-parallel layers on tilefuse's fused ops.
-
-* :class:`ColwiseParallel`, :class:`RowwiseParallel`: torch's ``ParallelStyle`` s for
-  ``parallelize_module`` (DTensor parameters; replicated and sequence-parallel layouts).
-* :class:`ColumnParallelLinear`, :class:`RowParallelLinear` and their functions: sequence-parallel
-  linears (dim 0 sharded) with locally sharded weights.
-* :func:`parallelize` with plan strings of torch's / HF's meaning, the ready Llama plans, and
-  :func:`from_hf_plan` (a Hugging Face ``tp_plan`` as a ``parallelize_module`` plan).
-* :func:`fuse_allreduce_norm`: a decoder parallelized in the replicated layout, each row-parallel
-  projection fused with the residual add and RMSNorm after it.
-"""
+"""Tensor-parallel layers on tilefuse's fused ops: torch's styles, sequence-parallel linears, plans by
+name and the all-reduce + RMSNorm epilogue fusion (``tilefuse/nn/README.md``)."""
 
 from .functional import column_parallel_linear, row_parallel_linear
 from .fuse import Carried, fuse_allreduce_norm

@@ -1,22 +1,10 @@
-"""Autograd-aware tensor-parallel linears on the fused ops (the functional layer under the modules).
+"""Autograd-aware sequence-parallel linears on the fused ops: dim 0 of the input is sharded across ranks.
 
-Every leading dimension of the input is a token dimension; **dim 0 is sharded across ranks** (rank
-r holds block r), so a sequence-first ``[S, B, H]`` is split along S. For ``[B, S, H]`` split along
-S use :class:`tilefuse.nn.ColwiseParallel` / :class:`tilefuse.nn.RowwiseParallel` with ``Shard(1)``.
-
-* column: ``y = all_gather_gemm(x, w.t())`` (keeps ``x_full`` when ``w`` needs a gradient);
-  ``dx = gemm_reduce_scatter(dy, w)``, ``dw = (x_full.t() @ dy).t()``, ``db = dy.sum(0)``.
+* column: ``y = all_gather_gemm(x, w.t())``; ``dx = gemm_reduce_scatter(dy, w)``, ``dw = (x_full.t() @ dy).t()``.
 * row: ``y = gemm_reduce_scatter(x, w.t()) + b``; ``dx, dy_full = all_gather_gemm(dy, w,
   return_gathered=True)``, ``dw = dy_full.t() @ x``, ``db = dy_full.sum(0)``.
 
-Weight and bias gradients cover all tokens, so each equals its slice of the unsharded layer's
-gradient (the row layer's replicated bias needs no all-reduce). Both run through the
-``torch.ops.tilefuse`` custom ops, so ``torch.compile(model, fullgraph=True)`` traces them forward
-and backward. Every call is collective over ``group``: same calls, same order, same shapes.
-
-At TP size 1 with ``variant`` "auto" or "plain" both are ``F.linear(x, weight, bias)``, nn.Linear's
-own call (no communication to overlap, so the plain path is the answer): they cost what nn.Linear
-costs, and torch checks the input.
+Every call is collective over ``group``; at TP size 1 with ``variant`` "auto" or "plain" both are ``F.linear``.
 """
 
 from __future__ import annotations
@@ -35,16 +23,13 @@ _SIZES: dict = {}  # process group -> its size (a group's size never changes)
 
 
 def world_size(group, who: str) -> int:
-    """The size of ``group`` (default: the world), looked up once per group (traced code asks torch:
-    a cache filled while tracing would change under the compiled graph's guards)."""
+    """The size of ``group`` (default: the world), cached per group (not while tracing: the graph's guards)."""
     if torch.compiler.is_compiling():
         return world_of(group, who)[0]
     pg = group if group is not None else dist.group.WORLD
-    size = _SIZES.get(pg) if pg is not None else None
-    if size is None:
-        size = world_of(pg, who)[0]
-        _SIZES[pg] = size
-    return size
+    if pg not in _SIZES:
+        _SIZES[pg] = world_of(pg, who)[0]  # raises before init (pg None)
+    return _SIZES[pg]
 
 
 def world_of(group, who: str) -> tuple[int, int]:
@@ -74,12 +59,8 @@ def check_input(who: str, x, weight: torch.Tensor, bias, features: int, what: st
 
 
 class _RowParallel(torch.autograd.Function):
-    """2-D core of :func:`row_parallel_linear`: ``x [T, in/W]`` -> ``[T/W, out]``.
-
-    A Function rather than the op's own autograd because of the bias: its gradient covers every
-    rank's tokens, which the backward's gathered ``dy`` gives for free. ``group`` is the group's name
-    so that torch.compile traces the Function.
-    """
+    """2-D core of :func:`row_parallel_linear`: ``x [T, in/W]`` -> ``[T/W, out]``. Not the op's own
+    autograd: the bias gradient needs every rank's ``dy``, which the backward gathers anyway."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, group, variant):
@@ -87,9 +68,7 @@ class _RowParallel(torch.autograd.Function):
         if bias is not None:
             y = y + bias  # once, after the reduction: each rank adds it to its own rows
         ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        ctx.group, ctx.variant = group, variant
-        ctx.scope = saved_scope()
+        ctx.has_bias, ctx.group, ctx.variant, ctx.scope = bias is not None, group, variant, saved_scope()
         return y
 
     @staticmethod
@@ -99,10 +78,9 @@ class _RowParallel(torch.autograd.Function):
     @staticmethod
     def grads(ctx, dy):
         x, weight = ctx.saved_tensors
-        dy = dy.contiguous()  # [T/W, out]
-        # [T, in/W], [T, out]
-        dx, dy_full = calls.call("all_gather_gemm", dy, weight, variant=ctx.variant, config=None,
-                                   group=ctx.group, return_gathered=True)
+        # dy [T/W, out] -> dx [T, in/W], dy_full [T, out]
+        dx, dy_full = calls.call("all_gather_gemm", dy.contiguous(), weight, variant=ctx.variant, config=None,
+                                 group=ctx.group, return_gathered=True)
         dw = db = None
         if ctx.needs_input_grad[1]:
             dw = dy_full.t() @ x  # [out, in/W]
@@ -113,12 +91,9 @@ class _RowParallel(torch.autograd.Function):
 
 def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
                            group=None, variant: str = "auto") -> torch.Tensor:
-    """Column-parallel linear with sequence-parallel input: ``all_gather(x, dim=0) @ weight.t() + bias``.
-
-    ``x [d0, ..., in]``: this rank's tokens; ``weight [out/W, in]``: rows ``r*out/W ... (r+1)*out/W``
-    of the full weight; ``bias [out/W]`` its shard or None. Returns ``[W*d0, ..., out/W]``: every
-    rank's tokens, this rank's output features. Every rank must pass the same leading dims.
-    """
+    """``all_gather(x, dim=0) @ weight.t() + bias``: ``x [d0, ..., in]`` this rank's tokens (the same
+    shape on every rank), ``weight [out/W, in]`` and ``bias [out/W]`` (or None) this rank's rows.
+    Returns ``[W*d0, ..., out/W]``: every rank's tokens, this rank's output features."""
     who = "ColumnParallelLinear"
     world = world_size(group, who)
     if world == 1 and variant in LOCAL_VARIANTS:
@@ -137,13 +112,9 @@ def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Te
 
 def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
                         group=None, variant: str = "auto") -> torch.Tensor:
-    """Row-parallel linear with sequence-parallel output: ``reduce_scatter(x @ weight.t(), dim=0) + bias``.
-
-    ``x [d0, ..., in/W]``: every rank's tokens, this rank's input features; ``weight [out, in/W]``:
-    the matching columns of the full weight; ``bias [out]``: the full bias or None, added once after
-    the reduction. Returns ``[d0/W, ..., out]``: block r of dim 0 of the sum over ranks (``d0`` must
-    be divisible by the world size).
-    """
+    """``reduce_scatter(x @ weight.t(), dim=0) + bias``: ``x [d0, ..., in/W]`` (``d0`` divisible by W),
+    ``weight [out, in/W]`` this rank's columns, ``bias [out]`` whole (or None), added after the sum.
+    Returns ``[d0/W, ..., out]``: block r of dim 0 of the sum over ranks."""
     who = "RowParallelLinear"
     world = world_size(group, who)
     if world == 1 and variant in LOCAL_VARIANTS:
@@ -152,9 +123,8 @@ def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
         raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
     check_input(who, x, weight, bias, weight.shape[1], "in_features / world size")
     if x.shape[0] % world != 0:
-        raise ValueError(f"{who}: the token dimension (dim 0 of the input, size {x.shape[0]}) must be "
-                         f"divisible by the world size ({world}): the forward reduce-scatters the "
-                         "tokens across ranks")
+        raise ValueError(f"{who}: the token dimension (dim 0 of the input, size {x.shape[0]}) must be divisible "
+                         f"by the world size ({world}): the forward reduce-scatters the tokens across ranks")
     lead = x.shape[:-1]
     y = _RowParallel.apply(x.reshape(-1, x.shape[-1]).contiguous(), weight, bias, group_name(group), variant)
     return y.reshape(lead[0] // world, *lead[1:], y.shape[-1])

@@ -1,8 +1,7 @@
 """Fuse each row-parallel projection of a tensor-parallel decoder with the residual add and the
 RMSNorm after it: one ``gemm_all_reduce(..., residual=, norm_weight=)`` call each.
 
-A Llama-family decoder layer in the replicated layout (HF's ``tp_plan``: o_proj and down_proj
-``rowwise``, each an all-reduce) runs::
+A Llama-family decoder layer in the replicated layout (o_proj and down_proj ``rowwise``) runs::
 
     h = x + o_proj(attn(input_layernorm(x)))          all-reduce, add, norm (post_attention_layernorm)
     x' = h + down_proj(mlp(post_attention_layernorm(h)))   all-reduce, add, norm (the next layer's
@@ -16,10 +15,8 @@ After :func:`fuse_allreduce_norm` layer i runs::
     (normed_{i+1}, x') = gemm_all_reduce(m_loc, Wd_r^T, residual=h, norm_weight=next norm's weight)
 
 and hands ``Carried(normed_{i+1}, x')`` to layer i+1, which skips its own input_layernorm; the final
-norm returns the carried normed value. The last layer of a stack with no final norm returns ``x'``
-(its down_proj call has the residual added after the all-reduce). Parameters, their names and their
-gradients are unchanged; only the forwards of the decoder layers, of their o_proj and down_proj and
-of the final norm change.
+norm returns the carried normed value (with no final norm the last layer returns ``x'``). Only the
+forwards of the layers, their o_proj and down_proj and the final norm change; parameters stay.
 """
 
 from __future__ import annotations
@@ -32,15 +29,15 @@ from torch import nn
 from torch.distributed.tensor import Replicate, Shard
 
 from ..ops.gemm_all_reduce import gemm_all_reduce
-from .styles import TPLinear, _input, _local
+from .styles import TPLinear, _input, _local, mix_in
 
 __all__ = ["Carried", "fuse_allreduce_norm"]
 
 
 @dataclass(frozen=True)
 class Carried:
-    """What a fused decoder layer hands the next: the next norm's output and the residual stream.
-    Not a tuple: code that takes ``output[0]`` of a layer returning a tuple must not take it apart."""
+    """What a fused decoder layer hands the next: the next norm's output and the residual stream (not a
+    tuple, which code taking ``output[0]`` of a layer would take apart)."""
 
     normed: torch.Tensor
     residual: torch.Tensor
@@ -88,35 +85,22 @@ class _CarriedNorm:
         return super().forward(x)
 
 
-def _fused_layer_forward(self, hidden_states, *args, **kwargs):
-    """The decoder layer's forward with its two projections fused (see the module docstring)."""
-    kwargs.update(zip(self._tilefuse_arg_names, args))
-    if "past_key_values" in kwargs and "cache" in self._tilefuse_arg_names:
-        kwargs["cache"] = kwargs.pop("past_key_values")
-    if isinstance(hidden_states, Carried):
-        normed, residual = hidden_states.normed, hidden_states.residual
-    else:
-        normed, residual = self.input_layernorm(hidden_states), hidden_states
-    attn = self.self_attn(hidden_states=normed, **kwargs)
-    attn = attn[0] if isinstance(attn, tuple) else attn
-    normed, residual = project_add_norm(self.self_attn.o_proj, attn, residual, self.post_attention_layernorm)
-    nxt, residual = project_add_norm(self.mlp.down_proj, self.mlp(normed), residual, self._tilefuse_next_norm)
-    return residual if nxt is None else Carried(nxt, residual)
+class _FusedLayer:
+    """A decoder layer with its two projections fused (see the module docstring)."""
 
-
-_CLASSES: dict[tuple[type, type], type] = {}
-
-
-def _swap(module: nn.Module, mixin: type, attrs: dict | None = None) -> None:
-    cls = type(module)
-    if issubclass(cls, mixin):
-        return
-    key = (mixin, cls)
-    if key not in _CLASSES:
-        _CLASSES[key] = type(f"{mixin.__name__.lstrip('_')}{cls.__name__}", (mixin, cls), {"__module__": __name__})
-    module.__class__ = _CLASSES[key]
-    for name, value in (attrs or {}).items():
-        object.__setattr__(module, name, value)
+    def forward(self, hidden_states, *args, **kwargs):
+        kwargs.update(zip(self._tilefuse_arg_names, args))
+        if "past_key_values" in kwargs and "cache" in self._tilefuse_arg_names:
+            kwargs["cache"] = kwargs.pop("past_key_values")
+        if isinstance(hidden_states, Carried):
+            normed, residual = hidden_states.normed, hidden_states.residual
+        else:
+            normed, residual = self.input_layernorm(hidden_states), hidden_states
+        attn = self.self_attn(hidden_states=normed, **kwargs)
+        attn = attn[0] if isinstance(attn, tuple) else attn
+        normed, residual = project_add_norm(self.self_attn.o_proj, attn, residual, self.post_attention_layernorm)
+        nxt, residual = project_add_norm(self.mlp.down_proj, self.mlp(normed), residual, self._tilefuse_next_norm)
+        return residual if nxt is None else Carried(nxt, residual)
 
 
 def _is_layer(m: nn.Module) -> bool:
@@ -138,20 +122,16 @@ def _check_rowwise(name: str, linear: nn.Module) -> None:
 
 def fuse_allreduce_norm(model: nn.Module) -> nn.Module:
     """Fuse every decoder layer's o_proj and down_proj with the residual add and RMSNorm after them;
-    in place, returns ``model``.
+    in place, returns ``model``. Talks to no peer (the fused calls are collective).
 
     Args:
-        model: a Llama-family Hugging Face model (``LlamaForCausalLM``, ``LlamaModel``, or any module
-            with a ``layers`` list of decoder layers and, optionally, a final ``norm`` beside it),
-            parallelized in the replicated layout by tilefuse's styles. A decoder layer is a module
-            with ``self_attn.o_proj``, ``mlp.down_proj``, ``input_layernorm`` and
-            ``post_attention_layernorm``; the layers of one list must run in order, each one's output
-            going straight into the next and the last one's into the final norm (as HF's models do).
+        model: a Llama-family HF model (or any module with a list of decoder layers and, optionally, a
+            final ``norm`` beside it) parallelized in the replicated layout by tilefuse's styles. A
+            decoder layer has ``self_attn.o_proj``, ``mlp.down_proj``, ``input_layernorm`` and
+            ``post_attention_layernorm``; each one's output goes straight into the next, the last one's
+            into the final norm (as HF's models do).
 
-    Each fused call is :func:`tilefuse.gemm_all_reduce` with ``residual=`` and ``norm_weight=`` on the
-    projection's variant and group; outputs and every gradient are those of the unfused model (the
-    norm in fp32, rounded once). A layer's output is a :class:`Carried` pair where a norm follows it.
-    Collective only in its calls (this function talks to no peer).
+    Outputs and every gradient are the unfused model's (the norm in fp32, rounded once).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"fuse_allreduce_norm: model must be an nn.Module, got {type(model).__name__}")
@@ -167,21 +147,15 @@ def fuse_allreduce_norm(model: nn.Module) -> nn.Module:
         parent_name = list_name.rpartition(".")[0]
         parent = model.get_submodule(parent_name) if parent_name else model
         final = getattr(parent, "norm", None)
-        if final is not None:
-            _eps(final)
-        for i, layer in enumerate(layers):
-            nxt = layers[i + 1].input_layernorm if i + 1 < len(layers) else final
-            _eps(layer.post_attention_layernorm)
-            if nxt is not None:
-                _eps(nxt)
+        nexts = [layer.input_layernorm for layer in layers[1:]] + [final]  # the norm after each layer
+        for norm in [layer.post_attention_layernorm for layer in layers] + nexts:
+            if norm is not None:
+                _eps(norm)
+        for layer, nxt in zip(layers, nexts):
             names = list(inspect.signature(type(layer).forward).parameters)[2:]
-            _swap(layer, _FusedLayer, {"_tilefuse_next_norm": nxt, "_tilefuse_arg_names": names})
-            _swap(layer.self_attn.o_proj, _Deferred)
-            _swap(layer.mlp.down_proj, _Deferred)
+            mix_in(layer, _FusedLayer, _tilefuse_next_norm=nxt, _tilefuse_arg_names=names)
+            mix_in(layer.self_attn.o_proj, _Deferred)
+            mix_in(layer.mlp.down_proj, _Deferred)
         if final is not None:
-            _swap(final, _CarriedNorm)
+            mix_in(final, _CarriedNorm)
     return model
-
-
-class _FusedLayer:
-    forward = _fused_layer_forward

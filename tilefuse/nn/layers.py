@@ -1,9 +1,4 @@
-"""Tensor-parallel linear modules (sequence-parallel activations) on the fused ops.
-
-Weights follow ``nn.Linear``'s ``[out, in]`` layout and are created already sharded. Dim 0 of the
-activations is the sharded token dimension; :mod:`tilefuse.nn.functional` has the layout and the
-backward formulas.
-"""
+"""Sequence-parallel linear modules (:mod:`tilefuse.nn.functional`) with ``[out, in]`` weights created sharded."""
 
 from __future__ import annotations
 
@@ -21,25 +16,16 @@ from .functional import LOCAL_VARIANTS, column_parallel_linear, row_parallel_lin
 def _full_linear_init(out_features: int, in_features: int, bias: bool, seed: int):
     """The weight and bias ``nn.Linear(in, out)`` gets on the CPU in fp32 after ``torch.manual_seed(seed)``."""
     g = torch.Generator().manual_seed(seed)
-    weight = torch.empty(out_features, in_features)
-    nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=g)
-    b = None
-    if bias:
-        bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
-        b = torch.empty(out_features)
-        nn.init.uniform_(b, -bound, bound, generator=g)
-    return weight, b
+    weight = nn.init.kaiming_uniform_(torch.empty(out_features, in_features), a=math.sqrt(5), generator=g)
+    bound = 1.0 / math.sqrt(in_features)  # in_features >= 1
+    return weight, (nn.init.uniform_(torch.empty(out_features), -bound, bound, generator=g) if bias else None)
 
 
 def _shared_seed(group) -> int:
-    """A seed drawn from group rank 0's default generator and broadcast (collective).
-
-    One int64 tensor, on the GPU for NCCL and on the CPU for other backends (no pickled objects)."""
-    seed = torch.randint(0, 2**62, (1,))  # every rank draws: the RNG streams stay in step
+    """A seed drawn from group rank 0's default generator and broadcast as a tensor (collective)."""
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
-    box = seed.to(device)
-    src = dist.get_global_rank(group, 0) if group is not None else 0
-    dist.broadcast(box, src=src, group=group)
+    box = torch.randint(0, 2**62, (1,)).to(device)  # every rank draws: the RNG streams stay in step
+    dist.broadcast(box, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
     return int(box.item())
 
 
@@ -73,43 +59,26 @@ class _ParallelLinear(nn.Module):
         shape[self.SHARD_DIM] //= world  # the bias is split with the weight's rows, or whole
         kw = dict(device=device, dtype=dtype)
         self.weight = nn.Parameter(torch.empty(shape, **kw))
-        if bias:
-            self.bias = nn.Parameter(torch.empty(shape[0], **kw))
-        else:
-            self.register_parameter("bias", None)
-
-    def _shard(self, weight: torch.Tensor, bias: torch.Tensor | None):
-        """This rank's slices of a full ``[out, in]`` weight and ``[out]`` bias."""
-        weight = weight.chunk(self.world_size, self.SHARD_DIM)[self.rank]
-        if bias is not None and self.SHARD_DIM == 0:
-            bias = bias.chunk(self.world_size)[self.rank]
-        return weight, bias
+        self.register_parameter("bias", nn.Parameter(torch.empty(shape[0], **kw)) if bias else None)
 
     @torch.no_grad()
     def _load(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         """Copy this rank's slices of a full ``[out, in]`` weight and ``[out]`` bias into the parameters."""
-        weight, bias = self._shard(weight, bias)
-        self.weight.copy_(weight)
+        self.weight.copy_(weight.chunk(self.world_size, self.SHARD_DIM)[self.rank])
         if self.bias is not None:
-            self.bias.copy_(bias)
+            self.bias.copy_(bias.chunk(self.world_size)[self.rank] if self.SHARD_DIM == 0 else bias)
 
     def reset_parameters(self, seed: int | None = None) -> None:
-        """Initialise like ``nn.Linear`` from a seed shared across ranks, then keep this rank's shard.
-
-        The full weight is the one ``torch.manual_seed(seed); nn.Linear(in, out, bias)`` gets on the
-        CPU in fp32, built on every rank and sliced. Without ``seed`` a seed is drawn on group rank 0
-        and broadcast: a collective call.
-        """
+        """Keep this rank's shard of what ``torch.manual_seed(seed); nn.Linear(in, out, bias)`` gets on
+        the CPU in fp32. Without ``seed`` group rank 0 draws one and broadcasts it (collective)."""
         if seed is None:
             seed = _shared_seed(self.group)
         self._load(*_full_linear_init(self.out_features, self.in_features, self.bias is not None, seed))
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, group=None, variant: str = "auto"):
-        """This rank's shard of the full ``nn.Linear`` ``linear`` (same device, dtype, requires_grad).
-
-        Every rank must pass the same full layer. The shard is a copy: ``linear`` is left as it was.
-        """
+        """This rank's shard (a copy) of the full ``linear``, the same on every rank (device, dtype and
+        requires_grad kept)."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"{cls.__name__}.from_linear: expected an nn.Linear, got {type(linear).__name__}")
         layer = cls.__new__(cls)
@@ -128,41 +97,26 @@ class _ParallelLinear(nn.Module):
                 f"bias={self.bias is not None}, local_weight={tuple(self.weight.shape)}, "
                 f"rank={self.rank}/{self.world_size}, variant={self.variant!r}")
 
-
-class ColumnParallelLinear(_ParallelLinear):
-    """``nn.Linear`` split by output features, fed this rank's tokens: ``[d0, ..., in] -> [W*d0, ..., out/W]``.
-
-    Rank r holds rows ``r*out/W ... (r+1)*out/W`` of the weight (``[out/W, in]``) and that slice of
-    the bias. Forward: ``all_gather_gemm(x, weight.t())``; backward: ``gemm_reduce_scatter(dy, weight)``.
-
-    ``out_features`` must be divisible by the world size; every rank must feed the same number of
-    tokens. Construction is collective when ``seed`` is None (see :meth:`reset_parameters`), and so
-    is every forward and backward. ``variant`` picks the op variant (``"auto"``, ``"reference"`` or
-    one of ``tilefuse.VARIANTS``); ``group`` is the process group tilefuse was initialised on.
-    """
-
-    SHARD_DIM = 0
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1 and self.variant in LOCAL_VARIANTS:  # TP size 1: nn.Linear's call
             return F.linear(x, self.weight, self.bias)
-        return in_forward(column_parallel_linear, x, self.weight, self.bias, group=self.group, variant=self.variant)
+        return in_forward(self._LINEAR, x, self.weight, self.bias, group=self.group, variant=self.variant)
+
+
+class ColumnParallelLinear(_ParallelLinear):
+    """``nn.Linear`` split by output features, fed this rank's tokens: ``[d0, ..., in] -> [W*d0, ..., out/W]``
+    (:func:`column_parallel_linear` on rows ``r*out/W ... (r+1)*out/W`` of the weight and bias). Construction
+    without ``seed``, every forward and backward are collective over ``group``; ``variant``: ``"auto"``,
+    ``"plain"``, ``"reference"`` or one of ``tilefuse.VARIANTS``."""
+
+    SHARD_DIM = 0
+    _LINEAR = staticmethod(column_parallel_linear)
 
 
 class RowParallelLinear(_ParallelLinear):
-    """``nn.Linear`` split by input features, returning this rank's tokens: ``[d0, ..., in/W] -> [d0/W, ..., out]``.
-
-    Rank r holds columns ``r*in/W ... (r+1)*in/W`` of the weight (``[out, in/W]``) and the full bias,
-    added once after the reduction. Its input is what a :class:`ColumnParallelLinear` returns.
-    Forward: ``gemm_reduce_scatter(x, weight.t())``; backward: ``all_gather_gemm(dy, weight)``.
-
-    ``in_features`` must be divisible by the world size, and so must dim 0 of the input. Collective
-    like :class:`ColumnParallelLinear`.
-    """
+    """``nn.Linear`` split by input features, returning this rank's tokens: ``[d0, ..., in/W] -> [d0/W, ..., out]``
+    (:func:`row_parallel_linear` on columns ``r*in/W ... (r+1)*in/W`` of the weight, the whole bias);
+    collective like :class:`ColumnParallelLinear`."""
 
     SHARD_DIM = 1
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.world_size == 1 and self.variant in LOCAL_VARIANTS:  # TP size 1: nn.Linear's call
-            return F.linear(x, self.weight, self.bias)
-        return in_forward(row_parallel_linear, x, self.weight, self.bias, group=self.group, variant=self.variant)
+    _LINEAR = staticmethod(row_parallel_linear)

@@ -1,27 +1,6 @@
-"""Parallelize a model's ``nn.Linear`` submodules by a plan of style names (torch's and HF's meaning).
-
-============================  ================================================  ==========================
-plan string                   what the linear becomes                           op in the forward
-============================  ================================================  ==========================
-``"colwise"``                 ``ColwiseParallel()``: replicated input,          local GEMM
-                              output ``[..., out/W]``
-``"rowwise"``                 ``RowwiseParallel()``: input ``[..., in/W]``,     ``gemm_all_reduce``
-                              replicated output
-``"colwise_rep"``             ``ColwiseParallel(output_layouts=Replicate())``   ``gemm_all_scatter``
-(``"colwise_gather_output"``)
-``"rowwise_rep"``             ``RowwiseParallel(input_layouts=Replicate())``    ``gemm_all_reduce``
-(``"rowwise_split_input"``)
-``"colwise_seq"``             :class:`ColumnParallelLinear`: tokens sharded     ``all_gather_gemm``
-                              along dim 0 in, every token out (local params)
-``"rowwise_seq"``             :class:`RowParallelLinear`: every token in,       ``gemm_reduce_scatter``
-                              tokens sharded along dim 0 out (local params)
-============================  ================================================  ==========================
-
-The first four are Hugging Face's ``tp_plan`` names with HF's and torch's meaning (DTensor
-parameters on a 1-D DeviceMesh). The ``_seq`` layers shard activations along dim 0 (``[S, B, H]``
-split along S; for ``[B, S, H]`` use the styles with ``Shard(1)``). A plan may also name a
-``ParallelStyle`` object (tilefuse's or torch's): it is applied as ``parallelize_module`` would.
-"""
+"""Parallelize a model's ``nn.Linear`` submodules by a plan of style names (torch's and HF's meaning):
+:data:`STYLES` (``tilefuse/nn/README.md``, "Plan strings", tables them with the op each runs) or
+``ParallelStyle`` objects, applied as ``parallelize_module`` would."""
 
 from __future__ import annotations
 
@@ -31,13 +10,15 @@ from types import MappingProxyType
 
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import Replicate
-from torch.distributed.tensor.parallel import ParallelStyle
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import ParallelStyle, PrepareModuleInput
 
+from ..runtime import _env, get_heap, is_initialized
 from .layers import ColumnParallelLinear, RowParallelLinear
 from .styles import ColwiseParallel, RowwiseParallel, tp_group
 
-#: Plan strings and what each makes (see the module docstring).
+#: Plan strings and what each makes.
 STYLES = MappingProxyType({
     "colwise": "ColwiseParallel()",
     "rowwise": "RowwiseParallel()",
@@ -50,19 +31,16 @@ STYLES = MappingProxyType({
 })
 _SEQ_LAYERS = {"colwise_seq": ColumnParallelLinear, "rowwise_seq": RowParallelLinear}
 
-#: Llama-style gated MLP, sequence-parallel: gate/up gather the tokens onto the local intermediate
-#: shard, down returns this rank's tokens; the module's own forward works unchanged.
+#: Llama-style gated MLP, sequence-parallel (tokens along dim 0); its own forward runs unchanged.
 LLAMA_MLP_PLAN = MappingProxyType({"gate_proj": "colwise_seq", "up_proj": "colwise_seq", "down_proj": "rowwise_seq"})
 
-#: Llama attention projections, sequence-parallel: q/k/v return ``heads/W`` local heads for every
-#: rank's tokens (head counts divisible by the world size; the module must infer its head count from
-#: the projection width, as HF's Llama does), o_proj sums them and returns this rank's tokens.
+#: Llama attention projections, sequence-parallel: q/k/v return ``heads/W`` local heads (the module must
+#: infer its head count from the projection width, as HF's Llama does), o_proj returns this rank's tokens.
 LLAMA_ATTENTION_PLAN = MappingProxyType({
     "q_proj": "colwise_seq", "k_proj": "colwise_seq", "v_proj": "colwise_seq", "o_proj": "rowwise_seq",
 })
 
-#: A Llama decoder layer in the replicated layout, HF's ``base_model_tp_plan`` names: every rank holds
-#: the whole activation; q/k/v/gate/up return local heads or features, o_proj and down_proj all-reduce.
+#: A Llama decoder layer in the replicated layout, HF's ``base_model_tp_plan`` names.
 LLAMA_PLAN = MappingProxyType({
     "q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise",
     "gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise",
@@ -70,19 +48,16 @@ LLAMA_PLAN = MappingProxyType({
 
 
 def refuse_gloo_on_cuda(device_mesh, what: str) -> None:
-    """Raise RuntimeError where ``device_mesh`` is a CUDA mesh over a gloo group (ranks sharing a GPU):
-    torch's DTensor redistributions of the sequence-parallel layout crash the processes there with a
-    segmentation fault (torch 2.11), which no caller can catch. Every rank raises."""
+    """Raise RuntimeError on every rank where ``device_mesh`` is a CUDA mesh over gloo (ranks sharing a
+    GPU): torch's DTensor redistributions crash the processes there (a segmentation fault, torch 2.11)."""
     if device_mesh.device_type == "cuda" and any(dist.get_backend(g) == "gloo" for g in device_mesh.get_all_groups()):
-        raise RuntimeError(f"{what}: the sequence-parallel layout's gathers run through torch's DTensor, "
-                           "which crashes the process under gloo on CUDA tensors (ranks sharing a GPU use "
-                           "gloo); run it with one GPU per rank and NCCL")
+        raise RuntimeError(f"{what}: the sequence-parallel layout's gathers run through torch's DTensor, which "
+                           "crashes the process under gloo on CUDA tensors (ranks sharing a GPU use gloo); run it "
+                           "with one GPU per rank and NCCL")
 
 
 def _gather_sequence(**layouts):
     """torch's ``PrepareModuleInput`` with ``layouts``, refusing a mesh where it would crash."""
-    from torch.distributed.tensor.parallel import PrepareModuleInput
-
     class GatherSequence(PrepareModuleInput):
         def _apply(self, module, device_mesh):
             refuse_gloo_on_cuda(device_mesh, "llama_sequence_parallel_plan")
@@ -92,36 +67,28 @@ def _gather_sequence(**layouts):
 
 
 def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1, mlp_input: str = "fused") -> dict:
-    """A ``parallelize_module`` plan for one HF ``LlamaDecoderLayer`` in the sequence-parallel layout.
+    """A ``parallelize_module`` plan for one HF ``LlamaDecoderLayer`` with ``[B, S/W, H]`` activations,
+    tokens sharded along ``sequence_dim`` (``tilefuse/nn/README.md``, "The sequence-parallel decoder layer").
 
-    Input and output ``[B, S/W, H]``, tokens sharded along ``sequence_dim``; norms and residual adds
-    run on this rank's tokens (their weights' gradients are this rank's share, as with torch's
-    ``SequenceParallel``). The attention gets the whole sequence (HF reads its length from the input):
-    one ``PrepareModuleInput`` all-gather, local q/k/v GEMMs (input gradient ``Partial()``), o_proj
-    ``gemm_reduce_scatter``. The MLP's down is a ``gemm_reduce_scatter``; gate/up are
-    ``all_gather_gemm`` on this rank's tokens (``mlp_input="fused"``) or local GEMMs behind one
-    all-gather (``"gather"``, torch's plan). On a CUDA mesh over gloo it raises
-    (:func:`refuse_gloo_on_cuda`).
+    The attention gets the whole sequence through one ``PrepareModuleInput`` all-gather; o_proj and down
+    are ``gemm_reduce_scatter``; gate/up are ``all_gather_gemm`` on this rank's tokens
+    (``mlp_input="fused"``) or local GEMMs behind one all-gather (``"gather"``, torch's plan). Applying
+    it on a CUDA mesh over gloo raises (:func:`refuse_gloo_on_cuda`).
     """
     if mlp_input not in ("fused", "gather"):
         raise ValueError(f"llama_sequence_parallel_plan: mlp_input must be 'fused' or 'gather', got {mlp_input!r}")
-    from torch.distributed.tensor import Shard
-
     seq = Shard(sequence_dim)
     plan = {
         "self_attn": _gather_sequence(input_kwarg_layouts={"hidden_states": seq},
                                       desired_input_kwarg_layouts={"hidden_states": Replicate()}),
-        "self_attn.q_proj": ColwiseParallel(variant=variant),
-        "self_attn.k_proj": ColwiseParallel(variant=variant),
-        "self_attn.v_proj": ColwiseParallel(variant=variant),
+        **{f"self_attn.{p}_proj": ColwiseParallel(variant=variant) for p in "qkv"},
         "self_attn.o_proj": RowwiseParallel(output_layouts=seq, variant=variant),
     }
     if mlp_input == "gather":
         plan["mlp"] = _gather_sequence(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
     gate_up_input = seq if mlp_input == "fused" else Replicate()
     plan.update({
-        "mlp.gate_proj": ColwiseParallel(input_layouts=gate_up_input, variant=variant),
-        "mlp.up_proj": ColwiseParallel(input_layouts=gate_up_input, variant=variant),
+        **{f"mlp.{p}_proj": ColwiseParallel(input_layouts=gate_up_input, variant=variant) for p in ("gate", "up")},
         "mlp.down_proj": RowwiseParallel(output_layouts=seq, variant=variant),
     })
     return plan
@@ -139,10 +106,8 @@ def style_from_name(name: str, variant: str = "auto") -> ParallelStyle:
 
 
 def from_hf_plan(tp_plan: Mapping[str, str], variant: str = "auto") -> dict[str, ParallelStyle]:
-    """A ``parallelize_module`` plan of tilefuse styles from a Hugging Face ``tp_plan`` (module paths
-    such as ``"layers.*.self_attn.q_proj"`` -> HF style names). HF styles tilefuse has no style for
-    (``"sequence_parallel"``, ``"packed_colwise"``, ...) raise.
-    """
+    """A ``parallelize_module`` plan of tilefuse styles from a Hugging Face ``tp_plan`` (module path ->
+    HF style name); HF styles tilefuse has none for (``"sequence_parallel"``, ...) raise."""
     if not isinstance(tp_plan, Mapping):
         raise TypeError(f"from_hf_plan: tp_plan must be a mapping, got {type(tp_plan).__name__}")
     out = {}
@@ -155,8 +120,7 @@ def from_hf_plan(tp_plan: Mapping[str, str], variant: str = "auto") -> dict[str,
 
 
 def _matches(name: str, pattern: str) -> bool:
-    """``pattern`` names ``name`` whole, or names its trailing components (``"gate_proj"`` matches
-    ``"layers.0.mlp.gate_proj"``). fnmatch globs: ``*`` also crosses dots."""
+    """``pattern`` (an fnmatch glob) matches ``name`` whole or its trailing components."""
     return fnmatchcase(name, pattern) or fnmatchcase(name, "*." + pattern)
 
 
@@ -165,10 +129,6 @@ def _is_seq(entry) -> bool:
 
 
 def _default_mesh(group):
-    from torch.distributed.device_mesh import DeviceMesh
-
-    from ..runtime import _env, get_heap, is_initialized
-
     device_type = get_heap().device.type if is_initialized() else _env.requested_backend()
     return DeviceMesh.from_group(group if group is not None else dist.group.WORLD, device_type)
 
@@ -179,26 +139,22 @@ def parallelize(module: nn.Module, plan: Mapping[str, str | ParallelStyle], grou
 
     Args:
         module: the full, unsharded model, the same on every rank.
-        plan: submodule name -> plan string (the table in the module docstring) or ``ParallelStyle``.
-            A name is a dotted path or an fnmatch glob (``"layers.*.mlp.up_proj"``) and also matches
-            the trailing part of a path (``"gate_proj"`` at any depth). Every entry must match a
-            module, no module may get two styles, a plan string needs an ``nn.Linear``; the whole
-            plan is checked before anything changes.
+        plan: submodule name -> plan string (:data:`STYLES`) or ``ParallelStyle``. A name is a dotted
+            path or an fnmatch glob (``"layers.*.mlp.up_proj"``) and also matches the trailing part of
+            a path (``"gate_proj"`` at any depth). Every entry must match a module, none may get two
+            styles, a plan string needs an ``nn.Linear``; the whole plan is checked before any change.
         group: the process group (default: the world); ignored when ``mesh`` is given.
         variant: the op variant of every string entry; style objects carry their own.
-        mesh: the 1-D DeviceMesh for styles (default: one made from ``group``, on the heap's device
-            type; see :func:`tilefuse.nn.styles.tp_group`).
+        mesh: the 1-D DeviceMesh for styles (default: one made from ``group``, on the heap's device type).
 
-    The ``_seq`` strings swap in :class:`ColumnParallelLinear` / :class:`RowParallelLinear` (this
-    rank's shard, copied); the rest keep the module and make its parameters DTensors. Collective:
-    every rank calls it with the same plan on the same model.
+    The ``_seq`` strings swap in :class:`ColumnParallelLinear` / :class:`RowParallelLinear` (this rank's
+    shard, copied); the rest keep the module with DTensor parameters. Collective over the group.
     """
     who = "parallelize"
     if not isinstance(module, nn.Module):
         raise TypeError(f"{who}: module must be an nn.Module, got {type(module).__name__}")
     if not isinstance(plan, Mapping):
-        raise TypeError(f"{who}: plan must be a mapping from submodule names to styles, got "
-                        f"{type(plan).__name__}")
+        raise TypeError(f"{who}: plan must be a mapping from submodule names to styles, got {type(plan).__name__}")
     names = [name for name, _ in module.named_modules() if name]
     chosen: dict[str, tuple[str, object]] = {}
     for pattern, entry in plan.items():
@@ -217,12 +173,9 @@ def parallelize(module: nn.Module, plan: Mapping[str, str | ParallelStyle], grou
             chosen[name] = (pattern, entry)
     for name, (pattern, entry) in chosen.items():
         sub = module.get_submodule(name)
-        if isinstance(entry, str):
-            needs = (nn.Linear,)
-        elif isinstance(entry, (ColwiseParallel, RowwiseParallel)):
-            needs = (nn.Linear, nn.Embedding)
-        else:
-            needs = (nn.Module,)  # torch's styles check their modules themselves
+        # torch's styles check their modules themselves
+        needs = ((nn.Linear,) if isinstance(entry, str) else (nn.Linear, nn.Embedding)
+                 if isinstance(entry, (ColwiseParallel, RowwiseParallel)) else (nn.Module,))
         if not isinstance(sub, needs):
             kinds = " or ".join(f"nn.{t.__name__}" for t in needs)
             raise TypeError(f"{who}: plan entry {pattern!r} matches {name!r}, a {type(sub).__name__}; "
@@ -237,8 +190,7 @@ def parallelize(module: nn.Module, plan: Mapping[str, str | ParallelStyle], grou
         parent_name, _, child = name.rpartition(".")
         parent = module.get_submodule(parent_name) if parent_name else module
         if _is_seq(entry):
-            layer = _SEQ_LAYERS[entry].from_linear(getattr(parent, child), group=group, variant=variant)
-            setattr(parent, child, layer)
+            setattr(parent, child, _SEQ_LAYERS[entry].from_linear(getattr(parent, child), group=group, variant=variant))
         else:
             (style_from_name(entry, variant) if isinstance(entry, str) else entry)._apply(getattr(parent, child), mesh)
     return module

@@ -1,16 +1,13 @@
-"""torch's tensor-parallel styles on tilefuse's fused ops: ``ColwiseParallel`` and ``RowwiseParallel``.
+"""torch's ``ColwiseParallel`` and ``RowwiseParallel`` on tilefuse's fused ops (``tilefuse/nn/README.md``).
 
-They take torch's constructor arguments (plus ``variant``) and go into a ``parallelize_module`` plan
-beside torch's own styles; parameters become DTensors sharded as torch's styles shard them. The
-forward runs on the local shards with the op the layouts call for (``Shard(d)``, ``d`` not the last
-dimension, shards tokens: ``Shard(1)`` for ``[B, S, H]`` split along S):
+Parameters become DTensors as with torch's styles; the forward runs on the local shards with the op the
+layouts call for (``Shard(d)``, d not the last dimension, shards tokens; moved to the front for the op):
 
 =========  ================  ================  =============================================================
 style      input layout      output layout     forward on rank r (backward)
 =========  ================  ================  =============================================================
 Colwise    Replicate         Shard(-1)         ``x @ w_r^T``, local (``dx = gemm_all_reduce(dy, w_r)``;
-                                               a replicated DTensor input gets ``dy @ w_r`` as a
-                                               ``Partial()`` gradient, torch's behaviour)
+                                               a replicated DTensor input: ``dy @ w_r``, ``Partial()``)
 Colwise    Replicate         Replicate         ``gemm_all_scatter(x, w_r^T)`` (``dx``: gemm_all_reduce)
 Colwise    Shard(d)          Shard(-1)         ``all_gather_gemm`` over dim d (``dx``: gemm_reduce_scatter)
 Rowwise    Shard(-1)         Replicate         ``gemm_all_reduce(x_r, w_r^T)`` (``dx = dy @ w_r``, local)
@@ -18,14 +15,7 @@ Rowwise    Shard(-1)         Shard(d)          ``gemm_reduce_scatter`` over dim 
 Rowwise    Replicate         either            this rank's input columns first (``dx`` all-gathered)
 =========  ================  ================  =============================================================
 
-Gradients follow DTensor's meaning: a replicated tensor's gradient is the same on every rank;
-parameter gradients are DTensors with the parameter's placement. A token dimension ``d > 0`` is
-moved to the front for the op and back after it (a copy unless the dimensions before it have size 1).
-
-The mesh: 1-D, or one with a dimension named ``"tp"``. The ops run on its process group, on a heap of
-its own (:func:`tp_group`). Every forward and backward is collective over the mesh; ``out_features``
-(colwise) or ``in_features`` (rowwise) must be divisible by the mesh size, and so must a sharded
-token dimension for the rowwise reduce-scatter.
+Gradients follow DTensor's meaning; every forward and backward is collective over the mesh (:func:`tp_group`).
 """
 
 from __future__ import annotations
@@ -62,12 +52,9 @@ def tp_mesh(device_mesh, who: str = "tilefuse.nn"):
 
 
 def tp_group(device_mesh, who: str = "tilefuse.nn"):
-    """The process group the ops run on for ``device_mesh`` (1-D, or its ``"tp"`` dimension).
-
-    The mesh's group if tilefuse is initialised on it; else a group with a heap and the same ranks in
-    the same order (the world, say); else the mesh's group after ``tilefuse.init`` on it (collective,
-    as ``parallelize_module`` is; the default group's heap size if there is one).
-    """
+    """The process group the ops run on for ``device_mesh``: the mesh's group if tilefuse serves it,
+    else a served group of the same ranks in the same order, else the mesh's group after a collective
+    ``tilefuse.init`` on it (with the default group's heap size if there is one)."""
     group = tp_mesh(device_mesh, who).get_group()
     if is_initialized(group):
         return group
@@ -80,9 +67,8 @@ def tp_group(device_mesh, who: str = "tilefuse.nn"):
 
 
 class TPLinearPlan:
-    """How a parallelized ``nn.Linear`` runs: ``kind`` (``"colwise"``/``"rowwise"``), its layouts,
-    the mesh, its group and variant. ``copy.deepcopy`` keeps the same plan: process groups cannot be copied.
-    """
+    """How a parallelized ``nn.Linear`` runs (kind, layouts, mesh, group, variant); ``copy.deepcopy``
+    keeps the same plan: process groups cannot be copied."""
 
     __slots__ = ("kind", "input_layout", "output_layout", "use_local_output", "mesh", "group", "group_name",
                  "world", "rank", "variant")
@@ -114,21 +100,16 @@ def _token_dim(who: str, placement, x: torch.Tensor, what: str) -> int:
     d = placement.dim % x.dim()
     if d == x.dim() - 1:
         raise ValueError(f"{who}: the {what} layout Shard({placement.dim}) shards the feature dimension of a "
-                         f"{x.dim()}-D activation; a token dimension (Shard(0) or Shard(1) for [B, S, H]) was "
-                         "expected")
+                         f"{x.dim()}-D activation; a token dimension (Shard(0) or Shard(1) for [B, S, H]) was expected")
     return d
 
 
 def _input(who: str, plan: TPLinearPlan, x) -> tuple[torch.Tensor, bool]:
-    """The local input, and whether its gradient may stay partial (a sum over ranks left to do).
-
-    A DTensor is moved to the style's input layout first. A replicated DTensor's gradient is handed
-    back as ``Partial()``: DTensor reduces it once where the replicated activation was made (one
-    reduce-scatter behind a ``PrepareModuleInput`` gather that feeds several colwise layers)."""
+    """The local input (a DTensor redistributed to the input layout first), and whether its gradient
+    may stay ``Partial()``: a replicated DTensor's, reduced once where it was made (torch's behaviour)."""
     if isinstance(x, DTensor):
         want = plan.input_layout
-        if isinstance(want, Shard):
-            want = Shard(want.dim % x.dim())
+        want = Shard(want.dim % x.dim()) if isinstance(want, Shard) else want
         if tuple(x.placements) != (want,):
             x = x.redistribute(plan.mesh, (want,))
         if isinstance(want, Replicate) and plan.kind == "colwise":
@@ -143,18 +124,14 @@ def _output(plan: TPLinearPlan, y: torch.Tensor):
     if plan.use_local_output:
         return y
     out = plan.output_layout
-    if isinstance(out, Shard):
-        out = Shard(out.dim % y.dim())
+    out = Shard(out.dim % y.dim()) if isinstance(out, Shard) else out
     return DTensor.from_local(y, plan.mesh, (out,), run_check=False)
 
 
 class _ColumnReplicated(torch.autograd.Function):
-    """Colwise linear of a replicated ``x [M, in]`` with ``w [n, in]`` (``n = out/W``).
-
-    ``gather=False``: ``y = x @ w^T + b`` ``[M, n]``; ``gather=True``: ``gemm_all_scatter(x, w^T) +
-    all_gather(b)`` ``[M, W*n]``. Backward, ``g`` this rank's columns of ``dy``: ``dx =
-    gemm_all_reduce(g, w)`` (or ``g @ w``, left ``Partial()``), ``dw = g^T @ x``, ``db = g.sum(0)``.
-    """
+    """Colwise linear of a replicated ``x [M, in]``, ``w [n, in]``: ``x @ w^T + b`` ``[M, n]``, or with
+    ``gather`` ``gemm_all_scatter(x, w^T) + all_gather(b)`` ``[M, W*n]``. Backward on ``g``, this rank's
+    columns of ``dy``: ``dx = gemm_all_reduce(g, w)`` (or ``g @ w``, left ``Partial()``), ``dw = g^T @ x``."""
 
     @staticmethod
     def forward(ctx, x, w, b, group, variant, gather, rank, reduce_dx):
@@ -178,8 +155,7 @@ class _ColumnReplicated(torch.autograd.Function):
     def grads(ctx, dy):
         x, w = ctx.saved_tensors
         n = w.shape[0]
-        g = dy[:, ctx.rank * n:(ctx.rank + 1) * n] if ctx.gather else dy
-        g = g.contiguous()  # [M, n]
+        g = (dy[:, ctx.rank * n:(ctx.rank + 1) * n] if ctx.gather else dy).contiguous()  # [M, n]
         dx = dw = db = None
         if ctx.needs_input_grad[0] and ctx.reduce_dx:
             dx = calls.call("gemm_all_reduce", g, w, variant=ctx.variant, config=None, group=ctx.group)
@@ -193,8 +169,7 @@ class _ColumnReplicated(torch.autograd.Function):
 
 
 class _SplitFeatures(torch.autograd.Function):
-    """This rank's block of the last dimension of a replicated ``x [..., W*n]``: ``[..., n]``; the
-    backward all-gathers the blocks (DTensor's Replicate -> Shard(-1) and its backward)."""
+    """This rank's block ``[..., n]`` of a replicated ``x [..., W*n]``; the backward all-gathers them."""
 
     @staticmethod
     def forward(ctx, x, group, world, rank):
@@ -270,25 +245,25 @@ class TPLinear(nn.Linear):
         return f"{super().extra_repr()}, tp=({self._tilefuse_tp!r})"
 
 
-_SUBCLASSES: dict[type, type] = {}
+_MIXED: dict[tuple[type, type], type] = {(TPLinear, nn.Linear): TPLinear}
 
 
-def _swap_class(module: nn.Linear, who: str) -> None:
+def mix_in(module: nn.Module, mixin: type, **attrs) -> None:
+    """Make ``module`` an instance of ``mixin`` over its own class (keeping its methods), with ``attrs``."""
     cls = type(module)
-    if cls.forward is not nn.Linear.forward:
-        raise TypeError(f"{who}: {cls.__name__} overrides nn.Linear.forward; only linears that run "
-                        "nn.Linear's own forward can be parallelized by tilefuse (use torch's styles for it)")
-    if cls is not nn.Linear and cls not in _SUBCLASSES:  # a subclass with nn.Linear's forward: keep its methods
-        _SUBCLASSES[cls] = type(f"TPLinear_{cls.__name__}", (TPLinear, cls), {"__module__": __name__})
-    module.__class__ = TPLinear if cls is nn.Linear else _SUBCLASSES[cls]
+    if issubclass(cls, mixin):
+        return
+    if (mixin, cls) not in _MIXED:
+        _MIXED[mixin, cls] = type(f"{mixin.__name__.lstrip('_')}{cls.__name__}", (mixin, cls),
+                                  {"__module__": mixin.__module__})
+    module.__class__ = _MIXED[mixin, cls]
+    for name, value in attrs.items():
+        object.__setattr__(module, name, value)  # not nn.Module's: a module value is no submodule
 
 
 def _distribute(param: torch.Tensor, mesh, group, layout, src: int | None) -> DTensor:
-    """``param`` (the full tensor) as a DTensor with ``layout`` on ``mesh``, on the heap's device.
-
-    ``distribute_tensor`` for an even split: a broadcast of group rank ``src``'s tensor (None: each
-    keeps its own) and local slicing in place of its scatter (gloo, for ranks sharing a GPU, has no
-    scatter of CUDA tensors)."""
+    """``distribute_tensor`` of the full ``param`` on the heap's device for an even split: a broadcast
+    of group rank ``src``'s (None: each keeps its own), then local slicing (gloo cannot scatter CUDA tensors)."""
     full = param.detach().to(get_heap(group).device)
     if src is not None and dist.get_world_size(group) > 1:
         full = full.contiguous().clone()
@@ -298,27 +273,26 @@ def _distribute(param: torch.Tensor, mesh, group, layout, src: int | None) -> DT
     return DTensor.from_local(full, mesh, [layout], run_check=False)
 
 
-def _check_placement(who: str, name: str, value, allowed: tuple[type, ...]) -> None:
-    if not isinstance(value, allowed):
-        names = " or ".join(f"{t.__name__}()" if t is Replicate else f"{t.__name__}(dim)" for t in allowed)
-        raise ValueError(f"{who}: {name} must be {names}, got {value!r}")
-
-
 class _TilefuseStyle:
-    """Shared ``_apply`` of the two styles; ``KIND`` and ``SHARDS`` set by each."""
+    """Shared constructor checks and ``_apply`` of the two styles; ``KIND``, ``SHARDS``, ``LAYOUTS`` set by each."""
 
     KIND = ""
     SHARDS: tuple = ()  # (weight placement, bias placement)
+    LAYOUTS: tuple = ()  # (input placements allowed, output placements allowed)
 
-    def _take(self, variant, inputs: tuple[type, ...], outputs: tuple[type, ...]) -> str:
-        """Check the layouts torch's constructor set and keep ``variant``; returns the style's name."""
+    def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
+                 variant: str = "auto"):
+        super().__init__(input_layouts=input_layouts, output_layouts=output_layouts, use_local_output=use_local_output)
         who = type(self).__name__
-        _check_placement(who, "input_layouts", self.input_layouts[0], inputs)
-        _check_placement(who, "output_layouts", self.output_layouts[0], outputs)
+        inp, out = self.input_layouts[0], self.output_layouts[0]
+        for name, value, allowed in zip(("input_layouts", "output_layouts"), (inp, out), self.LAYOUTS):
+            if not isinstance(value, allowed):
+                names = " or ".join(f"{t.__name__}()" if t is Replicate else f"{t.__name__}(dim)" for t in allowed)
+                raise ValueError(f"{who}: {name} must be {names}, got {value!r}")
         if not isinstance(variant, str):
             raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
         self.variant = variant
-        return who
+        self._check(who, inp, out)
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
         who = type(self).__name__
@@ -339,12 +313,13 @@ class _TilefuseStyle:
             raise ValueError(f"{who}: {what} = {split} must be divisible by the mesh size ({world}): the weight "
                              "is split evenly along it")
         for name, layout in zip(("weight", "bias"), self.SHARDS):
-            param = getattr(module, name)
-            if param is None:
-                continue
-            dparam = _distribute(param, device_mesh, group, layout, getattr(self, "src_data_rank", 0))
-            module.register_parameter(name, nn.Parameter(dparam, requires_grad=param.requires_grad))
-        _swap_class(module, who)
+            if (param := getattr(module, name)) is not None:
+                dparam = _distribute(param, device_mesh, group, layout, getattr(self, "src_data_rank", 0))
+                module.register_parameter(name, nn.Parameter(dparam, requires_grad=param.requires_grad))
+        if type(module).forward is not nn.Linear.forward:
+            raise TypeError(f"{who}: {type(module).__name__} overrides nn.Linear.forward; only linears that run "
+                            "nn.Linear's own forward can be parallelized by tilefuse (use torch's styles for it)")
+        mix_in(module, TPLinear)
         module._tilefuse_tp = TPLinearPlan(self.KIND, self.input_layouts[0], self.output_layouts[0],
                                            self.use_local_output, device_mesh, group, self.variant)
         return module
@@ -371,17 +346,14 @@ class ColwiseParallel(_TilefuseStyle, _TorchColwise):
 
     KIND = "colwise"
     SHARDS = (Shard(0), Shard(0))
+    LAYOUTS = ((Replicate, Shard), (Shard, Replicate))
 
-    def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
-                 variant: str = "auto"):
-        super().__init__(input_layouts=input_layouts, output_layouts=output_layouts, use_local_output=use_local_output)
-        who = self._take(variant, (Replicate, Shard), (Shard, Replicate))
-        out = self.output_layouts[0]
+    def _check(self, who: str, inp, out) -> None:
         if isinstance(out, Shard) and out.dim != -1:
             raise ValueError(f"{who}: output_layouts Shard({out.dim}): a colwise output is sharded along its last "
                              "dimension; pass Shard(-1) (or Replicate())")
-        if isinstance(out, Replicate) and isinstance(self.input_layouts[0], Shard):
-            raise ValueError(f"{who}: input_layouts {self.input_layouts[0]} with output_layouts Replicate() is not "
+        if isinstance(out, Replicate) and isinstance(inp, Shard):
+            raise ValueError(f"{who}: input_layouts {inp} with output_layouts Replicate() is not "
                              "supported: gather the tokens (Replicate() input) or keep the output Shard(-1)")
 
 
@@ -402,12 +374,9 @@ class RowwiseParallel(_TilefuseStyle, _TorchRowwise):
 
     KIND = "rowwise"
     SHARDS = (Shard(1), Replicate())
+    LAYOUTS = ((Shard, Replicate), (Replicate, Shard))
 
-    def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output: bool = True,
-                 variant: str = "auto"):
-        super().__init__(input_layouts=input_layouts, output_layouts=output_layouts, use_local_output=use_local_output)
-        who = self._take(variant, (Shard, Replicate), (Replicate, Shard))
-        inp = self.input_layouts[0]
+    def _check(self, who: str, inp, out) -> None:
         if isinstance(inp, Shard) and inp.dim != -1:
             raise ValueError(f"{who}: input_layouts Shard({inp.dim}): a rowwise input is sharded along its last "
                              "(feature) dimension; pass Shard(-1) (or Replicate())")

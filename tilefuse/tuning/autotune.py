@@ -1,9 +1,6 @@
-"""First-call tuning: the collective protocol that times a few candidates on a call's own operands.
-
-Used by :mod:`tilefuse.ops.dispatch` and the offline tuner (:func:`screen`, then :func:`tune`). Every
-rank runs the same steps in the same order, since a rank that called a candidate once more than its
-peers would hang them; ``tilefuse/tuning/README.md``, "First-call tuning", tells the steps.
-"""
+"""First-call tuning: the collective protocol that times a few candidates on a call's own operands
+(``tilefuse/tuning/README.md``, "First-call tuning"). Every rank runs the same steps in the same order:
+a rank that called a candidate once more than its peers would hang them."""
 
 from __future__ import annotations
 
@@ -43,17 +40,14 @@ def mode() -> str:
 
 def set_timer(timer, *, device_timing: bool = False) -> None:
     """Replace the clock: ``timer(name) -> ms`` or ``timer(name, kind) -> ms`` gives each sample of the
-    candidate ``name`` after its calls ran; ``kind`` is ``"call"`` (one call alone), ``"block"`` (per
-    call back to back) or, with ``device_timing``, ``"device"`` (step 4, timed as on a GPU with short
-    calls wherever the calls run). ``None`` restores CUDA events / the host clock."""
+    candidate ``name``; ``kind`` is ``"call"`` (one call alone), ``"block"`` (per call back to back) or,
+    with ``device_timing``, ``"device"`` (step 4, run wherever the calls run). ``None`` restores the clock."""
     _DEVICE_TIMING[0] = bool(device_timing) and timer is not None
     try:
-        params = list(inspect.signature(timer).parameters.values()) if timer is not None else []
-    except (TypeError, ValueError):
-        params = []
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
-    takes_kind = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
-    _TIMER[0] = timer if timer is None or takes_kind else (lambda name, kind: timer(name))
+        inspect.signature(timer).bind("name", "kind")
+        _TIMER[0] = timer
+    except (TypeError, ValueError):  # None, or a timer(name)
+        _TIMER[0] = timer if timer is None else (lambda name, kind: timer(name))
 
 
 def all_gather(obj, group, *, what: str) -> list:
@@ -100,10 +94,9 @@ def cuda_ms_per_call(call, calls: int) -> float:
 
 def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CALLS,
              queue_ms: float | None = None) -> tuple[float, float, float]:
-    """One sample of a candidate: ``(call_ms, block_ms, device_ms)``: one call alone (host work
-    included), per call of ``block_calls`` back to back, and with ``queue_ms`` (host ms to queue them)
-    per call queued behind a longer device sleep, as a CUDA graph replays them (else ``block_ms``).
-    Off a GPU the host clock times one call, which stands for all three."""
+    """One sample ``(call_ms, block_ms, device_ms)``: one call alone (host work included), per call of
+    ``block_calls`` back to back and, given ``queue_ms`` (host ms to queue them), per call queued behind a
+    longer device sleep as a CUDA graph replays them. Off a GPU one host-timed call stands for all three."""
     if device.type == "cuda":
         # A collective lead-in call and a device synchronize align the ranks: a host barrier alone
         # releases them up to its polling interval apart, a wait the events would count.
@@ -130,7 +123,7 @@ def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CAL
 
 
 def time_plain(call, device: torch.device, group) -> float:
-    """One warm-up call, then :func:`_measure`'s ``call_ms`` of one call: the maximum over the ranks."""
+    """One warm-up call, then the ms of one call alone (:func:`_measure`), the maximum over the ranks."""
     call()
     _sync(device)
     _barrier(group, "autotune: plain time")
@@ -160,6 +153,7 @@ class Result:
     device: dict = field(default_factory=dict)  # candidate name -> device ms per call (GPU, short calls)
     graph_variant: str | None = None  # what to run inside CUDA graphs (decided on device time)
     graph_config: object = None
+    warm_up_s: float = 0.0  # seconds the warm-up took (compiling, checking), max over ranks (screen only)
 
 
 def _first(result):
@@ -169,18 +163,15 @@ def _first(result):
 def decide(times: dict, plain: str = "plain", margin: float = MARGIN, *, block: dict | None = None,
            spread: dict | None = None) -> str:
     """The candidate to run, or ``plain``: of those faster than plain by ``margin`` (or twice the
-    combined relative uncertainty of the two medians, ``spread``, where larger) both alone (``times``)
-    and, where given, back to back (``block``), the one whose worse ratio to plain is smallest (ties
-    by name)."""
+    combined relative uncertainty ``spread`` of the two medians, where larger) both alone (``times``)
+    and, where given, back to back (``block``), the one whose worse ratio to plain is smallest (ties by name)."""
     if plain not in times or (block is not None and plain not in block):
         return plain
     best, best_ratio = plain, 1.0
     for name in sorted(times):
-        if name == plain:
+        if name == plain or (block is not None and name not in block):
             continue
         noise = math.hypot(spread.get(name, 0.0), spread.get(plain, 0.0)) if spread else 0.0
-        if block is not None and name not in block:
-            continue
         ratio = max(t[name] / t[plain] if t[plain] > 0 else math.inf for t in (times, block) if t is not None)
         if ratio <= 1.0 - max(margin, 2.0 * noise) and ratio < best_ratio:
             best, best_ratio = name, ratio
@@ -188,36 +179,29 @@ def decide(times: dict, plain: str = "plain", margin: float = MARGIN, *, block: 
 
 
 def _rel_uncertainty(samples: list) -> float:
-    """Relative standard error of the median of ``samples``, estimated from their interquartile range
-    (normal samples: IQR = 1.349 sigma, and the median's error is 1.2533 sigma / sqrt(n))."""
+    """Relative standard error of the median of ``samples``, from their interquartile range (normal
+    samples: IQR = 1.349 sigma, and the median's error is 1.2533 sigma / sqrt(n))."""
     if len(samples) < 2:
         return 0.0
     q1, med, q3 = statistics.quantiles(samples, n=4, method="inclusive")
-    if not med > 0:
-        return 0.0
-    return 1.2533 / 1.349 * (q3 - q1) / med / math.sqrt(len(samples))
+    return 1.2533 / 1.349 * (q3 - q1) / med / math.sqrt(len(samples)) if med > 0 else 0.0
 
 
 def _timed_round(cands: list, reps: int, device: torch.device, group, what: str,
                  block_calls: int = BLOCK_CALLS, queue_ms: dict | None = None) -> tuple[dict, ...]:
-    """``reps`` samples of every candidate, interleaved (repetition r starts with candidate r mod n),
-    one host barrier each: per candidate name, maximum over the ranks, ``(call ms, block ms, relative
-    uncertainty, device ms, its relative uncertainty)``; ``queue_ms``: see :func:`_measure`."""
+    """``reps`` interleaved samples of every candidate, one host barrier each: per candidate, maximum over
+    the ranks, ``(call ms, block ms, relative uncertainty, device ms, its relative uncertainty)``."""
     samples: dict = {c.name: ([], [], []) for c in cands}
-    n = len(cands)
     for r in range(reps):
         _barrier(group, f"autotune {what}: timing")
-        for j in range(n):
-            c = cands[(r + j) % n]
-            for got, value in zip(samples[c.name], _measure(c.name, c.call, device, block_calls,
-                                                            None if queue_ms is None else queue_ms[c.name])):
-                got.append(value)
-    mine = {}
-    for c in cands:
-        one, block, dev = samples[c.name]
-        mine[c.name] = (statistics.median(one), statistics.median(block),
-                        max(_rel_uncertainty(one), _rel_uncertainty(block)),
-                        statistics.median(dev), _rel_uncertainty(dev))
+        for j in range(len(cands)):
+            c = cands[(r + j) % len(cands)]
+            got = _measure(c.name, c.call, device, block_calls, None if queue_ms is None else queue_ms[c.name])
+            for kept, value in zip(samples[c.name], got):
+                kept.append(value)
+    med, unc = statistics.median, _rel_uncertainty
+    mine = {name: (med(one), med(block), max(unc(one), unc(block)), med(dev), unc(dev))
+            for name, (one, block, dev) in samples.items()}
     views = all_gather(mine, group, what=f"autotune {what}: times")
     return tuple({c.name: max(v[c.name][i] for v in views) for c in cands} for i in range(5))
 
@@ -226,28 +210,13 @@ def _reps(budget: float, cost_s: float) -> int:
     return int(min(MAX_REPS, max(MIN_REPS, budget // max(cost_s, 1e-9))))
 
 
-@dataclass(frozen=True)
-class Round:
-    """One timed round (:func:`screen`): per candidate name, maximum over the ranks."""
-
-    times: dict  # ms per call timed alone
-    block: dict  # ms per call back to back
-    spread: dict  # relative uncertainty of the medians
-    dropped: dict  # candidate name -> why (which rank, what went wrong)
-    reps: int
-    warm_up_s: float  # seconds the warm-up took (compiling, checking), maximum over the ranks
-
-
 def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str, budget: float | None):
-    """Step 1: every candidate called once and checked against plain, then timed for one call; one
-    exchange. Returns ``(kept, dropped, one_s, block_calls, budget, warm_up_s)``: the candidates every
-    rank kept (plain first), why the others were dropped (naming the rank), seconds per call, calls per
-    back-to-back block, rank 0's budget and the warm-up's seconds (maximum over the ranks)."""
+    """Step 1: every candidate called once, checked against plain, timed for one call; one exchange.
+    Returns ``(kept, dropped, one_s, block_calls, budget, warm_up_s)``: maximum over ranks, rank 0's budget."""
     if not candidates or candidates[0].name != "plain":
         raise ValueError("autotune: the candidates must start with the plain path")
     t0 = time.perf_counter()
-    ref = _first(candidates[0].call())
-    ref = ref.detach().clone()  # a candidate writing the same out= must not change the reference
+    ref = _first(candidates[0].call()).detach().clone()  # a candidate writing the same out= must not change it
     tolerance = 1e-4 if ref.dtype == torch.float32 and device.type != "cuda" else 2e-2
     failed = {}
     for c in candidates[1:]:
@@ -280,19 +249,19 @@ def _warm_up(candidates: list[Candidate], device: torch.device, group, what: str
     return kept, dropped, one_s, block_calls, views[0]["budget_s"], max(v["warm_up_s"] for v in views)
 
 
-def screen(candidates: list[Candidate], *, device: torch.device, group, what: str, reps: int) -> Round:
-    """Steps 1 and 2 and no decision: the warm-up and check, then ``reps`` samples of every kept
-    candidate, as in :func:`tune`. The offline tuner's shortlist; collective over ``group``."""
+def screen(candidates: list[Candidate], *, device: torch.device, group, what: str, reps: int) -> Result:
+    """Steps 1 and 2 of :func:`tune` and no decision (``variant`` plain): the offline tuner's shortlist;
+    collective over ``group``."""
     kept, dropped, _, block_calls, _, warm_up_s = _warm_up(candidates, device, group, what, 0.0)
-    times, block, spread, _, _ = _timed_round(kept, max(1, int(reps)), device, group, what, block_calls)
-    return Round(times, block, spread, dropped, max(1, int(reps)), warm_up_s)
+    reps = max(1, int(reps))
+    times, block, spread, _, _ = _timed_round(kept, reps, device, group, what, block_calls)
+    return Result("plain", None, times, dropped, reps, block, spread, warm_up_s=warm_up_s)
 
 
 def _agreed(kept: list, rounds: tuple, rule, cost: dict, budget: float, device: torch.device, group, what: str,
             block_calls: int, queue_ms: dict | None) -> tuple:
-    """Rank 0's pick by ``rule(times, block, spread, device, device_spread)`` over ``rounds``; a fused pick
-    must win again in fresh samples of plain and it alone, in the rest of the budget. Returns ``(pick
-    or plain, the confirmation round's five dicts and its reps, or None)``."""
+    """Rank 0's pick by ``rule(*rounds)``, which must win again over plain in fresh samples (the rest of the
+    budget). Returns ``(pick or plain, the confirmation round's five dicts and its reps, or None)``."""
     pick = all_gather(rule(*rounds), group, what=f"autotune {what}: decision")[0]
     if pick == "plain":
         return pick, None
@@ -310,9 +279,7 @@ def _agreed(kept: list, rounds: tuple, rule, cost: dict, budget: float, device: 
 def tune(candidates: list[Candidate], *, device: torch.device, group, what: str, budget: float | None = None,
          margin: float = MARGIN) -> Result:
     """Run first-call tuning's protocol over ``candidates`` (plain first); collective over ``group``.
-
-    ``budget``: seconds of timed calls (rank 0's value; default ``BUDGET_S``);
-    ``margin``: the smallest win a candidate needs over plain (:func:`decide`)."""
+    ``budget``: seconds of timed calls (rank 0's; default ``BUDGET_S``); ``margin``: see :func:`decide`."""
     # 1. warm-up (compiles), check against plain, each candidate's time for one call
     kept, dropped, one_s, block_calls, budget, _ = _warm_up(candidates, device, group, what, budget)
     per_sample = 2 + 2 * block_calls if device.type == "cuda" else 1  # calls per sample (_measure)
@@ -348,8 +315,8 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
 
 
 def _queue_ms(one_s: dict, device: torch.device, block_calls: int) -> dict | None:
-    """Per candidate, an upper bound of the host ms to queue ``block_calls`` calls, where device time is
-    worth its own measurement: on a GPU, where plain's call is shorter than ``LONG_CALL_S``; else None."""
+    """Per candidate, the most host ms to queue ``block_calls`` calls where device time is worth its own
+    measurement (a GPU, plain's call under ``LONG_CALL_S``); else None."""
     if _DEVICE_TIMING[0]:
         return {name: 0.0 for name in one_s}
     if device.type != "cuda" or one_s.get("plain", 0.0) >= LONG_CALL_S:

@@ -1,9 +1,6 @@
-"""M buckets: the token counts that share one ``variant="auto"`` decision.
-
-A server calls each layer with a different M almost every step, so decisions are keyed by the
-bucket of M (and the exact N and K); the kernels always run the exact M. M <= 16 is one bucket
-(decode: the GEMM reads the weights once whatever M is); to 256, one per power of two; above, two per
-power of two, split at 1.5x: ``(256, 384], (384, 512], (512, 768], ...``.
+"""M buckets: the token counts that share one ``variant="auto"`` decision (the kernels run the exact M).
+M <= 16 is one bucket (decode reads the weights once whatever M is); to 256, one per power of two;
+above, two per power of two split at 1.5x: ``(256, 384], (384, 512], (512, 768], ...``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""The user's decision cache: what first-call tuning (and ``python -m tilefuse.tune``) found, on disk.
-
-``<dir>/autotune.json`` (:func:`cache_dir`), keyed by everything a measurement depends on
-(:func:`entry_key`). A writer locks, reads, merges and renames a temporary file over the old one, so
-concurrent writers lose nothing and readers see the old file or the new one; a file or entry that
-breaks the schema is warned about and ignored (``tilefuse/tuning/README.md``).
-"""
+"""The user's decision cache ``<dir>/autotune.json``, keyed by all a measurement depends on (:func:`entry_key`).
+Writers lock, merge and rename; a file or entry that breaks the schema is warned about and ignored."""
 
 from __future__ import annotations
 
@@ -18,7 +13,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+import triton
+
+from .._version import __version__
 from ..ops.common.config import Config, check_config_fits, check_variant_config
+from .rules import COMM_VARIANTS
+from .tables import VARIANTS
 
 log = logging.getLogger("tilefuse")
 
@@ -27,8 +28,6 @@ FILE_NAME = "autotune.json"
 LOCK_TIMEOUT_S = 10.0
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 _LOADED: dict = {}  # path -> ((mtime_ns, size, inode), entries)
-_VARIANTS = ("plain", "bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", "copy_engine")
-_COMM_VARIANTS = ("producer_consumer", "wg_specialized")  # their kernels need COMM_SMS >= 1 programs
 _WARNED: set = set()
 
 
@@ -37,8 +36,8 @@ class CacheDirError(ValueError):
 
 
 def cache_dir() -> Path:
-    """``TILEFUSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilefuse``, else ``~/.cache/tilefuse`` (not created
-    here); never inside the installed package."""
+    """``TILEFUSE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilefuse``, else ``~/.cache/tilefuse``; never
+    inside the installed package (:class:`CacheDirError`)."""
     explicit = os.environ.get("TILEFUSE_CACHE_DIR", "")
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     path = Path(explicit).expanduser() if explicit else Path(base).expanduser() / "tilefuse"
@@ -56,11 +55,6 @@ def cache_path() -> Path:
 @functools.cache
 def versions() -> dict:
     """The versions a cached decision is valid for."""
-    import torch
-    import triton
-
-    from .._version import __version__
-
     return {"torch": torch.__version__, "triton": triton.__version__, "tilefuse": str(__version__)}
 
 
@@ -72,14 +66,14 @@ def entry_key(arch: str, world: int, op: str, dtype: str, N: int, K: int, bucket
 
 
 def _valid_entry(e) -> bool:
-    if not isinstance(e, dict) or e.get("variant") not in _VARIANTS:
+    if not isinstance(e, dict) or e.get("variant") not in VARIANTS:
         return False
     try:
         if e["variant"] != "plain" and e.get("config") is not None:  # no config: the variant's own default
             Config.from_dict(e["config"])
+        return True
     except (TypeError, ValueError, AttributeError):
         return False
-    return True
 
 
 def _read(path: Path) -> dict:
@@ -94,12 +88,9 @@ def _read(path: Path) -> dict:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION or not isinstance(data.get("entries"), dict):
         log.warning("tilefuse: the autotune cache %s does not follow schema %d: ignored", path, SCHEMA_VERSION)
         return {}
-    out = {}
-    for key, e in data["entries"].items():
-        if _valid_entry(e):
-            out[key] = e
-        else:
-            log.warning("tilefuse: autotune cache %s: entry %r is malformed: ignored", path, key)
+    out = {key: e for key, e in data["entries"].items() if _valid_entry(e)}
+    for key in [k for k in data["entries"] if k not in out]:
+        log.warning("tilefuse: autotune cache %s: entry %r is malformed: ignored", path, key)
     return out
 
 
@@ -121,20 +112,12 @@ def get(key: str, path: Path | None = None) -> dict | None:
     return load(path).get(key)
 
 
-def _warn_once(text: str, *args) -> None:
-    if (text, args) not in _WARNED:
-        _WARNED.add((text, args))
-        log.warning(text, *args)
-
-
 def decision(key: str, op: str, variants, num_sms: int | None = None) -> tuple[dict, Config | None] | None:
     """``(entry, config)`` of the cached decision ``key`` for ``op`` where it can be used, else None.
 
-    The cache can never break a call: a directory that cannot be used (below a file, unreadable,
-    inside the package), an unreadable or malformed file, or an entry whose variant is not one of
-    ``variants`` or whose config that variant refuses (``check_variant_config``; more programs than
-    ``num_sms``; no communication programs for a variant that needs them) is warned about once, naming
-    the cache path, and the decision goes on without it (the same on every rank: rank 0's view wins)."""
+    The cache never breaks a call: an unusable directory or file, or an entry whose variant is not in
+    ``variants`` or whose config that variant refuses (or needs more than ``num_sms`` programs), is
+    warned about once, naming the cache path, and the decision goes on without it."""
     where = os.environ.get("TILEFUSE_CACHE_DIR", "") or "the default cache directory"
     try:
         path = cache_path()
@@ -155,7 +138,7 @@ def decision(key: str, op: str, variants, num_sms: int | None = None) -> tuple[d
             check_variant_config(op, variant, cfg)
             if num_sms is not None:
                 check_config_fits(cfg, num_sms)
-            if variant in _COMM_VARIANTS and cfg.COMM_SMS < 1:
+            if variant in COMM_VARIANTS and cfg.COMM_SMS < 1:
                 raise ValueError(f"{variant} needs COMM_SMS >= 1 communication programs, got {cfg.COMM_SMS}")
     except (TypeError, ValueError) as err:
         _warn_once("tilefuse: autotune cache %s: entry %r is refused (%s): deciding without it", where, key, err)
@@ -163,10 +146,15 @@ def decision(key: str, op: str, variants, num_sms: int | None = None) -> tuple[d
     return e, cfg
 
 
+def _warn_once(text: str, *args) -> None:
+    if (text, args) not in _WARNED:
+        _WARNED.add((text, args))
+        log.warning(text, *args)
+
+
 @contextlib.contextmanager
 def _locked(path: Path, timeout: float):
-    """An exclusive ``flock`` on ``<path>.lock`` for the block, waited for at most ``timeout`` seconds
-    (then the block runs without it: a concurrent entry may be lost)."""
+    """An exclusive ``flock`` on ``<path>.lock``, waited for at most ``timeout`` seconds (then none)."""
     lock_path = path.with_name(path.name + ".lock")
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -194,14 +182,12 @@ def put(entries: dict, path: Path | None = None, *, timeout: float = LOCK_TIMEOU
             raise ValueError(f"autotune cache: entry {key!r} is malformed: {e!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path, timeout):
-        merged = _read(path)
-        merged.update(entries)
+        merged = {**_read(path), **entries}
         data = {"schema": SCHEMA_VERSION, "entries": dict(sorted(merged.items()))}
         fd, tmp = tempfile.mkstemp(prefix=FILE_NAME + ".", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1)
-                f.write("\n")
+                f.write(json.dumps(data, indent=1) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)

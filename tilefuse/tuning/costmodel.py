@@ -1,11 +1,6 @@
 """A conservative cost model for shapes nothing tuned: may a fused variant replace the plain path?
-
-Nearest neighbours (within ``RADIUS`` in log2 M, N, K) among the config tables' measurements; a
-variant's prediction is the smallest speedup over plain they measured, and only if all of them
-measured it; ``auto`` runs the pick only if it predicts at least ``WIN`` less time than plain.
-``tilefuse/tuning/README.md``, "The cost model", tells it in full, and how ``python -m
-tilefuse.tuning.loo`` (:func:`leave_one_out`) measures it on held-out shapes.
-"""
+The smallest speedup the tables measured within ``RADIUS`` in log2 (M, N, K) (``tilefuse/tuning/README.md``,
+"The cost model"; ``python -m tilefuse.tuning.loo`` runs :func:`leave_one_out`)."""
 
 from __future__ import annotations
 
@@ -15,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..ops.common.config import Config
 from . import tables
+from .shapes import OPS
 
 RADIUS = 1.0
 WIN = 0.05  # a model's pick must predict at least this much less time than plain
@@ -46,7 +42,7 @@ class Prediction:
 
 
 def sample_of(entry: dict) -> Sample | None:
-    """The measurements of one table entry, or None if it holds none (no plain time, no candidates)."""
+    """The measurements of one table entry, or None if it has no plain time."""
     plain_ms = entry.get("plain_ms")
     if not isinstance(plain_ms, (int, float)) or plain_ms <= 0:
         return None
@@ -65,8 +61,7 @@ def sample_of(entry: dict) -> Sample | None:
 
 
 def samples(op: str, arch: str, world: int, dtype: str) -> list[Sample]:
-    """Every measured shape of the tables for (op, arch, world, dtype); a user table's entry hides the
-    shipped one of the same shape."""
+    """Every measured shape of the tables for (op, arch, world, dtype); a user table's hides the shipped one."""
     out, seen = [], set()
     for directory in tables.search_dirs():
         for e in tables.load_table(tables.table_path(directory, op, arch, world)) or []:
@@ -74,8 +69,7 @@ def samples(op: str, arch: str, world: int, dtype: str) -> list[Sample]:
             if e["dtype"] != dtype or key in seen:
                 continue
             seen.add(key)
-            s = sample_of(e)
-            if s is not None:
+            if (s := sample_of(e)) is not None:
                 out.append(s)
     return out
 
@@ -96,8 +90,7 @@ def predict_from(data: list[Sample], M: int, N: int, K: int, *, radius: float = 
 
 
 def predict(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Prediction | None:
-    """The model's pick for a shape (None: no measurement near it). Its samples are read once per
-    table generation (:func:`tilefuse.tuning.tables.clear_cache`)."""
+    """The model's pick for a shape (None: no measurement near it); samples read once per table generation."""
     key = (op, arch, world, dtype, tables.generation(), tuple(str(d) for d in tables.search_dirs()))
     if key not in _FITTED:
         _FITTED.clear()
@@ -106,8 +99,8 @@ def predict(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) 
 
 
 def leave_one_out(data: list[Sample], *, radius: float = RADIUS) -> list[dict]:
-    """Each sample predicted from the others: one row per sample with the model's pick, its
-    predicted and measured speedup, what auto would run and the speedup that gives over plain."""
+    """Each sample predicted from the others: per sample the pick, its predicted and measured speedup,
+    what auto would run and its speedup over plain."""
     rows = []
     for i, s in enumerate(data):
         p = predict_from(data[:i] + data[i + 1:], s.M, s.N, s.K, radius=radius)
@@ -143,14 +136,11 @@ def main(argv=None) -> int:
     p.add_argument("--radius", type=float, default=RADIUS)
     p.add_argument("--rows", action="store_true", help="print every held-out shape too")
     args = p.parse_args(argv)
-    from ..ops import registry
-
     print("| op | W | shapes | predicted | mean abs err | max abs err | fused picks | worst auto/plain | missed wins |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for op in registry.OPS:
+    for op in OPS:
         for world in (1, 2, 4, 8):
-            data = samples(op, args.arch, world, args.dtype)
-            if not data:
+            if not (data := samples(op, args.arch, world, args.dtype)):
                 continue
             rows = leave_one_out(data, radius=args.radius)
             s = _summary(rows)

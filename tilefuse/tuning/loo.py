@@ -1,5 +1,4 @@
-"""``python -m tilefuse.tuning.loo``: :func:`tilefuse.tuning.costmodel.main` (a module of its own: running
-the cost model that ``import tilefuse`` already loaded with ``-m`` would import it twice)."""
+"""``python -m tilefuse.tuning.loo``: :func:`tilefuse.tuning.costmodel.main` (``-m costmodel`` imports it twice)."""
 
 from tilefuse.tuning.costmodel import main
 

@@ -1,11 +1,6 @@
-"""What the tuners try for a shape beyond each variant's default config, and what they leave out.
-
-Shared by first-call tuning (``tilefuse.ops.dispatch``) and the offline tuner (``tilefuse.tuning.tuner``)
-so both search the same space. all_gather_gemm's ``copy_engine`` form (rows pulled by the copy
-engines, ``ops/all_gather_gemm/copy_engine.py``) is a candidate of its own from W = 2. Its
-``fused_sequential`` loads each tile's A rows from the source rank's heap inside the K loop, so a
-peer's shard crosses the link once per column tile with no reuse: link-bound above
-``FUSED_AG_MAX_COLUMN_TILES`` column tiles of 256, where the tuners skip it (at W = 1 it stays).
+"""What first-call tuning and the offline tuner both leave out of their search, and their limits:
+all_gather_gemm's ``fused_sequential`` reads a peer's A rows once per column tile (no reuse): link-bound
+above ``FUSED_AG_MAX_COLUMN_TILES`` tiles of 256 from W = 2. ``copy_engine`` has nothing to copy at W = 1.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Shape sets (``shapes.json``, package data; its ``_doc`` tells the two kinds; ``models``: every model set).
-
-A list set holds global layer GEMMs ``{name, M, N, K[, ops]}`` (:func:`local_shape` shards them per
-op); a model set ``{layers, tokens_per_rank}`` holds ``[K] -> [N]`` linears of a tensor-parallel
-transformer, ``column`` or ``row``, at each count T of tokens a rank holds, which
-:func:`local_shape_per_rank` gives each op's per-rank operands at world size W:
+"""Shape sets (``shapes.json``; ``models``: every model set). A list set holds global GEMMs ``{name, M,
+N, K[, ops]}``; a model set ``{layers, tokens_per_rank}`` holds ``[K] -> [N]`` column or row linears at
+T tokens per rank, which :func:`local_shape_per_rank` gives each op at world size W:
 
   =====================  =========  ============================  ==========================
   op                     layer      this rank's ``a``             this rank's ``b``
@@ -41,24 +38,15 @@ def _expand_model(name: str, spec: dict) -> list[dict]:
 
 def shape_sets() -> dict:
     """Every set as a list of entries (model sets expanded), plus ``models``: all model sets' entries."""
-    data = json.loads(_PATH.read_text())
-    sets, models = {}, []
-    for k, v in data.items():
-        if k.startswith("_"):
-            continue
-        if isinstance(v, dict):
-            sets[k] = _expand_model(k, v)
-            models += sets[k]
-        else:
-            sets[k] = v
-    sets[MODELS] = models
+    data = {k: v for k, v in json.loads(_PATH.read_text()).items() if not k.startswith("_")}  # "_doc"
+    sets = {k: _expand_model(k, v) if isinstance(v, dict) else v for k, v in data.items()}
+    sets[MODELS] = [e for k, v in data.items() if isinstance(v, dict) for e in sets[k]]
     return sets
 
 
 def local_shape(op: str, M: int, N: int, K: int, world: int) -> tuple[int, int, int] | None:
-    """The (M, N, K) one rank passes to ``op`` for the global layer GEMM ``a [M, K] @ b [K, N]``, or None
-    when W does not divide a sharded dimension: gemm_all_scatter shards N, all_gather_gemm M and N,
-    gemm_reduce_scatter K (and its output rows), gemm_all_reduce K."""
+    """The (M, N, K) one rank passes to ``op`` for the global GEMM ``a [M, K] @ b [K, N]``, or None
+    when W does not divide a sharded dimension."""
     if op == "gemm_all_scatter":
         return (M, N // world, K) if N % world == 0 else None
     if op == "all_gather_gemm":
@@ -71,8 +59,8 @@ def local_shape(op: str, M: int, N: int, K: int, world: int) -> tuple[int, int, 
 
 
 def local_shape_per_rank(op: str, T: int, N: int, K: int, world: int) -> tuple[int, int, int] | None:
-    """The per-rank (M, N, K) of ``op`` for a layer ``[K] -> [N]`` when each rank holds T tokens
-    (the table in the module docstring), or None when W does not divide the sharded dimension."""
+    """The per-rank (M, N, K) of ``op`` for a layer ``[K] -> [N]`` at T tokens per rank (the table
+    above), or None when W does not divide the sharded dimension."""
     if op in COLUMN_OPS:
         return (T, N // world, K) if N % world == 0 else None
     if op == "gemm_reduce_scatter":

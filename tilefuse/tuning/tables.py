@@ -1,10 +1,5 @@
-"""Per-shape config tables: schema, validation and lookup (``tilefuse/configs/README.md``).
-
-A table is ``<dir>/<op>/<arch>_ws<W>.json``; ``TILEFUSE_CONFIG_DIR`` (``os.pathsep``-separated) is
-searched before the shipped ``tilefuse/configs``, first hit wins. A call's entry: the exact (M, N, K,
-dtype), else the same N, K and dtype with M in the call's M bucket (the closest M), else none. A
-malformed table raises :class:`TableError` naming the file and the entry; it is never skipped.
-"""
+"""Per-shape config tables ``<dir>/<op>/<arch>_ws<W>.json`` (schema and lookup: ``tilefuse/configs/README.md``).
+A malformed table raises :class:`TableError` naming the file and the entry; it is never skipped."""
 
 from __future__ import annotations
 
@@ -19,10 +14,9 @@ from .buckets import m_bucket
 SCHEMA_VERSION = 1
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "configs"
 PLAIN = "plain"  # torch.matmul + torch.distributed collective
-# Float8 entries are keyed by a's dtype (scaled calls: common.scaled; b's float8 kind and the scales'
-# layout do not change the kernels' choice enough to bucket them apart).
+# Float8 entries are keyed by a's dtype (b's float8 kind and the scales' layout do not change the choice).
 _DTYPES = ("float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2")
-_VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", "copy_engine", PLAIN)
+VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized", "copy_engine", PLAIN)
 _CACHE: dict = {}  # path -> (mtime_ns, entries)
 _CHOICES: dict = {}  # lookup's key -> Choice or None
 _GENERATION = [0]  # bumped by clear_cache: callers that remember choices key them on it
@@ -42,7 +36,6 @@ class Choice:
     graph: tuple | None = None  # (variant, config) inside CUDA graphs, from an entry's ``graph``; None: the same
 
     def for_graphs(self) -> Choice:
-        """The choice inside CUDA graphs."""
         return self if self.graph is None else Choice(*self.graph, f"{self.source}, inside CUDA graphs")
 
 
@@ -52,8 +45,8 @@ def graph_of(entry: dict) -> tuple | None:
     if not g:
         return None
     try:
-        if g["variant"] not in _VARIANTS:
-            raise ValueError(f"variant {g['variant']!r} is not one of {_VARIANTS}")
+        if g["variant"] not in VARIANTS:
+            raise ValueError(f"variant {g['variant']!r} is not one of {VARIANTS}")
         return (g["variant"], None if g["variant"] == PLAIN or not g.get("config") else Config.from_dict(g["config"]))
     except (TypeError, KeyError, ValueError) as err:  # a ValueError: auto's decision reports it on every rank
         raise ValueError(f"malformed 'graph' {g!r}: {err}") from None
@@ -96,8 +89,8 @@ def validate_table(data, path="<table>") -> list[dict]:
         where = f"entry {i} ({e['M']}x{e['N']}x{e['K']} {e['dtype']})"
         if e["dtype"] not in _DTYPES:
             _fail(path, where, f"dtype {e['dtype']!r} is not one of {_DTYPES}")
-        if e["variant"] not in _VARIANTS:
-            _fail(path, where, f"variant {e['variant']!r} is not one of {_VARIANTS}")
+        if e["variant"] not in VARIANTS:
+            _fail(path, where, f"variant {e['variant']!r} is not one of {VARIANTS}")
         if e["variant"] != PLAIN:
             if not isinstance(e["config"], dict):
                 _fail(path, where, "config must be an object for a tilefuse variant")
@@ -105,12 +98,11 @@ def validate_table(data, path="<table>") -> list[dict]:
                 Config.from_dict(e["config"])
             except (TypeError, ValueError) as err:
                 _fail(path, where, f"bad config: {err}")
-        if e.get("graph") is not None:
-            try:
-                if graph_of(e) is None:
-                    raise ValueError(f"graph must name a variant of {_VARIANTS}, got {e['graph']!r}")
-            except ValueError as err:
-                _fail(path, where, str(err))
+        try:
+            if e.get("graph") is not None and graph_of(e) is None:
+                raise ValueError(f"graph must name a variant of {VARIANTS}, got {e['graph']!r}")
+        except ValueError as err:
+            _fail(path, where, str(err))
         key = (e["M"], e["N"], e["K"], e["dtype"])
         if key in seen:
             _fail(path, where, "duplicate shape")
@@ -141,8 +133,7 @@ def _choice(e: dict, source: str) -> Choice:
 
 
 def clear_cache() -> None:
-    """Forget what was read, so the next lookup reads the tables again; ``variant="auto"`` then decides
-    its buckets again, collectively: call it on every rank."""
+    """Forget what was read; ``variant="auto"`` then decides again, collectively: call it on every rank."""
     _CACHE.clear()
     _CHOICES.clear()
     _GENERATION[0] += 1
@@ -154,11 +145,8 @@ def generation() -> int:
 
 
 def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -> Choice | None:
-    """The table's choice for this call, or None when no table covers it.
-
-    Remembered per call signature, so that an op call makes no file-system request; a table
-    rewritten by hand is seen after :func:`clear_cache` (:func:`write_table` clears it itself).
-    """
+    """The table's choice for this call, or None. Remembered per call signature (an op call makes no
+    file-system request): a table rewritten by hand is seen after :func:`clear_cache`."""
     key = (op, arch, world, M, N, K, dtype, os.environ.get("TILEFUSE_CONFIG_DIR", ""), str(SHIPPED_DIR))
     if key in _CHOICES:
         return _CHOICES[key]
@@ -180,9 +168,8 @@ def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -
 
 
 def write_table(directory, op: str, arch: str, world: int, entries: list[dict], provenance: dict) -> Path:
-    """Merge ``entries`` into ``<directory>/<op>/<arch>_ws<world>.json`` (same shape: replaced), check
-    the result against the schema, write it and return its path. ``provenance`` describes this run;
-    every entry records the ``commit`` and ``date`` of the run that tuned it under ``tuned``."""
+    """Merge ``entries`` into the table (same shape: replaced), validate, write it and return its path.
+    ``provenance`` describes this run; each entry keeps the ``commit`` and ``date`` that tuned it (``tuned``)."""
     path = table_path(directory, op, arch, world)
     old_data = json.loads(path.read_text()) if path.exists() else {}
     old_stamp = {k: old_data.get("provenance", {}).get(k) for k in ("commit", "date")}

@@ -1,6 +1,5 @@
-"""Time for the offline tuner: steady clocks before a decision, and a run's time budget. Every step
-the ranks must agree on is decided from values exchanged over the group (maximum over ranks).
-"""
+"""Time for the offline tuner: steady clocks before a decision, and a run's time budget (ranks agree
+through exchanged values, the maximum over ranks)."""
 
 from __future__ import annotations
 
@@ -12,15 +11,12 @@ import torch
 
 from . import autotune
 
-# A GPU at its power limit dips in clock speed about a second into a load, then holds a steady clock:
-# SETTLE_S runs past the dip.
-SETTLE_S = 1.5
+SETTLE_S = 1.5  # a GPU at its power limit dips in clock about a second into a load, then holds steady
 
 
 def settle(fn, *, device: torch.device, seconds: float = SETTLE_S, agree=None, max_calls: int = 2000) -> int:
-    """Run ``fn()`` back to back for about ``seconds`` (on a GPU), so the next timing starts at steady
-    clocks; ``agree(n)`` gives the call count every rank uses (required when ``fn`` is collective).
-    Returns the count."""
+    """Run ``fn()`` back to back for about ``seconds`` on a GPU, so the next timing starts at steady
+    clocks; returns the count, ``agree(n)``'s where given (required when ``fn`` is collective)."""
     if device.type != "cuda" or seconds <= 0:
         return 0
     torch.cuda.synchronize(device)
@@ -41,36 +37,29 @@ def clock() -> float:
 
 
 class Budget:
-    """Whether the next item of a run (a shape) still fits in ``seconds`` (rank 0's; None: no limit):
-    :meth:`fits`, a host exchange on every rank before every item, says yes while the time since
-    ``start`` plus the median cost of the items done, each the maximum over the ranks, stays within
-    ``seconds``, so the ranks stop before the same item. The first item always runs."""
+    """Whether the next item (a shape) still fits in ``seconds`` (rank 0's; None: no limit): collective
+    :meth:`fits` says yes while the time since ``start`` plus the median cost of the items done, maximum
+    over the ranks, stays within ``seconds``. The first item always runs."""
 
     def __init__(self, seconds: float | None, group, *, start: float | None = None,
                  what: str = "tilefuse.tune: budget"):
         if seconds is not None and not seconds > 0:
             raise ValueError(f"a time budget must be > 0 seconds, got {seconds!r}")
-        self.seconds = seconds
-        self.group = group
+        self.seconds, self.group, self.what = seconds, group, what
         self.start = clock() if start is None else start
-        self.what = what
         self.marks: list = []  # agreed seconds since start at each call of fits
         self.costs: list = []  # agreed seconds of each finished item, its left-out part removed
         self.elapsed = 0.0
         self.estimate: float | None = None
 
     def fits(self, left_out_s: float = 0.0) -> bool:
-        """Collective: whether the next item fits. ``left_out_s``: seconds of the item just finished
-        that later items are not expected to spend again (its kernels' compilation)."""
+        """``left_out_s``: seconds of the item just finished that later ones will not spend (compiling)."""
         mine = {"elapsed": clock() - self.start, "left_out": max(0.0, float(left_out_s)), "seconds": self.seconds}
         views = autotune.all_gather(mine, self.group, what=f"{self.what}: item {len(self.marks) + 1}")
         self.elapsed = max(v["elapsed"] for v in views)
         seconds = views[0]["seconds"]
         if self.marks:
-            spent = self.elapsed - self.marks[-1] - max(v["left_out"] for v in views)
-            self.costs.append(max(0.0, spent))
+            self.costs.append(max(0.0, self.elapsed - self.marks[-1] - max(v["left_out"] for v in views)))
         self.marks.append(self.elapsed)
         self.estimate = statistics.median(self.costs) if self.costs else None
-        if seconds is None or self.estimate is None:
-            return True
-        return self.elapsed + self.estimate <= seconds
+        return seconds is None or self.estimate is None or self.elapsed + self.estimate <= seconds

@@ -1,11 +1,8 @@
 """The tuner: ``python -m tilefuse.tuning --op OP --shapes SET[,SET] [--dtype bfloat16] [--out DIR]``.
 
-(``python -m tilefuse.tune`` is the same command.) Run it on every rank (``torchrun --nproc-per-node
-W -m tilefuse.tuning ...``); without torchrun it runs at world 1. Per shape: a first pass over plain
-and every variant x candidate config shortlists a few, then first-call tuning's own decision
-(:func:`tilefuse.tuning.autotune.tune`) picks between plain and them. Results go into the user's
-decision cache, or with ``--out DIR`` into the config table ``DIR/<op>/<arch>_ws<W>.json``
-(``tilefuse/configs/README.md``). ``tilefuse/tuning/README.md``, "The tuner", tells the rest.
+Also ``python -m tilefuse.tune``; on every rank under torchrun, else at world 1. Per shape a first pass
+over plain and every variant x config shortlists a few, then first-call tuning's decision picks; results
+go into the decision cache or, with ``--out``, a config table (``tilefuse/tuning/README.md``, "The tuner").
 """
 
 from __future__ import annotations
@@ -47,9 +44,8 @@ SPLITS = [8, 16, 32]
 
 
 def small_m_tiles(M: int) -> list[tuple]:
-    """Decode-size tiles: above M = 64 the swept ``config.SMALL_M_TILES`` first; then BLOCK_M 64/32/16
-    (none taller than M needs) x BLOCK_N 128/64 (more column tiles keep more programs reading B), 4
-    warps, 4 stages; and 128x128 above M = 64."""
+    """Decode-size tiles: above M = 64 ``config.SMALL_M_TILES`` first; then BLOCK_M 64/32/16 (none taller
+    than M needs) x BLOCK_N 128/64, 4 warps, 4 stages; and 128x128 above M = 64."""
     top = max(16, 1 << (M - 1).bit_length())
     tiles = [(bm, bn, bk, 4, stages) for bm, bn, bk, stages in SMALL_M_TILES] if M > 64 else []
     tiles += [(bm, bn, 64, 4, 4) for bm in (64, 32, 16) if bm <= top for bn in (128, 64)]
@@ -60,9 +56,8 @@ def small_m_tiles(M: int) -> list[tuple]:
 
 def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int, interpreter: bool,
                       quick: bool, *, op: str = "", world: int = 1) -> list[Config]:
-    """The search space of one variant for one shape (deduplicated, all fitting the device, at most
-    ``rules.MAX_TUNER_CONFIGS``): the variant's default first, then tile sizes x warps/stages x
-    GEMM/communication splits."""
+    """One variant's search space for a shape (distinct, fitting the device, at most
+    ``rules.MAX_TUNER_CONFIGS``): its default first, then tiles x warps/stages x GEMM/communication splits."""
     comm = variant in rules.COMM_VARIANTS
     base = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=comm)
     if interpreter:
@@ -93,22 +88,19 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
 
 
 def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: int = 17) -> list[tuple]:
-    """``n_sets`` of ``(a, b, keywords)``: b the same on every rank, a too for gemm_all_scatter
-    (replicated); float8 operands with tensor-wise scales (``common.scaled``; bfloat16 results)."""
+    """``n_sets`` of ``(a, b, keywords)``: b the same on every rank, a too for gemm_all_scatter;
+    float8 operands with tensor-wise scales (bfloat16 results)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
-    rank = dist.get_rank()
+    a_seed = seed if op == "gemm_all_scatter" else seed + 1000 * (dist.get_rank() + 1)
     sets = []
     for i in range(n_sets):
-        a_seed = seed + i if op == "gemm_all_scatter" else seed + 1000 * (rank + 1) + i
-        ga = torch.Generator().manual_seed(a_seed)
-        a = torch.randn(M, K, generator=ga).to(dtype=dtype, device=device)
+        a = torch.randn(M, K, generator=torch.Generator().manual_seed(a_seed + i)).to(dtype=dtype, device=device)
+        b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device)
         if dtype in FLOAT8_DTYPES:  # unit-scale values, the product's scale in scale_b
-            b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device)
-            scales = {"scale_a": torch.ones((), device=device), "scale_b": torch.full((), K ** -0.5, device=device)}
+            sets.append((a, b, {"scale_a": torch.ones((), device=device),
+                                "scale_b": torch.full((), K ** -0.5, device=device)}))
         else:
-            b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device) / K ** 0.5
-            scales = {}
-        sets.append((a, b, scales))
+            sets.append((a, b / K ** 0.5, {}))
     return sets
 
 
@@ -122,25 +114,21 @@ def _ms(x: float) -> float:
 
 def _round_record(label: str, reps: int, times: dict, block: dict, spread: dict) -> dict:
     return {"round": label, "reps": reps, "call_ms": {n: _ms(t) for n, t in times.items()},
-            "block_ms": {n: _ms(t) for n, t in block.items()},
-            "spread": {n: round(float(u), 5) for n, u in spread.items()}}
+            "block_ms": {n: _ms(t) for n, t in block.items()}, "spread": {n: _ms(u) for n, u in spread.items()}}
 
 
 def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int, keep: int,
                margin: float = autotune.MARGIN, decide_s: float = DECIDE_S, stats: dict | None = None) -> dict:
-    """Tune one shape on every rank (collective); returns its table entry (``tilefuse/tuning/README.md``,
-    "The tuner"). A first pass (:func:`autotune.screen`) shortlists the ``keep`` best, those at most
-    ``SHORTLIST_RATIO`` x plain's time; :func:`autotune.tune` decides between plain and them. ``stats``
-    (optional) receives ``warm_up_s``: the first pass's warm-up seconds (compiling), max over ranks."""
-    # Workspaces are kept per shape: without this, a sweep over large shapes fills the heap and later
-    # shapes' candidates fail with HeapFullError instead of being timed.
+    """Tune one shape on every rank (collective); returns its table entry. :func:`autotune.screen`
+    shortlists the ``keep`` best (at most ``SHORTLIST_RATIO`` x plain's time), :func:`autotune.tune`
+    decides. ``stats`` (optional) receives ``warm_up_s``: the first pass's warm-up seconds, max over ranks."""
+    # Workspaces are kept per shape: a sweep over large shapes would fill the heap.
     tilefuse.synchronize()
     tilefuse.barrier()
     tilefuse.clear_workspaces()
     heap = tilefuse.get_heap()
     device, group, world = heap.device, heap.group, heap.world_size
-    interpreter = hw.interpreting()
-    num_sms = hw.num_sms(device)
+    interpreter, num_sms = hw.interpreting(), hw.num_sms(device)
     # Calls rotate over up to 4 input sets, together about twice a 64 MiB L2: a call rarely finds its operands cached.
     n_sets = 1 if interpreter else max(1, min(4, -(-2 * 64 * 2**20 // max((M * K + K * N) * dtype.itemsize, 1))))
     sets = _inputs(op, M, N, K, dtype, device, n_sets)
@@ -169,29 +157,23 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
             autotune.Candidate(n, space[n][0], space[n][1], runner(registry.get(op, space[n][0]), config=space[n][1]))
             for n in names]
 
-    first = autotune.screen(candidates(list(space)), device=device, group=group, what=f"{what}: first pass",
-                            reps=reps)
+    first = autotune.screen(candidates(list(space)), device=device, group=group, what=f"{what}: first pass", reps=reps)
     if stats is not None:
         stats["warm_up_s"] = first.warm_up_s
 
     def ratio(n):  # the worse of its first-pass times to plain's, alone and back to back
         return max(t[n] / t["plain"] if t["plain"] > 0 else math.inf for t in (first.times, first.block))
 
-    records = {}
-    for name, (variant, cfg) in space.items():
-        rec = {"name": name, "variant": variant, "config": cfg.to_dict()}
-        if name in first.dropped:
-            rec["error"] = first.dropped[name][:300]
-        else:
-            rec.update(time_ms=_ms(first.times[name]), block_ms=_ms(first.block[name]))
-        records[name] = rec
+    records = {name: {"name": name, "variant": variant, "config": cfg.to_dict(),
+                      **({"error": first.dropped[name][:300]} if name in first.dropped else
+                         {"time_ms": _ms(first.times[name]), "block_ms": _ms(first.block[name])})}
+               for name, (variant, cfg) in space.items()}
     ranked = sorted((n for n in first.times if n != "plain"), key=lambda n: (ratio(n), n))
     shortlist = [n for n in ranked if ratio(n) <= SHORTLIST_RATIO][:keep]
     plain_first = ({"plain": d["plain"]} for d in (first.times, first.block, first.spread))
     decision = {"margin": margin, "first_pass": _round_record("first pass", first.reps, *plain_first),
                 "finalists": shortlist, "rounds": []}
-    variant, config, times, block = tables.PLAIN, None, first.times, first.block
-    pick = "plain"
+    variant, config, times, block, pick = tables.PLAIN, None, first.times, first.block, "plain"
     if shortlist:
         settle(runner(plain), device=device, agree=lambda n: max(autotune.all_gather(n, group, what=f"{what}: settle")))
         res = autotune.tune(candidates(shortlist), device=device, group=group, what=f"{what}: decision",
@@ -199,8 +181,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
         variant, config, times, block = res.variant, res.config, res.times, res.block
         pick = "plain" if variant == tables.PLAIN else next(n for n in shortlist if space[n] == (variant, config))
         decision["rounds"].append(_round_record("decision", res.reps, res.times, res.block, res.spread))
-        if res.confirmed is not None:
-            c = res.confirmed
+        if (c := res.confirmed) is not None:
             decision["rounds"].append(_round_record("confirmation", c["reps"], c["times"], c["block"], c["spread"]))
         if res.dropped:
             decision["dropped"] = res.dropped
@@ -236,7 +217,7 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
 
 
 def _commit() -> str:
-    """The checkout's commit (``git rev-parse``), or ``unknown`` where there is no git checkout."""
+    """The checkout's commit (``git rev-parse``), or ``unknown``."""
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or "unknown"
@@ -246,8 +227,7 @@ def _commit() -> str:
 
 def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margin: float = autotune.MARGIN,
                 decide_s: float = DECIDE_S, left_out: list | None = None, commit: str | None = None) -> Path:
-    """Merge ``entries`` into the config table of ``op`` under ``out_dir``; ``commit`` names the code
-    that tuned them in the provenance (default: the checkout's, from git)."""
+    """Merge ``entries`` into ``op``'s config table under ``out_dir``; ``commit`` goes in the provenance."""
     heap = tilefuse.get_heap()
     provenance = {
         "device": torch.cuda.get_device_name(heap.device) if heap.device.type == "cuda" else "cpu (interpreter)",
@@ -263,8 +243,7 @@ def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margi
 
 
 def write_cache(op: str, entries: list[dict], *, margin: float = autotune.MARGIN) -> Path:
-    """Put the tuned ``entries`` in the user's decision cache, one per M bucket (the entry tuned last
-    wins a bucket that two shapes fall in); returns the cache file."""
+    """Put ``entries`` in the decision cache, one per M bucket (the last wins); returns the cache file."""
     heap = tilefuse.get_heap()
     arch, world = hw.arch_name(heap.device), heap.world_size
     out = {}
@@ -298,8 +277,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
-    """The command on this rank: ``(entries tuned, shapes left out by --budget-s, file written)`` (the
-    file on rank 0 only; None elsewhere or when nothing was tuned)."""
+    """The command on this rank: ``(entries tuned, shapes left out by --budget-s, file written or None)``."""
     t_start = timing.clock()
     p = _parser()
     args = p.parse_args(argv)
@@ -315,10 +293,9 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
         else:
             dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     heap = tilefuse.init()
-    W = dist.get_world_size()
     rank = dist.get_rank()
     dtype = getattr(torch, args.dtype)
-    shapes = local_shapes(args.op, args.shapes, W) if args.shapes else []
+    shapes = local_shapes(args.op, args.shapes, dist.get_world_size()) if args.shapes else []
     for s in args.shape:
         M, N, K = (int(x) for x in s.lower().split("x"))
         shapes.append({"name": s, "M": M, "N": N, "K": K})
@@ -329,8 +306,7 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
     budget = Budget(args.budget_s, heap.group, start=t_start, what=f"tilefuse.tune {args.op}: budget")
     entries, left_out, path, warm_up_s = [], [], None, 0.0
     for i, s in enumerate(unique):
-        # A shape's first pass compiles its candidates' kernels, which later shapes mostly reuse
-        # (one compiled kernel per config for every shape): the estimate leaves that time out.
+        # Later shapes mostly reuse the kernels a first pass compiles: the estimate leaves that time out.
         if not budget.fits(warm_up_s):
             left_out = unique[i:]
             if rank == 0:
@@ -364,7 +340,3 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
 def main(argv=None) -> int:
     run(argv)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
