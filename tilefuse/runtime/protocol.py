@@ -327,7 +327,7 @@ def call_begin_kernel(
 #
 #     call = (heap_bases, ctl, rank, world, sig, gen, out0, n_out0, out1, n_out1, status)
 #
-# built by the host once per call (``launch.Entered.call_arg``). A kernel that takes part in the
+# built by the host once per call (``launch.call_arg``). A kernel that takes part in the
 # protocol takes this one tuple and reaches the heap, its rank and the call's words through it.
 # ---------------------------------------------------------------------------------------------
 

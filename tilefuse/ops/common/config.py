@@ -25,8 +25,7 @@ WARP_SPEC_VARIANTS = {
     "gemm_reduce_scatter": ("bulk_sync", "fused_sequential"),
     "gemm_all_reduce": ("bulk_sync",),
 }
-# Tensor-descriptor (TMA) boxes hold at most 256 elements per dimension.
-_MAX_BLOCK = 256
+_MAX_BLOCK = 256  # tensor-descriptor (TMA) boxes hold at most 256 elements per dimension
 
 
 @dataclass(frozen=True)
@@ -36,18 +35,15 @@ class Config:
     ``GEMM_SMS`` programs compute tiles; ``COMM_SMS`` programs move data (0 for variants without
     communication programs). Blocks are powers of two in [16, 256].
 
-    ``SPLIT_K`` (1 to ``MAX_SPLIT_K``): each tile's K steps are split into that many slices on
-    different programs; the last slice to finish sums the fp32 partials in slice order and runs the
-    epilogue (``ops.common.split_k``). Taken by the GEMM core, so every ``bulk_sync``
-    (``SPLIT_K_VARIANTS``), and by gemm_all_reduce's ``fused_sequential`` where the slices fill at
-    most one wave (``ONE_WAVE_SPLIT_K``); the other variants take only 1.
+    ``SPLIT_K`` (1 to ``MAX_SPLIT_K``): each tile's K steps are split into slices on different
+    programs; the last slice to finish sums the fp32 partials in slice order (``ops.common.split_k``).
+    Taken by ``SPLIT_K_VARIANTS`` and, where the slices fill at most one wave, ``ONE_WAVE_SPLIT_K``.
 
     ``WARP_SPEC`` (0 or 1): the tile loop is warp-specialized (on Hopper a producer warp group issues
     the descriptor loads, two consumer groups multiply); the same sums. It takes ``num_warps = 4``,
     ``BLOCK_M >= 64`` and ``BLOCK_N <= 2 * BLOCK_M``, and is honoured with ``SPLIT_K = 1`` on the
-    descriptor path on NVIDIA GPUs, by the loops of ``WARP_SPEC_VARIANTS`` (no per-tile flag);
-    elsewhere the tiles run unspecialized (:func:`launch_shape`). Such calls are begun by the begin
-    kernel (``launch.GemmCall.kernel_may_begin``).
+    descriptor path on NVIDIA GPUs by ``WARP_SPEC_VARIANTS``; elsewhere the tiles run unspecialized
+    (:func:`launch_shape`).
     """
 
     BLOCK_M: int
@@ -70,20 +66,14 @@ class Config:
             value = getattr(self, name)
             if value < 16 or value > _MAX_BLOCK or value & (value - 1):
                 raise ValueError(f"Config.{name} must be a power of two in [16, {_MAX_BLOCK}], got {value}")
-        if self.GROUP_M < 1:
-            raise ValueError(f"Config.GROUP_M must be >= 1, got {self.GROUP_M}")
-        if self.num_warps not in _NUM_WARPS:
-            raise ValueError(f"Config.num_warps must be one of {_NUM_WARPS}, got {self.num_warps}")
-        if self.num_stages < 1:
-            raise ValueError(f"Config.num_stages must be >= 1, got {self.num_stages}")
-        if self.GEMM_SMS < 1:
-            raise ValueError(f"Config.GEMM_SMS must be >= 1, got {self.GEMM_SMS}")
-        if self.COMM_SMS < 0:
-            raise ValueError(f"Config.COMM_SMS must be >= 0, got {self.COMM_SMS}")
-        if not 1 <= self.SPLIT_K <= MAX_SPLIT_K:
-            raise ValueError(f"Config.SPLIT_K must be in [1, {MAX_SPLIT_K}], got {self.SPLIT_K}")
-        if self.WARP_SPEC not in (0, 1):
-            raise ValueError(f"Config.WARP_SPEC must be 0 or 1, got {self.WARP_SPEC}")
+        for name, ok, want in (
+            ("GROUP_M", self.GROUP_M >= 1, ">= 1"), ("num_warps", self.num_warps in _NUM_WARPS, f"one of {_NUM_WARPS}"),
+            ("num_stages", self.num_stages >= 1, ">= 1"), ("GEMM_SMS", self.GEMM_SMS >= 1, ">= 1"),
+            ("COMM_SMS", self.COMM_SMS >= 0, ">= 0"),
+            ("SPLIT_K", 1 <= self.SPLIT_K <= MAX_SPLIT_K, f"in [1, {MAX_SPLIT_K}]"), ("WARP_SPEC", self.WARP_SPEC in (0, 1), "0 or 1"),
+        ):
+            if not ok:
+                raise ValueError(f"Config.{name} must be {want}, got {getattr(self, name)}")
         if self.WARP_SPEC and (self.num_warps != 4 or self.BLOCK_M < 64 or self.BLOCK_N > 2 * self.BLOCK_M):
             # For sm_90 with Triton 3.7: 64x64 to 256x128 specialize; 64x256 fails to compile.
             raise ValueError(
@@ -104,17 +94,16 @@ class Config:
     def for_shape(cls, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
                   device: torch.device | None = None, comm: bool = True) -> Config:
         """The default config of an ``M x N x K`` GEMM on ``device`` (the current GPU, or the
-        interpreter's), as a variant uses where no table covers the shape: a start to change one field
-        of, e.g. ``Config.for_shape(4096, 8192, 4096).replace(COMM_SMS=16)``. ``comm``: for a variant
-        with communication programs (producer_consumer, wg_specialized)."""
+        interpreter's) where no table covers the shape, e.g.
+        ``Config.for_shape(4096, 8192, 4096).replace(COMM_SMS=16)``. ``comm``: for a variant with
+        communication programs (producer_consumer, wg_specialized)."""
         from ...runtime import hw
 
         return default_config(M, N, K, dtype, num_sms=hw.num_sms(device), interpreter=hw.interpreting(), comm=comm)
 
     @classmethod
     def from_dict(cls, d: dict) -> Config:
-        """Inverse of :meth:`to_dict`; every field without a default is required and unknown keys are
-        an error."""
+        """Inverse of :meth:`to_dict`; every field without a default is required, unknown keys are an error."""
         unknown = sorted(set(d) - _FIELD_NAMES)
         missing = sorted(_REQUIRED - set(d))
         if unknown:
@@ -133,16 +122,16 @@ def _pow2_between(x: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, triton.next_power_of_2(max(1, x))))
 
 
-# Split-K heuristic (default_config with split_k=True): K steps a slice keeps at least; shared
-# memory the small-M tiles' pipeline stages may take, and their most stages.
+# Split-K heuristic: K steps a slice keeps at least; shared memory the small-M tiles' pipeline stages
+# may take, and their most stages.
 MIN_SLICE_STEPS = 4
 _STAGE_SMEM_BYTES = 160 * 1024
 _MAX_SMALL_M_STAGES = 6
 
 
 def split_k_for(tiles: int, steps: int, programs: int) -> int:
-    """The most K slices per tile (up to ``MAX_SPLIT_K``) such that ``tiles * slices`` work items
-    still fit in one wave of ``programs`` and every slice keeps ``MIN_SLICE_STEPS`` K steps."""
+    """The most K slices per tile (up to ``MAX_SPLIT_K``) such that ``tiles * slices`` still fit in one
+    wave of ``programs`` and every slice keeps ``MIN_SLICE_STEPS`` K steps."""
     split = 1
     while (split < MAX_SPLIT_K and tiles * (split + 1) <= programs
            and steps >= (split + 1) * MIN_SLICE_STEPS):
@@ -219,8 +208,7 @@ SPLIT_FREE_WAVE_USE = 0.7  # with split-K at 64 <= M <= 128: the whole-K tiles w
 def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, programs: int,
                                  interpreter: bool) -> tuple | None:
     """For the split-K default at 64 <= M <= 128 (16-bit, GPU): the tile without split-K while its
-    tiles keep ``SPLIT_FREE_WAVE_USE`` of their waves busy (whole-K tiles that fill the SMs beat
-    split ones), else None."""
+    tiles keep ``SPLIT_FREE_WAVE_USE`` of their waves busy, else None."""
     if interpreter or dtype.itemsize > 2 or not 64 <= M <= 128:
         return None
     tile = _narrow_decode_tiles(M, N, K, dtype.itemsize, programs) if M <= 64 else _small_m_tiles(M, N, K, programs)
@@ -230,8 +218,8 @@ def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, pro
 
 def pointer_tiles(config: Config, dtype: torch.dtype) -> bool:
     """Whether the GEMM core loads ``config``'s tiles through pointers even where descriptors fit: the
-    16-row decode tiles of ``POINTER_DECODE_*`` (16-bit values), on a Linear weight's layout
-    (``gemm.operand_path``). A rule of the config and dtype, never of the shape."""
+    16-row decode tiles of ``POINTER_DECODE_*`` (16-bit values; ``gemm.operand_path``). A rule of
+    the config and dtype, never of the shape."""
     return config.BLOCK_M == 16 and config.BLOCK_K >= POINTER_DECODE_K and dtype.itemsize == 2
 
 
@@ -387,10 +375,9 @@ _DECODE_SPLIT_REF_K = 1 << 20
 def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int,
                         interpreter: bool) -> Config | None:
     """For a kernel of one work item a program (``ONE_WAVE_SPLIT_K``): the GEMM core's split-K tiles
-    (:func:`default_config` with ``split_k``) where ``SPLIT_K >= 2`` slices fill one wave of
-    ``num_sms`` programs, the tiles have ``DECODE_SPLIT_BLOCK_M`` rows and a tile's sum fits in
-    registers (:func:`sum_rows`); else None. GPU, M <= ``DECODE_SPLIT_MAX_M``, 16-bit values.
-    Tiles and slices follow M and N only (the ranks' K shards may differ); ``K`` sets ``BLOCK_K``."""
+    where ``SPLIT_K >= 2`` slices fill one wave of ``num_sms`` programs, the tiles have
+    ``DECODE_SPLIT_BLOCK_M`` rows and a tile's sum fits in registers (:func:`sum_rows`); else None.
+    GPU, M <= ``DECODE_SPLIT_MAX_M``, 16-bit values. ``K`` sets only ``BLOCK_K``."""
     if interpreter or M > DECODE_SPLIT_MAX_M or dtype.itemsize != 2:
         return None
     config = default_config(M, N, _DECODE_SPLIT_REF_K, dtype, num_sms=num_sms, interpreter=False, comm=False,
@@ -403,29 +390,26 @@ def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: 
 
 
 def launch_shape(config: Config, specialized: bool) -> tuple[int, int]:
-    """``(num_warps, num_stages)`` a kernel launches ``config`` with: as given, except for a
-    ``WARP_SPEC`` config run unspecialized: the two consumer groups' warps (at most 16) and at most 3
-    stages."""
+    """``(num_warps, num_stages)`` of a launch of ``config``: as given, except for a ``WARP_SPEC``
+    config run unspecialized: the two consumer groups' warps (at most 16) and at most 3 stages."""
     if not config.WARP_SPEC or specialized:
         return config.num_warps, config.num_stages
     return min(16, 2 * config.num_warps), min(3, config.num_stages)
 
 
 def side_warps(config: Config) -> int:
-    """Warps of the kernels beside the GEMM's tile loop (reductions, copies): those of its
-    unspecialized launch, whatever ``WARP_SPEC`` asks."""
+    """Warps of the kernels beside the GEMM's tile loop (reductions, copies): its unspecialized launch's."""
     return launch_shape(config, False)[0]
 
 
 def sum_rows(config: Config) -> int:
-    """Rows of a ``[rows, BLOCK_N]`` fp32 block a reduction sums at once: about 32 values a thread
-    (:func:`side_warps`), at most ``BLOCK_M`` (then a tile's sum fits in a program's registers)."""
+    """Rows of a ``[rows, BLOCK_N]`` fp32 block a reduction sums at once: about 32 values a thread,
+    at most ``BLOCK_M`` (then a tile's sum fits in a program's registers)."""
     return max(1, min(config.BLOCK_M, 1024 * side_warps(config) // config.BLOCK_N))
 
 
 def check_variant_config(op: str, variant: str, config: Config) -> None:
-    """Raise ValueError if ``config`` splits K (``SPLIT_K > 1``) for a variant whose kernels do not
-    (``SPLIT_K_VARIANTS``; also ``ONE_WAVE_SPLIT_K``, whose set-up checks the rest)."""
+    """Raise ValueError if ``config`` splits K for a variant whose kernels do not."""
     if config.SPLIT_K > 1 and variant not in SPLIT_K_VARIANTS and (op, variant) not in ONE_WAVE_SPLIT_K:
         raise ValueError(
             f"{op}: Config.SPLIT_K={config.SPLIT_K} is for the variants whose GEMM is the split-K core "
