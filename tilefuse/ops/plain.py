@@ -1,7 +1,7 @@
 """The plain path of each op: what a torch user writes, torch.matmul + one torch.distributed tensor
-collective (cuBLAS + NCCL: what tilefuse competes with, and what ``variant="auto"`` runs where
-nothing beat it). The matmul writes straight into the result or into the collective's buffer, the
-collective lands in the result, and nothing is copied after it; at W = 1 the matmul is the call.
+collective (what tilefuse competes with, and what ``variant="auto"`` runs where nothing beat it).
+The matmul writes into the result or the collective's buffer, the collective lands in the result,
+nothing is copied after it; at W = 1 the matmul is the call.
 
 =====================  ===========================================================================
 op (rank r, W ranks)   calls (W > 1)
@@ -13,21 +13,13 @@ gemm_reduce_scatter    ``p = a @ b``; ``c = empty(M/W, N)``; ``reduce_scatter_te
 gemm_all_reduce        ``c = a @ b``; ``all_reduce(c)``; ``c += bias`` (W = 1: ``addmm(bias, a, b)``)
 =====================  ===========================================================================
 
-gemm_all_scatter's result is column-major (``c.t()`` is contiguous): a gather lands each rank's
-block as a block of rows, and rank r's column block of ``c`` is row block r of ``c.t()``, so the
-matmul writes its transpose there and the gather moves it in place. An ``out`` that is column-major
-is that buffer; a row-major ``out`` receives one copy (no tensor collective lands column blocks of
-a row-major matrix).
+gemm_all_scatter's result is column-major (``c.t()`` is contiguous): rank r's column block of ``c``
+is row block r of ``c.t()``, which a gather lands in place. A column-major ``out`` is that buffer; a
+row-major one receives one copy. Float8 operands take :mod:`.common.scaled_plain`'s path.
 
-Float8 operands (``scale_a=``, ``scale_b=``, ``out_dtype=``) take :mod:`.common.scaled_plain`'s
-path: ``torch._scaled_mm``, the reducing ops summing in fp32.
-
-The checks are torch's own plus the op's shape rules, made once per call; the group's world size,
-rank and backend are looked up once per group. Calls are not paired with the peers' calls as the
-fused variants' calls are: a call that differs between ranks, or fails its checks on one rank
-only, fails as torch's collective does (gloo aborts the process, NCCL waits until its watchdog).
-gloo has no collectives on CUDA tensors that every rank sharing one GPU can run: there the
-tensors go through host memory.
+The checks are torch's own plus the op's shape rules. Calls are not paired with the peers' as the
+fused variants' are: a call that differs between ranks, or fails its checks on one rank only, fails
+as torch's collective does (gloo aborts the process, NCCL waits until its watchdog).
 """
 
 from __future__ import annotations
@@ -36,36 +28,17 @@ import torch
 
 from . import registry
 from .common import scaled_plain
-from .common.checks import (
-    SUPPORTED_DTYPES,
-    check_divisible,
-    check_dtypes,
-    check_inner_dim,
-    check_matrix,
-    check_out_tensor,
-    check_same_device,
-)
+from .common.checks import SUPPORTED_DTYPES, check_divisible, check_operands, check_out_tensor
 from .common.collectives import Comm, all_gather_tensor, all_reduce, comm_of, reduce_scatter_tensor
 from .common.scaled import is_float8
 
 _Tensor = torch.Tensor
 
 
-def check_operands(op: str, a, b) -> None:
-    """The checks every entry point of an op makes on ``a [M, K]`` and ``b [K, N]``: 2-D tensors on
-    one device, of one supported dtype, agreeing on K (each error names the op and the argument)."""
-    check_matrix(op, "a", a)
-    check_matrix(op, "b", b)
-    check_same_device(op, a=a, b=b)
-    check_dtypes(op, a=a, b=b)
-    check_inner_dim(op, a, b)
-
-
 def _comm(op: str, a, b, group, scale_a, scale_b, out_dtype) -> Comm | None:
-    """The :class:`Comm` of the group of a call ``op(a, b)`` in a's dtype, after the checks torch.matmul
-    does not make itself: two matrices of a supported dtype (K, the second dtype and the device are
-    torch.matmul's own checks: :func:`_matmul` names the op where they fail). None for a float8 call
-    (scales, ``out_dtype`` or float8 operands), which :mod:`.common.scaled_plain` runs."""
+    """The :class:`Comm` of the call's group, after the checks torch.matmul does not make itself (two
+    matrices of a supported dtype; :func:`_matmul` names the op where torch's fail). None for a
+    float8 call, which :mod:`.common.scaled_plain` runs."""
     if not (scale_a is None and scale_b is None and out_dtype is None and isinstance(a, _Tensor)
             and isinstance(b, _Tensor) and a.dim() == 2 and b.dim() == 2 and a.dtype in SUPPORTED_DTYPES):
         if scale_a is not None or scale_b is not None or out_dtype is not None or is_float8(a) or is_float8(b):

@@ -14,7 +14,6 @@ FLOAT8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def check_matrix(op: str, name: str, t) -> None:
-    """`t` is a 2-D torch.Tensor."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != 2:
@@ -22,7 +21,6 @@ def check_matrix(op: str, name: str, t) -> None:
 
 
 def check_same_device(op: str, **tensors: torch.Tensor) -> None:
-    """All tensors live on one device."""
     items = list(tensors.items())
     first_name, first = items[0]
     for name, t in items[1:]:
@@ -57,10 +55,19 @@ def _check_float8(op: str, items: list) -> None:
                         "as for torch._scaled_mm")
 
 
+def check_operands(op: str, a, b) -> None:
+    """The checks every entry point of an op makes on ``a [M, K]`` and ``b [K, N]``: 2-D tensors on
+    one device, of one supported dtype, agreeing on K."""
+    check_matrix(op, "a", a)
+    check_matrix(op, "b", b)
+    check_same_device(op, a=a, b=b)
+    check_dtypes(op, a=a, b=b)
+    check_inner_dim(op, a, b)
+
+
 def check_kernel_dtype(op: str, dtype) -> None:
-    """The kernels can compute in ``dtype`` here: Triton's interpreter (the CPU backend) computes
-    bfloat16 wrong (relative errors of 1e9 with Triton 3.7), so there it is refused
-    rather than returned wrong; the plain path (torch) takes it."""
+    """The kernels can compute in ``dtype`` here: Triton's interpreter computes bfloat16 wrong
+    (relative errors of 1e9 with Triton 3.7), so there it is refused; the plain path takes it."""
     if dtype == torch.bfloat16:
         from ...runtime import _env
 
@@ -72,9 +79,7 @@ def check_kernel_dtype(op: str, dtype) -> None:
 def check_inner_dim(op: str, a: torch.Tensor, b: torch.Tensor, a_name: str = "a", b_name: str = "b") -> None:
     """a [M, K] and b [K, N] agree on K."""
     if a.shape[1] != b.shape[0]:
-        raise ValueError(
-            f"{op}: {b_name} has {b.shape[0]} rows but {a_name} has {a.shape[1]} columns (K must match)"
-        )
+        raise ValueError(f"{op}: {b_name} has {b.shape[0]} rows but {a_name} has {a.shape[1]} columns (K must match)")
 
 
 def check_divisible(op: str, name: str, value: int, by: int, what: str) -> None:
@@ -101,8 +106,8 @@ def check_out_tensor(op: str, out, shape: tuple, dtype, device, **inputs: torch.
 
 
 def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Whether ``x`` and ``y`` may share memory: their byte ranges intersect on one device (two
-    interleaved strided views count as overlapping; a tensor without elements overlaps nothing)."""
+    """Whether ``x`` and ``y`` may share memory: their byte ranges intersect on one device (interleaved
+    strided views count; a tensor without elements overlaps nothing)."""
     if x.device != y.device:
         return False
     nx, ny = span_bytes(x), span_bytes(y)

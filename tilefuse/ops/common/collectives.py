@@ -1,11 +1,7 @@
-"""torch.distributed collectives for the plain and reference paths, on any backend.
-
-The plain path's three tensor collectives (:func:`all_gather_tensor`, :func:`reduce_scatter_tensor`,
-:func:`all_reduce`) are torch's own calls on the op's group, whose facts (:func:`comm_of`) are looked
-up once per group. gloo, which several ranks sharing one GPU use, has no collectives on CUDA tensors
-that all of them can run: there the tensors go through host memory. The reference paths'
-collectives (:func:`all_gather_cat`, :func:`reduce_scatter_rows`, :func:`all_reduce_sum`) sum in
-fp32 and return fresh tensors.
+"""torch.distributed collectives for the plain and reference paths, on any backend: the plain
+path's tensor collectives on the group of :func:`comm_of`, and the reference paths' (fp32 sums,
+fresh tensors). gloo, which ranks sharing one GPU use, has no collectives on CUDA tensors that all
+of them can run: there the tensors go through host memory.
 """
 
 from __future__ import annotations
@@ -25,10 +21,9 @@ _all_reduce = dist.all_reduce
 
 
 def op_group(group):
-    """The process group a torch-collective path (plain, reference) runs on: ``group``, or for None
-    the group tilefuse's default heap serves (what the fused variants use for None; torch's own None
-    is the whole world, which differs where tilefuse was first initialised on a subgroup), or the
-    world when tilefuse is not initialised."""
+    """The process group a torch-collective path runs on: ``group``, or for None the default heap's
+    group (as the fused variants; torch's None, the world, differs where tilefuse was first
+    initialised on a subgroup), or the world when tilefuse is not initialised."""
     if group is None and is_initialized():
         return get_heap().group
     return group
@@ -47,8 +42,8 @@ _COMMS: dict = {}  # the group argument (None: the default) -> Comm
 
 
 def comm_of(group) -> Comm:
-    """The :class:`Comm` of the group a plain call names (None: :func:`op_group`'s default), made
-    once per group and forgotten at ``tilefuse.shutdown()`` (None then may name another group)."""
+    """The :class:`Comm` of the group a plain call names (None: :func:`op_group`'s), made once per
+    group and forgotten at ``tilefuse.shutdown()``."""
     hit = _COMMS.get(group)
     if hit is not None:
         return hit
@@ -90,10 +85,6 @@ def all_reduce(t: torch.Tensor, comm: Comm) -> None:
         t.copy_(host)
 
 
-def _needs_host(t: torch.Tensor, group) -> bool:
-    return t.device.type == "cuda" and dist.get_backend(group) == "gloo"
-
-
 def all_gather_cat(t: torch.Tensor, dim: int, group=None) -> torch.Tensor:
     """Concatenate every rank's ``t`` along ``dim`` in group-rank order (a fresh tensor)."""
     comm = comm_of(group)
@@ -113,7 +104,7 @@ def reduce_scatter_rows(t: torch.Tensor, group=None) -> torch.Tensor:
     if world == 1:
         return t.float()
     rank = dist.get_rank(group)
-    host = _needs_host(t, group) or dist.get_backend(group) == "gloo"
+    host = dist.get_backend(group) == "gloo"
     src = t.float()
     src = src.cpu() if host else src
     dist.all_reduce(src, group=group)
@@ -127,7 +118,7 @@ def all_reduce_sum(t: torch.Tensor, group=None) -> torch.Tensor:
     src = t.float()
     if dist.get_world_size(group) == 1:
         return src
-    host = _needs_host(t, group)
+    host = t.device.type == "cuda" and dist.get_backend(group) == "gloo"
     buf = src.cpu() if host else src.clone()
     dist.all_reduce(buf, group=group)
     return buf.to(t.device) if host else buf

@@ -70,7 +70,8 @@ class Config:
             ("GROUP_M", self.GROUP_M >= 1, ">= 1"), ("num_warps", self.num_warps in _NUM_WARPS, f"one of {_NUM_WARPS}"),
             ("num_stages", self.num_stages >= 1, ">= 1"), ("GEMM_SMS", self.GEMM_SMS >= 1, ">= 1"),
             ("COMM_SMS", self.COMM_SMS >= 0, ">= 0"),
-            ("SPLIT_K", 1 <= self.SPLIT_K <= MAX_SPLIT_K, f"in [1, {MAX_SPLIT_K}]"), ("WARP_SPEC", self.WARP_SPEC in (0, 1), "0 or 1"),
+            ("SPLIT_K", 1 <= self.SPLIT_K <= MAX_SPLIT_K, f"in [1, {MAX_SPLIT_K}]"),
+            ("WARP_SPEC", self.WARP_SPEC in (0, 1), "0 or 1"),
         ):
             if not ok:
                 raise ValueError(f"Config.{name} must be {want}, got {getattr(self, name)}")

@@ -39,15 +39,11 @@ def matmul_kernel(
     FLATTEN: tl.constexpr = False, TMA_STORE: tl.constexpr = False,
 ):
     """Persistent C [M, N] = A [M, K] @ B [K, N]: program pid takes work items pid, pid +
-    num_programs, ... : tiles, or with ``SPLIT`` the tiles' ``split_k`` K slices, the last slice of a
-    tile to finish summing them in K order (:func:`hand_in_slice`, :func:`store_slice_sum`).
-    ``split_k`` and ``num_programs`` are runtime values: one compiled kernel per tile config.
-
-    ``IN_CALL``: nothing runs when the collective call was aborted; ``ENTER`` begins the call
-    (``P.enter``), ``END`` ends it (``P.exit``), ``BARRIER``: its last program passes a barrier with
-    the other ranks. Whole tiles only: ``WARP_SPEC`` warp-specializes the tile loop (the same sums),
-    ``FLATTEN`` flattens the tile and K loops into one pipelined loop, ``TMA_STORE`` stores through
-    a descriptor of C (2: in two halves of its columns) (:func:`whole_tiles`)."""
+    num_programs, ...: tiles, or with ``SPLIT`` the tiles' ``split_k`` K slices, the last slice of a
+    tile summing them in K order. ``split_k`` and ``num_programs`` are runtime values: one compiled
+    kernel per tile config. ``IN_CALL``: nothing runs when the call was aborted; ``ENTER``/``END``
+    begin/end the call (``P.enter``/``P.exit``), ``BARRIER``: its last program passes a barrier with
+    the other ranks. ``WARP_SPEC``, ``FLATTEN``, ``TMA_STORE``: forms of the whole-tile loop."""
     stride_am, stride_ak = a_strides
     stride_bk, stride_bn = b_strides
     stride_cm, stride_cn = c_strides
@@ -91,7 +87,7 @@ def matmul_kernel(
 
 
 def _interpreting() -> bool:
-    """True when this module's kernels run in Triton's interpreter (decided when it was imported)."""
+    """Whether this module's kernels run in Triton's interpreter (decided at import)."""
     return type(matmul_kernel.jit_fn).__name__ == "InterpretedFunction"
 
 
@@ -99,38 +95,27 @@ def _tma_device(device: torch.device) -> bool:
     """Whether kernels on `device` can use tensor descriptors: the interpreter, or NVIDIA sm_90+."""
     if _interpreting():
         return True
-    if device.type != "cuda" or torch.version.hip is not None:
-        # ROCm reports MI300 as capability 9.4; descriptors there are not the fast path we tuned.
+    if device.type != "cuda" or torch.version.hip is not None:  # ROCm: MI300 reports 9.4, not our fast path
         return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _cuda_major(index) >= 9
+    return _cuda_major(device.index if device.index is not None else torch.cuda.current_device()) >= 9
 
 
-@functools.cache
+@functools.cache  # get_device_capability costs microseconds, and gemm_layout runs on every call
 def _cuda_major(index: int) -> int:
-    # Cached: get_device_capability costs microseconds, and gemm_layout runs on every call.
     return torch.cuda.get_device_capability(index)[0]
 
 
 def _tma_compatible(t: torch.Tensor, unit_dim: int) -> bool:
     """`t` has stride 1 along `unit_dim`, a 16-byte aligned base and a leading stride of 16-byte multiples."""
     lead = t.stride(1 - unit_dim)
-    return (
-        t.stride(unit_dim) == 1
-        and lead > 0
-        and (lead * t.element_size()) % 16 == 0
-        and t.data_ptr() % 16 == 0
-    )
+    return t.stride(unit_dim) == 1 and lead > 0 and (lead * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
 
 
 def gemm_layout(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
     """``(use_tma, b_kmajor)`` for ``a [M, K] @ b [K, N]``: tensor descriptors where the device has
-    them (NVIDIA sm_90+, or the interpreter), A is row-major, B row-major or column-major
-    (``b_kmajor``), both 16-byte aligned with leading strides of positive 16-byte multiples; else
-    the pointer path ``(False, False)``, which takes any strides."""
-    if not _tma_device(a.device):
-        return False, False
-    if not _tma_compatible(a, unit_dim=1):
+    them, A is row-major, B row-major or column-major (``b_kmajor``), both 16-byte aligned with
+    leading strides of positive 16-byte multiples; else the pointer path ``(False, False)``."""
+    if not (_tma_device(a.device) and _tma_compatible(a, unit_dim=1)):
         return False, False
     if _tma_compatible(b, unit_dim=1):
         return True, False
@@ -159,9 +144,8 @@ UNALIGNED_PAD_MIN_M = 64
 
 
 def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
-    """``ALIGN`` of :func:`gemm_tile_range` for operands on the pointer path: the largest of 8, 4, 2
-    elements that divide K and the leading strides (A row-major, B column-major, 16-byte aligned
-    bases); 1 for any other layout."""
+    """``ALIGN`` of :func:`gemm_tile_range` on the pointer path: the largest of 8, 4, 2 elements that
+    divide K and the leading strides (A row-major, B column-major, 16-byte aligned bases), else 1."""
     if a.stride(1) != 1 or b.stride(0) != 1 or a.data_ptr() % 16 or b.data_ptr() % 16:
         return 1
     for align in (8, 4, 2):
@@ -172,9 +156,8 @@ def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
 
 def operand_path(a: torch.Tensor, b: torch.Tensor, config, *, min_m: int):
     """``(a, b, use_tma, b_kmajor, align)``: how the GEMM core with ``config``'s tiles reads ``a @ b``:
-    through pointers for the decode tiles of :func:`~.config.pointer_tiles` on a Linear weight
-    (:func:`pointer_align` 8: faster there than descriptors), else :func:`tma_operands`. ``align``:
-    ``ALIGN`` of :func:`gemm_tile_range` (1 on descriptors)."""
+    through pointers for :func:`~.config.pointer_tiles` on a Linear weight (``ALIGN`` 8), else
+    :func:`tma_operands`."""
     if pointer_tiles(config, a.dtype) and pointer_align(a, b) == 8:
         return a, b, False, False, 8
     a, b, use_tma, b_kmajor = tma_operands(a, b, min_m)
@@ -182,17 +165,15 @@ def operand_path(a: torch.Tensor, b: torch.Tensor, config, *, min_m: int):
 
 
 def warp_specialized(config, use_tma: bool, device: torch.device) -> bool:
-    """Whether a tile loop runs ``config`` warp-specialized: ``Config.WARP_SPEC`` asks for it, the
-    operands are on the descriptor path, no K is split and the device is an NVIDIA GPU (the
-    interpreter has no warps); elsewhere the config runs unspecialized (:func:`config.launch_shape`)."""
+    """Whether a tile loop runs ``config`` warp-specialized: ``WARP_SPEC`` on the descriptor path, no
+    K split, on an NVIDIA GPU (the interpreter has no warps)."""
     return (bool(config.WARP_SPEC) and use_tma and config.SPLIT_K == 1
             and device.type == "cuda" and not _interpreting())
 
 
 def flattened_loop(config, use_tma: bool) -> bool:
-    """Whether a loop of whole tiles (no split K, no warp specialization, no flag in its body) is
-    flattened (:func:`whole_tiles`' ``FLATTEN``): 128-row tiles on the descriptor path. Never a rule
-    of the shape: new shapes of a config launch the kernel already compiled."""
+    """Whether a loop of whole tiles (no split K, no warp specialization, no flag) is flattened
+    (``FLATTEN``): 128-row tiles on the descriptor path; never a rule of the shape (no recompiling)."""
     return bool(use_tma) and config.BLOCK_M >= 128
 
 
@@ -202,11 +183,8 @@ def tma_operands(a: torch.Tensor, b: torch.Tensor, min_m: int) -> tuple[torch.Te
     least ``min_m`` rows (``PAD_MIN_M`` for the GEMM core, ``UNALIGNED_PAD_MIN_M`` for the variants'
     own kernels): one more read and write of it buys the faster path."""
     use_tma, b_kmajor = gemm_layout(a, b)
-    if use_tma or not _tma_device(a.device) or _interpreting():
-        return a, b, use_tma, b_kmajor
-    if a.shape[0] < min_m:
-        return a, b, use_tma, b_kmajor
-    if a.numel() == 0 or b.numel() == 0:
+    if use_tma or not _tma_device(a.device) or _interpreting() or a.shape[0] < min_m or a.numel() == 0 \
+            or b.numel() == 0:
         return a, b, use_tma, b_kmajor
     if not _tma_compatible(a, unit_dim=1):
         a = _padded(a, unit_dim=1)
@@ -222,9 +200,8 @@ _SCRATCH_STREAMS = 64  # streams remembered at most (the cache is dropped beyond
 
 
 def _cuda_scratch(size: int, alignment: int, stream):
-    """Global scratch that device-side tensor descriptors are written into, one buffer per (device,
-    stream): launches on one stream never overlap, so each may overwrite the last one's. A CUDA graph
-    capture gets a fresh tensor from the graph's pool (replays of two graphs may overlap)."""
+    """Scratch for device-side tensor descriptors, one buffer per (device, stream): launches on one
+    stream never overlap. A CUDA graph capture gets a fresh tensor (replays of two graphs may overlap)."""
     if torch.cuda.is_current_stream_capturing():
         return torch.empty(size, dtype=torch.int8, device="cuda")
     key = (torch.cuda.current_device(), stream)
@@ -236,16 +213,13 @@ def _cuda_scratch(size: int, alignment: int, stream):
     return buf
 
 
-# triton.set_allocator stores the allocator in a ContextVar, so it is per thread/context: track
-# "installed" the same way, so that a launch from a fresh thread installs it again.
-_allocator_installed: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "tilefuse_allocator_installed", default=False
-)
+# triton.set_allocator's allocator is per thread/context (a ContextVar): so is "installed".
+_allocator_installed = contextvars.ContextVar("tilefuse_allocator_installed", default=False)
 
 
 def ensure_triton_allocator() -> None:
-    """Install the scratch allocator that kernels creating tensor descriptors need on a GPU (call
-    before launching one with ``USE_TMA=True``; a no-op in the interpreter)."""
+    """Install the scratch allocator kernels creating tensor descriptors need on a GPU (before a
+    ``USE_TMA=True`` launch; a no-op in the interpreter)."""
     if _interpreting() or _allocator_installed.get():
         return
     triton.set_allocator(_cuda_scratch)
@@ -256,23 +230,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
            call: tuple | None = None, enter: bool = False, barrier: bool = False,
            flatten: bool | None = None, tma_store: int = 0, tma: bool = True,
            scales: tuple | None = None) -> torch.Tensor:
-    """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
-    block) the GEMM is part of a collective call and does nothing if the call was aborted. With
-    ``call`` (``launch.call_arg`` of a call whose kernels begin it) the GEMM begins the call
-    (``enter``) or ends it; ``barrier``: its last program then passes a barrier with the other ranks
-    (what it stored into the heap is visible on every rank after it).
-
-    ``a [M, K]``, ``b [K, N]``, ``c [M, N]`` on one device at any strides; fp32 accumulation. Uses
-    ``config``'s tiles and ``GEMM_SMS`` programs (fewer for fewer work items); with ``SPLIT_K > 1``
-    the last slice of a tile sums the fp32 partials in slice order (the same bits on every run, not
-    those of ``SPLIT_K = 1``).
+    """``c[:] = a @ b`` (``a [M, K]``, ``b [K, N]``, ``c [M, N]``, any strides, fp32 accumulation)
+    with the persistent Triton GEMM on ``config``'s tiles and at most ``GEMM_SMS`` programs; returns
+    ``c``. With ``SPLIT_K > 1`` the last slice of a tile sums the partials in slice order
+    (deterministic). With ``ctl`` the GEMM is part of a collective call and does nothing if it was
+    aborted; with ``call`` (``launch.call_arg``) it begins the call (``enter``) or ends it,
+    ``barrier``: its last program then passes a barrier with the other ranks.
 
     Whole tiles without split-K: ``flatten`` (None: :func:`flattened_loop`) and ``tma_store`` (0, 1,
-    2: off by default, it takes a stage's shared memory), matmul_kernel's ``FLATTEN`` and
-    ``TMA_STORE``; neither changes the sums. ``tma=False`` keeps the operands on the pointer path,
-    else :func:`operand_path` decides. ``scales``: a float8 call's (:func:`.scaled.kernel_scales`):
-    ``c = (a * scale_a) @ (b * scale_b)``, rounded once to c's dtype.
-    """
+    2) are the kernel's ``FLATTEN`` and ``TMA_STORE``; neither changes the sums. ``tma=False`` keeps
+    the pointer path. ``scales``: a float8 call's (:func:`.scaled.kernel_scales`)."""
     M, K = a.shape
     N = b.shape[1]
     if tma_store not in (0, 1, 2):

@@ -1,7 +1,6 @@
-"""The plain path of float8 calls (:mod:`.scaled`): ``torch._scaled_mm`` (on the CPU, where it does not
-run, the fp32 matmul of the dequantized operands) and the torch.distributed collective, as
-``tilefuse.ops.plain`` does for the other dtypes. all_gather_gemm gathers the float8 rows (as bytes)
-and their row scales; the reducing ops reduce the fp32 product and round once to ``out_dtype``.
+"""The plain path of float8 calls (:mod:`.scaled`): :func:`.scaled.scaled_matmul` and the
+torch.distributed collective. all_gather_gemm gathers the float8 rows (as bytes) and their row
+scales; the reducing ops reduce the fp32 product and round once to ``out_dtype``.
 """
 
 from __future__ import annotations
@@ -9,18 +8,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .checks import check_dtypes, check_inner_dim, check_matrix, check_out_tensor, check_same_device
+from .checks import check_divisible, check_operands, check_out_tensor
 from .collectives import all_gather_cat, all_reduce_sum, op_group, reduce_scatter_rows
 from .scaled import Scaled, check_scales, gather_bytes, row_scales, scaled_matmul
-
-
-def _checked(op: str, a, b, scale_a, scale_b, out_dtype) -> Scaled:
-    check_matrix(op, "a", a)
-    check_matrix(op, "b", b)
-    check_same_device(op, a=a, b=b)
-    check_dtypes(op, a=a, b=b)
-    check_inner_dim(op, a, b)
-    return check_scales(op, a, b, scale_a, scale_b, out_dtype)
 
 
 def _fp32(s: Scaled) -> Scaled:
@@ -44,8 +34,6 @@ def all_gather_gemm(a, b, s: Scaled, group, *, return_gathered=False):
 
 
 def gemm_reduce_scatter(a, b, s: Scaled, group):
-    from .checks import check_divisible
-
     world = dist.get_world_size(group)
     check_divisible("gemm_reduce_scatter", "M (rows of a)", a.shape[0], world, "the world size")
     partial = scaled_matmul(a, b, _fp32(s))
@@ -74,6 +62,7 @@ _PLAIN = {fn.__name__: fn for fn in (gemm_all_scatter, all_gather_gemm, gemm_red
 
 def run(op: str, a, b, group, scale_a, scale_b, out_dtype, **kwargs):
     """The plain path of a float8 call ``op(a, b, scale_a=, scale_b=, out_dtype=, **kwargs)``, checked
-    (:func:`.scaled.check_scales`: scales or ``out_dtype`` without float8 operands raise, and so
-    does a float8 operand next to another dtype)."""
-    return _PLAIN[op](a, b, _checked(op, a, b, scale_a, scale_b, out_dtype), op_group(group), **kwargs)
+    (scales or ``out_dtype`` without float8 operands raise, and so does a float8 operand next to
+    another dtype)."""
+    check_operands(op, a, b)
+    return _PLAIN[op](a, b, check_scales(op, a, b, scale_a, scale_b, out_dtype), op_group(group), **kwargs)

@@ -10,14 +10,10 @@ Every variant computes its tiles with these helpers; a kernel that computes ``C 
         store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
 
 Operand layouts (:func:`.gemm.gemm_layout`): ``USE_TMA=False``, masked pointer loads at any
-strides; ``USE_TMA=True``, device-side tensor descriptors: A row-major, B row-major or, with
-``B_KMAJOR``, column-major (``w.t()`` of a ``Linear`` weight; its ``[BN, BK]`` tiles are transposed
-in registers). Out-of-bounds elements read as zero. Accumulation is fp32; fp32 inputs run in tf32 on
-NVIDIA GPUs, exact fp32 in the interpreter.
-
-``scales`` (:mod:`.scaled`): a float8 call's ``(scale_a, row stride, scale_b, column stride)``; the
-K loop's last step multiplies the accumulator by them (:func:`scale_tile`), so every store, push and
-partial sum that follows sees the scaled product. An unscaled call's uint8 stand-ins leave it as it is.
+strides; ``USE_TMA=True``, tensor descriptors: A row-major, B row-major or, with ``B_KMAJOR``,
+column-major (``w.t()`` of a ``Linear`` weight). Out-of-bounds elements read as zero. Accumulation
+is fp32 (fp32 inputs: tf32 on NVIDIA GPUs). A float8 call's ``scales`` (:mod:`.scaled`) multiply the
+accumulator at the end of the K loop (:func:`scale_tile`), before anything stores it.
 """
 
 from __future__ import annotations
@@ -49,10 +45,8 @@ def gemm_operands(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
 ):
-    """Operands for gemm_tile: TMA descriptors of A [M, K] and B [K, N] if USE_TMA, else the raw pointers."""
-    # The pointers may point anywhere in global memory, including a peer's heap (translated
-    # pointer). With USE_TMA the unit strides (stride_ak, and stride_bn or stride_bk) are 1 by
-    # construction (checked on the host), so only the leading strides enter the descriptors.
+    """Operands for gemm_tile: TMA descriptors of A [M, K] and B [K, N] if USE_TMA, else the raw pointers
+    (which may point into a peer's heap). With USE_TMA the unit strides are 1 (checked on the host)."""
     a_op = a_ptr
     b_op = b_ptr
     if USE_TMA:
@@ -99,11 +93,8 @@ def gemm_tile_range(
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr = 1,
 ):
     """K steps [k_lo, k_hi) (in units of BLOCK_K) of tile (pid_m, pid_n): the fp32 partial [BM, BN]
-    of A[rows, k_lo*BK : k_hi*BK] @ B[k_lo*BK : k_hi*BK, cols] (zeros for an empty range), times
-    the scales of a float8 call (:func:`scale_tile`).
-
-    ``ALIGN`` (pointer path; :func:`pointer_align`): A row-major, B column-major, and ``K``,
-    ``stride_am`` and ``stride_bn`` multiples of ``ALIGN``: the compiler loads ``ALIGN`` elements at once."""
+    (zeros for an empty range), times a float8 call's scales. ``ALIGN`` (pointer path;
+    ``gemm.pointer_align``): ``K``, ``stride_am``, ``stride_bn`` are multiples of it, loaded at once."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # [BM, BN]
     if USE_TMA:
         # Descriptor coordinates are element indices (int32); out-of-bounds reads return zeros.
@@ -145,10 +136,8 @@ def gemm_tile_range(
 
 @triton.jit
 def scale_tile(acc, scales, pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``acc [BM, BN] * scale_a[rows, None] * scale_b[None, cols]`` of tile (pid_m, pid_n) of an
-    [M, N] product for float32 ``scales`` (a stride of 0 broadcasts a tensor-wise scale); ``acc``
-    itself for the uint8 stand-ins of an unscaled call (decided at compile time). Elements past the
-    first four (an op's own, e.g. all_gather_gemm's gathered row scales) are not read here."""
+    """``acc [BM, BN] * scale_a[rows, None] * scale_b[None, cols]`` for float32 ``scales`` (stride 0:
+    tensor-wise); ``acc`` itself for an unscaled call's uint8 stand-ins (decided at compile time)."""
     if is_scaled(scales):
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
         scale_a = tl.load(scales[0] + offs_m * scales[1], mask=offs_m < M, other=0.0)  # [BM]
@@ -201,11 +190,10 @@ def whole_tiles(
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr,
     FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr, WARP_SPEC: tl.constexpr = False,
 ):
-    """Tiles pid, pid + num_programs, ... of C, each over all of K (matmul_kernel's ``FLATTEN``,
-    ``TMA_STORE`` and warp-specialized forms of its tiles schedule). The epilogue's tile comes from a
-    counter of its own, one step behind the loads' (the same values): with the loops flattened, the
-    next tile's loads then do not wait on this tile's store. ``TMA_STORE`` 2 stores a tile through
-    the descriptor in two halves of ``BLOCK_N // 2`` columns (half the shared memory for the store)."""
+    """Tiles pid, pid + num_programs, ... of C, each over all of K: ``FLATTEN`` flattens the tile and
+    K loops into one pipelined loop, ``TMA_STORE`` stores through a descriptor of C (2: in two halves
+    of its columns, half the shared memory). The epilogue's tile comes from a counter of its own (the
+    same values): with the loops flattened, the next tile's loads then do not wait on this store."""
     if TMA_STORE:
         c_op = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
                                          block_shape=[BLOCK_M, BLOCK_N // TMA_STORE])
@@ -242,14 +230,10 @@ def claimed_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, FLATTEN: tl.constexpr,
 ):
-    """Tiles of C, each over all of K, shared by ``num_claimers`` programs of the launch, some of
-    which may start late.
-
-    Each claimer's even share is dealt out beforehand to the ``dealt_programs`` programs that start at
-    once (:func:`whole_tiles`, flattened with ``FLATTEN``); the rest are taken one at a time from a
-    counter, so late programs take only what nobody has started. Every claimer claims until it gets
-    none: a launch makes exactly ``total - dealt + num_claimers`` claims, and the last one sets the
-    counter back to zero for the next launch."""
+    """Tiles of C, each over all of K, shared by ``num_claimers`` programs, some of which may start
+    late: each claimer's even share is dealt to the ``dealt_programs`` that start at once
+    (:func:`whole_tiles`), the rest are claimed one at a time from a counter. A launch makes exactly
+    ``total - dealt + num_claimers`` claims; the last one sets the counter back to zero."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     total = num_pid_m * num_pid_n
