@@ -19,7 +19,7 @@ from .checks import check_out_tensor
 
 
 class Workspace:
-    """Heap buffers of one (op, variant, shape) key."""
+    """Heap buffers of one (op, variant, shape) key, read as attributes."""
 
     def __init__(self, buffers: dict):
         self.buffers = buffers
@@ -66,7 +66,7 @@ def _capturing(heap) -> bool:
     return heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
+def workspace(heap, key: tuple, make, nbytes: int) -> Workspace:
     """The cached workspace for ``key``; ``make(heap) -> dict`` allocates it on first use, after
     releasing least recently used ones beyond :func:`workspace_budget` to make room for ``nbytes``.
 
@@ -91,14 +91,12 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
             "yet (heap buffers are created collectively, outside capture): make one eager call with the same "
             "shapes, dtype, variant and config before capturing"
         )
-    if nbytes is not None:
-        _evict(heap, nbytes)
+    _evict(heap, nbytes)
     buffers = _allocate(heap, key, make)
     failure = _check_offsets(heap, key, buffers)
     if failure is not None and failure[0] is RuntimeError and _DIVERGED in failure[1]:
-        # Blocks held only by reference cycles are freed by the cyclic collector at different moments
-        # on different ranks, so the ranks' allocators drifted apart. Every rank compared the same
-        # gathered offsets and got this error: they all collect now and allocate once more, in step.
+        # Blocks held only by reference cycles are freed at different moments on different ranks; every
+        # rank compared the same gathered offsets and got this error: all collect now and retry in step.
         buffers.clear()
         gc.collect()
         buffers = _allocate(heap, key, make)

@@ -100,17 +100,9 @@ def all_gather_cat(t: torch.Tensor, dim: int, group=None) -> torch.Tensor:
 
 def reduce_scatter_rows(t: torch.Tensor, group=None) -> torch.Tensor:
     """Sum ``t`` [M, N] over ranks and return this rank's row block [M/W, N] (fp32 sum)."""
-    world = dist.get_world_size(group)
-    if world == 1:
-        return t.float()
+    rows = t.shape[0] // dist.get_world_size(group)
     rank = dist.get_rank(group)
-    host = dist.get_backend(group) == "gloo"
-    src = t.float()
-    src = src.cpu() if host else src
-    dist.all_reduce(src, group=group)
-    rows = t.shape[0] // world
-    out = src[rank * rows:(rank + 1) * rows].clone()
-    return out.to(t.device) if host else out
+    return all_reduce_sum(t, group)[rank * rows:(rank + 1) * rows].clone()
 
 
 def all_reduce_sum(t: torch.Tensor, group=None) -> torch.Tensor:

@@ -1,15 +1,9 @@
-"""Tile movement helpers shared by the ops: push a tile to peers, ring order, tile decode."""
+"""Tile movement helpers shared by the ops: push a tile to peers, tile decode."""
 
 import triton
 import triton.language as tl
 
 from ...runtime import primitives as P
-
-
-@triton.jit
-def ring_peer(cur_rank, i, world):
-    """The i-th rank after ``cur_rank`` in ring order (i = 0 is ``cur_rank`` itself)."""
-    return (cur_rank + i) % world
 
 
 @triton.jit
@@ -21,8 +15,7 @@ def push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank,
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
     value = tile.to(c_ptr.dtype.element_ty)
     for i in range(FIRST, world):
-        peer = ring_peer(cur_rank, i, world)
-        P.store(ptrs, value, cur_rank, peer, heap_bases, mask=mask)
+        P.store(ptrs, value, cur_rank, (cur_rank + i) % world, heap_bases, mask=mask)
 
 
 @triton.jit

@@ -1,11 +1,7 @@
-"""Host-side plumbing shared by every variant: the call's begin and its protocol argument, heap
-lookup, config, output, streams.
-
-A variant's entry point is decorated with :func:`collective` and has two phases: prepare, once per
-call signature (:func:`tilefuse.ops.common.arena.prepared`: checks, :func:`resolve_config`, heap
-workspaces, grids), and launch, every call (:func:`new_output`, :func:`begin_call`, :func:`call_arg`,
-the launches, :class:`ForkedStreams`). Kernels read the call's sequence number from the control
-block: nothing on the host counts epochs.
+"""Host-side plumbing shared by every variant (its entry point decorated with :func:`collective`):
+the checked GEMM call and its config (:func:`prepare_gemm`, once per call signature), and per call
+the output, the call's begin and its protocol argument (:func:`begin_call`, :func:`call_arg`) and
+streams. Kernels read the call's sequence number from the control block: no host epoch counter.
 """
 
 from __future__ import annotations
@@ -42,15 +38,14 @@ def collective(op: str):
 
 
 def begin(key: tuple, *outputs) -> None:
-    """Launch the current call's begin kernel (pairing, signature check, barrier); ``outputs`` are
-    filled with NaN if the call aborts. Call it after the checks and allocations, before any launch."""
+    """Launch the current call's begin kernel (pairing, signature check, barrier) after the checks and
+    allocations; ``outputs`` are filled with NaN if the call aborts."""
     _world.current_call().begin(key, outputs)
 
 
 def begin_call(key: tuple, *outputs, kernel_begins: bool = False) -> tuple | None:
-    """Begin the current call (:func:`begin`), or, with ``kernel_begins``, return the begin arguments
-    of the call's first kernel, which begins it itself (``P.enter`` with ``ENTER``; pass
-    :func:`call_arg` of the result to it and to the last kernel, which ends it; then :func:`launched`)."""
+    """Begin the current call (:func:`begin`), or, with ``kernel_begins``, return the begin arguments of
+    the call's first kernel, which begins it itself (pass :func:`call_arg` of them; then :func:`launched`)."""
     if kernel_begins:
         return _world.current_call().enter_args(key, outputs)
     begin(key, *outputs)
@@ -80,8 +75,7 @@ def gemm_call_args(heap, entry: tuple | None) -> tuple | None:
 
 
 def op_heap(op: str, group):
-    """The heap of ``group`` (None: the call's group inside a collective call, else the default
-    group); a group never initialised on this rank raises, naming the remedy."""
+    """The heap of ``group`` (None: the call's group inside a collective call, else the default group)."""
     if group is None:
         if not is_initialized():
             raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
@@ -91,21 +85,6 @@ def op_heap(op: str, group):
         raise RuntimeError(f"{op}: called with group {_world._describe_group(group)} inside a collective call "
                            f"on another group ({_world._describe_group(get_heap().group)})")
     return heap
-
-
-def resolve_config(op: str, config: Config | None, M: int, N: int, K: int, dtype: torch.dtype, heap,
-                   *, comm: bool) -> Config:
-    """The caller's config (checked to fit the device) or the heuristic default."""
-    sms = hw.num_sms(heap.device)
-    if config is None:
-        return _default_config(M, N, K, dtype, sms, hw.interpreting(), comm)  # checked when made
-    if not isinstance(config, Config):
-        raise TypeError(f"{op}: config must be a tilefuse Config, got {type(config).__name__}")
-    if comm and config.COMM_SMS < 1:
-        raise ValueError(f"{op}: this variant needs COMM_SMS >= 1 communication programs, "
-                         f"got {config.COMM_SMS}")
-    check_config_fits(config, sms)
-    return config
 
 
 @functools.lru_cache(maxsize=4096)
@@ -216,7 +195,7 @@ class GemmCall:
 
     @property
     def gemm_args(self) -> tuple:
-        """Pointers, sizes and strides of A and B in the order the kernels take them."""
+        """Pointers, sizes and strides of A and B, in the kernels' order."""
         a, b = self.a, self.b
         return (a, b, self.M, self.N, self.K, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
 
@@ -260,11 +239,9 @@ class GemmCall:
 
 def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None = None,
                  tile_n: int | None = None, pad: bool = True, specialize: bool = False) -> GemmCall:
-    """Check ``a [M, K]`` and ``b [K, N]`` for ``op`` and resolve the config and GEMM layout.
-
-    ``tile_m``/``tile_n``: the M and N the config heuristic sees (e.g. per-shard sizes). With ``pad``,
-    operands off the tensor-descriptor path are copied onto it (launchers pass ``GemmCall.a``/``b``).
-    """
+    """Check ``a [M, K]`` and ``b [K, N]`` for ``op`` and resolve the config (the caller's, checked to
+    fit the device, or the default for ``tile_m``/``tile_n`` if given) and GEMM layout. With ``pad``,
+    operands off the tensor-descriptor path are copied onto it (launchers pass ``GemmCall.a``/``b``)."""
     heap = op_heap(op, group)
     check_matrix(op, "a", a)
     check_matrix(op, "b", b)
@@ -276,11 +253,19 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
     check_inner_dim(op, a, b)
     M, K = a.shape
     N = b.shape[1]
-    cfg = resolve_config(op, config, tile_m or M, tile_n or N, K, a.dtype, heap, comm=comm)
+    sms = hw.num_sms(heap.device)
+    if config is None:  # the heuristic default (checked when made)
+        config = _default_config(tile_m or M, tile_n or N, K, a.dtype, sms, hw.interpreting(), comm)
+    elif not isinstance(config, Config):
+        raise TypeError(f"{op}: config must be a tilefuse Config, got {type(config).__name__}")
+    elif comm and config.COMM_SMS < 1:
+        raise ValueError(f"{op}: this variant needs COMM_SMS >= 1 communication programs, got {config.COMM_SMS}")
+    else:
+        check_config_fits(config, sms)
     if pad:
         a, b, use_tma, b_kmajor = tma_operands(a, b, UNALIGNED_PAD_MIN_M)
     else:
         use_tma, b_kmajor = gemm_layout(a, b)
     if use_tma:
         ensure_triton_allocator()
-    return GemmCall(op, heap, a, b, M, N, K, cfg, use_tma, b_kmajor, specialize)
+    return GemmCall(op, heap, a, b, M, N, K, config, use_tma, b_kmajor, specialize)

@@ -1,5 +1,5 @@
 """What every op's ``_prepare`` shares: a variant's set-up made once per call signature (:func:`once`)
-and the base of what it makes (:class:`PreparedCall`: sizes, signature, workspaces, per-call steps)."""
+and the base of what it makes (:class:`PreparedCall`)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class PreparedCall:
         return workspace(self.heap, key, make, nbytes)
 
     def operands(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``a`` and ``b`` as the variant's own kernels read them (copies where ``pad``)."""
+        """``a`` and ``b`` as the variant's kernels read them (copies where ``pad``)."""
         if self.pad:
             a, b = tma_operands(a, b, UNALIGNED_PAD_MIN_M)[:2]
         if self.use_tma:

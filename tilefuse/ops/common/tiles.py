@@ -50,18 +50,14 @@ def gemm_operands(
     a_op = a_ptr
     b_op = b_ptr
     if USE_TMA:
-        a_op = tl.make_tensor_descriptor(
-            a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K]
-        )
+        a_op = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
         if B_KMAJOR:
             # Column-major B [K, N] is a row-major [N, K] buffer: tiles come out as [BN, BK].
-            b_op = tl.make_tensor_descriptor(
-                b_ptr, shape=[N, K], strides=[stride_bn, 1], block_shape=[BLOCK_N, BLOCK_K]
-            )
+            b_op = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1],
+                                             block_shape=[BLOCK_N, BLOCK_K])
         else:
-            b_op = tl.make_tensor_descriptor(
-                b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N]
-            )
+            b_op = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
+                                             block_shape=[BLOCK_K, BLOCK_N])
     return a_op, b_op
 
 
@@ -74,12 +70,9 @@ def gemm_tile(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr = 1,
 ):
-    """K loop of output tile (pid_m, pid_n): the fp32 accumulator [BM, BN] of A[rows, :] @ B[:, cols]
-    (times the scales of a float8 call)."""
-    return gemm_tile_range(
-        a_op, b_op, scales, pid_m, pid_n, M, N, K, 0, tl.cdiv(K, BLOCK_K), stride_am, stride_ak, stride_bk, stride_bn,
-        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
-    )
+    """:func:`gemm_tile_range` over all of K."""
+    return gemm_tile_range(a_op, b_op, scales, pid_m, pid_n, M, N, K, 0, tl.cdiv(K, BLOCK_K), stride_am, stride_ak,
+                           stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN)
 
 
 @triton.jit
@@ -202,10 +195,8 @@ def whole_tiles(
     work_c = pid - num_programs
     for work_id in tl.range(pid, num_work, num_programs, flatten=FLATTEN, warp_specialize=WARP_SPEC):
         pid_m, pid_n = tile_coords(work_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(
-            a_op, b_op, scales, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-            BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
-        )  # [BM, BN] fp32
+        acc = gemm_tile(a_op, b_op, scales, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN)  # [BM, BN] fp32
         work_c += num_programs
         pid_m_c, pid_n_c = tile_coords(work_c, num_pid_m, num_pid_n, GROUP_M)
         if TMA_STORE == 2:
