@@ -47,8 +47,7 @@ from .runtime import (  # noqa: E402
 
 
 def empty(*shape, dtype=None, group=None):
-    """Uninitialised tensor on this rank's symmetric heap of ``group`` (default: the default group's,
-    the first initialised); collective by convention: see init."""
+    """Uninitialised tensor on this rank's symmetric heap of ``group`` (collective by convention)."""
     return get_heap(group).empty(*shape, **({} if dtype is None else {"dtype": dtype}))
 
 
@@ -96,8 +95,7 @@ def matmul(a, b, *, config=None, out=None, scale_a=None, scale_b=None, out_dtype
 
 def auto_choice(op: str, a, b, group=None) -> tuple:
     """``(variant, source)``: what ``variant="auto"`` runs for ``op(a, b)`` on this rank and where that
-    came from (table, cache, tuning, cost model or default): the bucket's decision once made, before
-    it what this rank's tables and cache say. Communicates nothing."""
+    came from (the bucket's decision, else this rank's tables and cache). Communicates nothing."""
     from .ops import dispatch
 
     choice = dispatch.choose(op, a, b, group)

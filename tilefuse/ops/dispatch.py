@@ -75,8 +75,8 @@ def _model_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: s
 
 
 def choose(op: str, a, b, group=None) -> tables.Choice:
-    """What ``variant="auto"`` runs (or would run) for ``op(a, b)``, without communicating: the
-    bucket's decision if this process made it, else this rank's table, cache and model view."""
+    """What auto runs (or would run) for ``op(a, b)``, without communicating: the bucket's decision,
+    else this rank's table, cache and model view."""
     grp, arch, world, dtype, M, N, K, bkey = _call_facts(op, a, b, group)
     hit = _BUCKETS.get(bkey)
     if hit is not None:
@@ -103,8 +103,7 @@ else:
 
 
 def clear() -> None:
-    """Forget every decision made in this process (collective by convention, or ranks would decide
-    their next buckets apart). Cached decisions on disk stay."""
+    """Forget every decision made in this process (collective by convention); the disk cache stays."""
     _BUCKETS.clear()
     _RESOLVED.clear()
 
@@ -220,8 +219,7 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
 
 
 def resolve(op: str, a, b, group=None, kwargs: dict | None = None) -> tuple:
-    """``(variant, entry point, config)`` that auto runs for this call, remembered per call signature
-    until ``tables.clear_cache``, :func:`clear` or ``tilefuse.shutdown()``."""
+    """``(variant, entry point, config)`` that auto runs for this call (remembered per call signature)."""
     return _resolve(op, a, b, group, kwargs)[:3]
 
 
@@ -230,9 +228,8 @@ GRAPH_MIN_M = 512  # below it, a fused choice with no device-time measurement ru
 
 
 def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
-    """What runs inside a CUDA graph: the choice's measured graph pick; without one, the choice itself
-    from ``GRAPH_MIN_M`` rows, else plain (a fused variant's eager win at small M is mostly host work,
-    which a graph does not pay)."""
+    """What runs inside a CUDA graph: the measured graph pick, else the choice from ``GRAPH_MIN_M`` rows,
+    else plain (a fused variant's eager win at small M is mostly host work, which a graph does not pay)."""
     if choice.graph is not None or choice.variant == tables.PLAIN or M >= GRAPH_MIN_M:
         return choice.for_graphs()
     return tables.Choice(tables.PLAIN, None, f"{choice.source}; inside CUDA graphs plain: M < {GRAPH_MIN_M} and no "
@@ -240,8 +237,7 @@ def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
 
 
 def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
-    """:func:`resolve`'s answer and whether it is remembered; ``graphs`` (default: whether this stream
-    captures a CUDA graph) picks the choice for CUDA graphs."""
+    """:func:`resolve`'s answer and whether it is remembered; ``graphs``: the choice for CUDA graphs."""
     if graphs is None:
         graphs = a.is_cuda and _graph_capture()
     # run_auto makes the same key
@@ -261,8 +257,8 @@ def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
 
 
 def run_auto(op: str, a, b, config, group, **kwargs):
-    """Run ``op`` with the chosen variant; a caller's ``config`` overrides the decision's. A call
-    signature seen before costs one lookup (its key leaves the device out: one heap device per process)."""
+    """Run ``op`` with the chosen variant (a caller's ``config`` wins): one lookup for a signature seen
+    before (its key leaves the device out: one heap device per process)."""
     graphs = a.is_cuda and _graph_capture()
     hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, group, _generation(), _env_get(_CONFIG_DIR),
                          _env_get(_CACHE_DIR), graphs))

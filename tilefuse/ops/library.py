@@ -1,9 +1,7 @@
-"""tilefuse's ops as ``torch.library`` custom ops (``torch.ops.tilefuse.<op>(a, b, variant, config, group)``):
-traced by torch.compile with no graph break, differentiable through autograd.
-
-The real implementation runs the public function's entry point (so every first-call exchange,
-workspace and tuning happens there, never while tracing); the fake one checks the operands and gives
-the output's shape. ``config`` travels as the list of its fields, ``group`` as its name (None: default).
+"""tilefuse's ops as ``torch.library`` custom ops (``torch.ops.tilefuse.<op>(a, b, variant, config, group)``),
+traced by torch.compile with no graph break and differentiable. The real implementation runs the
+public function's entry point (first-call exchanges, workspaces and tuning happen there, never while
+tracing); the fake one checks the operands and gives the output's shape.
 
 ============================  ==========================  ====================================
 op (rank r, W ranks)          output                      backward (dc: this rank's output grad)
@@ -18,12 +16,10 @@ gemm_all_reduce               ``c [M, N]`` (replicated)   ``da = dc @ b^T``, ``d
   (``+ bias [N]``)                                        ``dbias = dc`` summed over rows
 ============================  ==========================  ====================================
 
-The backward of the all-reduce is the identity (Megatron's row-parallel convention: ``dc`` is the
-same on every rank). Beside them: ``all_gather_gemm_gathered`` (``(c, all_gather(a))``, both
-differentiable), ``gemm_all_scatter_out`` (writes a caller's heap ``out``; eager only, not
-differentiable), ``gemm_all_reduce_norm`` and the collectives ``all_gather_rows`` /
-``reduce_scatter_rows``, each the other's backward. Backward ops run the forward's variant with
-``config=None`` (a forward config is tuned for the forward's shapes).
+The all-reduce's backward is the identity (Megatron's row-parallel convention). Beside them:
+``all_gather_gemm_gathered``, ``gemm_all_scatter_out`` (eager only, not differentiable),
+``gemm_all_reduce_norm`` and the collectives ``all_gather_rows`` / ``reduce_scatter_rows``, each the
+other's backward. Backward ops run the forward's variant with ``config=None``.
 """
 
 import dataclasses
@@ -108,8 +104,7 @@ def resolve_group(name: str | None):
 
 
 def world_size(group: str | None) -> int:
-    """World size of the named group for the fake implementations (None: the group tilefuse was
-    initialised on). Runs while tracing only, so it is not cached."""
+    """World size of the named group for the fakes (None: tilefuse's default group); not cached."""
     if group is None and is_initialized():
         return get_heap().world_size
     if not dist.is_available() or not dist.is_initialized():
@@ -119,8 +114,8 @@ def world_size(group: str | None) -> int:
 
 
 def _owned(t: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
-    """``t`` as a custom op may return it: contiguous (the fake's strides), sharing no storage with
-    an input, and not in a heap workspace that the op's next call reuses."""
+    """``t`` as a custom op may return it: contiguous (the fake's strides), sharing no storage with an
+    input, not in a heap workspace that the op's next call reuses."""
     if not t.is_contiguous():
         return t.contiguous()
     ptr = t.untyped_storage().data_ptr()
@@ -130,7 +125,7 @@ def _owned(t: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
 
 
 def _entry(op: str, a, b, variant: str, config, group, **kwargs):
-    """What the public function of ``op`` runs: the named variant's entry point, or auto's choice."""
+    """The named variant's entry point of ``op``, or auto's choice."""
     if variant == "auto":
         return run_auto(op, a, b, config, group, **kwargs)
     return registry.get(op, variant)(a, b, config=config, group=group, **kwargs)
@@ -216,7 +211,6 @@ def _no_float8_backward(ctx) -> None:
 
 
 def _save(ctx, inputs, a):
-    """Keep the variant, the group, ``a`` (for db) and ``b`` (for da), as far as they are needed."""
     ctx.variant, ctx.group = inputs[2], inputs[4]
     ctx.scope = saved_scope()  # the backward's calls run under the forward's steps, as "backward"
     ctx.float8 = inputs[0].dtype in FLOAT8_DTYPES
@@ -225,7 +219,6 @@ def _save(ctx, inputs, a):
 
 
 def _define(spec: OpSpec) -> None:
-    """``torch.ops.tilefuse.<op>(a, b, variant, config, group[, bias])``: real, fake and autograd."""
     def impl(a, b, variant, config, group, *args):
         bias, scaling = _split_bias(spec, args)
         kwargs = {"bias": bias} if bias is not None else {}
@@ -321,8 +314,8 @@ def _(a, b, out, variant, config, group, scale_a=None, scale_b=None, out_dtype=N
 
 
 def run_norm(a, b, variant: str, config, group, bias, residual, norm_weight, eps: float):
-    """The entry point of ``variant`` (a Config, a ProcessGroup or None) with the epilogue; ``auto``
-    first resolves its choice (so that a fused_sequential choice runs the epilogue in its kernel)."""
+    """The entry point of ``variant`` with the epilogue; ``auto`` first resolves its choice (so that a
+    fused_sequential choice runs the epilogue in its kernel)."""
     from .gemm_all_reduce.norm import check_norm_args, run_with_norm
 
     if variant == "auto":

@@ -49,9 +49,7 @@ _Tensor = torch.Tensor
 
 
 def _comm(op: str, a, b, group, scale_a, scale_b, out_dtype) -> Comm | None:
-    """The :class:`Comm` of the call's group, after the checks torch.matmul does not make itself (two
-    matrices of a supported dtype; :func:`_matmul` names the op where torch's fail). None for a
-    float8 call (:func:`_float8`)."""
+    """The call group's :class:`Comm` after the checks torch.matmul does not make (None: float8)."""
     if not (scale_a is None and scale_b is None and out_dtype is None and isinstance(a, _Tensor)
             and isinstance(b, _Tensor) and a.dim() == 2 and b.dim() == 2 and a.dtype in SUPPORTED_DTYPES):
         if scale_a is not None or scale_b is not None or out_dtype is not None or is_float8(a) or is_float8(b):
@@ -154,8 +152,7 @@ def gemm_all_reduce(a, b, *, config=None, group=None, bias=None, scale_a=None, s
 
 
 def _float8(op: str, a, b, group, scale_a, scale_b, out_dtype) -> tuple:
-    """``(checked scaling, group)`` of a float8 call: scales or ``out_dtype`` without float8 operands
-    raise, and so does a float8 operand next to another dtype."""
+    """``(checked scaling, group)`` of a float8 call."""
     check_operands(op, a, b)
     return check_scales(op, a, b, scale_a, scale_b, out_dtype), op_group(group)
 

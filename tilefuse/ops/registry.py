@@ -24,8 +24,7 @@ def register(op: str, variant: str, fn) -> None:
 
 
 def get(op: str, variant: str):
-    """The entry point of ``variant`` of ``op`` (``reference`` and ``plain`` included): one lookup
-    on every eager call; the errors name the op and the variant."""
+    """The entry point of ``variant`` of ``op`` (one lookup every eager call); errors name both."""
     try:
         return _TABLE[op][variant]
     except (KeyError, TypeError):  # TypeError: an unhashable variant

@@ -67,14 +67,10 @@ def _capturing(heap) -> bool:
 
 
 def workspace(heap, key: tuple, make, nbytes: int) -> Workspace:
-    """The cached workspace for ``key``; ``make(heap) -> dict`` allocates it on first use, after
-    releasing least recently used ones beyond :func:`workspace_budget` to make room for ``nbytes``.
-
-    Collective on first use: every rank must pass the same key (else ValueError on every rank) and
-    get the same heap offsets; where they differ (a block held by a reference cycle on some rank),
-    every rank collects garbage and allocates once more. A device barrier then makes sure no peer
-    still uses the reused memory. Flags start at zero; under ``set_debug_poison`` floating-point
-    buffers start as NaN. Inside a CUDA graph capture a missing workspace is an error.
+    """The cached workspace for ``key``; ``make(heap) -> dict`` allocates it on first use (least
+    recently used ones beyond :func:`workspace_budget` go first). Collective on first use: every rank
+    must pass the same key and get the same heap offsets (where a reference cycle on some rank makes them
+    differ, every rank collects and retries). Inside a CUDA graph capture a missing one is an error.
     """
     full_key = (heap.uid,) + key  # not id(heap): a later heap may reuse the address of a closed one
     if _MAKING:
@@ -124,10 +120,8 @@ _MAKING: list = []  # the workspace keys each running `prepared` make() fetched 
 
 
 def prepared(heap, key: tuple, make):
-    """``make()`` the first time ``key`` (holding everything it depends on) is seen on ``heap``'s
-    group, the same object afterwards. Each later call marks the workspaces ``make`` fetched recently
-    used (and, inside a CUDA graph capture, kept), as :func:`workspace` does; the cache is dropped
-    with them."""
+    """``make()`` the first time ``key`` is seen on ``heap``'s group, the same object afterwards; each
+    call marks the workspaces ``make`` fetched used (and kept for a capturing CUDA graph)."""
     full = (heap.uid, key)
     got = _PREPARED.get(full)
     if got is None:
@@ -155,8 +149,7 @@ def _drop_prepared(uid: int) -> None:
 
 
 def _forget(uid: int) -> list:
-    """Drop what is cached for the heap ``uid``: workspaces, prepared calls, verified outs; returns
-    the workspaces dropped."""
+    """Drop the heap ``uid``'s workspaces, prepared calls and verified outs; returns the workspaces."""
     _drop_prepared(uid)
     _VERIFIED_OUT.difference_update([k for k in _VERIFIED_OUT if k[0] == uid])
     return [_WORKSPACES.pop(key) for key in _heap_keys(uid)]
@@ -180,9 +173,8 @@ _DIVERGED = "heap allocations diverged"  # SymmetricHeap.check_symmetric's error
 
 
 def _check_offsets(heap, key: tuple, buffers: dict) -> tuple | None:
-    """Collective: every rank made the same call and the new ``buffers`` sit at the same heap offsets;
-    the error as (type, message), or None (not the exception: its frames would keep the buffers alive
-    on the ranks that raised only)."""
+    """Collective: the same call and heap offsets on every rank; the error as (type, message) or None
+    (not the exception: its frames would keep the buffers alive on the ranks that raised only)."""
     try:
         heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
     except (ValueError, RuntimeError) as err:
@@ -263,9 +255,8 @@ _VERIFIED_OUT: set = set()
 
 
 def check_out(op: str, heap, out, shape: tuple, dtype, **inputs) -> bool:
-    """Check ``out`` (:func:`.checks.check_out_tensor`); True when the kernels can write it in place: a
-    contiguous heap tensor at the same offset on every rank (checked collectively once per offset and
-    shape; every rank must pass the same kind of ``out``). Any other tensor receives a copy."""
+    """Check ``out``; True when the kernels can write it in place: a contiguous heap tensor at the same
+    offset on every rank (checked collectively once). Any other tensor receives a copy."""
     check_out_tensor(op, out, shape, dtype, heap.device, **inputs)
     if not (heap.is_on_heap(out) and out.is_contiguous()):
         return False

@@ -29,8 +29,7 @@ def check_same_device(op: str, **tensors: torch.Tensor) -> None:
 
 
 def check_dtypes(op: str, **tensors: torch.Tensor) -> None:
-    """All tensors share one dtype of SUPPORTED_DTYPES, or all are float8 (FLOAT8_DTYPES; e4m3fn
-    with e5m2 allowed, two e5m2 not, as for torch._scaled_mm)."""
+    """All tensors share one dtype of SUPPORTED_DTYPES, or all are float8 (at most one e5m2)."""
     items = list(tensors.items())
     first_name, first = items[0]
     if any(t.dtype in FLOAT8_DTYPES for _, t in items):
@@ -56,8 +55,7 @@ def _check_float8(op: str, items: list) -> None:
 
 
 def check_operands(op: str, a, b) -> None:
-    """The checks every entry point of an op makes on ``a [M, K]`` and ``b [K, N]``: 2-D tensors on
-    one device, of one supported dtype, agreeing on K."""
+    """``a [M, K]`` and ``b [K, N]``: 2-D tensors on one device, of one supported dtype, agreeing on K."""
     check_matrix(op, "a", a)
     check_matrix(op, "b", b)
     check_same_device(op, a=a, b=b)
@@ -66,8 +64,7 @@ def check_operands(op: str, a, b) -> None:
 
 
 def check_kernel_dtype(op: str, dtype) -> None:
-    """The kernels can compute in ``dtype`` here: Triton's interpreter computes bfloat16 wrong
-    (relative errors of 1e9 with Triton 3.7), so there it is refused; the plain path takes it."""
+    """Refuse bfloat16 in Triton's interpreter, which computes it wrong (the plain path takes it)."""
     if dtype == torch.bfloat16:
         from ...runtime import _env
 
@@ -89,8 +86,7 @@ def check_divisible(op: str, name: str, value: int, by: int, what: str) -> None:
 
 
 def check_out_tensor(op: str, out, shape: tuple, dtype, device, **inputs: torch.Tensor) -> None:
-    """``out`` is a tensor of exactly ``shape``, ``dtype`` and ``device`` (no silent cast or broadcast)
-    whose memory overlaps none of ``inputs`` (the kernels would read what they already wrote)."""
+    """``out`` is a tensor of exactly ``shape``, ``dtype`` and ``device``, overlapping none of ``inputs``."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{op}: out must be a torch.Tensor, got {type(out).__name__}")
     if tuple(out.shape) != tuple(shape):
@@ -106,8 +102,7 @@ def check_out_tensor(op: str, out, shape: tuple, dtype, device, **inputs: torch.
 
 
 def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Whether ``x`` and ``y`` may share memory: their byte ranges intersect on one device (interleaved
-    strided views count; a tensor without elements overlaps nothing)."""
+    """Whether the byte ranges of ``x`` and ``y`` intersect on one device."""
     if x.device != y.device:
         return False
     nx, ny = span_bytes(x), span_bytes(y)

@@ -21,9 +21,8 @@ _all_reduce = dist.all_reduce
 
 
 def op_group(group):
-    """The process group a torch-collective path runs on: ``group``, or for None the default heap's
-    group (as the fused variants; torch's None, the world, differs where tilefuse was first
-    initialised on a subgroup), or the world when tilefuse is not initialised."""
+    """``group``, or for None the default heap's group (torch's None, the world, differs where
+    tilefuse was first initialised on a subgroup), or the world before tilefuse is initialised."""
     if group is None and is_initialized():
         return get_heap().group
     return group
@@ -42,8 +41,7 @@ _COMMS: dict = {}  # the group argument (None: the default) -> Comm
 
 
 def comm_of(group) -> Comm:
-    """The :class:`Comm` of the group a plain call names (None: :func:`op_group`'s), made once per
-    group and forgotten at ``tilefuse.shutdown()``."""
+    """The :class:`Comm` of ``group`` (None: :func:`op_group`'s), made once, forgotten at shutdown."""
     hit = _COMMS.get(group)
     if hit is not None:
         return hit

@@ -16,9 +16,8 @@ SPLIT_K_VARIANTS = ("bulk_sync",)
 # (op, variant) whose own kernel takes SPLIT_K > 1 where every program has at most one K slice (the
 # op's set-up checks that): the slice that completes a tile sums the slices and runs its epilogue.
 ONE_WAVE_SPLIT_K = (("gemm_all_reduce", "fused_sequential"),)
-# Variants whose tile loops can be warp-specialized (Config.WARP_SPEC): the GEMM core's, and the
-# fused loops that set no per-tile flag (a flag released by one consumer group could be seen before
-# the other group's half of the tile is stored).
+# Variants whose tile loops can be warp-specialized (Config.WARP_SPEC): those that set no per-tile flag
+# (one consumer group's release could be seen before the other group's half of the tile is stored).
 WARP_SPEC_VARIANTS = {
     "gemm_all_scatter": ("bulk_sync", "fused_sequential"),
     "all_gather_gemm": ("bulk_sync",),
@@ -33,17 +32,12 @@ class Config:
     """Tile shape, launch parameters and the split of the multiprocessors between GEMM and communication.
 
     ``GEMM_SMS`` programs compute tiles; ``COMM_SMS`` programs move data (0 for variants without
-    communication programs). Blocks are powers of two in [16, 256].
-
-    ``SPLIT_K`` (1 to ``MAX_SPLIT_K``): each tile's K steps are split into slices on different
-    programs; the last slice to finish sums the fp32 partials in slice order (``ops.common.split_k``).
-    Taken by ``SPLIT_K_VARIANTS`` and, where the slices fill at most one wave, ``ONE_WAVE_SPLIT_K``.
-
-    ``WARP_SPEC`` (0 or 1): the tile loop is warp-specialized (on Hopper a producer warp group issues
-    the descriptor loads, two consumer groups multiply); the same sums. It takes ``num_warps = 4``,
-    ``BLOCK_M >= 64`` and ``BLOCK_N <= 2 * BLOCK_M``, and is honoured with ``SPLIT_K = 1`` on the
-    descriptor path on NVIDIA GPUs by ``WARP_SPEC_VARIANTS``; elsewhere the tiles run unspecialized
-    (:func:`launch_shape`).
+    communication programs). Blocks are powers of two in [16, 256]. ``SPLIT_K`` (1 to
+    ``MAX_SPLIT_K``): each tile's K steps are split into slices on different programs, the last one
+    summing them in slice order (taken by ``SPLIT_K_VARIANTS`` and ``ONE_WAVE_SPLIT_K``).
+    ``WARP_SPEC`` (0 or 1): the tile loop is warp-specialized (the same sums); it takes ``num_warps =
+    4``, ``BLOCK_M >= 64`` and ``BLOCK_N <= 2 * BLOCK_M``, and is honoured with ``SPLIT_K = 1`` on the
+    descriptor path on NVIDIA GPUs by ``WARP_SPEC_VARIANTS``; elsewhere the tiles run unspecialized.
     """
 
     BLOCK_M: int
@@ -94,8 +88,7 @@ class Config:
     @classmethod
     def for_shape(cls, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
                   device: torch.device | None = None, comm: bool = True) -> Config:
-        """The default config of an ``M x N x K`` GEMM on ``device`` (the current GPU, or the
-        interpreter's) where no table covers the shape, e.g.
+        """The default config of an ``M x N x K`` GEMM on ``device``, e.g.
         ``Config.for_shape(4096, 8192, 4096).replace(COMM_SMS=16)``. ``comm``: for a variant with
         communication programs (producer_consumer, wg_specialized)."""
         from ...runtime import hw
@@ -131,8 +124,8 @@ _MAX_SMALL_M_STAGES = 6
 
 
 def split_k_for(tiles: int, steps: int, programs: int) -> int:
-    """The most K slices per tile (up to ``MAX_SPLIT_K``) such that ``tiles * slices`` still fit in one
-    wave of ``programs`` and every slice keeps ``MIN_SLICE_STEPS`` K steps."""
+    """The most K slices per tile such that ``tiles * slices`` fit in one wave of ``programs`` and
+    every slice keeps ``MIN_SLICE_STEPS`` K steps."""
     split = 1
     while (split < MAX_SPLIT_K and tiles * (split + 1) <= programs
            and steps >= (split + 1) * MIN_SLICE_STEPS):
@@ -149,16 +142,13 @@ SMALL_M_WAVE_USE = 0.8  # the largest of SMALL_M_TILES whose tiles keep this sha
 
 
 def narrow_decode(M: int, dtype: torch.dtype, interpreter: bool) -> bool:
-    """Whether :func:`default_config` without split-K takes its small-M tile classes (16-bit, GPU,
-    M <= ``SMALL_M_MAX``), which callers must not narrow further."""
+    """Whether :func:`default_config` without split-K takes its small-M tile classes (not to narrow)."""
     return not interpreter and M <= SMALL_M_MAX and dtype.itemsize <= 2
 
 
 def _small_m_tiles(M: int, N: int, K: int, programs: int) -> tuple:
-    """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for 64 < M <= ``SMALL_M_MAX`` without SPLIT_K,
-    16-bit values: the largest of :data:`SMALL_M_TILES` whose tiles keep ``SMALL_M_WAVE_USE`` of
-    their waves busy (:func:`wave_use`; few tiles need small ones to reach every SM, many run best
-    large), else the one that keeps the most busy."""
+    """``(BM, BN, BK, warps, stages)`` for 64 < M <= ``SMALL_M_MAX`` without SPLIT_K (16-bit): the
+    largest of ``SMALL_M_TILES`` keeping ``SMALL_M_WAVE_USE`` of its waves busy, else the busiest."""
     best = None
     for bm, bn, bk, stages in SMALL_M_TILES:
         bn = _pow2_between(min(N, bn), 16, bn)
@@ -172,9 +162,8 @@ def _small_m_tiles(M: int, N: int, K: int, programs: int) -> tuple:
 
 
 def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -> tuple:
-    """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for M <= 64 without SPLIT_K. A decode-size GEMM
-    streams B once: every SM needs a tile with many bytes in flight. BLOCK_N: the widest of 128 ... 16
-    whose tiles fill ``DECODE_WAVE_SHARE`` of a wave; the deepest K steps and stages within 200 KiB."""
+    """``(BM, BN, BK, warps, stages)`` for M <= 64 without SPLIT_K: the widest tiles filling
+    ``DECODE_WAVE_SHARE`` of a wave, the deepest K steps and stages within 200 KiB (B is streamed once)."""
     block_m = _pow2_between(M, 16, 64)
     rows = -(-M // block_m)
     for block_n in (128, 64, 32, 16):
@@ -208,8 +197,8 @@ SPLIT_FREE_WAVE_USE = 0.7  # with split-K at 64 <= M <= 128: the whole-K tiles w
 
 def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, programs: int,
                                  interpreter: bool) -> tuple | None:
-    """For the split-K default at 64 <= M <= 128 (16-bit, GPU): the tile without split-K while its
-    tiles keep ``SPLIT_FREE_WAVE_USE`` of their waves busy, else None."""
+    """At 64 <= M <= 128 (16-bit, GPU): the tile without split-K where it keeps
+    ``SPLIT_FREE_WAVE_USE`` of its waves busy, else None."""
     if interpreter or dtype.itemsize > 2 or not 64 <= M <= 128:
         return None
     tile = _narrow_decode_tiles(M, N, K, dtype.itemsize, programs) if M <= 64 else _small_m_tiles(M, N, K, programs)
@@ -218,9 +207,8 @@ def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, pro
 
 
 def pointer_tiles(config: Config, dtype: torch.dtype) -> bool:
-    """Whether the GEMM core loads ``config``'s tiles through pointers even where descriptors fit: the
-    16-row decode tiles of ``POINTER_DECODE_*`` (16-bit values; ``gemm.operand_path``). A rule of
-    the config and dtype, never of the shape."""
+    """Whether the GEMM core loads ``config``'s tiles through pointers even where descriptors fit (the
+    ``POINTER_DECODE_*`` tiles); a rule of the config and dtype, never of the shape."""
     return config.BLOCK_M == 16 and config.BLOCK_K >= POINTER_DECODE_K and dtype.itemsize == 2
 
 
@@ -375,10 +363,8 @@ _DECODE_SPLIT_REF_K = 1 << 20
 @functools.lru_cache(maxsize=4096)  # asked on every call without a config
 def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int,
                         interpreter: bool) -> Config | None:
-    """For a kernel of one work item a program (``ONE_WAVE_SPLIT_K``): the GEMM core's split-K tiles
-    where ``SPLIT_K >= 2`` slices fill one wave of ``num_sms`` programs, the tiles have
-    ``DECODE_SPLIT_BLOCK_M`` rows and a tile's sum fits in registers (:func:`sum_rows`); else None.
-    GPU, M <= ``DECODE_SPLIT_MAX_M``, 16-bit values. ``K`` sets only ``BLOCK_K``."""
+    """For ``ONE_WAVE_SPLIT_K`` kernels: the GEMM core's split-K config where its slices fill one wave,
+    its tiles have ``DECODE_SPLIT_BLOCK_M`` rows and a tile's sum fits in registers; else None."""
     if interpreter or M > DECODE_SPLIT_MAX_M or dtype.itemsize != 2:
         return None
     config = default_config(M, N, _DECODE_SPLIT_REF_K, dtype, num_sms=num_sms, interpreter=False, comm=False,
@@ -391,8 +377,8 @@ def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: 
 
 
 def launch_shape(config: Config, specialized: bool) -> tuple[int, int]:
-    """``(num_warps, num_stages)`` of a launch of ``config``: as given, except for a ``WARP_SPEC``
-    config run unspecialized: the two consumer groups' warps (at most 16) and at most 3 stages."""
+    """``(num_warps, num_stages)`` of a launch of ``config`` (a ``WARP_SPEC`` one run unspecialized: both
+    consumer groups' warps, at most 3 stages)."""
     if not config.WARP_SPEC or specialized:
         return config.num_warps, config.num_stages
     return min(16, 2 * config.num_warps), min(3, config.num_stages)
@@ -404,8 +390,7 @@ def side_warps(config: Config) -> int:
 
 
 def sum_rows(config: Config) -> int:
-    """Rows of a ``[rows, BLOCK_N]`` fp32 block a reduction sums at once: about 32 values a thread,
-    at most ``BLOCK_M`` (then a tile's sum fits in a program's registers)."""
+    """Rows of a ``[rows, BLOCK_N]`` fp32 block a reduction sums at once (about 32 values a thread)."""
     return max(1, min(config.BLOCK_M, 1024 * side_warps(config) // config.BLOCK_N))
 
 
@@ -419,8 +404,7 @@ def check_variant_config(op: str, variant: str, config: Config) -> None:
 
 
 def check_config_fits(config: Config, num_sms: int, where: str = "this device") -> None:
-    """Raise ValueError unless GEMM_SMS + COMM_SMS programs can all be resident at once (programs
-    that spin-wait on each other deadlock when some wait for a slot)."""
+    """Raise ValueError unless GEMM_SMS + COMM_SMS programs can all be resident at once."""
     total = config.GEMM_SMS + config.COMM_SMS
     if total > num_sms:
         raise ValueError(

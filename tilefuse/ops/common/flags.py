@@ -19,7 +19,7 @@ def tile_release(flag_ptr, epoch, cur_rank, peer, heap_bases):
 @triton.jit
 def tile_acquire(flag_ptr, epoch, cur_rank, src_rank, ctl_ptr, heap_bases, world):
     """Wait (bounded) until the local flag equals ``epoch``, then let every thread read; returns ok
-    (False: the wait gave up or the runtime is poisoned: skip the work that needed the data)."""
+    (False: gave up or poisoned: skip the work that needed the data)."""
     ok = P.wait(flag_ptr, epoch, cur_rank, src_rank, ctl_ptr, heap_bases, world)
     tl.debug_barrier()
     return ok

@@ -112,9 +112,8 @@ def _tma_compatible(t: torch.Tensor, unit_dim: int) -> bool:
 
 
 def gemm_layout(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
-    """``(use_tma, b_kmajor)`` for ``a [M, K] @ b [K, N]``: tensor descriptors where the device has
-    them, A is row-major, B row-major or column-major (``b_kmajor``), both 16-byte aligned with
-    leading strides of positive 16-byte multiples; else the pointer path ``(False, False)``."""
+    """``(use_tma, b_kmajor)``: descriptors where the device has them, A is row-major and B row- or
+    column-major, 16-byte aligned; else the pointer path ``(False, False)``."""
     if not (_tma_device(a.device) and _tma_compatible(a, unit_dim=1)):
         return False, False
     if _tma_compatible(b, unit_dim=1):
@@ -125,8 +124,7 @@ def gemm_layout(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
 
 
 def _padded(t: torch.Tensor, unit_dim: int) -> torch.Tensor:
-    """A copy of the 2-D ``t`` with stride 1 along ``unit_dim`` and a leading stride rounded up to 16
-    bytes, as a view of ``t``'s shape (the padding is never read)."""
+    """A copy of ``t`` with stride 1 along ``unit_dim`` and a 16-byte leading stride, as a view."""
     rows, cols = (t.shape[0], t.shape[1]) if unit_dim == 1 else (t.shape[1], t.shape[0])
     per16 = max(1, 16 // t.element_size())
     lead = -(-max(cols, 1) // per16) * per16
@@ -144,8 +142,8 @@ UNALIGNED_PAD_MIN_M = 64
 
 
 def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
-    """``ALIGN`` of :func:`gemm_tile_range` on the pointer path: the largest of 8, 4, 2 elements that
-    divide K and the leading strides (A row-major, B column-major, 16-byte aligned bases), else 1."""
+    """``ALIGN`` on the pointer path: the largest of 8, 4, 2 dividing K and the leading strides (A
+    row-major, B column-major, 16-byte aligned), else 1."""
     if a.stride(1) != 1 or b.stride(0) != 1 or a.data_ptr() % 16 or b.data_ptr() % 16:
         return 1
     for align in (8, 4, 2):
@@ -155,9 +153,8 @@ def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 def operand_path(a: torch.Tensor, b: torch.Tensor, config, *, min_m: int):
-    """``(a, b, use_tma, b_kmajor, align)``: how the GEMM core with ``config``'s tiles reads ``a @ b``:
-    through pointers for :func:`~.config.pointer_tiles` on a Linear weight (``ALIGN`` 8), else
-    :func:`tma_operands`."""
+    """``(a, b, use_tma, b_kmajor, align)`` of the GEMM core: pointers for ``pointer_tiles`` on a
+    Linear weight, else :func:`tma_operands`."""
     if pointer_tiles(config, a.dtype) and pointer_align(a, b) == 8:
         return a, b, False, False, 8
     a, b, use_tma, b_kmajor = tma_operands(a, b, min_m)
@@ -165,23 +162,19 @@ def operand_path(a: torch.Tensor, b: torch.Tensor, config, *, min_m: int):
 
 
 def warp_specialized(config, use_tma: bool, device: torch.device) -> bool:
-    """Whether a tile loop runs ``config`` warp-specialized: ``WARP_SPEC`` on the descriptor path, no
-    K split, on an NVIDIA GPU (the interpreter has no warps)."""
+    """Whether a tile loop runs ``config`` warp-specialized (descriptor path, no split K, NVIDIA GPU)."""
     return (bool(config.WARP_SPEC) and use_tma and config.SPLIT_K == 1
             and device.type == "cuda" and not _interpreting())
 
 
 def flattened_loop(config, use_tma: bool) -> bool:
-    """Whether a loop of whole tiles (no split K, no warp specialization, no flag) is flattened
-    (``FLATTEN``): 128-row tiles on the descriptor path; never a rule of the shape (no recompiling)."""
+    """Whether a whole-tile loop is flattened: 128-row tiles on the descriptor path."""
     return bool(use_tma) and config.BLOCK_M >= 128
 
 
 def tma_operands(a: torch.Tensor, b: torch.Tensor, min_m: int) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
-    """``(a, b, use_tma, b_kmajor)``: the operands on the tensor-descriptor path where the device has
-    it, copying an operand whose strides or alignment do not fit into a padded buffer when A has at
-    least ``min_m`` rows (``PAD_MIN_M`` for the GEMM core, ``UNALIGNED_PAD_MIN_M`` for the variants'
-    own kernels): one more read and write of it buys the faster path."""
+    """``(a, b, use_tma, b_kmajor)``: operands off the descriptor path copied onto it (padded) when A
+    has at least ``min_m`` rows: one more read and write buys the faster path."""
     use_tma, b_kmajor = gemm_layout(a, b)
     if use_tma or not _tma_device(a.device) or _interpreting() or a.shape[0] < min_m or a.numel() == 0 \
             or b.numel() == 0:
@@ -200,8 +193,7 @@ _SCRATCH_STREAMS = 64  # streams remembered at most (the cache is dropped beyond
 
 
 def _cuda_scratch(size: int, alignment: int, stream):
-    """Scratch for device-side tensor descriptors, one buffer per (device, stream): launches on one
-    stream never overlap. A CUDA graph capture gets a fresh tensor (replays of two graphs may overlap)."""
+    """Descriptor scratch, one buffer per (device, stream); a fresh one in a CUDA graph capture."""
     if torch.cuda.is_current_stream_capturing():
         return torch.empty(size, dtype=torch.int8, device="cuda")
     key = (torch.cuda.current_device(), stream)
@@ -218,8 +210,7 @@ _allocator_installed = contextvars.ContextVar("tilefuse_allocator_installed", de
 
 
 def ensure_triton_allocator() -> None:
-    """Install the scratch allocator kernels creating tensor descriptors need on a GPU (before a
-    ``USE_TMA=True`` launch; a no-op in the interpreter)."""
+    """Install the descriptor scratch allocator (before a ``USE_TMA=True`` launch on a GPU)."""
     if _interpreting() or _allocator_installed.get():
         return
     triton.set_allocator(_cuda_scratch)

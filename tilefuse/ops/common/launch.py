@@ -21,8 +21,8 @@ from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, gemm_layout, tma
 
 
 def collective(op: str):
-    """Decorator of a variant's entry point: its host part runs as one :class:`CollectiveCall` on the
-    state of the call's ``group`` keyword; a call made inside another is part of that call."""
+    """Decorator of a variant's entry point: one :class:`CollectiveCall` on its ``group``'s state (a
+    call made inside another is part of that call)."""
 
     def wrap(fn):
         @functools.wraps(fn)
@@ -38,14 +38,14 @@ def collective(op: str):
 
 
 def begin(key: tuple, *outputs) -> None:
-    """Launch the current call's begin kernel (pairing, signature check, barrier) after the checks and
-    allocations; ``outputs`` are filled with NaN if the call aborts."""
+    """Launch the current call's begin kernel (pairing, signature check, barrier) after the checks;
+    ``outputs`` are filled with NaN if the call aborts."""
     _world.current_call().begin(key, outputs)
 
 
 def begin_call(key: tuple, *outputs, kernel_begins: bool = False) -> tuple | None:
-    """Begin the current call (:func:`begin`), or, with ``kernel_begins``, return the begin arguments of
-    the call's first kernel, which begins it itself (pass :func:`call_arg` of them; then :func:`launched`)."""
+    """Begin the current call (:func:`begin`), or with ``kernel_begins`` return the begin arguments of
+    its first kernel, which begins it itself (``P.enter``; then :func:`launched`)."""
     if kernel_begins:
         return _world.current_call().enter_args(key, outputs)
     begin(key, *outputs)
@@ -53,9 +53,8 @@ def begin_call(key: tuple, *outputs, kernel_begins: bool = False) -> tuple | Non
 
 
 def call_arg(heap, entry: tuple | None) -> tuple:
-    """The ``call`` argument of a kernel in the call protocol (``P.enter``/``P.exit``): ``(heap_bases,
-    ctl, rank, world, sig, gen, out0, n_out0, out1, n_out1, status)`` from :func:`begin_call`'s
-    ``entry``, or never-read stand-ins when a begin kernel began the call (launch with ``ENTER=False``)."""
+    """The ``call`` tuple of a kernel in the call protocol (``P.enter``/``P.exit``), with never-read
+    stand-ins when a begin kernel began the call (``entry`` None: ``ENTER=False``)."""
     if entry is None:
         dummy = _world.stand_in()
         entry = (0, 0, dummy, 0, dummy, 0, dummy)
@@ -63,8 +62,7 @@ def call_arg(heap, entry: tuple | None) -> tuple:
 
 
 def launched(entry: tuple | None, ends: bool = True) -> None:
-    """After launching the kernel given :func:`begin_call`'s ``entry``: it began the call; ``ends``:
-    it also ended it (a call of several kernels passes ``ends=False`` after its first)."""
+    """After launching the kernel given ``entry``: it began the call and, with ``ends``, ended it."""
     if entry is not None:
         _world.current_call().entered(ends)
 
@@ -127,14 +125,9 @@ def _side_stream(device: torch.device):
 
 
 class ForkedStreams:
-    """A second stream that starts after everything queued so far on the current one.
-
-    Producer-consumer launchers fork before launching the producer, launch the consumer inside
-    ``with streams.side():`` and then ``join()``, so that the two kernels run at once; on the CPU
-    (synchronous launches) all of it is a no-op. Streams and events are kept per device and named
-    explicitly (``set_stream``, not torch's stream context): torch's device look-ups cost several
-    microseconds each.
-    """
+    """A second stream that starts after everything queued so far on the current one: launch the
+    consumer inside ``with streams.side():``, then ``join()`` (a no-op on the CPU). Streams are named
+    explicitly (``set_stream``): torch's stream context looks the device up, microseconds each."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -208,11 +201,9 @@ class GemmCall:
 
     @property
     def kernel_may_begin(self) -> bool:
-        """Whether the call's kernels may begin and end it themselves (``P.enter``, ``P.exit``): not
-        where the tile loop is to run warp-specialized. Triton's Hopper warp specialization (3.6, 3.7)
-        silently gives up on a kernel holding an ``if`` with an ``else`` branch, as the begin's
-        bounded waits and the closing barrier do; such a call is begun by the begin kernel (checked
-        in tests/test_warp_spec_compile.py). Decided on the config, so CPU ranks take the GPU's path."""
+        """Whether the call's kernels may begin and end it themselves: not for a warp-specialized tile
+        loop (Triton 3.6/3.7 silently declines to specialize a kernel with ``if``/``else``, as the begin's
+        waits have; tests/test_warp_spec_compile.py). Decided on the config, so CPU ranks take the GPU's path."""
         return not (self.specialize and self.config.WARP_SPEC)
 
     @property
@@ -239,9 +230,8 @@ class GemmCall:
 
 def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None = None,
                  tile_n: int | None = None, pad: bool = True, specialize: bool = False) -> GemmCall:
-    """Check ``a [M, K]`` and ``b [K, N]`` for ``op`` and resolve the config (the caller's, checked to
-    fit the device, or the default for ``tile_m``/``tile_n`` if given) and GEMM layout. With ``pad``,
-    operands off the tensor-descriptor path are copied onto it (launchers pass ``GemmCall.a``/``b``)."""
+    """Check ``a [M, K]`` and ``b [K, N]`` for ``op``; resolve the config (the caller's, checked, or the
+    default for ``tile_m``/``tile_n``) and the layout, with ``pad`` copying operands onto descriptors."""
     heap = op_heap(op, group)
     check_matrix(op, "a", a)
     check_matrix(op, "b", b)

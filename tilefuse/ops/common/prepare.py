@@ -19,9 +19,8 @@ def layout(t: torch.Tensor | None) -> tuple | None:
 
 
 def once(heap, key: tuple, make, config, *tensors):
-    """``make()`` the first time ``key``, ``config`` and the layouts of ``tensors`` are seen on
-    ``heap``'s group (``arena.prepared``), the same :class:`PreparedCall` afterwards. Arguments that
-    form no key (a non-tensor, a config that is no :class:`Config`) go to ``make``, whose checks raise."""
+    """``make()`` the first time ``key``, ``config`` and the layouts of ``tensors`` are seen on ``heap``'s
+    group, the same :class:`PreparedCall` afterwards; arguments that form no key go to ``make``'s checks."""
     if not (all(t is None or isinstance(t, torch.Tensor) for t in tensors)
             and (config is None or isinstance(config, Config))):
         return make()
@@ -29,9 +28,8 @@ def once(heap, key: tuple, make, config, *tensors):
 
 
 class PreparedCall:
-    """One call signature of a variant, set up once (:func:`once`): the checked GEMM's sizes and
-    ``config``, the signature ``sig`` (checked against the peers' by the begin), the workspaces it
-    holds, and the per-call steps. Each op's ``Prepared`` adds its own buffers and launch options."""
+    """One call signature of a variant, set up once (:func:`once`): sizes, ``config``, signature ``sig``,
+    workspaces and per-call steps; each op's ``Prepared`` adds its buffers and launch options."""
 
     def __init__(self, g, a: torch.Tensor, b: torch.Tensor, sig: tuple, *, empty: bool, pad: bool = True,
                  out_dtype: torch.dtype | None = None):
@@ -56,13 +54,11 @@ class PreparedCall:
         return a, b
 
     def start(self, a: torch.Tensor, b: torch.Tensor) -> tuple:
-        """Per call: ``(a, b, c, entry)``: the operands (:meth:`operands`), a fresh output ``c`` of the
-        subclass's ``out_shape`` and :meth:`begin`'s result."""
+        """Per call: ``(a, b, c, entry)``: the operands, a fresh output ``c`` and :meth:`begin`'s result."""
         c = new_output(self.out_shape, self.out_dtype, a.device)
         entry = self.begin(c)
         return (*self.operands(a, b), c, entry)
 
     def begin(self, *outputs: torch.Tensor | None) -> tuple | None:
-        """Begin the call (``launch.begin_call``): by the begin kernel now (returns None; always for an
-        empty call), or by the call's first kernel given the result. ``outputs``: NaN if it aborts."""
+        """Begin the call (``launch.begin_call``): the begin kernel now (None), or the first kernel later."""
         return begin_call(self.sig, *outputs, kernel_begins=self.begins and not self.empty)

@@ -34,9 +34,8 @@ def push_partial(
     flag_ptr, epoch, cur_rank, dst, heap_bases,
     RELEASE: tl.constexpr,
 ):
-    """Store the partial tile ``part`` [BM, BN] into ``dst``'s copy of the ``[rows, N]`` block at
-    ``block_ptr`` (a symmetric address in this rank's slot); with ``RELEASE``, then release ``dst``'s
-    flag at ``flag_ptr`` to ``epoch`` (the caller names the acquire it pairs with)."""
+    """Store the partial tile ``part`` into ``dst``'s copy of the block at ``block_ptr``; with
+    ``RELEASE`` then release ``dst``'s flag to ``epoch`` (the caller names the acquire it pairs with)."""
     ptrs = block_ptr + offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [BM, BN]
     mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [BM, BN]
     P.store(ptrs, part, cur_rank, dst, heap_bases, mask=mask)
@@ -78,8 +77,7 @@ def sum_slots(
     heap_bases, cur_rank, world,
     PULL: tl.constexpr,
 ):
-    """fp32 sum [SUB_M, BN] of the W contributions to the block at (offs_m, offs_n), in the fixed
-    order (:func:`accumulate_slot`'s bits), every one visible (after a barrier); zeros outside."""
+    """fp32 sum [SUB_M, BN] of the W contributions to a block, in the fixed order, all visible."""
     offs = offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [SUB_M, BN] int32
     mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [SUB_M, BN]
     # Start from s0 itself, not from 0 + s0: the running sum starts there too (and 0.0 + -0.0 is +0.0).
@@ -96,10 +94,8 @@ def accumulate_slot(
     stride_slot, stride_m, stride_n, stride_cm, stride_cn,
     cur_rank, world, i,
 ):
-    """Step i of a running sum in the push layout, for one [SUB_M, BN] block of the owner's rows,
-    once the caller acquired source i's flag. Step 0 does nothing (W = 1: stores ``s0`` into ``c``),
-    step 1 adds ``s0 + s1``, later steps ``run + s_i``, the fp32 running sum ``run [rows, N]`` (a
-    slot's strides; W >= 3); the last stores into ``c``: the bits of :func:`sum_slots`."""
+    """Step i of the push layout's running sum for one block, source i's flag acquired: step 1 adds
+    ``s0 + s1``, later ones ``run + s_i`` (fp32 ``run``, W >= 3); the last (or W = 1's step 0) stores ``c``."""
     offs = offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [SUB_M, BN] int32
     mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [SUB_M, BN]
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [SUB_M, BN]

@@ -45,9 +45,8 @@ def is_float8(t) -> bool:
 
 def check_scales(op: str, a: torch.Tensor, b: torch.Tensor, scale_a=None, scale_b=None,
                  out_dtype=None) -> Scaled | None:
-    """The scaling of ``op(a, b)`` (None for an unscaled call), checked: float8 operands come with
-    both scales and an ``out_dtype`` of ``OUT_DTYPES`` (None: bfloat16); other operands take none of
-    them. ``a`` and ``b`` were checked (``checks.check_dtypes``)."""
+    """The checked scaling of ``op(a, b)``: both scales and an ``out_dtype`` of ``OUT_DTYPES`` (None:
+    bfloat16) for float8 operands, none of them otherwise (None)."""
     if not is_float8(a):
         for name, value in (("scale_a", scale_a), ("scale_b", scale_b), ("out_dtype", out_dtype)):
             if value is not None:
@@ -86,9 +85,8 @@ def _row_stride(scale: torch.Tensor, dim: int) -> int:
 
 
 def prepare_scaling(op: str, a: torch.Tensor, b: torch.Tensor, scale_a, scale_b, out_dtype) -> tuple:
-    """``(out_dtype, kind)`` of a variant's call, checked (:func:`check_scales`, and a result dtype the
-    backend computes): ``(a.dtype, None)`` unscaled, else ``(out_dtype, Scaled.kind)`` (``kind``
-    belongs in the call's signature)."""
+    """``(out_dtype, kind)`` of a variant's call, checked: ``(a.dtype, None)`` unscaled, else
+    ``(out_dtype, Scaled.kind)``, which belongs in the call's signature."""
     scaled = check_scales(op, a, b, scale_a, scale_b, out_dtype)
     if scaled is None:
         return a.dtype, None
@@ -100,8 +98,7 @@ _STAND_INS: dict = {}
 
 
 def kernel_scales(scale_a: torch.Tensor | None, scale_b: torch.Tensor | None, device: torch.device) -> tuple:
-    """The kernels' ``scales`` argument: ``(scale_a, row stride, scale_b, column stride)`` (stride 0:
-    tensor-wise), or uint8 stand-ins for an unscaled call (``scale_a`` None; never read)."""
+    """The kernels' ``scales``: ``(scale_a, row stride, scale_b, column stride)``, or uint8 stand-ins."""
     if scale_a is None:
         stand_in = _STAND_INS.get(device)
         if stand_in is None:
@@ -123,8 +120,7 @@ def gather_bytes(t: torch.Tensor, group) -> torch.Tensor:
 
 
 def fp32_operands(op: str, a: torch.Tensor, b: torch.Tensor, scale_a=None, scale_b=None, out_dtype=None) -> tuple:
-    """``(a, b, result dtype)`` of a reference path: the operands in fp32 (float8 ones dequantized,
-    checked) and the dtype the result is rounded to once."""
+    """``(a, b, result dtype)`` of a reference path: fp32 operands (float8 dequantized, checked)."""
     scaled = check_scales(op, a, b, scale_a, scale_b, out_dtype)
     if scaled is None:
         return a.float(), b.float(), a.dtype
@@ -137,9 +133,8 @@ def dequantized(a: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 def scaled_matmul(a: torch.Tensor, b: torch.Tensor, scaled: Scaled) -> torch.Tensor:
-    """``(a.float() * scale_a) @ (b.float() * scale_b)`` in ``out_dtype``: ``torch._scaled_mm`` on a
-    GPU where it takes the operands (dimensions multiples of 16, row-wise scales in bfloat16 out),
-    else the fp32 matmul of the dequantized operands rounded once."""
+    """``(a.float() * scale_a) @ (b.float() * scale_b)`` in ``out_dtype``: ``torch._scaled_mm`` on a GPU
+    where it takes the operands, else the fp32 matmul of the dequantized operands rounded once."""
     if a.is_cuda and _scaled_mm_takes(a, b, scaled):
         sa, sb = scaled.scale_a, scaled.scale_b
         rowwise = sa.numel() != 1 or sb.numel() != 1

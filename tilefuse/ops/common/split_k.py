@@ -15,9 +15,8 @@ from .tiles import store_tile
 
 @triton.jit
 def split_k_work(work_id, K, split_k, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
-    """Work item ``work_id`` -> ``(tile_id, slice, k_lo, k_hi)`` (``SPLIT``: ``split_k > 1``, else a
-    whole tile). ``work_id = tile_id * split_k + slice``: programs running together finish the same
-    tiles. Slice s gets K steps ``[s * steps // split_k, (s + 1) * steps // split_k)``."""
+    """Work item ``work_id = tile_id * split_k + slice`` -> ``(tile_id, slice, k_lo, k_hi)`` (a whole
+    tile unless ``SPLIT``): programs running together finish the same tiles."""
     if SPLIT:
         tile_id = work_id // split_k
         s = work_id % split_k
@@ -33,10 +32,8 @@ def hand_in_slice(
     partial_ptr, count_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """Store slice ``s`` (of ``n``) of tile ``tile_id``, the fp32 partial ``acc`` [BM, BN], in its slot
-    (``partial_ptr``: ``slots_per_tile >= n`` slots of ``BM * BN`` a tile), then count it in
-    (``count_ptr[tile_id]``, int32); returns ``(the tile's first slot, done)``, ``done`` for the
-    program counted last, which finishes the tile."""
+    """Store slice ``s`` (of ``n``) of tile ``tile_id`` in its fp32 slot, then count it in (acq_rel);
+    returns ``(the tile's first slot, done)``, ``done`` for the last, which finishes the tile."""
     slots = partial_ptr + tile_id.to(tl.int64) * slots_per_tile * (BLOCK_M * BLOCK_N)
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
     tl.store(slots + s * (BLOCK_M * BLOCK_N) + offs, acc)
@@ -54,10 +51,8 @@ def store_slice_sum(
     c_ptr, pid_m, pid_n, M, N, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr,
 ):
-    """Store tile (pid_m, pid_n) of C as ``slot 0 + slot 1 + ... + slot n-1`` (fp32, in that order),
-    ``SUB_M`` rows at a time (a 128x256 fp32 sum beside a loaded partial would spill), then set the
-    tile's count back to 0 for the stream's next launch. The loads bypass L1 (.cg): other
-    multiprocessors wrote the slots."""
+    """Store tile (pid_m, pid_n) of C as ``slot 0 + ... + slot n-1`` (fp32, in order), ``SUB_M`` rows at
+    a time (a whole 128x256 sum would spill), then reset the tile's count. .cg: other SMs wrote the slots."""
     sub = tl.arange(0, SUB_M)  # [SUB_M]
     cols = tl.arange(0, BLOCK_N)  # [BN]
     offs_n = pid_n.to(tl.int64) * BLOCK_N + cols  # [BN]
@@ -76,8 +71,7 @@ def slice_sum(
     slots, n, tile_id, count_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """:func:`store_slice_sum`'s fp32 sum [BM, BN], returned (small tiles: for a kernel that does more
-    with the tile than store it); sets the tile's count back to 0."""
+    """:func:`store_slice_sum`'s fp32 sum [BM, BN], returned (small tiles); resets the tile's count."""
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
     total = tl.load(slots + offs, cache_modifier=".cg")  # [BM, BN]
     for j in range(1, n):
@@ -87,11 +81,9 @@ def slice_sum(
 
 
 class StreamScratch:
-    """fp32 values and zeroed counts for kernels whose programs hand work to the last of them, one
-    set per (device, stream): every launch leaves the counts at zero, so a stream's launches share one
-    set without a memset. A CUDA graph capture gets a fresh set (a graph may be replayed on any
-    stream). :func:`tilefuse.reset` drops the cache (an aborted call may leave a count behind).
-    """
+    """fp32 values and zeroed counts, one set per (device, stream), for kernels whose programs hand work
+    to the last of them: every launch leaves the counts at zero (no memset). A CUDA graph capture gets a
+    fresh set; :func:`tilefuse.reset` drops them (an aborted call may leave a count behind)."""
 
     def __init__(self, count_dtype: torch.dtype):
         self.count_dtype = count_dtype

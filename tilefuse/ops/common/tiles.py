@@ -45,8 +45,7 @@ def gemm_operands(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
 ):
-    """Operands for gemm_tile: TMA descriptors of A [M, K] and B [K, N] if USE_TMA, else the raw pointers
-    (which may point into a peer's heap). With USE_TMA the unit strides are 1 (checked on the host)."""
+    """Operands for gemm_tile: descriptors of A [M, K] and B [K, N] if USE_TMA, else the pointers."""
     a_op = a_ptr
     b_op = b_ptr
     if USE_TMA:
@@ -85,9 +84,8 @@ def gemm_tile_range(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr = 1,
 ):
-    """K steps [k_lo, k_hi) (in units of BLOCK_K) of tile (pid_m, pid_n): the fp32 partial [BM, BN]
-    (zeros for an empty range), times a float8 call's scales. ``ALIGN`` (pointer path;
-    ``gemm.pointer_align``): ``K``, ``stride_am``, ``stride_bn`` are multiples of it, loaded at once."""
+    """K steps [k_lo, k_hi) of tile (pid_m, pid_n): the fp32 partial [BM, BN] times a float8 call's
+    scales. ``ALIGN`` (pointer path): ``K``, ``stride_am``, ``stride_bn`` are multiples of it."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # [BM, BN]
     if USE_TMA:
         # Descriptor coordinates are element indices (int32); out-of-bounds reads return zeros.
@@ -129,8 +127,7 @@ def gemm_tile_range(
 
 @triton.jit
 def scale_tile(acc, scales, pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``acc [BM, BN] * scale_a[rows, None] * scale_b[None, cols]`` for float32 ``scales`` (stride 0:
-    tensor-wise); ``acc`` itself for an unscaled call's uint8 stand-ins (decided at compile time)."""
+    """``acc * scale_a[rows, None] * scale_b[None, cols]`` for float32 ``scales``; ``acc`` unscaled."""
     if is_scaled(scales):
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
         scale_a = tl.load(scales[0] + offs_m * scales[1], mask=offs_m < M, other=0.0)  # [BM]
@@ -183,10 +180,9 @@ def whole_tiles(
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr,
     FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr, WARP_SPEC: tl.constexpr = False,
 ):
-    """Tiles pid, pid + num_programs, ... of C, each over all of K: ``FLATTEN`` flattens the tile and
-    K loops into one pipelined loop, ``TMA_STORE`` stores through a descriptor of C (2: in two halves
-    of its columns, half the shared memory). The epilogue's tile comes from a counter of its own (the
-    same values): with the loops flattened, the next tile's loads then do not wait on this store."""
+    """Tiles pid, pid + num_programs, ... of C over all of K; ``FLATTEN``: one pipelined loop,
+    ``TMA_STORE``: stores through a descriptor (2: in two column halves). The store's tile has its own
+    counter so that, flattened, the next tile's loads do not wait on this store."""
     if TMA_STORE:
         c_op = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
                                          block_shape=[BLOCK_M, BLOCK_N // TMA_STORE])
@@ -221,10 +217,9 @@ def claimed_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, FLATTEN: tl.constexpr,
 ):
-    """Tiles of C, each over all of K, shared by ``num_claimers`` programs, some of which may start
-    late: each claimer's even share is dealt to the ``dealt_programs`` that start at once
-    (:func:`whole_tiles`), the rest are claimed one at a time from a counter. A launch makes exactly
-    ``total - dealt + num_claimers`` claims; the last one sets the counter back to zero."""
+    """Tiles of C over all of K shared by ``num_claimers`` programs, some starting late: an even share
+    dealt to the ``dealt_programs`` that start at once, the rest claimed from a counter; the launch's
+    last claim (``total - dealt + num_claimers``) resets it."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     total = num_pid_m * num_pid_n
