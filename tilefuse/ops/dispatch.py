@@ -12,11 +12,9 @@ bucket of M: :mod:`tilefuse.tuning.buckets`). The first call of a bucket takes t
 4. **model**: the cost model (:mod:`tilefuse.tuning.costmodel`), if it predicts a win over plain;
 5. **default**: the plain path.
 
-The first call of a bucket is collective (every rank must run the same variant): one exchange on the
-op's group hands rank 0's view to all, and they tune together if rank 0 saw nothing. Decisions are
-remembered per bucket and per call signature (then one dictionary lookup). While ``torch.compile``
-traces or a CUDA graph captures, nothing is exchanged or tuned: an undecided bucket runs plain.
-``logging.getLogger("tilefuse")``: INFO when a bucket is tuned, DEBUG for each decision.
+The first call of a bucket is collective: one exchange hands rank 0's view to all ranks, and they tune
+together if rank 0 saw nothing. Decisions are remembered per bucket and call signature. While
+torch.compile traces or a CUDA graph captures, an undecided bucket runs plain. Logger ``tilefuse``.
 """
 
 from __future__ import annotations

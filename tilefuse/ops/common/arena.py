@@ -1,8 +1,7 @@
-"""The per-group workspace arena: heap buffers made once per call shape, collectively, and reused
-(one least-recently-used cache per process, keyed by heap, bounded by :data:`WORKSPACE_FRACTION` of
-it; every rank makes the same calls, so creates and releases the same ones); and what a variant
-prepares once per call signature (:func:`prepared`), dropped with them. A workspace used inside a
-CUDA graph capture is kept until shutdown (a replay still reads it).
+"""The per-group workspace arena: heap buffers made once per call shape, collectively, and reused (an
+LRU cache per heap, bounded by :data:`WORKSPACE_FRACTION` of it; every rank makes the same calls, so
+the same ones), and what a variant prepares per call signature (:func:`prepared`), dropped with them.
+A workspace used inside a CUDA graph capture is kept until shutdown (a replay still reads it).
 """
 
 from __future__ import annotations
@@ -82,11 +81,9 @@ def workspace(heap, key: tuple, make, nbytes: int) -> Workspace:
             ws.captured = True
         return ws
     if _capturing(heap):
-        raise RuntimeError(
-            f"{key[0]}: a CUDA graph capture needs this call's heap workspace {key[1:]}, which does not exist "
-            "yet (heap buffers are created collectively, outside capture): make one eager call with the same "
-            "shapes, dtype, variant and config before capturing"
-        )
+        raise RuntimeError(f"{key[0]}: a CUDA graph capture needs this call's heap workspace {key[1:]}, which does "
+                           "not exist yet (heap buffers are created collectively, outside capture): make one eager "
+                           "call with the same shapes, dtype, variant and config before capturing")
     _evict(heap, nbytes)
     buffers = _allocate(heap, key, make)
     failure = _check_offsets(heap, key, buffers)

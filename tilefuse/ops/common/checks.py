@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ...runtime import _env
 from ...runtime.heap import span_bytes
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -65,12 +66,9 @@ def check_operands(op: str, a, b) -> None:
 
 def check_kernel_dtype(op: str, dtype) -> None:
     """Refuse bfloat16 in Triton's interpreter, which computes it wrong (the plain path takes it)."""
-    if dtype == torch.bfloat16:
-        from ...runtime import _env
-
-        if _env.interpreting():
-            raise TypeError(f"{op}: bfloat16 on the CPU backend: Triton's interpreter computes it wrong; "
-                            "use float16 or float32 there, or variant='plain'")
+    if dtype == torch.bfloat16 and _env.interpreting():
+        raise TypeError(f"{op}: bfloat16 on the CPU backend: Triton's interpreter computes it wrong; "
+                        "use float16 or float32 there, or variant='plain'")
 
 
 def check_inner_dim(op: str, a: torch.Tensor, b: torch.Tensor, a_name: str = "a", b_name: str = "b") -> None:

@@ -1,7 +1,5 @@
-"""torch.distributed collectives for the plain and reference paths, on any backend: the plain
-path's tensor collectives on the group of :func:`comm_of`, and the reference paths' (fp32 sums,
-fresh tensors). gloo, which ranks sharing one GPU use, has no collectives on CUDA tensors that all
-of them can run: there the tensors go through host memory.
+"""torch.distributed collectives for the plain path and the reference paths (fp32 sums, fresh tensors),
+on any backend: gloo (ranks sharing one GPU) moves CUDA tensors through host memory.
 """
 
 from __future__ import annotations

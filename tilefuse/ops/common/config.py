@@ -71,9 +71,9 @@ class Config:
                 raise ValueError(f"Config.{name} must be {want}, got {getattr(self, name)}")
         if self.WARP_SPEC and (self.num_warps != 4 or self.BLOCK_M < 64 or self.BLOCK_N > 2 * self.BLOCK_M):
             # For sm_90 with Triton 3.7: 64x64 to 256x128 specialize; 64x256 fails to compile.
-            raise ValueError(
-                f"Config.WARP_SPEC=1 takes num_warps=4 (the size of a warp group) and tiles with BLOCK_M >= 64 "
-                f"and BLOCK_N <= 2 * BLOCK_M, got num_warps={self.num_warps}, {self.BLOCK_M}x{self.BLOCK_N}")
+            raise ValueError(f"Config.WARP_SPEC=1 takes num_warps=4 (the size of a warp group) and tiles with BLOCK_M "
+                             f">= 64 and BLOCK_N <= 2 * BLOCK_M, got num_warps={self.num_warps}, "
+                             f"{self.BLOCK_M}x{self.BLOCK_N}")
 
     def replace(self, **changes) -> Config:
         """A copy with some fields changed (validated again)."""
@@ -397,18 +397,14 @@ def sum_rows(config: Config) -> int:
 def check_variant_config(op: str, variant: str, config: Config) -> None:
     """Raise ValueError if ``config`` splits K for a variant whose kernels do not."""
     if config.SPLIT_K > 1 and variant not in SPLIT_K_VARIANTS and (op, variant) not in ONE_WAVE_SPLIT_K:
-        raise ValueError(
-            f"{op}: Config.SPLIT_K={config.SPLIT_K} is for the variants whose GEMM is the split-K core "
-            f"({', '.join(SPLIT_K_VARIANTS)}); {variant} computes whole tiles: use SPLIT_K=1"
-        )
+        raise ValueError(f"{op}: Config.SPLIT_K={config.SPLIT_K} is for the variants whose GEMM is the split-K core "
+                         f"({', '.join(SPLIT_K_VARIANTS)}); {variant} computes whole tiles: use SPLIT_K=1")
 
 
 def check_config_fits(config: Config, num_sms: int, where: str = "this device") -> None:
     """Raise ValueError unless GEMM_SMS + COMM_SMS programs can all be resident at once."""
     total = config.GEMM_SMS + config.COMM_SMS
     if total > num_sms:
-        raise ValueError(
-            f"GEMM_SMS + COMM_SMS = {total} exceeds the {num_sms} multiprocessors of {where} "
-            f"(GEMM_SMS={config.GEMM_SMS}, COMM_SMS={config.COMM_SMS}): programs that wait on each "
-            "other must all be resident at once, or they deadlock"
-        )
+        raise ValueError(f"GEMM_SMS + COMM_SMS = {total} exceeds the {num_sms} multiprocessors of {where} "
+                         f"(GEMM_SMS={config.GEMM_SMS}, COMM_SMS={config.COMM_SMS}): programs that wait on each "
+                         "other must all be resident at once, or they deadlock")

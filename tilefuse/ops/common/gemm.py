@@ -56,10 +56,8 @@ def matmul_kernel(
     if IN_CALL:
         seq, live = P.enter(call, ENTER)
         num_work = tl.where(live, num_work, 0)
-    a_op, b_op = gemm_operands(
-        a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
-    )
+    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                               BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
     if FLATTEN or TMA_STORE:  # constexprs: Triton drops the branch not taken
         whole_tiles(a_op, b_op, scales, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
                     stride_cn, pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
@@ -236,9 +234,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     if tma_store not in (0, 1, 2):
         raise ValueError(f"matmul: tma_store is 0, 1 or 2, got {tma_store!r}")
     if b.shape[0] != K or tuple(c.shape) != (M, N):
-        raise ValueError(
-            f"matmul: shapes do not chain: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c {tuple(c.shape)}"
-        )
+        raise ValueError(f"matmul: shapes do not chain: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c {tuple(c.shape)}")
     ends = call is not None and ctl is not None
     if not ends:  # nothing to launch (a kernel that begins or ends a call runs, with no tiles or K steps)
         if M == 0 or N == 0:

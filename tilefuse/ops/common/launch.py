@@ -15,7 +15,7 @@ import torch
 from ...runtime import _env, control_block, get_heap, hw, is_initialized
 from ...runtime import world as _world
 from ...runtime.world import CollectiveCall
-from .checks import check_dtypes, check_inner_dim, check_kernel_dtype, check_matrix, check_same_device
+from .checks import check_kernel_dtype, check_operands
 from .config import Config, check_config_fits, default_config, launch_shape
 from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, gemm_layout, tma_operands, warp_specialized
 
@@ -233,14 +233,10 @@ def prepare_gemm(op: str, a, b, group, config, *, comm: bool, tile_m: int | None
     """Check ``a [M, K]`` and ``b [K, N]`` for ``op``; resolve the config (the caller's, checked, or the
     default for ``tile_m``/``tile_n``) and the layout, with ``pad`` copying operands onto descriptors."""
     heap = op_heap(op, group)
-    check_matrix(op, "a", a)
-    check_matrix(op, "b", b)
-    check_same_device(op, a=a, b=b)
+    check_operands(op, a, b)
     if a.device != heap.device:
         raise ValueError(f"{op}: a is on {a.device}, but this rank's heap is on {heap.device}")
-    check_dtypes(op, a=a, b=b)
     check_kernel_dtype(op, a.dtype)
-    check_inner_dim(op, a, b)
     M, K = a.shape
     N = b.shape[1]
     sms = hw.num_sms(heap.device)

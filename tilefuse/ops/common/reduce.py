@@ -1,12 +1,10 @@
 """Reduction helpers: the order in which an owner sums W staged contributions, and the sums themselves.
 
-Each rank's partial of an output tile sits in a *slot* of a ``stage [W, rows, N]`` heap buffer in
-the input dtype. Push: the owner's stage holds every source's contribution, slot = source; pull
-(``PULL=True``): every rank's stage holds its partial of every owner's rows, slot = owner, and the
-owner reads slot ``cur_rank`` from each peer. Sums are fp32 in a fixed order, ``((s0 + s1) + s2) +
-...`` over ``source_at(0), source_at(1), ...`` (the order pushed tiles arrive in), so the bits are the
-same on every run. Blocks are ``[SUB_M, BN]`` with int32 offsets inside one slot (the host checks a
-slot has fewer than 2**31 elements).
+Each rank's partial of an output tile sits in a *slot* of a ``stage [W, rows, N]`` heap buffer. Push:
+the owner's stage holds every source's contribution, slot = source; pull (``PULL``): every rank's
+stage holds its partial of every owner's rows, slot = owner. Sums are fp32 in the fixed order
+``((s0 + s1) + s2) + ...`` over ``source_at(i)`` (the order pushed tiles arrive in): the same bits on
+every run. Blocks are ``[SUB_M, BN]`` with int32 offsets inside one slot (< 2**31 elements, checked).
 """
 
 import triton

@@ -1,12 +1,10 @@
 """Scaled float8 operands, as ``torch._scaled_mm`` takes them: the checks, the scales as the kernels
 take them, and the plain path's matmul.
 
-A call with ``a`` and ``b`` in float8 computes ``(a.float() * scale_a) @ (b.float() * scale_b)``
-with fp32 accumulation and rounds once to ``out_dtype`` (default bfloat16). Each scale is float32,
-tensor-wise (one element) or row-wise: ``scale_a [rows of a, 1]``, ``scale_b [1, columns of b]``.
-Kernels take them as ONE argument ``scales = (scale_a, its row stride, scale_b, its column
-stride)`` (stride 0: tensor-wise); an unscaled call passes uint8 stand-ins, told apart by dtype at
-compile time (``tiles.scale_tile``).
+A float8 call computes ``(a.float() * scale_a) @ (b.float() * scale_b)`` (fp32 accumulation),
+rounded once to ``out_dtype`` (default bfloat16); each scale is float32, tensor-wise or row-wise
+(``scale_a [M, 1]``, ``scale_b [1, N]``). Kernels take ``scales = (scale_a, row stride, scale_b,
+column stride)`` (stride 0: tensor-wise); an unscaled call passes uint8 stand-ins.
 """
 
 from __future__ import annotations

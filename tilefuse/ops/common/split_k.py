@@ -1,6 +1,5 @@
-"""Split-K: a tile's K steps computed as slices by different programs, summed by the last of them
-in slice order (deterministic), for shapes with too few tiles to fill the multiprocessors. Partials
-and counts live in a per-stream :class:`StreamScratch`. Nobody waits on anybody.
+"""Split-K: a tile's K steps computed as slices by different programs, summed by the last of them in
+slice order (deterministic; nobody waits), for shapes with too few tiles to fill the multiprocessors.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
-"""Shared tile code: tile swizzle, operand setup, the K loop, tile load/store, persistent tile loops.
-
-Every variant computes its tiles with these helpers; a kernel that computes ``C = A @ B`` reads::
-
-    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, ...)        # once, at kernel start
-    for tile_id in range(pid, num_tiles, NUM_PROGRAMS):
-        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(a_op, b_op, scales, pid_m, pid_n, M, N, K, ...)   # [BM, BN] fp32
-        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
-
-Operand layouts (:func:`.gemm.gemm_layout`): ``USE_TMA=False``, masked pointer loads at any
-strides; ``USE_TMA=True``, tensor descriptors: A row-major, B row-major or, with ``B_KMAJOR``,
-column-major (``w.t()`` of a ``Linear`` weight). Out-of-bounds elements read as zero. Accumulation
-is fp32 (fp32 inputs: tf32 on NVIDIA GPUs). A float8 call's ``scales`` (:mod:`.scaled`) multiply the
-accumulator at the end of the K loop (:func:`scale_tile`), before anything stores it.
+"""Shared tile code every variant computes its tiles with: tile swizzle (:func:`tile_coords`), operands
+(:func:`gemm_operands`: masked pointer loads at any strides, or tensor descriptors with A row-major and
+B row- or, with ``B_KMAJOR``, column-major), the K loop (:func:`gemm_tile`: fp32 accumulation, zeros
+out of bounds, a float8 call's scales applied at its end), tile load/store and persistent tile loops.
 """
 
 from __future__ import annotations
