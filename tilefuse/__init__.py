@@ -72,12 +72,10 @@ def is_on_heap(t, group=None):
 
 
 def matmul(a, b, *, config=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
-    """tilefuse's persistent GEMM core alone (the K loop every variant runs), to compare with
-    ``torch.matmul``: ``a [M, K] @ b [K, N]`` -> ``[M, N]`` in the inputs' dtype, fp32 accumulation,
-    no communication. ``config``: default ``Config.for_shape(M, N, K, a.dtype, comm=False)``;
-    ``out``: an ``[M, N]`` tensor to write. Float8 ``a`` and ``b`` take ``scale_a`` and ``scale_b``
-    as ``torch._scaled_mm`` does; the result is rounded once to ``out_dtype`` (default: ``out``'s
-    dtype, else bfloat16)."""
+    """tilefuse's GEMM core alone (every variant's K loop), to compare with ``torch.matmul``: ``a [M, K] @
+    b [K, N]`` -> ``[M, N]`` in the inputs' dtype (``out``: a tensor to write), fp32 accumulation.
+    ``config``: default ``Config.for_shape(M, N, K, a.dtype, comm=False)``. Float8 ``a`` and ``b`` take
+    ``scale_a`` and ``scale_b`` as ``torch._scaled_mm``; ``out_dtype`` default: ``out``'s, else bfloat16."""
     from .ops.common.gemm import matmul as _core
     from .ops.common.scaled import is_float8, kernel_scales, prepare_scaling
 

@@ -6,9 +6,8 @@ bucket of M: :mod:`tilefuse.tuning.buckets`). The first call of a bucket takes t
 1. **table**: a config table entry (shipped, or ``TILEFUSE_CONFIG_DIR``) for the exact shape, else
    one with the same N, K and dtype whose M falls in the bucket;
 2. **cache**: the user's decision cache (:mod:`tilefuse.tuning.cache`, ``TILEFUSE_CACHE_DIR``);
-3. **tuned**: first-call tuning (:mod:`tilefuse.tuning.autotune`) of plain and each variant, saved in
-   the cache. ``TILEFUSE_AUTOTUNE`` unset: on a GPU, if one plain call takes at least
-   ``autotune.MIN_PLAIN_MS``; ``=1``: always (in the interpreter too); ``=0``: never;
+3. **tuned**: first-call tuning of plain and each variant, saved in the cache (``TILEFUSE_AUTOTUNE``
+   unset: on a GPU where plain takes ``autotune.MIN_PLAIN_MS``; ``=1``: always; ``=0``: never);
 4. **model**: the cost model (:mod:`tilefuse.tuning.costmodel`), if it predicts a win over plain;
 5. **default**: the plain path.
 

@@ -156,12 +156,9 @@ def _back_gemm_all_scatter(ctx, a, b, dc):
 
 
 def _back_all_gather_gemm(ctx, a, b, dc):
-    da = db = None
-    if ctx.needs_input_grad[0]:
-        da = torch.ops.tilefuse.gemm_reduce_scatter(dc, b.t(), ctx.variant, None, ctx.group)  # [M_loc, K]
-    if ctx.needs_input_grad[1]:  # the gathered-output op keeps all_gather(a); this one gathers again
-        db = torch.ops.tilefuse.all_gather_rows(a, ctx.group).t() @ dc
-    return da, db
+    # The gathered-output op keeps all_gather(a); this one gathers again.
+    a_full = torch.ops.tilefuse.all_gather_rows(a, ctx.group) if ctx.needs_input_grad[1] else None
+    return _gathered_grads(ctx, a_full, b, dc, None)[:2]
 
 
 def _back_gemm_reduce_scatter(ctx, a, b, dc):
@@ -276,6 +273,7 @@ def _gathered_backward(ctx, dc, dgathered):
 
 
 def _gathered_grads(ctx, a_full, b, dc, dgathered):
+    """``(da [M_loc, K], db [K, N], None...)`` of all_gather_gemm from ``dc`` (and the gathered A's grad)."""
     da = db = None
     if dc is not None:
         dc = dc.contiguous()

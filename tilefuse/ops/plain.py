@@ -1,7 +1,5 @@
-"""The plain path of each op: what a torch user writes, torch.matmul + one torch.distributed tensor
-collective (what tilefuse competes with, and what ``variant="auto"`` runs where nothing beat it).
-The matmul writes into the result or the collective's buffer, the collective lands in the result,
-nothing is copied after it; at W = 1 the matmul is the call.
+"""The plain path of each op: torch.matmul + one torch.distributed tensor collective, what tilefuse
+competes with and what auto runs where nothing beat it. Nothing is copied after the collective.
 
 =====================  ===========================================================================
 op (rank r, W ranks)   calls (W > 1)
@@ -18,9 +16,8 @@ is row block r of ``c.t()``, which a gather lands in place. A column-major ``out
 row-major one receives one copy. Float8 calls run :func:`.common.scaled.scaled_matmul` and gather the
 float8 rows (as bytes) with their row scales, or reduce the fp32 product and round once.
 
-The checks are torch's own plus the op's shape rules. Calls are not paired with the peers' as the
-fused variants' are: a call that differs between ranks, or fails its checks on one rank only, fails
-as torch's collective does (gloo aborts the process, NCCL waits until its watchdog).
+Calls are not paired with the peers' as the fused variants' are: a call that differs between ranks
+fails as torch's collective does (gloo aborts the process, NCCL waits until its watchdog).
 """
 
 from __future__ import annotations

@@ -116,8 +116,7 @@ def _pow2_between(x: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, triton.next_power_of_2(max(1, x))))
 
 
-# Split-K heuristic: K steps a slice keeps at least; shared memory the small-M tiles' pipeline stages
-# may take, and their most stages.
+# Split-K: K steps a slice keeps at least; shared memory and most stages of the small-M tiles' pipelines.
 MIN_SLICE_STEPS = 4
 _STAGE_SMEM_BYTES = 160 * 1024
 _MAX_SMALL_M_STAGES = 6
@@ -185,8 +184,8 @@ FEW_TILES = ((128, 128, 4), (128, 64, 5), (64, 128, 4), (64, 64, 6))
 FEW_TILES_MAX_SPLIT = 4
 FEW_TILES_FILL = 0.85
 
-# The GEMM core's split-K tiles up to M = 16 (16-bit, K's rows 16-byte multiples), loaded through
-# pointers (pointer_tiles: faster there than descriptors): 16 x N tiles, K steps, stages.
+# The GEMM core's split-K tiles up to M = 16 (16-bit, K's rows 16-byte multiples), loaded through pointers
+# (faster there than descriptors): 16 x N tiles, K steps, stages.
 POINTER_DECODE_N, POINTER_DECODE_K, POINTER_DECODE_STAGES = 64, 256, 3
 
 # Stages of 128x128x64 tiles of 16-bit values past the small-M classes (192 KiB of shared memory).
@@ -351,12 +350,10 @@ def default_config(
                   GEMM_SMS=gemm_sms, COMM_SMS=comm_sms, SPLIT_K=split, WARP_SPEC=warp_spec)
 
 
-# Rows up to which a kernel of one work item a program takes the GEMM core's split-K config
-# (decode_split_config), and the tile heights it takes (32-row tiles split slower than whole-K ones).
+# Rows up to which decode_split_config gives a config, and its tile heights (32-row tiles split slower).
 DECODE_SPLIT_MAX_M = 64
 DECODE_SPLIT_BLOCK_M = (16, 64)
-# The K that decode_split_config decides tiles and slices for: long enough that only the wave limits
-# the slices, so that neither depends on a rank's K shard.
+# The K decode_split_config decides for: only the wave limits the slices (not a rank's K shard).
 _DECODE_SPLIT_REF_K = 1 << 20
 
 

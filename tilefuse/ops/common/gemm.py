@@ -1,6 +1,5 @@
-"""The GEMM core: a persistent Triton GEMM (:func:`matmul`; tile helpers in :mod:`.tiles`, split-K
-in :mod:`.split_k`) and the host rules every variant's tile loop follows (operand layout, padding,
-warp specialization, loop flattening, descriptor scratch)."""
+"""The GEMM core, a persistent Triton GEMM (:func:`matmul`), and the host rules every variant's tile loop
+follows (operand layout, padding, warp specialization, loop flattening, descriptor scratch)."""
 
 from __future__ import annotations
 
@@ -38,12 +37,9 @@ def matmul_kernel(
     ENTER: tl.constexpr = False, END: tl.constexpr = False, BARRIER: tl.constexpr = False,
     FLATTEN: tl.constexpr = False, TMA_STORE: tl.constexpr = False,
 ):
-    """Persistent C [M, N] = A [M, K] @ B [K, N]: program pid takes work items pid, pid +
-    num_programs, ...: tiles, or with ``SPLIT`` the tiles' ``split_k`` K slices, the last slice of a
-    tile summing them in K order. ``split_k`` and ``num_programs`` are runtime values: one compiled
-    kernel per tile config. ``IN_CALL``: nothing runs when the call was aborted; ``ENTER``/``END``
-    begin/end the call (``P.enter``/``P.exit``), ``BARRIER``: its last program passes a barrier with
-    the other ranks. ``WARP_SPEC``, ``FLATTEN``, ``TMA_STORE``: forms of the whole-tile loop."""
+    """Persistent C [M, N] = A [M, K] @ B [K, N]: program pid takes work items pid, pid + num_programs,
+    ...: tiles, or with ``SPLIT`` their K slices (``split_k``, ``num_programs``: runtime values, one
+    compiled kernel per tile config). ``IN_CALL``, ``ENTER``, ``END``, ``BARRIER``: as :func:`matmul`."""
     stride_am, stride_ak = a_strides
     stride_bk, stride_bn = b_strides
     stride_cm, stride_cn = c_strides
@@ -132,9 +128,8 @@ def _padded(t: torch.Tensor, unit_dim: int) -> torch.Tensor:
     return view if unit_dim == 1 else view.t()
 
 
-# Below this many rows of A, operands off the descriptor path stay there (a padded copy of B triples
-# its traffic): the GEMM core's pointer path loads aligned vectors (ALIGN); the variants' own kernels
-# load one element at a time, so a padded copy pays off sooner.
+# Below this many rows of A, operands off the descriptor path stay there (a padded copy of B triples its
+# traffic); the variants' own kernels load one element at a time, so a copy pays off sooner there.
 PAD_MIN_M = 384
 UNALIGNED_PAD_MIN_M = 64
 
@@ -219,16 +214,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
            call: tuple | None = None, enter: bool = False, barrier: bool = False,
            flatten: bool | None = None, tma_store: int = 0, tma: bool = True,
            scales: tuple | None = None) -> torch.Tensor:
-    """``c[:] = a @ b`` (``a [M, K]``, ``b [K, N]``, ``c [M, N]``, any strides, fp32 accumulation)
-    with the persistent Triton GEMM on ``config``'s tiles and at most ``GEMM_SMS`` programs; returns
-    ``c``. With ``SPLIT_K > 1`` the last slice of a tile sums the partials in slice order
-    (deterministic). With ``ctl`` the GEMM is part of a collective call and does nothing if it was
-    aborted; with ``call`` (``launch.call_arg``) it begins the call (``enter``) or ends it,
-    ``barrier``: its last program then passes a barrier with the other ranks.
-
-    Whole tiles without split-K: ``flatten`` (None: :func:`flattened_loop`) and ``tma_store`` (0, 1,
-    2) are the kernel's ``FLATTEN`` and ``TMA_STORE``; neither changes the sums. ``tma=False`` keeps
-    the pointer path. ``scales``: a float8 call's (:func:`.scaled.kernel_scales`)."""
+    """``c[:] = a @ b`` (any strides, fp32 accumulation) with the persistent GEMM on ``config``'s tiles;
+    returns ``c``. With ``ctl`` the GEMM is part of a collective call (nothing runs if it aborted); with
+    ``call`` (``launch.call_arg``) it begins (``enter``) or ends it, ``barrier``: then passing a barrier
+    with the other ranks. ``flatten`` (None: :func:`flattened_loop`) and ``tma_store`` (0, 1, 2): the
+    kernel's forms of whole tiles, the same sums. ``tma=False`` keeps the pointer path."""
     M, K = a.shape
     N = b.shape[1]
     if tma_store not in (0, 1, 2):
@@ -252,9 +242,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     if use_tma:
         ensure_triton_allocator()
     split = config.SPLIT_K
-    # A GEMM that begins its call or passes the closing barrier cannot be specialized (Triton declines
-    # a kernel with else branches: launch.GemmCall.kernel_may_begin); it then runs with the
-    # unspecialized launch shape, not the specialized one's 4 warps.
+    # A GEMM that begins its call or passes the closing barrier cannot be specialized
+    # (launch.GemmCall.kernel_may_begin): it runs with the unspecialized launch shape.
     warp_spec = warp_specialized(config, use_tma, a.device) and not (ends and (enter or barrier))
     warps, stages = launch_shape(config, warp_spec)
     num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)

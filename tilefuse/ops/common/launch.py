@@ -116,14 +116,6 @@ _SIDE_STREAMS: dict = {}
 _EVENTS: dict = {}  # device -> (fork, join) events, reused: a wait uses the record made just before it
 
 
-def _side_stream(device: torch.device):
-    stream = _SIDE_STREAMS.get(device)
-    if stream is None:
-        stream = _SIDE_STREAMS[device] = torch.cuda.Stream(device)
-        _EVENTS[device] = (torch.cuda.Event(), torch.cuda.Event())
-    return stream
-
-
 class ForkedStreams:
     """A second stream that starts after everything queued so far on the current one: launch the
     consumer inside ``with streams.side():``, then ``join()`` (a no-op on the CPU). Streams are named
@@ -133,7 +125,10 @@ class ForkedStreams:
         self.device = device
         self.cuda = device.type == "cuda"
         if self.cuda:
-            self.stream = _side_stream(device)
+            if device not in _SIDE_STREAMS:
+                _SIDE_STREAMS[device] = torch.cuda.Stream(device)
+                _EVENTS[device] = (torch.cuda.Event(), torch.cuda.Event())
+            self.stream = _SIDE_STREAMS[device]
             self.main = torch.cuda.current_stream(device.index if device.index is not None
                                                   else torch.cuda.current_device())
             fork, _ = _EVENTS[device]
@@ -141,32 +136,22 @@ class ForkedStreams:
             self.stream.wait_event(fork)
 
     def side(self):
-        if not self.cuda:
-            return contextlib.nullcontext()
-        return _OnStream(self.stream, self.main)
-
-    def join(self) -> None:
-        if self.cuda:
-            _, joined = _EVENTS[self.device]
-            joined.record(self.stream)
-            self.main.wait_event(joined)  # the stream forked from
-
-
-class _OnStream:
-    """``with``: ``stream`` is the current stream, then ``back`` again (both of the current device)."""
-
-    __slots__ = ("stream", "back")
-
-    def __init__(self, stream, back):
-        self.stream, self.back = stream, back
+        """``with``: the side stream is the current stream, then the forked-from one again."""
+        return self if self.cuda else contextlib.nullcontext()
 
     def __enter__(self):
         torch.cuda.set_stream(self.stream)
         return self
 
     def __exit__(self, *exc):
-        torch.cuda.set_stream(self.back)
+        torch.cuda.set_stream(self.main)
         return False
+
+    def join(self) -> None:
+        if self.cuda:
+            _, joined = _EVENTS[self.device]
+            joined.record(self.stream)
+            self.main.wait_event(joined)  # the stream forked from
 
 
 @dataclass
@@ -195,9 +180,8 @@ class GemmCall:
     @property
     def warp_spec(self) -> bool:
         """Whether the GEMM's tile loop runs warp-specialized (:func:`gemm.warp_specialized`)."""
-        if not (self.specialize and self.config.WARP_SPEC):
-            return False
-        return warp_specialized(self.config, self.use_tma, self.a.device)
+        return bool(self.specialize and self.config.WARP_SPEC) and warp_specialized(self.config, self.use_tma,
+                                                                                     self.a.device)
 
     @property
     def kernel_may_begin(self) -> bool:
