@@ -72,8 +72,7 @@ def _model_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: s
 
 
 def choose(op: str, a, b, group=None) -> tables.Choice:
-    """What auto runs (or would run) for ``op(a, b)``, without communicating: the bucket's decision,
-    else this rank's table, cache and model view."""
+    """What auto runs (or would run) for ``op(a, b)``, without communicating."""
     grp, arch, world, dtype, M, N, K, bkey = _call_facts(op, a, b, group)
     hit = _BUCKETS.get(bkey)
     if hit is not None:
@@ -254,8 +253,7 @@ def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
 
 
 def run_auto(op: str, a, b, config, group, **kwargs):
-    """Run ``op`` with the chosen variant (a caller's ``config`` wins): one lookup for a signature seen
-    before (its key leaves the device out: one heap device per process)."""
+    """Run ``op`` with the chosen variant (a caller's ``config`` wins); one lookup once seen."""
     graphs = a.is_cuda and _graph_capture()
     hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, group, _generation(), _env_get(_CONFIG_DIR),
                          _env_get(_CACHE_DIR), graphs))

@@ -138,8 +138,7 @@ def run(op: str, a, b, variant: str, config: list[int] | None, group: str | None
 
 @dataclass(frozen=True)
 class OpSpec:
-    """One op: the output shape from ``(M, K, N, W)`` of ``a [M, K] @ b [K, N]`` and the backward
-    ``(ctx, a, b, dc) -> (da, db)``."""
+    """One op: its output shape from ``(M, K, N, W)`` and its backward ``(ctx, a, b, dc) -> (da, db)``."""
 
     name: str
     out_shape: Callable[[int, int, int, int], tuple]

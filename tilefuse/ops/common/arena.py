@@ -117,8 +117,7 @@ _MAKING: list = []  # the workspace keys each running `prepared` make() fetched 
 
 
 def prepared(heap, key: tuple, make):
-    """``make()`` the first time ``key`` is seen on ``heap``'s group, the same object afterwards; each
-    call marks the workspaces ``make`` fetched used (and kept for a capturing CUDA graph)."""
+    """``make()`` once per ``key`` on ``heap``'s group; each call marks the workspaces it fetched used."""
     full = (heap.uid, key)
     got = _PREPARED.get(full)
     if got is None:

@@ -9,8 +9,7 @@ from ...runtime import primitives as P
 @triton.jit
 def push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
               FIRST: tl.constexpr):
-    """Store ``tile`` [BM, BN] at (offs_m, offs_n) of C on ranks cur_rank + FIRST, ... in ring order
-    (spreading simultaneous pushes over all links)."""
+    """Store ``tile`` [BM, BN] at (offs_m, offs_n) of C on ranks cur_rank + FIRST, ... in ring order."""
     ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [BM, BN]
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
     value = tile.to(c_ptr.dtype.element_ty)

@@ -123,8 +123,7 @@ _MAX_SMALL_M_STAGES = 6
 
 
 def split_k_for(tiles: int, steps: int, programs: int) -> int:
-    """The most K slices per tile such that ``tiles * slices`` fit in one wave of ``programs`` and
-    every slice keeps ``MIN_SLICE_STEPS`` K steps."""
+    """The most K slices per tile that fit ``tiles`` in one wave, each keeping ``MIN_SLICE_STEPS``."""
     split = 1
     while (split < MAX_SPLIT_K and tiles * (split + 1) <= programs
            and steps >= (split + 1) * MIN_SLICE_STEPS):
@@ -196,8 +195,7 @@ SPLIT_FREE_WAVE_USE = 0.7  # with split-K at 64 <= M <= 128: the whole-K tiles w
 
 def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, programs: int,
                                  interpreter: bool) -> tuple | None:
-    """At 64 <= M <= 128 (16-bit, GPU): the tile without split-K where it keeps
-    ``SPLIT_FREE_WAVE_USE`` of its waves busy, else None."""
+    """At 64 <= M <= 128: the tile without split-K where it fills the SMs, else None."""
     if interpreter or dtype.itemsize > 2 or not 64 <= M <= 128:
         return None
     tile = _narrow_decode_tiles(M, N, K, dtype.itemsize, programs) if M <= 64 else _small_m_tiles(M, N, K, programs)
@@ -374,8 +372,7 @@ def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: 
 
 
 def launch_shape(config: Config, specialized: bool) -> tuple[int, int]:
-    """``(num_warps, num_stages)`` of a launch of ``config`` (a ``WARP_SPEC`` one run unspecialized: both
-    consumer groups' warps, at most 3 stages)."""
+    """``(num_warps, num_stages)`` of a launch of ``config``, specialized or not."""
     if not config.WARP_SPEC or specialized:
         return config.num_warps, config.num_stages
     return min(16, 2 * config.num_warps), min(3, config.num_stages)

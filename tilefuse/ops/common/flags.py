@@ -18,8 +18,7 @@ def tile_release(flag_ptr, epoch, cur_rank, peer, heap_bases):
 
 @triton.jit
 def tile_acquire(flag_ptr, epoch, cur_rank, src_rank, ctl_ptr, heap_bases, world):
-    """Wait (bounded) until the local flag equals ``epoch``, then let every thread read; returns ok
-    (False: gave up or poisoned: skip the work that needed the data)."""
+    """Wait (bounded) until the local flag equals ``epoch``, then let every thread read; ok (False: gave up)."""
     ok = P.wait(flag_ptr, epoch, cur_rank, src_rank, ctl_ptr, heap_bases, world)
     tl.debug_barrier()
     return ok

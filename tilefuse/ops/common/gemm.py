@@ -135,8 +135,7 @@ UNALIGNED_PAD_MIN_M = 64
 
 
 def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
-    """``ALIGN`` on the pointer path: the largest of 8, 4, 2 dividing K and the leading strides (A
-    row-major, B column-major, 16-byte aligned), else 1."""
+    """``ALIGN`` on the pointer path: the largest of 8, 4, 2 dividing K and the leading strides."""
     if a.stride(1) != 1 or b.stride(0) != 1 or a.data_ptr() % 16 or b.data_ptr() % 16:
         return 1
     for align in (8, 4, 2):
@@ -146,8 +145,7 @@ def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 def operand_path(a: torch.Tensor, b: torch.Tensor, config, *, min_m: int):
-    """``(a, b, use_tma, b_kmajor, align)`` of the GEMM core: pointers for ``pointer_tiles`` on a
-    Linear weight, else :func:`tma_operands`."""
+    """``(a, b, use_tma, b_kmajor, align)`` of the GEMM core's operands."""
     if pointer_tiles(config, a.dtype) and pointer_align(a, b) == 8:
         return a, b, False, False, 8
     a, b, use_tma, b_kmajor = tma_operands(a, b, min_m)

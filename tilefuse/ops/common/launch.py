@@ -21,8 +21,7 @@ from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, gemm_layout, tma
 
 
 def collective(op: str):
-    """Decorator of a variant's entry point: one :class:`CollectiveCall` on its ``group``'s state (a
-    call made inside another is part of that call)."""
+    """Decorator of a variant's entry point: one :class:`CollectiveCall` on its ``group``'s state."""
 
     def wrap(fn):
         @functools.wraps(fn)

@@ -83,8 +83,7 @@ def _row_stride(scale: torch.Tensor, dim: int) -> int:
 
 
 def prepare_scaling(op: str, a: torch.Tensor, b: torch.Tensor, scale_a, scale_b, out_dtype) -> tuple:
-    """``(out_dtype, kind)`` of a variant's call, checked: ``(a.dtype, None)`` unscaled, else
-    ``(out_dtype, Scaled.kind)``, which belongs in the call's signature."""
+    """``(out_dtype, kind)`` of a variant's call, checked (``kind``: None unscaled)."""
     scaled = check_scales(op, a, b, scale_a, scale_b, out_dtype)
     if scaled is None:
         return a.dtype, None

@@ -72,8 +72,8 @@ def gemm_tile_range(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr = 1,
 ):
-    """K steps [k_lo, k_hi) of tile (pid_m, pid_n): the fp32 partial [BM, BN] times a float8 call's
-    scales. ``ALIGN`` (pointer path): ``K``, ``stride_am``, ``stride_bn`` are multiples of it."""
+    """K steps [k_lo, k_hi) of tile (pid_m, pid_n): the fp32 partial [BM, BN], scaled. ``ALIGN``
+    (pointer path): ``K``, ``stride_am``, ``stride_bn`` are multiples of it."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # [BM, BN]
     if USE_TMA:
         # Descriptor coordinates are element indices (int32); out-of-bounds reads return zeros.
