@@ -33,6 +33,7 @@ from ..runtime import get_heap, is_initialized
 from ..runtime.scope import in_backward, saved_scope
 from . import registry
 from .common.checks import FLOAT8_DTYPES, check_divisible, check_operands
+from .common.collectives import all_gather_cat, op_group
 from .common.config import Config
 from .common.scaled import check_scales
 from .dispatch import resolve as resolve_auto
@@ -374,8 +375,6 @@ gemm_all_reduce_norm.register_autograd(_norm_backward, setup_context=_norm_setup
 @torch.library.custom_op("tilefuse::all_gather_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
 def all_gather_rows(x, group):
     """Every rank's ``x [R, C]`` stacked by rows in group-rank order: ``[W*R, C]``."""
-    from .common.collectives import all_gather_cat, op_group
-
     return _owned(all_gather_cat(x.contiguous(), dim=0, group=op_group(resolve_group(group))), x)
 
 
@@ -387,8 +386,6 @@ def _(x, group):
 @torch.library.custom_op("tilefuse::reduce_scatter_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
 def reduce_scatter_rows(x, group):
     """Row block r of the sum over ranks of ``x [W*R, C]``: ``[R, C]``."""
-    from .common.collectives import op_group
-
     grp = op_group(resolve_group(group))
     check_divisible("reduce_scatter_rows", "rows of x", x.shape[0], dist.get_world_size(grp), "the world size")
     return _owned(reduce_scatter(x.contiguous(), grp), x)

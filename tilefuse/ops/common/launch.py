@@ -14,6 +14,7 @@ import torch
 
 from ...runtime import _env, control_block, get_heap, hw, is_initialized
 from ...runtime import world as _world
+from ...runtime.primitives import phase_barrier_kernel
 from ...runtime.world import CollectiveCall
 from .checks import check_kernel_dtype, check_operands
 from .config import Config, check_config_fits, default_config, launch_shape
@@ -104,8 +105,6 @@ def ctl(heap) -> torch.Tensor:
 
 def mid_barrier(heap, phase: int) -> None:
     """A barrier inside the current call (``phase`` 0 or 1: a call's barriers use distinct phases)."""
-    from ...runtime.primitives import phase_barrier_kernel
-
     if heap.world_size > 1:
         phase_barrier_kernel[(1,)](control_block(), heap.heap_bases, heap.rank, heap.world_size, PHASE=phase,
                                    num_warps=1)
