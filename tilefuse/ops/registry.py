@@ -6,8 +6,7 @@ from __future__ import annotations
 
 OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
-# Named forms of a variant with an algorithm of their own (a file of their own in the op's folder):
-# tables, tuning and ``variant=`` take them like the four.
+# Named forms with an algorithm (and file) of their own: tables, tuning and ``variant=`` take them too.
 FORMS = {"all_gather_gemm": ("copy_engine",)}
 _TABLE: dict[str, dict[str, object]] = {}  # op -> variant -> entry point
 

@@ -17,7 +17,6 @@ from .checks import FLOAT8_DTYPES, check_kernel_dtype
 from .collectives import all_gather_cat
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-DEFAULT_OUT_DTYPE = torch.bfloat16
 UNSCALED = (None, None, None)  # (scale_a, scale_b, out_dtype) of a call without float8 operands
 
 
@@ -57,8 +56,7 @@ def check_scales(op: str, a: torch.Tensor, b: torch.Tensor, scale_a=None, scale_
                          f"row-wise, as for torch._scaled_mm); {missing} missing")
     _check_scale(op, "scale_a", scale_a, a, (a.shape[0], 1))
     _check_scale(op, "scale_b", scale_b, a, (1, b.shape[1]))
-    if out_dtype is None:
-        out_dtype = DEFAULT_OUT_DTYPE
+    out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
     if out_dtype not in OUT_DTYPES:
         names = ", ".join(str(d).removeprefix("torch.") for d in OUT_DTYPES)
         raise TypeError(f"{op}: out_dtype must be one of {names}, got {out_dtype!r}")
