@@ -124,9 +124,7 @@ def _bucket_key(op, arch, world, dtype, M, N, K, grp, heap) -> tuple:
 
 
 def _candidates(op: str, a, b, grp, kwargs: dict, model: tables.Choice | None) -> list:
-    def bind(fn, **kw):
-        return lambda: fn(a, b, group=grp, **kw, **kwargs)
-
+    bind = lambda fn, **kw: lambda: fn(a, b, group=grp, **kw, **kwargs)
     world, variants = get_heap(grp).world_size, registry.variants(op)
     out = [autotune.Candidate("plain", tables.PLAIN, None, bind(variants[tables.PLAIN]))]
     for variant in registry.tunable(op):

@@ -217,16 +217,9 @@ def wave_use(tiles: int, programs: int) -> float:
 def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs: int):
     """``(BM, BN, warps, stages, SPLIT_K, WARP_SPEC)`` for the GEMM core (see default_config)."""
     steps = -(-K // block_k)
-
-    def tiles(bm: int, bn: int) -> int:
-        return -(-M // bm) * -(-N // bn)
-
-    def split(bm: int, bn: int) -> int:
-        return min(_DEFAULT_MAX_SPLIT, split_k_for(tiles(bm, bn), steps, programs))
-
-    def narrow(bn: int) -> int:
-        return _pow2_between(min(N, bn), 16, bn)
-
+    tiles = lambda bm, bn: -(-M // bm) * -(-N // bn)
+    split = lambda bm, bn: min(_DEFAULT_MAX_SPLIT, split_k_for(tiles(bm, bn), steps, programs))
+    narrow = lambda bn: _pow2_between(min(N, bn), 16, bn)
     if M <= 64:
         # Decode sizes, bound by reading B: one row of tiles (B read once) and deep pipelines.
         block_m = _pow2_between(M, 16, 64)
