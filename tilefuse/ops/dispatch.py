@@ -251,7 +251,8 @@ def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
 
 
 def run_auto(op: str, a, b, config, group, **kwargs):
-    """Run ``op`` with the chosen variant (a caller's ``config`` wins); one lookup once seen."""
+    """Run ``op`` with the chosen variant (a caller's ``config`` wins): one lookup for a signature seen
+    before (its key leaves the device out: one heap device per process)."""
     graphs = a.is_cuda and _graph_capture()
     hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, group, _generation(), _env_get(_CONFIG_DIR),
                          _env_get(_CACHE_DIR), graphs))
