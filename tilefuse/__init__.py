@@ -1,15 +1,13 @@
 """tilefuse: fused GEMM + multi-GPU communication operators in Python and Triton.
 
 The ops, ``init``/``reset`` and the heap helpers take ``group=`` (default: the first group
-initialised). Importing tilefuse turns on Triton's interpreter when no GPU is usable
-(:mod:`tilefuse.runtime._env`).
+initialised). Importing tilefuse turns on Triton's interpreter when no GPU is usable.
 
 Calls pair across ranks by sequence and signature; ``with tilefuse.step(i):`` adds the step to the
-signature, and backward formulas run in the role ``backward`` (:mod:`tilefuse.runtime.scope`), so
+signature and backward formulas run in the role ``backward`` (:mod:`tilefuse.runtime.scope`), so
 calls from different points of a program raise ``CallMismatchError`` instead of pairing. Unchecked:
-the plain path's torch collectives (paired by order only), the role and step of calls in a compiled
-backward, a CUDA graph's calls (it replays the step it was captured in), and calls inside one step
-and role (paired by order).
+the plain path's torch collectives, the role and step of calls in a compiled backward or a CUDA graph
+(which replays its capture's step), and calls inside one step and role (paired by order).
 """
 
 from ._version import __version__
@@ -49,8 +47,7 @@ from .runtime import (  # noqa: E402
 
 
 def empty(*shape, dtype=None, group=None):
-    """Uninitialised tensor on this rank's symmetric heap of ``group`` (default: the default group's,
-    the first initialised); collective by convention: see init."""
+    """Uninitialised tensor on this rank's symmetric heap of ``group`` (collective by convention)."""
     return get_heap(group).empty(*shape, **({} if dtype is None else {"dtype": dtype}))
 
 
@@ -75,14 +72,10 @@ def is_on_heap(t, group=None):
 
 
 def matmul(a, b, *, config=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
-    """tilefuse's persistent GEMM core alone, the K loop every variant runs: ``a [M, K] @ b [K, N]``
-    -> ``[M, N]`` in the inputs' dtype, fp32 accumulation, on this rank's device; no communication.
-    ``config``: a :class:`Config` (default: ``Config.for_shape(M, N, K, a.dtype, comm=False)``);
-    ``out``: an ``[M, N]`` tensor to write. For comparing the GEMM core with ``torch.matmul``.
-
-    Float8 ``a`` and ``b`` take ``scale_a`` and ``scale_b`` as ``torch._scaled_mm`` does (float32,
-    tensor-wise or row-wise ``[M, 1]``, ``[1, N]``): the result is ``(a.float() * scale_a) @
-    (b.float() * scale_b)`` rounded once to ``out_dtype`` (default: ``out``'s dtype, else bfloat16)."""
+    """tilefuse's GEMM core alone (every variant's K loop), to compare with ``torch.matmul``: ``a [M, K] @
+    b [K, N]`` -> ``[M, N]`` in the inputs' dtype (``out``: a tensor to write), fp32 accumulation.
+    ``config``: default ``Config.for_shape(M, N, K, a.dtype, comm=False)``. Float8 ``a`` and ``b`` take
+    ``scale_a`` and ``scale_b`` as ``torch._scaled_mm``; ``out_dtype`` default: ``out``'s, else bfloat16."""
     from .ops.common.gemm import matmul as _core
     from .ops.common.scaled import is_float8, kernel_scales, prepare_scaling
 
@@ -100,9 +93,7 @@ def matmul(a, b, *, config=None, out=None, scale_a=None, scale_b=None, out_dtype
 
 def auto_choice(op: str, a, b, group=None) -> tuple:
     """``(variant, source)``: what ``variant="auto"`` runs for ``op(a, b)`` on this rank and where that
-    came from (a table, the cache, first-call tuning, the cost model, or the plain default). After the
-    first call of the shape's bucket it is that call's decision; before it, what this rank's tables and
-    cache say (the first call may still tune). Communicates nothing."""
+    came from (the bucket's decision, else this rank's tables and cache). Communicates nothing."""
     from .ops import dispatch
 
     choice = dispatch.choose(op, a, b, group)

@@ -1,10 +1,8 @@
-"""How a public op call reaches its implementation.
-
-An eager call that needs no gradient and that nothing traces (:func:`_direct`) runs the variant's
-entry point itself (``variant="auto"``: :func:`tilefuse.ops.dispatch.run_auto`), as cheaply as the
-call of a Python function. Every other call (torch.compile tracing, a dispatch mode, a tensor
-needing a gradient) goes through the ``torch.library`` custom op of :mod:`tilefuse.ops.library`,
-which traces and differentiates.
+"""How a public op call reaches its implementation: an eager call that needs no gradient and that
+nothing traces (:func:`_direct`) runs the variant's entry point itself (auto:
+:func:`tilefuse.ops.dispatch.run_auto`), as cheaply as a Python function's call; every other call
+goes through the ``torch.library`` custom op of :mod:`tilefuse.ops.library`, which traces and
+differentiates.
 """
 
 from __future__ import annotations
@@ -13,21 +11,12 @@ import torch
 
 from . import registry
 from .dispatch import run_auto
-from .library import (
-    _scaling,
-    encode_config,
-    group_name,
-    resolve_group,
-    run_norm,
-)
+from .library import _scaling, encode_config, group_name, resolve_group, run_norm
 
 
 def _direct(a, b, kwargs: dict) -> dict | None:
-    """Where an eager call may skip the dispatcher, the keyword arguments its entry point needs (those
-    not at their default, None or False), else None. It may where nothing traces it (no
-    torch.compile, no dispatch mode such as FakeTensorMode or make_fx's), its tensors are plain
-    ``torch.Tensor`` (no FakeTensor, FunctionalTensor or other subclass) and none needs a gradient.
-    (:func:`call` makes the common case's test itself: a call is as cheap as a Python function's.)"""
+    """Where an eager call may skip the dispatcher (nothing traces it, plain tensors, no gradient),
+    the keyword arguments its entry point needs (those not None or False), else None."""
     if _is_compiling() or _dispatch_modes() or not (_plain(a) and _plain(b)):
         return None
     given = _NONE
@@ -42,8 +31,7 @@ def _direct(a, b, kwargs: dict) -> dict | None:
 
 
 def _plain(t) -> bool:
-    """``t`` is no tensor (the entry point's checks name it), or a plain tensor (an ``nn.Parameter``
-    too: it overrides nothing) needing no gradient."""
+    """``t`` is no tensor (the entry point's checks name it) or a plain tensor needing no gradient."""
     if not isinstance(t, _Tensor):
         return True
     return type(t) in _PLAIN_TYPES and not (t.requires_grad and _grad_enabled())
@@ -60,15 +48,10 @@ _get = registry.get
 
 def call(op: str, a, b, variant: str = "auto", config=None, group=None, *, out=None, return_gathered=False,
          bias=None, scale_a=None, scale_b=None, out_dtype=None):
-    """``torch.ops.tilefuse.<op>(a, b, ...)`` from the public function's arguments (``out`` for
-    gemm_all_scatter, ``return_gathered`` for all_gather_gemm, ``bias`` for gemm_all_reduce).
-
-    An eager call that needs no gradient and that nothing traces (:func:`_direct`) runs the entry
-    point itself (auto: :func:`dispatch.run_auto`), as cheaply as the call of a Python function:
-    the custom op's dispatch costs as much host time as a plain call's own at decode sizes. Where
-    ``b`` needs a gradient, all_gather_gemm runs the gathered-output op: the weight gradient needs
-    ``all_gather(a)``.
-    """
+    """``torch.ops.tilefuse.<op>(a, b, ...)`` from the public function's arguments, or the entry point
+    itself where :func:`_direct` allows (the custom op's dispatch costs as much host time as a plain call
+    at decode sizes). all_gather_gemm whose ``b`` needs a gradient runs the gathered-output op (the
+    weight gradient needs ``all_gather(a)``)."""
     if (out is None and bias is None and scale_a is None and scale_b is None and out_dtype is None
             and not return_gathered and type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES
             and not (_grad_enabled() and (a.requires_grad or b.requires_grad))
@@ -116,8 +99,7 @@ def call(op: str, a, b, variant: str = "auto", config=None, group=None, *, out=N
 
 
 def call_norm(a, b, *, variant: str, config, group, bias, residual, norm_weight, eps):
-    """``torch.ops.tilefuse.gemm_all_reduce_norm`` from the public function's arguments (or, as
-    :func:`call`, its entry point directly where nothing traces the call and nothing needs a gradient)."""
+    """``torch.ops.tilefuse.gemm_all_reduce_norm`` (or, as :func:`call`, the entry point directly)."""
     if not isinstance(variant, str):
         raise TypeError(f"gemm_all_reduce: variant must be a string, got {type(variant).__name__}")
     if norm_weight is None:

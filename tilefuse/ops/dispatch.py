@@ -1,27 +1,19 @@
 """``variant="auto"``: a measured choice where there is one, else the plain path.
 
 A call ``op(a [M, K], b [K, N])`` is decided per *bucket* (arch, world size, op, dtype, N, K, the
-bucket of M: :mod:`tilefuse.tuning.buckets`; the kernels run the exact M). The first call of a bucket
-takes the first of:
+bucket of M: :mod:`tilefuse.tuning.buckets`). The first call of a bucket takes the first of:
 
 1. **table**: a config table entry (shipped, or ``TILEFUSE_CONFIG_DIR``) for the exact shape, else
    one with the same N, K and dtype whose M falls in the bucket;
 2. **cache**: the user's decision cache (:mod:`tilefuse.tuning.cache`, ``TILEFUSE_CACHE_DIR``);
-3. **tuned**: first-call tuning (:mod:`tilefuse.tuning.autotune`) of plain and each variant on the
-   call's operands, saved in the cache. ``TILEFUSE_AUTOTUNE`` unset: on a GPU, if one plain call takes
-   at least ``autotune.MIN_PLAIN_MS``; ``=1``: always (in the interpreter too); ``=0``: never;
-4. **model**: the cost model (:mod:`tilefuse.tuning.costmodel`), if it predicts a variant >= 5 %
-   faster than plain;
+3. **tuned**: first-call tuning of plain and each variant, saved in the cache (``TILEFUSE_AUTOTUNE``
+   unset: on a GPU where plain takes ``autotune.MIN_PLAIN_MS``; ``=1``: always; ``=0``: never);
+4. **model**: the cost model (:mod:`tilefuse.tuning.costmodel`), if it predicts a win over plain;
 5. **default**: the plain path.
 
-Every rank must run the same variant, so the first call of a bucket is collective: one exchange on
-the op's group hands rank 0's view (tables, cache, model) to all, and they tune together if rank 0
-saw nothing. The decision is remembered per bucket and per call signature: a call seen before is one
-dictionary lookup. Ranks whose K shards differ still reach one decision: rank 0's.
-
-While ``torch.compile`` traces or a CUDA graph captures, nothing is exchanged or tuned: an undecided
-bucket runs plain for that call. ``logging.getLogger("tilefuse")``: INFO when a bucket is tuned,
-DEBUG for each decision and its source.
+The first call of a bucket is collective: one exchange hands rank 0's view to all ranks, and they tune
+together if rank 0 saw nothing. Decisions are remembered per bucket and call signature. While
+torch.compile traces or a CUDA graph captures, an undecided bucket runs plain. Logger ``tilefuse``.
 """
 
 from __future__ import annotations
@@ -39,6 +31,7 @@ from ..tuning.buckets import bucket_name, m_bucket
 from . import registry
 
 log = logging.getLogger("tilefuse")
+
 
 def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
@@ -79,8 +72,7 @@ def _model_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: s
 
 
 def choose(op: str, a, b, group=None) -> tables.Choice:
-    """What ``variant="auto"`` runs (or would run) for ``op(a, b)``, without communicating: the
-    bucket's decision if this process made it, else this rank's table, cache and model view."""
+    """What auto runs (or would run) for ``op(a, b)``, without communicating."""
     grp, arch, world, dtype, M, N, K, bkey = _call_facts(op, a, b, group)
     hit = _BUCKETS.get(bkey)
     if hit is not None:
@@ -97,8 +89,8 @@ _BUCKETS: dict = {}  # bucket key -> Choice, made collectively (the same on ever
 _RESOLVED: dict = {}  # call signature -> (variant, entry point, config)
 _dirs = _env.env_reader("TILEFUSE_CONFIG_DIR", "TILEFUSE_CACHE_DIR")
 _generation = tables.generation
-# Auto's per-call key holds the two directory settings as the environment stores them: two reads of
-# the mapping os.environ wraps (a third of _dirs()'s cost; the key only compares them).
+# Auto's per-call key holds the two directory settings as the environment stores them (a third of
+# _dirs()'s cost; the key only compares them).
 if isinstance(getattr(os.environ, "_data", None), dict) and hasattr(os.environ, "encodekey"):
     _env_get = os.environ._data.get
     _CONFIG_DIR, _CACHE_DIR = (os.environ.encodekey(n) for n in ("TILEFUSE_CONFIG_DIR", "TILEFUSE_CACHE_DIR"))
@@ -107,8 +99,7 @@ else:
 
 
 def clear() -> None:
-    """Forget every decision made in this process (collective by convention: every rank calls it,
-    or ranks would decide their next buckets apart). Cached decisions on disk stay."""
+    """Forget every decision made in this process (collective by convention); the disk cache stays."""
     _BUCKETS.clear()
     _RESOLVED.clear()
 
@@ -133,9 +124,7 @@ def _bucket_key(op, arch, world, dtype, M, N, K, grp, heap) -> tuple:
 
 
 def _candidates(op: str, a, b, grp, kwargs: dict, model: tables.Choice | None) -> list:
-    def bind(fn, **kw):
-        return lambda: fn(a, b, group=grp, **kw, **kwargs)
-
+    bind = lambda fn, **kw: lambda: fn(a, b, group=grp, **kw, **kwargs)
     world, variants = get_heap(grp).world_size, registry.variants(op)
     out = [autotune.Candidate("plain", tables.PLAIN, None, bind(variants[tables.PLAIN]))]
     for variant in registry.tunable(op):
@@ -149,9 +138,10 @@ def _candidates(op: str, a, b, grp, kwargs: dict, model: tables.Choice | None) -
 
 def _tune(op, a, b, grp, kwargs, arch, world, dtype, M, N, K, model) -> tables.Choice:
     # The exchanges' step name leaves K out: a gemm_all_reduce's K shards may differ between ranks.
-    step = f"{op} N={N} {dtype} W={world} {bucket_name(m_bucket(M))}"
-    what = f"{op} {M}x{N}x{K} {dtype} W={world} {bucket_name(m_bucket(M))}"
-    res = autotune.tune(_candidates(op, a, b, grp, kwargs, model), device=a.device, group=grp, what=step)
+    bucket = bucket_name(m_bucket(M))
+    what = f"{op} {M}x{N}x{K} {dtype} W={world} {bucket}"
+    res = autotune.tune(_candidates(op, a, b, grp, kwargs, model), device=a.device, group=grp,
+                        what=f"{op} N={N} {dtype} W={world} {bucket}")
     times = ", ".join(f"{n} {t:.4g} ms" for n, t in res.times.items())
     dropped = "; ".join(f"{n}: {why}" for n, why in res.dropped.items())
     log.info("tilefuse: tuned %s: %s (median of %d interleaved calls, max over ranks) -> %s%s", what, times,
@@ -162,9 +152,8 @@ def _tune(op, a, b, grp, kwargs, arch, world, dtype, M, N, K, model) -> tables.C
     graph = None
     if res.device:  # device time was measured: the graph pick is recorded, the same as the eager one or not
         graph = (res.graph_variant, res.graph_config)
-        entry["graph"] = {"variant": res.graph_variant,
-                          "config": None if res.graph_config is None else res.graph_config.to_dict(),
-                          "device_ms": res.device}
+        gcfg = None if res.graph_config is None else res.graph_config.to_dict()
+        entry["graph"] = {"variant": res.graph_variant, "config": gcfg, "device_ms": res.device}
         if res.graph_confirmed is not None:
             entry["graph"]["confirm_device_ms"] = res.graph_confirmed["device"]
     try:
@@ -224,8 +213,7 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
 
 
 def resolve(op: str, a, b, group=None, kwargs: dict | None = None) -> tuple:
-    """``(variant, entry point, config)`` that auto runs for this call, remembered per call signature
-    until :func:`tilefuse.tuning.tables.clear_cache`, :func:`clear` or ``tilefuse.shutdown()``."""
+    """``(variant, entry point, config)`` that auto runs for this call (remembered per call signature)."""
     return _resolve(op, a, b, group, kwargs)[:3]
 
 
@@ -234,9 +222,8 @@ GRAPH_MIN_M = 512  # below it, a fused choice with no device-time measurement ru
 
 
 def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
-    """What runs inside a CUDA graph: the choice's measured graph pick (:meth:`tables.Choice.for_graphs`);
-    without one, the choice itself from ``GRAPH_MIN_M`` rows, else plain: a fused variant's eager win
-    at small M is mostly host work, which a graph does not pay."""
+    """What runs inside a CUDA graph: the measured graph pick, else the choice from ``GRAPH_MIN_M`` rows,
+    else plain (a fused variant's eager win at small M is mostly host work, which a graph does not pay)."""
     if choice.graph is not None or choice.variant == tables.PLAIN or M >= GRAPH_MIN_M:
         return choice.for_graphs()
     return tables.Choice(tables.PLAIN, None, f"{choice.source}; inside CUDA graphs plain: M < {GRAPH_MIN_M} and no "
@@ -244,8 +231,7 @@ def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
 
 
 def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
-    """:func:`resolve`'s answer and whether it is remembered (not while capturing or compiling);
-    ``graphs`` (default: whether this stream captures a CUDA graph) picks the choice for CUDA graphs."""
+    """:func:`resolve`'s answer and whether it is remembered; ``graphs``: the choice for CUDA graphs."""
     if graphs is None:
         graphs = a.is_cuda and _graph_capture()
     # run_auto makes the same key
@@ -265,11 +251,8 @@ def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
 
 
 def run_auto(op: str, a, b, config, group, **kwargs):
-    """Run ``op`` with the chosen variant; a caller's ``config`` overrides the decision's (plain takes
-    none). A call signature seen before costs one dictionary lookup (inside a CUDA graph capture: the
-    graph choice).
-
-    The key leaves the device out: the decision is the heap's device's (one per process)."""
+    """Run ``op`` with the chosen variant (a caller's ``config`` wins): one lookup for a signature seen
+    before (its key leaves the device out: one heap device per process)."""
     graphs = a.is_cuda and _graph_capture()
     hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, group, _generation(), _env_get(_CONFIG_DIR),
                          _env_get(_CACHE_DIR), graphs))

@@ -1,10 +1,7 @@
-"""tilefuse's ops as ``torch.library`` custom ops (``torch.ops.tilefuse.<op>(a, b, variant, config, group)``):
-traced by torch.compile with no graph break, differentiable through autograd.
-
-The real implementation runs the public function's entry point (``registry.get`` or
-``dispatch.run_auto``), so every first-call exchange, workspace and tuning happens there, never while
-tracing; the fake one checks the operands and gives the output's shape. ``config`` travels as the
-list of its fields (:func:`encode_config`), ``group`` as its name (:func:`group_name`, None: default).
+"""tilefuse's ops as ``torch.library`` custom ops (``torch.ops.tilefuse.<op>(a, b, variant, config, group)``),
+traced by torch.compile with no graph break and differentiable. The real implementation runs the
+public function's entry point (first-call exchanges, workspaces and tuning happen there, never while
+tracing); the fake one checks the operands and gives the output's shape.
 
 ============================  ==========================  ====================================
 op (rank r, W ranks)          output                      backward (dc: this rank's output grad)
@@ -19,12 +16,10 @@ gemm_all_reduce               ``c [M, N]`` (replicated)   ``da = dc @ b^T``, ``d
   (``+ bias [N]``)                                        ``dbias = dc`` summed over rows
 ============================  ==========================  ====================================
 
-The backward of the all-reduce is the identity (Megatron's row-parallel convention: ``dc`` is the
-same on every rank). Beside them: ``all_gather_gemm_gathered`` (``(c, all_gather(a))``, both
-differentiable), ``gemm_all_scatter_out`` (writes a caller's heap ``out``; not differentiable, eager
-only: traced code would hand it a functionalised copy of ``out`` off the heap) and the collectives
-``all_gather_rows`` / ``reduce_scatter_rows``, each the other's backward. Backward ops run the
-forward's variant with ``config=None`` (a forward config is tuned for the forward's shapes).
+The all-reduce's backward is the identity (Megatron's row-parallel convention). Beside them:
+``all_gather_gemm_gathered``, ``gemm_all_scatter_out`` (eager only, not differentiable),
+``gemm_all_reduce_norm`` and the collectives ``all_gather_rows`` / ``reduce_scatter_rows``, each the
+other's backward. Backward ops run the forward's variant with ``config=None``.
 """
 
 import dataclasses
@@ -37,18 +32,18 @@ import torch.distributed as dist
 from ..runtime import get_heap, is_initialized
 from ..runtime.scope import in_backward, saved_scope
 from . import registry
-from .common.checks import FLOAT8_DTYPES, check_divisible
+from .common.checks import FLOAT8_DTYPES, check_divisible, check_operands
+from .common.collectives import all_gather_cat, op_group
 from .common.config import Config
 from .common.scaled import check_scales
 from .dispatch import resolve as resolve_auto
 from .dispatch import run_auto
-from .plain import check_operands, reduce_scatter
+from .plain import reduce_scatter
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(Config))
 _ARGS = "Tensor a, Tensor b, str variant, int[]? config, str? group"
 # A float8 call's scales and result dtype (common.scaled), the last arguments of every op's schema.
 _SCALED = "Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None"
-_SCALING_NAMES = ("scale_a", "scale_b", "out_dtype")
 
 
 def _scaling(scale_a, scale_b, out_dtype) -> dict:
@@ -91,9 +86,7 @@ def _name_of(group) -> str:
 
 def group_name(group) -> str | None:
     """The name the schema carries for ``group`` (None stays None: the default group)."""
-    if group is None:
-        return None
-    if isinstance(group, str):
+    if group is None or isinstance(group, str):
         return group
     if not isinstance(group, dist.ProcessGroup):
         raise TypeError(f"group must be a torch.distributed ProcessGroup, its name or None, got "
@@ -112,8 +105,7 @@ def resolve_group(name: str | None):
 
 
 def world_size(group: str | None) -> int:
-    """World size of the named group for the fake implementations (None: the group tilefuse was
-    initialised on, whose size the variants use). Runs while tracing only, so it is not cached."""
+    """World size of the named group for the fakes (None: tilefuse's default group); not cached."""
     if group is None and is_initialized():
         return get_heap().world_size
     if not dist.is_available() or not dist.is_initialized():
@@ -123,8 +115,8 @@ def world_size(group: str | None) -> int:
 
 
 def _owned(t: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
-    """``t`` as a custom op may return it: contiguous (the fake's strides), sharing no storage with
-    an input, and not in a heap workspace that the op's next call reuses."""
+    """``t`` as a custom op may return it: contiguous (the fake's strides), sharing no storage with an
+    input, not in a heap workspace that the op's next call reuses."""
     if not t.is_contiguous():
         return t.contiguous()
     ptr = t.untyped_storage().data_ptr()
@@ -134,7 +126,7 @@ def _owned(t: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
 
 
 def _entry(op: str, a, b, variant: str, config, group, **kwargs):
-    """What the public function of ``op`` runs: the named variant's entry point, or auto's choice."""
+    """The named variant's entry point of ``op``, or auto's choice."""
     if variant == "auto":
         return run_auto(op, a, b, config, group, **kwargs)
     return registry.get(op, variant)(a, b, config=config, group=group, **kwargs)
@@ -147,13 +139,12 @@ def run(op: str, a, b, variant: str, config: list[int] | None, group: str | None
 
 @dataclass(frozen=True)
 class OpSpec:
-    """One op: the output shape from ``(M, K, N, W)`` of ``a [M, K] @ b [K, N]``, an extra check of
-    the operand shapes (or None), and the backward ``(ctx, a, b, dc) -> (da, db)``."""
+    """One op: its output shape from ``(M, K, N, W)`` and its backward ``(ctx, a, b, dc) -> (da, db)``."""
 
     name: str
     out_shape: Callable[[int, int, int, int], tuple]
     backward: Callable
-    check: Callable | None = None
+    rows_divisible: bool = False  # M must be a multiple of the world size
     bias: bool = False  # the op takes an optional ``bias [N]`` added to the output (last schema argument)
 
 
@@ -161,18 +152,13 @@ def _back_gemm_all_scatter(ctx, a, b, dc):
     # c = [a_0 b_0 | ... | a_{W-1} b_{W-1}] on every rank: a_r b_r's gradient is the sum over ranks of
     # their dc's column block r.
     g = torch.ops.tilefuse.reduce_scatter_rows(dc.t().contiguous(), ctx.group).t()  # [M, N_loc]
-    da = g @ b.t() if ctx.needs_input_grad[0] else None
-    db = a.t() @ g if ctx.needs_input_grad[1] else None
-    return da, db
+    return _linear_grads(ctx, a, b, g)
 
 
 def _back_all_gather_gemm(ctx, a, b, dc):
-    da = db = None
-    if ctx.needs_input_grad[0]:
-        da = torch.ops.tilefuse.gemm_reduce_scatter(dc, b.t(), ctx.variant, None, ctx.group)  # [M_loc, K]
-    if ctx.needs_input_grad[1]:  # the gathered-output op keeps all_gather(a); this one gathers again
-        db = torch.ops.tilefuse.all_gather_rows(a, ctx.group).t() @ dc
-    return da, db
+    # The gathered-output op keeps all_gather(a); this one gathers again.
+    a_full = torch.ops.tilefuse.all_gather_rows(a, ctx.group) if ctx.needs_input_grad[1] else None
+    return _gathered_grads(ctx, a_full, b, dc, None)[:2]
 
 
 def _back_gemm_reduce_scatter(ctx, a, b, dc):
@@ -186,23 +172,17 @@ def _back_gemm_reduce_scatter(ctx, a, b, dc):
     return da, db
 
 
-def _back_gemm_all_reduce(ctx, a, b, dc):
-    da = dc @ b.t() if ctx.needs_input_grad[0] else None
-    db = a.t() @ dc if ctx.needs_input_grad[1] else None
-    return da, db
-
-
-def _check_rows_divisible(op, a, b, W):
-    check_divisible(op, "M (rows of a)", a.shape[0], W, "the world size")
+def _linear_grads(ctx, a, b, g):
+    """``(g @ b^T, a^T @ g)``, each where its input needs it."""
+    return g @ b.t() if ctx.needs_input_grad[0] else None, a.t() @ g if ctx.needs_input_grad[1] else None
 
 
 SPECS: dict[str, OpSpec] = {
     spec.name: spec for spec in (
         OpSpec("gemm_all_scatter", lambda M, K, N, W: (M, W * N), _back_gemm_all_scatter),
         OpSpec("all_gather_gemm", lambda M, K, N, W: (W * M, N), _back_all_gather_gemm),
-        OpSpec("gemm_reduce_scatter", lambda M, K, N, W: (M // W, N), _back_gemm_reduce_scatter,
-               _check_rows_divisible),
-        OpSpec("gemm_all_reduce", lambda M, K, N, W: (M, N), _back_gemm_all_reduce, bias=True),
+        OpSpec("gemm_reduce_scatter", lambda M, K, N, W: (M // W, N), _back_gemm_reduce_scatter, rows_divisible=True),
+        OpSpec("gemm_all_reduce", lambda M, K, N, W: (M, N), _linear_grads, bias=True),
     )
 }
 
@@ -211,8 +191,8 @@ def _fake_out(spec: OpSpec, a, b, group, bias=None, scaling=None):
     check_operands(spec.name, a, b)
     scaled = check_scales(spec.name, a, b, **(scaling or {}))
     W = world_size(group)
-    if spec.check is not None:
-        spec.check(spec.name, a, b, W)
+    if spec.rows_divisible:
+        check_divisible(spec.name, "M (rows of a)", a.shape[0], W, "the world size")
     if bias is not None:
         from .gemm_all_reduce._prepare import check_bias
 
@@ -228,7 +208,6 @@ def _no_float8_backward(ctx) -> None:
 
 
 def _save(ctx, inputs, a):
-    """Keep the variant, the group, ``a`` (for db) and ``b`` (for da), as far as they are needed."""
     ctx.variant, ctx.group = inputs[2], inputs[4]
     ctx.scope = saved_scope()  # the backward's calls run under the forward's steps, as "backward"
     ctx.float8 = inputs[0].dtype in FLOAT8_DTYPES
@@ -236,20 +215,14 @@ def _save(ctx, inputs, a):
     ctx.set_materialize_grads(False)
 
 
-def _setup_context(ctx, inputs, output):
-    _save(ctx, inputs, inputs[0])
-
-
 def _define(spec: OpSpec) -> None:
-    """``torch.ops.tilefuse.<op>(a, b, variant, config, group[, bias])``: real, fake and autograd."""
     def impl(a, b, variant, config, group, *args):
         bias, scaling = _split_bias(spec, args)
         kwargs = {"bias": bias} if bias is not None else {}
         return _owned(run(spec.name, a, b, variant, config, group, **kwargs, **scaling), a, b)
 
     def fake(a, b, variant, config, group, *args):
-        bias, scaling = _split_bias(spec, args)
-        return _fake_out(spec, a, b, group, bias, scaling)
+        return _fake_out(spec, a, b, group, *_split_bias(spec, args))
 
     def backward(ctx, dc):
         _no_float8_backward(ctx)
@@ -265,7 +238,7 @@ def _define(spec: OpSpec) -> None:
     schema = f"({_ARGS}, Tensor? bias=None, {_SCALED}) -> Tensor" if spec.bias else f"({_ARGS}, {_SCALED}) -> Tensor"
     op = torch.library.custom_op(f"tilefuse::{spec.name}", impl, mutates_args=(), schema=schema)
     op.register_fake(fake)
-    op.register_autograd(backward, setup_context=_setup_context)
+    op.register_autograd(backward, setup_context=lambda ctx, inputs, output: _save(ctx, inputs, inputs[0]))
 
 
 def _split_bias(spec: OpSpec, args: tuple) -> tuple:
@@ -279,12 +252,10 @@ for _spec in SPECS.values():
     _define(_spec)
 
 
-# all_gather_gemm returning the gathered A as well ------------------------------------------------
-
-
 @torch.library.custom_op("tilefuse::all_gather_gemm_gathered", mutates_args=(),
                          schema=f"({_ARGS}, {_SCALED}) -> (Tensor, Tensor)")
 def all_gather_gemm_gathered(a, b, variant, config, group, scale_a=None, scale_b=None, out_dtype=None):
+    """all_gather_gemm returning the gathered A as well."""
     c, gathered = run("all_gather_gemm", a, b, variant, config, group, return_gathered=True,
                       **_scaling(scale_a, scale_b, out_dtype))
     return _owned(c, a, b), _owned(gathered, a, b)
@@ -296,16 +267,13 @@ def _(a, b, variant, config, group, scale_a=None, scale_b=None, out_dtype=None):
     return c, a.new_empty((c.shape[0], a.shape[1]))
 
 
-def _gathered_setup(ctx, inputs, output):
-    _save(ctx, inputs, output[1])  # db needs all_gather(a): the op's own second output
-
-
 def _gathered_backward(ctx, dc, dgathered):
     _no_float8_backward(ctx)
     return in_backward(ctx.scope, _gathered_grads, ctx, *ctx.saved_tensors, dc, dgathered)
 
 
 def _gathered_grads(ctx, a_full, b, dc, dgathered):
+    """``(da [M_loc, K], db [K, N], None...)`` of all_gather_gemm from ``dc`` (and the gathered A's grad)."""
     da = db = None
     if dc is not None:
         dc = dc.contiguous()
@@ -319,16 +287,16 @@ def _gathered_grads(ctx, a_full, b, dc, dgathered):
     return da, db, None, None, None, None, None, None
 
 
-all_gather_gemm_gathered.register_autograd(_gathered_backward, setup_context=_gathered_setup)
-
-
-# gemm_all_scatter into a caller's out ------------------------------------------------------------
+# db needs all_gather(a): the op's own second output
+all_gather_gemm_gathered.register_autograd(
+    _gathered_backward, setup_context=lambda ctx, inputs, output: _save(ctx, inputs, output[1]))
 
 
 @torch.library.custom_op("tilefuse::gemm_all_scatter_out", mutates_args=("out",),
                          schema="(Tensor a, Tensor b, Tensor(a!) out, str variant, int[]? config, "
                                 f"str? group, {_SCALED}) -> ()")
 def gemm_all_scatter_out(a, b, out, variant, config, group, scale_a=None, scale_b=None, out_dtype=None) -> None:
+    """gemm_all_scatter into a caller's ``out``."""
     run("gemm_all_scatter", a, b, variant, config, group, out=out, **_scaling(scale_a, scale_b, out_dtype))
 
 
@@ -337,15 +305,15 @@ def _(a, b, out, variant, config, group, scale_a=None, scale_b=None, out_dtype=N
     _fake_out(SPECS["gemm_all_scatter"], a, b, group, scaling=_scaling(scale_a, scale_b, out_dtype))
 
 
-# gemm_all_reduce with the residual-add + RMSNorm epilogue -----------------------------------------
-# ``(y, new_residual)`` (gemm_all_reduce/norm.py). Backward, g the gradient of s = all_reduce(a @ b)
-# (+ bias) (+ residual): g = rms_norm_backward(dy) + d(new_residual); then gemm_all_reduce's formulas,
-# d(residual) = g, d(norm_weight) = sum over rows of dy * s * rsqrt(mean(s^2) + eps).
+# gemm_all_reduce with the residual-add + RMSNorm epilogue: ``(y, new_residual)`` (gemm_all_reduce/norm.py).
+# Backward, g the gradient of s = all_reduce(a @ b) (+ bias) (+ residual): g = rms_norm_backward(dy) +
+# d(new_residual); then gemm_all_reduce's formulas, d(residual) = g, d(norm_weight) = sum over rows of
+# dy * s * rsqrt(mean(s^2) + eps).
 
 
 def run_norm(a, b, variant: str, config, group, bias, residual, norm_weight, eps: float):
-    """The entry point of ``variant`` (a Config, a ProcessGroup or None) with the epilogue; ``auto``
-    first resolves its choice (so that a fused_sequential choice runs the epilogue in its kernel)."""
+    """The entry point of ``variant`` with the epilogue; ``auto`` first resolves its choice (so that a
+    fused_sequential choice runs the epilogue in its kernel)."""
     from .gemm_all_reduce.norm import check_norm_args, run_with_norm
 
     if variant == "auto":
@@ -394,8 +362,7 @@ def _norm_backward(ctx, dy, ds):
     grads = [None] * 9
     if g is not None:
         g = g.contiguous()
-        grads[0] = g @ b.t() if needs[0] else None
-        grads[1] = a.t() @ g if needs[1] else None
+        grads[0], grads[1] = _linear_grads(ctx, a, b, g)
         grads[5] = g.sum(0, dtype=torch.float32).to(g.dtype) if needs[5] else None
         grads[6] = g if needs[6] else None
     grads[7] = dweight
@@ -405,14 +372,9 @@ def _norm_backward(ctx, dy, ds):
 gemm_all_reduce_norm.register_autograd(_norm_backward, setup_context=_norm_setup)
 
 
-# The collectives of the backward formulas ---------------------------------------------------------
-
-
 @torch.library.custom_op("tilefuse::all_gather_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
 def all_gather_rows(x, group):
     """Every rank's ``x [R, C]`` stacked by rows in group-rank order: ``[W*R, C]``."""
-    from .common.collectives import all_gather_cat, op_group
-
     return _owned(all_gather_cat(x.contiguous(), dim=0, group=op_group(resolve_group(group))), x)
 
 
@@ -424,8 +386,6 @@ def _(x, group):
 @torch.library.custom_op("tilefuse::reduce_scatter_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
 def reduce_scatter_rows(x, group):
     """Row block r of the sum over ranks of ``x [W*R, C]``: ``[R, C]``."""
-    from .common.collectives import op_group
-
     grp = op_group(resolve_group(group))
     check_divisible("reduce_scatter_rows", "rows of x", x.shape[0], dist.get_world_size(grp), "the world size")
     return _owned(reduce_scatter(x.contiguous(), grp), x)

@@ -1,7 +1,5 @@
-"""The plain path of each op: what a torch user writes, torch.matmul + one torch.distributed tensor
-collective (cuBLAS + NCCL: what tilefuse competes with, and what ``variant="auto"`` runs where
-nothing beat it). The matmul writes straight into the result or into the collective's buffer, the
-collective lands in the result, and nothing is copied after it; at W = 1 the matmul is the call.
+"""The plain path of each op: torch.matmul + one torch.distributed tensor collective, what tilefuse
+competes with and what auto runs where nothing beat it. Nothing is copied after the collective.
 
 =====================  ===========================================================================
 op (rank r, W ranks)   calls (W > 1)
@@ -13,59 +11,42 @@ gemm_reduce_scatter    ``p = a @ b``; ``c = empty(M/W, N)``; ``reduce_scatter_te
 gemm_all_reduce        ``c = a @ b``; ``all_reduce(c)``; ``c += bias`` (W = 1: ``addmm(bias, a, b)``)
 =====================  ===========================================================================
 
-gemm_all_scatter's result is column-major (``c.t()`` is contiguous): a gather lands each rank's
-block as a block of rows, and rank r's column block of ``c`` is row block r of ``c.t()``, so the
-matmul writes its transpose there and the gather moves it in place. An ``out`` that is column-major
-is that buffer; a row-major ``out`` receives one copy (no tensor collective lands column blocks of
-a row-major matrix).
+gemm_all_scatter's result is column-major (``c.t()`` is contiguous): rank r's column block of ``c``
+is row block r of ``c.t()``, which a gather lands in place. A column-major ``out`` is that buffer; a
+row-major one receives one copy. Float8 calls run :func:`.common.scaled.scaled_matmul` and gather the
+float8 rows (as bytes) with their row scales, or reduce the fp32 product and round once.
 
-Float8 operands (``scale_a=``, ``scale_b=``, ``out_dtype=``) take :mod:`.common.scaled_plain`'s
-path: ``torch._scaled_mm``, the reducing ops summing in fp32.
-
-The checks are torch's own plus the op's shape rules, made once per call; the group's world size,
-rank and backend are looked up once per group. Calls are not paired with the peers' calls as the
-fused variants' calls are: a call that differs between ranks, or fails its checks on one rank
-only, fails as torch's collective does (gloo aborts the process, NCCL waits until its watchdog).
-gloo has no collectives on CUDA tensors that every rank sharing one GPU can run: there the
-tensors go through host memory.
+Calls are not paired with the peers' as the fused variants' are: a call that differs between ranks
+fails as torch's collective does (gloo aborts the process, NCCL waits until its watchdog).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
+import torch.distributed as dist
 
 from . import registry
-from .common import scaled_plain
-from .common.checks import (
-    SUPPORTED_DTYPES,
-    check_divisible,
-    check_dtypes,
-    check_inner_dim,
-    check_matrix,
-    check_out_tensor,
-    check_same_device,
+from .common.checks import SUPPORTED_DTYPES, check_divisible, check_operands, check_out_tensor
+from .common.collectives import (
+    Comm,
+    all_gather_cat,
+    all_gather_tensor,
+    all_reduce,
+    all_reduce_sum,
+    comm_of,
+    op_group,
+    reduce_scatter_rows,
+    reduce_scatter_tensor,
 )
-from .common.collectives import Comm, all_gather_tensor, all_reduce, comm_of, reduce_scatter_tensor
-from .common.scaled import is_float8
+from .common.scaled import check_scales, gather_bytes, is_float8, row_scales, scaled_matmul
 
 _Tensor = torch.Tensor
 
 
-def check_operands(op: str, a, b) -> None:
-    """The checks every entry point of an op makes on ``a [M, K]`` and ``b [K, N]``: 2-D tensors on
-    one device, of one supported dtype, agreeing on K (each error names the op and the argument)."""
-    check_matrix(op, "a", a)
-    check_matrix(op, "b", b)
-    check_same_device(op, a=a, b=b)
-    check_dtypes(op, a=a, b=b)
-    check_inner_dim(op, a, b)
-
-
 def _comm(op: str, a, b, group, scale_a, scale_b, out_dtype) -> Comm | None:
-    """The :class:`Comm` of the group of a call ``op(a, b)`` in a's dtype, after the checks torch.matmul
-    does not make itself: two matrices of a supported dtype (K, the second dtype and the device are
-    torch.matmul's own checks: :func:`_matmul` names the op where they fail). None for a float8 call
-    (scales, ``out_dtype`` or float8 operands), which :mod:`.common.scaled_plain` runs."""
+    """The call group's :class:`Comm` after the checks torch.matmul does not make (None: float8)."""
     if not (scale_a is None and scale_b is None and out_dtype is None and isinstance(a, _Tensor)
             and isinstance(b, _Tensor) and a.dim() == 2 and b.dim() == 2 and a.dtype in SUPPORTED_DTYPES):
         if scale_a is not None or scale_b is not None or out_dtype is not None or is_float8(a) or is_float8(b):
@@ -87,7 +68,7 @@ def gemm_all_scatter(a, b, *, config=None, group=None, out=None, scale_a=None, s
     op = "gemm_all_scatter"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
     if comm is None:  # float8
-        return scaled_plain.run(op, a, b, group, scale_a, scale_b, out_dtype, out=out)
+        return _float8_all_scatter(a, b, *_float8(op, a, b, group, scale_a, scale_b, out_dtype), out=out)
     W = comm.world
     if out is not None:  # any tensor of the result's shape, dtype and device (the heap is not needed)
         check_out_tensor(op, out, (a.shape[0], W * b.shape[1]), a.dtype, a.device, a=a, b=b)
@@ -109,7 +90,7 @@ def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False, sca
     op = "all_gather_gemm"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
     if comm is None:  # float8
-        return scaled_plain.run(op, a, b, group, scale_a, scale_b, out_dtype, return_gathered=return_gathered)
+        return _float8_all_gather(a, b, *_float8(op, a, b, group, scale_a, scale_b, out_dtype), return_gathered)
     if comm.world == 1:
         c = _matmul(op, a, b)
         return (c, a) if return_gathered else c
@@ -123,7 +104,7 @@ def gemm_reduce_scatter(a, b, *, config=None, group=None, scale_a=None, scale_b=
     op = "gemm_reduce_scatter"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
     if comm is None:  # float8
-        return scaled_plain.run(op, a, b, group, scale_a, scale_b, out_dtype)
+        return _float8_reduce_scatter(a, b, *_float8(op, a, b, group, scale_a, scale_b, out_dtype))
     W = comm.world
     if W == 1:
         return _matmul(op, a, b)
@@ -150,7 +131,7 @@ def gemm_all_reduce(a, b, *, config=None, group=None, bias=None, scale_a=None, s
     op = "gemm_all_reduce"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
     if comm is None:  # float8
-        return scaled_plain.run(op, a, b, group, scale_a, scale_b, out_dtype, bias=bias)
+        return _float8_all_reduce(a, b, *_float8(op, a, b, group, scale_a, scale_b, out_dtype), bias)
     if bias is not None:
         from .gemm_all_reduce._prepare import check_bias
 
@@ -165,6 +146,52 @@ def gemm_all_reduce(a, b, *, config=None, group=None, bias=None, scale_a=None, s
     if comm.world > 1:
         all_reduce(c, comm)
     return c if bias is None else c.add_(bias)
+
+
+def _float8(op: str, a, b, group, scale_a, scale_b, out_dtype) -> tuple:
+    """``(checked scaling, group)`` of a float8 call."""
+    check_operands(op, a, b)
+    return check_scales(op, a, b, scale_a, scale_b, out_dtype), op_group(group)
+
+
+def _float8_all_scatter(a, b, s, group, *, out=None):
+    world = dist.get_world_size(group)
+    c = all_gather_cat(scaled_matmul(a, b, s), dim=1, group=group)
+    if out is None:
+        return c
+    check_out_tensor("gemm_all_scatter", out, (a.shape[0], world * b.shape[1]), s.out_dtype, a.device, a=a, b=b)
+    return out.copy_(c)
+
+
+def _float8_all_gather(a, b, s, group, return_gathered):
+    gathered = gather_bytes(a, group)
+    scales = all_gather_cat(row_scales(s, a.shape[0]).reshape(-1, 1).contiguous(), dim=0, group=group)
+    c = scaled_matmul(gathered, b, dataclasses.replace(s, scale_a=scales))
+    return (c, gathered) if return_gathered else c
+
+
+def _float8_reduce_scatter(a, b, s, group):
+    world = dist.get_world_size(group)
+    check_divisible("gemm_reduce_scatter", "M (rows of a)", a.shape[0], world, "the world size")
+    partial = scaled_matmul(a, b, dataclasses.replace(s, out_dtype=torch.float32))
+    if world == 1:
+        return partial.to(s.out_dtype)
+    if partial.device.type == "cuda" and dist.get_backend(group) == "nccl":
+        out = partial.new_empty((partial.shape[0] // world, partial.shape[1]))
+        dist.reduce_scatter_tensor(out, partial, group=group)
+        return out.to(s.out_dtype)
+    return reduce_scatter_rows(partial, group=group).to(s.out_dtype)
+
+
+def _float8_all_reduce(a, b, s, group, bias):
+    if bias is not None:
+        from .gemm_all_reduce._prepare import check_bias
+
+        check_bias("gemm_all_reduce", bias, a, b)
+    total = all_reduce_sum(scaled_matmul(a, b, dataclasses.replace(s, out_dtype=torch.float32)), group=group)
+    if bias is not None:
+        total = total + bias.float()
+    return total.to(s.out_dtype)
 
 
 for _fn in (gemm_all_scatter, all_gather_gemm, gemm_reduce_scatter, gemm_all_reduce):

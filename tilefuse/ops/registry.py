@@ -6,8 +6,7 @@ from __future__ import annotations
 
 OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
-# Named forms of a variant with an algorithm of their own (a file of their own in the op's folder):
-# tables, tuning and ``variant=`` take them like the four.
+# Named forms with an algorithm (and file) of their own: tables, tuning and ``variant=`` take them too.
 FORMS = {"all_gather_gemm": ("copy_engine",)}
 _TABLE: dict[str, dict[str, object]] = {}  # op -> variant -> entry point
 
@@ -24,8 +23,7 @@ def register(op: str, variant: str, fn) -> None:
 
 
 def get(op: str, variant: str):
-    """The entry point of ``variant`` of ``op`` (``reference`` and ``plain`` included): one lookup
-    on every eager call; the errors name the op and the variant."""
+    """The entry point of ``variant`` of ``op`` (one lookup every eager call); errors name both."""
     try:
         return _TABLE[op][variant]
     except (KeyError, TypeError):  # TypeError: an unhashable variant

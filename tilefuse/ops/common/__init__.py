@@ -13,16 +13,6 @@ from .config import Config, check_config_fits, default_config
 from .gemm import ensure_triton_allocator, gemm_layout, matmul
 
 __all__ = [
-    "SUPPORTED_DTYPES",
-    "Config",
-    "check_config_fits",
-    "check_divisible",
-    "check_dtypes",
-    "check_inner_dim",
-    "check_matrix",
-    "check_same_device",
-    "default_config",
-    "ensure_triton_allocator",
-    "gemm_layout",
-    "matmul",
+    "SUPPORTED_DTYPES", "Config", "check_config_fits", "check_divisible", "check_dtypes", "check_inner_dim",
+    "check_matrix", "check_same_device", "default_config", "ensure_triton_allocator", "gemm_layout", "matmul",
 ]

@@ -1,10 +1,7 @@
-"""The per-group workspace arena: heap buffers made once per call shape, collectively, and reused;
-and what a variant prepares once per call signature (:func:`prepared`), dropped with them.
-
-Workspaces live in one least-recently-used cache per process, keyed by the heap they are on, and
-bounded by :data:`WORKSPACE_FRACTION` of that heap; every rank makes the same calls, so every rank
-creates, reuses and releases the same ones. A workspace used inside a CUDA graph capture is kept
-until shutdown (a replay still reads it).
+"""The per-group workspace arena: heap buffers made once per call shape, collectively, and reused (an
+LRU cache per heap, bounded by :data:`WORKSPACE_FRACTION` of it; every rank makes the same calls, so
+the same ones), and what a variant prepares per call signature (:func:`prepared`), dropped with them.
+A workspace used inside a CUDA graph capture is kept until shutdown (a replay still reads it).
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from .checks import check_out_tensor
 
 
 class Workspace:
-    """Heap buffers of one (op, variant, shape) key."""
+    """Heap buffers of one (op, variant, shape) key, read as attributes."""
 
     def __init__(self, buffers: dict):
         self.buffers = buffers
@@ -45,47 +42,34 @@ WORKSPACE_FRACTION = 0.75
 
 
 def workspace_budget(heap) -> int:
-    """Bytes of ``heap`` the cached workspaces on it may hold (:data:`WORKSPACE_FRACTION` of it);
-    beyond it the least recently used workspaces are released (on every rank alike)."""
+    """Bytes of ``heap`` its cached workspaces may hold; beyond it the least recently used go."""
     return int(heap.size * WORKSPACE_FRACTION)
 
 
+def workspaces(heap=None) -> list:
+    """The cached :class:`Workspace` objects (``heap``: on that heap only), least recently used first."""
+    return [ws for key, ws in _WORKSPACES.items() if heap is None or key[0] == heap.uid]
+
+
 def workspace_bytes(heap=None) -> int:
-    """Heap bytes held by cached workspaces (this process; ``heap``: on that heap only)."""
-    if heap is None:
-        return sum(ws.nbytes for ws in _WORKSPACES.values())
-    return sum(ws.nbytes for key, ws in _WORKSPACES.items() if key[0] == heap.uid)
+    """Heap bytes held by cached workspaces (``heap``: on that heap only)."""
+    return sum(ws.nbytes for ws in workspaces(heap))
 
 
 def workspace_keys() -> list:
-    """The keys of the cached workspaces, least recently used first (for tests and tools)."""
+    """The keys of the cached workspaces, least recently used first."""
     return [key[1:] for key in _WORKSPACES]
-
-
-def workspaces(heap=None) -> list:
-    """The cached :class:`Workspace` objects (``heap``: on that heap only), least recently used first
-    (for tests and tools)."""
-    if heap is None:
-        return list(_WORKSPACES.values())
-    return [ws for key, ws in _WORKSPACES.items() if key[0] == heap.uid]
 
 
 def _capturing(heap) -> bool:
     return heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
-    """The cached workspace for ``key``; ``make(heap) -> dict`` allocates it on first use.
-
-    Collective on first use: every rank must reach it with the same key (checked: a rank passing
-    other shapes raises ValueError on every rank), and the buffers' heap offsets are checked to
-    agree across ranks; where they do not (a block held by a reference cycle on some rank), every
-    rank runs ``gc.collect()`` and allocates once more (no collection otherwise). Before new buffers
-    are touched, one device barrier makes sure no peer still uses the memory they reuse. Least
-    recently used workspaces beyond :func:`workspace_budget` are released first (every rank makes the
-    same calls, so every rank releases the same ones). Under ``tilefuse.runtime.set_debug_poison``
-    new floating-point buffers start as NaN. Inside a CUDA graph capture a missing workspace is an
-    error (make one eager call of the shape first); one that is used there is kept until shutdown.
+def workspace(heap, key: tuple, make, nbytes: int) -> Workspace:
+    """The cached workspace for ``key``; ``make(heap) -> dict`` allocates it on first use (least
+    recently used ones beyond :func:`workspace_budget` go first). Collective on first use: every rank
+    must pass the same key and get the same heap offsets (where a reference cycle on some rank makes them
+    differ, every rank collects and retries). Inside a CUDA graph capture a missing one is an error.
     """
     full_key = (heap.uid,) + key  # not id(heap): a later heap may reuse the address of a closed one
     if _MAKING:
@@ -97,19 +81,15 @@ def workspace(heap, key: tuple, make, nbytes: int | None = None) -> Workspace:
             ws.captured = True
         return ws
     if _capturing(heap):
-        raise RuntimeError(
-            f"{key[0]}: a CUDA graph capture needs this call's heap workspace {key[1:]}, which does not exist "
-            "yet (heap buffers are created collectively, outside capture): make one eager call with the same "
-            "shapes, dtype, variant and config before capturing"
-        )
-    if nbytes is not None:
-        _evict(heap, nbytes)
+        raise RuntimeError(f"{key[0]}: a CUDA graph capture needs this call's heap workspace {key[1:]}, which does "
+                           "not exist yet (heap buffers are created collectively, outside capture): make one eager "
+                           "call with the same shapes, dtype, variant and config before capturing")
+    _evict(heap, nbytes)
     buffers = _allocate(heap, key, make)
     failure = _check_offsets(heap, key, buffers)
     if failure is not None and failure[0] is RuntimeError and _DIVERGED in failure[1]:
-        # Blocks held only by reference cycles are freed by the cyclic collector at different moments
-        # on different ranks, so the ranks' allocators drifted apart. Every rank compared the same
-        # gathered offsets and got this error: they all collect now and allocate once more, in step.
+        # Blocks held only by reference cycles are freed at different moments on different ranks; every
+        # rank compared the same gathered offsets and got this error: all collect now and retry in step.
         buffers.clear()
         gc.collect()
         buffers = _allocate(heap, key, make)
@@ -137,11 +117,7 @@ _MAKING: list = []  # the workspace keys each running `prepared` make() fetched 
 
 
 def prepared(heap, key: tuple, make):
-    """``make()`` the first time ``key`` is seen on ``heap``'s group, the same object afterwards: what
-    a variant prepares once per call signature (checks, config, workspaces, grids). ``key`` must hold
-    everything it depends on. The workspaces ``make`` fetched stay in use: each later call marks them
-    recently used and, inside a CUDA graph capture, kept for the graph, as :func:`workspace` does;
-    the cache is dropped with them (cleared, evicted, reset, shut down)."""
+    """``make()`` once per ``key`` on ``heap``'s group; each call marks the workspaces it fetched used."""
     full = (heap.uid, key)
     got = _PREPARED.get(full)
     if got is None:
@@ -168,9 +144,15 @@ def _drop_prepared(uid: int) -> None:
         del _PREPARED[full]
 
 
+def _forget(uid: int) -> list:
+    """Drop the heap ``uid``'s workspaces, prepared calls and verified outs; returns the workspaces."""
+    _drop_prepared(uid)
+    _VERIFIED_OUT.difference_update([k for k in _VERIFIED_OUT if k[0] == uid])
+    return [_WORKSPACES.pop(key) for key in _heap_keys(uid)]
+
+
 def _allocate(heap, key: tuple, make) -> dict:
-    """``make(heap)``; when the heap is full, once more after a cyclic collection on this rank (blocks
-    held only by reference cycles come back; the offsets check that follows is collective)."""
+    """``make(heap)``; when the heap is full, once more after a cyclic collection on this rank."""
     try:
         return make(heap)
     except MemoryError:
@@ -187,10 +169,8 @@ _DIVERGED = "heap allocations diverged"  # SymmetricHeap.check_symmetric's error
 
 
 def _check_offsets(heap, key: tuple, buffers: dict) -> tuple | None:
-    """Collective: check that every rank made the same call and that the new ``buffers`` sit at the
-    same heap offsets on every rank; the error as (type, message), or None. Not the exception: its
-    frames would keep the buffers alive (a caller's ``pytest.raises``, a log record), on the ranks
-    that raised only."""
+    """Collective: the same call and heap offsets on every rank; the error as (type, message) or None
+    (not the exception: its frames would keep the buffers alive on the ranks that raised only)."""
     try:
         heap.check_symmetric(f"workspace {key[0]}", *buffers.values(), signature=key)
     except (ValueError, RuntimeError) as err:
@@ -210,11 +190,10 @@ def _evict(heap, nbytes: int) -> None:
 
 
 def clear_workspaces(group=None) -> None:
-    """Release every cached workspace of ``group``'s heap (default: the default group's; collective:
-    call it on every rank of the group). Waits for this rank's device work
-    and for every rank of the group, so no queued kernel still uses them. CUDA graphs captured before
-    abort when replayed (their error is reported at the next call); their buffers stay allocated
-    until shutdown. Other groups' workspaces stay."""
+    """Release every cached workspace of ``group``'s heap (default: the default group's; collective).
+    Waits for this rank's device work and for every rank of the group, so no queued kernel still uses
+    them. CUDA graphs captured before abort when replayed (reported at the next call); their buffers
+    stay allocated until shutdown. Other groups' workspaces stay."""
     if group is None and not is_initialized():
         _WORKSPACES.clear()
         _PREPARED.clear()
@@ -230,11 +209,6 @@ def _heap_keys(uid: int) -> list:
     return [key for key in _WORKSPACES if key[0] == uid]
 
 
-def _drop_verified(uid: int) -> None:
-    for key in [k for k in _VERIFIED_OUT if k[0] == uid]:
-        _VERIFIED_OUT.discard(key)
-
-
 def _drop_workspaces() -> None:
     """Drop the workspaces of the active group's heap (:func:`tilefuse.runtime.world.using`)."""
     if not is_initialized():
@@ -243,16 +217,11 @@ def _drop_workspaces() -> None:
         _PREPARED.clear()
         return
     uid = get_heap().uid
-    _drop_prepared(uid)
-    keys = _heap_keys(uid)
-    if any(_WORKSPACES[k].captured for k in keys):
+    dropped = _forget(uid)
+    if any(ws.captured for ws in dropped):
         _world.bump_generation()
-    for key in keys:
-        ws = _WORKSPACES.pop(key)
-        if ws.captured:
-            _KEPT_FOR_GRAPHS.append((uid, ws))
-    _drop_verified(uid)
-    keys = ws = None
+    _KEPT_FOR_GRAPHS.extend((uid, ws) for ws in dropped if ws.captured)
+    dropped = None
     gc.collect()  # blocks held by reference cycles come back now, on every rank alike
 
 
@@ -264,19 +233,14 @@ def _drop_all() -> None:
     if not is_initialized():
         return
     heap = get_heap()
-    keys = _heap_keys(heap.uid)
-    captured = [_WORKSPACES[k] for k in keys if _WORKSPACES[k].captured]
+    captured = [ws for ws in _forget(heap.uid) if ws.captured]
     captured += [ws for uid, ws in _KEPT_FOR_GRAPHS if uid == heap.uid]
     if captured:
         # A graph replayed after shutdown reads the control block (its generation is now invalid, so
         # the call aborts before touching anything else): keep that memory until the process ends.
         heap.mark_internal(*(b for ws in captured for b in ws.buffers.values()))
         _RETIRED.append((control_block(), captured))
-    for key in keys:
-        del _WORKSPACES[key]
-    _drop_prepared(heap.uid)
     _KEPT_FOR_GRAPHS[:] = [(uid, ws) for uid, ws in _KEPT_FOR_GRAPHS if uid != heap.uid]
-    _drop_verified(heap.uid)
 
 
 on_shutdown(_drop_all)  # tilefuse.shutdown() gives every workspace back with the heap
@@ -287,10 +251,8 @@ _VERIFIED_OUT: set = set()
 
 
 def check_out(op: str, heap, out, shape: tuple, dtype, **inputs) -> bool:
-    """Check ``out`` (shape, dtype, device: no silent cast or broadcast; no overlap with ``inputs``);
-    True when the kernels can write it in place: a contiguous heap tensor at the same offset on every
-    rank. Any other tensor receives a copy of the result. The offset check is collective and runs
-    once per (offset, shape); later calls are free. (Every rank must pass the same kind of ``out``.)"""
+    """Check ``out``; True when the kernels can write it in place: a contiguous heap tensor at the same
+    offset on every rank (checked collectively once). Any other tensor receives a copy."""
     check_out_tensor(op, out, shape, dtype, heap.device, **inputs)
     if not (heap.is_on_heap(out) and out.is_contiguous()):
         return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ...runtime import _env
 from ...runtime.heap import span_bytes
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -14,7 +15,6 @@ FLOAT8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def check_matrix(op: str, name: str, t) -> None:
-    """`t` is a 2-D torch.Tensor."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != 2:
@@ -22,7 +22,6 @@ def check_matrix(op: str, name: str, t) -> None:
 
 
 def check_same_device(op: str, **tensors: torch.Tensor) -> None:
-    """All tensors live on one device."""
     items = list(tensors.items())
     first_name, first = items[0]
     for name, t in items[1:]:
@@ -31,8 +30,7 @@ def check_same_device(op: str, **tensors: torch.Tensor) -> None:
 
 
 def check_dtypes(op: str, **tensors: torch.Tensor) -> None:
-    """All tensors share one dtype of SUPPORTED_DTYPES, or all are float8 (FLOAT8_DTYPES; e4m3fn
-    with e5m2 allowed, two e5m2 not, as for torch._scaled_mm)."""
+    """All tensors share one dtype of SUPPORTED_DTYPES, or all are float8 (at most one e5m2)."""
     items = list(tensors.items())
     first_name, first = items[0]
     if any(t.dtype in FLOAT8_DTYPES for _, t in items):
@@ -57,24 +55,26 @@ def _check_float8(op: str, items: list) -> None:
                         "as for torch._scaled_mm")
 
 
-def check_kernel_dtype(op: str, dtype) -> None:
-    """The kernels can compute in ``dtype`` here: Triton's interpreter (the CPU backend) computes
-    bfloat16 wrong (relative errors of 1e9 with Triton 3.7), so there it is refused
-    rather than returned wrong; the plain path (torch) takes it."""
-    if dtype == torch.bfloat16:
-        from ...runtime import _env
+def check_operands(op: str, a, b) -> None:
+    """``a [M, K]`` and ``b [K, N]``: 2-D tensors on one device, of one supported dtype, agreeing on K."""
+    check_matrix(op, "a", a)
+    check_matrix(op, "b", b)
+    check_same_device(op, a=a, b=b)
+    check_dtypes(op, a=a, b=b)
+    check_inner_dim(op, a, b)
 
-        if _env.interpreting():
-            raise TypeError(f"{op}: bfloat16 on the CPU backend: Triton's interpreter computes it wrong; "
-                            "use float16 or float32 there, or variant='plain'")
+
+def check_kernel_dtype(op: str, dtype) -> None:
+    """Refuse bfloat16 in Triton's interpreter, which computes it wrong (the plain path takes it)."""
+    if dtype == torch.bfloat16 and _env.interpreting():
+        raise TypeError(f"{op}: bfloat16 on the CPU backend: Triton's interpreter computes it wrong; "
+                        "use float16 or float32 there, or variant='plain'")
 
 
 def check_inner_dim(op: str, a: torch.Tensor, b: torch.Tensor, a_name: str = "a", b_name: str = "b") -> None:
     """a [M, K] and b [K, N] agree on K."""
     if a.shape[1] != b.shape[0]:
-        raise ValueError(
-            f"{op}: {b_name} has {b.shape[0]} rows but {a_name} has {a.shape[1]} columns (K must match)"
-        )
+        raise ValueError(f"{op}: {b_name} has {b.shape[0]} rows but {a_name} has {a.shape[1]} columns (K must match)")
 
 
 def check_divisible(op: str, name: str, value: int, by: int, what: str) -> None:
@@ -84,8 +84,7 @@ def check_divisible(op: str, name: str, value: int, by: int, what: str) -> None:
 
 
 def check_out_tensor(op: str, out, shape: tuple, dtype, device, **inputs: torch.Tensor) -> None:
-    """``out`` is a tensor of exactly ``shape``, ``dtype`` and ``device`` (no silent cast or broadcast)
-    whose memory overlaps none of ``inputs`` (the kernels would read what they already wrote)."""
+    """``out`` is a tensor of exactly ``shape``, ``dtype`` and ``device``, overlapping none of ``inputs``."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{op}: out must be a torch.Tensor, got {type(out).__name__}")
     if tuple(out.shape) != tuple(shape):
@@ -101,8 +100,7 @@ def check_out_tensor(op: str, out, shape: tuple, dtype, device, **inputs: torch.
 
 
 def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Whether ``x`` and ``y`` may share memory: their byte ranges intersect on one device (two
-    interleaved strided views count as overlapping; a tensor without elements overlaps nothing)."""
+    """Whether the byte ranges of ``x`` and ``y`` intersect on one device."""
     if x.device != y.device:
         return False
     nx, ny = span_bytes(x), span_bytes(y)

@@ -1,11 +1,5 @@
-"""torch.distributed collectives for the plain and reference paths, on any backend.
-
-The plain path's three tensor collectives (:func:`all_gather_tensor`, :func:`reduce_scatter_tensor`,
-:func:`all_reduce`) are torch's own calls on the op's group, whose facts (:func:`comm_of`) are looked
-up once per group. gloo, which several ranks sharing one GPU use, has no collectives on CUDA tensors
-that all of them can run: there the tensors go through host memory. The reference paths'
-collectives (:func:`all_gather_cat`, :func:`reduce_scatter_rows`, :func:`all_reduce_sum`) sum in
-fp32 and return fresh tensors.
+"""torch.distributed collectives for the plain path and the reference paths (fp32 sums, fresh tensors),
+on any backend: gloo (ranks sharing one GPU) moves CUDA tensors through host memory.
 """
 
 from __future__ import annotations
@@ -25,10 +19,8 @@ _all_reduce = dist.all_reduce
 
 
 def op_group(group):
-    """The process group a torch-collective path (plain, reference) runs on: ``group``, or for None
-    the group tilefuse's default heap serves (what the fused variants use for None; torch's own None
-    is the whole world, which differs where tilefuse was first initialised on a subgroup), or the
-    world when tilefuse is not initialised."""
+    """``group``, or for None the default heap's group (torch's None, the world, differs where
+    tilefuse was first initialised on a subgroup), or the world before tilefuse is initialised."""
     if group is None and is_initialized():
         return get_heap().group
     return group
@@ -47,8 +39,7 @@ _COMMS: dict = {}  # the group argument (None: the default) -> Comm
 
 
 def comm_of(group) -> Comm:
-    """The :class:`Comm` of the group a plain call names (None: :func:`op_group`'s default), made
-    once per group and forgotten at ``tilefuse.shutdown()`` (None then may name another group)."""
+    """The :class:`Comm` of ``group`` (None: :func:`op_group`'s), made once, forgotten at shutdown."""
     hit = _COMMS.get(group)
     if hit is not None:
         return hit
@@ -90,10 +81,6 @@ def all_reduce(t: torch.Tensor, comm: Comm) -> None:
         t.copy_(host)
 
 
-def _needs_host(t: torch.Tensor, group) -> bool:
-    return t.device.type == "cuda" and dist.get_backend(group) == "gloo"
-
-
 def all_gather_cat(t: torch.Tensor, dim: int, group=None) -> torch.Tensor:
     """Concatenate every rank's ``t`` along ``dim`` in group-rank order (a fresh tensor)."""
     comm = comm_of(group)
@@ -109,17 +96,9 @@ def all_gather_cat(t: torch.Tensor, dim: int, group=None) -> torch.Tensor:
 
 def reduce_scatter_rows(t: torch.Tensor, group=None) -> torch.Tensor:
     """Sum ``t`` [M, N] over ranks and return this rank's row block [M/W, N] (fp32 sum)."""
-    world = dist.get_world_size(group)
-    if world == 1:
-        return t.float()
+    rows = t.shape[0] // dist.get_world_size(group)
     rank = dist.get_rank(group)
-    host = _needs_host(t, group) or dist.get_backend(group) == "gloo"
-    src = t.float()
-    src = src.cpu() if host else src
-    dist.all_reduce(src, group=group)
-    rows = t.shape[0] // world
-    out = src[rank * rows:(rank + 1) * rows].clone()
-    return out.to(t.device) if host else out
+    return all_reduce_sum(t, group)[rank * rows:(rank + 1) * rows].clone()
 
 
 def all_reduce_sum(t: torch.Tensor, group=None) -> torch.Tensor:
@@ -127,7 +106,7 @@ def all_reduce_sum(t: torch.Tensor, group=None) -> torch.Tensor:
     src = t.float()
     if dist.get_world_size(group) == 1:
         return src
-    host = _needs_host(t, group)
+    host = t.device.type == "cuda" and dist.get_backend(group) == "gloo"
     buf = src.cpu() if host else src.clone()
     dist.all_reduce(buf, group=group)
     return buf.to(t.device) if host else buf

@@ -1,4 +1,4 @@
-"""Tile movement helpers shared by the ops: push a tile to peers, ring order, tile decode."""
+"""Tile movement helpers shared by the ops: push a tile to peers, tile decode."""
 
 import triton
 import triton.language as tl
@@ -7,22 +7,14 @@ from ...runtime import primitives as P
 
 
 @triton.jit
-def ring_peer(cur_rank, i, world):
-    """The i-th rank after ``cur_rank`` in ring order (i = 0 is ``cur_rank`` itself)."""
-    return (cur_rank + i) % world
-
-
-@triton.jit
 def push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
               FIRST: tl.constexpr):
-    """Store ``tile`` [BM, BN] at (offs_m, offs_n) of C on ranks cur_rank + FIRST, ... in ring order
-    (starting at the next rank spreads simultaneous pushes over all links; FIRST = 1 skips this rank)."""
+    """Store ``tile`` [BM, BN] at (offs_m, offs_n) of C on ranks cur_rank + FIRST, ... in ring order."""
     ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [BM, BN]
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
     value = tile.to(c_ptr.dtype.element_ty)
     for i in range(FIRST, world):
-        peer = ring_peer(cur_rank, i, world)
-        P.store(ptrs, value, cur_rank, peer, heap_bases, mask=mask)
+        P.store(ptrs, value, cur_rank, (cur_rank + i) % world, heap_bases, mask=mask)
 
 
 @triton.jit

@@ -16,17 +16,15 @@ SPLIT_K_VARIANTS = ("bulk_sync",)
 # (op, variant) whose own kernel takes SPLIT_K > 1 where every program has at most one K slice (the
 # op's set-up checks that): the slice that completes a tile sums the slices and runs its epilogue.
 ONE_WAVE_SPLIT_K = (("gemm_all_reduce", "fused_sequential"),)
-# Variants whose tile loops can be warp-specialized (Config.WARP_SPEC): the GEMM core's, and the
-# fused loops that set no per-tile flag (a flag released by one consumer group could be seen before
-# the other group's half of the tile is stored).
+# Variants whose tile loops can be warp-specialized (Config.WARP_SPEC): those that set no per-tile flag
+# (one consumer group's release could be seen before the other group's half of the tile is stored).
 WARP_SPEC_VARIANTS = {
     "gemm_all_scatter": ("bulk_sync", "fused_sequential"),
     "all_gather_gemm": ("bulk_sync",),
     "gemm_reduce_scatter": ("bulk_sync", "fused_sequential"),
     "gemm_all_reduce": ("bulk_sync",),
 }
-# Tensor-descriptor (TMA) boxes hold at most 256 elements per dimension.
-_MAX_BLOCK = 256
+_MAX_BLOCK = 256  # tensor-descriptor (TMA) boxes hold at most 256 elements per dimension
 
 
 @dataclass(frozen=True)
@@ -34,20 +32,12 @@ class Config:
     """Tile shape, launch parameters and the split of the multiprocessors between GEMM and communication.
 
     ``GEMM_SMS`` programs compute tiles; ``COMM_SMS`` programs move data (0 for variants without
-    communication programs). Blocks are powers of two in [16, 256].
-
-    ``SPLIT_K`` (1 to ``MAX_SPLIT_K``): each tile's K steps are split into that many slices on
-    different programs; the last slice to finish sums the fp32 partials in slice order and runs the
-    epilogue (``ops.common.split_k``). Taken by the GEMM core, so every ``bulk_sync``
-    (``SPLIT_K_VARIANTS``), and by gemm_all_reduce's ``fused_sequential`` where the slices fill at
-    most one wave (``ONE_WAVE_SPLIT_K``); the other variants take only 1.
-
-    ``WARP_SPEC`` (0 or 1): the tile loop is warp-specialized (on Hopper a producer warp group issues
-    the descriptor loads, two consumer groups multiply); the same sums. It takes ``num_warps = 4``,
-    ``BLOCK_M >= 64`` and ``BLOCK_N <= 2 * BLOCK_M``, and is honoured with ``SPLIT_K = 1`` on the
-    descriptor path on NVIDIA GPUs, by the loops of ``WARP_SPEC_VARIANTS`` (no per-tile flag);
-    elsewhere the tiles run unspecialized (:func:`launch_shape`). Such calls are begun by the begin
-    kernel (``launch.GemmCall.kernel_may_begin``).
+    communication programs). Blocks are powers of two in [16, 256]. ``SPLIT_K`` (1 to
+    ``MAX_SPLIT_K``): each tile's K steps are split into slices on different programs, the last one
+    summing them in slice order (taken by ``SPLIT_K_VARIANTS`` and ``ONE_WAVE_SPLIT_K``).
+    ``WARP_SPEC`` (0 or 1): the tile loop is warp-specialized (the same sums); it takes ``num_warps =
+    4``, ``BLOCK_M >= 64`` and ``BLOCK_N <= 2 * BLOCK_M``, and is honoured with ``SPLIT_K = 1`` on the
+    descriptor path on NVIDIA GPUs by ``WARP_SPEC_VARIANTS``; elsewhere the tiles run unspecialized.
     """
 
     BLOCK_M: int
@@ -70,25 +60,20 @@ class Config:
             value = getattr(self, name)
             if value < 16 or value > _MAX_BLOCK or value & (value - 1):
                 raise ValueError(f"Config.{name} must be a power of two in [16, {_MAX_BLOCK}], got {value}")
-        if self.GROUP_M < 1:
-            raise ValueError(f"Config.GROUP_M must be >= 1, got {self.GROUP_M}")
-        if self.num_warps not in _NUM_WARPS:
-            raise ValueError(f"Config.num_warps must be one of {_NUM_WARPS}, got {self.num_warps}")
-        if self.num_stages < 1:
-            raise ValueError(f"Config.num_stages must be >= 1, got {self.num_stages}")
-        if self.GEMM_SMS < 1:
-            raise ValueError(f"Config.GEMM_SMS must be >= 1, got {self.GEMM_SMS}")
-        if self.COMM_SMS < 0:
-            raise ValueError(f"Config.COMM_SMS must be >= 0, got {self.COMM_SMS}")
-        if not 1 <= self.SPLIT_K <= MAX_SPLIT_K:
-            raise ValueError(f"Config.SPLIT_K must be in [1, {MAX_SPLIT_K}], got {self.SPLIT_K}")
-        if self.WARP_SPEC not in (0, 1):
-            raise ValueError(f"Config.WARP_SPEC must be 0 or 1, got {self.WARP_SPEC}")
+        for name, ok, want in (
+            ("GROUP_M", self.GROUP_M >= 1, ">= 1"), ("num_warps", self.num_warps in _NUM_WARPS, f"one of {_NUM_WARPS}"),
+            ("num_stages", self.num_stages >= 1, ">= 1"), ("GEMM_SMS", self.GEMM_SMS >= 1, ">= 1"),
+            ("COMM_SMS", self.COMM_SMS >= 0, ">= 0"),
+            ("SPLIT_K", 1 <= self.SPLIT_K <= MAX_SPLIT_K, f"in [1, {MAX_SPLIT_K}]"),
+            ("WARP_SPEC", self.WARP_SPEC in (0, 1), "0 or 1"),
+        ):
+            if not ok:
+                raise ValueError(f"Config.{name} must be {want}, got {getattr(self, name)}")
         if self.WARP_SPEC and (self.num_warps != 4 or self.BLOCK_M < 64 or self.BLOCK_N > 2 * self.BLOCK_M):
             # For sm_90 with Triton 3.7: 64x64 to 256x128 specialize; 64x256 fails to compile.
-            raise ValueError(
-                f"Config.WARP_SPEC=1 takes num_warps=4 (the size of a warp group) and tiles with BLOCK_M >= 64 "
-                f"and BLOCK_N <= 2 * BLOCK_M, got num_warps={self.num_warps}, {self.BLOCK_M}x{self.BLOCK_N}")
+            raise ValueError(f"Config.WARP_SPEC=1 takes num_warps=4 (the size of a warp group) and tiles with BLOCK_M "
+                             f">= 64 and BLOCK_N <= 2 * BLOCK_M, got num_warps={self.num_warps}, "
+                             f"{self.BLOCK_M}x{self.BLOCK_N}")
 
     def replace(self, **changes) -> Config:
         """A copy with some fields changed (validated again)."""
@@ -103,18 +88,16 @@ class Config:
     @classmethod
     def for_shape(cls, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
                   device: torch.device | None = None, comm: bool = True) -> Config:
-        """The default config of an ``M x N x K`` GEMM on ``device`` (the current GPU, or the
-        interpreter's), as a variant uses where no table covers the shape: a start to change one field
-        of, e.g. ``Config.for_shape(4096, 8192, 4096).replace(COMM_SMS=16)``. ``comm``: for a variant
-        with communication programs (producer_consumer, wg_specialized)."""
+        """The default config of an ``M x N x K`` GEMM on ``device``, e.g.
+        ``Config.for_shape(4096, 8192, 4096).replace(COMM_SMS=16)``. ``comm``: for a variant with
+        communication programs (producer_consumer, wg_specialized)."""
         from ...runtime import hw
 
         return default_config(M, N, K, dtype, num_sms=hw.num_sms(device), interpreter=hw.interpreting(), comm=comm)
 
     @classmethod
     def from_dict(cls, d: dict) -> Config:
-        """Inverse of :meth:`to_dict`; every field without a default is required and unknown keys are
-        an error."""
+        """Inverse of :meth:`to_dict`; every field without a default is required, unknown keys are an error."""
         unknown = sorted(set(d) - _FIELD_NAMES)
         missing = sorted(_REQUIRED - set(d))
         if unknown:
@@ -133,16 +116,14 @@ def _pow2_between(x: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, triton.next_power_of_2(max(1, x))))
 
 
-# Split-K heuristic (default_config with split_k=True): K steps a slice keeps at least; shared
-# memory the small-M tiles' pipeline stages may take, and their most stages.
+# Split-K: K steps a slice keeps at least; shared memory and most stages of the small-M tiles' pipelines.
 MIN_SLICE_STEPS = 4
 _STAGE_SMEM_BYTES = 160 * 1024
 _MAX_SMALL_M_STAGES = 6
 
 
 def split_k_for(tiles: int, steps: int, programs: int) -> int:
-    """The most K slices per tile (up to ``MAX_SPLIT_K``) such that ``tiles * slices`` work items
-    still fit in one wave of ``programs`` and every slice keeps ``MIN_SLICE_STEPS`` K steps."""
+    """The most K slices per tile that fit ``tiles`` in one wave, each keeping ``MIN_SLICE_STEPS``."""
     split = 1
     while (split < MAX_SPLIT_K and tiles * (split + 1) <= programs
            and steps >= (split + 1) * MIN_SLICE_STEPS):
@@ -159,16 +140,13 @@ SMALL_M_WAVE_USE = 0.8  # the largest of SMALL_M_TILES whose tiles keep this sha
 
 
 def narrow_decode(M: int, dtype: torch.dtype, interpreter: bool) -> bool:
-    """Whether :func:`default_config` without split-K takes its small-M tile classes (16-bit, GPU,
-    M <= ``SMALL_M_MAX``), which callers must not narrow further."""
+    """Whether :func:`default_config` without split-K takes its small-M tile classes (not to narrow)."""
     return not interpreter and M <= SMALL_M_MAX and dtype.itemsize <= 2
 
 
 def _small_m_tiles(M: int, N: int, K: int, programs: int) -> tuple:
-    """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for 64 < M <= ``SMALL_M_MAX`` without SPLIT_K,
-    16-bit values: the largest of :data:`SMALL_M_TILES` whose tiles keep ``SMALL_M_WAVE_USE`` of
-    their waves busy (:func:`wave_use`; few tiles need small ones to reach every SM, many run best
-    large), else the one that keeps the most busy."""
+    """``(BM, BN, BK, warps, stages)`` for 64 < M <= ``SMALL_M_MAX`` without SPLIT_K (16-bit): the
+    largest of ``SMALL_M_TILES`` keeping ``SMALL_M_WAVE_USE`` of its waves busy, else the busiest."""
     best = None
     for bm, bn, bk, stages in SMALL_M_TILES:
         bn = _pow2_between(min(N, bn), 16, bn)
@@ -182,9 +160,8 @@ def _small_m_tiles(M: int, N: int, K: int, programs: int) -> tuple:
 
 
 def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -> tuple:
-    """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for M <= 64 without SPLIT_K. A decode-size GEMM
-    streams B once: every SM needs a tile with many bytes in flight. BLOCK_N: the widest of 128 ... 16
-    whose tiles fill ``DECODE_WAVE_SHARE`` of a wave; the deepest K steps and stages within 200 KiB."""
+    """``(BM, BN, BK, warps, stages)`` for M <= 64 without SPLIT_K: the widest tiles filling
+    ``DECODE_WAVE_SHARE`` of a wave, the deepest K steps and stages within 200 KiB (B is streamed once)."""
     block_m = _pow2_between(M, 16, 64)
     rows = -(-M // block_m)
     for block_n in (128, 64, 32, 16):
@@ -206,8 +183,8 @@ FEW_TILES = ((128, 128, 4), (128, 64, 5), (64, 128, 4), (64, 64, 6))
 FEW_TILES_MAX_SPLIT = 4
 FEW_TILES_FILL = 0.85
 
-# The GEMM core's split-K tiles up to M = 16 (16-bit, K's rows 16-byte multiples), loaded through
-# pointers (pointer_tiles: faster there than descriptors): 16 x N tiles, K steps, stages.
+# The GEMM core's split-K tiles up to M = 16 (16-bit, K's rows 16-byte multiples), loaded through pointers
+# (faster there than descriptors): 16 x N tiles, K steps, stages.
 POINTER_DECODE_N, POINTER_DECODE_K, POINTER_DECODE_STAGES = 64, 256, 3
 
 # Stages of 128x128x64 tiles of 16-bit values past the small-M classes (192 KiB of shared memory).
@@ -218,9 +195,7 @@ SPLIT_FREE_WAVE_USE = 0.7  # with split-K at 64 <= M <= 128: the whole-K tiles w
 
 def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, programs: int,
                                  interpreter: bool) -> tuple | None:
-    """For the split-K default at 64 <= M <= 128 (16-bit, GPU): the tile without split-K while its
-    tiles keep ``SPLIT_FREE_WAVE_USE`` of their waves busy (whole-K tiles that fill the SMs beat
-    split ones), else None."""
+    """At 64 <= M <= 128: the tile without split-K where it fills the SMs, else None."""
     if interpreter or dtype.itemsize > 2 or not 64 <= M <= 128:
         return None
     tile = _narrow_decode_tiles(M, N, K, dtype.itemsize, programs) if M <= 64 else _small_m_tiles(M, N, K, programs)
@@ -229,9 +204,8 @@ def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, pro
 
 
 def pointer_tiles(config: Config, dtype: torch.dtype) -> bool:
-    """Whether the GEMM core loads ``config``'s tiles through pointers even where descriptors fit: the
-    16-row decode tiles of ``POINTER_DECODE_*`` (16-bit values), on a Linear weight's layout
-    (``gemm.operand_path``). A rule of the config and dtype, never of the shape."""
+    """Whether the GEMM core loads ``config``'s tiles through pointers even where descriptors fit (the
+    ``POINTER_DECODE_*`` tiles); a rule of the config and dtype, never of the shape."""
     return config.BLOCK_M == 16 and config.BLOCK_K >= POINTER_DECODE_K and dtype.itemsize == 2
 
 
@@ -243,16 +217,9 @@ def wave_use(tiles: int, programs: int) -> float:
 def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs: int):
     """``(BM, BN, warps, stages, SPLIT_K, WARP_SPEC)`` for the GEMM core (see default_config)."""
     steps = -(-K // block_k)
-
-    def tiles(bm: int, bn: int) -> int:
-        return -(-M // bm) * -(-N // bn)
-
-    def split(bm: int, bn: int) -> int:
-        return min(_DEFAULT_MAX_SPLIT, split_k_for(tiles(bm, bn), steps, programs))
-
-    def narrow(bn: int) -> int:
-        return _pow2_between(min(N, bn), 16, bn)
-
+    tiles = lambda bm, bn: -(-M // bm) * -(-N // bn)
+    split = lambda bm, bn: min(_DEFAULT_MAX_SPLIT, split_k_for(tiles(bm, bn), steps, programs))
+    narrow = lambda bn: _pow2_between(min(N, bn), 16, bn)
     if M <= 64:
         # Decode sizes, bound by reading B: one row of tiles (B read once) and deep pipelines.
         block_m = _pow2_between(M, 16, 64)
@@ -374,23 +341,18 @@ def default_config(
                   GEMM_SMS=gemm_sms, COMM_SMS=comm_sms, SPLIT_K=split, WARP_SPEC=warp_spec)
 
 
-# Rows up to which a kernel of one work item a program takes the GEMM core's split-K config
-# (decode_split_config), and the tile heights it takes (32-row tiles split slower than whole-K ones).
+# Rows up to which decode_split_config gives a config, and its tile heights (32-row tiles split slower).
 DECODE_SPLIT_MAX_M = 64
 DECODE_SPLIT_BLOCK_M = (16, 64)
-# The K that decode_split_config decides tiles and slices for: long enough that only the wave limits
-# the slices, so that neither depends on a rank's K shard.
+# The K decode_split_config decides for: only the wave limits the slices (not a rank's K shard).
 _DECODE_SPLIT_REF_K = 1 << 20
 
 
 @functools.lru_cache(maxsize=4096)  # asked on every call without a config
 def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int,
                         interpreter: bool) -> Config | None:
-    """For a kernel of one work item a program (``ONE_WAVE_SPLIT_K``): the GEMM core's split-K tiles
-    (:func:`default_config` with ``split_k``) where ``SPLIT_K >= 2`` slices fill one wave of
-    ``num_sms`` programs, the tiles have ``DECODE_SPLIT_BLOCK_M`` rows and a tile's sum fits in
-    registers (:func:`sum_rows`); else None. GPU, M <= ``DECODE_SPLIT_MAX_M``, 16-bit values.
-    Tiles and slices follow M and N only (the ranks' K shards may differ); ``K`` sets ``BLOCK_K``."""
+    """For ``ONE_WAVE_SPLIT_K`` kernels: the GEMM core's split-K config where its slices fill one wave,
+    its tiles have ``DECODE_SPLIT_BLOCK_M`` rows and a tile's sum fits in registers; else None."""
     if interpreter or M > DECODE_SPLIT_MAX_M or dtype.itemsize != 2:
         return None
     config = default_config(M, N, _DECODE_SPLIT_REF_K, dtype, num_sms=num_sms, interpreter=False, comm=False,
@@ -403,43 +365,33 @@ def decode_split_config(M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: 
 
 
 def launch_shape(config: Config, specialized: bool) -> tuple[int, int]:
-    """``(num_warps, num_stages)`` a kernel launches ``config`` with: as given, except for a
-    ``WARP_SPEC`` config run unspecialized: the two consumer groups' warps (at most 16) and at most 3
-    stages."""
+    """``(num_warps, num_stages)`` of a launch of ``config``, specialized or not."""
     if not config.WARP_SPEC or specialized:
         return config.num_warps, config.num_stages
     return min(16, 2 * config.num_warps), min(3, config.num_stages)
 
 
 def side_warps(config: Config) -> int:
-    """Warps of the kernels beside the GEMM's tile loop (reductions, copies): those of its
-    unspecialized launch, whatever ``WARP_SPEC`` asks."""
+    """Warps of the kernels beside the GEMM's tile loop (reductions, copies): its unspecialized launch's."""
     return launch_shape(config, False)[0]
 
 
 def sum_rows(config: Config) -> int:
-    """Rows of a ``[rows, BLOCK_N]`` fp32 block a reduction sums at once: about 32 values a thread
-    (:func:`side_warps`), at most ``BLOCK_M`` (then a tile's sum fits in a program's registers)."""
+    """Rows of a ``[rows, BLOCK_N]`` fp32 block a reduction sums at once (about 32 values a thread)."""
     return max(1, min(config.BLOCK_M, 1024 * side_warps(config) // config.BLOCK_N))
 
 
 def check_variant_config(op: str, variant: str, config: Config) -> None:
-    """Raise ValueError if ``config`` splits K (``SPLIT_K > 1``) for a variant whose kernels do not
-    (``SPLIT_K_VARIANTS``; also ``ONE_WAVE_SPLIT_K``, whose set-up checks the rest)."""
+    """Raise ValueError if ``config`` splits K for a variant whose kernels do not."""
     if config.SPLIT_K > 1 and variant not in SPLIT_K_VARIANTS and (op, variant) not in ONE_WAVE_SPLIT_K:
-        raise ValueError(
-            f"{op}: Config.SPLIT_K={config.SPLIT_K} is for the variants whose GEMM is the split-K core "
-            f"({', '.join(SPLIT_K_VARIANTS)}); {variant} computes whole tiles: use SPLIT_K=1"
-        )
+        raise ValueError(f"{op}: Config.SPLIT_K={config.SPLIT_K} is for the variants whose GEMM is the split-K core "
+                         f"({', '.join(SPLIT_K_VARIANTS)}); {variant} computes whole tiles: use SPLIT_K=1")
 
 
 def check_config_fits(config: Config, num_sms: int, where: str = "this device") -> None:
-    """Raise ValueError unless GEMM_SMS + COMM_SMS programs can all be resident at once (programs
-    that spin-wait on each other deadlock when some wait for a slot)."""
+    """Raise ValueError unless GEMM_SMS + COMM_SMS programs can all be resident at once."""
     total = config.GEMM_SMS + config.COMM_SMS
     if total > num_sms:
-        raise ValueError(
-            f"GEMM_SMS + COMM_SMS = {total} exceeds the {num_sms} multiprocessors of {where} "
-            f"(GEMM_SMS={config.GEMM_SMS}, COMM_SMS={config.COMM_SMS}): programs that wait on each "
-            "other must all be resident at once, or they deadlock"
-        )
+        raise ValueError(f"GEMM_SMS + COMM_SMS = {total} exceeds the {num_sms} multiprocessors of {where} "
+                         f"(GEMM_SMS={config.GEMM_SMS}, COMM_SMS={config.COMM_SMS}): programs that wait on each "
+                         "other must all be resident at once, or they deadlock")

@@ -1,9 +1,6 @@
-"""Tile-level flag helpers on top of the runtime's signal/wait (protocol: runtime.primitives).
-
-A producer calls :func:`tile_release` after storing a tile, a consumer :func:`tile_acquire` before
-reading it. Flags are int64 heap words holding the sequence number of the call that last released
-them. The CTA barrier in each orders all threads' stores with the one thread's release, and the
-acquired flag with every thread's loads.
+"""Tile-level flags on the runtime's signal/wait (protocol: runtime.primitives): int64 heap words
+holding the sequence number of the call that last released them. The CTA barrier in each orders all
+threads' stores with the one thread's release, and the acquired flag with every thread's loads.
 """
 
 import triton
@@ -21,8 +18,7 @@ def tile_release(flag_ptr, epoch, cur_rank, peer, heap_bases):
 
 @triton.jit
 def tile_acquire(flag_ptr, epoch, cur_rank, src_rank, ctl_ptr, heap_bases, world):
-    """Wait (bounded) until the local flag equals ``epoch``, then let every thread read; returns ok
-    (False: the wait gave up or the runtime is poisoned; skip the work that needed the data)."""
+    """Wait (bounded) until the local flag equals ``epoch``, then let every thread read; ok (False: gave up)."""
     ok = P.wait(flag_ptr, epoch, cur_rank, src_rank, ctl_ptr, heap_bases, world)
     tl.debug_barrier()
     return ok

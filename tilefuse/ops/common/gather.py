@@ -12,8 +12,7 @@ def copy_tile(
     chunk, kt, rows, K,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    """``dst[chunk rows, kt-th BLOCK_K columns] = src[...]``: one tile of a chunk (pointers as in
-    :func:`copy_rows`)."""
+    """``dst[chunk rows, kt-th BLOCK_K columns] = src[...]``: one tile of a chunk."""
     offs_m = tl.cast(chunk, tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
     offs_k = tl.cast(kt, tl.int64) * BLOCK_K + tl.arange(0, BLOCK_K)  # [BK]
     mask = (offs_m < rows)[:, None] & (offs_k < K)[None, :]  # [BM, BK]
@@ -28,8 +27,7 @@ def copy_pieces(
     rows, K, prog, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    """``dst[:rows, :K] = src[:rows, :K]``, program ``prog`` of ``NUM_PROGRAMS`` taking every
-    NUM_PROGRAMS-th tile of BLOCK_M x BLOCK_K: a few rows still keep every program busy."""
+    """``dst[:rows, :K] = src[:rows, :K]``, program ``prog`` taking every NUM_PROGRAMS-th tile."""
     k_tiles = tl.cdiv(K, BLOCK_K)
     for unit in range(prog, tl.cdiv(rows, BLOCK_M) * k_tiles, NUM_PROGRAMS):
         copy_tile(dst_ptr, stride_dm, stride_dk, src_ptr, stride_sm, stride_sk, unit // k_tiles, unit % k_tiles,
@@ -43,8 +41,7 @@ def copy_rows(
     chunk, rows, K,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    """``dst[chunk rows, :K] = src[chunk rows, :K]``; both pointers already point where they should
-    (a local tensor, or a pointer translated into a peer's heap)."""
+    """``dst[chunk rows, :K] = src[chunk rows, :K]`` (either pointer may be translated into a peer's heap)."""
     for kt in range(0, tl.cdiv(K, BLOCK_K)):
         copy_tile(dst_ptr, stride_dm, stride_dk, src_ptr, stride_sm, stride_sk, chunk, kt, rows, K,
                   BLOCK_M, BLOCK_K)
@@ -52,8 +49,7 @@ def copy_rows(
 
 @triton.jit
 def copy_scales(dst_ptr, src_ptr, stride_src, chunk, rows, BLOCK_M: tl.constexpr):
-    """``dst[chunk rows] = src[chunk rows]`` of a float8 shard's row scales (``stride_src`` 0: a
-    tensor-wise scale, written to every row); nothing for an unscaled call's uint8 stand-ins."""
+    """``dst[chunk rows] = src[chunk rows]`` of row scales (stride 0: tensor-wise); nothing unscaled."""
     if src_ptr.dtype.element_ty == tl.float32:
         offs = tl.cast(chunk, tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
         tl.store(dst_ptr + offs, tl.load(src_ptr + offs * stride_src, mask=offs < rows), mask=offs < rows)

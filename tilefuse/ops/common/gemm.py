@@ -1,6 +1,5 @@
-"""The GEMM core: a persistent Triton GEMM (:func:`matmul`; tile helpers in :mod:`.tiles`, split-K
-in :mod:`.split_k`) and the host rules every variant's tile loop follows (operand layout, padding,
-warp specialization, loop flattening, descriptor scratch)."""
+"""The GEMM core, a persistent Triton GEMM (:func:`matmul`), and the host rules every variant's tile loop
+follows (operand layout, padding, warp specialization, loop flattening, descriptor scratch)."""
 
 from __future__ import annotations
 
@@ -38,16 +37,9 @@ def matmul_kernel(
     ENTER: tl.constexpr = False, END: tl.constexpr = False, BARRIER: tl.constexpr = False,
     FLATTEN: tl.constexpr = False, TMA_STORE: tl.constexpr = False,
 ):
-    """Persistent C [M, N] = A [M, K] @ B [K, N]: program pid takes work items pid, pid +
-    num_programs, ... : tiles, or with ``SPLIT`` the tiles' ``split_k`` K slices, the last slice of a
-    tile to finish summing them in K order (:func:`hand_in_slice`, :func:`store_slice_sum`).
-    ``split_k`` and ``num_programs`` are runtime values: one compiled kernel per tile config.
-
-    ``IN_CALL``: nothing runs when the collective call was aborted; ``ENTER`` begins the call
-    (``P.enter``), ``END`` ends it (``P.exit``), ``BARRIER``: its last program passes a barrier with
-    the other ranks. Whole tiles only: ``WARP_SPEC`` warp-specializes the tile loop (the same sums),
-    ``FLATTEN`` flattens the tile and K loops into one pipelined loop, ``TMA_STORE`` stores through
-    a descriptor of C (2: in two halves of its columns) (:func:`whole_tiles`)."""
+    """Persistent C [M, N] = A [M, K] @ B [K, N]: program pid takes work items pid, pid + num_programs,
+    ...: tiles, or with ``SPLIT`` their K slices (``split_k``, ``num_programs``: runtime values, one
+    compiled kernel per tile config). ``IN_CALL``, ``ENTER``, ``END``, ``BARRIER``: as :func:`matmul`."""
     stride_am, stride_ak = a_strides
     stride_bk, stride_bn = b_strides
     stride_cm, stride_cn = c_strides
@@ -60,10 +52,8 @@ def matmul_kernel(
     if IN_CALL:
         seq, live = P.enter(call, ENTER)
         num_work = tl.where(live, num_work, 0)
-    a_op, b_op = gemm_operands(
-        a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR,
-    )
+    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                               BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
     if FLATTEN or TMA_STORE:  # constexprs: Triton drops the branch not taken
         whole_tiles(a_op, b_op, scales, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
                     stride_cn, pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
@@ -91,7 +81,7 @@ def matmul_kernel(
 
 
 def _interpreting() -> bool:
-    """True when this module's kernels run in Triton's interpreter (decided when it was imported)."""
+    """Whether this module's kernels run in Triton's interpreter (decided at import)."""
     return type(matmul_kernel.jit_fn).__name__ == "InterpretedFunction"
 
 
@@ -99,38 +89,26 @@ def _tma_device(device: torch.device) -> bool:
     """Whether kernels on `device` can use tensor descriptors: the interpreter, or NVIDIA sm_90+."""
     if _interpreting():
         return True
-    if device.type != "cuda" or torch.version.hip is not None:
-        # ROCm reports MI300 as capability 9.4; descriptors there are not the fast path we tuned.
+    if device.type != "cuda" or torch.version.hip is not None:  # ROCm: MI300 reports 9.4, not our fast path
         return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _cuda_major(index) >= 9
+    return _cuda_major(device.index if device.index is not None else torch.cuda.current_device()) >= 9
 
 
-@functools.cache
+@functools.cache  # get_device_capability costs microseconds, and gemm_layout runs on every call
 def _cuda_major(index: int) -> int:
-    # Cached: get_device_capability costs microseconds, and gemm_layout runs on every call.
     return torch.cuda.get_device_capability(index)[0]
 
 
 def _tma_compatible(t: torch.Tensor, unit_dim: int) -> bool:
     """`t` has stride 1 along `unit_dim`, a 16-byte aligned base and a leading stride of 16-byte multiples."""
     lead = t.stride(1 - unit_dim)
-    return (
-        t.stride(unit_dim) == 1
-        and lead > 0
-        and (lead * t.element_size()) % 16 == 0
-        and t.data_ptr() % 16 == 0
-    )
+    return t.stride(unit_dim) == 1 and lead > 0 and (lead * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
 
 
 def gemm_layout(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
-    """``(use_tma, b_kmajor)`` for ``a [M, K] @ b [K, N]``: tensor descriptors where the device has
-    them (NVIDIA sm_90+, or the interpreter), A is row-major, B row-major or column-major
-    (``b_kmajor``), both 16-byte aligned with leading strides of positive 16-byte multiples; else
-    the pointer path ``(False, False)``, which takes any strides."""
-    if not _tma_device(a.device):
-        return False, False
-    if not _tma_compatible(a, unit_dim=1):
+    """``(use_tma, b_kmajor)``: descriptors where the device has them, A is row-major and B row- or
+    column-major, 16-byte aligned; else the pointer path ``(False, False)``."""
+    if not (_tma_device(a.device) and _tma_compatible(a, unit_dim=1)):
         return False, False
     if _tma_compatible(b, unit_dim=1):
         return True, False
@@ -140,8 +118,7 @@ def gemm_layout(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, bool]:
 
 
 def _padded(t: torch.Tensor, unit_dim: int) -> torch.Tensor:
-    """A copy of the 2-D ``t`` with stride 1 along ``unit_dim`` and a leading stride rounded up to 16
-    bytes, as a view of ``t``'s shape (the padding is never read)."""
+    """A copy of ``t`` with stride 1 along ``unit_dim`` and a 16-byte leading stride, as a view."""
     rows, cols = (t.shape[0], t.shape[1]) if unit_dim == 1 else (t.shape[1], t.shape[0])
     per16 = max(1, 16 // t.element_size())
     lead = -(-max(cols, 1) // per16) * per16
@@ -151,17 +128,14 @@ def _padded(t: torch.Tensor, unit_dim: int) -> torch.Tensor:
     return view if unit_dim == 1 else view.t()
 
 
-# Below this many rows of A, operands off the descriptor path stay there (a padded copy of B triples
-# its traffic): the GEMM core's pointer path loads aligned vectors (ALIGN); the variants' own kernels
-# load one element at a time, so a padded copy pays off sooner.
+# Below this many rows of A, operands off the descriptor path stay there (a padded copy of B triples its
+# traffic); the variants' own kernels load one element at a time, so a copy pays off sooner there.
 PAD_MIN_M = 384
 UNALIGNED_PAD_MIN_M = 64
 
 
 def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
-    """``ALIGN`` of :func:`gemm_tile_range` for operands on the pointer path: the largest of 8, 4, 2
-    elements that divide K and the leading strides (A row-major, B column-major, 16-byte aligned
-    bases); 1 for any other layout."""
+    """``ALIGN`` on the pointer path: the largest of 8, 4, 2 dividing K and the leading strides."""
     if a.stride(1) != 1 or b.stride(0) != 1 or a.data_ptr() % 16 or b.data_ptr() % 16:
         return 1
     for align in (8, 4, 2):
@@ -171,10 +145,7 @@ def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 def operand_path(a: torch.Tensor, b: torch.Tensor, config, *, min_m: int):
-    """``(a, b, use_tma, b_kmajor, align)``: how the GEMM core with ``config``'s tiles reads ``a @ b``:
-    through pointers for the decode tiles of :func:`~.config.pointer_tiles` on a Linear weight
-    (:func:`pointer_align` 8: faster there than descriptors), else :func:`tma_operands`. ``align``:
-    ``ALIGN`` of :func:`gemm_tile_range` (1 on descriptors)."""
+    """``(a, b, use_tma, b_kmajor, align)`` of the GEMM core's operands."""
     if pointer_tiles(config, a.dtype) and pointer_align(a, b) == 8:
         return a, b, False, False, 8
     a, b, use_tma, b_kmajor = tma_operands(a, b, min_m)
@@ -182,31 +153,22 @@ def operand_path(a: torch.Tensor, b: torch.Tensor, config, *, min_m: int):
 
 
 def warp_specialized(config, use_tma: bool, device: torch.device) -> bool:
-    """Whether a tile loop runs ``config`` warp-specialized: ``Config.WARP_SPEC`` asks for it, the
-    operands are on the descriptor path, no K is split and the device is an NVIDIA GPU (the
-    interpreter has no warps); elsewhere the config runs unspecialized (:func:`config.launch_shape`)."""
+    """Whether a tile loop runs ``config`` warp-specialized (descriptor path, no split K, NVIDIA GPU)."""
     return (bool(config.WARP_SPEC) and use_tma and config.SPLIT_K == 1
             and device.type == "cuda" and not _interpreting())
 
 
 def flattened_loop(config, use_tma: bool) -> bool:
-    """Whether a loop of whole tiles (no split K, no warp specialization, no flag in its body) is
-    flattened (:func:`whole_tiles`' ``FLATTEN``): 128-row tiles on the descriptor path. Never a rule
-    of the shape: new shapes of a config launch the kernel already compiled."""
+    """Whether a whole-tile loop is flattened: 128-row tiles on the descriptor path."""
     return bool(use_tma) and config.BLOCK_M >= 128
 
 
 def tma_operands(a: torch.Tensor, b: torch.Tensor, min_m: int) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
-    """``(a, b, use_tma, b_kmajor)``: the operands on the tensor-descriptor path where the device has
-    it, copying an operand whose strides or alignment do not fit into a padded buffer when A has at
-    least ``min_m`` rows (``PAD_MIN_M`` for the GEMM core, ``UNALIGNED_PAD_MIN_M`` for the variants'
-    own kernels): one more read and write of it buys the faster path."""
+    """``(a, b, use_tma, b_kmajor)``: operands off the descriptor path copied onto it (padded) when A
+    has at least ``min_m`` rows: one more read and write buys the faster path."""
     use_tma, b_kmajor = gemm_layout(a, b)
-    if use_tma or not _tma_device(a.device) or _interpreting():
-        return a, b, use_tma, b_kmajor
-    if a.shape[0] < min_m:
-        return a, b, use_tma, b_kmajor
-    if a.numel() == 0 or b.numel() == 0:
+    if use_tma or not _tma_device(a.device) or _interpreting() or a.shape[0] < min_m or a.numel() == 0 \
+            or b.numel() == 0:
         return a, b, use_tma, b_kmajor
     if not _tma_compatible(a, unit_dim=1):
         a = _padded(a, unit_dim=1)
@@ -222,9 +184,7 @@ _SCRATCH_STREAMS = 64  # streams remembered at most (the cache is dropped beyond
 
 
 def _cuda_scratch(size: int, alignment: int, stream):
-    """Global scratch that device-side tensor descriptors are written into, one buffer per (device,
-    stream): launches on one stream never overlap, so each may overwrite the last one's. A CUDA graph
-    capture gets a fresh tensor from the graph's pool (replays of two graphs may overlap)."""
+    """Descriptor scratch, one buffer per (device, stream); a fresh one in a CUDA graph capture."""
     if torch.cuda.is_current_stream_capturing():
         return torch.empty(size, dtype=torch.int8, device="cuda")
     key = (torch.cuda.current_device(), stream)
@@ -236,16 +196,12 @@ def _cuda_scratch(size: int, alignment: int, stream):
     return buf
 
 
-# triton.set_allocator stores the allocator in a ContextVar, so it is per thread/context: track
-# "installed" the same way, so that a launch from a fresh thread installs it again.
-_allocator_installed: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "tilefuse_allocator_installed", default=False
-)
+# triton.set_allocator's allocator is per thread/context (a ContextVar): so is "installed".
+_allocator_installed = contextvars.ContextVar("tilefuse_allocator_installed", default=False)
 
 
 def ensure_triton_allocator() -> None:
-    """Install the scratch allocator that kernels creating tensor descriptors need on a GPU (call
-    before launching one with ``USE_TMA=True``; a no-op in the interpreter)."""
+    """Install the descriptor scratch allocator (before a ``USE_TMA=True`` launch on a GPU)."""
     if _interpreting() or _allocator_installed.get():
         return
     triton.set_allocator(_cuda_scratch)
@@ -256,31 +212,17 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
            call: tuple | None = None, enter: bool = False, barrier: bool = False,
            flatten: bool | None = None, tma_store: int = 0, tma: bool = True,
            scales: tuple | None = None) -> torch.Tensor:
-    """``c[:] = a @ b`` with the persistent Triton GEMM; returns ``c``. With ``ctl`` (the control
-    block) the GEMM is part of a collective call and does nothing if the call was aborted. With
-    ``call`` (``launch.call_arg`` of a call whose kernels begin it) the GEMM begins the call
-    (``enter``) or ends it; ``barrier``: its last program then passes a barrier with the other ranks
-    (what it stored into the heap is visible on every rank after it).
-
-    ``a [M, K]``, ``b [K, N]``, ``c [M, N]`` on one device at any strides; fp32 accumulation. Uses
-    ``config``'s tiles and ``GEMM_SMS`` programs (fewer for fewer work items); with ``SPLIT_K > 1``
-    the last slice of a tile sums the fp32 partials in slice order (the same bits on every run, not
-    those of ``SPLIT_K = 1``).
-
-    Whole tiles without split-K: ``flatten`` (None: :func:`flattened_loop`) and ``tma_store`` (0, 1,
-    2: off by default, it takes a stage's shared memory), matmul_kernel's ``FLATTEN`` and
-    ``TMA_STORE``; neither changes the sums. ``tma=False`` keeps the operands on the pointer path,
-    else :func:`operand_path` decides. ``scales``: a float8 call's (:func:`.scaled.kernel_scales`):
-    ``c = (a * scale_a) @ (b * scale_b)``, rounded once to c's dtype.
-    """
+    """``c[:] = a @ b`` (any strides, fp32 accumulation) with the persistent GEMM on ``config``'s tiles;
+    returns ``c``. With ``ctl`` the GEMM is part of a collective call (nothing runs if it aborted); with
+    ``call`` (``launch.call_arg``) it begins (``enter``) or ends it, ``barrier``: then passing a barrier
+    with the other ranks. ``flatten`` (None: :func:`flattened_loop`) and ``tma_store`` (0, 1, 2): the
+    kernel's forms of whole tiles, the same sums. ``tma=False`` keeps the pointer path."""
     M, K = a.shape
     N = b.shape[1]
     if tma_store not in (0, 1, 2):
         raise ValueError(f"matmul: tma_store is 0, 1 or 2, got {tma_store!r}")
     if b.shape[0] != K or tuple(c.shape) != (M, N):
-        raise ValueError(
-            f"matmul: shapes do not chain: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c {tuple(c.shape)}"
-        )
+        raise ValueError(f"matmul: shapes do not chain: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c {tuple(c.shape)}")
     ends = call is not None and ctl is not None
     if not ends:  # nothing to launch (a kernel that begins or ends a call runs, with no tiles or K steps)
         if M == 0 or N == 0:
@@ -298,9 +240,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     if use_tma:
         ensure_triton_allocator()
     split = config.SPLIT_K
-    # A GEMM that begins its call or passes the closing barrier cannot be specialized (Triton declines
-    # a kernel with else branches: launch.GemmCall.kernel_may_begin); it then runs with the
-    # unspecialized launch shape, not the specialized one's 4 warps.
+    # A GEMM that begins its call or passes the closing barrier cannot be specialized
+    # (launch.GemmCall.kernel_may_begin): it runs with the unspecialized launch shape.
     warp_spec = warp_specialized(config, use_tma, a.device) and not (ends and (enter or barrier))
     warps, stages = launch_shape(config, warp_spec)
     num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)

@@ -1,5 +1,5 @@
 """What every op's ``_prepare`` shares: a variant's set-up made once per call signature (:func:`once`)
-and the base of what it makes (:class:`PreparedCall`: sizes, signature, workspaces, per-call steps)."""
+and the base of what it makes (:class:`PreparedCall`)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,8 @@ def layout(t: torch.Tensor | None) -> tuple | None:
 
 
 def once(heap, key: tuple, make, config, *tensors):
-    """``make()`` the first time ``key``, ``config`` and the layouts of ``tensors`` are seen on
-    ``heap``'s group (``arena.prepared``: the workspaces it holds are marked used on every call, and
-    kept for a CUDA graph that captures one), the same :class:`PreparedCall` afterwards. Arguments
-    that form no key (a tensor argument that is not one, a config that is no :class:`Config`) go to
-    ``make``, whose checks raise, naming the argument."""
+    """``make()`` the first time ``key``, ``config`` and the layouts of ``tensors`` are seen on ``heap``'s
+    group, the same :class:`PreparedCall` afterwards; arguments that form no key go to ``make``'s checks."""
     if not (all(t is None or isinstance(t, torch.Tensor) for t in tensors)
             and (config is None or isinstance(config, Config))):
         return make()
@@ -31,10 +28,8 @@ def once(heap, key: tuple, make, config, *tensors):
 
 
 class PreparedCall:
-    """One call signature of a variant, checked and set up once (:func:`once`): the checked GEMM's
-    ``M``, ``N``, ``K`` and ``config`` (``launch.prepare_gemm``), the call's signature ``sig`` (the
-    begin checks it against the peers'), the heap workspaces it holds, and the per-call steps. Each
-    op's ``Prepared`` adds its own buffers and launch options."""
+    """One call signature of a variant, set up once (:func:`once`): sizes, ``config``, signature ``sig``,
+    workspaces and per-call steps; each op's ``Prepared`` adds its buffers and launch options."""
 
     def __init__(self, g, a: torch.Tensor, b: torch.Tensor, sig: tuple, *, empty: bool, pad: bool = True,
                  out_dtype: torch.dtype | None = None):
@@ -47,11 +42,11 @@ class PreparedCall:
         self.use_tma = g.use_tma
 
     def hold(self, key: tuple, make, nbytes: int) -> Workspace:
-        """``arena.workspace(heap, key, make, nbytes)``: a workspace this call signature holds."""
+        """A workspace this call signature holds (``arena.workspace``)."""
         return workspace(self.heap, key, make, nbytes)
 
     def operands(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``a`` and ``b`` as the variant's own kernels read them (copies where ``pad``)."""
+        """``a`` and ``b`` as the variant's kernels read them (copies where ``pad``)."""
         if self.pad:
             a, b = tma_operands(a, b, UNALIGNED_PAD_MIN_M)[:2]
         if self.use_tma:
@@ -59,14 +54,11 @@ class PreparedCall:
         return a, b
 
     def start(self, a: torch.Tensor, b: torch.Tensor) -> tuple:
-        """Per call: ``(a, b, c, entry)``: the operands (:meth:`operands`), a fresh output ``c`` of the
-        subclass's ``out_shape`` and the begin's result (:meth:`begin`). An empty call returns ``c`` now."""
+        """Per call: ``(a, b, c, entry)``: the operands, a fresh output ``c`` and :meth:`begin`'s result."""
         c = new_output(self.out_shape, self.out_dtype, a.device)
         entry = self.begin(c)
         return (*self.operands(a, b), c, entry)
 
     def begin(self, *outputs: torch.Tensor | None) -> tuple | None:
-        """Pair the call with the peers' and check its signature: by the begin kernel now (returns
-        None; always for an empty call), or by the call's first kernel given the result (``P.enter``
-        with ``ENTER``; ``launch.begin_call``). ``outputs`` are filled with NaN if the call aborts."""
+        """Begin the call (``launch.begin_call``): the begin kernel now (None), or the first kernel later."""
         return begin_call(self.sig, *outputs, kernel_begins=self.begins and not self.empty)

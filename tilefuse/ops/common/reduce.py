@@ -1,15 +1,10 @@
 """Reduction helpers: the order in which an owner sums W staged contributions, and the sums themselves.
 
-Each rank's partial of an output tile sits in a *slot* of a ``stage [W, rows, N]`` heap buffer in
-the input dtype (rounded once, when stored). Push: the owner's stage holds every source's
-contribution, slot = source; pull (``PULL=True``): every rank's stage holds its partial of every
-owner's rows, slot = owner, and the owner reads slot ``cur_rank`` from each peer.
-
-Sums are fp32 over sources in a fixed order, ``cur_rank - 1, cur_rank - 2, ..., cur_rank``
-(:func:`source_at`; the order pushed tiles arrive in: :func:`owner_at`), so the bits are the same on
-every run; :func:`sum_slots` and :func:`accumulate_slot` both evaluate ``((s0 + s1) + s2) + ...``.
-Blocks are ``[SUB_M, BN]`` with int32 offsets inside one slot (the host checks a slot has fewer
-than 2**31 elements).
+Each rank's partial of an output tile sits in a *slot* of a ``stage [W, rows, N]`` heap buffer. Push:
+the owner's stage holds every source's contribution, slot = source; pull (``PULL``): every rank's
+stage holds its partial of every owner's rows, slot = owner. Sums are fp32 in the fixed order
+``((s0 + s1) + s2) + ...`` over ``source_at(i)`` (the order pushed tiles arrive in): the same bits on
+every run. Blocks are ``[SUB_M, BN]`` with int32 offsets inside one slot (< 2**31 elements, checked).
 """
 
 import triton
@@ -37,10 +32,8 @@ def push_partial(
     flag_ptr, epoch, cur_rank, dst, heap_bases,
     RELEASE: tl.constexpr,
 ):
-    """Store the partial tile ``part`` [BM, BN] (already in the stage's dtype) at rows ``offs_m`` /
-    columns ``offs_n`` of ``dst``'s copy of the ``[rows, N]`` block at ``block_ptr`` (a symmetric
-    address inside this rank's slot); with ``RELEASE``, then release ``dst``'s flag at ``flag_ptr``
-    to ``epoch`` (the caller names the acquire it pairs with)."""
+    """Store the partial tile ``part`` into ``dst``'s copy of the block at ``block_ptr``; with
+    ``RELEASE`` then release ``dst``'s flag to ``epoch`` (the caller names the acquire it pairs with)."""
     ptrs = block_ptr + offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [BM, BN]
     mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [BM, BN]
     P.store(ptrs, part, cur_rank, dst, heap_bases, mask=mask)
@@ -82,11 +75,7 @@ def sum_slots(
     heap_bases, cur_rank, world,
     PULL: tl.constexpr,
 ):
-    """fp32 sum [SUB_M, BN] of the W contributions to the block at (offs_m, offs_n), in fixed order.
-
-    ``((s0 + s1) + s2) + ...``, ``s_i`` of ``source_at(i)`` in fp32 (:func:`accumulate_slot`'s bits);
-    every contribution complete and visible (after a barrier). Zeros outside ``rows x N``.
-    """
+    """fp32 sum [SUB_M, BN] of the W contributions to a block, in the fixed order, all visible."""
     offs = offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [SUB_M, BN] int32
     mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [SUB_M, BN]
     # Start from s0 itself, not from 0 + s0: the running sum starts there too (and 0.0 + -0.0 is +0.0).
@@ -103,13 +92,8 @@ def accumulate_slot(
     stride_slot, stride_m, stride_n, stride_cm, stride_cn,
     cur_rank, world, i,
 ):
-    """Step i of a running sum in the push layout, for one [SUB_M, BN] block of the owner's rows.
-
-    The fp32 running sum lives in ``run [rows, N]`` (a slot's strides; used only when W >= 3). Step 0
-    does nothing (W = 1: stores ``s0`` into ``c``), step 1 adds ``s0 + s1``, later steps ``run +
-    s_i``; the last stores into ``c``, the others into ``run``: the bits of :func:`sum_slots`. The
-    caller acquired source i's flag.
-    """
+    """Step i of the push layout's running sum for one block, source i's flag acquired: step 1 adds
+    ``s0 + s1``, later ones ``run + s_i`` (fp32 ``run``, W >= 3); the last (or W = 1's step 0) stores ``c``."""
     offs = offs_m[:, None] * stride_m + offs_n[None, :] * stride_n  # [SUB_M, BN] int32
     mask = (offs_m[:, None] < rows) & (offs_n[None, :] < N)  # [SUB_M, BN]
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [SUB_M, BN]

@@ -1,16 +1,10 @@
 """Scaled float8 operands, as ``torch._scaled_mm`` takes them: the checks, the scales as the kernels
 take them, and the plain path's matmul.
 
-A call with ``a`` and ``b`` in float8 (``checks.FLOAT8_DTYPES``) computes
-``(a.float() * scale_a) @ (b.float() * scale_b)`` with fp32 accumulation and rounds once to
-``out_dtype`` (default bfloat16). Each scale is float32 and either tensor-wise (one element) or
-row-wise: ``scale_a [rows of a, 1]``, ``scale_b [1, columns of b]``.
-
-Kernels take the scales as ONE argument ``scales = (scale_a, its row stride, scale_b, its column
-stride)``, a tensor-wise scale with stride 0 (broadcast); ``tiles.scale_tile`` multiplies a tile's
-fp32 accumulator by them before anything stores it. An unscaled call passes uint8 stand-ins
-(:func:`kernel_scales` of None): the kernels tell the two apart by the pointers' dtype, at compile
-time, and an unscaled tile is left as it is.
+A float8 call computes ``(a.float() * scale_a) @ (b.float() * scale_b)`` (fp32 accumulation),
+rounded once to ``out_dtype`` (default bfloat16); each scale is float32, tensor-wise or row-wise
+(``scale_a [M, 1]``, ``scale_b [1, N]``). Kernels take ``scales = (scale_a, row stride, scale_b,
+column stride)`` (stride 0: tensor-wise); an unscaled call passes uint8 stand-ins.
 """
 
 from __future__ import annotations
@@ -23,7 +17,6 @@ from .checks import FLOAT8_DTYPES, check_kernel_dtype
 from .collectives import all_gather_cat
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-DEFAULT_OUT_DTYPE = torch.bfloat16
 UNSCALED = (None, None, None)  # (scale_a, scale_b, out_dtype) of a call without float8 operands
 
 
@@ -38,8 +31,7 @@ class Scaled:
 
     @property
     def kind(self) -> tuple:
-        """What a call signature holds of the scaling (beside a's dtype): the result's dtype, b's dtype
-        and whether each scale is row-wise."""
+        """What a call signature holds of the scaling: the result's dtype, b's dtype, which scales are row-wise."""
         return ("scaled", self.out_dtype, self.b_dtype, _row_stride(self.scale_a, 0) != 0,
                 _row_stride(self.scale_b, 1) != 0)
 
@@ -50,10 +42,8 @@ def is_float8(t) -> bool:
 
 def check_scales(op: str, a: torch.Tensor, b: torch.Tensor, scale_a=None, scale_b=None,
                  out_dtype=None) -> Scaled | None:
-    """The scaling of ``op(a, b)`` (None for an unscaled call), checked: float8 operands come with
-    both scales (float32, on their device, tensor-wise or row-wise: ``scale_a [M, 1]``,
-    ``scale_b [1, N]`` for ``a [M, K]``, ``b [K, N]``) and an ``out_dtype`` of ``OUT_DTYPES`` (None:
-    bfloat16); other operands take none of them. ``a`` and ``b`` were checked (``checks.check_dtypes``)."""
+    """The checked scaling of ``op(a, b)``: both scales and an ``out_dtype`` of ``OUT_DTYPES`` (None:
+    bfloat16) for float8 operands, none of them otherwise (None)."""
     if not is_float8(a):
         for name, value in (("scale_a", scale_a), ("scale_b", scale_b), ("out_dtype", out_dtype)):
             if value is not None:
@@ -66,8 +56,7 @@ def check_scales(op: str, a: torch.Tensor, b: torch.Tensor, scale_a=None, scale_
                          f"row-wise, as for torch._scaled_mm); {missing} missing")
     _check_scale(op, "scale_a", scale_a, a, (a.shape[0], 1))
     _check_scale(op, "scale_b", scale_b, a, (1, b.shape[1]))
-    if out_dtype is None:
-        out_dtype = DEFAULT_OUT_DTYPE
+    out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
     if out_dtype not in OUT_DTYPES:
         names = ", ".join(str(d).removeprefix("torch.") for d in OUT_DTYPES)
         raise TypeError(f"{op}: out_dtype must be one of {names}, got {out_dtype!r}")
@@ -92,9 +81,7 @@ def _row_stride(scale: torch.Tensor, dim: int) -> int:
 
 
 def prepare_scaling(op: str, a: torch.Tensor, b: torch.Tensor, scale_a, scale_b, out_dtype) -> tuple:
-    """``(out_dtype, kind)`` of a variant's call, checked once per call signature (:func:`check_scales`;
-    the kernels' result dtype must be one the backend computes): ``(a.dtype, None)`` unscaled,
-    ``(out_dtype, Scaled.kind)`` for float8 operands. ``kind`` belongs in the call's signature."""
+    """``(out_dtype, kind)`` of a variant's call, checked (``kind``: None unscaled)."""
     scaled = check_scales(op, a, b, scale_a, scale_b, out_dtype)
     if scaled is None:
         return a.dtype, None
@@ -106,8 +93,7 @@ _STAND_INS: dict = {}
 
 
 def kernel_scales(scale_a: torch.Tensor | None, scale_b: torch.Tensor | None, device: torch.device) -> tuple:
-    """The kernels' ``scales`` argument: ``(scale_a, row stride, scale_b, column stride)`` (stride 0:
-    tensor-wise), or uint8 stand-ins for an unscaled call (``scale_a`` None; never read)."""
+    """The kernels' ``scales``: ``(scale_a, row stride, scale_b, column stride)``, or uint8 stand-ins."""
     if scale_a is None:
         stand_in = _STAND_INS.get(device)
         if stand_in is None:
@@ -129,8 +115,7 @@ def gather_bytes(t: torch.Tensor, group) -> torch.Tensor:
 
 
 def fp32_operands(op: str, a: torch.Tensor, b: torch.Tensor, scale_a=None, scale_b=None, out_dtype=None) -> tuple:
-    """``(a, b, result dtype)`` of a reference path: the operands in fp32 (float8 ones dequantized,
-    checked: :func:`check_scales`) and the dtype the result is rounded to once."""
+    """``(a, b, result dtype)`` of a reference path: fp32 operands (float8 dequantized, checked)."""
     scaled = check_scales(op, a, b, scale_a, scale_b, out_dtype)
     if scaled is None:
         return a.float(), b.float(), a.dtype
@@ -143,10 +128,8 @@ def dequantized(a: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 def scaled_matmul(a: torch.Tensor, b: torch.Tensor, scaled: Scaled) -> torch.Tensor:
-    """``(a.float() * scale_a) @ (b.float() * scale_b)`` in ``out_dtype``: ``torch._scaled_mm`` on a
-    GPU where it takes the operands (its dimensions multiples of 16, row-wise scales in bfloat16
-    out; B is handed to it column-major), else, and always on the CPU (where _scaled_mm does not
-    run), the fp32 matmul of the dequantized operands rounded once."""
+    """``(a.float() * scale_a) @ (b.float() * scale_b)`` in ``out_dtype``: ``torch._scaled_mm`` on a GPU
+    where it takes the operands, else the fp32 matmul of the dequantized operands rounded once."""
     if a.is_cuda and _scaled_mm_takes(a, b, scaled):
         sa, sb = scaled.scale_a, scaled.scale_b
         rowwise = sa.numel() != 1 or sb.numel() != 1

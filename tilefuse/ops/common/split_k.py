@@ -1,10 +1,5 @@
-"""Split-K: a tile's K steps computed as slices by different programs, summed by the last of them.
-
-For shapes with too few tiles to fill the multiprocessors: :func:`split_k_work` maps a work item to
-``(tile, slice, k_lo, k_hi)``, :func:`hand_in_slice` stores the slice's fp32 partial and tells the
-program whose slice completes the tile, which sums the partials in slice order (deterministic:
-:func:`store_slice_sum`, :func:`slice_sum`). Partials and counts live in a per-stream
-:class:`StreamScratch`. Nobody waits on anybody.
+"""Split-K: a tile's K steps computed as slices by different programs, summed by the last of them in
+slice order (deterministic; nobody waits), for shapes with too few tiles to fill the multiprocessors.
 """
 
 from __future__ import annotations
@@ -19,12 +14,8 @@ from .tiles import store_tile
 
 @triton.jit
 def split_k_work(work_id, K, split_k, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr):
-    """Work item ``work_id`` of a split-K schedule -> ``(tile_id, slice, k_lo, k_hi)``.
-
-    ``SPLIT`` is ``split_k > 1`` (else a work item is a whole tile). ``work_id = tile_id * split_k +
-    slice``: programs running together finish the same tiles. Slice s gets K steps ``[s * steps //
-    split_k, (s + 1) * steps // split_k)`` (empty where steps < split_k).
-    """
+    """Work item ``work_id = tile_id * split_k + slice`` -> ``(tile_id, slice, k_lo, k_hi)`` (a whole
+    tile unless ``SPLIT``): programs running together finish the same tiles."""
     if SPLIT:
         tile_id = work_id // split_k
         s = work_id % split_k
@@ -40,13 +31,8 @@ def hand_in_slice(
     partial_ptr, count_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """Hand in slice ``s`` (of the tile's ``n`` K slices, in K order) as the fp32 partial ``acc``
-    [BM, BN] of tile ``tile_id``; returns ``(slots, done)``.
-
-    The partial goes to its slot (``partial_ptr``: fp32, ``slots_per_tile >= n`` slots of ``BM * BN``
-    a tile; ``slots``: the tile's first), then counts itself in (``count_ptr[tile_id]``, int32);
-    ``done`` for the program counted last, which finishes the tile. Nobody waits.
-    """
+    """Store slice ``s`` (of ``n``) of tile ``tile_id`` in its fp32 slot, then count it in (acq_rel);
+    returns ``(the tile's first slot, done)``, ``done`` for the last, which finishes the tile."""
     slots = partial_ptr + tile_id.to(tl.int64) * slots_per_tile * (BLOCK_M * BLOCK_N)
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
     tl.store(slots + s * (BLOCK_M * BLOCK_N) + offs, acc)
@@ -64,13 +50,8 @@ def store_slice_sum(
     c_ptr, pid_m, pid_n, M, N, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr,
 ):
-    """Store tile (pid_m, pid_n) of C as ``slot 0 + slot 1 + ... + slot n-1`` (fp32, in that order
-    whichever slice came last: deterministic), ``SUB_M`` rows at a time, then set the tile's count
-    back to 0 for the next launch on the stream.
-
-    [SUB_M, BN] row blocks, not whole tiles (a 128x256 fp32 sum beside a loaded partial would
-    spill); the loads bypass L1 (.cg): other multiprocessors wrote the slots.
-    """
+    """Store tile (pid_m, pid_n) of C as ``slot 0 + ... + slot n-1`` (fp32, in order), ``SUB_M`` rows at
+    a time (a whole 128x256 sum would spill), then reset the tile's count. .cg: other SMs wrote the slots."""
     sub = tl.arange(0, SUB_M)  # [SUB_M]
     cols = tl.arange(0, BLOCK_N)  # [BN]
     offs_n = pid_n.to(tl.int64) * BLOCK_N + cols  # [BN]
@@ -89,10 +70,7 @@ def slice_sum(
     slots, n, tile_id, count_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """The fp32 sum ``slot 0 + slot 1 + ... + slot n-1`` [BM, BN] of a tile whose last slice this
-    program handed in (:func:`hand_in_slice`), the same values :func:`store_slice_sum` stores, for
-    a kernel that does more with the tile than store it (small tiles: the sum and a loaded slot fit
-    in registers); sets the tile's count back to 0 for the next launch on the stream."""
+    """:func:`store_slice_sum`'s fp32 sum [BM, BN], returned (small tiles); resets the tile's count."""
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BM, BN]
     total = tl.load(slots + offs, cache_modifier=".cg")  # [BM, BN]
     for j in range(1, n):
@@ -102,14 +80,9 @@ def slice_sum(
 
 
 class StreamScratch:
-    """fp32 values and zeroed counts for the kernels whose programs hand work to the last of them
-    (split-K's slices; gemm_all_reduce's norm tickets), one set per (device, stream).
-
-    Every launch leaves the counts at zero (the program that completes a tile or a row block resets
-    its count), so a stream's launches share one set without a memset. A CUDA graph capture gets a
-    fresh zeroed set (a graph may be replayed on any stream). :func:`tilefuse.reset` drops the cache
-    (an aborted call may leave a count behind).
-    """
+    """fp32 values and zeroed counts, one set per (device, stream), for kernels whose programs hand work
+    to the last of them: every launch leaves the counts at zero (no memset). A CUDA graph capture gets a
+    fresh set; :func:`tilefuse.reset` drops them (an aborted call may leave a count behind)."""
 
     def __init__(self, count_dtype: torch.dtype):
         self.count_dtype = count_dtype
@@ -135,4 +108,3 @@ class StreamScratch:
 
 SPLIT_K_SCRATCH = StreamScratch(torch.int32)  # partial slots, per-tile counts
 on_reset(SPLIT_K_SCRATCH.clear)
-

@@ -1,23 +1,7 @@
-"""Shared tile code: tile swizzle, operand setup, the K loop, tile load/store, persistent tile loops.
-
-Every variant computes its tiles with these helpers; a kernel that computes ``C = A @ B`` reads::
-
-    a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, ...)        # once, at kernel start
-    for tile_id in range(pid, num_tiles, NUM_PROGRAMS):
-        pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(a_op, b_op, scales, pid_m, pid_n, M, N, K, ...)   # [BM, BN] fp32
-        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
-
-Operand layouts (:func:`.gemm.gemm_layout`): ``USE_TMA=False``, masked pointer loads at any
-strides; ``USE_TMA=True``, device-side tensor descriptors: A row-major, B row-major or, with
-``B_KMAJOR``, column-major (``w.t()`` of a ``Linear`` weight; its ``[BN, BK]`` tiles are transposed
-in registers). Out-of-bounds elements read as zero. Accumulation is fp32; fp32 inputs run in tf32 on
-NVIDIA GPUs, exact fp32 in the interpreter.
-
-``scales`` (:mod:`.scaled`): a float8 call's ``(scale_a, row stride, scale_b, column stride)``; the
-K loop's last step multiplies the accumulator by them (:func:`scale_tile`), so every store, push and
-partial sum that follows sees the scaled product. An unscaled call's uint8 stand-ins leave it as it is.
+"""Shared tile code every variant computes its tiles with: tile swizzle (:func:`tile_coords`), operands
+(:func:`gemm_operands`: masked pointer loads at any strides, or tensor descriptors with A row-major and
+B row- or, with ``B_KMAJOR``, column-major), the K loop (:func:`gemm_tile`: fp32 accumulation, zeros
+out of bounds, a float8 call's scales applied at its end), tile load/store and persistent tile loops.
 """
 
 from __future__ import annotations
@@ -49,25 +33,18 @@ def gemm_operands(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
 ):
-    """Operands for gemm_tile: TMA descriptors of A [M, K] and B [K, N] if USE_TMA, else the raw pointers."""
-    # The pointers may point anywhere in global memory, including a peer's heap (translated
-    # pointer). With USE_TMA the unit strides (stride_ak, and stride_bn or stride_bk) are 1 by
-    # construction (checked on the host), so only the leading strides enter the descriptors.
+    """Operands for gemm_tile: descriptors of A [M, K] and B [K, N] if USE_TMA, else the pointers."""
     a_op = a_ptr
     b_op = b_ptr
     if USE_TMA:
-        a_op = tl.make_tensor_descriptor(
-            a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K]
-        )
+        a_op = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
         if B_KMAJOR:
             # Column-major B [K, N] is a row-major [N, K] buffer: tiles come out as [BN, BK].
-            b_op = tl.make_tensor_descriptor(
-                b_ptr, shape=[N, K], strides=[stride_bn, 1], block_shape=[BLOCK_N, BLOCK_K]
-            )
+            b_op = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1],
+                                             block_shape=[BLOCK_N, BLOCK_K])
         else:
-            b_op = tl.make_tensor_descriptor(
-                b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N]
-            )
+            b_op = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
+                                             block_shape=[BLOCK_K, BLOCK_N])
     return a_op, b_op
 
 
@@ -80,12 +57,9 @@ def gemm_tile(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr = 1,
 ):
-    """K loop of output tile (pid_m, pid_n): the fp32 accumulator [BM, BN] of A[rows, :] @ B[:, cols]
-    (times the scales of a float8 call)."""
-    return gemm_tile_range(
-        a_op, b_op, scales, pid_m, pid_n, M, N, K, 0, tl.cdiv(K, BLOCK_K), stride_am, stride_ak, stride_bk, stride_bn,
-        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
-    )
+    """:func:`gemm_tile_range` over all of K."""
+    return gemm_tile_range(a_op, b_op, scales, pid_m, pid_n, M, N, K, 0, tl.cdiv(K, BLOCK_K), stride_am, stride_ak,
+                           stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN)
 
 
 @triton.jit
@@ -98,12 +72,8 @@ def gemm_tile_range(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr = 1,
 ):
-    """K steps [k_lo, k_hi) (in units of BLOCK_K) of tile (pid_m, pid_n): the fp32 partial [BM, BN]
-    of A[rows, k_lo*BK : k_hi*BK] @ B[k_lo*BK : k_hi*BK, cols] (zeros for an empty range), times
-    the scales of a float8 call (:func:`scale_tile`).
-
-    ``ALIGN`` (pointer path; :func:`pointer_align`): A row-major, B column-major, and ``K``,
-    ``stride_am`` and ``stride_bn`` multiples of ``ALIGN``: the compiler loads ``ALIGN`` elements at once."""
+    """K steps [k_lo, k_hi) of tile (pid_m, pid_n): the fp32 partial [BM, BN], scaled. ``ALIGN``
+    (pointer path): ``K``, ``stride_am``, ``stride_bn`` are multiples of it."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # [BM, BN]
     if USE_TMA:
         # Descriptor coordinates are element indices (int32); out-of-bounds reads return zeros.
@@ -145,10 +115,7 @@ def gemm_tile_range(
 
 @triton.jit
 def scale_tile(acc, scales, pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``acc [BM, BN] * scale_a[rows, None] * scale_b[None, cols]`` of tile (pid_m, pid_n) of an
-    [M, N] product for float32 ``scales`` (a stride of 0 broadcasts a tensor-wise scale); ``acc``
-    itself for the uint8 stand-ins of an unscaled call (decided at compile time). Elements past the
-    first four (an op's own, e.g. all_gather_gemm's gathered row scales) are not read here."""
+    """``acc * scale_a[rows, None] * scale_b[None, cols]`` for float32 ``scales``; ``acc`` unscaled."""
     if is_scaled(scales):
         offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
         scale_a = tl.load(scales[0] + offs_m * scales[1], mask=offs_m < M, other=0.0)  # [BM]
@@ -201,11 +168,9 @@ def whole_tiles(
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ALIGN: tl.constexpr,
     FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr, WARP_SPEC: tl.constexpr = False,
 ):
-    """Tiles pid, pid + num_programs, ... of C, each over all of K (matmul_kernel's ``FLATTEN``,
-    ``TMA_STORE`` and warp-specialized forms of its tiles schedule). The epilogue's tile comes from a
-    counter of its own, one step behind the loads' (the same values): with the loops flattened, the
-    next tile's loads then do not wait on this tile's store. ``TMA_STORE`` 2 stores a tile through
-    the descriptor in two halves of ``BLOCK_N // 2`` columns (half the shared memory for the store)."""
+    """Tiles pid, pid + num_programs, ... of C over all of K; ``FLATTEN``: one pipelined loop,
+    ``TMA_STORE``: stores through a descriptor (2: in two column halves). The store's tile has its own
+    counter so that, flattened, the next tile's loads do not wait on this store."""
     if TMA_STORE:
         c_op = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
                                          block_shape=[BLOCK_M, BLOCK_N // TMA_STORE])
@@ -214,10 +179,8 @@ def whole_tiles(
     work_c = pid - num_programs
     for work_id in tl.range(pid, num_work, num_programs, flatten=FLATTEN, warp_specialize=WARP_SPEC):
         pid_m, pid_n = tile_coords(work_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = gemm_tile(
-            a_op, b_op, scales, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-            BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
-        )  # [BM, BN] fp32
+        acc = gemm_tile(a_op, b_op, scales, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN)  # [BM, BN] fp32
         work_c += num_programs
         pid_m_c, pid_n_c = tile_coords(work_c, num_pid_m, num_pid_n, GROUP_M)
         if TMA_STORE == 2:
@@ -242,14 +205,9 @@ def claimed_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, FLATTEN: tl.constexpr,
 ):
-    """Tiles of C, each over all of K, shared by ``num_claimers`` programs of the launch, some of
-    which may start late.
-
-    Each claimer's even share is dealt out beforehand to the ``dealt_programs`` programs that start at
-    once (:func:`whole_tiles`, flattened with ``FLATTEN``); the rest are taken one at a time from a
-    counter, so late programs take only what nobody has started. Every claimer claims until it gets
-    none: a launch makes exactly ``total - dealt + num_claimers`` claims, and the last one sets the
-    counter back to zero for the next launch."""
+    """Tiles of C over all of K shared by ``num_claimers`` programs, some starting late: an even share
+    dealt to the ``dealt_programs`` that start at once, the rest claimed from a counter; the launch's
+    last claim (``total - dealt + num_claimers``) resets it."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     total = num_pid_m * num_pid_n
