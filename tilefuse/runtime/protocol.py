@@ -282,6 +282,7 @@ def call_begin_kernel(
     tl.store(ctl_ptr + CTL_SEQ, seq)
     _begin(ctl_ptr, heap_bases, cur_rank, world, sig, gen, seq, out0_ptr, n_out0, out1_ptr, n_out1, BLOCK)
 
+
 # The call protocol as one kernel argument, built by the host once per call (``launch.call_arg``):
 #     call = (heap_bases, ctl, rank, world, sig, gen, out0, n_out0, out1, n_out1, status)
 
