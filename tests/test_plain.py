@@ -129,7 +129,8 @@ def _check_calls(ctx, op, M, N, K):
 def _check_auto_runs_plain_directly(ctx, op, M, N, K):
     """An eager auto call whose bucket chose plain (nothing measured here) is one lookup, then the plain
     entry point: no decision made again, not through the custom op (whose implementation runs
-    ``library.run``), the plain entry point called once."""
+    ``library.run``), the plain entry point called once (at W = 1 the matmul itself, with no entry
+    point around it: :func:`tilefuse.ops.plain.direct`)."""
     from tilefuse.ops import dispatch, library
 
     a, b = _operands(ctx, op, M, N, K, torch.float32, 8)
@@ -141,14 +142,19 @@ def _check_auto_runs_plain_directly(ctx, op, M, N, K):
     def refuse(*args, **kwargs):
         raise AssertionError(f"{op}: an eager auto call went through a decision or the custom op")
 
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return plain(*args, **kwargs)
+    def counting(fn):
+        def counted(*args, **kwargs):
+            calls.append(1)
+            return fn(*args, **kwargs)
+        return counted
 
+    hits = [v for v in dispatch._RESOLVED.values() if v[1] is plain]
+    assert hits and all((v[3] is not None) == (ctx.world == 1) for v in hits), f"{op}: direct {hits}"
     saved = dispatch._resolve, library.run
     dispatch._resolve = library.run = refuse
     try:
-        dispatch._RESOLVED.update({k: (v[0], counted, *v[2:]) for k, v in dispatch._RESOLVED.items() if v[1] is plain})
+        dispatch._RESOLVED.update({k: (v[0], counting(v[1]), v[2], v[3] and counting(v[3]))
+                                   for k, v in dispatch._RESOLVED.items() if v[1] is plain})
         got = public(a, b)
     finally:
         dispatch._resolve, library.run = saved

@@ -28,7 +28,7 @@ from ..runtime import _env, get_heap, hw, is_initialized
 from ..runtime.world import on_shutdown
 from ..tuning import autotune, cache, costmodel, rules, tables
 from ..tuning.buckets import bucket_name, m_bucket
-from . import registry
+from . import plain, registry
 
 log = logging.getLogger("tilefuse")
 
@@ -231,23 +231,26 @@ def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
 
 
 def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
-    """:func:`resolve`'s answer and whether it is remembered; ``graphs``: the choice for CUDA graphs."""
+    """``(variant, entry point, config, direct, remembered)``: :func:`resolve`'s answer, the matmul where
+    plain at W = 1 is the call (:func:`.plain.direct`), and whether it is remembered; ``graphs``: the
+    choice for CUDA graphs."""
     if graphs is None:
         graphs = a.is_cuda and _graph_capture()
     # run_auto makes the same key
     key = (op, a.shape, b.shape, a.dtype, group, _generation(), _env_get(_CONFIG_DIR), _env_get(_CACHE_DIR), graphs)
     hit = _RESOLVED.get(key)
     if hit is not None:
-        return (*hit[:3], True)
+        return (*hit, True)
     choice, remembered = _decide(op, a, b, group, kwargs)
     if graphs:
         choice = _for_graphs(choice, a.shape[0])
-    hit = (choice.variant, registry.get(op, choice.variant), choice.config)
+    direct = plain.direct(op, a, group) if choice.variant == tables.PLAIN else None
+    hit = (choice.variant, registry.get(op, choice.variant), choice.config, direct)
     if remembered:
         if len(_RESOLVED) >= 4096:  # exact shapes of a server's ever-changing token counts: stay bounded
             _RESOLVED.clear()
         _RESOLVED[key] = hit
-    return (*hit[:3], remembered)
+    return (*hit, remembered)
 
 
 def run_auto(op: str, a, b, config, group, **kwargs):
@@ -258,8 +261,10 @@ def run_auto(op: str, a, b, config, group, **kwargs):
                          _env_get(_CACHE_DIR), graphs))
     if hit is None:
         hit = _resolve(op, a, b, group, kwargs, graphs)
-    if config is None:
-        config = hit[2]
     if kwargs:
-        return hit[1](a, b, config=config, group=group, **kwargs)
+        return hit[1](a, b, config=hit[2] if config is None else config, group=group, **kwargs)
+    if config is None:
+        if hit[3] is not None:  # plain at W = 1: the matmul itself
+            return hit[3](a, b)
+        config = hit[2]
     return hit[1](a, b, config=config, group=group)  # (a call with **{} would build a dictionary)

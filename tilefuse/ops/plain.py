@@ -64,6 +64,14 @@ def _matmul(op: str, a, b, out=None):
         raise
 
 
+def direct(op: str, a, group):
+    """Where the plain call ``op(a, b)`` with no keyword argument is ``torch.matmul(a, b)`` alone (one
+    rank, a 16- or 32-bit ``a``), that call as ``fn(a, b)`` for auto's decided path; else None."""
+    if not (isinstance(a, _Tensor) and a.dtype in SUPPORTED_DTYPES and comm_of(group).world == 1):
+        return None
+    return lambda a, b: _matmul(op, a, b)
+
+
 def gemm_all_scatter(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
     op = "gemm_all_scatter"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
