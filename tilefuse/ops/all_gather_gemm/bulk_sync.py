@@ -3,11 +3,10 @@
     stream: | push own shard -> a_gathered on every rank; begins the call, ends with the barrier |
             | GEMM (a_gathered @ b); ends the call |
 
-No overlap: the baseline. The push kernel's first program begins the call (``P.enter``: no peer
-pushes the next call's rows while this rank's GEMM reads the previous ones), its last passes the
-barrier that makes every rank's rows visible before the GEMM, whose last program ends the call. It
-also serves the other variants' degenerate calls (``M_loc``, ``N`` or ``K`` zero), and its push
-kernel is fused_sequential's publish kernel (``EVERY_RANK=False``).
+No overlap: the baseline. The push kernel's first program begins the call (``P.enter``), its last
+passes the barrier that makes every rank's rows visible before the GEMM, whose last program ends
+the call. It also serves the other variants' empty calls, and its push kernel is fused_sequential's
+publish kernel (``EVERY_RANK=False``).
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def shard_kernel(
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, EVERY_RANK: tl.constexpr,
 ):
     """Begin the call, copy this rank's rows into ``dst`` on every rank (``EVERY_RANK``: a_gathered)
-    or on this rank only (fused_sequential's a_shard), in BLOCK_M x BLOCK_K tiles over every
-    program; the last program passes the barrier and moves ctl[SEQ] for the kernel after it."""
+    or on this rank only (a_shard); the last program passes the barrier and ends the call."""
     seq, live = P.enter(call, True)
     if live:
         if EVERY_RANK:
@@ -57,8 +55,7 @@ def shard_kernel(
 
 
 def launch_shard(p, a, dst, scales, call, *, every_rank: bool) -> None:
-    """:func:`shard_kernel` on the config's programs: ``a``'s rows into ``dst`` (a heap tensor), a
-    float8 call's row scales (``scales``: :meth:`Prepared.scales`) with them."""
+    """:func:`shard_kernel` on the config's programs (``scales``: :meth:`Prepared.scales`)."""
     cfg = p.config
     shard_kernel[(p.programs,)](
         a, a.stride(0), a.stride(1), dst, dst.stride(0), dst.stride(1), p.M, p.K, scales, call,
@@ -84,7 +81,6 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False, scale_a=N
     scales = p.scales(scale_a, scale_b)
     launch_shard(p, a, p.own, scales, call_arg(heap, entry), every_rank=True)  # then every shard is in a_gathered
     launched(entry, ends=False)
-    # Nothing if the call was aborted; the GEMM ends the call.
     matmul(p.ag, b, c, p.config, ctl(heap), call=gemm_call_args(heap, entry), scales=p.gathered_scales(scales))
     launched(entry)
     return (c, p.ag.clone()) if return_gathered else c

@@ -8,9 +8,7 @@ GEMM keeps every SM but one.
 
 Each rank pulls every peer's row block out of the peer's ``a_gathered`` by DMA, ``COPIES_PER_PEER``
 chunks per peer; a one-program kernel behind each copy releases the chunk's flags for
-producer_consumer's GEMM kernel on stream 1, which acquires them (one SM stays free for the release
-kernels: the GEMM spins). The barrier orders every rank's own rows before any peer pulls them; the
-begin keeps the copies from overwriting rows a peer still reads from the previous call.
+producer_consumer's GEMM kernel, which acquires them (one SM stays free for the release kernels).
 """
 
 from __future__ import annotations
@@ -55,9 +53,8 @@ def _pull_rows(heap, p, call) -> None:
 @collective(OP)
 def copy_engine(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
                 out_dtype=None):
-    """all_gather_gemm with the rows pulled by copy engines and the GEMM on every SM but one; same
-    contract as :func:`tilefuse.all_gather_gemm`. All ``GEMM_SMS + COMM_SMS`` programs of the config
-    compute (at most the device's multiprocessors less one)."""
+    """all_gather_gemm with the rows pulled by copy engines, all ``GEMM_SMS + COMM_SMS`` programs (at
+    most the SMs less one) computing; same contract as :func:`tilefuse.all_gather_gemm`."""
     scaling = (scale_a, scale_b, out_dtype)
     heap, p = prepare("copy_engine", a, b, config, group, return_gathered, scaling, buffers="flagged")
     if p.empty:

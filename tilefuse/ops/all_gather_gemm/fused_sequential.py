@@ -13,40 +13,14 @@ program that computes a row block's first column tile also copies its A rows int
 
 from __future__ import annotations
 
-import triton
 import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import begin_call, call_arg, collective, launched, new_output
 from ._prepare import OP, prepare
-from ._tiles import first_tile, gemm_shard, source_scales
+from ._tiles import gemm_gathered
 from .bulk_sync import bulk_sync, launch_shard
-
-
-@triton.jit
-def _source(
-    i, pid, s_ptr, stride_sm, stride_sk, scales, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-    g_ptr, stride_gm, stride_gk, M_loc, N, K, call,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, GATHER: tl.constexpr,
-    FLATTEN: tl.constexpr,
-):
-    """Program pid's tiles of source step i: rank (r + i)'s shard, read in place."""
-    cur_rank = P.rank(call)
-    src = (cur_rank + i) % P.world(call)
-    rows = tl.cast(src, tl.int64) * M_loc
-    a_src = P.translate(s_ptr, cur_rank, src, P.bases(call))
-    # The source's row scales, beside its rows in its heap (a float8 call's; stand-ins are never read).
-    scales_src = source_scales(scales, 0, P.translate(scales[4], cur_rank, src, P.bases(call)))
-    tiles_per_source = tl.cdiv(M_loc, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    gemm_shard(a_src, stride_sm, stride_sk, scales_src, b_ptr, stride_bk, stride_bn,
-               c_ptr + rows * stride_cm, stride_cm, stride_cn,
-               (g_ptr + rows * stride_gm, stride_gm, stride_gk),
-               s_ptr, 0, src, call,  # no flags (WAIT=False): the barrier published A
-               M_loc, N, K, first_tile(pid, i, tiles_per_source, NUM_PROGRAMS), NUM_PROGRAMS,
-               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=GATHER,
-               FLATTEN=FLATTEN)
 
 
 @kernel
@@ -63,18 +37,12 @@ def _fused_kernel(
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, GATHER: tl.constexpr,
     FLATTEN: tl.constexpr,
 ):
-    pid = tl.program_id(0)
     _, live = P.call_epoch(P.ctl(call))
-    # The local source outside the loop over the peers: Triton flattens a tile loop only where no
-    # other loop encloses it (nested in the loop over sources, the loop compiles unflattened).
-    if live:
-        _source(0, pid, s_ptr, stride_sm, stride_sk, scales, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-                g_ptr, stride_gm, stride_gk, M_loc, N, K, call,
-                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, GATHER, FLATTEN)
-    for i in range(1, tl.where(live, P.world(call), 1)):
-        _source(i, pid, s_ptr, stride_sm, stride_sk, scales, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-                g_ptr, stride_gm, stride_gk, M_loc, N, K, call,
-                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, GATHER, FLATTEN)
+    if live:  # every source's a_shard read in place (REMOTE), no flag (s_ptr stands in)
+        gemm_gathered(s_ptr, stride_sm, stride_sk, g_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
+                      c_ptr, stride_cm, stride_cn, s_ptr, M_loc, N, K, call, 0, tl.program_id(0), NUM_PROGRAMS,
+                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, False, FLATTEN, REMOTE=True,
+                      GATHER=GATHER)
 
 
 @collective(OP)

@@ -5,16 +5,13 @@
               | flag, K loop | source r+2 ... |
     stream 1:                                                          | join |
 
-Both kernels begin the call together (``P.enter``: the first of their programs does the begin, so
-no row is pushed before every peer is done with the previous call's) and end it together
-(``P.exit`` over the programs of both). The push kernel writes this rank's shard, BLOCK_M rows at a
-time, into row block r of every rank's ``a_gathered`` and releases the (source, chunk) flag on the
-receiver. The GEMM walks its sources in ring order r, r+1, ... and acquires a chunk's flag before a
-tile's K loop; the local shard is read from ``a`` itself and waits for nothing (where ``a`` fits
-the heap buffer's operand path; else it is pushed to this rank too). GEMM_SMS + COMM_SMS must fit on
-the device at once: the GEMM spins. The push kernel, which waits on nothing, is launched first.
-
-Its copy-engine form (the rows moved by DMA, the GEMM on every SM but one) is :mod:`.copy_engine`.
+Both kernels begin the call together (``P.enter``: no row is pushed before every peer is done with
+the previous call's) and end it together (``P.exit`` over the programs of both). The push kernel
+writes this rank's shard, chunk by chunk, into row block r of every rank's ``a_gathered`` and
+releases the (source, chunk) flag there; the GEMM acquires a chunk's flag before a tile's K loop.
+The local shard is read from ``a`` and waits for nothing (where ``a`` fits the heap buffer's operand
+path; else it is pushed to this rank too). GEMM_SMS + COMM_SMS must fit on the device at once: the
+GEMM spins. Its copy-engine form is :mod:`.copy_engine`.
 """
 
 from __future__ import annotations
@@ -82,7 +79,6 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False, s
     cfg, W = p.config, heap.world_size
     c = new_output((W * p.M, p.N), p.out_dtype, a.device)
     scales = p.scales(scale_a, scale_b)
-    # The kernels begin the call: no row moves before every peer is done with a_gathered.
     entry = begin_call(p.sig, c, kernel_begins=True)
     call = call_arg(heap, entry)
     streams = ForkedStreams(heap.device)
