@@ -56,23 +56,20 @@ def _fused_kernel(
                              BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
                              GATE=True, sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, NORM=NORM,
                              split=split, SPLIT=SPLIT, ALIGN=ALIGN)
-        if not OWN_SUM:
-            if live:
-                reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, first,
-                             BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
-                             HAS_BIAS=HAS_BIAS, norm=norm, NORM=NORM)
     else:  # the begin kernel began the call
         epoch, live = P.enter(call, False)
+        first = pid
         if live:
             produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
-                          call, epoch, pid,
+                          call, epoch, first,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
                           sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, NORM=NORM,
                           split=split, SPLIT=SPLIT, ALIGN=ALIGN)
-            if not OWN_SUM:  # the tiles this program produced (the same ids on every rank)
-                reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, pid,
-                             BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
-                             HAS_BIAS=HAS_BIAS, norm=norm, NORM=NORM)
+    if not OWN_SUM:
+        if live:  # the tiles this program produced (the same ids on every rank)
+            reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, first,
+                         BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
+                         HAS_BIAS=HAS_BIAS, norm=norm, NORM=NORM)
     P.exit(call, epoch, live, NUM_PROGRAMS, ENTER)
 
 
@@ -104,7 +101,7 @@ def norm_arg(p, c, y, norm) -> tuple:
     if norm is None:
         return (p.stage, p.stage, p.stage, p.stage, p.stage, 0.0, 0, 0)
     residual, weight, eps = norm
-    parts, counts = NORM_SCRATCH.get(c.device, p.M * (-(-p.N // p.config.BLOCK_N) + 1), p.row_blocks)
+    parts, counts = NORM_SCRATCH.get(c.device, p.M * (-(-p.N // p.config.BLOCK_N) + 1), -(-p.M // p.config.BLOCK_M))
     res = c if residual is None else residual
     return (y, res, weight, counts, parts, eps, res.stride(0), y.stride(0))
 

@@ -1,7 +1,6 @@
-"""Device code shared by the gemm_all_scatter variants: the GEMM side (``compute_tiles``), the
-communication side (``push_ready_tiles``), both in the GEMM core's grouped tile order (the first
-tiles made are the first moved), and the copy of the peers' blocks out of c (``copy_peer_blocks``).
-The result and c are passed whole, [M, W*N_loc] strided alike (one tensor with a heap ``out``)."""
+"""Device code shared by the gemm_all_scatter variants: the GEMM side (``compute_tiles``) and the
+communication side (``push_ready_tiles``), both in the GEMM core's grouped tile order, and the copy
+of the peers' blocks out of c (``copy_peer_blocks``). The result and c are [M, W*N_loc], strided alike."""
 
 import triton
 import triton.language as tl
@@ -27,8 +26,8 @@ def compute_tiles(
     PUSH: tl.constexpr, RELEASE: tl.constexpr, WARP_SPEC: tl.constexpr = False, GATE: tl.constexpr = False,
 ):
     """Tiles pid, pid + NUM_PROGRAMS, ...: K loop, store into this rank's block of the result; PUSH: also
-    into every peer's c, from registers; RELEASE: then set the tile's flag to ``seq``. ``GATE`` (after
-    ``P.enter_aside``): a tile's stores wait for the begin (``P.ready``), skipped if the call is off."""
+    into every peer's c; RELEASE: then set the tile's flag to ``seq``. ``GATE`` (after ``P.enter_aside``):
+    the stores wait for the begin (``P.ready``), skipped if the call does not run."""
     rank, world, bases = P.rank(call), P.world(call), P.bases(call)
     col = tl.cast(rank, tl.int64) * N * stride_cn  # this rank's column block
     o_ptr, c_ptr = o_ptr + col, c_ptr + col
@@ -88,8 +87,8 @@ def copy_peer_blocks(
     M, N, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """``dst[:, peer block] = src[:, peer block]`` for every peer's [M, N] column block, queued after the
-    call's last kernel, whose closing barrier saw them land in ``src``; the programs share the tiles."""
+    """``dst[:, peer block] = src[:, peer block]`` for every peer's [M, N] column block (queued after
+    the call's closing barrier)."""
     prog, programs = tl.program_id(0), tl.num_programs(0)
     for i in range(1, world):
         col = tl.cast((cur_rank + i) % world, tl.int64) * N

@@ -36,22 +36,20 @@ def _fused_kernel(
     ``(t + 1) % NUM_PROGRAMS`` (none to program 0 while the tiles do not fill the programs)."""
     if ENTER:
         seq = P.enter_aside(call)
+        first = (tl.program_id(0) + NUM_PROGRAMS - 1) % NUM_PROGRAMS
+        live = True  # the tiles' stores wait for the begin (GATE)
+    else:
+        seq, live = P.enter(call, ENTER=False)
+        first = tl.program_id(0)
+    if live:
         compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                       o_ptr, c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
-                      call, seq, (tl.program_id(0) + NUM_PROGRAMS - 1) % NUM_PROGRAMS,
-                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True,
-                      RELEASE=False, GATE=True)
+                      call, seq, first, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR,
+                      PUSH=True, RELEASE=False, WARP_SPEC=WARP_SPEC, GATE=ENTER)
+    if ENTER:
         # The closing barrier needs the call's state on every program, also one without a tile (it
         # has not waited for the begin): ranks pass it only for a call that runs.
         live = P.ready(call, seq)
-    else:
-        seq, live = P.enter(call, ENTER=False)
-        if live:
-            compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          o_ptr, c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
-                          call, seq, tl.program_id(0),
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True,
-                          RELEASE=False, WARP_SPEC=WARP_SPEC)
     # With ENTER the closing barrier (every peer's tiles have landed in c) is the last program's.
     P.exit(call, seq, live, NUM_PROGRAMS, ENTER, BARRIER=True)
 

@@ -6,8 +6,7 @@
 
 Flags are per tile, local to the rank, and carry the call's sequence number. GEMM_SMS + COMM_SMS
 must fit on the device at once: the consumer spins. Both kernels begin the call together
-(``P.enter``) and end it together (``P.exit`` over the programs of both: the last one passes the
-closing barrier).
+(``P.enter``) and end it together (``P.exit`` over both: the last program passes the closing barrier).
 """
 
 from __future__ import annotations
@@ -62,11 +61,9 @@ def producer_consumer(a, b, *, config=None, group=None, out=None, scale_a=None, 
     p = prepare("producer_consumer", a, b, config, group, out, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, dest, c, entry = begin(p, a, b, out)
     if not p.empty:
-        cfg = p.config
-        # Not capped by the tiles (programs without one exit): one compiled kernel per config, not per shape.
-        total = cfg.GEMM_SMS + cfg.COMM_SMS  # the programs that end the call together
-        call = call_arg(p.heap, entry)
-        streams = ForkedStreams(p.heap.device)  # both kernels begin the call (or the begin kernel ran before)
+        cfg, call = p.config, call_arg(p.heap, entry)
+        total = cfg.GEMM_SMS + cfg.COMM_SMS  # the programs that end the call together (not capped by the tiles)
+        streams = ForkedStreams(p.heap.device)
         _gemm_producer_kernel[(cfg.GEMM_SMS,)](
             a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0),
             b.stride(1),
