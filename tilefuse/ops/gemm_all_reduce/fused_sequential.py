@@ -7,8 +7,7 @@ and the program that made it then sums the W partials of that tile.
 
 Pushing a tile overlaps the K loops of the other programs' tiles. Every program sums the tiles it
 computed once their W partials have landed: the same tile ids on every rank, so a program waits
-only on other ranks' programs (the interpreter makes progress). The sum reads this rank's heap, in
-fp32 in the order 0, 1, ..., W-1. One kernel, no barrier; where every program has at most one tile,
+only on other ranks' programs. One kernel, no barrier; where every program has at most one tile,
 the sum follows each push with this rank's own partial from registers.
 """
 
@@ -33,19 +32,16 @@ def _fused_kernel(
     # stage [W, M, N] in the input dtype and flags [W, num_tiles] int64 (symmetric addresses); out:
     # (c [M, N], bias [N], stride_c, norm), all local (norm: norm.py's tuple, read with NORM)
     stage_ptr, flags_ptr, stride_s, out,
-    # the call (this kernel begins it with ENTER); with SPLIT: (K slices per tile, split-K scratch
-    # slots, counts), else never read
-    call, split,
+    call, split,  # the call (begun here with ENTER); with SPLIT: (K slices a tile, split-K scratch, counts)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     HAS_BIAS: tl.constexpr, ENTER: tl.constexpr = False,
     OWN_SUM: tl.constexpr = False, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1, NORM: tl.constexpr = 0,
 ):
-    """``ENTER``: program 0 begins the call while the others run their first K loop
-    (``P.enter_aside``; tile t goes to program ``(t + 1) % NUM_PROGRAMS``). ``OWN_SUM`` and
-    ``SPLIT``: ``produce_tiles``' ``SUM_HERE`` and ``SPLIT`` (``split[0]`` K slices a tile).
-    ``NORM`` (1: RMSNorm; 2: residual add, then RMSNorm): c is ``new_residual``, and
-    the program that stores the last tile of a row block norms it into ``y`` (``norm.py``)."""
+    """``ENTER``: program 0 begins the call while the others run their first K loop (``P.enter_aside``;
+    tile t goes to program ``(t + 1) % NUM_PROGRAMS``). ``OWN_SUM``, ``SPLIT``: ``produce_tiles``'
+    ``SUM_HERE``, ``SPLIT``. ``NORM`` (1: RMSNorm; 2: residual add, then RMSNorm): c is
+    ``new_residual``, and the row blocks are normed into ``y`` (``norm.py``)."""
     pid = tl.program_id(0)
     c_ptr, bias_ptr, stride_c, norm = out
     if ENTER:
@@ -74,10 +70,9 @@ def _fused_kernel(
 
 
 def _launch(p) -> dict:
-    """The kernel's constexprs: all GEMM_SMS + COMM_SMS programs (not capped by the tiles: one
-    compiled kernel per config); ``OWN_SUM`` where every program has at most one work item (a tile,
-    or one of its K slices) and the reduction's blocks are whole tiles, so that the sum holds no
-    more registers than the reduction does."""
+    """The kernel's constexprs: GEMM_SMS + COMM_SMS programs (not capped by the tiles: one kernel per
+    config); ``OWN_SUM`` where every program has at most one work item and the reduction's blocks are
+    whole tiles (the sum then holds no more registers than the reduction does)."""
     cfg = p.config
     programs = cfg.GEMM_SMS + cfg.COMM_SMS
     own_sum = p.num_tiles * cfg.SPLIT_K <= programs and sum_rows(cfg) == cfg.BLOCK_M
@@ -86,8 +81,8 @@ def _launch(p) -> dict:
 
 
 def split_arg(p, c):
-    """``split`` of :func:`_fused_kernel`: ``(SPLIT_K, slots, counts)``, the current stream's split-K
-    scratch (:data:`~..common.split_k.SPLIT_K_SCRATCH`), or never-read stand-ins without a split."""
+    """``split`` of :func:`_fused_kernel`: ``(SPLIT_K, slots, counts)`` of this stream's
+    ``SPLIT_K_SCRATCH`` (never-read stand-ins without a split)."""
     cfg = p.config
     if cfg.SPLIT_K == 1:
         return (1, p.stage, p.stage)
@@ -97,7 +92,7 @@ def split_arg(p, c):
 
 def norm_arg(p, c, y, norm) -> tuple:
     """``norm`` of :func:`_fused_kernel` (``norm.py``'s tuple) for ``norm = (residual or None,
-    norm_weight, eps)``, with this stream's :data:`~.norm.NORM_SCRATCH`; never-read stand-ins without."""
+    norm_weight, eps)``, with this stream's ``NORM_SCRATCH`` (never-read stand-ins without)."""
     if norm is None:
         return (p.stage, p.stage, p.stage, p.stage, p.stage, 0.0, 0, 0)
     residual, weight, eps = norm
@@ -109,10 +104,9 @@ def norm_arg(p, c, y, norm) -> tuple:
 @collective(OP)
 def fused_sequential(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None,
                      norm=None):
-    """gemm_all_reduce as one fused persistent kernel (its programs push their partial tiles, then sum
-    them once every rank's have landed); same contract as :func:`tilefuse.gemm_all_reduce`. ``norm``:
-    ``(residual or None, norm_weight, eps)``, checked (``norm.run_with_norm``): the kernel also adds
-    the residual and norms, and the call returns ``(y, new_residual)``."""
+    """gemm_all_reduce as one fused persistent kernel; same contract as :func:`tilefuse.gemm_all_reduce`.
+    ``norm``: ``(residual or None, norm_weight, eps)``, checked (``norm.run_with_norm``): the kernel
+    also adds the residual and norms, and the call returns ``(y, new_residual)``."""
     p = prepare("fused_sequential", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=False, flags=True,
                 launch=_launch, norm=norm)
     if norm is None:

@@ -35,9 +35,8 @@ def _wg_kernel(
     B_KMAJOR: tl.constexpr, HAS_BIAS: tl.constexpr, ENTER: tl.constexpr,
 ):
     """``ENTER``: program 0 begins the call while the other producers run their first K loop
-    (``P.enter_aside``; tile t goes to producer ``(t + 1) % GEMM_PROGRAMS``, so program 0 has none
-    while the tiles do not fill the producers); the reducers wait for the begin before their first
-    flag."""
+    (``P.enter_aside``; tile t goes to producer ``(t + 1) % GEMM_PROGRAMS``); the reducers wait for
+    the begin before their first flag."""
     pid = tl.program_id(0)
     if ENTER:
         epoch = P.enter_aside(call)

@@ -3,6 +3,8 @@ and :func:`finish` every call."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..common.arena import check_out
@@ -50,9 +52,8 @@ def prepare(variant: str, a, b, config, group, out, scaling: tuple = UNSCALED, *
     ``(scale_a, scale_b, out_dtype)``; ``comm``: the variant needs COMM_SMS >= 1; ``flags``: it uses flags."""
     heap = op_heap(OP, group)
     on_heap = isinstance(out, torch.Tensor) and heap.is_on_heap(out)
-    p = once(heap, (OP, variant, on_heap, scaling[2]), lambda: Prepared(variant, a, b, config, group, out, scaling,
-                                                                        comm=comm, flags=flags),
-             config, a, b, out, *scaling[:2])
+    make = functools.partial(Prepared, variant, a, b, config, group, out, scaling, comm=comm, flags=flags)
+    p = once(heap, (OP, variant, on_heap, scaling[2]), make, config, a, b, out, *scaling[:2])
     if out is not None:  # its address: no overlap with a or b, a heap offset checked across ranks
         check_out(OP, heap, out, (p.M, heap.world_size * p.N), p.out_dtype, a=a, b=b)
     return p
@@ -66,8 +67,8 @@ def begin(p: Prepared, a, b, out) -> tuple:
     if p.inplace:
         dest = c = out
     else:
-        contiguous = out is not None and out.is_contiguous()
-        dest = out if contiguous else new_output((p.M, p.heap.world_size * p.N), p.out_dtype, a.device)
+        fresh = out is None or not out.is_contiguous()
+        dest = new_output((p.M, p.heap.world_size * p.N), p.out_dtype, a.device) if fresh else out
         c = dest if p.c is None else p.c
     entry = p.begin(dest, c if c is not dest else None)
     if p.K == 0 and p.M and p.N:
@@ -79,6 +80,4 @@ def finish(p: Prepared, dest: torch.Tensor, c: torch.Tensor, out) -> torch.Tenso
     """The result: ``dest`` after the peers' blocks are copied into it from ``c``, or ``out`` (strided)."""
     if c is not dest and not p.empty:
         launch_copy_peer_blocks(dest, c, p.M, p.N, p.heap.rank, p.heap.world_size)
-    if out is None or out is dest:
-        return dest
-    return out.copy_(dest)
+    return dest if out is None or out is dest else out.copy_(dest)

@@ -14,14 +14,11 @@ OP = "gemm_reduce_scatter"
 
 
 class Prepared(PreparedCall):
-    """One call signature of a variant: the checked shapes, config, operand layout and heap buffers.
-
-    ``stage [W, rows, N]`` (input dtype) is shared by every variant of one (dtype, rows, N) (each
-    call's begin is a barrier). The flagged variants, which sum while partials arrive, also share an
-    fp32 running sum ``run [rows, N]`` when W >= 3 (only the owner's reduction touches it, one call
-    after another; elsewhere ``run`` is the stage, never touched), and have ``flags [W,
-    tiles_per_owner]`` int64 of their own per tile shape (the stage for the others).
-    """
+    """One call signature of a variant: the checked shapes, config, operand layout and heap buffers:
+    ``stage [W, rows, N]`` shared by every variant of one (dtype, rows, N) (each call's begin is a
+    barrier); for the flagged variants, which sum while partials arrive, an fp32 running sum ``run
+    [rows, N]`` shared at W >= 3 (else the stage, never touched) and ``flags [W, tiles_per_owner]``
+    int64 per tile shape (the stage for the others)."""
 
     def __init__(self, variant: str, a, b, config, group, scaling: tuple, *, comm: bool, flags: bool):
         heap = op_heap(OP, group)
@@ -42,8 +39,8 @@ class Prepared(PreparedCall):
         super().__init__(g, a, b, (OP, variant, g.M, g.N, str(a.dtype), kind, cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M),
                          empty=rows == 0 or g.N == 0, pad=variant != "bulk_sync",  # the GEMM core pads itself
                          out_dtype=out_dtype)
-        self.out_shape = (rows, g.N)
         N = g.N
+        self.out_shape = (rows, N)
         self.dims = g.gemm_args[2:]  # M, N, K and the strides of the operands as launched
         self.meta = g.gemm_meta  # constexprs and launch options of the GEMM part
         self.warp_spec = g.warp_spec
@@ -72,10 +69,9 @@ class Prepared(PreparedCall):
 
 def prepare(variant: str, a, b, config, group, scaling: tuple = UNSCALED, *, comm: bool = False,
             flags: bool = False) -> Prepared:
-    """The :class:`Prepared` of this call's signature, made on its first call (``common.prepare.once``):
-    checks ``a [M, K_loc]`` and ``b [K_loc, N]`` and the ``scaling`` ``(scale_a, scale_b, out_dtype)``
-    (:mod:`..common.scaled`), resolves the config and allocates the heap buffers (collective then).
-    ``comm``: the variant needs COMM_SMS >= 1; ``flags``: it sums while partials arrive."""
+    """The :class:`Prepared` of this call's signature, made on its first call (``common.prepare.once``;
+    ``scaling``: ``(scale_a, scale_b, out_dtype)``). ``comm``: the variant needs COMM_SMS >= 1;
+    ``flags``: it sums while partials arrive."""
     return once(op_heap(OP, group), (OP, variant, scaling[2]),
                 lambda: Prepared(variant, a, b, config, group, scaling, comm=comm, flags=flags),
                 config, a, b, *scaling[:2])

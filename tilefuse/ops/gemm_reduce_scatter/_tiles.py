@@ -2,12 +2,11 @@
 
 Owner o's tiles are the ``tiles_per_owner`` tiles of its row block ``A[o*rows : (o+1)*rows]``
 (``rows = M / W``, grouped swizzle inside it). Rank r walks the owners r+1, r+2, ..., r (its own
-last): at any moment the ranks push to different owners. ``stage [W, rows, N]`` (input dtype; fp32
-for float8 operands, whose partials are summed unrounded) on every heap: in the push layout slot s of
-owner o holds source s's partial of o's rows, rounded once.
-``flags [W, tiles_per_owner]`` int64 on the owner: ``(s, j)`` is set to the call's sequence number
-once source s's partial of tile j is in the slot. A running sum (W >= 3, flagged variants) lives in
-an owner-local fp32 ``run [rows, N]``.
+last), so the ranks push to different owners. ``stage [W, rows, N]`` (input dtype; fp32 for float8)
+on every heap: in the push layout slot s of owner o holds source s's partial of o's rows, rounded
+once. ``flags [W, tiles_per_owner]`` int64 on the owner: ``(s, j)`` is set to the call's sequence
+number once source s's partial of tile j is in the slot. A running sum (W >= 3, flagged variants)
+lives in an owner-local fp32 ``run [rows, N]``.
 """
 
 import triton
@@ -43,8 +42,7 @@ def produce_partials(
     my_slot = stage_ptr + tl.cast(rank, tl.int64) * stride_slot
     for step in range(0, world):
         owner = owner_at(rank, step, world)
-        # The owner's row block of A, as an [rows, K] matrix of its own (16-byte aligned for TMA:
-        # the host checked that a row of A is a multiple of 16 bytes).
+        # The owner's row block of A as an [rows, K] matrix (16-byte aligned for TMA: checked on the host).
         a_owner = a_ptr + tl.cast(owner, tl.int64) * rows * stride_am
         a_op, b_op = gemm_operands(a_owner, b_ptr, rows, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                    BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
@@ -72,13 +70,10 @@ def reduce_owned(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr,
 ):
-    """Sum the W contributions to tiles cid, cid + NUM_PROGRAMS, ... of this rank's rows into c.
-
-    fp32 in the fixed source order, in [SUB_M, BN] blocks. Without ``WAIT`` (all in place) one pass
-    sums the W slots in registers; with ``WAIT`` the program follows the arrivals: source by source
-    it acquires the flag of each of its tiles and adds the slot to the running sum in ``run``. Both
-    give the same bits.
-    """
+    """Sum the W contributions to tiles cid, cid + NUM_PROGRAMS, ... of this rank's rows into c, in
+    fp32 in the fixed source order, in [SUB_M, BN] blocks: without ``WAIT`` (all in place) the W slots
+    in registers; with ``WAIT`` source by source, after each tile's flag, into the running sum ``run``
+    (the same bits)."""
     rank, world, heap_bases = P.rank(call), P.world(call), P.bases(call)
     num_pid_m = tl.cdiv(rows, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -115,9 +110,8 @@ def reduce_kernel(
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, END: tl.constexpr = False,
     ENTER: tl.constexpr = False,
 ):
-    """Standalone reduction: one persistent launch of :func:`reduce_owned`; with ``END`` the call's
-    last kernel (``P.exit`` over ``exit_programs`` programs: it writes the status words), with
-    ``ENTER`` also one that begins it (``P.enter``: next to a GEMM kernel that begins it too)."""
+    """One persistent launch of :func:`reduce_owned`; ``END``: the call's last kernel (``P.exit`` over
+    ``exit_programs``), ``ENTER``: also one that begins it (beside a GEMM kernel that does too)."""
     seq, live = P.enter(call, ENTER)
     if live:
         reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, rows, N,
@@ -129,10 +123,9 @@ def reduce_kernel(
 
 def launch_reduce(p, call: tuple, c, programs: int, *, pull: bool, wait: bool, end: bool = False,
                   enter: bool = False, exit_programs: int | None = None) -> None:
-    """Launch :func:`reduce_kernel` on ``programs`` programs into ``c``: ``pull`` the partials from the
-    peers' stages, or sum those pushed here; ``wait`` on the flags (else a barrier ordered them);
-    ``end``: the call's last kernel; ``enter`` too: beside a kernel that begins and ends the call with
-    it (``exit_programs``: the programs of both, default ``programs``)."""
+    """:func:`reduce_kernel` on ``programs`` programs into ``c``: ``pull`` the partials from the peers'
+    stages, or sum those pushed here; ``wait`` on the flags (else a barrier ordered them); ``end``,
+    ``enter``: as the kernel's ``END``, ``ENTER`` (``exit_programs``: default ``programs``)."""
     cfg = p.config
     reduce_kernel[(programs,)](
         p.stage, p.flags if wait else p.stage, p.run, c,  # the stage: a never-read stand-in

@@ -4,11 +4,10 @@
     stream 2: | reduce (COMM_SMS programs): from r-1: acquire | from r-2: acquire, add | ... -> c |
     stream 1:                                                                         | join |
 
-Both kernels begin the call together (``P.enter``: the first of their programs does the begin) and
-end it together (``P.exit`` over the programs of both). Rank r's reduction follows the arrivals:
-source by source (r-1, r-2, ..., r) it acquires the flag of each of its tiles and adds the slot to
-an fp32 running sum, while the GEMM produces other owners' tiles. GEMM_SMS + COMM_SMS must fit on
-the device at once: the reduction spins.
+Both kernels begin the call together (``P.enter``) and end it together (``P.exit`` over the programs
+of both). Rank r's reduction follows the arrivals: source by source (r-1, r-2, ..., r) it acquires
+each tile's flag and adds the slot to an fp32 running sum. GEMM_SMS + COMM_SMS must fit on the
+device at once: the reduction spins.
 """
 
 from __future__ import annotations
@@ -50,13 +49,11 @@ def producer_consumer(a, b, *, config=None, group=None, scale_a=None, scale_b=No
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
-    call = call_arg(p.heap, entry)
-    begins = entry is not None
+    call, begins = call_arg(p.heap, entry), entry is not None
     gemm_programs, comm_programs = p.config.GEMM_SMS, p.config.COMM_SMS  # not capped: one kernel per config
     total = gemm_programs + comm_programs  # the programs that end the call together
     streams = ForkedStreams(p.heap.device)
-    # The GEMM waits on nothing but the begin: launched first, it cannot be blocked behind the
-    # spinning reduction.
+    # The GEMM waits on nothing but the begin: launched first, it is not blocked behind the reduction.
     _gemm_producer_kernel[(gemm_programs,)](
         a, b, kernel_scales(scale_a, scale_b, a.device), *p.dims, p.stage, p.flags, *p.stage_strides, call, total,
         NUM_PROGRAMS=gemm_programs, ENTER=begins, **p.meta,
