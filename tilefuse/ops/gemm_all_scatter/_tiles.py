@@ -59,17 +59,21 @@ def push_ready_tiles(
     # the call and its sequence number; this program among NUM_PROGRAMS communication programs
     call, seq, cid,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    WAIT: tl.constexpr = True,
 ):
-    """Tiles cid, cid + NUM_PROGRAMS, ...: wait for the tile's flag, then push it from the result to
-    every peer's c."""
+    """Tiles cid, cid + NUM_PROGRAMS, ...: (``WAIT``: once the tile's flag is set) pushed from the result
+    to every peer's c."""
     rank, world, bases = P.rank(call), P.world(call), P.bases(call)
     col = tl.cast(rank, tl.int64) * N * stride_cn  # this rank's column block
     o_ptr, c_ptr = o_ptr + col, c_ptr + col
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     for tile_id in range(cid, num_pid_m * num_pid_n, NUM_PROGRAMS):
-        # Acquire: pairs with the release in compute_tiles (RELEASE) on this rank.
-        if tile_acquire(flags_ptr + tile_id, seq, rank, rank, P.ctl(call), bases, world):
+        ok = True
+        if WAIT:
+            # Acquire: pairs with the release in compute_tiles (RELEASE) on this rank.
+            ok = tile_acquire(flags_ptr + tile_id, seq, rank, rank, P.ctl(call), bases, world)
+        if ok:
             pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
             offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
             tile = load_tile(o_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]

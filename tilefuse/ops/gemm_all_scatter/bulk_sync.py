@@ -13,12 +13,11 @@ import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.comm import push_tile, row_major_tile
 from ..common.gemm import matmul
 from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
 from ..common.scaled import kernel_scales
-from ..common.tiles import load_tile, tile_offsets
 from ._prepare import OP, begin, finish, prepare
+from ._tiles import push_ready_tiles
 
 
 @kernel
@@ -27,19 +26,12 @@ def _scatter_kernel(
     call,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_PROGRAMS: tl.constexpr, END: tl.constexpr,
 ):
-    """Copy this rank's [M, N] block of the result into its place in every peer's c, tile by tile; with
-    ``END`` the call ends here, after a barrier (every peer's block has landed in c)."""
+    """Push this rank's [M, N] block of the result into every peer's c, tile by tile in row-major order
+    (GROUP_M 1), no flags; with ``END`` the call ends here, after a barrier (every peer's block landed)."""
     seq, live = P.enter(call, ENTER=False)  # the GEMM began the call
     if live:
-        rank, world = P.rank(call), P.world(call)
-        col = tl.cast(rank, tl.int64) * N * stride_cn  # this rank's column block
-        num_pid_n = tl.cdiv(N, BLOCK_N)
-        for tile_id in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * num_pid_n, NUM_PROGRAMS):
-            pid_m, pid_n = row_major_tile(tile_id, num_pid_n)
-            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-            tile = load_tile(o_ptr + col, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]
-            push_tile(c_ptr + col, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, rank, world, P.bases(call),
-                      FIRST=1)
+        push_ready_tiles(o_ptr, c_ptr, c_ptr, M, N, stride_cm, stride_cn, call, seq, tl.program_id(0),
+                         BLOCK_M, BLOCK_N, 1, NUM_PROGRAMS, WAIT=False)
     P.exit(call, seq, live, NUM_PROGRAMS, END, BARRIER=True)
 
 
