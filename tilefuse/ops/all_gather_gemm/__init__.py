@@ -37,10 +37,10 @@ def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, ret
     ``db = a_gathered.t() @ dc``. ``torch.compile`` traces the custom op ``torch.ops.tilefuse.all_gather_gemm``.
 
     Float8: ``a``, ``b`` in ``float8_e4m3fn`` (one may be ``float8_e5m2``) with float32 ``scale_a``,
-    ``scale_b``, tensor-wise or row-wise (``[rows of a, 1]``, ``[1, columns of b]``), compute
-    ``(a.float() * scale_a) @ (b.float() * scale_b)`` as ``torch._scaled_mm`` does, rounded once to
-    ``out_dtype`` (default bfloat16). The float8 rows travel with their row scales; ``a_gathered`` is
-    float8. Forward only: a backward raises NotImplementedError.
+    ``scale_b`` (tensor-wise, or row-wise ``[rows of a, 1]``, ``[1, columns of b]``) compute
+    ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16); the float8
+    rows travel with their row scales and ``a_gathered`` is float8. Forward only (a backward raises
+    NotImplementedError).
     """
     return calls.call(OP, a, b, variant, config, group, return_gathered=return_gathered, scale_a=scale_a,
                       scale_b=scale_b, out_dtype=out_dtype)

@@ -17,9 +17,12 @@ OP = "all_gather_gemm"
 
 
 class Prepared(PreparedCall):
-    """One call signature's checked sizes (``M`` = M_loc), config and heap buffers (``buffers``:
-    ``"gathered"``: a_gathered; ``"flagged"``: also flags and the claim counter; ``"shard"``: a_shard
-    [M_loc, K]); ``comm``: the variant needs COMM_SMS >= 1. ``empty``: the variants call bulk_sync."""
+    """One call signature's checked sizes (``M`` = M_loc), config and heap buffers, None where nothing
+    moves (``buffers``: ``"gathered"``, ``"flagged"`` or ``"shard"``): ``ag`` (a_gathered [W*M_loc,
+    K]), ``own`` (this rank's rows: its block of ag, or a_shard [M_loc, K]), ``flags`` (int64 [W *
+    num_chunks], entry (source, chunk)) and ``own_flags`` (this rank's row), ``claims`` (int32 [1]:
+    wg_specialized's local tiles taken, 0 between calls), ``sg`` and ``own_sg`` (a float8 call's row
+    scales of ag or a_shard, and this rank's). ``comm``: the variant needs COMM_SMS >= 1."""
 
     def __init__(self, variant, a, b, config, group, return_gathered, scaling: tuple, buffers: str, comm: bool):
         g = prepare_gemm(OP, a, b, group, config, comm=comm, pad=False)
@@ -29,13 +32,7 @@ class Prepared(PreparedCall):
         M, N, K, W, r = g.M, g.N, g.K, heap.world_size, heap.rank
         super().__init__(g, a, b, g.key(variant, bool(return_gathered), kind), empty=M == 0 or N == 0 or K == 0,
                          out_dtype=out_dtype)
-        self.ag = None  # a_gathered [W*M_loc, K] on the heap; None where nothing moves
-        self.own = None  # this rank's rows on the heap: its block of ag, or a_shard
-        self.flags = None  # int64 [W * num_chunks], entry (source, chunk)
-        self.own_flags = None  # this rank's row of flags (the ones its pushes release)
-        self.claims = None  # int32 [1]: wg_specialized's local tiles taken, 0 between calls
-        self.sg = None  # a float8 call's row scales of ag [W*M_loc] (or of a_shard [M_loc]), fp32 on the heap
-        self.own_sg = None  # this rank's rows' scales in sg
+        self.ag = self.own = self.flags = self.own_flags = self.claims = self.sg = self.own_sg = None
         self.num_chunks = num_chunks = -(-M // cfg.BLOCK_M)
         self.local_direct = True  # the local shard's tiles read `a` itself (it fits the heap rows' path)
         self.first = 0  # 1: the local rows are not pushed to this rank (nothing reads them there)

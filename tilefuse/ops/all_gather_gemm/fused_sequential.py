@@ -48,8 +48,7 @@ def _fused_kernel(
 @collective(OP)
 def fused_sequential(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
                      out_dtype=None):
-    """all_gather_gemm as one persistent kernel reading remote A; same contract as
-    :func:`tilefuse.all_gather_gemm`."""
+    """all_gather_gemm as one persistent kernel reading remote A; same contract as :func:`tilefuse.all_gather_gemm`."""
     scaling = (scale_a, scale_b, out_dtype)
     heap, p = prepare("fused_sequential", a, b, config, group, return_gathered, scaling, buffers="shard")
     if p.empty:

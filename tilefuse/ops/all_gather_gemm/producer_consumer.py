@@ -69,8 +69,7 @@ def gemm_kernel(
 @collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
                       out_dtype=None):
-    """all_gather_gemm with push and GEMM kernels on two streams; same contract as
-    :func:`tilefuse.all_gather_gemm`."""
+    """all_gather_gemm with push and GEMM kernels on two streams; same contract as :func:`tilefuse.all_gather_gemm`."""
     scaling = (scale_a, scale_b, out_dtype)
     heap, p = prepare("producer_consumer", a, b, config, group, return_gathered, scaling, buffers="flagged", comm=True)
     if p.empty:

@@ -73,8 +73,7 @@ def _wg_kernel(
 @collective(OP)
 def wg_specialized(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
                    out_dtype=None):
-    """all_gather_gemm as one workgroup-specialized kernel; same contract as
-    :func:`tilefuse.all_gather_gemm`."""
+    """all_gather_gemm as one workgroup-specialized kernel; same contract as :func:`tilefuse.all_gather_gemm`."""
     scaling = (scale_a, scale_b, out_dtype)
     heap, p = prepare("wg_specialized", a, b, config, group, return_gathered, scaling, buffers="flagged", comm=True)
     if p.empty:

@@ -51,10 +51,10 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     ``norm_weight``; ``torch.compile`` traces the custom op.
 
     Float8: ``a``, ``b`` in ``float8_e4m3fn`` (one may be ``float8_e5m2``) with float32 ``scale_a``,
-    ``scale_b``, tensor-wise or row-wise (``[rows of a, 1]``, ``[1, columns of b]``), compute
-    ``(a.float() * scale_a) @ (b.float() * scale_b)`` as ``torch._scaled_mm`` does; the scaled partials
-    travel and are summed in fp32 (with a bias of any float dtype), rounded once to ``out_dtype``
-    (default bfloat16). Forward only: a backward raises NotImplementedError.
+    ``scale_b`` (tensor-wise, or row-wise ``[rows of a, 1]``, ``[1, columns of b]``) compute
+    ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16); the
+    partials travel and are summed in fp32 (a bias of any float dtype). Forward only (a backward raises
+    NotImplementedError).
     """
     if norm_weight is not None or residual is not None:
         if scale_a is not None or scale_b is not None or out_dtype is not None:

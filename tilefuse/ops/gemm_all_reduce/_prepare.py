@@ -136,17 +136,8 @@ class Prepared(PreparedCall):
         self.launch = launch(self)
 
     @property
-    def kernel_begins(self) -> bool:
-        """The call's first kernel begins it (ENTER); else the begin kernel does."""
-        return self.begins and not self.empty
-
-    @property
     def num_tiles(self) -> int:
         return -(-self.M // self.config.BLOCK_M) * -(-self.N // self.config.BLOCK_N)
-
-    @property
-    def stride_c(self) -> tuple:
-        return (self.N, 1)  # c is a fresh contiguous [M, N]
 
     def start_norm(self, a: torch.Tensor, b: torch.Tensor) -> tuple:
         """:meth:`start` of a call whose kernel also norms: ``(a, b, c, y, entry)``, both outputs

@@ -22,7 +22,7 @@ def _launch(p) -> dict:
     cfg = p.config
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one compiled kernel per config
     return dict(own_slot=p.stage[p.heap.rank],
-                reduce=p.reduce_meta(programs, pull=True, wait=False, end=p.kernel_begins))
+                reduce=p.reduce_meta(programs, pull=True, wait=False, end=p.begins))
 
 
 @collective(OP)
@@ -34,16 +34,14 @@ def bulk_sync(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b
     if p.empty:
         return c
     heap, reduce = p.heap, p.launch["reduce"]
-    # fp32 accumulator, stored in a's dtype. The GEMM begins the call and every rank's partial is
-    # complete after it (its last program passes a barrier, or a barrier kernel follows it).
+    # The GEMM begins the call; every rank's partial is complete after its barrier (or a barrier kernel).
     matmul(a, b, p.launch["own_slot"], p.config, ctl(heap), call=gemm_call_args(heap, entry), enter=True,
            barrier=True, scales=kernel_scales(scale_a, scale_b, a.device))
     launched(entry, ends=False)
     if entry is None:
         mid_barrier(heap, 0)
-    # The reduction ends the call.
     reduce_kernel[(reduce["NUM_PROGRAMS"],)](
-        p.stage, p.stage, p.stride_s, c, c if bias is None else bias.contiguous(), p.stride_c, p.M, p.N,
+        p.stage, p.stage, p.stride_s, c, c if bias is None else bias.contiguous(), c.stride(), p.M, p.N,
         call_arg(heap, entry), reduce["NUM_PROGRAMS"], **reduce)
-    launched(entry)
+    launched(entry)  # the reduction ends the call
     return c

@@ -76,7 +76,7 @@ def _launch(p) -> dict:
     cfg = p.config
     programs = cfg.GEMM_SMS + cfg.COMM_SMS
     own_sum = p.num_tiles * cfg.SPLIT_K <= programs and sum_rows(cfg) == cfg.BLOCK_M
-    return dict(NUM_PROGRAMS=programs, SUB_M=sum_rows(cfg), HAS_BIAS=p.has_bias, ENTER=p.kernel_begins,
+    return dict(NUM_PROGRAMS=programs, SUB_M=sum_rows(cfg), HAS_BIAS=p.has_bias, ENTER=p.begins,
                 OWN_SUM=own_sum, SPLIT=cfg.SPLIT_K > 1, ALIGN=p.align, NORM=p.norm, **p.gemm_meta)
 
 
@@ -118,7 +118,7 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None, scale_a=None, 
         return c if norm is None else (y, c)
     _fused_kernel[(p.launch["NUM_PROGRAMS"],)](
         a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
-        p.stride_s, (c, c if bias is None else bias.contiguous(), p.stride_c, norm_arg(p, c, y, norm)),
+        p.stride_s, (c, c if bias is None else bias.contiguous(), c.stride(), norm_arg(p, c, y, norm)),
         call_arg(p.heap, entry), split_arg(p, c), **p.launch)
     launched(entry)
     return c if norm is None else (y, c)

@@ -4,11 +4,10 @@
     stream 2: | reduce (COMM_SMS programs): tile t: acquire flags (0, t) ... (W-1, t), sum (+ bias) -> c |
     stream 1:                                                                             | join |
 
-One-shot: both kernels begin the call together (``P.enter``: the first of their programs does the
-begin) and end it together (``P.exit`` over the programs of both). A reduction program takes the
-tiles in the order they are produced; for each it acquires the W sources' flags, then sums the W
-slots in fp32 in the order 0, 1, ..., W-1 (every variant's bits). GEMM_SMS + COMM_SMS must fit on
-the device at once: the reduction spins.
+Both kernels begin the call together (``P.enter``) and end it together (``P.exit`` over the programs
+of both). A reduction program takes the tiles in the order they are produced, acquires each one's W
+flags and sums the W slots in the order 0, 1, ..., W-1. GEMM_SMS + COMM_SMS must fit on the device
+at once: the reduction spins.
 """
 
 from __future__ import annotations
@@ -44,11 +43,9 @@ def _gemm_producer_kernel(
 
 def _launch(p) -> dict:
     cfg = p.config
-    # Programs: the config's split, not capped by the tiles (programs without one exit), so that
-    # every shape of a config launches one compiled kernel.
-    return dict(gemm=dict(NUM_PROGRAMS=cfg.GEMM_SMS, ENTER=p.kernel_begins, **p.gemm_meta),
-                reduce=p.reduce_meta(cfg.COMM_SMS, pull=False, wait=True, end=p.kernel_begins,
-                                     enter=p.kernel_begins))
+    # The config's split, not capped by the tiles: every shape of a config launches one compiled kernel.
+    return dict(gemm=dict(NUM_PROGRAMS=cfg.GEMM_SMS, ENTER=p.begins, **p.gemm_meta),
+                reduce=p.reduce_meta(cfg.COMM_SMS, pull=False, wait=True, end=p.begins, enter=p.begins))
 
 
 @collective(OP)
@@ -63,15 +60,14 @@ def producer_consumer(a, b, *, config=None, group=None, bias=None, scale_a=None,
     call = call_arg(p.heap, entry)
     gemm, reduce = p.launch["gemm"], p.launch["reduce"]
     total = gemm["NUM_PROGRAMS"] + reduce["NUM_PROGRAMS"]  # the programs that end the call together
-    streams = ForkedStreams(p.heap.device)  # both kernels begin the call (or the begin kernel ran before)
-    # The GEMM waits on nothing but the begin: launched first, it cannot be blocked behind the
-    # spinning reduction.
+    streams = ForkedStreams(p.heap.device)
+    # The GEMM waits on nothing but the begin: launched first, it is not blocked behind the reduction.
     _gemm_producer_kernel[(gemm["NUM_PROGRAMS"],)](
         a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
         p.stride_s, call, total, **gemm)
     with streams.side():
         reduce_kernel[(reduce["NUM_PROGRAMS"],)](
-            p.stage, p.flags, p.stride_s, c, c if bias is None else bias.contiguous(), p.stride_c, p.M, p.N,
+            p.stage, p.flags, p.stride_s, c, c if bias is None else bias.contiguous(), c.stride(), p.M, p.N,
             call, total, **reduce)
     streams.join()
     launched(entry)

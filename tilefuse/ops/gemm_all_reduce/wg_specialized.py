@@ -25,11 +25,9 @@ from ._tiles import produce_tiles, reduce_tiles
 @kernel
 def _wg_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b,  # scales: common.scaled
-    # stage [W, M, N] (input dtype), flags [W, num_tiles] int64 (symmetric); output c [M, N] and
-    # bias [N], both local
+    # stage [W, M, N] (input dtype), flags [W, num_tiles] int64 (symmetric); c [M, N], bias [N] (local)
     stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
-    # the call (this kernel begins it with ENTER)
-    call,
+    call,  # the call (this kernel begins it with ENTER)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, HAS_BIAS: tl.constexpr, ENTER: tl.constexpr,
@@ -51,8 +49,7 @@ def _wg_kernel(
         epoch, live = P.enter(call, False)
     if live:
         if pid < GEMM_PROGRAMS:
-            if not ENTER:  # (aside, the producers are done)
-                # Producers wait on nothing.
+            if not ENTER:  # (with ENTER the producers are done); producers wait on nothing
                 produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
                               call, epoch, pid,
                               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
@@ -67,13 +64,12 @@ def _wg_kernel(
 def _launch(p) -> dict:
     cfg = p.config  # the config's split, not capped by the tiles: one compiled kernel per config
     return dict(GEMM_PROGRAMS=cfg.GEMM_SMS, COMM_PROGRAMS=cfg.COMM_SMS, SUB_M=sum_rows(cfg), HAS_BIAS=p.has_bias,
-                ENTER=p.kernel_begins, **p.gemm_meta)
+                ENTER=p.begins, **p.gemm_meta)
 
 
 @collective(OP)
 def wg_specialized(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
-    """gemm_all_reduce as one workgroup-specialized kernel; same contract as
-    :func:`tilefuse.gemm_all_reduce`."""
+    """gemm_all_reduce as one workgroup-specialized kernel; same contract as :func:`tilefuse.gemm_all_reduce`."""
     p = prepare("wg_specialized", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=True, flags=True,
                 launch=_launch)
     a, b, c, entry = p.start(a, b)
@@ -81,7 +77,6 @@ def wg_specialized(a, b, *, config=None, group=None, bias=None, scale_a=None, sc
         return c
     _wg_kernel[(p.launch["GEMM_PROGRAMS"] + p.launch["COMM_PROGRAMS"],)](
         a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
-        p.stride_s,
-        c, c if bias is None else bias.contiguous(), p.stride_c, call_arg(p.heap, entry), **p.launch)
+        p.stride_s, c, c if bias is None else bias.contiguous(), c.stride(), call_arg(p.heap, entry), **p.launch)
     launched(entry)
     return c

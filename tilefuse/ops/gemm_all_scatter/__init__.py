@@ -36,9 +36,9 @@ def gemm_all_scatter(a, b, *, variant: str = "auto", config=None, group=None, ou
     g``; ``out=`` is not differentiable. ``torch.compile`` traces the custom op ``torch.ops.tilefuse.gemm_all_scatter``.
 
     Float8: ``a``, ``b`` in ``float8_e4m3fn`` (one may be ``float8_e5m2``) with float32 ``scale_a``,
-    ``scale_b``, tensor-wise or row-wise (``[rows of a, 1]``, ``[1, columns of b]``), compute
-    ``(a.float() * scale_a) @ (b.float() * scale_b)`` as ``torch._scaled_mm`` does, rounded once to
-    ``out_dtype`` (default bfloat16). Forward only: a backward raises NotImplementedError.
+    ``scale_b`` (tensor-wise, or row-wise ``[rows of a, 1]``, ``[1, columns of b]``) compute
+    ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16).
+    Forward only (a backward raises NotImplementedError).
     """
     return calls.call(OP, a, b, variant, config, group, out=out, scale_a=scale_a, scale_b=scale_b,
                       out_dtype=out_dtype)

@@ -60,8 +60,7 @@ def _wg_kernel(
 
 @collective(OP)
 def wg_specialized(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
-    """gemm_all_scatter as one workgroup-specialized kernel; same contract as
-    :func:`tilefuse.gemm_all_scatter`."""
+    """gemm_all_scatter as one workgroup-specialized kernel; same contract as :func:`tilefuse.gemm_all_scatter`."""
     p = prepare("wg_specialized", a, b, config, group, out, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, dest, c, entry = begin(p, a, b, out)
     if not p.empty:

@@ -39,9 +39,8 @@ def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None,
     dc_gathered``. ``torch.compile`` traces the custom op ``torch.ops.tilefuse.gemm_reduce_scatter``.
 
     Float8: ``a``, ``b`` in ``float8_e4m3fn`` (one may be ``float8_e5m2``) with float32 ``scale_a``,
-    ``scale_b``, tensor-wise or row-wise (``[rows of a, 1]``, ``[1, columns of b]``), compute
-    ``(a.float() * scale_a) @ (b.float() * scale_b)`` as ``torch._scaled_mm`` does; the scaled partials
-    travel and are reduced in fp32, rounded once to ``out_dtype`` (default bfloat16). Forward only: a
-    backward raises NotImplementedError.
+    ``scale_b`` (tensor-wise, or row-wise ``[rows of a, 1]``, ``[1, columns of b]``) compute
+    ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16); the
+    partials travel and are reduced in fp32. Forward only (a backward raises NotImplementedError).
     """
     return calls.call(OP, a, b, variant, config, group, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
