@@ -41,12 +41,9 @@ def push_target(cur_rank, i, world):
 
 @triton.jit
 def push_shard(
-    # this rank's shard [M_loc, K]: any local tensor
-    src_ptr, stride_sm, stride_sk,
-    # where it goes: a symmetric address (this rank's row block of a_gathered on every rank)
-    dst_ptr, stride_dm, stride_dk,
-    # this source's int64 flags [num_chunks] (a symmetric address; unused unless SIGNAL)
-    flags_ptr, epoch,
+    src_ptr, stride_sm, stride_sk,  # this rank's shard [M_loc, K]: any local tensor
+    dst_ptr, stride_dm, stride_dk,  # where it goes: this rank's row block of a_gathered (a symmetric address)
+    flags_ptr, epoch,  # this source's int64 flags [num_chunks] (a symmetric address; unused unless SIGNAL)
     row_scales,  # a float8 call's shard_scales
     M_loc, K, call, prog, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, FIRST: tl.constexpr, SIGNAL: tl.constexpr,
@@ -87,10 +84,8 @@ def gemm_shard(
     # A rows of this source [M_loc, K]: a local tensor, the gathered buffer, or a peer's heap; their scales
     a_ptr, stride_am, stride_ak, scales,
     b_ptr, stride_bk, stride_bn,
-    # C rows of this source [M_loc, N]
-    c_ptr, stride_cm, stride_cn,
-    # GATHER: (g_ptr, stride_gm, stride_gk): the A rows are also copied there (by the n-block 0 tile)
-    gather_to,
+    c_ptr, stride_cm, stride_cn,  # C rows of this source [M_loc, N]
+    gather_to,  # GATHER: (g_ptr, stride_gm, stride_gk): the A rows are also copied there (by the n-block 0 tile)
     # WAIT: acquire flags_ptr[m-block] == epoch (released by rank src) before a tile's K loop
     flags_ptr, epoch, src, call,
     M_loc, N, K, first, NUM_PROGRAMS,
@@ -174,8 +169,7 @@ def gemm_gathered(
     ag_ptr, stride_gm, stride_gk, scales,
     b_ptr, stride_bk, stride_bn,
     c_ptr, stride_cm, stride_cn,
-    # int64 flags [W, cdiv(M_loc, BLOCK_M)]: (source, chunk) -> sequence number of its last arrival
-    flags_ptr,
+    flags_ptr,  # int64 [W, cdiv(M_loc, BLOCK_M)]: (source, chunk) -> sequence number of its last arrival
     M_loc, N, K, call, epoch, pid, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, LOCAL_DIRECT: tl.constexpr, FLATTEN: tl.constexpr,

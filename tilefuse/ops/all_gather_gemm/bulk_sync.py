@@ -26,13 +26,9 @@ from ._tiles import push_shard, shard_scales
 
 @kernel
 def shard_kernel(
-    # this rank's rows [M_loc, K] (any local tensor)
-    a_ptr, stride_am, stride_ak,
-    # where they go (a symmetric address): row block r of a_gathered, or a_shard
-    dst_ptr, stride_dm, stride_dk,
-    M_loc, K,
-    # a float8 call's scales (_tiles: the row scales go with the rows), else stand-ins
-    scales,
+    a_ptr, stride_am, stride_ak,  # this rank's rows [M_loc, K] (any local tensor)
+    dst_ptr, stride_dm, stride_dk,  # where they go (a symmetric address): row block r of a_gathered, or a_shard
+    M_loc, K, scales,  # scales: a float8 call's (_tiles: the row scales go with the rows), else stand-ins
     call,  # the call protocol (runtime.primitives): this kernel begins the call
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, EVERY_RANK: tl.constexpr,
 ):

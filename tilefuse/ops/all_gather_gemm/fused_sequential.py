@@ -29,10 +29,8 @@ def _fused_kernel(
     s_ptr, stride_sm, stride_sk, scales,
     b_ptr, stride_bk, stride_bn,
     # c [W*M_loc, N] and, with GATHER, a_gathered [W*M_loc, K]: ordinary local tensors
-    c_ptr, stride_cm, stride_cn,
-    g_ptr, stride_gm, stride_gk,
-    M_loc, N, K,
-    call,  # the call protocol (begun and ended by the publish kernel)
+    c_ptr, stride_cm, stride_cn, g_ptr, stride_gm, stride_gk,
+    M_loc, N, K, call,  # call: begun and ended by the publish kernel
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, GATHER: tl.constexpr,
     FLATTEN: tl.constexpr,

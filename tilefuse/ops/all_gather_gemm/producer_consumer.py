@@ -28,12 +28,10 @@ from .bulk_sync import bulk_sync
 
 @kernel
 def _push_kernel(
-    # this rank's shard [M_loc, K] (any local tensor)
-    a_ptr, stride_am, stride_ak,
+    a_ptr, stride_am, stride_ak,  # this rank's shard [M_loc, K] (any local tensor)
     # this rank's row block of a_gathered and its row of flags (symmetric addresses)
     own_ptr, stride_gm, stride_gk, own_flags_ptr,
-    M_loc, K,
-    scales,  # a float8 call's scales (_tiles), else stand-ins
+    M_loc, K, scales,  # scales: a float8 call's (_tiles), else stand-ins
     call, exit_programs,  # the call protocol; the programs of both kernels, which end the call together
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FIRST: tl.constexpr,
 ):

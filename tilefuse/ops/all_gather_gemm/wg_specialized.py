@@ -32,8 +32,7 @@ from .bulk_sync import bulk_sync
 
 @kernel
 def _wg_kernel(
-    # this rank's shard [M_loc, K] (any local tensor)
-    a_ptr, stride_am, stride_ak,
+    a_ptr, stride_am, stride_ak,  # this rank's shard [M_loc, K] (any local tensor)
     # a_gathered [W*M_loc, K] (a symmetric address); a float8 call's scales (_tiles), else stand-ins
     ag_ptr, stride_gm, stride_gk, scales,
     b_ptr, stride_bk, stride_bn,

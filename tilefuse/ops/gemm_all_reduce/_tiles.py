@@ -27,8 +27,7 @@ def produce_tiles(
     a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b,
     # stage [W, M, N] (input dtype; fp32 for float8) and flags [W, num_tiles] int64 (symmetric addresses)
     stage_ptr, flags_ptr, stride_s,
-    # the call; this program among NUM_PROGRAMS GEMM programs
-    call, epoch, pid,
+    call, epoch, pid,  # the call, its sequence number; this program among NUM_PROGRAMS
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
     GATE: tl.constexpr = False,
@@ -94,8 +93,7 @@ def produce_tiles(
 
 @triton.jit
 def sum_tile_with_own(
-    # this rank's partial of tile t [BM, BN] (the stage's dtype), at rows offs_m, columns offs_n
-    part,
+    part,  # this rank's partial of tile t [BM, BN] (the stage's dtype), at rows offs_m, columns offs_n
     # stage [W, M, N] (input dtype), flags [W, num_tiles] (push layout), output c [M, N], bias [N]
     stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
     M, N, num_tiles, t, offs_m, offs_n,
@@ -142,9 +140,7 @@ def load_partial(stage_ptr, src, offs, mask, call, stride_slot, PULL: tl.constex
 def reduce_tiles(
     # stage [W, M, N] (input dtype), flags [W, num_tiles] (push layout), output c [M, N], bias [N]
     stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
-    M, N,
-    # the call; this program among NUM_PROGRAMS reduction programs
-    call, epoch, cid,
+    M, N, call, epoch, cid,  # cid: this program among NUM_PROGRAMS
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, HAS_BIAS: tl.constexpr,
     norm=None, NORM: tl.constexpr = 0,

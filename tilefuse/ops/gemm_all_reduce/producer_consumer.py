@@ -25,10 +25,8 @@ from ._tiles import produce_tiles, reduce_kernel
 @kernel
 def _gemm_producer_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b,  # scales: common.scaled
-    # stage [W, M, N] (input dtype) and flags [W, num_tiles] int64 (symmetric addresses)
-    stage_ptr, flags_ptr, stride_s,
-    # the call; it begins and ends with ENTER (exit_programs: those of both kernels)
-    call, exit_programs,
+    stage_ptr, flags_ptr, stride_s,  # stage [W, M, N] and flags [W, num_tiles] int64 (symmetric addresses)
+    call, exit_programs,  # the call, begun and ended with ENTER; exit_programs: those of both kernels
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
 ):

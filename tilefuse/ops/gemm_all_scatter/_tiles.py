@@ -17,10 +17,9 @@ from ..common.tiles import gemm_operands, gemm_tile, load_tile, store_tile, tile
 @triton.jit
 def compute_tiles(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # output: the result, c (a symmetric address), both [M, W*N] strided alike; int64 flag per tile
+    # the result, c (a symmetric address), both [M, W*N] strided alike; int64 flag per tile
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr,
-    # the call (runtime.primitives) and its sequence number; this program among NUM_PROGRAMS
-    call, seq, pid,
+    call, seq, pid,  # the call and its sequence number; this program among NUM_PROGRAMS
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     PUSH: tl.constexpr, RELEASE: tl.constexpr, WARP_SPEC: tl.constexpr = False, GATE: tl.constexpr = False,
@@ -54,10 +53,8 @@ def compute_tiles(
 
 @triton.jit
 def push_ready_tiles(
-    # the result, c (a symmetric address), both [M, W*N] strided alike; int64 flag per tile
-    o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn,
-    # the call and its sequence number; this program among NUM_PROGRAMS communication programs
-    call, seq, cid,
+    o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn,  # as compute_tiles'
+    call, seq, cid,  # the call and its sequence number; this program among NUM_PROGRAMS
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
     WAIT: tl.constexpr = True,
 ):

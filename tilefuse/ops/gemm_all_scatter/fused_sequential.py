@@ -24,9 +24,7 @@ from ._tiles import compute_tiles
 @kernel
 def _fused_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
-    # output: the result, c (a symmetric address), both [M, W*N] strided alike
-    o_ptr, c_ptr, stride_cm, stride_cn,
-    # the call (runtime.primitives)
+    o_ptr, c_ptr, stride_cm, stride_cn,  # the result, c (a symmetric address): [M, W*N] strided alike
     call,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,

@@ -24,10 +24,9 @@ from ._tiles import compute_tiles, push_ready_tiles
 @kernel
 def _gemm_producer_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
-    # output: the result, c (a symmetric address), both [M, W*N] strided alike; one int64 flag per tile
+    # the result, c (a symmetric address), both [M, W*N] strided alike; one int64 flag per tile
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr,
-    # the call; the programs of both kernels, which end it together
-    call, exit_programs,
+    call, exit_programs,  # the call; the programs of both kernels, which end it together
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
 ):

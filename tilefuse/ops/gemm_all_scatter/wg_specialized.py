@@ -27,9 +27,8 @@ from ._tiles import compute_tiles, push_ready_tiles
 @kernel
 def _wg_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
-    # output: the result, c (a symmetric address), [M, W*N] strided alike; int64 flags per tile, [W, C]
+    # the result, c (a symmetric address), [M, W*N] strided alike; int64 flags per tile, [W, C]
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr, done_ptr,
-    # the call (runtime.primitives)
     call,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr,

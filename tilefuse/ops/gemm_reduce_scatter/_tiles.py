@@ -24,8 +24,7 @@ def produce_partials(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
     # stage [W, rows, N] (input dtype; fp32 for float8) and the owner-side flags (symmetric addresses)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-    # the call; its sequence number; this program among NUM_PROGRAMS GEMM programs
-    call, epoch, pid,
+    call, epoch, pid,  # the call; its sequence number; this program among NUM_PROGRAMS
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
     WARP_SPEC: tl.constexpr = False,
@@ -65,8 +64,7 @@ def reduce_owned(
     stage_ptr, flags_ptr, run_ptr, c_ptr,
     rows, N,
     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-    # the call; its sequence number; this program among NUM_PROGRAMS reduction programs
-    call, epoch, cid,
+    call, epoch, cid,  # the call; its sequence number; this program among NUM_PROGRAMS
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr,
 ):

@@ -24,10 +24,8 @@ from ._tiles import launch_reduce, produce_partials
 @kernel
 def _fused_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
-    # stage [W, rows, N] in the input dtype (a symmetric address)
-    stage_ptr, stride_slot, stride_sm, stride_sn,
-    # the call (this kernel begins it with ENTER)
-    call,
+    stage_ptr, stride_slot, stride_sm, stride_sn,  # stage [W, rows, N] in the input dtype (a symmetric address)
+    call,  # this kernel begins it with ENTER
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
     ENTER: tl.constexpr,

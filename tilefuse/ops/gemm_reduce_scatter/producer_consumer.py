@@ -27,8 +27,7 @@ def _gemm_producer_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
     # stage [W, rows, N] (input dtype) and flags [W, tiles_per_owner] int64 (symmetric addresses)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-    # the call (begun and ended with the reduction, ENTER); exit_programs: the programs of both kernels
-    call, exit_programs,
+    call, exit_programs,  # the call (begun with ENTER); the programs of both kernels, which end it
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
 ):

@@ -27,8 +27,7 @@ def _wg_kernel(
     # stage [W, rows, N] (input dtype), flags [W, tiles_per_owner] int64 (symmetric); the fp32
     # running sum run [rows, N] (W >= 3) and output c [rows, N], both local
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, run_ptr, c_ptr, stride_cm, stride_cn,
-    # the call (this kernel begins it with ENTER)
-    call,
+    call,  # this kernel begins it with ENTER
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
