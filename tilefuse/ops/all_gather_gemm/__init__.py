@@ -20,27 +20,22 @@ def all_gather_gemm(a, b, *, variant: str = "auto", config=None, group=None, ret
     """GEMM of the row-gathered A: ``all_gather(a, dim=0) @ b``.
 
     Every rank of ``group`` (default: the group of :func:`tilefuse.init`) calls it with ``a [M_loc,
-    K]``, its row shard (any strides), and ``b [K, N]`` (row- or column-major); all get ``c [W*M_loc,
-    N]`` whose row block r is rank r's shard times ``b``. M_loc must be the same on every rank; any
-    M_loc, N and K. fp16, bf16 or fp32 (tf32 tensor cores on GPUs); fp32 accumulation, result in the
-    input dtype.
+    K]``, its row shard (any strides), and ``b [K, N]``; all get ``c [W*M_loc, N]`` whose row block r
+    is rank r's shard times ``b``. M_loc must be the same on every rank; any M_loc, N and K. fp16,
+    bf16 or fp32 (tf32 tensor cores on GPUs); fp32 accumulation, result in the input dtype.
 
-    ``variant``: one of ``tilefuse.VARIANTS``, ``"copy_engine"`` (producer_consumer's form whose
-    rows the copy engines pull), ``"reference"`` or ``"auto"``. ``config``: a :class:`tilefuse.Config`
-    overriding tile sizes and the GEMM_SMS/COMM_SMS split. ``return_gathered=True`` returns ``(c,
-    a_gathered)``, ``a_gathered [W*M_loc, K]`` bit-identical to the all-gather (for the backward).
-    Both are fresh tensors the caller owns, complete when the call returns (stream-ordered on a
-    GPU). Collective: every rank makes the same calls in the same order; a mismatch of the call
-    signature (variant, shapes, dtype, config) raises :class:`tilefuse.CallMismatchError` on every rank.
-
-    Autograd: ``da = gemm_reduce_scatter(dc, b.t())`` (plus ``a_gathered``'s gradient, reduce-scattered),
-    ``db = a_gathered.t() @ dc``. ``torch.compile`` traces the custom op ``torch.ops.tilefuse.all_gather_gemm``.
+    ``variant``: one of ``tilefuse.VARIANTS``, ``"copy_engine"`` (producer_consumer's form whose rows
+    the copy engines pull), ``"reference"`` or ``"auto"``. ``config``: a :class:`tilefuse.Config`.
+    ``return_gathered=True`` returns ``(c, a_gathered)``, ``a_gathered [W*M_loc, K]`` bit-identical to
+    the all-gather. Both are fresh tensors, complete when the call returns (stream-ordered on a GPU).
+    Collective: every rank makes the same calls in the same order; ranks whose call signatures differ
+    get :class:`tilefuse.CallMismatchError`. Autograd: ``da = gemm_reduce_scatter(dc, b.t())`` (plus
+    ``a_gathered``'s gradient), ``db = a_gathered.t() @ dc``; ``torch.compile`` traces the custom op.
 
     Float8: ``a``, ``b`` in ``float8_e4m3fn`` (one may be ``float8_e5m2``) with float32 ``scale_a``,
     ``scale_b`` (tensor-wise, or row-wise ``[rows of a, 1]``, ``[1, columns of b]``) compute
-    ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16); the float8
-    rows travel with their row scales and ``a_gathered`` is float8. Forward only (a backward raises
-    NotImplementedError).
+    ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16); the rows travel
+    with their row scales and ``a_gathered`` is float8. Forward only.
     """
     return calls.call(OP, a, b, variant, config, group, return_gathered=return_gathered, scale_a=scale_a,
                       scale_b=scale_b, out_dtype=out_dtype)

@@ -18,43 +18,33 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
                     norm_weight=None, eps: float = 1e-6, scale_a=None, scale_b=None, out_dtype=None):
     """GEMM over a K shard, summed over ranks, on every rank: ``all_reduce(a @ b) (+ bias)``.
 
-    The row-parallel linear of inference tensor parallelism. Every rank of ``group`` (default: the
-    group of :func:`tilefuse.init`) calls it with ``a [M, K_loc]`` and ``b [K_loc, N]``, its K shard
-    (K_loc may differ between ranks); every rank gets ``c [M, N]``, the sum over ranks of ``a @ b``
-    (plus ``bias``). fp16, bf16 or fp32 (tf32 tensor cores on GPUs). No divisibility requirement.
+    Every rank of ``group`` (default: the group of :func:`tilefuse.init`) calls it with ``a [M, K_loc]``
+    and ``b [K_loc, N]``, its K shard (K_loc may differ between ranks); every rank gets ``c [M, N]``,
+    the sum over ranks of ``a @ b`` plus ``bias`` (optional ``[N]`` of a's dtype, the same on every
+    rank). fp16, bf16 or fp32 (tf32 tensor cores on GPUs); no divisibility requirement. Each partial is
+    rounded to the input dtype once before it travels; every rank sums the W partials in fp32 in the
+    order 0, 1, ..., W-1, adds the bias and rounds once: the W copies of ``c`` are bit-identical, and
+    the four variants agree bit for bit (reference and plain: to rounding).
 
-    Each rank's partial is accumulated in fp32 and rounded to the input dtype once before it travels
-    (as the partial handed to an NCCL all-reduce is); every rank sums the W partials in fp32 in the
-    order 0, 1, ..., W-1, adds the bias and rounds once. So the W copies of ``c`` are bit-identical,
-    every run gives the same bits, and the four variants agree bit for bit (the reference and plain
-    paths sum in another order: they agree to rounding). One-shot: every rank pushes each partial
-    tile into every rank's heap ((W-1)·M·N elements sent per rank).
-
-    ``bias``: optional ``[N]`` of a's dtype, the same on every rank, added once after the sum.
     ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"``, ``"plain"`` (torch.matmul + torch
-    all-reduce) or ``"auto"`` (the tuned table, the cache, first-call tuning or the plain path).
-    ``config``: a :class:`tilefuse.Config` (the same on every rank). Heap workspace per rank:
-    ``W*M*N*itemsize`` bytes of staging (shared by the variants) plus ``8*W*tiles`` bytes of flags
-    (not bulk_sync); fused_sequential splitting K (``Config.SPLIT_K``) also keeps
-    ``4*SPLIT_K*BLOCK_M*BLOCK_N`` bytes a tile in device memory, one set per stream.
+    all-reduce) or ``"auto"``. ``config``: a :class:`tilefuse.Config` (the same on every rank).
+    Workspaces: ``README.md``.
 
     ``residual``, ``norm_weight``, ``eps``: vLLM's fused add-RMSNorm after the all-reduce. Given
-    ``norm_weight [N]`` (and optionally ``residual [M, N]`` of a's dtype), the call returns ``(y,
-    new_residual)``: ``s = all_reduce(a @ b) (+ bias) (+ residual)`` rounded to a's dtype is
-    ``new_residual``, ``y = s * rsqrt(mean(s^2, -1) + eps) * norm_weight`` computed in fp32 and rounded
-    once (``norm.py``); both the same bits on every rank. ``norm_weight`` and ``residual`` must be the
-    same on every rank.
+    ``norm_weight [N]`` (and optionally ``residual [M, N]`` of a's dtype), both the same on every rank,
+    the call returns ``(y, new_residual)``: ``s = all_reduce(a @ b) (+ bias) (+ residual)`` rounded to
+    a's dtype is ``new_residual``, ``y = s * rsqrt(mean(s^2, -1) + eps) * norm_weight`` in fp32,
+    rounded once (``norm.py``).
 
     Returns once every rank's partial has been summed into ``c`` (stream-ordered on a GPU).
     Collective: every rank makes the same calls in the same order. CUDA graphs: make one eager call
-    of the shape first, then capture. Autograd flows to ``a``, ``b``, ``bias``, ``residual`` and
-    ``norm_weight``; ``torch.compile`` traces the custom op.
+    of the shape first, then capture. Autograd flows to every tensor argument; ``torch.compile``
+    traces the custom op.
 
     Float8: ``a``, ``b`` in ``float8_e4m3fn`` (one may be ``float8_e5m2``) with float32 ``scale_a``,
     ``scale_b`` (tensor-wise, or row-wise ``[rows of a, 1]``, ``[1, columns of b]``) compute
-    ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16); the
-    partials travel and are summed in fp32 (a bias of any float dtype). Forward only (a backward raises
-    NotImplementedError).
+    ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16); the partials
+    travel and are summed in fp32 (a bias of any float dtype). Forward only.
     """
     if norm_weight is not None or residual is not None:
         if scale_a is not None or scale_b is not None or out_dtype is not None:

@@ -77,6 +77,22 @@ def push_ready_tiles(
             push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, rank, world, bases, FIRST=1)
 
 
+@kernel
+def scatter_kernel(
+    o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn,  # as compute_tiles'
+    call, exit_programs,  # the call; the programs that end it together (END)
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    ENTER: tl.constexpr, END: tl.constexpr, WAIT: tl.constexpr,
+):
+    """:func:`push_ready_tiles` on its own programs (bulk_sync's scatter, producer_consumer's consumer);
+    ``END``: the last program passes the closing barrier (every peer's tiles have landed in c)."""
+    seq, live = P.enter(call, ENTER)
+    if live:
+        push_ready_tiles(o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn, call, seq, tl.program_id(0),
+                         BLOCK_M, BLOCK_N, GROUP_M, NUM_PROGRAMS, WAIT)
+    P.exit(call, seq, live, exit_programs, END, BARRIER=True)
+
+
 # Tiles of the copy out of c: rows, columns.
 COPY_BLOCK_M, COPY_BLOCK_N = 32, 128
 

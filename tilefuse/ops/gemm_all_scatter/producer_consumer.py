@@ -18,7 +18,7 @@ from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, call_arg, collective, launched, mid_barrier
 from ..common.scaled import kernel_scales
 from ._prepare import OP, begin, finish, prepare
-from ._tiles import compute_tiles, push_ready_tiles
+from ._tiles import compute_tiles, scatter_kernel
 
 
 @kernel
@@ -38,21 +38,6 @@ def _gemm_producer_kernel(
     P.exit(call, seq, live, exit_programs, ENTER, BARRIER=True)
 
 
-@kernel
-def _scatter_consumer_kernel(
-    o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn,  # as the producer's
-    call, exit_programs,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-    ENTER: tl.constexpr,
-):
-    seq, live = P.enter(call, ENTER)
-    if live:
-        push_ready_tiles(o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn, call, seq, tl.program_id(0),
-                         BLOCK_M, BLOCK_N, GROUP_M, NUM_PROGRAMS)
-    # The last program of either kernel passes the closing barrier: every peer's tiles are in c.
-    P.exit(call, seq, live, exit_programs, ENTER, BARRIER=True)
-
-
 @collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_scatter with GEMM and scatter kernels on two streams; same contract as
@@ -65,15 +50,14 @@ def producer_consumer(a, b, *, config=None, group=None, out=None, scale_a=None, 
         streams = ForkedStreams(p.heap.device)
         _gemm_producer_kernel[(cfg.GEMM_SMS,)](
             a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1),
-            dest, c, c.stride(0), c.stride(1), p.flags, call, total,
+            b.stride(1), dest, c, c.stride(0), c.stride(1), p.flags, call, total,
             NUM_PROGRAMS=cfg.GEMM_SMS, ENTER=entry is not None, **p.meta,
         )
         with streams.side():
-            _scatter_consumer_kernel[(cfg.COMM_SMS,)](
-                dest, c, p.flags, p.M, p.N, c.stride(0), c.stride(1), call, total,
-                BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, GROUP_M=cfg.GROUP_M,
-                NUM_PROGRAMS=cfg.COMM_SMS, ENTER=entry is not None, num_warps=4,
+            scatter_kernel[(cfg.COMM_SMS,)](
+                dest, c, p.flags, p.M, p.N, c.stride(0), c.stride(1), call, total, BLOCK_M=cfg.BLOCK_M,
+                BLOCK_N=cfg.BLOCK_N, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=cfg.COMM_SMS, ENTER=entry is not None,
+                END=entry is not None, WAIT=True, num_warps=4,
             )
         streams.join()
         launched(entry)

@@ -22,25 +22,20 @@ def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None,
     K_loc]`` and ``b [K_loc, N]``, its K shard (K_loc may differ between ranks); rank r gets ``c [M/W,
     N]``, rows ``r*M/W ... (r+1)*M/W`` of the sum over ranks of ``a @ b``. M must be divisible by the
     world size (ValueError otherwise, on every rank). fp16, bf16 or fp32 (tf32 tensor cores on GPUs).
-    Each rank's partial is accumulated in fp32 and rounded to the input dtype before it travels (as
-    the partial handed to an NCCL reduce-scatter is); the owner sums the W partials in fp32 in a
-    fixed order (the same bits on every run and from each of the four variants) and rounds once.
+    Each partial is rounded to the input dtype before it travels; the owner sums the W partials in
+    fp32 in a fixed order (the same bits on every run and from each variant) and rounds once.
 
-    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"``, ``"plain"`` or ``"auto"`` (a measured
-    choice, else the plain path: ``tilefuse/tuning/README.md``). ``config``: a :class:`tilefuse.Config`
-    (the same on every rank). Heap workspace per rank: ``M*N*itemsize`` bytes of staging (one per
-    dtype), plus ``(M/W)*N*4`` bytes of fp32 running sum for producer_consumer and wg_specialized at
-    W >= 3.
+    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"``, ``"plain"`` or ``"auto"``. ``config``:
+    a :class:`tilefuse.Config` (the same on every rank). Workspaces: ``README.md``.
 
     Returns once every rank's partial of this rank's rows has been summed into ``c`` (stream-ordered
-    on a GPU). Collective: every rank makes the same calls in the same order.
-
-    Autograd: ``da, dc_gathered = all_gather_gemm(dc, b.t(), return_gathered=True)``, ``db = a.t() @
-    dc_gathered``. ``torch.compile`` traces the custom op ``torch.ops.tilefuse.gemm_reduce_scatter``.
+    on a GPU). Collective: every rank makes the same calls in the same order. Autograd: ``da,
+    dc_gathered = all_gather_gemm(dc, b.t(), return_gathered=True)``, ``db = a.t() @ dc_gathered``;
+    ``torch.compile`` traces the custom op.
 
     Float8: ``a``, ``b`` in ``float8_e4m3fn`` (one may be ``float8_e5m2``) with float32 ``scale_a``,
     ``scale_b`` (tensor-wise, or row-wise ``[rows of a, 1]``, ``[1, columns of b]``) compute
-    ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16); the
-    partials travel and are reduced in fp32. Forward only (a backward raises NotImplementedError).
+    ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16); the partials
+    travel and are reduced in fp32. Forward only.
     """
     return calls.call(OP, a, b, variant, config, group, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
