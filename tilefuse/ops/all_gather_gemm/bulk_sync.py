@@ -3,10 +3,8 @@
     stream: | push own shard -> a_gathered on every rank; begins the call, ends with the barrier |
             | GEMM (a_gathered @ b); ends the call |
 
-No overlap: the baseline. The push kernel's first program begins the call (``P.enter``), its last
-passes the barrier that makes every rank's rows visible before the GEMM, whose last program ends
-the call. It also serves the other variants' empty calls, and its push kernel is fused_sequential's
-publish kernel (``EVERY_RANK=False``).
+No overlap: the baseline. It also serves the other variants' empty calls, and its push kernel is
+fused_sequential's publish kernel (``EVERY_RANK=False``).
 """
 
 from __future__ import annotations

@@ -3,12 +3,9 @@
     stream:    | publish: begin, copy a -> a_shard, barrier | fused kernel |
     program p: | local tiles: K loop on a_shard | source r+1 tiles: K loop on rank r+1's a_shard | ...
 
-Each rank publishes its shard in its own heap (``a_shard``): the publish kernel's first program
-begins the call (``P.enter``; every rank is done with the previous call's shard), its last passes
-the barrier (``P.exit`` with ``BARRIER``) and ends the call. Then every program computes its tiles
-source by source in ring order r, r+1, ..., loading A straight from the source's heap through a
-translated pointer; no flag: the barrier says every shard is in place. With ``return_gathered`` the
-program that computes a row block's first column tile also copies its A rows into ``a_gathered``.
+The publish kernel begins the call (every rank is done with the previous call's shard) and ends it
+with a barrier, after which every shard is in place: no flags. With ``return_gathered`` the program
+that computes a row block's first column tile also copies its A rows into ``a_gathered``.
 """
 
 from __future__ import annotations

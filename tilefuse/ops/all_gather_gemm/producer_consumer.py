@@ -5,11 +5,8 @@
               | flag, K loop | source r+2 ... |
     stream 1:                                                          | join |
 
-Both kernels begin the call together (``P.enter``: no row is pushed before every peer is done with
-the previous call's) and end it together (``P.exit`` over the programs of both). The push kernel
-writes this rank's shard, chunk by chunk, into row block r of every rank's ``a_gathered`` and
-releases the (source, chunk) flag there; the GEMM acquires a chunk's flag before a tile's K loop.
-The local shard is read from ``a`` and waits for nothing (where ``a`` fits the heap buffer's operand
+Both kernels begin the call together (``P.enter``) and end it together (``P.exit`` over both). The
+local shard is read from ``a`` and waits for nothing (where ``a`` fits the heap buffer's operand
 path; else it is pushed to this rank too). GEMM_SMS + COMM_SMS must fit on the device at once: the
 GEMM spins. Its copy-engine form is :mod:`.copy_engine`.
 """

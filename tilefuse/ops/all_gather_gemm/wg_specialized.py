@@ -6,15 +6,11 @@
                             | source r+1: acquire chunk flag, K loop | ...
     stream: | one kernel, which begins the call itself |
 
-C = COMM_SMS, G = GEMM_SMS. Pushers and GEMM programs follow producer_consumer's protocol. The local
-shard's tiles (read from ``a`` where it fits the operand path) wait for nothing and all C + G
-programs share them (``common.tiles.claimed_tiles``): each GEMM program's even share is dealt out
-beforehand (the only flattened loop: two flattened 128x256 loops can exceed the H200's 227 KB of
-shared memory), the rest taken one at a time from a counter, by the pushers once their pushes are
-done. No completion handshake: a rank's kernel ends only after its GEMM programs acquired every
-chunk of every source. The pushers have the LOWER program ids: the interpreter runs programs in pid
-order and a GEMM program waits on other ranks' pushers. On a GPU all C + G programs are resident
-at once (checked against the device).
+C = COMM_SMS, G = GEMM_SMS, with producer_consumer's flags. All C + G programs share the local
+shard's tiles (``common.tiles.claimed_tiles``; only this dealt loop is flattened: two flattened
+128x256 loops can exceed the H200's shared memory). No completion handshake: the GEMM programs
+acquire every chunk. The pushers have the LOWER program ids (the interpreter runs programs in pid
+order; GEMM programs wait on pushers). All C + G programs must be resident at once (checked).
 """
 
 from __future__ import annotations

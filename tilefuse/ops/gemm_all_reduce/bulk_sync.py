@@ -4,9 +4,8 @@
              | reduce: for each tile, stage[s] of rank s for s = 0, 1, ..., W-1, summed in fp32 (+ bias) -> c;
                ends the call |
 
-No overlap: the baseline. Rank r's partial stays in its heap; after the barrier every rank reads
-every partial and sums them in the order 0, 1, ..., W-1 (the W copies of ``c`` have the same bits).
-The GEMM core's first program begins the call (``P.enter``), ``_tiles.reduce_kernel``'s last ends it.
+No overlap: the baseline. The GEMM core's first program begins the call (``P.enter``),
+``_tiles.reduce_kernel``'s last ends it.
 """
 
 from __future__ import annotations

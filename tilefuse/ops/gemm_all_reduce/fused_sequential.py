@@ -5,10 +5,9 @@ and the program that made it then sums the W partials of that tile.
                 | tile t: acquire flags (0, t) ... (W-1, t), sum slots 0 .. W-1 (+ bias) -> c | tile t + P ... |
     rank r:     | fused kernel: program 0 begins the call while the others run their first K loop |
 
-Pushing a tile overlaps the K loops of the other programs' tiles. Every program sums the tiles it
-computed once their W partials have landed: the same tile ids on every rank, so a program waits
-only on other ranks' programs. One kernel, no barrier; where every program has at most one tile,
-the sum follows each push with this rank's own partial from registers.
+Every program sums the tiles it computed (the same ids on every rank: it waits only on other ranks'
+programs). One kernel, no barrier; where every program has at most one tile, the sum follows each
+push with this rank's own partial from registers.
 """
 
 from __future__ import annotations

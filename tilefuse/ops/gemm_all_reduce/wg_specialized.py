@@ -4,9 +4,8 @@
     programs G .. G+C-1    : | tile t: acquire flags (0, t) ... (W-1, t), sum (+ bias) -> c | ...
     stream: | one kernel, which begins the call itself |
 
-G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every partial of every tile has been
-summed: no completion handshake. All G+C programs must be resident at once (checked against the
-device). Reducers wait only on producers, which have lower program ids (the interpreter's order).
+G = GEMM_SMS, C = COMM_SMS. No completion handshake: the reducers sum every partial. Reducers wait
+only on producers (lower program ids); all G+C programs must be resident at once (checked).
 """
 
 from __future__ import annotations

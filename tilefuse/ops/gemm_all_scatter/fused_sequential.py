@@ -3,10 +3,9 @@
     program p: | tile p: K loop | store local + put to peers | tile p+P: K loop | store + put | ...
     stream:    | fused kernel: begins the call, ends with a barrier (all peers' tiles landed) |
 
-Pushing tile i overlaps the other programs' K loops; no flag: the tile goes from registers to every
-peer's c. Program 0 begins the call while the others run their first K loop (``P.enter_aside``;
-they wait for it before their first store, ``P.ready``), and the last program passes the closing
-barrier (``P.exit`` with ``BARRIER``); a warp-specialized loop has begin and barrier kernels instead.
+No flag: the tile goes from registers to every peer's c. Program 0 begins the call while the others
+run their first K loop (``P.enter_aside``), and the last program passes the closing barrier; a
+warp-specialized loop has begin and barrier kernels instead.
 """
 
 from __future__ import annotations

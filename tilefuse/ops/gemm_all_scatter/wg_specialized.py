@@ -5,10 +5,8 @@
     program  G+C-1 (last)    :                                          | acquire done[*][*] == seq |
     stream: | one kernel, which begins the call itself |
 
-G = GEMM_SMS, C = COMM_SMS. The completion handshake is inside the kernel: every movement program c
-of rank r releases flag ``done[r][c] = seq`` on every rank once its puts are issued, and the last
-program acquires all W*C of them, so the kernel ends only after every peer's tiles have landed
-here. All G+C programs must be resident at once (checked against the device).
+G = GEMM_SMS, C = COMM_SMS. The completion handshake (``done``) is inside the kernel: it ends only
+after every peer's tiles have landed here. All G+C programs must be resident at once (checked).
 """
 
 from __future__ import annotations

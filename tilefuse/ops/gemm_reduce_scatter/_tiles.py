@@ -57,6 +57,26 @@ def produce_partials(
                          flags_ptr + rank * tiles_per_owner + j, epoch, rank, owner, P.bases(call), RELEASE)
 
 
+@kernel
+def partials_kernel(
+    a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
+    # stage [W, rows, N] and, with RELEASE, flags [W, tiles_per_owner] int64 (symmetric addresses)
+    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
+    call, exit_programs,  # the call (begun here with ENTER); the programs that end it together
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
+    RELEASE: tl.constexpr, BARRIER: tl.constexpr, WARP_SPEC: tl.constexpr,
+):
+    """:func:`produce_partials` on its own programs: producer_consumer's GEMM (``RELEASE``) and
+    fused_sequential's kernel (``BARRIER``: after it every rank's partials are in their owners' slots)."""
+    seq, live = P.enter(call, ENTER)
+    if live:
+        produce_partials(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                         stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, call, seq, tl.program_id(0),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE, WARP_SPEC)
+    P.exit(call, seq, live, exit_programs, ENTER, BARRIER=BARRIER)
+
+
 @triton.jit
 def reduce_owned(
     # stage [W, rows, N] (input dtype), the flags (push layout), the fp32 running sum run [rows, N]

@@ -3,9 +3,8 @@
     rank r:  | GEMM (all SMs): a @ b -> stage [M, N] (input dtype); begins the call | barrier |
              | reduce: for each tile of r's rows, sum stage[r-th row block] of every rank -> c; ends the call |
 
-No overlap: the baseline. Each rank's stage holds its whole partial (slot o = owner o's rows); the
-owner pulls its slot from every peer and sums them in fp32 in the order r-1, r-2, ..., r. The GEMM's
-first program begins the call (``P.enter``), the reduction's last ends it (``P.exit``).
+No overlap: the baseline. The owner pulls its slot from every peer and sums them in fp32 in the
+order r-1, r-2, ..., r.
 """
 
 from __future__ import annotations

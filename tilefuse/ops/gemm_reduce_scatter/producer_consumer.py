@@ -12,32 +12,10 @@ device at once: the reduction spins.
 
 from __future__ import annotations
 
-import triton.language as tl
-
-from ...runtime import primitives as P
-from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, call_arg, collective, launched
 from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
-from ._tiles import launch_reduce, produce_partials
-
-
-@kernel
-def _gemm_producer_kernel(
-    a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
-    # stage [W, rows, N] (input dtype) and flags [W, tiles_per_owner] int64 (symmetric addresses)
-    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-    call, exit_programs,  # the call (begun with ENTER); the programs of both kernels, which end it
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
-):
-    seq, live = P.enter(call, ENTER)
-    if live:
-        produce_partials(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                         stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                         call, seq, tl.program_id(0),
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
-    P.exit(call, seq, live, exit_programs, ENTER)
+from ._tiles import launch_reduce, partials_kernel
 
 
 @collective(OP)
@@ -53,9 +31,9 @@ def producer_consumer(a, b, *, config=None, group=None, scale_a=None, scale_b=No
     total = gemm_programs + comm_programs  # the programs that end the call together
     streams = ForkedStreams(p.heap.device)
     # The GEMM waits on nothing but the begin: launched first, it is not blocked behind the reduction.
-    _gemm_producer_kernel[(gemm_programs,)](
+    partials_kernel[(gemm_programs,)](
         a, b, kernel_scales(scale_a, scale_b, a.device), *p.dims, p.stage, p.flags, *p.stage_strides, call, total,
-        NUM_PROGRAMS=gemm_programs, ENTER=begins, **p.meta,
+        NUM_PROGRAMS=gemm_programs, ENTER=begins, RELEASE=True, BARRIER=False, WARP_SPEC=False, **p.meta,
     )
     with streams.side():
         launch_reduce(p, call, c, comm_programs, pull=False, wait=True, enter=begins, end=begins,

@@ -4,9 +4,8 @@
     programs G .. G+C-1    : | from r-1: acquire | from r-2: acquire, add | ... | own: acquire, add -> c |
     stream: | one kernel, which begins the call itself |
 
-G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every partial of this rank's rows has
-been summed (an fp32 running sum): no completion handshake. All G+C programs must be resident at
-once (checked against the device).
+G = GEMM_SMS, C = COMM_SMS. No completion handshake: the reducers sum every partial of this rank's
+rows. All G+C programs must be resident at once (checked against the device).
 """
 
 from __future__ import annotations
