@@ -16,9 +16,10 @@ import triton
 import triton.language as tl
 
 from ...runtime import primitives as P
+from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire, tile_release
-from ..common.gather import copy_rows, copy_scales, copy_tile
-from ..common.tiles import gemm_operands, gemm_tile, store_tile, tile_coords, tile_offsets, whole_tiles
+from ..common.gather import copy_pieces, copy_rows, copy_scales, copy_tile
+from ..common.tiles import gemm_operands, gemm_tile, is_scaled, store_tile, tile_coords, tile_offsets, whole_tiles
 
 
 @triton.jit
@@ -79,6 +80,44 @@ def push_shard(
                             piece // k_tiles, M_loc, BLOCK_M)
 
 
+@kernel
+def shard_kernel(
+    a_ptr, stride_am, stride_ak,  # this rank's rows [M_loc, K] (any local tensor)
+    dst_ptr, stride_dm, stride_dk,  # where they go (a symmetric address): row block r of a_gathered, or a_shard
+    flags_ptr,  # SIGNAL: this rank's row of flags (a symmetric address)
+    M_loc, K, scales,  # scales: a float8 call's (the row scales go with the rows), else stand-ins
+    call, exit_programs,  # this kernel begins the call; the programs that end it together
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, EVERY_RANK: tl.constexpr,
+    SIGNAL: tl.constexpr, FIRST: tl.constexpr, BARRIER: tl.constexpr,
+):
+    """Begin the call and copy this rank's rows into ``dst``: on every rank (``EVERY_RANK``, a_gathered:
+    :func:`push_shard`) or on this rank only (a_shard). ``BARRIER``: the last program passes the barrier
+    after which every rank's rows are in place (bulk_sync's push, fused_sequential's publish)."""
+    seq, live = P.enter(call, True)
+    if live:
+        if EVERY_RANK:
+            push_shard(a_ptr, stride_am, stride_ak, dst_ptr, stride_dm, stride_dk, flags_ptr, seq,
+                       shard_scales(scales, P.rank(call) * M_loc), M_loc, K, call, tl.program_id(0), NUM_PROGRAMS,
+                       BLOCK_M, BLOCK_K, FIRST, SIGNAL)
+        else:
+            copy_pieces(dst_ptr, stride_dm, stride_dk, a_ptr, stride_am, stride_ak, M_loc, K, tl.program_id(0),
+                        NUM_PROGRAMS, BLOCK_M, BLOCK_K)
+            if is_scaled(scales):  # and the rows' scales beside them
+                for chunk in range(tl.program_id(0), tl.cdiv(M_loc, BLOCK_M), NUM_PROGRAMS):
+                    copy_scales(scales[4], scales[0], scales[1], chunk, M_loc, BLOCK_M)
+    P.exit(call, seq, live, exit_programs, END=True, BARRIER=BARRIER)
+
+
+def launch_shard(p, a, dst, scales, call, *, every_rank: bool) -> None:
+    """:func:`shard_kernel` on the config's programs, with the barrier (``scales``: ``Prepared.scales``)."""
+    cfg = p.config
+    shard_kernel[(p.programs,)](
+        a, a.stride(0), a.stride(1), dst, dst.stride(0), dst.stride(1), dst, p.M, p.K, scales, call, p.programs,
+        BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=p.programs, EVERY_RANK=every_rank, SIGNAL=False,
+        FIRST=0, BARRIER=True, num_warps=4,
+    )
+
+
 @triton.jit
 def gemm_shard(
     # A rows of this source [M_loc, K]: a local tensor, the gathered buffer, or a peer's heap; their scales
@@ -86,8 +125,7 @@ def gemm_shard(
     b_ptr, stride_bk, stride_bn,
     c_ptr, stride_cm, stride_cn,  # C rows of this source [M_loc, N]
     gather_to,  # GATHER: (g_ptr, stride_gm, stride_gk): the A rows are also copied there (by the n-block 0 tile)
-    # WAIT: acquire flags_ptr[m-block] == epoch (released by rank src) before a tile's K loop
-    flags_ptr, epoch, src, call,
+    flags_ptr, epoch, src, call,  # WAIT: acquire flags_ptr[m-block] == epoch (released by rank src) first
     M_loc, N, K, first, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WAIT: tl.constexpr, GATHER: tl.constexpr,
@@ -161,11 +199,8 @@ def _gemm_source(
 
 @triton.jit
 def gemm_gathered(
-    # this rank's shard [M_loc, K]: `a` (read directly when LOCAL_DIRECT); with REMOTE its a_shard
-    # (a symmetric address), every source's read in place
-    a_ptr, stride_am, stride_ak,
-    # the gathered buffer [W*M_loc, K] on this rank's heap, filled by the peers' pushes (with REMOTE:
-    # GATHER's a_gathered, a local tensor); the scales
+    a_ptr, stride_am, stride_ak,  # this rank's shard [M_loc, K]: `a`, or with REMOTE its a_shard (symmetric)
+    # the gathered buffer [W*M_loc, K] on this heap (with REMOTE: GATHER's a_gathered, local); the scales
     ag_ptr, stride_gm, stride_gk, scales,
     b_ptr, stride_bk, stride_bn,
     c_ptr, stride_cm, stride_cn,
@@ -175,12 +210,11 @@ def gemm_gathered(
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, LOCAL_DIRECT: tl.constexpr, FLATTEN: tl.constexpr,
     WITH_LOCAL: tl.constexpr = True, REMOTE: tl.constexpr = False, GATHER: tl.constexpr = False,
 ):
-    """Program pid's share of C = gathered A @ B, sources in ring order r, r+1, ...: each tile after
-    its A chunk's flag; with LOCAL_DIRECT the local shard's tiles read ``a`` and wait for nothing;
-    with REMOTE every source's tiles read its a_shard, no flags (a barrier published them). Without
-    ``WITH_LOCAL`` the local source is left to the caller. ``FLATTEN``: the tile loops without flags.
-    The local source sits outside the loop over the peers: Triton flattens a tile loop only where no
-    other loop encloses it."""
+    """Program pid's share of C = gathered A @ B, sources in ring order r, r+1, ...: each tile after its
+    A chunk's flag; LOCAL_DIRECT: the local shard's tiles read ``a``; REMOTE: every source's read its
+    a_shard (a barrier published them); neither waits. Without ``WITH_LOCAL`` the local source is the
+    caller's. The local source sits outside the loop over the peers: Triton flattens (``FLATTEN``) a
+    tile loop only where no other loop encloses it."""
     if WITH_LOCAL:
         _gemm_source(0, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
                      c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, epoch, pid, NUM_PROGRAMS,

@@ -16,8 +16,8 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import begin_call, call_arg, collective, launched, new_output
 from ._prepare import OP, prepare
-from ._tiles import gemm_gathered
-from .bulk_sync import bulk_sync, launch_shard
+from ._tiles import gemm_gathered, launch_shard
+from .bulk_sync import bulk_sync
 
 
 @kernel

@@ -19,25 +19,8 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, begin_call, call_arg, collective, launched, new_output
 from ._prepare import OP, prepare
-from ._tiles import gemm_gathered, push_shard, shard_scales
+from ._tiles import gemm_gathered, shard_kernel
 from .bulk_sync import bulk_sync
-
-
-@kernel
-def _push_kernel(
-    a_ptr, stride_am, stride_ak,  # this rank's shard [M_loc, K] (any local tensor)
-    # this rank's row block of a_gathered and its row of flags (symmetric addresses)
-    own_ptr, stride_gm, stride_gk, own_flags_ptr,
-    M_loc, K, scales,  # scales: a float8 call's (_tiles), else stand-ins
-    call, exit_programs,  # the call protocol; the programs of both kernels, which end the call together
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FIRST: tl.constexpr,
-):
-    seq, live = P.enter(call, True)
-    if live:
-        push_shard(a_ptr, stride_am, stride_ak, own_ptr, stride_gm, stride_gk, own_flags_ptr, seq,
-                   shard_scales(scales, P.rank(call) * M_loc), M_loc, K, call, tl.program_id(0), NUM_PROGRAMS,
-                   BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
-    P.exit(call, seq, live, exit_programs, END=True)
 
 
 @kernel
@@ -79,10 +62,10 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False, s
     pushes = W > p.first  # a world of one with the local rows read in place pushes nothing
     total = cfg.GEMM_SMS + (cfg.COMM_SMS if pushes else 0)  # the programs that end the call together
     if pushes:
-        _push_kernel[(cfg.COMM_SMS,)](
-            a, a.stride(0), a.stride(1), p.own, p.own.stride(0), p.own.stride(1), p.own_flags, p.M, p.K,
-            scales, call, total, BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=cfg.COMM_SMS, FIRST=p.first,
-            num_warps=4,
+        shard_kernel[(cfg.COMM_SMS,)](
+            a, a.stride(0), a.stride(1), p.own, p.own.stride(0), p.own.stride(1), p.own_flags, p.M, p.K, scales,
+            call, total, BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=cfg.COMM_SMS, EVERY_RANK=True,
+            SIGNAL=True, FIRST=p.first, BARRIER=False, num_warps=4,
         )
     with streams.side():
         gemm_kernel[(cfg.GEMM_SMS,)](

@@ -43,16 +43,13 @@ def check_bias(op: str, bias, a: torch.Tensor, b: torch.Tensor) -> None:
         raise ValueError(f"{op}: bias is on {bias.device} but a is on {a.device}")
 
 
-MIN_DEFAULT_BLOCK_N = 32
-
-
 @functools.lru_cache(maxsize=4096)
 def fill_device(cfg, M: int, N: int, *, comm: bool):
     """The default config, with BLOCK_N halved (down to 32) while the tiles would leave GEMM programs
     idle: where the GEMM is bound by reading B, an idle program is bandwidth unused."""
     programs = cfg.GEMM_SMS if comm else cfg.GEMM_SMS + cfg.COMM_SMS
     block_n = cfg.BLOCK_N
-    while block_n > MIN_DEFAULT_BLOCK_N and -(-M // cfg.BLOCK_M) * -(-N // block_n) < programs:
+    while block_n > 32 and -(-M // cfg.BLOCK_M) * -(-N // block_n) < programs:
         block_n //= 2
     return cfg if block_n == cfg.BLOCK_N else dataclasses.replace(cfg, BLOCK_N=block_n)
 
