@@ -29,7 +29,6 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False, scale_a=N
         c.zero_()
         gathered = torch.empty((W * M_loc, p.K), dtype=a.dtype, device=a.device)
         return (c, gathered) if return_gathered else c
-    # The begin: every peer's GEMM of the previous call is done with a_gathered.
     entry = begin_call(p.sig, c, kernel_begins=True)
     scales = p.scales(scale_a, scale_b)
     launch_shard(p, a, p.own, scales, call_arg(heap, entry), every_rank=True)  # then every shard is in a_gathered

@@ -54,8 +54,7 @@ def fused_sequential(a, b, *, config=None, group=None, return_gathered=False, sc
     ag = new_output((W * p.M, p.K), a.dtype, a.device) if return_gathered else c
     entry = begin_call(p.sig, c, ag if return_gathered else None, kernel_begins=True)
     call = call_arg(heap, entry)
-    # The copy comes after the begin: no peer still reads the previous call's shard. The fused kernel
-    # waits on nothing, so this kernel's end of the call is the call's.
+    # The copy comes after the begin (no peer still reads the previous call's shard) and ends the call.
     scales = p.scales(scale_a, scale_b)
     launch_shard(p, a, p.own, scales, call, every_rank=False)
     launched(entry)

@@ -61,10 +61,8 @@ def default_tiles(cfg, M: int, N: int, dtype: torch.dtype, *, comm: bool, interp
 
 
 class Prepared(PreparedCall):
-    """One call signature of one variant: ``a [M, K_loc]``, ``b [K_loc, N]`` and ``bias [N]`` checked,
-    the config and the operands' path resolved, the heap buffers (the stage, shared by every variant
-    of one dtype and shape: each call's begin is a barrier; the flags of one variant and tile shape)
-    and the variant's launch options (``launch(p)``)."""
+    """One call signature of one variant: the checked operands, the config and operand path, the heap
+    buffers (the stage shared by the variants, each call's begin being a barrier) and ``launch(p)``."""
 
     def __init__(self, variant: str, a, b, config, group, bias, scaling: tuple, comm: bool, flags: bool, norm: int,
                  launch):
@@ -101,9 +99,8 @@ class Prepared(PreparedCall):
             # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
             call = dataclasses.replace(call, use_tma=False, b_kmajor=False)
         M, N, W = call.M, call.N, call.heap.world_size
-        # K_loc may differ between ranks, and with it the default config's BLOCK_K: the signature holds
-        # the tile grid, on which the ranks' tile numbering (and so the flags) depends, and everything else.
-        # The in-kernel norm's sums are fixed by BLOCK_M and BLOCK_N alone (norm.pair_sum).
+        # K_loc may differ between ranks: the signature holds the tile grid the flags (and the in-kernel
+        # norm's sums, norm.pair_sum) follow, not BLOCK_K.
         sig = (OP, variant, M, N, str(a.dtype), kind, (cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M), bias is not None)
         super().__init__(call, a, b, sig + ((("norm", norm),) if norm else ()), empty=M == 0 or N == 0,
                          pad=variant != "bulk_sync", out_dtype=out_dtype)  # the GEMM core pads itself
@@ -154,10 +151,9 @@ class Prepared(PreparedCall):
 
 def prepare(variant: str, a, b, config, group, bias, scaling: tuple = UNSCALED, *, comm: bool, flags: bool,
             launch, norm=None) -> Prepared:
-    """The :class:`Prepared` of this call's signature (made on its first call, ``common.prepare.once``);
-    ``scaling``: ``(scale_a, scale_b, out_dtype)``; ``launch(p)``: the variant's :attr:`Prepared.launch`;
-    ``norm``: ``(residual or None, norm_weight, eps)`` of an epilogue the kernel runs (checked by
-    ``norm.run_with_norm``). Raises on bad arguments, every time."""
+    """The :class:`Prepared` of this call's signature, made on its first call; ``scaling``: ``(scale_a,
+    scale_b, out_dtype)``; ``launch(p)``: the variant's launch options; ``norm``: ``(residual or None,
+    norm_weight, eps)`` of an epilogue the kernel runs (checked by ``norm.run_with_norm``)."""
     mode = 0 if norm is None else 1 if norm[0] is None else 2
     make = functools.partial(Prepared, variant, a, b, config, group, bias, scaling, comm, flags, mode, launch)
     return once(op_heap(OP, group), (OP, variant, comm, flags, scaling[2], mode), make, config, a, b, bias,

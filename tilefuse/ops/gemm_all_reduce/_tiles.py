@@ -40,13 +40,10 @@ def produce_tiles(
     into slot ``rank`` of ranks rank + 1, rank + 2, ..., itself last; ``RELEASE``: then set each
     destination's flag (rank, t) to ``epoch``. ``GATE`` (after ``P.enter_aside``): the stores wait for
     the begin (``P.ready``), skipped if the call does not run. Returns whether the call runs.
-
     ``SUM_HERE`` (one work item a program): each tile is summed right after its push, this rank's
-    partial from registers (:func:`sum_tile_with_own`); with ``NORM`` then the tile's ticket
-    (``norm.tile_done``). ``SPLIT`` (with ``SUM_HERE``): the work items are the tiles' K slices,
-    handed in (``split_k.hand_in_slice``) whether or not the call runs, so the counts are back at
-    zero after every launch; the program that hands in a tile's last slice sums, pushes and sums it.
-    """
+    partial from registers (:func:`sum_tile_with_own`; ``NORM``: then ``norm.tile_done``). ``SPLIT``:
+    the work items are K slices, handed in (``split_k.hand_in_slice``) whether or not the call runs
+    (the counts are zero after every launch); the tile's last slice sums the slices and goes on."""
     rank, world = P.rank(call), P.world(call)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -76,8 +73,7 @@ def produce_tiles(
             if live:
                 for i in range(0, pushes):
                     dst = (rank + 1 + i) % world
-                    # Release (with RELEASE): pairs with the acquire in reduce_tiles (WAIT) on rank `dst`,
-                    # or in sum_tile_with_own there.
+                    # Release (RELEASE): pairs with the acquire in reduce_tiles (WAIT) or sum_tile_with_own on `dst`.
                     push_partial(my_slot, part, offs_m, offs_n, M, N, stride_s[1], stride_s[2],
                                  flags_ptr + rank * num_tiles + t, epoch, rank, dst, P.bases(call), RELEASE)
                 if SUM_HERE:

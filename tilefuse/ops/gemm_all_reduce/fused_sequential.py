@@ -28,8 +28,7 @@ from .norm import NORM_SCRATCH
 @kernel
 def _fused_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b,  # scales: common.scaled
-    # stage [W, M, N] in the input dtype and flags [W, num_tiles] int64 (symmetric addresses); out:
-    # (c [M, N], bias [N], stride_c, norm), all local (norm: norm.py's tuple, read with NORM)
+    # stage [W, M, N], flags [W, num_tiles] int64 (symmetric); out: (c [M, N], bias [N], stride_c, norm.py's)
     stage_ptr, flags_ptr, stride_s, out,
     call, split,  # the call (begun here with ENTER); with SPLIT: (K slices a tile, split-K scratch, counts)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,

@@ -195,7 +195,6 @@ def norm_row_block(s_ptr, stride_s, pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.co
         scale_tile(x, rstd, rows, offs_n, M, N, norm)
 
 
-# The counts (int64, one a row block) and parts (fp32: the rows' sums of squares per tile, then rstd).
 NORM_SCRATCH = StreamScratch(torch.int64)
 on_reset(NORM_SCRATCH.clear)
 

@@ -35,7 +35,6 @@ class Prepared(PreparedCall):
         self.c = None  # [M, W*N] heap buffer where the peers' blocks land; None: the result itself
         self.flags = self.done = None  # int64 per-tile "ready" flags; [W, COMM_SMS] completion flags
         if not (self.inplace or self.empty or W == 1):
-            # This rank's tiles go straight into the result; the peers' land here and are copied out.
             self.c = self.hold((OP, "c", shape, out_dtype), lambda h: {"c": h.empty(shape, dtype=out_dtype)},
                                M * W * N * out_dtype.itemsize).c
         if flags and not self.empty:

@@ -44,10 +44,8 @@ def _fused_kernel(
                       call, seq, first, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR,
                       PUSH=True, RELEASE=False, WARP_SPEC=WARP_SPEC, GATE=ENTER)
     if ENTER:
-        # The closing barrier needs the call's state on every program, also one without a tile (it
-        # has not waited for the begin): ranks pass it only for a call that runs.
+        # The closing barrier needs the call's state on every program (one without a tile has not waited).
         live = P.ready(call, seq)
-    # With ENTER the closing barrier (every peer's tiles have landed in c) is the last program's.
     P.exit(call, seq, live, NUM_PROGRAMS, ENTER, BARRIER=True)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..common.checks import check_divisible, check_matrix
@@ -14,11 +16,9 @@ OP = "gemm_reduce_scatter"
 
 
 class Prepared(PreparedCall):
-    """One call signature of a variant: the checked shapes, config, operand layout and heap buffers:
-    ``stage [W, rows, N]`` shared by every variant of one (dtype, rows, N) (each call's begin is a
-    barrier); for the flagged variants, which sum while partials arrive, an fp32 running sum ``run
-    [rows, N]`` shared at W >= 3 (else the stage, never touched) and ``flags [W, tiles_per_owner]``
-    int64 per tile shape (the stage for the others)."""
+    """One call signature of a variant: the checked shapes, config, operand layout and heap buffers
+    (``_tiles``: ``stage`` is shared by the variants, each call's begin being a barrier; ``run`` and
+    ``flags`` are the stage where a variant has none)."""
 
     def __init__(self, variant: str, a, b, config, group, scaling: tuple, *, comm: bool, flags: bool):
         heap = op_heap(OP, group)
@@ -34,8 +34,7 @@ class Prepared(PreparedCall):
         if g.K == 0:
             # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
             g.use_tma = g.b_kmajor = False
-        # K_loc may differ between ranks (and with it BLOCK_K or the program counts of a default
-        # config): the signature holds the shapes and the tile grid that the flags and slots follow.
+        # K_loc may differ between ranks: the signature holds the shapes and the tile grid the flags follow.
         super().__init__(g, a, b, (OP, variant, g.M, g.N, str(a.dtype), kind, cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M),
                          empty=rows == 0 or g.N == 0, pad=variant != "bulk_sync",  # the GEMM core pads itself
                          out_dtype=out_dtype)
@@ -69,9 +68,7 @@ class Prepared(PreparedCall):
 
 def prepare(variant: str, a, b, config, group, scaling: tuple = UNSCALED, *, comm: bool = False,
             flags: bool = False) -> Prepared:
-    """The :class:`Prepared` of this call's signature, made on its first call (``common.prepare.once``;
-    ``scaling``: ``(scale_a, scale_b, out_dtype)``). ``comm``: the variant needs COMM_SMS >= 1;
-    ``flags``: it sums while partials arrive."""
-    return once(op_heap(OP, group), (OP, variant, scaling[2]),
-                lambda: Prepared(variant, a, b, config, group, scaling, comm=comm, flags=flags),
-                config, a, b, *scaling[:2])
+    """The :class:`Prepared` of this call's signature, made on its first call; ``scaling``: ``(scale_a,
+    scale_b, out_dtype)``; ``comm``: the variant needs COMM_SMS >= 1; ``flags``: it sums while partials arrive."""
+    make = functools.partial(Prepared, variant, a, b, config, group, scaling, comm=comm, flags=flags)
+    return once(op_heap(OP, group), (OP, variant, scaling[2]), make, config, a, b, *scaling[:2])

@@ -79,8 +79,7 @@ def partials_kernel(
 
 @triton.jit
 def reduce_owned(
-    # stage [W, rows, N] (input dtype), the flags (push layout), the fp32 running sum run [rows, N]
-    # (WAIT with W >= 3; strides of a slot) and this rank's output c [rows, N]
+    # stage [W, rows, N], the flags, the fp32 running sum run [rows, N] (WAIT, W >= 3), this rank's c [rows, N]
     stage_ptr, flags_ptr, run_ptr, c_ptr,
     rows, N,
     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,

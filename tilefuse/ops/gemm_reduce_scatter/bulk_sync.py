@@ -24,8 +24,7 @@ def bulk_sync(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_
     if p.empty:
         return c
     heap, cfg = p.heap, p.config
-    # The GEMM core (the partial in fp32, stored in a's dtype) begins the call; its last program
-    # passes the barrier, after which every rank's partial is complete.
+    # The GEMM core begins the call; after its barrier every rank's partial is complete.
     matmul(a, b, p.stage.view(p.M, p.N), cfg, ctl(heap), call=gemm_call_args(heap, entry), enter=True,
            barrier=True, scales=kernel_scales(scale_a, scale_b, a.device))
     launched(entry, ends=False)

@@ -23,8 +23,7 @@ from ._tiles import produce_partials, reduce_owned
 @kernel
 def _wg_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
-    # stage [W, rows, N] (input dtype), flags [W, tiles_per_owner] int64 (symmetric); the fp32
-    # running sum run [rows, N] (W >= 3) and output c [rows, N], both local
+    # stage [W, rows, N], flags [W, tiles_per_owner] int64 (symmetric); run [rows, N] fp32 (W >= 3), c (local)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, run_ptr, c_ptr, stride_cm, stride_cn,
     call,  # this kernel begins it with ENTER
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -34,8 +33,7 @@ def _wg_kernel(
     seq, live = P.enter(call, ENTER)
     pid = tl.program_id(0)
     if live:
-        if pid < GEMM_PROGRAMS:
-            # Producers wait on nothing.
+        if pid < GEMM_PROGRAMS:  # producers wait on nothing
             produce_partials(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                              stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
                              call, seq, pid,
