@@ -17,18 +17,13 @@ from ._prepare import OP, prepare
 from ._tiles import reduce_kernel
 
 
-def _launch(p) -> dict:
-    cfg = p.config
-    programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one compiled kernel per config
-    return dict(own_slot=p.stage[p.heap.rank],
-                reduce=p.reduce_meta(programs, pull=True, wait=False, end=p.begins))
-
-
 @collective(OP)
 def bulk_sync(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_reduce with no overlap; same contract as :func:`tilefuse.gemm_all_reduce`."""
+    # The reduction on all the config's programs (not capped by the tiles: one compiled kernel per config).
     p = prepare("bulk_sync", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=False, flags=False,
-                launch=_launch)
+                launch=lambda p: dict(own_slot=p.stage[p.heap.rank], reduce=p.reduce_meta(
+                    p.config.GEMM_SMS + p.config.COMM_SMS, pull=True, wait=False, end=p.begins)))
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c

@@ -39,19 +39,15 @@ def _gemm_producer_kernel(
     P.exit(call, epoch, live, exit_programs, ENTER)
 
 
-def _launch(p) -> dict:
-    cfg = p.config
-    # The config's split, not capped by the tiles: every shape of a config launches one compiled kernel.
-    return dict(gemm=dict(NUM_PROGRAMS=cfg.GEMM_SMS, ENTER=p.begins, **p.gemm_meta),
-                reduce=p.reduce_meta(cfg.COMM_SMS, pull=False, wait=True, end=p.begins, enter=p.begins))
-
-
 @collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_reduce with GEMM and reduction kernels on two streams; same contract as
     :func:`tilefuse.gemm_all_reduce`."""
+    # The config's split, not capped by the tiles: every shape of a config launches one compiled kernel.
     p = prepare("producer_consumer", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=True, flags=True,
-                launch=_launch)
+                launch=lambda p: dict(gemm=dict(NUM_PROGRAMS=p.config.GEMM_SMS, ENTER=p.begins, **p.gemm_meta),
+                                      reduce=p.reduce_meta(p.config.COMM_SMS, pull=False, wait=True, end=p.begins,
+                                                           enter=p.begins)))
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c

@@ -60,17 +60,13 @@ def _wg_kernel(
     P.exit(call, epoch, live, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
 
 
-def _launch(p) -> dict:
-    cfg = p.config  # the config's split, not capped by the tiles: one compiled kernel per config
-    return dict(GEMM_PROGRAMS=cfg.GEMM_SMS, COMM_PROGRAMS=cfg.COMM_SMS, SUB_M=sum_rows(cfg), HAS_BIAS=p.has_bias,
-                ENTER=p.begins, **p.gemm_meta)
-
-
 @collective(OP)
 def wg_specialized(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_reduce as one workgroup-specialized kernel; same contract as :func:`tilefuse.gemm_all_reduce`."""
+    # The config's split, not capped by the tiles: one compiled kernel per config.
     p = prepare("wg_specialized", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=True, flags=True,
-                launch=_launch)
+                launch=lambda p: dict(GEMM_PROGRAMS=p.config.GEMM_SMS, COMM_PROGRAMS=p.config.COMM_SMS,
+                                      SUB_M=sum_rows(p.config), HAS_BIAS=p.has_bias, ENTER=p.begins, **p.gemm_meta))
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
