@@ -89,8 +89,7 @@ class Prepared(PreparedCall):
 
 def prepare(variant: str, a, b, config, group, return_gathered: bool, scaling: tuple = UNSCALED, *, buffers: str,
             comm: bool = False) -> tuple:
-    """``(heap, Prepared)`` of this call, made on its signature's first call; ``scaling``: ``(scale_a,
-    scale_b, out_dtype)``."""
+    """``(heap, Prepared)`` of this call, made on its signature's first call."""
     heap = op_heap(OP, group)
     make = functools.partial(Prepared, variant, a, b, config, group, return_gathered, scaling, buffers, comm)
     p = once(heap, (OP, variant, bool(return_gathered), scaling[2]), make, config, a, b, *scaling[:2])

@@ -53,8 +53,7 @@ def _pull_rows(heap, p, call) -> None:
 @collective(OP)
 def copy_engine(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
                 out_dtype=None):
-    """all_gather_gemm with the rows pulled by copy engines, all ``GEMM_SMS + COMM_SMS`` programs (at
-    most the SMs less one) computing; same contract as :func:`tilefuse.all_gather_gemm`."""
+    """all_gather_gemm, rows pulled by copy engines, the GEMM on the SMs; contract :func:`tilefuse.all_gather_gemm`."""
     scaling = (scale_a, scale_b, out_dtype)
     heap, p = prepare("copy_engine", a, b, config, group, return_gathered, scaling, buffers="flagged")
     if p.empty:

@@ -28,8 +28,7 @@ OP = "gemm_all_reduce"
 
 
 def check_bias(op: str, bias, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``bias`` is a 1-D tensor of ``N = b.shape[1]`` elements with a's dtype (float8 operands: any
-    result dtype, it is added in fp32), on a's device."""
+    """``bias`` is an ``[N]`` tensor of a's dtype (float8 operands: any result dtype) on a's device."""
     if not isinstance(bias, torch.Tensor):
         raise TypeError(f"{op}: bias must be a torch.Tensor or None, got {type(bias).__name__}")
     if bias.dim() != 1 or bias.shape[0] != b.shape[1]:
@@ -55,8 +54,7 @@ def fill_device(cfg, M: int, N: int, *, comm: bool):
 
 
 def default_tiles(cfg, M: int, N: int, dtype: torch.dtype, *, comm: bool, interpreter: bool):
-    """The tiles of a call without a caller's config: the narrow decode tiles as they are (their
-    BLOCK_N already fills the device), else :func:`fill_device`."""
+    """The tiles of a call without a caller's config: the narrow decode tiles as they are, else :func:`fill_device`."""
     return cfg if narrow_decode(M, dtype, interpreter) else fill_device(cfg, M, N, comm=comm)
 
 

@@ -122,8 +122,7 @@ def sum_tile_with_own(
 
 @triton.jit
 def load_partial(stage_ptr, src, offs, mask, call, stride_slot, PULL: tl.constexpr):
-    """Source ``src``'s partial of a block, converted to fp32 (zero outside ``mask``); ``PULL``: from
-    slot ``src`` of rank ``src``'s heap, else of this rank's."""
+    """Source ``src``'s partial of a block in fp32 (0 outside ``mask``), from slot src of rank src (PULL) or here."""
     if PULL:
         part = P.load(slot_ptr(stage_ptr, src, stride_slot) + offs, P.rank(call), src, P.bases(call), mask=mask,
                       other=0.0)

@@ -79,8 +79,7 @@ def _launch(p) -> dict:
 
 
 def split_arg(p, c):
-    """``split`` of :func:`_fused_kernel`: ``(SPLIT_K, slots, counts)`` of this stream's
-    ``SPLIT_K_SCRATCH`` (never-read stand-ins without a split)."""
+    """``split`` of :func:`_fused_kernel`: ``(SPLIT_K, slots, counts)`` of this stream's ``SPLIT_K_SCRATCH``."""
     cfg = p.config
     if cfg.SPLIT_K == 1:
         return (1, p.stage, p.stage)
@@ -89,8 +88,7 @@ def split_arg(p, c):
 
 
 def norm_arg(p, c, y, norm) -> tuple:
-    """``norm`` of :func:`_fused_kernel` (``norm.py``'s tuple) for ``norm = (residual or None,
-    norm_weight, eps)``, with this stream's ``NORM_SCRATCH`` (never-read stand-ins without)."""
+    """``norm`` of :func:`_fused_kernel` (``norm.py``'s tuple, this stream's ``NORM_SCRATCH``) for ``norm``."""
     if norm is None:
         return (p.stage, p.stage, p.stage, p.stage, p.stage, 0.0, 0, 0)
     residual, weight, eps = norm

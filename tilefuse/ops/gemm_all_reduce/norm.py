@@ -182,8 +182,7 @@ def scale_tile(x, rstd, offs_m, offs_n, M, N, norm):
 
 @triton.jit
 def norm_row_block(s_ptr, stride_s, pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.constexpr):
-    """``y`` of row block ``pid_m``'s rows, ``s`` read back from c (stored by this rank's programs:
-    visible after the ticket; the loads bypass L1)."""
+    """``y`` of row block ``pid_m``'s rows, ``s`` read back from c (visible after the ticket; bypassing L1)."""
     COLS: tl.constexpr = 8192 // BLOCK_M
     rstd = row_rstd(pid_m, num_pid_n, M, N, norm, BLOCK_M)  # [BM]
     rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
@@ -247,8 +246,7 @@ def rms_norm_backward(s: torch.Tensor, weight: torch.Tensor, eps: float, dy: tor
 
 
 def check_norm_args(op: str, a: torch.Tensor, b: torch.Tensor, residual, norm_weight, eps) -> None:
-    """``residual [M, N]`` (a's dtype and device, or None) and ``norm_weight [N]`` (floating point, a's
-    device); ``eps`` a non-negative float."""
+    """``residual [M, N]`` (a's dtype and device, or None), ``norm_weight [N]`` (float, a's device), ``eps >= 0``."""
     M, N = a.shape[0], b.shape[1]
     if not isinstance(norm_weight, torch.Tensor):
         raise TypeError(f"{op}: norm_weight must be a torch.Tensor, got {type(norm_weight).__name__}")

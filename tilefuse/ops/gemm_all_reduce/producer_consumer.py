@@ -41,8 +41,7 @@ def _gemm_producer_kernel(
 
 @collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
-    """gemm_all_reduce with GEMM and reduction kernels on two streams; same contract as
-    :func:`tilefuse.gemm_all_reduce`."""
+    """gemm_all_reduce, GEMM and reduction kernels on two streams; same contract as :func:`tilefuse.gemm_all_reduce`."""
     # The config's split, not capped by the tiles: every shape of a config launches one compiled kernel.
     p = prepare("producer_consumer", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=True, flags=True,
                 launch=lambda p: dict(gemm=dict(NUM_PROGRAMS=p.config.GEMM_SMS, ENTER=p.begins, **p.gemm_meta),

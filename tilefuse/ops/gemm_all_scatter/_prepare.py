@@ -47,8 +47,7 @@ class Prepared(PreparedCall):
 
 def prepare(variant: str, a, b, config, group, out, scaling: tuple = UNSCALED, *, comm: bool,
             flags: bool = False) -> Prepared:
-    """The variant's :class:`Prepared` for this call signature (made on first use). ``scaling``:
-    ``(scale_a, scale_b, out_dtype)``; ``comm``: the variant needs COMM_SMS >= 1; ``flags``: it uses flags."""
+    """The variant's :class:`Prepared` for this call signature; ``comm``: it needs COMM_SMS >= 1, ``flags``: flags."""
     heap = op_heap(OP, group)
     on_heap = isinstance(out, torch.Tensor) and heap.is_on_heap(out)
     make = functools.partial(Prepared, variant, a, b, config, group, out, scaling, comm=comm, flags=flags)

@@ -58,8 +58,7 @@ def push_ready_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
     WAIT: tl.constexpr = True,
 ):
-    """Tiles cid, cid + NUM_PROGRAMS, ...: (``WAIT``: once the tile's flag is set) pushed from the result
-    to every peer's c."""
+    """Tiles cid, cid + NUM_PROGRAMS, ... (``WAIT``: once the tile's flag is set) from the result to every peer's c."""
     rank, world, bases = P.rank(call), P.world(call), P.bases(call)
     col = tl.cast(rank, tl.int64) * N * stride_cn  # this rank's column block
     o_ptr, c_ptr = o_ptr + col, c_ptr + col
@@ -104,8 +103,7 @@ def copy_peer_blocks(
     M, N, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """``dst[:, peer block] = src[:, peer block]`` for every peer's [M, N] column block (queued after
-    the call's closing barrier)."""
+    """``dst[:, peer block] = src[:, peer block]`` for every peer's [M, N] column block (after the barrier)."""
     prog, programs = tl.program_id(0), tl.num_programs(0)
     for i in range(1, world):
         col = tl.cast((cur_rank + i) % world, tl.int64) * N

@@ -40,8 +40,7 @@ def _gemm_producer_kernel(
 
 @collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
-    """gemm_all_scatter with GEMM and scatter kernels on two streams; same contract as
-    :func:`tilefuse.gemm_all_scatter`."""
+    """gemm_all_scatter, GEMM and scatter kernels on two streams; same contract as :func:`tilefuse.gemm_all_scatter`."""
     p = prepare("producer_consumer", a, b, config, group, out, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, dest, c, entry = begin(p, a, b, out)
     if not p.empty:

@@ -68,7 +68,6 @@ class Prepared(PreparedCall):
 
 def prepare(variant: str, a, b, config, group, scaling: tuple = UNSCALED, *, comm: bool = False,
             flags: bool = False) -> Prepared:
-    """The :class:`Prepared` of this call's signature, made on its first call; ``scaling``: ``(scale_a,
-    scale_b, out_dtype)``; ``comm``: the variant needs COMM_SMS >= 1; ``flags``: it sums while partials arrive."""
+    """This call signature's :class:`Prepared`; ``comm``: it needs COMM_SMS >= 1, ``flags``: it sums on arrival."""
     make = functools.partial(Prepared, variant, a, b, config, group, scaling, comm=comm, flags=flags)
     return once(op_heap(OP, group), (OP, variant, scaling[2]), make, config, a, b, *scaling[:2])

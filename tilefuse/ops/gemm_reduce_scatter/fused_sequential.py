@@ -17,8 +17,7 @@ from ._tiles import launch_reduce, partials_kernel
 
 @collective(OP)
 def fused_sequential(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_dtype=None):
-    """gemm_reduce_scatter as one fused persistent kernel and a local reduction; same contract as
-    :func:`tilefuse.gemm_reduce_scatter`."""
+    """gemm_reduce_scatter, a fused kernel, then a local reduction; contract: :func:`tilefuse.gemm_reduce_scatter`."""
     p = prepare("fused_sequential", a, b, config, group, (scale_a, scale_b, out_dtype))
     a, b, c, entry = p.start(a, b)
     if p.empty:

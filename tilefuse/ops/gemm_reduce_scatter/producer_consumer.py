@@ -20,8 +20,7 @@ from ._tiles import launch_reduce, partials_kernel
 
 @collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_dtype=None):
-    """gemm_reduce_scatter with GEMM and reduction kernels on two streams; same contract as
-    :func:`tilefuse.gemm_reduce_scatter`."""
+    """gemm_reduce_scatter, GEMM and reduction kernels on two streams; contract :func:`tilefuse.gemm_reduce_scatter`."""
     p = prepare("producer_consumer", a, b, config, group, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, c, entry = p.start(a, b)
     if p.empty:

@@ -49,8 +49,7 @@ def _wg_kernel(
 
 @collective(OP)
 def wg_specialized(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_dtype=None):
-    """gemm_reduce_scatter as one workgroup-specialized kernel; same contract as
-    :func:`tilefuse.gemm_reduce_scatter`."""
+    """gemm_reduce_scatter as one workgroup-specialized kernel; contract: :func:`tilefuse.gemm_reduce_scatter`."""
     p = prepare("wg_specialized", a, b, config, group, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, c, entry = p.start(a, b)
     if p.empty:
