@@ -1,11 +1,10 @@
 """Device code shared by the all_gather_gemm variants: the push of a shard and the per-source tiles.
 
 A *chunk* is ``BLOCK_M`` rows of a shard ``[M_loc, K]``, the GEMM's row block: one flag per (source,
-chunk) tells a GEMM tile that its A rows landed. A rank pushes to itself first (when asked), then
-``r - 1``, ``r - 2``, ... (:func:`push_target`); a consumer walks its sources in ring order ``r, r+1,
-...``, so each consumer's next source arrives first and the W ranks write to W different targets.
-Tiles of ``c [W*M_loc, N]`` are numbered over (i, m-block, n-block) of source ``(r + i) % W``;
-program ``pid`` of ``P`` takes tiles ``pid, pid + P, ...`` across sources.
+chunk) tells a GEMM tile that its A rows landed. A rank pushes to ``r - 1``, ``r - 2``, ...
+(:func:`push_target`) while its consumers walk their sources ``r, r+1, ...``: each consumer's next
+source arrives first. Tiles of ``c [W*M_loc, N]`` are numbered over (i, m-block, n-block) of source
+``(r + i) % W``; program ``pid`` of ``P`` takes tiles ``pid, pid + P, ...`` across sources.
 
 Float8 calls move each chunk's row scales with its rows, before the chunk's flag: ``scales`` is
 ``(scale_a, row stride, scale_b, column stride, gathered row scales)`` (``common.scaled``), the last a
@@ -60,8 +59,7 @@ def push_shard(
             peer = push_target(cur_rank, FIRST + unit // num_chunks, world)
             chunk = unit % num_chunks
             peer_dst = P.translate(dst_ptr, cur_rank, peer, heap_bases)
-            copy_rows(peer_dst, stride_dm, stride_dk, src_ptr, stride_sm, stride_sk, chunk, M_loc, K,
-                      BLOCK_M, BLOCK_K)
+            copy_rows(peer_dst, stride_dm, stride_dk, src_ptr, stride_sm, stride_sk, chunk, M_loc, K, BLOCK_M, BLOCK_K)
             copy_scales(P.translate(row_scales[2], cur_rank, peer, heap_bases), row_scales[0], row_scales[1], chunk,
                         M_loc, BLOCK_M)
             # Release: pairs with the acquire before the GEMM tiles of this chunk in gemm_shard on rank `peer`.

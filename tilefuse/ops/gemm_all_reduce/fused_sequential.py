@@ -36,29 +36,26 @@ def _fused_kernel(
     HAS_BIAS: tl.constexpr, ENTER: tl.constexpr = False,
     OWN_SUM: tl.constexpr = False, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1, NORM: tl.constexpr = 0,
 ):
-    """``ENTER``: program 0 begins the call while the others run their first K loop (``P.enter_aside``;
-    tile t goes to program ``(t + 1) % NUM_PROGRAMS``). ``OWN_SUM``, ``SPLIT``: ``produce_tiles``'
-    ``SUM_HERE``, ``SPLIT``. ``NORM`` (1: RMSNorm; 2: residual add, then RMSNorm): c is
-    ``new_residual``, and the row blocks are normed into ``y`` (``norm.py``)."""
+    """``ENTER``: program 0 begins the call while the others run their first K loop (``P.enter_aside``).
+    ``OWN_SUM``: ``produce_tiles``' ``SUM_HERE``. ``NORM`` (1: RMSNorm; 2: residual add, then RMSNorm):
+    c is ``new_residual``, the row blocks are normed into ``y`` (``norm.py``)."""
     pid = tl.program_id(0)
     c_ptr, bias_ptr, stride_c, norm = out
     if ENTER:
         epoch = P.enter_aside(call)
         first = (pid + NUM_PROGRAMS - 1) % NUM_PROGRAMS  # the same on every rank: the sum's waits pair up
-        live = produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
-                             call, epoch, first,
-                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
-                             GATE=True, sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, NORM=NORM,
+        live = produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s, call,
+                             epoch, first, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR,
+                             RELEASE=True, GATE=True, sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, NORM=NORM,
                              split=split, SPLIT=SPLIT, ALIGN=ALIGN)
     else:  # the begin kernel began the call
         epoch, live = P.enter(call, False)
         first = pid
         if live:
-            produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
-                          call, epoch, first,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
-                          sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, NORM=NORM,
-                          split=split, SPLIT=SPLIT, ALIGN=ALIGN)
+            produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s, call,
+                          epoch, first, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR,
+                          RELEASE=True, sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, NORM=NORM, split=split,
+                          SPLIT=SPLIT, ALIGN=ALIGN)
     if not OWN_SUM:
         if live:  # the tiles this program produced (the same ids on every rank)
             reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, first,

@@ -1,20 +1,16 @@
 """The residual-add + RMSNorm epilogue of gemm_all_reduce (``residual=``, ``norm_weight=``).
 
-After the reduction of bulk_sync, producer_consumer and wg_specialized (``c`` has the same bits on
-every rank, so both outputs do), :func:`add_rms_norm`'s kernel, one program per row::
+After the reduction of bulk_sync, producer_consumer and wg_specialized, :func:`add_rms_norm`'s
+kernel, one program per row (``s`` is ``c`` without a residual; longer rows than ``MAX_BLOCK`` are
+walked twice, ``s`` recomputed)::
 
     s = c + residual               (fp32 add, rounded once to c's dtype: new_residual)
     y = s * rsqrt(mean(s^2) + eps) * norm_weight      (fp32 from the rounded s, rounded once)
 
-Without a residual ``s`` is ``c``. Rows longer than ``MAX_BLOCK`` columns are walked twice (the sum
-of squares, then the scaled store), ``s`` recomputed rather than read back.
-
-In fused_sequential's kernel (``NORM``) the program that stores a tile of ``s`` also stores each
-row's sum of squares over the tile's columns (:func:`store_sum`) and takes a ticket on its row
-block's counter (:func:`tile_done`); the ticket that completes the row block computes the rows'
-``rstd`` (:func:`row_rstd`) and writes the row block's ``y`` or publishes ``rstd`` for the row
-block's programs to scale their own tiles (the split tail). Every sum is a pairwise tree fixed by
-``BLOCK_M`` and ``BLOCK_N`` (:func:`pair_sum`): every rank gets the same bits.
+In fused_sequential's kernel (``NORM``) the program that stores a tile of ``s`` also stores its rows'
+sums of squares (:func:`store_sum`) and takes a ticket on its row block (:func:`tile_done`); the
+ticket that completes the row block norms it. Every sum is a pairwise tree fixed by ``BLOCK_M`` and
+``BLOCK_N`` (:func:`pair_sum`): every rank gets the same bits.
 """
 
 from __future__ import annotations
@@ -65,8 +61,7 @@ def _add_rms_norm_kernel(
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         for i in range(CHUNKS):  # pass 1: s (stored) and its sum of squares
             offs = i * BLOCK_N + cols
-            s = _row_sum(c_ptr, res_ptr, s_ptr, row, offs, offs < N, stride_c, stride_r, stride_s, HAS_RESIDUAL,
-                         True)
+            s = _row_sum(c_ptr, res_ptr, s_ptr, row, offs, offs < N, stride_c, stride_r, stride_s, HAS_RESIDUAL, True)
             acc += s * s
         rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
         for i in range(CHUNKS):  # pass 2: s again from the inputs (the same bits), scaled
@@ -120,12 +115,10 @@ OWN_TAIL = tl.constexpr(not hw.interpreting())  # tile_done's split tail where p
 @triton.jit
 def tile_done(x, offs_m, offs_n, c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, call, BLOCK_M: tl.constexpr,
               SPLIT_TAIL: tl.constexpr = False):
-    """A ticket on row block ``pid_m``'s count once this program stored its tile ``x`` (:func:`store_sum`'s
-    return) of it. The ticket that completes the row block computes the rows' ``rstd``; then with
-    ``SPLIT_TAIL`` (one tile a program, all resident: a GPU) it publishes ``rstd`` and sets the count
-    back to 0, and each program of the row block, once it sees 0, scales its own tile; else (programs
-    in sequence, or several tiles a program) it writes the row block's ``y`` (:func:`norm_row_block`)
-    and sets the count to 0. Either way the count is 0 after the launch and ``y`` has the same bits."""
+    """A ticket on row block ``pid_m``'s count once this program stored its tile ``x`` of it; the ticket
+    that completes the row block computes the rows' ``rstd`` and, with ``SPLIT_TAIL`` (one tile a
+    program, all resident: a GPU), publishes it for each program to scale its own tile, else writes
+    the row block's ``y`` (:func:`norm_row_block`). Either way the count is 0 after the launch."""
     count_ptr = norm[3]
     # Every thread's stores of the tile are done before the one ticket below.
     tl.debug_barrier()
@@ -165,8 +158,7 @@ def row_rstd(pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.constexpr):
     for j in range(0, tl.cdiv(num_pid_n, COLS)):
         offs = j * COLS + cols
         mask = (rows < M)[:, None] & (offs < num_pid_n)[None, :]
-        acc += tl.load(part_ptr + rows[:, None] * num_pid_n + offs[None, :], mask=mask, other=0.0,
-                       cache_modifier=".cg")
+        acc += tl.load(part_ptr + rows[:, None] * num_pid_n + offs[None, :], mask=mask, other=0.0, cache_modifier=".cg")
     return 1.0 / tl.sqrt(pair_sum(acc, BLOCK_M) / N + eps)
 
 

@@ -32,16 +32,14 @@ def _wg_kernel(
     B_KMAJOR: tl.constexpr, HAS_BIAS: tl.constexpr, ENTER: tl.constexpr,
 ):
     """``ENTER``: program 0 begins the call while the other producers run their first K loop
-    (``P.enter_aside``; tile t goes to producer ``(t + 1) % GEMM_PROGRAMS``); the reducers wait for
-    the begin before their first flag."""
+    (``P.enter_aside``); the reducers wait for the begin before their first flag."""
     pid = tl.program_id(0)
     if ENTER:
         epoch = P.enter_aside(call)
         if pid < GEMM_PROGRAMS:
             live = produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
-                                 call, epoch, (pid + GEMM_PROGRAMS - 1) % GEMM_PROGRAMS,
-                                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
-                                 GATE=True)
+                                 call, epoch, (pid + GEMM_PROGRAMS - 1) % GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K,
+                                 GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True, GATE=True)
         else:  # an aborted call's flags never come: the reducers learn the call's state first
             live = P.ready(call, epoch)
     else:  # the begin kernel began the call

@@ -37,5 +37,4 @@ def gemm_all_scatter(a, b, *, variant: str = "auto", config=None, group=None, ou
     ``scale_b`` (tensor-wise, or row-wise ``[rows of a, 1]``, ``[1, columns of b]``) compute
     ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16). Forward only.
     """
-    return calls.call(OP, a, b, variant, config, group, out=out, scale_a=scale_a, scale_b=scale_b,
-                      out_dtype=out_dtype)
+    return calls.call(OP, a, b, variant, config, group, out=out, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)

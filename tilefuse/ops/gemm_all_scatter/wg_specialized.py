@@ -36,10 +36,9 @@ def _wg_kernel(
     if live:
         pid = tl.program_id(0)
         if pid < GEMM_PROGRAMS:
-            compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr, call, seq, pid,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR,
-                          PUSH=False, RELEASE=True)
+            compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, o_ptr, c_ptr,
+                          stride_cm, stride_cn, flags_ptr, call, seq, pid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                          GEMM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=False, RELEASE=True)
         else:
             cid = pid - GEMM_PROGRAMS
             rank, world, bases = P.rank(call), P.world(call), P.bases(call)

@@ -104,9 +104,8 @@ def reduce_owned(
                 pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
                 for sub in range(0, tl.cdiv(tl.minimum(BLOCK_M, rows - pid_m * BLOCK_M), SUB_M)):
                     offs_m, offs_n = block_offsets(pid_m, pid_n, sub, BLOCK_M, BLOCK_N, SUB_M)
-                    accumulate_slot(stage_ptr, run_ptr, c_ptr, offs_m, offs_n, rows, N,
-                                    stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                                    rank, world, i)
+                    accumulate_slot(stage_ptr, run_ptr, c_ptr, offs_m, offs_n, rows, N, stride_slot, stride_sm,
+                                    stride_sn, stride_cm, stride_cn, rank, world, i)
     else:
         for j in range(cid, tiles_per_owner, NUM_PROGRAMS):
             pid_m, pid_n = tile_coords(j, num_pid_m, num_pid_n, GROUP_M)
@@ -131,10 +130,8 @@ def reduce_kernel(
     ``exit_programs``), ``ENTER``: also one that begins it (beside a GEMM kernel that does too)."""
     seq, live = P.enter(call, ENTER)
     if live:
-        reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, rows, N,
-                     stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                     call, seq, tl.program_id(0),
-                     BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT)
+        reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, rows, N, stride_slot, stride_sm, stride_sn, stride_cm,
+                     stride_cn, call, seq, tl.program_id(0), BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL, WAIT)
     P.exit(call, seq, live, exit_programs, END)
 
 

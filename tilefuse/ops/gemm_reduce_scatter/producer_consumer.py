@@ -35,8 +35,7 @@ def producer_consumer(a, b, *, config=None, group=None, scale_a=None, scale_b=No
         NUM_PROGRAMS=gemm_programs, ENTER=begins, RELEASE=True, BARRIER=False, WARP_SPEC=False, **p.meta,
     )
     with streams.side():
-        launch_reduce(p, call, c, comm_programs, pull=False, wait=True, enter=begins, end=begins,
-                      exit_programs=total)
+        launch_reduce(p, call, c, comm_programs, pull=False, wait=True, enter=begins, end=begins, exit_programs=total)
     streams.join()
     launched(entry)
     return c
