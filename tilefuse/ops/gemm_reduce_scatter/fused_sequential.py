@@ -28,8 +28,7 @@ def fused_sequential(a, b, *, config=None, group=None, scale_a=None, scale_b=Non
     # No flags (the stage stands in); the kernel's barrier orders every rank's partials before the reduction.
     partials_kernel[(programs,)](
         a, b, kernel_scales(scale_a, scale_b, a.device), *p.dims, p.stage, p.stage, *p.stage_strides, call, programs,
-        NUM_PROGRAMS=programs, ENTER=entry is not None, RELEASE=False, BARRIER=True, WARP_SPEC=p.warp_spec, **p.meta,
-    )
+        NUM_PROGRAMS=programs, ENTER=entry is not None, RELEASE=False, BARRIER=True, WARP_SPEC=p.warp_spec, **p.meta)
     launched(entry, ends=False)
     if entry is None:
         mid_barrier(p.heap, 0)  # every rank's partials have landed in our slots

@@ -32,8 +32,7 @@ def producer_consumer(a, b, *, config=None, group=None, scale_a=None, scale_b=No
     # The GEMM waits on nothing but the begin: launched first, it is not blocked behind the reduction.
     partials_kernel[(gemm_programs,)](
         a, b, kernel_scales(scale_a, scale_b, a.device), *p.dims, p.stage, p.flags, *p.stage_strides, call, total,
-        NUM_PROGRAMS=gemm_programs, ENTER=begins, RELEASE=True, BARRIER=False, WARP_SPEC=False, **p.meta,
-    )
+        NUM_PROGRAMS=gemm_programs, ENTER=begins, RELEASE=True, BARRIER=False, WARP_SPEC=False, **p.meta)
     with streams.side():
         launch_reduce(p, call, c, comm_programs, pull=False, wait=True, enter=begins, end=begins, exit_programs=total)
     streams.join()
