@@ -48,10 +48,9 @@ def push_shard(
     M_loc, K, call, prog, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, FIRST: tl.constexpr, SIGNAL: tl.constexpr,
 ):
-    """Program ``prog`` of ``NUM_PROGRAMS`` copies its share of the (target, chunk) pairs into ranks
-    ``push_target(r, FIRST .. W-1)``, target-major; with SIGNAL it releases ``flags[chunk] = epoch``
-    on the receiver after each chunk. Without SIGNAL the units are [BLOCK_M, BLOCK_K] tiles (nothing
-    waits for a whole chunk), so a shard of few chunks still keeps every program busy."""
+    """Program ``prog``'s share of the (target, chunk) pairs, into ranks ``push_target(r, FIRST .. W-1)``;
+    SIGNAL: then ``flags[chunk] = epoch`` on the receiver. Without SIGNAL the units are [BLOCK_M, BLOCK_K]
+    tiles, so a shard of few chunks still keeps every program busy."""
     cur_rank, world, heap_bases = P.rank(call), P.world(call), P.bases(call)
     num_chunks = tl.cdiv(M_loc, BLOCK_M)
     if SIGNAL:

@@ -1,6 +1,5 @@
 """What a gemm_all_reduce variant prepares once per call signature (:func:`prepare`): checks, config,
-heap buffers and the variant's launch options. Per call its host function does ``p.start(a, b)``
-(operands, output, begin), builds the call tuple and launches."""
+heap buffers and the variant's launch options."""
 
 from __future__ import annotations
 
@@ -108,10 +107,9 @@ class Prepared(PreparedCall):
         self.gemm_meta = call.gemm_meta  # the GEMM part's constexprs and launch options
         self.has_bias = bias is not None
         self.norm = norm  # the epilogue in the kernel: 0 none, 1 RMSNorm, 2 residual add + RMSNorm
-        self.stage = None  # [W, M, N] in the input dtype (float8: fp32), on the heap (None: an empty call)
-        self.stride_s = ()  # the stage's (slot, m, n)
-        self.flags = None  # [W, num_tiles] int64 on the heap (every variant but bulk_sync)
-        self.launch = {}  # the variant's constexprs and launch options
+        # stage [W, M, N] (input dtype; float8: fp32) and its (slot, m, n) strides; flags [W, num_tiles] int64
+        # (not bulk_sync), both on the heap; the variant's launch options. Empty calls have none.
+        self.stage, self.stride_s, self.flags, self.launch = None, (), None, {}
         if self.empty:
             return
         if M * N >= 2**31:

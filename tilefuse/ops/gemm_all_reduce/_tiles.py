@@ -140,10 +140,9 @@ def reduce_tiles(
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, HAS_BIAS: tl.constexpr,
     norm=None, NORM: tl.constexpr = 0,
 ):
-    """Sum the W partials of tiles cid, cid + NUM_PROGRAMS, ... into c: ``((s_0 + s_1) + ...) + bias``
-    in fp32, in [SUB_M, BN] blocks. ``PULL``: source s's partial from slot s of rank s's heap (after
-    a barrier), else from this rank's slot s; ``WAIT``: first acquire the tile's W flags. ``NORM``:
-    ``norm.store_sum``, then the tile's ticket (``norm.tile_done``)."""
+    """Sum the W partials of tiles cid, cid + NUM_PROGRAMS, ... into c: ``((s_0 + s_1) + ...) + bias`` in
+    fp32, in [SUB_M, BN] blocks (``load_partial``'s ``PULL``); ``WAIT``: first acquire the tile's W flags;
+    ``NORM``: ``norm.store_sum``, then the tile's ticket (``norm.tile_done``)."""
     world = P.world(call)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)

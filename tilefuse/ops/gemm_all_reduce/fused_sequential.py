@@ -65,9 +65,8 @@ def _fused_kernel(
 
 
 def _launch(p) -> dict:
-    """The kernel's constexprs: GEMM_SMS + COMM_SMS programs (not capped by the tiles: one kernel per
-    config); ``OWN_SUM`` where every program has at most one work item and the reduction's blocks are
-    whole tiles (the sum then holds no more registers than the reduction does)."""
+    """The kernel's constexprs: GEMM_SMS + COMM_SMS programs (one kernel per config); ``OWN_SUM`` where every
+    program has at most one work item and the reduction's blocks are whole tiles (no more registers)."""
     cfg = p.config
     programs = cfg.GEMM_SMS + cfg.COMM_SMS
     own_sum = p.num_tiles * cfg.SPLIT_K <= programs and sum_rows(cfg) == cfg.BLOCK_M

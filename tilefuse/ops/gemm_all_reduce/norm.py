@@ -91,10 +91,9 @@ def pair_sum(x, ROWS: tl.constexpr):
 
 @triton.jit
 def store_sum(total, c_ptr, stride_c, offs_m, offs_n, M, N, pid_n, num_pid_n, norm, NORM: tl.constexpr):
-    """Store the fp32 sum ``total`` [R, BN] (rows ``offs_m``, columns ``offs_n`` of column block
-    ``pid_n``) into c, rounded once; ``NORM == 2``: plus the residual first (as :func:`_row_sum`);
-    ``NORM``: then each row's sum of squares into ``part[row, pid_n]``. Returns what was stored, in
-    fp32 (0 outside c)."""
+    """Store the fp32 sum ``total`` [R, BN] (column block ``pid_n``) into c, rounded once; ``NORM == 2``:
+    plus the residual first (as :func:`_row_sum`); ``NORM``: then each row's sum of squares into
+    ``part[row, pid_n]``. Returns what was stored, in fp32 (0 outside c)."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [R, BN]
     s = total.to(c_ptr.dtype.element_ty)
     if NORM == 2:

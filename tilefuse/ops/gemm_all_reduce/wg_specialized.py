@@ -50,8 +50,7 @@ def _wg_kernel(
                 produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
                               call, epoch, pid,
                               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
-        else:
-            # Reducers wait only on producers: lower program ids here, or other ranks.
+        else:  # reducers wait only on producers: lower program ids here, or other ranks
             reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch,
                          pid - GEMM_PROGRAMS, BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True,
                          HAS_BIAS=HAS_BIAS)

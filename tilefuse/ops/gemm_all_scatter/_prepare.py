@@ -58,9 +58,8 @@ def prepare(variant: str, a, b, config, group, out, scaling: tuple = UNSCALED, *
 
 
 def begin(p: Prepared, a, b, out) -> tuple:
-    """``(a, b, dest, c, entry)``: the operands, the result [M, W*N_loc] (``out`` unless strided), where
-    the peers' blocks land (strided alike; the result itself with a heap ``out`` or where none land),
-    and the begin's result (``Prepared.begin``)."""
+    """``(a, b, dest, c, entry)``: the operands, the result (``out`` unless strided), where the peers'
+    blocks land (strided alike; the result itself where none land) and ``Prepared.begin``'s result."""
     a, b = p.operands(a, b)
     if p.inplace:
         dest = c = out

@@ -1,12 +1,11 @@
 """Device loops shared by the gemm_reduce_scatter variants: produce partial tiles, reduce owned tiles.
 
-Owner o's tiles are the ``tiles_per_owner`` tiles of its row block ``A[o*rows : (o+1)*rows]``
-(``rows = M / W``, grouped swizzle inside it). Rank r walks the owners r+1, r+2, ..., r (its own
-last), so the ranks push to different owners. ``stage [W, rows, N]`` (input dtype; fp32 for float8)
-on every heap: in the push layout slot s of owner o holds source s's partial of o's rows, rounded
-once. ``flags [W, tiles_per_owner]`` int64 on the owner: ``(s, j)`` is set to the call's sequence
-number once source s's partial of tile j is in the slot. A running sum (W >= 3, flagged variants)
-lives in an owner-local fp32 ``run [rows, N]``.
+Owner o's tiles are the ``tiles_per_owner`` tiles of its rows ``A[o*rows : (o+1)*rows]`` (``rows =
+M / W``). Rank r walks the owners r+1, r+2, ..., r, so the ranks push to different owners. ``stage [W,
+rows, N]`` (input dtype; fp32 for float8) on every heap: slot s of owner o holds source s's partial
+of o's rows, rounded once (bulk_sync's pull layout: slot o of rank s). ``flags [W, tiles_per_owner]``
+int64 on the owner: ``(s, j)`` = the call's sequence number once source s's tile j is there. Flagged
+variants at W >= 3 sum into an fp32 ``run [rows, N]``.
 """
 
 import triton
@@ -29,10 +28,9 @@ def produce_partials(
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
     WARP_SPEC: tl.constexpr = False,
 ):
-    """Compute this rank's partial of every tile, rounded once, into the owner's slot ``rank``: tile
-    t = step * tiles_per_owner + j (tile j of owner ``owner_at(step)``) goes to program t %
-    NUM_PROGRAMS. ``RELEASE``: then set the owner's flag (rank, j) to ``epoch``. ``WARP_SPEC``: each
-    owner's tile loop is warp-specialized (never with RELEASE)."""
+    """This rank's partial of every tile, rounded once, into the owner's slot ``rank``: tile j of owner
+    ``owner_at(step)`` is program ``(step * tiles_per_owner + j) % NUM_PROGRAMS``'s. ``RELEASE``: then the
+    owner's flag (rank, j) = ``epoch``. ``WARP_SPEC``: warp-specialized tile loops (never with RELEASE)."""
     rank, world = P.rank(call), P.world(call)
     rows = M // world
     num_pid_m = tl.cdiv(rows, BLOCK_M)
@@ -87,10 +85,9 @@ def reduce_owned(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr,
 ):
-    """Sum the W contributions to tiles cid, cid + NUM_PROGRAMS, ... of this rank's rows into c, in
-    fp32 in the fixed source order, in [SUB_M, BN] blocks: without ``WAIT`` (all in place) the W slots
-    in registers; with ``WAIT`` source by source, after each tile's flag, into the running sum ``run``
-    (the same bits)."""
+    """Sum the W contributions to tiles cid, cid + NUM_PROGRAMS, ... of this rank's rows into c in fp32, in
+    the fixed source order: without ``WAIT`` the W slots in registers; with ``WAIT`` source by source,
+    after each tile's flag, into the running sum ``run`` (the same bits)."""
     rank, world, heap_bases = P.rank(call), P.world(call), P.bases(call)
     num_pid_m = tl.cdiv(rows, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -141,10 +138,8 @@ def launch_reduce(p, call: tuple, c, programs: int, *, pull: bool, wait: bool, e
     stages, or sum those pushed here; ``wait`` on the flags (else a barrier ordered them); ``end``,
     ``enter``: as the kernel's ``END``, ``ENTER`` (``exit_programs``: default ``programs``)."""
     cfg = p.config
-    reduce_kernel[(programs,)](
-        p.stage, p.flags if wait else p.stage, p.run, c,  # the stage: a never-read stand-in
-        p.rows, p.N, *p.stage_strides, c.stride(0), c.stride(1),
-        call, programs if exit_programs is None else exit_programs,
-        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, SUB_M=p.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
-        PULL=pull, WAIT=wait, END=end, ENTER=enter, num_warps=p.side_warps,
-    )
+    reduce_kernel[(programs,)](  # without wait the stage stands in for the flags (never read)
+        p.stage, p.flags if wait else p.stage, p.run, c, p.rows, p.N, *p.stage_strides, c.stride(0), c.stride(1),
+        call, programs if exit_programs is None else exit_programs, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+        SUB_M=p.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs, PULL=pull, WAIT=wait, END=end, ENTER=enter,
+        num_warps=p.side_warps)

@@ -37,8 +37,7 @@ def _wg_kernel(
             produce_partials(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stage_ptr,
                              flags_ptr, stride_slot, stride_sm, stride_sn, call, seq, pid, BLOCK_M, BLOCK_N, BLOCK_K,
                              GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
-        else:
-            # Reducers wait only on producers: lower program ids here, or other ranks.
+        else:  # reducers wait only on producers: lower program ids here, or other ranks
             reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, M // P.world(call), N, stride_slot, stride_sm, stride_sn,
                          stride_cm, stride_cn, call, seq, pid - GEMM_PROGRAMS, BLOCK_M, BLOCK_N, SUB_M, GROUP_M,
                          COMM_PROGRAMS, PULL=False, WAIT=True)
