@@ -17,12 +17,11 @@ OP = "all_gather_gemm"
 
 
 class Prepared(PreparedCall):
-    """One call signature's checked sizes (``M`` = M_loc), config and heap buffers, None where nothing
-    moves (``buffers``: ``"gathered"``, ``"flagged"`` or ``"shard"``): ``ag`` (a_gathered [W*M_loc,
-    K]), ``own`` (this rank's rows: its block of ag, or a_shard [M_loc, K]), ``flags`` (int64 [W *
-    num_chunks], entry (source, chunk)) and ``own_flags`` (this rank's row), ``claims`` (int32 [1]:
-    wg_specialized's local tiles taken, 0 between calls), ``sg`` and ``own_sg`` (a float8 call's row
-    scales of ag or a_shard, and this rank's). ``comm``: the variant needs COMM_SMS >= 1."""
+    """One call signature's checked sizes (``M`` = M_loc), config and heap buffers (``buffers``: gathered,
+    flagged or shard; None where nothing moves): ``ag`` (a_gathered [W*M_loc, K]), ``own`` (this rank's
+    rows: its block of ag, or a_shard [M_loc, K]), ``flags`` (int64 [W * num_chunks]) and its row
+    ``own_flags``, ``claims`` (int32 [1]: wg_specialized's local tiles taken), a float8 call's row scales
+    ``sg`` and this rank's ``own_sg``. ``comm``: the variant needs COMM_SMS >= 1."""
 
     def __init__(self, variant, a, b, config, group, return_gathered, scaling: tuple, buffers: str, comm: bool):
         g = prepare_gemm(OP, a, b, group, config, comm=comm, pad=False)

@@ -87,9 +87,8 @@ def shard_kernel(
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, EVERY_RANK: tl.constexpr,
     SIGNAL: tl.constexpr, FIRST: tl.constexpr, BARRIER: tl.constexpr,
 ):
-    """Begin the call and copy this rank's rows into ``dst``: on every rank (``EVERY_RANK``, a_gathered:
-    :func:`push_shard`) or on this rank only (a_shard). ``BARRIER``: the last program passes the barrier
-    after which every rank's rows are in place (bulk_sync's push, fused_sequential's publish)."""
+    """Begin the call and copy this rank's rows into ``dst`` on every rank (``EVERY_RANK``: :func:`push_shard`)
+    or on this rank only (a_shard); ``BARRIER``: the last program passes the barrier (all rows in place)."""
     seq, live = P.enter(call, True)
     if live:
         if EVERY_RANK:
@@ -206,11 +205,10 @@ def gemm_gathered(
     USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, LOCAL_DIRECT: tl.constexpr, FLATTEN: tl.constexpr,
     WITH_LOCAL: tl.constexpr = True, REMOTE: tl.constexpr = False, GATHER: tl.constexpr = False,
 ):
-    """Program pid's share of C = gathered A @ B, sources in ring order r, r+1, ...: each tile after its
-    A chunk's flag; LOCAL_DIRECT: the local shard's tiles read ``a``; REMOTE: every source's read its
-    a_shard (a barrier published them); neither waits. Without ``WITH_LOCAL`` the local source is the
-    caller's. The local source sits outside the loop over the peers: Triton flattens (``FLATTEN``) a
-    tile loop only where no other loop encloses it."""
+    """Program pid's share of C = gathered A @ B, sources in ring order r, r+1, ..., each tile after its A
+    chunk's flag; LOCAL_DIRECT: the local shard's tiles read ``a``; REMOTE: every source's read its a_shard
+    (a barrier published them). Without ``WITH_LOCAL`` the local source is the caller's; it sits outside
+    the loop over the peers: Triton flattens (``FLATTEN``) a tile loop only where no loop encloses it."""
     if WITH_LOCAL:
         _gemm_source(0, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
                      c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, epoch, pid, NUM_PROGRAMS,

@@ -1,14 +1,12 @@
-"""all_gather_gemm, copy-engine form of producer_consumer: the GPU's copy engines move the rows, the
-GEMM keeps every SM but one.
+"""all_gather_gemm, producer_consumer's copy-engine form: copy engines move the rows, the GEMM runs on the SMs.
 
     stream 1: | begin | a -> own row block of a_gathered | barrier | GEMM (all programs) ...         |
     stream 2:                                             | copy rank r+1's rows (chunk) | release |
                                                           | next chunk ... | rank r+2 ... |
     stream 1:                                                                             | join |
 
-Each rank pulls every peer's row block out of the peer's ``a_gathered`` by DMA, ``COPIES_PER_PEER``
-chunks per peer; a one-program kernel behind each copy releases the chunk's flags for
-producer_consumer's GEMM kernel, which acquires them (one SM stays free for the release kernels).
+Every peer's row block is pulled by DMA, ``COPIES_PER_PEER`` chunks a peer; a one-program kernel behind
+each copy releases the chunk's flags for producer_consumer's GEMM (one SM stays free for them).
 """
 
 from __future__ import annotations

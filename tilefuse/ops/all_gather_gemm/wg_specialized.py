@@ -6,11 +6,10 @@
                             | source r+1: acquire chunk flag, K loop | ...
     stream: | one kernel, which begins the call itself |
 
-C = COMM_SMS, G = GEMM_SMS, with producer_consumer's flags. All C + G programs share the local
-shard's tiles (``common.tiles.claimed_tiles``; only this dealt loop is flattened: two flattened
-128x256 loops can exceed the H200's shared memory). No completion handshake: the GEMM programs
-acquire every chunk. The pushers have the LOWER program ids (the interpreter runs programs in pid
-order; GEMM programs wait on pushers). All C + G programs must be resident at once (checked).
+C = COMM_SMS, G = GEMM_SMS, with producer_consumer's flags. All C + G programs share the local shard's
+tiles (``common.tiles.claimed_tiles``; only this dealt loop is flattened: two flattened 128x256 loops can
+exceed the H200's shared memory). No completion handshake: the GEMM programs acquire every chunk. The
+pushers have the LOWER program ids (the interpreter runs programs in pid order), and all must be resident.
 """
 
 from __future__ import annotations

@@ -36,14 +36,12 @@ def produce_tiles(
     # with SPLIT: (K slices per tile, split-K scratch slots, counts) (ops.common.split_k.SPLIT_K_SCRATCH)
     split=None, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1,
 ):
-    """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ..., round it once and store it
-    into slot ``rank`` of ranks rank + 1, rank + 2, ..., itself last; ``RELEASE``: then set each
-    destination's flag (rank, t) to ``epoch``. ``GATE`` (after ``P.enter_aside``): the stores wait for
-    the begin (``P.ready``), skipped if the call does not run. Returns whether the call runs.
-    ``SUM_HERE`` (one work item a program): each tile is summed right after its push, this rank's
-    partial from registers (:func:`sum_tile_with_own`; ``NORM``: then ``norm.tile_done``). ``SPLIT``:
-    the work items are K slices, handed in (``split_k.hand_in_slice``) whether or not the call runs
-    (the counts are zero after every launch); the tile's last slice sums the slices and goes on."""
+    """This rank's partial of tiles pid, pid + NUM_PROGRAMS, ..., rounded once, into slot ``rank`` of ranks
+    rank + 1, ..., itself last; ``RELEASE``: then each destination's flag (rank, t) = ``epoch``. ``GATE``
+    (``P.enter_aside``): the stores wait for the begin (``P.ready``). Returns whether the call runs.
+    ``SUM_HERE`` (one work item a program): each tile summed right after its push (:func:`sum_tile_with_own`;
+    ``NORM``: then ``norm.tile_done``). ``SPLIT``: the work items are K slices, handed in whether or not the
+    call runs (the counts are zero after every launch); a tile's last slice sums the slices and goes on."""
     rank, world = P.rank(call), P.world(call)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -98,9 +96,8 @@ def sum_tile_with_own(
     # with NORM: tile t's column block, the column blocks, and norm.py's tuple
     pid_n=0, num_pid_n=1, norm=None, NORM: tl.constexpr = 0,
 ):
-    """:func:`reduce_tiles` of one tile whose own partial ``part`` is in registers (rounded as a staged
-    one: the same bits): acquire the other sources' flags of tile t, then ``((s_0 + s_1) + ...) +
-    bias`` into c (``norm.store_sum``). Returns the tile as stored, in fp32."""
+    """:func:`reduce_tiles` of tile t, this rank's partial ``part`` from registers (rounded as a staged one):
+    the other sources' flags, then the sum into c (``norm.store_sum``). Returns the tile stored, in fp32."""
     rank, world = P.rank(call), P.world(call)
     for i in range(1, world):
         src = (rank + i) % world

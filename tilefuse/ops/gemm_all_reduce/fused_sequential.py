@@ -37,8 +37,7 @@ def _fused_kernel(
     OWN_SUM: tl.constexpr = False, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1, NORM: tl.constexpr = 0,
 ):
     """``ENTER``: program 0 begins the call while the others run their first K loop (``P.enter_aside``).
-    ``OWN_SUM``: ``produce_tiles``' ``SUM_HERE``. ``NORM`` (1: RMSNorm; 2: residual add, then RMSNorm):
-    c is ``new_residual``, the row blocks are normed into ``y`` (``norm.py``)."""
+    ``OWN_SUM``: ``produce_tiles``' ``SUM_HERE``. ``NORM``: c is ``new_residual``, normed into ``y`` (norm.py)."""
     pid = tl.program_id(0)
     c_ptr, bias_ptr, stride_c, norm = out
     if ENTER:
@@ -97,8 +96,7 @@ def norm_arg(p, c, y, norm) -> tuple:
 def fused_sequential(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None,
                      norm=None):
     """gemm_all_reduce as one fused persistent kernel; same contract as :func:`tilefuse.gemm_all_reduce`.
-    ``norm``: ``(residual or None, norm_weight, eps)``, checked (``norm.run_with_norm``): the kernel
-    also adds the residual and norms, and the call returns ``(y, new_residual)``."""
+    ``norm``: ``(residual or None, norm_weight, eps)`` (checked): the call returns ``(y, new_residual)``."""
     p = prepare("fused_sequential", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=False, flags=True,
                 launch=_launch, norm=norm)
     if norm is None:

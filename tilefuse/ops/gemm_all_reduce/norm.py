@@ -72,11 +72,10 @@ def _add_rms_norm_kernel(
             tl.store(y_ptr + row * stride_y + offs, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
-# The epilogue inside fused_sequential's kernel (``NORM``: 0 none, 1 the norm of the sum, 2 the residual
-# add, then the norm). ``norm = (y_ptr, res_ptr, w_ptr, count_ptr, part_ptr, eps, stride_r, stride_y)``:
-# y [M, N] and residual [M, N] (rows contiguous), weight [N], and this stream's NORM_SCRATCH: count
-# [row blocks] int64 (zero between launches), part [M, tiles_n] fp32 (rows' sums of squares per tile)
-# followed by rstd [M] fp32.
+# The epilogue in fused_sequential's kernel (``NORM``: 0 none, 1 the norm, 2 residual add, then the norm):
+# ``norm = (y_ptr, res_ptr, w_ptr, count_ptr, part_ptr, eps, stride_r, stride_y)``: y, residual [M, N] (rows
+# contiguous), weight [N], this stream's NORM_SCRATCH: count [row blocks] int64 (0 between launches), part
+# [M, tiles_n] fp32 (rows' sums of squares per tile), then rstd [M] fp32.
 
 
 @triton.jit
@@ -114,10 +113,9 @@ OWN_TAIL = tl.constexpr(not hw.interpreting())  # tile_done's split tail where p
 @triton.jit
 def tile_done(x, offs_m, offs_n, c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, call, BLOCK_M: tl.constexpr,
               SPLIT_TAIL: tl.constexpr = False):
-    """A ticket on row block ``pid_m``'s count once this program stored its tile ``x`` of it; the ticket
-    that completes the row block computes the rows' ``rstd`` and, with ``SPLIT_TAIL`` (one tile a
-    program, all resident: a GPU), publishes it for each program to scale its own tile, else writes
-    the row block's ``y`` (:func:`norm_row_block`). Either way the count is 0 after the launch."""
+    """A ticket on row block ``pid_m``'s count once this program stored its tile ``x``; the completing ticket
+    computes the rows' ``rstd`` and, with ``SPLIT_TAIL`` (one tile a program, all resident: a GPU), publishes
+    it for each program to scale its own tile, else writes the row block's ``y``. The count ends at 0."""
     count_ptr = norm[3]
     # Every thread's stores of the tile are done before the one ticket below.
     tl.debug_barrier()
@@ -192,9 +190,8 @@ on_reset(NORM_SCRATCH.clear)
 def add_rms_norm(c: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float, *,
                  out: tuple[torch.Tensor, torch.Tensor] | None = None,
                  max_block: int = MAX_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(y, s)`` of the module docstring for ``c [M, N]`` (rows contiguous), ``residual [M, N]`` of c's
-    dtype (or None: ``s`` is ``c``) and ``weight [N]``. ``out``: the ``(y, s)`` to write (rows
-    contiguous; ``s`` unused without a residual); ``max_block``: the most columns a program holds."""
+    """``(y, s)`` of the module docstring for ``c [M, N]``, ``residual [M, N]`` (or None) and ``weight [N]``
+    (rows contiguous); ``out``: the ``(y, s)`` to write; ``max_block``: the most columns a program holds."""
     M, N = c.shape
     y, s = out if out is not None else (torch.empty_like(c), None if residual is None else torch.empty_like(c))
     if residual is None:
@@ -220,9 +217,8 @@ def add_rms_norm_torch(c: torch.Tensor, residual: torch.Tensor | None, weight: t
 
 def rms_norm_backward(s: torch.Tensor, weight: torch.Tensor, eps: float, dy: torch.Tensor | None,
                       ds: torch.Tensor | None, weight_grad: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """``(d_s, d_weight)`` (each None where nothing flows) of ``(y, s)``'s gradients ``dy``, ``ds``, in
-    fp32: with ``r = rsqrt(mean(s^2) + eps)``, ``d_s = r (dy w) - s r^3 mean((dy w) s) + ds``,
-    ``d_weight = sum over rows of dy s r``."""
+    """``(d_s, d_weight)`` (None where nothing flows) from ``dy``, ``ds`` in fp32, ``r = rsqrt(mean(s^2) + eps)``:
+    ``d_s = r (dy w) - s r^3 mean((dy w) s) + ds``, ``d_weight = sum over rows of dy s r``."""
     x = s.float()
     grad = None if ds is None else ds.float()
     dw = None
@@ -262,9 +258,8 @@ def check_norm_args(op: str, a: torch.Tensor, b: torch.Tensor, residual, norm_we
 
 
 def run_with_norm(entry, a, b, *, variant: str, residual, norm_weight, eps, **kwargs):
-    """``(y, new_residual)`` of ``variant``'s call ``entry(a, b, **kwargs)`` (never auto) with the
-    epilogue: in fused_sequential's kernel (``entry(..., norm=(residual, norm_weight, eps))``), in
-    torch ops after the plain and reference paths, else in :func:`add_rms_norm` after the call."""
+    """``(y, new_residual)`` of ``variant``'s call ``entry(a, b, **kwargs)`` with the epilogue: in
+    fused_sequential's kernel (``norm=``), torch ops after plain and reference, else :func:`add_rms_norm`."""
     check_norm_args("gemm_all_reduce", a, b, residual, norm_weight, eps)
     if residual is not None and residual.stride(-1) != 1:
         residual = residual.contiguous()

@@ -24,9 +24,8 @@ def compute_tiles(
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     PUSH: tl.constexpr, RELEASE: tl.constexpr, WARP_SPEC: tl.constexpr = False, GATE: tl.constexpr = False,
 ):
-    """Tiles pid, pid + NUM_PROGRAMS, ...: K loop, store into this rank's block of the result; PUSH: also
-    into every peer's c; RELEASE: then set the tile's flag to ``seq``. ``GATE`` (after ``P.enter_aside``):
-    the stores wait for the begin (``P.ready``), skipped if the call does not run."""
+    """Tiles pid, pid + NUM_PROGRAMS, ... into this rank's block of the result; PUSH: also into every peer's
+    c; RELEASE: then flag = ``seq``; ``GATE`` (``P.enter_aside``): stores wait for the begin (``P.ready``)."""
     rank, world, bases = P.rank(call), P.world(call), P.bases(call)
     col = tl.cast(rank, tl.int64) * N * stride_cn  # this rank's column block
     o_ptr, c_ptr = o_ptr + col, c_ptr + col

@@ -29,8 +29,7 @@ def _fused_kernel(
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
     ENTER: tl.constexpr,
 ):
-    """``ENTER`` (never with ``WARP_SPEC``): program 0 begins the call, so tile t goes to program
-    ``(t + 1) % NUM_PROGRAMS`` (none to program 0 while the tiles do not fill the programs)."""
+    """``ENTER`` (never with ``WARP_SPEC``): program 0 begins the call, so tile t is program (t + 1)'s."""
     if ENTER:
         seq = P.enter_aside(call)
         first = (tl.program_id(0) + NUM_PROGRAMS - 1) % NUM_PROGRAMS

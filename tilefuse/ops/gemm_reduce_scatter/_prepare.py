@@ -16,9 +16,8 @@ OP = "gemm_reduce_scatter"
 
 
 class Prepared(PreparedCall):
-    """One call signature of a variant: the checked shapes, config, operand layout and heap buffers
-    (``_tiles``: ``stage`` is shared by the variants, each call's begin being a barrier; ``run`` and
-    ``flags`` are the stage where a variant has none)."""
+    """One call signature of a variant: the checked shapes, config, operand layout and heap buffers (``_tiles``;
+    ``stage`` shared by the variants, each call's begin being a barrier; ``run``, ``flags``: else the stage)."""
 
     def __init__(self, variant: str, a, b, config, group, scaling: tuple, *, comm: bool, flags: bool):
         heap = op_heap(OP, group)

@@ -134,9 +134,8 @@ def reduce_kernel(
 
 def launch_reduce(p, call: tuple, c, programs: int, *, pull: bool, wait: bool, end: bool = False,
                   enter: bool = False, exit_programs: int | None = None) -> None:
-    """:func:`reduce_kernel` on ``programs`` programs into ``c``: ``pull`` the partials from the peers'
-    stages, or sum those pushed here; ``wait`` on the flags (else a barrier ordered them); ``end``,
-    ``enter``: as the kernel's ``END``, ``ENTER`` (``exit_programs``: default ``programs``)."""
+    """:func:`reduce_kernel` on ``programs`` programs into ``c``: ``pull`` the peers' partials or sum those
+    pushed here, ``wait`` on the flags (else a barrier ordered them); ``end``, ``enter``: ``END``, ``ENTER``."""
     cfg = p.config
     reduce_kernel[(programs,)](  # without wait the stage stands in for the flags (never read)
         p.stage, p.flags if wait else p.stage, p.run, c, p.rows, p.N, *p.stage_strides, c.stride(0), c.stride(1),
