@@ -158,7 +158,7 @@ def gemm_shard(
 @triton.jit
 def _gemm_source(
     i,
-    a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
+    a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b,  # b: (b_ptr, stride_bk, stride_bn)
     c_ptr, stride_cm, stride_cn, flags_ptr,
     M_loc, N, K, call, epoch, pid, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -166,6 +166,7 @@ def _gemm_source(
     REMOTE: tl.constexpr, GATHER: tl.constexpr,
 ):
     """Source step i of :func:`gemm_gathered`: rank (r + i)'s rows."""
+    b_ptr, stride_bk, stride_bn = b
     num_chunks = tl.cdiv(M_loc, BLOCK_M)
     cur_rank = P.rank(call)
     src = (cur_rank + i) % P.world(call)
@@ -197,7 +198,7 @@ def gemm_gathered(
     a_ptr, stride_am, stride_ak,  # this rank's shard [M_loc, K]: `a`, or with REMOTE its a_shard (symmetric)
     # the gathered buffer [W*M_loc, K] on this heap (with REMOTE: GATHER's a_gathered, local); the scales
     ag_ptr, stride_gm, stride_gk, scales,
-    b_ptr, stride_bk, stride_bn,
+    b,  # (b_ptr, stride_bk, stride_bn)
     c_ptr, stride_cm, stride_cn,
     flags_ptr,  # int64 [W, cdiv(M_loc, BLOCK_M)]: (source, chunk) -> sequence number of its last arrival
     M_loc, N, K, call, epoch, pid, NUM_PROGRAMS,
@@ -210,10 +211,10 @@ def gemm_gathered(
     (a barrier published them). Without ``WITH_LOCAL`` the local source is the caller's; it sits outside
     the loop over the peers: Triton flattens (``FLATTEN``) a tile loop only where no loop encloses it."""
     if WITH_LOCAL:
-        _gemm_source(0, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
-                     c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, epoch, pid, NUM_PROGRAMS,
-                     BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN, REMOTE, GATHER)
+        _gemm_source(0, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b, c_ptr, stride_cm,
+                     stride_cn, flags_ptr, M_loc, N, K, call, epoch, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K,
+                     GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN, REMOTE, GATHER)
     for i in range(1, P.world(call)):
-        _gemm_source(i, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
-                     c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, epoch, pid, NUM_PROGRAMS,
-                     BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, False, FLATTEN, REMOTE, GATHER)
+        _gemm_source(i, a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b, c_ptr, stride_cm,
+                     stride_cn, flags_ptr, M_loc, N, K, call, epoch, pid, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K,
+                     GROUP_M, USE_TMA, B_KMAJOR, False, FLATTEN, REMOTE, GATHER)

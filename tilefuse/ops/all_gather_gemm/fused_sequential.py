@@ -34,7 +34,7 @@ def _fused_kernel(
 ):
     _, live = P.call_epoch(P.ctl(call))
     if live:  # every source's a_shard read in place (REMOTE), no flag (s_ptr stands in)
-        gemm_gathered(s_ptr, stride_sm, stride_sk, g_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
+        gemm_gathered(s_ptr, stride_sm, stride_sk, g_ptr, stride_gm, stride_gk, scales, (b_ptr, stride_bk, stride_bn),
                       c_ptr, stride_cm, stride_cn, s_ptr, M_loc, N, K, call, 0, tl.program_id(0), NUM_PROGRAMS, BLOCK_M,
                       BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, False, FLATTEN, REMOTE=True, GATHER=GATHER)
 

@@ -38,7 +38,7 @@ def gemm_kernel(
 ):
     seq, live = P.enter(call, ENTER)
     if live:
-        gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
+        gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, (b_ptr, stride_bk, stride_bn),
                       c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, seq, tl.program_id(0),
                       NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN)
     P.exit(call, seq, live, exit_programs, ENTER)

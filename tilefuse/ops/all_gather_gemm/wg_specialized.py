@@ -57,8 +57,8 @@ def _wg_kernel(
                           pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
                           FLATTEN)
         if pid >= COMM_PROGRAMS:
-            gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk,
-                          stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, seq,
+            gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, (b_ptr, stride_bk,
+                          stride_bn), c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, seq,
                           pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
                           B_KMAJOR, LOCAL_DIRECT, FLATTEN, WITH_LOCAL=not LOCAL_DIRECT)
     P.exit(call, seq, live, COMM_PROGRAMS + GEMM_PROGRAMS, END=True)

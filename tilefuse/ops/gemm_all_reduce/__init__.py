@@ -26,9 +26,8 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     order 0, 1, ..., W-1, adds the bias and rounds once: the W copies of ``c`` are bit-identical, and
     the four variants agree bit for bit (reference and plain: to rounding).
 
-    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"``, ``"plain"`` (torch.matmul + torch
-    all-reduce) or ``"auto"``. ``config``: a :class:`tilefuse.Config` (the same on every rank).
-    Workspaces: ``README.md``.
+    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"``, ``"plain"`` (torch.matmul + torch all-reduce)
+    or ``"auto"``. ``config``: a :class:`tilefuse.Config` (the same on every rank). Workspaces: ``README.md``.
 
     ``residual``, ``norm_weight``, ``eps``: vLLM's fused add-RMSNorm after the all-reduce. Given
     ``norm_weight [N]`` (and optionally ``residual [M, N]`` of a's dtype), both the same on every rank,
@@ -36,10 +35,9 @@ def gemm_all_reduce(a, b, *, variant: str = "auto", config=None, group=None, bia
     a's dtype is ``new_residual``, ``y = s * rsqrt(mean(s^2, -1) + eps) * norm_weight`` in fp32,
     rounded once (``norm.py``).
 
-    Returns once every rank's partial has been summed into ``c`` (stream-ordered on a GPU).
-    Collective: every rank makes the same calls in the same order. CUDA graphs: make one eager call
-    of the shape first, then capture. Autograd flows to every tensor argument; ``torch.compile``
-    traces the custom op.
+    Returns once every rank's partial has been summed into ``c`` (stream-ordered on a GPU). Collective:
+    every rank makes the same calls in the same order. CUDA graphs: make one eager call of the shape
+    first, then capture. Autograd flows to every tensor argument; ``torch.compile`` traces the custom op.
 
     Float8: ``a``, ``b`` in ``float8_e4m3fn`` (one may be ``float8_e5m2``) with float32 ``scale_a``,
     ``scale_b`` (tensor-wise, or row-wise ``[rows of a, 1]``, ``[1, columns of b]``) compute

@@ -23,10 +23,9 @@ def gemm_all_scatter(a, b, *, variant: str = "auto", config=None, group=None, ou
     column block r is rank r's ``a @ b``. Any M, N_loc and K. fp16, bf16 or fp32 (tf32 tensor cores
     on GPUs); fp32 accumulation, result in the input dtype.
 
-    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` or ``"auto"``. ``config``: a
-    :class:`tilefuse.Config`. ``out``: optional ``[M, W*N_loc]`` tensor of the result's dtype and
-    device; a contiguous heap tensor (same offset on every rank) is written in place, any other
-    receives the result.
+    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` or ``"auto"``. ``config``: a :class:`tilefuse.Config`.
+    ``out``: optional ``[M, W*N_loc]`` tensor of the result's dtype and device; a contiguous heap tensor
+    (same offset on every rank) is written in place, any other receives the result.
 
     Returns once every rank's tiles have landed in this rank's result (stream-ordered on a GPU).
     Collective: every rank makes the same calls in the same order. Autograd: ``g`` = the sum over

@@ -28,10 +28,9 @@ def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None,
     ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"``, ``"plain"`` or ``"auto"``. ``config``:
     a :class:`tilefuse.Config` (the same on every rank). Workspaces: ``README.md``.
 
-    Returns once every rank's partial of this rank's rows has been summed into ``c`` (stream-ordered
-    on a GPU). Collective: every rank makes the same calls in the same order. Autograd: ``da,
-    dc_gathered = all_gather_gemm(dc, b.t(), return_gathered=True)``, ``db = a.t() @ dc_gathered``;
-    ``torch.compile`` traces the custom op.
+    Returns once every rank's partial of this rank's rows has been summed into ``c`` (stream-ordered on a
+    GPU). Collective: every rank makes the same calls in the same order. Autograd: ``da, dc_gathered =
+    all_gather_gemm(dc, b.t(), return_gathered=True)``, ``db = a.t() @ dc_gathered``; compile: custom op.
 
     Float8: ``a``, ``b`` in ``float8_e4m3fn`` (one may be ``float8_e5m2``) with float32 ``scale_a``,
     ``scale_b`` (tensor-wise, or row-wise ``[rows of a, 1]``, ``[1, columns of b]``) compute
