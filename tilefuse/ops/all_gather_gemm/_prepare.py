@@ -1,5 +1,5 @@
-"""What an all_gather_gemm call prepares once per call signature: checks, config, heap buffers and the
-GEMM's operand path. Every variant's host function starts with :func:`prepare`."""
+"""What an all_gather_gemm call prepares once per call signature (:func:`prepare`): checks, config,
+heap buffers and the GEMM's operand path."""
 
 from __future__ import annotations
 
@@ -17,14 +17,13 @@ OP = "all_gather_gemm"
 
 
 class Prepared(PreparedCall):
-    """One call signature's checked sizes (``M``: rows per rank, M_loc), config and heap buffers;
-    ``empty`` (M_loc, N or K zero): the fused variants hand the call to bulk_sync.
-
-    ``buffers``: ``"gathered"`` (a_gathered), ``"flagged"`` (a_gathered, flags and the claim
-    counter) or ``"shard"`` (a_shard [M_loc, K]); ``comm``: the variant needs COMM_SMS >= 1."""
+    """One call signature's checked sizes (``M`` = M_loc), config and heap buffers (``buffers``: gathered,
+    flagged or shard; None where nothing moves): ``ag`` (a_gathered [W*M_loc, K]), ``own`` (this rank's
+    rows: its block of ag, or a_shard [M_loc, K]), ``flags`` (int64 [W * num_chunks]) and its row
+    ``own_flags``, ``claims`` (int32 [1]: wg_specialized's local tiles taken), a float8 call's row scales
+    ``sg`` and this rank's ``own_sg``. ``comm``: the variant needs COMM_SMS >= 1."""
 
     def __init__(self, variant, a, b, config, group, return_gathered, scaling: tuple, buffers: str, comm: bool):
-        # No padded copies: the variants read `a` where it is (the shard travels anyway).
         g = prepare_gemm(OP, a, b, group, config, comm=comm, pad=False)
         cfg, heap = g.config, g.heap
         check_variant_config(OP, variant, cfg)  # only bulk_sync splits K
@@ -32,21 +31,14 @@ class Prepared(PreparedCall):
         M, N, K, W, r = g.M, g.N, g.K, heap.world_size, heap.rank
         super().__init__(g, a, b, g.key(variant, bool(return_gathered), kind), empty=M == 0 or N == 0 or K == 0,
                          out_dtype=out_dtype)
-        self.ag = None  # a_gathered [W*M_loc, K] on the heap; None where nothing moves
-        self.own = None  # this rank's rows on the heap: its block of ag, or a_shard
-        self.flags = None  # int64 [W * num_chunks], entry (source, chunk)
-        self.own_flags = None  # this rank's row of flags (the ones its pushes release)
-        self.claims = None  # int32 [1]: wg_specialized's local tiles taken, 0 between calls
-        self.sg = None  # a float8 call's row scales of ag [W*M_loc] (or of a_shard [M_loc]), fp32 on the heap
-        self.own_sg = None  # this rank's rows' scales in sg
+        self.ag = self.own = self.flags = self.own_flags = self.claims = self.sg = self.own_sg = None
         self.num_chunks = num_chunks = -(-M // cfg.BLOCK_M)
         self.local_direct = True  # the local shard's tiles read `a` itself (it fits the heap rows' path)
         self.first = 0  # 1: the local rows are not pushed to this rank (nothing reads them there)
         self.meta = {}  # the GEMM's constexprs and launch options
         if M == 0 or K == 0 or (N == 0 and buffers != "gathered"):
             return
-        dtype, size = a.dtype, a.element_size()
-        scaled = kind is not None  # the rows' scales travel with them
+        dtype, size, scaled = a.dtype, a.element_size(), kind is not None  # scaled: row scales travel too
         if buffers == "shard":
             ws = self.hold((OP, variant, M, K, dtype), lambda h: dict(
                 a_shard=h.empty((M, K), dtype=dtype), **({"s_shard": h.empty(M, dtype=torch.float32)} if scaled else {})
@@ -59,8 +51,7 @@ class Prepared(PreparedCall):
             def make(h):
                 made = {"a_gathered": h.empty((W * M, K), dtype=dtype)}
                 if flagged:
-                    made["flags"] = h.zeros(W * num_chunks, dtype=torch.int64)
-                    made["claims"] = h.zeros(1, dtype=torch.int32)
+                    made.update(flags=h.zeros(W * num_chunks, dtype=torch.int64), claims=h.zeros(1, dtype=torch.int32))
                 if scaled:
                     made["s_gathered"] = h.empty(W * M, dtype=torch.float32)
                 return made
@@ -69,12 +60,9 @@ class Prepared(PreparedCall):
                            W * M * K * size + (8 * W * num_chunks + 4 if flagged else 0) + (4 * W * M if scaled else 0))
             self.ag = rows = ws.a_gathered
             self.own = self.ag[r * M:(r + 1) * M]
-            self.flags, self.claims = ws.buffers.get("flags"), ws.buffers.get("claims")
-            if self.flags is not None:
-                self.own_flags = self.flags[r * num_chunks:]
-            self.sg = ws.buffers.get("s_gathered")
-            if self.sg is not None:
-                self.own_sg = self.sg[r * M:(r + 1) * M]
+            self.flags, self.claims, self.sg = (ws.buffers.get(k) for k in ("flags", "claims", "s_gathered"))
+            self.own_flags = None if self.flags is None else self.flags[r * num_chunks:]
+            self.own_sg = None if self.sg is None else self.sg[r * M:(r + 1) * M]
         # The operand path of A rows read from the heap buffer, and whether `a` itself fits it too.
         self.use_tma, b_kmajor = gemm_layout(rows, b)
         self.local_direct = (not self.use_tma) or gemm_layout(a, b)[0]
@@ -84,13 +72,12 @@ class Prepared(PreparedCall):
         self.meta = dict(g.gemm_meta, USE_TMA=self.use_tma, B_KMAJOR=b_kmajor, FLATTEN=flatten)
 
     def scales(self, scale_a, scale_b) -> tuple:
-        """The kernels' ``scales`` (``_tiles``): ``common.scaled.kernel_scales`` and the heap's row
-        scales (``sg``; a stand-in for an unscaled call)."""
+        """The kernels' ``scales`` (``_tiles``): ``kernel_scales`` and ``sg`` (or a stand-in)."""
         scales = kernel_scales(scale_a, scale_b, self.heap.device)
         return (*scales, scales[0] if self.sg is None else self.sg)
 
     def gathered_scales(self, scales: tuple) -> tuple:
-        """``scales`` of the GEMM core over all of ``ag``: the gathered row scales, one per row."""
+        """``scales`` of the GEMM core over all of ``ag``: the gathered row scales."""
         return scales if self.sg is None else (self.sg, 1, *scales[2:4])
 
     @property
@@ -101,8 +88,7 @@ class Prepared(PreparedCall):
 
 def prepare(variant: str, a, b, config, group, return_gathered: bool, scaling: tuple = UNSCALED, *, buffers: str,
             comm: bool = False) -> tuple:
-    """``(heap, Prepared)`` of this call, made the first time its signature is seen on the group;
-    ``scaling``: the call's ``(scale_a, scale_b, out_dtype)`` (``common.scaled``)."""
+    """``(heap, Prepared)`` of this call, made on its signature's first call."""
     heap = op_heap(OP, group)
     make = functools.partial(Prepared, variant, a, b, config, group, return_gathered, scaling, buffers, comm)
     p = once(heap, (OP, variant, bool(return_gathered), scaling[2]), make, config, a, b, *scaling[:2])

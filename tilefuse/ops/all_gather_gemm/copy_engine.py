@@ -1,16 +1,12 @@
-"""all_gather_gemm, copy-engine form of producer_consumer: the GPU's copy engines move the rows, the
-GEMM keeps every SM but one.
+"""all_gather_gemm, producer_consumer's copy-engine form: copy engines move the rows, the GEMM runs on the SMs.
 
     stream 1: | begin | a -> own row block of a_gathered | barrier | GEMM (all programs) ...         |
     stream 2:                                             | copy rank r+1's rows (chunk) | release |
                                                           | next chunk ... | rank r+2 ... |
     stream 1:                                                                             | join |
 
-Each rank pulls every peer's row block out of the peer's ``a_gathered`` by DMA, ``COPIES_PER_PEER``
-chunks per peer; a one-program kernel behind each copy releases the chunk's flags for
-producer_consumer's GEMM kernel on stream 1, which acquires them (one SM stays free for the release
-kernels: the GEMM spins). The barrier orders every rank's own rows before any peer pulls them; the
-begin keeps the copies from overwriting rows a peer still reads from the previous call.
+Every peer's row block is pulled by DMA, ``COPIES_PER_PEER`` chunks a peer; a one-program kernel behind
+each copy releases the chunk's flags for producer_consumer's GEMM (one SM stays free for them).
 """
 
 from __future__ import annotations
@@ -55,9 +51,7 @@ def _pull_rows(heap, p, call) -> None:
 @collective(OP)
 def copy_engine(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
                 out_dtype=None):
-    """all_gather_gemm with the rows pulled by copy engines and the GEMM on every SM but one; same
-    contract as :func:`tilefuse.all_gather_gemm`. All ``GEMM_SMS + COMM_SMS`` programs of the config
-    compute (at most the device's multiprocessors less one)."""
+    """all_gather_gemm, rows pulled by copy engines, the GEMM on the SMs; contract :func:`tilefuse.all_gather_gemm`."""
     scaling = (scale_a, scale_b, out_dtype)
     heap, p = prepare("copy_engine", a, b, config, group, return_gathered, scaling, buffers="flagged")
     if p.empty:
@@ -77,10 +71,8 @@ def copy_engine(a, b, *, config=None, group=None, return_gathered=False, scale_a
         _pull_rows(heap, p, call)
     programs = min(p.programs, hw.num_sms(heap.device) - 1)
     gemm_kernel[(programs,)](
-        a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.scales(scale_a, scale_b),
-        b, b.stride(0), b.stride(1),
-        c, c.stride(0), c.stride(1), p.flags, p.M, p.N, p.K, call, programs,
-        NUM_PROGRAMS=programs, LOCAL_DIRECT=p.local_direct, ENTER=False, **p.meta,
-    )
+        a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.scales(scale_a, scale_b), b, b.stride(0),
+        b.stride(1), c, c.stride(0), c.stride(1), p.flags, p.M, p.N, p.K, call, programs, NUM_PROGRAMS=programs,
+        LOCAL_DIRECT=p.local_direct, ENTER=False, **p.meta)
     streams.join()
     return (c, p.ag.clone()) if return_gathered else c

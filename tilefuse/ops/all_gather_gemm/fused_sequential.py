@@ -3,50 +3,21 @@
     stream:    | publish: begin, copy a -> a_shard, barrier | fused kernel |
     program p: | local tiles: K loop on a_shard | source r+1 tiles: K loop on rank r+1's a_shard | ...
 
-Each rank publishes its shard in its own heap (``a_shard``): the publish kernel's first program
-begins the call (``P.enter``; every rank is done with the previous call's shard), its last passes
-the barrier (``P.exit`` with ``BARRIER``) and ends the call. Then every program computes its tiles
-source by source in ring order r, r+1, ..., loading A straight from the source's heap through a
-translated pointer; no flag: the barrier says every shard is in place. With ``return_gathered`` the
-program that computes a row block's first column tile also copies its A rows into ``a_gathered``.
+The publish kernel begins the call (every rank is done with the previous call's shard) and ends it
+with a barrier, after which every shard is in place: no flags. With ``return_gathered`` the program
+that computes a row block's first column tile also copies its A rows into ``a_gathered``.
 """
 
 from __future__ import annotations
 
-import triton
 import triton.language as tl
 
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import begin_call, call_arg, collective, launched, new_output
 from ._prepare import OP, prepare
-from ._tiles import first_tile, gemm_shard, source_scales
-from .bulk_sync import bulk_sync, launch_shard
-
-
-@triton.jit
-def _source(
-    i, pid, s_ptr, stride_sm, stride_sk, scales, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-    g_ptr, stride_gm, stride_gk, M_loc, N, K, call,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, GATHER: tl.constexpr,
-    FLATTEN: tl.constexpr,
-):
-    """Program pid's tiles of source step i: rank (r + i)'s shard, read in place."""
-    cur_rank = P.rank(call)
-    src = (cur_rank + i) % P.world(call)
-    rows = tl.cast(src, tl.int64) * M_loc
-    a_src = P.translate(s_ptr, cur_rank, src, P.bases(call))
-    # The source's row scales, beside its rows in its heap (a float8 call's; stand-ins are never read).
-    scales_src = source_scales(scales, 0, P.translate(scales[4], cur_rank, src, P.bases(call)))
-    tiles_per_source = tl.cdiv(M_loc, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    gemm_shard(a_src, stride_sm, stride_sk, scales_src, b_ptr, stride_bk, stride_bn,
-               c_ptr + rows * stride_cm, stride_cm, stride_cn,
-               (g_ptr + rows * stride_gm, stride_gm, stride_gk),
-               s_ptr, 0, src, call,  # no flags (WAIT=False): the barrier published A
-               M_loc, N, K, first_tile(pid, i, tiles_per_source, NUM_PROGRAMS), NUM_PROGRAMS,
-               BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, WAIT=False, GATHER=GATHER,
-               FLATTEN=FLATTEN)
+from ._tiles import gemm_gathered, launch_shard
+from .bulk_sync import bulk_sync
 
 
 @kernel
@@ -55,33 +26,23 @@ def _fused_kernel(
     s_ptr, stride_sm, stride_sk, scales,
     b_ptr, stride_bk, stride_bn,
     # c [W*M_loc, N] and, with GATHER, a_gathered [W*M_loc, K]: ordinary local tensors
-    c_ptr, stride_cm, stride_cn,
-    g_ptr, stride_gm, stride_gk,
-    M_loc, N, K,
-    call,  # the call protocol (begun and ended by the publish kernel)
+    c_ptr, stride_cm, stride_cn, g_ptr, stride_gm, stride_gk,
+    M_loc, N, K, call,  # call: begun and ended by the publish kernel
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, GATHER: tl.constexpr,
     FLATTEN: tl.constexpr,
 ):
-    pid = tl.program_id(0)
     _, live = P.call_epoch(P.ctl(call))
-    # The local source outside the loop over the peers: Triton flattens a tile loop only where no
-    # other loop encloses it (nested in the loop over sources, the loop compiles unflattened).
-    if live:
-        _source(0, pid, s_ptr, stride_sm, stride_sk, scales, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-                g_ptr, stride_gm, stride_gk, M_loc, N, K, call,
-                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, GATHER, FLATTEN)
-    for i in range(1, tl.where(live, P.world(call), 1)):
-        _source(i, pid, s_ptr, stride_sm, stride_sk, scales, b_ptr, stride_bk, stride_bn, c_ptr, stride_cm, stride_cn,
-                g_ptr, stride_gm, stride_gk, M_loc, N, K, call,
-                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, GATHER, FLATTEN)
+    if live:  # every source's a_shard read in place (REMOTE), no flag (s_ptr stands in)
+        gemm_gathered(s_ptr, stride_sm, stride_sk, g_ptr, stride_gm, stride_gk, scales, (b_ptr, stride_bk, stride_bn),
+                      c_ptr, stride_cm, stride_cn, s_ptr, M_loc, N, K, call, 0, tl.program_id(0), NUM_PROGRAMS, BLOCK_M,
+                      BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, False, FLATTEN, REMOTE=True, GATHER=GATHER)
 
 
 @collective(OP)
 def fused_sequential(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
                      out_dtype=None):
-    """all_gather_gemm as one persistent kernel reading remote A; same contract as
-    :func:`tilefuse.all_gather_gemm`."""
+    """all_gather_gemm as one persistent kernel reading remote A; same contract as :func:`tilefuse.all_gather_gemm`."""
     scaling = (scale_a, scale_b, out_dtype)
     heap, p = prepare("fused_sequential", a, b, config, group, return_gathered, scaling, buffers="shard")
     if p.empty:
@@ -92,14 +53,11 @@ def fused_sequential(a, b, *, config=None, group=None, return_gathered=False, sc
     ag = new_output((W * p.M, p.K), a.dtype, a.device) if return_gathered else c
     entry = begin_call(p.sig, c, ag if return_gathered else None, kernel_begins=True)
     call = call_arg(heap, entry)
-    # The copy comes after the begin: no peer still reads the previous call's shard. The fused kernel
-    # waits on nothing, so this kernel's end of the call is the call's.
+    # The copy comes after the begin (no peer still reads the previous call's shard) and ends the call.
     scales = p.scales(scale_a, scale_b)
     launch_shard(p, a, p.own, scales, call, every_rank=False)
     launched(entry)
     _fused_kernel[(p.programs,)](
-        p.own, p.own.stride(0), p.own.stride(1), scales, b, b.stride(0), b.stride(1),
-        c, c.stride(0), c.stride(1), ag, ag.stride(0), ag.stride(1), p.M, p.N, p.K, call,
-        NUM_PROGRAMS=p.programs, GATHER=return_gathered, **p.meta,
-    )
+        p.own, p.own.stride(0), p.own.stride(1), scales, b, b.stride(0), b.stride(1), c, c.stride(0), c.stride(1), ag,
+        ag.stride(0), ag.stride(1), p.M, p.N, p.K, call, NUM_PROGRAMS=p.programs, GATHER=return_gathered, **p.meta)
     return (c, ag) if return_gathered else c

@@ -5,16 +5,10 @@
               | flag, K loop | source r+2 ... |
     stream 1:                                                          | join |
 
-Both kernels begin the call together (``P.enter``: the first of their programs does the begin, so
-no row is pushed before every peer is done with the previous call's) and end it together
-(``P.exit`` over the programs of both). The push kernel writes this rank's shard, BLOCK_M rows at a
-time, into row block r of every rank's ``a_gathered`` and releases the (source, chunk) flag on the
-receiver. The GEMM walks its sources in ring order r, r+1, ... and acquires a chunk's flag before a
-tile's K loop; the local shard is read from ``a`` itself and waits for nothing (where ``a`` fits
-the heap buffer's operand path; else it is pushed to this rank too). GEMM_SMS + COMM_SMS must fit on
-the device at once: the GEMM spins. The push kernel, which waits on nothing, is launched first.
-
-Its copy-engine form (the rows moved by DMA, the GEMM on every SM but one) is :mod:`.copy_engine`.
+Both kernels begin the call together (``P.enter``) and end it together (``P.exit`` over both). The
+local shard is read from ``a`` and waits for nothing (where ``a`` fits the heap buffer's operand
+path; else it is pushed to this rank too). GEMM_SMS + COMM_SMS must fit on the device at once: the
+GEMM spins. Its copy-engine form is :mod:`.copy_engine`.
 """
 
 from __future__ import annotations
@@ -25,27 +19,8 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, begin_call, call_arg, collective, launched, new_output
 from ._prepare import OP, prepare
-from ._tiles import gemm_gathered, push_shard, shard_scales
+from ._tiles import gemm_gathered, shard_kernel
 from .bulk_sync import bulk_sync
-
-
-@kernel
-def _push_kernel(
-    # this rank's shard [M_loc, K] (any local tensor)
-    a_ptr, stride_am, stride_ak,
-    # this rank's row block of a_gathered and its row of flags (symmetric addresses)
-    own_ptr, stride_gm, stride_gk, own_flags_ptr,
-    M_loc, K,
-    scales,  # a float8 call's scales (_tiles), else stand-ins
-    call, exit_programs,  # the call protocol; the programs of both kernels, which end the call together
-    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FIRST: tl.constexpr,
-):
-    seq, live = P.enter(call, True)
-    if live:
-        push_shard(a_ptr, stride_am, stride_ak, own_ptr, stride_gm, stride_gk, own_flags_ptr, seq,
-                   shard_scales(scales, P.rank(call) * M_loc), M_loc, K, call, tl.program_id(0), NUM_PROGRAMS,
-                   BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
-    P.exit(call, seq, live, exit_programs, END=True)
 
 
 @kernel
@@ -63,7 +38,7 @@ def gemm_kernel(
 ):
     seq, live = P.enter(call, ENTER)
     if live:
-        gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk, stride_bn,
+        gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, (b_ptr, stride_bk, stride_bn),
                       c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, seq, tl.program_id(0),
                       NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR, LOCAL_DIRECT, FLATTEN)
     P.exit(call, seq, live, exit_programs, ENTER)
@@ -72,8 +47,7 @@ def gemm_kernel(
 @collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
                       out_dtype=None):
-    """all_gather_gemm with push and GEMM kernels on two streams; same contract as
-    :func:`tilefuse.all_gather_gemm`."""
+    """all_gather_gemm with push and GEMM kernels on two streams; same contract as :func:`tilefuse.all_gather_gemm`."""
     scaling = (scale_a, scale_b, out_dtype)
     heap, p = prepare("producer_consumer", a, b, config, group, return_gathered, scaling, buffers="flagged", comm=True)
     if p.empty:
@@ -82,24 +56,21 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False, s
     cfg, W = p.config, heap.world_size
     c = new_output((W * p.M, p.N), p.out_dtype, a.device)
     scales = p.scales(scale_a, scale_b)
-    # The kernels begin the call: no row moves before every peer is done with a_gathered.
     entry = begin_call(p.sig, c, kernel_begins=True)
     call = call_arg(heap, entry)
     streams = ForkedStreams(heap.device)
     pushes = W > p.first  # a world of one with the local rows read in place pushes nothing
     total = cfg.GEMM_SMS + (cfg.COMM_SMS if pushes else 0)  # the programs that end the call together
     if pushes:
-        _push_kernel[(cfg.COMM_SMS,)](
-            a, a.stride(0), a.stride(1), p.own, p.own.stride(0), p.own.stride(1), p.own_flags, p.M, p.K,
-            scales, call, total, BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=cfg.COMM_SMS, FIRST=p.first,
-            num_warps=4,
-        )
+        shard_kernel[(cfg.COMM_SMS,)](
+            a, a.stride(0), a.stride(1), p.own, p.own.stride(0), p.own.stride(1), p.own_flags, p.M, p.K, scales, call,
+            total, BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=cfg.COMM_SMS, EVERY_RANK=True, SIGNAL=True,
+            FIRST=p.first, BARRIER=False, num_warps=4)
     with streams.side():
         gemm_kernel[(cfg.GEMM_SMS,)](
-            a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), scales, b, b.stride(0), b.stride(1),
-            c, c.stride(0), c.stride(1), p.flags, p.M, p.N, p.K, call, total,
-            NUM_PROGRAMS=cfg.GEMM_SMS, LOCAL_DIRECT=p.local_direct, ENTER=True, **p.meta,
-        )
+            a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), scales, b, b.stride(0), b.stride(1), c,
+            c.stride(0), c.stride(1), p.flags, p.M, p.N, p.K, call, total, NUM_PROGRAMS=cfg.GEMM_SMS,
+            LOCAL_DIRECT=p.local_direct, ENTER=True, **p.meta)
     streams.join()
     launched(entry)
     return (c, p.ag.clone()) if return_gathered else c

@@ -6,21 +6,10 @@
                             | source r+1: acquire chunk flag, K loop | ...
     stream: | one kernel, which begins the call itself |
 
-C = COMM_SMS, G = GEMM_SMS. The pushers copy this rank's shard, BLOCK_M rows at a time, into row
-block r of every rank's ``a_gathered`` and release the (source, chunk) flag on the receiver; the
-GEMM programs walk the sources in ring order r, r+1, ... and acquire a chunk's flag before a tile's
-K loop. The local shard's tiles, read from ``a`` where it fits the GEMM's operand path, wait for
-nothing and all C + G programs share them (``common.tiles.claimed_tiles``): each GEMM program's
-even share is dealt out beforehand (flattened where the GEMM core's loop would be), the rest taken
-one at a time from a counter, by the pushers once their pushes are done: their SMs join the GEMM
-and take only tiles nobody has started. (Where ``a`` is pushed to this rank too, only the GEMM
-programs compute.) Only the dealt loop is flattened: two flattened 128x256 loops in one kernel can
-exceed the H200's 227 KB of shared memory. No completion handshake: a rank's kernel ends only after
-its GEMM programs acquired every chunk of every source.
-
-The pushers have the LOWER program ids: Triton's interpreter runs a launch's programs one after
-another in pid order, and a GEMM program waits on other ranks' pushers; GEMM programs first would
-deadlock every rank. On a GPU all C + G programs are resident at once (checked against the device).
+C = COMM_SMS, G = GEMM_SMS, with producer_consumer's flags. All C + G programs share the local shard's
+tiles (``common.tiles.claimed_tiles``; only this dealt loop is flattened: two flattened 128x256 loops can
+exceed the H200's shared memory). No completion handshake: the GEMM programs acquire every chunk. The
+pushers have the LOWER program ids (the interpreter runs programs in pid order), and all must be resident.
 """
 
 from __future__ import annotations
@@ -38,14 +27,12 @@ from .bulk_sync import bulk_sync
 
 @kernel
 def _wg_kernel(
-    # this rank's shard [M_loc, K] (any local tensor)
-    a_ptr, stride_am, stride_ak,
+    a_ptr, stride_am, stride_ak,  # this rank's shard [M_loc, K] (any local tensor)
     # a_gathered [W*M_loc, K] (a symmetric address); a float8 call's scales (_tiles), else stand-ins
     ag_ptr, stride_gm, stride_gk, scales,
     b_ptr, stride_bk, stride_bn,
     c_ptr, stride_cm, stride_cn,
-    # int64 flags [W, num_chunks] (a symmetric address); int32 [1] count of local tiles taken
-    # (LOCAL_DIRECT)
+    # int64 flags [W, num_chunks] (a symmetric address); int32 [1] count of local tiles taken (LOCAL_DIRECT)
     flags_ptr, claims_ptr,
     M_loc, N, K,
     call,  # the call protocol: this kernel begins and ends the call
@@ -62,9 +49,7 @@ def _wg_kernel(
                        flags_ptr + P.rank(call) * tl.cdiv(M_loc, BLOCK_M), seq, shard_scales(scales, rows), M_loc, K,
                        call, pid, COMM_PROGRAMS, BLOCK_M, BLOCK_K, FIRST, SIGNAL=True)
         if LOCAL_DIRECT:
-            # The local shard's tiles wait for nothing: a GEMM program computes its dealt share (pid
-            # among the GEMM programs; < 0 for a pusher), then every program takes the rest from the
-            # claims counter, the pushers once their pushes are done.
+            # A GEMM program's dealt share (pid among the GEMM programs; < 0 for a pusher), then the rest.
             a_op, b_op = gemm_operands(a_ptr, b_ptr, M_loc, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                        BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
             claimed_tiles(a_op, b_op, scales, c_ptr + rows * stride_cm, M_loc, N, K, stride_am, stride_ak, stride_bk,
@@ -72,8 +57,8 @@ def _wg_kernel(
                           pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
                           FLATTEN)
         if pid >= COMM_PROGRAMS:
-            gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, b_ptr, stride_bk,
-                          stride_bn, c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, seq,
+            gemm_gathered(a_ptr, stride_am, stride_ak, ag_ptr, stride_gm, stride_gk, scales, (b_ptr, stride_bk,
+                          stride_bn), c_ptr, stride_cm, stride_cn, flags_ptr, M_loc, N, K, call, seq,
                           pid - COMM_PROGRAMS, GEMM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA,
                           B_KMAJOR, LOCAL_DIRECT, FLATTEN, WITH_LOCAL=not LOCAL_DIRECT)
     P.exit(call, seq, live, COMM_PROGRAMS + GEMM_PROGRAMS, END=True)
@@ -82,8 +67,7 @@ def _wg_kernel(
 @collective(OP)
 def wg_specialized(a, b, *, config=None, group=None, return_gathered=False, scale_a=None, scale_b=None,
                    out_dtype=None):
-    """all_gather_gemm as one workgroup-specialized kernel; same contract as
-    :func:`tilefuse.all_gather_gemm`."""
+    """all_gather_gemm as one workgroup-specialized kernel; same contract as :func:`tilefuse.all_gather_gemm`."""
     scaling = (scale_a, scale_b, out_dtype)
     heap, p = prepare("wg_specialized", a, b, config, group, return_gathered, scaling, buffers="flagged", comm=True)
     if p.empty:
@@ -91,14 +75,10 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False, scal
                          scale_b=scale_b, out_dtype=out_dtype)
     cfg = p.config
     c = new_output((heap.world_size * p.M, p.N), p.out_dtype, a.device)
-    # The kernel begins the call: every peer is done with a_gathered before anything is pushed.
     entry = begin_call(p.sig, c, kernel_begins=True)
     _wg_kernel[(p.programs,)](
-        a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.scales(scale_a, scale_b),
-        b, b.stride(0), b.stride(1),
-        c, c.stride(0), c.stride(1), p.flags, p.claims, p.M, p.N, p.K, call_arg(heap, entry),
-        COMM_PROGRAMS=cfg.COMM_SMS, GEMM_PROGRAMS=cfg.GEMM_SMS, LOCAL_DIRECT=p.local_direct, FIRST=p.first,
-        **p.meta,  # FLATTEN: the GEMM programs' dealt local tiles
-    )
+        a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.scales(scale_a, scale_b), b, b.stride(0),
+        b.stride(1), c, c.stride(0), c.stride(1), p.flags, p.claims, p.M, p.N, p.K, call_arg(heap, entry),
+        COMM_PROGRAMS=cfg.COMM_SMS, GEMM_PROGRAMS=cfg.GEMM_SMS, LOCAL_DIRECT=p.local_direct, FIRST=p.first, **p.meta)
     launched(entry)
     return (c, p.ag.clone()) if return_gathered else c

@@ -1,16 +1,13 @@
 """Device loops shared by the gemm_all_reduce variants: push partial tiles to every rank, sum them.
 
-One-shot all-reduce over the tiles ``t`` of ``c [M, N]`` (grouped swizzle, the same numbering on
-every rank). ``stage [W, M, N]`` (input dtype) on every heap: push layout (fused variants), slot s of
-every rank holds source s's partial, rounded once as it is stored; pull layout (bulk_sync), rank s's
-partial stays in slot s of its own heap. ``flags [W, num_tiles]`` int64: ``(s, t)`` is set to the
-call's sequence number once source s's partial of tile t is in this rank's slot s.
-
-Every rank sums tile t's W partials in fp32 in the order 0, 1, ..., W-1, so the W copies of ``c``
-have the same bits; a bias is added once, after the sum. ``NORM`` (fused_sequential with
-``residual=``/``norm_weight=``): the residual add and the RMSNorm too (``norm.py``). Strides travel
-as tuples: ``stride_a = (am, ak)``, ``stride_b = (bk, bn)``, ``stride_s = (slot, m, n)``,
-``stride_c = (m, n)``.
+Tiles ``t`` of ``c [M, N]`` are numbered alike on every rank (grouped swizzle). ``stage [W, M, N]``
+(input dtype) on every heap: push layout (fused variants), slot s of every rank holds source s's
+partial, rounded once; pull layout (bulk_sync), rank s's partial stays in slot s of its own heap.
+``flags [W, num_tiles]`` int64: ``(s, t)`` is set to the call's sequence number once source s's
+partial of tile t is in this rank's slot s. Every rank sums tile t's W partials in fp32 in the
+order 0, 1, ..., W-1 (the same bits on every rank), then adds the bias; ``NORM``: the residual add
+and the RMSNorm too (``norm.py``). Strides travel as tuples: ``stride_a = (am, ak)``, ``stride_b =
+(bk, bn)``, ``stride_s = (slot, m, n)``, ``stride_c = (m, n)``.
 """
 
 import triton
@@ -30,8 +27,7 @@ def produce_tiles(
     a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b,
     # stage [W, M, N] (input dtype; fp32 for float8) and flags [W, num_tiles] int64 (symmetric addresses)
     stage_ptr, flags_ptr, stride_s,
-    # the call; this program among NUM_PROGRAMS GEMM programs
-    call, epoch, pid,
+    call, epoch, pid,  # the call, its sequence number; this program among NUM_PROGRAMS
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, RELEASE: tl.constexpr,
     GATE: tl.constexpr = False,
@@ -40,19 +36,12 @@ def produce_tiles(
     # with SPLIT: (K slices per tile, split-K scratch slots, counts) (ops.common.split_k.SPLIT_K_SCRATCH)
     split=None, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1,
 ):
-    """Compute this rank's partial of tiles pid, pid + NUM_PROGRAMS, ..., round it once and store it
-    into slot ``rank`` of ranks rank + 1, rank + 2, ..., itself last; with ``RELEASE`` then set each
-    destination's flag (rank, t) to ``epoch``. ``GATE`` (the kernel began the call with
-    ``P.enter_aside``): the stores wait for the begin (``P.ready``) and are skipped if the call does
-    not run. Returns whether the call runs.
-
-    ``SUM_HERE`` (one work item a program, a tile's fp32 sum in registers): each tile is summed right
-    after its push, this rank's partial from registers (:func:`sum_tile_with_own`; no own flag);
-    with ``NORM`` it then takes the tile's ticket (``norm.tile_done``).
-    ``SPLIT`` (with ``SUM_HERE``): the work items are the tiles' K slices, handed in
-    (``split_k.hand_in_slice``) whether or not the call runs, so the counts are back at zero after
-    every launch; the program that hands in a tile's last slice sums the slices, pushes and sums it.
-    """
+    """This rank's partial of tiles pid, pid + NUM_PROGRAMS, ..., rounded once, into slot ``rank`` of ranks
+    rank + 1, ..., itself last; ``RELEASE``: then each destination's flag (rank, t) = ``epoch``. ``GATE``
+    (``P.enter_aside``): the stores wait for the begin (``P.ready``). Returns whether the call runs.
+    ``SUM_HERE`` (one work item a program): each tile summed right after its push (:func:`sum_tile_with_own`;
+    ``NORM``: then ``norm.tile_done``). ``SPLIT``: the work items are K slices, handed in whether or not the
+    call runs (the counts are zero after every launch); a tile's last slice sums the slices and goes on."""
     rank, world = P.rank(call), P.world(call)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -60,13 +49,8 @@ def produce_tiles(
     my_slot = slot_ptr(stage_ptr, rank, stride_s[0])
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_a[0], stride_a[1], stride_b[0], stride_b[1],
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
-    if SUM_HERE:
-        pushes = world - 1  # the own partial stays in registers
-    else:
-        pushes = world
-    split_k = 1
-    if SPLIT:
-        split_k = split[0]
+    pushes = world - 1 if SUM_HERE else world  # SUM_HERE: the own partial stays in registers
+    split_k = split[0] if SPLIT else 1
     num_work = num_tiles * split_k
     live = P.gate_start(epoch, GATE)
     for w in range(pid, num_work, NUM_PROGRAMS):
@@ -87,8 +71,7 @@ def produce_tiles(
             if live:
                 for i in range(0, pushes):
                     dst = (rank + 1 + i) % world
-                    # Release (with RELEASE): pairs with the acquire in reduce_tiles (WAIT) on rank `dst`,
-                    # or in sum_tile_with_own there.
+                    # Release (RELEASE): pairs with the acquire in reduce_tiles (WAIT) or sum_tile_with_own on `dst`.
                     push_partial(my_slot, part, offs_m, offs_n, M, N, stride_s[1], stride_s[2],
                                  flags_ptr + rank * num_tiles + t, epoch, rank, dst, P.bases(call), RELEASE)
                 if SUM_HERE:
@@ -104,8 +87,7 @@ def produce_tiles(
 
 @triton.jit
 def sum_tile_with_own(
-    # this rank's partial of tile t [BM, BN] (the stage's dtype), at rows offs_m, columns offs_n
-    part,
+    part,  # this rank's partial of tile t [BM, BN] (the stage's dtype), at rows offs_m, columns offs_n
     # stage [W, M, N] (input dtype), flags [W, num_tiles] (push layout), output c [M, N], bias [N]
     stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
     M, N, num_tiles, t, offs_m, offs_n,
@@ -114,10 +96,8 @@ def sum_tile_with_own(
     # with NORM: tile t's column block, the column blocks, and norm.py's tuple
     pid_n=0, num_pid_n=1, norm=None, NORM: tl.constexpr = 0,
 ):
-    """:func:`reduce_tiles` of one tile whose own partial is in registers: acquire the other
-    sources' flags of tile t, then ``((s_0 + s_1) + ...) + bias`` into c, sources in the order 0,
-    1, ..., W-1 with ``s_rank`` = ``part`` (rounded as a staged partial is: the same bits); with
-    ``NORM``, ``norm.store_sum``'s residual add and parts. Returns the tile as stored, in fp32."""
+    """:func:`reduce_tiles` of tile t, this rank's partial ``part`` from registers (rounded as a staged one):
+    the other sources' flags, then the sum into c (``norm.store_sum``). Returns the tile stored, in fp32."""
     rank, world = P.rank(call), P.world(call)
     for i in range(1, world):
         src = (rank + i) % world
@@ -139,8 +119,7 @@ def sum_tile_with_own(
 
 @triton.jit
 def load_partial(stage_ptr, src, offs, mask, call, stride_slot, PULL: tl.constexpr):
-    """Source ``src``'s partial of a block, converted to fp32 (zero outside ``mask``); ``PULL``: from
-    slot ``src`` of rank ``src``'s heap, else of this rank's."""
+    """Source ``src``'s partial of a block in fp32 (0 outside ``mask``), from slot src of rank src (PULL) or here."""
     if PULL:
         part = P.load(slot_ptr(stage_ptr, src, stride_slot) + offs, P.rank(call), src, P.bases(call), mask=mask,
                       other=0.0)
@@ -153,17 +132,14 @@ def load_partial(stage_ptr, src, offs, mask, call, stride_slot, PULL: tl.constex
 def reduce_tiles(
     # stage [W, M, N] (input dtype), flags [W, num_tiles] (push layout), output c [M, N], bias [N]
     stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c,
-    M, N,
-    # the call; this program among NUM_PROGRAMS reduction programs
-    call, epoch, cid,
+    M, N, call, epoch, cid,  # cid: this program among NUM_PROGRAMS
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUB_M: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, HAS_BIAS: tl.constexpr,
     norm=None, NORM: tl.constexpr = 0,
 ):
-    """Sum the W partials of tiles cid, cid + NUM_PROGRAMS, ... into c: ``((s_0 + s_1) + ...) + bias``
-    in fp32, in [SUB_M, BN] blocks. ``PULL``: source s's partial from slot s of rank s's heap (after
-    a barrier), else from this rank's slot s; ``WAIT``: first acquire the tile's W flags. ``NORM``:
-    ``norm.store_sum``'s residual add and parts, then the tile's ticket (``norm.tile_done``)."""
+    """Sum the W partials of tiles cid, cid + NUM_PROGRAMS, ... into c: ``((s_0 + s_1) + ...) + bias`` in
+    fp32, in [SUB_M, BN] blocks (``load_partial``'s ``PULL``); ``WAIT``: first acquire the tile's W flags;
+    ``NORM``: ``norm.store_sum``, then the tile's ticket (``norm.tile_done``)."""
     world = P.world(call)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -199,9 +175,8 @@ def reduce_kernel(
     NUM_PROGRAMS: tl.constexpr, PULL: tl.constexpr, WAIT: tl.constexpr, HAS_BIAS: tl.constexpr,
     END: tl.constexpr = False, ENTER: tl.constexpr = False,
 ):
-    """Standalone reduction: one persistent launch of :func:`reduce_tiles`; with ``END`` the call's
-    last kernel (``P.exit`` over ``exit_programs`` programs: it writes the status words), with
-    ``ENTER`` also one that begins it (``P.enter``: next to a GEMM kernel that begins it too)."""
+    """One persistent launch of :func:`reduce_tiles`; ``END``: the call's last kernel (``P.exit`` over
+    ``exit_programs``), ``ENTER``: also one that begins it (beside a GEMM kernel that does too)."""
     epoch, live = P.enter(call, ENTER)
     if live:
         reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch,

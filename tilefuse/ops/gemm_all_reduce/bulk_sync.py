@@ -4,9 +4,8 @@
              | reduce: for each tile, stage[s] of rank s for s = 0, 1, ..., W-1, summed in fp32 (+ bias) -> c;
                ends the call |
 
-No overlap: the baseline. Rank r's partial stays in its heap; after the barrier every rank reads
-every partial and sums them in the order 0, 1, ..., W-1 (the W copies of ``c`` have the same bits).
-The GEMM core's first program begins the call (``P.enter``), ``_tiles.reduce_kernel``'s last ends it.
+No overlap: the baseline. The GEMM core's first program begins the call (``P.enter``),
+``_tiles.reduce_kernel``'s last ends it.
 """
 
 from __future__ import annotations
@@ -18,32 +17,25 @@ from ._prepare import OP, prepare
 from ._tiles import reduce_kernel
 
 
-def _launch(p) -> dict:
-    cfg = p.config
-    programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one compiled kernel per config
-    return dict(own_slot=p.stage[p.heap.rank],
-                reduce=p.reduce_meta(programs, pull=True, wait=False, end=p.kernel_begins))
-
-
 @collective(OP)
 def bulk_sync(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
     """gemm_all_reduce with no overlap; same contract as :func:`tilefuse.gemm_all_reduce`."""
+    # The reduction on all the config's programs (not capped by the tiles: one compiled kernel per config).
     p = prepare("bulk_sync", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=False, flags=False,
-                launch=_launch)
+                launch=lambda p: dict(own_slot=p.stage[p.heap.rank], reduce=p.reduce_meta(
+                    p.config.GEMM_SMS + p.config.COMM_SMS, pull=True, wait=False, end=p.begins)))
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
     heap, reduce = p.heap, p.launch["reduce"]
-    # fp32 accumulator, stored in a's dtype. The GEMM begins the call and every rank's partial is
-    # complete after it (its last program passes a barrier, or a barrier kernel follows it).
+    # The GEMM begins the call; every rank's partial is complete after its barrier (or a barrier kernel).
     matmul(a, b, p.launch["own_slot"], p.config, ctl(heap), call=gemm_call_args(heap, entry), enter=True,
            barrier=True, scales=kernel_scales(scale_a, scale_b, a.device))
     launched(entry, ends=False)
     if entry is None:
         mid_barrier(heap, 0)
-    # The reduction ends the call.
     reduce_kernel[(reduce["NUM_PROGRAMS"],)](
-        p.stage, p.stage, p.stride_s, c, c if bias is None else bias.contiguous(), p.stride_c, p.M, p.N,
+        p.stage, p.stage, p.stride_s, c, c if bias is None else bias.contiguous(), c.stride(), p.M, p.N,
         call_arg(heap, entry), reduce["NUM_PROGRAMS"], **reduce)
-    launched(entry)
+    launched(entry)  # the reduction ends the call
     return c

@@ -5,11 +5,9 @@ and the program that made it then sums the W partials of that tile.
                 | tile t: acquire flags (0, t) ... (W-1, t), sum slots 0 .. W-1 (+ bias) -> c | tile t + P ... |
     rank r:     | fused kernel: program 0 begins the call while the others run their first K loop |
 
-Pushing a tile overlaps the K loops of the other programs' tiles. Every program sums the tiles it
-computed once their W partials have landed: the same tile ids on every rank, so a program waits
-only on other ranks' programs (the interpreter makes progress). The sum reads this rank's heap, in
-fp32 in the order 0, 1, ..., W-1. One kernel, no barrier; where every program has at most one tile,
-the sum follows each push with this rank's own partial from registers.
+Every program sums the tiles it computed (the same ids on every rank: it waits only on other ranks'
+programs). One kernel, no barrier; where every program has at most one tile, the sum follows each
+push with this rank's own partial from registers.
 """
 
 from __future__ import annotations
@@ -30,67 +28,53 @@ from .norm import NORM_SCRATCH
 @kernel
 def _fused_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b,  # scales: common.scaled
-    # stage [W, M, N] in the input dtype and flags [W, num_tiles] int64 (symmetric addresses); out:
-    # (c [M, N], bias [N], stride_c, norm), all local (norm: norm.py's tuple, read with NORM)
+    # stage [W, M, N], flags [W, num_tiles] int64 (symmetric); out: (c [M, N], bias [N], stride_c, norm.py's)
     stage_ptr, flags_ptr, stride_s, out,
-    # the call (this kernel begins it with ENTER); with SPLIT: (K slices per tile, split-K scratch
-    # slots, counts), else never read
-    call, split,
+    call, split,  # the call (begun here with ENTER); with SPLIT: (K slices a tile, split-K scratch, counts)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     HAS_BIAS: tl.constexpr, ENTER: tl.constexpr = False,
     OWN_SUM: tl.constexpr = False, SPLIT: tl.constexpr = False, ALIGN: tl.constexpr = 1, NORM: tl.constexpr = 0,
 ):
-    """``ENTER``: program 0 begins the call while the others run their first K loop
-    (``P.enter_aside``; tile t goes to program ``(t + 1) % NUM_PROGRAMS``). ``OWN_SUM`` and
-    ``SPLIT``: ``produce_tiles``' ``SUM_HERE`` and ``SPLIT`` (``split[0]`` K slices a tile).
-    ``NORM`` (1: RMSNorm; 2: residual add, then RMSNorm): c is ``new_residual``, and
-    the program that stores the last tile of a row block norms it into ``y`` (``norm.py``)."""
+    """``ENTER``: program 0 begins the call while the others run their first K loop (``P.enter_aside``).
+    ``OWN_SUM``: ``produce_tiles``' ``SUM_HERE``. ``NORM``: c is ``new_residual``, normed into ``y`` (norm.py)."""
     pid = tl.program_id(0)
     c_ptr, bias_ptr, stride_c, norm = out
     if ENTER:
         epoch = P.enter_aside(call)
         first = (pid + NUM_PROGRAMS - 1) % NUM_PROGRAMS  # the same on every rank: the sum's waits pair up
-        live = produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
-                             call, epoch, first,
-                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
-                             GATE=True, sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, NORM=NORM,
+        live = produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s, call,
+                             epoch, first, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR,
+                             RELEASE=True, GATE=True, sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, NORM=NORM,
                              split=split, SPLIT=SPLIT, ALIGN=ALIGN)
-        if not OWN_SUM:
-            if live:
-                reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, first,
-                             BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
-                             HAS_BIAS=HAS_BIAS, norm=norm, NORM=NORM)
     else:  # the begin kernel began the call
         epoch, live = P.enter(call, False)
+        first = pid
         if live:
-            produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s,
-                          call, epoch, pid,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True,
-                          sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, NORM=NORM,
-                          split=split, SPLIT=SPLIT, ALIGN=ALIGN)
-            if not OWN_SUM:  # the tiles this program produced (the same ids on every rank)
-                reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, pid,
-                             BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
-                             HAS_BIAS=HAS_BIAS, norm=norm, NORM=NORM)
+            produce_tiles(a_ptr, b_ptr, scales, M, N, K, stride_a, stride_b, stage_ptr, flags_ptr, stride_s, call,
+                          epoch, first, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR,
+                          RELEASE=True, sum_out=out, HAS_BIAS=HAS_BIAS, SUM_HERE=OWN_SUM, NORM=NORM, split=split,
+                          SPLIT=SPLIT, ALIGN=ALIGN)
+    if not OWN_SUM:
+        if live:  # the tiles this program produced (the same ids on every rank)
+            reduce_tiles(stage_ptr, flags_ptr, stride_s, c_ptr, bias_ptr, stride_c, M, N, call, epoch, first,
+                         BLOCK_M, BLOCK_N, SUB_M, GROUP_M, NUM_PROGRAMS, PULL=False, WAIT=True,
+                         HAS_BIAS=HAS_BIAS, norm=norm, NORM=NORM)
     P.exit(call, epoch, live, NUM_PROGRAMS, ENTER)
 
 
 def _launch(p) -> dict:
-    """The kernel's constexprs: all GEMM_SMS + COMM_SMS programs (not capped by the tiles: one
-    compiled kernel per config); ``OWN_SUM`` where every program has at most one work item (a tile,
-    or one of its K slices) and the reduction's blocks are whole tiles, so that the sum holds no
-    more registers than the reduction does."""
+    """The kernel's constexprs: GEMM_SMS + COMM_SMS programs (one kernel per config); ``OWN_SUM`` where every
+    program has at most one work item and the reduction's blocks are whole tiles (no more registers)."""
     cfg = p.config
     programs = cfg.GEMM_SMS + cfg.COMM_SMS
     own_sum = p.num_tiles * cfg.SPLIT_K <= programs and sum_rows(cfg) == cfg.BLOCK_M
-    return dict(NUM_PROGRAMS=programs, SUB_M=sum_rows(cfg), HAS_BIAS=p.has_bias, ENTER=p.kernel_begins,
+    return dict(NUM_PROGRAMS=programs, SUB_M=sum_rows(cfg), HAS_BIAS=p.has_bias, ENTER=p.begins,
                 OWN_SUM=own_sum, SPLIT=cfg.SPLIT_K > 1, ALIGN=p.align, NORM=p.norm, **p.gemm_meta)
 
 
 def split_arg(p, c):
-    """``split`` of :func:`_fused_kernel`: ``(SPLIT_K, slots, counts)``, the current stream's split-K
-    scratch (:data:`~..common.split_k.SPLIT_K_SCRATCH`), or never-read stand-ins without a split."""
+    """``split`` of :func:`_fused_kernel`: ``(SPLIT_K, slots, counts)`` of this stream's ``SPLIT_K_SCRATCH``."""
     cfg = p.config
     if cfg.SPLIT_K == 1:
         return (1, p.stage, p.stage)
@@ -99,12 +83,11 @@ def split_arg(p, c):
 
 
 def norm_arg(p, c, y, norm) -> tuple:
-    """``norm`` of :func:`_fused_kernel` (``norm.py``'s tuple) for ``norm = (residual or None,
-    norm_weight, eps)``, with this stream's :data:`~.norm.NORM_SCRATCH`; never-read stand-ins without."""
+    """``norm`` of :func:`_fused_kernel` (``norm.py``'s tuple, this stream's ``NORM_SCRATCH``) for ``norm``."""
     if norm is None:
         return (p.stage, p.stage, p.stage, p.stage, p.stage, 0.0, 0, 0)
     residual, weight, eps = norm
-    parts, counts = NORM_SCRATCH.get(c.device, p.M * (-(-p.N // p.config.BLOCK_N) + 1), p.row_blocks)
+    parts, counts = NORM_SCRATCH.get(c.device, p.M * (-(-p.N // p.config.BLOCK_N) + 1), -(-p.M // p.config.BLOCK_M))
     res = c if residual is None else residual
     return (y, res, weight, counts, parts, eps, res.stride(0), y.stride(0))
 
@@ -112,10 +95,8 @@ def norm_arg(p, c, y, norm) -> tuple:
 @collective(OP)
 def fused_sequential(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None,
                      norm=None):
-    """gemm_all_reduce as one fused persistent kernel (its programs push their partial tiles, then sum
-    them once every rank's have landed); same contract as :func:`tilefuse.gemm_all_reduce`. ``norm``:
-    ``(residual or None, norm_weight, eps)``, checked (``norm.run_with_norm``): the kernel also adds
-    the residual and norms, and the call returns ``(y, new_residual)``."""
+    """gemm_all_reduce as one fused persistent kernel; same contract as :func:`tilefuse.gemm_all_reduce`.
+    ``norm``: ``(residual or None, norm_weight, eps)`` (checked): the call returns ``(y, new_residual)``."""
     p = prepare("fused_sequential", a, b, config, group, bias, (scale_a, scale_b, out_dtype), comm=False, flags=True,
                 launch=_launch, norm=norm)
     if norm is None:
@@ -127,7 +108,7 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None, scale_a=None, 
         return c if norm is None else (y, c)
     _fused_kernel[(p.launch["NUM_PROGRAMS"],)](
         a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
-        p.stride_s, (c, c if bias is None else bias.contiguous(), p.stride_c, norm_arg(p, c, y, norm)),
+        p.stride_s, (c, c if bias is None else bias.contiguous(), c.stride(), norm_arg(p, c, y, norm)),
         call_arg(p.heap, entry), split_arg(p, c), **p.launch)
     launched(entry)
     return c if norm is None else (y, c)

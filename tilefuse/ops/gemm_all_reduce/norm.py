@@ -1,25 +1,16 @@
 """The residual-add + RMSNorm epilogue of gemm_all_reduce (``residual=``, ``norm_weight=``).
 
-Applied to the reduced ``c [M, N]`` of bulk_sync, producer_consumer and wg_specialized (the same bits
-on every rank, so both outputs are too), in one Triton kernel, one program per row::
+After the reduction of bulk_sync, producer_consumer and wg_specialized, :func:`add_rms_norm`'s
+kernel, one program per row (``s`` is ``c`` without a residual; longer rows than ``MAX_BLOCK`` are
+walked twice, ``s`` recomputed)::
 
     s = c + residual               (fp32 add, rounded once to c's dtype: new_residual)
     y = s * rsqrt(mean(s^2) + eps) * norm_weight      (fp32 from the rounded s, rounded once)
 
-The norm reads the rounded ``s``, so ``y`` is exactly the RMSNorm of the ``new_residual`` returned
-(as in the composition ``s = c + residual; y = rms_norm(s)``). Without a residual, ``s`` is ``c``.
-A row fits one block of at most ``MAX_BLOCK`` columns; longer rows are walked in blocks twice (the
-sum of squares, then the scaled store), recomputing ``s`` rather than reading back its store.
-
-In the kernel of ``fused_sequential`` (``NORM``): the program that stores a tile of ``s`` also
-stores each row's sum of squares over the tile's columns (:func:`store_sum`), then takes a ticket on
-its row block's counter (:func:`tile_done`); the program whose ticket completes the row block sums
-those parts in a fixed order into the rows' ``rstd`` (:func:`row_rstd`), and either writes the row
-block's ``y`` itself (:func:`norm_row_block`) or, on a GPU where each program holds one tile,
-publishes ``rstd`` for the row block's programs to scale their own tiles (the split tail).
-Every sum is a pairwise tree fixed by ``BLOCK_M`` and ``BLOCK_N`` (:func:`pair_sum`: every addition
-adds two numbers, so the compiler's layout of a block over threads cannot change it): every rank
-gets the same bits. The other variants run :func:`add_rms_norm`'s kernel after their reduction.
+In fused_sequential's kernel (``NORM``) the program that stores a tile of ``s`` also stores its rows'
+sums of squares (:func:`store_sum`) and takes a ticket on its row block (:func:`tile_done`); the
+ticket that completes the row block norms it. Every sum is a pairwise tree fixed by ``BLOCK_M`` and
+``BLOCK_N`` (:func:`pair_sum`): every rank gets the same bits.
 """
 
 from __future__ import annotations
@@ -70,8 +61,7 @@ def _add_rms_norm_kernel(
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         for i in range(CHUNKS):  # pass 1: s (stored) and its sum of squares
             offs = i * BLOCK_N + cols
-            s = _row_sum(c_ptr, res_ptr, s_ptr, row, offs, offs < N, stride_c, stride_r, stride_s, HAS_RESIDUAL,
-                         True)
+            s = _row_sum(c_ptr, res_ptr, s_ptr, row, offs, offs < N, stride_c, stride_r, stride_s, HAS_RESIDUAL, True)
             acc += s * s
         rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
         for i in range(CHUNKS):  # pass 2: s again from the inputs (the same bits), scaled
@@ -82,19 +72,16 @@ def _add_rms_norm_kernel(
             tl.store(y_ptr + row * stride_y + offs, (s * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
-# The epilogue inside fused_sequential's kernel (``NORM``: 0 none, 1 the norm of the sum, 2 the residual
-# add, then the norm). ``norm = (y_ptr, res_ptr, w_ptr, count_ptr, part_ptr, eps, stride_r, stride_y)``:
-# y [M, N] and residual [M, N] (rows contiguous), weight [N], and this stream's NORM_SCRATCH: count
-# [row blocks] int64 (zero between launches), part [M, tiles_n] fp32 (rows' sums of squares per tile)
-# followed by rstd [M] fp32.
+# The epilogue in fused_sequential's kernel (``NORM``: 0 none, 1 the norm, 2 residual add, then the norm):
+# ``norm = (y_ptr, res_ptr, w_ptr, count_ptr, part_ptr, eps, stride_r, stride_y)``: y, residual [M, N] (rows
+# contiguous), weight [N], this stream's NORM_SCRATCH: count [row blocks] int64 (0 between launches), part
+# [M, tiles_n] fp32 (rows' sums of squares per tile), then rstd [M] fp32.
 
 
 @triton.jit
 def pair_sum(x, ROWS: tl.constexpr):
-    """``x [ROWS, C]`` (C a power of two) summed over its columns by halving: column j plus column
-    j + C/2, and again, down to one. Each addition adds two numbers (commutative), so the result
-    does not depend on how the compiler spreads ``x`` over threads: the same bits for every
-    ``num_warps`` and code path."""
+    """``x [ROWS, C]`` (C a power of two) summed over its columns by halving (column j plus column j +
+    C/2, ...): each addition adds two numbers, so the bits do not depend on the threads' layout."""
     for _ in tl.static_range(16):
         if x.shape[1] > 1:
             x = tl.sum(tl.reshape(x, [ROWS, 2, x.shape[1] // 2]), axis=1)
@@ -103,11 +90,9 @@ def pair_sum(x, ROWS: tl.constexpr):
 
 @triton.jit
 def store_sum(total, c_ptr, stride_c, offs_m, offs_n, M, N, pid_n, num_pid_n, norm, NORM: tl.constexpr):
-    """Store the fp32 sum ``total`` [R, BN] of a block of c's tile (rows ``offs_m``, columns ``offs_n``
-    of column block ``pid_n``) into c, rounded once. ``NORM == 2``: plus the residual first (an fp32
-    add of the rounded sum, rounded once: ``new_residual``, as :func:`_row_sum`); ``NORM``: then each
-    row's sum of squares of what was stored (:func:`pair_sum`) into ``part[row, pid_n]``. Returns
-    what was stored, in fp32 (0 outside c)."""
+    """Store the fp32 sum ``total`` [R, BN] (column block ``pid_n``) into c, rounded once; ``NORM == 2``:
+    plus the residual first (as :func:`_row_sum`); ``NORM``: then each row's sum of squares into
+    ``part[row, pid_n]``. Returns what was stored, in fp32 (0 outside c)."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [R, BN]
     s = total.to(c_ptr.dtype.element_ty)
     if NORM == 2:
@@ -128,19 +113,9 @@ OWN_TAIL = tl.constexpr(not hw.interpreting())  # tile_done's split tail where p
 @triton.jit
 def tile_done(x, offs_m, offs_n, c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, call, BLOCK_M: tl.constexpr,
               SPLIT_TAIL: tl.constexpr = False):
-    """After this program stored its tile of row block ``pid_m`` (:func:`store_sum`, which returned
-    ``x``, the tile of s in fp32, at rows ``offs_m`` and columns ``offs_n``): a ticket on the row
-    block's count. The program whose ticket completes the row block computes its rows' ``rstd``
-    (:func:`row_rstd`); then:
-
-    - ``SPLIT_TAIL`` (every program has one tile and all are resident: a GPU, the kernel summing each
-      tile from registers): it publishes ``rstd`` and sets the count back to 0 (a release); each
-      program of the row block, once it sees the count at 0, scales its own tile from registers.
-    - else (the interpreter's sequential programs; a program with several tiles): it writes the
-      whole row block's ``y`` (:func:`norm_row_block`) and sets the count back to 0. Nobody waits.
-
-    Either way the count is 0 after the launch (the next launch's tickets come after it in stream
-    order), and ``y`` has the same bits."""
+    """A ticket on row block ``pid_m``'s count once this program stored its tile ``x``; the completing ticket
+    computes the rows' ``rstd`` and, with ``SPLIT_TAIL`` (one tile a program, all resident: a GPU), publishes
+    it for each program to scale its own tile, else writes the row block's ``y``. The count ends at 0."""
     count_ptr = norm[3]
     # Every thread's stores of the tile are done before the one ticket below.
     tl.debug_barrier()
@@ -170,10 +145,8 @@ def tile_done(x, offs_m, offs_n, c_ptr, stride_c, pid_m, num_pid_n, M, N, norm, 
 
 @triton.jit
 def row_rstd(pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.constexpr):
-    """``rstd = 1 / sqrt(sum of squares / N + eps)`` [BLOCK_M] of the rows of row block ``pid_m``, the
-    sum from the tiles' parts (``part[row, 0 .. num_pid_n-1]``, in chunks of ``COLS`` added in
-    order, then :func:`pair_sum`: fixed by ``BLOCK_M`` alone; the loads bypass L1: other programs
-    wrote them)."""
+    """``rstd`` [BLOCK_M] of row block ``pid_m``'s rows from the tiles' parts (chunks of ``COLS`` added
+    in order, then :func:`pair_sum`; the loads bypass L1: other programs wrote them)."""
     part_ptr, eps = norm[4], norm[5]
     COLS: tl.constexpr = 8192 // BLOCK_M  # fp32 values of a [BLOCK_M, COLS] block: 64 a thread at 4 warps
     rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
@@ -182,8 +155,7 @@ def row_rstd(pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.constexpr):
     for j in range(0, tl.cdiv(num_pid_n, COLS)):
         offs = j * COLS + cols
         mask = (rows < M)[:, None] & (offs < num_pid_n)[None, :]
-        acc += tl.load(part_ptr + rows[:, None] * num_pid_n + offs[None, :], mask=mask, other=0.0,
-                       cache_modifier=".cg")
+        acc += tl.load(part_ptr + rows[:, None] * num_pid_n + offs[None, :], mask=mask, other=0.0, cache_modifier=".cg")
     return 1.0 / tl.sqrt(pair_sum(acc, BLOCK_M) / N + eps)
 
 
@@ -199,9 +171,7 @@ def scale_tile(x, rstd, offs_m, offs_n, M, N, norm):
 
 @triton.jit
 def norm_row_block(s_ptr, stride_s, pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.constexpr):
-    """``y`` of the rows of row block ``pid_m`` (:func:`row_rstd`, :func:`scale_tile`), ``s`` read back
-    from c (stored by this rank's other programs: visible after the ticket; the loads bypass L1), in
-    ``[BLOCK_M, COLS]`` blocks."""
+    """``y`` of row block ``pid_m``'s rows, ``s`` read back from c (visible after the ticket; bypassing L1)."""
     COLS: tl.constexpr = 8192 // BLOCK_M
     rstd = row_rstd(pid_m, num_pid_n, M, N, norm, BLOCK_M)  # [BM]
     rows = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM]
@@ -213,22 +183,15 @@ def norm_row_block(s_ptr, stride_s, pid_m, num_pid_n, M, N, norm, BLOCK_M: tl.co
         scale_tile(x, rstd, rows, offs_n, M, N, norm)
 
 
-# The counts (int64, one a row block) and parts (fp32: the rows' sums of squares per tile, then rstd).
 NORM_SCRATCH = StreamScratch(torch.int64)
 on_reset(NORM_SCRATCH.clear)
-
-
-def _warps(block: int) -> int:
-    return max(1, min(16, block // 256))
 
 
 def add_rms_norm(c: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float, *,
                  out: tuple[torch.Tensor, torch.Tensor] | None = None,
                  max_block: int = MAX_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(y, s)`` of the module docstring for ``c [M, N]`` (the reduced result, rows contiguous),
-    ``residual [M, N]`` of c's dtype (or None: ``s`` is ``c`` itself) and ``weight [N]`` (any float
-    dtype). ``out``: the ``(y, s)`` tensors to write (``[M, N]``, c's dtype, rows contiguous; ``s``
-    unused without a residual); ``max_block``: the most columns a program holds at once."""
+    """``(y, s)`` of the module docstring for ``c [M, N]``, ``residual [M, N]`` (or None) and ``weight [N]``
+    (rows contiguous); ``out``: the ``(y, s)`` to write; ``max_block``: the most columns a program holds."""
     M, N = c.shape
     y, s = out if out is not None else (torch.empty_like(c), None if residual is None else torch.empty_like(c))
     if residual is None:
@@ -239,30 +202,23 @@ def add_rms_norm(c: torch.Tensor, residual: torch.Tensor | None, weight: torch.T
     res = c if residual is None else residual
     _add_rms_norm_kernel[(M,)](
         c, res, weight, y, s, N, c.stride(0), res.stride(0), y.stride(0), s.stride(0), float(eps),
-        HAS_RESIDUAL=residual is not None, BLOCK_N=block, CHUNKS=triton.cdiv(N, block), num_warps=_warps(block))
+        HAS_RESIDUAL=residual is not None, BLOCK_N=block, CHUNKS=triton.cdiv(N, block),
+        num_warps=max(1, min(16, block // 256)))
     return y, s
-
-
-def rms_norm_torch(s: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """The RMSNorm of the plain path, in torch: fp32 math, one rounding to s's dtype."""
-    x = s.float()
-    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(s.dtype)
 
 
 def add_rms_norm_torch(c: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
                        eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`add_rms_norm` as torch ops (the plain path): ``c + residual``, then the norm."""
+    """:func:`add_rms_norm` as torch ops (the plain path): fp32 math, one rounding to s's dtype."""
     s = c if residual is None else c + residual
-    return rms_norm_torch(s, weight, eps), s
+    x = s.float()
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(s.dtype), s
 
 
 def rms_norm_backward(s: torch.Tensor, weight: torch.Tensor, eps: float, dy: torch.Tensor | None,
                       ds: torch.Tensor | None, weight_grad: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """Gradients of ``(y, s)`` back to ``s`` (the sum before the norm) and to ``weight``, in fp32.
-
-    With ``x = s``, ``r = rsqrt(mean(x^2) + eps)``, ``y = x r w``: ``dx = r (dy w) - x r^3 mean((dy w) x)``
-    plus the gradient ``ds`` of s itself; ``dw = sum over rows of dy x r``. Returns ``(d_s in s's dtype
-    or None, d_weight in weight's dtype or None)``."""
+    """``(d_s, d_weight)`` (None where nothing flows) from ``dy``, ``ds`` in fp32, ``r = rsqrt(mean(s^2) + eps)``:
+    ``d_s = r (dy w) - s r^3 mean((dy w) s) + ds``, ``d_weight = sum over rows of dy s r``."""
     x = s.float()
     grad = None if ds is None else ds.float()
     dw = None
@@ -277,8 +233,7 @@ def rms_norm_backward(s: torch.Tensor, weight: torch.Tensor, eps: float, dy: tor
 
 
 def check_norm_args(op: str, a: torch.Tensor, b: torch.Tensor, residual, norm_weight, eps) -> None:
-    """``residual [M, N]`` (a's dtype and device, or None) and ``norm_weight [N]`` (floating point, a's
-    device); ``eps`` a non-negative float."""
+    """``residual [M, N]`` (a's dtype and device, or None), ``norm_weight [N]`` (float, a's device), ``eps >= 0``."""
     M, N = a.shape[0], b.shape[1]
     if not isinstance(norm_weight, torch.Tensor):
         raise TypeError(f"{op}: norm_weight must be a torch.Tensor, got {type(norm_weight).__name__}")
@@ -302,19 +257,13 @@ def check_norm_args(op: str, a: torch.Tensor, b: torch.Tensor, residual, norm_we
         raise ValueError(f"{op}: eps must be a non-negative float, got {eps!r}")
 
 
-IN_KERNEL = "fused_sequential"  # the variant whose kernel runs the epilogue itself (its ``norm=``)
-
-
 def run_with_norm(entry, a, b, *, variant: str, residual, norm_weight, eps, **kwargs):
-    """``variant``'s call with the epilogue; ``entry(a, b, **kwargs)`` runs the variant. Where the
-    epilogue runs: in the variant's one kernel for :data:`IN_KERNEL` (``entry(..., norm=(residual,
-    norm_weight, eps))`` returns both outputs); torch's ops after the plain and reference paths; this
-    file's kernel after every other variant's reduced ``c`` (``variant`` is never auto: its choice is
-    resolved first). Returns ``(y, new_residual)``."""
+    """``(y, new_residual)`` of ``variant``'s call ``entry(a, b, **kwargs)`` with the epilogue: in
+    fused_sequential's kernel (``norm=``), torch ops after plain and reference, else :func:`add_rms_norm`."""
     check_norm_args("gemm_all_reduce", a, b, residual, norm_weight, eps)
     if residual is not None and residual.stride(-1) != 1:
         residual = residual.contiguous()
-    if variant == IN_KERNEL:
+    if variant == "fused_sequential":
         return entry(a, b, norm=(residual, norm_weight.contiguous(), float(eps)), **kwargs)
     c = entry(a, b, **kwargs)
     if variant in ("plain", "reference"):

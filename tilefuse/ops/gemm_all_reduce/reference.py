@@ -11,11 +11,8 @@ from ._prepare import OP, check_bias
 
 def reference(a: torch.Tensor, b: torch.Tensor, *, config=None, group=None, bias=None, scale_a=None, scale_b=None,
               out_dtype=None) -> torch.Tensor:
-    """``all_reduce(a @ b) + bias``: ``a [M, K_loc]``, ``b [K_loc, N]``, ``bias [N]`` -> ``[M, N]``.
-
-    The partial, the sum and the bias are in fp32; the result is rounded to a's dtype (float8: of the
-    dequantized operands, to ``out_dtype``) once.
-    """
+    """``all_reduce(a @ b) + bias``: ``a [M, K_loc]``, ``b [K_loc, N]``, ``bias [N]`` -> ``[M, N]``, in fp32
+    and rounded once to a's dtype (float8: of the dequantized operands, to ``out_dtype``)."""
     group = op_group(group)
     if bias is not None:
         check_bias(OP, bias, a, b)

@@ -18,37 +18,22 @@ def gemm_all_scatter(a, b, *, variant: str = "auto", config=None, group=None, ou
                      out_dtype=None):
     """GEMM with the result gathered along N: ``all_gather(a @ b, dim=1)``.
 
-    Every rank of ``group`` (default: the group of :func:`tilefuse.init`) calls it with
-    ``a [M, K]``, the same on all ranks, and ``b [K, N_loc]``, its column shard; all get
-    ``c [M, W*N_loc]`` whose column block r is rank r's ``a @ b``. fp16, bf16 or fp32 (fp32 runs
-    the tensor cores in tf32 on GPUs); fp32 accumulation, result in the input dtype. Any M, N_loc
-    and K (ragged edges are masked).
+    Every rank of ``group`` (default: the group of :func:`tilefuse.init`) calls it with ``a [M, K]``,
+    the same on all ranks, and ``b [K, N_loc]``, its column shard; all get ``c [M, W*N_loc]`` whose
+    column block r is rank r's ``a @ b``. Any M, N_loc and K. fp16, bf16 or fp32 (tf32 tensor cores
+    on GPUs); fp32 accumulation, result in the input dtype.
 
-    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (torch.matmul + all_gather) or
-    ``"auto"`` (a measured choice,
-    else the plain path: ``tilefuse/tuning/README.md``). ``config``: a :class:`tilefuse.Config`
-    overriding tile sizes and the GEMM_SMS/COMM_SMS split. ``out``: optional ``[M, W*N_loc]`` tensor of
-    the result's dtype and device: a contiguous heap tensor (same offset on every rank) is written in
-    place, with nothing copied. Otherwise (a fresh tensor, or ``out`` when contiguous) this rank's
-    block is stored into the result directly and the peers' blocks, which land in the op's heap buffer,
-    are copied into it (a strided ``out`` receives a copy of the whole result).
+    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` or ``"auto"``. ``config``: a :class:`tilefuse.Config`.
+    ``out``: optional ``[M, W*N_loc]`` tensor of the result's dtype and device; a contiguous heap tensor
+    (same offset on every rank) is written in place, any other receives the result.
 
-    Returns once every rank's tiles have landed in this rank's result (stream-ordered on a GPU:
-    the data is complete for any later work on the current stream). Collective: every rank must
-    make the same calls in the same order.
+    Returns once every rank's tiles have landed in this rank's result (stream-ordered on a GPU).
+    Collective: every rank makes the same calls in the same order. Autograd: ``g`` = the sum over
+    ranks of ``dc``'s column block r, ``da = g @ b.t()``, ``db = a.t() @ g``; ``out=`` is not
+    differentiable. ``torch.compile`` traces the custom op.
 
-    Autograd: the gradient of rank r's ``a @ b`` is the sum over ranks of their ``dc``'s column
-    block r (a reduce-scatter), then ``da = g @ b.t()``, ``db = a.t() @ g``; ``out=`` is not
-    differentiable, like torch's ``out=`` functions. ``torch.compile(fullgraph=True)`` traces the
-    call as the custom op ``torch.ops.tilefuse.gemm_all_scatter`` (:mod:`tilefuse.ops.library`).
-
-    Float8: ``a`` and ``b`` in ``torch.float8_e4m3fn`` (one of them may be ``float8_e5m2``) with
-    float32 ``scale_a`` and ``scale_b``, each tensor-wise (one element) or row-wise (``scale_a
-    [rows of this rank's a, 1]``, ``scale_b [1, columns of this rank's b]``), compute
-    ``(a.float() * scale_a) @ (b.float() * scale_b)`` as ``torch._scaled_mm`` does: fp32
-    accumulation, the scales applied to each tile before it is stored or moved, one rounding to
-    ``out_dtype`` (bfloat16, float16 or float32; default bfloat16). Forward only: a backward
-    through a float8 call raises NotImplementedError.
+    Float8: ``a``, ``b`` in ``float8_e4m3fn`` (one may be ``float8_e5m2``) with float32 ``scale_a``,
+    ``scale_b`` (tensor-wise, or row-wise ``[rows of a, 1]``, ``[1, columns of b]``) compute
+    ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16). Forward only.
     """
-    return calls.call(OP, a, b, variant, config, group, out=out, scale_a=scale_a,
-                        scale_b=scale_b, out_dtype=out_dtype)
+    return calls.call(OP, a, b, variant, config, group, out=out, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)

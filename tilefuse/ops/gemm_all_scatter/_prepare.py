@@ -1,7 +1,9 @@
-"""The host steps of every gemm_all_scatter variant: :func:`prepare` once per call signature (checks,
-config, heap buffer, flags); :func:`begin` and :func:`finish` every call (outputs, begin, copy-out)."""
+"""Host steps of every gemm_all_scatter variant: :func:`prepare` once per call signature; :func:`begin`
+and :func:`finish` every call."""
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -16,8 +18,7 @@ OP = "gemm_all_scatter"
 
 
 class Prepared(PreparedCall):
-    """One call signature of a variant, checked and resolved: what each of its calls launches with
-    (``N``: N_loc, the columns of this rank's block)."""
+    """One call signature of a variant, checked and resolved (``N`` = N_loc)."""
 
     def __init__(self, variant: str, a, b, config, group, out, scaling: tuple, *, comm: bool, flags: bool):
         g = prepare_gemm(OP, a, b, group, config, comm=comm, specialize=variant in WARP_SPEC_VARIANTS[OP])
@@ -30,16 +31,13 @@ class Prepared(PreparedCall):
         self.inplace = out is not None and check_out(OP, heap, out, shape, out_dtype, a=a, b=b)
         super().__init__(g, a, b, g.key(variant, self.inplace, kind), empty=M == 0 or N == 0 or g.K == 0,
                          pad=variant != "bulk_sync", out_dtype=out_dtype)  # bulk_sync's GEMM core pads itself
-        # The tile loop's constexprs and launch options (BLOCK_*, GROUP_M, USE_TMA, B_KMAJOR, warps, stages).
         self.meta = g.gemm_meta_ws if g.specialize else g.gemm_meta
         self.c = None  # [M, W*N] heap buffer where the peers' blocks land; None: the result itself
         self.flags = self.done = None  # int64 per-tile "ready" flags; [W, COMM_SMS] completion flags
         if not (self.inplace or self.empty or W == 1):
-            # This rank's tiles go straight into the result; the peers' land here and are copied out.
             self.c = self.hold((OP, "c", shape, out_dtype), lambda h: {"c": h.empty(shape, dtype=out_dtype)},
                                M * W * N * out_dtype.itemsize).c
         if flags and not self.empty:
-            # The key: all the flag protocol depends on (tile counts, the programs that report done).
             ws = self.hold((OP, variant, M, N, cfg.BLOCK_M, cfg.BLOCK_N, cfg.COMM_SMS), lambda h: {
                 "flags": h.zeros(max(g.num_tiles, 1), dtype=torch.int64),  # per-tile "ready" sequence numbers
                 "flags_done": h.zeros((W, max(cfg.COMM_SMS, 1)), dtype=torch.int64),  # (source, program) done
@@ -49,30 +47,25 @@ class Prepared(PreparedCall):
 
 def prepare(variant: str, a, b, config, group, out, scaling: tuple = UNSCALED, *, comm: bool,
             flags: bool = False) -> Prepared:
-    """The variant's :class:`Prepared` for this call signature (made on first use, by every rank alike).
-    ``scaling``: the call's ``(scale_a, scale_b, out_dtype)`` (:mod:`..common.scaled`); ``comm``: the
-    variant needs COMM_SMS >= 1 communication programs; ``flags``: it uses flags."""
+    """The variant's :class:`Prepared` for this call signature; ``comm``: it needs COMM_SMS >= 1, ``flags``: flags."""
     heap = op_heap(OP, group)
     on_heap = isinstance(out, torch.Tensor) and heap.is_on_heap(out)
-    p = once(heap, (OP, variant, on_heap, scaling[2]), lambda: Prepared(variant, a, b, config, group, out, scaling,
-                                                                        comm=comm, flags=flags),
-             config, a, b, out, *scaling[:2])
+    make = functools.partial(Prepared, variant, a, b, config, group, out, scaling, comm=comm, flags=flags)
+    p = once(heap, (OP, variant, on_heap, scaling[2]), make, config, a, b, out, *scaling[:2])
     if out is not None:  # its address: no overlap with a or b, a heap offset checked across ranks
         check_out(OP, heap, out, (p.M, heap.world_size * p.N), p.out_dtype, a=a, b=b)
     return p
 
 
 def begin(p: Prepared, a, b, out) -> tuple:
-    """``(a, b, dest, c, entry)`` of this call: the operands (copied where :attr:`Prepared.pad`), the
-    result [M, W*N_loc] (``out`` unless strided) and where the peers' blocks land, strided alike (the
-    result itself with a heap ``out`` or where none land), both NaN if the call aborts; the begin
-    arguments of a first kernel that begins the call (None: the begin kernel began it)."""
+    """``(a, b, dest, c, entry)``: the operands, the result (``out`` unless strided), where the peers'
+    blocks land (strided alike; the result itself where none land) and ``Prepared.begin``'s result."""
     a, b = p.operands(a, b)
     if p.inplace:
         dest = c = out
     else:
-        contiguous = out is not None and out.is_contiguous()
-        dest = out if contiguous else new_output((p.M, p.heap.world_size * p.N), p.out_dtype, a.device)
+        fresh = out is None or not out.is_contiguous()
+        dest = new_output((p.M, p.heap.world_size * p.N), p.out_dtype, a.device) if fresh else out
         c = dest if p.c is None else p.c
     entry = p.begin(dest, c if c is not dest else None)
     if p.K == 0 and p.M and p.N:
@@ -81,10 +74,7 @@ def begin(p: Prepared, a, b, out) -> tuple:
 
 
 def finish(p: Prepared, dest: torch.Tensor, c: torch.Tensor, out) -> torch.Tensor:
-    """The result, once the call's kernels are queued: ``dest`` after the peers' blocks are copied into
-    it from ``c`` (one more kernel; this rank's block is there), then ``out`` where it is strided."""
+    """The result: ``dest`` after the peers' blocks are copied into it from ``c``, or ``out`` (strided)."""
     if c is not dest and not p.empty:
         launch_copy_peer_blocks(dest, c, p.M, p.N, p.heap.rank, p.heap.world_size)
-    if out is None or out is dest:
-        return dest
-    return out.copy_(dest)
+    return dest if out is None or out is dest else out.copy_(dest)

@@ -1,7 +1,6 @@
-"""Device code shared by the gemm_all_scatter variants: the GEMM side (``compute_tiles``), the
-communication side (``push_ready_tiles``), both in the GEMM core's grouped tile order (the first
-tiles made are the first moved), and the copy of the peers' blocks out of c (``copy_peer_blocks``).
-The result and c are passed whole, [M, W*N_loc] strided alike (one tensor with a heap ``out``)."""
+"""Device code shared by the gemm_all_scatter variants: the GEMM side (``compute_tiles``) and the
+communication side (``push_ready_tiles``), both in the GEMM core's grouped tile order, and the copy
+of the peers' blocks out of c (``copy_peer_blocks``). The result and c are [M, W*N_loc], strided alike."""
 
 import triton
 import triton.language as tl
@@ -18,17 +17,15 @@ from ..common.tiles import gemm_operands, gemm_tile, load_tile, store_tile, tile
 @triton.jit
 def compute_tiles(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-    # output: the result, c (a symmetric address), both [M, W*N] strided alike; int64 flag per tile
+    # the result, c (a symmetric address), both [M, W*N] strided alike; int64 flag per tile
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr,
-    # the call (runtime.primitives) and its sequence number; this program among NUM_PROGRAMS
-    call, seq, pid,
+    call, seq, pid,  # the call and its sequence number; this program among NUM_PROGRAMS
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr,
     PUSH: tl.constexpr, RELEASE: tl.constexpr, WARP_SPEC: tl.constexpr = False, GATE: tl.constexpr = False,
 ):
-    """Tiles pid, pid + NUM_PROGRAMS, ...: K loop, store into this rank's block of the result; PUSH: also
-    into every peer's c, from registers; RELEASE: then set the tile's flag to ``seq``. ``GATE`` (after
-    ``P.enter_aside``): a tile's stores wait for the begin (``P.ready``), skipped if the call is off."""
+    """Tiles pid, pid + NUM_PROGRAMS, ... into this rank's block of the result; PUSH: also into every peer's
+    c; RELEASE: then flag = ``seq``; ``GATE`` (``P.enter_aside``): stores wait for the begin (``P.ready``)."""
     rank, world, bases = P.rank(call), P.world(call), P.bases(call)
     col = tl.cast(rank, tl.int64) * N * stride_cn  # this rank's column block
     o_ptr, c_ptr = o_ptr + col, c_ptr + col
@@ -55,26 +52,43 @@ def compute_tiles(
 
 @triton.jit
 def push_ready_tiles(
-    # the result, c (a symmetric address), both [M, W*N] strided alike; int64 flag per tile
-    o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn,
-    # the call and its sequence number; this program among NUM_PROGRAMS communication programs
-    call, seq, cid,
+    o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn,  # as compute_tiles'
+    call, seq, cid,  # the call and its sequence number; this program among NUM_PROGRAMS
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    WAIT: tl.constexpr = True,
 ):
-    """Tiles cid, cid + NUM_PROGRAMS, ...: wait for the tile's flag, then push it from the result to
-    every peer's c."""
+    """Tiles cid, cid + NUM_PROGRAMS, ... (``WAIT``: once the tile's flag is set) from the result to every peer's c."""
     rank, world, bases = P.rank(call), P.world(call), P.bases(call)
     col = tl.cast(rank, tl.int64) * N * stride_cn  # this rank's column block
     o_ptr, c_ptr = o_ptr + col, c_ptr + col
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     for tile_id in range(cid, num_pid_m * num_pid_n, NUM_PROGRAMS):
-        # Acquire: pairs with the release in compute_tiles (RELEASE) on this rank.
-        if tile_acquire(flags_ptr + tile_id, seq, rank, rank, P.ctl(call), bases, world):
+        ok = True
+        if WAIT:
+            # Acquire: pairs with the release in compute_tiles (RELEASE) on this rank.
+            ok = tile_acquire(flags_ptr + tile_id, seq, rank, rank, P.ctl(call), bases, world)
+        if ok:
             pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
             offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
             tile = load_tile(o_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]
             push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, rank, world, bases, FIRST=1)
+
+
+@kernel
+def scatter_kernel(
+    o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn,  # as compute_tiles'
+    call, exit_programs,  # the call; the programs that end it together (END)
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    ENTER: tl.constexpr, END: tl.constexpr, WAIT: tl.constexpr,
+):
+    """:func:`push_ready_tiles` on its own programs (bulk_sync's scatter, producer_consumer's consumer);
+    ``END``: the last program passes the closing barrier (every peer's tiles have landed in c)."""
+    seq, live = P.enter(call, ENTER)
+    if live:
+        push_ready_tiles(o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn, call, seq, tl.program_id(0),
+                         BLOCK_M, BLOCK_N, GROUP_M, NUM_PROGRAMS, WAIT)
+    P.exit(call, seq, live, exit_programs, END, BARRIER=True)
 
 
 # Tiles of the copy out of c: rows, columns.
@@ -88,8 +102,7 @@ def copy_peer_blocks(
     M, N, cur_rank, world,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """``dst[:, peer block] = src[:, peer block]`` for every peer's [M, N] column block, queued after the
-    call's last kernel, whose closing barrier saw them land in ``src``; the programs share the tiles."""
+    """``dst[:, peer block] = src[:, peer block]`` for every peer's [M, N] column block (after the barrier)."""
     prog, programs = tl.program_id(0), tl.num_programs(0)
     for i in range(1, world):
         col = tl.cast((cur_rank + i) % world, tl.int64) * N

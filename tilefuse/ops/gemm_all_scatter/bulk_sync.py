@@ -9,38 +9,11 @@ kernel's last passes the closing barrier (``P.exit`` with ``BARRIER``); at world
 
 from __future__ import annotations
 
-import triton.language as tl
-
-from ...runtime import primitives as P
-from ...runtime.primitives import kernel
-from ..common.comm import push_tile, row_major_tile
 from ..common.gemm import matmul
 from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
 from ..common.scaled import kernel_scales
-from ..common.tiles import load_tile, tile_offsets
 from ._prepare import OP, begin, finish, prepare
-
-
-@kernel
-def _scatter_kernel(
-    o_ptr, c_ptr, M, N, stride_cm, stride_cn,  # the result, c (a symmetric address): [M, W*N] strided alike
-    call,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NUM_PROGRAMS: tl.constexpr, END: tl.constexpr,
-):
-    """Copy this rank's [M, N] block of the result into its place in every peer's c, tile by tile; with
-    ``END`` the call ends here, after a barrier (every peer's block has landed in c)."""
-    seq, live = P.enter(call, ENTER=False)  # the GEMM began the call
-    if live:
-        rank, world = P.rank(call), P.world(call)
-        col = tl.cast(rank, tl.int64) * N * stride_cn  # this rank's column block
-        num_pid_n = tl.cdiv(N, BLOCK_N)
-        for tile_id in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * num_pid_n, NUM_PROGRAMS):
-            pid_m, pid_n = row_major_tile(tile_id, num_pid_n)
-            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-            tile = load_tile(o_ptr + col, offs_m, offs_n, M, N, stride_cm, stride_cn)  # [BM, BN]
-            push_tile(c_ptr + col, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, rank, world, P.bases(call),
-                      FIRST=1)
-    P.exit(call, seq, live, NUM_PROGRAMS, END, BARRIER=True)
+from ._tiles import scatter_kernel
 
 
 @collective(OP)
@@ -57,10 +30,11 @@ def bulk_sync(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=
         launched(entry, ends=last)
         if not last:
             programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
-            _scatter_kernel[(programs,)](
-                dest, c, p.M, p.N, c.stride(0), c.stride(1), call_arg(heap, entry),
-                BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, NUM_PROGRAMS=programs, END=entry is not None, num_warps=4,
-            )
+            # Row-major (GROUP_M 1), no flags: the GEMM is done.
+            scatter_kernel[(programs,)](
+                dest, c, c, p.M, p.N, c.stride(0), c.stride(1), call_arg(heap, entry), programs, BLOCK_M=cfg.BLOCK_M,
+                BLOCK_N=cfg.BLOCK_N, GROUP_M=1, NUM_PROGRAMS=programs, ENTER=False, END=entry is not None, WAIT=False,
+                num_warps=4)
             launched(entry)
             if entry is None:
                 mid_barrier(heap, 0)  # every peer's block has landed in c

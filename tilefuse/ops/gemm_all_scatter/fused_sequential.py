@@ -3,10 +3,9 @@
     program p: | tile p: K loop | store local + put to peers | tile p+P: K loop | store + put | ...
     stream:    | fused kernel: begins the call, ends with a barrier (all peers' tiles landed) |
 
-Pushing tile i overlaps the other programs' K loops; no flag: the tile goes from registers to every
-peer's c. Program 0 begins the call while the others run their first K loop (``P.enter_aside``;
-they wait for it before their first store, ``P.ready``), and the last program passes the closing
-barrier (``P.exit`` with ``BARRIER``); a warp-specialized loop has begin and barrier kernels instead.
+No flag: the tile goes from registers to every peer's c. Program 0 begins the call while the others
+run their first K loop (``P.enter_aside``), and the last program passes the closing barrier; a
+warp-specialized loop has begin and barrier kernels instead.
 """
 
 from __future__ import annotations
@@ -24,35 +23,28 @@ from ._tiles import compute_tiles
 @kernel
 def _fused_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
-    # output: the result, c (a symmetric address), both [M, W*N] strided alike
-    o_ptr, c_ptr, stride_cm, stride_cn,
-    # the call (runtime.primitives)
+    o_ptr, c_ptr, stride_cm, stride_cn,  # the result, c (a symmetric address): [M, W*N] strided alike
     call,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, WARP_SPEC: tl.constexpr,
     ENTER: tl.constexpr,
 ):
-    """``ENTER`` (never with ``WARP_SPEC``): program 0 begins the call, so tile t goes to program
-    ``(t + 1) % NUM_PROGRAMS`` (none to program 0 while the tiles do not fill the programs)."""
+    """``ENTER`` (never with ``WARP_SPEC``): program 0 begins the call, so tile t is program (t + 1)'s."""
     if ENTER:
         seq = P.enter_aside(call)
-        compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                      o_ptr, c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
-                      call, seq, (tl.program_id(0) + NUM_PROGRAMS - 1) % NUM_PROGRAMS,
-                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True,
-                      RELEASE=False, GATE=True)
-        # The closing barrier needs the call's state on every program, also one without a tile (it
-        # has not waited for the begin): ranks pass it only for a call that runs.
-        live = P.ready(call, seq)
+        first = (tl.program_id(0) + NUM_PROGRAMS - 1) % NUM_PROGRAMS
+        live = True  # the tiles' stores wait for the begin (GATE)
     else:
         seq, live = P.enter(call, ENTER=False)
-        if live:
-            compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          o_ptr, c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
-                          call, seq, tl.program_id(0),
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=True,
-                          RELEASE=False, WARP_SPEC=WARP_SPEC)
-    # With ENTER the closing barrier (every peer's tiles have landed in c) is the last program's.
+        first = tl.program_id(0)
+    if live:
+        compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                      o_ptr, c_ptr, stride_cm, stride_cn, c_ptr,  # no flags
+                      call, seq, first, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR,
+                      PUSH=True, RELEASE=False, WARP_SPEC=WARP_SPEC, GATE=ENTER)
+    if ENTER:
+        # The closing barrier needs the call's state on every program (one without a tile has not waited).
+        live = P.ready(call, seq)
     P.exit(call, seq, live, NUM_PROGRAMS, ENTER, BARRIER=True)
 
 
@@ -65,10 +57,8 @@ def fused_sequential(a, b, *, config=None, group=None, out=None, scale_a=None, s
         programs = p.config.GEMM_SMS + p.config.COMM_SMS  # not capped by the tiles: one kernel per config
         _fused_kernel[(programs,)](
             a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1),
-            dest, c, c.stride(0), c.stride(1), call_arg(p.heap, entry),
-            NUM_PROGRAMS=programs, ENTER=entry is not None, **p.meta,
-        )
+            b.stride(1), dest, c, c.stride(0), c.stride(1), call_arg(p.heap, entry), NUM_PROGRAMS=programs,
+            ENTER=entry is not None, **p.meta)
         launched(entry)
         if entry is None:
             mid_barrier(p.heap, 0)  # every peer's tiles have landed in c

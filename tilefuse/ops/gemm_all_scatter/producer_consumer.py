@@ -6,8 +6,7 @@
 
 Flags are per tile, local to the rank, and carry the call's sequence number. GEMM_SMS + COMM_SMS
 must fit on the device at once: the consumer spins. Both kernels begin the call together
-(``P.enter``) and end it together (``P.exit`` over the programs of both: the last one passes the
-closing barrier).
+(``P.enter``) and end it together (``P.exit`` over both: the last program passes the closing barrier).
 """
 
 from __future__ import annotations
@@ -19,16 +18,15 @@ from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, call_arg, collective, launched, mid_barrier
 from ..common.scaled import kernel_scales
 from ._prepare import OP, begin, finish, prepare
-from ._tiles import compute_tiles, push_ready_tiles
+from ._tiles import compute_tiles, scatter_kernel
 
 
 @kernel
 def _gemm_producer_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
-    # output: the result, c (a symmetric address), both [M, W*N] strided alike; one int64 flag per tile
+    # the result, c (a symmetric address), both [M, W*N] strided alike; one int64 flag per tile
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr,
-    # the call; the programs of both kernels, which end it together
-    call, exit_programs,
+    call, exit_programs,  # the call; the programs of both kernels, which end it together
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
 ):
@@ -40,45 +38,24 @@ def _gemm_producer_kernel(
     P.exit(call, seq, live, exit_programs, ENTER, BARRIER=True)
 
 
-@kernel
-def _scatter_consumer_kernel(
-    o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn,  # as the producer's
-    call, exit_programs,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
-    ENTER: tl.constexpr,
-):
-    seq, live = P.enter(call, ENTER)
-    if live:
-        push_ready_tiles(o_ptr, c_ptr, flags_ptr, M, N, stride_cm, stride_cn, call, seq, tl.program_id(0),
-                         BLOCK_M, BLOCK_N, GROUP_M, NUM_PROGRAMS)
-    # The last program of either kernel passes the closing barrier: every peer's tiles are in c.
-    P.exit(call, seq, live, exit_programs, ENTER, BARRIER=True)
-
-
 @collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
-    """gemm_all_scatter with GEMM and scatter kernels on two streams; same contract as
-    :func:`tilefuse.gemm_all_scatter`."""
+    """gemm_all_scatter, GEMM and scatter kernels on two streams; same contract as :func:`tilefuse.gemm_all_scatter`."""
     p = prepare("producer_consumer", a, b, config, group, out, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, dest, c, entry = begin(p, a, b, out)
     if not p.empty:
-        cfg = p.config
-        # Not capped by the tiles (programs without one exit): one compiled kernel per config, not per shape.
-        total = cfg.GEMM_SMS + cfg.COMM_SMS  # the programs that end the call together
-        call = call_arg(p.heap, entry)
-        streams = ForkedStreams(p.heap.device)  # both kernels begin the call (or the begin kernel ran before)
+        cfg, call = p.config, call_arg(p.heap, entry)
+        total = cfg.GEMM_SMS + cfg.COMM_SMS  # the programs that end the call together (not capped by the tiles)
+        streams = ForkedStreams(p.heap.device)
         _gemm_producer_kernel[(cfg.GEMM_SMS,)](
             a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1),
-            dest, c, c.stride(0), c.stride(1), p.flags, call, total,
-            NUM_PROGRAMS=cfg.GEMM_SMS, ENTER=entry is not None, **p.meta,
-        )
+            b.stride(1), dest, c, c.stride(0), c.stride(1), p.flags, call, total, NUM_PROGRAMS=cfg.GEMM_SMS,
+            ENTER=entry is not None, **p.meta)
         with streams.side():
-            _scatter_consumer_kernel[(cfg.COMM_SMS,)](
-                dest, c, p.flags, p.M, p.N, c.stride(0), c.stride(1), call, total,
-                BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, GROUP_M=cfg.GROUP_M,
-                NUM_PROGRAMS=cfg.COMM_SMS, ENTER=entry is not None, num_warps=4,
-            )
+            scatter_kernel[(cfg.COMM_SMS,)](
+                dest, c, p.flags, p.M, p.N, c.stride(0), c.stride(1), call, total, BLOCK_M=cfg.BLOCK_M,
+                BLOCK_N=cfg.BLOCK_N, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=cfg.COMM_SMS, ENTER=entry is not None,
+                END=entry is not None, WAIT=True, num_warps=4)
         streams.join()
         launched(entry)
         if entry is None:

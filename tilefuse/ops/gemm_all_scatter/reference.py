@@ -14,9 +14,5 @@ def reference(a: torch.Tensor, b: torch.Tensor, *, config=None, group=None, out=
     -> ``[M, W*N_loc]`` (float8: of the dequantized operands, in ``out_dtype``)."""
     group = op_group(group)
     a32, b32, dtype = fp32_operands("gemm_all_scatter", a, b, scale_a, scale_b, out_dtype)
-    local = (a32 @ b32).to(dtype)
-    c = all_gather_cat(local, dim=1, group=group)
-    if out is not None:
-        out.copy_(c)
-        return out
-    return c
+    c = all_gather_cat((a32 @ b32).to(dtype), dim=1, group=group)
+    return c if out is None else out.copy_(c)

@@ -5,10 +5,8 @@
     program  G+C-1 (last)    :                                          | acquire done[*][*] == seq |
     stream: | one kernel, which begins the call itself |
 
-G = GEMM_SMS, C = COMM_SMS. The completion handshake is inside the kernel: every movement program c
-of rank r releases flag ``done[r][c] = seq`` on every rank once its puts are issued, and the last
-program acquires all W*C of them, so the kernel ends only after every peer's tiles have landed
-here. All G+C programs must be resident at once (checked against the device).
+G = GEMM_SMS, C = COMM_SMS. The completion handshake (``done``) is inside the kernel: it ends only
+after every peer's tiles have landed here. All G+C programs must be resident at once (checked).
 """
 
 from __future__ import annotations
@@ -27,9 +25,8 @@ from ._tiles import compute_tiles, push_ready_tiles
 @kernel
 def _wg_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
-    # output: the result, c (a symmetric address), [M, W*N] strided alike; int64 flags per tile, [W, C]
+    # the result, c (a symmetric address), [M, W*N] strided alike; int64 flags per tile, [W, C]
     o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr, done_ptr,
-    # the call (runtime.primitives)
     call,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr,
@@ -39,10 +36,9 @@ def _wg_kernel(
     if live:
         pid = tl.program_id(0)
         if pid < GEMM_PROGRAMS:
-            compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                          o_ptr, c_ptr, stride_cm, stride_cn, flags_ptr, call, seq, pid,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR,
-                          PUSH=False, RELEASE=True)
+            compute_tiles(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, o_ptr, c_ptr,
+                          stride_cm, stride_cn, flags_ptr, call, seq, pid, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                          GEMM_PROGRAMS, USE_TMA, B_KMAJOR, PUSH=False, RELEASE=True)
         else:
             cid = pid - GEMM_PROGRAMS
             rank, world, bases = P.rank(call), P.world(call), P.bases(call)
@@ -60,17 +56,14 @@ def _wg_kernel(
 
 @collective(OP)
 def wg_specialized(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
-    """gemm_all_scatter as one workgroup-specialized kernel; same contract as
-    :func:`tilefuse.gemm_all_scatter`."""
+    """gemm_all_scatter as one workgroup-specialized kernel; same contract as :func:`tilefuse.gemm_all_scatter`."""
     p = prepare("wg_specialized", a, b, config, group, out, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, dest, c, entry = begin(p, a, b, out)
     if not p.empty:
         cfg = p.config  # the grid is not capped by the tiles: one kernel per config
         _wg_kernel[(cfg.GEMM_SMS + cfg.COMM_SMS,)](
             a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1),
-            dest, c, c.stride(0), c.stride(1), p.flags, p.done, call_arg(p.heap, entry),
-            GEMM_PROGRAMS=cfg.GEMM_SMS, COMM_PROGRAMS=cfg.COMM_SMS, ENTER=entry is not None, **p.meta,
-        )
+            b.stride(1), dest, c, c.stride(0), c.stride(1), p.flags, p.done, call_arg(p.heap, entry),
+            GEMM_PROGRAMS=cfg.GEMM_SMS, COMM_PROGRAMS=cfg.COMM_SMS, ENTER=entry is not None, **p.meta)
         launched(entry)
     return finish(p, dest, c, out)

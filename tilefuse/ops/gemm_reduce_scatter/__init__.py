@@ -18,40 +18,23 @@ def gemm_reduce_scatter(a, b, *, variant: str = "auto", config=None, group=None,
                         out_dtype=None):
     """GEMM over a K shard, summed over ranks and scattered by rows: ``reduce_scatter(a @ b, dim=0)``.
 
-    Every rank of ``group`` (default: the group of :func:`tilefuse.init`) calls it with
-    ``a [M, K_loc]`` and ``b [K_loc, N]``, its K shard (ordinary tensors; K_loc may differ between
-    ranks); rank r gets ``c [M/W, N]``, rows ``r*M/W ... (r+1)*M/W`` of the sum over ranks of
-    ``a @ b``, as an ordinary tensor. M must be divisible by the world size (ValueError otherwise,
-    on every rank). fp16, bf16 or fp32 (fp32 runs the tensor cores in tf32 on GPUs). Each rank's
-    partial is accumulated in fp32 and rounded to the input dtype before it travels (as the partial
-    ``a @ b`` handed to an NCCL reduce-scatter is); the owner sums the W partials in fp32, in a fixed
-    order (the same bits on every run, and from each of the four variants), and rounds the sum to the
-    input dtype.
+    Every rank of ``group`` (default: the group of :func:`tilefuse.init`) calls it with ``a [M,
+    K_loc]`` and ``b [K_loc, N]``, its K shard (K_loc may differ between ranks); rank r gets ``c [M/W,
+    N]``, rows ``r*M/W ... (r+1)*M/W`` of the sum over ranks of ``a @ b``. M must be divisible by the
+    world size (ValueError otherwise, on every rank). fp16, bf16 or fp32 (tf32 tensor cores on GPUs).
+    Each partial is rounded to the input dtype before it travels; the owner sums the W partials in
+    fp32 in a fixed order (the same bits on every run and from each variant) and rounds once.
 
-    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"`` (torch.matmul + reduce-scatter),
-    ``"plain"`` or ``"auto"`` (a measured choice,
-    else the plain path: ``tilefuse/tuning/README.md``). ``config``: a
-    :class:`tilefuse.Config` overriding tile sizes and the GEMM_SMS/COMM_SMS split (the same on
-    every rank). Heap workspace per rank, allocated on the first call of a shape: ``M*N*itemsize``
-    bytes for the staging buffer (one per dtype), plus ``(M/W)*N*4`` bytes for the fp32 running sum
-    of producer_consumer and wg_specialized when W >= 3.
+    ``variant``: one of ``tilefuse.VARIANTS``, ``"reference"``, ``"plain"`` or ``"auto"``. ``config``:
+    a :class:`tilefuse.Config` (the same on every rank). Workspaces: ``README.md``.
 
-    Returns once every rank's partial of this rank's rows has been summed into ``c`` (stream-ordered
-    on a GPU: complete for any later work on the current stream). Collective: every rank must make
-    the same calls in the same order.
+    Returns once every rank's partial of this rank's rows has been summed into ``c`` (stream-ordered on a
+    GPU). Collective: every rank makes the same calls in the same order. Autograd: ``da, dc_gathered =
+    all_gather_gemm(dc, b.t(), return_gathered=True)``, ``db = a.t() @ dc_gathered``; compile: custom op.
 
-    Autograd: ``da, dc_gathered = all_gather_gemm(dc, b.t(), return_gathered=True)``,
-    ``db = a.t() @ dc_gathered``. ``torch.compile(fullgraph=True)`` traces the call as the custom
-    op ``torch.ops.tilefuse.gemm_reduce_scatter`` (:mod:`tilefuse.ops.library`).
-
-    Float8: ``a`` and ``b`` in ``torch.float8_e4m3fn`` (one of them may be ``float8_e5m2``) with
-    float32 ``scale_a`` and ``scale_b``, each tensor-wise (one element) or row-wise (``scale_a
-    [rows of this rank's a, 1]``, ``scale_b [1, columns of this rank's b]``), compute
-    ``(a.float() * scale_a) @ (b.float() * scale_b)`` as ``torch._scaled_mm`` does: fp32
-    accumulation, the scales applied to each tile before it is stored or moved, one rounding to
-    ``out_dtype`` (bfloat16, float16 or float32; default bfloat16). Each rank's scaled partial is reduced
-    in fp32 (it travels in fp32) and the sum is rounded once. Forward only: a backward
-    through a float8 call raises NotImplementedError.
+    Float8: ``a``, ``b`` in ``float8_e4m3fn`` (one may be ``float8_e5m2``) with float32 ``scale_a``,
+    ``scale_b`` (tensor-wise, or row-wise ``[rows of a, 1]``, ``[1, columns of b]``) compute
+    ``torch._scaled_mm``'s result, rounded once to ``out_dtype`` (default bfloat16); the partials
+    travel and are reduced in fp32. Forward only.
     """
-    return calls.call(OP, a, b, variant, config, group, scale_a=scale_a, scale_b=scale_b,
-                        out_dtype=out_dtype)
+    return calls.call(OP, a, b, variant, config, group, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..common.checks import check_divisible, check_matrix
@@ -14,14 +16,8 @@ OP = "gemm_reduce_scatter"
 
 
 class Prepared(PreparedCall):
-    """One call signature of a variant: the checked shapes, config, operand layout and heap buffers.
-
-    ``stage [W, rows, N]`` (input dtype) is shared by every variant of one (dtype, rows, N) (each
-    call's begin is a barrier). The flagged variants, which sum while partials arrive, also share an
-    fp32 running sum ``run [rows, N]`` when W >= 3 (only the owner's reduction touches it, one call
-    after another; elsewhere ``run`` is the stage, never touched), and have ``flags [W,
-    tiles_per_owner]`` int64 of their own per tile shape (the stage for the others).
-    """
+    """One call signature of a variant: the checked shapes, config, operand layout and heap buffers (``_tiles``;
+    ``stage`` shared by the variants, each call's begin being a barrier; ``run``, ``flags``: else the stage)."""
 
     def __init__(self, variant: str, a, b, config, group, scaling: tuple, *, comm: bool, flags: bool):
         heap = op_heap(OP, group)
@@ -37,13 +33,12 @@ class Prepared(PreparedCall):
         if g.K == 0:
             # A descriptor of an empty K extent is not valid on every device; the pointer path loops 0 times.
             g.use_tma = g.b_kmajor = False
-        # K_loc may differ between ranks (and with it BLOCK_K or the program counts of a default
-        # config): the signature holds the shapes and the tile grid that the flags and slots follow.
+        # K_loc may differ between ranks: the signature holds the shapes and the tile grid the flags follow.
         super().__init__(g, a, b, (OP, variant, g.M, g.N, str(a.dtype), kind, cfg.BLOCK_M, cfg.BLOCK_N, cfg.GROUP_M),
                          empty=rows == 0 or g.N == 0, pad=variant != "bulk_sync",  # the GEMM core pads itself
                          out_dtype=out_dtype)
-        self.out_shape = (rows, g.N)
         N = g.N
+        self.out_shape = (rows, N)
         self.dims = g.gemm_args[2:]  # M, N, K and the strides of the operands as launched
         self.meta = g.gemm_meta  # constexprs and launch options of the GEMM part
         self.warp_spec = g.warp_spec
@@ -72,10 +67,6 @@ class Prepared(PreparedCall):
 
 def prepare(variant: str, a, b, config, group, scaling: tuple = UNSCALED, *, comm: bool = False,
             flags: bool = False) -> Prepared:
-    """The :class:`Prepared` of this call's signature, made on its first call (``common.prepare.once``):
-    checks ``a [M, K_loc]`` and ``b [K_loc, N]`` and the ``scaling`` ``(scale_a, scale_b, out_dtype)``
-    (:mod:`..common.scaled`), resolves the config and allocates the heap buffers (collective then).
-    ``comm``: the variant needs COMM_SMS >= 1; ``flags``: it sums while partials arrive."""
-    return once(op_heap(OP, group), (OP, variant, scaling[2]),
-                lambda: Prepared(variant, a, b, config, group, scaling, comm=comm, flags=flags),
-                config, a, b, *scaling[:2])
+    """This call signature's :class:`Prepared`; ``comm``: it needs COMM_SMS >= 1, ``flags``: it sums on arrival."""
+    make = functools.partial(Prepared, variant, a, b, config, group, scaling, comm=comm, flags=flags)
+    return once(op_heap(OP, group), (OP, variant, scaling[2]), make, config, a, b, *scaling[:2])

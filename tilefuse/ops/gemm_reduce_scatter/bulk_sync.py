@@ -3,9 +3,8 @@
     rank r:  | GEMM (all SMs): a @ b -> stage [M, N] (input dtype); begins the call | barrier |
              | reduce: for each tile of r's rows, sum stage[r-th row block] of every rank -> c; ends the call |
 
-No overlap: the baseline. Each rank's stage holds its whole partial (slot o = owner o's rows); the
-owner pulls its slot from every peer and sums them in fp32 in the order r-1, r-2, ..., r. The GEMM's
-first program begins the call (``P.enter``), the reduction's last ends it (``P.exit``).
+No overlap: the baseline. The owner pulls its slot from every peer and sums them in fp32 in the
+order r-1, r-2, ..., r.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ def bulk_sync(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_
     if p.empty:
         return c
     heap, cfg = p.heap, p.config
-    # The GEMM core (the partial in fp32, stored in a's dtype) begins the call; its last program
-    # passes the barrier, after which every rank's partial is complete.
+    # The GEMM core begins the call; after its barrier every rank's partial is complete.
     matmul(a, b, p.stage.view(p.M, p.N), cfg, ctl(heap), call=gemm_call_args(heap, entry), enter=True,
            barrier=True, scales=kernel_scales(scale_a, scale_b, a.device))
     launched(entry, ends=False)

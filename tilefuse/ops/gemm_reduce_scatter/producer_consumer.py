@@ -4,66 +4,37 @@
     stream 2: | reduce (COMM_SMS programs): from r-1: acquire | from r-2: acquire, add | ... -> c |
     stream 1:                                                                         | join |
 
-Both kernels begin the call together (``P.enter``: the first of their programs does the begin) and
-end it together (``P.exit`` over the programs of both). Rank r's reduction follows the arrivals:
-source by source (r-1, r-2, ..., r) it acquires the flag of each of its tiles and adds the slot to
-an fp32 running sum, while the GEMM produces other owners' tiles. GEMM_SMS + COMM_SMS must fit on
-the device at once: the reduction spins.
+Both kernels begin the call together (``P.enter``) and end it together (``P.exit`` over the programs
+of both). Rank r's reduction follows the arrivals: source by source (r-1, r-2, ..., r) it acquires
+each tile's flag and adds the slot to an fp32 running sum. GEMM_SMS + COMM_SMS must fit on the
+device at once: the reduction spins.
 """
 
 from __future__ import annotations
 
-import triton.language as tl
-
-from ...runtime import primitives as P
-from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, call_arg, collective, launched
 from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
-from ._tiles import launch_reduce, produce_partials
-
-
-@kernel
-def _gemm_producer_kernel(
-    a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
-    # stage [W, rows, N] (input dtype) and flags [W, tiles_per_owner] int64 (symmetric addresses)
-    stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-    # the call (begun and ended with the reduction, ENTER); exit_programs: the programs of both kernels
-    call, exit_programs,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
-):
-    seq, live = P.enter(call, ENTER)
-    if live:
-        produce_partials(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                         stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                         call, seq, tl.program_id(0),
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
-    P.exit(call, seq, live, exit_programs, ENTER)
+from ._tiles import launch_reduce, partials_kernel
 
 
 @collective(OP)
 def producer_consumer(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_dtype=None):
-    """gemm_reduce_scatter with GEMM and reduction kernels on two streams; same contract as
-    :func:`tilefuse.gemm_reduce_scatter`."""
+    """gemm_reduce_scatter, GEMM and reduction kernels on two streams; contract :func:`tilefuse.gemm_reduce_scatter`."""
     p = prepare("producer_consumer", a, b, config, group, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, c, entry = p.start(a, b)
     if p.empty:
         return c
-    call = call_arg(p.heap, entry)
-    begins = entry is not None
+    call, begins = call_arg(p.heap, entry), entry is not None
     gemm_programs, comm_programs = p.config.GEMM_SMS, p.config.COMM_SMS  # not capped: one kernel per config
     total = gemm_programs + comm_programs  # the programs that end the call together
     streams = ForkedStreams(p.heap.device)
-    # The GEMM waits on nothing but the begin: launched first, it cannot be blocked behind the
-    # spinning reduction.
-    _gemm_producer_kernel[(gemm_programs,)](
+    # The GEMM waits on nothing but the begin: launched first, it is not blocked behind the reduction.
+    partials_kernel[(gemm_programs,)](
         a, b, kernel_scales(scale_a, scale_b, a.device), *p.dims, p.stage, p.flags, *p.stage_strides, call, total,
-        NUM_PROGRAMS=gemm_programs, ENTER=begins, **p.meta,
-    )
+        NUM_PROGRAMS=gemm_programs, ENTER=begins, RELEASE=True, BARRIER=False, WARP_SPEC=False, **p.meta)
     with streams.side():
-        launch_reduce(p, call, c, comm_programs, pull=False, wait=True, enter=begins, end=begins,
-                      exit_programs=total)
+        launch_reduce(p, call, c, comm_programs, pull=False, wait=True, enter=begins, end=begins, exit_programs=total)
     streams.join()
     launched(entry)
     return c

@@ -16,7 +16,6 @@ def reference(a: torch.Tensor, b: torch.Tensor, *, config=None, group=None, scal
     float8: of the dequantized operands, in ``out_dtype``)."""
     group = op_group(group)
     check_matrix("gemm_reduce_scatter", "a", a)
-    check_divisible("gemm_reduce_scatter", "M (rows of a)", a.shape[0], dist.get_world_size(group),
-                    "the world size")
+    check_divisible("gemm_reduce_scatter", "M (rows of a)", a.shape[0], dist.get_world_size(group), "the world size")
     a32, b32, dtype = fp32_operands("gemm_reduce_scatter", a, b, scale_a, scale_b, out_dtype)
     return reduce_scatter_rows(a32 @ b32, group=group).to(dtype)

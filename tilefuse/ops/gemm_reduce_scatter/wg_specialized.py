@@ -4,9 +4,8 @@
     programs G .. G+C-1    : | from r-1: acquire | from r-2: acquire, add | ... | own: acquire, add -> c |
     stream: | one kernel, which begins the call itself |
 
-G = GEMM_SMS, C = COMM_SMS. The reducers finish only when every partial of this rank's rows has
-been summed (an fp32 running sum): no completion handshake. All G+C programs must be resident at
-once (checked against the device).
+G = GEMM_SMS, C = COMM_SMS. No completion handshake: the reducers sum every partial of this rank's
+rows. All G+C programs must be resident at once (checked against the device).
 """
 
 from __future__ import annotations
@@ -24,11 +23,9 @@ from ._tiles import produce_partials, reduce_owned
 @kernel
 def _wg_kernel(
     a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,  # scales: common.scaled
-    # stage [W, rows, N] (input dtype), flags [W, tiles_per_owner] int64 (symmetric); the fp32
-    # running sum run [rows, N] (W >= 3) and output c [rows, N], both local
+    # stage [W, rows, N], flags [W, tiles_per_owner] int64 (symmetric); run [rows, N] fp32 (W >= 3), c (local)
     stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn, run_ptr, c_ptr, stride_cm, stride_cn,
-    # the call (this kernel begins it with ENTER)
-    call,
+    call,  # this kernel begins it with ENTER
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     GEMM_PROGRAMS: tl.constexpr, COMM_PROGRAMS: tl.constexpr, SUB_M: tl.constexpr, USE_TMA: tl.constexpr,
     B_KMAJOR: tl.constexpr, ENTER: tl.constexpr,
@@ -36,25 +33,20 @@ def _wg_kernel(
     seq, live = P.enter(call, ENTER)
     pid = tl.program_id(0)
     if live:
-        if pid < GEMM_PROGRAMS:
-            # Producers wait on nothing.
-            produce_partials(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                             stage_ptr, flags_ptr, stride_slot, stride_sm, stride_sn,
-                             call, seq, pid,
-                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
-        else:
-            # Reducers wait only on producers: lower program ids here, or other ranks.
-            reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, M // P.world(call), N,
-                         stride_slot, stride_sm, stride_sn, stride_cm, stride_cn,
-                         call, seq, pid - GEMM_PROGRAMS,
-                         BLOCK_M, BLOCK_N, SUB_M, GROUP_M, COMM_PROGRAMS, PULL=False, WAIT=True)
+        if pid < GEMM_PROGRAMS:  # producers wait on nothing
+            produce_partials(a_ptr, b_ptr, scales, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stage_ptr,
+                             flags_ptr, stride_slot, stride_sm, stride_sn, call, seq, pid, BLOCK_M, BLOCK_N, BLOCK_K,
+                             GROUP_M, GEMM_PROGRAMS, USE_TMA, B_KMAJOR, RELEASE=True)
+        else:  # reducers wait only on producers: lower program ids here, or other ranks
+            reduce_owned(stage_ptr, flags_ptr, run_ptr, c_ptr, M // P.world(call), N, stride_slot, stride_sm, stride_sn,
+                         stride_cm, stride_cn, call, seq, pid - GEMM_PROGRAMS, BLOCK_M, BLOCK_N, SUB_M, GROUP_M,
+                         COMM_PROGRAMS, PULL=False, WAIT=True)
     P.exit(call, seq, live, GEMM_PROGRAMS + COMM_PROGRAMS, ENTER)
 
 
 @collective(OP)
 def wg_specialized(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_dtype=None):
-    """gemm_reduce_scatter as one workgroup-specialized kernel; same contract as
-    :func:`tilefuse.gemm_reduce_scatter`."""
+    """gemm_reduce_scatter as one workgroup-specialized kernel; contract: :func:`tilefuse.gemm_reduce_scatter`."""
     p = prepare("wg_specialized", a, b, config, group, (scale_a, scale_b, out_dtype), comm=True, flags=True)
     a, b, c, entry = p.start(a, b)
     if p.empty:
