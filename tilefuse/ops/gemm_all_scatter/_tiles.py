@@ -8,10 +8,20 @@ import triton.language as tl
 from ...runtime import hw
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
-from ..common.comm import push_tile
 from ..common.flags import tile_acquire, tile_release
 from ..common.gather import copy_pieces
 from ..common.tiles import gemm_operands, gemm_tile, load_tile, store_tile, tile_coords, tile_offsets
+
+
+@triton.jit
+def push_tile(c_ptr, tile, offs_m, offs_n, M, N, stride_cm, stride_cn, cur_rank, world, heap_bases,
+              FIRST: tl.constexpr):
+    """Store ``tile`` [BM, BN] at (offs_m, offs_n) of C on ranks cur_rank + FIRST, ... in ring order."""
+    ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn  # [BM, BN]
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)  # [BM, BN]
+    value = tile.to(c_ptr.dtype.element_ty)
+    for i in range(FIRST, world):
+        P.store(ptrs, value, cur_rank, (cur_rank + i) % world, heap_bases, mask=mask)
 
 
 @triton.jit
