@@ -239,9 +239,9 @@ def job_tune_with_fake_times(ctx, cache_dirs, per_rank_ms, rank1_decides=None, s
             autotune.decide = lambda t, **kw: rank1_decides
         try:
             a, b = _operands(ctx, *shape)
-            choice = dispatch.decide(OP, a, b)
+            choice = dispatch._decide(OP, a, b, None, None)[0]
             _checked_auto(ctx, a, b)
-            again = dispatch.decide(OP, a, b)
+            again = dispatch._decide(OP, a, b, None, None)[0]
         finally:
             autotune.decide = real_decide
         return choice.variant, choice.source, again.source == choice.source, len(tunes), tunes[:1]
@@ -739,7 +739,7 @@ def job_tune_copy_engine(ctx, cache_dir):
         torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=5e-2)
         tuned = dispatch.choose("all_gather_gemm", a, b)
     with _env(TILEFUSE_AUTOTUNE="0", TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=None):
-        cached = dispatch.decide("all_gather_gemm", a, b)
+        cached = dispatch._decide("all_gather_gemm", a, b, None, None)[0]
     return tunes, tuned.variant, tuned.source.split(" ")[0], cached.variant, cached.source.split(" ")[0]
 
 
@@ -887,7 +887,7 @@ def job_malformed_graph_entry(ctx, cache_dirs):
     with _env(TILEFUSE_AUTOTUNE="0", TILEFUSE_CACHE_DIR=cache_dirs[ctx.rank], TILEFUSE_CONFIG_DIR=None):
         a, b = _operands(ctx, *SHAPE)
         with pytest.raises(RuntimeError, match="rank 1: ValueError: malformed 'graph'"):
-            dispatch.decide(OP, a, b)
+            dispatch._decide(OP, a, b, None, None)[0]
         return True
 
 

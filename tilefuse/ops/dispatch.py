@@ -81,10 +81,6 @@ def choose(op: str, a, b, group=None) -> tables.Choice:
             or _default("nothing measured"))
 
 
-def choose_variant(op: str, a, b, group=None) -> str:
-    return choose(op, a, b, group).variant
-
-
 _BUCKETS: dict = {}  # bucket key -> Choice, made collectively (the same on every rank)
 _RESOLVED: dict = {}  # call signature -> (variant, entry point, config)
 _dirs = _env.env_reader("TILEFUSE_CONFIG_DIR", "TILEFUSE_CACHE_DIR")
@@ -165,13 +161,9 @@ def _tune(op, a, b, grp, kwargs, arch, world, dtype, M, N, K, model) -> tables.C
     return tables.Choice(res.variant, res.config, source, graph)
 
 
-def decide(op: str, a, b, group=None, kwargs: dict | None = None) -> tables.Choice:
-    """The bucket's decision for ``op(a, b, **kwargs)``: made collectively on its first call."""
-    return _decide(op, a, b, group, kwargs)[0]
-
-
 def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
-    """``(choice, remembered)``: a call under capture or tracing gets plain, not remembered."""
+    """``(choice, remembered)``: the bucket's decision for ``op(a, b, **kwargs)``, made collectively on its
+    first call; a call under capture or tracing gets plain, not remembered."""
     grp, arch, world, dtype, M, N, K, bkey = _call_facts(op, a, b, group)
     hit = _BUCKETS.get(bkey)
     if hit is not None:

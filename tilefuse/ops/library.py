@@ -309,8 +309,6 @@ def _(a, b, out, variant, config, group, scale_a=None, scale_b=None, out_dtype=N
 # Backward, g the gradient of s = all_reduce(a @ b) (+ bias) (+ residual): g = rms_norm_backward(dy) +
 # d(new_residual); then gemm_all_reduce's formulas, d(residual) = g, d(norm_weight) = sum over rows of
 # dy * s * rsqrt(mean(s^2) + eps).
-
-
 def run_norm(a, b, variant: str, config, group, bias, residual, norm_weight, eps: float):
     """The entry point of ``variant`` with the epilogue; ``auto`` first resolves its choice (so that a
     fused_sequential choice runs the epilogue in its kernel)."""
@@ -378,9 +376,7 @@ def all_gather_rows(x, group):
     return _owned(all_gather_cat(x.contiguous(), dim=0, group=op_group(resolve_group(group))), x)
 
 
-@all_gather_rows.register_fake
-def _(x, group):
-    return x.new_empty((world_size(group) * x.shape[0], *x.shape[1:]))
+all_gather_rows.register_fake(lambda x, group: x.new_empty((world_size(group) * x.shape[0], *x.shape[1:])))
 
 
 @torch.library.custom_op("tilefuse::reduce_scatter_rows", mutates_args=(), schema="(Tensor x, str? group) -> Tensor")
@@ -398,10 +394,7 @@ def _(x, group):
     return x.new_empty((x.shape[0] // W, *x.shape[1:]))
 
 
-def _rows_setup(ctx, inputs, output):
-    ctx.group = inputs[1]
-
-
+_rows_setup = lambda ctx, inputs, output: setattr(ctx, "group", inputs[1])
 all_gather_rows.register_autograd(
     lambda ctx, g: (torch.ops.tilefuse.reduce_scatter_rows(g.contiguous(), ctx.group), None), setup_context=_rows_setup)
 reduce_scatter_rows.register_autograd(

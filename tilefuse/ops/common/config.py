@@ -250,10 +250,8 @@ def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs
                 best = (use, (bm, bn, 4, stages, slices, 0))
         return best[1]
     if itemsize > 2:  # fp32 (tf32): the tiles of the path without split-K
-        if M < 1000:
-            return 128, narrow(128), 4, 4, 1, 0
         block_n = narrow(256)
-        if block_n == 256 and 2 * tiles(128, 256) < programs:
+        if M < 1000 or (block_n == 256 and 2 * tiles(128, 256) < programs):
             return 128, narrow(128), 4, 4, 1, 0
         return 128, block_n, 8, 3, 1, 0
     # 16-bit values: warp-specialized 128x256 tiles (4 warps a group, 4 stages) unless 128x128 tiles
@@ -267,24 +265,15 @@ def default_config(
     M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int, interpreter: bool, comm: bool,
     split_k: bool = False,
 ) -> Config:
-    """Heuristic config for a shape that no table covers.
+    """Heuristic config for a shape that no table covers. ``num_sms``: the device's multiprocessors;
+    ``comm``: the variant runs ``COMM_SMS`` communication programs beside the GEMM's; ``split_k``: the
+    caller's kernel takes ``SPLIT_K > 1`` (``SPLIT_K_VARIANTS``), else ``SPLIT_K`` is 1.
 
-    ``num_sms``: the device's multiprocessors; ``comm``: the variant runs ``COMM_SMS``
-    communication programs beside the GEMM's; ``split_k``: the caller's kernel takes ``SPLIT_K > 1``
-    (the GEMM core: ``SPLIT_K_VARIANTS``), else ``SPLIT_K`` is 1.
-
-    GPU without split-K, tile classes by M: :func:`_narrow_decode_tiles` to M = 64 and
-    :func:`_small_m_tiles` to M = 256 (16-bit dtypes), 128x128 below M = 1000, 128x256 (8 warps, 3
-    stages) above, halved where its tiles would leave over half the GEMM programs idle; BLOCK_K 64
-    (fp32: 32, and 3 stages; float8: 128). No warp specialization (a tuned table may choose it).
-
-    GPU with split-K (:func:`_split_k_tiles`): to M = 16 in 16-bit dtypes the pointer-loaded decode
-    tiles (``POINTER_DECODE_*``); at 64 <= M <= 128 the tiles above where they fill the SMs
-    (:func:`_whole_tile_instead_of_split`); ``SPLIT_K`` (:func:`split_k_for`, at most 8) the most
-    slices that keep one wave of GEMM programs and ``MIN_SLICE_STEPS`` K steps a slice.
-
-    Interpreter: at most 64-wide blocks and a handful of programs (its cost grows with the
-    operations interpreted); with ``split_k`` the same slice rule over those programs.
+    GPU without split-K, tile classes by M: :func:`_narrow_decode_tiles` to M = 64, :func:`_small_m_tiles`
+    to M = 256 (16-bit), 128x128 below M = 1000, 128x256 above (halved where it would idle over half the
+    GEMM programs); BLOCK_K 64 (fp32: 32; float8: 128). With split-K: :func:`_split_k_tiles`, the
+    ``POINTER_DECODE_*`` tiles to M = 16 (16-bit), whole tiles at 64 <= M <= 128 where they fill the SMs.
+    Interpreter: at most 64-wide blocks and a handful of programs (its cost grows with the operations).
     """
     if num_sms < 1:
         raise ValueError(f"default_config: num_sms must be >= 1, got {num_sms}")
@@ -292,9 +281,7 @@ def default_config(
         comm_sms = 2 if comm else 0
         gemm_sms = max(1, min(4, num_sms - comm_sms))
         block_m, block_n, block_k = _pow2_between(M, 16, 64), _pow2_between(N, 16, 64), _pow2_between(K, 16, 64)
-        split = 1
-        if split_k:
-            split = split_k_for(-(-M // block_m) * -(-N // block_n), -(-K // block_k), gemm_sms)
+        split = split_k_for(-(-M // block_m) * -(-N // block_n), -(-K // block_k), gemm_sms) if split_k else 1
         return Config(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, num_warps=4, num_stages=1,
                       GEMM_SMS=gemm_sms, COMM_SMS=comm_sms, SPLIT_K=split)
     comm_sms = max(1, num_sms // 8) if comm else 0
