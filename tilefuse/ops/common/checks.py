@@ -22,9 +22,8 @@ def check_matrix(op: str, name: str, t) -> None:
 
 
 def check_same_device(op: str, **tensors: torch.Tensor) -> None:
-    items = list(tensors.items())
-    first_name, first = items[0]
-    for name, t in items[1:]:
+    (first_name, first), *rest = tensors.items()
+    for name, t in rest:
         if t.device != first.device:
             raise ValueError(f"{op}: {name} is on {t.device} but {first_name} is on {first.device}")
 
