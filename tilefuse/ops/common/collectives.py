@@ -4,7 +4,6 @@ on any backend: gloo (ranks sharing one GPU) moves CUDA tensors through host mem
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import torch
@@ -64,10 +63,14 @@ def _into(collective, out: torch.Tensor, t: torch.Tensor, comm: Comm) -> None:
         collective(out, t, group=comm.group)
 
 
-# (out, t, comm): every rank's ``t`` stacked by rows into ``out`` (``t`` may be this rank's block of ``out``).
-all_gather_tensor = functools.partial(_into, _all_gather)
-# (out, t, comm): row block r of the sum over ranks of ``t`` (contiguous, ``[W*R, ...]``) into ``out [R, ...]``.
-reduce_scatter_tensor = functools.partial(_into, _reduce_scatter)
+def all_gather_tensor(out: torch.Tensor, t: torch.Tensor, comm: Comm) -> None:
+    """Every rank's ``t`` stacked by rows into ``out`` (``t`` may be this rank's block of ``out``)."""
+    _into(_all_gather, out, t, comm)
+
+
+def reduce_scatter_tensor(out: torch.Tensor, t: torch.Tensor, comm: Comm) -> None:
+    """Row block r of the sum over ranks of ``t`` (contiguous, ``[W*R, ...]``) into ``out`` ``[R, ...]``."""
+    _into(_reduce_scatter, out, t, comm)
 
 
 def all_reduce(t: torch.Tensor, comm: Comm) -> None:
