@@ -1,9 +1,5 @@
-"""How a public op call reaches its implementation: an eager call that needs no gradient and that
-nothing traces (:func:`_direct`) runs the variant's entry point itself (auto:
-:func:`tilefuse.ops.dispatch.run_auto`), as cheaply as a Python function's call; every other call
-goes through the ``torch.library`` custom op of :mod:`tilefuse.ops.library`, which traces and
-differentiates.
-"""
+"""How a public op call reaches its implementation: the variant's entry point itself where
+:func:`_direct` allows, else the ``torch.library`` custom op (:mod:`tilefuse.ops.library`)."""
 
 from __future__ import annotations
 
@@ -48,10 +44,9 @@ _get = registry.get
 
 def call(op: str, a, b, variant: str = "auto", config=None, group=None, *, out=None, return_gathered=False,
          bias=None, scale_a=None, scale_b=None, out_dtype=None):
-    """``torch.ops.tilefuse.<op>(a, b, ...)`` from the public function's arguments, or the entry point
-    itself where :func:`_direct` allows (the custom op's dispatch costs as much host time as a plain call
-    at decode sizes). all_gather_gemm whose ``b`` needs a gradient runs the gathered-output op (the
-    weight gradient needs ``all_gather(a)``)."""
+    """The entry point (auto: :func:`.dispatch.run_auto`) where :func:`_direct` allows: the custom op's
+    dispatch costs as much host time as a plain call at decode sizes; else ``torch.ops.tilefuse.<op>``
+    (all_gather_gemm whose ``b`` needs a gradient: the gathered-output op, for ``all_gather(a)``)."""
     if (out is None and bias is None and scale_a is None and scale_b is None and out_dtype is None
             and not return_gathered and type(a) in _PLAIN_TYPES and type(b) in _PLAIN_TYPES
             and not (_grad_enabled() and (a.requires_grad or b.requires_grad))

@@ -1,18 +1,7 @@
-"""``variant="auto"``: a measured choice where there is one, else the plain path.
-
-A call ``op(a [M, K], b [K, N])`` is decided per *bucket* (arch, world size, op, dtype, N, K, the
-bucket of M: :mod:`tilefuse.tuning.buckets`). The first call of a bucket takes the first of:
-
-1. **table**: a config table entry (shipped, or ``TILEFUSE_CONFIG_DIR``) for the exact shape, else
-   one with the same N, K and dtype whose M falls in the bucket;
-2. **cache**: the user's decision cache (:mod:`tilefuse.tuning.cache`, ``TILEFUSE_CACHE_DIR``);
-3. **tuned**: first-call tuning of plain and each variant, saved in the cache (``TILEFUSE_AUTOTUNE``
-   unset: on a GPU where plain takes ``autotune.MIN_PLAIN_MS``; ``=1``: always; ``=0``: never);
-4. **model**: the cost model (:mod:`tilefuse.tuning.costmodel`), if it predicts a win over plain;
-5. **default**: the plain path.
-
-The first call of a bucket is collective: one exchange hands rank 0's view to all ranks, and they tune
-together if rank 0 saw nothing. Decisions are remembered per bucket and call signature. While
+"""``variant="auto"``: a measured choice where there is one, else the plain path. A call is decided per
+bucket (:mod:`tilefuse.tuning.buckets`) on its first call, collectively, from the first of: a config
+table entry, the user's decision cache, first-call tuning, the cost model, the plain path (the order and
+settings: tilefuse/tuning/README.md). Decisions are remembered per bucket and call signature; while
 torch.compile traces or a CUDA graph captures, an undecided bucket runs plain. Logger ``tilefuse``.
 """
 

@@ -267,13 +267,9 @@ def _(a, b, variant, config, group, scale_a=None, scale_b=None, out_dtype=None):
     return c, a.new_empty((c.shape[0], a.shape[1]))
 
 
-def _gathered_backward(ctx, dc, dgathered):
-    _no_float8_backward(ctx)
-    return in_backward(ctx.scope, _gathered_grads, ctx, *ctx.saved_tensors, dc, dgathered)
-
-
 def _gathered_grads(ctx, a_full, b, dc, dgathered):
     """``(da [M_loc, K], db [K, N], None...)`` of all_gather_gemm from ``dc`` (and the gathered A's grad)."""
+    _no_float8_backward(ctx)
     da = db = None
     if dc is not None:
         dc = dc.contiguous()
@@ -289,7 +285,8 @@ def _gathered_grads(ctx, a_full, b, dc, dgathered):
 
 # db needs all_gather(a): the op's own second output
 all_gather_gemm_gathered.register_autograd(
-    _gathered_backward, setup_context=lambda ctx, inputs, output: _save(ctx, inputs, output[1]))
+    lambda ctx, dc, dgathered: in_backward(ctx.scope, _gathered_grads, ctx, *ctx.saved_tensors, dc, dgathered),
+    setup_context=lambda ctx, inputs, output: _save(ctx, inputs, output[1]))
 
 
 @torch.library.custom_op("tilefuse::gemm_all_scatter_out", mutates_args=("out",),

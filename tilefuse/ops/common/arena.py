@@ -1,8 +1,5 @@
 """The per-group workspace arena: heap buffers made once per call shape, collectively, and reused (an
-LRU cache per heap, bounded by :data:`WORKSPACE_FRACTION` of it; every rank makes the same calls, so
-the same ones), and what a variant prepares per call signature (:func:`prepared`), dropped with them.
-A workspace used inside a CUDA graph capture is kept until shutdown (a replay still reads it).
-"""
+LRU cache per heap), and what a variant prepares per call signature (:func:`prepared`)."""
 
 from __future__ import annotations
 
@@ -195,9 +192,7 @@ def clear_workspaces(group=None) -> None:
     them. CUDA graphs captured before abort when replayed (reported at the next call); their buffers
     stay allocated until shutdown. Other groups' workspaces stay."""
     if group is None and not is_initialized():
-        _WORKSPACES.clear()
-        _PREPARED.clear()
-        return
+        return _drop_workspaces()
     with _world.using(_world.state_for(group, "tilefuse.clear_workspaces")) as st:
         _world.synchronize(st.group)
         hostsync.barrier(st.heap.group, what="tilefuse.clear_workspaces")

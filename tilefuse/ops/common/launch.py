@@ -1,8 +1,5 @@
-"""Host-side plumbing shared by every variant (its entry point decorated with :func:`collective`):
-the checked GEMM call and its config (:func:`prepare_gemm`, once per call signature), and per call
-the output, the call's begin and its protocol argument (:func:`begin_call`, :func:`call_arg`) and
-streams. Kernels read the call's sequence number from the control block: no host epoch counter.
-"""
+"""Host-side plumbing shared by every variant: the checked GEMM call and its config (:func:`prepare_gemm`),
+and per call the output, the call's begin and its protocol argument (:func:`begin_call`, :func:`call_arg`)."""
 
 from __future__ import annotations
 
