@@ -30,15 +30,13 @@ def check_same_device(op: str, **tensors: torch.Tensor) -> None:
 
 def check_dtypes(op: str, **tensors: torch.Tensor) -> None:
     """All tensors share one dtype of SUPPORTED_DTYPES, or all are float8 (at most one e5m2)."""
-    items = list(tensors.items())
-    first_name, first = items[0]
+    (first_name, first), *rest = items = list(tensors.items())
     if any(t.dtype in FLOAT8_DTYPES for _, t in items):
-        _check_float8(op, items)
-        return
+        return _check_float8(op, items)
     if first.dtype not in SUPPORTED_DTYPES:
         names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES + FLOAT8_DTYPES)
         raise TypeError(f"{op}: {first_name} has dtype {first.dtype}; supported dtypes are {names}")
-    for name, t in items[1:]:
+    for name, t in rest:
         if t.dtype != first.dtype:
             raise TypeError(f"{op}: {name} has dtype {t.dtype} but {first_name} has dtype {first.dtype}")
 

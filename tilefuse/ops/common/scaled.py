@@ -3,8 +3,7 @@ take them, and the plain path's matmul.
 
 A float8 call computes ``(a.float() * scale_a) @ (b.float() * scale_b)`` (fp32 accumulation),
 rounded once to ``out_dtype`` (default bfloat16); each scale is float32, tensor-wise or row-wise
-(``scale_a [M, 1]``, ``scale_b [1, N]``). Kernels take ``scales = (scale_a, row stride, scale_b,
-column stride)`` (stride 0: tensor-wise); an unscaled call passes uint8 stand-ins.
+(``scale_a [M, 1]``, ``scale_b [1, N]``); kernels take them as :func:`kernel_scales` gives them.
 """
 
 from __future__ import annotations
@@ -93,7 +92,8 @@ _STAND_INS: dict = {}
 
 
 def kernel_scales(scale_a: torch.Tensor | None, scale_b: torch.Tensor | None, device: torch.device) -> tuple:
-    """The kernels' ``scales``: ``(scale_a, row stride, scale_b, column stride)``, or uint8 stand-ins."""
+    """The kernels' ``scales``: ``(scale_a, row stride, scale_b, column stride)`` (stride 0: tensor-wise),
+    or uint8 stand-ins for an unscaled call."""
     if scale_a is None:
         stand_in = _STAND_INS.get(device)
         if stand_in is None:
