@@ -193,11 +193,6 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
     return choice, True
 
 
-def resolve(op: str, a, b, group=None, kwargs: dict | None = None) -> tuple:
-    """``(variant, entry point, config)`` that auto runs for this call (remembered per call signature)."""
-    return _resolve(op, a, b, group, kwargs)[:3]
-
-
 _graph_capture = torch._C._cuda_isCurrentStreamCapturing  # torch.cuda.is_current_stream_capturing, one frame less
 GRAPH_MIN_M = 512  # below it, a fused choice with no device-time measurement runs plain inside CUDA graphs
 
@@ -212,9 +207,9 @@ def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
 
 
 def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
-    """``(variant, entry point, config, direct, remembered)``: :func:`resolve`'s answer, the matmul where
-    plain at W = 1 is the call (:func:`.plain.direct`), and whether it is remembered; ``graphs``: the
-    choice for CUDA graphs."""
+    """``(variant, entry point, config, direct, remembered)``: what auto runs for this call (remembered per
+    call signature), the matmul where plain at W = 1 is the call (:func:`.plain.direct`), and whether it
+    is remembered; ``graphs``: the choice for CUDA graphs."""
     if graphs is None:
         graphs = a.is_cuda and _graph_capture()
     # run_auto makes the same key

@@ -36,7 +36,7 @@ from .common.checks import FLOAT8_DTYPES, check_divisible, check_operands
 from .common.collectives import all_gather_cat, op_group
 from .common.config import Config
 from .common.scaled import check_scales
-from .dispatch import resolve as resolve_auto
+from .dispatch import _resolve as resolve_auto
 from .dispatch import run_auto
 from .plain import reduce_scatter
 
@@ -313,7 +313,7 @@ def run_norm(a, b, variant: str, config, group, bias, residual, norm_weight, eps
 
     if variant == "auto":
         check_norm_args("gemm_all_reduce", a, b, residual, norm_weight, eps)
-        variant, _, chosen = resolve_auto("gemm_all_reduce", a, b, group, {} if bias is None else {"bias": bias})
+        variant, _, chosen = resolve_auto("gemm_all_reduce", a, b, group, {} if bias is None else {"bias": bias})[:3]
         config = chosen if config is None else config
 
     def entry(a, b, **kwargs):

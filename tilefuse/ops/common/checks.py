@@ -31,25 +31,22 @@ def check_same_device(op: str, **tensors: torch.Tensor) -> None:
 def check_dtypes(op: str, **tensors: torch.Tensor) -> None:
     """All tensors share one dtype of SUPPORTED_DTYPES, or all are float8 (at most one e5m2)."""
     (first_name, first), *rest = items = list(tensors.items())
-    if any(t.dtype in FLOAT8_DTYPES for _, t in items):
-        return _check_float8(op, items)
+    f8_name, f8 = next(((n, t) for n, t in items if t.dtype in FLOAT8_DTYPES), (None, None))
+    if f8 is not None:
+        for name, t in items:
+            if t.dtype not in FLOAT8_DTYPES:
+                raise TypeError(f"{op}: {name} has dtype {t.dtype} next to the float8 {f8_name} ({f8.dtype}): "
+                                "pass both operands as float8 (with scale_a= and scale_b=) or neither")
+        if all(t.dtype == torch.float8_e5m2 for _, t in items):
+            raise TypeError(f"{op}: both operands are float8_e5m2; at most one may be (the other float8_e4m3fn), "
+                            "as for torch._scaled_mm")
+        return
     if first.dtype not in SUPPORTED_DTYPES:
         names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES + FLOAT8_DTYPES)
         raise TypeError(f"{op}: {first_name} has dtype {first.dtype}; supported dtypes are {names}")
     for name, t in rest:
         if t.dtype != first.dtype:
             raise TypeError(f"{op}: {name} has dtype {t.dtype} but {first_name} has dtype {first.dtype}")
-
-
-def _check_float8(op: str, items: list) -> None:
-    f8_name, f8 = next((n, t) for n, t in items if t.dtype in FLOAT8_DTYPES)
-    for name, t in items:
-        if t.dtype not in FLOAT8_DTYPES:
-            raise TypeError(f"{op}: {name} has dtype {t.dtype} next to the float8 {f8_name} ({f8.dtype}): "
-                            "pass both operands as float8 (with scale_a= and scale_b=) or neither")
-    if all(t.dtype == torch.float8_e5m2 for _, t in items):
-        raise TypeError(f"{op}: both operands are float8_e5m2; at most one may be (the other float8_e4m3fn), "
-                        "as for torch._scaled_mm")
 
 
 def check_operands(op: str, a, b) -> None:
