@@ -410,7 +410,7 @@ def test_shutdown_gives_workspaces_back_and_a_new_heap_starts_clean():
 def test_ops_refuse_to_launch_on_another_current_device(monkeypatch):
     """Triton launches on the current CUDA device: a thread whose current device is not the heap's
     would run the op's kernels on the wrong GPU. The check names both devices and the fix."""
-    from tilefuse.runtime.world import check_current_device
+    from tilefuse.runtime.group import check_current_device
 
     check_current_device("op", torch.device("cpu"))  # nothing to check on the CPU backend
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)

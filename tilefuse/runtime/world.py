@@ -16,29 +16,11 @@ import torch.distributed as dist
 
 from . import _env, hostsync
 from . import primitives as P
-from .call import (
-    CollectiveCall,
-    active,
-    call_state,
-    current_call,
-    device_barrier,
-    group_of,
-    in_call,
-    synchronize,
-    using,
-)
+from .call import active, device_barrier, group_of, synchronize, using
 from .errors import PeerExitedError, PoisonedError, WaitTimeoutError
 from .errors import describe_group as _describe_group
-from .group import REGISTRY, Group, check_current_device
+from .group import REGISTRY, Group
 from .heap import SymmetricHeap, resolve_heap_size
-from .scope import step
-
-__all__ = [
-    "CollectiveCall", "Group", "barrier", "bump_generation", "call_state", "check_current_device", "check_peers",
-    "control_block", "current_call", "device_barrier", "get_heap", "groups", "in_call", "init",
-    "is_initialized", "on_reset", "on_shutdown", "reset", "set_sync_errors", "set_wait_timeout", "shutdown",
-    "stand_in", "state_for", "step", "synchronize", "using",
-]
 
 
 def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
