@@ -580,8 +580,7 @@ def job_host_steps(ctx, n):
     st = hostsync._state(c10d._get_default_group())
     last = f"{hostsync._PREFIX}/{st.name}/{st.generation}/{st.sequence - 1}"
     hostsync.barrier(what="test: keys deleted")
-    store = hostsync._group_store(c10d._get_default_group())
-    leftover = [k for k in [f"{last}/{r}" for r in range(ctx.world)] + [f"{last}/done"] if store.check([k])]
+    leftover = [k for k in [f"{last}/{r}" for r in range(ctx.world)] + [f"{last}/done"] if st.store.check([k])]
     sub = dist.new_group(backend="gloo")
     try:
         hostsync.all_gather_object(None, sub, what=f"test: rank {ctx.rank}'s own step", timeout=5)
