@@ -228,7 +228,7 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
     st = _state(pg)
     if st.broken is not None:
         raise HostTimeoutError(f"{what}: an earlier host step on process group {st.name!r} failed ({st.broken}), so "
-                               "the ranks are out of step; call tilefuse.reset() on every rank (or re-create the group)")
+                               "the ranks are out of step; call tilefuse.reset() on every rank (or re-create it)")
     base = f"{_PREFIX}/{st.name}/{st.generation}/{st.sequence}"
     st.sequence += 1
     keys = [f"{base}/{r}" for r in range(world)]
