@@ -1,5 +1,4 @@
-"""The runtime's exceptions, and the device's error records (written into the control block by a
-kernel that finds something wrong) turned into them by :func:`error_from`."""
+"""The runtime's exceptions, and the device's error records turned into them (:func:`error_from`)."""
 
 from __future__ import annotations
 
@@ -81,32 +80,26 @@ def error_from(st, rec: dict) -> Exception:
         offset = rec["addr"] - heap.base
         where = f"heap offset {offset}" if 0 <= offset < heap.size else f"address {rec['addr']:#x}"
         src = f"rank {rec['peer']}" if rec["peer"] >= 0 else "a peer"
-        return WaitTimeoutError(
-            f"rank {rec['rank']} gave up after {rec['ns'] / 1e9:.1f} s in call #{seq} waiting for the flag at "
-            f"{where} to reach {rec['target']} (written by {src}); it still read {rec['seen']}. The writer "
-            "never released it: a rank that did not make the same call, crashed, or is slower than "
-            "TILEFUSE_WAIT_TIMEOUT. The runtime is now poisoned on every rank: call tilefuse.reset() on "
-            "every rank to go on."
-        )
+        return WaitTimeoutError(f"rank {rec['rank']} gave up after {rec['ns'] / 1e9:.1f} s in call #{seq} waiting "
+                                f"for the flag at {where} to reach {rec['target']} (written by {src}); it still "
+                                f"read {rec['seen']}. The writer never released it: a rank that did not make the "
+                                "same call, crashed, or is slower than TILEFUSE_WAIT_TIMEOUT. The runtime is now "
+                                "poisoned on every rank: call tilefuse.reset() on every rank to go on.")
     if kind == int(P.ERR_MISMATCH):
-        return CallMismatchError(
-            f"collective call #{seq} differs between ranks: rank {rec['rank']} made "
-            f"{describe_sig(st, rec['target'])} but rank {rec['peer']} made {describe_sig(st, rec['seen'])}. "
-            "No data moved; every rank raises for this call. Every rank must make the same calls in the "
-            "same order with the same shapes, dtype, variant and config."
-        )
+        return CallMismatchError(f"collective call #{seq} differs between ranks: rank {rec['rank']} made "
+                                 f"{describe_sig(st, rec['target'])} but rank {rec['peer']} made "
+                                 f"{describe_sig(st, rec['seen'])}. No data moved; every rank raises for this call. "
+                                 "Every rank must make the same calls in the same order with the same shapes, "
+                                 "dtype, variant and config.")
     if kind == int(P.ERR_PEER_FAILED):
-        return PeerCallError(
-            f"collective call #{seq} ({describe_sig(st, rec['target'])}) failed on rank {rec['peer']}: its "
-            "argument checks raised there (see that rank's error). No data moved; the call raises on "
-            "every rank, and the next calls pair as usual."
-        )
+        return PeerCallError(f"collective call #{seq} ({describe_sig(st, rec['target'])}) failed on rank "
+                             f"{rec['peer']}: its argument checks raised there (see that rank's error). No data "
+                             "moved; the call raises on every rank, and the next calls pair as usual.")
     if kind == int(P.ERR_STALE):
-        return StaleCallError(
-            f"call #{seq} was launched for workspace generation {rec['target']}, but the workspaces were "
-            f"released since (now generation {rec['seen']}): a CUDA graph captured before "
-            "tilefuse.clear_workspaces()/reset() was replayed. It did nothing; capture the graph again."
-        )
+        return StaleCallError(f"call #{seq} was launched for workspace generation {rec['target']}, but the "
+                              f"workspaces were released since (now generation {rec['seen']}): a CUDA graph captured "
+                              "before tilefuse.clear_workspaces()/reset() was replayed. It did nothing; capture "
+                              "the graph again.")
     return RuntimeError(f"tilefuse: unknown device error record {rec}")
 
 
