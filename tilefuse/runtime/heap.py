@@ -2,8 +2,7 @@
 
 ``heap_bases[r]`` is where rank r's heap is mapped *in this process*. The allocator is deterministic
 (first fit, coalescing frees), so ranks that make the same allocations in the same order get the same
-offsets. A block returns to the free list when its last torch view goes; every block holds this
-rank's heap memory, so a heap tensor stays valid after :meth:`SymmetricHeap.close`.
+offsets. A block is freed with its last torch view and holds this rank's heap memory (valid after close).
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ ALIGNMENT = 256
 
 
 def span_bytes(t: torch.Tensor) -> int:
-    """Bytes from ``t``'s address to one past its last element (0 for a tensor without elements):
-    the memory a strided view can address."""
+    """Bytes from ``t``'s address to one past its last element: the memory a strided view can address."""
     if t.numel() == 0:
         return 0
     return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
@@ -61,11 +59,9 @@ class Allocator:
                     return off
             free = sum(length for _, length in self._free)
             largest = max((length for _, length in self._free), default=0)
-        raise HeapFullError(
-            f"symmetric heap full: requested {nbytes} bytes ({need} aligned), {free} bytes free "
-            f"of {self.size} (largest free block {largest} bytes); raise tilefuse.init(heap_size=...) "
-            "or TILEFUSE_HEAP_SIZE, or drop references to heap tensors you no longer need"
-        )
+        raise HeapFullError(f"symmetric heap full: requested {nbytes} bytes ({need} aligned), {free} bytes free of "
+                            f"{self.size} (largest free block {largest} bytes); raise tilefuse.init(heap_size=...) "
+                            "or TILEFUSE_HEAP_SIZE, or drop references to heap tensors you no longer need")
 
     def free(self, off: int) -> None:
         with self._lock:
@@ -111,8 +107,8 @@ class Allocator:
 
 
 class Block:
-    """Owns one allocation (torch keeps it alive through its storage's array interface) and holds
-    this rank's whole heap ``memory``, so the mapping or CUDA allocation outlives the heap."""
+    """Owns one allocation (kept alive by torch through its array interface) and holds this rank's whole
+    heap ``memory``, so the mapping or CUDA allocation outlives the heap."""
 
     def __init__(self, allocator: Allocator, offset: int, addr: int, nbytes: int, device: torch.device,
                  memory: torch.Tensor):
@@ -187,10 +183,9 @@ class SymmetricHeap:
             self._allocator.mark_internal(self.offset_of(t))
 
     def close(self, *, internal: Iterable[torch.Tensor] = (), wait: bool = True) -> None:
-        """Drop the peer mappings, then a bounded barrier (collective; idempotent): once it passes no
-        heap is mapped elsewhere. Heap tensors still alive stay valid here and are counted in a
-        :class:`LiveHeapTensorsWarning`, except tilefuse's own (:meth:`mark_internal`, ``internal``).
-        ``wait=False``: do not wait for this device's queued work (a peer exited under it)."""
+        """Drop the peer mappings, then a bounded barrier (collective; idempotent). Heap tensors still alive
+        stay valid here and are counted in a :class:`LiveHeapTensorsWarning`, except tilefuse's own
+        (:meth:`mark_internal`, ``internal``). ``wait=False``: do not wait for this device's queued work."""
         if self._closed:
             return
         self._closed = True
@@ -198,13 +193,10 @@ class SymmetricHeap:
         skip = [self._allocator.block_start(self.offset_of(t)) for t in internal if self.is_on_heap(t)]
         blocks, nbytes = self._allocator.live(exclude=skip)
         if blocks:
-            warnings.warn(
-                f"tilefuse heap of rank {self.rank} closed with {blocks} heap tensor block(s) ({nbytes} bytes) "
-                "still referenced: they stay valid on this rank (their memory is kept until they are "
-                "freed) but peers no longer see them; drop them before tilefuse.shutdown() to release "
-                "the heap",
-                LiveHeapTensorsWarning, stacklevel=3,
-            )
+            warnings.warn(f"tilefuse heap of rank {self.rank} closed with {blocks} heap tensor block(s) ({nbytes} "
+                          "bytes) still referenced: they stay valid on this rank (their memory is kept until they "
+                          "are freed) but peers no longer see them; drop them before tilefuse.shutdown() to "
+                          "release the heap", LiveHeapTensorsWarning, stacklevel=3)
         on_gpu = self.device.type == "cuda" and wait
         if on_gpu:
             torch.cuda.synchronize(self.device)
@@ -277,10 +269,8 @@ class SymmetricHeap:
     def check_on_heap(self, name: str, t: torch.Tensor) -> None:
         if not self.is_on_heap(t):
             where = f"on {t.device}" if isinstance(t, torch.Tensor) else f"a {type(t).__name__}"
-            raise ValueError(
-                f"{name} must be a tensor on the symmetric heap of rank {self.rank} "
-                f"(allocate it with tilefuse.empty/zeros/...), but it is {where} outside the heap"
-            )
+            raise ValueError(f"{name} must be a tensor on the symmetric heap of rank {self.rank} (allocate it "
+                             f"with tilefuse.empty/zeros/...), but it is {where} outside the heap")
 
     def check_symmetric(self, name: str, *tensors: torch.Tensor, signature=None) -> None:
         """Collective: every rank's ``tensors`` must sit at the same heap offsets with the same shapes
@@ -293,17 +283,13 @@ class SymmetricHeap:
         everyone = hostsync.all_gather_object(mine, self.group, what=f"{name}: heap offsets check")
         for r, theirs in enumerate(everyone):
             if theirs["signature"] != mine["signature"] or theirs["layout"] != mine["layout"]:
-                raise CallMismatchError(
-                    f"{name}: ranks disagree on the call: rank {self.rank} has {mine['signature']} with "
-                    f"buffers {mine['layout']}, rank {r} has {theirs['signature']} with {theirs['layout']}. "
-                    "Every rank must make the same call with the same shapes."
-                )
+                raise CallMismatchError(f"{name}: ranks disagree on the call: rank {self.rank} has {mine['signature']} "
+                                        f"with buffers {mine['layout']}, rank {r} has {theirs['signature']} with "
+                                        f"{theirs['layout']}. Every rank must make the same call with the same shapes.")
             if theirs["offsets"] != mine["offsets"]:
-                raise RuntimeError(
-                    f"{name}: heap allocations diverged between ranks: rank {self.rank} has offsets "
-                    f"{mine['offsets']}, rank {r} has {theirs['offsets']}. Every rank must allocate heap "
-                    "tensors in the same order and free them alike."
-                )
+                raise RuntimeError(f"{name}: heap allocations diverged between ranks: rank {self.rank} has offsets "
+                                   f"{mine['offsets']}, rank {r} has {theirs['offsets']}. Every rank must allocate "
+                                   "heap tensors in the same order and free them alike.")
 
     @property
     def bytes_free(self) -> int:

@@ -1,10 +1,9 @@
 """A lower-overhead launch of tilefuse's Triton kernels on a GPU.
 
-Triton's ``kernel[grid](...)`` binds and specialises every argument and hashes a cache key on every
-call: tens of microseconds per launch. :class:`FastKernel` keeps, per kernel, the compiled binary for
-each *argument signature* seen (what Triton specialises on) and launches it directly, with the
-arguments Triton would pass. A signature's first launch, and every launch in the interpreter, goes
-through Triton.
+Triton's ``kernel[grid](...)`` binds, specialises and hashes every argument on every call (tens of
+microseconds). :class:`FastKernel` keeps, per kernel, the compiled binary for each *argument
+signature* seen (what Triton specialises on) and launches it directly; a signature's first launch,
+and every launch in the interpreter, goes through Triton.
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ _NOOP = [False]  # noop_launches() is active
 
 @contextlib.contextmanager
 def noop_launches():
-    """Inside the block every tilefuse kernel launch does its host lookups and launches nothing (in the
-    interpreter too): for timing the host path. Results are garbage; for benchmarks only."""
+    """Inside the block tilefuse's kernel launches do their host lookups and launch nothing (benchmarks
+    of the host path only: results are garbage)."""
     old, _NOOP[0] = _NOOP[0], True
     try:
         yield
@@ -102,11 +101,6 @@ class FastKernel:
             bind = self._binders[shape] = self._binder(*shape) or _unbound
         return bind(args, kwargs)
 
-    def _values(self, args: tuple, kwargs: dict) -> list | None:
-        """Every parameter's value in signature order, or None where the call does not bind."""
-        bound = self._bind(args, kwargs)
-        return None if bound is None else bound[0]
-
     def _signature(self, values: list, options: tuple):
         if self._key_of is None:
             self._key_of = _key_function(values, self._constexpr, self._dns)
@@ -154,8 +148,7 @@ def _unbound(args, kwargs):
 
 def _key_expr(name: str, v, specialize: bool) -> str:
     """Source of the key of argument ``name`` whose first value was ``v``: :func:`_spec`'s facts, but a
-    specialised integer by its value (finer than Triton's classes and cheaper: a prepared call
-    repeats its shapes and strides)."""
+    specialised integer by its value (finer than Triton's classes, and cheaper)."""
     if hasattr(v, "data_ptr"):  # another kind later raises AttributeError: the generic key is taken
         return f"({name}.dtype, not {name}.data_ptr() & 15)"
     if type(v) is int:
@@ -194,9 +187,8 @@ def _spec(v, specialize: bool):
 
 
 def check_specialized(name: str, num_warps: int, compiled) -> bool:
-    """Whether a kernel launched with ``WARP_SPEC`` came out warp-specialized (its compiled warps
-    exceed the launch's ``num_warps``). Warns when not: Triton's pass skips a kernel it cannot
-    specialize silently, and the tile then runs several times slower."""
+    """Whether a kernel launched with ``WARP_SPEC`` came out warp-specialized (more compiled warps than
+    ``num_warps``). Warns when not: Triton skips a kernel it cannot specialize silently (several times slower)."""
     got = getattr(getattr(compiled, "metadata", None), "num_warps", None)
     if got is None or got > num_warps:
         return True
