@@ -95,15 +95,9 @@ class CollectiveCall:
     __slots__ = ("op", "begun", "mirrored", "pending", "outer", "capturing", "stream", "st", "group", "prev")
 
     def __init__(self, op: str, st: Group | None = None):
-        self.op = op
-        self.begun = False
-        self.mirrored = False
-        self.pending: Exception | None = None
-        self.outer = None
-        self.capturing = False
-        self.stream = None
-        self.st = st
-        self.group: Group | None = None
+        self.op, self.st = op, st
+        self.begun = self.mirrored = self.capturing = False
+        self.pending = self.outer = self.stream = self.group = None  # after __enter__: group, capturing, stream
 
     def __enter__(self):
         outer = _TLS.call

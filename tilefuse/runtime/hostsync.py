@@ -300,13 +300,6 @@ def _wait_all_read(store, key: str, done: int, world: int, seconds: float) -> No
         done = store.add(key, 0)
 
 
-def _read_gave_up(store, key: str) -> tuple:
-    try:
-        return pickle.loads(store.get(key))
-    except Exception:
-        return (-1, [])
-
-
 def _wait(store, keys: list, gave_up: str, deadline: float, check=None, what: str = "") -> tuple:
     """Poll (not the store's ``wait``: it ends at the deadline, logging nothing) until every key is set,
     a peer gave up, or the deadline passes: ``("ok", None)``, ``("aborted", (rank, missing))``,
@@ -316,7 +309,10 @@ def _wait(store, keys: list, gave_up: str, deadline: float, check=None, what: st
         while True:
             ready = store.check(keys)
             if store.check([gave_up]):  # checked when every key is set too: a peer may give up meanwhile
-                return "aborted", _read_gave_up(store, gave_up)
+                try:
+                    return "aborted", pickle.loads(store.get(gave_up))
+                except Exception:
+                    return "aborted", (-1, [])
             if ready:
                 return "ok", None
             left = deadline - time.monotonic()

@@ -13,6 +13,7 @@ import functools
 import inspect
 
 import triton
+from triton import knobs
 
 from . import _env
 
@@ -98,7 +99,7 @@ class FastKernel:
         shape = (len(args), tuple(kwargs))
         bind = self._binders.get(shape)
         if bind is None:
-            bind = self._binders[shape] = self._binder(*shape) or _unbound
+            bind = self._binders[shape] = self._binder(*shape) or (lambda a, k: None)
         return bind(args, kwargs)
 
     def _signature(self, values: list, options: tuple):
@@ -132,7 +133,7 @@ class FastKernel:
             return compiled
         stream = _current_stream()
         g0, g1, g2 = (*grid, 1, 1)[:3]
-        hooks = knobs_runtime()
+        hooks = knobs.runtime  # the launch hooks a profiler installs
         enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
         if no_hook(enter) and no_hook(leave):  # no profiler listening: no launch metadata to build
             enter = leave = meta = None
@@ -140,10 +141,6 @@ class FastKernel:
             meta = compiled.launch_metadata(grid, stream, *values)
         compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *values)
         return compiled
-
-
-def _unbound(args, kwargs):
-    return None
 
 
 def _key_expr(name: str, v, specialize: bool) -> str:
@@ -198,14 +195,6 @@ def check_specialized(name: str, num_warps: int, compiled) -> bool:
                   f"{num_warps}-warp launch asking WARP_SPEC); it runs unspecialized and slow. Use a config "
                   "without WARP_SPEC, or report this with your Triton version.", RuntimeWarning, stacklevel=3)
     return False
-
-
-@functools.cache
-def knobs_runtime():
-    """Triton's runtime knobs: the launch hooks a profiler installs are read there at each launch."""
-    from triton import knobs
-
-    return knobs.runtime
 
 
 def no_hook(hook) -> bool:
