@@ -1,7 +1,5 @@
-"""tilefuse's runtime (it never imports ``ops``), from the bottom up: ``backends`` (mapping the
-peers' heaps), ``heap``, ``hostsync`` (bounded host collectives), ``errors``, ``group`` (a process
-group's state), ``call`` (the host part of a collective call) and ``world`` (the public functions).
-The device API is :mod:`tilefuse.runtime.primitives`.
+"""tilefuse's runtime (it never imports ``ops``), bottom up: ``backends``, ``heap``, ``hostsync``, ``errors``,
+``group``, ``call``, ``world`` (the public functions); the device API is :mod:`.primitives`.
 """
 
 from . import _env

@@ -110,8 +110,7 @@ def autotune_mode() -> str:
 
 
 def env_reader(*names: str):
-    """``read() -> (value, ...)``: the raw values of the variables ``names``, read from the mapping
-    ``os.environ`` wraps (no per-lookup encoding: cheap enough for every call)."""
+    """``read() -> (value, ...)``: the raw values of the variables ``names`` (cheap: no per-lookup encoding)."""
     env = os.environ
     keys, get, decode = tuple(map(env.encodekey, names)), env._data.get, env.decodevalue
 

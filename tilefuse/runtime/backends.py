@@ -1,5 +1,4 @@
-"""The two ways a rank maps every peer's heap, at ``init``; every exchange is bounded
-(:mod:`tilefuse.runtime.hostsync`) and agreed on: a problem on one rank raises on every rank.
+"""The two ways a rank maps every peer's heap at ``init``; a problem on one rank raises on every rank.
 
 - ``cpu``: each rank creates ``/dev/shm/tilefuse-<token>-r<rank>`` (exclusive, no links, mode 0600;
   the token is rank 0's), every rank maps every file, and each rank unlinks its own file (after a
@@ -122,8 +121,8 @@ def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
 
 
 def _map_file(path: str, size: int) -> torch.Tensor:
-    """A shared read-write mapping of the heap file ``path`` as a uint8 tensor, checked on the
-    descriptor (opened without following links): a private regular file of this user, of the heap's size."""
+    """The heap file ``path`` mapped shared as a uint8 tensor, once its descriptor (no links followed)
+    shows a private regular file of this user, of the heap's size."""
     fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)

@@ -54,8 +54,7 @@ def using(target):
 
 
 def call_state(group, what: str = "tilefuse") -> Group | None:
-    """The group state to hand to :class:`CollectiveCall` for ``group`` (None where ``group`` is None and
-    no :func:`using` is active). Raises where tilefuse is not initialised."""
+    """The group state for :class:`CollectiveCall` (None: nothing named), or raises where not initialised."""
     g = REGISTRY.get(group, what)
     return g if group is not None or _TLS.group is not None else None
 

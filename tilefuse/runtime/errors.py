@@ -104,8 +104,7 @@ def error_from(st, rec: dict) -> Exception:
 
 
 def poison_message(rec: dict | None) -> str:
-    """What a poisoned group raises, naming the rank whose wait timed out (poison word ``r + 1``) or
-    that entered :func:`tilefuse.reset` (``-(r + 1)``)."""
+    """What a poisoned group raises: poison word ``r + 1``: rank r's wait timed out; ``-(r + 1)``: it reset."""
     word = (rec or {}).get("poison", 0)
     if word < 0:
         what = f"rank {-word - 1} entered tilefuse.reset()"

@@ -117,8 +117,7 @@ class Group:
 
     @classmethod
     def open(cls, size: int, group, backend: str, order: StreamOrder) -> Group:
-        """Map the heap (collective), place the control block at its offset 0 and watch the peers;
-        on failure nothing of the heap stays open."""
+        """Map the heap (collective), with the control block at offset 0, and watch the peers (all or nothing)."""
         if backend == "cpu" and not _env.interpreting():
             raise RuntimeError("the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 "
                                "before importing tilefuse or any Triton kernel")
@@ -232,8 +231,7 @@ class Group:
         return PeerExitedError(self.poisoned)
 
     def poison_all(self, value: int) -> None:
-        """Set every rank's poison word to ``value`` from the host (waits give up, next calls raise); on a
-        GPU, on a stream of its own (this rank's may still be busy)."""
+        """Set every rank's poison word to ``value`` from the host, on a stream of its own (this rank's may be busy)."""
         heap = self.heap
         stream = torch.cuda.Stream(heap.device) if self.on_gpu else None
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():

@@ -107,8 +107,7 @@ class Allocator:
 
 
 class Block:
-    """Owns one allocation (kept alive by torch through its array interface) and holds this rank's whole
-    heap ``memory``, so the mapping or CUDA allocation outlives the heap."""
+    """One allocation as an array interface; holds this rank's whole heap ``memory`` (it outlives the heap)."""
 
     def __init__(self, allocator: Allocator, offset: int, addr: int, nbytes: int, device: torch.device,
                  memory: torch.Tensor):
@@ -273,8 +272,7 @@ class SymmetricHeap:
                              f"with tilefuse.empty/zeros/...), but it is {where} outside the heap")
 
     def check_symmetric(self, name: str, *tensors: torch.Tensor, signature=None) -> None:
-        """Collective: every rank's ``tensors`` must sit at the same heap offsets with the same shapes
-        and strides, and every rank must pass an equal ``signature`` (e.g. the call's shapes)."""
+        """Collective: every rank's ``tensors`` sit at the same heap offsets with equal layouts and ``signature``."""
         for i, t in enumerate(tensors):
             self.check_on_heap(f"{name}: buffer {i}", t)
         mine = {"offsets": [self.offset_of(t) for t in tensors],

@@ -40,8 +40,7 @@ def _current_stream():
 
 
 class FastKernel:
-    """Wraps a ``@triton.jit`` kernel; ``k[grid](...)`` launches as Triton would, faster when the
-    argument signature was seen before. Attribute access falls through to the Triton kernel."""
+    """Wraps a ``@triton.jit`` kernel: ``k[grid](...)`` launches as Triton would; other attributes are its."""
 
     def __init__(self, jit_fn, do_not_specialize=()):
         self.jit_fn = jit_fn
@@ -74,9 +73,8 @@ class FastKernel:
             self._compiled.get(self._signature(*bound) if bound is not None else None)
 
     def _binder(self, n_args: int, names: tuple):
-        """``bind(args, kwargs) -> (values, options)``: every parameter's value in signature order
-        (defaults filled in) and the launch options, written out once for calls passing ``n_args``
-        positionals and keywords ``names``; None where such a call cannot bind (Triton's path says why)."""
+        """``bind(args, kwargs) -> (values, options)`` (parameters in order, defaults filled in; launch options)
+        written out for calls of ``n_args`` positionals and keywords ``names``; None where they cannot bind."""
         parts = []
         for i, name in enumerate(self._names):
             given = i < n_args
@@ -159,8 +157,7 @@ def _key_expr(name: str, v, specialize: bool) -> str:
 
 
 def _key_function(values: list, constexpr: list, dns: set):
-    """A function of a launch's arguments returning a key that tells apart whatever Triton specialises
-    on, written out for the kinds of ``values``: no per-argument dispatch."""
+    """``key(args)``: what Triton specialises on, written out for the kinds of ``values`` (no dispatch)."""
     parts = [f"a[{i}]" if constexpr[i] else _key_expr(f"a[{i}]", v, i not in dns) for i, v in enumerate(values)]
     return eval("lambda a: (" + ", ".join(parts) + ",)")  # noqa: S307 - source built above from indices
 

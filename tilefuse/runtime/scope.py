@@ -100,8 +100,7 @@ def current_scope() -> tuple:
 
 
 def saved_scope() -> tuple | None:
-    """What an autograd forward keeps for its backward: :func:`current_scope`, or None while
-    torch.compile traces."""
+    """What an autograd forward keeps for its backward: :func:`current_scope` (None while compiling)."""
     if torch.compiler.is_compiling():
         return None
     return current_scope()
