@@ -14,18 +14,12 @@ import mmap
 import os
 import stat
 import uuid
-from collections.abc import Callable
 
 import torch
 
 from . import hostsync
 
 SHM_DIR = "/dev/shm"
-
-# ``RENDEZVOUS_HOOK(stage, paths)`` (tests): stage "created" once this rank's file exists, "mapped"
-# once every rank has mapped every file (before the unlinks).
-RENDEZVOUS_HOOK: Callable[[str, list], None] | None = None
-
 
 def agree(group, problem: str | None, step: str, what: str) -> None:
     """Bounded exchange of each rank's problem with a rendezvous step; raise on every rank if any."""
@@ -54,8 +48,6 @@ def map_cpu(group, rank: int, world: int, size: int) -> list:
                 os.close(fd)
         except OSError as err:
             problem = f"cannot create {own}: {err}"
-        if RENDEZVOUS_HOOK is not None:
-            RENDEZVOUS_HOOK("created", paths)
         agree(group, problem, "tilefuse.init: creating the heap files", what)
         tensors: list = []
         problem = None
@@ -66,8 +58,6 @@ def map_cpu(group, rank: int, world: int, size: int) -> list:
                 problem, tensors = f"cannot map rank {r}'s heap file {path}: {err}", []
                 break
         agree(group, problem, "tilefuse.init: mapping the heap files", what)
-        if RENDEZVOUS_HOOK is not None:
-            RENDEZVOUS_HOOK("mapped", paths)
         done = True
         return tensors
     finally:
