@@ -138,8 +138,7 @@ def debug_poison() -> bool:
 
 
 def configure() -> None:
-    """Turn the interpreter on for the cpu backend; Triton's own ``@triton.jit`` helpers (``tl.cdiv``,
-    combine functions) made before are remade for it, so the import order does not matter."""
+    """Turn the interpreter on for the cpu backend, remaking Triton's own ``@triton.jit`` helpers made before."""
     if requested_backend() == "cpu" and not interpreting():
         os.environ["TRITON_INTERPRET"] = "1"
         _interpret_triton_helpers()

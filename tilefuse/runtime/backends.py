@@ -98,8 +98,7 @@ def map_cuda(group, rank: int, world: int, size: int, device: torch.device) -> l
 
 
 def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
-    """``args`` of torch's CUDA IPC rebuild, changed to open the peer's memory on *this* rank's device
-    (torch opens it on the owner's device: a kernel on this rank's GPU would fault on that mapping)."""
+    """``args`` of torch's CUDA IPC rebuild opening the peer's memory on *this* rank's device (not the owner's)."""
     import inspect
 
     names = list(inspect.signature(rebuild).parameters)

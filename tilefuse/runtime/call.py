@@ -85,10 +85,9 @@ def _order_stream(g: Group, raw: int) -> None:
 
 class CollectiveCall:
     """Host part of one collective op call (a context manager; nested use in one thread is one call).
-
     One call at a time per process; a poisoned group raises before anything is launched; an earlier
     call's recorded error is raised after this call's launches (the ranks' calls stay paired); a call
-    whose checks fail still launches the begin (failed), and the peers raise :class:`PeerCallError`.
+    whose checks fail still launches the begin (failed): the peers raise :class:`PeerCallError`.
     ``st``: the call's group state (:func:`call_state`; None: the default group's)."""
 
     __slots__ = ("op", "begun", "mirrored", "pending", "outer", "capturing", "stream", "st", "group", "prev")
@@ -151,8 +150,7 @@ class CollectiveCall:
         self.begun = True
 
     def enter_args(self, key: tuple, outputs: tuple = ()) -> tuple:
-        """``sig, gen, out0, n_out0, out1, n_out1, status``: the arguments of a kernel that begins the call
-        itself (``P.enter`` with ``ENTER``); call :meth:`entered` once it is launched."""
+        """The arguments of a kernel that begins the call itself (``P.enter``); then :meth:`entered`."""
         g = self.group
         status = g.status_host if g.status_host is not None else g.status_scratch
         return g.begin_args(g.signature(key), outputs) + (status,)

@@ -48,8 +48,7 @@ class StreamOrder:
 
 
 def device_for(backend: str, group) -> torch.device:
-    """The heap's device: the group's bound device (``init_process_group(device_id=...)``) if any,
-    else the current CUDA device (``torch.cuda.set_device``, as NCCL expects), else the CPU."""
+    """The heap's device: the group's bound device (``device_id=``), else the current CUDA device, else the CPU."""
     if backend == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError("TILEFUSE_BACKEND=cuda but torch sees no CUDA device")
@@ -251,9 +250,8 @@ class Group:
         self.peers = ()
 
     def wait_device(self, what: str) -> None:
-        """``torch.cuda.synchronize`` of the heap's device, bounded once a peer has exited: an event behind
-        the last call's stream is polled, the peers checked every millisecond; :class:`PeerExitedError`
-        once one has exited and ``wait_bound_s`` passed."""
+        """``torch.cuda.synchronize`` of the heap's device, bounded once a peer has exited: polls an event
+        behind the last call's stream; :class:`PeerExitedError` ``wait_bound_s`` after a peer exited."""
         if self.peers:
             stream = self.order.stream
             if stream is None or stream.device != self.heap.device:  # (the event belongs to the heap's device)

@@ -23,8 +23,7 @@ _NOOP = [False]  # noop_launches() is active
 
 @contextlib.contextmanager
 def noop_launches():
-    """Inside the block tilefuse's kernel launches do their host lookups and launch nothing (benchmarks
-    of the host path only: results are garbage)."""
+    """Inside the block kernel launches do their host lookups only (benchmarks of the host path)."""
     old, _NOOP[0] = _NOOP[0], True
     try:
         yield
@@ -227,7 +226,6 @@ def _launch_metadata(label: str):
 
 
 def kernel(fn):
-    """``triton.jit`` for a kernel tilefuse launches: ranks and signatures are not specialised on,
-    profiler traces name the op, variant and sizes, and launches go through :class:`FastKernel`."""
+    """``triton.jit`` for a kernel tilefuse launches (:data:`_RUNTIME_INTS` unspecialised, named for profilers)."""
     names = [n for n in inspect.signature(fn).parameters if n in _RUNTIME_INTS]
     return FastKernel(triton.jit(do_not_specialize=names, launch_metadata=_launch_metadata(_label(fn)))(fn), names)

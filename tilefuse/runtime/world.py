@@ -121,8 +121,7 @@ def set_sync_errors(on: bool, group=None) -> bool:
     """Raise device-recorded errors at the failing call itself (a device sync per call, as
     ``TILEFUSE_SYNC_ERRORS=1``; always on the CPU) or, off, at the next call. Returns the previous."""
     g = group_of(group)
-    old = g.sync_errors
-    g.sync_errors = bool(on) or g.heap.device.type != "cuda"
+    old, g.sync_errors = g.sync_errors, bool(on) or g.heap.device.type != "cuda"
     return old
 
 
@@ -225,8 +224,7 @@ EXIT_HOST_TIMEOUT_S = 10.0
 
 
 def _at_exit() -> None:
-    """:func:`shutdown` at interpreter exit (host steps bounded by ``EXIT_HOST_TIMEOUT_S``), so no
-    process exits while a peer still maps its memory. Never raises: a failure is a line on stderr."""
+    """:func:`shutdown` at exit (bounded by ``EXIT_HOST_TIMEOUT_S``); never raises: a line on stderr."""
     if not REGISTRY.by_group:
         return
     try:
