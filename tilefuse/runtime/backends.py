@@ -1,10 +1,9 @@
 """The two ways a rank maps every peer's heap at ``init``; a problem on one rank raises on every rank.
 
-- ``cpu``: each rank creates ``/dev/shm/tilefuse-<token>-r<rank>`` (exclusive, no links, mode 0600;
-  the token is rank 0's), every rank maps every file, and each rank unlinks its own file (after a
-  failed rendezvous, its peers' files too).
-- ``cuda``: this rank's heap is one device allocation, shared through CUDA IPC handles, one per
-  peer; each peer's mapping is opened on this rank's device and touched once.
+- ``cpu``: each rank creates ``/dev/shm/tilefuse-<token of rank 0>-r<rank>`` (exclusive, no links, mode
+  0600), every rank maps every file, then unlinks its own (after a failure, its peers' too).
+- ``cuda``: one device allocation, shared through one CUDA IPC handle per peer; each peer's mapping
+  is opened on this rank's device and touched once.
 """
 
 from __future__ import annotations

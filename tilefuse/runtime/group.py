@@ -132,9 +132,8 @@ class Group:
         status_host = torch.zeros(2, dtype=torch.int64, pin_memory=True) if on_gpu else None
         g = cls(heap=heap, ctl=ctl, dummy=torch.zeros(1, dtype=torch.float32, device=heap.device),
                 status_host=status_host, status_scratch=None if on_gpu else torch.zeros(2, dtype=torch.int64),
-                sync_errors=(not on_gpu) or _env.sync_errors(),
-                on_gpu=on_gpu, dev_index=heap.device.index if on_gpu else -1,
-                ctl_status=ctl[_POISON:_ERRORS + 1],
+                sync_errors=(not on_gpu) or _env.sync_errors(), on_gpu=on_gpu,
+                dev_index=heap.device.index if on_gpu else -1, ctl_status=ctl[_POISON:_ERRORS + 1],
                 status_np=status_host.numpy() if on_gpu else None, ctl_np=None if on_gpu else ctl.numpy(),
                 group=group, name=hostsync._group_name(group), wait_bound_s=bound_s, order=order)
         if on_gpu:
@@ -193,10 +192,9 @@ class Group:
                 text = self.describe(theirs)
                 return CallMismatchError(f"{what}: rank {r} began collective call #{arrived} ("
                                          f"{text or f'signature {theirs:#x}'}) while rank {self.heap.rank} is at "
-                                         "this host step (the first call of a new shape, or a host-side step such "
-                                         "as tilefuse.barrier()): the ranks made different calls. Every rank must "
-                                         "make the same calls in the same order with the same shapes; call "
-                                         "tilefuse.reset() on every rank to go on.")
+                                         "this host step (a new shape's first call, or e.g. tilefuse.barrier()): "
+                                         "the ranks made different calls. Every rank must make the same calls in "
+                                         "the same order; call tilefuse.reset() on every rank to go on.")
         return None
 
     def _ctl_words(self):

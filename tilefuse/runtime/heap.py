@@ -1,8 +1,7 @@
 """The symmetric heap: one buffer per rank, mapped by every rank, with a freeing sub-allocator.
 
-``heap_bases[r]`` is where rank r's heap is mapped *in this process*. The allocator is deterministic
-(first fit, coalescing frees), so ranks that make the same allocations in the same order get the same
-offsets. A block is freed with its last torch view and holds this rank's heap memory (valid after close).
+``heap_bases[r]`` is where rank r's heap is mapped *in this process*. The allocator (first fit,
+coalescing frees) gives ranks that make the same allocations in the same order the same offsets.
 """
 
 from __future__ import annotations
@@ -165,10 +164,8 @@ class SymmetricHeap:
         self.world_size = dist.get_world_size(group)
         self._allocator = Allocator(size)
         self._closed = True  # until the rendezvous succeeds
-        if backend == "cpu":
-            self._peers = backends.map_cpu(group, self.rank, self.world_size, size)
-        else:
-            self._peers = backends.map_cuda(group, self.rank, self.world_size, size, device)
+        self._peers = (backends.map_cpu(group, self.rank, self.world_size, size) if backend == "cpu"
+                       else backends.map_cuda(group, self.rank, self.world_size, size, device))
         self._memory = self._peers[self.rank]  # this rank's own heap: every block holds it
         bases = [t.data_ptr() for t in self._peers]
         self.base = bases[self.rank]
@@ -182,9 +179,8 @@ class SymmetricHeap:
             self._allocator.mark_internal(self.offset_of(t))
 
     def close(self, *, internal: Iterable[torch.Tensor] = (), wait: bool = True) -> None:
-        """Drop the peer mappings, then a bounded barrier (collective; idempotent). Heap tensors still alive
-        stay valid here and are counted in a :class:`LiveHeapTensorsWarning`, except tilefuse's own
-        (:meth:`mark_internal`, ``internal``). ``wait=False``: do not wait for this device's queued work."""
+        """Drop the peer mappings, then a bounded barrier (collective; idempotent); warn of live heap tensors
+        (not ``internal`` ones: they stay valid here). ``wait=False``: not waiting for this device's work."""
         if self._closed:
             return
         self._closed = True
@@ -225,10 +221,8 @@ class SymmetricHeap:
                                "and allocate from the new heap")
         off = self._allocator.alloc(nbytes)
         block = Block(self._allocator, off, self.base + off, max(nbytes, 1), self.device, self._memory)
-        if self.device.type == "cuda":
-            raw = torch.as_tensor(block, device=self.device)
-        else:
-            raw = torch.from_numpy(np.asarray(block))
+        on_gpu = self.device.type == "cuda"
+        raw = torch.as_tensor(block, device=self.device) if on_gpu else torch.from_numpy(np.asarray(block))
         return raw[:nbytes].view(dtype).view(shape)
 
     def zeros(self, *shape, dtype=torch.float32) -> torch.Tensor:

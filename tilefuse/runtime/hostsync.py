@@ -123,9 +123,8 @@ RESET_GRACE_S = 5.0
 
 
 def reset(group=None, *, what: str = "tilefuse.reset", late=None) -> None:
-    """Rendezvous of every rank of ``group`` (module docstring), then a fresh key namespace. Bounded by
-    ``TILEFUSE_HOST_TIMEOUT``: :class:`HostTimeoutError` naming the ranks that did not come.
-    ``late = (seconds, fn)``: ``fn()`` runs once if some rank has not come after ``seconds`` (or at the bound)."""
+    """Rendezvous of ``group``'s ranks, then a fresh key namespace; :class:`HostTimeoutError` after
+    ``TILEFUSE_HOST_TIMEOUT``. ``late = (seconds, fn)``: ``fn()`` once a rank is missing after ``seconds``."""
     pg = _resolve(group)
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
     st = _state(pg)
@@ -209,11 +208,11 @@ def cap_timeouts(seconds: float | None) -> None:
 
 
 def all_gather_object(obj, group=None, *, what: str, timeout: float | None = None, last: bool = False) -> list:
-    """Every rank's ``obj`` (picklable, small), in group-rank order; collective over ``group`` (default:
-    the world), bounded by ``timeout`` seconds; ``what`` names the step. ``last``: the group's last step
-    before its ranks may exit: wait (at most ``LAST_STEP_WAIT_S``) until every rank has read the keys.
-    :class:`HostTimeoutError` when a rank did not arrive, the store is lost, or an earlier step failed;
-    :class:`CallMismatchError` when the ranks' ``what`` differ."""
+    """Every rank's ``obj`` (picklable, small), in group-rank order; collective over ``group`` (default: the
+    world), bounded by ``timeout`` seconds; ``what`` names the step. ``last`` (the group's last step before
+    its ranks may exit): wait (at most ``LAST_STEP_WAIT_S``) until every rank has read the keys. Raises
+    :class:`HostTimeoutError` (a rank did not arrive, the store is lost, an earlier step failed) or
+    :class:`CallMismatchError` (the ranks' ``what`` differ)."""
     pg = _resolve(group)
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
     if rank < 0:
@@ -301,9 +300,8 @@ def _wait_all_read(store, key: str, done: int, world: int, seconds: float) -> No
 
 
 def _wait(store, keys: list, gave_up: str, deadline: float, check=None, what: str = "") -> tuple:
-    """Poll (not the store's ``wait``: it ends at the deadline, logging nothing) until every key is set,
-    a peer gave up, or the deadline passes: ``("ok", None)``, ``("aborted", (rank, missing))``,
-    ``("missing", ranks)`` or ``("lost", None)``. ``check``: :func:`watch`'s."""
+    """Poll (ending at the deadline, logging nothing) until every key is set, a peer gave up, or the deadline:
+    ``("ok", None)``, ``("aborted", (rank, missing))``, ``("missing", ranks)`` or ``("lost", None)``."""
     pause = 1e-4
     try:
         while True:

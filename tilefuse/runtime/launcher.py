@@ -198,9 +198,8 @@ def no_hook(hook) -> bool:
     return hook is None or not getattr(hook, "calls", True)
 
 
-# Kernel parameters whose integers change from call to call or rank to rank: never specialised on
-# (else an epoch recompiles at 1, 16, ... and rank 1 runs another binary than its peers). Triton 3.6
-# ignores this for the `call` tuple; the launcher keys a tuple's integers as specialised either way.
+# Integers that change per call or rank: never specialised on (else an epoch recompiles at 1, 16, ... and
+# ranks run different binaries). Triton 3.6 ignores this for the `call` tuple (keyed as specialised here).
 _RUNTIME_INTS = ("epoch", "cur_rank", "sig", "gen", "n_out0", "n_out1", "call")
 
 

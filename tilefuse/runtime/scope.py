@@ -79,10 +79,9 @@ class Scope:
 
 
 def step(i: int | str) -> Scope:
-    """``with tilefuse.step(i):`` the collective calls made inside (in this thread, and the backward of
-    what they compute) belong to step ``i`` (an int or a str, the same on every rank; nestable): a rank
-    that skipped calls of a step gets :class:`CallMismatchError` on every rank, not another's data
-    (then :func:`tilefuse.reset` on every rank)."""
+    """``with tilefuse.step(i):`` the calls made inside (in this thread, and their backward) belong to step
+    ``i`` (an int or a str, the same on every rank; nestable): a rank that skipped calls of a step gets
+    :class:`CallMismatchError` on every rank, not another's data (then :func:`tilefuse.reset` on every rank)."""
     if isinstance(i, bool) or not isinstance(i, (int, str)):
         raise TypeError(f"tilefuse.step: the step must be an int or a str, got {type(i).__name__}")
     return Scope(step=i)

@@ -24,11 +24,9 @@ from .heap import SymmetricHeap, resolve_heap_size
 def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
     """Create this rank's symmetric heap and map every peer's (collective, on the ranks of ``group``,
     an initialised torch.distributed process group, default the world; the first is the default group).
-
     ``heap_size`` bytes, else ``TILEFUSE_HEAP_SIZE`` (e.g. ``2G``), else 4 GiB on a GPU, 256 MiB on the
     CPU. Backend ``cuda`` on the current device when a GPU is usable, else ``cpu`` (Triton's
-    interpreter). A second call for the same group returns the same heap (a different size raises).
-    """
+    interpreter). A second call for the same group returns the same heap (a different size raises)."""
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("tilefuse.init needs an initialised torch.distributed process group: call torch."
                            "distributed.init_process_group(...) first (gloo for the cpu backend and for "
@@ -157,12 +155,11 @@ RESET_POISON_AFTER_S = 2.0  # how long a reset waits for every rank before it po
 
 
 def reset(group=None) -> None:
-    """Collective recovery after an error on ``group`` (every rank of it calls it): its calls then pair
-    from scratch, whatever happened before. A rendezvous (:func:`hostsync.reset`, bounded by
-    ``TILEFUSE_HOST_TIMEOUT``: :class:`HostTimeoutError` naming the ranks that did not come); a rank
-    not there within ``RESET_POISON_AFTER_S`` (or half the host bound) gets its control block
-    poisoned, so a call still waiting on it ends; then the workspaces go, the control block is
-    re-zeroed, and a barrier. :class:`PeerExitedError` at once after a peer process exited."""
+    """Collective recovery after an error on ``group`` (every rank calls it): its calls then pair from
+    scratch. A rendezvous (bounded by ``TILEFUSE_HOST_TIMEOUT``: :class:`HostTimeoutError` naming the
+    ranks that did not come; after ``RESET_POISON_AFTER_S`` every control block is poisoned, so calls
+    still waiting end), then the workspaces go, the control block is re-zeroed, and a barrier.
+    :class:`PeerExitedError` at once after a peer process exited."""
     g = group_of(group)
     heap = g.heap
     with REGISTRY.lock, using(g):
