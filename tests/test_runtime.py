@@ -348,7 +348,7 @@ def test_allocator_coalesces():
     assert alloc.alloc(3000) == 1024, "three freed neighbours merge into one block"
     alloc.free(offs[0])
     alloc.free(1024)
-    assert alloc.bytes_free == 4096
+    assert alloc.bytes_used == 0 and alloc._free == [(0, 4096)], "every block came back, merged"
 
 
 def test_init_without_process_group():

@@ -156,8 +156,8 @@ class CollectiveCall:
         return g.begin_args(g.signature(key), outputs) + (status,)
 
     def entered(self, ends: bool = True) -> None:
-        """The kernel of :meth:`enter_args` is launched and began the call; ``ends``: it or a later kernel
-        ends it and writes the status words (``False`` after the first of several kernels)."""
+        """The kernel of :meth:`enter_args` began the call; ``ends``: it or a later kernel ends it and writes the
+        status words (a call of several kernels: ``False`` after its first)."""
         self.begun = True
         self.mirrored = self.mirrored or ends
 

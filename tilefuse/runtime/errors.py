@@ -59,9 +59,7 @@ def read_record(st) -> dict:
     lo, first = int(P.CTL_POISON), int(P.CTL_REC_KIND)
     words = st.ctl[lo:first + len(names)].tolist()
     rec = dict(zip(names, words[first - lo:]))
-    rec["errors"] = int(words[int(P.CTL_ERRORS) - lo])
-    rec["poison"] = int(words[0])
-    return rec
+    return rec | {"errors": int(words[int(P.CTL_ERRORS) - lo]), "poison": int(words[0])}
 
 
 def clear_record(st) -> None:

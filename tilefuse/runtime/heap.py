@@ -100,10 +100,6 @@ class Allocator:
                     return off
         return None
 
-    @property
-    def bytes_free(self) -> int:
-        return self.size - self.bytes_used
-
 
 class Block:
     """One allocation as an array interface; holds this rank's whole heap ``memory`` (it outlives the heap)."""
@@ -285,7 +281,7 @@ class SymmetricHeap:
 
     @property
     def bytes_free(self) -> int:
-        return self._allocator.bytes_free
+        return self.size - self._allocator.bytes_used
 
     @property
     def bytes_used(self) -> int:

@@ -1,9 +1,8 @@
 """Bounded host collectives for tilefuse's own host steps (heap rendezvous, shape checks, workspaces).
 
-Unlike ``torch.distributed``'s object collectives (the group's timeout, 30 minutes with gloo, naming
-nobody), these use the group's key-value store and give up after ``timeout`` seconds (default
-``TILEFUSE_HOST_TIMEOUT``) with a :class:`HostTimeoutError` naming the missing ranks and the step.
-Every rank makes the same calls in the same order; one call:
+Unlike ``torch.distributed``'s object collectives (30 minutes with gloo, naming nobody), these use the
+group's store and give up after ``timeout`` seconds (default ``TILEFUSE_HOST_TIMEOUT``) with a
+:class:`HostTimeoutError` naming the missing ranks and the step. Every rank makes the same calls in order:
 
 ======================  ==================================================================
 step                    keys (``P`` = ``tilefuse/hostsync/<group>/<generation>/<sequence>``)

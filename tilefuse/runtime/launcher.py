@@ -130,8 +130,7 @@ class FastKernel:
             return compiled
         stream = _current_stream()
         g0, g1, g2 = (*grid, 1, 1)[:3]
-        hooks = knobs.runtime  # the launch hooks a profiler installs
-        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook  # a profiler's hooks
         if no_hook(enter) and no_hook(leave):  # no profiler listening: no launch metadata to build
             enter = leave = meta = None
         else:
@@ -162,9 +161,8 @@ def _key_function(values: list, constexpr: list, dns: set):
 
 
 def _spec(v, specialize: bool):
-    """What Triton specialises a non-constexpr argument on: a tensor's dtype and 16-byte alignment,
-    an integer's width (where specialised, whether it is 1 or a multiple of 16); a tuple's elements
-    alike, its integers always as specialised (Triton 3.6 does so whatever the parameter)."""
+    """What Triton specialises a non-constexpr argument on: a tensor's dtype and 16-byte alignment, an int's
+    width (specialised: whether 1 or a multiple of 16); a tuple's elements alike, its ints as specialised."""
     if hasattr(v, "data_ptr"):
         return v.dtype, v.data_ptr() & 15 == 0
     if isinstance(v, bool):

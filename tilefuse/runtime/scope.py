@@ -51,8 +51,7 @@ for _role in ("forward", "backward"):  # known to every process: a peer's call i
 
 
 class Scope:
-    """``with Scope(...)``: this thread's calls inside carry a step and a role in their signature.
-    ``step`` appends to the enclosing steps; ``steps`` (with ``role``) replaces the scope as a whole."""
+    """This thread's calls inside carry a step (appended) or ``steps`` (replacing) and a role in their signature."""
 
     __slots__ = ("step", "steps", "role", "saved")
 
@@ -73,8 +72,7 @@ class Scope:
         return self
 
     def __exit__(self, *exc):
-        st = STATE
-        st.steps, st.role, st.mix = self.saved
+        STATE.steps, STATE.role, STATE.mix = self.saved
         return False
 
 
@@ -94,8 +92,7 @@ def role(name: str) -> Scope:
 
 def current_scope() -> tuple:
     """``(steps, role)`` of this thread's scope."""
-    st = STATE
-    return st.steps, st.role
+    return STATE.steps, STATE.role
 
 
 def saved_scope() -> tuple | None:

@@ -167,9 +167,8 @@ def reset(group=None) -> None:
             g.raise_if_poisoned()
         if g.peers:
             g.check_peers("tilefuse.reset")
-        late = None
-        if heap.world_size > 1:
-            late = (min(RESET_POISON_AFTER_S, 0.5 * _env.host_timeout()), lambda: g.poison_all(-(heap.rank + 1)))
+        late = ((min(RESET_POISON_AFTER_S, 0.5 * _env.host_timeout()), lambda: g.poison_all(-(heap.rank + 1)))
+                if heap.world_size > 1 else None)
         if heap.device.type == "cuda":
             g.wait_device("tilefuse.reset")
         hostsync.reset(heap.group, what="tilefuse.reset", late=late)
