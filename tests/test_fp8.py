@@ -296,7 +296,8 @@ def job_record_launches(ctx, cases) -> list:
         inner = saved(self, grid)
 
         def launch(*args, **kwargs):
-            values = self._values(args, kwargs)
+            bound = self._bind(args, kwargs)
+            values = None if bound is None else bound[0]
             if values is not None:
                 fn = self.jit_fn.fn
                 records.append((fn.__module__, fn.__name__, {n: _described(v) for n, v in zip(self._names, values)},

@@ -122,9 +122,30 @@ def test_close_counts_only_the_blocks_users_still_hold(pools):
 
 
 # ----------------------------------------------------------------------------- heap files
-def job_heap_files(ctx):
+def watch_heap_files(hook):
+    """Call ``hook(stage, paths)`` in this rank's heap file rendezvous: "created" once its file exists,
+    "mapped" once every rank has mapped every file (before the unlinks). Returns the undo."""
     from tilefuse.runtime import backends, hostsync
+
+    real, paths = hostsync.all_gather_object, []
+
+    def gather(obj, group=None, *, what, **kwargs):
+        if what == "tilefuse.init: creating the heap files":
+            hook("created", paths)
+        out = real(obj, group, what=what, **kwargs)
+        if what == "tilefuse.init: heap file names":
+            paths[:] = [os.path.join(backends.SHM_DIR, f"tilefuse-{out[0]}-r{r}") for r in range(len(out))]
+        elif what == "tilefuse.init: mapping the heap files":
+            hook("mapped", paths)
+        return out
+
+    hostsync.all_gather_object = gather
+    return lambda: setattr(hostsync, "all_gather_object", real)
+
+
+def job_heap_files(ctx):
     from tilefuse.runtime import heap as heapmod
+    from tilefuse.runtime import hostsync
 
     seen = {}
 
@@ -137,11 +158,11 @@ def job_heap_files(ctx):
     def hook(stage, paths):
         seen[stage] = {p: mode(p) for p in paths}
 
-    backends.RENDEZVOUS_HOOK = hook
+    undo = watch_heap_files(hook)
     try:
         heap = heapmod.SymmetricHeap(1 << 20, ctx.heap.group, "cpu", ctx.device)
     finally:
-        backends.RENDEZVOUS_HOOK = None
+        undo()
     hostsync.barrier(ctx.heap.group, what="test: every rank's init returned")
     left = [p for p in seen["mapped"] if os.path.lexists(p)]
     heap.close()
@@ -186,7 +207,6 @@ def test_a_heap_file_readable_by_others_or_a_link_is_refused(tmp_path):
 
 def group_die_during_init(rank, world, dying):
     import tilefuse
-    from tilefuse.runtime import backends
 
     paths: list = []
 
@@ -197,7 +217,7 @@ def group_die_during_init(rank, world, dying):
                 time.sleep(2.0)  # the survivor has the file names by now (it needs them to clean up)
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    backends.RENDEZVOUS_HOOK = hook
+    watch_heap_files(hook)
     t0 = time.monotonic()
     try:
         tilefuse.init(heap_size=1 << 20)
@@ -580,8 +600,7 @@ def job_host_steps(ctx, n):
     st = hostsync._state(c10d._get_default_group())
     last = f"{hostsync._PREFIX}/{st.name}/{st.generation}/{st.sequence - 1}"
     hostsync.barrier(what="test: keys deleted")
-    store = hostsync._group_store(c10d._get_default_group())
-    leftover = [k for k in [f"{last}/{r}" for r in range(ctx.world)] + [f"{last}/done"] if store.check([k])]
+    leftover = [k for k in [f"{last}/{r}" for r in range(ctx.world)] + [f"{last}/done"] if st.store.check([k])]
     sub = dist.new_group(backend="gloo")
     try:
         hostsync.all_gather_object(None, sub, what=f"test: rank {ctx.rank}'s own step", timeout=5)

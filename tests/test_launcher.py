@@ -407,4 +407,4 @@ def test_a_call_that_does_not_bind_goes_through_triton(monkeypatch):
     k[(1,)](x, 32, BLOCK=16)  # seq missing
     k[(1,)](x, 32, 5, BLOCK=16, n=3)  # n twice
     assert [entry[0] for entry in log] == ["triton", "triton"], log
-    assert k._values((x, 32, 5), {"BLOCK": 16, "num_warps": 4}) == [x, 32, 5, 16, 3]
+    assert k._bind((x, 32, 5), {"BLOCK": 16, "num_warps": 4})[0] == [x, 32, 5, 16, 3]

@@ -348,7 +348,7 @@ def test_allocator_coalesces():
     assert alloc.alloc(3000) == 1024, "three freed neighbours merge into one block"
     alloc.free(offs[0])
     alloc.free(1024)
-    assert alloc.bytes_free == 4096
+    assert alloc.bytes_used == 0 and alloc._free == [(0, 4096)], "every block came back, merged"
 
 
 def test_init_without_process_group():
@@ -410,7 +410,7 @@ def test_shutdown_gives_workspaces_back_and_a_new_heap_starts_clean():
 def test_ops_refuse_to_launch_on_another_current_device(monkeypatch):
     """Triton launches on the current CUDA device: a thread whose current device is not the heap's
     would run the op's kernels on the wrong GPU. The check names both devices and the fix."""
-    from tilefuse.runtime.world import check_current_device
+    from tilefuse.runtime.group import check_current_device
 
     check_current_device("op", torch.device("cpu"))  # nothing to check on the CPU backend
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)

@@ -82,7 +82,8 @@ def job_record_launches(ctx):
         inner = saved_getitem(self, grid)
 
         def launch(*args, **kwargs):
-            values = self._values(args, kwargs)
+            bound = self._bind(args, kwargs)
+            values = None if bound is None else bound[0]
             if "WARP_SPEC" in self._index and values is not None and values[self._index["WARP_SPEC"]]:
                 fn = self.jit_fn.fn
                 records.append((case_now[0], fn.__module__, fn.__name__,

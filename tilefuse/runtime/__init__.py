@@ -1,7 +1,5 @@
-"""tilefuse's runtime (it never imports ``ops``), from the bottom up: ``backends`` (mapping the
-peers' heaps), ``heap``, ``hostsync`` (bounded host collectives), ``errors``, ``group`` (a process
-group's state), ``call`` (the host part of a collective call) and ``world`` (the public functions).
-The device API is :mod:`tilefuse.runtime.primitives`.
+"""tilefuse's runtime (it never imports ``ops``), bottom up: ``backends``, ``heap``, ``hostsync``, ``errors``,
+``group``, ``call``, ``world`` (the public functions); the device API is :mod:`.primitives`.
 """
 
 from . import _env
@@ -10,6 +8,7 @@ from ._env import set_debug_poison
 _env.configure()  # TRITON_INTERPRET must be set before the first @triton.jit module is imported
 
 from . import hw, primitives  # noqa: E402
+from .call import device_barrier, synchronize  # noqa: E402
 from .errors import (  # noqa: E402
     CallMismatchError,
     PeerCallError,
@@ -20,11 +19,11 @@ from .errors import (  # noqa: E402
 )
 from .heap import HeapFullError, SymmetricHeap  # noqa: E402
 from .hostsync import HostTimeoutError  # noqa: E402
+from .scope import step  # noqa: E402
 from .world import (  # noqa: E402
     barrier,
     check_peers,
     control_block,
-    device_barrier,
     get_heap,
     groups,
     init,
@@ -32,8 +31,6 @@ from .world import (  # noqa: E402
     reset,
     set_wait_timeout,
     shutdown,
-    step,
-    synchronize,
 )
 
 __all__ = [

@@ -1,8 +1,6 @@
-"""The user's settings (``TILEFUSE_*`` environment variables, the README's "Settings" table), each
-parsed here: a value out of range raises a ``ValueError`` naming the variable and what it accepts.
-
-Triton decides at decoration time whether a ``@triton.jit`` function runs in its interpreter, so
-``import tilefuse`` calls :func:`configure` (``TRITON_INTERPRET=1`` on the cpu backend) first.
+"""The user's settings (``TILEFUSE_*``, the README's "Settings" table): a value out of range raises a
+``ValueError`` naming the variable and what it accepts. ``import tilefuse`` calls :func:`configure`
+first (Triton decides at decoration time whether a ``@triton.jit`` function is interpreted).
 """
 
 from __future__ import annotations
@@ -84,8 +82,7 @@ def sync_errors() -> bool:
 
 
 def heap_size() -> int | None:
-    """``TILEFUSE_HEAP_SIZE`` in bytes (a byte count, or a number with K/M/G/T: ``512M``, ``4G``);
-    None when unset."""
+    """``TILEFUSE_HEAP_SIZE`` in bytes (a byte count, or with K/M/G/T: ``512M``, ``4G``); None when unset."""
     text = _text("TILEFUSE_HEAP_SIZE")
     if not text:
         return None
@@ -97,14 +94,13 @@ def heap_size() -> int | None:
     except ValueError:
         value = math.nan
     if not (1 <= value <= MAX_HEAP_BYTES):
-        raise ValueError(f"TILEFUSE_HEAP_SIZE={text!r} is not a size: expected a byte count or a number with "
-                         "K/M/G/T (e.g. 512M, 4G), at most 1T")
+        raise ValueError(f"TILEFUSE_HEAP_SIZE={text!r} is not a size: expected a byte count or a number with K/M/G/T "
+                         "(e.g. 512M, 4G), at most 1T")
     return int(value)
 
 
 def autotune_mode() -> str:
-    """``TILEFUSE_AUTOTUNE``: ``"0"`` never tune, ``"1"`` tune every uncovered shape, ``"auto"``
-    (unset) tune on a GPU where it is worth it."""
+    """``TILEFUSE_AUTOTUNE``: ``"0"`` never, ``"1"`` every uncovered shape, ``"auto"`` (unset) on a GPU."""
     text = _text("TILEFUSE_AUTOTUNE").lower()
     if text in ("", "auto"):
         return "auto"
@@ -114,8 +110,7 @@ def autotune_mode() -> str:
 
 
 def env_reader(*names: str):
-    """``read() -> (value, ...)``: the raw values of the environment variables ``names``, read from the
-    mapping ``os.environ`` wraps (no per-lookup encoding: cheap enough for every call)."""
+    """``read() -> (value, ...)``: the raw values of the variables ``names`` (cheap: no per-lookup encoding)."""
     env = os.environ
     keys, get, decode = tuple(map(env.encodekey, names)), env._data.get, env.decodevalue
 
@@ -132,8 +127,7 @@ _DEBUG_POISON = [False]
 
 
 def set_debug_poison(on: bool) -> bool:
-    """New workspaces and outputs start as NaN (``on``), so a tile a variant forgets to write shows;
-    returns the previous setting."""
+    """New workspaces and outputs start as NaN (``on``: a tile left unwritten shows); returns the previous."""
     old, _DEBUG_POISON[0] = _DEBUG_POISON[0], bool(on)
     return old
 
@@ -144,9 +138,7 @@ def debug_poison() -> bool:
 
 
 def configure() -> None:
-    """Turn the interpreter on for the cpu backend. Triton's own ``@triton.jit`` helpers (``tl.cdiv``,
-    the reductions' combine functions) made before this are remade for the interpreter, so the import
-    order does not matter."""
+    """Turn the interpreter on for the cpu backend, remaking Triton's own ``@triton.jit`` helpers made before."""
     if requested_backend() == "cpu" and not interpreting():
         os.environ["TRITON_INTERPRET"] = "1"
         _interpret_triton_helpers()

@@ -1,11 +1,9 @@
-"""The two ways a rank maps every peer's heap, at ``init``; every exchange is bounded
-(:mod:`tilefuse.runtime.hostsync`) and agreed on: a problem on one rank raises on every rank.
+"""The two ways a rank maps every peer's heap at ``init``; a problem on one rank raises on every rank.
 
-- ``cpu``: each rank creates ``/dev/shm/tilefuse-<token>-r<rank>`` (exclusive, no links, mode 0600;
-  the token is rank 0's), every rank maps every file, and each rank unlinks its own file (after a
-  failed rendezvous, its peers' files too).
-- ``cuda``: this rank's heap is one device allocation, shared through CUDA IPC handles, one per
-  peer; each peer's mapping is opened on this rank's device and touched once.
+- ``cpu``: each rank creates ``/dev/shm/tilefuse-<token of rank 0>-r<rank>`` (exclusive, no links, mode
+  0600), every rank maps every file, then unlinks its own (after a failure, its peers' too).
+- ``cuda``: one device allocation, shared through one CUDA IPC handle per peer; each peer's mapping
+  is opened on this rank's device and touched once.
 """
 
 from __future__ import annotations
@@ -15,18 +13,12 @@ import mmap
 import os
 import stat
 import uuid
-from collections.abc import Callable
 
 import torch
 
 from . import hostsync
 
 SHM_DIR = "/dev/shm"
-
-# ``RENDEZVOUS_HOOK(stage, paths)`` (tests): stage "created" once this rank's file exists, "mapped"
-# once every rank has mapped every file (before the unlinks).
-RENDEZVOUS_HOOK: Callable[[str, list], None] | None = None
-
 
 def agree(group, problem: str | None, step: str, what: str) -> None:
     """Bounded exchange of each rank's problem with a rendezvous step; raise on every rank if any."""
@@ -55,8 +47,6 @@ def map_cpu(group, rank: int, world: int, size: int) -> list:
                 os.close(fd)
         except OSError as err:
             problem = f"cannot create {own}: {err}"
-        if RENDEZVOUS_HOOK is not None:
-            RENDEZVOUS_HOOK("created", paths)
         agree(group, problem, "tilefuse.init: creating the heap files", what)
         tensors: list = []
         problem = None
@@ -67,8 +57,6 @@ def map_cpu(group, rank: int, world: int, size: int) -> list:
                 problem, tensors = f"cannot map rank {r}'s heap file {path}: {err}", []
                 break
         agree(group, problem, "tilefuse.init: mapping the heap files", what)
-        if RENDEZVOUS_HOOK is not None:
-            RENDEZVOUS_HOOK("mapped", paths)
         done = True
         return tensors
     finally:
@@ -109,8 +97,7 @@ def map_cuda(group, rank: int, world: int, size: int, device: torch.device) -> l
 
 
 def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
-    """``args`` of torch's CUDA IPC rebuild, changed to open the peer's memory on *this* rank's device
-    (torch opens it on the owner's device: a kernel on this rank's GPU would fault on that mapping)."""
+    """``args`` of torch's CUDA IPC rebuild opening the peer's memory on *this* rank's device (not the owner's)."""
     import inspect
 
     names = list(inspect.signature(rebuild).parameters)
@@ -122,8 +109,8 @@ def _open_on_device(rebuild, args: tuple, device: torch.device) -> tuple:
 
 
 def _map_file(path: str, size: int) -> torch.Tensor:
-    """A shared read-write mapping of the heap file ``path`` as a uint8 tensor, checked on the
-    descriptor (opened without following links): a private regular file of this user, of the heap's size."""
+    """The heap file ``path`` mapped shared as a uint8 tensor, once its descriptor (no links followed)
+    shows a private regular file of this user, of the heap's size."""
     fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)

@@ -1,9 +1,4 @@
-"""The host part of a collective call: :class:`CollectiveCall`, and the thread's active group.
-
-Every op call runs inside one :class:`CollectiveCall`: one call at a time per process; a poisoned
-group raises before anything is launched; an earlier call's recorded error is raised after this
-call's launches, so the ranks' calls stay paired; a call whose checks fail still launches the begin
-(failed), and the peers raise :class:`PeerCallError`. **The active group** (thread-local) is the
+"""The host part of a collective call (:class:`CollectiveCall`), and the thread's active group: the
 current call's, or the one :func:`using` names, else the default group.
 """
 
@@ -42,7 +37,7 @@ def active() -> Group:
 
 
 def group_of(group) -> Group:
-    """The group state of ``group``; None: this thread's active group."""
+    """The group state of ``group`` (None: the active group's)."""
     return active() if group is None else REGISTRY.get(group)
 
 
@@ -59,8 +54,7 @@ def using(target):
 
 
 def call_state(group, what: str = "tilefuse") -> Group | None:
-    """The group state to hand to :class:`CollectiveCall` for ``group`` (None where ``group`` is None
-    and no :func:`using` is active: nothing to set). Raises where tilefuse is not initialised."""
+    """The group state for :class:`CollectiveCall` (None: nothing named), or raises where not initialised."""
     g = REGISTRY.get(group, what)
     return g if group is not None or _TLS.group is not None else None
 
@@ -79,8 +73,7 @@ def current_call() -> CollectiveCall:
 
 
 def _order_stream(g: Group, raw: int) -> None:
-    """Calls on different streams run in the order the host made them (``raw``: the current stream's
-    handle), whatever their group."""
+    """Calls on different streams run in the order the host made them (``raw``: the current stream)."""
     order = g.order
     if raw == order.raw:
         return
@@ -92,21 +85,17 @@ def _order_stream(g: Group, raw: int) -> None:
 
 class CollectiveCall:
     """Host part of one collective op call (a context manager; nested use in one thread is one call).
-    ``st``: the call's group state (:func:`call_state`; None: the default group's). After ``__enter__``:
-    ``group``, ``capturing`` (a CUDA graph capture) and ``stream`` (the raw handle; None on the CPU)."""
+    One call at a time per process; a poisoned group raises before anything is launched; an earlier
+    call's recorded error is raised after this call's launches (the ranks' calls stay paired); a call
+    whose checks fail still launches the begin (failed): the peers raise :class:`PeerCallError`.
+    ``st``: the call's group state (:func:`call_state`; None: the default group's)."""
 
     __slots__ = ("op", "begun", "mirrored", "pending", "outer", "capturing", "stream", "st", "group", "prev")
 
     def __init__(self, op: str, st: Group | None = None):
-        self.op = op
-        self.begun = False
-        self.mirrored = False
-        self.pending: Exception | None = None
-        self.outer = None
-        self.capturing = False
-        self.stream = None
-        self.st = st
-        self.group: Group | None = None
+        self.op, self.st = op, st
+        self.begun = self.mirrored = self.capturing = False
+        self.pending = self.outer = self.stream = self.group = None  # after __enter__: group, capturing, stream
 
     def __enter__(self):
         outer = _TLS.call
@@ -153,8 +142,7 @@ class CollectiveCall:
             raise
 
     def begin(self, key: tuple, outputs: tuple = ()) -> None:
-        """Launch the begin kernel for the call with signature ``key``; ``outputs`` (up to two
-        contiguous floating-point tensors) are filled with NaN if the call aborts."""
+        """Launch the begin kernel for the call with signature ``key``; ``outputs`` are NaN if it aborts."""
         if self.begun:
             return
         g = self.group
@@ -162,15 +150,14 @@ class CollectiveCall:
         self.begun = True
 
     def enter_args(self, key: tuple, outputs: tuple = ()) -> tuple:
-        """``sig, gen, out0, n_out0, out1, n_out1, status``: the arguments of a kernel that begins the
-        call itself (``primitives.enter`` with ``ENTER``); call :meth:`entered` once it is launched."""
+        """The arguments of a kernel that begins the call itself (``P.enter``); then :meth:`entered`."""
         g = self.group
         status = g.status_host if g.status_host is not None else g.status_scratch
         return g.begin_args(g.signature(key), outputs) + (status,)
 
     def entered(self, ends: bool = True) -> None:
-        """The kernel of :meth:`enter_args` is launched and began the call; ``ends``: it or a later
-        kernel ends it and writes the status words (a call of several kernels: ``False`` after its first)."""
+        """The kernel of :meth:`enter_args` began the call; ``ends``: it or a later kernel ends it and writes the
+        status words (a call of several kernels: ``False`` after its first)."""
         self.begun = True
         self.mirrored = self.mirrored or ends
 
@@ -204,8 +191,7 @@ class CollectiveCall:
 
 
 def synchronize(group=None) -> None:
-    """Wait for this rank's device work, then report any error recorded on the device for
-    ``group``'s calls (default: the active group's)."""
+    """Wait for this rank's device work, then raise any error recorded for ``group``'s calls."""
     g = group_of(group)
     g.raise_if_poisoned()
     err = g.collect(True)
@@ -214,7 +200,7 @@ def synchronize(group=None) -> None:
 
 
 def device_barrier(group=None) -> None:
-    """Stream-ordered barrier over ``group`` (a collective call; inside an op's call, part of it): work
+    """Stream-ordered barrier over ``group`` (a collective call, or part of the op's call it is in): work
     queued before it on any rank is complete and visible to work queued after it on all ranks."""
     if _TLS.call is not None:  # inside an op's call: a call of its own, same host part
         g = _TLS.call.group

@@ -1,5 +1,4 @@
-"""The runtime's exceptions, and the device's error records (written into the control block by a
-kernel that finds something wrong) turned into them by :func:`error_from`."""
+"""The runtime's exceptions, and the device's error records turned into them (:func:`error_from`)."""
 
 from __future__ import annotations
 
@@ -60,9 +59,7 @@ def read_record(st) -> dict:
     lo, first = int(P.CTL_POISON), int(P.CTL_REC_KIND)
     words = st.ctl[lo:first + len(names)].tolist()
     rec = dict(zip(names, words[first - lo:]))
-    rec["errors"] = int(words[int(P.CTL_ERRORS) - lo])
-    rec["poison"] = int(words[0])
-    return rec
+    return rec | {"errors": int(words[int(P.CTL_ERRORS) - lo]), "poison": int(words[0])}
 
 
 def clear_record(st) -> None:
@@ -81,38 +78,31 @@ def error_from(st, rec: dict) -> Exception:
         offset = rec["addr"] - heap.base
         where = f"heap offset {offset}" if 0 <= offset < heap.size else f"address {rec['addr']:#x}"
         src = f"rank {rec['peer']}" if rec["peer"] >= 0 else "a peer"
-        return WaitTimeoutError(
-            f"rank {rec['rank']} gave up after {rec['ns'] / 1e9:.1f} s in call #{seq} waiting for the flag at "
-            f"{where} to reach {rec['target']} (written by {src}); it still read {rec['seen']}. The writer "
-            "never released it: a rank that did not make the same call, crashed, or is slower than "
-            "TILEFUSE_WAIT_TIMEOUT. The runtime is now poisoned on every rank: call tilefuse.reset() on "
-            "every rank to go on."
-        )
+        return WaitTimeoutError(f"rank {rec['rank']} gave up after {rec['ns'] / 1e9:.1f} s in call #{seq} waiting "
+                                f"for the flag at {where} to reach {rec['target']} (written by {src}); it still "
+                                f"read {rec['seen']}. The writer never released it: a rank that did not make the "
+                                "same call, crashed, or is slower than TILEFUSE_WAIT_TIMEOUT. The runtime is now "
+                                "poisoned on every rank: call tilefuse.reset() on every rank to go on.")
     if kind == int(P.ERR_MISMATCH):
-        return CallMismatchError(
-            f"collective call #{seq} differs between ranks: rank {rec['rank']} made "
-            f"{describe_sig(st, rec['target'])} but rank {rec['peer']} made {describe_sig(st, rec['seen'])}. "
-            "No data moved; every rank raises for this call. Every rank must make the same calls in the "
-            "same order with the same shapes, dtype, variant and config."
-        )
+        return CallMismatchError(f"collective call #{seq} differs between ranks: rank {rec['rank']} made "
+                                 f"{describe_sig(st, rec['target'])} but rank {rec['peer']} made "
+                                 f"{describe_sig(st, rec['seen'])}. No data moved; every rank raises for this call. "
+                                 "Every rank must make the same calls in the same order with the same shapes, "
+                                 "dtype, variant and config.")
     if kind == int(P.ERR_PEER_FAILED):
-        return PeerCallError(
-            f"collective call #{seq} ({describe_sig(st, rec['target'])}) failed on rank {rec['peer']}: its "
-            "argument checks raised there (see that rank's error). No data moved; the call raises on "
-            "every rank, and the next calls pair as usual."
-        )
+        return PeerCallError(f"collective call #{seq} ({describe_sig(st, rec['target'])}) failed on rank "
+                             f"{rec['peer']}: its argument checks raised there (see that rank's error). No data "
+                             "moved; the call raises on every rank, and the next calls pair as usual.")
     if kind == int(P.ERR_STALE):
-        return StaleCallError(
-            f"call #{seq} was launched for workspace generation {rec['target']}, but the workspaces were "
-            f"released since (now generation {rec['seen']}): a CUDA graph captured before "
-            "tilefuse.clear_workspaces()/reset() was replayed. It did nothing; capture the graph again."
-        )
+        return StaleCallError(f"call #{seq} was launched for workspace generation {rec['target']}, but the "
+                              f"workspaces were released since (now generation {rec['seen']}): a CUDA graph captured "
+                              "before tilefuse.clear_workspaces()/reset() was replayed. It did nothing; capture "
+                              "the graph again.")
     return RuntimeError(f"tilefuse: unknown device error record {rec}")
 
 
 def poison_message(rec: dict | None) -> str:
-    """What a poisoned group raises, naming the rank whose wait timed out (poison word ``r + 1``) or
-    that entered :func:`tilefuse.reset` (``-(r + 1)``)."""
+    """What a poisoned group raises: poison word ``r + 1``: rank r's wait timed out; ``-(r + 1)``: it reset."""
     word = (rec or {}).get("poison", 0)
     if word < 0:
         what = f"rank {-word - 1} entered tilefuse.reset()"

@@ -1,10 +1,8 @@
 """One process group's runtime state (:class:`Group`), and the groups of this process (:data:`REGISTRY`).
 
-A :class:`Group` holds the heap, its control block, the host's copy of the status words, the call
-signatures seen, the wait bound, the watched peer processes and the poison. A peer process that
-exits poisons the group for good (a kernel storing into its memory stalls, so the host's waits for
-the device give up: :meth:`Group.wait_device`). :data:`REGISTRY` holds what all groups share: one
-lock (one call at a time per process), one :class:`StreamOrder`, and the ops' reset/shutdown hooks.
+A peer process that exits poisons its group for good (a kernel storing into its memory stalls, so the
+host's waits for the device give up: :meth:`Group.wait_device`). :data:`REGISTRY` holds what all
+groups share: one lock (one call at a time per process), one :class:`StreamOrder`, the ops' hooks.
 """
 
 from __future__ import annotations
@@ -50,8 +48,7 @@ class StreamOrder:
 
 
 def device_for(backend: str, group) -> torch.device:
-    """The heap's device: the group's bound device (``init_process_group(device_id=...)``) if any,
-    else the current CUDA device (``torch.cuda.set_device``, as NCCL expects), else the CPU."""
+    """The heap's device: the group's bound device (``device_id=``), else the current CUDA device, else the CPU."""
     if backend == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError("TILEFUSE_BACKEND=cuda but torch sees no CUDA device")
@@ -66,11 +63,9 @@ def device_for(backend: str, group) -> torch.device:
 def check_current_device(what: str, device: torch.device) -> None:
     """Raise where another CUDA device than the heap's is current (kernels would run on the wrong GPU)."""
     if device.type == "cuda" and torch.cuda.current_device() != device.index:
-        raise RuntimeError(
-            f"{what}: this rank's heap is on {device} but the current CUDA device is "
-            f"cuda:{torch.cuda.current_device()}; call torch.cuda.set_device({device.index}) in this thread "
-            f"(or run under `with torch.cuda.device({device.index}):`)"
-        )
+        raise RuntimeError(f"{what}: this rank's heap is on {device} but the current CUDA device is cuda:"
+                           f"{torch.cuda.current_device()}; call torch.cuda.set_device({device.index}) in this "
+                           f"thread (or run under `with torch.cuda.device({device.index}):`)")
 
 
 def watch_peers(group, rank: int) -> tuple:
@@ -94,7 +89,7 @@ def watch_peers(group, rank: int) -> tuple:
 
 @dataclass
 class Group:
-    """tilefuse's state for one process group on this rank (see the module docstring)."""
+    """tilefuse's state for one process group on this rank: heap, control block, status, signatures, poison."""
 
     heap: SymmetricHeap
     ctl: torch.Tensor  # int64 control block at heap offset 0 (layout: primitives)
@@ -121,13 +116,10 @@ class Group:
 
     @classmethod
     def open(cls, size: int, group, backend: str, order: StreamOrder) -> Group:
-        """Map the heap (collective), place the control block at its offset 0 and watch the peers;
-        on failure nothing of the heap stays open."""
+        """Map the heap (collective), with the control block at offset 0, and watch the peers (all or nothing)."""
         if backend == "cpu" and not _env.interpreting():
-            raise RuntimeError(
-                "the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 before "
-                "importing tilefuse or any Triton kernel"
-            )
+            raise RuntimeError("the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 "
+                               "before importing tilefuse or any Triton kernel")
         bound_s = _env.wait_timeout(DEFAULT_WAIT_TIMEOUT_S[backend])
         heap = SymmetricHeap(size, group, backend, device_for(backend, group))
         ctl = heap.zeros(P.ctl_words(heap.world_size), dtype=torch.int64)
@@ -140,9 +132,8 @@ class Group:
         status_host = torch.zeros(2, dtype=torch.int64, pin_memory=True) if on_gpu else None
         g = cls(heap=heap, ctl=ctl, dummy=torch.zeros(1, dtype=torch.float32, device=heap.device),
                 status_host=status_host, status_scratch=None if on_gpu else torch.zeros(2, dtype=torch.int64),
-                sync_errors=(not on_gpu) or _env.sync_errors(),
-                on_gpu=on_gpu, dev_index=heap.device.index if on_gpu else -1,
-                ctl_status=ctl[_POISON:_ERRORS + 1],
+                sync_errors=(not on_gpu) or _env.sync_errors(), on_gpu=on_gpu,
+                dev_index=heap.device.index if on_gpu else -1, ctl_status=ctl[_POISON:_ERRORS + 1],
                 status_np=status_host.numpy() if on_gpu else None, ctl_np=None if on_gpu else ctl.numpy(),
                 group=group, name=hostsync._group_name(group), wait_bound_s=bound_s, order=order)
         if on_gpu:
@@ -161,8 +152,7 @@ class Group:
         return g
 
     def exited_peer(self) -> tuple | None:
-        """``(rank, pid)`` of a watched peer process that has exited, else None (a pidfd reads ready
-        once its process has exited)."""
+        """``(rank, pid)`` of a watched peer process that has exited (its pidfd reads ready), else None."""
         fds = [fd for _, _, fd in self.peers if fd >= 0]
         if fds:
             ready = select.select(fds, [], [], 0)[0]
@@ -186,9 +176,8 @@ class Group:
             raise self.peer_exited(gone, f"{op} and every later call on this rank raise (nothing was launched)")
 
     def check_host_step(self, what: str, calls: bool = True) -> CallMismatchError | None:
-        """Between the polls of a host step ``what``: raise :class:`PeerExitedError` if a peer has
-        exited; with ``calls``, return a :class:`CallMismatchError` if a peer began a collective call
-        this rank has not (``hostsync`` raises it unless the step completed meanwhile)."""
+        """Between a host step's polls: raise :class:`PeerExitedError` if a peer has exited; with ``calls``,
+        a :class:`CallMismatchError` if a peer began a call this rank has not (``hostsync`` raises it)."""
         if self.peers:
             self.check_peers(what)
         words = self._ctl_words() if calls else None
@@ -201,18 +190,15 @@ class Group:
             if r != self.heap.rank and arrived > seq:
                 theirs = int(words[fixed + world + (arrived & 1) * world + r])
                 text = self.describe(theirs)
-                return CallMismatchError(
-                    f"{what}: rank {r} began collective call #{arrived} ({text or f'signature {theirs:#x}'}) "
-                    f"while rank {self.heap.rank} is at this host step (the first call of a new shape, or a "
-                    "host-side step such as tilefuse.barrier()): the ranks made different calls. Every rank "
-                    "must make the same calls in the same order with the same shapes; call tilefuse.reset() "
-                    "on every rank to go on."
-                )
+                return CallMismatchError(f"{what}: rank {r} began collective call #{arrived} ("
+                                         f"{text or f'signature {theirs:#x}'}) while rank {self.heap.rank} is at "
+                                         "this host step (a new shape's first call, or e.g. tilefuse.barrier()): "
+                                         "the ranks made different calls. Every rank must make the same calls in "
+                                         "the same order; call tilefuse.reset() on every rank to go on.")
         return None
 
     def _ctl_words(self):
-        """The control block's fixed words and ARRIVE and SIG tables as the host sees them now, or
-        None while this rank's device still runs tilefuse's work."""
+        """The control block's fixed words, ARRIVE and SIG as the host sees them, or None while the device runs."""
         if not self.on_gpu:
             return self.ctl_np
         stream = self.order.stream  # None until an eager call (and after a capture: replays may run)
@@ -225,8 +211,7 @@ class Group:
         return words.numpy()
 
     def raise_if_poisoned(self) -> None:
-        """Raise the error this group was poisoned with, if any (PeerExitedError where a peer has
-        exited since: the likely cause)."""
+        """Raise the error this group was poisoned with, if any (PeerExitedError where a peer has exited)."""
         if self.poisoned:
             if self.poison_error is not PeerExitedError and self.peers:
                 self.check_peers("this call")
@@ -236,15 +221,14 @@ class Group:
         """Poison this group for the exited peer ``gone`` = (rank, pid); the error to raise."""
         rank, pid = gone
         self.poisoned = (f"tilefuse: rank {rank} (pid {pid}) of group {describe_group(self.group)} has exited; "
-                         f"{what}. A process cannot rejoin a heap, and tilefuse.reset() cannot bring it back: "
-                         "the group must be re-created (tilefuse.shutdown(), a new process group with a live "
-                         "process in its place, tilefuse.init()), or the job restarted")
+                         f"{what}. A process cannot rejoin a heap, nor tilefuse.reset() bring it back: the group "
+                         "must be re-created (tilefuse.shutdown(), a new process group with a live process in "
+                         "its place, tilefuse.init()), or the job restarted")
         self.poison_error = PeerExitedError
         return PeerExitedError(self.poisoned)
 
     def poison_all(self, value: int) -> None:
-        """Set every rank's poison word to ``value`` from the host: running waits give up at once and
-        every next call raises. On a GPU, on a stream of its own (this rank's may still be busy)."""
+        """Set every rank's poison word to ``value`` from the host, on a stream of its own (this rank's may be busy)."""
         heap = self.heap
         stream = torch.cuda.Stream(heap.device) if self.on_gpu else None
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
@@ -264,9 +248,8 @@ class Group:
         self.peers = ()
 
     def wait_device(self, what: str) -> None:
-        """``torch.cuda.synchronize`` of the heap's device, bounded once a peer has exited: an event
-        behind the last call's stream (calls run in stream order) is polled, the peers checked every
-        millisecond; :class:`PeerExitedError` once one has exited and ``wait_bound_s`` passed."""
+        """``torch.cuda.synchronize`` of the heap's device, bounded once a peer has exited: polls an event
+        behind the last call's stream; :class:`PeerExitedError` ``wait_bound_s`` after a peer exited."""
         if self.peers:
             stream = self.order.stream
             if stream is None or stream.device != self.heap.device:  # (the event belongs to the heap's device)
@@ -299,8 +282,7 @@ class Group:
         return bool(self.ctl_np[_ERRORS] or self.ctl_np[_POISON])
 
     def collect(self, sync: bool) -> Exception | None:
-        """The error the device recorded since the last check, if any (clears it); syncs when asked
-        or when there is one to read."""
+        """The error the device recorded since the last check, if any (clears it); syncs when asked or needed."""
         capturing = self.on_gpu and torch.cuda.is_current_stream_capturing()
         # No device sync inside a capture: read what earlier calls left in pinned memory.
         if self.on_gpu and (capturing or not sync) and not self.status_set():
@@ -328,8 +310,7 @@ class Group:
         return err
 
     def signature(self, key: tuple) -> int:
-        """A 62-bit hash of a call's signature, the same on every rank, mixed with this thread's scope
-        (:mod:`~tilefuse.runtime.scope`), so calls of different steps or roles never pair."""
+        """A 62-bit hash of a call's signature, the same on every rank, mixed with this thread's scope."""
         hit = self.sigs.get(key)
         if hit is None:
             if len(self.sigs) >= _MAX_SIGNATURES:  # a server with ever-new shapes: keep the cache bounded
@@ -352,9 +333,8 @@ class Group:
         return None
 
     def begin_args(self, sig: int, outputs: tuple) -> tuple:
-        """``sig, gen, out0, n_out0, out1, n_out1``: the begin's arguments (up to two contiguous
-        floating-point outputs, filled with NaN if the call aborts; not float8: Triton 3.6 makes no
-        float8 constant)."""
+        """``sig, gen, out0, n_out0, out1, n_out1``: the begin's arguments (up to two contiguous floating
+        outputs, NaN-filled if the call aborts; not float8: Triton 3.6 makes no float8 constant)."""
         outs = [t for t in outputs
                 if t is not None and t.is_contiguous() and t.dtype.is_floating_point and t.element_size() > 1]
         o0 = outs[0] if outs else self.dummy
@@ -368,8 +348,7 @@ class Group:
                                   *self.begin_args(sig, outputs), BLOCK=_FILL_BLOCK, num_warps=1)
 
     def note_end(self, capturing: bool, mirrored: bool = False) -> None:
-        """After a call's launches: queue the status words' copy to the host (unless the call's kernel
-        wrote them, ``mirrored``)."""
+        """After a call's launches: queue the status words' copy to the host (unless a kernel wrote them)."""
         if not self.on_gpu:
             return
         if capturing:
@@ -385,7 +364,7 @@ class Group:
 
 @dataclass(slots=True, eq=False)
 class Registry:
-    """The groups of this process (see the module docstring)."""
+    """The groups of this process."""
 
     by_group: dict = field(default_factory=dict)  # process group -> Group, in the order of init
     by_name: dict = field(default_factory=dict)  # group name -> Group
@@ -433,11 +412,9 @@ class Registry:
             raise RuntimeError(f"{what}: tilefuse is not initialised on this rank: call tilefuse.init() first")
         rank = dist.get_rank() if dist.is_initialized() else -1
         known = ", ".join(describe_group(s.group) for s in self.by_group.values())
-        raise RuntimeError(
-            f"{what}: tilefuse is not initialised for process group {describe_group(group)} on global rank "
-            f"{rank}: call tilefuse.init(group=...) with that group on every rank of it first (each process "
-            f"group has a heap of its own; initialised here: {known})"
-        )
+        raise RuntimeError(f"{what}: tilefuse is not initialised for process group {describe_group(group)} on "
+                           f"global rank {rank}: call tilefuse.init(group=...) with that group on every rank of "
+                           f"it first (each process group has a heap of its own; initialised here: {known})")
 
 
 REGISTRY = Registry()

@@ -1,9 +1,7 @@
 """The symmetric heap: one buffer per rank, mapped by every rank, with a freeing sub-allocator.
 
-``heap_bases[r]`` is where rank r's heap is mapped *in this process*. The allocator is deterministic
-(first fit, coalescing frees), so ranks that make the same allocations in the same order get the same
-offsets. A block returns to the free list when its last torch view goes; every block holds this
-rank's heap memory, so a heap tensor stays valid after :meth:`SymmetricHeap.close`.
+``heap_bases[r]`` is where rank r's heap is mapped *in this process*. The allocator (first fit,
+coalescing frees) gives ranks that make the same allocations in the same order the same offsets.
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ ALIGNMENT = 256
 
 
 def span_bytes(t: torch.Tensor) -> int:
-    """Bytes from ``t``'s address to one past its last element (0 for a tensor without elements):
-    the memory a strided view can address."""
+    """Bytes from ``t``'s address to one past its last element: the memory a strided view can address."""
     if t.numel() == 0:
         return 0
     return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
@@ -61,11 +58,9 @@ class Allocator:
                     return off
             free = sum(length for _, length in self._free)
             largest = max((length for _, length in self._free), default=0)
-        raise HeapFullError(
-            f"symmetric heap full: requested {nbytes} bytes ({need} aligned), {free} bytes free "
-            f"of {self.size} (largest free block {largest} bytes); raise tilefuse.init(heap_size=...) "
-            "or TILEFUSE_HEAP_SIZE, or drop references to heap tensors you no longer need"
-        )
+        raise HeapFullError(f"symmetric heap full: requested {nbytes} bytes ({need} aligned), {free} bytes free of "
+                            f"{self.size} (largest free block {largest} bytes); raise tilefuse.init(heap_size=...) "
+                            "or TILEFUSE_HEAP_SIZE, or drop references to heap tensors you no longer need")
 
     def free(self, off: int) -> None:
         with self._lock:
@@ -105,14 +100,9 @@ class Allocator:
                     return off
         return None
 
-    @property
-    def bytes_free(self) -> int:
-        return self.size - self.bytes_used
-
 
 class Block:
-    """Owns one allocation (torch keeps it alive through its storage's array interface) and holds
-    this rank's whole heap ``memory``, so the mapping or CUDA allocation outlives the heap."""
+    """One allocation as an array interface; holds this rank's whole heap ``memory`` (it outlives the heap)."""
 
     def __init__(self, allocator: Allocator, offset: int, addr: int, nbytes: int, device: torch.device,
                  memory: torch.Tensor):
@@ -170,10 +160,8 @@ class SymmetricHeap:
         self.world_size = dist.get_world_size(group)
         self._allocator = Allocator(size)
         self._closed = True  # until the rendezvous succeeds
-        if backend == "cpu":
-            self._peers = backends.map_cpu(group, self.rank, self.world_size, size)
-        else:
-            self._peers = backends.map_cuda(group, self.rank, self.world_size, size, device)
+        self._peers = (backends.map_cpu(group, self.rank, self.world_size, size) if backend == "cpu"
+                       else backends.map_cuda(group, self.rank, self.world_size, size, device))
         self._memory = self._peers[self.rank]  # this rank's own heap: every block holds it
         bases = [t.data_ptr() for t in self._peers]
         self.base = bases[self.rank]
@@ -187,10 +175,8 @@ class SymmetricHeap:
             self._allocator.mark_internal(self.offset_of(t))
 
     def close(self, *, internal: Iterable[torch.Tensor] = (), wait: bool = True) -> None:
-        """Drop the peer mappings, then a bounded barrier (collective; idempotent): once it passes no
-        heap is mapped elsewhere. Heap tensors still alive stay valid here and are counted in a
-        :class:`LiveHeapTensorsWarning`, except tilefuse's own (:meth:`mark_internal`, ``internal``).
-        ``wait=False``: do not wait for this device's queued work (a peer exited under it)."""
+        """Drop the peer mappings, then a bounded barrier (collective; idempotent); warn of live heap tensors
+        (not ``internal`` ones: they stay valid here). ``wait=False``: not waiting for this device's work."""
         if self._closed:
             return
         self._closed = True
@@ -198,13 +184,10 @@ class SymmetricHeap:
         skip = [self._allocator.block_start(self.offset_of(t)) for t in internal if self.is_on_heap(t)]
         blocks, nbytes = self._allocator.live(exclude=skip)
         if blocks:
-            warnings.warn(
-                f"tilefuse heap of rank {self.rank} closed with {blocks} heap tensor block(s) ({nbytes} bytes) "
-                "still referenced: they stay valid on this rank (their memory is kept until they are "
-                "freed) but peers no longer see them; drop them before tilefuse.shutdown() to release "
-                "the heap",
-                LiveHeapTensorsWarning, stacklevel=3,
-            )
+            warnings.warn(f"tilefuse heap of rank {self.rank} closed with {blocks} heap tensor block(s) ({nbytes} "
+                          "bytes) still referenced: they stay valid on this rank (their memory is kept until they "
+                          "are freed) but peers no longer see them; drop them before tilefuse.shutdown() to "
+                          "release the heap", LiveHeapTensorsWarning, stacklevel=3)
         on_gpu = self.device.type == "cuda" and wait
         if on_gpu:
             torch.cuda.synchronize(self.device)
@@ -234,10 +217,8 @@ class SymmetricHeap:
                                "and allocate from the new heap")
         off = self._allocator.alloc(nbytes)
         block = Block(self._allocator, off, self.base + off, max(nbytes, 1), self.device, self._memory)
-        if self.device.type == "cuda":
-            raw = torch.as_tensor(block, device=self.device)
-        else:
-            raw = torch.from_numpy(np.asarray(block))
+        on_gpu = self.device.type == "cuda"
+        raw = torch.as_tensor(block, device=self.device) if on_gpu else torch.from_numpy(np.asarray(block))
         return raw[:nbytes].view(dtype).view(shape)
 
     def zeros(self, *shape, dtype=torch.float32) -> torch.Tensor:
@@ -277,14 +258,11 @@ class SymmetricHeap:
     def check_on_heap(self, name: str, t: torch.Tensor) -> None:
         if not self.is_on_heap(t):
             where = f"on {t.device}" if isinstance(t, torch.Tensor) else f"a {type(t).__name__}"
-            raise ValueError(
-                f"{name} must be a tensor on the symmetric heap of rank {self.rank} "
-                f"(allocate it with tilefuse.empty/zeros/...), but it is {where} outside the heap"
-            )
+            raise ValueError(f"{name} must be a tensor on the symmetric heap of rank {self.rank} (allocate it "
+                             f"with tilefuse.empty/zeros/...), but it is {where} outside the heap")
 
     def check_symmetric(self, name: str, *tensors: torch.Tensor, signature=None) -> None:
-        """Collective: every rank's ``tensors`` must sit at the same heap offsets with the same shapes
-        and strides, and every rank must pass an equal ``signature`` (e.g. the call's shapes)."""
+        """Collective: every rank's ``tensors`` sit at the same heap offsets with equal layouts and ``signature``."""
         for i, t in enumerate(tensors):
             self.check_on_heap(f"{name}: buffer {i}", t)
         mine = {"offsets": [self.offset_of(t) for t in tensors],
@@ -293,21 +271,17 @@ class SymmetricHeap:
         everyone = hostsync.all_gather_object(mine, self.group, what=f"{name}: heap offsets check")
         for r, theirs in enumerate(everyone):
             if theirs["signature"] != mine["signature"] or theirs["layout"] != mine["layout"]:
-                raise CallMismatchError(
-                    f"{name}: ranks disagree on the call: rank {self.rank} has {mine['signature']} with "
-                    f"buffers {mine['layout']}, rank {r} has {theirs['signature']} with {theirs['layout']}. "
-                    "Every rank must make the same call with the same shapes."
-                )
+                raise CallMismatchError(f"{name}: ranks disagree on the call: rank {self.rank} has {mine['signature']} "
+                                        f"with buffers {mine['layout']}, rank {r} has {theirs['signature']} with "
+                                        f"{theirs['layout']}. Every rank must make the same call with the same shapes.")
             if theirs["offsets"] != mine["offsets"]:
-                raise RuntimeError(
-                    f"{name}: heap allocations diverged between ranks: rank {self.rank} has offsets "
-                    f"{mine['offsets']}, rank {r} has {theirs['offsets']}. Every rank must allocate heap "
-                    "tensors in the same order and free them alike."
-                )
+                raise RuntimeError(f"{name}: heap allocations diverged between ranks: rank {self.rank} has offsets "
+                                   f"{mine['offsets']}, rank {r} has {theirs['offsets']}. Every rank must allocate "
+                                   "heap tensors in the same order and free them alike.")
 
     @property
     def bytes_free(self) -> int:
-        return self._allocator.bytes_free
+        return self.size - self._allocator.bytes_used
 
     @property
     def bytes_used(self) -> int:

@@ -1,9 +1,8 @@
 """Bounded host collectives for tilefuse's own host steps (heap rendezvous, shape checks, workspaces).
 
-``torch.distributed``'s object collectives wait the process group's timeout (30 minutes with gloo)
-and do not say who is missing. These use the group's key-value store and give up after ``timeout``
-seconds (default ``TILEFUSE_HOST_TIMEOUT``) with a :class:`HostTimeoutError` naming the missing
-ranks and the step. One call on a group (every rank makes the same calls in the same order):
+Unlike ``torch.distributed``'s object collectives (30 minutes with gloo, naming nobody), these use the
+group's store and give up after ``timeout`` seconds (default ``TILEFUSE_HOST_TIMEOUT``) with a
+:class:`HostTimeoutError` naming the missing ranks and the step. Every rank makes the same calls in order:
 
 ======================  ==================================================================
 step                    keys (``P`` = ``tilefuse/hostsync/<group>/<generation>/<sequence>``)
@@ -14,13 +13,12 @@ release                 each rank adds 1 to ``P/done``; the rank that brings it 
                         deletes every key of the call (nobody reads them after their add)
 ======================  ==================================================================
 
-A rank that runs out of time sets ``P/gave_up`` naming the missing ranks (its peers stop at once
-with the same names) and marks the group out of step until :func:`reset`. Ranks that pass different
-``what`` raise :class:`CallMismatchError`; a peer process that exits ends every wait (:func:`watch`).
+A rank that runs out of time sets ``P/gave_up`` naming the missing ranks (its peers stop at once)
+and marks the group out of step until :func:`reset`. Ranks that pass different ``what`` raise
+:class:`CallMismatchError`; a peer process that exits ends every wait (:func:`watch`).
 
-:func:`reset` is a rendezvous of its own, bounded and re-entrant, independent of what the ranks did
-before (a reset one rank made alone, or one that timed out, leaves nothing behind).
-Keys ``R = tilefuse/reset/<group>``:
+:func:`reset` is a bounded, re-entrant rendezvous of its own, whatever the ranks did before (a reset
+one rank made alone, or one that timed out, leaves nothing behind). Keys ``R = tilefuse/reset/<group>``:
 
 ======================  ==================================================================
 step                    keys
@@ -33,9 +31,9 @@ commit                  once every rank acked the round, each returns: ``<round>
                         key namespace of the group's host steps; the last to leave deletes
 ======================  ==================================================================
 
-A rank withdraws its ack only once it has seen a token change and then not every ack (a peer
-empties its token after seeing every ack; the acks stay until every rank has left). A rank that
-acked gets a grace period past its deadline: its peers, all present, ack within a poll.
+A rank withdraws its ack only when a token changed and not every ack is there (a peer empties its
+token after seeing every ack; acks stay until every rank has left). A rank that acked gets a grace
+period past its deadline: its peers, all present, ack within a poll.
 """
 
 from __future__ import annotations
@@ -55,6 +53,7 @@ from . import _env
 from .errors import CallMismatchError, PeerExitedError
 
 _PREFIX = "tilefuse/hostsync"
+_STORE_DIED = "the rank hosting the store (usually rank 0) may have died"
 _HINT = "A rank that died, hangs, or skipped this step; raise TILEFUSE_HOST_TIMEOUT if a rank is only slow."
 
 
@@ -76,8 +75,7 @@ _WATCHERS: dict = {}  # group name -> check(what, calls): raises once a peer can
 
 
 def watch(group, check) -> None:
-    """Call ``check(what, calls)`` while waiting for the peers of ``group`` (``Group.check_host_step``);
-    ``check=None`` stops."""
+    """Call ``check(what, calls)`` while waiting for ``group``'s peers (None: stop)."""
     name = _group_name(_resolve(group))
     if check is None:
         _WATCHERS.pop(name, None)
@@ -98,14 +96,10 @@ def _group_name(pg) -> str:
     return str(name)
 
 
-def _group_store(pg):
-    return c10d._get_process_group_store(pg)
-
-
 def _state(pg) -> _GroupState:
     name = _group_name(pg)
     st = _GROUPS.get(name)
-    store = _group_store(pg)
+    store = c10d._get_process_group_store(pg)
     if st is None or st.store is not store:
         # A group of this name made anew (after destroy_process_group) starts a fresh sequence.
         st = _GROUPS[name] = _GroupState(name, store)
@@ -128,10 +122,8 @@ RESET_GRACE_S = 5.0
 
 
 def reset(group=None, *, what: str = "tilefuse.reset", late=None) -> None:
-    """Rendezvous of every rank of ``group`` (module docstring), then forget any earlier failed host
-    step (a fresh key namespace). Bounded by ``TILEFUSE_HOST_TIMEOUT``: :class:`HostTimeoutError`
-    naming the ranks that did not come. ``late = (seconds, fn)``: ``fn()`` runs once if some rank has
-    not come after ``seconds`` (or at the bound, whichever is first)."""
+    """Rendezvous of ``group``'s ranks, then a fresh key namespace; :class:`HostTimeoutError` after
+    ``TILEFUSE_HOST_TIMEOUT``. ``late = (seconds, fn)``: ``fn()`` once a rank is missing after ``seconds``."""
     pg = _resolve(group)
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
     st = _state(pg)
@@ -178,11 +170,9 @@ def reset(group=None, *, what: str = "tilefuse.reset", late=None) -> None:
                 missing = [r for r in range(world) if r not in present]
                 if late is not None:  # (a bound shorter than ``late``'s wait: it runs before giving up)
                     late[1]()
-                raise HostTimeoutError(
-                    f"{what}: rank(s) {_names(pg, missing) or '?'} of {world} did not come within {bound:g} s "
-                    f"(seen from rank {_global(pg, rank)}); every rank must call it. Calling it again "
-                    "starts over."
-                )
+                raise HostTimeoutError(f"{what}: rank(s) {_names(pg, missing) or '?'} of {world} did not come "
+                                       f"within {bound:g} s (seen from rank {_global(pg, rank)}); every rank "
+                                       "must call it. Calling it again starts over.")
             time.sleep(pause)
             pause = min(pause * 2, 0.01)
     except BaseException:
@@ -217,11 +207,11 @@ def cap_timeouts(seconds: float | None) -> None:
 
 
 def all_gather_object(obj, group=None, *, what: str, timeout: float | None = None, last: bool = False) -> list:
-    """Every rank's ``obj`` (picklable, small), in group-rank order; collective over ``group``
-    (default: the world), bounded by ``timeout`` seconds; ``what`` names the step. ``last``: the
-    group's last step before its ranks may exit: return once every rank has read the keys (for at
-    most ``LAST_STEP_WAIT_S``). Raises :class:`HostTimeoutError` when some rank did not arrive, the
-    store is lost, or an earlier step failed; :class:`CallMismatchError` when the ranks' ``what`` differ."""
+    """Every rank's ``obj`` (picklable, small), in group-rank order; collective over ``group`` (default: the
+    world), bounded by ``timeout`` seconds; ``what`` names the step. ``last`` (the group's last step before
+    its ranks may exit): wait (at most ``LAST_STEP_WAIT_S``) until every rank has read the keys. Raises
+    :class:`HostTimeoutError` (a rank did not arrive, the store is lost, an earlier step failed) or
+    :class:`CallMismatchError` (the ranks' ``what`` differ)."""
     pg = _resolve(group)
     rank, world = dist.get_rank(pg), dist.get_world_size(pg)
     if rank < 0:
@@ -235,10 +225,8 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
         return [obj]
     st = _state(pg)
     if st.broken is not None:
-        raise HostTimeoutError(
-            f"{what}: an earlier host step on process group {st.name!r} failed ({st.broken}), so the ranks "
-            "are out of step; call tilefuse.reset() on every rank (or re-create the process group)"
-        )
+        raise HostTimeoutError(f"{what}: an earlier host step on process group {st.name!r} failed ({st.broken}), so "
+                               "the ranks are out of step; call tilefuse.reset() on every rank (or re-create it)")
     base = f"{_PREFIX}/{st.name}/{st.generation}/{st.sequence}"
     st.sequence += 1
     keys = [f"{base}/{r}" for r in range(world)]
@@ -248,10 +236,8 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
         store.set(keys[rank], pickle.dumps((what, obj), protocol=pickle.HIGHEST_PROTOCOL))
     except Exception as err:
         st.broken = f"{what}: the store was unreachable"
-        raise HostTimeoutError(
-            f"{what}: rank {_global(pg, rank)} could not publish to the process group's store "
-            f"({type(err).__name__}: {err}); the rank hosting the store (usually rank 0) may have died"
-        ) from err
+        raise HostTimeoutError(f"{what}: rank {_global(pg, rank)} could not publish to the process group's store "
+                               f"({type(err).__name__}: {err}); {_STORE_DIED}") from err
     gave_up = f"{base}/gave_up"
     try:
         status, detail = _wait(store, keys, gave_up, deadline, _WATCHERS.get(st.name), what)
@@ -261,22 +247,16 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
     if status != "ok":
         st.broken = f"{what}: {status}"
         if status == "lost":
-            raise HostTimeoutError(
-                f"{what}: rank {_global(pg, rank)} lost the process group's store while waiting "
-                f"for its peers (bound {bound:g} s); the rank hosting the store (usually rank 0) may have died"
-            )
+            raise HostTimeoutError(f"{what}: rank {_global(pg, rank)} lost the process group's store while "
+                                   f"waiting for its peers (bound {bound:g} s); {_STORE_DIED}")
         if status == "aborted":
             who, their_missing = detail
-            raise HostTimeoutError(
-                f"{what}: rank {_global(pg, who)} gave up waiting for rank(s) {_names(pg, their_missing)}; "
-                f"this rank ({_global(pg, rank)}) stops too. {_HINT}"
-            )
+            raise HostTimeoutError(f"{what}: rank {_global(pg, who)} gave up waiting for rank(s) "
+                                   f"{_names(pg, their_missing)}; this rank ({_global(pg, rank)}) stops too. {_HINT}")
         with contextlib.suppress(Exception):  # peers that arrive later stop at once, naming the missing
             store.set(gave_up, pickle.dumps((rank, detail)))
-        raise HostTimeoutError(
-            f"{what}: rank(s) {_names(pg, detail)} of {world} did not arrive within {bound:g} s "
-            f"(seen from rank {_global(pg, rank)}). {_HINT}"
-        )
+        raise HostTimeoutError(f"{what}: rank(s) {_names(pg, detail)} of {world} did not arrive within {bound:g} s "
+                               f"(seen from rank {_global(pg, rank)}). {_HINT}")
     try:
         entries = [pickle.loads(store.get(k)) for k in keys]
     except Exception as err:
@@ -294,17 +274,14 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
     if any(s != what for s in steps):
         st.broken = f"{what}: ranks at different steps"
         others = "; ".join(f"rank {_global(pg, r)} at {s!r}" for r, s in enumerate(steps) if s != what)
-        raise CallMismatchError(
-            f"{what}: the ranks are at different host steps: rank {_global(pg, rank)} at {what!r}; {others}. "
-            "Every rank must make the same tilefuse calls in the same order; call tilefuse.reset() on every "
-            "rank to go on."
-        )
+        raise CallMismatchError(f"{what}: the ranks are at different host steps: rank {_global(pg, rank)} at "
+                                f"{what!r}; {others}. Every rank must make the same tilefuse calls in the same "
+                                "order; call tilefuse.reset() on every rank to go on.")
     return [e[1] for e in entries]
 
 
 def barrier(group=None, *, what: str, timeout: float | None = None, last: bool = False) -> None:
-    """Return once every rank of ``group`` got here; bounded like :func:`all_gather_object` (``last``:
-    see there)."""
+    """Return once every rank of ``group`` got here; bounded like :func:`all_gather_object`."""
     all_gather_object(None, group, what=what, timeout=timeout, last=last)
 
 
@@ -321,23 +298,18 @@ def _wait_all_read(store, key: str, done: int, world: int, seconds: float) -> No
         done = store.add(key, 0)
 
 
-def _read_gave_up(store, key: str) -> tuple:
-    try:
-        return pickle.loads(store.get(key))
-    except Exception:
-        return (-1, [])
-
-
 def _wait(store, keys: list, gave_up: str, deadline: float, check=None, what: str = "") -> tuple:
-    """Poll until every key is set, a peer gave up, or the deadline passes: ``("ok", None)``,
-    ``("aborted", (rank, missing))``, ``("missing", ranks)`` or ``("lost", None)``. A poll, not the
-    store's ``wait``: it ends at the deadline and logs no socket warnings. ``check``: :func:`watch`'s."""
+    """Poll (ending at the deadline, logging nothing) until every key is set, a peer gave up, or the deadline:
+    ``("ok", None)``, ``("aborted", (rank, missing))``, ``("missing", ranks)`` or ``("lost", None)``."""
     pause = 1e-4
     try:
         while True:
             ready = store.check(keys)
             if store.check([gave_up]):  # checked when every key is set too: a peer may give up meanwhile
-                return "aborted", _read_gave_up(store, gave_up)
+                try:
+                    return "aborted", pickle.loads(store.get(gave_up))
+                except Exception:
+                    return "aborted", (-1, [])
             if ready:
                 return "ok", None
             left = deadline - time.monotonic()

@@ -9,8 +9,7 @@ import torch
 
 from . import _env
 
-# Programs the interpreter treats as "multiprocessors": any positive number works (programs run one
-# after another); a small one keeps CPU tests quick.
+# The interpreter's "multiprocessors" (its programs run one after another): few keep CPU tests quick.
 INTERPRETER_SMS = 8
 interpreting = _env.interpreting
 

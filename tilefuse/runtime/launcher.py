@@ -1,10 +1,9 @@
 """A lower-overhead launch of tilefuse's Triton kernels on a GPU.
 
-Triton's ``kernel[grid](...)`` binds and specialises every argument and hashes a cache key on every
-call: tens of microseconds per launch. :class:`FastKernel` keeps, per kernel, the compiled binary for
-each *argument signature* seen (what Triton specialises on) and launches it directly, with the
-arguments Triton would pass. A signature's first launch, and every launch in the interpreter, goes
-through Triton.
+Triton's ``kernel[grid](...)`` binds, specialises and hashes every argument on every call (tens of
+microseconds). :class:`FastKernel` keeps, per kernel, the compiled binary for each *argument
+signature* seen (what Triton specialises on) and launches it directly; a signature's first launch,
+and every launch in the interpreter, goes through Triton.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ import functools
 import inspect
 
 import triton
+from triton import knobs
 
 from . import _env
 
@@ -23,8 +23,7 @@ _NOOP = [False]  # noop_launches() is active
 
 @contextlib.contextmanager
 def noop_launches():
-    """Inside the block every tilefuse kernel launch does its host lookups and launches nothing (in the
-    interpreter too): for timing the host path. Results are garbage; for benchmarks only."""
+    """Inside the block kernel launches do their host lookups only (benchmarks of the host path)."""
     old, _NOOP[0] = _NOOP[0], True
     try:
         yield
@@ -40,8 +39,7 @@ def _current_stream():
 
 
 class FastKernel:
-    """Wraps a ``@triton.jit`` kernel; ``k[grid](...)`` launches as Triton would, faster when the
-    argument signature was seen before. Attribute access falls through to the Triton kernel."""
+    """Wraps a ``@triton.jit`` kernel: ``k[grid](...)`` launches as Triton would; other attributes are its."""
 
     def __init__(self, jit_fn, do_not_specialize=()):
         self.jit_fn = jit_fn
@@ -74,9 +72,8 @@ class FastKernel:
             self._compiled.get(self._signature(*bound) if bound is not None else None)
 
     def _binder(self, n_args: int, names: tuple):
-        """``bind(args, kwargs) -> (values, options)``: every parameter's value in signature order
-        (defaults filled in) and the launch options, written out once for calls passing ``n_args``
-        positionals and keywords ``names``; None where such a call cannot bind (Triton's path says why)."""
+        """``bind(args, kwargs) -> (values, options)`` (parameters in order, defaults filled in; launch options)
+        written out for calls of ``n_args`` positionals and keywords ``names``; None where they cannot bind."""
         parts = []
         for i, name in enumerate(self._names):
             given = i < n_args
@@ -99,13 +96,8 @@ class FastKernel:
         shape = (len(args), tuple(kwargs))
         bind = self._binders.get(shape)
         if bind is None:
-            bind = self._binders[shape] = self._binder(*shape) or _unbound
+            bind = self._binders[shape] = self._binder(*shape) or (lambda a, k: None)
         return bind(args, kwargs)
-
-    def _values(self, args: tuple, kwargs: dict) -> list | None:
-        """Every parameter's value in signature order, or None where the call does not bind."""
-        bound = self._bind(args, kwargs)
-        return None if bound is None else bound[0]
 
     def _signature(self, values: list, options: tuple):
         if self._key_of is None:
@@ -138,8 +130,7 @@ class FastKernel:
             return compiled
         stream = _current_stream()
         g0, g1, g2 = (*grid, 1, 1)[:3]
-        hooks = knobs_runtime()
-        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook  # a profiler's hooks
         if no_hook(enter) and no_hook(leave):  # no profiler listening: no launch metadata to build
             enter = leave = meta = None
         else:
@@ -148,14 +139,9 @@ class FastKernel:
         return compiled
 
 
-def _unbound(args, kwargs):
-    return None
-
-
 def _key_expr(name: str, v, specialize: bool) -> str:
     """Source of the key of argument ``name`` whose first value was ``v``: :func:`_spec`'s facts, but a
-    specialised integer by its value (finer than Triton's classes and cheaper: a prepared call
-    repeats its shapes and strides)."""
+    specialised integer by its value (finer than Triton's classes, and cheaper)."""
     if hasattr(v, "data_ptr"):  # another kind later raises AttributeError: the generic key is taken
         return f"({name}.dtype, not {name}.data_ptr() & 15)"
     if type(v) is int:
@@ -169,16 +155,14 @@ def _key_expr(name: str, v, specialize: bool) -> str:
 
 
 def _key_function(values: list, constexpr: list, dns: set):
-    """A function of a launch's arguments returning a key that tells apart whatever Triton specialises
-    on, written out for the kinds of ``values``: no per-argument dispatch."""
+    """``key(args)``: what Triton specialises on, written out for the kinds of ``values`` (no dispatch)."""
     parts = [f"a[{i}]" if constexpr[i] else _key_expr(f"a[{i}]", v, i not in dns) for i, v in enumerate(values)]
     return eval("lambda a: (" + ", ".join(parts) + ",)")  # noqa: S307 - source built above from indices
 
 
 def _spec(v, specialize: bool):
-    """What Triton specialises a non-constexpr argument on: a tensor's dtype and 16-byte alignment,
-    an integer's width (where specialised, whether it is 1 or a multiple of 16); a tuple's elements
-    alike, its integers always as specialised (Triton 3.6 does so whatever the parameter)."""
+    """What Triton specialises a non-constexpr argument on: a tensor's dtype and 16-byte alignment, an int's
+    width (specialised: whether 1 or a multiple of 16); a tuple's elements alike, its ints as specialised."""
     if hasattr(v, "data_ptr"):
         return v.dtype, v.data_ptr() & 15 == 0
     if isinstance(v, bool):
@@ -194,9 +178,8 @@ def _spec(v, specialize: bool):
 
 
 def check_specialized(name: str, num_warps: int, compiled) -> bool:
-    """Whether a kernel launched with ``WARP_SPEC`` came out warp-specialized (its compiled warps
-    exceed the launch's ``num_warps``). Warns when not: Triton's pass skips a kernel it cannot
-    specialize silently, and the tile then runs several times slower."""
+    """Whether a kernel launched with ``WARP_SPEC`` came out warp-specialized (more compiled warps than
+    ``num_warps``). Warns when not: Triton skips a kernel it cannot specialize silently (several times slower)."""
     got = getattr(getattr(compiled, "metadata", None), "num_warps", None)
     if got is None or got > num_warps:
         return True
@@ -208,22 +191,13 @@ def check_specialized(name: str, num_warps: int, compiled) -> bool:
     return False
 
 
-@functools.cache
-def knobs_runtime():
-    """Triton's runtime knobs: the launch hooks a profiler installs are read there at each launch."""
-    from triton import knobs
-
-    return knobs.runtime
-
-
 def no_hook(hook) -> bool:
     """Whether a launch hook is unset: None (Triton 3.6) or an empty HookChain (3.7)."""
     return hook is None or not getattr(hook, "calls", True)
 
 
-# Kernel parameters whose integers change from call to call or rank to rank: never specialised on
-# (else an epoch recompiles at 1, 16, ... and rank 1 runs another binary than its peers). Triton 3.6
-# ignores this for the `call` tuple; the launcher keys a tuple's integers as specialised either way.
+# Integers that change per call or rank: never specialised on (else an epoch recompiles at 1, 16, ... and
+# ranks run different binaries). Triton 3.6 ignores this for the `call` tuple (keyed as specialised here).
 _RUNTIME_INTS = ("epoch", "cur_rank", "sig", "gen", "n_out0", "n_out1", "call")
 
 
@@ -249,7 +223,6 @@ def _launch_metadata(label: str):
 
 
 def kernel(fn):
-    """``triton.jit`` for a kernel tilefuse launches: ranks and signatures are not specialised on,
-    profiler traces name the op, variant and sizes, and launches go through :class:`FastKernel`."""
+    """``triton.jit`` for a kernel tilefuse launches (:data:`_RUNTIME_INTS` unspecialised, named for profilers)."""
     names = [n for n in inspect.signature(fn).parameters if n in _RUNTIME_INTS]
     return FastKernel(triton.jit(do_not_specialize=names, launch_metadata=_launch_metadata(_label(fn)))(fn), names)

@@ -2,8 +2,8 @@
 signature check, bounded waits, and the end of a call.
 
 Every rank's heap starts with a **control block** (``ctl``, int64 words; layout below). Everything a
-kernel compares a flag against lives there and advances on the device in stream order, so the host
-never knows an epoch and a captured CUDA graph can be replayed freely.
+kernel compares a flag against lives there and advances on the device in stream order: the host
+never knows an epoch, and a captured CUDA graph can be replayed freely.
 
 *Calls pair by sequence.* A call begins with :func:`call_begin_kernel` (one program):
 
@@ -17,18 +17,17 @@ never knows an epoch and a captured CUDA graph can be replayed freely.
    filled with NaN, so no rank returns a result built from another call's data.
 
 Every rank finished call ``seq - 1`` before arriving at ``seq``, so the begin is also a barrier.
-A kernel may instead begin and end its call itself (:func:`enter`/:func:`exit`; the first program
-to take a ticket on ``ctl[ENTER]`` runs steps 2-4 and releases ``ctl[GO]``, the last to finish
-moves ``ctl[SEQ]`` and writes the host's status words), or begin it beside work that touches
-nothing shared (:func:`enter_aside`, :func:`ready`). Calls of every kind mix freely.
+A kernel may instead begin and end its call itself (:func:`enter`/:func:`exit`: the first program
+with a ticket on ``ctl[ENTER]`` runs steps 2-4 and releases ``ctl[GO]``; the last to finish moves
+``ctl[SEQ]`` and writes the host's status words), or begin it beside work that touches nothing
+shared (:func:`enter_aside`, :func:`ready`). Calls of every kind mix freely.
 
-*Flags.* Data flags are int64 heap words holding the sequence number of the call that last wrote
-them. A producer writes its data, then *releases* the flag with ``signal(flag, seq)``
-(``atomic_xchg``, ``sem="release"``, ``scope="sys"``); a consumer *acquires* with
-``wait(flag, seq)``: volatile polls until the flag **equals** ``seq``, then one ``acquire`` atomic,
-and only then reads the data. Flags are never reset (a stale flag holds an older number);
-comparisons are wrap-safe. Waits are on local flags only: a remote producer signals into the
-consumer's heap. Each acquire in an op carries one comment naming the release it pairs with.
+*Flags* are int64 heap words holding the sequence number of the call that last wrote them, never
+reset (comparisons are wrap-safe). A producer writes its data, then *releases* the flag with
+``signal(flag, seq)`` (``atomic_xchg``, ``sem="release"``, ``scope="sys"``) into the consumer's
+heap; the consumer *acquires* its local flag with ``wait(flag, seq)``: volatile polls until it
+**equals** ``seq``, then one ``acquire`` atomic, and only then reads the data. Each acquire in an op
+carries one comment naming the release it pairs with.
 
 *Bounded waits and poisoning.* Every wait gives up after ``ctl[BOUND_NS]`` nanoseconds (the GPU's
 global timer; the host clock in the interpreter), writes one error record (kind TIMEOUT: who
@@ -42,8 +41,8 @@ Timeline of one call on two ranks (flags of one tile shown)::
     rank 0: | begin: SEQ=s, SIG->all, ARRIVE[0]=s->all, wait ARRIVE[*]>=s | GEMM tile -> rank 1, signal F=s |
     rank 1: | begin: SEQ=s, SIG->all, ARRIVE[1]=s->all, wait ARRIVE[*]>=s | ... wait F==s, read tile  |
 
-Memory model: ``scope`` is ignored by the interpreter and x86 orders everything, so ordering bugs
-only show on a GPU: keep data-then-release and acquire-then-data strictly.
+``scope`` is ignored by the interpreter and x86 orders everything, so ordering bugs only show on a
+GPU: keep data-then-release and acquire-then-data strictly.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Scopes of collective calls: the step and the role a call belongs to, mixed into its signature.
-
-Two ranks making the same op with the same shapes at different points of their programs (one rank
-skipped a backward, and its next forward meets the peer's backward) would pair and exchange data.
-The step (``with tilefuse.step(i):``) and the role (``"forward"``, ``"backward"``) are kept per
-thread and XORed into each call's signature (:meth:`~tilefuse.runtime.group.Group.signature`), so
-such calls raise ``CallMismatchError`` on every rank instead.
+"""Scopes of collective calls: the step and role a call belongs to, XORed into its signature (per
+thread), so two ranks making the same op at different points of their programs (one skipped a
+backward: its next forward meets the peer's backward) raise ``CallMismatchError`` instead of pairing.
 """
 
 from __future__ import annotations
@@ -55,9 +51,7 @@ for _role in ("forward", "backward"):  # known to every process: a peer's call i
 
 
 class Scope:
-    """``with Scope(...)``: the collective calls this thread makes inside carry a step and a role in
-    their signature. Nestable: ``step`` appends to the enclosing steps; ``steps`` (with ``role``)
-    replaces the scope as a whole (a backward under its forward's steps)."""
+    """This thread's calls inside carry a step (appended) or ``steps`` (replacing) and a role in their signature."""
 
     __slots__ = ("step", "steps", "role", "saved")
 
@@ -78,17 +72,14 @@ class Scope:
         return self
 
     def __exit__(self, *exc):
-        st = STATE
-        st.steps, st.role, st.mix = self.saved
+        STATE.steps, STATE.role, STATE.mix = self.saved
         return False
 
 
 def step(i: int | str) -> Scope:
-    """``with tilefuse.step(i):`` the collective calls made inside the block (in this thread, and the
-    backward of what they compute) belong to step ``i`` (an int or a str, the same on every rank):
-    they never pair with a peer's calls of another step. Nestable. A rank that skipped calls of step
-    ``i`` then gets :class:`CallMismatchError` at its next call on every rank, not another rank's
-    data; call :func:`tilefuse.reset` on every rank to go on."""
+    """``with tilefuse.step(i):`` the calls made inside (in this thread, and their backward) belong to step
+    ``i`` (an int or a str, the same on every rank; nestable): a rank that skipped calls of a step gets
+    :class:`CallMismatchError` on every rank, not another's data (then :func:`tilefuse.reset` on every rank)."""
     if isinstance(i, bool) or not isinstance(i, (int, str)):
         raise TypeError(f"tilefuse.step: the step must be an int or a str, got {type(i).__name__}")
     return Scope(step=i)
@@ -101,21 +92,18 @@ def role(name: str) -> Scope:
 
 def current_scope() -> tuple:
     """``(steps, role)`` of this thread's scope."""
-    st = STATE
-    return st.steps, st.role
+    return STATE.steps, STATE.role
 
 
 def saved_scope() -> tuple | None:
-    """What an autograd forward keeps for its backward: :func:`current_scope`, or None while
-    torch.compile traces (the compiled graph calls the ops without a scope)."""
+    """What an autograd forward keeps for its backward: :func:`current_scope` (None while compiling)."""
     if torch.compiler.is_compiling():
         return None
     return current_scope()
 
 
 def in_backward(saved: tuple | None, fn, *args):
-    """``fn(*args)`` in the role ``"backward"`` under the steps of a forward that kept ``saved``
-    (:func:`saved_scope`; None: as it is). The backward may run in another thread (autograd's)."""
+    """``fn(*args)`` in the role ``"backward"`` under the steps a forward kept (:func:`saved_scope`)."""
     if saved is None:
         return fn(*args)
     with Scope(steps=saved[0], role="backward"):
@@ -126,8 +114,7 @@ _FORWARD_MIX = _mix_of((), "forward")
 
 
 def in_forward(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` in the role ``"forward"`` (no Scope object: the decode path); as it is
-    while torch.compile traces."""
+    """``fn(*args, **kwargs)`` in the role ``"forward"`` (no Scope object: the decode path)."""
     if torch.compiler.is_compiling():
         return fn(*args, **kwargs)
     st = STATE

@@ -1,8 +1,6 @@
 """The runtime's public functions: ``init``, ``reset``, ``shutdown``, and what an op asks of its group.
 
-Each process group :func:`init` is called for gets its own :class:`Group`; the first is the default
-one (``group=None``). A wait that timed out poisons a group on every rank until :func:`reset`; a
-peer process that exits poisons it for good (:class:`PeerExitedError`).
+Each process group gets its own :class:`Group`; the first initialised is the default (``group=None``).
 """
 
 from __future__ import annotations
@@ -16,48 +14,23 @@ import torch.distributed as dist
 
 from . import _env, hostsync
 from . import primitives as P
-from .call import (
-    CollectiveCall,
-    active,
-    call_state,
-    current_call,
-    device_barrier,
-    group_of,
-    in_call,
-    synchronize,
-    using,
-)
+from .call import active, device_barrier, group_of, synchronize, using
 from .errors import PeerExitedError, PoisonedError, WaitTimeoutError
 from .errors import describe_group as _describe_group
-from .group import REGISTRY, Group, check_current_device
+from .group import REGISTRY, Group
 from .heap import SymmetricHeap, resolve_heap_size
-from .scope import step
-
-__all__ = [
-    "CollectiveCall", "Group", "barrier", "bump_generation", "call_state", "check_current_device", "check_peers",
-    "control_block", "current_call", "device_barrier", "get_heap", "groups", "in_call", "init",
-    "is_initialized", "on_reset", "on_shutdown", "reset", "set_sync_errors", "set_wait_timeout", "shutdown",
-    "stand_in", "state_for", "step", "synchronize", "using",
-]
 
 
 def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
-    """Create this rank's symmetric heap and map every peer's (collective; idempotent).
-
-    Needs an initialised ``torch.distributed`` process group (``group``, default the world). The
-    heap size is ``heap_size`` bytes, else ``TILEFUSE_HEAP_SIZE`` (e.g. ``2G``), else 4 GiB on a
-    GPU and 256 MiB on the CPU. Backend ``cuda`` on the current device when a GPU is usable (several
-    processes may share one), else ``cpu`` (Triton's interpreter). Device waits give up after
-    ``TILEFUSE_WAIT_TIMEOUT`` seconds (30 on a GPU, 60 on the CPU). Call it once per process group
-    the ops run on, on its ranks; the first is the default group. A second call for the same group
-    returns the same heap (and rejects a different size).
-    """
+    """Create this rank's symmetric heap and map every peer's (collective, on the ranks of ``group``,
+    an initialised torch.distributed process group, default the world; the first is the default group).
+    ``heap_size`` bytes, else ``TILEFUSE_HEAP_SIZE`` (e.g. ``2G``), else 4 GiB on a GPU, 256 MiB on the
+    CPU. Backend ``cuda`` on the current device when a GPU is usable, else ``cpu`` (Triton's
+    interpreter). A second call for the same group returns the same heap (a different size raises)."""
     if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError(
-            "tilefuse.init needs an initialised torch.distributed process group: call "
-            "torch.distributed.init_process_group(...) first (gloo works for the cpu backend and for "
-            "several processes sharing one GPU; nccl for one process per GPU)"
-        )
+        raise RuntimeError("tilefuse.init needs an initialised torch.distributed process group: call torch."
+                           "distributed.init_process_group(...) first (gloo for the cpu backend and for "
+                           "several processes sharing one GPU; nccl for one process per GPU)")
     group = group if group is not None else dist.group.WORLD
     if group is dist.GroupMember.NON_GROUP_MEMBER:  # what new_group gives a rank outside the group
         raise ValueError(f"tilefuse.init: global rank {dist.get_rank()} is not a member of this process group; "
@@ -93,12 +66,10 @@ def init(heap_size: int | None = None, group=None) -> SymmetricHeap:
             except (WaitTimeoutError, PoisonedError) as err:
                 REGISTRY.forget(g)
                 g.heap.close()
-                raise RuntimeError(
-                    "tilefuse.init: the first device barrier did not complete: remote atomics between this "
-                    "rank's GPU and a peer's did not arrive (no peer-to-peer atomics over this link?), a "
-                    f"peer did not call init, or the wait bound ({g.wait_bound_s:g} s, TILEFUSE_WAIT_TIMEOUT) "
-                    "is too short for it\n" + str(err)
-                ) from err
+                raise RuntimeError(f"tilefuse.init: the first device barrier did not complete: remote atomics "
+                                   "between this rank's GPU and a peer's did not arrive (no peer-to-peer atomics "
+                                   f"over this link?), a peer did not call init, or the wait bound "
+                                   f"({g.wait_bound_s:g} s, TILEFUSE_WAIT_TIMEOUT) is too short\n{err}") from err
         return g.heap
 
 
@@ -116,8 +87,7 @@ def is_initialized(group=None) -> bool:
 
 
 def get_heap(group=None) -> SymmetricHeap:
-    """This rank's symmetric heap for ``group`` (default: the default group's; inside an op call,
-    the call's group's)."""
+    """This rank's symmetric heap for ``group`` (default: the active group's)."""
     return group_of(group).heap
 
 
@@ -132,14 +102,12 @@ def stand_in() -> torch.Tensor:
 
 
 def bump_generation() -> None:
-    """Calls launched for an earlier workspace generation (CUDA graph replays) abort from now on
-    (stream-ordered; the active group's)."""
+    """Calls launched for an earlier workspace generation (CUDA graph replays) abort from now on."""
     active().bump_generation()
 
 
 def set_wait_timeout(seconds: float, group=None) -> float:
-    """Set the device wait bound (seconds, this rank; stream-ordered) of ``group``'s calls; returns
-    the previous bound."""
+    """Set the device wait bound (seconds, this rank) of ``group``'s calls; returns the previous one."""
     seconds = _env.check_seconds("set_wait_timeout: seconds", seconds)
     g = group_of(group)
     old, g.wait_bound_s = g.wait_bound_s, seconds  # the host's copy: no device read
@@ -151,15 +119,13 @@ def set_sync_errors(on: bool, group=None) -> bool:
     """Raise device-recorded errors at the failing call itself (a device sync per call, as
     ``TILEFUSE_SYNC_ERRORS=1``; always on the CPU) or, off, at the next call. Returns the previous."""
     g = group_of(group)
-    old = g.sync_errors
-    g.sync_errors = bool(on) or g.heap.device.type != "cuda"
+    old, g.sync_errors = g.sync_errors, bool(on) or g.heap.device.type != "cuda"
     return old
 
 
 def check_peers(group=None) -> None:
-    """Raise :class:`PeerExitedError` if a peer process of ``group`` has exited (and poison this rank):
-    the check every eager op call makes first, for work that is not a call, such as a CUDA graph
-    replay (run it before ``graph.replay()``). Also raises an earlier poisoning's error."""
+    """Raise :class:`PeerExitedError` if a peer process of ``group`` has exited, or an earlier poisoning's
+    error: the check every eager op call makes first, for a CUDA graph replay (before ``replay()``)."""
     g = group_of(group)
     g.raise_if_poisoned()
     if g.peers:
@@ -189,18 +155,11 @@ RESET_POISON_AFTER_S = 2.0  # how long a reset waits for every rank before it po
 
 
 def reset(group=None) -> None:
-    """Collective recovery after an error on ``group``: call it on every rank of the group; its calls
-    then pair from scratch (other groups are left alone), whatever happened before.
-
-    1. Wait for this rank's device, then the reset's own rendezvous (:func:`hostsync.reset`: bounded
-       by ``TILEFUSE_HOST_TIMEOUT``, :class:`HostTimeoutError` naming the ranks that did not come).
-    2. If a rank has not come within ``RESET_POISON_AFTER_S`` (or half the host bound), poison every
-       rank's control block, so a call still waiting on that rank ends (not at once: a peer may still
-       be finishing the calls it shares with this rank).
-    3. Drop the group's workspaces, re-zero its control block, then a barrier.
-
-    After a peer process has exited it raises :class:`PeerExitedError` at once: the group must be
-    re-created."""
+    """Collective recovery after an error on ``group`` (every rank calls it): its calls then pair from
+    scratch. A rendezvous (bounded by ``TILEFUSE_HOST_TIMEOUT``: :class:`HostTimeoutError` naming the
+    ranks that did not come; after ``RESET_POISON_AFTER_S`` every control block is poisoned, so calls
+    still waiting end), then the workspaces go, the control block is re-zeroed, and a barrier.
+    :class:`PeerExitedError` at once after a peer process exited."""
     g = group_of(group)
     heap = g.heap
     with REGISTRY.lock, using(g):
@@ -208,9 +167,8 @@ def reset(group=None) -> None:
             g.raise_if_poisoned()
         if g.peers:
             g.check_peers("tilefuse.reset")
-        late = None
-        if heap.world_size > 1:
-            late = (min(RESET_POISON_AFTER_S, 0.5 * _env.host_timeout()), lambda: g.poison_all(-(heap.rank + 1)))
+        late = ((min(RESET_POISON_AFTER_S, 0.5 * _env.host_timeout()), lambda: g.poison_all(-(heap.rank + 1)))
+                if heap.world_size > 1 else None)
         if heap.device.type == "cuda":
             g.wait_device("tilefuse.reset")
         hostsync.reset(heap.group, what="tilefuse.reset", late=late)
@@ -234,9 +192,8 @@ def reset(group=None) -> None:
 
 
 def shutdown(group=None) -> None:
-    """Drop the ops' workspaces and the peer mappings, after a barrier (call before the process group
-    is destroyed). Without ``group``: every group's heap, in the reverse order of :func:`init`; with
-    ``group``: that group's only (not the default group's while others are initialised)."""
+    """Drop the ops' workspaces and the peer mappings (before the process group is destroyed): every
+    group's, in reverse :func:`init` order, or ``group``'s (the default's only when it is the last)."""
     if group is None:
         targets = list(reversed(REGISTRY.by_group.values()))
     else:
@@ -245,8 +202,8 @@ def shutdown(group=None) -> None:
             return
         if g is REGISTRY.default and len(REGISTRY.by_group) > 1:
             others = ", ".join(_describe_group(s.group) for s in REGISTRY.by_group.values() if s is not g)
-            raise ValueError(f"tilefuse.shutdown: {_describe_group(group)} is the default group; shut the other "
-                             f"groups down first ({others}), or call tilefuse.shutdown() for all")
+            raise ValueError(f"tilefuse.shutdown: {_describe_group(group)} is the default group; shut the "
+                             f"other groups down first ({others}), or call tilefuse.shutdown() for all")
         targets = [g]
     failure = None
     for g in targets:
@@ -263,9 +220,7 @@ EXIT_HOST_TIMEOUT_S = 10.0
 
 
 def _at_exit() -> None:
-    """At interpreter exit, :func:`shutdown` for the groups still open (host steps bounded by
-    ``EXIT_HOST_TIMEOUT_S``), so no process exits while a peer still maps its memory. Never raises:
-    what fails is one line on stderr."""
+    """:func:`shutdown` at exit (bounded by ``EXIT_HOST_TIMEOUT_S``); never raises: a line on stderr."""
     if not REGISTRY.by_group:
         return
     try:

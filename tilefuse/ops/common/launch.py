@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import torch
 
 from ...runtime import _env, control_block, get_heap, hw, is_initialized
+from ...runtime import call as _call
 from ...runtime import world as _world
+from ...runtime.call import CollectiveCall
 from ...runtime.primitives import phase_barrier_kernel
-from ...runtime.world import CollectiveCall
 from .checks import check_kernel_dtype, check_operands
 from .config import Config, check_config_fits, default_config, launch_shape
 from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, gemm_layout, tma_operands, warp_specialized
@@ -24,9 +25,9 @@ def collective(op: str):
     def wrap(fn):
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            if _world.in_call():
+            if _call.in_call():
                 return fn(*args, **kwargs)
-            with CollectiveCall(op, _world.call_state(kwargs.get("group"), op)):
+            with CollectiveCall(op, _call.call_state(kwargs.get("group"), op)):
                 return fn(*args, **kwargs)
 
         return run
@@ -37,14 +38,14 @@ def collective(op: str):
 def begin(key: tuple, *outputs) -> None:
     """Launch the current call's begin kernel (pairing, signature check, barrier) after the checks;
     ``outputs`` are filled with NaN if the call aborts."""
-    _world.current_call().begin(key, outputs)
+    _call.current_call().begin(key, outputs)
 
 
 def begin_call(key: tuple, *outputs, kernel_begins: bool = False) -> tuple | None:
     """Begin the current call (:func:`begin`), or with ``kernel_begins`` return the begin arguments of
     its first kernel, which begins it itself (``P.enter``; then :func:`launched`)."""
     if kernel_begins:
-        return _world.current_call().enter_args(key, outputs)
+        return _call.current_call().enter_args(key, outputs)
     begin(key, *outputs)
     return None
 
@@ -61,7 +62,7 @@ def call_arg(heap, entry: tuple | None) -> tuple:
 def launched(entry: tuple | None, ends: bool = True) -> None:
     """After launching the kernel given ``entry``: it began the call and, with ``ends``, ended it."""
     if entry is not None:
-        _world.current_call().entered(ends)
+        _call.current_call().entered(ends)
 
 
 def gemm_call_args(heap, entry: tuple | None) -> tuple | None:
@@ -76,7 +77,7 @@ def op_heap(op: str, group):
             raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
         return get_heap()
     heap = _world.state_for(group, op).heap
-    if _world.in_call() and heap is not get_heap():
+    if _call.in_call() and heap is not get_heap():
         raise RuntimeError(f"{op}: called with group {_world._describe_group(group)} inside a collective call "
                            f"on another group ({_world._describe_group(get_heap().group)})")
     return heap
