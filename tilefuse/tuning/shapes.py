@@ -60,14 +60,8 @@ def local_shape(op: str, M: int, N: int, K: int, world: int) -> tuple[int, int, 
 
 def local_shape_per_rank(op: str, T: int, N: int, K: int, world: int) -> tuple[int, int, int] | None:
     """The per-rank (M, N, K) of ``op`` for a layer ``[K] -> [N]`` at T tokens per rank (the table
-    above), or None when W does not divide the sharded dimension."""
-    if op in COLUMN_OPS:
-        return (T, N // world, K) if N % world == 0 else None
-    if op == "gemm_reduce_scatter":
-        return (world * T, N, K // world) if K % world == 0 else None
-    if op == "gemm_all_reduce":
-        return (T, N, K // world) if K % world == 0 else None
-    raise ValueError(f"unknown op {op!r}; ops are {OPS}")
+    above): the global GEMM has W*T rows where the op shards the tokens, else T."""
+    return local_shape(op, world * T if op in ("all_gather_gemm", "gemm_reduce_scatter") else T, N, K, world)
 
 
 def local_shapes(op: str, set_names, world: int) -> list[dict]:

@@ -44,8 +44,8 @@ SPLITS = [8, 16, 32]
 
 
 def small_m_tiles(M: int) -> list[tuple]:
-    """Decode-size tiles: above M = 64 ``config.SMALL_M_TILES`` first; then BLOCK_M 64/32/16 (none taller
-    than M needs) x BLOCK_N 128/64, 4 warps, 4 stages; and 128x128 above M = 64."""
+    """Decode-size tiles: BLOCK_M 64/32/16 (none taller than M needs) x BLOCK_N 128/64, 4 warps, 4 stages;
+    above M = 64 ``config.SMALL_M_TILES`` before them and 128x128 after."""
     top = max(16, 1 << (M - 1).bit_length())
     tiles = [(bm, bn, bk, 4, stages) for bm, bn, bk, stages in SMALL_M_TILES] if M > 64 else []
     tiles += [(bm, bn, 64, 4, 4) for bm in (64, 32, 16) if bm <= top for bn in (128, 64)]
@@ -196,24 +196,23 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
         decision["note"] = ("keep = 0" if keep == 0 else f"no candidate measured at most {SHORTLIST_RATIO:g}x plain's "
                             "time both ways in the first pass") + ": plain, without a decision round"
     decision["pick"] = pick
-    graph = None
-    if shortlist and res.device:  # device time measured: the graph pick, the same as the eager one or not
-        graph = {"variant": res.graph_variant,
-                 "config": None if res.graph_config is None else res.graph_config.to_dict(),
-                 "device_ms": {n: _ms(t) for n, t in res.device.items()}}
-        if res.graph_confirmed is not None:
-            graph["confirm_device_ms"] = {n: _ms(t) for n, t in res.graph_confirmed["device"].items()}
     failed = [r for r in records.values() if "error" in r]
     if failed and dist.get_rank() == 0:
         kinds = sorted({re.sub(r"^rank \d+: ", "", r["error"]).split(":")[0] for r in failed})
         log.warning("tilefuse.tune: %s %dx%dx%d: %d of %d candidates failed (%s); see the entry's candidates",
                     op, M, N, K, len(failed), len(records), ", ".join(kinds))
-    return {"M": M, "N": N, "K": K, "dtype": dtype_name, "variant": variant,
-            "config": None if config is None else config.to_dict(),
-            "time_ms": _ms(times[pick]), "plain_ms": _ms(times["plain"]),
-            "block_ms": _ms(block[pick]), "plain_block_ms": _ms(block["plain"]),
-            "decision": decision, "candidates": list(records.values()),
-            **({"graph": graph} if graph is not None else {})}
+    entry = {"M": M, "N": N, "K": K, "dtype": dtype_name, "variant": variant,
+             "config": None if config is None else config.to_dict(),
+             "time_ms": _ms(times[pick]), "plain_ms": _ms(times["plain"]),
+             "block_ms": _ms(block[pick]), "plain_block_ms": _ms(block["plain"]),
+             "decision": decision, "candidates": list(records.values())}
+    if shortlist and res.device:  # device time measured: the graph pick, the same as the eager one or not
+        entry["graph"] = {"variant": res.graph_variant,
+                          "config": None if res.graph_config is None else res.graph_config.to_dict(),
+                          "device_ms": {n: _ms(t) for n, t in res.device.items()}}
+        if res.graph_confirmed is not None:
+            entry["graph"]["confirm_device_ms"] = {n: _ms(t) for n, t in res.graph_confirmed["device"].items()}
+    return entry
 
 
 def _commit() -> str:
@@ -242,20 +241,18 @@ def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margi
     return tables.write_table(out_dir, op, hw.arch_name(heap.device), heap.world_size, entries, provenance)
 
 
-def write_cache(op: str, entries: list[dict], *, margin: float = autotune.MARGIN) -> Path:
-    """Put ``entries`` in the decision cache, one per M bucket (the last wins); returns the cache file."""
+def write_cache(op: str, e: dict, *, margin: float = autotune.MARGIN) -> Path:
+    """Put the entry ``e`` in the decision cache under its M bucket; returns the cache file."""
     heap = tilefuse.get_heap()
-    arch, world = hw.arch_name(heap.device), heap.world_size
-    out = {}
-    for e in entries:
-        key = cache.entry_key(arch, world, op, e["dtype"], e["N"], e["K"], m_bucket(e["M"]))
-        kept = ("variant", "config", "M", "time_ms", "plain_ms", "block_ms", "plain_block_ms")
-        out[key] = {**{k: e[k] for k in kept}, "margin": margin, "source": "python -m tilefuse.tuning",
-                    "date": datetime.date.today().isoformat()}
-    return cache.put(out)
+    key = cache.entry_key(hw.arch_name(heap.device), heap.world_size, op, e["dtype"], e["N"], e["K"], m_bucket(e["M"]))
+    kept = ("variant", "config", "M", "time_ms", "plain_ms", "block_ms", "plain_block_ms")
+    return cache.put({key: {**{k: e[k] for k in kept}, "margin": margin, "source": "python -m tilefuse.tuning",
+                            "date": datetime.date.today().isoformat()}})
 
 
-def _parser() -> argparse.ArgumentParser:
+def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
+    """The command on this rank: ``(entries tuned, shapes left out by --budget-s, file written or None)``."""
+    t_start = timing.clock()
     p = argparse.ArgumentParser(prog="python -m tilefuse.tuning", description=__doc__.split("\n\n")[0])
     p.add_argument("--op", required=True, choices=registry.OPS)
     p.add_argument("--shapes", default="tiny",
@@ -273,13 +270,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--commit", help="the commit in a table's provenance (default: git rev-parse of this checkout)")
     p.add_argument("--budget-s", type=float, help="seconds for the whole run: shapes start while the next one is "
                                                    "expected to fit; the log names those left out")
-    return p
-
-
-def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
-    """The command on this rank: ``(entries tuned, shapes left out by --budget-s, file written or None)``."""
-    t_start = timing.clock()
-    p = _parser()
     args = p.parse_args(argv)
     if args.budget_s is not None and not args.budget_s > 0:
         p.error("--budget-s must be > 0")
@@ -325,7 +315,7 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
                   f"alone, {e['block_ms']:.3f} back to back (plain {e['plain_ms']:.3f} / {e['plain_block_ms']:.3f} "
                   f"ms, {e['plain_ms'] / e['time_ms']:.2f}x / {e['plain_block_ms'] / e['block_ms']:.2f}x)", flush=True)
             # Written after every shape: a run cut short keeps what it tuned.
-            path = write_cache(args.op, [e], margin=args.margin) if args.out is None else write_table(
+            path = write_cache(args.op, e, margin=args.margin) if args.out is None else write_table(
                 Path(args.out), args.op, entries, reps=args.reps, margin=args.margin, decide_s=args.decide_s,
                 commit=args.commit)
     if rank == 0 and left_out and entries and args.out is not None:
