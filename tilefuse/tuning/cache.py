@@ -108,10 +108,6 @@ def load(path: Path | None = None) -> dict:
     return hit[1]
 
 
-def get(key: str, path: Path | None = None) -> dict | None:
-    return load(path).get(key)
-
-
 def decision(key: str, op: str, variants, num_sms: int | None = None) -> tuple[dict, Config | None] | None:
     """``(entry, config)`` of the cached decision ``key`` for ``op`` where it can be used, else None.
 
