@@ -24,7 +24,7 @@ import tilefuse
 from tilefuse.ops import dispatch
 from tilefuse.runtime import hw
 from tilefuse.tuning import autotune, cache, costmodel, tables
-from tilefuse.tuning.buckets import m_bucket
+from tilefuse.tuning.tables import m_bucket
 
 REPO = Path(__file__).resolve().parents[1]
 OP = "gemm_all_scatter"

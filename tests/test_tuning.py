@@ -534,7 +534,7 @@ def _run_module(args, env_extra, cwd, timeout=600):
 @pytest.mark.slow
 def test_tuner_cli_writes_the_user_cache_by_default_and_tables_with_out(tmp_path):
     from tilefuse.tuning import cache
-    from tilefuse.tuning.buckets import m_bucket
+    from tilefuse.tuning.tables import m_bucket
 
     cache_dir = tmp_path / "cache"
     args = ["--op", "gemm_all_scatter", "--shapes", "", "--shape", "48x40x32", "--dtype", "float16", "--quick",

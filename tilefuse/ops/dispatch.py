@@ -1,7 +1,7 @@
 """``variant="auto"``: a measured choice where there is one, else the plain path.
 
 A call ``op(a [M, K], b [K, N])`` is decided per *bucket* (arch, world size, op, dtype, N, K, the
-bucket of M: :mod:`tilefuse.tuning.buckets`). The first call of a bucket takes the first of:
+bucket of M: :func:`tilefuse.tuning.tables.m_bucket`). The first call of a bucket takes the first of:
 
 1. **table**: a config table entry (shipped, or ``TILEFUSE_CONFIG_DIR``) for the exact shape, else
    one with the same N, K and dtype whose M falls in the bucket;
@@ -27,7 +27,7 @@ import torch.distributed as dist
 from ..runtime import _env, get_heap, hw, is_initialized
 from ..runtime.world import on_shutdown
 from ..tuning import autotune, cache, costmodel, rules, tables
-from ..tuning.buckets import bucket_name, m_bucket
+from ..tuning.tables import bucket_name, m_bucket
 from . import plain, registry
 
 log = logging.getLogger("tilefuse")

@@ -28,8 +28,8 @@ from tilefuse.ops.common.checks import FLOAT8_DTYPES
 from tilefuse.ops.common.config import SMALL_M_TILES, WARP_SPEC_VARIANTS, Config, default_config
 from tilefuse.runtime import hw
 from tilefuse.tuning import autotune, cache, rules, tables
-from tilefuse.tuning.buckets import m_bucket
 from tilefuse.tuning.shapes import local_shapes
+from tilefuse.tuning.tables import m_bucket
 
 log = logging.getLogger("tilefuse")
 
