@@ -1,8 +1,7 @@
 """The tuner: ``python -m tilefuse.tuning --op OP --shapes SET[,SET] [--dtype bfloat16] [--out DIR]``.
 
-Also ``python -m tilefuse.tune``; on every rank under torchrun, else at world 1. Per shape a first pass
-over plain and every variant x config shortlists a few, then first-call tuning's decision picks; results
-go into the decision cache or, with ``--out``, a config table (``tilefuse/tuning/README.md``, "The tuner").
+Also ``python -m tilefuse.tune``; on every rank under torchrun, else at world 1 (``tilefuse/tuning/README.md``,
+"The tuner"). Results go into the decision cache or, with ``--out``, a config table.
 """
 
 from __future__ import annotations
@@ -93,15 +92,13 @@ def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: i
     float8 operands with tensor-wise scales (bfloat16 results)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     a_seed = seed if op == "gemm_all_scatter" else seed + 1000 * (dist.get_rank() + 1)
+    fp8 = dtype in FLOAT8_DTYPES  # unit-scale values, the product's scale in scale_b
+    scales = {"scale_a": torch.ones((), device=device), "scale_b": torch.full((), K ** -0.5, device=device)}
     sets = []
     for i in range(n_sets):
         a = torch.randn(M, K, generator=torch.Generator().manual_seed(a_seed + i)).to(dtype=dtype, device=device)
         b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device)
-        if dtype in FLOAT8_DTYPES:  # unit-scale values, the product's scale in scale_b
-            sets.append((a, b, {"scale_a": torch.ones((), device=device),
-                                "scale_b": torch.full((), K ** -0.5, device=device)}))
-        else:
-            sets.append((a, b / K ** 0.5, {}))
+        sets.append((a, b, scales) if fp8 else (a, b / K ** 0.5, {}))
     return sets
 
 
