@@ -286,12 +286,7 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
     cost = {name: s * per_sample for name, s in one_s.items()}
     reps = _reps(ROUND_SHARE * budget, sum(cost.values()))
     # 2. interleaved timing, cross-rank max; 3. rank 0's decision, confirmed
-    # Device time is worth its own measurement on a GPU where plain's call is short: host ms to queue the calls.
-    queue_ms = None
-    if _DEVICE_TIMING[0]:
-        queue_ms = dict.fromkeys(one_s, 0.0)
-    elif device.type == "cuda" and one_s.get("plain", 0.0) < LONG_CALL_S:
-        queue_ms = {name: block_calls * s * 1e3 for name, s in one_s.items()}
+    queue_ms = _queue_ms(one_s, device, block_calls)
     rounds = _timed_round(kept, reps, device, group, what, block_calls, queue_ms)
     times, block, spread, dev, _ = rounds
     pick, again = _agreed(kept, rounds, lambda t, b, sp, _d, _ds: decide(t, margin=margin, block=b, spread=sp),
@@ -317,3 +312,13 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
     return Result(chosen.variant, chosen.config, times, dropped, reps, block, spread, confirmed,
                   device=dev if queue_ms is not None else {}, graph_variant=graph.variant, graph_config=graph.config,
                   graph_confirmed=graph_confirmed)
+
+
+def _queue_ms(one_s: dict, device: torch.device, block_calls: int) -> dict | None:
+    """Per candidate, the most host ms to queue ``block_calls`` calls where device time is worth its own
+    measurement (a GPU, plain's call under ``LONG_CALL_S``); else None."""
+    if _DEVICE_TIMING[0]:
+        return {name: 0.0 for name in one_s}
+    if device.type != "cuda" or one_s.get("plain", 0.0) >= LONG_CALL_S:
+        return None
+    return {name: block_calls * s * 1e3 for name, s in one_s.items()}
