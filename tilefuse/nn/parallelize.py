@@ -36,15 +36,12 @@ LLAMA_MLP_PLAN = MappingProxyType({"gate_proj": "colwise_seq", "up_proj": "colwi
 
 #: Llama attention projections, sequence-parallel: q/k/v return ``heads/W`` local heads (the module must
 #: infer its head count from the projection width, as HF's Llama does), o_proj returns this rank's tokens.
-LLAMA_ATTENTION_PLAN = MappingProxyType({
-    "q_proj": "colwise_seq", "k_proj": "colwise_seq", "v_proj": "colwise_seq", "o_proj": "rowwise_seq",
-})
+LLAMA_ATTENTION_PLAN = MappingProxyType({"q_proj": "colwise_seq", "k_proj": "colwise_seq", "v_proj": "colwise_seq",
+                                         "o_proj": "rowwise_seq"})
 
 #: A Llama decoder layer in the replicated layout, HF's ``base_model_tp_plan`` names.
-LLAMA_PLAN = MappingProxyType({
-    "q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise",
-    "gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise",
-})
+LLAMA_PLAN = MappingProxyType({"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise",
+                               "gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise"})
 
 
 class _GatherSequence(PrepareModuleInput):
@@ -81,10 +78,9 @@ def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1, m
     if mlp_input == "gather":
         plan["mlp"] = _GatherSequence(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
     gate_up_input = seq if mlp_input == "fused" else Replicate()
-    plan.update({
-        **{f"mlp.{p}_proj": ColwiseParallel(input_layouts=gate_up_input, variant=variant) for p in ("gate", "up")},
-        "mlp.down_proj": RowwiseParallel(output_layouts=seq, variant=variant),
-    })
+    for p in ("gate", "up"):
+        plan[f"mlp.{p}_proj"] = ColwiseParallel(input_layouts=gate_up_input, variant=variant)
+    plan["mlp.down_proj"] = RowwiseParallel(output_layouts=seq, variant=variant)
     return plan
 
 

@@ -155,15 +155,13 @@ class _ColumnReplicated(torch.autograd.Function):
         x, w = ctx.saved_tensors
         n = w.shape[0]
         g = (dy[:, ctx.rank * n:(ctx.rank + 1) * n] if ctx.gather else dy).contiguous()  # [M, n]
-        dx = dw = db = None
+        dx = None
         if ctx.needs_input_grad[0] and ctx.reduce_dx:
             dx = calls.call("gemm_all_reduce", g, w, variant=ctx.variant, config=None, group=ctx.group)
         elif ctx.needs_input_grad[0]:
             dx = g @ w  # this rank's share; the caller's DTensor reduces it (a Partial() gradient)
-        if ctx.needs_input_grad[1]:
-            dw = g.t() @ x  # [n, in]
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = g.sum(0)
+        dw = g.t() @ x if ctx.needs_input_grad[1] else None  # [n, in]
+        db = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return dx, dw, db, None, None, None, None, None
 
 
@@ -330,9 +328,8 @@ class _TilefuseStyle:
         return module
 
     def __repr__(self) -> str:
-        return (f"tilefuse.nn.{type(self).__name__}(input_layouts={self.input_layouts[0]}, "
-                f"output_layouts={self.output_layouts[0]}, use_local_output={self.use_local_output}, "
-                f"variant={self.variant!r})")
+        return (f"tilefuse.nn.{type(self).__name__}(input_layouts={self.input_layouts[0]}, output_layouts="
+                f"{self.output_layouts[0]}, use_local_output={self.use_local_output}, variant={self.variant!r})")
 
 
 class ColwiseParallel(_TilefuseStyle, _TorchColwise):

@@ -309,9 +309,8 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
         if graph_pick != pick:
             log.info("tilefuse: autotune %s: inside CUDA graphs %s (device ms per call: %s), eagerly %s", what,
                      graph_pick, ", ".join(f"{n} {dev[n]:.4g}" for n in dev), pick)
-    return Result(chosen.variant, chosen.config, times, dropped, reps, block, spread, confirmed,
-                  device=dev if queue_ms is not None else {}, graph_variant=graph.variant, graph_config=graph.config,
-                  graph_confirmed=graph_confirmed)
+    return Result(chosen.variant, chosen.config, times, dropped, reps, block, spread, confirmed, graph_confirmed,
+                  dev if queue_ms is not None else {}, graph_variant=graph.variant, graph_config=graph.config)
 
 
 def _queue_ms(one_s: dict, device: torch.device, block_calls: int) -> dict | None:

@@ -21,7 +21,6 @@ _PATH = Path(__file__).with_name("shapes.json")
 OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
 COLUMN_OPS = ("all_gather_gemm", "gemm_all_scatter")
 ROW_OPS = ("gemm_reduce_scatter", "gemm_all_reduce")
-MODELS = "models"
 
 
 def _expand_model(name: str, spec: dict) -> list[dict]:
@@ -40,7 +39,7 @@ def shape_sets() -> dict:
     """Every set as a list of entries (model sets expanded), plus ``models``: all model sets' entries."""
     data = {k: v for k, v in json.loads(_PATH.read_text()).items() if not k.startswith("_")}  # "_doc"
     sets = {k: _expand_model(k, v) if isinstance(v, dict) else v for k, v in data.items()}
-    sets[MODELS] = [e for k, v in data.items() if isinstance(v, dict) for e in sets[k]]
+    sets["models"] = [e for k, v in data.items() if isinstance(v, dict) for e in sets[k]]
     return sets
 
 

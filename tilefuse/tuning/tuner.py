@@ -164,9 +164,12 @@ def _ms(x: float) -> float:
     return round(float(x), 5)
 
 
+def _ms_of(d: dict) -> dict:
+    return {n: _ms(t) for n, t in d.items()}
+
+
 def _round_record(label: str, reps: int, times: dict, block: dict, spread: dict) -> dict:
-    return {"round": label, "reps": reps, "call_ms": {n: _ms(t) for n, t in times.items()},
-            "block_ms": {n: _ms(t) for n, t in block.items()}, "spread": {n: _ms(u) for n, u in spread.items()}}
+    return {"round": label, "reps": reps, "call_ms": _ms_of(times), "block_ms": _ms_of(block), "spread": _ms_of(spread)}
 
 
 def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int, keep: int,
@@ -205,9 +208,8 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
             space[variant if i == 0 else f"{variant}#{i}"] = (variant, cfg)  # as first-call tuning names them
 
     def candidates(names):
-        return [autotune.Candidate("plain", tables.PLAIN, None, runner(plain))] + [
-            autotune.Candidate(n, space[n][0], space[n][1], runner(registry.get(op, space[n][0]), config=space[n][1]))
-            for n in names]
+        return [autotune.Candidate("plain", tables.PLAIN, None, runner(plain))] + [autotune.Candidate(
+            n, *space[n], runner(registry.get(op, space[n][0]), config=space[n][1])) for n in names]
 
     first = autotune.screen(candidates(list(space)), device=device, group=group, what=f"{what}: first pass", reps=reps)
     if stats is not None:
@@ -254,16 +256,14 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
         log.warning("tilefuse.tune: %s %dx%dx%d: %d of %d candidates failed (%s); see the entry's candidates",
                     op, M, N, K, len(failed), len(records), ", ".join(kinds))
     entry = {"M": M, "N": N, "K": K, "dtype": dtype_name, "variant": variant,
-             "config": None if config is None else config.to_dict(),
-             "time_ms": _ms(times[pick]), "plain_ms": _ms(times["plain"]),
-             "block_ms": _ms(block[pick]), "plain_block_ms": _ms(block["plain"]),
+             "config": None if config is None else config.to_dict(), "time_ms": _ms(times[pick]),
+             "plain_ms": _ms(times["plain"]), "block_ms": _ms(block[pick]), "plain_block_ms": _ms(block["plain"]),
              "decision": decision, "candidates": list(records.values())}
     if shortlist and res.device:  # device time measured: the graph pick, the same as the eager one or not
-        entry["graph"] = {"variant": res.graph_variant,
-                          "config": None if res.graph_config is None else res.graph_config.to_dict(),
-                          "device_ms": {n: _ms(t) for n, t in res.device.items()}}
+        graph_config = None if res.graph_config is None else res.graph_config.to_dict()
+        entry["graph"] = {"variant": res.graph_variant, "config": graph_config, "device_ms": _ms_of(res.device)}
         if res.graph_confirmed is not None:
-            entry["graph"]["confirm_device_ms"] = {n: _ms(t) for n, t in res.graph_confirmed["device"].items()}
+            entry["graph"]["confirm_device_ms"] = _ms_of(res.graph_confirmed["device"])
     return entry
 
 
