@@ -497,8 +497,10 @@ def job_logged(ctx, cache_dir):
 
 def test_bad_env_values_are_clear_errors(monkeypatch):
     monkeypatch.setenv("TILEFUSE_AUTOTUNE", "sometimes")
+    from tilefuse.runtime._env import autotune_mode
+
     with pytest.raises(ValueError, match="TILEFUSE_AUTOTUNE"):
-        autotune.mode()
+        autotune_mode()
 
 
 def test_decide_keeps_plain_within_the_margin():

@@ -180,7 +180,7 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
         return _default("capturing or compiling: no exchange, no tuning"), False
     try:
         mine = {"view": _local_view(op, arch, world, M, N, K, dtype),
-                "model": _model_view(op, arch, world, M, N, K, dtype), "mode": autotune.mode(), "error": None}
+                "model": _model_view(op, arch, world, M, N, K, dtype), "mode": _env.autotune_mode(), "error": None}
     except (ValueError, OSError) as err:  # a malformed table, a bad setting: every rank raises, none waits
         mine = {"error": f"{type(err).__name__}: {err}"}
     views = autotune.all_gather(mine, grp, what=f"auto {op}: decision views")

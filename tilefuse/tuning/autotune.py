@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ..runtime import _env, hostsync
+from ..runtime import hostsync
 
 log = logging.getLogger("tilefuse")
 
@@ -31,11 +31,6 @@ GRAPH_MARGIN = 0.05  # the device-time win a variant needs over plain to run ins
 _SLEEP_CYCLES_PER_MS: dict = {}
 _TIMER: list = [None]  # the replacement clock, as timer(name, kind)
 _DEVICE_TIMING: list = [False]  # set_timer(..., device_timing=True): step 4 runs off a GPU too (tests)
-
-
-def mode() -> str:
-    """``TILEFUSE_AUTOTUNE``: ``"0"``, ``"1"`` or ``"auto"`` (unset; README, "Settings and constants")."""
-    return _env.autotune_mode()
 
 
 def set_timer(timer, *, device_timing: bool = False) -> None:
