@@ -173,8 +173,8 @@ def bench_max(ctx: RankCtx, fn, **kwargs) -> float:
 
 def settle(ctx: RankCtx, fn) -> int:
     """Run ``fn()`` back to back until the GPU's clocks have settled under load (collective; see
-    :func:`tilefuse.tuning.timing.settle`), before a shape's methods are timed."""
-    from tilefuse.tuning.timing import settle as _settle
+    :func:`tilefuse.tuning.tuner.settle`), before a shape's methods are timed."""
+    from tilefuse.tuning.tuner import settle as _settle
 
     return _settle(fn, device=ctx.device, agree=ctx.max)
 

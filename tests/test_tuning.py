@@ -334,12 +334,12 @@ def test_no_shortlist_no_decision_round(pools):
 
 
 def test_budget_estimates_from_the_shapes_done(monkeypatch):
-    from tilefuse.tuning import autotune, timing
+    from tilefuse.tuning import autotune, tuner
 
     now = [100.0]
-    monkeypatch.setattr(timing, "clock", lambda: now[0])
+    monkeypatch.setattr(tuner, "clock", lambda: now[0])
     monkeypatch.setattr(autotune, "all_gather", lambda obj, group, what: [obj])  # one rank
-    b = timing.Budget(30.0, None)
+    b = tuner.Budget(30.0, None)
     assert b.fits() and b.estimate is None, "the first shape always runs"
     now[0] += 12.0  # shape 1: 12 s, 8 of them compiling
     assert b.fits(8.0) and b.estimate == 4.0  # 12 s spent + 4 s expected <= 30
@@ -349,9 +349,9 @@ def test_budget_estimates_from_the_shapes_done(monkeypatch):
     assert b.fits(0.0) and b.elapsed == 26.0 and b.estimate == 4.0  # costs 4, 4, 9: 26 + 4 <= 30
     now[0] += 4.0
     assert not b.fits(0.0) and b.elapsed == 30.0, "30 s spent + 4 s expected > 30"
-    assert timing.Budget(None, None).fits() and timing.Budget(None, None, start=0.0).fits()
+    assert tuner.Budget(None, None).fits() and tuner.Budget(None, None, start=0.0).fits()
     with pytest.raises(ValueError, match="> 0 seconds"):
-        timing.Budget(0.0, None)
+        tuner.Budget(0.0, None)
 
 
 def job_tune_cli(ctx, argv, first_configs=1, timer=None, skew_s=0.0):
@@ -362,10 +362,10 @@ def job_tune_cli(ctx, argv, first_configs=1, timer=None, skew_s=0.0):
     import contextlib
     import io
 
-    from tilefuse.tuning import autotune, timing
+    from tilefuse.tuning import autotune
     from tilefuse.tuning import tuner as tune
 
-    every_config, real_clock, reads = tune.candidate_configs, timing.clock, [0]
+    every_config, real_clock, reads = tune.candidate_configs, tune.clock, [0]
 
     def cut(*a, **k):
         configs = every_config(*a, **k)
@@ -375,14 +375,14 @@ def job_tune_cli(ctx, argv, first_configs=1, timer=None, skew_s=0.0):
         reads[0] += 1
         return real_clock() + (skew_s * reads[0] if ctx.rank == 1 else 0.0)
 
-    tune.candidate_configs, timing.clock = cut, clock
+    tune.candidate_configs, tune.clock = cut, clock
     autotune.set_timer(timer)
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):
             entries, left_out, path = tune.run(argv)
     finally:
-        tune.candidate_configs, timing.clock = every_config, real_clock
+        tune.candidate_configs, tune.clock = every_config, real_clock
         autotune.set_timer(None)
     return ([(e["M"], e["N"], e["K"]) for e in entries], [s["name"] for s in left_out],
             None if path is None else str(path), printed.getvalue())
@@ -467,11 +467,11 @@ def test_merged_table_entries_keep_the_run_that_tuned_them(tmp_path):
 
 
 def test_settle_runs_the_agreed_count_for_about_the_time_asked(monkeypatch):
-    from tilefuse.tuning import timing
+    from tilefuse.tuning import tuner
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)  # no GPU here: the loop only
     clock = [0.0]  # a fake clock: each call takes 2 ms whatever the machine's load
-    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(tuner.time, "perf_counter", lambda: clock[0])
     calls = []
 
     def fn():
@@ -479,10 +479,10 @@ def test_settle_runs_the_agreed_count_for_about_the_time_asked(monkeypatch):
         clock[0] += 0.002
 
     cuda = torch.device("cuda", 0)
-    n = timing.settle(fn, device=cuda, seconds=0.05, agree=lambda k: k + 1)
+    n = tuner.settle(fn, device=cuda, seconds=0.05, agree=lambda k: k + 1)
     assert n == 26 and len(calls) == n + 1, (n, len(calls))  # 25 calls of 2 ms, one more agreed
-    assert timing.settle(fn, device=cuda, seconds=10.0, max_calls=7) == 7
-    assert timing.settle(fn, device=torch.device("cpu"), seconds=1.0) == 0
+    assert tuner.settle(fn, device=cuda, seconds=10.0, max_calls=7) == 7
+    assert tuner.settle(fn, device=torch.device("cpu"), seconds=1.0) == 0
 
 
 def job_auto_resolution_follows_the_tables(ctx, table_dir):
@@ -534,7 +534,7 @@ def _run_module(args, env_extra, cwd, timeout=600):
 @pytest.mark.slow
 def test_tuner_cli_writes_the_user_cache_by_default_and_tables_with_out(tmp_path):
     from tilefuse.tuning import cache
-    from tilefuse.tuning.buckets import m_bucket
+    from tilefuse.tuning.tables import m_bucket
 
     cache_dir = tmp_path / "cache"
     args = ["--op", "gemm_all_scatter", "--shapes", "", "--shape", "48x40x32", "--dtype", "float16", "--quick",

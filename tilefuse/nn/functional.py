@@ -81,11 +81,9 @@ class _RowParallel(torch.autograd.Function):
         # dy [T/W, out] -> dx [T, in/W], dy_full [T, out]
         dx, dy_full = calls.call("all_gather_gemm", dy.contiguous(), weight, variant=ctx.variant, config=None,
                                  group=ctx.group, return_gathered=True)
-        dw = db = None
-        if ctx.needs_input_grad[1]:
-            dw = dy_full.t() @ x  # [out, in/W]
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = dy_full.sum(0)  # [out]: every rank's tokens, so the replicated bias needs no all-reduce
+        dw = dy_full.t() @ x if ctx.needs_input_grad[1] else None  # [out, in/W]
+        # [out]: the sum over every rank's tokens, so the replicated bias needs no all-reduce
+        db = dy_full.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return (dx if ctx.needs_input_grad[0] else None), dw, db, None, None
 
 

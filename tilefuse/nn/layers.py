@@ -13,22 +13,6 @@ from ..runtime.scope import in_forward
 from .functional import LOCAL_VARIANTS, column_parallel_linear, row_parallel_linear, world_of
 
 
-def _full_linear_init(out_features: int, in_features: int, bias: bool, seed: int):
-    """The weight and bias ``nn.Linear(in, out)`` gets on the CPU in fp32 after ``torch.manual_seed(seed)``."""
-    g = torch.Generator().manual_seed(seed)
-    weight = nn.init.kaiming_uniform_(torch.empty(out_features, in_features), a=math.sqrt(5), generator=g)
-    bound = 1.0 / math.sqrt(in_features)  # in_features >= 1
-    return weight, (nn.init.uniform_(torch.empty(out_features), -bound, bound, generator=g) if bias else None)
-
-
-def _shared_seed(group) -> int:
-    """A seed drawn from group rank 0's default generator and broadcast as a tensor (collective)."""
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
-    box = torch.randint(0, 2**62, (1,)).to(device)  # every rank draws: the RNG streams stay in step
-    dist.broadcast(box, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
-    return int(box.item())
-
-
 class _ParallelLinear(nn.Module):
     """Shared set-up of the two layers; ``SHARD_DIM`` is the weight dimension split across ranks."""
 
@@ -72,8 +56,16 @@ class _ParallelLinear(nn.Module):
         """Keep this rank's shard of what ``torch.manual_seed(seed); nn.Linear(in, out, bias)`` gets on
         the CPU in fp32. Without ``seed`` group rank 0 draws one and broadcasts it (collective)."""
         if seed is None:
-            seed = _shared_seed(self.group)
-        self._load(*_full_linear_init(self.out_features, self.in_features, self.bias is not None, seed))
+            device = torch.cuda.current_device() if dist.get_backend(self.group) == "nccl" else "cpu"
+            box = torch.randint(0, 2**62, (1,)).to(device)  # every rank draws: the RNG streams stay in step
+            dist.broadcast(box, src=dist.get_global_rank(self.group, 0) if self.group is not None else 0,
+                           group=self.group)
+            seed = int(box.item())
+        out_f, in_f, g = self.out_features, self.in_features, torch.Generator().manual_seed(seed)
+        weight = nn.init.kaiming_uniform_(torch.empty(out_f, in_f), a=math.sqrt(5), generator=g)
+        bound = 1.0 / math.sqrt(in_f)
+        bias = nn.init.uniform_(torch.empty(out_f), -bound, bound, generator=g) if self.bias is not None else None
+        self._load(weight, bias)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, group=None, variant: str = "auto"):

@@ -36,34 +36,25 @@ LLAMA_MLP_PLAN = MappingProxyType({"gate_proj": "colwise_seq", "up_proj": "colwi
 
 #: Llama attention projections, sequence-parallel: q/k/v return ``heads/W`` local heads (the module must
 #: infer its head count from the projection width, as HF's Llama does), o_proj returns this rank's tokens.
-LLAMA_ATTENTION_PLAN = MappingProxyType({
-    "q_proj": "colwise_seq", "k_proj": "colwise_seq", "v_proj": "colwise_seq", "o_proj": "rowwise_seq",
-})
+LLAMA_ATTENTION_PLAN = MappingProxyType({"q_proj": "colwise_seq", "k_proj": "colwise_seq", "v_proj": "colwise_seq",
+                                         "o_proj": "rowwise_seq"})
 
 #: A Llama decoder layer in the replicated layout, HF's ``base_model_tp_plan`` names.
-LLAMA_PLAN = MappingProxyType({
-    "q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise",
-    "gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise",
-})
+LLAMA_PLAN = MappingProxyType({"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise",
+                               "gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise"})
 
 
-def refuse_gloo_on_cuda(device_mesh, what: str) -> None:
-    """Raise RuntimeError on every rank where ``device_mesh`` is a CUDA mesh over gloo (ranks sharing a
-    GPU): torch's DTensor redistributions crash the processes there (a segmentation fault, torch 2.11)."""
-    if device_mesh.device_type == "cuda" and any(dist.get_backend(g) == "gloo" for g in device_mesh.get_all_groups()):
-        raise RuntimeError(f"{what}: the sequence-parallel layout's gathers run through torch's DTensor, which "
-                           "crashes the process under gloo on CUDA tensors (ranks sharing a GPU use gloo); run it "
-                           "with one GPU per rank and NCCL")
+class _GatherSequence(PrepareModuleInput):
+    """torch's ``PrepareModuleInput``, refused on a CUDA mesh over gloo (ranks sharing a GPU): torch's
+    DTensor redistributions crash the processes there (a segmentation fault, torch 2.11)."""
 
-
-def _gather_sequence(**layouts):
-    """torch's ``PrepareModuleInput`` with ``layouts``, refusing a mesh where it would crash."""
-    class GatherSequence(PrepareModuleInput):
-        def _apply(self, module, device_mesh):
-            refuse_gloo_on_cuda(device_mesh, "llama_sequence_parallel_plan")
-            return super()._apply(module, device_mesh)
-
-    return GatherSequence(**layouts)
+    def _apply(self, module, device_mesh):
+        gloo = any(dist.get_backend(g) == "gloo" for g in device_mesh.get_all_groups())
+        if device_mesh.device_type == "cuda" and gloo:
+            raise RuntimeError("llama_sequence_parallel_plan: the sequence-parallel layout's gathers run through "
+                               "torch's DTensor, which crashes the process under gloo on CUDA tensors (ranks sharing "
+                               "a GPU use gloo); run it with one GPU per rank and NCCL")
+        return super()._apply(module, device_mesh)
 
 
 def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1, mlp_input: str = "fused") -> dict:
@@ -73,24 +64,23 @@ def llama_sequence_parallel_plan(variant: str = "auto", sequence_dim: int = 1, m
     The attention gets the whole sequence through one ``PrepareModuleInput`` all-gather; o_proj and down
     are ``gemm_reduce_scatter``; gate/up are ``all_gather_gemm`` on this rank's tokens
     (``mlp_input="fused"``) or local GEMMs behind one all-gather (``"gather"``, torch's plan). Applying
-    it on a CUDA mesh over gloo raises (:func:`refuse_gloo_on_cuda`).
+    it on a CUDA mesh over gloo raises.
     """
     if mlp_input not in ("fused", "gather"):
         raise ValueError(f"llama_sequence_parallel_plan: mlp_input must be 'fused' or 'gather', got {mlp_input!r}")
     seq = Shard(sequence_dim)
     plan = {
-        "self_attn": _gather_sequence(input_kwarg_layouts={"hidden_states": seq},
-                                      desired_input_kwarg_layouts={"hidden_states": Replicate()}),
+        "self_attn": _GatherSequence(input_kwarg_layouts={"hidden_states": seq},
+                                     desired_input_kwarg_layouts={"hidden_states": Replicate()}),
         **{f"self_attn.{p}_proj": ColwiseParallel(variant=variant) for p in "qkv"},
         "self_attn.o_proj": RowwiseParallel(output_layouts=seq, variant=variant),
     }
     if mlp_input == "gather":
-        plan["mlp"] = _gather_sequence(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
+        plan["mlp"] = _GatherSequence(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
     gate_up_input = seq if mlp_input == "fused" else Replicate()
-    plan.update({
-        **{f"mlp.{p}_proj": ColwiseParallel(input_layouts=gate_up_input, variant=variant) for p in ("gate", "up")},
-        "mlp.down_proj": RowwiseParallel(output_layouts=seq, variant=variant),
-    })
+    for p in ("gate", "up"):
+        plan[f"mlp.{p}_proj"] = ColwiseParallel(input_layouts=gate_up_input, variant=variant)
+    plan["mlp.down_proj"] = RowwiseParallel(output_layouts=seq, variant=variant)
     return plan
 
 
@@ -117,20 +107,6 @@ def from_hf_plan(tp_plan: Mapping[str, str], variant: str = "auto") -> dict[str,
         except ValueError as err:
             raise ValueError(f"from_hf_plan: entry {path!r}: {str(err).removeprefix('style_from_name: ')}") from None
     return out
-
-
-def _matches(name: str, pattern: str) -> bool:
-    """``pattern`` (an fnmatch glob) matches ``name`` whole or its trailing components."""
-    return fnmatchcase(name, pattern) or fnmatchcase(name, "*." + pattern)
-
-
-def _is_seq(entry) -> bool:
-    return isinstance(entry, str) and entry in _SEQ_LAYERS
-
-
-def _default_mesh(group):
-    device_type = get_heap().device.type if is_initialized() else _env.requested_backend()
-    return DeviceMesh.from_group(group if group is not None else dist.group.WORLD, device_type)
 
 
 def parallelize(module: nn.Module, plan: Mapping[str, str | ParallelStyle], group=None, variant: str = "auto", *,
@@ -161,7 +137,7 @@ def parallelize(module: nn.Module, plan: Mapping[str, str | ParallelStyle], grou
         if not isinstance(entry, ParallelStyle) and not (isinstance(entry, str) and entry in STYLES):
             raise ValueError(f"{who}: plan entry {pattern!r} has unknown style {entry!r}; "
                              f"styles are {sorted(STYLES)} or ParallelStyle objects")
-        hits = [name for name in names if _matches(name, pattern)]
+        hits = [name for name in names if fnmatchcase(name, pattern) or fnmatchcase(name, "*." + pattern)]
         if not hits:
             shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
             raise ValueError(f"{who}: plan entry {pattern!r} matches no submodule of "
@@ -184,12 +160,13 @@ def parallelize(module: nn.Module, plan: Mapping[str, str | ParallelStyle], grou
         return module
     if mesh is not None:
         group = tp_group(mesh, who)
-    elif any(not _is_seq(e) for _, e in chosen.values()):
-        mesh = _default_mesh(group)
+    elif any(not isinstance(e, str) or e not in _SEQ_LAYERS for _, e in chosen.values()):  # styles need a mesh
+        device_type = get_heap().device.type if is_initialized() else _env.requested_backend()
+        mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, device_type)
     for name, (_, entry) in chosen.items():
         parent_name, _, child = name.rpartition(".")
         parent = module.get_submodule(parent_name) if parent_name else module
-        if _is_seq(entry):
+        if isinstance(entry, str) and entry in _SEQ_LAYERS:
             setattr(parent, child, _SEQ_LAYERS[entry].from_linear(getattr(parent, child), group=group, variant=variant))
         else:
             (style_from_name(entry, variant) if isinstance(entry, str) else entry)._apply(getattr(parent, child), mesh)

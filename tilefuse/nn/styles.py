@@ -143,8 +143,7 @@ class _ColumnReplicated(torch.autograd.Function):
             y = torch.nn.functional.linear(x, w, b)
         ctx.save_for_backward(x, w)
         ctx.has_bias, ctx.group, ctx.variant, ctx.gather, ctx.rank = b is not None, group, variant, gather, rank
-        ctx.reduce_dx = reduce_dx
-        ctx.scope = saved_scope()
+        ctx.reduce_dx, ctx.scope = reduce_dx, saved_scope()
         return y
 
     @staticmethod
@@ -156,15 +155,13 @@ class _ColumnReplicated(torch.autograd.Function):
         x, w = ctx.saved_tensors
         n = w.shape[0]
         g = (dy[:, ctx.rank * n:(ctx.rank + 1) * n] if ctx.gather else dy).contiguous()  # [M, n]
-        dx = dw = db = None
+        dx = None
         if ctx.needs_input_grad[0] and ctx.reduce_dx:
             dx = calls.call("gemm_all_reduce", g, w, variant=ctx.variant, config=None, group=ctx.group)
         elif ctx.needs_input_grad[0]:
             dx = g @ w  # this rank's share; the caller's DTensor reduces it (a Partial() gradient)
-        if ctx.needs_input_grad[1]:
-            dw = g.t() @ x  # [n, in]
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = g.sum(0)
+        dw = g.t() @ x if ctx.needs_input_grad[1] else None  # [n, in]
+        db = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return dx, dw, db, None, None, None, None, None
 
 
@@ -274,7 +271,7 @@ def _distribute(param: torch.Tensor, mesh, group, layout, src: int | None) -> DT
 
 
 class _TilefuseStyle:
-    """Shared constructor checks and ``_apply`` of the two styles; ``KIND``, ``SHARDS``, ``LAYOUTS`` set by each."""
+    """Constructor checks and ``_apply`` of the two styles; ``KIND``, ``SHARDS``, ``LAYOUTS`` set by each."""
 
     KIND = ""
     SHARDS: tuple = ()  # (weight placement, bias placement)
@@ -292,7 +289,14 @@ class _TilefuseStyle:
         if not isinstance(variant, str):
             raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
         self.variant = variant
-        self._check(who, inp, out)
+        side = "output" if self.KIND == "colwise" else "input"  # the side sharded by features
+        feature = out if side == "output" else inp
+        if isinstance(feature, Shard) and feature.dim != -1:
+            raise ValueError(f"{who}: {side}_layouts Shard({feature.dim}): a {self.KIND} {side} is sharded along its "
+                             "last (feature) dimension; pass Shard(-1) (or Replicate())")
+        if self.KIND == "colwise" and isinstance(out, Replicate) and isinstance(inp, Shard):
+            raise ValueError(f"{who}: input_layouts {inp} with output_layouts Replicate() is not "
+                             "supported: gather the tokens (Replicate() input) or keep the output Shard(-1)")
 
     def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
         who = type(self).__name__
@@ -303,8 +307,7 @@ class _TilefuseStyle:
             raise TypeError(f"{who}: tilefuse's styles parallelize nn.Linear (and nn.Embedding, as torch's "
                             f"styles do), got {type(module).__name__}")
         if isinstance(module.weight, DTensor):
-            raise ValueError(f"{who}: this {type(module).__name__} is already parallelized (its weight is a "
-                             "DTensor)")
+            raise ValueError(f"{who}: this {type(module).__name__} is already parallelized (its weight is a DTensor)")
         group = tp_group(device_mesh, who)
         world = dist.get_world_size(group)
         what = "out_features" if self.KIND == "colwise" else "in_features"
@@ -325,9 +328,8 @@ class _TilefuseStyle:
         return module
 
     def __repr__(self) -> str:
-        return (f"tilefuse.nn.{type(self).__name__}(input_layouts={self.input_layouts[0]}, "
-                f"output_layouts={self.output_layouts[0]}, use_local_output={self.use_local_output}, "
-                f"variant={self.variant!r})")
+        return (f"tilefuse.nn.{type(self).__name__}(input_layouts={self.input_layouts[0]}, output_layouts="
+                f"{self.output_layouts[0]}, use_local_output={self.use_local_output}, variant={self.variant!r})")
 
 
 class ColwiseParallel(_TilefuseStyle, _TorchColwise):
@@ -348,14 +350,6 @@ class ColwiseParallel(_TilefuseStyle, _TorchColwise):
     SHARDS = (Shard(0), Shard(0))
     LAYOUTS = ((Replicate, Shard), (Shard, Replicate))
 
-    def _check(self, who: str, inp, out) -> None:
-        if isinstance(out, Shard) and out.dim != -1:
-            raise ValueError(f"{who}: output_layouts Shard({out.dim}): a colwise output is sharded along its last "
-                             "dimension; pass Shard(-1) (or Replicate())")
-        if isinstance(out, Replicate) and isinstance(inp, Shard):
-            raise ValueError(f"{who}: input_layouts {inp} with output_layouts Replicate() is not "
-                             "supported: gather the tokens (Replicate() input) or keep the output Shard(-1)")
-
 
 class RowwiseParallel(_TilefuseStyle, _TorchRowwise):
     """torch's ``RowwiseParallel`` for ``nn.Linear``, run on tilefuse's ops.
@@ -375,8 +369,3 @@ class RowwiseParallel(_TilefuseStyle, _TorchRowwise):
     KIND = "rowwise"
     SHARDS = (Shard(1), Replicate())
     LAYOUTS = ((Shard, Replicate), (Replicate, Shard))
-
-    def _check(self, who: str, inp, out) -> None:
-        if isinstance(inp, Shard) and inp.dim != -1:
-            raise ValueError(f"{who}: input_layouts Shard({inp.dim}): a rowwise input is sharded along its last "
-                             "(feature) dimension; pass Shard(-1) (or Replicate())")

@@ -1,5 +1,5 @@
 """``variant="auto"``: a measured choice where there is one, else the plain path. A call is decided per
-bucket (:mod:`tilefuse.tuning.buckets`) on its first call, collectively, from the first of: a config
+bucket (:func:`tilefuse.tuning.tables.m_bucket`) on its first call, collectively, from the first of: a config
 table entry, the user's decision cache, first-call tuning, the cost model, the plain path (the order and
 settings: tilefuse/tuning/README.md). Decisions are remembered per bucket and call signature; while
 torch.compile traces or a CUDA graph captures, an undecided bucket runs plain. Logger ``tilefuse``.
@@ -16,7 +16,7 @@ import torch.distributed as dist
 from ..runtime import _env, get_heap, hw, is_initialized
 from ..runtime.world import on_shutdown
 from ..tuning import autotune, cache, costmodel, rules, tables
-from ..tuning.buckets import bucket_name, m_bucket
+from ..tuning.tables import bucket_name, m_bucket
 from . import plain, registry
 
 log = logging.getLogger("tilefuse")
@@ -161,7 +161,7 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
         return _default("capturing or compiling: no exchange, no tuning"), False
     try:
         mine = {"view": _local_view(op, arch, world, M, N, K, dtype),
-                "model": _model_view(op, arch, world, M, N, K, dtype), "mode": autotune.mode(), "error": None}
+                "model": _model_view(op, arch, world, M, N, K, dtype), "mode": _env.autotune_mode(), "error": None}
     except (ValueError, OSError) as err:  # a malformed table, a bad setting: every rank raises, none waits
         mine = {"error": f"{type(err).__name__}: {err}"}
     views = autotune.all_gather(mine, grp, what=f"auto {op}: decision views")

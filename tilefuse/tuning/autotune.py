@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ..runtime import _env, hostsync
+from ..runtime import hostsync
 
 log = logging.getLogger("tilefuse")
 
@@ -31,11 +31,6 @@ GRAPH_MARGIN = 0.05  # the device-time win a variant needs over plain to run ins
 _SLEEP_CYCLES_PER_MS: dict = {}
 _TIMER: list = [None]  # the replacement clock, as timer(name, kind)
 _DEVICE_TIMING: list = [False]  # set_timer(..., device_timing=True): step 4 runs off a GPU too (tests)
-
-
-def mode() -> str:
-    """``TILEFUSE_AUTOTUNE``: ``"0"``, ``"1"`` or ``"auto"`` (unset; README, "Settings and constants")."""
-    return _env.autotune_mode()
 
 
 def set_timer(timer, *, device_timing: bool = False) -> None:
@@ -309,9 +304,8 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
         if graph_pick != pick:
             log.info("tilefuse: autotune %s: inside CUDA graphs %s (device ms per call: %s), eagerly %s", what,
                      graph_pick, ", ".join(f"{n} {dev[n]:.4g}" for n in dev), pick)
-    return Result(chosen.variant, chosen.config, times, dropped, reps, block, spread, confirmed,
-                  device=dev if queue_ms is not None else {}, graph_variant=graph.variant, graph_config=graph.config,
-                  graph_confirmed=graph_confirmed)
+    return Result(chosen.variant, chosen.config, times, dropped, reps, block, spread, confirmed, graph_confirmed,
+                  dev if queue_ms is not None else {}, graph_variant=graph.variant, graph_config=graph.config)
 
 
 def _queue_ms(one_s: dict, device: torch.device, block_calls: int) -> dict | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import json
 import logging
 import os
@@ -52,17 +51,10 @@ def cache_path() -> Path:
     return cache_dir() / FILE_NAME
 
 
-@functools.cache
-def versions() -> dict:
-    """The versions a cached decision is valid for."""
-    return {"torch": torch.__version__, "triton": triton.__version__, "tilefuse": str(__version__)}
-
-
 def entry_key(arch: str, world: int, op: str, dtype: str, N: int, K: int, bucket: tuple[int, int]) -> str:
     """E.g. ``nvidia-h200|ws2|gemm_all_scatter|bfloat16|N7168|K4096|M513-768|torch2.11.0|triton3.6.0|tilefuse0.1.0``."""
-    v = versions()
     return (f"{arch}|ws{world}|{op}|{dtype}|N{N}|K{K}|M{bucket[0]}-{bucket[1]}|"
-            f"torch{v['torch']}|triton{v['triton']}|tilefuse{v['tilefuse']}")
+            f"torch{torch.__version__}|triton{triton.__version__}|tilefuse{__version__}")
 
 
 def _valid_entry(e) -> bool:
@@ -106,10 +98,6 @@ def load(path: Path | None = None) -> dict:
     if hit is None or hit[0] != stamp:
         hit = _LOADED[path] = (stamp, _read(path))
     return hit[1]
-
-
-def get(key: str, path: Path | None = None) -> dict | None:
-    return load(path).get(key)
 
 
 def decision(key: str, op: str, variants, num_sms: int | None = None) -> tuple[dict, Config | None] | None:

@@ -25,9 +25,6 @@ class Sample:
     plain_ms: float
     speedups: dict = field(default_factory=dict)  # variant -> (plain_ms / variant_ms, config dict)
 
-    def point(self) -> tuple:
-        return (math.log2(self.M), math.log2(self.N), math.log2(self.K))
-
 
 @dataclass(frozen=True)
 class Prediction:
@@ -78,7 +75,8 @@ def predict_from(data: list[Sample], M: int, N: int, K: int, *, radius: float = 
     if min(M, N, K) < 1:
         return None  # an empty operand: nothing to predict (the plain path handles it)
     q = (math.log2(M), math.log2(N), math.log2(K))
-    near = sorted(((d, s) for s in data if (d := math.dist(q, s.point())) <= radius), key=lambda t: t[0])
+    pts = ((math.dist(q, (math.log2(s.M), math.log2(s.N), math.log2(s.K))), s) for s in data)
+    near = sorted(((d, s) for d, s in pts if d <= radius), key=lambda t: t[0])
     if not near:
         return None
     neighbours = tuple((s.M, s.N, s.K) for _, s in near)

@@ -21,7 +21,6 @@ _PATH = Path(__file__).with_name("shapes.json")
 OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter", "gemm_all_reduce")
 COLUMN_OPS = ("all_gather_gemm", "gemm_all_scatter")
 ROW_OPS = ("gemm_reduce_scatter", "gemm_all_reduce")
-MODELS = "models"
 
 
 def _expand_model(name: str, spec: dict) -> list[dict]:
@@ -40,7 +39,7 @@ def shape_sets() -> dict:
     """Every set as a list of entries (model sets expanded), plus ``models``: all model sets' entries."""
     data = {k: v for k, v in json.loads(_PATH.read_text()).items() if not k.startswith("_")}  # "_doc"
     sets = {k: _expand_model(k, v) if isinstance(v, dict) else v for k, v in data.items()}
-    sets[MODELS] = [e for k, v in data.items() if isinstance(v, dict) for e in sets[k]]
+    sets["models"] = [e for k, v in data.items() if isinstance(v, dict) for e in sets[k]]
     return sets
 
 
@@ -60,14 +59,8 @@ def local_shape(op: str, M: int, N: int, K: int, world: int) -> tuple[int, int, 
 
 def local_shape_per_rank(op: str, T: int, N: int, K: int, world: int) -> tuple[int, int, int] | None:
     """The per-rank (M, N, K) of ``op`` for a layer ``[K] -> [N]`` at T tokens per rank (the table
-    above), or None when W does not divide the sharded dimension."""
-    if op in COLUMN_OPS:
-        return (T, N // world, K) if N % world == 0 else None
-    if op == "gemm_reduce_scatter":
-        return (world * T, N, K // world) if K % world == 0 else None
-    if op == "gemm_all_reduce":
-        return (T, N, K // world) if K % world == 0 else None
-    raise ValueError(f"unknown op {op!r}; ops are {OPS}")
+    above): the global GEMM has W*T rows where the op shards the tokens, else T."""
+    return local_shape(op, world * T if op in ("all_gather_gemm", "gemm_reduce_scatter") else T, N, K, world)
 
 
 def local_shapes(op: str, set_names, world: int) -> list[dict]:

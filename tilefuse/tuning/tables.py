@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..ops.common.config import Config
-from .buckets import m_bucket
 
 SCHEMA_VERSION = 1
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -20,6 +19,8 @@ VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialize
 _CACHE: dict = {}  # path -> (mtime_ns, entries)
 _CHOICES: dict = {}  # lookup's key -> Choice or None
 _GENERATION = [0]  # bumped by clear_cache: callers that remember choices key them on it
+FLAT_MAX = 16  # M <= FLAT_MAX: one M bucket
+OCTAVE_MAX = 256  # FLAT_MAX < M <= OCTAVE_MAX: one bucket per power of two; above, two
 
 
 class TableError(ValueError):
@@ -50,6 +51,25 @@ def graph_of(entry: dict) -> tuple | None:
         return (g["variant"], None if g["variant"] == PLAIN or not g.get("config") else Config.from_dict(g["config"]))
     except (TypeError, KeyError, ValueError) as err:  # a ValueError: auto's decision reports it on every rank
         raise ValueError(f"malformed 'graph' {g!r}: {err}") from None
+
+
+def m_bucket(M: int) -> tuple[int, int]:
+    """The bucket ``(lo, hi)`` of ``M`` (both inclusive): the token counts that share one ``variant="auto"``
+    decision (the kernels run the exact M). M <= 16 is one (decode reads the weights once whatever M is);
+    to 256, one per power of two; above, two per power of two split at 1.5x: ``(256, 384], (384, 512], ...``."""
+    if not isinstance(M, int) or isinstance(M, bool) or M < 1:
+        raise ValueError(f"m_bucket: M must be a positive int, got {M!r}")
+    if M <= FLAT_MAX:
+        return (1, FLAT_MAX)
+    top = 1 << (M - 1).bit_length()  # the smallest power of two >= M
+    if M <= OCTAVE_MAX:
+        return (top // 2 + 1, top)
+    mid = top // 2 + top // 4  # 1.5x the power of two below
+    return (top // 2 + 1, mid) if M <= mid else (mid + 1, top)
+
+
+def bucket_name(bucket: tuple[int, int]) -> str:
+    return f"M{bucket[0]}-{bucket[1]}"
 
 
 def table_path(directory: Path, op: str, arch: str, world: int) -> Path:

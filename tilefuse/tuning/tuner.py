@@ -1,8 +1,7 @@
 """The tuner: ``python -m tilefuse.tuning --op OP --shapes SET[,SET] [--dtype bfloat16] [--out DIR]``.
 
-Also ``python -m tilefuse.tune``; on every rank under torchrun, else at world 1. Per shape a first pass
-over plain and every variant x config shortlists a few, then first-call tuning's decision picks; results
-go into the decision cache or, with ``--out``, a config table (``tilefuse/tuning/README.md``, "The tuner").
+Also ``python -m tilefuse.tune``; on every rank under torchrun, else at world 1 (``tilefuse/tuning/README.md``,
+"The tuner"). Results go into the decision cache or, with ``--out``, a config table.
 """
 
 from __future__ import annotations
@@ -14,7 +13,9 @@ import logging
 import math
 import os
 import re
+import statistics
 import subprocess
+import time
 from pathlib import Path
 
 import torch
@@ -25,10 +26,9 @@ from tilefuse.ops import registry
 from tilefuse.ops.common.checks import FLOAT8_DTYPES
 from tilefuse.ops.common.config import SMALL_M_TILES, WARP_SPEC_VARIANTS, Config, default_config
 from tilefuse.runtime import hw
-from tilefuse.tuning import autotune, cache, rules, tables, timing
-from tilefuse.tuning.buckets import m_bucket
+from tilefuse.tuning import autotune, cache, rules, tables
 from tilefuse.tuning.shapes import local_shapes
-from tilefuse.tuning.timing import Budget, settle
+from tilefuse.tuning.tables import m_bucket
 
 log = logging.getLogger("tilefuse")
 
@@ -44,8 +44,8 @@ SPLITS = [8, 16, 32]
 
 
 def small_m_tiles(M: int) -> list[tuple]:
-    """Decode-size tiles: above M = 64 ``config.SMALL_M_TILES`` first; then BLOCK_M 64/32/16 (none taller
-    than M needs) x BLOCK_N 128/64, 4 warps, 4 stages; and 128x128 above M = 64."""
+    """Decode-size tiles: BLOCK_M 64/32/16 (none taller than M needs) x BLOCK_N 128/64, 4 warps, 4 stages;
+    above M = 64 ``config.SMALL_M_TILES`` before them and 128x128 after."""
     top = max(16, 1 << (M - 1).bit_length())
     tiles = [(bm, bn, bk, 4, stages) for bm, bn, bk, stages in SMALL_M_TILES] if M > 64 else []
     tiles += [(bm, bn, 64, 4, 4) for bm in (64, 32, 16) if bm <= top for bn in (128, 64)]
@@ -92,15 +92,13 @@ def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: i
     float8 operands with tensor-wise scales (bfloat16 results)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     a_seed = seed if op == "gemm_all_scatter" else seed + 1000 * (dist.get_rank() + 1)
+    fp8 = dtype in FLOAT8_DTYPES  # unit-scale values, the product's scale in scale_b
+    scales = {"scale_a": torch.ones((), device=device), "scale_b": torch.full((), K ** -0.5, device=device)}
     sets = []
     for i in range(n_sets):
         a = torch.randn(M, K, generator=torch.Generator().manual_seed(a_seed + i)).to(dtype=dtype, device=device)
         b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device)
-        if dtype in FLOAT8_DTYPES:  # unit-scale values, the product's scale in scale_b
-            sets.append((a, b, {"scale_a": torch.ones((), device=device),
-                                "scale_b": torch.full((), K ** -0.5, device=device)}))
-        else:
-            sets.append((a, b / K ** 0.5, {}))
+        sets.append((a, b, scales) if fp8 else (a, b / K ** 0.5, {}))
     return sets
 
 
@@ -108,13 +106,70 @@ SHORTLIST_RATIO = 1.0  # a finalist's first-pass time, alone and back to back, i
 DECIDE_S = 2.0  # seconds of timed calls for the decision between plain and the shortlist (autotune.tune)
 
 
+SETTLE_S = 1.5  # a GPU at its power limit dips in clock about a second into a load, then holds steady
+
+
+def settle(fn, *, device: torch.device, seconds: float = SETTLE_S, agree=None, max_calls: int = 2000) -> int:
+    """Run ``fn()`` back to back for about ``seconds`` on a GPU, so the next timing starts at steady
+    clocks; returns the count, ``agree(n)``'s where given (required when ``fn`` is collective)."""
+    if device.type != "cuda" or seconds <= 0:
+        return 0
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize(device)
+    n = min(max_calls, math.ceil(seconds / max(time.perf_counter() - t0, 1e-6)))
+    n = int(agree(n)) if agree is not None else n
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize(device)
+    return n
+
+
+def clock() -> float:
+    """Seconds from an arbitrary start (the budget's clock; tests replace it)."""
+    return time.perf_counter()
+
+
+class Budget:
+    """Whether the next item (a shape) still fits in ``seconds`` (rank 0's; None: no limit): collective
+    :meth:`fits` says yes while the time since ``start`` plus the median cost of the items done, maximum
+    over the ranks, stays within ``seconds``. The first item always runs."""
+
+    def __init__(self, seconds: float | None, group, *, start: float | None = None,
+                 what: str = "tilefuse.tune: budget"):
+        if seconds is not None and not seconds > 0:
+            raise ValueError(f"a time budget must be > 0 seconds, got {seconds!r}")
+        self.seconds, self.group, self.what = seconds, group, what
+        self.start = clock() if start is None else start
+        self.marks: list = []  # agreed seconds since start at each call of fits
+        self.costs: list = []  # agreed seconds of each finished item, its left-out part removed
+        self.elapsed = 0.0
+        self.estimate: float | None = None
+
+    def fits(self, left_out_s: float = 0.0) -> bool:
+        """``left_out_s``: seconds of the item just finished that later ones will not spend (compiling)."""
+        mine = {"elapsed": clock() - self.start, "left_out": max(0.0, float(left_out_s)), "seconds": self.seconds}
+        views = autotune.all_gather(mine, self.group, what=f"{self.what}: item {len(self.marks) + 1}")
+        self.elapsed = max(v["elapsed"] for v in views)
+        seconds = views[0]["seconds"]
+        if self.marks:
+            self.costs.append(max(0.0, self.elapsed - self.marks[-1] - max(v["left_out"] for v in views)))
+        self.marks.append(self.elapsed)
+        self.estimate = statistics.median(self.costs) if self.costs else None
+        return seconds is None or self.estimate is None or self.elapsed + self.estimate <= seconds
+
+
 def _ms(x: float) -> float:
     return round(float(x), 5)
 
 
+def _ms_of(d: dict) -> dict:
+    return {n: _ms(t) for n, t in d.items()}
+
+
 def _round_record(label: str, reps: int, times: dict, block: dict, spread: dict) -> dict:
-    return {"round": label, "reps": reps, "call_ms": {n: _ms(t) for n, t in times.items()},
-            "block_ms": {n: _ms(t) for n, t in block.items()}, "spread": {n: _ms(u) for n, u in spread.items()}}
+    return {"round": label, "reps": reps, "call_ms": _ms_of(times), "block_ms": _ms_of(block), "spread": _ms_of(spread)}
 
 
 def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int, keep: int,
@@ -153,9 +208,8 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
             space[variant if i == 0 else f"{variant}#{i}"] = (variant, cfg)  # as first-call tuning names them
 
     def candidates(names):
-        return [autotune.Candidate("plain", tables.PLAIN, None, runner(plain))] + [
-            autotune.Candidate(n, space[n][0], space[n][1], runner(registry.get(op, space[n][0]), config=space[n][1]))
-            for n in names]
+        return [autotune.Candidate("plain", tables.PLAIN, None, runner(plain))] + [autotune.Candidate(
+            n, *space[n], runner(registry.get(op, space[n][0]), config=space[n][1])) for n in names]
 
     first = autotune.screen(candidates(list(space)), device=device, group=group, what=f"{what}: first pass", reps=reps)
     if stats is not None:
@@ -196,24 +250,21 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
         decision["note"] = ("keep = 0" if keep == 0 else f"no candidate measured at most {SHORTLIST_RATIO:g}x plain's "
                             "time both ways in the first pass") + ": plain, without a decision round"
     decision["pick"] = pick
-    graph = None
-    if shortlist and res.device:  # device time measured: the graph pick, the same as the eager one or not
-        graph = {"variant": res.graph_variant,
-                 "config": None if res.graph_config is None else res.graph_config.to_dict(),
-                 "device_ms": {n: _ms(t) for n, t in res.device.items()}}
-        if res.graph_confirmed is not None:
-            graph["confirm_device_ms"] = {n: _ms(t) for n, t in res.graph_confirmed["device"].items()}
     failed = [r for r in records.values() if "error" in r]
     if failed and dist.get_rank() == 0:
         kinds = sorted({re.sub(r"^rank \d+: ", "", r["error"]).split(":")[0] for r in failed})
         log.warning("tilefuse.tune: %s %dx%dx%d: %d of %d candidates failed (%s); see the entry's candidates",
                     op, M, N, K, len(failed), len(records), ", ".join(kinds))
-    return {"M": M, "N": N, "K": K, "dtype": dtype_name, "variant": variant,
-            "config": None if config is None else config.to_dict(),
-            "time_ms": _ms(times[pick]), "plain_ms": _ms(times["plain"]),
-            "block_ms": _ms(block[pick]), "plain_block_ms": _ms(block["plain"]),
-            "decision": decision, "candidates": list(records.values()),
-            **({"graph": graph} if graph is not None else {})}
+    entry = {"M": M, "N": N, "K": K, "dtype": dtype_name, "variant": variant,
+             "config": None if config is None else config.to_dict(), "time_ms": _ms(times[pick]),
+             "plain_ms": _ms(times["plain"]), "block_ms": _ms(block[pick]), "plain_block_ms": _ms(block["plain"]),
+             "decision": decision, "candidates": list(records.values())}
+    if shortlist and res.device:  # device time measured: the graph pick, the same as the eager one or not
+        graph_config = None if res.graph_config is None else res.graph_config.to_dict()
+        entry["graph"] = {"variant": res.graph_variant, "config": graph_config, "device_ms": _ms_of(res.device)}
+        if res.graph_confirmed is not None:
+            entry["graph"]["confirm_device_ms"] = _ms_of(res.graph_confirmed["device"])
+    return entry
 
 
 def _commit() -> str:
@@ -242,20 +293,18 @@ def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margi
     return tables.write_table(out_dir, op, hw.arch_name(heap.device), heap.world_size, entries, provenance)
 
 
-def write_cache(op: str, entries: list[dict], *, margin: float = autotune.MARGIN) -> Path:
-    """Put ``entries`` in the decision cache, one per M bucket (the last wins); returns the cache file."""
+def write_cache(op: str, e: dict, *, margin: float = autotune.MARGIN) -> Path:
+    """Put the entry ``e`` in the decision cache under its M bucket; returns the cache file."""
     heap = tilefuse.get_heap()
-    arch, world = hw.arch_name(heap.device), heap.world_size
-    out = {}
-    for e in entries:
-        key = cache.entry_key(arch, world, op, e["dtype"], e["N"], e["K"], m_bucket(e["M"]))
-        kept = ("variant", "config", "M", "time_ms", "plain_ms", "block_ms", "plain_block_ms")
-        out[key] = {**{k: e[k] for k in kept}, "margin": margin, "source": "python -m tilefuse.tuning",
-                    "date": datetime.date.today().isoformat()}
-    return cache.put(out)
+    key = cache.entry_key(hw.arch_name(heap.device), heap.world_size, op, e["dtype"], e["N"], e["K"], m_bucket(e["M"]))
+    kept = ("variant", "config", "M", "time_ms", "plain_ms", "block_ms", "plain_block_ms")
+    return cache.put({key: {**{k: e[k] for k in kept}, "margin": margin, "source": "python -m tilefuse.tuning",
+                            "date": datetime.date.today().isoformat()}})
 
 
-def _parser() -> argparse.ArgumentParser:
+def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
+    """The command on this rank: ``(entries tuned, shapes left out by --budget-s, file written or None)``."""
+    t_start = clock()
     p = argparse.ArgumentParser(prog="python -m tilefuse.tuning", description=__doc__.split("\n\n")[0])
     p.add_argument("--op", required=True, choices=registry.OPS)
     p.add_argument("--shapes", default="tiny",
@@ -273,13 +322,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--commit", help="the commit in a table's provenance (default: git rev-parse of this checkout)")
     p.add_argument("--budget-s", type=float, help="seconds for the whole run: shapes start while the next one is "
                                                    "expected to fit; the log names those left out")
-    return p
-
-
-def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
-    """The command on this rank: ``(entries tuned, shapes left out by --budget-s, file written or None)``."""
-    t_start = timing.clock()
-    p = _parser()
     args = p.parse_args(argv)
     if args.budget_s is not None and not args.budget_s > 0:
         p.error("--budget-s must be > 0")
@@ -325,7 +367,7 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
                   f"alone, {e['block_ms']:.3f} back to back (plain {e['plain_ms']:.3f} / {e['plain_block_ms']:.3f} "
                   f"ms, {e['plain_ms'] / e['time_ms']:.2f}x / {e['plain_block_ms'] / e['block_ms']:.2f}x)", flush=True)
             # Written after every shape: a run cut short keeps what it tuned.
-            path = write_cache(args.op, [e], margin=args.margin) if args.out is None else write_table(
+            path = write_cache(args.op, e, margin=args.margin) if args.out is None else write_table(
                 Path(args.out), args.op, entries, reps=args.reps, margin=args.margin, decide_s=args.decide_s,
                 commit=args.commit)
     if rank == 0 and left_out and entries and args.out is not None:
