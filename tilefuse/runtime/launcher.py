@@ -162,7 +162,8 @@ def _key_function(values: list, constexpr: list, dns: set):
 
 def _spec(v, specialize: bool):
     """What Triton specialises a non-constexpr argument on: a tensor's dtype and 16-byte alignment, an int's
-    width (specialised: whether 1 or a multiple of 16); a tuple's elements alike, its ints as specialised."""
+    width (specialised: whether 1 or a multiple of 16); a tuple's elements alike, its ints always as
+    specialised (Triton 3.6 does so even where the parameter is not: a binary for ``gen == 1`` has the 1 in it)."""
     if hasattr(v, "data_ptr"):
         return v.dtype, v.data_ptr() & 15 == 0
     if isinstance(v, bool):
