@@ -14,9 +14,10 @@ from ...runtime import call as _call
 from ...runtime import world as _world
 from ...runtime.call import CollectiveCall
 from ...runtime.primitives import phase_barrier_kernel
+from . import gemm
 from .checks import check_kernel_dtype, check_operands
 from .config import Config, check_config_fits, default_config, launch_shape
-from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, gemm_layout, tma_operands, warp_specialized
+from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, gemm_layout, tma_operands
 
 
 def collective(op: str):
@@ -175,9 +176,10 @@ class GemmCall:
 
     @property
     def warp_spec(self) -> bool:
-        """Whether the GEMM's tile loop runs warp-specialized (:func:`gemm.warp_specialized`)."""
-        return bool(self.specialize and self.config.WARP_SPEC) and warp_specialized(self.config, self.use_tma,
-                                                                                     self.a.device)
+        """Whether the GEMM's tile loop runs warp-specialized (:func:`gemm.warp_specialized`, looked up on
+        the module at each call, so that tests can stand in for the device)."""
+        return bool(self.specialize and self.config.WARP_SPEC) and gemm.warp_specialized(self.config, self.use_tma,
+                                                                                          self.a.device)
 
     @property
     def kernel_may_begin(self) -> bool:
