@@ -395,12 +395,12 @@ def job_capture_makes_no_decision(ctx, cache_dir):
         a, b = _operands(ctx, *SHAPE)
         torch.compiler.is_compiling = lambda: True
         try:
-            variant = dispatch._resolve(OP, a, b, None, None)[0]
+            variant = dispatch.resolve(OP, a, b, None, None)[0]
             while_tracing = (variant, len(tunes), len(dispatch._RESOLVED))
         finally:
             torch.compiler.is_compiling = real
         autotune.set_timer(lambda name: 1.0)
-        dispatch._resolve(OP, a, b, None, None)  # eager again: now the bucket is tuned
+        dispatch.resolve(OP, a, b, None, None)  # eager again: now the bucket is tuned
         return while_tracing, len(tunes)
 
 
@@ -841,8 +841,8 @@ def job_graph_choice(ctx, cache_dir, device_fused_ms):
         a, b = _operands(ctx, *SHAPE)
         _checked_auto(ctx, a, b)
         choice = dispatch.choose(OP, a, b)
-        eager = dispatch._resolve(OP, a, b, None, {}, graphs=False)[0]
-        in_graphs = dispatch._resolve(OP, a, b, None, {}, graphs=True)[0]
+        eager = dispatch.resolve(OP, a, b, None, {}, graphs=False)[0]
+        in_graphs = dispatch.resolve(OP, a, b, None, {}, graphs=True)[0]
         return choice.variant, choice.graph and choice.graph[0], eager, in_graphs, len(tunes)
 
 
@@ -867,8 +867,8 @@ def job_unmeasured_choice_in_graphs(ctx, cache_dir):
     _seed_cache(Path(cache_dir), "bulk_sync", hw.arch_name(ctx.device), ctx.world)
     with _env(TILEFUSE_AUTOTUNE="0", TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=None):
         a, b = _operands(ctx, *SHAPE)
-        eager = dispatch._resolve(OP, a, b, None, {}, graphs=False)[0]
-        in_graphs = dispatch._resolve(OP, a, b, None, {}, graphs=True)[0]
+        eager = dispatch.resolve(OP, a, b, None, {}, graphs=False)[0]
+        in_graphs = dispatch.resolve(OP, a, b, None, {}, graphs=True)[0]
         big = dispatch._for_graphs(dispatch.choose(OP, a, b), dispatch.GRAPH_MIN_M).variant
         return eager, in_graphs, big
 

@@ -290,21 +290,21 @@ def job_auto_resolves_once(ctx, op, variant):
                                 a.shape[0], b.shape[1], a.shape[1], heap.group, heap)
     dispatch._BUCKETS[bkey] = tables.Choice(variant, None, "set by the test")
     public, ref = getattr(tilefuse, op), registry.get(op, "reference")
-    real = dispatch._resolve
+    real = dispatch.resolve
     resolved = [0]
 
     def counting(*args, **kwargs):
         resolved[0] += 1
         return real(*args, **kwargs)
 
-    dispatch._resolve = counting
+    dispatch.resolve = counting
     try:
         for i in range(4):
             a, b = _operands(ctx, op, 24, 40, 32, seed=300 + i)
             assert_matches(public(a, b), ref(a, b), torch.float32, 32, ctx.on_gpu, f"auto {op} call {i}",
                            scale=ctx.world)
     finally:
-        dispatch._resolve = real
+        dispatch.resolve = real
         dispatch.clear()
     return resolved[0]
 

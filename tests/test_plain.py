@@ -150,14 +150,14 @@ def _check_auto_runs_plain_directly(ctx, op, M, N, K):
 
     hits = [v for v in dispatch._RESOLVED.values() if v[1] is plain]
     assert hits and all((v[3] is not None) == (ctx.world == 1) for v in hits), f"{op}: direct {hits}"
-    saved = dispatch._resolve, library.run
-    dispatch._resolve = library.run = refuse
+    saved = dispatch.resolve, library.run
+    dispatch.resolve = library.run = refuse
     try:
         dispatch._RESOLVED.update({k: (v[0], counting(v[1]), v[2], v[3] and counting(v[3]))
                                    for k, v in dispatch._RESOLVED.items() if v[1] is plain})
         got = public(a, b)
     finally:
-        dispatch._resolve, library.run = saved
+        dispatch.resolve, library.run = saved
         dispatch.clear()
     assert calls == [1] and torch.equal(got, plain(a, b)), f"rank {ctx.rank} {op}: plain entry calls {calls}"
 

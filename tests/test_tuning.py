@@ -496,18 +496,18 @@ def job_auto_resolution_follows_the_tables(ctx, table_dir):
     try:
         _write(Path(table_dir), _table([_entry(48, 40, 32, variant="plain")], arch=arch), arch=arch)
         tables.clear_cache()
-        first = dispatch._resolve("gemm_all_scatter", a, b, None, None)[0]
+        first = dispatch.resolve("gemm_all_scatter", a, b, None, None)[0]
         _write(Path(table_dir), _table([_entry(48, 40, 32, variant="bulk_sync")], arch=arch), arch=arch)
-        remembered = dispatch._resolve("gemm_all_scatter", a, b, None, None)[0]
+        remembered = dispatch.resolve("gemm_all_scatter", a, b, None, None)[0]
         tables.clear_cache()
-        fresh = dispatch._resolve("gemm_all_scatter", a, b, None, None)[0]
+        fresh = dispatch.resolve("gemm_all_scatter", a, b, None, None)[0]
         got = tilefuse.gemm_all_scatter(a, b)  # auto now runs bulk_sync with the table's config
         ref = tilefuse.gemm_all_scatter(a, b, variant="reference")
         torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=5e-2)
     finally:
         del os.environ["TILEFUSE_CONFIG_DIR"]
         tables.clear_cache()
-    elsewhere = dispatch._resolve("gemm_all_scatter", a, b, None, None)[0]  # no user directory: the default
+    elsewhere = dispatch.resolve("gemm_all_scatter", a, b, None, None)[0]  # no user directory: the default
     return first, remembered, fresh, elsewhere
 
 

@@ -206,7 +206,7 @@ def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
                          "device-time measurement")
 
 
-def _resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
+def resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
     """``(variant, entry point, config, direct, remembered)``: what auto runs for this call (remembered per
     call signature), the matmul where plain at W = 1 is the call (:func:`.plain.direct`), and whether it
     is remembered; ``graphs``: the choice for CUDA graphs."""
@@ -236,7 +236,7 @@ def run_auto(op: str, a, b, config, group, **kwargs):
     hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, group, _generation(), _env_get(_CONFIG_DIR),
                          _env_get(_CACHE_DIR), graphs))
     if hit is None:
-        hit = _resolve(op, a, b, group, kwargs, graphs)
+        hit = resolve(op, a, b, group, kwargs, graphs)
     if kwargs:
         return hit[1](a, b, config=hit[2] if config is None else config, group=group, **kwargs)
     if config is None:

@@ -36,7 +36,7 @@ from .common.checks import FLOAT8_DTYPES, check_divisible, check_operands
 from .common.collectives import all_gather_cat, op_group
 from .common.config import Config
 from .common.scaled import check_scales
-from .dispatch import _resolve as resolve_auto
+from .dispatch import resolve as resolve_auto
 from .dispatch import run_auto
 from .plain import reduce_scatter
 
