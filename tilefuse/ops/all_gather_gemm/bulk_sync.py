@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import torch
 
-from ..common.gemm import matmul
 from ..common.launch import begin_call, call_arg, collective, ctl, gemm_call_args, launched, new_output
 from ._prepare import OP, prepare
 from ._tiles import launch_shard
@@ -33,6 +32,7 @@ def bulk_sync(a, b, *, config=None, group=None, return_gathered=False, scale_a=N
     scales = p.scales(scale_a, scale_b)
     launch_shard(p, a, p.own, scales, call_arg(heap, entry), every_rank=True)  # then every shard is in a_gathered
     launched(entry, ends=False)
-    matmul(p.ag, b, c, p.config, ctl(heap), call=gemm_call_args(heap, entry), scales=p.gathered_scales(scales))
+    call = gemm_call_args(heap, entry)
+    p.gemm(p.ag, b, c, ends=call is not None).run(p.ag, b, c, ctl(heap), call=call, scales=p.gathered_scales(scales))
     launched(entry)
     return (c, p.ag.clone()) if return_gathered else c

@@ -217,63 +217,83 @@ def matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, ctl: torch
     ``call`` (``launch.call_arg``) it begins (``enter``) or ends it, ``barrier``: then passing a barrier
     with the other ranks. ``flatten`` (None: :func:`flattened_loop`) and ``tma_store`` (0, 1, 2): the
     kernel's forms of whole tiles, the same sums. ``tma=False`` keeps the pointer path."""
-    M, K = a.shape
-    N = b.shape[1]
-    if tma_store not in (0, 1, 2):
-        raise ValueError(f"matmul: tma_store is 0, 1 or 2, got {tma_store!r}")
-    if b.shape[0] != K or tuple(c.shape) != (M, N):
-        raise ValueError(f"matmul: shapes do not chain: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c {tuple(c.shape)}")
-    ends = call is not None and ctl is not None
-    if not ends:  # nothing to launch (a kernel that begins or ends a call runs, with no tiles or K steps)
-        if M == 0 or N == 0:
-            return c
-        if K == 0:
-            return c.zero_()
-    if tma:
-        a, b, use_tma, b_kmajor, align = operand_path(a, b, config, min_m=PAD_MIN_M)
-    else:
-        use_tma, b_kmajor, align = False, False, pointer_align(a, b)
-    if min(M, N, K) == 0:
-        use_tma = b_kmajor = False  # a descriptor of an empty extent is not valid on every device
-        if K == 0:
-            c.zero_()  # an empty sum
-    if use_tma:
-        ensure_triton_allocator()
-    split = config.SPLIT_K
-    # A GEMM that begins its call or passes the closing barrier cannot be specialized
-    # (launch.GemmCall.kernel_may_begin): it runs with the unspecialized launch shape.
-    warp_spec = warp_specialized(config, use_tma, a.device) and not (ends and (enter or barrier))
-    warps, stages = launch_shape(config, warp_spec)
-    num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
-    num_programs = max(1, min(config.GEMM_SMS, num_tiles * split))
-    sub_m = min(config.BLOCK_M, max(1, 1024 * config.num_warps // config.BLOCK_N))  # about 32 values a thread
-    if split > 1:
-        partials, counts = SPLIT_K_SCRATCH.get(c.device, num_tiles * split * config.BLOCK_M * config.BLOCK_N, num_tiles)
-    else:
-        partials, counts = c, c  # never read
-    tiles_only = not (split > 1 or warp_spec)
-    # Never a warp-specialized loop: Triton (3.6, 3.7) compiles a flattened one unspecialized for sm_90.
-    flatten = tiles_only and (flattened_loop(config, use_tma) if flatten is None else flatten)
-    if warp_spec and tma_store == 2:
-        # Triton 3.6's Hopper warp specialization fails on the split of a tile into halves (its data
-        # partition has no rule for tt.split): the specialized loop stores whole tiles.
-        tma_store = 1
-    tma_store = int(tma_store) if (tiles_only or warp_spec) and use_tma and c.stride(1) == 1 and \
-        (c.stride(0) * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0 else 0
-    if call is None:  # only ctl is read (IN_CALL without ENTER or END), or nothing (no ctl)
-        call = (c, c if ctl is None else ctl, 0, 1, 0, 0, c, 0, c, 0, c)
-    matmul_kernel[(num_programs,)](
-        a, b, c,
-        scales if scales is not None else kernel_scales(None, None, c.device),
-        M, N, K,
-        (a.stride(0), a.stride(1)), (b.stride(0), b.stride(1)), (c.stride(0), c.stride(1)),
-        call,
-        (partials, counts),
-        split, num_programs,
-        BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
-        SPLIT=split > 1, SUB_M=sub_m, USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=ctl is not None,
-        ALIGN=1 if use_tma else align, WARP_SPEC=warp_spec,
-        ENTER=ends and enter, END=ends, BARRIER=ends and barrier, FLATTEN=flatten, TMA_STORE=tma_store,
-        num_warps=warps, num_stages=stages,
-    )
-    return c
+    launch = GemmLaunch(a, b, c, config, in_call=ctl is not None, ends=call is not None and ctl is not None,
+                        enter=enter, barrier=barrier, flatten=flatten, tma_store=tma_store, tma=tma)
+    return launch.run(a, b, c, ctl, call=call, scales=scales)
+
+
+class GemmLaunch:
+    """What :func:`matmul` derives from its operands' layouts, config and flags, made once: a variant holds
+    one per call signature (``PreparedCall.gemm``) and :meth:`run` launches it with each call's tensors, which
+    must have the layouts (shapes, strides, dtypes, 16-byte alignment) of those it was made from."""
+
+    def __init__(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config, *, in_call: bool = False,
+                 ends: bool = False, enter: bool = False, barrier: bool = False, flatten: bool | None = None,
+                 tma_store: int = 0, tma: bool = True):
+        M, K = a.shape
+        N = b.shape[1]
+        if tma_store not in (0, 1, 2):
+            raise ValueError(f"matmul: tma_store is 0, 1 or 2, got {tma_store!r}")
+        if b.shape[0] != K or tuple(c.shape) != (M, N):
+            raise ValueError(f"matmul: shapes do not chain: a {tuple(a.shape)} @ b {tuple(b.shape)} -> c "
+                             f"{tuple(c.shape)}")
+        self.M, self.N, self.K, self.ends = M, N, K, ends
+        # Nothing to launch (a kernel that begins or ends a call runs, with no tiles or K steps).
+        self.skip = not ends and (M == 0 or N == 0 or K == 0)
+        self.zero = K == 0 and M > 0 and N > 0  # an empty sum
+        self.pad = False  # operands copied onto the descriptor path on every call (tma_operands)
+        if tma:
+            a2, b2, use_tma, b_kmajor, align = operand_path(a, b, config, min_m=PAD_MIN_M)
+            self.pad = a2 is not a or b2 is not b
+        else:
+            use_tma, b_kmajor, align = False, False, pointer_align(a, b)
+        if min(M, N, K) == 0:
+            use_tma = b_kmajor = False  # a descriptor of an empty extent is not valid on every device
+        self.use_tma, self.split = use_tma, config.SPLIT_K
+        # A GEMM that begins its call or passes the closing barrier cannot be specialized
+        # (launch.GemmCall.kernel_may_begin): it runs with the unspecialized launch shape.
+        warp_spec = warp_specialized(config, use_tma, a.device) and not (ends and (enter or barrier))
+        warps, stages = launch_shape(config, warp_spec)
+        self.num_tiles = -(-M // config.BLOCK_M) * -(-N // config.BLOCK_N)
+        self.num_programs = max(1, min(config.GEMM_SMS, self.num_tiles * self.split))
+        self.scratch = self.num_tiles * self.split * config.BLOCK_M * config.BLOCK_N  # SPLIT: partial slots
+        tiles_only = not (self.split > 1 or warp_spec)
+        # Never a warp-specialized loop: Triton (3.6, 3.7) compiles a flattened one unspecialized for sm_90.
+        flatten = tiles_only and (flattened_loop(config, use_tma) if flatten is None else flatten)
+        if warp_spec and tma_store == 2:
+            # Triton 3.6's Hopper warp specialization fails on the split of a tile into halves (its data
+            # partition has no rule for tt.split): the specialized loop stores whole tiles.
+            tma_store = 1
+        tma_store = int(tma_store) if (tiles_only or warp_spec) and use_tma and c.stride(1) == 1 and \
+            (c.stride(0) * c.element_size()) % 16 == 0 and c.data_ptr() % 16 == 0 else 0
+        self.meta = dict(
+            BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_M=config.GROUP_M,
+            SPLIT=self.split > 1, SUB_M=min(config.BLOCK_M, max(1, 1024 * config.num_warps // config.BLOCK_N)),
+            USE_TMA=use_tma, B_KMAJOR=b_kmajor, IN_CALL=in_call, ALIGN=1 if use_tma else align,
+            WARP_SPEC=warp_spec, ENTER=ends and enter, END=ends, BARRIER=ends and barrier, FLATTEN=flatten,
+            TMA_STORE=tma_store, num_warps=warps, num_stages=stages)  # SUB_M: about 32 values a thread
+
+    def run(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, ctl: torch.Tensor | None = None, *,
+            call: tuple | None = None, scales: tuple | None = None) -> torch.Tensor:
+        """``c[:] = a @ b`` as :func:`matmul` (``ctl``, ``call``, ``scales`` as there); returns ``c``."""
+        if self.skip:
+            return c.zero_() if self.zero else c
+        if self.ends != (call is not None and ctl is not None):
+            raise ValueError("matmul: a GemmLaunch made to begin or end a call runs with its call (and no other)")
+        if self.zero:
+            c.zero_()
+        if self.pad:
+            a, b = tma_operands(a, b, PAD_MIN_M)[:2]
+        if self.use_tma:
+            ensure_triton_allocator()
+        if self.split > 1:
+            slices = SPLIT_K_SCRATCH.get(c.device, self.scratch, self.num_tiles)
+        else:
+            slices = (c, c)  # never read
+        if call is None:  # only ctl is read (IN_CALL without ENTER or END), or nothing (no ctl)
+            call = (c, c if ctl is None else ctl, 0, 1, 0, 0, c, 0, c, 0, c)
+        matmul_kernel[(self.num_programs,)](
+            a, b, c, scales if scales is not None else kernel_scales(None, None, c.device), self.M, self.N, self.K,
+            (a.stride(0), a.stride(1)), (b.stride(0), b.stride(1)), (c.stride(0), c.stride(1)), call, slices,
+            self.split, self.num_programs, **self.meta)
+        return c

@@ -7,7 +7,7 @@ import torch
 
 from .arena import Workspace, prepared, workspace
 from .config import Config
-from .gemm import UNALIGNED_PAD_MIN_M, ensure_triton_allocator, tma_operands
+from .gemm import UNALIGNED_PAD_MIN_M, GemmLaunch, ensure_triton_allocator, tma_operands
 from .launch import begin_call, new_output
 
 
@@ -40,10 +40,18 @@ class PreparedCall:
         self.begins = g.kernel_may_begin  # the call's first kernel may begin it (P.enter with ENTER)
         self.pad = pad and (g.a is not a or g.b is not b)  # operands copied onto the descriptor path every call
         self.use_tma = g.use_tma
+        self.core = None  # the GEMM core's launch (bulk_sync: :meth:`gemm`)
 
     def hold(self, key: tuple, make, nbytes: int) -> Workspace:
         """A workspace this call signature holds (``arena.workspace``)."""
         return workspace(self.heap, key, make, nbytes)
+
+    def gemm(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, **flags) -> GemmLaunch:
+        """The GEMM core's launch of this call signature (``gemm.matmul`` with ``flags``), made from the tensors
+        of its first call: every later call's have the same layouts."""
+        if self.core is None:
+            self.core = GemmLaunch(a, b, c, self.config, in_call=True, **flags)
+        return self.core
 
     def operands(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``a`` and ``b`` as the variant's kernels read them (copies where ``pad``)."""

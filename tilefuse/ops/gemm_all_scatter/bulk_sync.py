@@ -9,7 +9,6 @@ kernel's last passes the closing barrier (``P.exit`` with ``BARRIER``); at world
 
 from __future__ import annotations
 
-from ..common.gemm import matmul
 from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
 from ..common.scaled import kernel_scales
 from ._prepare import OP, begin, finish, prepare
@@ -25,8 +24,9 @@ def bulk_sync(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=
         heap, cfg = p.heap, p.config
         last = heap.world_size == 1
         own = dest[:, heap.rank * p.N:(heap.rank + 1) * p.N]
-        matmul(a, b, own, cfg, ctl(heap), call=gemm_call_args(heap, entry), enter=True,  # begins the call
-               scales=kernel_scales(scale_a, scale_b, a.device))
+        call = gemm_call_args(heap, entry)
+        p.gemm(a, b, own, ends=call is not None, enter=True).run(  # begins the call
+            a, b, own, ctl(heap), call=call, scales=kernel_scales(scale_a, scale_b, a.device))
         launched(entry, ends=last)
         if not last:
             programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config

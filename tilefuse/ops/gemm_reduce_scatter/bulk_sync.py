@@ -9,7 +9,6 @@ order r-1, r-2, ..., r.
 
 from __future__ import annotations
 
-from ..common.gemm import matmul
 from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
 from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
@@ -25,8 +24,9 @@ def bulk_sync(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_
         return c
     heap, cfg = p.heap, p.config
     # The GEMM core begins the call; after its barrier every rank's partial is complete.
-    matmul(a, b, p.stage.view(p.M, p.N), cfg, ctl(heap), call=gemm_call_args(heap, entry), enter=True,
-           barrier=True, scales=kernel_scales(scale_a, scale_b, a.device))
+    own, call = p.stage.view(p.M, p.N), gemm_call_args(heap, entry)
+    p.gemm(a, b, own, ends=call is not None, enter=True, barrier=True).run(
+        a, b, own, ctl(heap), call=call, scales=kernel_scales(scale_a, scale_b, a.device))
     launched(entry, ends=False)
     if entry is None:
         mid_barrier(heap, 0)
