@@ -11,8 +11,8 @@ own calls, the plain path, auto and each fused variant.
 
 Methods per op (``--variants`` picks, default all): ``torch`` (torch.matmul and the op's tensor
 collective called as a user writes them: ``all_gather_into_tensor``, ``reduce_scatter_tensor`` or
-``all_reduce``; gemm_all_scatter's gather lands row-blocked; through host memory where gloo carries
-CUDA tensors), ``plain`` and ``auto`` (the public function; auto's note says what it ran), each
+``all_reduce``; gemm_all_scatter's gathered blocks then laid side by side, one copy, as the op returns
+them; through host memory where gloo carries CUDA tensors), ``plain`` and ``auto`` (the public function; auto's note says what it ran), each
 fused variant and named form (the public function) and ``plain_custom_op``
 (``torch.ops.tilefuse.<op>``: what traced code and autograd pay); ``--layers``: at W = 1 also op
 ``linear``, nn.Linear against ColumnParallelLinear and RowParallelLinear (TP size 1, bias,
@@ -117,10 +117,11 @@ def torch_calls(op: str, a, b, world: int, host: bool):
         _via_host(GATHER, gathered, a, host)
         return gathered @ b
     part = a @ b
-    if op == "gemm_all_scatter":
-        out = part.new_empty((world * part.shape[0], part.shape[1]))
+    if op == "gemm_all_scatter":  # the blocks gathered, then laid side by side: [M, W*N], as the op returns
+        M, N = part.shape
+        out = part.new_empty((world * M, N))
         _via_host(GATHER, out, part, host)
-        return out
+        return out.view(world, M, N).permute(1, 0, 2).reshape(M, world * N)
     if op == "gemm_reduce_scatter":
         out = part.new_empty((part.shape[0] // world, part.shape[1]))
         _via_host(SCATTER, out, part, host)
@@ -156,6 +157,25 @@ def layer_methods(N: int, K: int, dtype, device) -> dict:
               "ColumnParallelLinear": ColumnParallelLinear(K, N, bias=True, seed=0, device=device, dtype=dtype),
               "RowParallelLinear": RowParallelLinear(K, N, bias=True, seed=0, device=device, dtype=dtype)}
     return {name: (lambda a, b, layer=layer: layer(a)) for name, layer in layers.items()}
+
+
+@contextlib.contextmanager
+def noop_collectives():
+    """Inside the block the tensor collectives of torch's calls and of tilefuse's plain path do nothing: the
+    host time a call adds without its wait for the peers (gloo waits on the CPU, which the CPU clock counts)."""
+    from tilefuse.ops.common import collectives
+
+    here = sys.modules[__name__]
+    names = [(here, "GATHER"), (here, "SCATTER"), (dist, "all_reduce"), (collectives, "_all_gather"),
+             (collectives, "_reduce_scatter"), (collectives, "_all_reduce")]
+    saved = [getattr(module, name) for module, name in names]
+    for module, name in names:
+        setattr(module, name, lambda *args, **kwargs: None)
+    try:
+        yield
+    finally:
+        for (module, name), fn in zip(names, saved):
+            setattr(module, name, fn)
 
 
 def interleaved_us(fns: dict, calls: int, rounds: int, clock, sync=None, context=None) -> tuple[dict, dict]:
@@ -265,7 +285,8 @@ def _job(ctx, ops, shapes, names, opts) -> list:
                     rows.append({**base, "variant": name, "mode": "eager", "metric": "error", "value": float("nan"),
                                  "note": why})
                 ctx.barrier()
-                med, done = interleaved_us(fns, opts["calls"], opts["rounds"], clock, sync)
+                with noop_collectives() if opts["noop_collectives"] else contextlib.nullcontext():
+                    med, done = interleaved_us(fns, opts["calls"], opts["rounds"], clock, sync)
                 note = f"auto runs {tilefuse.auto_choice(op, a, b)[0]}" if "auto" in fns else ""
                 for name in fns:
                     r = {**base, "variant": name, "mode": "eager", "note": note if name == "auto" else ""}
@@ -422,6 +443,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--real-launches", action="store_true", help="launch the kernels (the default on a GPU)")
     p.add_argument("--noop-launches", action="store_true", help="make tilefuse's launches no-ops on a GPU too")
+    p.add_argument("--noop-collectives", action="store_true",
+                   help="W > 1: torch's and the plain path's collectives do nothing while timed (host time alone)")
     p.add_argument("--no-check", action="store_true", help="skip the check of every method on new operands")
     p.add_argument("--graphs", action="store_true", help="also time each method replayed in a CUDA graph")
     p.add_argument("--layers", action="store_true", help="at W = 1 also nn.Linear against tilefuse's layers "
@@ -450,7 +473,8 @@ def main(argv=None) -> int:
         shapes = _shape_list(args) if W == 1 or args.tiny else [
             (*parse_custom_shape(s), args.dtype or "bf16") for s in args.wide_shapes.split(",")]
         opts = dict(calls=args.calls, rounds=args.rounds, alone=args.alone, warmup=args.warmup,
-                    noop=args.noop_launches or on_cpu, check=not args.no_check, graphs=args.graphs, layers=args.layers,
+                    noop=args.noop_launches or on_cpu, noop_collectives=args.noop_collectives,
+                    check=not args.no_check, graphs=args.graphs, layers=args.layers,
                     clock=args.clock or ("wall" if W == 1 and not on_cpu else "cpu"))
         rows = merge(launch(_job, W, ops, shapes, names, opts, heap_size=args.heap))
         print(f"host: world {W}, {device}, {'no-op' if opts['noop'] else 'real'} launches, {opts['clock']} clock, "
