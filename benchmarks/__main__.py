@@ -30,7 +30,7 @@ MODES = {
                            "than one, else 2; W = 1: each variant's fusion tax)"),
     "gemm": Mode("gemm", "tilefuse's GEMM core (tilefuse.matmul) against torch.matmul on a grid of shapes"),
     "host": Mode("host", "host µs per eager call and device µs per call timed alone: torch's own calls, plain, "
-                         "auto and each variant (W = 1 on random shapes, W = 2 host time; --parts, --profile)"),
+                         "auto and each variant (W = 1 on random shapes, W = 2 host time; --parts)"),
     "decode": Mode("decode", "row-parallel GEMM + all-reduce + residual add + RMSNorm at decode sizes, fused against "
                              "cuBLAS + NCCL / symmetric-memory chains, eager and in CUDA graphs"),
     "tune": Mode("tune", "variant='auto' on held-out shapes no table was tuned on, against plain and torch's "

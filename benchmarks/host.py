@@ -7,17 +7,16 @@ own calls, the plain path, auto and each fused variant.
     python -m benchmarks host --tiny --world 1,2 --out DIR     # CPU ranks: 8x64 @ 64x64
     python -m benchmarks host --real-launches --shapes 1x4096x8192,16x4096x8192 --out DIR
     python -m benchmarks host --parts --ops gemm_all_reduce --variants wg_specialized --tiny
-    python -m benchmarks host --profile --ops all_gather_gemm --variants plain --tiny
 
 Methods per op (``--variants`` picks, default all): ``torch`` (torch.matmul and the op's tensor
-collective called as a user writes them: ``all_gather_into_tensor``, ``reduce_scatter_tensor`` or
-``all_reduce``; gemm_all_scatter's gathered blocks then laid side by side, one copy, as the op returns
-them; through host memory where gloo carries CUDA tensors), ``plain`` and ``auto`` (the public function; auto's note says what it ran), each
-fused variant and named form (the public function) and ``plain_custom_op``
+collective as a user writes them: ``all_gather_into_tensor`` (gemm_all_scatter: the blocks then laid
+side by side, one copy, as the op returns them), ``reduce_scatter_tensor`` or ``all_reduce``; through
+host memory where gloo carries CUDA tensors), ``plain`` and ``auto`` (the public function; auto's note
+says what it ran), each fused variant and named form (the public function) and ``plain_custom_op``
 (``torch.ops.tilefuse.<op>``: what traced code and autograd pay); ``--layers``: at W = 1 also op
-``linear``, nn.Linear against ColumnParallelLinear and RowParallelLinear (TP size 1, bias,
-``x [M, K] -> [M, N]``). Every rank calls
-``op(a [M, K], b [K, N])``; gemm_reduce_scatter's M is rounded up to a multiple of W.
+``linear``, nn.Linear against ColumnParallelLinear and RowParallelLinear (TP size 1, bias, ``x [M, K]
+-> [M, N]``). Every rank calls ``op(a [M, K], b [K, N])``; gemm_reduce_scatter's M is rounded up to a
+multiple of W. ``--noop-collectives`` (W > 1): torch.distributed's collectives do nothing while timed.
 
 Shapes. ``--shapes MxNxK,...``; else at W = 1 a seeded random set (``--random 24 --seed 0``: M
 log-uniform in 1-8192, N and K log-uniform in 1024-28672 in steps of 128, dtypes bf16 and fp16 in
@@ -161,13 +160,13 @@ def layer_methods(N: int, K: int, dtype, device) -> dict:
 
 @contextlib.contextmanager
 def noop_collectives():
-    """Inside the block the tensor collectives of torch's calls and of tilefuse's plain path do nothing: the
-    host time a call adds without its wait for the peers (gloo waits on the CPU, which the CPU clock counts)."""
-    from tilefuse.ops.common import collectives
-
+    """Inside the block torch.distributed's tensor collectives do nothing (torch's calls and tilefuse's plain
+    path alike): the host time a call adds without its wait for the peers (gloo waits on the CPU, which the
+    CPU clock counts)."""
     here = sys.modules[__name__]
-    names = [(here, "GATHER"), (here, "SCATTER"), (dist, "all_reduce"), (collectives, "_all_gather"),
-             (collectives, "_reduce_scatter"), (collectives, "_all_reduce")]
+    names = [(here, "GATHER"), (here, "SCATTER")] + [(dist, name) for name in (
+        "all_gather_single", "all_gather_into_tensor", "reduce_scatter_single", "reduce_scatter_tensor",
+        "all_reduce") if hasattr(dist, name)]
     saved = [getattr(module, name) for module, name in names]
     for module, name in names:
         setattr(module, name, lambda *args, **kwargs: None)
@@ -371,33 +370,11 @@ def summary(rows: list) -> list:
     return lines
 
 
-def _parts(args) -> int:
-    """The pieces a call is made of, each timed alone (W = 1, this process)."""
-    [lines] = launch(_parts_job, 1, args.ops.split(",")[0], args.variants.split(",")[0], _shape_list(args)[0],
-                     args.calls, args.profile)
-    print("\n".join(lines))
-    return 0
-
-
-def _parts_job(ctx, op, variant, shape, calls, profile) -> list:
+def _parts_job(ctx, op, variant, shape, calls) -> list:
     M, N, K, dname = shape
     a = torch.randn(M, K, device=ctx.device).to(parse_dtype(dname))
     b = torch.randn(K, N, device=ctx.device).to(parse_dtype(dname))
     public, custom = getattr(tilefuse, op), getattr(torch.ops.tilefuse, op)
-    if profile:
-        import cProfile
-        import io
-        import pstats
-
-        public(a, b, variant=variant)
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(calls):
-            public(a, b, variant=variant)
-        prof.disable()
-        out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
-        return [out.getvalue()]
     parts = {f"public tilefuse.{op}(a, b, variant={variant!r})": lambda: public(a, b, variant=variant),
              f"custom op torch.ops.tilefuse.{op}(a, b, {variant!r})": lambda: custom(a, b, variant, None, None),
              "torch.matmul(a, b)": lambda: torch.matmul(a, b),
@@ -452,16 +429,16 @@ def main(argv=None) -> int:
     p.add_argument("--clock", choices=("wall", "cpu"), default=None)
     p.add_argument("--heap", type=int, default=None, help="heap bytes per rank (default: the launcher's)")
     p.add_argument("--parts", action="store_true", help="the parts of one call of --ops/--variants, timed alone")
-    p.add_argument("--profile", action="store_true", help="cProfile of --calls calls of --ops/--variants")
     p.add_argument("--out", default="bench_out/host", help="folder of the CSVs (host_w<W>.csv)")
     args = p.parse_args(argv)
     on_cpu = use_interpreter_without_gpu()
     if on_cpu and args.real_launches:
         p.error("--real-launches needs a GPU (the interpreter would run the kernels)")
-    if args.parts or args.profile:
-        args.variants = args.variants or "plain"
-        args.ops = "all_gather_gemm" if args.ops == "all" else args.ops
-        return _parts(args)
+    if args.parts:  # the pieces a call is made of, each timed alone (W = 1, this process)
+        op = "all_gather_gemm" if args.ops == "all" else args.ops.split(",")[0]
+        [lines] = launch(_parts_job, 1, op, (args.variants or "plain").split(",")[0], _shape_list(args)[0], args.calls)
+        print("\n".join(lines))
+        return 0
     ops = list(OPS) if args.ops == "all" else args.ops.split(",")
     if sorted(set(ops) - set(OPS)):
         p.error(f"unknown op(s) {sorted(set(ops) - set(OPS))}; ops are {list(OPS)}")

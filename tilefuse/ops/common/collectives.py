@@ -12,10 +12,10 @@ import torch.distributed as dist
 from ...runtime import get_heap, is_initialized
 from ...runtime.world import on_shutdown
 
-# torch's current names of the tensor collectives (older releases only have the second).
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_all_reduce = dist.all_reduce
+# torch.distributed's functions, looked up at each call (a benchmark may stand in for them); the
+# ``*_single`` names where torch has them (it deprecates the older ones).
+_GATHER = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
+_SCATTER = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
 
 
 def op_group(group):
@@ -65,18 +65,18 @@ def _into(collective, out: torch.Tensor, t: torch.Tensor, comm: Comm) -> None:
 
 def all_gather_tensor(out: torch.Tensor, t: torch.Tensor, comm: Comm) -> None:
     """Every rank's ``t`` stacked by rows into ``out`` (``t`` may be this rank's block of ``out``)."""
-    _into(_all_gather, out, t, comm)
+    _into(getattr(dist, _GATHER), out, t, comm)
 
 
 def reduce_scatter_tensor(out: torch.Tensor, t: torch.Tensor, comm: Comm) -> None:
     """Row block r of the sum over ranks of ``t`` (contiguous, ``[W*R, ...]``) into ``out`` ``[R, ...]``."""
-    _into(_reduce_scatter, out, t, comm)
+    _into(getattr(dist, _SCATTER), out, t, comm)
 
 
 def all_reduce(t: torch.Tensor, comm: Comm) -> None:
     """``t`` summed over ranks, in place."""
     host = t.cpu() if comm.gloo and t.is_cuda else t
-    _all_reduce(host, group=comm.group)
+    dist.all_reduce(host, group=comm.group)
     if host is not t:
         t.copy_(host)
 
