@@ -9,12 +9,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import tilefuse
 from tilefuse.ops import registry
-from tilefuse.ops.common import collectives
 
 SHAPES = [(5, 7, 9), (16, 24, 40)]  # (M, N, K): ragged, and even
 COPIES = ("copy_", "cat", "clone", "_to_copy", "stack", "contiguous")
 COLLECTIVES = ("c10d", "collective ")
-TENSOR_COLLECTIVES = ("_all_gather", "_reduce_scatter", "_all_reduce")
+# torch.distributed's tensor collectives (tilefuse looks them up at each call)
+TENSOR_COLLECTIVES = [name for name in ("all_gather_single", "all_gather_into_tensor", "reduce_scatter_single",
+                                      "reduce_scatter_tensor", "all_reduce") if hasattr(dist, name)]
 
 
 class Recorder(TorchDispatchMode):
@@ -33,14 +34,14 @@ class Recorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
     def __enter__(self):
-        self._saved = {name: getattr(collectives, name) for name in TENSOR_COLLECTIVES}
+        self._saved = {name: getattr(dist, name) for name in TENSOR_COLLECTIVES}
         for name, real in self._saved.items():
-            setattr(collectives, name, self._counted(name, real))
+            setattr(dist, name, self._counted(name, real))
         return super().__enter__()
 
     def __exit__(self, *exc):
         for name, real in self._saved.items():
-            setattr(collectives, name, real)
+            setattr(dist, name, real)
         return super().__exit__(*exc)
 
     def _counted(self, name, real):
