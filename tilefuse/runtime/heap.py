@@ -80,25 +80,16 @@ class Allocator:
         with self._lock:
             return sum(self._used.values())
 
-    def live(self, exclude: Iterable[int] = ()) -> tuple[int, int]:
-        """(blocks, bytes) in use, leaving out internal blocks and those that start at ``exclude``."""
-        skip = set(exclude)
+    def live(self) -> tuple[int, int]:
+        """(blocks, bytes) in use, leaving out internal blocks."""
         with self._lock:
-            sizes = [n for off, n in self._used.items() if off not in skip and off not in self._internal]
+            sizes = [n for off, n in self._used.items() if off not in self._internal]
         return len(sizes), sum(sizes)
 
     def mark_internal(self, offset: int) -> None:
         """The block in use that holds byte ``offset`` is tilefuse's own (not reported by ``live``)."""
         with self._lock:
             self._internal.update(off for off, n in self._used.items() if off <= offset < off + n)
-
-    def block_start(self, offset: int) -> int | None:
-        """Start of the block in use that holds byte ``offset``, or None."""
-        with self._lock:
-            for off, n in self._used.items():
-                if off <= offset < off + n:
-                    return off
-        return None
 
 
 class Block:
@@ -181,8 +172,8 @@ class SymmetricHeap:
             return
         self._closed = True
         gc.collect()  # blocks held only by unreachable cycles (a traceback, say) are not the user's
-        skip = [self._allocator.block_start(self.offset_of(t)) for t in internal if self.is_on_heap(t)]
-        blocks, nbytes = self._allocator.live(exclude=skip)
+        self.mark_internal(*(t for t in internal if self.is_on_heap(t)))
+        blocks, nbytes = self._allocator.live()
         if blocks:
             warnings.warn(f"tilefuse heap of rank {self.rank} closed with {blocks} heap tensor block(s) ({nbytes} "
                           "bytes) still referenced: they stay valid on this rank (their memory is kept until they "

@@ -96,16 +96,6 @@ def control_block() -> torch.Tensor:
     return active().ctl
 
 
-def stand_in() -> torch.Tensor:
-    """A float32[1] device tensor kernels never read: the pointer for an output a call lacks."""
-    return active().dummy
-
-
-def bump_generation() -> None:
-    """Calls launched for an earlier workspace generation (CUDA graph replays) abort from now on."""
-    active().bump_generation()
-
-
 def set_wait_timeout(seconds: float, group=None) -> float:
     """Set the device wait bound (seconds, this rank) of ``group``'s calls; returns the previous one."""
     seconds = _env.check_seconds("set_wait_timeout: seconds", seconds)
