@@ -45,8 +45,7 @@ def group_of(group) -> Group:
 def using(target):
     """Make ``target`` (a group state, or a process group) this thread's active group inside the block."""
     g = target if isinstance(target, Group) else REGISTRY.get(target)
-    prev = _TLS.group
-    _TLS.group = g
+    prev, _TLS.group = _TLS.group, g
     try:
         yield g
     finally:

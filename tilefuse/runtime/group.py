@@ -113,9 +113,7 @@ class Group:
         bound_s = _env.wait_timeout(DEFAULT_WAIT_TIMEOUT_S[backend])
         heap = SymmetricHeap(size, group, backend, device_for(backend, group))
         ctl = heap.zeros(P.ctl_words(heap.world_size), dtype=torch.int64)
-        heap.mark_internal(ctl)  # tilefuse's own: not a user tensor left alive at shutdown
-        if heap.offset_of(ctl) != 0:
-            raise RuntimeError("tilefuse.init: the control block must be the heap's first allocation")
+        heap.mark_internal(ctl)  # tilefuse's own: not a user tensor left alive at shutdown (offset 0: the first)
         ctl[int(P.CTL_BOUND_NS)] = int(bound_s * 1e9)
         ctl[int(P.CTL_GEN)] = 1
         on_gpu = heap.device.type == "cuda"
@@ -166,8 +164,7 @@ class Group:
     def check_host_step(self, what: str, calls: bool = True) -> CallMismatchError | None:
         """Between a host step's polls: raise :class:`PeerExitedError` if a peer has exited; with ``calls``,
         a :class:`CallMismatchError` if a peer began a call this rank has not (``hostsync`` raises it)."""
-        if self.peers:
-            self.check_peers(what)
+        self.check_peers(what)
         words = self._ctl_words() if calls else None
         if words is None:
             return None

@@ -97,9 +97,7 @@ class Block:
 
     def __init__(self, allocator: Allocator, offset: int, addr: int, nbytes: int, device: torch.device,
                  memory: torch.Tensor):
-        self._allocator = allocator
-        self._memory = memory
-        self.offset = offset
+        self._allocator, self._memory, self.offset = allocator, memory, offset
         iface = {"shape": (nbytes,), "typestr": "|u1", "data": (addr, False), "version": 3}
         if device.type == "cuda":
             iface["strides"] = None
@@ -143,10 +141,7 @@ class SymmetricHeap:
 
     def __init__(self, size: int, group, backend: str, device: torch.device):
         self.uid = next(_HEAP_IDS)  # unique in this process (caches key on it, not on id())
-        self.size = size
-        self.group = group
-        self.backend = backend
-        self.device = device
+        self.size, self.group, self.backend, self.device = size, group, backend, device
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self._allocator = Allocator(size)
