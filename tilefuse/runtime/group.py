@@ -113,7 +113,7 @@ class Group:
         bound_s = _env.wait_timeout(DEFAULT_WAIT_TIMEOUT_S[backend])
         heap = SymmetricHeap(size, group, backend, device_for(backend, group))
         ctl = heap.zeros(P.ctl_words(heap.world_size), dtype=torch.int64)
-        heap.mark_internal(ctl)  # tilefuse's own: not a user tensor left alive at shutdown (offset 0: the first)
+        heap.mark_internal(ctl)  # the heap's first block (offset 0); tilefuse's own: not reported at shutdown
         ctl[int(P.CTL_BOUND_NS)] = int(bound_s * 1e9)
         ctl[int(P.CTL_GEN)] = 1
         on_gpu = heap.device.type == "cuda"
