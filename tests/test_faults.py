@@ -182,7 +182,7 @@ def job_roles_and_steps_never_pair(ctx):
     """The same op and shapes in a forward on one rank and a backward on the other (or in two
     different steps) raise CallMismatchError on every rank, naming the scopes; nested steps and the
     same step on every rank pair as usual."""
-    from tilefuse.runtime.scope import role
+    from tilefuse.runtime.scope import Scope
 
     gen = torch.Generator().manual_seed(5 + ctx.rank)
     a = torch.randn(8, 16, generator=gen).to(ctx.device)
@@ -190,12 +190,12 @@ def job_roles_and_steps_never_pair(ctx):
     call = registry.get("all_gather_gemm", "fused_sequential")
     ref = registry.get("all_gather_gemm", "reference")(a, b)
     messages = []
-    for scope in (role("backward" if ctx.rank else "forward"), tilefuse.step(ctx.rank)):
+    for scope in (Scope(role="backward" if ctx.rank else "forward"), tilefuse.step(ctx.rank)):
         with pytest.raises(tilefuse.CallMismatchError) as info, scope:
             call(a, b)
             tilefuse.synchronize()
         messages.append(str(info.value))
-    with tilefuse.step(3), tilefuse.step("batch"), role("forward"):
+    with tilefuse.step(3), tilefuse.step("batch"), Scope(role="forward"):
         got = call(a, b)
         tilefuse.synchronize()
     assert_matches(got, ref, torch.float32, 16, ctx.on_gpu, "a call in the same scope on every rank")
@@ -320,7 +320,7 @@ def test_steps_nest_per_thread_and_backward_keeps_the_forward_steps():
         thread = threading.Thread(target=lambda: seen.update(other=scope.current_scope()))
         thread.start()
         thread.join()
-        with scope.role("forward"):
+        with scope.Scope(role="forward"):
             assert scope.current_scope() == ((1, "b"), "forward") and scope.STATE.mix not in (0, mix)
         assert scope.STATE.mix == mix
     assert seen["other"] == ((), None)  # another thread (autograd's, say) starts outside any scope

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 _BACKENDS = ("cuda", "cpu")
 MAX_TIMEOUT_S = 86400.0  # a day: longer bounds overflow the device's nanosecond deadline arithmetic
@@ -41,29 +42,18 @@ def interpreting() -> bool:
 def seconds(name: str, default: float) -> float:
     """The setting ``name`` as seconds in [``MIN_TIMEOUT_S``, ``MAX_TIMEOUT_S``]; ``default`` when unset."""
     text = _text(name)
-    return check_seconds(name, text, text) if text else default
+    return check_seconds(name, text) if text else default
 
 
-def check_seconds(name: str, value, text: str | None = None) -> float:
-    """``value`` as a bound in seconds, else a ValueError naming ``name`` and the accepted range."""
+def check_seconds(name: str, given) -> float:
+    """``given`` as a bound in seconds, else a ValueError naming ``name`` and the accepted range."""
     try:
-        value = float(value)
+        value = float(given)
     except (TypeError, ValueError):
         value = math.nan
     if not (MIN_TIMEOUT_S <= value <= MAX_TIMEOUT_S):  # nan and inf fail here too
-        shown = repr(text) if text is not None else repr(value)
-        raise ValueError(f"{name}={shown}: expected a number of seconds in [{MIN_TIMEOUT_S:g}, {MAX_TIMEOUT_S:g}]")
+        raise ValueError(f"{name}={given!r}: expected a number of seconds in [{MIN_TIMEOUT_S:g}, {MAX_TIMEOUT_S:g}]")
     return value
-
-
-def switch(name: str, default: bool = False) -> bool:
-    """The on/off setting ``name``: 1/on/true/yes or 0/off/false/no; ``default`` when unset."""
-    text = _text(name).lower()
-    if not text:
-        return default
-    if text in _ON or text in _OFF:
-        return text in _ON
-    raise ValueError(f"{name}={text!r}: expected 1 (on) or 0 (off)")
 
 
 def host_timeout() -> float:
@@ -77,8 +67,11 @@ def wait_timeout(default: float) -> float:
 
 
 def sync_errors() -> bool:
-    """``TILEFUSE_SYNC_ERRORS``: whether a GPU call checks its errors at its end (a device sync)."""
-    return switch("TILEFUSE_SYNC_ERRORS")
+    """``TILEFUSE_SYNC_ERRORS`` (1/on/true/yes or 0/off/false/no): whether a GPU call syncs to check its errors."""
+    text = _text("TILEFUSE_SYNC_ERRORS").lower()
+    if text not in ("", *_ON, *_OFF):
+        raise ValueError(f"TILEFUSE_SYNC_ERRORS={text!r}: expected 1 (on) or 0 (off)")
+    return text in _ON
 
 
 def heap_size() -> int | None:
@@ -102,10 +95,8 @@ def heap_size() -> int | None:
 def autotune_mode() -> str:
     """``TILEFUSE_AUTOTUNE``: ``"0"`` never, ``"1"`` every uncovered shape, ``"auto"`` (unset) on a GPU."""
     text = _text("TILEFUSE_AUTOTUNE").lower()
-    if text in ("", "auto"):
-        return "auto"
-    if text in _ON or text in _OFF:
-        return "1" if text in _ON else "0"
+    if text in ("", "auto", *_ON, *_OFF):
+        return "auto" if text in ("", "auto") else "1" if text in _ON else "0"
     raise ValueError(f"TILEFUSE_AUTOTUNE={text!r}: use 0 (off), 1 (tune every uncovered shape) or leave it unset")
 
 
@@ -139,14 +130,9 @@ def debug_poison() -> bool:
 
 def configure() -> None:
     """Turn the interpreter on for the cpu backend, remaking Triton's own ``@triton.jit`` helpers made before."""
-    if requested_backend() == "cpu" and not interpreting():
-        os.environ["TRITON_INTERPRET"] = "1"
-        _interpret_triton_helpers()
-
-
-def _interpret_triton_helpers() -> None:
-    import sys
-
+    if requested_backend() != "cpu" or interpreting():
+        return
+    os.environ["TRITON_INTERPRET"] = "1"
     if "triton.language" not in sys.modules:
         return  # Triton decorates its helpers when imported, now under the interpreter
     from triton.runtime.interpreter import InterpretedFunction

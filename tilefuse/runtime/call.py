@@ -45,8 +45,7 @@ def group_of(group) -> Group:
 def using(target):
     """Make ``target`` (a group state, or a process group) this thread's active group inside the block."""
     g = target if isinstance(target, Group) else REGISTRY.get(target)
-    prev = _TLS.group
-    _TLS.group = g
+    prev, _TLS.group = _TLS.group, g
     try:
         yield g
     finally:
@@ -70,17 +69,6 @@ def current_call() -> CollectiveCall:
     if call is None:
         raise RuntimeError("no tilefuse collective call is active in this thread")
     return call
-
-
-def _order_stream(g: Group, raw: int) -> None:
-    """Calls on different streams run in the order the host made them (``raw``: the current stream)."""
-    order = g.order
-    if raw == order.raw:
-        return
-    stream = torch.cuda.current_stream(g.heap.device)
-    if order.stream is not None and stream != order.stream:
-        stream.wait_stream(order.stream)  # everything queued there so far, the last call included
-    order.stream, order.raw = stream, raw
 
 
 class CollectiveCall:
@@ -120,8 +108,12 @@ class CollectiveCall:
                 if isinstance(err, (WaitTimeoutError, PoisonedError)):
                     raise err
                 self.pending = err
-            if st.on_gpu and not self.capturing:
-                _order_stream(st, self.stream)
+            if st.on_gpu and not self.capturing and self.stream != st.order.raw:
+                # Calls on different streams run in the order the host made them.
+                order, stream = st.order, torch.cuda.current_stream(st.heap.device)
+                if order.stream is not None and stream != order.stream:
+                    stream.wait_stream(order.stream)  # everything queued there so far, the last call included
+                order.stream, order.raw = stream, self.stream
         except BaseException:
             if self.st is not None:
                 _TLS.group = self.prev
@@ -132,22 +124,18 @@ class CollectiveCall:
         return self
 
     def _wrong_device(self, st: Group) -> None:
-        try:
-            check_current_device(self.op, st.heap.device)
-        except RuntimeError:
-            if not st.poisoned:  # the peers are making this call: count it on every rank, as failed
-                with torch.cuda.device(st.heap.device):
-                    st.launch_begin(int(P.SIG_FAILED))
-                    st.note_end(torch.cuda.is_current_stream_capturing())
-            raise
+        if not st.poisoned:  # the peers are making this call: count it on every rank, as failed
+            with torch.cuda.device(st.heap.device):
+                st.launch_begin(int(P.SIG_FAILED))
+                st.note_end(torch.cuda.is_current_stream_capturing())
+        check_current_device(self.op, st.heap.device)  # raises: another device than the heap's is current
 
     def begin(self, key: tuple, outputs: tuple = ()) -> None:
         """Launch the begin kernel for the call with signature ``key``; ``outputs`` are NaN if it aborts."""
-        if self.begun:
-            return
-        g = self.group
-        g.launch_begin(g.signature(key), outputs)
-        self.begun = True
+        if not self.begun:
+            g = self.group
+            g.launch_begin(g.signature(key), outputs)
+            self.begun = True
 
     def enter_args(self, key: tuple, outputs: tuple = ()) -> tuple:
         """The arguments of a kernel that begins the call itself (``P.enter``); then :meth:`entered`."""

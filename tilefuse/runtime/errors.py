@@ -53,21 +53,20 @@ def describe_sig(st, value: int) -> str:
     return f"({text})" if text else f"a call with signature {value:#x} (not made on this rank)"
 
 
-def read_record(st) -> dict:
-    """The error record, error count and poison word of ``st``'s control block (one device read)."""
+def take_record(st) -> dict | None:
+    """The error record, error count and poison word of ``st``'s control block (one device read), None when
+    neither is set; then the count and record are zeroed (and the host's copy of the count), not the poison."""
     names = ("kind", "seq", "rank", "peer", "addr", "target", "seen", "ns")
     lo, first = int(P.CTL_POISON), int(P.CTL_REC_KIND)
     words = st.ctl[lo:first + len(names)].tolist()
-    rec = dict(zip(names, words[first - lo:]))
-    return rec | {"errors": int(words[int(P.CTL_ERRORS) - lo]), "poison": int(words[0])}
-
-
-def clear_record(st) -> None:
-    """Zero the error count and record (and the host's copy of the count); the poison word stays."""
+    rec = dict(zip(names, words[first - lo:])) | {"errors": int(words[int(P.CTL_ERRORS) - lo]), "poison": int(words[0])}
+    if rec["errors"] == 0 and rec["poison"] == 0:
+        return None
     st.ctl[int(P.CTL_ERRORS)] = 0
     st.ctl[int(P.CTL_REC_KIND):int(P.CTL_REC_NS) + 1] = 0
     if st.status_host is not None:
         st.status_host[1] = 0
+    return rec
 
 
 def error_from(st, rec: dict) -> Exception:

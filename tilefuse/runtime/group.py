@@ -17,19 +17,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from . import _env, hostsync
+from . import _env, errors, hostsync
 from . import primitives as P
-from .errors import (
-    CallMismatchError,
-    PeerExitedError,
-    PoisonedError,
-    WaitTimeoutError,
-    clear_record,
-    describe_group,
-    error_from,
-    poison_message,
-    read_record,
-)
+from .errors import CallMismatchError, PeerExitedError, PoisonedError, WaitTimeoutError
 from .heap import SymmetricHeap
 from .scope import SCOPE_TEXTS, STATE, hash62
 
@@ -123,9 +113,7 @@ class Group:
         bound_s = _env.wait_timeout(DEFAULT_WAIT_TIMEOUT_S[backend])
         heap = SymmetricHeap(size, group, backend, device_for(backend, group))
         ctl = heap.zeros(P.ctl_words(heap.world_size), dtype=torch.int64)
-        heap.mark_internal(ctl)  # tilefuse's own: not a user tensor left alive at shutdown
-        if heap.offset_of(ctl) != 0:
-            raise RuntimeError("tilefuse.init: the control block must be the heap's first allocation")
+        heap.mark_internal(ctl)  # the heap's first block (offset 0); tilefuse's own: not reported at shutdown
         ctl[int(P.CTL_BOUND_NS)] = int(bound_s * 1e9)
         ctl[int(P.CTL_GEN)] = 1
         on_gpu = heap.device.type == "cuda"
@@ -154,12 +142,10 @@ class Group:
     def exited_peer(self) -> tuple | None:
         """``(rank, pid)`` of a watched peer process that has exited (its pidfd reads ready), else None."""
         fds = [fd for _, _, fd in self.peers if fd >= 0]
-        if fds:
-            ready = select.select(fds, [], [], 0)[0]
-            for r, pid, fd in self.peers:
-                if fd in ready:
-                    return r, pid
+        ready = select.select(fds, [], [], 0)[0] if fds else ()
         for r, pid, fd in self.peers:
+            if fd in ready:
+                return r, pid
             if fd < 0:
                 try:
                     os.kill(pid, 0)
@@ -178,8 +164,7 @@ class Group:
     def check_host_step(self, what: str, calls: bool = True) -> CallMismatchError | None:
         """Between a host step's polls: raise :class:`PeerExitedError` if a peer has exited; with ``calls``,
         a :class:`CallMismatchError` if a peer began a call this rank has not (``hostsync`` raises it)."""
-        if self.peers:
-            self.check_peers(what)
+        self.check_peers(what)
         words = self._ctl_words() if calls else None
         if words is None:
             return None
@@ -220,7 +205,7 @@ class Group:
     def peer_exited(self, gone: tuple, what: str) -> PeerExitedError:
         """Poison this group for the exited peer ``gone`` = (rank, pid); the error to raise."""
         rank, pid = gone
-        self.poisoned = (f"tilefuse: rank {rank} (pid {pid}) of group {describe_group(self.group)} has exited; "
+        self.poisoned = (f"tilefuse: rank {rank} (pid {pid}) of group {errors.describe_group(self.group)} has exited; "
                          f"{what}. A process cannot rejoin a heap, nor tilefuse.reset() bring it back: the group "
                          "must be re-created (tilefuse.shutdown(), a new process group with a live process in "
                          "its place, tilefuse.init()), or the job restarted")
@@ -294,13 +279,12 @@ class Group:
             self.wait_device("waiting for this rank's device")
         elif not self.status_set():
             return None
-        rec = read_record(self)
-        if rec["errors"] == 0 and rec["poison"] == 0:
+        rec = errors.take_record(self)
+        if rec is None:
             return None
-        err = error_from(self, rec) if rec["errors"] else None
-        clear_record(self)
+        err = errors.error_from(self, rec) if rec["errors"] else None
         if rec["poison"]:
-            self.poisoned = poison_message(rec)
+            self.poisoned = errors.poison_message(rec)
             # A peer's reset (a negative word) raises here only where the call recorded nothing else.
             if err is None or not (isinstance(err, WaitTimeoutError) or rec["poison"] < 0):
                 err = PoisonedError(self.poisoned)
@@ -411,8 +395,8 @@ class Registry:
         if self.default is None or group is None:
             raise RuntimeError(f"{what}: tilefuse is not initialised on this rank: call tilefuse.init() first")
         rank = dist.get_rank() if dist.is_initialized() else -1
-        known = ", ".join(describe_group(s.group) for s in self.by_group.values())
-        raise RuntimeError(f"{what}: tilefuse is not initialised for process group {describe_group(group)} on "
+        known = ", ".join(errors.describe_group(s.group) for s in self.by_group.values())
+        raise RuntimeError(f"{what}: tilefuse is not initialised for process group {errors.describe_group(group)} on "
                            f"global rank {rank}: call tilefuse.init(group=...) with that group on every rank of "
                            f"it first (each process group has a heap of its own; initialised here: {known})")
 

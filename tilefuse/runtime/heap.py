@@ -80,11 +80,10 @@ class Allocator:
         with self._lock:
             return sum(self._used.values())
 
-    def live(self, exclude: Iterable[int] = ()) -> tuple[int, int]:
-        """(blocks, bytes) in use, leaving out internal blocks and those that start at ``exclude``."""
-        skip = set(exclude)
+    def live(self) -> tuple[int, int]:
+        """(blocks, bytes) in use, leaving out internal blocks."""
         with self._lock:
-            sizes = [n for off, n in self._used.items() if off not in skip and off not in self._internal]
+            sizes = [n for off, n in self._used.items() if off not in self._internal]
         return len(sizes), sum(sizes)
 
     def mark_internal(self, offset: int) -> None:
@@ -92,23 +91,13 @@ class Allocator:
         with self._lock:
             self._internal.update(off for off, n in self._used.items() if off <= offset < off + n)
 
-    def block_start(self, offset: int) -> int | None:
-        """Start of the block in use that holds byte ``offset``, or None."""
-        with self._lock:
-            for off, n in self._used.items():
-                if off <= offset < off + n:
-                    return off
-        return None
-
 
 class Block:
     """One allocation as an array interface; holds this rank's whole heap ``memory`` (it outlives the heap)."""
 
     def __init__(self, allocator: Allocator, offset: int, addr: int, nbytes: int, device: torch.device,
                  memory: torch.Tensor):
-        self._allocator = allocator
-        self._memory = memory
-        self.offset = offset
+        self._allocator, self._memory, self.offset = allocator, memory, offset
         iface = {"shape": (nbytes,), "typestr": "|u1", "data": (addr, False), "version": 3}
         if device.type == "cuda":
             iface["strides"] = None
@@ -152,10 +141,7 @@ class SymmetricHeap:
 
     def __init__(self, size: int, group, backend: str, device: torch.device):
         self.uid = next(_HEAP_IDS)  # unique in this process (caches key on it, not on id())
-        self.size = size
-        self.group = group
-        self.backend = backend
-        self.device = device
+        self.size, self.group, self.backend, self.device = size, group, backend, device
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self._allocator = Allocator(size)
@@ -181,8 +167,8 @@ class SymmetricHeap:
             return
         self._closed = True
         gc.collect()  # blocks held only by unreachable cycles (a traceback, say) are not the user's
-        skip = [self._allocator.block_start(self.offset_of(t)) for t in internal if self.is_on_heap(t)]
-        blocks, nbytes = self._allocator.live(exclude=skip)
+        self.mark_internal(*(t for t in internal if self.is_on_heap(t)))
+        blocks, nbytes = self._allocator.live()
         if blocks:
             warnings.warn(f"tilefuse heap of rank {self.rank} closed with {blocks} heap tensor block(s) ({nbytes} "
                           "bytes) still referenced: they stay valid on this rank (their memory is kept until they "

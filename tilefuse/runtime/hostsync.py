@@ -152,7 +152,7 @@ def reset(group=None, *, what: str = "tilefuse.reset", late=None) -> None:
                 # A token changed: a peer gave up, or it left after seeing every ack (then so do we).
                 if _all_acked(store, base, acked, world):
                     break
-                _withdraw(store, base, acked, rank)
+                store.delete_key(f"{base}/ack/{acked}/{rank}")
                 acked = None
             if round_id is not None and acked is None:
                 store.set(f"{base}/ack/{round_id}/{rank}", b"1")
@@ -177,7 +177,8 @@ def reset(group=None, *, what: str = "tilefuse.reset", late=None) -> None:
             pause = min(pause * 2, 0.01)
     except BaseException:
         with contextlib.suppress(Exception):
-            _withdraw(store, base, acked, rank)
+            if acked is not None:
+                store.delete_key(f"{base}/ack/{acked}/{rank}")
             store.set(mine, b"")
         raise
     with contextlib.suppress(Exception):  # cleanup only
@@ -193,11 +194,7 @@ def _all_acked(store, base: str, round_id: str, world: int) -> bool:
     return store.check([f"{base}/ack/{round_id}/{r}" for r in range(world)])
 
 
-def _withdraw(store, base: str, round_id: str | None, rank: int) -> None:
-    if round_id is not None:
-        store.delete_key(f"{base}/ack/{round_id}/{rank}")
-
-
+LAST_STEP_WAIT_S = 10.0
 _CAP_S: list = [None]  # an upper bound on every step's timeout (set at interpreter exit)
 
 
@@ -268,8 +265,11 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
         if done == world:  # every rank has read: the keys can go (the count stays for a last step)
             for k in keys if last else keys + [done_key]:
                 store.delete_key(k)
-        if last:
-            _wait_all_read(store, done_key, done, world, min(LAST_STEP_WAIT_S, deadline - time.monotonic()))
+        end, pause = min(time.monotonic() + LAST_STEP_WAIT_S, deadline), 1e-4
+        while last and done < world and time.monotonic() < end:  # until every rank has read the keys
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+            done = store.add(done_key, 0)
     steps = [e[0] for e in entries]
     if any(s != what for s in steps):
         st.broken = f"{what}: ranks at different steps"
@@ -283,19 +283,6 @@ def all_gather_object(obj, group=None, *, what: str, timeout: float | None = Non
 def barrier(group=None, *, what: str, timeout: float | None = None, last: bool = False) -> None:
     """Return once every rank of ``group`` got here; bounded like :func:`all_gather_object`."""
     all_gather_object(None, group, what=what, timeout=timeout, last=last)
-
-
-LAST_STEP_WAIT_S = 10.0
-
-
-def _wait_all_read(store, key: str, done: int, world: int, seconds: float) -> None:
-    """Poll the step's read count until every rank has added to it, for at most ``seconds``."""
-    end = time.monotonic() + max(0.0, seconds)
-    pause = 1e-4
-    while done < world and time.monotonic() < end:
-        time.sleep(pause)
-        pause = min(pause * 2, 0.01)
-        done = store.add(key, 0)
 
 
 def _wait(store, keys: list, gave_up: str, deadline: float, check=None, what: str = "") -> tuple:

@@ -120,8 +120,7 @@ def _barrier(ctl_ptr, phase, seq, cur_rank, world, heap_bases):
         wait(bar + src, seq, cur_rank, src, ctl_ptr, heap_bases, world)
 
 
-def _host_ns():
-    return time.monotonic_ns()
+_host_ns = time.monotonic_ns  # the interpreter's clock (a host function the interpreted kernel calls)
 
 
 if _env.interpreting():
@@ -288,25 +287,21 @@ def call_begin_kernel(
 
 @triton.jit
 def bases(call):
-    """Every rank's heap base as mapped in this process (``heap_bases``)."""
     return call[0]
 
 
 @triton.jit
 def ctl(call):
-    """This rank's control block."""
     return call[1]
 
 
 @triton.jit
 def rank(call):
-    """The rank this kernel runs on."""
     return call[2]
 
 
 @triton.jit
 def world(call):
-    """The number of ranks."""
     return call[3]
 
 

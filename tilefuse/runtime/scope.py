@@ -85,11 +85,6 @@ def step(i: int | str) -> Scope:
     return Scope(step=i)
 
 
-def role(name: str) -> Scope:
-    """``with role("forward")``: calls inside carry the role ``name``."""
-    return Scope(role=name)
-
-
 def current_scope() -> tuple:
     """``(steps, role)`` of this thread's scope."""
     return STATE.steps, STATE.role
@@ -97,9 +92,7 @@ def current_scope() -> tuple:
 
 def saved_scope() -> tuple | None:
     """What an autograd forward keeps for its backward: :func:`current_scope` (None while compiling)."""
-    if torch.compiler.is_compiling():
-        return None
-    return current_scope()
+    return None if torch.compiler.is_compiling() else current_scope()
 
 
 def in_backward(saved: tuple | None, fn, *args):

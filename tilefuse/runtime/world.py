@@ -96,16 +96,6 @@ def control_block() -> torch.Tensor:
     return active().ctl
 
 
-def stand_in() -> torch.Tensor:
-    """A float32[1] device tensor kernels never read: the pointer for an output a call lacks."""
-    return active().dummy
-
-
-def bump_generation() -> None:
-    """Calls launched for an earlier workspace generation (CUDA graph replays) abort from now on."""
-    active().bump_generation()
-
-
 def set_wait_timeout(seconds: float, group=None) -> float:
     """Set the device wait bound (seconds, this rank) of ``group``'s calls; returns the previous one."""
     seconds = _env.check_seconds("set_wait_timeout: seconds", seconds)
@@ -128,8 +118,7 @@ def check_peers(group=None) -> None:
     error: the check every eager op call makes first, for a CUDA graph replay (before ``replay()``)."""
     g = group_of(group)
     g.raise_if_poisoned()
-    if g.peers:
-        g.check_peers("tilefuse.check_peers")
+    g.check_peers("tilefuse.check_peers")
 
 
 def barrier(group=None) -> None:
@@ -165,8 +154,7 @@ def reset(group=None) -> None:
     with REGISTRY.lock, using(g):
         if g.poison_error is PeerExitedError:
             g.raise_if_poisoned()
-        if g.peers:
-            g.check_peers("tilefuse.reset")
+        g.check_peers("tilefuse.reset")
         late = ((min(RESET_POISON_AFTER_S, 0.5 * _env.host_timeout()), lambda: g.poison_all(-(heap.rank + 1)))
                 if heap.world_size > 1 else None)
         if heap.device.type == "cuda":

@@ -214,7 +214,7 @@ def _drop_workspaces() -> None:
     uid = get_heap().uid
     dropped = _forget(uid)
     if any(ws.captured for ws in dropped):
-        _world.bump_generation()
+        _world.active().bump_generation()
     _KEPT_FOR_GRAPHS.extend((uid, ws) for ws in dropped if ws.captured)
     dropped = None
     gc.collect()  # blocks held by reference cycles come back now, on every rank alike

@@ -55,7 +55,7 @@ def call_arg(heap, entry: tuple | None) -> tuple:
     """The ``call`` tuple of a kernel in the call protocol (``P.enter``/``P.exit``), with never-read
     stand-ins when a begin kernel began the call (``entry`` None: ``ENTER=False``)."""
     if entry is None:
-        dummy = _world.stand_in()
+        dummy = _world.active().dummy  # never read
         entry = (0, 0, dummy, 0, dummy, 0, dummy)
     return (heap.heap_bases, control_block(), heap.rank, heap.world_size, *entry)
 
