@@ -227,7 +227,7 @@ def _define(spec: OpSpec) -> None:
             dc = dc.contiguous()
             grads[0], grads[1] = in_backward(ctx.scope, spec.backward, ctx, *ctx.saved_tensors, dc)
             # Each rank's c gets the bias once: its gradient is dc's row sum.
-            if spec.bias and ctx.needs_input_grad[5]:
+            if spec.bias and len(grads) > 5 and ctx.needs_input_grad[5]:
                 grads[5] = dc.sum(0, dtype=torch.float32).to(dc.dtype)
         return tuple(grads)
 
