@@ -89,7 +89,7 @@ def check_out_tensor(op: str, out, shape: tuple, dtype, device, **inputs: torch.
         raise ValueError(f"{op}: out is on {out.device}, expected {device} (the device of a and b)")
     n_out = span_bytes(out)
     for name, t in inputs.items():
-        n = span_bytes(t)  # the byte ranges of out and t intersect on one device:
+        n = span_bytes(t)  # overlap: the byte ranges of out and t intersect on one device
         if (t.device == device and n_out > 0 and n > 0 and out.data_ptr() < t.data_ptr() + n
                 and t.data_ptr() < out.data_ptr() + n_out):
             raise ValueError(f"{op}: out overlaps {name} in memory (the call reads {name} while it writes out): "
