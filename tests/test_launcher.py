@@ -279,15 +279,12 @@ def job_auto_resolves_once(ctx, op, variant):
     from ophelpers import assert_matches
 
     from tilefuse.ops import dispatch, registry
-    from tilefuse.runtime import hw
     from tilefuse.tuning import tables
 
     dispatch.clear()
     tilefuse.clear_workspaces()
     a, b = _operands(ctx, op, 24, 40, 32, seed=300)
-    heap = ctx.heap
-    bkey = dispatch._bucket_key(op, hw.arch_name(heap.device), ctx.world, dispatch._dtype_name(a.dtype),
-                                a.shape[0], b.shape[1], a.shape[1], heap.group, heap)
+    bkey = dispatch._call_facts(op, a, b, None)[-1]
     dispatch._BUCKETS[bkey] = tables.Choice(variant, None, "set by the test")
     public, ref = getattr(tilefuse, op), registry.get(op, "reference")
     real = dispatch.resolve

@@ -19,6 +19,7 @@ from .ops import plain as _plain  # noqa: E402,F401  (registers the plain path)
 from .ops.all_gather_gemm import all_gather_gemm  # noqa: E402
 from .ops.common.arena import clear_workspaces  # noqa: E402
 from .ops.common.config import Config  # noqa: E402
+from .ops.dispatch import choose as _choose  # noqa: E402
 from .ops.gemm_all_reduce import gemm_all_reduce  # noqa: E402
 from .ops.gemm_all_scatter import gemm_all_scatter  # noqa: E402
 from .ops.gemm_reduce_scatter import gemm_reduce_scatter  # noqa: E402
@@ -94,9 +95,7 @@ def matmul(a, b, *, config=None, out=None, scale_a=None, scale_b=None, out_dtype
 def auto_choice(op: str, a, b, group=None) -> tuple:
     """``(variant, source)``: what ``variant="auto"`` runs for ``op(a, b)`` on this rank and where that
     came from (the bucket's decision, else this rank's tables and cache). Communicates nothing."""
-    from .ops import dispatch
-
-    choice = dispatch.choose(op, a, b, group)
+    choice = _choose(op, a, b, group)
     return choice.variant, choice.source
 
 

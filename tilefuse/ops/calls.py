@@ -15,27 +15,22 @@ def _direct(a, b, kwargs: dict) -> dict | None:
     the keyword arguments its entry point needs (those not None or False), else None."""
     if _is_compiling() or _dispatch_modes() or not (_plain(a) and _plain(b)):
         return None
-    given = _NONE
+    given = {}
     for name, value in kwargs.items():
         if value is not None and value is not False:
             if not _plain(value):
                 return None
-            if given is _NONE:
-                given = {}
             given[name] = value
     return given
 
 
 def _plain(t) -> bool:
     """``t`` is no tensor (the entry point's checks name it) or a plain tensor needing no gradient."""
-    if not isinstance(t, _Tensor):
-        return True
-    return type(t) in _PLAIN_TYPES and not (t.requires_grad and _grad_enabled())
+    return not isinstance(t, _Tensor) or (type(t) in _PLAIN_TYPES and not (t.requires_grad and _grad_enabled()))
 
 
 _Tensor = torch.Tensor
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
-_NONE: dict = {}  # no keyword argument to pass on (never written)
 _is_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack  # what _get_current_dispatch_mode reads first
 _grad_enabled = torch.is_grad_enabled

@@ -22,15 +22,6 @@ from . import plain, registry
 log = logging.getLogger("tilefuse")
 
 
-def _dtype_name(dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _capturing(device: torch.device) -> bool:
-    """Whether torch.compile is tracing or this stream is capturing a CUDA graph (no host exchange)."""
-    return torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
-
-
 def _times_mean_something(device: torch.device) -> bool:
     """Whether the default mode may tune here: on a GPU, not in Triton's interpreter."""
     return device.type == "cuda"
@@ -63,11 +54,8 @@ def _model_view(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: s
 def choose(op: str, a, b, group=None) -> tables.Choice:
     """What auto runs (or would run) for ``op(a, b)``, without communicating."""
     grp, arch, world, dtype, M, N, K, bkey = _call_facts(op, a, b, group)
-    hit = _BUCKETS.get(bkey)
-    if hit is not None:
-        return hit
-    return (_local_view(op, arch, world, M, N, K, dtype) or _model_view(op, arch, world, M, N, K, dtype)
-            or _default("nothing measured"))
+    return (_BUCKETS.get(bkey) or _local_view(op, arch, world, M, N, K, dtype)
+            or _model_view(op, arch, world, M, N, K, dtype) or _default("nothing measured"))
 
 
 _BUCKETS: dict = {}  # bucket key -> Choice, made collectively (the same on every rank)
@@ -100,12 +88,9 @@ def _call_facts(op: str, a, b, group) -> tuple:
     grp = group if group is not None else heap.group
     world = dist.get_world_size(grp)
     (M, K), N = a.shape, b.shape[1]
-    dtype, arch = _dtype_name(a.dtype), hw.arch_name(heap.device)
-    return grp, arch, world, dtype, M, N, K, _bucket_key(op, arch, world, dtype, M, N, K, grp, heap)
-
-
-def _bucket_key(op, arch, world, dtype, M, N, K, grp, heap) -> tuple:
-    return (op, arch, world, dtype, N, K, m_bucket(M), grp, heap.uid, _dirs(), tables.generation())
+    dtype, arch = str(a.dtype).removeprefix("torch."), hw.arch_name(heap.device)
+    bkey = (op, arch, world, dtype, N, K, m_bucket(M), grp, heap.uid, _dirs(), tables.generation())
+    return grp, arch, world, dtype, M, N, K, bkey
 
 
 def _candidates(op: str, a, b, grp, kwargs: dict, model: tables.Choice | None) -> list:
@@ -137,8 +122,8 @@ def _tune(op, a, b, grp, kwargs, arch, world, dtype, M, N, K, model) -> tables.C
     graph = None
     if res.device:  # device time was measured: the graph pick is recorded, the same as the eager one or not
         graph = (res.graph_variant, res.graph_config)
-        gcfg = None if res.graph_config is None else res.graph_config.to_dict()
-        entry["graph"] = {"variant": res.graph_variant, "config": gcfg, "device_ms": res.device}
+        entry["graph"] = {"variant": res.graph_variant, "config": res.graph_config and res.graph_config.to_dict(),
+                          "device_ms": res.device}
         if res.graph_confirmed is not None:
             entry["graph"]["confirm_device_ms"] = res.graph_confirmed["device"]
     try:
@@ -157,7 +142,7 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
     hit = _BUCKETS.get(bkey)
     if hit is not None:
         return hit, True
-    if _capturing(a.device):
+    if torch.compiler.is_compiling() or (a.is_cuda and torch.cuda.is_current_stream_capturing()):
         return _default("capturing or compiling: no exchange, no tuning"), False
     try:
         mine = {"view": _local_view(op, arch, world, M, N, K, dtype),
@@ -165,10 +150,9 @@ def _decide(op: str, a, b, group, kwargs) -> tuple[tables.Choice, bool]:
     except (ValueError, OSError) as err:  # a malformed table, a bad setting: every rank raises, none waits
         mine = {"error": f"{type(err).__name__}: {err}"}
     views = autotune.all_gather(mine, grp, what=f"auto {op}: decision views")
-    failed = [(r, v["error"]) for r, v in enumerate(views) if v["error"]]
-    if failed:
-        r, text = failed[0]
-        raise RuntimeError(f"{op}: variant='auto' cannot decide: rank {r}: {text}")
+    for r, v in enumerate(views):
+        if v["error"]:
+            raise RuntimeError(f"{op}: variant='auto' cannot decide: rank {r}: {v['error']}")
     lead = views[0]
     if any(v["view"] != lead["view"] for v in views[1:]):
         log.debug("tilefuse: auto %s %dx%dx%d: the ranks' tables/caches differ; rank 0's view wins: %s",

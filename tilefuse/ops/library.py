@@ -89,8 +89,7 @@ def group_name(group) -> str | None:
     if group is None or isinstance(group, str):
         return group
     if not isinstance(group, dist.ProcessGroup):
-        raise TypeError(f"group must be a torch.distributed ProcessGroup, its name or None, got "
-                        f"{type(group).__name__}")
+        raise TypeError(f"group must be a torch.distributed ProcessGroup, its name or None, got {type(group).__name__}")
     return _name_of(group)
 
 
@@ -187,9 +186,9 @@ SPECS: dict[str, OpSpec] = {
 }
 
 
-def _fake_out(spec: OpSpec, a, b, group, bias=None, scaling=None):
+def _fake_out(spec: OpSpec, a, b, group, bias=None, scale_a=None, scale_b=None, out_dtype=None):
     check_operands(spec.name, a, b)
-    scaled = check_scales(spec.name, a, b, **(scaling or {}))
+    scaled = check_scales(spec.name, a, b, scale_a, scale_b, out_dtype)
     W = world_size(group)
     if spec.rows_divisible:
         check_divisible(spec.name, "M (rows of a)", a.shape[0], W, "the world size")
@@ -217,12 +216,9 @@ def _save(ctx, inputs, a):
 
 def _define(spec: OpSpec) -> None:
     def impl(a, b, variant, config, group, *args):
-        bias, scaling = _split_bias(spec, args)
+        bias, *scales = _split_bias(spec, args)
         kwargs = {"bias": bias} if bias is not None else {}
-        return _owned(run(spec.name, a, b, variant, config, group, **kwargs, **scaling), a, b)
-
-    def fake(a, b, variant, config, group, *args):
-        return _fake_out(spec, a, b, group, *_split_bias(spec, args))
+        return _owned(run(spec.name, a, b, variant, config, group, **kwargs, **_scaling(*scales)), a, b)
 
     def backward(ctx, dc):
         _no_float8_backward(ctx)
@@ -237,15 +233,13 @@ def _define(spec: OpSpec) -> None:
 
     schema = f"({_ARGS}, Tensor? bias=None, {_SCALED}) -> Tensor" if spec.bias else f"({_ARGS}, {_SCALED}) -> Tensor"
     op = torch.library.custom_op(f"tilefuse::{spec.name}", impl, mutates_args=(), schema=schema)
-    op.register_fake(fake)
+    op.register_fake(lambda a, b, variant, config, group, *args: _fake_out(spec, a, b, group, *_split_bias(spec, args)))
     op.register_autograd(backward, setup_context=lambda ctx, inputs, output: _save(ctx, inputs, inputs[0]))
 
 
 def _split_bias(spec: OpSpec, args: tuple) -> tuple:
-    """``(bias, scaling keywords)`` from the schema's arguments after ``group`` (those left out: None)."""
-    names = ("bias",) * spec.bias + ("scale_a", "scale_b", "out_dtype")
-    given = dict(zip(names, args))
-    return given.get("bias"), _scaling(*(given.get(n) for n in names[spec.bias:]))
+    """``(bias, scale_a, scale_b, out_dtype)`` from the schema's arguments after ``group`` (left out: None)."""
+    return ((args if spec.bias else (None, *args)) + (None,) * 4)[:4]
 
 
 for _spec in SPECS.values():
@@ -263,7 +257,7 @@ def all_gather_gemm_gathered(a, b, variant, config, group, scale_a=None, scale_b
 
 @all_gather_gemm_gathered.register_fake
 def _(a, b, variant, config, group, scale_a=None, scale_b=None, out_dtype=None):
-    c = _fake_out(SPECS["all_gather_gemm"], a, b, group, scaling=_scaling(scale_a, scale_b, out_dtype))
+    c = _fake_out(SPECS["all_gather_gemm"], a, b, group, None, scale_a, scale_b, out_dtype)
     return c, a.new_empty((c.shape[0], a.shape[1]))
 
 
@@ -299,7 +293,7 @@ def gemm_all_scatter_out(a, b, out, variant, config, group, scale_a=None, scale_
 
 @gemm_all_scatter_out.register_fake
 def _(a, b, out, variant, config, group, scale_a=None, scale_b=None, out_dtype=None) -> None:
-    _fake_out(SPECS["gemm_all_scatter"], a, b, group, scaling=_scaling(scale_a, scale_b, out_dtype))
+    _fake_out(SPECS["gemm_all_scatter"], a, b, group, None, scale_a, scale_b, out_dtype)
 
 
 # gemm_all_reduce with the residual-add + RMSNorm epilogue: ``(y, new_residual)`` (gemm_all_reduce/norm.py).
@@ -311,16 +305,13 @@ def run_norm(a, b, variant: str, config, group, bias, residual, norm_weight, eps
     fused_sequential choice runs the epilogue in its kernel)."""
     from .gemm_all_reduce.norm import check_norm_args, run_with_norm
 
+    kwargs = {} if bias is None else {"bias": bias}
     if variant == "auto":
         check_norm_args("gemm_all_reduce", a, b, residual, norm_weight, eps)
-        variant, _, chosen = resolve_auto("gemm_all_reduce", a, b, group, {} if bias is None else {"bias": bias})[:3]
+        variant, _, chosen = resolve_auto("gemm_all_reduce", a, b, group, kwargs)[:3]
         config = chosen if config is None else config
-
-    def entry(a, b, **kwargs):
-        return _entry("gemm_all_reduce", a, b, variant, config, group, **kwargs)
-
-    return run_with_norm(entry, a, b, variant=variant, residual=residual,
-                         norm_weight=norm_weight, eps=eps, **({} if bias is None else {"bias": bias}))
+    entry = lambda a, b, **kw: _entry("gemm_all_reduce", a, b, variant, config, group, **kw)
+    return run_with_norm(entry, a, b, variant=variant, residual=residual, norm_weight=norm_weight, eps=eps, **kwargs)
 
 
 @torch.library.custom_op("tilefuse::gemm_all_reduce_norm", mutates_args=(),

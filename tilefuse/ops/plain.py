@@ -13,8 +13,7 @@ gemm_all_reduce        ``c = a @ b``; ``all_reduce(c)``; ``c += bias`` (W = 1: `
 
 gemm_all_scatter's result is column-major (``c.t()`` is contiguous): rank r's column block of ``c``
 is row block r of ``c.t()``, which a gather lands in place. A column-major ``out`` is that buffer; a
-row-major one receives one copy. Float8 calls run :func:`.common.scaled.scaled_matmul` and gather the
-float8 rows (as bytes) with their row scales, or reduce the fp32 product and round once.
+row-major one receives one copy. Float8 calls run :func:`.common.scaled.scaled_matmul`.
 
 Calls are not paired with the peers' as the fused variants' are: a call that differs between ranks
 fails as torch's collective does (gloo aborts the process, NCCL waits until its watchdog).
@@ -37,7 +36,6 @@ from .common.collectives import (
     all_reduce_sum,
     comm_of,
     op_group,
-    reduce_scatter_rows,
     reduce_scatter_tensor,
 )
 from .common.scaled import check_scales, gather_bytes, is_float8, row_scales, scaled_matmul
@@ -76,7 +74,12 @@ def gemm_all_scatter(a, b, *, config=None, group=None, out=None, scale_a=None, s
     op = "gemm_all_scatter"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
     if comm is None:  # float8
-        return _float8_all_scatter(a, b, *_float8(op, a, b, group, scale_a, scale_b, out_dtype), out=out)
+        s, grp = _float8(op, a, b, group, scale_a, scale_b, out_dtype)
+        c = all_gather_cat(scaled_matmul(a, b, s), dim=1, group=grp)
+        if out is None:
+            return c
+        check_out_tensor(op, out, (a.shape[0], dist.get_world_size(grp) * b.shape[1]), s.out_dtype, a.device, a=a, b=b)
+        return out.copy_(c)
     W = comm.world
     if out is not None:  # any tensor of the result's shape, dtype and device (the heap is not needed)
         check_out_tensor(op, out, (a.shape[0], W * b.shape[1]), a.dtype, a.device, a=a, b=b)
@@ -97,8 +100,12 @@ def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False, sca
                     out_dtype=None):
     op = "all_gather_gemm"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
-    if comm is None:  # float8
-        return _float8_all_gather(a, b, *_float8(op, a, b, group, scale_a, scale_b, out_dtype), return_gathered)
+    if comm is None:  # float8: the rows travel as bytes with their row scales
+        s, grp = _float8(op, a, b, group, scale_a, scale_b, out_dtype)
+        gathered = gather_bytes(a, grp)
+        scales = all_gather_cat(row_scales(s, a.shape[0]).reshape(-1, 1).contiguous(), dim=0, group=grp)
+        c = scaled_matmul(gathered, b, dataclasses.replace(s, scale_a=scales))
+        return (c, gathered) if return_gathered else c
     if comm.world == 1:
         c = _matmul(op, a, b)
         return (c, a) if return_gathered else c
@@ -111,8 +118,11 @@ def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False, sca
 def gemm_reduce_scatter(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_dtype=None):
     op = "gemm_reduce_scatter"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
-    if comm is None:  # float8
-        return _float8_reduce_scatter(a, b, *_float8(op, a, b, group, scale_a, scale_b, out_dtype))
+    if comm is None:  # float8: the fp32 products summed, rounded once
+        s, grp = _float8(op, a, b, group, scale_a, scale_b, out_dtype)
+        check_divisible(op, "M (rows of a)", a.shape[0], dist.get_world_size(grp), "the world size")
+        partial = scaled_matmul(a, b, dataclasses.replace(s, out_dtype=torch.float32))
+        return reduce_scatter(partial, grp).to(s.out_dtype)
     W = comm.world
     if W == 1:
         return _matmul(op, a, b)
@@ -138,8 +148,14 @@ def reduce_scatter(x, group):
 def gemm_all_reduce(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b=None, out_dtype=None):
     op = "gemm_all_reduce"
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
-    if comm is None:  # float8
-        return _float8_all_reduce(a, b, *_float8(op, a, b, group, scale_a, scale_b, out_dtype), bias)
+    if comm is None:  # float8: the fp32 products summed (plus the bias), rounded once
+        s, grp = _float8(op, a, b, group, scale_a, scale_b, out_dtype)
+        if bias is not None:
+            from .gemm_all_reduce._prepare import check_bias
+
+            check_bias(op, bias, a, b)
+        total = all_reduce_sum(scaled_matmul(a, b, dataclasses.replace(s, out_dtype=torch.float32)), group=grp)
+        return (total if bias is None else total + bias.float()).to(s.out_dtype)
     if bias is not None:
         from .gemm_all_reduce._prepare import check_bias
 
@@ -160,46 +176,6 @@ def _float8(op: str, a, b, group, scale_a, scale_b, out_dtype) -> tuple:
     """``(checked scaling, group)`` of a float8 call."""
     check_operands(op, a, b)
     return check_scales(op, a, b, scale_a, scale_b, out_dtype), op_group(group)
-
-
-def _float8_all_scatter(a, b, s, group, *, out=None):
-    world = dist.get_world_size(group)
-    c = all_gather_cat(scaled_matmul(a, b, s), dim=1, group=group)
-    if out is None:
-        return c
-    check_out_tensor("gemm_all_scatter", out, (a.shape[0], world * b.shape[1]), s.out_dtype, a.device, a=a, b=b)
-    return out.copy_(c)
-
-
-def _float8_all_gather(a, b, s, group, return_gathered):
-    gathered = gather_bytes(a, group)
-    scales = all_gather_cat(row_scales(s, a.shape[0]).reshape(-1, 1).contiguous(), dim=0, group=group)
-    c = scaled_matmul(gathered, b, dataclasses.replace(s, scale_a=scales))
-    return (c, gathered) if return_gathered else c
-
-
-def _float8_reduce_scatter(a, b, s, group):
-    world = dist.get_world_size(group)
-    check_divisible("gemm_reduce_scatter", "M (rows of a)", a.shape[0], world, "the world size")
-    partial = scaled_matmul(a, b, dataclasses.replace(s, out_dtype=torch.float32))
-    if world == 1:
-        return partial.to(s.out_dtype)
-    if partial.device.type == "cuda" and dist.get_backend(group) == "nccl":
-        out = partial.new_empty((partial.shape[0] // world, partial.shape[1]))
-        dist.reduce_scatter_tensor(out, partial, group=group)
-        return out.to(s.out_dtype)
-    return reduce_scatter_rows(partial, group=group).to(s.out_dtype)
-
-
-def _float8_all_reduce(a, b, s, group, bias):
-    if bias is not None:
-        from .gemm_all_reduce._prepare import check_bias
-
-        check_bias("gemm_all_reduce", bias, a, b)
-    total = all_reduce_sum(scaled_matmul(a, b, dataclasses.replace(s, out_dtype=torch.float32)), group=group)
-    if bias is not None:
-        total = total + bias.float()
-    return total.to(s.out_dtype)
 
 
 for _fn in (gemm_all_scatter, all_gather_gemm, gemm_reduce_scatter, gemm_all_reduce):

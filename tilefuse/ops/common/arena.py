@@ -82,19 +82,17 @@ def workspace(heap, key: tuple, make, nbytes: int) -> Workspace:
                            "not exist yet (heap buffers are created collectively, outside capture): make one eager "
                            "call with the same shapes, dtype, variant and config before capturing")
     _evict(heap, nbytes)
-    buffers = _allocate(heap, key, make)
-    failure = _check_offsets(heap, key, buffers)
-    if failure is not None and failure[0] is RuntimeError and _DIVERGED in failure[1]:
-        # Blocks held only by reference cycles are freed at different moments on different ranks; every
-        # rank compared the same gathered offsets and got this error: all collect now and retry in step.
-        buffers.clear()
-        gc.collect()
+    for retry in (True, False):
         buffers = _allocate(heap, key, make)
         failure = _check_offsets(heap, key, buffers)
-    if failure is not None:
+        if failure is None:
+            break
         buffers.clear()  # the blocks return now, on every rank alike
         gc.collect()
-        raise failure[0](failure[1])
+        # Blocks held only by reference cycles are freed at different moments on different ranks; every
+        # rank compared the same gathered offsets and got this error: all have collected, all retry in step.
+        if not (retry and failure[0] is RuntimeError and _DIVERGED in failure[1]):
+            raise failure[0](failure[1])
     _world.device_barrier()  # no peer still reads or writes the memory these buffers reuse
     for name, buf in buffers.items():
         if name.startswith("flags"):
@@ -145,7 +143,7 @@ def _forget(uid: int) -> list:
     """Drop the heap ``uid``'s workspaces, prepared calls and verified outs; returns the workspaces."""
     _drop_prepared(uid)
     _VERIFIED_OUT.difference_update([k for k in _VERIFIED_OUT if k[0] == uid])
-    return [_WORKSPACES.pop(key) for key in _heap_keys(uid)]
+    return [_WORKSPACES.pop(key) for key in [k for k in _WORKSPACES if k[0] == uid]]
 
 
 def _allocate(heap, key: tuple, make) -> dict:
@@ -177,7 +175,7 @@ def _check_offsets(heap, key: tuple, buffers: dict) -> tuple | None:
 
 def _evict(heap, nbytes: int) -> None:
     budget = workspace_budget(heap)
-    for full_key in _heap_keys(heap.uid):
+    for full_key in [k for k in _WORKSPACES if k[0] == heap.uid]:  # least recently used first
         if workspace_bytes(heap) + nbytes <= budget:
             return
         ws = _WORKSPACES.pop(full_key)
@@ -197,11 +195,6 @@ def clear_workspaces(group=None) -> None:
         _world.synchronize(st.group)
         hostsync.barrier(st.heap.group, what="tilefuse.clear_workspaces")
         _drop_workspaces()
-
-
-def _heap_keys(uid: int) -> list:
-    """The cached workspaces' keys on the heap ``uid``, least recently used first."""
-    return [key for key in _WORKSPACES if key[0] == uid]
 
 
 def _drop_workspaces() -> None:

@@ -87,15 +87,10 @@ def check_out_tensor(op: str, out, shape: tuple, dtype, device, **inputs: torch.
         raise TypeError(f"{op}: out has dtype {out.dtype}, expected {dtype}")
     if out.device != device:
         raise ValueError(f"{op}: out is on {out.device}, expected {device} (the device of a and b)")
+    n_out = span_bytes(out)
     for name, t in inputs.items():
-        if overlaps(out, t):
+        n = span_bytes(t)  # overlap: the byte ranges of out and t intersect on one device
+        if (t.device == device and n_out > 0 and n > 0 and out.data_ptr() < t.data_ptr() + n
+                and t.data_ptr() < out.data_ptr() + n_out):
             raise ValueError(f"{op}: out overlaps {name} in memory (the call reads {name} while it writes out): "
                              "pass an out of its own")
-
-
-def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Whether the byte ranges of ``x`` and ``y`` intersect on one device."""
-    if x.device != y.device:
-        return False
-    nx, ny = span_bytes(x), span_bytes(y)
-    return nx > 0 and ny > 0 and x.data_ptr() < y.data_ptr() + ny and y.data_ptr() < x.data_ptr() + nx

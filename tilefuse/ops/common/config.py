@@ -267,13 +267,9 @@ def default_config(
 ) -> Config:
     """Heuristic config for a shape that no table covers. ``num_sms``: the device's multiprocessors;
     ``comm``: the variant runs ``COMM_SMS`` communication programs beside the GEMM's; ``split_k``: the
-    caller's kernel takes ``SPLIT_K > 1`` (``SPLIT_K_VARIANTS``), else ``SPLIT_K`` is 1.
-
-    GPU without split-K, tile classes by M: :func:`_narrow_decode_tiles` to M = 64, :func:`_small_m_tiles`
-    to M = 256 (16-bit), 128x128 below M = 1000, 128x256 above (halved where it would idle over half the
-    GEMM programs); BLOCK_K 64 (fp32: 32; float8: 128). With split-K: :func:`_split_k_tiles`, the
-    ``POINTER_DECODE_*`` tiles to M = 16 (16-bit), whole tiles at 64 <= M <= 128 where they fill the SMs.
-    Interpreter: at most 64-wide blocks and a handful of programs (its cost grows with the operations).
+    caller's kernel takes ``SPLIT_K > 1`` (``SPLIT_K_VARIANTS``), else ``SPLIT_K`` is 1. Tile classes
+    by M, below; interpreter: at most 64-wide blocks and a handful of programs (its cost grows with the
+    operations).
     """
     if num_sms < 1:
         raise ValueError(f"default_config: num_sms must be >= 1, got {num_sms}")
@@ -303,8 +299,7 @@ def default_config(
         block_k = _pow2_between(K, 16, POINTER_DECODE_K)
         split = min(_DEFAULT_MAX_SPLIT, split_k_for(-(-N // block_n), -(-K // block_k), gemm_sms))
     elif split_k:
-        block_m, block_n, warps, stages, split, warp_spec = _split_k_tiles(
-            M, N, K, block_k, dtype.itemsize, gemm_sms)
+        block_m, block_n, warps, stages, split, warp_spec = _split_k_tiles(M, N, K, block_k, dtype.itemsize, gemm_sms)
     else:
         # 4 stages for every tile but 128x256 (which has no room for a fourth).
         if narrow_decode(M, dtype, interpreter) and M <= 64:

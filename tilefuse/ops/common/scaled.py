@@ -26,13 +26,6 @@ class Scaled:
     scale_a: torch.Tensor
     scale_b: torch.Tensor
     out_dtype: torch.dtype
-    b_dtype: torch.dtype
-
-    @property
-    def kind(self) -> tuple:
-        """What a call signature holds of the scaling: the result's dtype, b's dtype, which scales are row-wise."""
-        return ("scaled", self.out_dtype, self.b_dtype, _row_stride(self.scale_a, 0) != 0,
-                _row_stride(self.scale_b, 1) != 0)
 
 
 def is_float8(t) -> bool:
@@ -59,7 +52,7 @@ def check_scales(op: str, a: torch.Tensor, b: torch.Tensor, scale_a=None, scale_
     if out_dtype not in OUT_DTYPES:
         names = ", ".join(str(d).removeprefix("torch.") for d in OUT_DTYPES)
         raise TypeError(f"{op}: out_dtype must be one of {names}, got {out_dtype!r}")
-    return Scaled(scale_a, scale_b, out_dtype, b.dtype)
+    return Scaled(scale_a, scale_b, out_dtype)
 
 
 def _check_scale(op: str, name: str, scale, a: torch.Tensor, rowwise: tuple) -> None:
@@ -80,12 +73,14 @@ def _row_stride(scale: torch.Tensor, dim: int) -> int:
 
 
 def prepare_scaling(op: str, a: torch.Tensor, b: torch.Tensor, scale_a, scale_b, out_dtype) -> tuple:
-    """``(out_dtype, kind)`` of a variant's call, checked (``kind``: None unscaled)."""
+    """``(out_dtype, kind)`` of a variant's call, checked; ``kind``, what a call signature holds of the
+    scaling: None unscaled, else the result's dtype, b's dtype and which scales are row-wise."""
     scaled = check_scales(op, a, b, scale_a, scale_b, out_dtype)
     if scaled is None:
         return a.dtype, None
     check_kernel_dtype(op, scaled.out_dtype)
-    return scaled.out_dtype, scaled.kind
+    return scaled.out_dtype, ("scaled", scaled.out_dtype, b.dtype, _row_stride(scale_a, 0) != 0,
+                              _row_stride(scale_b, 1) != 0)
 
 
 _STAND_INS: dict = {}
@@ -130,9 +125,11 @@ def dequantized(a: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def scaled_matmul(a: torch.Tensor, b: torch.Tensor, scaled: Scaled) -> torch.Tensor:
     """``(a.float() * scale_a) @ (b.float() * scale_b)`` in ``out_dtype``: ``torch._scaled_mm`` on a GPU
     where it takes the operands, else the fp32 matmul of the dequantized operands rounded once."""
-    if a.is_cuda and _scaled_mm_takes(a, b, scaled):
-        sa, sb = scaled.scale_a, scaled.scale_b
-        rowwise = sa.numel() != 1 or sb.numel() != 1
+    sa, sb = scaled.scale_a, scaled.scale_b
+    rowwise = sa.numel() != 1 or sb.numel() != 1
+    (M, K), N = a.shape, b.shape[1]
+    if (a.is_cuda and not (M % 16 or K % 16 or N % 16 or min(M, K, N) == 0)
+            and (not rowwise or (scaled.out_dtype == torch.bfloat16 and a.dtype == b.dtype == torch.float8_e4m3fn))):
         if rowwise:  # _scaled_mm takes both scales row-wise or both tensor-wise
             sa = row_scales(scaled, a.shape[0]).reshape(-1, 1).contiguous()
             sb = (sb.reshape(1, 1).expand(1, b.shape[1]) if sb.numel() == 1 else sb).contiguous()
@@ -144,11 +141,3 @@ def scaled_matmul(a: torch.Tensor, b: torch.Tensor, scaled: Scaled) -> torch.Ten
         except RuntimeError:  # a combination this build's _scaled_mm refuses: the fp32 path below
             pass
     return (dequantized(a, scaled.scale_a) @ dequantized(b, scaled.scale_b)).to(scaled.out_dtype)
-
-
-def _scaled_mm_takes(a: torch.Tensor, b: torch.Tensor, scaled: Scaled) -> bool:
-    (M, K), N = a.shape, b.shape[1]
-    if M % 16 or K % 16 or N % 16 or min(M, K, N) == 0:
-        return False
-    rowwise = scaled.scale_a.numel() != 1 or scaled.scale_b.numel() != 1
-    return not rowwise or (scaled.out_dtype == torch.bfloat16 and a.dtype == b.dtype == torch.float8_e4m3fn)

@@ -235,24 +235,20 @@ def rms_norm_backward(s: torch.Tensor, weight: torch.Tensor, eps: float, dy: tor
 def check_norm_args(op: str, a: torch.Tensor, b: torch.Tensor, residual, norm_weight, eps) -> None:
     """``residual [M, N]`` (a's dtype and device, or None), ``norm_weight [N]`` (float, a's device), ``eps >= 0``."""
     M, N = a.shape[0], b.shape[1]
-    if not isinstance(norm_weight, torch.Tensor):
-        raise TypeError(f"{op}: norm_weight must be a torch.Tensor, got {type(norm_weight).__name__}")
-    if norm_weight.dim() != 1 or norm_weight.shape[0] != N:
-        raise ValueError(f"{op}: norm_weight must have shape ({N},) (N, the columns of b), got "
-                         f"{tuple(norm_weight.shape)}")
-    if not norm_weight.dtype.is_floating_point:
-        raise TypeError(f"{op}: norm_weight must be floating point, got {norm_weight.dtype}")
-    if norm_weight.device != a.device:
-        raise ValueError(f"{op}: norm_weight is on {norm_weight.device} but a is on {a.device}")
-    if residual is not None:
-        if not isinstance(residual, torch.Tensor):
-            raise TypeError(f"{op}: residual must be a torch.Tensor or None, got {type(residual).__name__}")
-        if tuple(residual.shape) != (M, N):
-            raise ValueError(f"{op}: residual must have shape ({M}, {N}) (the output's), got {tuple(residual.shape)}")
-        if residual.dtype != a.dtype:
-            raise TypeError(f"{op}: residual has dtype {residual.dtype} but a has dtype {a.dtype}")
-        if residual.device != a.device:
-            raise ValueError(f"{op}: residual is on {residual.device} but a is on {a.device}")
+    for name, t, shape, what in (("norm_weight", norm_weight, (N,), "N, the columns of b"),
+                                 ("residual", residual, (M, N), "the output's")):
+        if t is None and name == "residual":
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{op}: {name} must have shape {shape} ({what}), got {tuple(t.shape)}")
+        if name == "norm_weight" and not t.dtype.is_floating_point:
+            raise TypeError(f"{op}: norm_weight must be floating point, got {t.dtype}")
+        if name == "residual" and t.dtype != a.dtype:
+            raise TypeError(f"{op}: residual has dtype {t.dtype} but a has dtype {a.dtype}")
+        if t.device != a.device:
+            raise ValueError(f"{op}: {name} is on {t.device} but a is on {a.device}")
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps >= 0:
         raise ValueError(f"{op}: eps must be a non-negative float, got {eps!r}")
 
