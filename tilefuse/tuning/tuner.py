@@ -38,20 +38,9 @@ TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128,
 INTERPRETER_TILES = [(32, 32, 32, 4, 1), (64, 64, 64, 4, 1)]
 # Tried second above SMALL_M for 16-bit dtypes by config.WARP_SPEC_VARIANTS, with WARP_SPEC = 1.
 WARP_SPEC_TILE = (128, 256, 64, 4, 4)
-SMALL_M = 256  # up to this M (decode, small batches) the tiles come from small_m_tiles
+SMALL_M = 256  # up to this M (decode, small batches) the tiles are decode-size (candidate_configs)
 SMALL_M_SPLITS = [8, 16]  # COMM_SMS tried at small M: little to move, the GEMM keeps most programs
 SPLITS = [8, 16, 32]
-
-
-def small_m_tiles(M: int) -> list[tuple]:
-    """Decode-size tiles: BLOCK_M 64/32/16 (none taller than M needs) x BLOCK_N 128/64, 4 warps, 4 stages;
-    above M = 64 ``config.SMALL_M_TILES`` before them and 128x128 after."""
-    top = max(16, 1 << (M - 1).bit_length())
-    tiles = [(bm, bn, bk, 4, stages) for bm, bn, bk, stages in SMALL_M_TILES] if M > 64 else []
-    tiles += [(bm, bn, 64, 4, 4) for bm in (64, 32, 16) if bm <= top for bn in (128, 64)]
-    if M > 64:
-        tiles.append((128, 128, 64, 4, 4))
-    return tiles
 
 
 def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int, interpreter: bool,
@@ -61,13 +50,19 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
     comm = variant in rules.COMM_VARIANTS
     base = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=comm)
     if interpreter:
-        tiles = INTERPRETER_TILES
-        splits = [2] if comm else [0]
+        tiles, splits = INTERPRETER_TILES, [2]
+    elif M <= SMALL_M:  # BLOCK_M 64/32/16 (none taller than M needs) x BLOCK_N 128/64, 4 warps, 4 stages;
+        # above M = 64 config.SMALL_M_TILES before them and 128x128 after
+        top = max(16, 1 << (M - 1).bit_length())
+        tiles = [(bm, bn, 64, 4, 4) for bm in (64, 32, 16) if bm <= top for bn in (128, 64)]
+        if M > 64:
+            tiles = [(bm, bn, bk, 4, stages) for bm, bn, bk, stages in SMALL_M_TILES] + tiles + [(128, 128, 64, 4, 4)]
+        splits = SMALL_M_SPLITS
     else:
-        tiles = small_m_tiles(M) if M <= SMALL_M else TILES
-        splits = (SMALL_M_SPLITS if M <= SMALL_M else SPLITS) if comm else [0]
-        if quick:
-            tiles, splits = tiles[:2], splits[:2]
+        tiles, splits = TILES, SPLITS
+    splits = splits if comm else [0]
+    if quick and not interpreter:
+        tiles, splits = tiles[:2], splits[:2]
     out = [base]
     if not interpreter and M > SMALL_M and dtype.itemsize <= 2 and variant in WARP_SPEC_VARIANTS.get(op, ()):
         bm, bn, bk, warps, stages = WARP_SPEC_TILE
@@ -104,8 +99,6 @@ def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: i
 
 SHORTLIST_RATIO = 1.0  # a finalist's first-pass time, alone and back to back, is at most this x plain's
 DECIDE_S = 2.0  # seconds of timed calls for the decision between plain and the shortlist (autotune.tune)
-
-
 SETTLE_S = 1.5  # a GPU at its power limit dips in clock about a second into a load, then holds steady
 
 
