@@ -258,18 +258,6 @@ def mix_in(module: nn.Module, mixin: type, **attrs) -> None:
         object.__setattr__(module, name, value)  # not nn.Module's: a module value is no submodule
 
 
-def _distribute(param: torch.Tensor, mesh, group, layout, src: int | None) -> DTensor:
-    """``distribute_tensor`` of the full ``param`` on the heap's device for an even split: a broadcast
-    of group rank ``src``'s (None: each keeps its own), then local slicing (gloo cannot scatter CUDA tensors)."""
-    full = param.detach().to(get_heap(group).device)
-    if src is not None and dist.get_world_size(group) > 1:
-        full = full.contiguous().clone()
-        dist.broadcast(full, src=dist.get_global_rank(group, src), group=group)
-    if isinstance(layout, Shard):
-        full = full.chunk(dist.get_world_size(group), layout.dim)[dist.get_rank(group)].contiguous()
-    return DTensor.from_local(full, mesh, [layout], run_check=False)
-
-
 class _TilefuseStyle:
     """Constructor checks and ``_apply`` of the two styles; ``KIND``, ``SHARDS``, ``LAYOUTS`` set by each."""
 
@@ -315,9 +303,18 @@ class _TilefuseStyle:
         if split % world != 0:
             raise ValueError(f"{who}: {what} = {split} must be divisible by the mesh size ({world}): the weight "
                              "is split evenly along it")
+        # distribute_tensor for an even split: a broadcast of group rank src's full parameter (None: each
+        # keeps its own), then local slicing (gloo cannot scatter CUDA tensors)
+        src = getattr(self, "src_data_rank", 0)
         for name, layout in zip(("weight", "bias"), self.SHARDS):
             if (param := getattr(module, name)) is not None:
-                dparam = _distribute(param, device_mesh, group, layout, getattr(self, "src_data_rank", 0))
+                full = param.detach().to(get_heap(group).device)
+                if src is not None and world > 1:
+                    full = full.contiguous().clone()
+                    dist.broadcast(full, src=dist.get_global_rank(group, src), group=group)
+                if isinstance(layout, Shard):
+                    full = full.chunk(world, layout.dim)[dist.get_rank(group)].contiguous()
+                dparam = DTensor.from_local(full, device_mesh, [layout], run_check=False)
                 module.register_parameter(name, nn.Parameter(dparam, requires_grad=param.requires_grad))
         if type(module).forward is not nn.Linear.forward:
             raise TypeError(f"{who}: {type(module).__name__} overrides nn.Linear.forward; only linears that run "
