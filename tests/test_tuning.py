@@ -171,8 +171,9 @@ def job_tune_then_auto(ctx, out_dir):
     data = json.loads(path.read_text())
     tables.validate_table(data, path)
     variant, source, cfg = job_auto_uses_table(ctx, out_dir, 48, 40, 32)
+    own = json.loads(tune.write_table(Path(out_dir) / "own", "gemm_all_scatter", [entry], reps=2).read_text())
     return (entry["variant"], entry.get("config"), variant, source, cfg, len(entry["candidates"]),
-            data["provenance"]["commit"], tune._commit())
+            data["provenance"]["commit"], own["provenance"]["commit"])
 
 
 def test_tiny_tune_end_to_end(pools, tmp_path):

@@ -155,19 +155,18 @@ def _first(result):
     return result[0] if isinstance(result, tuple) else result
 
 
-def decide(times: dict, plain: str = "plain", margin: float = MARGIN, *, block: dict | None = None,
-           spread: dict | None = None) -> str:
-    """The candidate to run, or ``plain``: of those faster than plain by ``margin`` (or twice the
+def decide(times: dict, margin: float = MARGIN, *, block: dict | None = None, spread: dict | None = None) -> str:
+    """The candidate to run, or ``"plain"``: of those faster than plain by ``margin`` (or twice the
     combined relative uncertainty ``spread`` of the two medians, where larger) both alone (``times``)
     and, where given, back to back (``block``), the one whose worse ratio to plain is smallest (ties by name)."""
-    if plain not in times or (block is not None and plain not in block):
-        return plain
-    best, best_ratio = plain, 1.0
+    if "plain" not in times or (block is not None and "plain" not in block):
+        return "plain"
+    best, best_ratio = "plain", 1.0
     for name in sorted(times):
-        if name == plain or (block is not None and name not in block):
+        if name == "plain" or (block is not None and name not in block):
             continue
-        noise = math.hypot(spread.get(name, 0.0), spread.get(plain, 0.0)) if spread else 0.0
-        ratio = max(t[name] / t[plain] if t[plain] > 0 else math.inf for t in (times, block) if t is not None)
+        noise = math.hypot(spread.get(name, 0.0), spread.get("plain", 0.0)) if spread else 0.0
+        ratio = max(t[name] / t["plain"] if t["plain"] > 0 else math.inf for t in (times, block) if t is not None)
         if ratio <= 1.0 - max(margin, 2.0 * noise) and ratio < best_ratio:
             best, best_ratio = name, ratio
     return best

@@ -88,9 +88,8 @@ def validate_table(data, path="<table>") -> list[dict]:
     """Check ``data`` against the schema; return its entries (raises TableError)."""
     if not isinstance(data, dict):
         _fail(path, "top level", "must be a JSON object")
-    for key in ("schema", "op", "arch", "world_size", "provenance", "entries"):
-        if key not in data:
-            _fail(path, "top level", f"missing key {key!r}")
+    if missing := [k for k in ("schema", "op", "arch", "world_size", "provenance", "entries") if k not in data]:
+        _fail(path, "top level", f"missing key {missing[0]!r}")
     if data["schema"] != SCHEMA_VERSION:
         _fail(path, "schema", f"version {data['schema']!r} is not {SCHEMA_VERSION}")
     if not isinstance(data["entries"], list):
@@ -100,9 +99,8 @@ def validate_table(data, path="<table>") -> list[dict]:
         where = f"entry {i}"
         if not isinstance(e, dict):
             _fail(path, where, "must be an object")
-        for key in ("M", "N", "K", "dtype", "variant", "config", "time_ms", "plain_ms"):
-            if key not in e:
-                _fail(path, where, f"missing key {key!r}")
+        if missing := [k for k in ("M", "N", "K", "dtype", "variant", "config", "time_ms", "plain_ms") if k not in e]:
+            _fail(path, where, f"missing key {missing[0]!r}")
         for key in ("M", "N", "K"):
             if not isinstance(e[key], int) or e[key] < 1:
                 _fail(path, where, f"{key} must be a positive int, got {e[key]!r}")

@@ -258,23 +258,20 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     return entry
 
 
-def _commit() -> str:
-    """The checkout's commit (``git rev-parse``), or ``unknown``."""
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or "unknown"
-    except Exception:
-        return "unknown"
-
-
 def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margin: float = autotune.MARGIN,
                 decide_s: float = DECIDE_S, left_out: list | None = None, commit: str | None = None) -> Path:
     """Merge ``entries`` into ``op``'s config table under ``out_dir``; ``commit`` goes in the provenance."""
+    if not commit:  # this checkout's, where there is one
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or "unknown"
+        except Exception:
+            commit = "unknown"
     heap = tilefuse.get_heap()
     provenance = {
         "device": torch.cuda.get_device_name(heap.device) if heap.device.type == "cuda" else "cpu (interpreter)",
         "world_size": heap.world_size, "torch": torch.__version__, "triton": __import__("triton").__version__,
-        "commit": commit or _commit(), "date": datetime.date.today().isoformat(),
+        "commit": commit, "date": datetime.date.today().isoformat(),
         "timing": f"tilefuse.tune (tilefuse/tuning/README.md): first pass {reps} samples of every candidate, "
                   f"then {decide_s:g} s of timed calls to decide; margin max({margin:.0%}, 2x the uncertainty)",
     }
