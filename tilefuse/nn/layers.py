@@ -16,8 +16,6 @@ from .functional import LOCAL_VARIANTS, column_parallel_linear, row_parallel_lin
 class _ParallelLinear(nn.Module):
     """Shared set-up of the two layers; ``SHARD_DIM`` is the weight dimension split across ranks."""
 
-    SHARD_DIM = 0
-
     def __init__(self, in_features: int, out_features: int, bias: bool = False, group=None,
                  variant: str = "auto", device=None, dtype=None, *, seed: int | None = None):
         super().__init__()

@@ -62,10 +62,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _fake(name: str, kind: str, ms: float) -> float:
-    return ms if _TIMER[0] is None else float(_TIMER[0](name, kind))
-
-
 def _sleep_cycles_per_ms(device: torch.device) -> float:
     """Clock cycles of ``torch.cuda._sleep`` per millisecond on ``device`` (measured once)."""
     key = device.index if device.index is not None else torch.cuda.current_device()
@@ -113,8 +109,10 @@ def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CAL
         if queue_ms is not None:  # device timing asked for off a GPU (tests): the calls are made as on one
             for _ in range(block_calls):
                 call()
-    one, block = _fake(name, "call", one), _fake(name, "block", block)
-    return one, block, (block if queue_ms is None else _fake(name, "device", dev))
+    if (timer := _TIMER[0]) is not None:
+        one, block = float(timer(name, "call")), float(timer(name, "block"))
+        dev = dev if queue_ms is None else float(timer(name, "device"))
+    return one, block, (block if queue_ms is None else dev)
 
 
 def time_plain(call, device: torch.device, group) -> float:

@@ -108,8 +108,7 @@ def decision(key: str, op: str, variants, num_sms: int | None = None) -> tuple[d
     warned about once, naming the cache path, and the decision goes on without it."""
     where = os.environ.get("TILEFUSE_CACHE_DIR", "") or "the default cache directory"
     try:
-        path = cache_path()
-        where = str(path)
+        where = str(path := cache_path())
         e = load(path).get(key)
     except (OSError, ValueError) as err:  # NotADirectoryError, PermissionError, CacheDirError, ...
         _warn_once("tilefuse: the autotune cache %s cannot be used (%s: %s): deciding without it", where,
