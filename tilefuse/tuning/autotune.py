@@ -4,7 +4,6 @@ a rank that called a candidate once more than its peers would hang them."""
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import statistics
@@ -34,15 +33,11 @@ _DEVICE_TIMING: list = [False]  # set_timer(..., device_timing=True): step 4 run
 
 
 def set_timer(timer, *, device_timing: bool = False) -> None:
-    """Replace the clock: ``timer(name) -> ms`` or ``timer(name, kind) -> ms`` gives each sample of the
-    candidate ``name``; ``kind`` is ``"call"`` (one call alone), ``"block"`` (per call back to back) or,
-    with ``device_timing``, ``"device"`` (step 4, run wherever the calls run). ``None`` restores the clock."""
+    """Replace the clock: ``timer(name, kind) -> ms`` gives each sample of the candidate ``name``; ``kind``
+    is ``"call"`` (one call alone), ``"block"`` (per call back to back) or, with ``device_timing``,
+    ``"device"`` (step 4, run wherever the calls run). ``None`` restores the clock."""
     _DEVICE_TIMING[0] = bool(device_timing) and timer is not None
-    try:
-        inspect.signature(timer).bind("name", "kind")
-        _TIMER[0] = timer
-    except (TypeError, ValueError):  # None, or a timer(name)
-        _TIMER[0] = timer if timer is None else (lambda name, kind: timer(name))
+    _TIMER[0] = timer
 
 
 def all_gather(obj, group, *, what: str) -> list:
@@ -295,8 +290,7 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
         graph_margin = max(margin, GRAPH_MARGIN)
         graph_pick, again = _agreed(kept, rounds, lambda _t, _b, _sp, d, ds: decide(d, margin=graph_margin, spread=ds),
                                     cost, budget, device, group, f"{what} graph", block_calls, queue_ms)
-        if again is not None:
-            graph_confirmed = {"device": again[3], "spread": again[4], "reps": again[5]}
+        graph_confirmed = again and {"device": again[3], "spread": again[4], "reps": again[5]}
         graph = next(c for c in kept if c.name == graph_pick)
         if graph_pick != pick:
             log.info("tilefuse: autotune %s: inside CUDA graphs %s (device ms per call: %s), eagerly %s", what,

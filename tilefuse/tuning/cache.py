@@ -147,15 +147,14 @@ def _locked(path: Path, timeout: float):
     try:
         deadline = time.monotonic() + timeout
         while True:
-            try:
+            with contextlib.suppress(BlockingIOError):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    log.warning("tilefuse: the autotune cache lock %s stayed taken for %.0f s: writing without it",
-                                lock_path, timeout)
-                    break
-                time.sleep(0.01)
+            if time.monotonic() >= deadline:
+                log.warning("tilefuse: the autotune cache lock %s stayed taken for %.0f s: writing without it",
+                            lock_path, timeout)
+                break
+            time.sleep(0.01)
         yield
     finally:
         os.close(fd)  # releases the lock
