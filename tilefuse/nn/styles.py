@@ -266,8 +266,7 @@ class _TilefuseStyle:
         if not isinstance(variant, str):
             raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
         self.variant = variant
-        side = "output" if self.KIND == "colwise" else "input"  # the side sharded by features
-        feature = out if side == "output" else inp
+        side, feature = ("output", out) if self.KIND == "colwise" else ("input", inp)  # the side sharded by features
         if isinstance(feature, Shard) and feature.dim != -1:
             raise ValueError(f"{who}: {side}_layouts Shard({feature.dim}): a {self.KIND} {side} is sharded along its "
                              "last (feature) dimension; pass Shard(-1) (or Replicate())")
@@ -288,8 +287,7 @@ class _TilefuseStyle:
         group = tp_group(device_mesh, who)
         world = dist.get_world_size(group)
         what = "out_features" if self.KIND == "colwise" else "in_features"
-        split = getattr(module, what)
-        if split % world != 0:
+        if (split := getattr(module, what)) % world != 0:
             raise ValueError(f"{who}: {what} = {split} must be divisible by the mesh size ({world}): the weight "
                              "is split evenly along it")
         # distribute_tensor for an even split: a broadcast of group rank src's full parameter (None: each

@@ -89,12 +89,9 @@ def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: i
     a_seed = seed if op == "gemm_all_scatter" else seed + 1000 * (dist.get_rank() + 1)
     fp8 = dtype in FLOAT8_DTYPES  # unit-scale values, the product's scale in scale_b
     scales = {"scale_a": torch.ones((), device=device), "scale_b": torch.full((), K ** -0.5, device=device)}
-    sets = []
-    for i in range(n_sets):
-        a = torch.randn(M, K, generator=torch.Generator().manual_seed(a_seed + i)).to(dtype=dtype, device=device)
-        b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device)
-        sets.append((a, b, scales) if fp8 else (a, b / K ** 0.5, {}))
-    return sets
+    ab = [(torch.randn(M, K, generator=torch.Generator().manual_seed(a_seed + i)).to(dtype=dtype, device=device),
+           torch.randn(K, N, generator=g).to(dtype=dtype, device=device)) for i in range(n_sets)]
+    return [(a, b, scales) if fp8 else (a, b / K ** 0.5, {}) for a, b in ab]
 
 
 SHORTLIST_RATIO = 1.0  # a finalist's first-pass time, alone and back to back, is at most this x plain's
@@ -311,10 +308,8 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
     p.add_argument("--budget-s", type=float, help="seconds for the whole run: shapes start while the next one is "
                                                    "expected to fit; the log names those left out")
     args = p.parse_args(argv)
-    if args.budget_s is not None and not args.budget_s > 0:
-        p.error("--budget-s must be > 0")
-    if args.reps < 1 or args.keep < 0 or args.decide_s < 0:
-        p.error("--reps must be >= 1, --keep >= 0 and --decide-s >= 0")
+    if args.reps < 1 or args.keep < 0 or args.decide_s < 0 or not (args.budget_s is None or args.budget_s > 0):
+        p.error("--reps must be >= 1, --keep >= 0, --decide-s >= 0 and --budget-s > 0")
     if not dist.is_initialized():
         if "RANK" in os.environ:
             if torch.cuda.is_available():
@@ -324,7 +319,6 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
             dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     heap = tilefuse.init()
     rank = dist.get_rank()
-    dtype = getattr(torch, args.dtype)
     shapes = local_shapes(args.op, args.shapes, dist.get_world_size()) if args.shapes else []
     for s in args.shape:
         M, N, K = (int(x) for x in s.lower().split("x"))
@@ -346,8 +340,8 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
                       f"{len(unique)} shapes, left out: {names}", flush=True)
             break
         stats: dict = {}
-        e = tune_shape(args.op, s["M"], s["N"], s["K"], dtype, quick=args.quick, reps=args.reps, keep=args.keep,
-                       margin=args.margin, decide_s=args.decide_s, stats=stats)
+        e = tune_shape(args.op, s["M"], s["N"], s["K"], getattr(torch, args.dtype), quick=args.quick, reps=args.reps,
+                       keep=args.keep, margin=args.margin, decide_s=args.decide_s, stats=stats)
         warm_up_s = stats.get("warm_up_s", 0.0)
         entries.append(e)
         if rank == 0:
