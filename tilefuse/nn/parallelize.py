@@ -142,18 +142,20 @@ def parallelize(module: nn.Module, plan: Mapping[str, str | ParallelStyle], grou
             shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
             raise ValueError(f"{who}: plan entry {pattern!r} matches no submodule of "
                              f"{type(module).__name__} (its submodules: {shown or 'none'})")
-        # torch's styles check their modules themselves
-        needs = ((nn.Linear,) if isinstance(entry, str) else (nn.Linear, nn.Embedding)
-                 if isinstance(entry, (ColwiseParallel, RowwiseParallel)) else (nn.Module,))
         for name in hits:
             if name in chosen and chosen[name][1] != entry:
                 raise ValueError(f"{who}: submodule {name!r} is matched as {chosen[name][1]!r} by "
                                  f"{chosen[name][0]!r} and as {entry!r} by {pattern!r}")
-            if not isinstance(sub := module.get_submodule(name), needs):
-                kinds = " or ".join(f"nn.{t.__name__}" for t in needs)
-                raise TypeError(f"{who}: plan entry {pattern!r} matches {name!r}, a {type(sub).__name__}; "
-                                f"only {kinds} modules can be made {entry!r}")
             chosen[name] = (pattern, entry)
+    for name, (pattern, entry) in chosen.items():
+        sub = module.get_submodule(name)
+        # torch's styles check their modules themselves
+        needs = ((nn.Linear,) if isinstance(entry, str) else (nn.Linear, nn.Embedding)
+                 if isinstance(entry, (ColwiseParallel, RowwiseParallel)) else (nn.Module,))
+        if not isinstance(sub, needs):
+            kinds = " or ".join(f"nn.{t.__name__}" for t in needs)
+            raise TypeError(f"{who}: plan entry {pattern!r} matches {name!r}, a {type(sub).__name__}; "
+                            f"only {kinds} modules can be made {entry!r}")
     if not chosen:
         return module
     if mesh is not None:
