@@ -343,8 +343,7 @@ class RowwiseParallel(_TilefuseStyle, _TorchRowwise):
             ``Replicate()`` (``[..., in]``: this rank's columns are taken).
         output_layouts: ``Replicate()`` (default: ``[..., out]``, the sum over ranks, the same bits on
             every rank) or ``Shard(d)``, tokens sharded along dim ``d`` (``Shard(1)``: ``[B, S/W, out]``).
-        use_local_output: return a plain tensor (default) or a DTensor with the output layout.
-        variant: as for :class:`ColwiseParallel`.
+        use_local_output, variant: as for :class:`ColwiseParallel`.
 
     Weight ``[out, in]`` becomes ``Shard(1)``, the bias ``Replicate()`` (added once, after the sum).
     ``nn.Embedding`` gets torch's own sharding.

@@ -138,8 +138,7 @@ def load_table(path: Path) -> list[dict] | None:
 
 
 def _choice(e: dict, source: str) -> Choice:
-    cfg = None if e["variant"] == PLAIN else Config.from_dict(e["config"])
-    return Choice(e["variant"], cfg, source, graph_of(e))
+    return Choice(e["variant"], None if e["variant"] == PLAIN else Config.from_dict(e["config"]), source, graph_of(e))
 
 
 def clear_cache() -> None:

@@ -66,20 +66,12 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
     out = [base]
     if not interpreter and M > SMALL_M and dtype.itemsize <= 2 and variant in WARP_SPEC_VARIANTS.get(op, ()):
         bm, bn, bk, warps, stages = WARP_SPEC_TILE
-        ws = base.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, WARP_SPEC=1)
-        if ws not in out:
-            out.append(ws)
-    for bm, bn, bk, warps, stages in tiles:
-        for comm_sms in splits:
-            if comm_sms >= num_sms:
-                continue
-            cfg = base.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk if dtype.itemsize < 4 else min(bk, 32),
-                               num_warps=warps, num_stages=stages, COMM_SMS=comm_sms,
-                               GEMM_SMS=num_sms - comm_sms if not interpreter else base.GEMM_SMS,
-                               WARP_SPEC=0)  # the default's own tile may specialize; these as listed
-            if cfg not in out:
-                out.append(cfg)
-    return out[:rules.MAX_TUNER_CONFIGS]
+        out.append(base.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, WARP_SPEC=1))
+    out += [base.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk if dtype.itemsize < 4 else min(bk, 32), num_warps=warps,
+                         num_stages=stages, COMM_SMS=comm_sms, WARP_SPEC=0,  # the default's tile may specialize
+                         GEMM_SMS=base.GEMM_SMS if interpreter else num_sms - comm_sms)
+            for bm, bn, bk, warps, stages in tiles for comm_sms in splits if comm_sms < num_sms]
+    return list(dict.fromkeys(out))[:rules.MAX_TUNER_CONFIGS]  # distinct, in order
 
 
 def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: int = 17) -> list[tuple]:
@@ -328,10 +320,10 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
         by_shape.setdefault((s["M"], s["N"], s["K"]), s)
     unique = list(by_shape.values())
     budget = Budget(args.budget_s, heap.group, start=t_start, what=f"tilefuse.tune {args.op}: budget")
-    entries, left_out, path, warm_up_s = [], [], None, 0.0
+    entries, left_out, path, stats = [], [], None, {"warm_up_s": 0.0}
     for i, s in enumerate(unique):
         # Later shapes mostly reuse the kernels a first pass compiles: the estimate leaves that time out.
-        if not budget.fits(warm_up_s):
+        if not budget.fits(stats["warm_up_s"]):
             left_out = unique[i:]
             if rank == 0:
                 names = ", ".join(f"{x['name']} ({x['M']}x{x['N']}x{x['K']})" for x in left_out)
@@ -339,10 +331,8 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
                       f"(a shape takes about {budget.estimate:.1f} s besides compiling); tuned {i} of "
                       f"{len(unique)} shapes, left out: {names}", flush=True)
             break
-        stats: dict = {}
         e = tune_shape(args.op, s["M"], s["N"], s["K"], getattr(torch, args.dtype), quick=args.quick, reps=args.reps,
                        keep=args.keep, margin=args.margin, decide_s=args.decide_s, stats=stats)
-        warm_up_s = stats.get("warm_up_s", 0.0)
         entries.append(e)
         if rank == 0:
             print(f"{args.op} {s['name']} ({s['M']}x{s['N']}x{s['K']}): {e['variant']} {e['time_ms']:.3f} ms "
