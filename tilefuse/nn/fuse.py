@@ -90,10 +90,8 @@ class _FusedLayer:
         kwargs.update(zip(self._tilefuse_arg_names, args))
         if "past_key_values" in kwargs and "cache" in self._tilefuse_arg_names:
             kwargs["cache"] = kwargs.pop("past_key_values")
-        if isinstance(hidden_states, Carried):
-            normed, residual = hidden_states.normed, hidden_states.residual
-        else:
-            normed, residual = self.input_layernorm(hidden_states), hidden_states
+        normed, residual = ((hidden_states.normed, hidden_states.residual) if isinstance(hidden_states, Carried)
+                            else (self.input_layernorm(hidden_states), hidden_states))
         attn = self.self_attn(hidden_states=normed, **kwargs)
         attn = attn[0] if isinstance(attn, tuple) else attn
         normed, residual = project_add_norm(self.self_attn.o_proj, attn, residual, self.post_attention_layernorm)

@@ -115,8 +115,7 @@ def time_plain(call, device: torch.device, group) -> float:
     call()
     _sync(device)
     _barrier(group, "autotune: plain time")
-    ms = _measure("plain", call, device, block_calls=1)[0]
-    return max(all_gather(ms, group, what="autotune: plain time"))
+    return max(all_gather(_measure("plain", call, device, block_calls=1)[0], group, what="autotune: plain time"))
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,7 @@ def cache_dir() -> Path:
     explicit = os.environ.get("TILEFUSE_CACHE_DIR", "")
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     path = Path(explicit).expanduser() if explicit else Path(base).expanduser() / "tilefuse"
-    resolved = path.resolve()
-    if resolved == _PACKAGE_DIR or _PACKAGE_DIR in resolved.parents:
+    if _PACKAGE_DIR in (path.resolve(), *path.resolve().parents):
         raise CacheDirError(f"TILEFUSE_CACHE_DIR={path} is inside the tilefuse package ({_PACKAGE_DIR}): "
                             "choose a directory outside it")
     return path

@@ -164,8 +164,7 @@ def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -
     for directory in search_dirs():
         path = table_path(directory, op, arch, world)
         entries = load_table(path) or []
-        exact = [e for e in entries if (e["M"], e["N"], e["K"], e["dtype"]) == (M, N, K, dtype)]
-        if exact:
+        if exact := [e for e in entries if (e["M"], e["N"], e["K"], e["dtype"]) == (M, N, K, dtype)]:
             choice = _choice(exact[0], f"exact {path}")
             break
         same = [e for e in entries if (e["N"], e["K"], e["dtype"]) == (N, K, dtype) and lo <= e["M"] <= hi]

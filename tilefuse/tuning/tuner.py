@@ -124,8 +124,7 @@ class Budget:
         self.start = clock() if start is None else start
         self.marks: list = []  # agreed seconds since start at each call of fits
         self.costs: list = []  # agreed seconds of each finished item, its left-out part removed
-        self.elapsed = 0.0
-        self.estimate: float | None = None
+        self.elapsed, self.estimate = 0.0, None  # seconds since start, and a shape's expected seconds
 
     def fits(self, left_out_s: float = 0.0) -> bool:
         """``left_out_s``: seconds of the item just finished that later ones will not spend (compiling)."""
