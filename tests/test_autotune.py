@@ -234,7 +234,7 @@ def job_tune_with_fake_times(ctx, cache_dirs, per_rank_ms, rank1_decides=None, s
     real_decide = autotune.decide
     with _env(TILEFUSE_AUTOTUNE="1", budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dirs[ctx.rank],
               TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
-        autotune.set_timer(lambda name: times.get(name.split("#")[0], 5.0))
+        autotune.set_timer(lambda name, _kind: times.get(name.split("#")[0], 5.0))
         if rank1_decides is not None and ctx.rank == 1:
             autotune.decide = lambda t, **kw: rank1_decides
         try:
@@ -290,7 +290,7 @@ def job_auto_without_tuning(ctx, cache_dir, config_dir, autotune_mode, shape=SHA
         _write_table(ctx, Path(config_dir), table)
     with _env(TILEFUSE_AUTOTUNE=autotune_mode, TILEFUSE_CACHE_DIR=cache_dir,
               TILEFUSE_CONFIG_DIR=config_dir), _counting_tunes() as tunes:
-        autotune.set_timer(lambda name: 0.01)
+        autotune.set_timer(lambda name, _kind: 0.01)
         a, b = _operands(ctx, *shape)
         _checked_auto(ctx, a, b)
         choice = dispatch.choose(OP, a, b)
@@ -334,7 +334,7 @@ def job_cache_on_one_rank_only(ctx, cache_dirs, mode, seeded_rank, seeded_varian
         _seed_cache(Path(cache_dirs[ctx.rank]), seeded_variant, hw.arch_name(ctx.device), ctx.world)
     with _env(TILEFUSE_AUTOTUNE=mode, budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dirs[ctx.rank],
               TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
-        autotune.set_timer(lambda name: {"plain": 1.0, "wg_specialized": 0.5}.get(name.split("#")[0], 3.0))
+        autotune.set_timer(lambda name, _kind: {"plain": 1.0, "wg_specialized": 0.5}.get(name.split("#")[0], 3.0))
         a, b = _operands(ctx, *SHAPE)
         _checked_auto(ctx, a, b)
         choice = dispatch.choose(OP, a, b)
@@ -399,7 +399,7 @@ def job_capture_makes_no_decision(ctx, cache_dir):
             while_tracing = (variant, len(tunes), len(dispatch._RESOLVED))
         finally:
             torch.compiler.is_compiling = real
-        autotune.set_timer(lambda name: 1.0)
+        autotune.set_timer(lambda name, _kind: 1.0)
         dispatch.resolve(OP, a, b, None, None)  # eager again: now the bucket is tuned
         return while_tracing, len(tunes)
 
@@ -413,7 +413,7 @@ def test_no_tuning_while_compiling_or_capturing(pools, tmp_path):
 def job_tune_and_report(ctx, cache_dir):
     with _env(TILEFUSE_AUTOTUNE="1", budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dir,
               TILEFUSE_CONFIG_DIR=None):
-        autotune.set_timer(lambda name: {"plain": 1.0, "fused_sequential": 0.6}.get(name.split("#")[0], 3.0))
+        autotune.set_timer(lambda name, _kind: {"plain": 1.0, "fused_sequential": 0.6}.get(name.split("#")[0], 3.0))
         a, b = _operands(ctx, *SHAPE)
         _checked_auto(ctx, a, b)
         return dispatch.choose(OP, a, b).variant
@@ -675,7 +675,7 @@ def job_default_mode_threshold(ctx, cache_dir, plain_ms):
               TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
         dispatch._times_mean_something = lambda device: True
         # rank 1 is the slow one: the maximum over ranks decides
-        autotune.set_timer(lambda name: plain_ms * (1.0 if ctx.rank == 1 else 0.1) if name == "plain" else 3.0)
+        autotune.set_timer(lambda name, _kind: plain_ms * (1.0 if ctx.rank == 1 else 0.1) if name == "plain" else 3.0)
         try:
             a, b = _operands(ctx, *SHAPE)
             _checked_auto(ctx, a, b)
@@ -734,7 +734,7 @@ def job_tune_copy_engine(ctx, cache_dir):
     b = (torch.randn(K, N, generator=g) / K ** 0.5).to(torch.float16).to(ctx.device)
     with _env(TILEFUSE_AUTOTUNE="1", budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dir,
               TILEFUSE_CONFIG_DIR=None), _counting_tunes() as tunes:
-        autotune.set_timer(lambda name: {"plain": 1.0, "copy_engine": 0.5}.get(name, 3.0))
+        autotune.set_timer(lambda name, _kind: {"plain": 1.0, "copy_engine": 0.5}.get(name, 3.0))
         tilefuse.all_gather_gemm(a, b)  # tunes: every candidate runs
         got = tilefuse.all_gather_gemm(a, b)
         ref = tilefuse.all_gather_gemm(a, b, variant="reference")
@@ -775,7 +775,7 @@ def job_suite_auto_note(ctx, cache_dir):
     entry = {"M": M, "N": N, "K": K, "set": "test", "name": "note"}
     with _env(TILEFUSE_AUTOTUNE="1", budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dir,
               TILEFUSE_CONFIG_DIR=None):
-        autotune.set_timer(lambda name: {"plain": 1.0, "fused_sequential": 0.5}.get(name.split("#")[0], 3.0))
+        autotune.set_timer(lambda name, _kind: {"plain": 1.0, "fused_sequential": 0.5}.get(name.split("#")[0], 3.0))
         before = suite.auto_note(OP, *_operands(ctx, M, N, K))
         rows = suite.run_shape(bctx, OP, entry, torch.float16, ["auto"], args, results.Progress(1, enabled=False))
     return before, sorted({(r["metric"], r["note"]) for r in rows if r["variant"] == "auto"})

@@ -171,8 +171,9 @@ def job_tune_then_auto(ctx, out_dir):
     data = json.loads(path.read_text())
     tables.validate_table(data, path)
     variant, source, cfg = job_auto_uses_table(ctx, out_dir, 48, 40, 32)
+    own = json.loads(tune.write_table(Path(out_dir) / "own", "gemm_all_scatter", [entry], reps=2).read_text())
     return (entry["variant"], entry.get("config"), variant, source, cfg, len(entry["candidates"]),
-            data["provenance"]["commit"], tune._commit())
+            data["provenance"]["commit"], own["provenance"]["commit"])
 
 
 def test_tiny_tune_end_to_end(pools, tmp_path):
@@ -357,7 +358,7 @@ def test_budget_estimates_from_the_shapes_done(monkeypatch):
 def job_tune_cli(ctx, argv, first_configs=1, timer=None, skew_s=0.0):
     """``python -m tilefuse.tune ARGV`` on this rank (tuner.run), with each variant's search cut to its
     first ``first_configs`` configs, autotune's clock replaced by
-    ``timer(name)`` and, on rank 1, the budget's clock running ``skew_s`` seconds ahead per reading.
+    ``timer(name, kind)`` and, on rank 1, the budget's clock running ``skew_s`` seconds ahead per reading.
     Returns the tuned shapes, those left out, the file written (rank 0) and what rank 0 printed."""
     import contextlib
     import io
@@ -388,7 +389,7 @@ def job_tune_cli(ctx, argv, first_configs=1, timer=None, skew_s=0.0):
             None if path is None else str(path), printed.getvalue())
 
 
-def _plain_wins(name):
+def _plain_wins(name, _kind):
     return 1.0 if name == "plain" else 3.0
 
 
@@ -412,7 +413,7 @@ def test_a_budget_stop_writes_the_shapes_done_and_the_ranks_agree(pools, tmp_pat
 def job_tune_all_reduce_then_auto(ctx, argv, out_dir):
     import os
 
-    tuned, left_out, path, _ = job_tune_cli(ctx, argv, 1, lambda name: {"plain": 1.0, "wg_specialized": 0.6}
+    tuned, left_out, path, _ = job_tune_cli(ctx, argv, 1, lambda name, _kind: {"plain": 1.0, "wg_specialized": 0.6}
                                             .get(name, 3.0))
     table = tables.table_path(out_dir, "gemm_all_reduce", hw.arch_name(ctx.device), ctx.world)
     [entry] = tables.validate_table(json.loads(table.read_text()), table)

@@ -1,7 +1,6 @@
 """``python -m tilefuse.tune``: the tuner (:mod:`tilefuse.tuning.tuner`, re-exported here)."""
 
 from tilefuse.tuning.tuner import *  # noqa: F403  (the tuner's functions under this module's name too)
-from tilefuse.tuning.tuner import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main())  # noqa: F405

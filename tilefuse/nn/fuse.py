@@ -31,8 +31,6 @@ from torch.distributed.tensor import Replicate, Shard
 from ..ops.gemm_all_reduce import gemm_all_reduce
 from .styles import TPLinear, _input, _local, mix_in
 
-__all__ = ["Carried", "fuse_allreduce_norm"]
-
 
 @dataclass(frozen=True)
 class Carried:
@@ -92,10 +90,8 @@ class _FusedLayer:
         kwargs.update(zip(self._tilefuse_arg_names, args))
         if "past_key_values" in kwargs and "cache" in self._tilefuse_arg_names:
             kwargs["cache"] = kwargs.pop("past_key_values")
-        if isinstance(hidden_states, Carried):
-            normed, residual = hidden_states.normed, hidden_states.residual
-        else:
-            normed, residual = self.input_layernorm(hidden_states), hidden_states
+        normed, residual = ((hidden_states.normed, hidden_states.residual) if isinstance(hidden_states, Carried)
+                            else (self.input_layernorm(hidden_states), hidden_states))
         attn = self.self_attn(hidden_states=normed, **kwargs)
         attn = attn[0] if isinstance(attn, tuple) else attn
         normed, residual = project_add_norm(self.self_attn.o_proj, attn, residual, self.post_attention_layernorm)
@@ -144,9 +140,7 @@ def fuse_allreduce_norm(model: nn.Module) -> nn.Module:
         for i, layer in enumerate(layers):
             for sub in ("self_attn.o_proj", "mlp.down_proj"):
                 _check_rowwise(f"{list_name}.{i}.{sub}", layer.get_submodule(sub))
-        parent_name = list_name.rpartition(".")[0]
-        parent = model.get_submodule(parent_name) if parent_name else model
-        final = getattr(parent, "norm", None)
+        final = getattr(model.get_submodule(list_name.rpartition(".")[0]), "norm", None)  # "": the model
         nexts = [layer.input_layernorm for layer in layers[1:]] + [final]  # the norm after each layer
         for norm in [layer.post_attention_layernorm for layer in layers] + nexts:
             if norm is not None:

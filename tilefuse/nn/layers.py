@@ -16,8 +16,6 @@ from .functional import LOCAL_VARIANTS, column_parallel_linear, row_parallel_lin
 class _ParallelLinear(nn.Module):
     """Shared set-up of the two layers; ``SHARD_DIM`` is the weight dimension split across ranks."""
 
-    SHARD_DIM = 0
-
     def __init__(self, in_features: int, out_features: int, bias: bool = False, group=None,
                  variant: str = "auto", device=None, dtype=None, *, seed: int | None = None):
         super().__init__()
@@ -78,10 +76,9 @@ class _ParallelLinear(nn.Module):
         w = linear.weight
         layer._setup(linear.in_features, linear.out_features, linear.bias is not None, group, variant,
                      w.device, w.dtype)
-        layer._load(w.detach(), None if linear.bias is None else linear.bias.detach())
-        layer.weight.requires_grad_(w.requires_grad)
-        if linear.bias is not None:
-            layer.bias.requires_grad_(linear.bias.requires_grad)
+        layer._load(w, linear.bias)  # no_grad
+        for mine, theirs in zip(layer.parameters(), (w, linear.bias)):  # weight, then the bias if there is one
+            mine.requires_grad_(theirs.requires_grad)
         return layer
 
     def extra_repr(self) -> str:

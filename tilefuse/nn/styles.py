@@ -34,9 +34,6 @@ from ..runtime import get_heap, groups, init, is_initialized
 from ..runtime.scope import in_backward, in_forward, saved_scope
 from .functional import check_input, column_parallel_linear, row_parallel_linear
 
-__all__ = ["ColwiseParallel", "RowwiseParallel", "TPLinearPlan", "tp_group", "tp_mesh"]
-
-
 TP_DIM = "tp"  # the mesh dimension the styles use on a multi-dimensional mesh
 
 
@@ -181,62 +178,54 @@ class _SplitFeatures(torch.autograd.Function):
         return full.t().reshape(*ctx.lead, -1), None, None, None
 
 
-def _on_tokens(plan: TPLinearPlan, linear, x: torch.Tensor, d: int, w, b):
-    """A dim-0 sequence-parallel ``linear`` on tokens sharded along dim ``d``: moved to the front and back."""
-    y = linear(x if d == 0 else x.movedim(d, 0), w, b, group=plan.group, variant=plan.variant)
-    return _output(plan, y if d == 0 else y.movedim(0, d).contiguous())
-
-
-def colwise_forward(module: nn.Linear, x) -> torch.Tensor:
-    """Forward of a linear parallelized by :class:`ColwiseParallel` (see the module docstring)."""
+def tp_forward(module: nn.Linear, x) -> torch.Tensor:
+    """Forward of a linear parallelized by :class:`ColwiseParallel` or :class:`RowwiseParallel` (see the
+    module docstring)."""
     plan: TPLinearPlan = module._tilefuse_tp
-    who = "ColwiseParallel"
+    colwise = plan.kind == "colwise"
+    who = "ColwiseParallel" if colwise else "RowwiseParallel"
     x, partial_grad = _input(who, plan, x)
     w, b = _local(module.weight), _local(module.bias)
-    check_input(who, x, w, b, w.shape[1], "in_features")
-    if isinstance(plan.input_layout, Replicate):
-        gather = isinstance(plan.output_layout, Replicate)
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, x.shape[-1])
-        grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, b))
-        if not gather and not grad and not torch.compiler.is_compiling():
-            y = torch.nn.functional.linear(x2, w, b)  # inference: nothing to differentiate
-        else:
-            y = _ColumnReplicated.apply(x2.contiguous(), w, b, plan.group_name, plan.variant, gather, plan.rank,
-                                        not partial_grad)
-        return _output(plan, y.reshape(*lead, y.shape[-1]))
-    return _on_tokens(plan, column_parallel_linear, x, _token_dim(who, plan.input_layout, x, "input"), w, b)
-
-
-def rowwise_forward(module: nn.Linear, x) -> torch.Tensor:
-    """Forward of a linear parallelized by :class:`RowwiseParallel` (see the module docstring)."""
-    plan: TPLinearPlan = module._tilefuse_tp
-    who = "RowwiseParallel"
-    x, _ = _input(who, plan, x)
-    w, b = _local(module.weight), _local(module.bias)
-    if isinstance(plan.input_layout, Replicate):
-        check_input(who, x, w, b, w.shape[1] * plan.world, "in_features")
-        x = _SplitFeatures.apply(x, plan.group_name, plan.world, plan.rank)
+    if colwise:
+        check_input(who, x, w, b, w.shape[1], "in_features")
+        if isinstance(plan.input_layout, Replicate):
+            gather = isinstance(plan.output_layout, Replicate)
+            lead = x.shape[:-1]
+            x2 = x.reshape(-1, x.shape[-1])
+            grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, b))
+            if not gather and not grad and not torch.compiler.is_compiling():
+                y = torch.nn.functional.linear(x2, w, b)  # inference: nothing to differentiate
+            else:
+                y = _ColumnReplicated.apply(x2.contiguous(), w, b, plan.group_name, plan.variant, gather, plan.rank,
+                                            not partial_grad)
+            return _output(plan, y.reshape(*lead, y.shape[-1]))
+        linear, d = column_parallel_linear, _token_dim(who, plan.input_layout, x, "input")
     else:
-        check_input(who, x, w, b, w.shape[1], "in_features / mesh size: the input's feature shard")
-    if isinstance(plan.output_layout, Replicate):
-        lead = x.shape[:-1]
-        y = gemm_all_reduce(x.reshape(-1, x.shape[-1]).contiguous(), w.t(), variant=plan.variant,
-                            group=plan.group, bias=b)
-        return _output(plan, y.reshape(*lead, y.shape[-1]))
-    d = _token_dim(who, plan.output_layout, x, "output")
-    if x.shape[d] % plan.world != 0:
-        raise ValueError(f"{who}: the token dimension (dim {d} of the input, size {x.shape[d]}) must be divisible "
-                         f"by the mesh size ({plan.world}): the output layout Shard({plan.output_layout.dim}) "
-                         "reduce-scatters it")
-    return _on_tokens(plan, row_parallel_linear, x, d, w, b)
+        if isinstance(plan.input_layout, Replicate):
+            check_input(who, x, w, b, w.shape[1] * plan.world, "in_features")
+            x = _SplitFeatures.apply(x, plan.group_name, plan.world, plan.rank)
+        else:
+            check_input(who, x, w, b, w.shape[1], "in_features / mesh size: the input's feature shard")
+        if isinstance(plan.output_layout, Replicate):
+            lead = x.shape[:-1]
+            y = gemm_all_reduce(x.reshape(-1, x.shape[-1]).contiguous(), w.t(), variant=plan.variant,
+                                group=plan.group, bias=b)
+            return _output(plan, y.reshape(*lead, y.shape[-1]))
+        linear, d = row_parallel_linear, _token_dim(who, plan.output_layout, x, "output")
+        if x.shape[d] % plan.world != 0:
+            raise ValueError(f"{who}: the token dimension (dim {d} of the input, size {x.shape[d]}) must be "
+                             f"divisible by the mesh size ({plan.world}): the output layout "
+                             f"Shard({plan.output_layout.dim}) reduce-scatters it")
+    # tokens sharded along dim d: moved to the front for the dim-0 sequence-parallel linear, and back
+    y = linear(x if d == 0 else x.movedim(d, 0), w, b, group=plan.group, variant=plan.variant)
+    return _output(plan, y if d == 0 else y.movedim(0, d).contiguous())
 
 
 class TPLinear(nn.Linear):
     """An ``nn.Linear`` after a tilefuse style: DTensor parameters, tilefuse forward."""
 
     def forward(self, x):
-        return in_forward(colwise_forward if self._tilefuse_tp.kind == "colwise" else rowwise_forward, self, x)
+        return in_forward(tp_forward, self, x)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, tp=({self._tilefuse_tp!r})"
@@ -258,18 +247,6 @@ def mix_in(module: nn.Module, mixin: type, **attrs) -> None:
         object.__setattr__(module, name, value)  # not nn.Module's: a module value is no submodule
 
 
-def _distribute(param: torch.Tensor, mesh, group, layout, src: int | None) -> DTensor:
-    """``distribute_tensor`` of the full ``param`` on the heap's device for an even split: a broadcast
-    of group rank ``src``'s (None: each keeps its own), then local slicing (gloo cannot scatter CUDA tensors)."""
-    full = param.detach().to(get_heap(group).device)
-    if src is not None and dist.get_world_size(group) > 1:
-        full = full.contiguous().clone()
-        dist.broadcast(full, src=dist.get_global_rank(group, src), group=group)
-    if isinstance(layout, Shard):
-        full = full.chunk(dist.get_world_size(group), layout.dim)[dist.get_rank(group)].contiguous()
-    return DTensor.from_local(full, mesh, [layout], run_check=False)
-
-
 class _TilefuseStyle:
     """Constructor checks and ``_apply`` of the two styles; ``KIND``, ``SHARDS``, ``LAYOUTS`` set by each."""
 
@@ -289,8 +266,7 @@ class _TilefuseStyle:
         if not isinstance(variant, str):
             raise TypeError(f"{who}: variant must be a string, got {type(variant).__name__}")
         self.variant = variant
-        side = "output" if self.KIND == "colwise" else "input"  # the side sharded by features
-        feature = out if side == "output" else inp
+        side, feature = ("output", out) if self.KIND == "colwise" else ("input", inp)  # the side sharded by features
         if isinstance(feature, Shard) and feature.dim != -1:
             raise ValueError(f"{who}: {side}_layouts Shard({feature.dim}): a {self.KIND} {side} is sharded along its "
                              "last (feature) dimension; pass Shard(-1) (or Replicate())")
@@ -311,13 +287,21 @@ class _TilefuseStyle:
         group = tp_group(device_mesh, who)
         world = dist.get_world_size(group)
         what = "out_features" if self.KIND == "colwise" else "in_features"
-        split = getattr(module, what)
-        if split % world != 0:
+        if (split := getattr(module, what)) % world != 0:
             raise ValueError(f"{who}: {what} = {split} must be divisible by the mesh size ({world}): the weight "
                              "is split evenly along it")
+        # distribute_tensor for an even split: a broadcast of group rank src's full parameter (None: each
+        # keeps its own), then local slicing (gloo cannot scatter CUDA tensors)
+        src = getattr(self, "src_data_rank", 0)
         for name, layout in zip(("weight", "bias"), self.SHARDS):
             if (param := getattr(module, name)) is not None:
-                dparam = _distribute(param, device_mesh, group, layout, getattr(self, "src_data_rank", 0))
+                full = param.detach().to(get_heap(group).device)
+                if src is not None and world > 1:
+                    full = full.contiguous().clone()
+                    dist.broadcast(full, src=dist.get_global_rank(group, src), group=group)
+                if isinstance(layout, Shard):
+                    full = full.chunk(world, layout.dim)[dist.get_rank(group)].contiguous()
+                dparam = DTensor.from_local(full, device_mesh, [layout], run_check=False)
                 module.register_parameter(name, nn.Parameter(dparam, requires_grad=param.requires_grad))
         if type(module).forward is not nn.Linear.forward:
             raise TypeError(f"{who}: {type(module).__name__} overrides nn.Linear.forward; only linears that run "
@@ -359,8 +343,7 @@ class RowwiseParallel(_TilefuseStyle, _TorchRowwise):
             ``Replicate()`` (``[..., in]``: this rank's columns are taken).
         output_layouts: ``Replicate()`` (default: ``[..., out]``, the sum over ranks, the same bits on
             every rank) or ``Shard(d)``, tokens sharded along dim ``d`` (``Shard(1)``: ``[B, S/W, out]``).
-        use_local_output: return a plain tensor (default) or a DTensor with the output layout.
-        variant: as for :class:`ColwiseParallel`.
+        use_local_output, variant: as for :class:`ColwiseParallel`.
 
     Weight ``[out, in]`` becomes ``Shard(1)``, the bias ``Replicate()`` (added once, after the sum).
     ``nn.Embedding`` gets torch's own sharding.

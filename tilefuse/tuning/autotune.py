@@ -4,7 +4,6 @@ a rank that called a candidate once more than its peers would hang them."""
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import statistics
@@ -34,15 +33,11 @@ _DEVICE_TIMING: list = [False]  # set_timer(..., device_timing=True): step 4 run
 
 
 def set_timer(timer, *, device_timing: bool = False) -> None:
-    """Replace the clock: ``timer(name) -> ms`` or ``timer(name, kind) -> ms`` gives each sample of the
-    candidate ``name``; ``kind`` is ``"call"`` (one call alone), ``"block"`` (per call back to back) or,
-    with ``device_timing``, ``"device"`` (step 4, run wherever the calls run). ``None`` restores the clock."""
+    """Replace the clock: ``timer(name, kind) -> ms`` gives each sample of the candidate ``name``; ``kind``
+    is ``"call"`` (one call alone), ``"block"`` (per call back to back) or, with ``device_timing``,
+    ``"device"`` (step 4, run wherever the calls run). ``None`` restores the clock."""
     _DEVICE_TIMING[0] = bool(device_timing) and timer is not None
-    try:
-        inspect.signature(timer).bind("name", "kind")
-        _TIMER[0] = timer
-    except (TypeError, ValueError):  # None, or a timer(name)
-        _TIMER[0] = timer if timer is None else (lambda name, kind: timer(name))
+    _TIMER[0] = timer
 
 
 def all_gather(obj, group, *, what: str) -> list:
@@ -60,10 +55,6 @@ def _barrier(group, what: str) -> None:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _fake(name: str, kind: str, ms: float) -> float:
-    return ms if _TIMER[0] is None else float(_TIMER[0](name, kind))
 
 
 def _sleep_cycles_per_ms(device: torch.device) -> float:
@@ -113,8 +104,10 @@ def _measure(name: str, call, device: torch.device, block_calls: int = BLOCK_CAL
         if queue_ms is not None:  # device timing asked for off a GPU (tests): the calls are made as on one
             for _ in range(block_calls):
                 call()
-    one, block = _fake(name, "call", one), _fake(name, "block", block)
-    return one, block, (block if queue_ms is None else _fake(name, "device", dev))
+    if (timer := _TIMER[0]) is not None:
+        one, block = float(timer(name, "call")), float(timer(name, "block"))
+        dev = dev if queue_ms is None else float(timer(name, "device"))
+    return one, block, (block if queue_ms is None else dev)
 
 
 def time_plain(call, device: torch.device, group) -> float:
@@ -122,8 +115,7 @@ def time_plain(call, device: torch.device, group) -> float:
     call()
     _sync(device)
     _barrier(group, "autotune: plain time")
-    ms = _measure("plain", call, device, block_calls=1)[0]
-    return max(all_gather(ms, group, what="autotune: plain time"))
+    return max(all_gather(_measure("plain", call, device, block_calls=1)[0], group, what="autotune: plain time"))
 
 
 @dataclass(frozen=True)
@@ -155,19 +147,18 @@ def _first(result):
     return result[0] if isinstance(result, tuple) else result
 
 
-def decide(times: dict, plain: str = "plain", margin: float = MARGIN, *, block: dict | None = None,
-           spread: dict | None = None) -> str:
-    """The candidate to run, or ``plain``: of those faster than plain by ``margin`` (or twice the
+def decide(times: dict, margin: float = MARGIN, *, block: dict | None = None, spread: dict | None = None) -> str:
+    """The candidate to run, or ``"plain"``: of those faster than plain by ``margin`` (or twice the
     combined relative uncertainty ``spread`` of the two medians, where larger) both alone (``times``)
     and, where given, back to back (``block``), the one whose worse ratio to plain is smallest (ties by name)."""
-    if plain not in times or (block is not None and plain not in block):
-        return plain
-    best, best_ratio = plain, 1.0
+    if "plain" not in times or (block is not None and "plain" not in block):
+        return "plain"
+    best, best_ratio = "plain", 1.0
     for name in sorted(times):
-        if name == plain or (block is not None and name not in block):
+        if name == "plain" or (block is not None and name not in block):
             continue
-        noise = math.hypot(spread.get(name, 0.0), spread.get(plain, 0.0)) if spread else 0.0
-        ratio = max(t[name] / t[plain] if t[plain] > 0 else math.inf for t in (times, block) if t is not None)
+        noise = math.hypot(spread.get(name, 0.0), spread.get("plain", 0.0)) if spread else 0.0
+        ratio = max(t[name] / t["plain"] if t["plain"] > 0 else math.inf for t in (times, block) if t is not None)
         if ratio <= 1.0 - max(margin, 2.0 * noise) and ratio < best_ratio:
             best, best_ratio = name, ratio
     return best
@@ -298,8 +289,7 @@ def tune(candidates: list[Candidate], *, device: torch.device, group, what: str,
         graph_margin = max(margin, GRAPH_MARGIN)
         graph_pick, again = _agreed(kept, rounds, lambda _t, _b, _sp, d, ds: decide(d, margin=graph_margin, spread=ds),
                                     cost, budget, device, group, f"{what} graph", block_calls, queue_ms)
-        if again is not None:
-            graph_confirmed = {"device": again[3], "spread": again[4], "reps": again[5]}
+        graph_confirmed = again and {"device": again[3], "spread": again[4], "reps": again[5]}
         graph = next(c for c in kept if c.name == graph_pick)
         if graph_pick != pick:
             log.info("tilefuse: autotune %s: inside CUDA graphs %s (device ms per call: %s), eagerly %s", what,

@@ -40,8 +40,7 @@ def cache_dir() -> Path:
     explicit = os.environ.get("TILEFUSE_CACHE_DIR", "")
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     path = Path(explicit).expanduser() if explicit else Path(base).expanduser() / "tilefuse"
-    resolved = path.resolve()
-    if resolved == _PACKAGE_DIR or _PACKAGE_DIR in resolved.parents:
+    if _PACKAGE_DIR in (path.resolve(), *path.resolve().parents):
         raise CacheDirError(f"TILEFUSE_CACHE_DIR={path} is inside the tilefuse package ({_PACKAGE_DIR}): "
                             "choose a directory outside it")
     return path
@@ -108,8 +107,7 @@ def decision(key: str, op: str, variants, num_sms: int | None = None) -> tuple[d
     warned about once, naming the cache path, and the decision goes on without it."""
     where = os.environ.get("TILEFUSE_CACHE_DIR", "") or "the default cache directory"
     try:
-        path = cache_path()
-        where = str(path)
+        where = str(path := cache_path())
         e = load(path).get(key)
     except (OSError, ValueError) as err:  # NotADirectoryError, PermissionError, CacheDirError, ...
         _warn_once("tilefuse: the autotune cache %s cannot be used (%s: %s): deciding without it", where,
@@ -148,15 +146,14 @@ def _locked(path: Path, timeout: float):
     try:
         deadline = time.monotonic() + timeout
         while True:
-            try:
+            with contextlib.suppress(BlockingIOError):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    log.warning("tilefuse: the autotune cache lock %s stayed taken for %.0f s: writing without it",
-                                lock_path, timeout)
-                    break
-                time.sleep(0.01)
+            if time.monotonic() >= deadline:
+                log.warning("tilefuse: the autotune cache lock %s stayed taken for %.0f s: writing without it",
+                            lock_path, timeout)
+                break
+            time.sleep(0.01)
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -80,52 +80,42 @@ def search_dirs() -> list[Path]:
     return [Path(p) for p in os.environ.get("TILEFUSE_CONFIG_DIR", "").split(os.pathsep) if p] + [SHIPPED_DIR]
 
 
-def _fail(path, where: str, msg: str):
-    raise TableError(f"config table {path}: {where}: {msg}")
+def _require(ok, path, where: str, msg: str) -> None:
+    if not ok:
+        raise TableError(f"config table {path}: {where}: {msg}")
 
 
 def validate_table(data, path="<table>") -> list[dict]:
     """Check ``data`` against the schema; return its entries (raises TableError)."""
-    if not isinstance(data, dict):
-        _fail(path, "top level", "must be a JSON object")
+    _require(isinstance(data, dict), path, "top level", "must be a JSON object")
     for key in ("schema", "op", "arch", "world_size", "provenance", "entries"):
-        if key not in data:
-            _fail(path, "top level", f"missing key {key!r}")
-    if data["schema"] != SCHEMA_VERSION:
-        _fail(path, "schema", f"version {data['schema']!r} is not {SCHEMA_VERSION}")
-    if not isinstance(data["entries"], list):
-        _fail(path, "entries", "must be a list")
+        _require(key in data, path, "top level", f"missing key {key!r}")
+    _require(data["schema"] == SCHEMA_VERSION, path, "schema", f"version {data['schema']!r} is not {SCHEMA_VERSION}")
+    _require(isinstance(data["entries"], list), path, "entries", "must be a list")
     seen = set()
     for i, e in enumerate(data["entries"]):
-        where = f"entry {i}"
-        if not isinstance(e, dict):
-            _fail(path, where, "must be an object")
+        _require(isinstance(e, dict), path, f"entry {i}", "must be an object")
         for key in ("M", "N", "K", "dtype", "variant", "config", "time_ms", "plain_ms"):
-            if key not in e:
-                _fail(path, where, f"missing key {key!r}")
+            _require(key in e, path, f"entry {i}", f"missing key {key!r}")
         for key in ("M", "N", "K"):
-            if not isinstance(e[key], int) or e[key] < 1:
-                _fail(path, where, f"{key} must be a positive int, got {e[key]!r}")
+            _require(isinstance(e[key], int) and e[key] >= 1, path, f"entry {i}",
+                     f"{key} must be a positive int, got {e[key]!r}")
         where = f"entry {i} ({e['M']}x{e['N']}x{e['K']} {e['dtype']})"
-        if e["dtype"] not in _DTYPES:
-            _fail(path, where, f"dtype {e['dtype']!r} is not one of {_DTYPES}")
-        if e["variant"] not in VARIANTS:
-            _fail(path, where, f"variant {e['variant']!r} is not one of {VARIANTS}")
+        _require(e["dtype"] in _DTYPES, path, where, f"dtype {e['dtype']!r} is not one of {_DTYPES}")
+        _require(e["variant"] in VARIANTS, path, where, f"variant {e['variant']!r} is not one of {VARIANTS}")
         if e["variant"] != PLAIN:
-            if not isinstance(e["config"], dict):
-                _fail(path, where, "config must be an object for a tilefuse variant")
+            _require(isinstance(e["config"], dict), path, where, "config must be an object for a tilefuse variant")
             try:
                 Config.from_dict(e["config"])
             except (TypeError, ValueError) as err:
-                _fail(path, where, f"bad config: {err}")
+                _require(False, path, where, f"bad config: {err}")
         try:
             if e.get("graph") is not None and graph_of(e) is None:
                 raise ValueError(f"graph must name a variant of {VARIANTS}, got {e['graph']!r}")
         except ValueError as err:
-            _fail(path, where, str(err))
+            _require(False, path, where, str(err))
         key = (e["M"], e["N"], e["K"], e["dtype"])
-        if key in seen:
-            _fail(path, where, "duplicate shape")
+        _require(key not in seen, path, where, "duplicate shape")
         seen.add(key)
     return data["entries"]
 
@@ -148,8 +138,7 @@ def load_table(path: Path) -> list[dict] | None:
 
 
 def _choice(e: dict, source: str) -> Choice:
-    cfg = None if e["variant"] == PLAIN else Config.from_dict(e["config"])
-    return Choice(e["variant"], cfg, source, graph_of(e))
+    return Choice(e["variant"], None if e["variant"] == PLAIN else Config.from_dict(e["config"]), source, graph_of(e))
 
 
 def clear_cache() -> None:
@@ -175,8 +164,7 @@ def lookup(op: str, arch: str, world: int, M: int, N: int, K: int, dtype: str) -
     for directory in search_dirs():
         path = table_path(directory, op, arch, world)
         entries = load_table(path) or []
-        exact = [e for e in entries if (e["M"], e["N"], e["K"], e["dtype"]) == (M, N, K, dtype)]
-        if exact:
+        if exact := [e for e in entries if (e["M"], e["N"], e["K"], e["dtype"]) == (M, N, K, dtype)]:
             choice = _choice(exact[0], f"exact {path}")
             break
         same = [e for e in entries if (e["N"], e["K"], e["dtype"]) == (N, K, dtype) and lo <= e["M"] <= hi]

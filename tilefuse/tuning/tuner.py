@@ -38,20 +38,9 @@ TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128,
 INTERPRETER_TILES = [(32, 32, 32, 4, 1), (64, 64, 64, 4, 1)]
 # Tried second above SMALL_M for 16-bit dtypes by config.WARP_SPEC_VARIANTS, with WARP_SPEC = 1.
 WARP_SPEC_TILE = (128, 256, 64, 4, 4)
-SMALL_M = 256  # up to this M (decode, small batches) the tiles come from small_m_tiles
+SMALL_M = 256  # up to this M (decode, small batches) the tiles are decode-size (candidate_configs)
 SMALL_M_SPLITS = [8, 16]  # COMM_SMS tried at small M: little to move, the GEMM keeps most programs
 SPLITS = [8, 16, 32]
-
-
-def small_m_tiles(M: int) -> list[tuple]:
-    """Decode-size tiles: BLOCK_M 64/32/16 (none taller than M needs) x BLOCK_N 128/64, 4 warps, 4 stages;
-    above M = 64 ``config.SMALL_M_TILES`` before them and 128x128 after."""
-    top = max(16, 1 << (M - 1).bit_length())
-    tiles = [(bm, bn, bk, 4, stages) for bm, bn, bk, stages in SMALL_M_TILES] if M > 64 else []
-    tiles += [(bm, bn, 64, 4, 4) for bm in (64, 32, 16) if bm <= top for bn in (128, 64)]
-    if M > 64:
-        tiles.append((128, 128, 64, 4, 4))
-    return tiles
 
 
 def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int, interpreter: bool,
@@ -61,30 +50,28 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
     comm = variant in rules.COMM_VARIANTS
     base = default_config(M, N, K, dtype, num_sms=num_sms, interpreter=interpreter, comm=comm)
     if interpreter:
-        tiles = INTERPRETER_TILES
-        splits = [2] if comm else [0]
+        tiles, splits = INTERPRETER_TILES, [2]
+    elif M <= SMALL_M:  # BLOCK_M 64/32/16 (none taller than M needs) x BLOCK_N 128/64, 4 warps, 4 stages;
+        # above M = 64 config.SMALL_M_TILES before them and 128x128 after
+        top = max(16, 1 << (M - 1).bit_length())
+        tiles = [(bm, bn, 64, 4, 4) for bm in (64, 32, 16) if bm <= top for bn in (128, 64)]
+        if M > 64:
+            tiles = [(bm, bn, bk, 4, stages) for bm, bn, bk, stages in SMALL_M_TILES] + tiles + [(128, 128, 64, 4, 4)]
+        splits = SMALL_M_SPLITS
     else:
-        tiles = small_m_tiles(M) if M <= SMALL_M else TILES
-        splits = (SMALL_M_SPLITS if M <= SMALL_M else SPLITS) if comm else [0]
-        if quick:
-            tiles, splits = tiles[:2], splits[:2]
+        tiles, splits = TILES, SPLITS
+    splits = splits if comm else [0]
+    if quick and not interpreter:
+        tiles, splits = tiles[:2], splits[:2]
     out = [base]
     if not interpreter and M > SMALL_M and dtype.itemsize <= 2 and variant in WARP_SPEC_VARIANTS.get(op, ()):
         bm, bn, bk, warps, stages = WARP_SPEC_TILE
-        ws = base.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, WARP_SPEC=1)
-        if ws not in out:
-            out.append(ws)
-    for bm, bn, bk, warps, stages in tiles:
-        for comm_sms in splits:
-            if comm_sms >= num_sms:
-                continue
-            cfg = base.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk if dtype.itemsize < 4 else min(bk, 32),
-                               num_warps=warps, num_stages=stages, COMM_SMS=comm_sms,
-                               GEMM_SMS=num_sms - comm_sms if not interpreter else base.GEMM_SMS,
-                               WARP_SPEC=0)  # the default's own tile may specialize; these as listed
-            if cfg not in out:
-                out.append(cfg)
-    return out[:rules.MAX_TUNER_CONFIGS]
+        out.append(base.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, WARP_SPEC=1))
+    out += [base.replace(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk if dtype.itemsize < 4 else min(bk, 32), num_warps=warps,
+                         num_stages=stages, COMM_SMS=comm_sms, WARP_SPEC=0,  # the default's tile may specialize
+                         GEMM_SMS=base.GEMM_SMS if interpreter else num_sms - comm_sms)
+            for bm, bn, bk, warps, stages in tiles for comm_sms in splits if comm_sms < num_sms]
+    return list(dict.fromkeys(out))[:rules.MAX_TUNER_CONFIGS]  # distinct, in order
 
 
 def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: int = 17) -> list[tuple]:
@@ -94,18 +81,13 @@ def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: i
     a_seed = seed if op == "gemm_all_scatter" else seed + 1000 * (dist.get_rank() + 1)
     fp8 = dtype in FLOAT8_DTYPES  # unit-scale values, the product's scale in scale_b
     scales = {"scale_a": torch.ones((), device=device), "scale_b": torch.full((), K ** -0.5, device=device)}
-    sets = []
-    for i in range(n_sets):
-        a = torch.randn(M, K, generator=torch.Generator().manual_seed(a_seed + i)).to(dtype=dtype, device=device)
-        b = torch.randn(K, N, generator=g).to(dtype=dtype, device=device)
-        sets.append((a, b, scales) if fp8 else (a, b / K ** 0.5, {}))
-    return sets
+    ab = [(torch.randn(M, K, generator=torch.Generator().manual_seed(a_seed + i)).to(dtype=dtype, device=device),
+           torch.randn(K, N, generator=g).to(dtype=dtype, device=device)) for i in range(n_sets)]
+    return [(a, b, scales) if fp8 else (a, b / K ** 0.5, {}) for a, b in ab]
 
 
 SHORTLIST_RATIO = 1.0  # a finalist's first-pass time, alone and back to back, is at most this x plain's
 DECIDE_S = 2.0  # seconds of timed calls for the decision between plain and the shortlist (autotune.tune)
-
-
 SETTLE_S = 1.5  # a GPU at its power limit dips in clock about a second into a load, then holds steady
 
 
@@ -126,9 +108,7 @@ def settle(fn, *, device: torch.device, seconds: float = SETTLE_S, agree=None, m
     return n
 
 
-def clock() -> float:
-    """Seconds from an arbitrary start (the budget's clock; tests replace it)."""
-    return time.perf_counter()
+clock = time.perf_counter  # the budget's clock (tests replace it)
 
 
 class Budget:
@@ -144,8 +124,7 @@ class Budget:
         self.start = clock() if start is None else start
         self.marks: list = []  # agreed seconds since start at each call of fits
         self.costs: list = []  # agreed seconds of each finished item, its left-out part removed
-        self.elapsed = 0.0
-        self.estimate: float | None = None
+        self.elapsed, self.estimate = 0.0, None  # seconds since start, and a shape's expected seconds
 
     def fits(self, left_out_s: float = 0.0) -> bool:
         """``left_out_s``: seconds of the item just finished that later ones will not spend (compiling)."""
@@ -267,23 +246,20 @@ def tune_shape(op: str, M: int, N: int, K: int, dtype, *, quick: bool, reps: int
     return entry
 
 
-def _commit() -> str:
-    """The checkout's commit (``git rev-parse``), or ``unknown``."""
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or "unknown"
-    except Exception:
-        return "unknown"
-
-
 def write_table(out_dir: Path, op: str, entries: list[dict], *, reps: int, margin: float = autotune.MARGIN,
                 decide_s: float = DECIDE_S, left_out: list | None = None, commit: str | None = None) -> Path:
     """Merge ``entries`` into ``op``'s config table under ``out_dir``; ``commit`` goes in the provenance."""
+    if not commit:  # this checkout's, where there is one
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip() or "unknown"
+        except Exception:
+            commit = "unknown"
     heap = tilefuse.get_heap()
     provenance = {
         "device": torch.cuda.get_device_name(heap.device) if heap.device.type == "cuda" else "cpu (interpreter)",
         "world_size": heap.world_size, "torch": torch.__version__, "triton": __import__("triton").__version__,
-        "commit": commit or _commit(), "date": datetime.date.today().isoformat(),
+        "commit": commit, "date": datetime.date.today().isoformat(),
         "timing": f"tilefuse.tune (tilefuse/tuning/README.md): first pass {reps} samples of every candidate, "
                   f"then {decide_s:g} s of timed calls to decide; margin max({margin:.0%}, 2x the uncertainty)",
     }
@@ -323,10 +299,8 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
     p.add_argument("--budget-s", type=float, help="seconds for the whole run: shapes start while the next one is "
                                                    "expected to fit; the log names those left out")
     args = p.parse_args(argv)
-    if args.budget_s is not None and not args.budget_s > 0:
-        p.error("--budget-s must be > 0")
-    if args.reps < 1 or args.keep < 0 or args.decide_s < 0:
-        p.error("--reps must be >= 1, --keep >= 0 and --decide-s >= 0")
+    if args.reps < 1 or args.keep < 0 or args.decide_s < 0 or not (args.budget_s is None or args.budget_s > 0):
+        p.error("--reps must be >= 1, --keep >= 0, --decide-s >= 0 and --budget-s > 0")
     if not dist.is_initialized():
         if "RANK" in os.environ:
             if torch.cuda.is_available():
@@ -336,7 +310,6 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
             dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     heap = tilefuse.init()
     rank = dist.get_rank()
-    dtype = getattr(torch, args.dtype)
     shapes = local_shapes(args.op, args.shapes, dist.get_world_size()) if args.shapes else []
     for s in args.shape:
         M, N, K = (int(x) for x in s.lower().split("x"))
@@ -346,10 +319,10 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
         by_shape.setdefault((s["M"], s["N"], s["K"]), s)
     unique = list(by_shape.values())
     budget = Budget(args.budget_s, heap.group, start=t_start, what=f"tilefuse.tune {args.op}: budget")
-    entries, left_out, path, warm_up_s = [], [], None, 0.0
+    entries, left_out, path, stats = [], [], None, {"warm_up_s": 0.0}
     for i, s in enumerate(unique):
         # Later shapes mostly reuse the kernels a first pass compiles: the estimate leaves that time out.
-        if not budget.fits(warm_up_s):
+        if not budget.fits(stats["warm_up_s"]):
             left_out = unique[i:]
             if rank == 0:
                 names = ", ".join(f"{x['name']} ({x['M']}x{x['N']}x{x['K']})" for x in left_out)
@@ -357,10 +330,8 @@ def run(argv=None) -> tuple[list[dict], list[dict], Path | None]:
                       f"(a shape takes about {budget.estimate:.1f} s besides compiling); tuned {i} of "
                       f"{len(unique)} shapes, left out: {names}", flush=True)
             break
-        stats: dict = {}
-        e = tune_shape(args.op, s["M"], s["N"], s["K"], dtype, quick=args.quick, reps=args.reps, keep=args.keep,
-                       margin=args.margin, decide_s=args.decide_s, stats=stats)
-        warm_up_s = stats.get("warm_up_s", 0.0)
+        e = tune_shape(args.op, s["M"], s["N"], s["K"], getattr(torch, args.dtype), quick=args.quick, reps=args.reps,
+                       keep=args.keep, margin=args.margin, decide_s=args.decide_s, stats=stats)
         entries.append(e)
         if rank == 0:
             print(f"{args.op} {s['name']} ({s['M']}x{s['N']}x{s['K']}): {e['variant']} {e['time_ms']:.3f} ms "
