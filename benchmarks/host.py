@@ -258,6 +258,8 @@ def _job(ctx, ops, shapes, names, opts) -> list:
     sync = torch.cuda.synchronize if real else None
     if not ctx.on_gpu:
         torch.set_num_threads(1)  # a CPU matmul of this size waits on its worker threads otherwise
+        # No-op collectives leave their outputs uninitialised: denormals there would slow a CPU matmul.
+        torch.set_flush_denormal(opts["noop_collectives"])
     with contextlib.nullcontext() if real else noop_launches(), torch.no_grad():
         for op in ops + (["linear"] if opts["layers"] and W == 1 else []):
             for M0, N, K, dname in shapes:
