@@ -39,6 +39,7 @@ from tilefuse.ops.common.config import (  # noqa: E402
     pointer_tiles,
     split_k_for,
 )
+from tilefuse.ops.common.gemm import GemmLaunch  # noqa: E402
 from tilefuse.ops.common.split_k import SPLIT_K_SCRATCH  # noqa: E402
 from tilefuse.ops.common.tiles import load_tile, store_tile, tile_coords, tile_offsets  # noqa: E402
 
@@ -418,6 +419,22 @@ def test_matmul_degenerate_and_mismatched_shapes():
     with pytest.raises(ValueError, match=r"a \(8, 3\) @ b \(3, 4\) -> c \(8, 5\)"):
         matmul(torch.randn(8, 3, device=DEVICE), torch.randn(3, 4, device=DEVICE),
                torch.empty(8, 5, device=DEVICE), CFG)
+
+
+def test_gemm_launch_made_once_runs_every_call_of_its_layouts():
+    """A GemmLaunch (what a bulk_sync variant holds per call signature) computes each call's own operands;
+    one made to begin or end a collective call refuses a call without one."""
+    gen = _gen(11)
+    a0, b0 = _randn((40, 24), torch.float16, gen), _randn((24, 56), torch.float16, gen)
+    launch = GemmLaunch(a0, b0, torch.empty(40, 56, dtype=torch.float16, device=DEVICE), CFG)
+    for _ in range(2):  # new operands and outputs of the same layouts
+        a, b = _randn((40, 24), torch.float16, gen), _randn((24, 56), torch.float16, gen)
+        c = torch.full((40, 56), NAN, dtype=torch.float16, device=DEVICE)
+        assert launch.run(a, b, c) is c
+        _assert_matches(c, a, b, torch.float16)
+    in_call = GemmLaunch(a0, b0, c, CFG, in_call=True, ends=True, enter=True)
+    with pytest.raises(ValueError, match="runs with its call"):
+        in_call.run(a0, b0, c, torch.zeros(8, dtype=torch.int64, device=DEVICE))
 
 
 def test_gemm_layout_row_and_column_major_b():
