@@ -14,10 +14,25 @@ from .errors import PoisonedError, WaitTimeoutError
 from .group import REGISTRY, Group, check_current_device
 
 try:
-    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+    from torch._C import _cuda_getCurrentRawStream as raw_stream  # raw_stream(device index) -> cudaStream_t
 except ImportError:  # a CPU-only torch
-    def _raw_stream(index: int) -> int:
+    def raw_stream(index: int) -> int:
         return torch.cuda.current_stream(index).cuda_stream
+
+
+_STREAMS: dict = {}  # (device index, raw stream) -> its torch.cuda.Stream
+
+
+def current_stream(index: int) -> torch.cuda.Stream:
+    """The current stream of device ``index``: one ``torch.cuda.Stream`` object per raw stream, made once (a
+    new object costs microseconds; one for the same raw stream names the same stream)."""
+    key = (index, raw_stream(index))
+    stream = _STREAMS.get(key)
+    if stream is None:
+        if len(_STREAMS) >= 256:  # streams made and dropped without end: stay bounded
+            _STREAMS.clear()
+        stream = _STREAMS[key] = torch.cuda.current_stream(index)
+    return stream
 
 
 class _Local(threading.local):
@@ -99,7 +114,7 @@ class CollectiveCall:
                 if torch.cuda.current_device() != st.dev_index:
                     self._wrong_device(st)
                 self.capturing = torch.cuda.is_current_stream_capturing()
-                self.stream = _raw_stream(st.dev_index)
+                self.stream = raw_stream(st.dev_index)
             st.raise_if_poisoned()
             if st.peers and not self.capturing:
                 st.check_peers(self.op)
@@ -110,7 +125,7 @@ class CollectiveCall:
                 self.pending = err
             if st.on_gpu and not self.capturing and self.stream != st.order.raw:
                 # Calls on different streams run in the order the host made them.
-                order, stream = st.order, torch.cuda.current_stream(st.heap.device)
+                order, stream = st.order, current_stream(st.dev_index)
                 if order.stream is not None and stream != order.stream:
                     stream.wait_stream(order.stream)  # everything queued there so far, the last call included
                 order.stream, order.raw = stream, self.stream

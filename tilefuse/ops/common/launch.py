@@ -111,19 +111,6 @@ def mid_barrier(heap, phase: int) -> None:
 
 _SIDE_STREAMS: dict = {}
 _EVENTS: dict = {}  # device -> (fork, join) events, reused: a wait uses the record made just before it
-_STREAMS: dict = {}  # (device index, raw stream) -> its torch.cuda.Stream
-
-
-def _current_stream(index: int) -> torch.cuda.Stream:
-    """The current stream of device ``index``: one ``torch.cuda.Stream`` object per raw stream, made once (a
-    new object costs microseconds; one for the same raw stream names the same stream)."""
-    key = (index, torch._C._cuda_getCurrentRawStream(index))
-    stream = _STREAMS.get(key)
-    if stream is None:
-        if len(_STREAMS) >= 256:  # streams made and dropped without end: stay bounded
-            _STREAMS.clear()
-        stream = _STREAMS[key] = torch.cuda.current_stream(index)
-    return stream
 
 
 class ForkedStreams:
@@ -139,7 +126,7 @@ class ForkedStreams:
                 _SIDE_STREAMS[device] = torch.cuda.Stream(device)
                 _EVENTS[device] = (torch.cuda.Event(), torch.cuda.Event())
             self.stream = _SIDE_STREAMS[device]
-            self.main = _current_stream(device.index if device.index is not None else torch.cuda.current_device())
+            self.main = _call.current_stream(device.index if device.index is not None else torch.cuda.current_device())
             fork, _ = _EVENTS[device]
             fork.record(self.main)  # everything queued so far
             self.stream.wait_event(fork)

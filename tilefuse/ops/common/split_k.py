@@ -8,6 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ...runtime.call import raw_stream
 from ...runtime.world import on_reset
 from .tiles import store_tile
 
@@ -93,7 +94,9 @@ class StreamScratch:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return (torch.empty(n_values, dtype=torch.float32, device=device),
                     torch.zeros(n_counts, dtype=self.count_dtype, device=device))
-        key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+        key = (device, 0)
+        if device.type == "cuda":
+            key = (device, raw_stream(torch.cuda.current_device() if device.index is None else device.index))
         values, counts = self._sets.get(key, (None, None))
         if values is None or values.numel() < n_values:
             values = torch.empty(triton.next_power_of_2(n_values), dtype=torch.float32, device=device)
