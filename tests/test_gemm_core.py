@@ -40,6 +40,7 @@ from tilefuse.ops.common.config import (  # noqa: E402
     split_k_for,
 )
 from tilefuse.ops.common.gemm import GemmLaunch  # noqa: E402
+from tilefuse.ops.common.scaled import kernel_scales  # noqa: E402
 from tilefuse.ops.common.split_k import SPLIT_K_SCRATCH  # noqa: E402
 from tilefuse.ops.common.tiles import load_tile, store_tile, tile_coords, tile_offsets  # noqa: E402
 
@@ -224,6 +225,20 @@ def test_matmul_decode_tiles_load_through_pointers(monkeypatch):
     for args in ((32, 4096, 4096, torch.bfloat16), (16, 5000, 3500, torch.bfloat16), (16, 4096, 4096, torch.float32)):
         cfg = default_config(*args, num_sms=132, interpreter=False, comm=False, split_k=True)
         assert not pointer_tiles(cfg, args[3]), (args, cfg)
+
+    # Float8 decode tiles up to 64 rows: 256-deep K steps in 6 stages, through pointers; not past M = 64.
+    e4 = torch.float8_e4m3fn
+    for m, tile in ((16, (16, 32, 256, 6)), (64, (64, 64, 256, 6))):
+        cfg = default_config(m, 6144 if m == 64 else 4096, 4096, e4, num_sms=132, interpreter=False, comm=False)
+        assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages) == tile and pointer_tiles(cfg, e4), cfg
+    assert not pointer_tiles(default_config(128, 4096, 4096, e4, num_sms=132, interpreter=False, comm=False), e4)
+    seen.clear()
+    a8, w8 = (a * 4).to(e4), (b.t() * 4).to(e4)
+    sa, sb = torch.tensor(0.5, device=DEVICE), torch.tensor(0.25, device=DEVICE)
+    out = torch.full((M, N), NAN, dtype=torch.float32, device=DEVICE)
+    matmul(a8, w8.t(), out, decode, scales=kernel_scales(sa, sb, out.device))
+    ref = (a8.float() * sa) @ (w8.t().float() * sb)
+    assert seen == [False] and (out - ref).norm() <= 1e-4 * ref.norm(), seen
 
 
 def test_matmul_warp_spec_config_is_a_compile_hint(monkeypatch):

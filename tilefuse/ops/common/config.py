@@ -169,7 +169,9 @@ def _narrow_decode_tiles(M: int, N: int, K: int, itemsize: int, programs: int) -
             break
     block_n = _pow2_between(min(N, block_n), 16, block_n)
     max_k = _pow2_between(K, 16, 256)
-    for block_k, stages in ((256, 4), (256, 3), (128, 6), (128, 4), (64, 4)):
+    # A float8 K step of 256 is half the bytes of a 16-bit one: 6 stages of it fit, and keep B streaming.
+    deepest = ((256, 6),) if itemsize == 1 else ()
+    for block_k, stages in (*deepest, (256, 4), (256, 3), (128, 6), (128, 4), (64, 4)):
         if block_k <= max_k and stages * (block_m + block_n) * block_k * itemsize <= 200 * 1024:
             break
     else:
@@ -204,9 +206,13 @@ def _whole_tile_instead_of_split(M: int, N: int, K: int, dtype: torch.dtype, pro
 
 
 def pointer_tiles(config: Config, dtype: torch.dtype) -> bool:
-    """Whether the GEMM core loads ``config``'s tiles through pointers even where descriptors fit (the
-    ``POINTER_DECODE_*`` tiles); a rule of the config and dtype, never of the shape."""
-    return config.BLOCK_M == 16 and config.BLOCK_K >= POINTER_DECODE_K and dtype.itemsize == 2
+    """Whether the GEMM core loads ``config``'s tiles through pointers even where descriptors fit: 256-deep
+    K steps of 16-row tiles of 16-bit values (the ``POINTER_DECODE_*`` tiles) or of float8 tiles up to 64
+    rows (the decode tiles), where making the descriptors costs more than they save. A rule of the config
+    and dtype, never of the shape."""
+    if config.BLOCK_K < POINTER_DECODE_K:
+        return False
+    return config.BLOCK_M == 16 if dtype.itemsize == 2 else dtype.itemsize == 1 and config.BLOCK_M <= 64
 
 
 def wave_use(tiles: int, programs: int) -> float:
