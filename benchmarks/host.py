@@ -35,7 +35,8 @@ eager         host_us           ``--calls`` back-to-back calls, methods interlea
                                 ``--rounds`` rounds, the device idle at each start: median
                                 over rounds of host µs per call (``--clock``)
 eager         done_us           the same calls until the device finished them (GPU)
-eager         alone_host_us     one call after a device sync, host clock (median of ``--alone``)
+eager         alone_host_us     one call after a device sync, host clock (median of ``--alone``;
+                                the methods take turns)
 eager         device_us         that call's CUDA events (GPU, W = 1): device µs timed alone
 eager         rel_err, ok       real launches at W = 1: each method once more on new
                                 operands, workspaces poisoned, against the op's reference
@@ -208,23 +209,25 @@ def _per_call_us(fn, calls: int, clock, sync=None) -> tuple[float, float | None]
     return host / calls * 1e6, (clock() - t0) / calls * 1e6
 
 
-def alone_us(fn, reps: int, on_gpu: bool) -> tuple[float, float | None]:
-    """``(host µs, device µs)`` of one call timed alone after a device sync, medians of ``reps``
-    (device µs from CUDA events, GPU only)."""
-    hosts, devices = [], []
-    for _ in range(reps):
-        if on_gpu:
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-        t0 = time.perf_counter()
-        fn()
-        hosts.append((time.perf_counter() - t0) * 1e6)
-        if on_gpu:
-            end.record()
-            end.synchronize()
-            devices.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(hosts), (statistics.median(devices) if devices else None)
+def alone_us(fns: dict, reps: int, on_gpu: bool) -> dict:
+    """Per method of ``fns``: ``(host µs, device µs)`` of one call timed alone after a device sync, medians
+    of ``reps`` calls, the methods taking turns in a rotating order (device µs from CUDA events, GPU only)."""
+    names, hosts, devices = list(fns), {name: [] for name in fns}, {name: [] for name in fns}
+    for i in range(reps):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            if on_gpu:
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+            t0 = time.perf_counter()
+            fns[name]()
+            hosts[name].append((time.perf_counter() - t0) * 1e6)
+            if on_gpu:
+                end.record()
+                end.synchronize()
+                devices[name].append(start.elapsed_time(end) * 1e3)
+    return {name: (statistics.median(hosts[name]), statistics.median(devices[name]) if on_gpu else None)
+            for name in names}
 
 
 def _check_methods(ctx, op, M, N, K, dtype_name, names) -> list:
@@ -289,13 +292,14 @@ def _job(ctx, ops, shapes, names, opts) -> list:
                 with noop_collectives() if opts["noop_collectives"] else contextlib.nullcontext():
                     med, done = interleaved_us(fns, opts["calls"], opts["rounds"], clock, sync)
                 note = f"auto runs {tilefuse.auto_choice(op, a, b)[0]}" if "auto" in fns else ""
+                alone = alone_us(fns, opts["alone"], real) if W == 1 else {}  # ranks sharing a GPU time each other
                 for name in fns:
                     r = {**base, "variant": name, "mode": "eager", "note": note if name == "auto" else ""}
                     rows.append({**r, "metric": "host_us", "value": med[name]})
                     if done:
                         rows.append({**r, "metric": "done_us", "value": done[name]})
-                    if W == 1:  # ranks sharing a GPU time each other: no device time at W > 1
-                        h, d = alone_us(fns[name], opts["alone"], real)
+                    if name in alone:
+                        h, d = alone[name]
                         rows.append({**r, "metric": "alone_host_us", "value": h})
                         if d is not None:
                             rows.append({**r, "metric": "device_us", "value": d})
@@ -418,7 +422,7 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true", help="8x64 @ 64x64 at every world size (CPU ranks)")
     p.add_argument("--calls", type=int, default=20, help="back-to-back calls per method and round")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--alone", type=int, default=5, help="calls timed alone per method (W = 1)")
+    p.add_argument("--alone", type=int, default=21, help="calls timed alone per method, in turns (W = 1)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--real-launches", action="store_true", help="launch the kernels (the default on a GPU)")
     p.add_argument("--noop-launches", action="store_true", help="make tilefuse's launches no-ops on a GPU too")
