@@ -178,6 +178,24 @@ def test_matmul_pointer_path_aligned_loads(K, dtype, align, monkeypatch):
     assert torch.equal(c, plain)
 
 
+def test_padded_copies_are_exact_with_16_byte_rows():
+    """``gemm._padded`` (operands copied onto the descriptor path) keeps every element's bits, row- or
+    column-major, whether the rows copy as 8-, 4-byte words or element by element (an odd address)."""
+    from tilefuse.ops.common.gemm import _padded
+
+    gen = torch.Generator().manual_seed(3)
+    for dtype in (torch.float8_e4m3fn, torch.bfloat16, torch.float32):
+        for rows, cols in ((5, 3500), (7, 33), (3, 36)):
+            base = torch.randn(rows * cols + 1, generator=gen).to(dtype)
+            for t in (base[:-1].view(rows, cols), base[1:].view(rows, cols), base[:-1].view(cols, rows).t()):
+                unit = 1 if t.stride(1) == 1 else 0
+                got = _padded(t, unit)
+                assert got.shape == t.shape and got.stride(unit) == 1
+                assert (got.stride(1 - unit) * got.element_size()) % 16 == 0
+                assert torch.equal(got.view(torch.uint8) if dtype.itemsize == 1 else got,
+                                   t.view(torch.uint8) if dtype.itemsize == 1 else t), (dtype, rows, cols)
+
+
 def test_matmul_decode_tiles_load_through_pointers(monkeypatch):
     """16-row tiles with 256-deep K steps of 16-bit values (``config.pointer_tiles``: the decode tiles)
     on a Linear weight (column-major B) run the pointer path although their operands fit descriptors,

@@ -124,8 +124,21 @@ def _padded(t: torch.Tensor, unit_dim: int) -> torch.Tensor:
     lead = -(-max(cols, 1) // per16) * per16
     buf = torch.empty((rows, lead), dtype=t.dtype, device=t.device)
     view = buf[:, :cols]
-    view.copy_(t if unit_dim == 1 else t.t())
+    _copy_rows(view, t if unit_dim == 1 else t.t())
     return view if unit_dim == 1 else view.t()
+
+
+def _copy_rows(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """``dst.copy_(src)`` of two row-major views of one dtype, as the widest integer words their rows, strides
+    and addresses divide into: a copy of 1- or 2-byte elements into a strided view moves them one by one."""
+    for word in (torch.int64, torch.int32):
+        size = word.itemsize
+        if size > src.element_size() and all(
+                x.stride(1) == 1 and (x.shape[1] * x.element_size()) % size == 0
+                and (x.stride(0) * x.element_size()) % size == 0 and x.data_ptr() % size == 0 for x in (dst, src)):
+            dst.view(word).copy_(src.view(word))
+            return
+    dst.copy_(src)
 
 
 # Below this many rows of A, operands off the descriptor path stay there (a padded copy of B triples its
