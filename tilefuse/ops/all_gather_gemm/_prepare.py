@@ -3,8 +3,6 @@ heap buffers and the GEMM's operand path."""
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ..common.config import check_variant_config
@@ -90,7 +88,7 @@ def prepare(variant: str, a, b, config, group, return_gathered: bool, scaling: t
             comm: bool = False) -> tuple:
     """``(heap, Prepared)`` of this call, made on its signature's first call."""
     heap = op_heap(OP, group)
-    make = functools.partial(Prepared, variant, a, b, config, group, return_gathered, scaling, buffers, comm)
+    make = lambda: Prepared(variant, a, b, config, group, return_gathered, scaling, buffers, comm)
     p = once(heap, (OP, variant, bool(return_gathered), scaling[2]), make, config, a, b, *scaling[:2])
     if p.meta.get("USE_TMA"):
         ensure_triton_allocator()  # per call: Triton's allocator is per thread (autograd's backward has its own)

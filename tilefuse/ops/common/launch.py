@@ -95,7 +95,7 @@ def new_output(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.
     """A fresh output tensor (NaN under ``set_debug_poison``, so that a tile nobody writes shows)."""
     if _env.debug_poison():
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
-    return torch.empty(shape, dtype=dtype, device=device)
+    return torch.empty(size=shape, dtype=dtype, device=device)  # (size= parses faster than a positional shape)
 
 
 def ctl(heap) -> torch.Tensor:

@@ -11,20 +11,21 @@ from .gemm import UNALIGNED_PAD_MIN_M, GemmLaunch, ensure_triton_allocator, tma_
 from .launch import begin_call, new_output
 
 
-def layout(t: torch.Tensor | None) -> tuple | None:
-    """What a call signature holds of a tensor argument: shape, strides, dtype, device, alignment."""
-    if t is None:
-        return None
-    return tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % 16
-
-
 def once(heap, key: tuple, make, config, *tensors):
-    """``make()`` the first time ``key``, ``config`` and the layouts of ``tensors`` are seen on ``heap``'s
-    group, the same :class:`PreparedCall` afterwards; arguments that form no key go to ``make``'s checks."""
-    if not (all(t is None or isinstance(t, torch.Tensor) for t in tensors)
-            and (config is None or isinstance(config, Config))):
+    """``make()`` the first time ``key``, ``config`` and the layouts of ``tensors`` (shape, strides, dtype,
+    device, 16-byte alignment; None for an absent one) are seen on ``heap``'s group, the same
+    :class:`PreparedCall` afterwards; arguments that form no key go to ``make``'s checks."""
+    if not (config is None or isinstance(config, Config)):
         return make()
-    return prepared(heap, (*key, config, *map(layout, tensors)), make)
+    parts = [*key, config]
+    for t in tensors:
+        if t is None:
+            parts.append(None)  # never a layout's first entry (a torch.Size): the key reads one way only
+        elif isinstance(t, torch.Tensor):
+            parts += (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
+        else:
+            return make()
+    return prepared(heap, tuple(parts), make)
 
 
 class PreparedCall:

@@ -3,8 +3,6 @@ and :func:`finish` every call."""
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ..common.arena import check_out
@@ -50,7 +48,7 @@ def prepare(variant: str, a, b, config, group, out, scaling: tuple = UNSCALED, *
     """The variant's :class:`Prepared` for this call signature; ``comm``: it needs COMM_SMS >= 1, ``flags``: flags."""
     heap = op_heap(OP, group)
     on_heap = isinstance(out, torch.Tensor) and heap.is_on_heap(out)
-    make = functools.partial(Prepared, variant, a, b, config, group, out, scaling, comm=comm, flags=flags)
+    make = lambda: Prepared(variant, a, b, config, group, out, scaling, comm=comm, flags=flags)
     p = once(heap, (OP, variant, on_heap, scaling[2]), make, config, a, b, out, *scaling[:2])
     if out is not None:  # its address: no overlap with a or b, a heap offset checked across ranks
         check_out(OP, heap, out, (p.M, heap.world_size * p.N), p.out_dtype, a=a, b=b)

@@ -32,7 +32,7 @@ def bulk_sync(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=
             programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
             # Row-major (GROUP_M 1), no flags: the GEMM is done.
             scatter_kernel[(programs,)](
-                dest, c, c, p.M, p.N, c.stride(0), c.stride(1), call_arg(heap, entry), programs, BLOCK_M=cfg.BLOCK_M,
+                dest, c, c, p.M, p.N, *c.stride(), call_arg(heap, entry), programs, BLOCK_M=cfg.BLOCK_M,
                 BLOCK_N=cfg.BLOCK_N, GROUP_M=1, NUM_PROGRAMS=programs, ENTER=False, END=entry is not None, WAIT=False,
                 num_warps=4)
             launched(entry)

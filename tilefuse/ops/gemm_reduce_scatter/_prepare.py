@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ..common.checks import check_divisible, check_matrix
@@ -68,5 +66,5 @@ class Prepared(PreparedCall):
 def prepare(variant: str, a, b, config, group, scaling: tuple = UNSCALED, *, comm: bool = False,
             flags: bool = False) -> Prepared:
     """This call signature's :class:`Prepared`; ``comm``: it needs COMM_SMS >= 1, ``flags``: it sums on arrival."""
-    make = functools.partial(Prepared, variant, a, b, config, group, scaling, comm=comm, flags=flags)
+    make = lambda: Prepared(variant, a, b, config, group, scaling, comm=comm, flags=flags)
     return once(op_heap(OP, group), (OP, variant, scaling[2]), make, config, a, b, *scaling[:2])

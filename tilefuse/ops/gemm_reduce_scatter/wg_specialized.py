@@ -54,8 +54,7 @@ def wg_specialized(a, b, *, config=None, group=None, scale_a=None, scale_b=None,
     cfg = p.config
     _wg_kernel[(cfg.GEMM_SMS + cfg.COMM_SMS,)](  # not capped by the tiles: one kernel per config
         a, b, kernel_scales(scale_a, scale_b, a.device), *p.dims, p.stage, p.flags, *p.stage_strides, p.run, c,
-        c.stride(0), c.stride(1),
-        call_arg(p.heap, entry),
+        *c.stride(), call_arg(p.heap, entry),
         GEMM_PROGRAMS=cfg.GEMM_SMS, COMM_PROGRAMS=cfg.COMM_SMS, SUB_M=p.sub_m, ENTER=entry is not None,
         **p.meta,
     )
