@@ -76,7 +76,7 @@ def op_heap(op: str, group):
     if group is None:
         if not is_initialized():
             raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
-        return get_heap()
+        return _call.active().heap  # the current call's group, else the default
     heap = _world.state_for(group, op).heap
     if _call.in_call() and heap is not get_heap():
         raise RuntimeError(f"{op}: called with group {_world._describe_group(group)} inside a collective call "

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import torch
 
+from ...runtime import call as _call
 from .arena import Workspace, prepared, workspace
 from .config import Config
 from .gemm import UNALIGNED_PAD_MIN_M, GemmLaunch, ensure_triton_allocator, tma_operands
-from .launch import begin_call, new_output
+from .launch import new_output
 
 
 def once(heap, key: tuple, make, config, *tensors):
@@ -69,5 +70,10 @@ class PreparedCall:
         return (*self.operands(a, b), c, entry)
 
     def begin(self, *outputs: torch.Tensor | None) -> tuple | None:
-        """Begin the call (``launch.begin_call``): the begin kernel now (None), or the first kernel later."""
-        return begin_call(self.sig, *outputs, kernel_begins=self.begins and not self.empty)
+        """Begin the call as ``launch.begin_call``: the begin kernel now (None), or the begin arguments of the
+        call's first kernel, which begins it itself (``outputs`` are filled with NaN if the call aborts)."""
+        call = _call.current_call()
+        if self.begins and not self.empty:
+            return call.enter_args(self.sig, outputs)
+        call.begin(self.sig, outputs)
+        return None
