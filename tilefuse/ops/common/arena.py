@@ -60,9 +60,11 @@ def workspace_keys() -> list:
 
 
 def _capturing(heap) -> bool:
+    if heap.device.type != "cuda":
+        return False
     if _call.in_call():
         return _call.current_call().capturing  # checked as the call began, on the stream it launches on
-    return heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    return torch.cuda.is_current_stream_capturing()
 
 
 def workspace(heap, key: tuple, make, nbytes: int) -> Workspace:

@@ -54,10 +54,10 @@ def begin_call(key: tuple, *outputs, kernel_begins: bool = False) -> tuple | Non
 def call_arg(heap, entry: tuple | None) -> tuple:
     """The ``call`` tuple of a kernel in the call protocol (``P.enter``/``P.exit``), with never-read
     stand-ins when a begin kernel began the call (``entry`` None: ``ENTER=False``)."""
+    g = _call.active()  # the call's group (its control block)
     if entry is None:
-        dummy = _world.active().dummy  # never read
-        entry = (0, 0, dummy, 0, dummy, 0, dummy)
-    return (heap.heap_bases, control_block(), heap.rank, heap.world_size, *entry)
+        entry = (0, 0, g.dummy, 0, g.dummy, 0, g.dummy)  # never read
+    return (heap.heap_bases, g.ctl, heap.rank, heap.world_size, *entry)
 
 
 def launched(entry: tuple | None, ends: bool = True) -> None:
@@ -99,7 +99,8 @@ def new_output(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.
 
 
 def ctl(heap) -> torch.Tensor:
-    return control_block()
+    """The control block of ``heap``'s group (the current call's)."""
+    return _call.active().ctl
 
 
 def mid_barrier(heap, phase: int) -> None:
