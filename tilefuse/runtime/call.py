@@ -117,7 +117,8 @@ class CollectiveCall:
                     self._wrong_device(st)
                 self.capturing = torch.cuda.is_current_stream_capturing()
                 self.stream = raw_stream(st.dev_index)
-            st.raise_if_poisoned()
+            if st.poisoned:
+                st.raise_if_poisoned()
             if st.peers and not self.capturing:
                 st.check_peers(self.op)
             if st.status_set():

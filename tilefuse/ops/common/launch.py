@@ -26,9 +26,7 @@ def collective(op: str):
     def wrap(fn):
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            if _call.in_call():
-                return fn(*args, **kwargs)
-            with CollectiveCall(op, _call.call_state(kwargs.get("group"), op)):
+            with CollectiveCall(op, _call.call_state(kwargs.get("group"), op)):  # inside another: part of it
                 return fn(*args, **kwargs)
 
         return run

@@ -54,6 +54,7 @@ class Prepared(PreparedCall):
             (OP, "stage", dtype, W, rows, N), lambda h: {"stage": h.empty((W, rows, N), dtype=dtype)},
             W * rows * N * dtype.itemsize).stage
         self.stage_strides = self.stage.stride()
+        self.partial = self.stage.view(g.M, N)  # the stage as one [M, N] matrix: bulk_sync's GEMM writes it whole
         if flags and W >= 3:
             # accumulate_slot indexes it with a slot's strides: both are contiguous [rows, N].
             self.run = self.hold((OP, "run", W, rows, N), lambda h: {"run": h.empty((rows, N), dtype=torch.float32)},

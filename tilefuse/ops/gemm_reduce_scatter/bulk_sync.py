@@ -24,7 +24,7 @@ def bulk_sync(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_
         return c
     heap, cfg = p.heap, p.config
     # The GEMM core begins the call; after its barrier every rank's partial is complete.
-    own, call = p.stage.view(p.M, p.N), gemm_call_args(heap, entry)
+    own, call = p.partial, gemm_call_args(heap, entry)
     p.gemm(a, b, own, ends=call is not None, enter=True, barrier=True).run(
         a, b, own, ctl(heap), call=call, scales=kernel_scales(scale_a, scale_b, a.device))
     launched(entry, ends=False)
