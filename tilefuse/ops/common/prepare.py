@@ -10,6 +10,7 @@ from .arena import Workspace, prepared, workspace
 from .config import Config
 from .gemm import UNALIGNED_PAD_MIN_M, GemmLaunch, ensure_triton_allocator, tma_operands
 from .launch import new_output
+from .scaled import kernel_scales
 
 
 def once(heap, key: tuple, make, config, *tensors):
@@ -42,11 +43,16 @@ class PreparedCall:
         self.begins = g.kernel_may_begin  # the call's first kernel may begin it (P.enter with ENTER)
         self.pad = pad and (g.a is not a or g.b is not b)  # operands copied onto the descriptor path every call
         self.use_tma = g.use_tma
+        self.unscaled = kernel_scales(None, None, g.heap.device)  # the kernels' stand-ins for absent scales
         self.core = None  # the GEMM core's launch (bulk_sync: :meth:`gemm`)
 
     def hold(self, key: tuple, make, nbytes: int) -> Workspace:
         """A workspace this call signature holds (``arena.workspace``)."""
         return workspace(self.heap, key, make, nbytes)
+
+    def scales(self, scale_a: torch.Tensor | None, scale_b: torch.Tensor | None) -> tuple:
+        """The kernels' ``scales`` (``scaled.kernel_scales``)."""
+        return self.unscaled if scale_a is None else kernel_scales(scale_a, scale_b, self.heap.device)
 
     def gemm(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, **flags) -> GemmLaunch:
         """The GEMM core's launch of this call signature (``gemm.matmul`` with ``flags``), made from the tensors

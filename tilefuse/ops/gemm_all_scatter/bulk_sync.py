@@ -10,7 +10,6 @@ kernel's last passes the closing barrier (``P.exit`` with ``BARRIER``); at world
 from __future__ import annotations
 
 from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
-from ..common.scaled import kernel_scales
 from ._prepare import OP, begin, finish, prepare
 from ._tiles import scatter_kernel
 
@@ -26,7 +25,7 @@ def bulk_sync(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=
         own = dest[:, heap.rank * p.N:(heap.rank + 1) * p.N]
         call = gemm_call_args(heap, entry)
         p.gemm(a, b, own, ends=call is not None, enter=True).run(  # begins the call
-            a, b, own, ctl(heap), call=call, scales=kernel_scales(scale_a, scale_b, a.device))
+            a, b, own, ctl(heap), call=call, scales=p.scales(scale_a, scale_b))
         launched(entry, ends=last)
         if not last:
             programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config

@@ -16,7 +16,6 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, call_arg, collective, launched, mid_barrier
-from ..common.scaled import kernel_scales
 from ._prepare import OP, begin, finish, prepare
 from ._tiles import compute_tiles, scatter_kernel
 
@@ -48,7 +47,7 @@ def producer_consumer(a, b, *, config=None, group=None, out=None, scale_a=None, 
         total = cfg.GEMM_SMS + cfg.COMM_SMS  # the programs that end the call together (not capped by the tiles)
         streams = ForkedStreams(p.heap.device)
         _gemm_producer_kernel[(cfg.GEMM_SMS,)](
-            a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, *a.stride(), *b.stride(), dest, c,
+            a, b, p.scales(scale_a, scale_b), p.M, p.N, p.K, *a.stride(), *b.stride(), dest, c,
             *c.stride(), p.flags, call, total, NUM_PROGRAMS=cfg.GEMM_SMS,
             ENTER=entry is not None, **p.meta)
         with streams.side():
