@@ -151,7 +151,7 @@ def _key_expr(name: str, v, specialize: bool) -> str:
         width = f"type({name}), -2147483648 <= {name} < 2147483648, {name} < 9223372036854775808"
         return f"{name}, {name}.__class__" if specialize else width
     if type(v) is tuple:  # its integers keyed as specialised: Triton 3.6 specialises them, whatever the parameter
-        return f"len({name}), " + ", ".join(_key_expr(f"{name}[{j}]", x, True) for j, x in enumerate(v))
+        return ", ".join([f"len({name})"] + [_key_expr(f"{name}[{j}]", x, True) for j, x in enumerate(v)])
     if isinstance(v, (bool, float)):
         return f"type({name}), {name}" if type(v) is bool else f"type({name})"
     return name  # None, strings: hashed as they are
