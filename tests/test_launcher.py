@@ -389,6 +389,8 @@ def test_written_out_keys_tell_apart_what_triton_specialises_on():
         assert key(other) != key(first), other
     with pytest.raises((AttributeError, TypeError, IndexError)):
         key([None, 48, (t, 3, 7), 128, None, 5])
+    empty = _key_function([(), t], [False, False], dns=set())  # a tuple with nothing in it keys by its length
+    assert empty([(), t]) == empty([(), t[4:]]) and empty([(), t]) != empty([(1,), t])
 
 
 def test_a_call_that_does_not_bind_goes_through_triton(monkeypatch):

@@ -22,6 +22,7 @@ fails as torch's collective does (gloo aborts the process, NCCL waits until its 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import torch.distributed as dist
@@ -67,7 +68,7 @@ def direct(op: str, a, group):
     rank, a 16- or 32-bit ``a``), that call as ``fn(a, b)`` for auto's decided path; else None."""
     if not (isinstance(a, _Tensor) and a.dtype in SUPPORTED_DTYPES and comm_of(group).world == 1):
         return None
-    return lambda a, b: _matmul(op, a, b)
+    return functools.partial(_matmul, op)
 
 
 def gemm_all_scatter(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):

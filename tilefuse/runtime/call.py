@@ -69,6 +69,8 @@ def using(target):
 
 def call_state(group, what: str = "tilefuse") -> Group | None:
     """The group state for :class:`CollectiveCall` (None: nothing named), or raises where not initialised."""
+    if group is None and _TLS.group is None and REGISTRY.default is not None:
+        return None  # the call takes the default group
     g = REGISTRY.get(group, what)
     return g if group is not None or _TLS.group is not None else None
 
@@ -115,7 +117,8 @@ class CollectiveCall:
                     self._wrong_device(st)
                 self.capturing = torch.cuda.is_current_stream_capturing()
                 self.stream = raw_stream(st.dev_index)
-            st.raise_if_poisoned()
+            if st.poisoned:
+                st.raise_if_poisoned()
             if st.peers and not self.capturing:
                 st.check_peers(self.op)
             if st.status_set():

@@ -20,7 +20,8 @@ def _cuda_props(index: int):
 
 
 def _cuda_index(device: torch.device | None) -> int | None:
-    device = torch.device(device) if device is not None else None
+    if device is not None and not isinstance(device, torch.device):
+        device = torch.device(device)
     if device is None or device.type != "cuda":
         return None
     return device.index if device.index is not None else torch.cuda.current_device()

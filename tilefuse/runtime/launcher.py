@@ -14,6 +14,7 @@ import inspect
 
 import triton
 from triton import knobs
+from triton.runtime.driver import driver
 
 from . import _env
 
@@ -33,9 +34,8 @@ def noop_launches():
 
 def _current_stream():
     """The stream Triton would launch on (the current device's current stream)."""
-    from triton.runtime.driver import driver
-
-    return driver.active.get_current_stream(driver.active.get_current_device())
+    active = driver.active
+    return active.get_current_stream(active.get_current_device())
 
 
 class FastKernel:
@@ -66,10 +66,13 @@ class FastKernel:
         return functools.partial(self._launch, grid)
 
     def _skip(self, *args, **kwargs):
-        """A launch under :func:`noop_launches`: its host lookups, no kernel."""
+        """A launch under :func:`noop_launches`: :meth:`_launch`'s host lookups, no kernel."""
         bound = self._bind(args, kwargs)
-        with contextlib.suppress(TypeError):  # an unhashable argument
-            self._compiled.get(self._signature(*bound) if bound is not None else None)
+        if bound is not None:
+            try:
+                self._compiled.get(self._signature(*bound))
+            except TypeError:  # an unhashable argument
+                pass
 
     def _binder(self, n_args: int, names: tuple):
         """``bind(args, kwargs) -> (values, options)`` (parameters in order, defaults filled in; launch options)
@@ -140,22 +143,23 @@ class FastKernel:
 
 
 def _key_expr(name: str, v, specialize: bool) -> str:
-    """Source of the key of argument ``name`` whose first value was ``v``: :func:`_spec`'s facts, but a
-    specialised integer by its value (finer than Triton's classes, and cheaper)."""
+    """Source of the key's entries for argument ``name`` whose first value was ``v``: :func:`_spec`'s facts,
+    but a specialised integer by its value (finer than Triton's classes, and cheaper)."""
     if hasattr(v, "data_ptr"):  # another kind later raises AttributeError: the generic key is taken
-        return f"({name}.dtype, not {name}.data_ptr() & 15)"
+        return f"{name}.dtype, not {name}.data_ptr() & 15"
     if type(v) is int:
         width = f"type({name}), -2147483648 <= {name} < 2147483648, {name} < 9223372036854775808"
-        return f"({name}, {name}.__class__)" if specialize else f"({width})"
+        return f"{name}, {name}.__class__" if specialize else width
     if type(v) is tuple:  # its integers keyed as specialised: Triton 3.6 specialises them, whatever the parameter
-        return f"(len({name}), " + ", ".join(_key_expr(f"{name}[{j}]", x, True) for j, x in enumerate(v)) + ")"
+        return ", ".join([f"len({name})"] + [_key_expr(f"{name}[{j}]", x, True) for j, x in enumerate(v)])
     if isinstance(v, (bool, float)):
-        return f"(type({name}), {name})" if type(v) is bool else f"type({name})"
+        return f"type({name}), {name}" if type(v) is bool else f"type({name})"
     return name  # None, strings: hashed as they are
 
 
 def _key_function(values: list, constexpr: list, dns: set):
-    """``key(args)``: what Triton specialises on, written out for the kinds of ``values`` (no dispatch)."""
+    """``key(args)``: what Triton specialises on, written out for the kinds of ``values`` (no dispatch) as one
+    flat tuple (no nested tuple to build and hash: each entry's place is fixed by the first launch's kinds)."""
     parts = [f"a[{i}]" if constexpr[i] else _key_expr(f"a[{i}]", v, i not in dns) for i, v in enumerate(values)]
     return eval("lambda a: (" + ", ".join(parts) + ",)")  # noqa: S307 - source built above from indices
 

@@ -3,15 +3,13 @@ heap buffers and the GEMM's operand path."""
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ..common.config import check_variant_config
 from ..common.gemm import ensure_triton_allocator, flattened_loop, gemm_layout
 from ..common.launch import op_heap, prepare_gemm
 from ..common.prepare import PreparedCall, once
-from ..common.scaled import UNSCALED, kernel_scales, prepare_scaling
+from ..common.scaled import UNSCALED, prepare_scaling
 
 OP = "all_gather_gemm"
 
@@ -32,6 +30,7 @@ class Prepared(PreparedCall):
         super().__init__(g, a, b, g.key(variant, bool(return_gathered), kind), empty=M == 0 or N == 0 or K == 0,
                          out_dtype=out_dtype)
         self.ag = self.own = self.flags = self.own_flags = self.claims = self.sg = self.own_sg = None
+        self.programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one compiled kernel per config
         self.num_chunks = num_chunks = -(-M // cfg.BLOCK_M)
         self.local_direct = True  # the local shard's tiles read `a` itself (it fits the heap rows' path)
         self.first = 0  # 1: the local rows are not pushed to this rank (nothing reads them there)
@@ -73,24 +72,19 @@ class Prepared(PreparedCall):
 
     def scales(self, scale_a, scale_b) -> tuple:
         """The kernels' ``scales`` (``_tiles``): ``kernel_scales`` and ``sg`` (or a stand-in)."""
-        scales = kernel_scales(scale_a, scale_b, self.heap.device)
+        scales = super().scales(scale_a, scale_b)
         return (*scales, scales[0] if self.sg is None else self.sg)
 
     def gathered_scales(self, scales: tuple) -> tuple:
         """``scales`` of the GEMM core over all of ``ag``: the gathered row scales."""
         return scales if self.sg is None else (self.sg, 1, *scales[2:4])
 
-    @property
-    def programs(self) -> int:
-        """The config's programs, not capped by the tiles: one compiled kernel per config."""
-        return self.config.GEMM_SMS + self.config.COMM_SMS
-
 
 def prepare(variant: str, a, b, config, group, return_gathered: bool, scaling: tuple = UNSCALED, *, buffers: str,
             comm: bool = False) -> tuple:
     """``(heap, Prepared)`` of this call, made on its signature's first call."""
     heap = op_heap(OP, group)
-    make = functools.partial(Prepared, variant, a, b, config, group, return_gathered, scaling, buffers, comm)
+    make = lambda: Prepared(variant, a, b, config, group, return_gathered, scaling, buffers, comm)
     p = once(heap, (OP, variant, bool(return_gathered), scaling[2]), make, config, a, b, *scaling[:2])
     if p.meta.get("USE_TMA"):
         ensure_triton_allocator()  # per call: Triton's allocator is per thread (autograd's backward has its own)

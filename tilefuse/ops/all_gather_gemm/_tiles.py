@@ -108,7 +108,7 @@ def launch_shard(p, a, dst, scales, call, *, every_rank: bool) -> None:
     """:func:`shard_kernel` on the config's programs, with the barrier (``scales``: ``Prepared.scales``)."""
     cfg = p.config
     shard_kernel[(p.programs,)](
-        a, a.stride(0), a.stride(1), dst, dst.stride(0), dst.stride(1), dst, p.M, p.K, scales, call, p.programs,
+        a, *a.stride(), dst, *dst.stride(), dst, p.M, p.K, scales, call, p.programs,
         BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=p.programs, EVERY_RANK=every_rank, SIGNAL=False, FIRST=0,
         BARRIER=True, num_warps=4)
 

@@ -71,8 +71,8 @@ def copy_engine(a, b, *, config=None, group=None, return_gathered=False, scale_a
         _pull_rows(heap, p, call)
     programs = min(p.programs, hw.num_sms(heap.device) - 1)
     gemm_kernel[(programs,)](
-        a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.scales(scale_a, scale_b), b, b.stride(0),
-        b.stride(1), c, c.stride(0), c.stride(1), p.flags, p.M, p.N, p.K, call, programs, NUM_PROGRAMS=programs,
+        a, *a.stride(), p.ag, *p.ag.stride(), p.scales(scale_a, scale_b), b, *b.stride(), c, *c.stride(), p.flags,
+        p.M, p.N, p.K, call, programs, NUM_PROGRAMS=programs,
         LOCAL_DIRECT=p.local_direct, ENTER=False, **p.meta)
     streams.join()
     return (c, p.ag.clone()) if return_gathered else c

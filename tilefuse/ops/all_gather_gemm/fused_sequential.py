@@ -58,6 +58,6 @@ def fused_sequential(a, b, *, config=None, group=None, return_gathered=False, sc
     launch_shard(p, a, p.own, scales, call, every_rank=False)
     launched(entry)
     _fused_kernel[(p.programs,)](
-        p.own, p.own.stride(0), p.own.stride(1), scales, b, b.stride(0), b.stride(1), c, c.stride(0), c.stride(1), ag,
-        ag.stride(0), ag.stride(1), p.M, p.N, p.K, call, NUM_PROGRAMS=p.programs, GATHER=return_gathered, **p.meta)
+        p.own, *p.own.stride(), scales, b, *b.stride(), c, *c.stride(), ag, *ag.stride(), p.M, p.N, p.K, call,
+        NUM_PROGRAMS=p.programs, GATHER=return_gathered, **p.meta)
     return (c, ag) if return_gathered else c

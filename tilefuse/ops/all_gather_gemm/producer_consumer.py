@@ -63,14 +63,13 @@ def producer_consumer(a, b, *, config=None, group=None, return_gathered=False, s
     total = cfg.GEMM_SMS + (cfg.COMM_SMS if pushes else 0)  # the programs that end the call together
     if pushes:
         shard_kernel[(cfg.COMM_SMS,)](
-            a, a.stride(0), a.stride(1), p.own, p.own.stride(0), p.own.stride(1), p.own_flags, p.M, p.K, scales, call,
-            total, BLOCK_M=cfg.BLOCK_M, BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=cfg.COMM_SMS, EVERY_RANK=True, SIGNAL=True,
-            FIRST=p.first, BARRIER=False, num_warps=4)
+            a, *a.stride(), p.own, *p.own.stride(), p.own_flags, p.M, p.K, scales, call, total, BLOCK_M=cfg.BLOCK_M,
+            BLOCK_K=cfg.BLOCK_K, NUM_PROGRAMS=cfg.COMM_SMS, EVERY_RANK=True, SIGNAL=True, FIRST=p.first, BARRIER=False,
+            num_warps=4)
     with streams.side():
         gemm_kernel[(cfg.GEMM_SMS,)](
-            a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), scales, b, b.stride(0), b.stride(1), c,
-            c.stride(0), c.stride(1), p.flags, p.M, p.N, p.K, call, total, NUM_PROGRAMS=cfg.GEMM_SMS,
-            LOCAL_DIRECT=p.local_direct, ENTER=True, **p.meta)
+            a, *a.stride(), p.ag, *p.ag.stride(), scales, b, *b.stride(), c, *c.stride(), p.flags, p.M, p.N, p.K, call,
+            total, NUM_PROGRAMS=cfg.GEMM_SMS, LOCAL_DIRECT=p.local_direct, ENTER=True, **p.meta)
     streams.join()
     launched(entry)
     return (c, p.ag.clone()) if return_gathered else c

@@ -77,8 +77,8 @@ def wg_specialized(a, b, *, config=None, group=None, return_gathered=False, scal
     c = new_output((heap.world_size * p.M, p.N), p.out_dtype, a.device)
     entry = begin_call(p.sig, c, kernel_begins=True)
     _wg_kernel[(p.programs,)](
-        a, a.stride(0), a.stride(1), p.ag, p.ag.stride(0), p.ag.stride(1), p.scales(scale_a, scale_b), b, b.stride(0),
-        b.stride(1), c, c.stride(0), c.stride(1), p.flags, p.claims, p.M, p.N, p.K, call_arg(heap, entry),
+        a, *a.stride(), p.ag, *p.ag.stride(), p.scales(scale_a, scale_b), b, *b.stride(), c, *c.stride(), p.flags,
+        p.claims, p.M, p.N, p.K, call_arg(heap, entry),
         COMM_PROGRAMS=cfg.COMM_SMS, GEMM_PROGRAMS=cfg.GEMM_SMS, LOCAL_DIRECT=p.local_direct, FIRST=p.first, **p.meta)
     launched(entry)
     return (c, p.ag.clone()) if return_gathered else c

@@ -9,6 +9,7 @@ from collections import OrderedDict
 import torch
 
 from ...runtime import _env, control_block, get_heap, hostsync, is_initialized
+from ...runtime import call as _call
 from ...runtime import world as _world
 from ...runtime.world import on_reset, on_shutdown
 from .checks import check_out_tensor
@@ -59,7 +60,11 @@ def workspace_keys() -> list:
 
 
 def _capturing(heap) -> bool:
-    return heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    if heap.device.type != "cuda":
+        return False
+    if _call.in_call():
+        return _call.current_call().capturing  # checked as the call began, on the stream it launches on
+    return torch.cuda.is_current_stream_capturing()
 
 
 def workspace(heap, key: tuple, make, nbytes: int) -> Workspace:

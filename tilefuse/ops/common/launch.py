@@ -26,9 +26,7 @@ def collective(op: str):
     def wrap(fn):
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            if _call.in_call():
-                return fn(*args, **kwargs)
-            with CollectiveCall(op, _call.call_state(kwargs.get("group"), op)):
+            with CollectiveCall(op, _call.call_state(kwargs.get("group"), op)):  # inside another: part of it
                 return fn(*args, **kwargs)
 
         return run
@@ -54,10 +52,10 @@ def begin_call(key: tuple, *outputs, kernel_begins: bool = False) -> tuple | Non
 def call_arg(heap, entry: tuple | None) -> tuple:
     """The ``call`` tuple of a kernel in the call protocol (``P.enter``/``P.exit``), with never-read
     stand-ins when a begin kernel began the call (``entry`` None: ``ENTER=False``)."""
+    g = _call.active()  # the call's group (its control block)
     if entry is None:
-        dummy = _world.active().dummy  # never read
-        entry = (0, 0, dummy, 0, dummy, 0, dummy)
-    return (heap.heap_bases, control_block(), heap.rank, heap.world_size, *entry)
+        entry = (0, 0, g.dummy, 0, g.dummy, 0, g.dummy)  # never read
+    return (heap.heap_bases, g.ctl, heap.rank, heap.world_size, *entry)
 
 
 def launched(entry: tuple | None, ends: bool = True) -> None:
@@ -76,7 +74,7 @@ def op_heap(op: str, group):
     if group is None:
         if not is_initialized():
             raise RuntimeError(f"{op}: tilefuse is not initialised on this rank: call tilefuse.init() first")
-        return get_heap()
+        return _call.active().heap  # the current call's group, else the default
     heap = _world.state_for(group, op).heap
     if _call.in_call() and heap is not get_heap():
         raise RuntimeError(f"{op}: called with group {_world._describe_group(group)} inside a collective call "
@@ -95,11 +93,12 @@ def new_output(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.
     """A fresh output tensor (NaN under ``set_debug_poison``, so that a tile nobody writes shows)."""
     if _env.debug_poison():
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
-    return torch.empty(shape, dtype=dtype, device=device)
+    return torch.empty(size=shape, dtype=dtype, device=device)  # (size= parses faster than a positional shape)
 
 
 def ctl(heap) -> torch.Tensor:
-    return control_block()
+    """The control block of ``heap``'s group (the current call's)."""
+    return _call.active().ctl
 
 
 def mid_barrier(heap, phase: int) -> None:

@@ -5,26 +5,29 @@ from __future__ import annotations
 
 import torch
 
+from ...runtime import call as _call
 from .arena import Workspace, prepared, workspace
 from .config import Config
 from .gemm import UNALIGNED_PAD_MIN_M, GemmLaunch, ensure_triton_allocator, tma_operands
-from .launch import begin_call, new_output
-
-
-def layout(t: torch.Tensor | None) -> tuple | None:
-    """What a call signature holds of a tensor argument: shape, strides, dtype, device, alignment."""
-    if t is None:
-        return None
-    return tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % 16
+from .launch import new_output
+from .scaled import kernel_scales
 
 
 def once(heap, key: tuple, make, config, *tensors):
-    """``make()`` the first time ``key``, ``config`` and the layouts of ``tensors`` are seen on ``heap``'s
-    group, the same :class:`PreparedCall` afterwards; arguments that form no key go to ``make``'s checks."""
-    if not (all(t is None or isinstance(t, torch.Tensor) for t in tensors)
-            and (config is None or isinstance(config, Config))):
+    """``make()`` the first time ``key``, ``config`` and the layouts of ``tensors`` (shape, strides, dtype,
+    device, 16-byte alignment; None for an absent one) are seen on ``heap``'s group, the same
+    :class:`PreparedCall` afterwards; arguments that form no key go to ``make``'s checks."""
+    if not (config is None or isinstance(config, Config)):
         return make()
-    return prepared(heap, (*key, config, *map(layout, tensors)), make)
+    parts = [*key, config]
+    for t in tensors:
+        if t is None:
+            parts.append(None)  # never a layout's first entry (a torch.Size): the key reads one way only
+        elif isinstance(t, torch.Tensor):
+            parts += (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
+        else:
+            return make()
+    return prepared(heap, tuple(parts), make)
 
 
 class PreparedCall:
@@ -40,11 +43,16 @@ class PreparedCall:
         self.begins = g.kernel_may_begin  # the call's first kernel may begin it (P.enter with ENTER)
         self.pad = pad and (g.a is not a or g.b is not b)  # operands copied onto the descriptor path every call
         self.use_tma = g.use_tma
+        self.unscaled = kernel_scales(None, None, g.heap.device)  # the kernels' stand-ins for absent scales
         self.core = None  # the GEMM core's launch (bulk_sync: :meth:`gemm`)
 
     def hold(self, key: tuple, make, nbytes: int) -> Workspace:
         """A workspace this call signature holds (``arena.workspace``)."""
         return workspace(self.heap, key, make, nbytes)
+
+    def scales(self, scale_a: torch.Tensor | None, scale_b: torch.Tensor | None) -> tuple:
+        """The kernels' ``scales`` (``scaled.kernel_scales``)."""
+        return self.unscaled if scale_a is None else kernel_scales(scale_a, scale_b, self.heap.device)
 
     def gemm(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, **flags) -> GemmLaunch:
         """The GEMM core's launch of this call signature (``gemm.matmul`` with ``flags``), made from the tensors
@@ -68,5 +76,10 @@ class PreparedCall:
         return (*self.operands(a, b), c, entry)
 
     def begin(self, *outputs: torch.Tensor | None) -> tuple | None:
-        """Begin the call (``launch.begin_call``): the begin kernel now (None), or the first kernel later."""
-        return begin_call(self.sig, *outputs, kernel_begins=self.begins and not self.empty)
+        """Begin the call as ``launch.begin_call``: the begin kernel now (None), or the begin arguments of the
+        call's first kernel, which begins it itself (``outputs`` are filled with NaN if the call aborts)."""
+        call = _call.current_call()
+        if self.begins and not self.empty:
+            return call.enter_args(self.sig, outputs)
+        call.begin(self.sig, outputs)
+        return None

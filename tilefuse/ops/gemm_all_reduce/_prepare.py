@@ -151,6 +151,6 @@ def prepare(variant: str, a, b, config, group, bias, scaling: tuple = UNSCALED, 
     scale_b, out_dtype)``; ``launch(p)``: the variant's launch options; ``norm``: ``(residual or None,
     norm_weight, eps)`` of an epilogue the kernel runs (checked by ``norm.run_with_norm``)."""
     mode = 0 if norm is None else 1 if norm[0] is None else 2
-    make = functools.partial(Prepared, variant, a, b, config, group, bias, scaling, comm, flags, mode, launch)
+    make = lambda: Prepared(variant, a, b, config, group, bias, scaling, comm, flags, mode, launch)
     return once(op_heap(OP, group), (OP, variant, comm, flags, scaling[2], mode), make, config, a, b, bias,
                 *scaling[:2], *(norm or ())[:2])

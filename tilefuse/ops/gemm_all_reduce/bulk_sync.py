@@ -11,7 +11,6 @@ No overlap: the baseline. The GEMM core's first program begins the call (``P.ent
 from __future__ import annotations
 
 from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
-from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import reduce_kernel
 
@@ -30,7 +29,7 @@ def bulk_sync(a, b, *, config=None, group=None, bias=None, scale_a=None, scale_b
     # The GEMM begins the call; every rank's partial is complete after its barrier (or a barrier kernel).
     own, call = p.launch["own_slot"], gemm_call_args(heap, entry)
     p.gemm(a, b, own, ends=call is not None, enter=True, barrier=True).run(
-        a, b, own, ctl(heap), call=call, scales=kernel_scales(scale_a, scale_b, a.device))
+        a, b, own, ctl(heap), call=call, scales=p.scales(scale_a, scale_b))
     launched(entry, ends=False)
     if entry is None:
         mid_barrier(heap, 0)

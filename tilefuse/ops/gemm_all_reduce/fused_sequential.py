@@ -18,7 +18,6 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import sum_rows
 from ..common.launch import call_arg, collective, launched
-from ..common.scaled import kernel_scales
 from ..common.split_k import SPLIT_K_SCRATCH
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_tiles
@@ -107,7 +106,7 @@ def fused_sequential(a, b, *, config=None, group=None, bias=None, scale_a=None, 
     if p.empty:
         return c if norm is None else (y, c)
     _fused_kernel[(p.launch["NUM_PROGRAMS"],)](
-        a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
+        a, b, p.scales(scale_a, scale_b), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
         p.stride_s, (c, c if bias is None else bias.contiguous(), c.stride(), norm_arg(p, c, y, norm)),
         call_arg(p.heap, entry), split_arg(p, c), **p.launch)
     launched(entry)

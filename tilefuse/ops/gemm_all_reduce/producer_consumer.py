@@ -17,7 +17,6 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, call_arg, collective, launched
-from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_kernel
 
@@ -56,7 +55,7 @@ def producer_consumer(a, b, *, config=None, group=None, bias=None, scale_a=None,
     streams = ForkedStreams(p.heap.device)
     # The GEMM waits on nothing but the begin: launched first, it is not blocked behind the reduction.
     _gemm_producer_kernel[(gemm["NUM_PROGRAMS"],)](
-        a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
+        a, b, p.scales(scale_a, scale_b), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
         p.stride_s, call, total, **gemm)
     with streams.side():
         reduce_kernel[(reduce["NUM_PROGRAMS"],)](

@@ -16,7 +16,6 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.config import sum_rows
 from ..common.launch import call_arg, collective, launched
-from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import produce_tiles, reduce_tiles
 
@@ -68,7 +67,7 @@ def wg_specialized(a, b, *, config=None, group=None, bias=None, scale_a=None, sc
     if p.empty:
         return c
     _wg_kernel[(p.launch["GEMM_PROGRAMS"] + p.launch["COMM_PROGRAMS"],)](
-        a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
+        a, b, p.scales(scale_a, scale_b), p.M, p.N, p.K, p.stride_a, p.stride_b, p.stage, p.flags,
         p.stride_s, c, c if bias is None else bias.contiguous(), c.stride(), call_arg(p.heap, entry), **p.launch)
     launched(entry)
     return c

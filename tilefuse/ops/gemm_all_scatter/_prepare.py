@@ -3,8 +3,6 @@ and :func:`finish` every call."""
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ..common.arena import check_out
@@ -26,7 +24,7 @@ class Prepared(PreparedCall):
         out_dtype, kind = prepare_scaling(OP, a, b, *scaling)
         check_variant_config(OP, variant, cfg)  # only bulk_sync splits K
         W, M, N = heap.world_size, g.M, g.N
-        shape = (M, W * N)
+        self.out_shape = shape = (M, W * N)
         # inplace: `out` is a heap tensor at the same offset on every rank, which the kernels write.
         self.inplace = out is not None and check_out(OP, heap, out, shape, out_dtype, a=a, b=b)
         super().__init__(g, a, b, g.key(variant, self.inplace, kind), empty=M == 0 or N == 0 or g.K == 0,
@@ -50,10 +48,10 @@ def prepare(variant: str, a, b, config, group, out, scaling: tuple = UNSCALED, *
     """The variant's :class:`Prepared` for this call signature; ``comm``: it needs COMM_SMS >= 1, ``flags``: flags."""
     heap = op_heap(OP, group)
     on_heap = isinstance(out, torch.Tensor) and heap.is_on_heap(out)
-    make = functools.partial(Prepared, variant, a, b, config, group, out, scaling, comm=comm, flags=flags)
+    make = lambda: Prepared(variant, a, b, config, group, out, scaling, comm=comm, flags=flags)
     p = once(heap, (OP, variant, on_heap, scaling[2]), make, config, a, b, out, *scaling[:2])
     if out is not None:  # its address: no overlap with a or b, a heap offset checked across ranks
-        check_out(OP, heap, out, (p.M, heap.world_size * p.N), p.out_dtype, a=a, b=b)
+        check_out(OP, heap, out, p.out_shape, p.out_dtype, a=a, b=b)
     return p
 
 
@@ -65,7 +63,7 @@ def begin(p: Prepared, a, b, out) -> tuple:
         dest = c = out
     else:
         fresh = out is None or not out.is_contiguous()
-        dest = new_output((p.M, p.heap.world_size * p.N), p.out_dtype, a.device) if fresh else out
+        dest = new_output(p.out_shape, p.out_dtype, a.device) if fresh else out
         c = dest if p.c is None else p.c
     entry = p.begin(dest, c if c is not dest else None)
     if p.K == 0 and p.M and p.N:

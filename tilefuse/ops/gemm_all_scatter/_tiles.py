@@ -124,5 +124,5 @@ def launch_copy_peer_blocks(dst, src, M: int, N: int, rank: int, world: int) -> 
     """Queue :func:`copy_peer_blocks`: one program per tile, at most two per multiprocessor."""
     tiles = (world - 1) * triton.cdiv(M, COPY_BLOCK_M) * triton.cdiv(N, COPY_BLOCK_N)
     copy_peer_blocks[(max(1, min(tiles, 2 * hw.num_sms(dst.device))),)](
-        dst, dst.stride(0), dst.stride(1), src, src.stride(0), src.stride(1), M, N, rank, world,
+        dst, *dst.stride(), src, *src.stride(), M, N, rank, world,
         BLOCK_M=COPY_BLOCK_M, BLOCK_N=COPY_BLOCK_N, num_warps=4)

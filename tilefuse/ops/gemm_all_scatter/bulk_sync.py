@@ -10,7 +10,6 @@ kernel's last passes the closing barrier (``P.exit`` with ``BARRIER``); at world
 from __future__ import annotations
 
 from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
-from ..common.scaled import kernel_scales
 from ._prepare import OP, begin, finish, prepare
 from ._tiles import scatter_kernel
 
@@ -26,13 +25,13 @@ def bulk_sync(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=
         own = dest[:, heap.rank * p.N:(heap.rank + 1) * p.N]
         call = gemm_call_args(heap, entry)
         p.gemm(a, b, own, ends=call is not None, enter=True).run(  # begins the call
-            a, b, own, ctl(heap), call=call, scales=kernel_scales(scale_a, scale_b, a.device))
+            a, b, own, ctl(heap), call=call, scales=p.scales(scale_a, scale_b))
         launched(entry, ends=last)
         if not last:
             programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
             # Row-major (GROUP_M 1), no flags: the GEMM is done.
             scatter_kernel[(programs,)](
-                dest, c, c, p.M, p.N, c.stride(0), c.stride(1), call_arg(heap, entry), programs, BLOCK_M=cfg.BLOCK_M,
+                dest, c, c, p.M, p.N, *c.stride(), call_arg(heap, entry), programs, BLOCK_M=cfg.BLOCK_M,
                 BLOCK_N=cfg.BLOCK_N, GROUP_M=1, NUM_PROGRAMS=programs, ENTER=False, END=entry is not None, WAIT=False,
                 num_warps=4)
             launched(entry)

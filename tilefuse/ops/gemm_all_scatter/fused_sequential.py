@@ -15,7 +15,6 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import call_arg, collective, launched, mid_barrier
-from ..common.scaled import kernel_scales
 from ._prepare import OP, begin, finish, prepare
 from ._tiles import compute_tiles
 
@@ -56,8 +55,8 @@ def fused_sequential(a, b, *, config=None, group=None, out=None, scale_a=None, s
     if not p.empty:
         programs = p.config.GEMM_SMS + p.config.COMM_SMS  # not capped by the tiles: one kernel per config
         _fused_kernel[(programs,)](
-            a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1), dest, c, c.stride(0), c.stride(1), call_arg(p.heap, entry), NUM_PROGRAMS=programs,
+            a, b, p.scales(scale_a, scale_b), p.M, p.N, p.K, *a.stride(), *b.stride(), dest, c,
+            *c.stride(), call_arg(p.heap, entry), NUM_PROGRAMS=programs,
             ENTER=entry is not None, **p.meta)
         launched(entry)
         if entry is None:

@@ -16,7 +16,6 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import ForkedStreams, call_arg, collective, launched, mid_barrier
-from ..common.scaled import kernel_scales
 from ._prepare import OP, begin, finish, prepare
 from ._tiles import compute_tiles, scatter_kernel
 
@@ -48,12 +47,12 @@ def producer_consumer(a, b, *, config=None, group=None, out=None, scale_a=None, 
         total = cfg.GEMM_SMS + cfg.COMM_SMS  # the programs that end the call together (not capped by the tiles)
         streams = ForkedStreams(p.heap.device)
         _gemm_producer_kernel[(cfg.GEMM_SMS,)](
-            a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1), dest, c, c.stride(0), c.stride(1), p.flags, call, total, NUM_PROGRAMS=cfg.GEMM_SMS,
+            a, b, p.scales(scale_a, scale_b), p.M, p.N, p.K, *a.stride(), *b.stride(), dest, c,
+            *c.stride(), p.flags, call, total, NUM_PROGRAMS=cfg.GEMM_SMS,
             ENTER=entry is not None, **p.meta)
         with streams.side():
             scatter_kernel[(cfg.COMM_SMS,)](
-                dest, c, p.flags, p.M, p.N, c.stride(0), c.stride(1), call, total, BLOCK_M=cfg.BLOCK_M,
+                dest, c, p.flags, p.M, p.N, *c.stride(), call, total, BLOCK_M=cfg.BLOCK_M,
                 BLOCK_N=cfg.BLOCK_N, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=cfg.COMM_SMS, ENTER=entry is not None,
                 END=entry is not None, WAIT=True, num_warps=4)
         streams.join()

@@ -17,7 +17,6 @@ from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.flags import tile_acquire, tile_release
 from ..common.launch import call_arg, collective, launched
-from ..common.scaled import kernel_scales
 from ._prepare import OP, begin, finish, prepare
 from ._tiles import compute_tiles, push_ready_tiles
 
@@ -62,8 +61,8 @@ def wg_specialized(a, b, *, config=None, group=None, out=None, scale_a=None, sca
     if not p.empty:
         cfg = p.config  # the grid is not capped by the tiles: one kernel per config
         _wg_kernel[(cfg.GEMM_SMS + cfg.COMM_SMS,)](
-            a, b, kernel_scales(scale_a, scale_b, a.device), p.M, p.N, p.K, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1), dest, c, c.stride(0), c.stride(1), p.flags, p.done, call_arg(p.heap, entry),
+            a, b, p.scales(scale_a, scale_b), p.M, p.N, p.K, *a.stride(), *b.stride(), dest, c,
+            *c.stride(), p.flags, p.done, call_arg(p.heap, entry),
             GEMM_PROGRAMS=cfg.GEMM_SMS, COMM_PROGRAMS=cfg.COMM_SMS, ENTER=entry is not None, **p.meta)
         launched(entry)
     return finish(p, dest, c, out)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from ..common.checks import check_divisible, check_matrix
@@ -56,6 +54,7 @@ class Prepared(PreparedCall):
             (OP, "stage", dtype, W, rows, N), lambda h: {"stage": h.empty((W, rows, N), dtype=dtype)},
             W * rows * N * dtype.itemsize).stage
         self.stage_strides = self.stage.stride()
+        self.partial = self.stage.view(g.M, N)  # the stage as one [M, N] matrix: bulk_sync's GEMM writes it whole
         if flags and W >= 3:
             # accumulate_slot indexes it with a slot's strides: both are contiguous [rows, N].
             self.run = self.hold((OP, "run", W, rows, N), lambda h: {"run": h.empty((rows, N), dtype=torch.float32)},
@@ -68,5 +67,5 @@ class Prepared(PreparedCall):
 def prepare(variant: str, a, b, config, group, scaling: tuple = UNSCALED, *, comm: bool = False,
             flags: bool = False) -> Prepared:
     """This call signature's :class:`Prepared`; ``comm``: it needs COMM_SMS >= 1, ``flags``: it sums on arrival."""
-    make = functools.partial(Prepared, variant, a, b, config, group, scaling, comm=comm, flags=flags)
+    make = lambda: Prepared(variant, a, b, config, group, scaling, comm=comm, flags=flags)
     return once(op_heap(OP, group), (OP, variant, scaling[2]), make, config, a, b, *scaling[:2])

@@ -138,7 +138,7 @@ def launch_reduce(p, call: tuple, c, programs: int, *, pull: bool, wait: bool, e
     pushed here, ``wait`` on the flags (else a barrier ordered them); ``end``, ``enter``: ``END``, ``ENTER``."""
     cfg = p.config
     reduce_kernel[(programs,)](  # without wait the stage stands in for the flags (never read)
-        p.stage, p.flags if wait else p.stage, p.run, c, p.rows, p.N, *p.stage_strides, c.stride(0), c.stride(1),
+        p.stage, p.flags if wait else p.stage, p.run, c, p.rows, p.N, *p.stage_strides, *c.stride(),
         call, programs if exit_programs is None else exit_programs, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
         SUB_M=p.sub_m, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs, PULL=pull, WAIT=wait, END=end, ENTER=enter,
         num_warps=p.side_warps)

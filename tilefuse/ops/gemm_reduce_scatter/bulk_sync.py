@@ -10,7 +10,6 @@ order r-1, r-2, ..., r.
 from __future__ import annotations
 
 from ..common.launch import call_arg, collective, ctl, gemm_call_args, launched, mid_barrier
-from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce
 
@@ -24,9 +23,9 @@ def bulk_sync(a, b, *, config=None, group=None, scale_a=None, scale_b=None, out_
         return c
     heap, cfg = p.heap, p.config
     # The GEMM core begins the call; after its barrier every rank's partial is complete.
-    own, call = p.stage.view(p.M, p.N), gemm_call_args(heap, entry)
+    own, call = p.partial, gemm_call_args(heap, entry)
     p.gemm(a, b, own, ends=call is not None, enter=True, barrier=True).run(
-        a, b, own, ctl(heap), call=call, scales=kernel_scales(scale_a, scale_b, a.device))
+        a, b, own, ctl(heap), call=call, scales=p.scales(scale_a, scale_b))
     launched(entry, ends=False)
     if entry is None:
         mid_barrier(heap, 0)

@@ -10,7 +10,6 @@ reduction, which sums slots r-1, r-2, ..., r in fp32.
 from __future__ import annotations
 
 from ..common.launch import call_arg, collective, launched, mid_barrier
-from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce, partials_kernel
 
@@ -27,7 +26,7 @@ def fused_sequential(a, b, *, config=None, group=None, scale_a=None, scale_b=Non
     programs = cfg.GEMM_SMS + cfg.COMM_SMS  # not capped by the tiles: one kernel per config
     # No flags (the stage stands in); the kernel's barrier orders every rank's partials before the reduction.
     partials_kernel[(programs,)](
-        a, b, kernel_scales(scale_a, scale_b, a.device), *p.dims, p.stage, p.stage, *p.stage_strides, call, programs,
+        a, b, p.scales(scale_a, scale_b), *p.dims, p.stage, p.stage, *p.stage_strides, call, programs,
         NUM_PROGRAMS=programs, ENTER=entry is not None, RELEASE=False, BARRIER=True, WARP_SPEC=p.warp_spec, **p.meta)
     launched(entry, ends=False)
     if entry is None:

@@ -13,7 +13,6 @@ device at once: the reduction spins.
 from __future__ import annotations
 
 from ..common.launch import ForkedStreams, call_arg, collective, launched
-from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import launch_reduce, partials_kernel
 
@@ -31,7 +30,7 @@ def producer_consumer(a, b, *, config=None, group=None, scale_a=None, scale_b=No
     streams = ForkedStreams(p.heap.device)
     # The GEMM waits on nothing but the begin: launched first, it is not blocked behind the reduction.
     partials_kernel[(gemm_programs,)](
-        a, b, kernel_scales(scale_a, scale_b, a.device), *p.dims, p.stage, p.flags, *p.stage_strides, call, total,
+        a, b, p.scales(scale_a, scale_b), *p.dims, p.stage, p.flags, *p.stage_strides, call, total,
         NUM_PROGRAMS=gemm_programs, ENTER=begins, RELEASE=True, BARRIER=False, WARP_SPEC=False, **p.meta)
     with streams.side():
         launch_reduce(p, call, c, comm_programs, pull=False, wait=True, enter=begins, end=begins, exit_programs=total)

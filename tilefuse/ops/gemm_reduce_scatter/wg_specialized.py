@@ -15,7 +15,6 @@ import triton.language as tl
 from ...runtime import primitives as P
 from ...runtime.primitives import kernel
 from ..common.launch import call_arg, collective, launched
-from ..common.scaled import kernel_scales
 from ._prepare import OP, prepare
 from ._tiles import produce_partials, reduce_owned
 
@@ -53,9 +52,8 @@ def wg_specialized(a, b, *, config=None, group=None, scale_a=None, scale_b=None,
         return c
     cfg = p.config
     _wg_kernel[(cfg.GEMM_SMS + cfg.COMM_SMS,)](  # not capped by the tiles: one kernel per config
-        a, b, kernel_scales(scale_a, scale_b, a.device), *p.dims, p.stage, p.flags, *p.stage_strides, p.run, c,
-        c.stride(0), c.stride(1),
-        call_arg(p.heap, entry),
+        a, b, p.scales(scale_a, scale_b), *p.dims, p.stage, p.flags, *p.stage_strides, p.run, c,
+        *c.stride(), call_arg(p.heap, entry),
         GEMM_PROGRAMS=cfg.GEMM_SMS, COMM_PROGRAMS=cfg.COMM_SMS, SUB_M=p.sub_m, ENTER=entry is not None,
         **p.meta,
     )
