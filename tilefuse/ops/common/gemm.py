@@ -307,6 +307,6 @@ class GemmLaunch:
             call = (c, c if ctl is None else ctl, 0, 1, 0, 0, c, 0, c, 0, c)
         matmul_kernel[(self.num_programs,)](
             a, b, c, scales if scales is not None else kernel_scales(None, None, c.device), self.M, self.N, self.K,
-            (a.stride(0), a.stride(1)), (b.stride(0), b.stride(1)), (c.stride(0), c.stride(1)), call, slices,
+            a.stride(), b.stride(), c.stride(), call, slices,
             self.split, self.num_programs, **self.meta)
         return c
