@@ -145,6 +145,8 @@ def _copy_rows(dst: torch.Tensor, src: torch.Tensor) -> None:
 # traffic); the variants' own kernels load one element at a time, so a copy pays off sooner there.
 PAD_MIN_M = 384
 UNALIGNED_PAD_MIN_M = 64
+# Float8 rows off the descriptor path load at most 4 bytes at a time: the GEMM core pads them from fewer rows.
+FLOAT8_PAD_MIN_M = 256
 
 
 def pointer_align(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -255,8 +257,9 @@ class GemmLaunch:
         self.skip = not ends and (M == 0 or N == 0 or K == 0)
         self.zero = K == 0 and M > 0 and N > 0  # an empty sum
         self.pad = False  # operands copied onto the descriptor path on every call (tma_operands)
+        self.pad_min_m = FLOAT8_PAD_MIN_M if a.element_size() == 1 else PAD_MIN_M
         if tma:
-            a2, b2, use_tma, b_kmajor, align = operand_path(a, b, config, min_m=PAD_MIN_M)
+            a2, b2, use_tma, b_kmajor, align = operand_path(a, b, config, min_m=self.pad_min_m)
             self.pad = a2 is not a or b2 is not b
         else:
             use_tma, b_kmajor, align = False, False, pointer_align(a, b)
@@ -296,7 +299,7 @@ class GemmLaunch:
         if self.zero:
             c.zero_()
         if self.pad:
-            a, b = tma_operands(a, b, PAD_MIN_M)[:2]
+            a, b = tma_operands(a, b, self.pad_min_m)[:2]
         if self.use_tma:
             ensure_triton_allocator()
         if self.split > 1:
