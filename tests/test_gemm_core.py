@@ -196,6 +196,30 @@ def test_padded_copies_are_exact_with_16_byte_rows():
                                    t.view(torch.uint8) if dtype.itemsize == 1 else t), (dtype, rows, cols)
 
 
+def test_matmul_unaligned_rows_past_the_pad_thresholds():
+    """Operands whose rows are not 16-byte multiples, with rows past the GEMM core's pad thresholds (float8
+    from ``FLOAT8_PAD_MIN_M`` rows, 16-bit from ``PAD_MIN_M``; on a GPU they are padded onto the descriptor
+    path every call), right against the reference, twice through one ``GemmLaunch``."""
+    from tilefuse.ops.common.gemm import FLOAT8_PAD_MIN_M, PAD_MIN_M
+
+    gen = torch.Generator().manual_seed(9)
+    for dtype, M in ((torch.float8_e4m3fn, FLOAT8_PAD_MIN_M + 44), (torch.float16, PAD_MIN_M + 4)):
+        N, K = 24, 100  # rows of 100 (float8) or 200 bytes
+        a = (torch.randn(M, K, generator=gen) * 2).to(dtype).to(DEVICE)
+        w = (torch.randn(N, K, generator=gen) * 2).to(dtype).to(DEVICE)
+        out = torch.full((M, N), NAN, dtype=torch.float32 if dtype.itemsize == 1 else dtype, device=DEVICE)
+        cfg = Config.for_shape(M, N, K, dtype, device=a.device, comm=False)
+        scales = kernel_scales(torch.tensor(0.5, device=DEVICE), torch.tensor(2.0, device=DEVICE), out.device) \
+            if dtype.itemsize == 1 else None
+        launch = GemmLaunch(a, w.t(), out, cfg)
+        for _ in range(2):
+            out.fill_(NAN)
+            launch.run(a, w.t(), out, scales=scales)
+            ref = a.float() @ w.t().float()
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            assert err <= (1e-5 if dtype.itemsize == 1 else 2e-2), (dtype, err)
+
+
 def test_matmul_decode_tiles_load_through_pointers(monkeypatch):
     """16-row tiles with 256-deep K steps of 16-bit values (``config.pointer_tiles``: the decode tiles)
     on a Linear weight (column-major B) run the pointer path although their operands fit descriptors,
