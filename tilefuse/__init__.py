@@ -77,9 +77,11 @@ def matmul(a, b, *, config=None, out=None, scale_a=None, scale_b=None, out_dtype
     b [K, N]`` -> ``[M, N]`` in the inputs' dtype (``out``: a tensor to write), fp32 accumulation.
     ``config``: default ``Config.for_shape(M, N, K, a.dtype, comm=False)``. Float8 ``a`` and ``b`` take
     ``scale_a`` and ``scale_b`` as ``torch._scaled_mm``; ``out_dtype`` default: ``out``'s, else bfloat16."""
+    from .ops.common.checks import check_same_device
     from .ops.common.gemm import matmul as _core
     from .ops.common.scaled import is_float8, kernel_scales, prepare_scaling
 
+    check_same_device("matmul", a=a, b=b, **({} if out is None else {"out": out}))
     if out is not None and out_dtype is None and is_float8(a):
         out_dtype = out.dtype
     dtype, kind = prepare_scaling("matmul", a, b, scale_a, scale_b, out_dtype)
