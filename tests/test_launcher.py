@@ -67,33 +67,8 @@ def test_fast_path_binds_and_caches_by_signature(monkeypatch):
     k[(4,)](x, 32, 9, BLOCK=16, num_warps=8)  # another launch option: new binary
     kinds = [entry[0] for entry in log]
     assert kinds == ["triton", "fast", "fast", "triton", "fast", "triton", "triton", "triton"], kinds
-    # The fast path passes every argument in signature order, defaults included (as Triton's binder), each
-    # tensor as its address (the C launcher's driver query skipped), this call's own.
-    assert log[1][2] == (x.data_ptr(), 32, 6, 16, 3) and log[2][1] == (2, 3, 1)
-    assert log[2][2][0] == x[16:].data_ptr() != x.data_ptr()
-
-
-def _tuple_kernel(x_ptr, call, BLOCK: "constexpr"):  # noqa: F821
-    pass
-
-
-def test_fast_path_passes_the_tensors_in_a_tuple_as_addresses(monkeypatch):
-    """A tuple argument's tensors go to the C launcher as their addresses, its other entries as they are;
-    a tuple of other kinds is another key, launched through Triton first."""
-    log = []
-    k = FastKernel(_jit_stand_in(_tuple_kernel, log))
-    k._fast = True
-    from tilefuse.runtime import launcher
-
-    monkeypatch.setattr(launcher, "_current_stream", lambda: 7)
-    x, y = torch.zeros(64), torch.zeros(32)
-    k[(1,)](x, (y, 5, None), BLOCK=16)
-    k[(1,)](x[16:], (y[16:], 5, None), BLOCK=16)
-    k[(1,)](x, (3, 5, None), BLOCK=16)  # an int where a tensor was: a new key, Triton's path
-    k[(1,)](x, (4, 5, None), BLOCK=16)
-    assert [entry[0] for entry in log] == ["triton", "fast", "triton", "fast"], log
-    assert log[1][2] == (x[16:].data_ptr(), (y[16:].data_ptr(), 5, None), 16)
-    assert log[3][2] == (x.data_ptr(), (4, 5, None), 16)
+    # The fast path passes every argument in signature order, defaults included (as Triton's binder).
+    assert log[1][2] == (x, 32, 6, 16, 3) and log[2][1] == (2, 3, 1)
 
 
 def _ws_kernel(x_ptr, n, BLOCK: "constexpr", WARP_SPEC: "constexpr" = False):  # noqa: F821

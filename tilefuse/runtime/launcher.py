@@ -14,6 +14,7 @@ import inspect
 
 import triton
 from triton import knobs
+from triton.runtime.driver import driver
 
 from . import _env
 
@@ -31,16 +32,10 @@ def noop_launches():
         _NOOP[0] = old
 
 
-try:  # the current device's current stream, as Triton's launch finds it (two C calls, no Python frames)
-    from torch._C import _cuda_getCurrentRawStream as _raw_stream
-    from torch._C import _cuda_getDevice as _device
-except ImportError:  # a CPU-only torch: never launches through here
-    _raw_stream = _device = None
-
-
 def _current_stream():
     """The stream Triton would launch on (the current device's current stream)."""
-    return _raw_stream(_device())
+    active = driver.active
+    return active.get_current_stream(active.get_current_device())
 
 
 class FastKernel:
@@ -75,11 +70,9 @@ class FastKernel:
         bound = self._bind(args, kwargs)
         if bound is not None:
             try:
-                entry = self._compiled.get(self._signature(*bound))
+                self._compiled.get(self._signature(*bound))
             except TypeError:  # an unhashable argument
-                return
-            if entry is not None:
-                entry[1](bound[0])
+                pass
 
     def _binder(self, n_args: int, names: tuple):
         """``bind(args, kwargs) -> (values, options)`` (parameters in order, defaults filled in; launch options)
@@ -127,18 +120,17 @@ class FastKernel:
         values, options = bound
         try:
             key = self._signature(values, options)
-            entry = self._compiled.get(key)
+            compiled = self._compiled.get(key)
         except TypeError:  # an unhashable argument
             return self.jit_fn[grid](*args, **kwargs)
-        if entry is None:
+        if compiled is None:
             compiled = self.jit_fn[grid](*args, **kwargs)  # compiles (or finds) the binary, and launches
             if compiled is not None and hasattr(compiled, "run"):
-                self._compiled[key] = (compiled, _address_function(values))
+                self._compiled[key] = compiled
                 spec = self._index.get("WARP_SPEC")
                 if spec is not None and values[spec]:
                     check_specialized(self.jit_fn.fn.__name__, kwargs.get("num_warps", 4), compiled)
             return compiled
-        compiled, addresses = entry
         stream = _current_stream()
         g0, g1, g2 = (*grid, 1, 1)[:3]
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook  # a profiler's hooks
@@ -146,8 +138,7 @@ class FastKernel:
             enter = leave = meta = None
         else:
             meta = compiled.launch_metadata(grid, stream, *values)
-        compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta, enter, leave,
-                     *addresses(values))
+        compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, meta, enter, leave, *values)
         return compiled
 
 
@@ -171,20 +162,6 @@ def _key_function(values: list, constexpr: list, dns: set):
     flat tuple (no nested tuple to build and hash: each entry's place is fixed by the first launch's kinds)."""
     parts = [f"a[{i}]" if constexpr[i] else _key_expr(f"a[{i}]", v, i not in dns) for i, v in enumerate(values)]
     return eval("lambda a: (" + ", ".join(parts) + ",)")  # noqa: S307 - source built above from indices
-
-
-def _address_function(values: list):
-    """``addresses(args)``: the launch's arguments with each tensor, where the launch that made a key had one,
-    as its address. The C launcher takes an integer as it is; a tensor costs it a method call and a driver
-    query (``cuPointerGetAttribute``) per pointer. Made per key: every launch of a key has these kinds."""
-    def expr(name: str, v) -> str:
-        if hasattr(v, "data_ptr"):
-            return f"{name}.data_ptr()"
-        if type(v) is tuple:
-            return "(" + "".join(f"{expr(f'{name}[{j}]', x)}, " for j, x in enumerate(v)) + ")"
-        return name
-
-    return eval("lambda a: [" + ", ".join(expr(f"a[{i}]", v) for i, v in enumerate(values)) + "]")  # noqa: S307
 
 
 def _spec(v, specialize: bool):

@@ -200,9 +200,9 @@ _SCRATCH_STREAMS = 64  # streams remembered at most (the cache is dropped beyond
 
 def _cuda_scratch(size: int, alignment: int, stream):
     """Descriptor scratch, one buffer per (device, stream); a fresh one in a CUDA graph capture."""
-    if torch._C._cuda_isCurrentStreamCapturing():  # runs in every descriptor launch: the C calls themselves
+    if torch.cuda.is_current_stream_capturing():
         return torch.empty(size, dtype=torch.int8, device="cuda")
-    key = (torch._C._cuda_getDevice(), stream)
+    key = (torch.cuda.current_device(), stream)
     buf = _SCRATCH.get(key)
     if buf is None or buf.numel() < size:
         if buf is None and len(_SCRATCH) >= _SCRATCH_STREAMS:
