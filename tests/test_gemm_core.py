@@ -274,6 +274,11 @@ def test_matmul_decode_tiles_load_through_pointers(monkeypatch):
         cfg = default_config(m, 6144 if m == 64 else 4096, 4096, e4, num_sms=132, interpreter=False, comm=False)
         assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages) == tile and pointer_tiles(cfg, e4), cfg
     assert not pointer_tiles(default_config(128, 4096, 4096, e4, num_sms=132, interpreter=False, comm=False), e4)
+    # Float8 past M = 1000: 128x128 tiles where they fill clearly more of the last wave than 128x256 ones.
+    for m, n, e, width in ((1000, 6144, e4, 128), (1000, 5000, e4, 128), (1000, 4096, e4, 256), (4096, 6144, e4, 256),
+                           (1000, 6144, torch.bfloat16, 256)):
+        cfg = default_config(m, n, 4096, e, num_sms=132, interpreter=False, comm=False)
+        assert cfg.BLOCK_N == width, (m, n, e, cfg)
     seen.clear()
     a8, w8 = (a * 4).to(e4), (b.t() * 4).to(e4)
     sa, sb = torch.tensor(0.5, device=DEVICE), torch.tensor(0.25, device=DEVICE)

@@ -192,6 +192,9 @@ POINTER_DECODE_N, POINTER_DECODE_K, POINTER_DECODE_STAGES = 64, 256, 3
 # Stages of 128x128x64 tiles of 16-bit values past the small-M classes (192 KiB of shared memory).
 MID_M_STAGES = 6
 
+# Float8 past M = 1000: the share of the last wave 128x128 tiles must keep busy beyond what 128x256 ones do.
+FLOAT8_NARROW_GAIN = 0.1
+
 SPLIT_FREE_WAVE_USE = 0.7  # with split-K at 64 <= M <= 128: the whole-K tiles while they keep this busy
 
 
@@ -322,6 +325,10 @@ def default_config(
         # Under half as many tiles as GEMM programs: halve the wide tile so more programs get work (a
         # nearly full wave of 128x256 tiles still beats a full one of 128x128).
         if block_n == 256 and 2 * triton.cdiv(M, block_m) * triton.cdiv(N, block_n) < gemm_sms:
+            block_n, warps, stages = 128, 4, 4
+        elif block_n == 256 and dtype.itemsize == 1 and wave_use(triton.cdiv(M, 128) * triton.cdiv(N, 128), gemm_sms) \
+                >= wave_use(triton.cdiv(M, 128) * triton.cdiv(N, 256), gemm_sms) + FLOAT8_NARROW_GAIN:
+            # Float8: 128x128 tiles where they keep clearly more of their last wave busy than 128x256 ones.
             block_n, warps, stages = 128, 4, 4
     if dtype.itemsize >= 4 and stages > 3 and not (split_k and M <= 64):
         stages = 3  # fp32 tiles take twice the shared memory (the small-M stages count bytes already)
