@@ -230,7 +230,8 @@ def test_gemm_mode_fp8_checks_each_scaling(tmp_path):
     for scaling in ("tensorwise", "rowwise"):
         mine = df[df.variant == scaling]
         assert (mine[mine.metric == "rel_err"].value.astype(float) < 1e-2).all()
-        assert {"ms", "torch_ms", "ratio", "ratio_median", "ratio_worst", "user_ratio", "user_ratio_worst"} <= set(mine.metric), scaling
+        assert {"ms", "torch_ms", "ratio", "ratio_median", "ratio_worst", "user_ratio",
+                "user_ratio_worst"} <= set(mine.metric), scaling
         if (mine.device == "cpu-interpreter").all():  # on a GPU torch_ms is torch._scaled_mm's own
             assert mine[mine.metric == "torch_ms"].note.str.contains("dequantized").all()
     t = torch.arange(3 * 17.0).reshape(3, 17)

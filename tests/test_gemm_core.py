@@ -217,7 +217,8 @@ def test_matmul_unaligned_rows_past_the_pad_thresholds():
             launch.run(a, w.t(), out, scales=scales)
             ref = a.float() @ w.t().float()
             err = ((out.float() - ref).norm() / ref.norm()).item()
-            assert err <= (1e-5 if dtype.itemsize == 1 else 2e-2), (dtype, err)
+            # A float8 MMA on the GPU adds into an accumulator of fewer than fp32's bits (about 1e-4 off)
+            assert err <= (2e-2 if dtype.itemsize == 2 else 1e-5 if INTERPRET else 1e-3), (dtype, err)
 
 
 def test_matmul_decode_tiles_load_through_pointers(monkeypatch):
