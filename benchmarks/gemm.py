@@ -113,13 +113,9 @@ def _shape(ctx, M: int, N: int, K: int, dtype, fields: dict, args) -> list:
 
 
 def _pad16(t: torch.Tensor, dims=(0, 1)) -> torch.Tensor:
-    """``t`` (2-D) zero-padded to a multiple of 16 along ``dims`` (``t`` itself if it is one)."""
-    size = [-(-n // 16) * 16 if d in dims else n for d, n in enumerate(t.shape)]
-    if size == list(t.shape):
-        return t
-    out = t.new_zeros(size)
-    out[: t.shape[0], : t.shape[1]] = t
-    return out
+    """``t`` (2-D) zero-padded to a multiple of 16 along ``dims``: one ``F.pad``, as a user writes it."""
+    pad = (0, -t.shape[1] % 16 if 1 in dims else 0, 0, -t.shape[0] % 16 if 0 in dims else 0)
+    return F.pad(t.view(torch.uint8) if t.element_size() == 1 else t, pad).view(t.dtype)
 
 
 def _shape_fp8(ctx, M: int, N: int, K: int, scaling: str, fields: dict, args) -> list:
@@ -161,11 +157,9 @@ def _shape_fp8(ctx, M: int, N: int, K: int, scaling: str, fields: dict, args) ->
         return (a.float() * sa) @ (b.float() * sb)
 
     def user_fn():  # what a user writes where _scaled_mm refuses the operands: pad on every call, then slice
-        a, b, sa, sb, p = cycle()
-        pads = [(0, p[0].shape[1] - K, 0, p[0].shape[0] - M), (0, p[1].shape[0] - K, 0, p[1].shape[1] - N)]
-        pa, pw = (F.pad(t.view(torch.uint8), pad).view(E4M3) for t, pad in zip((a, b.t()), pads))
-        psa, psb = (F.pad(sa, (0, 0, 0, pads[0][3])), F.pad(sb, (0, pads[1][3]))) if rowwise else (sa, sb)
-        return torch._scaled_mm(pa, pw.t(), scale_a=psa, scale_b=psb, out_dtype=out_dtype)[:M, :N]
+        a, b, sa, sb, _ = cycle()
+        sa, sb = (_pad16(sa, (0,)), _pad16(sb, (1,))) if rowwise else (sa, sb)
+        return torch._scaled_mm(_pad16(a), _pad16(b.t()).t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)[:M, :N]
 
     def core_fn():
         a, b, sa, sb, _ = cycle()
