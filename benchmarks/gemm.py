@@ -113,9 +113,9 @@ def _shape(ctx, M: int, N: int, K: int, dtype, fields: dict, args) -> list:
 
 
 def _pad16(t: torch.Tensor, dims=(0, 1)) -> torch.Tensor:
-    """``t`` (2-D) zero-padded to a multiple of 16 along ``dims``: one ``F.pad``, as a user writes it."""
+    """``t`` (2-D) zero-padded to a multiple of 16 along ``dims`` (``t`` itself if it is one): one ``F.pad``."""
     pad = (0, -t.shape[1] % 16 if 1 in dims else 0, 0, -t.shape[0] % 16 if 0 in dims else 0)
-    return F.pad(t.view(torch.uint8) if t.element_size() == 1 else t, pad).view(t.dtype)
+    return t if not any(pad) else F.pad(t.view(torch.uint8) if t.element_size() == 1 else t, pad).view(t.dtype)
 
 
 def _shape_fp8(ctx, M: int, N: int, K: int, scaling: str, fields: dict, args) -> list:
