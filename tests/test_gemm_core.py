@@ -269,12 +269,16 @@ def test_matmul_decode_tiles_load_through_pointers(monkeypatch):
         cfg = default_config(*args, num_sms=132, interpreter=False, comm=False, split_k=True)
         assert not pointer_tiles(cfg, args[3]), (args, cfg)
 
-    # Float8 decode tiles up to 64 rows: 256-deep K steps in 6 stages, through pointers; not past M = 64.
+    # Float8 decode tiles at 64 rows or fewer: 256-deep K steps in 6 stages, through pointers.
     e4 = torch.float8_e4m3fn
     for m, tile in ((16, (16, 32, 256, 6)), (64, (64, 64, 256, 6))):
         cfg = default_config(m, 6144 if m == 64 else 4096, 4096, e4, num_sms=132, interpreter=False, comm=False)
         assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages) == tile and pointer_tiles(cfg, e4), cfg
-    assert not pointer_tiles(default_config(128, 4096, 4096, e4, num_sms=132, interpreter=False, comm=False), e4)
+    # Past 64 rows up to 128 while the 64-row decode tiles take one wave; 16-bit values not past 64 rows.
+    for m, n, e, wanted in ((128, 4096, e4, True), (96, 6144, e4, True), (128, 14336, e4, False),
+                            (129, 4096, e4, False), (128, 4096, torch.bfloat16, False)):
+        cfg = default_config(m, n, 4096, e, num_sms=132, interpreter=False, comm=False)
+        assert pointer_tiles(cfg, e) == wanted and (cfg.BLOCK_M == 64) >= wanted, (m, n, e, cfg)
     # Float8 past M = 1000: 128x128 tiles where they fill clearly more of the last wave than 128x256 ones.
     for m, n, e, width in ((1000, 6144, e4, 128), (1000, 5000, e4, 128), (1000, 4096, e4, 256), (4096, 6144, e4, 256),
                            (1000, 6144, torch.bfloat16, 256)):

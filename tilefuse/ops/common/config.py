@@ -192,6 +192,9 @@ POINTER_DECODE_N, POINTER_DECODE_K, POINTER_DECODE_STAGES = 64, 256, 3
 # Stages of 128x128x64 tiles of 16-bit values past the small-M classes (192 KiB of shared memory).
 MID_M_STAGES = 6
 
+# Float8 rows up to which the decode tiles (64 rows at most, 256-deep K steps, through pointers) run,
+# past 64 rows while they take one wave.
+FLOAT8_DECODE_MAX_M = 128
 # Float8 past M = 1000: the share of the last wave 128x128 tiles must keep busy beyond what 128x256 ones do.
 FLOAT8_NARROW_GAIN = 0.1
 
@@ -311,8 +314,11 @@ def default_config(
         block_m, block_n, warps, stages, split, warp_spec = _split_k_tiles(M, N, K, block_k, dtype.itemsize, gemm_sms)
     else:
         # 4 stages for every tile but 128x256 (which has no room for a fourth).
-        if narrow_decode(M, dtype, interpreter) and M <= 64:
-            block_m, block_n, block_k, warps, stages = _narrow_decode_tiles(M, N, K, dtype.itemsize, gemm_sms)
+        decode_max_m = FLOAT8_DECODE_MAX_M if dtype.itemsize == 1 else 64
+        decode = _narrow_decode_tiles(M, N, K, dtype.itemsize, gemm_sms) \
+            if narrow_decode(M, dtype, interpreter) and M <= decode_max_m else None
+        if decode is not None and (M <= 64 or -(-M // 64) * -(-N // decode[1]) <= gemm_sms):
+            block_m, block_n, block_k, warps, stages = decode
         elif narrow_decode(M, dtype, interpreter):
             block_m, block_n, block_k, warps, stages = _small_m_tiles(M, N, K, gemm_sms)
         elif M <= 128:
