@@ -167,7 +167,10 @@ def job_flattened_local_tiles(ctx, variant):
     assert p.meta["USE_TMA"] and p.local_direct, "the interpreter and sm_90 take the descriptor path here"
     assert p.meta["FLATTEN"]
     assert prepared(cfg, True).meta["FLATTEN"] == (variant != "fused_sequential")
-    assert not _prepare.flattened_loop(cfg, False)  # pointer path
+    assert not _prepare.flattened_loop(cfg, False, 2)  # pointer path
+    # 128x256 tiles of 4-byte results: not flattened (their store would not fit beside the stages on sm_90)
+    assert _prepare.flattened_loop(cfg.replace(BLOCK_M=128, BLOCK_N=256), True, 2)
+    assert not _prepare.flattened_loop(cfg.replace(BLOCK_M=128, BLOCK_N=256), True, 4)
     assert not prepared(cfg.replace(BLOCK_M=64)).meta["FLATTEN"]
     ref_c, ref_ag = registry.get(OP, "reference")(a, b, return_gathered=True)
     rule, real = _prepare.flattened_loop, _tiles.whole_tiles
@@ -181,7 +184,7 @@ def job_flattened_local_tiles(ctx, variant):
 
         with contextlib.ExitStack() as stack:
             stack.enter_context(mock.patch.object(_prepare, "flattened_loop",
-                                                  lambda c, t, _flat=flat: _flat and rule(c, t)))
+                                                  lambda c, t, s, _flat=flat: _flat and rule(c, t, s)))
             tilefuse.clear_workspaces()  # and what the calls prepared: prepared again under the patch
             if not ctx.on_gpu:  # the interpreter runs the kernels' Python: count the flattened loops
                 stack.enter_context(mock.patch.object(_tiles, "whole_tiles", counted))

@@ -6,6 +6,7 @@ On the CPU the kernels run in Triton's interpreter (float16 and float32 results:
 wrong); on GPUs (``TILEFUSE_TEST_DEVICE=cuda``, ranks sharing one GPU) the results are bfloat16.
 """
 
+import contextlib
 import functools
 
 import pytest
@@ -286,11 +287,12 @@ def _described(value):
     return value
 
 
-def job_record_launches(ctx, cases) -> list:
-    """``(module, kernel, {argument: value}, options)`` of every launch the float8 ``cases`` make."""
+@contextlib.contextmanager
+def _recording(records: list):
+    """Appends ``(module, kernel, {argument: value}, options)`` of every launch inside the block to ``records``."""
     from tilefuse.runtime import launcher
 
-    records, saved = [], launcher.FastKernel.__getitem__
+    saved = launcher.FastKernel.__getitem__
 
     def getitem(self, grid):
         inner = saved(self, grid)
@@ -307,16 +309,60 @@ def job_record_launches(ctx, cases) -> list:
 
     launcher.FastKernel.__getitem__ = getitem
     try:
-        job_against_reference(ctx, cases)
+        yield records
     finally:
         launcher.FastKernel.__getitem__ = saved
+
+
+def job_record_launches(ctx, cases) -> list:
+    """``(module, kernel, {argument: value}, options)`` of every launch the float8 ``cases`` make."""
+    with _recording([]) as records:
+        job_against_reference(ctx, cases)
     return records
 
 
-def compile_for_hopper(record) -> str:
-    """Compile a recorded launch for sm_90 up to TTGIR; '' or the error."""
+# GPU default tiles of float8 calls (Config.for_shape on an H200) by class: 64-row decode tiles of 256-deep K
+# steps (6 and 4 stages), 128x128 tiles of 256-deep K steps past one wave of them, and the 1000-row class.
+DEFAULT_TILE_SHAPES = ((128, 4096, 4096), (96, 6144, 4096), (128, 14336, 4096), (1000, 6144, 4096))
+
+
+def job_default_tiles(ctx) -> list:
+    """Every op x variant in float8 with the GPU default config of each ``DEFAULT_TILE_SHAPES`` (on small
+    operands, a handful of programs) against the reference; the launches, recorded."""
+    from tilefuse.ops.common.config import default_config
+
+    with _recording([]) as records:
+        for shape in DEFAULT_TILE_SHAPES:
+            for op in OPS:
+                for variant in tilefuse.VARIANTS:
+                    comm = variant in ("producer_consumer", "wg_specialized")
+                    cfg = default_config(*shape, E4M3, num_sms=132, interpreter=False, comm=comm)
+                    cfg = cfg.replace(GEMM_SMS=4, COMM_SMS=2 if comm else 0)
+                    M = 128 * ctx.world if op == "gemm_reduce_scatter" else 128
+                    mine = ctx.rank + 1  # the replicated operand (a of gemm_all_scatter, b of all_gather_gemm): 0
+                    a = _quantized((M, 512), 0 if op == "gemm_all_scatter" else mine).to(ctx.device)
+                    b = _quantized((512, 256), 0 if op == "all_gather_gemm" else mine + 10).to(ctx.device)
+                    out_dtype = _out_dtypes(ctx)[0]
+                    kw = dict(scale_a=_scale((), 3).to(ctx.device), scale_b=_scale((), 4).to(ctx.device),
+                              out_dtype=out_dtype)
+                    got = registry.get(op, variant)(a, b, config=cfg, **kw)
+                    ref = registry.get(op, "reference")(a, b, **kw)
+                    assert_matches(got, ref, out_dtype, 512, ctx.on_gpu, f"{op} {variant} {shape}: {cfg}",
+                                   scale=8 * ctx.world)
+    tilefuse.barrier()
+    return records
+
+
+# The most shared memory one block may take on sm_90 (227 KiB).
+SM90_SHARED_BYTES = 232448
+
+
+def compile_for_hopper(record, whole: bool = False) -> str:
+    """Compile a recorded launch for sm_90 up to TTGIR (``whole``: to a binary, ptxas included, within
+    ``SM90_SHARED_BYTES`` of shared memory); '' or the error."""
     import importlib
 
+    import triton
     from test_warp_spec_compile import _ttgir
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -332,26 +378,24 @@ def compile_for_hopper(record) -> str:
             signature[param.name], constants[param.name] = "constexpr", None
         else:
             signature[param.name] = _arg_type(value)
+    src, target = ASTSource(jit, signature, constants), GPUTarget("cuda", 90, 32)
     try:
-        _ttgir(ASTSource(jit, signature, constants), GPUTarget("cuda", 90, 32), options)
+        if not whole:
+            _ttgir(src, target, options)
+            return ""
+        shared = triton.compile(src, target=target, options=options).metadata.shared
     except Exception as err:  # noqa: BLE001 - reported per kernel
         return f"{type(err).__name__}: {str(err)[:2000]}"
-    return ""
+    return "" if shared <= SM90_SHARED_BYTES else f"{shared} bytes of shared memory ({SM90_SHARED_BYTES} at most)"
 
 
-@pytest.mark.slow
-def test_float8_kernels_compile_for_hopper(pools, tmp_path):
+def _compile_apart(records: list, tmp_path, whole: bool) -> dict:
+    """Compile each distinct record for sm_90 in a process off the interpreter; ``{kernel: error}``."""
     import json
     import os
     import subprocess
     import sys
 
-    from test_warp_spec_compile import _hopper_compiler
-
-    why = _hopper_compiler()
-    if why:
-        pytest.skip(why)
-    records = pools.run(2, job_record_launches, _cases(_all_variants))[0]
     unique = {json.dumps(r, sort_keys=True): r for r in records}
     assert any(r[1] == "matmul_kernel" for r in unique.values())
     path = tmp_path / "launches.json"
@@ -359,20 +403,45 @@ def test_float8_kernels_compile_for_hopper(pools, tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="0", TILEFUSE_BACKEND="cuda")
     here = os.path.dirname(os.path.abspath(__file__))
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here), here, env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), str(path)], env=env, capture_output=True,
-                          text=True, timeout=900)
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), str(path)] + ["whole"] * whole, env=env,
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     failed = json.loads(done.stdout.strip().splitlines()[-1])
     assert done.stdout.count(": ok\n") + len(failed) == len(unique)
+    return failed
+
+
+@pytest.mark.slow
+def test_float8_kernels_compile_for_hopper(pools, tmp_path):
+    from test_warp_spec_compile import _hopper_compiler
+
+    why = _hopper_compiler()
+    if why:
+        pytest.skip(why)
+    failed = _compile_apart(pools.run(2, job_record_launches, _cases(_all_variants))[0], tmp_path, whole=False)
     assert not failed, f"kernels of float8 calls that do not compile for sm_90: {failed}"
 
 
-def main(path: str) -> None:
+@pytest.mark.slow
+def test_float8_default_tiles_are_right_and_fit_hopper(pools, tmp_path):
+    """The GPU default tiles of float8 calls (``DEFAULT_TILE_SHAPES``), every op x variant: right against the
+    reference here, and each kernel they launch compiles for sm_90 whole within its shared memory."""
+    from test_warp_spec_compile import _hopper_compiler
+
+    records = pools.run(2, job_default_tiles)[0]
+    why = _hopper_compiler()
+    if why:
+        pytest.skip(f"checked against the reference; not compiled: {why}")
+    failed = _compile_apart(records, tmp_path, whole=True)
+    assert not failed, f"float8 default tiles that do not fit sm_90: {failed}"
+
+
+def main(path: str, whole: bool) -> None:
     import json
 
     failed = {}
     for record in json.loads(open(path).read()):
-        error = compile_for_hopper(record)
+        error = compile_for_hopper(record, whole)
         print(f"{record[0]}.{record[1]}: {error or 'ok'}", flush=True)
         if error:
             failed[f"{record[0]}.{record[1]}"] = error
@@ -382,4 +451,4 @@ def main(path: str) -> None:
 if __name__ == "__main__":
     import sys
 
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:] == ["whole"])

@@ -67,7 +67,8 @@ class Prepared(PreparedCall):
         self.local_direct = (not self.use_tma) or gemm_layout(a, b)[0]
         self.first = 1 if self.local_direct and not return_gathered else 0
         # Flattened tile loops (no flags in them): not where fused_sequential also copies rows out.
-        flatten = flattened_loop(cfg, self.use_tma) and not (buffers == "shard" and return_gathered)
+        flatten = flattened_loop(cfg, self.use_tma, self.out_dtype.itemsize) and not (
+            buffers == "shard" and return_gathered)
         self.meta = dict(g.gemm_meta, USE_TMA=self.use_tma, B_KMAJOR=b_kmajor, FLATTEN=flatten)
 
     def scales(self, scale_a, scale_b) -> tuple:

@@ -173,9 +173,11 @@ def warp_specialized(config, use_tma: bool, device: torch.device) -> bool:
             and device.type == "cuda" and not _interpreting())
 
 
-def flattened_loop(config, use_tma: bool) -> bool:
-    """Whether a whole-tile loop is flattened: 128-row tiles on the descriptor path."""
-    return bool(use_tma) and config.BLOCK_M >= 128
+def flattened_loop(config, use_tma: bool, out_size: int) -> bool:
+    """Whether a whole-tile loop is flattened: 128-row tiles on the descriptor path, but not 128x256 tiles of
+    ``out_size``-byte results of 4 bytes (a flattened loop's store of those takes more shared memory than an
+    sm_90 block has, beside three stages of operands)."""
+    return bool(use_tma) and config.BLOCK_M >= 128 and not (out_size >= 4 and config.BLOCK_N >= 256)
 
 
 def tma_operands(a: torch.Tensor, b: torch.Tensor, min_m: int) -> tuple[torch.Tensor, torch.Tensor, bool, bool]:
@@ -275,7 +277,7 @@ class GemmLaunch:
         self.scratch = self.num_tiles * self.split * config.BLOCK_M * config.BLOCK_N  # SPLIT: partial slots
         tiles_only = not (self.split > 1 or warp_spec)
         # Never a warp-specialized loop: Triton (3.6, 3.7) compiles a flattened one unspecialized for sm_90.
-        flatten = tiles_only and (flattened_loop(config, use_tma) if flatten is None else flatten)
+        flatten = tiles_only and (flattened_loop(config, use_tma, c.element_size()) if flatten is None else flatten)
         if warp_spec and tma_store == 2:
             # Triton 3.6's Hopper warp specialization fails on the split of a tile into halves (its data
             # partition has no rule for tt.split): the specialized loop stores whole tiles.
