@@ -174,9 +174,9 @@ def warp_specialized(config, use_tma: bool, device: torch.device) -> bool:
 
 
 def flattened_loop(config, use_tma: bool, out_size: int) -> bool:
-    """Whether a whole-tile loop is flattened: 128-row tiles on the descriptor path, but not 128x256 tiles of
-    ``out_size``-byte results of 4 bytes (a flattened loop's store of those takes more shared memory than an
-    sm_90 block has, beside three stages of operands)."""
+    """Whether a whole-tile loop is flattened: 128-row tiles on the descriptor path, but not 128x256 tiles whose
+    results take ``out_size`` = 4 bytes each (a flattened loop's store of those, beside three stages of operands,
+    takes more shared memory than an sm_90 block has)."""
     return bool(use_tma) and config.BLOCK_M >= 128 and not (out_size >= 4 and config.BLOCK_N >= 256)
 
 
