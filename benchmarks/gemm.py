@@ -20,7 +20,7 @@ torch_ms / ms (above 1: faster than torch.matmul), ``rel_err``; per dtype ``rati
 ``scale_a``, ``scale_b``; a float8_e4m3fn, b a float8 Linear weight's transpose, bfloat16 results)
 against ``torch._scaled_mm``, per scaling (the rows' ``variant``; scales tensor-wise, or row-wise
 ``[M, 1]`` and ``[1, N]``), each checked against the fp32 product of the dequantized operands first.
-_scaled_mm takes only dimensions that are multiples of 16: on other shapes ``torch_ms`` times it on
+_scaled_mm takes K and N only as multiples of 16 (M of any size): on other shapes ``torch_ms`` times it on
 operands zero-padded to them, copied before timing (the note says so), and ``user_ms`` the code a user
 must write for them: each call pads the operands (``F.pad``), then slices the result (on shapes it takes,
 ``user_ms`` is ``torch_ms``); ``user_ratio`` = user_ms / ms, summarised as ``user_ratio_median`` and
@@ -132,10 +132,9 @@ def _shape_fp8(ctx, M: int, N: int, K: int, scaling: str, fields: dict, args) ->
         sb = torch.rand(1, N, generator=g, device=dev) + 0.5 if rowwise else torch.tensor(1.25, device=dev)
         if not ctx.on_gpu:
             return a, b, sa, sb, ()
-        # _scaled_mm's operands: padded to multiples of 16, b column-major, the scales padded alike
-        pa, pb = _pad16(a), _pad16(b.t()).t()
-        psa, psb = (_pad16(sa, (0,)), _pad16(sb, (1,))) if rowwise else (sa, sb)
-        return a, b, sa, sb, (pa, pb, psa, psb)
+        # _scaled_mm's operands: K and N padded to multiples of 16 (M needs none), b column-major, scale_b alike
+        pa, pb = _pad16(a, (1,)), _pad16(b.t()).t()
+        return a, b, sa, sb, (pa, pb, sa, _pad16(sb, (1,)) if rowwise else sb)
 
     sets = rotating(make, M * K + N * K, dev)
     out_core = torch.empty(M, N, dtype=out_dtype, device=dev)
@@ -148,7 +147,7 @@ def _shape_fp8(ctx, M: int, N: int, K: int, scaling: str, fields: dict, args) ->
     if not ctx.on_gpu:
         note += " | torch: fp32 matmul of the dequantized operands (_scaled_mm does not run on the CPU)"
     elif padded[0].shape != a.shape or padded[1].shape != b.shape:
-        note += " | torch: _scaled_mm on operands zero-padded to multiples of 16 (the copy not timed)"
+        note += " | torch: _scaled_mm on operands with K and N zero-padded to multiples of 16 (the copy not timed)"
 
     def torch_fn():
         a, b, sa, sb, p = cycle()
@@ -158,8 +157,8 @@ def _shape_fp8(ctx, M: int, N: int, K: int, scaling: str, fields: dict, args) ->
 
     def user_fn():  # what a user writes where _scaled_mm refuses the operands: pad on every call, then slice
         a, b, sa, sb, _ = cycle()
-        sa, sb = (_pad16(sa, (0,)), _pad16(sb, (1,))) if rowwise else (sa, sb)
-        return torch._scaled_mm(_pad16(a), _pad16(b.t()).t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)[:M, :N]
+        sb = _pad16(sb, (1,)) if rowwise else sb
+        return torch._scaled_mm(_pad16(a, (1,)), _pad16(b.t()).t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)[:, :N]
 
     def core_fn():
         a, b, sa, sb, _ = cycle()

@@ -176,6 +176,45 @@ def test_bad_scales_raise_on_every_rank(pools):
     assert pools.run(2, job_bad_inputs, variants) == [10 * len(variants)] * 2
 
 
+@pytest.mark.parametrize("rowwise", [False, True])
+def test_plain_pads_k_and_n_as_scaled_mm_needs(rowwise, monkeypatch):
+    """The plain path's ``torch._scaled_mm`` arguments on a GPU: a row-major and b column-major, K and N
+    zero-padded to the multiples of 16 that the GPU's ``_scaled_mm`` checks (M as it is), row-wise scales
+    alongside; the CPU's ``_scaled_mm`` (which checks none of that) of them, cut to N columns, is the
+    product of the dequantized operands. Where a GPU is present, its ``_scaled_mm`` takes them: the plain
+    path's matmul calls it and does not fall back to the fp32 product."""
+    from tilefuse.ops.common.scaled import Scaled, scaled_matmul, scaled_mm_args
+
+    gpu = torch.cuda.is_available()
+    if gpu:
+        calls, real = [], torch._scaled_mm
+
+        def counted(*args, **kw):  # the calls _scaled_mm returned from (one that raises is not counted)
+            c = real(*args, **kw)
+            calls.append(1)
+            return c
+
+        monkeypatch.setattr(torch, "_scaled_mm", counted)
+
+    for seed, (M, K, N) in enumerate(((20, 40, 24), (33, 48, 32), (16, 35, 17), (7, 64, 80))):
+        a, b = _quantized((M, K), seed), _quantized((K, N), seed + 50)
+        sa, sb = (_scale((M, 1), seed), _scale((1, N), seed + 1)) if rowwise else (_scale((), seed), _scale((), 9))
+        ref = (a.float() * sa) @ (b.float() * sb)
+        for b_layout in (b, b.t().contiguous().t()):  # row-major, column-major
+            x, y, psa, psb = scaled_mm_args(a, b_layout, Scaled(sa, sb, torch.bfloat16))
+            Kp, Np = K + -K % 16, N + -N % 16
+            assert x.shape == (M, Kp) and x.is_contiguous() and y.shape == (Kp, Np) and y.t().is_contiguous()
+            assert (psa.shape, psb.shape) == (((M, 1), (1, Np)) if rowwise else ((), ()))
+            if gpu:
+                got = scaled_matmul(a.cuda(), b_layout.cuda(), Scaled(sa.cuda(), sb.cuda(), torch.bfloat16))
+                assert len(calls) == 1 and got.shape == (M, N), f"{M}x{K}x{N}: _scaled_mm calls {calls}"
+                calls.clear()
+                torch.testing.assert_close(got.float().cpu(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+                continue
+            got = torch._scaled_mm(x, y, scale_a=psa, scale_b=psb, out_dtype=torch.float32)[:, :N]
+            torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+
+
 def job_backward_refused(ctx) -> bool:
     a, b, sa, sb = _operands(ctx, "gemm_all_reduce", False, 2)
     out_dtype = _out_dtypes(ctx)[0]

@@ -122,22 +122,42 @@ def dequantized(a: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return a.float() * (scale.reshape(()) if scale.numel() == 1 else scale)
 
 
-def scaled_matmul(a: torch.Tensor, b: torch.Tensor, scaled: Scaled) -> torch.Tensor:
-    """``(a.float() * scale_a) @ (b.float() * scale_b)`` in ``out_dtype``: ``torch._scaled_mm`` on a GPU
-    where it takes the operands, else the fp32 matmul of the dequantized operands rounded once."""
+def _zero_padded(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """``t`` (2-D) with ``rows`` zero rows and ``cols`` zero columns appended, as one copy (``t`` itself if none)."""
+    if not (rows or cols):
+        return t
+    src = t.view(torch.uint8) if t.element_size() == 1 else t  # F.pad has no float8 kernel
+    return torch.nn.functional.pad(src, (0, cols, 0, rows)).view(t.dtype)
+
+
+def scaled_mm_args(a: torch.Tensor, b: torch.Tensor, scaled: Scaled) -> tuple:
+    """``(a, b, scale_a, scale_b)`` as ``torch._scaled_mm`` takes them on a GPU: a row-major, b column-major, K
+    and N zero-padded to multiples of 16 (one copy per padded operand; M needs none), the scales both
+    tensor-wise or both row-wise (scale_b padded alike)."""
     sa, sb = scaled.scale_a, scaled.scale_b
-    rowwise = sa.numel() != 1 or sb.numel() != 1
     (M, K), N = a.shape, b.shape[1]
-    if (a.is_cuda and not (M % 16 or K % 16 or N % 16 or min(M, K, N) == 0)
+    pad_k, pad_n = -K % 16, -N % 16
+    if sa.numel() != 1 or sb.numel() != 1:
+        sa = row_scales(scaled, M).reshape(-1, 1).contiguous()
+        sb = _zero_padded(sb.reshape(1, 1).expand(1, N) if sb.numel() == 1 else sb, 0, pad_n).contiguous()
+    else:
+        sa, sb = sa.reshape(()), sb.reshape(())
+    b_rows = _zero_padded(b.t(), pad_n, pad_k).contiguous()  # [N, K] row-major: b column-major
+    return _zero_padded(a, 0, pad_k).contiguous(), b_rows.t(), sa, sb
+
+
+def scaled_matmul(a: torch.Tensor, b: torch.Tensor, scaled: Scaled) -> torch.Tensor:
+    """``(a.float() * scale_a) @ (b.float() * scale_b)`` in ``out_dtype``: on a GPU ``torch._scaled_mm`` as a
+    user calls it (:func:`scaled_mm_args`; with N padded, the result is a view of the product's first N
+    columns); where it refuses the operands or off a GPU, the fp32 matmul of the dequantized operands
+    rounded once."""
+    rowwise = scaled.scale_a.numel() != 1 or scaled.scale_b.numel() != 1
+    if (a.is_cuda and min(*a.shape, b.shape[1]) > 0
             and (not rowwise or (scaled.out_dtype == torch.bfloat16 and a.dtype == b.dtype == torch.float8_e4m3fn))):
-        if rowwise:  # _scaled_mm takes both scales row-wise or both tensor-wise
-            sa = row_scales(scaled, a.shape[0]).reshape(-1, 1).contiguous()
-            sb = (sb.reshape(1, 1).expand(1, b.shape[1]) if sb.numel() == 1 else sb).contiguous()
-        else:
-            sa, sb = sa.reshape(()), sb.reshape(())
-        b_cols = b if b.stride(0) == 1 else b.t().contiguous().t()
+        x, y, sa, sb = scaled_mm_args(a, b, scaled)
         try:
-            return torch._scaled_mm(a.contiguous(), b_cols, scale_a=sa, scale_b=sb, out_dtype=scaled.out_dtype)
+            c = torch._scaled_mm(x, y, scale_a=sa, scale_b=sb, out_dtype=scaled.out_dtype)
+            return c[:, :b.shape[1]] if c.shape[1] != b.shape[1] else c
         except RuntimeError:  # a combination this build's _scaled_mm refuses: the fp32 path below
             pass
     return (dequantized(a, scaled.scale_a) @ dequantized(b, scaled.scale_b)).to(scaled.out_dtype)
