@@ -76,12 +76,14 @@ def candidate_configs(variant: str, M: int, N: int, K: int, dtype, num_sms: int,
 
 def _inputs(op: str, M: int, N: int, K: int, dtype, device, n_sets: int, seed: int = 17) -> list[tuple]:
     """``n_sets`` of ``(a, b, keywords)``: b the same on every rank, a too for gemm_all_scatter;
-    float8 operands with tensor-wise scales (bfloat16 results)."""
+    float8 operands with tensor-wise scales (bfloat16 results), b a float8 Linear weight's transpose
+    (column-major, as ``torch._scaled_mm`` takes it)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     a_seed = seed if op == "gemm_all_scatter" else seed + 1000 * (dist.get_rank() + 1)
     fp8 = dtype in FLOAT8_DTYPES  # unit-scale values, the product's scale in scale_b
     scales = {"scale_a": torch.ones((), device=device), "scale_b": torch.full((), K ** -0.5, device=device)}
     ab = [(torch.randn(M, K, generator=torch.Generator().manual_seed(a_seed + i)).to(dtype=dtype, device=device),
+           torch.randn(N, K, generator=g).to(dtype=dtype, device=device).t() if fp8 else
            torch.randn(K, N, generator=g).to(dtype=dtype, device=device)) for i in range(n_sets)]
     return [(a, b, scales) if fp8 else (a, b / K ** 0.5, {}) for a, b in ab]
 

@@ -319,9 +319,11 @@ def default_config(
             if narrow_decode(M, dtype, interpreter) and M <= decode_max_m else None
         if decode is not None and (M <= 64 or -(-M // 64) * -(-N // decode[1]) <= gemm_sms):
             block_m, block_n, block_k, warps, stages = decode
-        elif decode is not None:  # float8, 64 < M <= 128, more decode tiles than a wave: 128x128, 256-deep K steps
+        elif decode is not None and (K * dtype.itemsize) % 16 == 0:
+            # float8, 64 < M <= 128, more decode tiles than a wave, rows on the descriptor path: 128x128 tiles
+            # of 256-deep K steps (off it, the 64-row tiles of M <= 128 below)
             block_m, block_n, block_k, warps, stages = 128, _pow2_between(min(N, 128), 16, 128), 256, 4, 3
-        elif narrow_decode(M, dtype, interpreter):
+        elif narrow_decode(M, dtype, interpreter) and decode is None:
             block_m, block_n, block_k, warps, stages = _small_m_tiles(M, N, K, gemm_sms)
         elif M <= 128:
             block_m, block_n, warps, stages = _pow2_between(M, 16, 64), 128, 4, 4
