@@ -151,13 +151,11 @@ def scaled_matmul(a: torch.Tensor, b: torch.Tensor, scaled: Scaled) -> torch.Ten
     user calls it (:func:`scaled_mm_args`; with N padded, the result is a view of the product's first N
     columns); where it refuses the operands or off a GPU, the fp32 matmul of the dequantized operands
     rounded once."""
-    rowwise = scaled.scale_a.numel() != 1 or scaled.scale_b.numel() != 1
-    if (a.is_cuda and min(*a.shape, b.shape[1]) > 0
-            and (not rowwise or (scaled.out_dtype == torch.bfloat16 and a.dtype == b.dtype == torch.float8_e4m3fn))):
+    if a.is_cuda and min(*a.shape, b.shape[1]) > 0:
         x, y, sa, sb = scaled_mm_args(a, b, scaled)
         try:
             c = torch._scaled_mm(x, y, scale_a=sa, scale_b=sb, out_dtype=scaled.out_dtype)
             return c[:, :b.shape[1]] if c.shape[1] != b.shape[1] else c
-        except RuntimeError:  # a combination this build's _scaled_mm refuses: the fp32 path below
-            pass
+        except (RuntimeError, ValueError):  # a combination this build refuses (row-wise scales with float32
+            pass  # results or e5m2 on some): the fp32 path below
     return (dequantized(a, scaled.scale_a) @ dequantized(b, scaled.scale_b)).to(scaled.out_dtype)
