@@ -113,6 +113,8 @@ QUICK = [(op, v, rw) for op, v in (("gemm_all_scatter", "fused_sequential"), ("a
 
 def test_every_op_matches_reference_quick(pools):
     assert pools.run(2, job_against_reference, QUICK) == [len(QUICK)] * 2
+    alone = _cases(lambda op: ("plain",))  # one rank: the plain path is the matmul alone
+    assert pools.run(1, job_against_reference, alone) == [len(alone)]
 
 
 @pytest.mark.slow

@@ -103,6 +103,9 @@ def all_gather_gemm(a, b, *, config=None, group=None, return_gathered=False, sca
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
     if comm is None:  # float8: the rows travel as bytes with their row scales
         s, grp = _float8(op, a, b, group, scale_a, scale_b, out_dtype)
+        if dist.get_world_size(grp) == 1:  # nothing to gather: the matmul alone
+            c = scaled_matmul(a, b, s)
+            return (c, a) if return_gathered else c
         gathered = gather_bytes(a, grp)
         scales = all_gather_cat(row_scales(s, a.shape[0]).reshape(-1, 1).contiguous(), dim=0, group=grp)
         c = scaled_matmul(gathered, b, dataclasses.replace(s, scale_a=scales))
@@ -121,7 +124,10 @@ def gemm_reduce_scatter(a, b, *, config=None, group=None, scale_a=None, scale_b=
     comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
     if comm is None:  # float8: the fp32 products summed, rounded once
         s, grp = _float8(op, a, b, group, scale_a, scale_b, out_dtype)
-        check_divisible(op, "M (rows of a)", a.shape[0], dist.get_world_size(grp), "the world size")
+        W = dist.get_world_size(grp)
+        check_divisible(op, "M (rows of a)", a.shape[0], W, "the world size")
+        if W == 1:  # the sum of one product: the matmul alone, rounded once
+            return scaled_matmul(a, b, s)
         partial = scaled_matmul(a, b, dataclasses.replace(s, out_dtype=torch.float32))
         return reduce_scatter(partial, grp).to(s.out_dtype)
     W = comm.world
@@ -155,6 +161,8 @@ def gemm_all_reduce(a, b, *, config=None, group=None, bias=None, scale_a=None, s
             from .gemm_all_reduce._prepare import check_bias
 
             check_bias(op, bias, a, b)
+        elif dist.get_world_size(grp) == 1:  # the sum of one product: the matmul alone, rounded once
+            return scaled_matmul(a, b, s)
         total = all_reduce_sum(scaled_matmul(a, b, dataclasses.replace(s, out_dtype=torch.float32)), group=grp)
         return (total if bias is None else total + bias.float()).to(s.out_dtype)
     if bias is not None:
