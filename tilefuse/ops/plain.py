@@ -13,7 +13,8 @@ gemm_all_reduce        ``c = a @ b``; ``all_reduce(c)``; ``c += bias`` (W = 1: `
 
 gemm_all_scatter's result is column-major (``c.t()`` is contiguous): rank r's column block of ``c``
 is row block r of ``c.t()``, which a gather lands in place. A column-major ``out`` is that buffer; a
-row-major one receives one copy. Float8 calls run :func:`.common.scaled.scaled_matmul`.
+row-major one receives one copy. Float8 calls run :func:`.common.scaled.scaled_matmul` (``torch._scaled_mm``,
+K and N padded to multiples of 16 where needed); at one rank, without a bias, that matmul is the whole call.
 
 Calls are not paired with the peers' as the fused variants' are: a call that differs between ranks
 fails as torch's collective does (gloo aborts the process, NCCL waits until its watchdog).
