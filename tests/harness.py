@@ -5,7 +5,9 @@ A job is a module-level function ``fn(ctx, *args)`` run on every rank; ``ctx`` i
 :class:`RankFailure` with every failing rank's traceback. A job that does not finish within its
 timeout kills the pool (it is restarted on the next job) and raises ``TimeoutError`` naming the
 ranks that did not answer; shortly before that, every rank still in the job writes the Python stack
-of each of its threads to stderr (``faulthandler``), so a hang shows where each rank waits.
+of each of its threads to stderr (``faulthandler``), so a hang shows where each rank waits. Once a
+rank has failed, the others get ``ERROR_GRACE`` seconds; the error then raised carries the stacks of
+those still in the job, which each writes when asked (``SIGUSR1``) just before the pool is killed.
 
 Processes: on the cpu device, rank processes (pools and :func:`run_group`) are forked from a
 forkserver that has imported torch, triton and numpy once (about 3 s of CPU each time otherwise);
@@ -29,8 +31,10 @@ import multiprocessing.forkserver
 import os
 import pickle
 import queue
+import signal
 import socket
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -263,7 +267,10 @@ def _on_host(value):
     return value
 
 
-def _worker(rank: int, world: int, port: int, device_kind: str, env: dict, jobs, results) -> None:
+def _worker(rank: int, world: int, port: int, device_kind: str, env: dict, jobs, results, stack_path: str) -> None:
+    # SIGUSR1 prints every thread's stacks into stack_path (the pool asks for them before it kills a stuck rank).
+    stack_file = open(stack_path, "w")  # noqa: SIM115 (open as long as the process runs)
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     _adopt_environment(env)
     if device_kind == "cpu":
         os.environ["TILEFUSE_BACKEND"] = "cpu"
@@ -352,9 +359,11 @@ class RankPool:
         env = dict(os.environ)
         self._jobs = [ctx.Queue() for _ in range(self.world)]
         self._results = ctx.Queue()
+        stacks = tempfile.mkdtemp(prefix="tilefuse-test-stacks-")
+        self._stack_paths = [os.path.join(stacks, f"rank{r}.txt") for r in range(self.world)]
         self._procs = [
             ctx.Process(target=_worker, args=(r, self.world, port, self.device_kind, env,
-                                               self._jobs[r], self._results), daemon=True)
+                                               self._jobs[r], self._results, self._stack_paths[r]), daemon=True)
             for r in range(self.world)
         ]
         for p in self._procs:
@@ -372,16 +381,17 @@ class RankPool:
             left = deadline - time.monotonic()
             if left <= 0:
                 missing = sorted(set(range(self.world)) - set(got))
+                stacks = self._stacks(missing)
                 self.close()
                 errors = {r: m[2][1] if isinstance(m[2], tuple) else m[2]
                           for r, m in got.items() if m[1] == "error"}
                 if errors:
                     raise RankFailure(self._format(
                         f"{what} failed on world={self.world} (ranks {missing} then stuck; pool killed)",
-                        errors))
+                        errors) + stacks)
                 raise TimeoutError(
                     f"world={self.world}: ranks {missing} did not finish {what} within {timeout:.0f} s "
-                    "(pool killed; it restarts on the next job)"
+                    "(pool killed; it restarts on the next job)" + stacks
                 )
             try:
                 msg = self._results.get(timeout=min(left, 1.0))
@@ -399,6 +409,25 @@ class RankPool:
                     # The others may be stuck waiting for the failed rank: give them a grace period.
                     deadline = min(deadline, time.monotonic() + ERROR_GRACE)
         return got
+
+    def _stacks(self, ranks: list) -> str:
+        """The Python stacks of the stuck ``ranks``, each rank asked for them (SIGUSR1) before it is killed."""
+        asked = [r for r in ranks if self._procs[r].is_alive()]
+        for r in asked:
+            try:
+                os.kill(self._procs[r].pid, signal.SIGUSR1)
+            except OSError:
+                pass
+        time.sleep(1.0 if asked else 0.0)  # faulthandler writes from its signal handler, at once
+        parts = []
+        for r in ranks:
+            try:
+                with open(self._stack_paths[r]) as f:
+                    text = f.read().strip()
+            except OSError:
+                text = ""
+            parts.append(f"\n--- rank {r}, where it was stuck ---\n{text or '(no stacks: the process had exited)'}")
+        return "".join(parts)
 
     @staticmethod
     def _format(title: str, errors: dict) -> str:

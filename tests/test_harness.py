@@ -7,11 +7,12 @@ so it fails here instead of passing slowly.
 
 import os
 
+import harness
 import pytest
 import torch
 import triton
 import triton.language as tl
-from harness import TEST_DEVICE, install_fixed_order_dot, run_group, speed_up_interpreter
+from harness import TEST_DEVICE, RankFailure, RankPool, install_fixed_order_dot, run_group, speed_up_interpreter
 from triton.language import core as tl_core
 
 pytestmark = pytest.mark.skipif(TEST_DEVICE != "cpu", reason="the shortcuts are for Triton's interpreter")
@@ -109,6 +110,29 @@ def test_a_group_rank_past_its_deadline_reports_where_it_was_stuck():
     status, stacks = res[0]
     assert status == "timeout", res
     assert stacks is not None and "_stuck_in_a_sleep" in stacks, stacks
+
+
+def _rank1_fails_rank0_waits(ctx):
+    if ctx.rank == 1:
+        raise RuntimeError("rank 1 gives up")
+    import time
+
+    time.sleep(60)
+
+
+def test_a_rank_stuck_after_a_peers_error_shows_where(monkeypatch):
+    """A pool whose rank fails while another stays stuck reports both: the error, and the stuck rank's
+    stacks, asked of it before the pool is killed (its own dump before the job's timeout never comes)."""
+    monkeypatch.setattr(harness, "ERROR_GRACE", 2.0)
+    pool = RankPool(2)
+    try:
+        with pytest.raises(RankFailure) as info:
+            pool.run(_rank1_fails_rank0_waits, timeout=120)
+    finally:
+        pool.close()
+    text = str(info.value)
+    assert "rank 1 gives up" in text and "--- rank 0, where it was stuck ---" in text, text
+    assert "_rank1_fails_rank0_waits" in text.split("where it was stuck")[1], text
 
 
 def test_group_processes_take_the_callers_environment_and_the_shortcuts(monkeypatch):
