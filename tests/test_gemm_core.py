@@ -280,7 +280,7 @@ def test_matmul_decode_tiles_load_through_pointers(monkeypatch):
         cfg = default_config(m, n, 4096, e, num_sms=132, interpreter=False, comm=False)
         assert pointer_tiles(cfg, e) == wanted and (cfg.BLOCK_M == 64) >= wanted, (m, n, e, cfg)
     # ... else (float8) 128x128 tiles with 256-deep K steps on the descriptors; rows off them (K = 3500 bytes):
-    # 64x128 tiles of 128-deep steps (a 128x128 tile's pointer loads took six times as long).
+    # 64x128 tiles of 128-deep steps (the 128x128 tiles of 256-deep steps are for the descriptor path).
     cfg = default_config(128, 14336, 4096, e4, num_sms=132, interpreter=False, comm=False)
     assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages) == (128, 128, 256, 3), cfg
     cfg = default_config(128, 5000, 3500, e4, num_sms=132, interpreter=False, comm=False)
