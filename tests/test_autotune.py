@@ -873,6 +873,45 @@ def job_unmeasured_choice_in_graphs(ctx, cache_dir):
         return eager, in_graphs, big
 
 
+def job_auto_graph_pick(ctx, cache_dir):
+    """A cache entry whose graph pick differs from its eager one: auto's remembered call holds both;
+    on a GPU the public call runs the eager pick eagerly and the graph pick while a CUDA graph
+    captures, and the replay is right."""
+    M, N, K = SHAPE
+    key = cache.entry_key(hw.arch_name(ctx.device), ctx.world, OP, "float16", N, K, m_bucket(M))
+    cache.put({key: {"variant": "bulk_sync", "config": None,
+                     "graph": {"variant": "fused_sequential", "config": None}}}, Path(cache_dir) / "autotune.json")
+    with _env(TILEFUSE_AUTOTUNE="0", TILEFUSE_CACHE_DIR=cache_dir, TILEFUSE_CONFIG_DIR=None):
+        a, b = _operands(ctx, *SHAPE)
+        picks = (dispatch.resolve(OP, a, b, None, {})[0], dispatch.resolve(OP, a, b, None, {}, graphs=True)[0])
+        [hit] = dispatch._RESOLVED.values()
+        assert hit[4] is not None and hit[4][0] == "fused_sequential", hit
+        ran = []
+        named = lambda name, fn: lambda *args, **kw: ran.append(name) or fn(*args, **kw)
+        key = next(iter(dispatch._RESOLVED))
+        dispatch._RESOLVED[key] = (hit[0], named(hit[0], hit[1]), *hit[2:4],
+                                   (hit[4][0], named(hit[4][0], hit[4][1]), *hit[4][2:]))
+        ref = tilefuse.gemm_all_scatter(a, b, variant="reference")
+        got = tilefuse.gemm_all_scatter(a, b)
+        torch.testing.assert_close(got.float(), ref.float(), rtol=1e-2, atol=5e-2)
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = tilefuse.gemm_all_scatter(a, b)
+            graph.replay()
+            torch.cuda.synchronize()
+            torch.testing.assert_close(out.float(), ref.float(), rtol=1e-2, atol=5e-2)
+        tilefuse.barrier()
+        return picks, ran
+
+
+def test_auto_keeps_the_graph_pick_beside_the_eager_one(pools, tmp_path, on_gpu):
+    res = pools.run(2, job_auto_graph_pick, str(tmp_path / "cache"))
+    ran = ["bulk_sync", "fused_sequential"] if on_gpu else ["bulk_sync"]
+    assert res == [(("bulk_sync", "fused_sequential"), ran)] * 2, res
+
+
 def test_an_unmeasured_fused_choice_runs_plain_in_graphs_at_small_m(pools, tmp_path):
     assert SHAPE[0] < dispatch.GRAPH_MIN_M
     res = pools.run(2, job_unmeasured_choice_in_graphs, str(tmp_path / "cache"))

@@ -154,7 +154,7 @@ def _check_auto_runs_plain_directly(ctx, op, M, N, K):
     saved = dispatch.resolve, library.run
     dispatch.resolve = library.run = refuse
     try:
-        dispatch._RESOLVED.update({k: (v[0], counting(v[1]), v[2], v[3] and counting(v[3]))
+        dispatch._RESOLVED.update({k: (v[0], counting(v[1]), v[2], v[3] and counting(v[3]), v[4])
                                    for k, v in dispatch._RESOLVED.items() if v[1] is plain})
         got = public(a, b)
     finally:

@@ -190,37 +190,45 @@ def _for_graphs(choice: tables.Choice, M: int) -> tables.Choice:
                          "device-time measurement")
 
 
+def _hit(op: str, a, group, choice: tables.Choice) -> tuple:
+    """``(variant, entry point, config, direct)`` of ``choice``."""
+    direct = plain.direct(op, a, group) if choice.variant == tables.PLAIN else None
+    return choice.variant, registry.get(op, choice.variant), choice.config, direct
+
+
 def resolve(op: str, a, b, group, kwargs, graphs: bool | None = None) -> tuple:
     """``(variant, entry point, config, direct, remembered)``: what auto runs for this call (remembered per
     call signature), the matmul where plain at W = 1 is the call (:func:`.plain.direct`), and whether it
-    is remembered; ``graphs``: the choice for CUDA graphs."""
+    is remembered; ``graphs``: the choice for CUDA graphs (None: whether the current stream captures)."""
     if graphs is None:
         graphs = a.is_cuda and _graph_capture()
     # run_auto makes the same key
-    key = (op, a.shape, b.shape, a.dtype, group, _generation(), _env_get(_CONFIG_DIR), _env_get(_CACHE_DIR), graphs)
+    key = (op, a.shape, b.shape, a.dtype, group, _generation(), _env_get(_CONFIG_DIR), _env_get(_CACHE_DIR))
     hit = _RESOLVED.get(key)
-    if hit is not None:
-        return (*hit, True)
-    choice, remembered = _decide(op, a, b, group, kwargs)
-    if graphs:
-        choice = _for_graphs(choice, a.shape[0])
-    direct = plain.direct(op, a, group) if choice.variant == tables.PLAIN else None
-    hit = (choice.variant, registry.get(op, choice.variant), choice.config, direct)
-    if remembered:
-        if len(_RESOLVED) >= 4096:  # exact shapes of a server's ever-changing token counts: stay bounded
-            _RESOLVED.clear()
-        _RESOLVED[key] = hit
-    return (*hit, remembered)
+    remembered = hit is not None
+    if hit is None:
+        choice, remembered = _decide(op, a, b, group, kwargs)
+        eager, in_graphs = _hit(op, a, group, choice), _hit(op, a, group, _for_graphs(choice, a.shape[0]))
+        hit = (*eager, None if in_graphs[:3] == eager[:3] else in_graphs)  # (None: the same inside graphs)
+        if remembered:
+            if len(_RESOLVED) >= 4096:  # exact shapes of a server's ever-changing token counts: stay bounded
+                _RESOLVED.clear()
+            _RESOLVED[key] = hit
+    if graphs and hit[4] is not None:
+        hit = hit[4]
+    return (*hit[:4], remembered)
 
 
 def run_auto(op: str, a, b, config, group, **kwargs):
     """Run ``op`` with the chosen variant (a caller's ``config`` wins): one lookup for a signature seen
-    before (its key leaves the device out: one heap device per process)."""
-    graphs = a.is_cuda and _graph_capture()
+    before (its key leaves the device out: one heap device per process), and a query of the stream's
+    capture only where the choice inside CUDA graphs differs."""
     hit = _RESOLVED.get((op, a.shape, b.shape, a.dtype, group, _generation(), _env_get(_CONFIG_DIR),
-                         _env_get(_CACHE_DIR), graphs))
+                         _env_get(_CACHE_DIR)))
     if hit is None:
-        hit = resolve(op, a, b, group, kwargs, graphs)
+        hit = resolve(op, a, b, group, kwargs)
+    elif hit[4] is not None and a.is_cuda and _graph_capture():
+        hit = hit[4]
     if kwargs:
         return hit[1](a, b, config=hit[2] if config is None else config, group=group, **kwargs)
     if config is None:
