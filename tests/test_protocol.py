@@ -10,11 +10,14 @@ import time
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from ophelpers import assert_matches, randn
 
 import tilefuse
 from tilefuse.ops import registry
 from tilefuse.runtime import control_block, primitives, world
+from tilefuse.runtime.protocol import now_ns
 
 OPS = ("gemm_all_scatter", "all_gather_gemm", "gemm_reduce_scatter")
 VARIANTS = ("bulk_sync", "producer_consumer", "fused_sequential", "wg_specialized")
@@ -149,6 +152,59 @@ def test_slow_peer_poisons_then_reset(pools, world):
     kinds = [k for k, _ in out]
     assert "WaitTimeoutError" in kinds, kinds
     assert max(t for _, t in out) < 30.0, out
+
+
+@triton.jit
+def _spin(flag_ptr, limit_ns):
+    """Spins until the flag is set or ``limit_ns`` passed: a kernel tilefuse's poison does not end."""
+    start = now_ns()
+    elapsed = start - start
+    seen = tl.load(flag_ptr, volatile=True)
+    while (seen == 0) & (elapsed < limit_ns):
+        seen = tl.load(flag_ptr, volatile=True)
+        elapsed = now_ns() - start
+
+
+def job_stuck_device(ctx, host_s):
+    """Rank 0's device runs a kernel that tilefuse's poison does not end, with its poison word set:
+    tilefuse.synchronize() raises HostTimeoutError after TILEFUSE_HOST_TIMEOUT (not a hang), later
+    calls raise it, and once the kernel has ended reset() recovers on every rank."""
+    from tilefuse.runtime import _env
+
+    _check(ctx, "gemm_all_scatter", "fused_sequential", 16, 24, 16, seed=60)
+    tilefuse.barrier()
+    waited = 0.0
+    if ctx.rank == 0:
+        flag, side = torch.zeros(1, dtype=torch.int64, device=ctx.device), torch.cuda.Stream(ctx.device)
+        _spin[(1,)](flag, int(30e9))
+        with torch.cuda.stream(side):  # beside the stuck stream
+            control_block()[int(primitives.CTL_POISON)].fill_(1)
+        side.synchronize()
+        saved = _env.host_timeout
+        _env.host_timeout = lambda: host_s
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(tilefuse.HostTimeoutError, match="rank 0's device work has not finished"):
+                tilefuse.synchronize()
+            waited = time.monotonic() - t0
+            with pytest.raises(tilefuse.HostTimeoutError, match="stuck"):
+                tilefuse.gemm_all_scatter(*_operands(ctx, "gemm_all_scatter", 16, 24, 16, seed=61), variant="bulk_sync")
+        finally:
+            _env.host_timeout = saved
+            with torch.cuda.stream(side):
+                flag.fill_(1)
+            torch.cuda.synchronize()
+    tilefuse.reset()
+    _check(ctx, "gemm_all_scatter", "fused_sequential", 16, 24, 16, seed=62)
+    tilefuse.barrier()
+    return waited
+
+
+def test_a_stuck_device_raises_instead_of_hanging(pools, on_gpu):
+    if not on_gpu:
+        pytest.skip("the CPU backend's kernels run synchronously: nothing is left queued to wait for")
+    waited = pools.run(2, job_stuck_device, 1.0)
+    assert 1.0 <= waited[0] < 10.0, waited
 
 
 def job_async_report(ctx, op, variant, next_call):

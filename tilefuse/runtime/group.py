@@ -233,8 +233,10 @@ class Group:
         self.peers = ()
 
     def wait_device(self, what: str) -> None:
-        """``torch.cuda.synchronize`` of the heap's device, bounded once a peer has exited: polls an event
-        behind the last call's stream; :class:`PeerExitedError` ``wait_bound_s`` after a peer exited."""
+        """``torch.cuda.synchronize`` of the heap's device, bounded where tilefuse can tell the work will not
+        end: polls an event behind the last call's stream. :class:`PeerExitedError` ``wait_bound_s`` after a
+        peer exited; :class:`HostTimeoutError` once it has waited ``TILEFUSE_HOST_TIMEOUT`` with this rank's
+        poison word set (every tilefuse wait on the device has ended by then: a kernel there is stuck)."""
         if self.peers:
             stream = self.order.stream
             if stream is None or stream.device != self.heap.device:  # (the event belongs to the heap's device)
@@ -244,7 +246,7 @@ class Group:
             event = self.done_event
             event.record(stream)
             t0 = time.monotonic()
-            check_at, give_up = t0 + 1e-3, None
+            check_at, give_up, stuck_at, poison = t0 + 1e-3, None, t0 + _env.host_timeout(), None
             # Spins, yielding the CPU, as the CUDA runtime's own wait does (a sleep costs the timer's slack).
             while not event.query():
                 os.sched_yield()
@@ -258,7 +260,34 @@ class Group:
                     if now >= give_up:
                         raise self.peer_exited(gone, f"{what} gave up on this rank's unfinished device work "
                                                      f"after {now - t0:.1f} s, and every later call raises")
+                if now >= stuck_at:
+                    if poison is None:
+                        poison = self._read_poison()
+                    elif poison[1].query():
+                        if int(poison[0][0]):
+                            raise self._stuck(what, now - t0)
+                        poison, stuck_at = None, now + 1.0  # not poisoned: long work, asked again in a second
         torch.cuda.synchronize(self.heap.device)
+
+    def _read_poison(self) -> tuple:
+        """``(pinned int64[1], event)``: this rank's poison word, copied on a stream of its own (the call's
+        stream is what the caller waits for)."""
+        side = torch.cuda.Stream(self.heap.device)
+        word = torch.zeros(1, dtype=torch.int64, pin_memory=True)
+        with torch.cuda.stream(side):
+            word.copy_(self.ctl[_POISON:_POISON + 1], non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(side)
+        return word, done
+
+    def _stuck(self, what: str, waited: float) -> hostsync.HostTimeoutError:
+        """Poison this rank for a device that does not finish: the error to raise."""
+        self.poisoned = (f"tilefuse: {what}: rank {self.heap.rank}'s device work has not finished after "
+                         f"{waited:.0f} s (TILEFUSE_HOST_TIMEOUT) although its control block is poisoned, so "
+                         "every tilefuse wait there has ended: a kernel on this rank's device is stuck. Every "
+                         "later call on this rank raises until tilefuse.reset() finds the device idle")
+        self.poison_error = hostsync.HostTimeoutError
+        return hostsync.HostTimeoutError(self.poisoned)
 
     def status_set(self) -> bool:
         """Whether the error or poison word is set (on a GPU: as of the last call's status copy)."""
