@@ -1,8 +1,9 @@
 """The synchronization protocol under faults: every call ends correct or raising on every rank.
 
 One-sided argument errors, calls that differ between ranks after their workspaces are warm, a peer
-slower than the wait bound (poison, then reset), sequence numbers at the int64 wrap point, and two
-threads making calls on one rank. W = 2 and 3, CPU ranks (errors raise at the failing call there).
+slower than the wait bound (poison, then reset), a device that does not finish (GPU), sequence numbers
+at the int64 wrap point, and two threads making calls on one rank. W = 2 and 3, CPU ranks (errors
+raise at the failing call there) and the GPU.
 """
 
 import threading
