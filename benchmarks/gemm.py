@@ -36,14 +36,13 @@ import statistics
 import sys
 
 import torch
-import torch.nn.functional as F
 
 import tilefuse
 
 from .checks import error_text, rel_error, tolerance
 from .launch import launch
 from .results import print_table, row, run_info, write_csv
-from .suite import parse_custom_shape
+from .suite import pad16, parse_custom_shape, scaled_mm
 from .timing import Cycle, bench_interleaved, rotating, settle
 
 OP = "gemm_core"
@@ -112,12 +111,6 @@ def _shape(ctx, M: int, N: int, K: int, dtype, fields: dict, args) -> list:
                    for metric, value in (("ms", ms), ("torch_ms", torch_ms), ("ratio", torch_ms / ms))]
 
 
-def _pad16(t: torch.Tensor, dims=(0, 1)) -> torch.Tensor:
-    """``t`` (2-D) zero-padded to a multiple of 16 along ``dims`` (``t`` itself if it is one): one ``F.pad``."""
-    pad = (0, -t.shape[1] % 16 if 1 in dims else 0, 0, -t.shape[0] % 16 if 0 in dims else 0)
-    return t if not any(pad) else F.pad(t.view(torch.uint8) if t.element_size() == 1 else t, pad).view(t.dtype)
-
-
 def _shape_fp8(ctx, M: int, N: int, K: int, scaling: str, fields: dict, args) -> list:
     """Check, then time, the core in float8 and torch._scaled_mm (on the CPU: the fp32 product of the
     dequantized operands) on one shape; CSV rows."""
@@ -133,8 +126,8 @@ def _shape_fp8(ctx, M: int, N: int, K: int, scaling: str, fields: dict, args) ->
         if not ctx.on_gpu:
             return a, b, sa, sb, ()
         # _scaled_mm's operands: K and N padded to multiples of 16 (M needs none), b column-major, scale_b alike
-        pa, pb = _pad16(a, (1,)), _pad16(b.t()).t()
-        return a, b, sa, sb, (pa, pb, sa, _pad16(sb, (1,)) if rowwise else sb)
+        pa, pb = pad16(a, (1,)), pad16(b.t()).t()
+        return a, b, sa, sb, (pa, pb, sa, pad16(sb, (1,)) if rowwise else sb)
 
     sets = rotating(make, M * K + N * K, dev)
     out_core = torch.empty(M, N, dtype=out_dtype, device=dev)
@@ -157,8 +150,7 @@ def _shape_fp8(ctx, M: int, N: int, K: int, scaling: str, fields: dict, args) ->
 
     def user_fn():  # what a user writes where _scaled_mm refuses the operands: pad on every call, then slice
         a, b, sa, sb, _ = cycle()
-        sb = _pad16(sb, (1,)) if rowwise else sb
-        return torch._scaled_mm(_pad16(a, (1,)), _pad16(b.t()).t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)[:, :N]
+        return scaled_mm(a, b, sa, sb, out_dtype)
 
     def core_fn():
         a, b, sa, sb, _ = cycle()

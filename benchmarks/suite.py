@@ -25,6 +25,12 @@ Derived metrics: ``speedup_vs_plain = t_plain / t``, ``ideal_speedup = (t_gemm +
 max(t_gemm, t_comm)``, ``frac_of_ideal``, ``TFLOP/s``, ``busbw_GB/s``, ``host_ms`` (calls timed one
 at a time: W > 1 or ``--sync-each``); with ``--graphs``, each method replayed in a CUDA graph too
 (``graph_ms``, ``graph_speedup_vs_plain``). The CSV's columns and metrics: docs/BENCHMARKS.md.
+
+``--fp8 tensorwise`` or ``rowwise``: float8 (e4m3) operands with float32 scales of that kind, ``b`` a
+float8 Linear weight's transpose, results in bfloat16 (float16 on the CPU). Then ``gemm`` is
+``torch._scaled_mm`` as a user calls it (K and N padded to multiples of 16 where needed), ``comm``
+moves what the plain path moves (float8 rows as bytes; the reducing ops' fp32 partials), and
+``torch_fused`` is ``fused_all_gather_scaled_matmul`` / ``fused_scaled_matmul_reduce_scatter``.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 import tilefuse
 from tilefuse.runtime import set_debug_poison
@@ -67,6 +74,10 @@ GPU_SETS = "iris,llama3-8b,llama3-70b,decode"
 CPU_SETS = "tiny"
 TORCH_FUSED = {"all_gather_gemm": "fused_all_gather_matmul",
                "gemm_reduce_scatter": "fused_matmul_reduce_scatter"}
+TORCH_FUSED_FP8 = {"all_gather_gemm": "fused_all_gather_scaled_matmul",
+                   "gemm_reduce_scatter": "fused_scaled_matmul_reduce_scatter"}
+SCALINGS = ("tensorwise", "rowwise")
+E4M3 = torch.float8_e4m3fn
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,6 +116,8 @@ class Operands:
     b: torch.Tensor
     gemm_a: torch.Tensor  # the A of the local GEMM (the gathered rows for all_gather_gemm)
     comm_in: torch.Tensor  # what the collective moves (the local product, or a)
+    scaling: dict = field(default_factory=dict)  # float8: the op's scale_a, scale_b, out_dtype
+    gemm_scaling: dict | None = None  # float8: the local GEMM's (all_gather_gemm: the gathered rows' scales)
 
 
 @dataclass
@@ -149,8 +162,11 @@ def reduce_scatter_rows(x: torch.Tensor) -> torch.Tensor:
 class Case:
     """One op on one per-rank shape on this rank: inputs, buffers, references and the methods."""
 
-    def __init__(self, ctx, op: str, M: int, N: int, K: int, dtype: torch.dtype, heap_out: bool):
-        self.ctx, self.op, self.M, self.N, self.K, self.dtype = ctx, op, M, N, K, dtype
+    def __init__(self, ctx, op: str, M: int, N: int, K: int, dtype: torch.dtype, heap_out: bool,
+                 fp8: str | None = None):
+        self.ctx, self.op, self.M, self.N, self.K, self.dtype, self.fp8 = ctx, op, M, N, K, dtype, fp8
+        # float8 results (and what the gather of gemm_all_scatter moves): bf16 on a GPU, fp16 in the interpreter
+        self.out_dtype = dtype if fp8 is None else (torch.bfloat16 if ctx.on_gpu else torch.float16)
         self.world = W = ctx.world
         dev = ctx.device
         self.nccl = ctx.pg_backend == "nccl" and ctx.on_gpu
@@ -160,31 +176,52 @@ class Case:
         gathered = rows * K if op == "all_gather_gemm" else 0
         per_set = (M * K + K * N + gathered + (0 if op == "all_gather_gemm" else M * N)) * itemsize
         self.sets = rotating(self._make, per_set, dev)
-        self.c_gemm = torch.empty(rows, N, dtype=dtype, device=dev)
+        self.c_gemm = torch.empty(rows, N, dtype=self.out_dtype, device=dev)
         self.c_core = None  # made by methods() when the core is timed
         self.comm_out = None
         if self.nccl and op != "gemm_all_reduce":  # the all-reduce runs in place
-            shape = (M // W, N) if op == "gemm_reduce_scatter" else (W * M, self.sets[0].comm_in.shape[1])
-            self.comm_out = torch.empty(shape, dtype=dtype, device=dev)
+            comm_in = self.sets[0].comm_in
+            shape = (M // W, N) if op == "gemm_reduce_scatter" else (W * M, comm_in.shape[1])
+            self.comm_out = torch.empty(shape, dtype=comm_in.dtype, device=dev)
         self.heap_out = None
         if op == "gemm_all_scatter" and heap_out:
-            self.heap_out = tilefuse.empty(M, W * N, dtype=dtype)  # same heap offset on every rank
+            self.heap_out = tilefuse.empty(M, W * N, dtype=self.out_dtype)  # same heap offset on every rank
 
     def _make(self, _) -> Operands:
         M, N, K, dev, dt = self.M, self.N, self.K, self.ctx.device, self.dtype
+        if self.fp8 is not None:
+            return self._make_float8()
         a = torch.randn(M, K, generator=self.gen, device=dev, dtype=torch.float32).to(dt)
         b = torch.randn(K, N, generator=self.gen, device=dev, dtype=torch.float32).to(dt)
         if self.op == "all_gather_gemm":
             return Operands(a, b, all_gather_rows(a), a)
         return Operands(a, b, a, torch.matmul(a, b))
 
+    def _make_float8(self) -> Operands:
+        """Float8 operands with scales of the ``--fp8`` kind; ``b`` a Linear weight's transpose."""
+        M, N, K, dev, g = self.M, self.N, self.K, self.ctx.device, self.gen
+        a = torch.randn(M, K, generator=g, device=dev).to(E4M3)
+        b = torch.randn(N, K, generator=g, device=dev).to(E4M3).t()
+        shapes = ((M, 1), (1, N)) if self.fp8 == "rowwise" else ((), ())
+        sa, sb = (torch.rand(shape, generator=g, device=dev) / K ** 0.5 + 0.01 for shape in shapes)
+        scaling = {"scale_a": sa, "scale_b": sb, "out_dtype": self.out_dtype}
+        if self.op == "all_gather_gemm":  # the rows travel as bytes, with their row scales
+            gathered = all_gather_rows(a.view(torch.uint8)).view(E4M3)
+            gathered_sa = all_gather_rows(sa) if sa.numel() > 1 else sa
+            return Operands(a, b, gathered, a.view(torch.uint8), scaling, dict(scaling, scale_a=gathered_sa))
+        # what the plain path's collective moves: the product (gemm_all_scatter), else fp32 partials
+        moved = scaling if self.op == "gemm_all_scatter" else dict(scaling, out_dtype=torch.float32)
+        return Operands(a, b, a, scaled_mm(a, b, **moved), scaling, scaling)
+
     # -- the methods -------------------------------------------------------------------------
 
     def gemm(self, s: Operands) -> torch.Tensor:
+        if s.gemm_scaling is not None:  # float8: torch._scaled_mm as a user calls it
+            return scaled_mm(s.gemm_a, s.b, **s.gemm_scaling)
         return torch.matmul(s.gemm_a, s.b, out=self.c_gemm)
 
     def core(self, s: Operands) -> torch.Tensor:
-        return tilefuse.matmul(s.gemm_a, s.b, out=self.c_core)
+        return tilefuse.matmul(s.gemm_a, s.b, out=self.c_core, **(s.gemm_scaling or {}))
 
     def comm(self, s: Operands) -> torch.Tensor:
         """The collective alone, gathered along rows (gemm_all_scatter's column order is restored
@@ -210,38 +247,42 @@ class Case:
     def _as_result(self, label: str, got: torch.Tensor) -> torch.Tensor:
         if label == "comm" and self.op == "gemm_all_scatter":  # [W*M, N] row blocks -> [M, W*N]
             return got.view(self.world, self.M, self.N).permute(1, 0, 2).reshape(self.M, self.world * self.N)
+        if label == "comm" and got.dtype == torch.uint8:  # float8 rows gathered as bytes
+            return got.view(E4M3)
         return got
 
     def methods(self, variants: list) -> list:
         op = self.op
         out_kw = {"out": self.heap_out} if self.heap_out is not None else {}
         plain = functools.partial(getattr(tilefuse, op), variant="plain")
-        fused, why = torch_fused(self.ctx, op)
+        fused, why = torch_fused(self.ctx, op, self.fp8 is not None)
         methods = [
             Method("gemm", self.gemm, "gemm"),
             Method("comm", self.comm, "gathered" if op == "all_gather_gemm" else "op"),
-            Method("plain", lambda s: plain(s.a, s.b), "op"),
-            Method("torch_fused", (lambda s: fused(s.a, s.b)) if fused else None, "op", skip=why),
+            Method("plain", lambda s: plain(s.a, s.b, **s.scaling), "op"),
+            Method("torch_fused", (lambda s: fused(s.a, s.b, **s.scaling)) if fused else None, "op", skip=why),
         ]
         for v in variants:
             if v == CONTROL:  # the plain path timed a second time, where it stands in --variants
-                methods.append(Method(CONTROL, lambda s: plain(s.a, s.b), "op"))
+                methods.append(Method(CONTROL, lambda s: plain(s.a, s.b, **s.scaling), "op"))
             elif v == CORE:
                 self.c_core = torch.empty_like(self.c_gemm)
                 methods.append(Method(CORE, self.core, "gemm"))
             elif v == "auto":
                 fn = functools.partial(getattr(tilefuse, op), variant="auto", **out_kw)
                 # The note is filled in once auto has run (run_shape): its first call decides the bucket.
-                methods.append(Method("auto", lambda s, fn=fn: fn(s.a, s.b), "op", note="auto -> undecided"))
+                methods.append(Method("auto", lambda s, fn=fn: fn(s.a, s.b, **s.scaling), "op",
+                                      note="auto -> undecided"))
             else:  # a variant, or a named form on its default config
                 fn = functools.partial(getattr(tilefuse, op), variant=v, **out_kw)
-                methods.append(Method(v, lambda s, fn=fn: fn(s.a, s.b), "op"))
+                methods.append(Method(v, lambda s, fn=fn: fn(s.a, s.b, **s.scaling), "op"))
         return methods
 
     def references(self, s: Operands) -> dict:
         """fp32 results of the check inputs ``s`` (collective: every rank calls it)."""
-        out = {"gemm": (s.gemm_a.float() @ s.b.float()),
-               "op": getattr(tilefuse, self.op)(s.a, s.b, variant="reference")}
+        g = s.gemm_scaling or {"scale_a": 1.0, "scale_b": 1.0}  # float8: the dequantized operands' product
+        gemm = (s.gemm_a.float() * g["scale_a"]) @ (s.b.float() * g["scale_b"])
+        out = {"gemm": gemm, "op": getattr(tilefuse, self.op)(s.a, s.b, variant="reference", **s.scaling)}
         if self.op == "all_gather_gemm":
             out["gathered"] = s.gemm_a
         return out
@@ -252,9 +293,26 @@ class Case:
         poison(*(buf for buf in buffers if buf is not None))
 
 
-def torch_fused(ctx, op: str):
-    """(fn(a, b) -> result, "") for torch's async-TP op of ``op``, or (None, why not)."""
-    name = TORCH_FUSED.get(op)
+def pad16(t: torch.Tensor, dims=(0, 1)) -> torch.Tensor:
+    """``t`` (2-D) zero-padded to a multiple of 16 along ``dims`` (``t`` itself if it is one): one ``F.pad``."""
+    pad = (0, -t.shape[1] % 16 if 1 in dims else 0, 0, -t.shape[0] % 16 if 0 in dims else 0)
+    return t if not any(pad) else F.pad(t.view(torch.uint8) if t.element_size() == 1 else t, pad).view(t.dtype)
+
+
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a, scale_b, out_dtype) -> torch.Tensor:
+    """``torch._scaled_mm`` as a user calls it: K and N zero-padded to multiples of 16 where needed, then
+    the result sliced; on the CPU, where it does not run, the fp32 product of the dequantized operands."""
+    if not a.is_cuda:
+        return ((a.float() * scale_a) @ (b.float() * scale_b)).to(out_dtype)
+    sb = pad16(scale_b, (1,)) if scale_b.numel() > 1 else scale_b
+    return torch._scaled_mm(pad16(a, (1,)), pad16(b.t()).t(), scale_a=scale_a, scale_b=sb,
+                            out_dtype=out_dtype)[:, :b.shape[1]]
+
+
+def torch_fused(ctx, op: str, fp8: bool = False):
+    """(fn(a, b, **scaling) -> result, "") for torch's async-TP op of ``op`` (``fp8``: its scaled form),
+    or (None, why not)."""
+    name = (TORCH_FUSED_FP8 if fp8 else TORCH_FUSED).get(op)
     if name is None:
         return None, "torch has no fused op for it"
     if ctx.world == 1:
@@ -273,12 +331,21 @@ def torch_fused(ctx, op: str):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             enable(group_name)
-    if op == "all_gather_gemm":
+    ops = torch.ops.symm_mem
+    if fp8 and op == "all_gather_gemm":  # a row-wise scale_a is this rank's rows' (sharded)
+        def fn(a, b, scale_a, scale_b, out_dtype):
+            return ops.fused_all_gather_scaled_matmul(a, [b], scale_a, [scale_b], 0, group_name, [None], [None],
+                                                      [out_dtype], [False])[1][0]
+    elif fp8:
+        def fn(a, b, scale_a, scale_b, out_dtype):
+            return ops.fused_scaled_matmul_reduce_scatter(a, b, scale_a, scale_b, "sum", 0, 0, group_name,
+                                                          [a.shape[0], b.shape[1]], None, None, out_dtype, False)
+    elif op == "all_gather_gemm":
         def fn(a, b):
-            return torch.ops.symm_mem.fused_all_gather_matmul(a, [b], 0, group_name, return_A=False)[1][0]
+            return ops.fused_all_gather_matmul(a, [b], 0, group_name, return_A=False)[1][0]
     else:
         def fn(a, b):
-            return torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, "sum", 0, group_name)
+            return ops.fused_matmul_reduce_scatter(a, b, "sum", 0, group_name)
     return fn, ""
 
 
@@ -341,13 +408,15 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
     M, N, K, W = entry["M"], entry["N"], entry["K"], ctx.world
     extra = {"set": entry["set"], "shape": entry["name"]}
     rows: list = []
+    fp8 = args.fp8
+    dtype_name = dtype_label(dtype, fp8)
 
     def add(label, metric, value, note=""):
-        rows.append({**row(op, label, M, N, K, dtype, W, metric, value, note), **extra})
+        rows.append({**row(op, label, M, N, K, dtype_name, W, metric, value, note), **extra})
 
-    case = Case(ctx, op, M, N, K, dtype, heap_out=not args.no_heap_out)
+    case = Case(ctx, op, M, N, K, dtype, heap_out=not args.no_heap_out, fp8=fp8)
     methods = case.methods(variants)
-    tol = tolerance(dtype, ctx.on_gpu)
+    tol = tolerance(case.out_dtype, ctx.on_gpu)
     where = f"{op} {entry['name']} {M}x{N}x{K}"
 
     def fail(m, text):
@@ -430,7 +499,7 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
     if auto is not None and auto.times:
         auto.note = auto_note(op, case.sets[0].a, case.sets[0].b)
     medians = {m.label: statistics.median(m.times) for m in methods if m.times and not m.status.startswith("ERROR")}
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = case.sets[0].comm_in.element_size()  # what the collective moves
     for label, metrics in derive(op, M, N, K, W, itemsize, medians).items():
         m = by_label.get(label)
         note = "" if m is None else "; ".join(x for x in (m.status if m.status != "ok" else "", m.note) if x)
@@ -442,6 +511,12 @@ def run_shape(ctx, op: str, entry: dict, dtype, variants: list, args, progress: 
         for metric, value in metrics.items():
             add(label, metric, value, note)
     return rows
+
+
+def dtype_label(dtype: torch.dtype, fp8: str | None) -> str:
+    """The CSV's ``dtype``: the operands' dtype, with the scaling of a float8 run (``float8_e4m3fn_rowwise``)."""
+    name = str(dtype).replace("torch.", "")
+    return name if fp8 is None else f"{name}_{fp8}"
 
 
 def time_graphs(ctx, case, methods: list, args, add) -> None:
@@ -538,7 +613,8 @@ def run_rank(ctx, ops: list, shapes: dict, variants: list | None, dtype, args) -
                 try:
                     shape_rows = run_shape(ctx, op, entry, dtype, plan[op], args, progress)
                 except Exception as err:  # a set-up step failed, or the device is unusable
-                    shape_rows = [{**row(op, "*", entry["M"], entry["N"], entry["K"], dtype, ctx.world, "error",
+                    shape_rows = [{**row(op, "*", entry["M"], entry["N"], entry["K"],
+                                         dtype_label(dtype, args.fp8), ctx.world, "error",
                                          float("nan"), error_text(err)), "set": entry["set"],
                                    "shape": entry["name"]}]
                     print(traceback.format_exc(), file=sys.stderr, flush=True)
@@ -608,6 +684,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default=None,
                         help="bfloat16 (default on a GPU), float16 (default on the CPU: the interpreter's "
                              "bf16 is wrong) or float32")
+    parser.add_argument("--fp8", default=None, choices=SCALINGS,
+                        help="float8 (e4m3) operands with scales of this kind instead of --dtype; results in "
+                             "bfloat16 (float16 on the CPU)")
     parser.add_argument("--reps", type=int, default=None, help="timing rounds (default 2 on a GPU, 1 on the CPU)")
     parser.add_argument("--warmup-ms", type=float, default=25.0)
     parser.add_argument("--rep-ms", type=float, default=100.0)
@@ -642,8 +721,10 @@ def main(argv=None) -> int:
     missing_sets = sorted(set(sets) - set(shape_sets()))
     if missing_sets:
         parser.error(f"unknown shape set(s) {missing_sets}; sets are {sorted(shape_sets())}")
+    if args.fp8 and args.dtype:
+        parser.error("--fp8 and --dtype: the float8 run's operands are float8_e4m3fn (its results bfloat16)")
     try:
-        dtype = parse_dtype(args.dtype or ("bfloat16" if on_gpu else "float16"))
+        dtype = E4M3 if args.fp8 else parse_dtype(args.dtype or ("bfloat16" if on_gpu else "float16"))
     except ValueError as err:
         parser.error(str(err))
     if dtype == torch.bfloat16 and not on_gpu:
@@ -670,7 +751,7 @@ def main(argv=None) -> int:
     result = results[0]
     rows, info = result["rows"], result["info"]
     print_table(summarize(rows), TABLE_COLUMNS,
-                title=f"suite: world {world}, {str(dtype).replace('torch.', '')}, {info['device']}, "
+                title=f"suite: world {world}, {dtype_label(dtype, args.fp8)}, {info['device']}, "
                       f"torch {info['torch']}, triton {info['triton']}, commit {info['commit']}")
     print("vs_plain = t_plain / t; frac_ideal = vs_plain / ((t_gemm + t_comm) / max(t_gemm, t_comm))")
     print(f"csv: {args.csv}")

@@ -770,7 +770,7 @@ def job_suite_auto_note(ctx, cache_dir):
 
     bctx = blaunch.RankCtx(rank=ctx.rank, world=ctx.world, device=ctx.device, heap=ctx.heap, pg_backend="gloo",
                            host_group=None)
-    args = Namespace(reps=1, warmup_ms=1.0, rep_ms=1.0, sync_each=False, no_heap_out=True, graphs=False)
+    args = Namespace(reps=1, warmup_ms=1.0, rep_ms=1.0, sync_each=False, no_heap_out=True, graphs=False, fp8=None)
     M, N, K = SHAPE
     entry = {"M": M, "N": N, "K": K, "set": "test", "name": "note"}
     with _env(TILEFUSE_AUTOTUNE="1", budget_s=0.0, TILEFUSE_CACHE_DIR=cache_dir,

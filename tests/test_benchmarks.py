@@ -31,7 +31,7 @@ from tilefuse.ops import registry
 from tilefuse.tuning.shapes import OPS, local_shapes
 
 REPO = Path(__file__).resolve().parents[1]
-MAX_LINES = 3500
+MAX_LINES = 3600
 
 
 def _value(df, op, shape, variant, metric):
@@ -96,6 +96,27 @@ def test_world2_cli_writes_checked_rows_table_and_plots(tmp_path):
             assert _value(df, op, name, "bulk_sync", "frac_of_ideal") == pytest.approx(frac)
     pngs = sorted(p.name for p in plot_dir.glob("*.png"))
     assert pngs == sorted(f"speedup_{op}_w2_float16.png" for op in OPS)
+
+
+@needs_working_interpreter
+def test_world2_float8_rows_are_checked_against_the_dequantized_reference(tmp_path):
+    """--fp8 rowwise at world 2: float8 operands with row scales (all_gather_gemm gathers them), every
+    method checked against the op's reference and timed; torch's scaled fused ops named where they run."""
+    csv = tmp_path / "fp8.csv"
+    rc = suite.main(["--ops", "all_gather_gemm,gemm_reduce_scatter", "--sets", "tiny", "--shapes", "tiny-b",
+                     "--world", "2", "--fp8", "rowwise", "--variants", "fused_sequential", "--csv", str(csv),
+                     "--no-progress"])
+    assert rc == 0
+    df = pd.read_csv(csv).fillna({"note": ""})
+    assert (df["dtype"] == "float8_e4m3fn_rowwise").all()
+    for op in ("all_gather_gemm", "gemm_reduce_scatter"):
+        for method in ("gemm", "comm", "plain", "fused_sequential"):
+            assert _value(df, op, "tiny-b", method, "ok") == 1.0, (op, method)
+            assert _value(df, op, "tiny-b", method, "ms") > 0
+        skip = df[(df["op"] == op) & (df["variant"] == "torch_fused") & (df["metric"] == "skipped")]
+        assert len(skip) == 1 and "NCCL" in skip["note"].iloc[0]
+    assert suite.torch_fused(None, "gemm_all_scatter", fp8=True) == (None, "torch has no fused op for it")
+    assert suite.TORCH_FUSED_FP8["all_gather_gemm"] == "fused_all_gather_scaled_matmul"
 
 
 def _untouched_out(a, b, *, config=None, group=None, out=None, **scaling):
@@ -235,9 +256,9 @@ def test_gemm_mode_fp8_checks_each_scaling(tmp_path):
         if (mine.device == "cpu-interpreter").all():  # on a GPU torch_ms is torch._scaled_mm's own
             assert mine[mine.metric == "torch_ms"].note.str.contains("dequantized").all()
     t = torch.arange(3 * 17.0).reshape(3, 17)
-    padded = gemm._pad16(t)
+    padded = suite.pad16(t)
     assert padded.shape == (16, 32) and torch.equal(padded[:3, :17], t) and padded[3:].eq(0).all()
-    assert gemm._pad16(t, (0,)).shape == (16, 17) and gemm._pad16(padded) is padded
+    assert suite.pad16(t, (0,)).shape == (16, 17) and suite.pad16(padded) is padded
     with pytest.raises(SystemExit):
         gemm.main(["--fp8", "blockwise", "--csv", str(csv)])
 

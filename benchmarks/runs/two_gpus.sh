@@ -6,6 +6,9 @@
 # Parts (modes of `python -m benchmarks`; their CSVs and plots land in $R):
 #   suite   every op x variant (all_gather_gemm's copy_engine form too) and auto against plain and
 #           torch's fused ops on the llama3-8b and iris sets
+#   fp8     all_gather_gemm and gemm_reduce_scatter in float8 (tensor-wise, then row-wise scales) on
+#           llama3-8b and llama3-70b: every variant and auto against _scaled_mm + NCCL (plain) and
+#           torch's fused_all_gather_scaled_matmul / fused_scaled_matmul_reduce_scatter
 #   host    host µs per eager call and µs per CUDA-graph replay at M = 1, 16
 #   decode  gemm_all_reduce + residual add + RMSNorm at decode sizes, fused against cuBLAS + NCCL and
 #           cuBLAS + torch's symmetric-memory all-reduce, eager and in CUDA graphs
@@ -24,6 +27,13 @@ for part in "$@"; do
         suite_w2 llama3-8b,iris "$R/suite_w2.csv"
         [[ -n $SMI ]] && kill "$SMI"
         plots "$R/suite_w2.csv"
+        ;;
+    fp8)
+        for scaling in tensorwise rowwise; do
+            step "fp8_w2_$scaling" 140 "$PY" -m benchmarks suite --world 2 --ops all_gather_gemm,gemm_reduce_scatter \
+                --sets llama3-8b,llama3-70b --fp8 "$scaling" --csv "$R/fp8_w2.csv" --append --no-progress
+        done
+        plots "$R/fp8_w2.csv"
         ;;
     host)
         step host_w2 110 "$PY" -m benchmarks host --world 2 --wide-shapes 1x4096x8192,16x4096x8192 --calls 100 \
@@ -49,7 +59,7 @@ for part in "$@"; do
         plots tilefuse/configs/*/*_ws2.json
         ;;
     tests) tests_in_rest "" ;;
-    *) echo "unknown part: $part (suite, host, decode, tune, tp, tables, tests)" >&2; exit 2 ;;
+    *) echo "unknown part: $part (suite, fp8, host, decode, tune, tp, tables, tests)" >&2; exit 2 ;;
     esac
 done
 pack
