@@ -331,6 +331,12 @@ def torch_fused(ctx, op: str, fp8: bool = False):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             enable(group_name)
+    return fused_call(op, fp8, group_name), ""
+
+
+def fused_call(op: str, fp8: bool, group_name: str):
+    """``fn(a, b, **scaling)``: torch's async-TP op of ``op`` (all_gather_gemm or gemm_reduce_scatter) on the
+    group ``group_name``, its scaled form for ``fp8``."""
     ops = torch.ops.symm_mem
     if fp8 and op == "all_gather_gemm":  # a row-wise scale_a is this rank's rows' (sharded)
         def fn(a, b, scale_a, scale_b, out_dtype):
@@ -346,7 +352,7 @@ def torch_fused(ctx, op: str, fp8: bool = False):
     else:
         def fn(a, b):
             return ops.fused_matmul_reduce_scatter(a, b, "sum", 0, group_name)
-    return fn, ""
+    return fn
 
 
 # ---------------------------------------------------------------------------------------------

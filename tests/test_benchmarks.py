@@ -119,6 +119,30 @@ def test_world2_float8_rows_are_checked_against_the_dequantized_reference(tmp_pa
     assert suite.TORCH_FUSED_FP8["all_gather_gemm"] == "fused_all_gather_scaled_matmul"
 
 
+def job_torch_fused_binds(ctx) -> list:
+    """torch's fused ops as the suite calls them, on meta tensors: their meta implementations bind the
+    arguments (the schemas' order) and give the result's shape and dtype."""
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory  # noqa: F401  (registers torch.ops.symm_mem)
+
+    M, N, K, out = 32, 48, 64, []
+    for op in ("all_gather_gemm", "gemm_reduce_scatter"):
+        for fp8, rowwise in ((False, False), (True, False), (True, True)):
+            dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+            a, b = torch.empty(M, K, dtype=dtype, device="meta"), torch.empty(N, K, dtype=dtype, device="meta").t()
+            scaling = {} if not fp8 else {
+                "scale_a": torch.empty((M, 1) if rowwise else (), device="meta"),
+                "scale_b": torch.empty((1, N) if rowwise else (), device="meta"), "out_dtype": torch.bfloat16}
+            got = suite.fused_call(op, fp8, dist.group.WORLD.group_name)(a, b, **scaling)
+            out.append((op, fp8, rowwise, tuple(got.shape), got.dtype))
+    return out
+
+
+def test_torch_fused_ops_are_called_as_their_schemas_read(pools):
+    [got] = pools.run(1, job_torch_fused_binds)
+    assert [g[3:] for g in got] == [((32, 48), torch.bfloat16)] * 6, got
+
+
 def _untouched_out(a, b, *, config=None, group=None, out=None, **scaling):
     """A gemm_all_scatter 'variant' that writes nothing: returns the (poisoned) out buffer. ``scaling``:
     the scale_a, scale_b, out_dtype (None) a call with ``out=`` hands every variant."""
