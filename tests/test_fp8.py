@@ -108,7 +108,8 @@ def _all_variants(op):
 # (auto) paths (one rank launch).
 QUICK = [(op, v, rw) for op, v in (("gemm_all_scatter", "fused_sequential"), ("all_gather_gemm", "producer_consumer"),
                                    ("gemm_reduce_scatter", "wg_specialized"), ("gemm_all_reduce", "fused_sequential"))
-         for rw in (False, True)] + [("all_gather_gemm", "plain", True), ("gemm_reduce_scatter", "auto", False)]
+         for rw in (False, True)] + [("all_gather_gemm", "plain", True), ("gemm_reduce_scatter", "auto", False),
+                                     ("gemm_all_scatter", "plain", True)]
 
 
 def test_every_op_matches_reference_quick(pools):

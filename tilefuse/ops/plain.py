@@ -14,7 +14,8 @@ gemm_all_reduce        ``c = a @ b``; ``all_reduce(c)``; ``c += bias`` (W = 1: `
 gemm_all_scatter's result is column-major (``c.t()`` is contiguous): rank r's column block of ``c``
 is row block r of ``c.t()``, which a gather lands in place. A column-major ``out`` is that buffer; a
 row-major one receives one copy. Float8 calls run :func:`.common.scaled.scaled_matmul` (``torch._scaled_mm``,
-K and N padded to multiples of 16 where needed); at one rank, without a bias, that matmul is the whole call.
+K and N padded to multiples of 16 where needed; its row-major product enters gemm_all_scatter's block by one
+transposing copy before the gather); at one rank, without a bias, that matmul is the whole call.
 
 Calls are not paired with the peers' as the fused variants' are: a call that differs between ranks
 fails as torch's collective does (gloo aborts the process, NCCL waits until its watchdog).
@@ -74,24 +75,24 @@ def direct(op: str, a, group):
 
 def gemm_all_scatter(a, b, *, config=None, group=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
     op = "gemm_all_scatter"
-    comm = _comm(op, a, b, group, scale_a, scale_b, out_dtype)
+    comm, s = _comm(op, a, b, group, scale_a, scale_b, out_dtype), None
     if comm is None:  # float8
-        s, grp = _float8(op, a, b, group, scale_a, scale_b, out_dtype)
-        c = all_gather_cat(scaled_matmul(a, b, s), dim=1, group=grp)
-        if out is None:
-            return c
-        check_out_tensor(op, out, (a.shape[0], dist.get_world_size(grp) * b.shape[1]), s.out_dtype, a.device, a=a, b=b)
-        return out.copy_(c)
-    W = comm.world
+        s, comm = _float8(op, a, b, group, scale_a, scale_b, out_dtype)[0], comm_of(group)
+    dtype, W = a.dtype if s is None else s.out_dtype, comm.world
     if out is not None:  # any tensor of the result's shape, dtype and device (the heap is not needed)
-        check_out_tensor(op, out, (a.shape[0], W * b.shape[1]), a.dtype, a.device, a=a, b=b)
+        check_out_tensor(op, out, (a.shape[0], W * b.shape[1]), dtype, a.device, a=a, b=b)
     if W == 1:
-        return _matmul(op, a, b, out)
+        if s is None:
+            return _matmul(op, a, b, out)
+        return scaled_matmul(a, b, s) if out is None else out.copy_(scaled_matmul(a, b, s))
     N = b.shape[1]
     column_major = out is not None and out.t().is_contiguous()
-    ct = out.t() if column_major else a.new_empty((W * N, a.shape[0]))  # [W*N, M]: c transposed
+    ct = out.t() if column_major else a.new_empty((W * N, a.shape[0]), dtype=dtype)  # [W*N, M]: c transposed
     mine = ct[comm.rank * N:(comm.rank + 1) * N]  # [N, M]: this rank's block, the gather's input
-    _matmul(op, a, b, mine.t())
+    if s is None:
+        _matmul(op, a, b, mine.t())
+    else:  # _scaled_mm writes a row-major result: one transposing copy into this rank's block
+        mine.t().copy_(scaled_matmul(a, b, s))
     all_gather_tensor(ct, mine, comm)
     if out is None or column_major:
         return ct.t()
