@@ -118,6 +118,31 @@ def test_every_op_matches_reference_quick(pools):
     assert pools.run(1, job_against_reference, alone) == [len(alone)]
 
 
+def job_all_reduce_with_bias(ctx, variants) -> list:
+    """gemm_all_reduce in float8 with a bias: the fp32 sum plus the bias, rounded once, the same bits on
+    every rank; per variant the largest difference from the reference."""
+    errors = []
+    for i, variant in enumerate(variants):
+        a, b, sa, sb = _operands(ctx, "gemm_all_reduce", i % 2 == 1, 40 + i)
+        out_dtype = _out_dtypes(ctx)[-1]
+        bias = (torch.randn(b.shape[1], generator=torch.Generator().manual_seed(9)) * 4).to(out_dtype).to(ctx.device)
+        kw = dict(bias=bias, scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+        ref = registry.get("gemm_all_reduce", "reference")(a, b, **kw)
+        got = registry.get("gemm_all_reduce", variant)(a, b, **kw)
+        tilefuse.synchronize()
+        assert_matches(got, ref, out_dtype, a.shape[1], ctx.on_gpu, f"{variant} + bias", scale=8 * ctx.world)
+        every = [torch.empty_like(got) for _ in range(ctx.world)]
+        torch.distributed.all_gather(every, got.contiguous(), group=ctx.heap.group)
+        assert all(torch.equal(x, got) for x in every), f"{variant} + bias: ranks differ"
+        errors.append((got.float() - ref.float()).abs().max().item())
+    tilefuse.barrier()
+    return errors
+
+
+def test_all_reduce_with_bias(pools):
+    assert len(pools.run(2, job_all_reduce_with_bias, ("plain", "fused_sequential"))[0]) == 2
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 3])
 def test_every_variant_matches_reference(pools, world):

@@ -36,7 +36,6 @@ from .common.collectives import (
     all_gather_cat,
     all_gather_tensor,
     all_reduce,
-    all_reduce_sum,
     comm_of,
     op_group,
     reduce_scatter_tensor,
@@ -165,8 +164,9 @@ def gemm_all_reduce(a, b, *, config=None, group=None, bias=None, scale_a=None, s
             check_bias(op, bias, a, b)
         elif dist.get_world_size(grp) == 1:  # the sum of one product: the matmul alone, rounded once
             return scaled_matmul(a, b, s)
-        total = all_reduce_sum(scaled_matmul(a, b, dataclasses.replace(s, out_dtype=torch.float32)), group=grp)
-        return (total if bias is None else total + bias.float()).to(s.out_dtype)
+        total = scaled_matmul(a, b, dataclasses.replace(s, out_dtype=torch.float32)).contiguous()
+        all_reduce(total, comm_of(grp))  # in place: the fp32 product is this call's own
+        return (total if bias is None else total.add_(bias)).to(s.out_dtype)
     if bias is not None:
         from .gemm_all_reduce._prepare import check_bias
 
