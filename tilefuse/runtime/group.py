@@ -189,20 +189,11 @@ class Group:
         stream = self.order.stream  # None until an eager call (and after a capture: replays may run)
         if stream is None or not stream.query():
             return None
-        words, copied = self._ctl_to_host(0, int(P.CTL_FIXED) + 3 * self.heap.world_size)
-        copied.synchronize()
-        return words.numpy()
-
-    def _ctl_to_host(self, first: int, n: int) -> tuple:
-        """``(pinned copy, event)``: control words ``first .. first + n - 1`` copied on a stream of their own
-        (the call's may be busy); the copy is there once the event has completed."""
+        n = int(P.CTL_FIXED) + 3 * self.heap.world_size
         side = torch.cuda.Stream(self.heap.device)
-        words = torch.empty(n, dtype=self.ctl.dtype, pin_memory=True)
         with torch.cuda.stream(side):
-            words.copy_(self.ctl[first:first + n], non_blocking=True)
-            copied = torch.cuda.Event()
-            copied.record(side)
-        return words, copied
+            words = self.ctl[:n].to("cpu", non_blocking=False)
+        return words.numpy()
 
     def raise_if_poisoned(self) -> None:
         """Raise the error this group was poisoned with, if any (PeerExitedError where a peer has exited)."""
@@ -271,12 +262,23 @@ class Group:
                                                      f"after {now - t0:.1f} s, and every later call raises")
                 if now >= stuck_at:
                     if poison is None:
-                        poison = self._ctl_to_host(_POISON, 1)  # this rank's poison word
+                        poison = self._read_poison()
                     elif poison[1].query():
                         if int(poison[0][0]):
                             raise self._stuck(what, now - t0)
                         poison, stuck_at = None, now + 1.0  # not poisoned: long work, asked again in a second
         torch.cuda.synchronize(self.heap.device)
+
+    def _read_poison(self) -> tuple:
+        """``(pinned int64[1], event)``: this rank's poison word, copied on a stream of its own (the call's
+        stream is what the caller waits for)."""
+        side = torch.cuda.Stream(self.heap.device)
+        word = torch.zeros(1, dtype=torch.int64, pin_memory=True)
+        with torch.cuda.stream(side):
+            word.copy_(self.ctl[_POISON:_POISON + 1], non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(side)
+        return word, done
 
     def _stuck(self, what: str, waited: float) -> hostsync.HostTimeoutError:
         """Poison this rank for a device that does not finish: the error to raise."""

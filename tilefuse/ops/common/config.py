@@ -33,10 +33,8 @@ class Config:
 
     ``GEMM_SMS`` programs compute tiles; ``COMM_SMS`` programs move data (0 for variants without
     communication programs). Blocks are powers of two in [16, 256]. ``SPLIT_K`` (1 to
-    ``MAX_SPLIT_K``): a tile's K steps are split into slices on different programs, the last one
-    summing them in slice order (taken by ``SPLIT_K_VARIANTS`` and ``ONE_WAVE_SPLIT_K``): every tile's
-    where the tiles fill less than a wave of ``GEMM_SMS`` programs, else (the GEMM core) those of the
-    last, partial wave, after the whole tiles.
+    ``MAX_SPLIT_K``): each tile's K steps are split into slices on different programs, the last one
+    summing them in slice order (taken by ``SPLIT_K_VARIANTS`` and ``ONE_WAVE_SPLIT_K``).
     ``WARP_SPEC`` (0 or 1): the tile loop is warp-specialized (the same sums); it takes ``num_warps =
     4``, ``BLOCK_M >= 64`` and ``BLOCK_N <= 2 * BLOCK_M``, and is honoured with ``SPLIT_K = 1`` on the
     descriptor path on NVIDIA GPUs by ``WARP_SPEC_VARIANTS``; elsewhere the tiles run unspecialized.

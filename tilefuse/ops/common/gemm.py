@@ -37,55 +37,45 @@ def matmul_kernel(
     ENTER: tl.constexpr = False, END: tl.constexpr = False, BARRIER: tl.constexpr = False,
     FLATTEN: tl.constexpr = False, TMA_STORE: tl.constexpr = False,
 ):
-    """Persistent C [M, N] = A [M, K] @ B [K, N]: program pid takes tiles pid, pid + num_programs, ...
-    With ``SPLIT``, the tiles past the last full wave of ``num_programs`` (all of them when they fill less
-    than one) are computed after the whole ones, each in ``split_k`` K slices that the idle programs share
-    (``split_k``, ``num_programs``: runtime values, one compiled kernel per tile config). ``IN_CALL``,
-    ``ENTER``, ``END``, ``BARRIER``: as :func:`matmul`."""
+    """Persistent C [M, N] = A [M, K] @ B [K, N]: program pid takes work items pid, pid + num_programs,
+    ...: tiles, or with ``SPLIT`` their K slices (``split_k``, ``num_programs``: runtime values, one
+    compiled kernel per tile config). ``IN_CALL``, ``ENTER``, ``END``, ``BARRIER``: as :func:`matmul`."""
     stride_am, stride_ak = a_strides
     stride_bk, stride_bn = b_strides
     stride_cm, stride_cn = c_strides
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
-    whole = num_tiles
+    num_work = num_pid_m * num_pid_n
     if SPLIT:
-        whole = num_tiles // num_programs * num_programs
-    num_slices = (num_tiles - whole) * split_k
+        num_work *= split_k
     if IN_CALL:
         seq, live = P.enter(call, ENTER)
-        whole = tl.where(live, whole, 0)
-        num_slices = tl.where(live, num_slices, 0)
+        num_work = tl.where(live, num_work, 0)
     a_op, b_op = gemm_operands(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR)
     if FLATTEN or TMA_STORE:  # constexprs: Triton drops the branch not taken
         whole_tiles(a_op, b_op, scales, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                    stride_cn, pid, whole, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
+                    stride_cn, pid, num_work, num_programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, USE_TMA, B_KMAJOR,
                     ALIGN, FLATTEN, TMA_STORE, WARP_SPEC)
     else:
-        for tile_id in tl.range(pid, whole, num_programs, warp_specialize=WARP_SPEC):
-            pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-            acc = gemm_tile_range(
-                a_op, b_op, scales, pid_m, pid_n, M, N, K, 0, tl.cdiv(K, BLOCK_K), stride_am, stride_ak, stride_bk,
-                stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
-            )  # [BM, BN] fp32
-            offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
-            store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
-    if SPLIT:
         partial_ptr, count_ptr = slices
-        # Every program has taken as many whole tiles (whole is a multiple of num_programs): slices start at pid.
-        for work_id in tl.range(pid, num_slices, num_programs):
-            t, s, k_lo, k_hi = split_k_work(work_id, K, split_k, BLOCK_K, True)  # t: among the split tiles
-            pid_m, pid_n = tile_coords(whole + t, num_pid_m, num_pid_n, GROUP_M)
+        for work_id in tl.range(pid, num_work, num_programs, warp_specialize=WARP_SPEC):
+            tile_id, s, k_lo, k_hi = split_k_work(work_id, K, split_k, BLOCK_K, SPLIT)
+            pid_m, pid_n = tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
             acc = gemm_tile_range(
                 a_op, b_op, scales, pid_m, pid_n, M, N, K, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
                 BLOCK_M, BLOCK_N, BLOCK_K, USE_TMA, B_KMAJOR, ALIGN,
             )  # [BM, BN] fp32
-            slots, done = hand_in_slice(acc, t, s, split_k, split_k, partial_ptr, count_ptr, BLOCK_M, BLOCK_N)
-            if done:
-                store_slice_sum(slots, split_k, t, count_ptr, c_ptr, pid_m, pid_n, M, N, stride_cm, stride_cn,
-                                BLOCK_M, BLOCK_N, SUB_M)
+            if SPLIT:
+                slots, done = hand_in_slice(acc, tile_id, s, split_k, split_k, partial_ptr, count_ptr,
+                                            BLOCK_M, BLOCK_N)
+                if done:
+                    store_slice_sum(slots, split_k, tile_id, count_ptr, c_ptr, pid_m, pid_n, M, N,
+                                    stride_cm, stride_cn, BLOCK_M, BLOCK_N, SUB_M)
+            else:
+                offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N)
+                store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
     if IN_CALL:
         P.exit(call, seq, live, num_programs, END, BARRIER=BARRIER)
 
@@ -284,15 +274,10 @@ class GemmLaunch:
         warps, stages = launch_shape(config, warp_spec)
         self.num_tiles = -(-M // config.BLOCK_M) * -(-N // config.BLOCK_N)
         self.num_programs = max(1, min(config.GEMM_SMS, self.num_tiles * self.split))
-        # SPLIT: the tiles past the last full wave are split (matmul_kernel), each slice in a partial slot.
-        self.split_tiles = self.num_tiles % self.num_programs if self.num_tiles >= self.num_programs else self.num_tiles
-        self.scratch = self.split_tiles * self.split * config.BLOCK_M * config.BLOCK_N
+        self.scratch = self.num_tiles * self.split * config.BLOCK_M * config.BLOCK_N  # SPLIT: partial slots
         tiles_only = not (self.split > 1 or warp_spec)
         # Never a warp-specialized loop: Triton (3.6, 3.7) compiles a flattened one unspecialized for sm_90.
-        # By default not beside K slices either; an explicit ``flatten`` flattens the whole tiles' loop.
-        if flatten is None:
-            flatten = tiles_only and flattened_loop(config, use_tma, c.element_size())
-        flatten = bool(flatten) and not warp_spec
+        flatten = tiles_only and (flattened_loop(config, use_tma, c.element_size()) if flatten is None else flatten)
         if warp_spec and tma_store == 2:
             # Triton 3.6's Hopper warp specialization fails on the split of a tile into halves (its data
             # partition has no rule for tt.split): the specialized loop stores whole tiles.
@@ -320,7 +305,7 @@ class GemmLaunch:
         if self.use_tma:
             ensure_triton_allocator()
         if self.split > 1:
-            slices = SPLIT_K_SCRATCH.get(c.device, self.scratch, self.split_tiles)
+            slices = SPLIT_K_SCRATCH.get(c.device, self.scratch, self.num_tiles)
         else:
             slices = (c, c)  # never read
         if call is None:  # only ctl is read (IN_CALL without ENTER or END), or nothing (no ctl)
