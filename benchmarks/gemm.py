@@ -9,8 +9,9 @@ Every variant runs this K loop, so the core's speed against cuBLAS bounds what a
 Per shape and dtype the two are timed in the same rounds, their calls interleaved one by one, each
 after an L2 clear, with CUDA events (:func:`benchmarks.timing.bench_interleaved`); inputs rotate past
 L2. ``b`` is a Linear weight (``w.t()``, column-major) as in the tensor-parallel layers. The core runs
-``Config.for_shape(M, N, K, dtype, comm=False)``, the config a variant takes where no table covers the
-shape, with the ``--set`` fields changed. Each result is checked against an fp32 product first.
+``Config.for_shape(M, N, K, dtype, comm=False, core=True)``, tilefuse.matmul's default (the config a variant
+takes where no table covers the shape, but few-tile shapes split K), with the ``--set`` fields changed.
+Each result is checked against an fp32 product first.
 
 CSV (long format, written shape by shape): per shape ``ms`` of the core, ``torch_ms`` and ``ratio`` =
 torch_ms / ms (above 1: faster than torch.matmul), ``rel_err``; per dtype ``ratio_median`` and
@@ -76,7 +77,7 @@ def parse_fields(items: list) -> dict:
 
 
 def config_for(M: int, N: int, K: int, dtype, device, fields: dict) -> tilefuse.Config:
-    return tilefuse.Config.for_shape(M, N, K, dtype, device=device, comm=False).replace(**fields)
+    return tilefuse.Config.for_shape(M, N, K, dtype, device=device, comm=False, core=True).replace(**fields)
 
 
 def _operands(M: int, N: int, K: int, dtype, dev, seed: int) -> tuple:

@@ -871,6 +871,31 @@ def test_default_config_narrow_decode_tiles(dtype):
     assert (wide.BLOCK_N, wide.BLOCK_K) == (128, 128)
 
 
+def test_default_config_core_splits_few_tiles():
+    """The GEMM core's default (``core``): the tiles of the config without split-K, and where they fill at
+    most half a wave, 2 to CORE_MAX_SPLIT K slices that keep them in one wave; elsewhere, and in the
+    interpreter, whole tiles."""
+    from tilefuse.ops.common.config import CORE_MAX_SPLIT
+
+    split = 0
+    for dtype in (torch.bfloat16, torch.float8_e4m3fn):
+        for M in (16, 128, 333, 1000, 4096):
+            for N, K in ((1000, 8000), (4096, 4096), (14336, 4096)):
+                whole = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=False)
+                core = default_config(M, N, K, dtype, num_sms=132, interpreter=False, comm=False, core=True)
+                check_config_fits(core, 132)
+                assert core.replace(SPLIT_K=1) == whole, (M, N, K, dtype)
+                tiles = triton.cdiv(M, whole.BLOCK_M) * triton.cdiv(N, whole.BLOCK_N)
+                if 2 * tiles <= whole.GEMM_SMS:
+                    assert 1 < core.SPLIT_K <= CORE_MAX_SPLIT and tiles * core.SPLIT_K <= whole.GEMM_SMS, core
+                    split += 1
+                else:
+                    assert core.SPLIT_K == 1, (M, N, K, dtype, core)
+    assert split >= 6  # the grid has few-tile shapes
+    assert default_config(333, 1000, 8000, torch.bfloat16, num_sms=8, interpreter=True, comm=False,
+                          core=True).SPLIT_K == 1
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_default_config_small_m_tiles(dtype):
     """Without split-K at 64 < M <= 256: the largest SMALL_M_TILES tile whose tiles keep

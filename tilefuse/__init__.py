@@ -75,7 +75,7 @@ def is_on_heap(t, group=None):
 def matmul(a, b, *, config=None, out=None, scale_a=None, scale_b=None, out_dtype=None):
     """tilefuse's GEMM core alone (every variant's K loop), to compare with ``torch.matmul``: ``a [M, K] @
     b [K, N]`` -> ``[M, N]`` in the inputs' dtype (``out``: a tensor to write), fp32 accumulation.
-    ``config``: default ``Config.for_shape(M, N, K, a.dtype, comm=False)``. Float8 ``a`` and ``b`` take
+    ``config``: default ``Config.for_shape(M, N, K, a.dtype, comm=False, core=True)``. Float8 ``a`` and ``b`` take
     ``scale_a`` and ``scale_b`` as ``torch._scaled_mm``; ``out_dtype`` default: ``out``'s, else bfloat16."""
     from .ops.common.checks import check_same_device
     from .ops.common.gemm import matmul as _core
@@ -87,7 +87,7 @@ def matmul(a, b, *, config=None, out=None, scale_a=None, scale_b=None, out_dtype
     dtype, kind = prepare_scaling("matmul", a, b, scale_a, scale_b, out_dtype)
     M, N = a.shape[0], b.shape[1]
     if config is None:
-        config = Config.for_shape(M, N, a.shape[1], a.dtype, device=a.device, comm=False)
+        config = Config.for_shape(M, N, a.shape[1], a.dtype, device=a.device, comm=False, core=True)
     if out is None:
         out = a.new_empty(M, N, dtype=dtype)
     scales = None if kind is None else kernel_scales(scale_a, scale_b, a.device)

@@ -87,13 +87,15 @@ class Config:
 
     @classmethod
     def for_shape(cls, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
-                  device: torch.device | None = None, comm: bool = True) -> Config:
+                  device: torch.device | None = None, comm: bool = True, core: bool = False) -> Config:
         """The default config of an ``M x N x K`` GEMM on ``device``, e.g.
         ``Config.for_shape(4096, 8192, 4096).replace(COMM_SMS=16)``. ``comm``: for a variant with
-        communication programs (producer_consumer, wg_specialized)."""
+        communication programs (producer_consumer, wg_specialized); ``core``: for the GEMM core alone
+        (``tilefuse.matmul``), whose few-tile shapes split K (``default_config``)."""
         from ...runtime import hw
 
-        return default_config(M, N, K, dtype, num_sms=hw.num_sms(device), interpreter=hw.interpreting(), comm=comm)
+        return default_config(M, N, K, dtype, num_sms=hw.num_sms(device), interpreter=hw.interpreting(), comm=comm,
+                              core=core)
 
     @classmethod
     def from_dict(cls, d: dict) -> Config:
@@ -132,6 +134,7 @@ def split_k_for(tiles: int, steps: int, programs: int) -> int:
 
 
 _DEFAULT_MAX_SPLIT = 8  # most K slices default_config picks: more run slower on small-M shapes
+CORE_MAX_SPLIT = 4  # most K slices of the GEMM core's few-tile shapes (default_config's ``core``)
 DECODE_WAVE_SHARE = 0.7  # without SPLIT_K at M <= 64: the widest tile that still fills this share of a wave
 SMALL_M_MAX = 256  # without SPLIT_K, 64 < M <= this: tiles from _small_m_tiles
 # (BLOCK_M, BLOCK_N, BLOCK_K, stages), 4 warps, largest first (at equal area the wider one).
@@ -275,13 +278,14 @@ def _split_k_tiles(M: int, N: int, K: int, block_k: int, itemsize: int, programs
 
 def default_config(
     M: int, N: int, K: int, dtype: torch.dtype, *, num_sms: int, interpreter: bool, comm: bool,
-    split_k: bool = False,
+    split_k: bool = False, core: bool = False,
 ) -> Config:
     """Heuristic config for a shape that no table covers. ``num_sms``: the device's multiprocessors;
     ``comm``: the variant runs ``COMM_SMS`` communication programs beside the GEMM's; ``split_k``: the
-    caller's kernel takes ``SPLIT_K > 1`` (``SPLIT_K_VARIANTS``), else ``SPLIT_K`` is 1. Tile classes
-    by M, below; interpreter: at most 64-wide blocks and a handful of programs (its cost grows with the
-    operations).
+    caller's kernel takes ``SPLIT_K > 1`` (``SPLIT_K_VARIANTS``), else ``SPLIT_K`` is 1; ``core``: the GEMM
+    core's own launch (``tilefuse.matmul``): the tiles of ``split_k=False``, but where they fill at most half
+    a wave their K steps split into at most ``CORE_MAX_SPLIT`` slices. Tile classes by M, below;
+    interpreter: at most 64-wide blocks and a handful of programs (its cost grows with the operations).
     """
     if num_sms < 1:
         raise ValueError(f"default_config: num_sms must be >= 1, got {num_sms}")
@@ -342,6 +346,9 @@ def default_config(
             block_n, warps, stages = 128, 4, 4
     if dtype.itemsize >= 4 and stages > 3 and not (split_k and M <= 64):
         stages = 3  # fp32 tiles take twice the shared memory (the small-M stages count bytes already)
+    tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+    if core and not split_k and 2 * tiles <= gemm_sms:
+        split = min(CORE_MAX_SPLIT, split_k_for(tiles, triton.cdiv(K, block_k), gemm_sms))
     return Config(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, num_warps=warps, num_stages=stages,
                   GEMM_SMS=gemm_sms, COMM_SMS=comm_sms, SPLIT_K=split, WARP_SPEC=warp_spec)
 
