@@ -246,7 +246,7 @@ class Group:
             event = self.done_event
             event.record(stream)
             t0 = time.monotonic()
-            check_at, give_up, stuck_at, poison = t0 + 1e-3, None, t0 + _env.host_timeout(), None
+            check_at, give_up, stuck_at, words = t0 + 1e-3, None, t0 + _env.host_timeout(), None
             # Spins, yielding the CPU, as the CUDA runtime's own wait does (a sleep costs the timer's slack).
             while not event.query():
                 os.sched_yield()
@@ -261,31 +261,36 @@ class Group:
                         raise self.peer_exited(gone, f"{what} gave up on this rank's unfinished device work "
                                                      f"after {now - t0:.1f} s, and every later call raises")
                 if now >= stuck_at:
-                    if poison is None:
-                        poison = self._read_poison()
-                    elif poison[1].query():
-                        if int(poison[0][0]):
-                            raise self._stuck(what, now - t0)
-                        poison, stuck_at = None, now + 1.0  # not poisoned: long work, asked again in a second
+                    if words is None:
+                        words = self._read_fixed_words()
+                    elif words[1].query():
+                        if int(words[0][_POISON]):
+                            raise self._stuck(what, now - t0, words[0].tolist())
+                        words, stuck_at = None, now + 1.0  # not poisoned: long work, asked again in a second
         torch.cuda.synchronize(self.heap.device)
 
-    def _read_poison(self) -> tuple:
-        """``(pinned int64[1], event)``: this rank's poison word, copied on a stream of its own (the call's
-        stream is what the caller waits for)."""
+    def _read_fixed_words(self) -> tuple:
+        """``(pinned int64 copy, event)``: this rank's fixed control words and ARRIVE row, copied on a stream of
+        their own (the call's stream is what the caller waits for)."""
         side = torch.cuda.Stream(self.heap.device)
-        word = torch.zeros(1, dtype=torch.int64, pin_memory=True)
+        words = torch.zeros(int(P.CTL_FIXED) + self.heap.world_size, dtype=torch.int64, pin_memory=True)
         with torch.cuda.stream(side):
-            word.copy_(self.ctl[_POISON:_POISON + 1], non_blocking=True)
+            words.copy_(self.ctl[:words.numel()], non_blocking=True)
             done = torch.cuda.Event()
             done.record(side)
-        return word, done
+        return words, done
 
-    def _stuck(self, what: str, waited: float) -> hostsync.HostTimeoutError:
-        """Poison this rank for a device that does not finish: the error to raise."""
+    def _stuck(self, what: str, waited: float, words: list) -> hostsync.HostTimeoutError:
+        """Poison this rank for a device that does not finish (``words``: :meth:`_read_fixed_words`): the error."""
+        fixed = int(P.CTL_FIXED)
+        state = (f"call #{words[int(P.CTL_SEQ)]} ({'aborted' if words[int(P.CTL_STATE)] else 'live'}), begun "
+                 f"through #{words[int(P.CTL_GO)]}, the running kernel's programs {words[int(P.CTL_ENTER)]} entered "
+                 f"and {words[int(P.CTL_EXIT)]} finished, calls begun by rank {words[fixed:]}")
         self.poisoned = (f"tilefuse: {what}: rank {self.heap.rank}'s device work has not finished after "
                          f"{waited:.0f} s (TILEFUSE_HOST_TIMEOUT) although its control block is poisoned, so "
-                         "every tilefuse wait there has ended: a kernel on this rank's device is stuck. Every "
-                         "later call on this rank raises until tilefuse.reset() finds the device idle")
+                         "every tilefuse wait there has ended: a kernel on this rank's device is stuck (control "
+                         f"block: {state}). Every later call on this rank raises until tilefuse.reset() finds the "
+                         "device idle")
         self.poison_error = hostsync.HostTimeoutError
         return hostsync.HostTimeoutError(self.poisoned)
 
