@@ -346,9 +346,10 @@ def default_config(
             block_n, warps, stages = 128, 4, 4
     if dtype.itemsize >= 4 and stages > 3 and not (split_k and M <= 64):
         stages = 3  # fp32 tiles take twice the shared memory (the small-M stages count bytes already)
-    tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
-    if core and not split_k and 2 * tiles <= gemm_sms:
-        split = min(CORE_MAX_SPLIT, split_k_for(tiles, triton.cdiv(K, block_k), gemm_sms))
+    if core and not split_k:  # the GEMM core's own launch: few tiles take K slices
+        tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+        if 2 * tiles <= gemm_sms:
+            split = min(CORE_MAX_SPLIT, split_k_for(tiles, triton.cdiv(K, block_k), gemm_sms))
     return Config(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8, num_warps=warps, num_stages=stages,
                   GEMM_SMS=gemm_sms, COMM_SMS=comm_sms, SPLIT_K=split, WARP_SPEC=warp_spec)
 
