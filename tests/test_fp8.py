@@ -391,8 +391,10 @@ def job_record_launches(ctx, cases) -> list:
 
 
 # GPU default tiles of float8 calls (Config.for_shape on an H200) by class: 64-row decode tiles of 256-deep K
-# steps (6 and 4 stages), 128x128 tiles of 256-deep K steps past one wave of them, and the 1000-row class.
-DEFAULT_TILE_SHAPES = ((128, 4096, 4096), (96, 6144, 4096), (128, 14336, 4096), (1000, 6144, 4096))
+# steps (6 and 4 stages), 128x128 tiles of 256-deep K steps past one wave of them, 128x256 tiles of 4 stages
+# (512 rows), and the 1000-row class.
+DEFAULT_TILE_SHAPES = ((128, 4096, 4096), (96, 6144, 4096), (128, 14336, 4096), (512, 14336, 4096),
+                       (1000, 6144, 4096))
 
 
 def job_default_tiles(ctx) -> list:

@@ -285,11 +285,18 @@ def test_matmul_decode_tiles_load_through_pointers(monkeypatch):
     assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages) == (128, 128, 256, 3), cfg
     cfg = default_config(128, 5000, 3500, e4, num_sms=132, interpreter=False, comm=False)
     assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.num_stages) == (64, 128, 128, 4), cfg
-    # Float8 past M = 1000: 128x128 tiles where they fill clearly more of the last wave than 128x256 ones.
+    # Float8 past M = 128: 128x128 tiles where they fill clearly more of the last wave than 128x256 ones (8 warps;
+    # a fourth stage below M = 1000, where 128x128 tiles take MID_M_STAGES); 16-bit values below M = 1000 keep
+    # 128x128 tiles.
     for m, n, e, width in ((1000, 6144, e4, 128), (1000, 5000, e4, 128), (1000, 4096, e4, 256), (4096, 6144, e4, 256),
-                           (1000, 6144, torch.bfloat16, 256)):
+                           (1000, 6144, torch.bfloat16, 256), (333, 6144, e4, 256), (512, 14336, e4, 256),
+                           (768, 4096, e4, 256), (333, 4096, e4, 128), (333, 14336, e4, 128), (768, 6144, e4, 128),
+                           (512, 4096, e4, 128), (512, 14336, torch.bfloat16, 128)):
         cfg = default_config(m, n, 4096, e, num_sms=132, interpreter=False, comm=False)
         assert cfg.BLOCK_N == width, (m, n, e, cfg)
+        if e == e4:
+            wide, narrow = (256, 8, 4 if m < 1000 else 3), (128, 4, MID_M_STAGES if m < 1000 else 4)
+            assert (cfg.BLOCK_N, cfg.num_warps, cfg.num_stages) == (wide if width == 256 else narrow), (m, n, cfg)
     seen.clear()
     a8, w8 = (a * 4).to(e4), (b.t() * 4).to(e4)
     sa, sb = torch.tensor(0.5, device=DEVICE), torch.tensor(0.25, device=DEVICE)

@@ -198,7 +198,7 @@ MID_M_STAGES = 6
 # Float8 rows up to which the decode tiles (64 rows at most, 256-deep K steps, through pointers) run,
 # past 64 rows while they take one wave.
 FLOAT8_DECODE_MAX_M = 128
-# Float8 past M = 1000: the share of the last wave 128x128 tiles must keep busy beyond what 128x256 ones do.
+# Float8 past M = 128: the share of the last wave 128x128 tiles must keep busy beyond what 128x256 ones do.
 FLOAT8_NARROW_GAIN = 0.1
 
 SPLIT_FREE_WAVE_USE = 0.7  # with split-K at 64 <= M <= 128: the whole-K tiles while they keep this busy
@@ -331,19 +331,20 @@ def default_config(
             block_m, block_n, block_k, warps, stages = _small_m_tiles(M, N, K, gemm_sms)
         elif M <= 128:
             block_m, block_n, warps, stages = _pow2_between(M, 16, 64), 128, 4, 4
-        elif M < 1000:
-            block_m, block_n, warps, stages = 128, 128, 4, MID_M_STAGES if dtype.itemsize <= 2 else 4
-        else:
-            block_m, block_n, warps, stages = 128, 256, 8, 3
+        elif M < 1000 and dtype.itemsize > 1:
+            block_m, block_n, warps, stages = 128, 128, 4, MID_M_STAGES if dtype.itemsize == 2 else 4
+        else:  # float8 past M = 128 (below M = 1000 with a fourth stage), everything from M = 1000
+            block_m, block_n, warps, stages = 128, 256, 8, 4 if M < 1000 else 3
         block_n = _pow2_between(min(N, block_n), 16, block_n)
+        narrow_stages = MID_M_STAGES if M < 1000 else 4  # 128x128 tiles in place of 128x256 ones
         # Under half as many tiles as GEMM programs: halve the wide tile so more programs get work (a
         # nearly full wave of 128x256 tiles still beats a full one of 128x128).
         if block_n == 256 and 2 * triton.cdiv(M, block_m) * triton.cdiv(N, block_n) < gemm_sms:
-            block_n, warps, stages = 128, 4, 4
+            block_n, warps, stages = 128, 4, narrow_stages
         elif block_n == 256 and dtype.itemsize == 1 and wave_use(triton.cdiv(M, 128) * triton.cdiv(N, 128), gemm_sms) \
                 >= wave_use(triton.cdiv(M, 128) * triton.cdiv(N, 256), gemm_sms) + FLOAT8_NARROW_GAIN:
             # Float8: 128x128 tiles where they keep clearly more of their last wave busy than 128x256 ones.
-            block_n, warps, stages = 128, 4, 4
+            block_n, warps, stages = 128, 4, narrow_stages
     if dtype.itemsize >= 4 and stages > 3 and not (split_k and M <= 64):
         stages = 3  # fp32 tiles take twice the shared memory (the small-M stages count bytes already)
     if core and not split_k:  # the GEMM core's own launch: few tiles take K slices
