@@ -348,14 +348,11 @@ def test_a_rank_dying_mid_call_makes_the_survivor_raise_within_the_bound(variant
 
 
 class _Work:
-    """Stands in for torch.cuda.Event: work behind the recorded event finishes after ``polls`` queries
-    (never: None)."""
+    """Stands in for a group's ``done_event`` (a torch.cuda.Event): work behind the recorded event finishes
+    after ``polls`` queries (never: None)."""
 
     def __init__(self, polls):
         self.polls, self.queries, self.recorded = polls, 0, []
-
-    def __call__(self):  # torch.cuda.Event()
-        return self
 
     def record(self, stream):
         self.recorded.append(stream)
@@ -381,13 +378,12 @@ def test_host_wait_for_the_device_gives_up_once_a_peer_has_exited(monkeypatch, f
     fd = os.pidfd_open(child.pid)
     work = _Work(polls=5 if finishes else None)
     synced = []
-    monkeypatch.setattr(torch.cuda, "Event", work)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
     # With no eager call since a capture (a replayed graph's work): behind the current stream.
     last = types.SimpleNamespace(device="cuda:0")  # the last call's stream, on the heap's device
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "current stream")
     st = tf_world.Group(heap=type("Heap", (), {"device": "cuda:0"})(), ctl=None, dummy=None, status_host=None,
-                        sync_errors=False, peers=((1, child.pid, fd),), wait_bound_s=0.3, group="tp")
+                        sync_errors=False, peers=((1, child.pid, fd),), wait_bound_s=0.3, group="tp", done_event=work)
     st.order.stream = None if finishes else last
     try:
         if finishes:

@@ -101,7 +101,12 @@ class Group:
     name: str = ""  # that group's name (what the custom ops pass)
     peers: tuple = ()  # (rank, pid, pidfd or -1) of each peer process this rank can watch
     wait_bound_s: float = 0.0  # the host's copy of ctl[BOUND_NS], seconds
-    done_event: object = None  # torch.cuda.Event recorded by wait_device (made on first use)
+    # GPU, made at open: the host's reads and writes of the control block run on ``side``, beside the call's
+    # stream (a stream made while a kernel is stuck may never come: torch makes its stream pool then);
+    # ``done_event`` marks the end of the work wait_device waits for; ``watch``, the pinned words it reads.
+    side: object = None
+    done_event: object = None
+    watch: tuple = ()  # (pinned int64 words: CTL_FIXED + ARRIVE, event of their copy)
     order: StreamOrder = field(default_factory=StreamOrder)  # the process's stream order (shared)
 
     @classmethod
@@ -125,6 +130,9 @@ class Group:
                 status_np=status_host.numpy() if on_gpu else None, ctl_np=None if on_gpu else ctl.numpy(),
                 group=group, name=hostsync._group_name(group), wait_bound_s=bound_s, order=order)
         if on_gpu:
+            g.side, g.done_event = torch.cuda.Stream(heap.device), torch.cuda.Event()
+            words = torch.zeros(int(P.CTL_FIXED) + heap.world_size, dtype=torch.int64, pin_memory=True)
+            g.watch = (words, torch.cuda.Event())
             # The control block's zeroing must land before any peer can signal into it: a host-only
             # exchange (gloo) below does not wait for this device's queue.
             torch.cuda.synchronize(heap.device)
@@ -190,8 +198,7 @@ class Group:
         if stream is None or not stream.query():
             return None
         n = int(P.CTL_FIXED) + 3 * self.heap.world_size
-        side = torch.cuda.Stream(self.heap.device)
-        with torch.cuda.stream(side):
+        with torch.cuda.stream(self.side):
             words = self.ctl[:n].to("cpu", non_blocking=False)
         return words.numpy()
 
@@ -215,12 +222,11 @@ class Group:
     def poison_all(self, value: int) -> None:
         """Set every rank's poison word to ``value`` from the host, on a stream of its own (this rank's may be busy)."""
         heap = self.heap
-        stream = torch.cuda.Stream(heap.device) if self.on_gpu else None
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        with torch.cuda.stream(self.side) if self.on_gpu else contextlib.nullcontext():
             for r in range(heap.world_size):
                 heap.peer_view(self.ctl, r)[_POISON:_POISON + 1].fill_(value)
-        if stream is not None:
-            stream.synchronize()
+        if self.on_gpu:
+            self.side.synchronize()
 
     def close_peers(self) -> None:
         if self.heap.world_size > 1:
@@ -241,8 +247,6 @@ class Group:
             stream = self.order.stream
             if stream is None or stream.device != self.heap.device:  # (the event belongs to the heap's device)
                 stream = torch.cuda.current_stream(self.heap.device)
-            if self.done_event is None:
-                self.done_event = torch.cuda.Event()
             event = self.done_event
             event.record(stream)
             t0 = time.monotonic()
@@ -270,14 +274,12 @@ class Group:
         torch.cuda.synchronize(self.heap.device)
 
     def _read_fixed_words(self) -> tuple:
-        """``(pinned int64 copy, event)``: this rank's fixed control words and ARRIVE row, copied on a stream of
-        their own (the call's stream is what the caller waits for)."""
-        side = torch.cuda.Stream(self.heap.device)
-        words = torch.zeros(int(P.CTL_FIXED) + self.heap.world_size, dtype=torch.int64, pin_memory=True)
-        with torch.cuda.stream(side):
+        """``(pinned int64 copy, event)``: this rank's fixed control words and ARRIVE row, copied on the side
+        stream (the call's stream is what the caller waits for)."""
+        words, done = self.watch
+        with torch.cuda.stream(self.side):
             words.copy_(self.ctl[:words.numel()], non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(side)
+            done.record(self.side)
         return words, done
 
     def _stuck(self, what: str, waited: float, words: list) -> hostsync.HostTimeoutError:
